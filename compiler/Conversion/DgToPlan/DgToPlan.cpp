@@ -1,0 +1,308 @@
+#include "compiler/Conversion/DgToPlan/DgToPlan.h"
+
+#include <cstring>
+
+#include "dialects/dg/IR/DgOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "runtime/plan/PlanFile.h"
+
+using namespace mlir;
+using namespace mlir::dg;
+using dgemma::Buffer;
+using dgemma::DType;
+
+namespace {
+
+constexpr int64_t kPersistentArena = 0;
+constexpr int64_t kScratchArena = 1;
+constexpr uint64_t kAlignment = 64;
+
+std::optional<DType> dtypeOf(Type elementType) {
+  if (elementType.isF32()) return DType::F32;
+  if (elementType.isF64()) return DType::F64;
+  if (elementType.isBF16()) return DType::BF16;
+  if (elementType.isF16()) return DType::F16;
+  if (elementType.isInteger(64)) return DType::I64;
+  if (elementType.isInteger(32)) return DType::I32;
+  if (elementType.isInteger(8)) return DType::I8;
+  if (elementType.isInteger(1)) return DType::Bool;
+  return std::nullopt;
+}
+
+std::string locationText(Location loc) {
+  if (auto fileLoc = dyn_cast<FileLineColLoc>(loc))
+    return fileLoc.getFilename().str() + ":" + std::to_string(fileLoc.getLine()) + ":" + std::to_string(fileLoc.getColumn());
+  if (auto nameLoc = dyn_cast<NameLoc>(loc)) return nameLoc.getName().str();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    return fused.getLocations().empty() ? std::string() : locationText(fused.getLocations().front());
+  return {};
+}
+
+// Inherent attributes become step attributes; discardable ones (dg.offsets, ...) stay in the IR.
+nlohmann::json attributesToJson(Operation* op) {
+  nlohmann::json attrs = nlohmann::json::object();
+  for (NamedAttribute named : op->getAttrs()) {
+    StringRef name = named.getName().getValue();
+    if (name.contains('.')) continue;
+    Attribute value = named.getValue();
+    if (auto boolean = dyn_cast<BoolAttr>(value)) attrs[name.str()] = boolean.getValue();
+    else if (auto integer = dyn_cast<IntegerAttr>(value)) attrs[name.str()] = integer.getInt();
+    else if (auto real = dyn_cast<FloatAttr>(value)) attrs[name.str()] = real.getValueAsDouble();
+    else if (auto text = dyn_cast<StringAttr>(value)) attrs[name.str()] = text.getValue().str();
+    else if (auto list = dyn_cast<DenseI64ArrayAttr>(value)) attrs[name.str()] = std::vector<int64_t>(list.asArrayRef());
+  }
+  return attrs;
+}
+
+// Row-major bytes of a dense constant in the plan's element encoding.
+std::vector<uint8_t> constantBytes(DenseElementsAttr value, DType dtype) {
+  std::vector<uint8_t> bytes(value.getNumElements() * dgemma::dtypeSize(dtype));
+  size_t elementBytes = dgemma::dtypeSize(dtype);
+  size_t index = 0;
+  auto store = [&](uint64_t bits) { std::memcpy(bytes.data() + elementBytes * index++, &bits, elementBytes); };
+  if (isa<FloatType>(value.getElementType())) {
+    for (APFloat element : value.getValues<APFloat>()) store(element.bitcastToAPInt().getZExtValue());
+  } else {
+    for (APInt element : value.getValues<APInt>()) store(element.getZExtValue());
+  }
+  return bytes;
+}
+
+class PlanBuilder {
+ public:
+  PlanBuilder(ModuleOp module, const PlanLoweringOptions& options) : module_(module) {
+    plan_.producer = options.producer;
+    plan_.metadata = options.metadata;
+    plan_.arenas = {{"persistent", true, 0, kAlignment}, {"scratch", false, 0, kAlignment}};
+    plan_.sections.push_back({"constants", {}});
+  }
+
+  FailureOr<dgemma::Plan> build() {
+    if (failed(lowerMesh())) return failure();
+    for (auto function : module_.getOps<func::FuncOp>())
+      if (function->hasAttr(kEntryAttr) && failed(lowerEntry(function))) return failure();
+    if (plan_.entryPoints.empty()) {
+      module_.emitError() << "no entry point (func.func with dg.entry) to lower";
+      return failure();
+    }
+    return std::move(plan_);
+  }
+
+ private:
+  LogicalResult lowerMesh() {
+    auto mesh = module_->getAttrOfType<DictionaryAttr>(kMeshAttr);
+    int64_t worldSize = 1;
+    if (mesh)
+      for (NamedAttribute axis : mesh) {
+        int64_t size = cast<IntegerAttr>(axis.getValue()).getInt();
+        plan_.mesh.push_back({axis.getName().str(), size, 0});
+        worldSize *= size;
+      }
+    if (worldSize != 1) {
+      module_.emitError() << "the mesh has " << worldSize
+                          << " ranks, but per-rank plans need the partitioner, which is not built yet";
+      return failure();
+    }
+    plan_.worldSize = 1;
+    plan_.rank = 0;
+    return success();
+  }
+
+  FailureOr<int64_t> addBuffer(Operation* op, Value value, const std::string& name, int64_t arena, uint64_t offset) {
+    auto type = cast<RankedTensorType>(value.getType());
+    auto dtype = dtypeOf(type.getElementType());
+    if (!dtype) {
+      op->emitOpError() << "element type " << type.getElementType() << " has no plan dtype";
+      return failure();
+    }
+    Buffer buffer;
+    buffer.id = static_cast<int64_t>(plan_.buffers.size());
+    buffer.name = name;
+    buffer.dtype = *dtype;
+    buffer.shape.assign(type.getShape().begin(), type.getShape().end());
+    buffer.arena = arena;
+    buffer.offset = offset;
+    plan_.buffers.push_back(buffer);
+    return buffer.id;
+  }
+
+  // Persistent buffers are appended to the persistent arena, each 64-byte aligned.
+  FailureOr<int64_t> addPersistent(Operation* op, Value value, const std::string& name) {
+    uint64_t offset = (plan_.arenas[kPersistentArena].bytes + kAlignment - 1) / kAlignment * kAlignment;
+    auto id = addBuffer(op, value, name, kPersistentArena, offset);
+    if (succeeded(id)) plan_.arenas[kPersistentArena].bytes = offset + plan_.buffers[*id].bytes();
+    return id;
+  }
+
+  FailureOr<int64_t> parameterBuffer(ParamOp param) {
+    auto found = parameterBuffers_.find(param.getName().str());
+    if (found != parameterBuffers_.end()) return found->second;
+    auto id = addPersistent(param, param.getResult(), param.getName().str());
+    if (failed(id)) return failure();
+    dgemma::Parameter parameter;
+    parameter.name = param.getName().str();
+    parameter.buffer = *id;
+    parameter.globalShape = plan_.buffers[*id].shape;
+    parameter.shardOffset.assign(parameter.globalShape.size(), 0);
+    parameter.shardShape = parameter.globalShape;
+    parameter.trainable = param.getTrainable();
+    parameter.init = nlohmann::json::object();
+    if (auto init = param.getInitAttr())
+      for (NamedAttribute field : init) {
+        if (auto text = dyn_cast<StringAttr>(field.getValue())) parameter.init[field.getName().str()] = text.getValue().str();
+        else if (auto real = dyn_cast<FloatAttr>(field.getValue())) parameter.init[field.getName().str()] = real.getValueAsDouble();
+      }
+    plan_.parameters.push_back(parameter);
+    parameterBuffers_[parameter.name] = *id;
+    return *id;
+  }
+
+  FailureOr<int64_t> constantBuffer(ConstantOp constant) {
+    auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+    if (!dense) {
+      constant.emitOpError() << "only dense constants can be stored in a plan";
+      return failure();
+    }
+    auto id = addPersistent(constant, constant.getResult(), "constant");
+    if (failed(id)) return failure();
+    std::vector<uint8_t>& section = plan_.sections[0].data;
+    std::vector<uint8_t> bytes = constantBytes(dense, plan_.buffers[*id].dtype);
+    plan_.constants.push_back({*id, 0, section.size(), bytes.size()});
+    section.insert(section.end(), bytes.begin(), bytes.end());
+    return *id;
+  }
+
+  FailureOr<int64_t> scratchBuffer(Operation* op, Value value, const std::string& name) {
+    auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("dg.offsets");
+    if (!offsets) {
+      op->emitOpError() << "has no dg.offsets: run dg-memory-plan before lowering to a plan";
+      return failure();
+    }
+    unsigned index = cast<OpResult>(value).getResultNumber();
+    return addBuffer(op, value, name, kScratchArena, offsets[index]);
+  }
+
+  LogicalResult lowerEntry(func::FuncOp function) {
+    dgemma::EntryPoint entry;
+    entry.name = function->getAttrOfType<StringAttr>(kEntryAttr).getValue().str();
+    if (auto bucket = function->getAttrOfType<DictionaryAttr>(kBucketAttr))
+      for (NamedAttribute dimension : bucket) entry.bucket[dimension.getName().str()] = cast<IntegerAttr>(dimension.getValue()).getInt();
+    const std::string key = entry.key();
+    auto scratchBytes = function->getAttrOfType<IntegerAttr>("dg.scratch_bytes");
+    if (!scratchBytes) return function.emitOpError() << "has no dg.scratch_bytes: run dg-memory-plan before lowering";
+    plan_.arenas[kScratchArena].bytes = std::max<uint64_t>(plan_.arenas[kScratchArena].bytes, scratchBytes.getInt());
+
+    llvm::DenseMap<Value, int64_t> bufferOf;
+    // Scratch storage (non-view buffers) and the steps that touch them, for lifetimes.
+    std::map<int64_t, std::pair<int64_t, int64_t>> liveSteps;
+    std::vector<std::pair<int64_t, int64_t>> views;  // (view buffer, viewed buffer)
+    auto touch = [&](int64_t id, int64_t step) {
+      const Buffer& buffer = plan_.buffers[id];
+      int64_t owner = buffer.aliasOf ? *buffer.aliasOf : id;
+      if (plan_.buffers[owner].arena != kScratchArena) return;
+      auto [it, inserted] = liveSteps.try_emplace(owner, step, step);
+      it->second.first = std::min(it->second.first, step);
+      it->second.second = std::max(it->second.second, step);
+    };
+    std::vector<int64_t> outputBuffers;
+
+    for (Operation& op : function.getBody().front()) {
+      if (isa<func::ReturnOp>(op)) continue;
+      FailureOr<int64_t> id = failure();
+      if (auto param = dyn_cast<ParamOp>(op)) {
+        id = parameterBuffer(param);
+      } else if (auto constant = dyn_cast<ConstantOp>(op)) {
+        id = constantBuffer(constant);
+      } else if (auto input = dyn_cast<InputOp>(op)) {
+        id = scratchBuffer(&op, input.getResult(), input.getName().str());
+        if (succeeded(id)) {
+          entry.inputs.push_back({input.getName().str(), *id});
+          touch(*id, 0);
+        }
+      } else if (auto output = dyn_cast<OutputOp>(op)) {
+        entry.outputs.push_back({output.getName().str(), bufferOf.lookup(output.getValue())});
+        outputBuffers.push_back(bufferOf.lookup(output.getValue()));
+        continue;
+      } else if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+        const Buffer viewed = plan_.buffers[bufferOf.lookup(reshape.getInput())];
+        int64_t owner = viewed.aliasOf ? *viewed.aliasOf : viewed.id;
+        id = addBuffer(&op, reshape.getResult(), viewed.name + ".view", viewed.arena, viewed.offset);
+        if (succeeded(id)) {
+          plan_.buffers[*id].aliasOf = owner;
+          views.push_back({*id, owner});
+        }
+      } else {
+        dgemma::Step step;
+        step.kind = isa<AllReduceOp, AllGatherOp, ReduceScatterOp>(op) ? dgemma::Step::Kind::Collective
+                                                                        : dgemma::Step::Kind::Kernel;
+        step.op = op.getName().stripDialect().str();
+        step.attrs = attributesToJson(&op);
+        if (step.kind == dgemma::Step::Kind::Collective) {
+          step.axis = step.attrs["axis"].get<std::string>();
+          step.attrs.erase("axis");
+        }
+        step.location = locationText(op.getLoc());
+        int64_t stepIndex = static_cast<int64_t>(entry.steps.size());
+        for (Value operand : op.getOperands()) {
+          step.inputs.push_back(bufferOf.lookup(operand));
+          touch(step.inputs.back(), stepIndex);
+        }
+        if (auto allReduce = dyn_cast<AllReduceOp>(op)) {
+          // Collectives reduce in place. When the pre-reduction value is still needed, the
+          // reduction works on a copy (the memory planner gave the result its own bytes then).
+          if (!allReduce.getInput().hasOneUse()) {
+            auto copyId = scratchBuffer(&op, allReduce.getResult(), "all_reduce");
+            if (failed(copyId)) return failure();
+            entry.steps.push_back(copyStep(step.inputs[0], *copyId, step.location));
+            touch(*copyId, stepIndex);
+            ++stepIndex;
+            step.inputs = {*copyId};
+            touch(*copyId, stepIndex);
+          }
+          step.outputs = step.inputs;
+          bufferOf[allReduce.getResult()] = step.inputs[0];
+          entry.steps.push_back(std::move(step));
+          continue;
+        }
+        for (Value result : op.getResults()) {
+          auto resultId = scratchBuffer(&op, result, step.op);
+          if (failed(resultId)) return failure();
+          bufferOf[result] = *resultId;
+          step.outputs.push_back(*resultId);
+          touch(*resultId, stepIndex);
+        }
+        entry.steps.push_back(std::move(step));
+        continue;
+      }
+      if (failed(id)) return failure();
+      bufferOf[op.getResult(0)] = *id;
+    }
+
+    int64_t lastStep = std::max<int64_t>(static_cast<int64_t>(entry.steps.size()) - 1, 0);
+    for (int64_t id : outputBuffers) touch(id, lastStep);
+    for (const auto& [id, steps] : liveSteps) plan_.buffers[id].lifetime = dgemma::Lifetime{key, steps.first, steps.second};
+    for (const auto& [view, owner] : views) plan_.buffers[view].lifetime = plan_.buffers[owner].lifetime;
+    plan_.entryPoints.push_back(std::move(entry));
+    return success();
+  }
+
+  static dgemma::Step copyStep(int64_t from, int64_t to, const std::string& location) {
+    dgemma::Step step;
+    step.op = "copy";
+    step.inputs = {from};
+    step.outputs = {to};
+    step.location = location;
+    return step;
+  }
+
+  ModuleOp module_;
+  dgemma::Plan plan_;
+  std::map<std::string, int64_t> parameterBuffers_;
+};
+
+}  // namespace
+
+FailureOr<dgemma::Plan> mlir::dg::lowerToPlan(ModuleOp module, const PlanLoweringOptions& options) {
+  return PlanBuilder(module, options).build();
+}

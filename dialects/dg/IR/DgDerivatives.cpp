@@ -1,0 +1,292 @@
+// Vector-Jacobian products of the dg ops (DerivativeOpInterface). Each rule builds the operand
+// cotangents from the result cotangent with dg ops, so the backward graph is ordinary IR that every
+// later pass (sharding, fusion, memory planning) sees.
+#include "dialects/dg/IR/DgOps.h"
+
+using namespace mlir;
+using namespace mlir::dg;
+
+namespace {
+
+RankedTensorType typeOf(Value value) { return cast<RankedTensorType>(value.getType()); }
+
+Value scalar(OpBuilder& builder, Location loc, Type elementType, double value) {
+  return builder.create<FillOp>(loc, RankedTensorType::get({}, elementType), builder.getF64FloatAttr(value));
+}
+
+Value mul(OpBuilder& builder, Location loc, Value a, Value b) {
+  auto shape = *broadcastShapes(typeOf(a).getShape(), typeOf(b).getShape());
+  return builder.create<MulOp>(loc, RankedTensorType::get(shape, typeOf(a).getElementType()), a, b);
+}
+Value sub(OpBuilder& builder, Location loc, Value a, Value b) {
+  auto shape = *broadcastShapes(typeOf(a).getShape(), typeOf(b).getShape());
+  return builder.create<SubOp>(loc, RankedTensorType::get(shape, typeOf(a).getElementType()), a, b);
+}
+Value add(OpBuilder& builder, Location loc, Value a, Value b) {
+  auto shape = *broadcastShapes(typeOf(a).getShape(), typeOf(b).getShape());
+  return builder.create<AddOp>(loc, RankedTensorType::get(shape, typeOf(a).getElementType()), a, b);
+}
+Value div(OpBuilder& builder, Location loc, Value a, Value b) {
+  auto shape = *broadcastShapes(typeOf(a).getShape(), typeOf(b).getShape());
+  return builder.create<DivOp>(loc, RankedTensorType::get(shape, typeOf(a).getElementType()), a, b);
+}
+Value neg(OpBuilder& builder, Location loc, Value a) { return builder.create<NegOp>(loc, a.getType(), a); }
+
+Value reshape(OpBuilder& builder, Location loc, Value value, ArrayRef<int64_t> shape) {
+  if (typeOf(value).getShape() == shape) return value;
+  return builder.create<ReshapeOp>(loc, RankedTensorType::get(shape, typeOf(value).getElementType()), value);
+}
+
+// Sum over `dims`, keeping them as size 1.
+Value sumKeepDims(OpBuilder& builder, Location loc, Value value, ArrayRef<int64_t> dims) {
+  SmallVector<int64_t> shape(typeOf(value).getShape());
+  for (int64_t d : dims) shape[d] = 1;
+  return builder.create<ReduceSumOp>(loc, RankedTensorType::get(shape, typeOf(value).getElementType()), value,
+                                     builder.getDenseI64ArrayAttr(dims), builder.getBoolAttr(true));
+}
+
+// The adjoint of broadcasting: sum the cotangent over the dimensions that broadcasting stretched
+// or added, then drop the added ones.
+Value unbroadcast(OpBuilder& builder, Location loc, Value cotangent, RankedTensorType target) {
+  ArrayRef<int64_t> from = typeOf(cotangent).getShape();
+  ArrayRef<int64_t> to = target.getShape();
+  if (from == to) return cotangent;
+  size_t lead = from.size() - to.size();
+  SmallVector<int64_t> dims;
+  for (size_t d = 0; d < from.size(); ++d)
+    if (d < lead || (to[d - lead] == 1 && from[d] != 1)) dims.push_back(d);
+  Value summed = dims.empty() ? cotangent : sumKeepDims(builder, loc, cotangent, dims);
+  return reshape(builder, loc, summed, to);
+}
+
+// Expands a reduced cotangent (with reduced dims kept as 1) to `target` by broadcasting.
+Value expandTo(OpBuilder& builder, Location loc, Value cotangent, RankedTensorType target) {
+  Value zeros = builder.create<FillOp>(loc, target, builder.getF64FloatAttr(0.0));
+  return add(builder, loc, zeros, cotangent);
+}
+
+Value swapLastTwo(OpBuilder& builder, Location loc, Value value) {
+  auto type = typeOf(value);
+  SmallVector<int64_t> perm = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+  std::swap(perm[type.getRank() - 1], perm[type.getRank() - 2]);
+  SmallVector<int64_t> shape(type.getShape());
+  std::swap(shape[type.getRank() - 1], shape[type.getRank() - 2]);
+  return builder.create<TransposeOp>(loc, RankedTensorType::get(shape, type.getElementType()), value,
+                                     builder.getDenseI64ArrayAttr(perm));
+}
+
+Value matmul(OpBuilder& builder, Location loc, Value lhs, Value rhs, bool transposeA, bool transposeB) {
+  auto lhsType = typeOf(lhs), rhsType = typeOf(rhs);
+  int64_t lhsRank = lhsType.getRank(), rhsRank = rhsType.getRank();
+  SmallVector<int64_t> shape(lhsType.getShape().drop_back(2));
+  shape.push_back(lhsType.getDimSize(lhsRank - (transposeA ? 1 : 2)));
+  shape.push_back(rhsType.getDimSize(rhsRank - (transposeB ? 2 : 1)));
+  return builder.create<MatmulOp>(loc, RankedTensorType::get(shape, lhsType.getElementType()), lhs, rhs,
+                                  builder.getBoolAttr(transposeA), builder.getBoolAttr(transposeB));
+}
+
+bool isFloatValue(Value value) { return isa<FloatType>(typeOf(value).getElementType()); }
+
+}  // namespace
+
+LogicalResult AddOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  Value g = cotangents[0];
+  grads.push_back(unbroadcast(builder, getLoc(), g, getLhs().getType()));
+  grads.push_back(unbroadcast(builder, getLoc(), g, getRhs().getType()));
+  return success();
+}
+
+LogicalResult SubOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  Value g = cotangents[0];
+  grads.push_back(unbroadcast(builder, getLoc(), g, getLhs().getType()));
+  grads.push_back(unbroadcast(builder, getLoc(), neg(builder, getLoc(), g), getRhs().getType()));
+  return success();
+}
+
+LogicalResult MulOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  Value g = cotangents[0];
+  grads.push_back(unbroadcast(builder, getLoc(), mul(builder, getLoc(), g, getRhs()), getLhs().getType()));
+  grads.push_back(unbroadcast(builder, getLoc(), mul(builder, getLoc(), g, getLhs()), getRhs().getType()));
+  return success();
+}
+
+LogicalResult DivOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // d(a/b)/da = 1/b;  d(a/b)/db = -(a/b)/b.
+  Location loc = getLoc();
+  Value g = cotangents[0];
+  Value gOverB = div(builder, loc, g, getRhs());
+  grads.push_back(unbroadcast(builder, loc, gOverB, getLhs().getType()));
+  grads.push_back(unbroadcast(builder, loc, neg(builder, loc, mul(builder, loc, gOverB, getResult())), getRhs().getType()));
+  return success();
+}
+
+LogicalResult NegOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  grads.push_back(neg(builder, getLoc(), cotangents[0]));
+  return success();
+}
+
+LogicalResult ExpOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  grads.push_back(mul(builder, getLoc(), cotangents[0], getResult()));
+  return success();
+}
+
+LogicalResult LogOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  grads.push_back(div(builder, getLoc(), cotangents[0], getInput()));
+  return success();
+}
+
+LogicalResult TanhOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // g (1 - y^2)
+  Location loc = getLoc();
+  Value y = getResult();
+  Value one = scalar(builder, loc, getType().getElementType(), 1.0);
+  grads.push_back(mul(builder, loc, cotangents[0], sub(builder, loc, one, mul(builder, loc, y, y))));
+  return success();
+}
+
+LogicalResult SqrtOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // g / (2 y)
+  Location loc = getLoc();
+  Value half = scalar(builder, loc, getType().getElementType(), 0.5);
+  grads.push_back(div(builder, loc, mul(builder, loc, cotangents[0], half), getResult()));
+  return success();
+}
+
+LogicalResult RsqrtOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // d x^(-1/2) = -1/2 x^(-3/2) = -1/2 y^3
+  Location loc = getLoc();
+  Value y = getResult();
+  Value minusHalf = scalar(builder, loc, getType().getElementType(), -0.5);
+  Value y3 = mul(builder, loc, mul(builder, loc, y, y), y);
+  grads.push_back(mul(builder, loc, cotangents[0], mul(builder, loc, y3, minusHalf)));
+  return success();
+}
+
+LogicalResult GeluTanhOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // gelu(x) = x/2 (1 + t), t = tanh(c (x + a x^3));
+  // gelu'(x) = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 a x^2).
+  constexpr double kSqrtTwoOverPi = 0.7978845608028654;
+  constexpr double kCubic = 0.044715;
+  Location loc = getLoc();
+  Type element = getType().getElementType();
+  Value x = getInput();
+  Value x2 = mul(builder, loc, x, x);
+  Value inner = mul(builder, loc, add(builder, loc, x, mul(builder, loc, mul(builder, loc, x2, x), scalar(builder, loc, element, kCubic))),
+                    scalar(builder, loc, element, kSqrtTwoOverPi));
+  Value t = builder.create<TanhOp>(loc, inner.getType(), inner);
+  Value one = scalar(builder, loc, element, 1.0);
+  Value half = scalar(builder, loc, element, 0.5);
+  Value left = mul(builder, loc, add(builder, loc, one, t), half);
+  Value sech2 = sub(builder, loc, one, mul(builder, loc, t, t));
+  Value innerSlope = mul(builder, loc, add(builder, loc, one, mul(builder, loc, x2, scalar(builder, loc, element, 3 * kCubic))),
+                         scalar(builder, loc, element, kSqrtTwoOverPi));
+  Value right = mul(builder, loc, mul(builder, loc, mul(builder, loc, x, half), sech2), innerSlope);
+  grads.push_back(mul(builder, loc, cotangents[0], add(builder, loc, left, right)));
+  return success();
+}
+
+LogicalResult CastOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  if (!isFloatValue(getInput())) {
+    grads.push_back(Value());
+    return success();
+  }
+  grads.push_back(builder.create<CastOp>(getLoc(), getInput().getType(), cotangents[0]));
+  return success();
+}
+
+LogicalResult MatmulOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // C = op(A) op(B):  d op(A) = G op(B)^T,  d op(B) = op(A)^T G.
+  Location loc = getLoc();
+  Value g = cotangents[0];
+  bool ta = getTransposeA(), tb = getTransposeB();
+  Value gradOpA = matmul(builder, loc, g, getRhs(), false, !tb);
+  grads.push_back(ta ? swapLastTwo(builder, loc, gradOpA) : gradOpA);
+
+  Value lhs = getLhs();
+  Value gradOpB;
+  if (getRhs().getType().getRank() == 2 && getLhs().getType().getRank() > 2) {
+    // B is shared by every batch: fold the batch into the rows, then one [K, M'] x [M', N] product.
+    Value rowsA = ta ? swapLastTwo(builder, loc, lhs) : lhs;
+    auto rowsType = typeOf(rowsA);
+    int64_t k = rowsType.getShape().back();
+    int64_t rows = rowsType.getNumElements() / k;
+    int64_t n = typeOf(g).getShape().back();
+    gradOpB = matmul(builder, loc, reshape(builder, loc, rowsA, {rows, k}), reshape(builder, loc, g, {rows, n}), true, false);
+  } else {
+    gradOpB = matmul(builder, loc, lhs, g, !ta, false);
+  }
+  grads.push_back(tb ? swapLastTwo(builder, loc, gradOpB) : gradOpB);
+  return success();
+}
+
+LogicalResult RmsNormOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // y = xhat * w, xhat = x r, r = (mean(x^2) + eps)^(-1/2):
+  //   dx = r (gw - xhat mean(gw xhat)),  gw = g w;   dw = sum over rows of g xhat.
+  Location loc = getLoc();
+  auto type = getType();
+  Type element = type.getElementType();
+  int64_t last = type.getRank() - 1;
+  Value x = getInput();
+  SmallVector<int64_t> keptShape(type.getShape());
+  keptShape[last] = 1;
+  auto keptType = RankedTensorType::get(keptShape, element);
+  Value meanSquare = builder.create<ReduceMeanOp>(loc, keptType, mul(builder, loc, x, x),
+                                                  builder.getDenseI64ArrayAttr({last}), builder.getBoolAttr(true));
+  Value r = builder.create<RsqrtOp>(loc, keptType, add(builder, loc, meanSquare, scalar(builder, loc, element, getEps().convertToDouble())));
+  Value xhat = mul(builder, loc, x, r);
+  Value g = cotangents[0];
+  Value gw = getWeight() ? mul(builder, loc, g, getWeight()) : g;
+  Value projection = builder.create<ReduceMeanOp>(loc, keptType, mul(builder, loc, gw, xhat),
+                                                  builder.getDenseI64ArrayAttr({last}), builder.getBoolAttr(true));
+  grads.push_back(mul(builder, loc, r, sub(builder, loc, gw, mul(builder, loc, xhat, projection))));
+  if (getWeight()) grads.push_back(unbroadcast(builder, loc, mul(builder, loc, g, xhat), getWeight().getType()));
+  return success();
+}
+
+LogicalResult SoftmaxOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // dx = y (g - sum(g y, axis))
+  Location loc = getLoc();
+  Value y = getResult();
+  int64_t axis = getAxisAttr().getInt();
+  if (axis < 0) axis += getType().getRank();
+  Value dot = sumKeepDims(builder, loc, mul(builder, loc, cotangents[0], y), {axis});
+  grads.push_back(mul(builder, loc, y, sub(builder, loc, cotangents[0], dot)));
+  return success();
+}
+
+namespace {
+// Cotangent of a reduction's input: the result cotangent with the reduced dims restored as 1,
+// broadcast back to the input shape.
+Value reductionInputCotangent(OpBuilder& builder, Operation* op, Value cotangent) {
+  auto inputType = typeOf(op->getOperand(0));
+  SmallVector<int64_t> keptShape(inputType.getShape());
+  for (int64_t d : op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef()) keptShape[d] = 1;
+  return expandTo(builder, op->getLoc(), reshape(builder, op->getLoc(), cotangent, keptShape), inputType);
+}
+}  // namespace
+
+LogicalResult ReduceSumOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  grads.push_back(reductionInputCotangent(builder, *this, cotangents[0]));
+  return success();
+}
+
+LogicalResult ReduceMeanOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  int64_t count = 1;
+  for (int64_t d : getDims()) count *= getInput().getType().getDimSize(d);
+  Value scaled = mul(builder, getLoc(), cotangents[0], scalar(builder, getLoc(), getType().getElementType(), 1.0 / count));
+  grads.push_back(reductionInputCotangent(builder, *this, scaled));
+  return success();
+}
+
+LogicalResult TransposeOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  SmallVector<int64_t> inverse(getPerm().size());
+  for (size_t k = 0; k < inverse.size(); ++k) inverse[getPerm()[k]] = k;
+  grads.push_back(builder.create<TransposeOp>(getLoc(), getInput().getType(), cotangents[0],
+                                              builder.getDenseI64ArrayAttr(inverse)));
+  return success();
+}
+
+LogicalResult ReshapeOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  grads.push_back(reshape(builder, getLoc(), cotangents[0], getInput().getType().getShape()));
+  return success();
+}

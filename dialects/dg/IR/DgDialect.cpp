@@ -1,0 +1,118 @@
+#include "dialects/dg/IR/DgDialect.h"
+
+#include "dialects/dg/IR/DgOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+using namespace mlir;
+using namespace mlir::dg;
+
+#include "dialects/dg/IR/DgOpsDialect.cpp.inc"
+
+void DgDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/dg/IR/DgOps.cpp.inc"
+      >();
+}
+
+namespace {
+
+LogicalResult verifyPositiveSizes(Operation* op, StringRef attrName, Attribute attr) {
+  auto dictionary = dyn_cast<DictionaryAttr>(attr);
+  if (!dictionary) return op->emitOpError() << "'" << attrName << "' must be a dictionary of axis/dimension sizes";
+  for (NamedAttribute entry : dictionary) {
+    auto size = dyn_cast<IntegerAttr>(entry.getValue());
+    if (!size || size.getInt() < 1)
+      return op->emitOpError() << "'" << attrName << "' entry '" << entry.getName().getValue()
+                               << "' must be an integer >= 1";
+  }
+  return success();
+}
+
+// An entry point takes nothing and returns nothing (dg.input / dg.output carry its interface), hands
+// each output out once, and draws each random stream once.
+LogicalResult verifyEntryFunction(func::FuncOp function) {
+  if (function.getNumArguments() != 0 || function.getNumResults() != 0)
+    return function.emitOpError() << "entry point must take no arguments and return nothing "
+                                     "(use dg.input / dg.output)";
+  llvm::StringMap<Operation*> outputs;
+  llvm::DenseMap<std::pair<Value, int64_t>, Operation*> randomStreams;
+  WalkResult result = function.walk([&](Operation* op) -> WalkResult {
+    if (auto output = dyn_cast<OutputOp>(op)) {
+      auto [it, inserted] = outputs.try_emplace(output.getName(), op);
+      if (!inserted) {
+        output.emitOpError() << "output '" << output.getName() << "' is already produced"
+                             << " in this entry point";
+        return WalkResult::interrupt();
+      }
+    }
+    if (auto random = dyn_cast<RandomOpInterface>(op)) {
+      auto [it, inserted] = randomStreams.try_emplace({random.getRandomKey(), random.getStreamId()}, op);
+      if (!inserted) {
+        op->emitOpError() << "draws the same numbers as an earlier random op (same key and stream "
+                          << random.getStreamId() << ")";
+        return WalkResult::interrupt();
+      }
+    }
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
+// A parameter name denotes one tensor across the module. Each entry point is checked against the
+// functions before it (and itself), so a conflict is reported once, at its later occurrence.
+LogicalResult verifyParameterTypes(ModuleOp module, func::FuncOp function) {
+  llvm::StringMap<ParamOp> first;
+  for (auto candidate : module.getOps<func::FuncOp>()) {
+    WalkResult result = candidate.walk([&](ParamOp param) -> WalkResult {
+      auto [it, inserted] = first.try_emplace(param.getName(), param);
+      if (!inserted && it->second.getType() != param.getType() && candidate == function) {
+        param.emitOpError() << "parameter '" << param.getName() << "' has type " << param.getType()
+                            << " here but " << it->second.getType() << " elsewhere in the module";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted()) return failure();
+    if (candidate == function) break;
+  }
+  return success();
+}
+
+}  // namespace
+
+LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute attribute) {
+  StringRef name = attribute.getName().getValue();
+  if (name == kEntryAttr) {
+    auto function = dyn_cast<func::FuncOp>(op);
+    if (!function) return op->emitOpError() << "'" << name << "' belongs on a func.func";
+    if (!isa<StringAttr>(attribute.getValue())) return op->emitOpError() << "'" << name << "' must be a string";
+    if (failed(verifyEntryFunction(function))) return failure();
+    if (auto module = op->getParentOfType<ModuleOp>()) return verifyParameterTypes(module, function);
+    return success();
+  }
+  if (name == kBucketAttr) {
+    if (!isa<func::FuncOp>(op) || !op->hasAttr(kEntryAttr))
+      return op->emitOpError() << "'" << name << "' belongs on an entry point (a func.func with dg.entry)";
+    return verifyPositiveSizes(op, name, attribute.getValue());
+  }
+  if (name == kMeshAttr) {
+    if (!isa<ModuleOp>(op)) return op->emitOpError() << "'" << name << "' belongs on the module";
+    return verifyPositiveSizes(op, name, attribute.getValue());
+  }
+  // Written by dg-memory-plan: one scratch-arena byte offset per result, and the arena size.
+  if (name == "dg.offsets") {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
+    if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()) ||
+        llvm::any_of(offsets.asArrayRef(), [](int64_t offset) { return offset < 0; }))
+      return op->emitOpError() << "'" << name << "' must hold one non-negative offset per result";
+    return success();
+  }
+  if (name == "dg.scratch_bytes") {
+    auto bytes = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!bytes || bytes.getInt() < 0) return op->emitOpError() << "'" << name << "' must be a non-negative integer";
+    return success();
+  }
+  return op->emitOpError() << "unknown dg attribute '" << name << "'";
+}

@@ -1,0 +1,3 @@
+#include "dialects/dg/IR/DgInterfaces.h"
+
+#include "dialects/dg/IR/DgInterfaces.cpp.inc"

@@ -1,0 +1,270 @@
+// Verifiers, folders and type inference of the dg ops.
+#include "dialects/dg/IR/DgOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Matchers.h"
+
+using namespace mlir;
+using namespace mlir::dg;
+
+namespace {
+
+RankedTensorType tensorType(Value value) { return cast<RankedTensorType>(value.getType()); }
+
+bool isStatic(Type type) { return cast<RankedTensorType>(type).hasStaticShape(); }
+
+}  // namespace
+
+FailureOr<SmallVector<int64_t>> mlir::dg::broadcastShapes(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs) {
+  size_t rank = std::max(lhs.size(), rhs.size());
+  SmallVector<int64_t> shape(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t a = i < rank - lhs.size() ? 1 : lhs[i - (rank - lhs.size())];
+    int64_t b = i < rank - rhs.size() ? 1 : rhs[i - (rank - rhs.size())];
+    if (a != b && a != 1 && b != 1) return failure();
+    shape[i] = a == 1 ? b : a;
+  }
+  return shape;
+}
+
+LogicalResult mlir::dg::verifyBroadcastBinaryOp(Operation* op) {
+  auto lhs = tensorType(op->getOperand(0));
+  auto rhs = tensorType(op->getOperand(1));
+  auto result = tensorType(op->getResult(0));
+  if (lhs.getElementType() != rhs.getElementType() || lhs.getElementType() != result.getElementType())
+    return op->emitOpError() << "operands and result must share the element type, got " << lhs.getElementType()
+                             << ", " << rhs.getElementType() << " -> " << result.getElementType();
+  auto shape = broadcastShapes(lhs.getShape(), rhs.getShape());
+  if (failed(shape)) return op->emitOpError() << "shapes " << lhs << " and " << rhs << " do not broadcast";
+  if (ArrayRef<int64_t>(*shape) != result.getShape())
+    return op->emitOpError() << "result shape must be the broadcast shape "
+                             << RankedTensorType::get(*shape, result.getElementType()) << ", got " << result;
+  return success();
+}
+
+LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
+  auto input = tensorType(op->getOperand(0));
+  auto result = tensorType(op->getResult(0));
+  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+  bool keepDims = op->getAttrOfType<BoolAttr>("keep_dims") && op->getAttrOfType<BoolAttr>("keep_dims").getValue();
+  if (dims.empty()) return op->emitOpError() << "needs at least one dim to reduce";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= input.getRank())
+      return op->emitOpError() << "dim " << dims[i] << " is outside the input's rank " << input.getRank();
+    if (i > 0 && dims[i] <= dims[i - 1]) return op->emitOpError() << "dims must be sorted and unique";
+  }
+  SmallVector<int64_t> expected;
+  for (int64_t d = 0; d < input.getRank(); ++d) {
+    bool reduced = llvm::is_contained(dims, d);
+    if (!reduced) expected.push_back(input.getDimSize(d));
+    else if (keepDims) expected.push_back(1);
+  }
+  if (ArrayRef<int64_t>(expected) != result.getShape() || input.getElementType() != result.getElementType())
+    return op->emitOpError() << "result must be " << RankedTensorType::get(expected, input.getElementType())
+                             << ", got " << result;
+  return success();
+}
+
+LogicalResult mlir::dg::verifyCollectiveOp(Operation* op) {
+  auto axis = op->getAttrOfType<StringAttr>("axis").getValue();
+  auto reduce = op->getAttrOfType<StringAttr>("reduce");
+  if (reduce && !llvm::is_contained({"sum", "max", "min"}, reduce.getValue()))
+    return op->emitOpError() << "reduce must be sum, max or min, got '" << reduce.getValue() << "'";
+  auto module = op->getParentOfType<ModuleOp>();
+  auto mesh = module ? module->getAttrOfType<DictionaryAttr>(kMeshAttr) : DictionaryAttr();
+  auto size = mesh ? dyn_cast_or_null<IntegerAttr>(mesh.get(axis)) : IntegerAttr();
+  if (!size) return op->emitOpError() << "mesh axis '" << axis << "' is not declared in the module's dg.mesh";
+  auto input = tensorType(op->getOperand(0));
+  auto result = tensorType(op->getResult(0));
+  if (input.getElementType() != result.getElementType() || input.getRank() != result.getRank() || input.getRank() == 0)
+    return op->emitOpError() << "input and result must have the same element type and rank >= 1";
+  int64_t groupSize = size.getInt();
+  SmallVector<int64_t> expected(input.getShape());
+  if (isa<AllGatherOp>(op)) {
+    expected[0] *= groupSize;
+  } else if (isa<ReduceScatterOp>(op)) {
+    if (expected[0] % groupSize != 0)
+      return op->emitOpError() << "dim 0 (" << expected[0] << ") is not divisible by the axis size " << groupSize;
+    expected[0] /= groupSize;
+  }
+  if (ArrayRef<int64_t>(expected) != result.getShape())
+    return op->emitOpError() << "result must be " << RankedTensorType::get(expected, input.getElementType());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Graph boundary
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  if (getName().empty()) return emitOpError() << "needs a non-empty name";
+  if (!isStatic(getType())) return emitOpError() << "parameters must have a static shape";
+  if (auto init = getInitAttr()) {
+    auto kind = dyn_cast_or_null<StringAttr>(init.get("kind"));
+    if (!kind || !llvm::is_contained({"normal", "ones", "zeros"}, kind.getValue()))
+      return emitOpError() << "init.kind must be \"normal\", \"ones\" or \"zeros\"";
+    if (kind.getValue() == "normal" && !isa_and_nonnull<FloatAttr>(init.get("std")))
+      return emitOpError() << "init kind \"normal\" needs a float 'std'";
+  }
+  return success();
+}
+
+LogicalResult InputOp::verify() {
+  if (getName().empty()) return emitOpError() << "needs a non-empty name";
+  if (!isStatic(getType())) return emitOpError() << "inputs must have a static shape (plans are shape-specialised)";
+  return success();
+}
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext*, std::optional<Location>, ValueRange,
+                                           DictionaryAttr attributes, OpaqueProperties properties, RegionRange,
+                                           SmallVectorImpl<Type>& inferred) {
+  auto value = properties.as<Properties*>()->value;
+  if (!value) return failure();
+  inferred.push_back(cast<TypedAttr>(value).getType());
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+//===----------------------------------------------------------------------===//
+// Elementwise, contraction, normalisation
+//===----------------------------------------------------------------------===//
+
+LogicalResult CastOp::verify() {
+  Type from = getInput().getType().getElementType();
+  Type to = getResult().getType().getElementType();
+  if (isa<FloatType>(from) && !isa<FloatType>(to))
+    return emitOpError() << "cannot cast float " << from << " to integer " << to;
+  return success();
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getResult().getType()) return getInput();
+  return {};
+}
+
+LogicalResult MatmulOp::verify() {
+  auto lhs = getLhs().getType();
+  auto rhs = getRhs().getType();
+  auto result = getResult().getType();
+  if (lhs.getElementType() != rhs.getElementType() || lhs.getElementType() != result.getElementType())
+    return emitOpError() << "operands and result must share the element type";
+  if (lhs.getRank() < 2 || rhs.getRank() < 2) return emitOpError() << "operands need rank >= 2";
+  int64_t lhsRank = lhs.getRank(), rhsRank = rhs.getRank();
+  int64_t m = lhs.getDimSize(lhsRank - (getTransposeA() ? 1 : 2));
+  int64_t k = lhs.getDimSize(lhsRank - (getTransposeA() ? 2 : 1));
+  int64_t rhsK = rhs.getDimSize(rhsRank - (getTransposeB() ? 1 : 2));
+  int64_t n = rhs.getDimSize(rhsRank - (getTransposeB() ? 2 : 1));
+  if (k != rhsK) return emitOpError() << "contracting dimensions differ: " << k << " vs " << rhsK;
+  ArrayRef<int64_t> batch = lhs.getShape().drop_back(2);
+  if (rhsRank != 2 && rhs.getShape().drop_back(2) != batch)
+    return emitOpError() << "rhs must be 2-D or have the lhs batch dimensions";
+  SmallVector<int64_t> expected(batch);
+  expected.append({m, n});
+  if (ArrayRef<int64_t>(expected) != result.getShape())
+    return emitOpError() << "result must be " << RankedTensorType::get(expected, lhs.getElementType());
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  auto input = getInput().getType();
+  if (input.getRank() < 1) return emitOpError() << "input needs rank >= 1";
+  if (getResult().getType() != input) return emitOpError() << "result type must equal the input type";
+  if (getEps().convertToDouble() < 0) return emitOpError() << "eps must be >= 0";
+  if (Value weight = getWeight()) {
+    auto weightType = cast<RankedTensorType>(weight.getType());
+    if (weightType.getRank() != 1 || weightType.getDimSize(0) != input.getShape().back() ||
+        weightType.getElementType() != input.getElementType())
+      return emitOpError() << "weight must be " << RankedTensorType::get({input.getShape().back()}, input.getElementType());
+  }
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  int64_t rank = getInput().getType().getRank();
+  int64_t axis = getAxisAttr().getInt();
+  if (axis < -rank || axis >= rank) return emitOpError() << "axis " << axis << " is outside rank " << rank;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Layout, indexing, randomness
+//===----------------------------------------------------------------------===//
+
+LogicalResult TransposeOp::verify() {
+  auto input = getInput().getType();
+  ArrayRef<int64_t> perm = getPerm();
+  if (static_cast<int64_t>(perm.size()) != input.getRank())
+    return emitOpError() << "perm has " << perm.size() << " entries for rank " << input.getRank();
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= input.getRank() || seen[p]) return emitOpError() << "perm must be a permutation of 0.." << input.getRank() - 1;
+    seen[p] = true;
+    expected.push_back(input.getDimSize(p));
+  }
+  if (ArrayRef<int64_t>(expected) != getResult().getType().getShape() ||
+      input.getElementType() != getResult().getType().getElementType())
+    return emitOpError() << "result must be " << RankedTensorType::get(expected, input.getElementType());
+  return success();
+}
+
+OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  // Identity permutation.
+  if (llvm::equal(getPerm(), llvm::seq<int64_t>(0, getPerm().size()))) return getInput();
+  // transpose(transpose(x, p), q) == x when the composition is the identity.
+  if (auto inner = getInput().getDefiningOp<TransposeOp>()) {
+    ArrayRef<int64_t> p = inner.getPerm(), q = getPerm();
+    bool identity = true;
+    for (size_t k = 0; k < q.size(); ++k) identity &= p[q[k]] == static_cast<int64_t>(k);
+    if (identity) return inner.getInput();
+  }
+  return {};
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto input = getInput().getType();
+  auto result = getResult().getType();
+  if (!input.hasStaticShape() || !result.hasStaticShape()) return emitOpError() << "shapes must be static";
+  if (input.getNumElements() != result.getNumElements() || input.getElementType() != result.getElementType())
+    return emitOpError() << "cannot reshape " << input << " to " << result << " (element count or type differs)";
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getResult().getType()) return getInput();
+  // reshape(reshape(x)) == reshape(x): fold to the inner input when the type returns to it.
+  if (auto inner = getInput().getDefiningOp<ReshapeOp>()) {
+    if (inner.getInput().getType() == getResult().getType()) return inner.getInput();
+    getInputMutable().assign(inner.getInput());
+    return getResult();
+  }
+  return {};
+}
+
+LogicalResult GatherOp::verify() {
+  auto table = getTable().getType();
+  auto ids = getIds().getType();
+  if (table.getRank() != 2) return emitOpError() << "table must be 2-D [rows, width]";
+  SmallVector<int64_t> expected(ids.getShape());
+  expected.push_back(table.getDimSize(1));
+  if (ArrayRef<int64_t>(expected) != getResult().getType().getShape() ||
+      table.getElementType() != getResult().getType().getElementType())
+    return emitOpError() << "result must be " << RankedTensorType::get(expected, table.getElementType());
+  return success();
+}
+
+LogicalResult RandomUniformOp::verify() {
+  auto key = getKey().getType();
+  if (key.getRank() != 1 || key.getDimSize(0) != 2) return emitOpError() << "key must be tensor<2xi64> (seed, offset)";
+  if (getStreamAttr().getInt() < 0) return emitOpError() << "stream must be >= 0";
+  if (!getResult().getType().hasStaticShape()) return emitOpError() << "result must have a static shape";
+  return success();
+}
+
+Value RandomUniformOp::getRandomKey() { return getKey(); }
+int64_t RandomUniformOp::getStreamId() { return getStreamAttr().getInt(); }
+
+#define GET_OP_CLASSES
+#include "dialects/dg/IR/DgOps.cpp.inc"

@@ -1,0 +1,263 @@
+#ifndef DG_OPS_TD
+#define DG_OPS_TD
+
+include "dialects/dg/IR/DgDialect.td"
+include "dialects/dg/IR/DgInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Dg_FloatTensor : RankedTensorOf<[F32, F64, BF16, F16]>;
+def Dg_IdTensor : RankedTensorOf<[I32, I64]>;
+def Dg_Tensor : RankedTensorOf<[F32, F64, BF16, F16, I64, I32, I8, I1]>;
+def Dg_KeyTensor : RankedTensorOf<[I64]>;
+
+// Every dg op states how it shards and what it costs; the definitions call shared C++ helpers.
+class Dg_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Dg_Op<mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<Dg_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Dg_CostOpInterface>])>;
+
+//===----------------------------------------------------------------------===//
+// Graph boundary
+//===----------------------------------------------------------------------===//
+
+def Dg_ParamOp : Dg_ComputeOp<"param", [Pure]> {
+  let summary = "A named model parameter (HF checkpoint name)";
+  let description = [{
+    `init` describes how `--init random` draws it: `{kind = "normal", std = 0.02}`, `{kind = "ones"}`
+    or `{kind = "zeros"}`. Parameters with the same name in one module are the same tensor and must
+    agree in type.
+  }];
+  let arguments = (ins StrAttr:$name, OptionalAttr<DictionaryAttr>:$init,
+                       DefaultValuedAttr<BoolAttr, "true">:$trainable);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dg_InputOp : Dg_ComputeOp<"input", [Pure]> {
+  let summary = "A named batch field fed to the entry point";
+  let arguments = (ins StrAttr:$name);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dg_OutputOp : Dg_Op<"output", [MemoryEffects<[MemWrite]>]> {
+  let summary = "Hands a value out of the entry point under a name";
+  let arguments = (ins StrAttr:$name, Dg_Tensor:$value);
+  let assemblyFormat = "$name `,` $value attr-dict `:` type($value)";
+}
+
+def Dg_ConstantOp : Dg_ComputeOp<"constant",
+    [ConstantLike, Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "A compile-time tensor (stored in the plan's constant section)";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+def Dg_FillOp : Dg_ComputeOp<"fill", [Pure]> {
+  let summary = "A tensor with one value everywhere";
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Dg_BinaryOp<string mnemonic, list<Trait> traits = []>
+    : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure])> {
+  let description = [{
+    Elementwise with NumPy broadcasting: shapes align on the right and a dimension of size 1 (or a
+    missing one) stretches. Operands and result share the element type.
+  }];
+  let arguments = (ins Dg_FloatTensor:$lhs, Dg_FloatTensor:$rhs);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyBroadcastBinaryOp(*this); }
+  }];
+}
+
+class Dg_DifferentiableBinaryOp<string mnemonic>
+    : Dg_BinaryOp<mnemonic, [DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]>;
+
+def Dg_AddOp : Dg_DifferentiableBinaryOp<"add"> { let summary = "lhs + rhs"; }
+def Dg_SubOp : Dg_DifferentiableBinaryOp<"sub"> { let summary = "lhs - rhs"; }
+def Dg_MulOp : Dg_DifferentiableBinaryOp<"mul"> { let summary = "lhs * rhs"; }
+def Dg_DivOp : Dg_DifferentiableBinaryOp<"div"> { let summary = "lhs / rhs"; }
+// max/min have no derivative rule yet: their VJP needs a select, which arrives with the losses.
+def Dg_MaximumOp : Dg_BinaryOp<"maximum"> { let summary = "max(lhs, rhs)"; }
+def Dg_MinimumOp : Dg_BinaryOp<"minimum"> { let summary = "min(lhs, rhs)"; }
+
+class Dg_UnaryOp<string mnemonic, list<Trait> traits = []> : Dg_ComputeOp<mnemonic,
+    !listconcat(traits, [Pure, SameOperandsAndResultType])> {
+  let arguments = (ins Dg_FloatTensor:$input);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+class Dg_DifferentiableUnaryOp<string mnemonic>
+    : Dg_UnaryOp<mnemonic, [DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]>;
+
+def Dg_NegOp : Dg_DifferentiableUnaryOp<"neg"> { let summary = "-x"; }
+def Dg_ExpOp : Dg_DifferentiableUnaryOp<"exp"> { let summary = "e^x"; }
+def Dg_LogOp : Dg_DifferentiableUnaryOp<"log"> { let summary = "natural logarithm"; }
+def Dg_TanhOp : Dg_DifferentiableUnaryOp<"tanh"> { let summary = "tanh(x)"; }
+def Dg_SqrtOp : Dg_DifferentiableUnaryOp<"sqrt"> { let summary = "square root"; }
+def Dg_RsqrtOp : Dg_DifferentiableUnaryOp<"rsqrt"> { let summary = "1 / sqrt(x)"; }
+def Dg_GeluTanhOp : Dg_DifferentiableUnaryOp<"gelu_tanh"> {
+  let summary = "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))";
+}
+
+def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Element type conversion; float narrowing rounds to nearest even";
+  let description = [{
+    Rounding is explicit in the IR so that bf16 mixed precision is visible to every pass and the CPU
+    backend rounds exactly where a GPU would. Float to integer is not allowed (use a dedicated op).
+  }];
+  let arguments = (ins Dg_Tensor:$input);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions, normalisation, reductions
+//===----------------------------------------------------------------------===//
+
+def Dg_MatmulOp : Dg_ComputeOp<"matmul", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Batched matrix product";
+  let description = [{
+    lhs `[..., M, K]` (`[..., K, M]` with `transpose_a`), rhs `[K, N]` (`[N, K]` with `transpose_b`)
+    shared by every batch, or with lhs's batch dimensions. Result `[..., M, N]`.
+  }];
+  let arguments = (ins Dg_FloatTensor:$lhs, Dg_FloatTensor:$rhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_a,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_b);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dg_RmsNormOp : Dg_ComputeOp<"rms_norm", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "RMS normalisation over the last dimension, optionally weighted";
+  let description = [{
+    `y = x * (mean(x^2, -1) + eps)^(-1/2)`, then `* weight` when given (the weight is used as is, not
+    `1 + weight`). The weightless form serves Gemma 4's v-norm and router norm.
+  }];
+  let arguments = (ins Dg_FloatTensor:$input, Optional<Dg_FloatTensor>:$weight, F64Attr:$eps);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$input (`,` $weight^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Dg_SoftmaxOp : Dg_ComputeOp<"softmax", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Softmax along one axis (max-subtracted)";
+  let arguments = (ins Dg_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` `=` $axis attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+class Dg_ReduceOp<string mnemonic, list<Trait> traits = []> : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure])> {
+  let arguments = (ins Dg_FloatTensor:$input, DenseI64ArrayAttr:$dims,
+                       DefaultValuedAttr<BoolAttr, "false">:$keep_dims);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$input `dims` `=` $dims attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyReduceOp(*this); }
+  }];
+}
+
+def Dg_ReduceSumOp : Dg_ReduceOp<"reduce_sum", [DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Sum over dims";
+}
+def Dg_ReduceMeanOp : Dg_ReduceOp<"reduce_mean", [DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Mean over dims";
+}
+def Dg_ReduceMaxOp : Dg_ReduceOp<"reduce_max"> { let summary = "Maximum over dims"; }
+
+//===----------------------------------------------------------------------===//
+// Layout and indexing
+//===----------------------------------------------------------------------===//
+
+def Dg_TransposeOp : Dg_ComputeOp<"transpose", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Permutes dimensions: result.shape[k] = input.shape[perm[k]]";
+  let arguments = (ins Dg_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$input `perm` `=` $perm attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Dg_ReshapeOp : Dg_ComputeOp<"reshape", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Same elements in row-major order, new shape (a view after memory planning)";
+  let arguments = (ins Dg_Tensor:$input);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure]> {
+  let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i], :]";
+  let arguments = (ins Dg_FloatTensor:$table, Dg_IdTensor:$ids);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Randomness
+//===----------------------------------------------------------------------===//
+
+def Dg_RandomUniformOp : Dg_ComputeOp<"random_uniform",
+    [Pure, DeclareOpInterfaceMethods<Dg_RandomOpInterface>]> {
+  let summary = "Counter-based uniform [0, 1) numbers from an explicit key";
+  let arguments = (ins Dg_KeyTensor:$key, I64Attr:$stream);
+  let results = (outs RankedTensorOf<[F32]>:$result);
+  let assemblyFormat = "$key `stream` `=` $stream attr-dict `:` type($key) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (explicit after partitioning; the group is one axis of the module's dg.mesh)
+//===----------------------------------------------------------------------===//
+
+class Dg_CollectiveOp<string mnemonic> : Dg_Op<mnemonic, [MemoryEffects<[MemRead, MemWrite]>]> {
+  let arguments = (ins Dg_FloatTensor:$input, StrAttr:$axis,
+                       DefaultValuedStrAttr<StrAttr, "sum">:$reduce);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` `=` $axis attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyCollectiveOp(*this); }
+  }];
+}
+
+def Dg_AllReduceOp : Dg_CollectiveOp<"all_reduce"> {
+  let summary = "Elementwise reduction (reduce = sum|max|min) across the axis' ranks";
+}
+def Dg_AllGatherOp : Dg_CollectiveOp<"all_gather"> {
+  let summary = "Concatenation on dim 0 of every rank's input, in rank order";
+}
+def Dg_ReduceScatterOp : Dg_CollectiveOp<"reduce_scatter"> {
+  let summary = "Reduction across ranks, rank r keeping block r of dim 0";
+}
+
+#endif // DG_OPS_TD

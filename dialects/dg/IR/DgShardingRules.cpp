@@ -1,0 +1,233 @@
+// Sharding rules of the dg ops (ShardingRuleOpInterface).
+#include "dialects/dg/IR/DgOps.h"
+
+using namespace mlir;
+using namespace mlir::dg;
+
+using FactorKind = ShardingRule::FactorKind;
+
+std::string ShardingRule::str() const {
+  auto factorName = [](int64_t factor) {
+    return factor == kNoFactor ? std::string("1") : std::string(1, static_cast<char>('i' + factor));
+  };
+  auto tensors = [&](const SmallVector<SmallVector<int64_t>>& list) {
+    std::string text = "(";
+    for (size_t t = 0; t < list.size(); ++t) {
+      text += t ? ", [" : "[";
+      for (size_t d = 0; d < list[t].size(); ++d) text += (d ? ", " : "") + factorName(list[t][d]);
+      text += "]";
+    }
+    return text + ")";
+  };
+  std::string text = tensors(operandFactors) + " -> " + tensors(resultFactors);
+  for (auto [kind, label] : {std::pair{FactorKind::Reduction, "reduction"}, std::pair{FactorKind::NeedReplication, "need_replication"}}) {
+    std::string names;
+    for (size_t f = 0; f < factorKinds.size(); ++f)
+      if (factorKinds[f] == kind) names += (names.empty() ? "" : ", ") + factorName(f);
+    if (!names.empty()) text += std::string(" ") + label + "={" + names + "}";
+  }
+  return text;
+}
+
+namespace {
+
+ArrayRef<int64_t> shapeOf(Value value) { return cast<RankedTensorType>(value.getType()).getShape(); }
+
+// Builds rules whose factors are the result dimensions, with a kind per dimension.
+class RuleBuilder {
+ public:
+  int64_t addFactor(int64_t size, FactorKind kind) {
+    rule_.factorSizes.push_back(size);
+    rule_.factorKinds.push_back(kind);
+    return rule_.factorSizes.size() - 1;
+  }
+  void operand(SmallVector<int64_t> factors) { rule_.operandFactors.push_back(std::move(factors)); }
+  void result(SmallVector<int64_t> factors) { rule_.resultFactors.push_back(std::move(factors)); }
+  ShardingRule take() { return std::move(rule_); }
+
+ private:
+  ShardingRule rule_;
+};
+
+// Every dimension of every operand and the result is the same pass-through factor, except the
+// dimensions listed in `wholeDims` (result dimensions that must stay whole).
+ShardingRule sameShapeRule(Operation* op, ArrayRef<int64_t> wholeDims = {}) {
+  RuleBuilder builder;
+  ArrayRef<int64_t> shape = shapeOf(op->getResult(0));
+  SmallVector<int64_t> factors;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+    factors.push_back(builder.addFactor(shape[d], llvm::is_contained(wholeDims, d) ? FactorKind::NeedReplication
+                                                                                   : FactorKind::PassThrough));
+  for (Value operand : op->getOperands()) {
+    (void)operand;
+    builder.operand(factors);
+  }
+  builder.result(factors);
+  return builder.take();
+}
+
+// Result dimensions as factors; operands align on the right and their broadcast size-1 dims get none.
+ShardingRule broadcastRule(Operation* op) {
+  RuleBuilder builder;
+  ArrayRef<int64_t> shape = shapeOf(op->getResult(0));
+  SmallVector<int64_t> factors;
+  for (int64_t size : shape) factors.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  for (Value operand : op->getOperands()) {
+    ArrayRef<int64_t> operandShape = shapeOf(operand);
+    size_t lead = shape.size() - operandShape.size();
+    SmallVector<int64_t> operandFactors;
+    for (size_t d = 0; d < operandShape.size(); ++d)
+      operandFactors.push_back(operandShape[d] == 1 && shape[lead + d] != 1 ? ShardingRule::kNoFactor : factors[lead + d]);
+    builder.operand(operandFactors);
+  }
+  builder.result(factors);
+  return builder.take();
+}
+
+ShardingRule reduceRule(Operation* op) {
+  RuleBuilder builder;
+  ArrayRef<int64_t> inputShape = shapeOf(op->getOperand(0));
+  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+  bool keepDims = op->getAttrOfType<BoolAttr>("keep_dims") && op->getAttrOfType<BoolAttr>("keep_dims").getValue();
+  SmallVector<int64_t> inputFactors, resultFactors;
+  for (int64_t d = 0; d < static_cast<int64_t>(inputShape.size()); ++d) {
+    bool reduced = llvm::is_contained(dims, d);
+    int64_t factor = builder.addFactor(inputShape[d], reduced ? FactorKind::Reduction : FactorKind::PassThrough);
+    inputFactors.push_back(factor);
+    if (!reduced) resultFactors.push_back(factor);
+    else if (keepDims) resultFactors.push_back(ShardingRule::kNoFactor);
+  }
+  builder.operand(inputFactors);
+  builder.result(resultFactors);
+  return builder.take();
+}
+
+// The result alone, every dimension its own pass-through factor (graph sources).
+ShardingRule sourceRule(Operation* op) {
+  RuleBuilder builder;
+  SmallVector<int64_t> factors;
+  for (int64_t size : shapeOf(op->getResult(0))) factors.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  for (Value operand : op->getOperands())
+    builder.operand(SmallVector<int64_t>(shapeOf(operand).size(), ShardingRule::kNoFactor));
+  builder.result(factors);
+  return builder.take();
+}
+
+}  // namespace
+
+ShardingRule ParamOp::getShardingRule() { return sourceRule(*this); }
+ShardingRule InputOp::getShardingRule() { return sourceRule(*this); }
+ShardingRule ConstantOp::getShardingRule() { return sourceRule(*this); }
+ShardingRule FillOp::getShardingRule() { return sourceRule(*this); }
+
+ShardingRule AddOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule SubOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule MulOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule DivOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule MaximumOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule MinimumOp::getShardingRule() { return broadcastRule(*this); }
+
+ShardingRule NegOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule ExpOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule LogOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule TanhOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule SqrtOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule RsqrtOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule GeluTanhOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule CastOp::getShardingRule() { return sameShapeRule(*this); }
+
+ShardingRule SoftmaxOp::getShardingRule() {
+  int64_t rank = getType().getRank(), axis = getAxisAttr().getInt();
+  return sameShapeRule(*this, {axis < 0 ? axis + rank : axis});
+}
+
+ShardingRule RmsNormOp::getShardingRule() {
+  // The normalised dimension is reduced inside the op: it has to be whole on each rank.
+  ShardingRule rule = sameShapeRule(*this, {getType().getRank() - 1});
+  if (getWeight()) rule.operandFactors[1] = {rule.resultFactors[0].back()};
+  return rule;
+}
+
+ShardingRule MatmulOp::getShardingRule() {
+  RuleBuilder builder;
+  auto lhsShape = shapeOf(getLhs());
+  int64_t lhsRank = lhsShape.size();
+  SmallVector<int64_t> batch;
+  for (int64_t d = 0; d < lhsRank - 2; ++d) batch.push_back(builder.addFactor(lhsShape[d], FactorKind::PassThrough));
+  auto resultShape = shapeOf(getResult());
+  int64_t m = builder.addFactor(resultShape[lhsRank - 2], FactorKind::PassThrough);
+  int64_t n = builder.addFactor(resultShape[lhsRank - 1], FactorKind::PassThrough);
+  int64_t k = builder.addFactor(lhsShape[lhsRank - (getTransposeA() ? 2 : 1)], FactorKind::Reduction);
+  SmallVector<int64_t> lhs(batch), rhs, result(batch);
+  lhs.append(getTransposeA() ? SmallVector<int64_t>{k, m} : SmallVector<int64_t>{m, k});
+  if (shapeOf(getRhs()).size() != 2) rhs.append(batch);
+  rhs.append(getTransposeB() ? SmallVector<int64_t>{n, k} : SmallVector<int64_t>{k, n});
+  result.append({m, n});
+  builder.operand(lhs);
+  builder.operand(rhs);
+  builder.result(result);
+  return builder.take();
+}
+
+ShardingRule ReduceSumOp::getShardingRule() { return reduceRule(*this); }
+ShardingRule ReduceMeanOp::getShardingRule() { return reduceRule(*this); }
+ShardingRule ReduceMaxOp::getShardingRule() { return reduceRule(*this); }
+
+ShardingRule TransposeOp::getShardingRule() {
+  RuleBuilder builder;
+  SmallVector<int64_t> inputFactors;
+  for (int64_t size : shapeOf(getInput())) inputFactors.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  SmallVector<int64_t> resultFactors;
+  for (int64_t p : getPerm()) resultFactors.push_back(inputFactors[p]);
+  builder.operand(inputFactors);
+  builder.result(resultFactors);
+  return builder.take();
+}
+
+ShardingRule ReshapeOp::getShardingRule() {
+  // Leading dimensions that the reshape leaves alone pass through; the rest must be whole (a split
+  // of a merged or divided dimension is not a block split of the other side).
+  RuleBuilder builder;
+  auto in = shapeOf(getInput()), out = shapeOf(getResult());
+  size_t common = 0;
+  while (common < in.size() && common < out.size() && in[common] == out[common]) ++common;
+  SmallVector<int64_t> inputFactors, resultFactors;
+  for (size_t d = 0; d < common; ++d) {
+    int64_t factor = builder.addFactor(in[d], FactorKind::PassThrough);
+    inputFactors.push_back(factor);
+    resultFactors.push_back(factor);
+  }
+  for (size_t d = common; d < in.size(); ++d) inputFactors.push_back(builder.addFactor(in[d], FactorKind::NeedReplication));
+  for (size_t d = common; d < out.size(); ++d) resultFactors.push_back(builder.addFactor(out[d], FactorKind::NeedReplication));
+  builder.operand(inputFactors);
+  builder.result(resultFactors);
+  return builder.take();
+}
+
+ShardingRule GatherOp::getShardingRule() {
+  // Rows of the table are looked up by value, so they must be whole (a vocab-parallel embedding is
+  // a separate masked op); id dimensions and the width pass through.
+  RuleBuilder builder;
+  auto tableShape = shapeOf(getTable());
+  int64_t rows = builder.addFactor(tableShape[0], FactorKind::NeedReplication);
+  SmallVector<int64_t> idFactors;
+  for (int64_t size : shapeOf(getIds())) idFactors.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  int64_t width = builder.addFactor(tableShape[1], FactorKind::PassThrough);
+  builder.operand({rows, width});
+  builder.operand(idFactors);
+  SmallVector<int64_t> result(idFactors);
+  result.push_back(width);
+  builder.result(result);
+  return builder.take();
+}
+
+ShardingRule RandomUniformOp::getShardingRule() {
+  // Element i's value depends on its global index: a shard would need an index offset, so the
+  // numbers are drawn whole.
+  RuleBuilder builder;
+  SmallVector<int64_t> factors;
+  for (int64_t size : shapeOf(getResult())) factors.push_back(builder.addFactor(size, FactorKind::NeedReplication));
+  builder.operand({ShardingRule::kNoFactor});
+  builder.result(factors);
+  return builder.take();
+}

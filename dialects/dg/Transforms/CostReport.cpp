@@ -1,0 +1,39 @@
+#include "dialects/dg/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace mlir::dg {
+#define GEN_PASS_DEF_DGCOSTREPORT
+#include "dialects/dg/Transforms/Passes.h.inc"
+}  // namespace mlir::dg
+
+using namespace mlir;
+using namespace mlir::dg;
+
+namespace {
+
+struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
+  void runOnOperation() override {
+    getOperation().walk([](func::FuncOp function) {
+      if (!function->hasAttr(kEntryAttr)) return;
+      int64_t flops = 0;
+      llvm::StringMap<int64_t> parameterBytes;
+      function.walk([&](Operation* op) {
+        if (auto cost = dyn_cast<CostOpInterface>(op)) flops += cost.getFlops();
+        if (auto param = dyn_cast<ParamOp>(op)) {
+          auto type = param.getType();
+          parameterBytes[param.getName()] =
+              type.getNumElements() * std::max<int64_t>(type.getElementType().getIntOrFloatBitWidth() / 8, 1);
+        }
+      });
+      int64_t totalParameterBytes = 0;
+      for (auto& entry : parameterBytes) totalParameterBytes += entry.second;
+      InFlightDiagnostic remark = function.emitRemark()
+                                  << "cost: flops=" << flops << " parameters=" << parameterBytes.size()
+                                  << " parameter_bytes=" << totalParameterBytes;
+      if (auto scratch = function->getAttrOfType<IntegerAttr>("dg.scratch_bytes"))
+        remark << " scratch_bytes=" << scratch.getInt();
+    });
+  }
+};
+
+}  // namespace

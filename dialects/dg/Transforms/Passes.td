@@ -1,0 +1,49 @@
+#ifndef DG_PASSES_TD
+#define DG_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def DgAutodiff : Pass<"dg-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Reverse-mode autodiff: appends the gradient of a scalar output to each entry point";
+  let description = [{
+    For every entry point that produces the output named by `loss` (a single-element tensor), walks
+    the ops that lie between the trainable parameters and the loss in reverse order, asks each for
+    its vector-Jacobian product (DerivativeOpInterface), sums cotangents that meet, and hands out
+    `grad/<parameter name>` for every trainable parameter (zeros when the loss does not depend on it).
+    Ops off that path are never differentiated; an op on it without a derivative rule is an error
+    naming it.
+  }];
+  let options = [
+    Option<"lossName", "loss", "std::string", /*default=*/"\"loss\"", "Name of the dg.output to differentiate">,
+  ];
+  let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
+def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
+  let summary = "Assigns scratch-arena offsets from value lifetimes";
+  let description = [{
+    Per entry point: a value is live from its definition (entry inputs: from the start) to its last
+    use (entry outputs: to the end); a reshape is a view that shares its input's bytes and extends its
+    lifetime, and so is an all-reduce whose input has no other use (it reduces in place). Values are placed largest first at the lowest 64-byte aligned offset that overlaps no
+    already placed value with an intersecting lifetime. Parameters and constants live in the
+    persistent arena and get no offset. Writes `dg.offsets` on each op with a scratch result and
+    `dg.scratch_bytes` on the entry point; the plan lowering requires both.
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"64", "Byte alignment of every scratch buffer">,
+  ];
+}
+
+def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
+  let summary = "Reports FLOPs, parameter bytes and scratch bytes of each entry point as remarks";
+  let description = [{
+    Sums CostOpInterface over each entry point and the bytes of its distinct parameters; after
+    dg-memory-plan it adds the planned scratch arena size. Used by `dgemma-compile --report`.
+  }];
+}
+
+def DgTestShardingRules : Pass<"dg-test-sharding-rules", "::mlir::ModuleOp"> {
+  let summary = "Test pass: emits each op's sharding rule as a remark";
+}
+
+#endif // DG_PASSES_TD

@@ -1,0 +1,80 @@
+// The kernel contract shared by every backend. A kernel is looked up by the step's name in the
+// backend's registry; its factory checks the step's attributes, dtypes and shapes once, when the plan
+// is loaded (errors there are plan errors, exit 2), and returns an object that runs the step many times.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/plan/Plan.h"
+
+namespace dgemma {
+
+class ThreadPool;
+
+// A buffer as a kernel sees it: device (or host, for the CPU backend) pointer plus its plan metadata.
+struct TensorRef {
+  void* data = nullptr;
+  const Buffer* buffer = nullptr;
+
+  DType dtype() const { return buffer->dtype; }
+  const std::vector<int64_t>& shape() const { return buffer->shape; }
+  int64_t numElements() const { return buffer->numElements(); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// What a kernel may use while it runs: the stream it was scheduled on (a cudaStream_t for CUDA,
+// unused on CPU) and the backend's worker threads.
+struct ExecContext {
+  int64_t stream = 0;
+  void* streamHandle = nullptr;
+  ThreadPool* threads = nullptr;
+  void* backendState = nullptr;  // backend-specific handles (e.g. the cuBLAS handle)
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void run(ExecContext& context, const std::vector<TensorRef>& inputs,
+                   const std::vector<TensorRef>& outputs) = 0;
+};
+
+// What a factory sees at plan-load time. `where` prefixes error messages ("plan.dgplan: entry
+// forward: step 3 (matmul at demo.mlir:4:8)").
+struct KernelSignature {
+  const Step* step = nullptr;
+  std::vector<const Buffer*> inputs;
+  std::vector<const Buffer*> outputs;
+  std::string where;
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelSignature&)>;
+
+class KernelRegistry {
+ public:
+  void add(const std::string& name, KernelFactory factory);
+  const KernelFactory* find(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, KernelFactory> factories_;
+};
+
+// Helpers for factories: throw InputError prefixed with signature.where.
+[[noreturn]] void failSignature(const KernelSignature& signature, const std::string& message);
+void expectArity(const KernelSignature& signature, size_t inputs, size_t outputs);
+void expectArityRange(const KernelSignature& signature, size_t minInputs, size_t maxInputs, size_t outputs);
+void expectDType(const KernelSignature& signature, const Buffer& buffer, std::initializer_list<DType> allowed,
+                 const std::string& role);
+double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback = {});
+int64_t attrInt(const KernelSignature& signature, const std::string& key, std::optional<int64_t> fallback = {});
+bool attrBool(const KernelSignature& signature, const std::string& key, std::optional<bool> fallback = {});
+std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key,
+                              std::optional<std::vector<int64_t>> fallback = {});
+
+}  // namespace dgemma

@@ -1,0 +1,145 @@
+#include "runtime/backend/Kernel.h"
+
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include "runtime/core/Error.h"
+
+namespace dgemma {
+
+void KernelRegistry::add(const std::string& name, KernelFactory factory) {
+  // Two backends' kernel groups claiming one name is a programming error, not bad input.
+  if (!factories_.emplace(name, std::move(factory)).second)
+    throw std::logic_error("kernel '" + name + "' is registered twice");
+}
+
+const KernelFactory* KernelRegistry::find(const std::string& name) const {
+  auto found = factories_.find(name);
+  return found == factories_.end() ? nullptr : &found->second;
+}
+
+std::vector<std::string> KernelRegistry::names() const {
+  std::vector<std::string> result;
+  result.reserve(factories_.size());
+  for (const auto& entry : factories_) result.push_back(entry.first);
+  return result;
+}
+
+namespace {
+
+std::string countOf(size_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+std::string arityText(size_t inputs, size_t outputs) {
+  return countOf(inputs, "input") + " and " + countOf(outputs, "output");
+}
+
+// The attribute's JSON value, or nullptr when the step has no such attribute.
+const nlohmann::json* findAttr(const KernelSignature& signature, const std::string& key) {
+  if (signature.step == nullptr || !signature.step->attrs.is_object()) return nullptr;
+  auto found = signature.step->attrs.find(key);
+  return found == signature.step->attrs.end() ? nullptr : &*found;
+}
+
+[[noreturn]] void failAttr(const KernelSignature& signature, const std::string& key, const std::string& problem) {
+  failSignature(signature, "attribute '" + key + "': " + problem);
+}
+
+[[noreturn]] void failMissingAttr(const KernelSignature& signature, const std::string& key) {
+  failSignature(signature, "attribute '" + key + "' is missing");
+}
+
+// nlohmann keeps large non-negative integers as unsigned; those beyond int64 would wrap silently.
+std::optional<int64_t> asInt64(const nlohmann::json& value) {
+  if (!value.is_number_integer()) return std::nullopt;
+  if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return std::nullopt;
+  return value.get<int64_t>();
+}
+
+}  // namespace
+
+void failSignature(const KernelSignature& signature, const std::string& message) {
+  throw InputError(signature.where + ": " + message);
+}
+
+void expectArity(const KernelSignature& signature, size_t inputs, size_t outputs) {
+  if (signature.inputs.size() != inputs || signature.outputs.size() != outputs)
+    failSignature(signature, "expected " + arityText(inputs, outputs) + ", got " +
+                                 arityText(signature.inputs.size(), signature.outputs.size()));
+}
+
+void expectArityRange(const KernelSignature& signature, size_t minInputs, size_t maxInputs, size_t outputs) {
+  size_t inputs = signature.inputs.size();
+  if (inputs < minInputs || inputs > maxInputs || signature.outputs.size() != outputs)
+    failSignature(signature, "expected " + std::to_string(minInputs) + " to " + countOf(maxInputs, "input") +
+                                 " and " + countOf(outputs, "output") + ", got " +
+                                 arityText(inputs, signature.outputs.size()));
+}
+
+void expectDType(const KernelSignature& signature, const Buffer& buffer, std::initializer_list<DType> allowed,
+                 const std::string& role) {
+  for (DType dtype : allowed)
+    if (buffer.dtype == dtype) return;
+  std::string expected;
+  size_t position = 0;
+  for (DType dtype : allowed) {
+    if (position > 0) expected += position + 1 == allowed.size() ? " or " : ", ";
+    expected += dtypeName(dtype);
+    ++position;
+  }
+  failSignature(signature, role + " has dtype " + std::string(dtypeName(buffer.dtype)) + ", expected " + expected);
+}
+
+double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback) {
+  const nlohmann::json* value = findAttr(signature, key);
+  if (value == nullptr) {
+    if (fallback) return *fallback;
+    failMissingAttr(signature, key);
+  }
+  if (!value->is_number()) failAttr(signature, key, "expected a number");
+  return value->get<double>();
+}
+
+int64_t attrInt(const KernelSignature& signature, const std::string& key, std::optional<int64_t> fallback) {
+  const nlohmann::json* value = findAttr(signature, key);
+  if (value == nullptr) {
+    if (fallback) return *fallback;
+    failMissingAttr(signature, key);
+  }
+  std::optional<int64_t> integer = asInt64(*value);
+  if (!integer) failAttr(signature, key, "expected an integer");
+  return *integer;
+}
+
+bool attrBool(const KernelSignature& signature, const std::string& key, std::optional<bool> fallback) {
+  const nlohmann::json* value = findAttr(signature, key);
+  if (value == nullptr) {
+    if (fallback) return *fallback;
+    failMissingAttr(signature, key);
+  }
+  if (!value->is_boolean()) failAttr(signature, key, "expected a boolean");
+  return value->get<bool>();
+}
+
+std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key,
+                              std::optional<std::vector<int64_t>> fallback) {
+  const nlohmann::json* value = findAttr(signature, key);
+  if (value == nullptr) {
+    if (fallback) return *fallback;
+    failMissingAttr(signature, key);
+  }
+  if (!value->is_array()) failAttr(signature, key, "expected an array of integers");
+  std::vector<int64_t> result;
+  result.reserve(value->size());
+  for (const nlohmann::json& element : *value) {
+    std::optional<int64_t> integer = asInt64(element);
+    if (!integer) failAttr(signature, key, "expected an array of integers");
+    result.push_back(*integer);
+  }
+  return result;
+}
+
+}  // namespace dgemma

@@ -1,0 +1,12 @@
+#pragma once
+
+#include <memory>
+
+#include "runtime/backend/Backend.h"
+
+namespace dgemma {
+
+// Host memory, OpenBLAS GEMMs and a thread pool; streams and events collapse to program order.
+std::unique_ptr<Backend> createCpuBackend(int64_t numThreads);
+
+}  // namespace dgemma

@@ -1,0 +1,24 @@
+// The CUDA backend: device memory through cudaMalloc, one cudaStream_t (and one cuBLAS handle) per
+// plan stream, plan events as cudaEvents, kernels from registerCudaKernels(). This header is plain
+// C++ (no CUDA headers), so code built without the CUDA toolkit's include path can create one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/backend/Backend.h"
+
+namespace dgemma {
+
+// Creates the backend on device `deviceIndex` (0-based). Throws RuntimeError naming the reason when
+// no device is usable ("cuda backend: no usable CUDA device: CUDA driver version is insufficient for
+// CUDA runtime version"), when the index is out of range, or when this build's kernels have no image
+// for the device's architecture.
+std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex);
+
+// True when the CUDA runtime reports at least one device. Otherwise false, and *reason (when given)
+// says why (the CUDA error string, or "no CUDA device found"). Never throws.
+bool cudaDeviceAvailable(std::string* reason);
+
+}  // namespace dgemma

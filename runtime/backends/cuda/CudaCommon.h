@@ -1,0 +1,68 @@
+// Internal to the CUDA backend and the CUDA kernels (never included by code built without CUDA):
+// error checking for CUDA runtime / cuBLAS calls, the per-stream state a kernel finds in
+// ExecContext::backendState, and checks shared by the CUDA kernel factories.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "runtime/backend/Kernel.h"
+#include "runtime/core/Error.h"
+
+namespace dgemma::cuda {
+
+// What ExecContext::backendState points to for a context of the CUDA backend. One per plan stream:
+// each stream owns its cuBLAS handle (bound to that stream once, at creation), so kernels never call
+// cublasSetStream and concurrent streams never share a cuBLAS workspace.
+struct StreamState {
+  static constexpr uint32_t kMagic = 0x64637564;  // tells a CUDA context from a foreign one
+  uint32_t magic = kMagic;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  int device = 0;
+};
+
+// "file:line: what: cudaErrorX (message)". Throws RuntimeError.
+[[noreturn]] void throwCudaError(cudaError_t error, const char* what, const char* file, int line);
+[[noreturn]] void throwCublasError(cublasStatus_t status, const char* what, const char* file, int line);
+
+// The state of a context handed out by the CUDA backend; throws RuntimeError when the context does
+// not come from it (e.g. a CPU context passed to a CUDA kernel).
+StreamState& streamState(const ExecContext& context);
+
+// Factory checks (throw InputError through failSignature): the CUDA kernels implement f32 only for
+// now, and index rows/columns with 32-bit ints where noted.
+void expectF32(const KernelSignature& signature, const Buffer& buffer, const std::string& role);
+void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& shape,
+                 const std::string& role);
+// Kernel launch geometry: blocks for a grid-stride loop over `count` items (at least 1, at most 2^31-1).
+unsigned gridFor(uint64_t count, unsigned threadsPerBlock);
+
+}  // namespace dgemma::cuda
+
+#define DGEMMA_CUDA_CHECK(call)                                                  \
+  do {                                                                           \
+    cudaError_t dgemmaCudaStatus_ = (call);                                      \
+    if (dgemmaCudaStatus_ != cudaSuccess)                                        \
+      ::dgemma::cuda::throwCudaError(dgemmaCudaStatus_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define DGEMMA_CUBLAS_CHECK(call)                                                    \
+  do {                                                                               \
+    cublasStatus_t dgemmaCublasStatus_ = (call);                                     \
+    if (dgemmaCublasStatus_ != CUBLAS_STATUS_SUCCESS)                                \
+      ::dgemma::cuda::throwCublasError(dgemmaCublasStatus_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// After a <<<...>>> launch: reports a bad launch configuration (asynchronous faults surface at the
+// next synchronizing call).
+#define DGEMMA_CUDA_CHECK_LAUNCH(kernelName)                                                     \
+  do {                                                                                          \
+    cudaError_t dgemmaCudaStatus_ = cudaGetLastError();                                         \
+    if (dgemmaCudaStatus_ != cudaSuccess)                                                       \
+      ::dgemma::cuda::throwCudaError(dgemmaCudaStatus_, "launch of " kernelName, __FILE__, __LINE__); \
+  } while (0)

@@ -1,0 +1,66 @@
+// Collectives over a group of ranks (one mesh axis). The executor calls these for collective steps;
+// implementations: LocalCommunicator (a group of one), GlooCommunicator (CPU, tests and CPU runs),
+// NCCL (GPU, device pointers on the step's stream).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "runtime/backend/Kernel.h"
+#include "runtime/core/DType.h"
+
+namespace dgemma {
+
+enum class ReduceOp { Sum, Max, Min };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t size() const = 0;
+
+  // In place: every rank ends with the elementwise reduction of all ranks' `data`.
+  virtual void allReduce(ExecContext& context, void* data, int64_t count, DType dtype, ReduceOp op) = 0;
+  // recv holds size() * count elements, rank r's contribution at [r * count, (r + 1) * count).
+  virtual void allGather(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // send holds size() * count elements; rank r receives the reduction of block r.
+  virtual void reduceScatter(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype,
+                             ReduceOp op) = 0;
+  virtual void broadcast(ExecContext& context, void* data, int64_t count, DType dtype, int64_t root) = 0;
+  virtual void barrier() = 0;
+};
+
+// One communicator per mesh axis, keyed by axis name.
+class CommunicatorSet {
+ public:
+  void add(const std::string& axis, std::unique_ptr<Communicator> communicator);
+  // Throws InputError when the plan names an axis that has no communicator.
+  Communicator& axis(const std::string& name, const std::string& where) const;
+  bool has(const std::string& name) const { return byAxis_.count(name) != 0; }
+
+ private:
+  std::map<std::string, std::unique_ptr<Communicator>> byAxis_;
+};
+
+class Backend;
+
+// A group of one rank: every collective is a copy on the backend's device (or nothing).
+class LocalCommunicator : public Communicator {
+ public:
+  explicit LocalCommunicator(Backend& backend) : backend_(&backend) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 1; }
+  void allReduce(ExecContext&, void*, int64_t, DType, ReduceOp) override {}
+  void allGather(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype) override;
+  void reduceScatter(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype,
+                     ReduceOp op) override;
+  void broadcast(ExecContext&, void*, int64_t, DType, int64_t) override {}
+  void barrier() override {}
+
+ private:
+  Backend* backend_;
+};
+
+}  // namespace dgemma

@@ -1,0 +1,221 @@
+#include "runtime/comm/GlooCommunicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "runtime/core/Error.h"
+
+namespace dgemma {
+
+namespace {
+
+using ReduceFunction = gloo::AllreduceOptions::Func;
+
+// An elementwise reduction of `Element`s computed in the type `load` returns. Gloo may pass `out`
+// equal to either input, which an elementwise loop tolerates.
+template <typename Element, typename Load, typename Store>
+ReduceFunction makeReduceFunction(ReduceOp op, Load load, Store store) {
+  auto elementwise = [&](auto combine) -> ReduceFunction {
+    return [=](void* out, const void* first, const void* second, size_t count) {
+      auto* result = static_cast<Element*>(out);
+      const auto* a = static_cast<const Element*>(first);
+      const auto* b = static_cast<const Element*>(second);
+      for (size_t i = 0; i < count; ++i) result[i] = store(combine(load(a[i]), load(b[i])));
+    };
+  };
+  switch (op) {
+    case ReduceOp::Sum: return elementwise([](auto x, auto y) { return x + y; });
+    case ReduceOp::Max: return elementwise([](auto x, auto y) { return std::max(x, y); });
+    case ReduceOp::Min: return elementwise([](auto x, auto y) { return std::min(x, y); });
+  }
+  throw std::logic_error("unknown ReduceOp");
+}
+
+template <typename Element>
+ReduceFunction makeNativeReduceFunction(ReduceOp op) {
+  auto same = [](Element value) { return value; };
+  return makeReduceFunction<Element>(op, same, same);
+}
+
+ReduceFunction reduceFunctionFor(DType dtype, ReduceOp op, const std::string& collective) {
+  switch (dtype) {
+    case DType::F32: return makeNativeReduceFunction<float>(op);
+    case DType::F64: return makeNativeReduceFunction<double>(op);
+    case DType::I64: return makeNativeReduceFunction<int64_t>(op);
+    case DType::I32: return makeNativeReduceFunction<int32_t>(op);
+    case DType::BF16: return makeReduceFunction<uint16_t>(op, bf16BitsToF32, f32ToBf16Bits);
+    default:
+      throw RuntimeError("gloo " + collective + ": dtype " + std::string(dtypeName(dtype)) +
+                         " is not supported (f32, f64, i64, i32, bf16 are)");
+  }
+}
+
+// Gloo reports I/O failures and timeouts as gloo::Exception and failed internal checks as
+// EnforceNotMet, which is not a gloo::Exception.
+template <typename Body>
+void translateGlooErrors(const std::string& what, Body&& body) {
+  try {
+    body();
+  } catch (const gloo::Exception& error) {
+    throw RuntimeError(what + ": " + error.what());
+  } catch (const gloo::EnforceNotMet& error) {
+    throw RuntimeError(what + ": " + error.what());
+  }
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  explicit GlooCommunicator(std::shared_ptr<gloo::Context> context) : context_(std::move(context)) {}
+
+  int64_t rank() const override { return context_->rank; }
+  int64_t size() const override { return context_->size; }
+
+  void allReduce(ExecContext&, void* data, int64_t count, DType dtype, ReduceOp op) override {
+    allReduceInPlace("allReduce", data, count, dtype, op);
+  }
+
+  void allGather(ExecContext&, const void* send, void* recv, int64_t count, DType dtype) override {
+    if (count == 0) return;  // Gloo's allgather divides by the input size
+    const size_t bytes = static_cast<size_t>(count) * dtypeSize(dtype);
+    runCollective("allGather", [&] {
+      gloo::AllgatherOptions options(context_);
+      // Gloo's API takes a mutable pointer for the input but only reads it.
+      options.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), bytes);
+      options.setOutput(static_cast<uint8_t*>(recv), bytes * static_cast<size_t>(size()));
+      options.setTag(takeTag());
+      gloo::allgather(options);
+    });
+  }
+
+  // Gloo 0.5 has no reduce-scatter with the options API, so this all-reduces a copy of the whole
+  // input and keeps this rank's block: size() times the traffic of a true reduce-scatter, which is
+  // acceptable for the CPU runs this communicator serves.
+  void reduceScatter(ExecContext&, const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
+    if (count == 0) return;
+    const size_t blockBytes = static_cast<size_t>(count) * dtypeSize(dtype);
+    const auto* sendBytes = static_cast<const uint8_t*>(send);
+    std::vector<uint8_t> reduced(sendBytes, sendBytes + blockBytes * static_cast<size_t>(size()));
+    allReduceInPlace("reduceScatter", reduced.data(), count * size(), dtype, op);
+    std::memcpy(recv, reduced.data() + blockBytes * static_cast<size_t>(rank()), blockBytes);
+  }
+
+  void broadcast(ExecContext&, void* data, int64_t count, DType dtype, int64_t root) override {
+    if (root < 0 || root >= size())
+      throw InputError("gloo broadcast: root: expected a rank in [0, " + std::to_string(size()) + "), got " +
+                       std::to_string(root));
+    if (count == 0) return;  // every rank has the same count, so all skip alike
+    const size_t bytes = static_cast<size_t>(count) * dtypeSize(dtype);
+    runCollective("broadcast", [&] {
+      gloo::BroadcastOptions options(context_);
+      options.setOutput(static_cast<uint8_t*>(data), bytes);
+      options.setRoot(static_cast<int>(root));
+      options.setTag(takeTag());
+      gloo::broadcast(options);
+    });
+  }
+
+  void barrier() override {
+    runCollective("barrier", [&] {
+      gloo::BarrierOptions options(context_);
+      options.setTag(takeTag());
+      gloo::barrier(options);
+    });
+  }
+
+ private:
+  void allReduceInPlace(const std::string& collective, void* data, int64_t count, DType dtype, ReduceOp op) {
+    ReduceFunction reduce = reduceFunctionFor(dtype, op, collective);
+    // Gloo segments the buffer by element size; any type of the right size does, since `reduce`
+    // interprets the elements.
+    switch (dtypeSize(dtype)) {
+      case 2: return runAllReduce<uint16_t>(collective, data, count, reduce);
+      case 4: return runAllReduce<uint32_t>(collective, data, count, reduce);
+      case 8: return runAllReduce<uint64_t>(collective, data, count, reduce);
+    }
+    throw std::logic_error("reducible dtype of unexpected size");
+  }
+
+  template <typename SameSizeElement>
+  void runAllReduce(const std::string& collective, void* data, int64_t count, const ReduceFunction& reduce) {
+    runCollective(collective, [&] {
+      gloo::AllreduceOptions options(context_);
+      options.setOutput(static_cast<SameSizeElement*>(data), static_cast<size_t>(count));
+      options.setReduceFunction(reduce);
+      options.setTag(takeTag());
+      gloo::allreduce(options);
+    });
+  }
+
+  template <typename Body>
+  void runCollective(const std::string& collective, Body&& body) {
+    translateGlooErrors(
+        "gloo " + collective + " (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")", body);
+  }
+
+  uint32_t takeTag() { return nextTag_++; }
+
+  std::shared_ptr<gloo::Context> context_;
+  uint32_t nextTag_ = 0;
+};
+
+std::unique_ptr<Communicator> connect(gloo::rendezvous::Store& store, int64_t rank, int64_t size,
+                                      std::chrono::milliseconds timeout, const std::string& hostname) {
+  if (size < 1) throw InputError("gloo: size: expected at least 1 rank, got " + std::to_string(size));
+  if (rank < 0 || rank >= size)
+    throw InputError("gloo: rank: expected a rank in [0, " + std::to_string(size) + "), got " + std::to_string(rank));
+  // Gloo's TCP device crashes on a name that does not resolve, so resolve it here first.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addresses = nullptr;
+  int resolveStatus = ::getaddrinfo(hostname.c_str(), nullptr, &hints, &addresses);
+  if (resolveStatus != 0)
+    throw InputError("gloo: hostname: cannot resolve '" + hostname + "': " + ::gai_strerror(resolveStatus));
+  ::freeaddrinfo(addresses);
+
+  auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank), static_cast<int>(size));
+  translateGlooErrors("gloo rendezvous (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")", [&] {
+    gloo::transport::tcp::attr address;
+    address.hostname = hostname;
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(address);
+    context->setTimeout(timeout);
+    context->connectFullMesh(store, device);
+  });
+  return std::make_unique<GlooCommunicator>(std::move(context));
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> createGlooCommunicator(const GlooOptions& options) {
+  std::error_code error;
+  std::filesystem::create_directories(options.storeDirectory, error);
+  if (error)
+    throw RuntimeError(options.storeDirectory + ": cannot create the gloo store directory: " + error.message());
+  gloo::rendezvous::FileStore fileStore(options.storeDirectory);
+  if (options.prefix.empty()) return connect(fileStore, options.rank, options.size, options.timeout, options.hostname);
+  gloo::rendezvous::PrefixStore prefixedStore(options.prefix, fileStore);
+  return connect(prefixedStore, options.rank, options.size, options.timeout, options.hostname);
+}
+
+std::unique_ptr<Communicator> createGlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, int64_t rank,
+                                                     int64_t size, std::chrono::milliseconds timeout) {
+  return connect(*store, rank, size, timeout, "127.0.0.1");
+}
+
+}  // namespace dgemma

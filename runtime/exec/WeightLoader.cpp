@@ -1,0 +1,105 @@
+#include "runtime/exec/WeightLoader.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "runtime/core/Error.h"
+#include "runtime/core/Philox.h"
+#include "runtime/io/Safetensors.h"
+
+namespace dgemma {
+
+namespace {
+
+// Copies the box [offset, offset + shape) of a row-major global tensor.
+HostTensor sliceBox(const HostTensor& global, const std::vector<int64_t>& offset, const std::vector<int64_t>& shape) {
+  if (offset == std::vector<int64_t>(offset.size(), 0) && shape == global.shape) return global;
+  HostTensor shard(global.dtype, shape);
+  const size_t elementBytes = dtypeSize(global.dtype);
+  const size_t rank = shape.size();
+  std::vector<int64_t> globalStrides(rank, 1);
+  for (size_t d = rank; d-- > 1;) globalStrides[d - 1] = globalStrides[d] * global.shape[d];
+  const int64_t rowElements = rank ? shape[rank - 1] : 1;
+  const int64_t rows = rowElements ? shard.numElements() / rowElements : 0;
+  std::vector<int64_t> index(rank, 0);  // position of the current row within the shard
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t source = 0;
+    for (size_t d = 0; d < rank; ++d) source += (offset[d] + index[d]) * globalStrides[d];
+    std::memcpy(shard.data.data() + row * rowElements * elementBytes, global.data.data() + source * elementBytes,
+                rowElements * elementBytes);
+    for (size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return shard;
+}
+
+}  // namespace
+
+void loadWeights(Executor& executor, const std::string& weightsPath) {
+  SafetensorsDirectory weights = SafetensorsDirectory::open(weightsPath);
+  std::vector<std::string> problems;
+  std::set<std::string> expected;
+  for (const Parameter& parameter : executor.plan().parameters) {
+    expected.insert(parameter.name);
+    if (!weights.contains(parameter.name)) {
+      problems.push_back("missing tensor " + parameter.name + " " + shapeToString(parameter.globalShape));
+      continue;
+    }
+    HostTensor global = weights.read(parameter.name);
+    if (global.shape != parameter.globalShape) {
+      problems.push_back("tensor " + parameter.name + ": expected shape " + shapeToString(parameter.globalShape) + ", found " +
+                         shapeToString(global.shape));
+      continue;
+    }
+    const Buffer& buffer = executor.plan().buffers[parameter.buffer];
+    try {
+      HostTensor converted = convertDType(global, buffer.dtype, "tensor " + parameter.name);
+      executor.setParameter(parameter.name, sliceBox(converted, parameter.shardOffset, parameter.shardShape));
+    } catch (const InputError& error) {
+      problems.push_back(error.what());
+    }
+  }
+  for (const std::string& name : weights.names())
+    if (!expected.count(name)) problems.push_back("unexpected tensor " + name);
+  if (!problems.empty()) {
+    std::ostringstream message;
+    message << weightsPath << ": " << problems.size() << " problem(s) with the weights:";
+    for (const std::string& problem : problems) message << "\n  " << problem;
+    throw InputError(message.str());
+  }
+}
+
+void initializeWeights(Executor& executor, uint64_t seed) {
+  for (const Parameter& parameter : executor.plan().parameters) {
+    const std::string kind = parameter.init.value("kind", std::string("zeros"));
+    HostTensor global(DType::F64, parameter.globalShape);
+    double* values = global.as<double>();
+    const int64_t count = global.numElements();
+    if (kind == "normal") {
+      const double stddev = parameter.init.value("std", 0.02);
+      // One Philox stream per parameter, chosen by its name, so adding a parameter never shifts others.
+      const uint64_t stream = XXH3_64bits(parameter.name.data(), parameter.name.size());
+      for (int64_t i = 0; i < count; ++i) {
+        // Box-Muller on two independent uniforms; 1 - u keeps log's argument in (0, 1].
+        double u1 = 1.0 - philoxUniform(seed, stream, 0, 2 * i);
+        double u2 = philoxUniform(seed, stream, 0, 2 * i + 1);
+        values[i] = stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      }
+    } else if (kind == "ones" || kind == "zeros") {
+      std::fill(values, values + count, kind == "ones" ? 1.0 : 0.0);
+    } else {
+      throw InputError("parameter " + parameter.name + ": init: unknown kind \"" + kind + "\"");
+    }
+    const Buffer& buffer = executor.plan().buffers[parameter.buffer];
+    HostTensor converted = convertDType(global, buffer.dtype, "parameter " + parameter.name);
+    executor.setParameter(parameter.name, sliceBox(converted, parameter.shardOffset, parameter.shardShape));
+  }
+}
+
+}  // namespace dgemma

@@ -1,0 +1,445 @@
+#include "runtime/io/Safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string_view>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/Error.h"
+#include "runtime/io/AtomicFile.h"
+
+namespace dgemma {
+
+// The format stores little-endian integers and element data; reading them in place needs a
+// little-endian host.
+static_assert(std::endian::native == std::endian::little, "safetensors IO assumes a little-endian host");
+
+namespace {
+
+constexpr uint64_t kHeaderLengthBytes = 8;
+constexpr std::string_view kMetadataKey = "__metadata__";
+constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
+
+struct SafetensorsDType {
+  std::string_view name;
+  DType dtype;
+};
+// Every dtype dgemma has. safetensors also defines I16, U16, U32, U64, F8_*, which dgemma has no
+// type for; those are rejected by name.
+constexpr SafetensorsDType kDTypes[] = {
+    {"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"I64", DType::I64},
+    {"I32", DType::I32}, {"I8", DType::I8},   {"U8", DType::U8},   {"BOOL", DType::Bool},
+};
+
+std::optional<DType> dtypeFromSafetensorsName(std::string_view name) {
+  for (const SafetensorsDType& entry : kDTypes)
+    if (entry.name == name) return entry.dtype;
+  return std::nullopt;
+}
+
+std::string_view safetensorsNameOf(DType dtype) {
+  for (const SafetensorsDType& entry : kDTypes)
+    if (entry.dtype == dtype) return entry.name;
+  throw std::logic_error("DType without a safetensors name");
+}
+
+std::string supportedDTypeList() {
+  std::string list;
+  for (const SafetensorsDType& entry : kDTypes) list += (list.empty() ? "" : ", ") + std::string(entry.name);
+  return list;
+}
+
+// Here and below, std::string("...") + rather than "..." + a temporary: GCC 12 at -O3 warns falsely
+// (-Wrestrict) about the latter.
+std::string rangeToString(uint64_t begin, uint64_t end) {
+  return std::string("[") + std::to_string(begin) + "," + std::to_string(end) + "]";
+}
+
+[[noreturn]] void failTensor(const std::string& path, const std::string& name, const std::string& what) {
+  throw InputError(path + ": tensor '" + name + "': " + what);
+}
+
+// The writer's caller passed something that cannot be written: a bug, not bad input.
+[[noreturn]] void rejectTensor(const std::string& path, const std::string& name, const std::string& what) {
+  throw std::invalid_argument("writeSafetensors " + path + ": tensor '" + name + "': " + what);
+}
+
+// Checks one header entry against the data region and returns it with its byte range.
+SafetensorsEntry parseEntry(const std::string& path, const std::string& name, const nlohmann::json& value,
+                            uint64_t dataRegionBytes) {
+  if (!value.is_object()) failTensor(path, name, "expected an object with dtype, shape and data_offsets");
+
+  SafetensorsEntry entry;
+  entry.name = name;
+
+  auto dtypeField = value.find("dtype");
+  if (dtypeField == value.end() || !dtypeField->is_string()) failTensor(path, name, "dtype: expected a string");
+  const std::string& dtypeText = dtypeField->get_ref<const std::string&>();
+  std::optional<DType> dtype = dtypeFromSafetensorsName(dtypeText);
+  if (!dtype)
+    failTensor(path, name,
+               "dtype: '" + dtypeText + "' is not supported (expected one of " + supportedDTypeList() + ")");
+  entry.dtype = *dtype;
+
+  auto shapeField = value.find("shape");
+  if (shapeField == value.end() || !shapeField->is_array())
+    failTensor(path, name, "shape: expected an array of integers");
+  uint64_t expectedBytes = dtypeSize(entry.dtype);
+  for (size_t i = 0; i < shapeField->size(); ++i) {
+    const nlohmann::json& dim = (*shapeField)[i];
+    if (!dim.is_number_integer()) failTensor(path, name, "shape: expected an array of integers");
+    if (!dim.is_number_unsigned())
+      failTensor(path, name,
+                 "shape: dimension " + std::to_string(i) + " is " + dim.dump() + ", expected a non-negative integer");
+    uint64_t extent = dim.get<uint64_t>();
+    if (extent > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(expectedBytes, extent, &expectedBytes))
+      failTensor(path, name, "shape: " + shapeField->dump() + " is too large");
+    entry.shape.push_back(static_cast<int64_t>(extent));
+  }
+
+  auto offsetsField = value.find("data_offsets");
+  if (offsetsField == value.end() || !offsetsField->is_array() || offsetsField->size() != 2 ||
+      !(*offsetsField)[0].is_number_unsigned() || !(*offsetsField)[1].is_number_unsigned())
+    failTensor(path, name, "data_offsets: expected [begin, end] with non-negative integers");
+  uint64_t begin = (*offsetsField)[0].get<uint64_t>();
+  uint64_t end = (*offsetsField)[1].get<uint64_t>();
+  if (end < begin) failTensor(path, name, "data_offsets: " + rangeToString(begin, end) + ": end is before begin");
+  if (end - begin != expectedBytes)
+    failTensor(path, name,
+               "data_offsets: " + rangeToString(begin, end) + " hold " + std::to_string(end - begin) + " bytes, but " +
+                   dtypeText + " " + shapeToString(entry.shape) + " needs " + std::to_string(expectedBytes));
+  if (end > dataRegionBytes)
+    failTensor(path, name,
+               "data_offsets: " + rangeToString(begin, end) + " extend beyond the data region (" +
+                   std::to_string(dataRegionBytes) + " bytes)");
+  entry.offset = begin;
+  entry.bytes = end - begin;
+  return entry;
+}
+
+std::map<std::string, std::string> parseMetadata(const std::string& path, const nlohmann::json& value) {
+  const std::string expectation = path + ": " + std::string(kMetadataKey) + ": expected an object of string values";
+  if (!value.is_object()) throw InputError(expectation);
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, text] : value.items()) {
+    if (!text.is_string()) throw InputError(expectation + " ('" + key + "' is " + text.type_name() + ")");
+    metadata.emplace(key, text.get<std::string>());
+  }
+  return metadata;
+}
+
+// Writes `pieces` back to back to `path` through a temporary file in the same directory (fsync,
+// rename, directory fsync), like writeFileAtomically but without first concatenating the pieces:
+// a checkpoint can be as large as memory.
+void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::random_device entropy;
+  fs::path temporary = directory / (std::string(".") + target.filename().string() + ".tmp-" +
+                                    std::to_string(::getpid()) + "-" + std::to_string(entropy()));
+
+  int fd = -1;
+  auto fail = [&](const std::string& what) {
+    std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw RuntimeError(path + ": cannot write: " + what + ": " + reason);
+  };
+
+  fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create " + temporary.string());
+  for (std::string_view piece : pieces) {
+    size_t written = 0;
+    while (written < piece.size()) {
+      ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("write");
+      }
+      written += static_cast<size_t>(n);
+    }
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  int closeResult = ::close(fd);
+  fd = -1;
+  if (closeResult != 0) fail("close");
+  if (::rename(temporary.c_str(), target.c_str()) != 0) fail("rename");
+  syncDirectory(directory.string());
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile file;
+  file.path_ = path;
+
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    throw InputError(path + ": cannot open: not a regular file");
+  }
+  const uint64_t fileBytes = static_cast<uint64_t>(info.st_size);
+  if (fileBytes < kHeaderLengthBytes) {
+    ::close(fd);
+    throw InputError(path + ": header: the file is " + std::to_string(fileBytes) +
+                     " bytes, too short for the 8-byte header length");
+  }
+  void* mapping = ::mmap(nullptr, fileBytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  int mmapErrno = errno;
+  ::close(fd);
+  if (mapping == MAP_FAILED) throw RuntimeError(path + ": cannot map: " + std::strerror(mmapErrno));
+  file.mapping_ = static_cast<const uint8_t*>(mapping);
+  file.mappingBytes_ = fileBytes;
+
+  uint64_t headerBytes;
+  std::memcpy(&headerBytes, file.mapping_, sizeof headerBytes);
+  if (headerBytes > fileBytes - kHeaderLengthBytes)
+    throw InputError(path + ": header: length " + std::to_string(headerBytes) +
+                     " extends beyond the end of the file (" + std::to_string(fileBytes) + " bytes)");
+  file.dataStart_ = kHeaderLengthBytes + headerBytes;
+  const uint64_t dataRegionBytes = fileBytes - file.dataStart_;
+
+  // JSON objects keep only the last of repeated keys; a repeated tensor name is ambiguous, so it is
+  // caught while parsing.
+  std::set<std::string> topLevelKeys;
+  auto rejectRepeatedTensorNames = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+        !topLevelKeys.insert(parsed.get<std::string>()).second)
+      failTensor(path, parsed.get<std::string>(), "appears twice in the header");
+    return true;
+  };
+  const char* headerText = reinterpret_cast<const char*>(file.mapping_ + kHeaderLengthBytes);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(headerText, headerText + headerBytes, rejectRepeatedTensorNames);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(path + ": header: invalid JSON: " + error.what());
+  }
+  if (!header.is_object()) throw InputError(path + ": header: expected a JSON object");
+
+  for (const auto& [name, value] : header.items()) {
+    if (name == kMetadataKey) {
+      file.metadata_ = parseMetadata(path, value);
+      continue;
+    }
+    file.entries_.push_back(parseEntry(path, name, value, dataRegionBytes));
+  }
+
+  // Stable, so that empty tensors sharing an offset stay in name order (the JSON object's order).
+  std::stable_sort(file.entries_.begin(), file.entries_.end(),
+                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+                     return std::tie(a.offset, a.bytes) < std::tie(b.offset, b.bytes);
+                   });
+  // Empty tensors own no bytes, so they cannot overlap anything.
+  const SafetensorsEntry* previous = nullptr;
+  for (const SafetensorsEntry& entry : file.entries_) {
+    if (entry.bytes == 0) continue;
+    if (previous && entry.offset < previous->offset + previous->bytes)
+      failTensor(path, entry.name,
+                 "data_offsets " + rangeToString(entry.offset, entry.offset + entry.bytes) + " overlap tensor '" +
+                     previous->name + "' " + rangeToString(previous->offset, previous->offset + previous->bytes));
+    previous = &entry;
+  }
+  for (size_t i = 0; i < file.entries_.size(); ++i) file.indexByName_.emplace(file.entries_[i].name, i);
+  return file;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mappingBytes_(std::exchange(other.mappingBytes_, 0)),
+      dataStart_(other.dataStart_),
+      entries_(std::move(other.entries_)),
+      indexByName_(std::move(other.indexByName_)),
+      metadata_(std::move(other.metadata_)) {}
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mappingBytes_ = std::exchange(other.mappingBytes_, 0);
+    dataStart_ = other.dataStart_;
+    entries_ = std::move(other.entries_);
+    indexByName_ = std::move(other.indexByName_);
+    metadata_ = std::move(other.metadata_);
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() { unmap(); }
+
+void SafetensorsFile::unmap() {
+  if (mapping_) ::munmap(const_cast<uint8_t*>(mapping_), mappingBytes_);
+  mapping_ = nullptr;
+  mappingBytes_ = 0;
+}
+
+const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
+  auto found = indexByName_.find(name);
+  return found == indexByName_.end() ? nullptr : &entries_[found->second];
+}
+
+const uint8_t* SafetensorsFile::data(const SafetensorsEntry& entry) const {
+  return mapping_ + dataStart_ + entry.offset;
+}
+
+HostTensor SafetensorsFile::read(const std::string& name) const {
+  const SafetensorsEntry* entry = find(name);
+  if (!entry) failTensor(path_, name, "not found");
+  HostTensor tensor(entry->dtype, entry->shape);
+  if (entry->bytes) std::memcpy(tensor.data.data(), data(*entry), entry->bytes);
+  return tensor;
+}
+
+void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
+
+  std::set<std::string> names;
+  std::vector<std::string_view> pieces(1);  // pieces[0] is the header, filled in below
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    if (name == kMetadataKey) rejectTensor(path, name, "the name is reserved for metadata");
+    if (!names.insert(name).second) rejectTensor(path, name, "the name appears twice");
+    if (!tensor) rejectTensor(path, name, "null tensor");
+    for (int64_t extent : tensor->shape)
+      if (extent < 0) rejectTensor(path, name, "negative dimension in shape " + shapeToString(tensor->shape));
+    uint64_t bytes = static_cast<uint64_t>(tensor->numElements()) * dtypeSize(tensor->dtype);
+    if (tensor->data.size() != bytes)
+      rejectTensor(
+          path, name,
+          "holds " + std::to_string(tensor->data.size()) + " bytes, but its shape needs " + std::to_string(bytes));
+    header[name] = {{"dtype", safetensorsNameOf(tensor->dtype)},
+                    {"shape", tensor->shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    pieces.emplace_back(reinterpret_cast<const char*>(tensor->data.data()), bytes);
+    offset += bytes;
+  }
+
+  std::string headerText;
+  try {
+    headerText = header.dump();
+  } catch (const nlohmann::json::type_error& error) {
+    throw std::invalid_argument("writeSafetensors " + path +
+                                ": a name or metadata value is not UTF-8: " + error.what());
+  }
+  // Padding the header to a multiple of 8 aligns the data region for 8-byte element types.
+  headerText.append((8 - headerText.size() % 8) % 8, ' ');
+  std::string prefix(kHeaderLengthBytes, '\0');
+  uint64_t headerBytes = headerText.size();
+  std::memcpy(prefix.data(), &headerBytes, sizeof headerBytes);
+  prefix += headerText;
+  pieces[0] = prefix;
+  writePiecesAtomically(path, pieces);
+}
+
+SafetensorsDirectory SafetensorsDirectory::open(const std::string& path) {
+  namespace fs = std::filesystem;
+  SafetensorsDirectory directory;
+  directory.path_ = path;
+
+  std::error_code statusError;
+  fs::file_status status = fs::status(path, statusError);
+  if (statusError || !fs::exists(status)) throw InputError(path + ": no such file or directory");
+
+  if (!fs::is_directory(status)) {
+    directory.files_.push_back(SafetensorsFile::open(path));
+    const SafetensorsFile& file = directory.files_.back();
+    for (size_t i = 0; i < file.entries().size(); ++i)
+      directory.locationByName_.emplace(file.entries()[i].name, EntryIndex{0, i});
+    return directory;
+  }
+
+  const fs::path indexPath = fs::path(path) / kIndexFileName;
+  if (fs::exists(indexPath)) {
+    const std::string indexName = indexPath.string();
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(readWholeFile(indexName));
+    } catch (const nlohmann::json::exception& error) {
+      throw InputError(indexName + ": invalid JSON: " + error.what());
+    }
+    auto weightMap = index.is_object() ? index.find("weight_map") : index.end();
+    if (weightMap == index.end() || !weightMap->is_object())
+      throw InputError(indexName + ": weight_map: expected an object mapping tensor names to file names");
+
+    std::map<std::string, size_t> fileIndexByShard;
+    for (const auto& [name, shard] : weightMap->items()) {
+      if (!shard.is_string()) throw InputError(indexName + ": weight_map: tensor '" + name + "': expected a file name");
+      const std::string& shardName = shard.get_ref<const std::string&>();
+      auto [known, inserted] = fileIndexByShard.emplace(shardName, directory.files_.size());
+      if (inserted) directory.files_.push_back(SafetensorsFile::open((fs::path(path) / shardName).string()));
+      const SafetensorsFile& file = directory.files_[known->second];
+      const SafetensorsEntry* entry = file.find(name);
+      if (!entry)
+        throw InputError(indexName + ": weight_map: tensor '" + name + "': mapped to " + shardName +
+                         ", which does not contain it");
+      directory.locationByName_.emplace(name,
+                                        EntryIndex{known->second, static_cast<size_t>(entry - file.entries().data())});
+    }
+    return directory;
+  }
+
+  std::vector<fs::path> shardPaths;
+  for (const fs::directory_entry& child : fs::directory_iterator(path))
+    if (child.is_regular_file() && child.path().extension() == ".safetensors") shardPaths.push_back(child.path());
+  if (shardPaths.empty())
+    throw InputError(path + ": no .safetensors files and no " + std::string(kIndexFileName) + " in the directory");
+  std::sort(shardPaths.begin(), shardPaths.end());
+
+  for (const fs::path& shardPath : shardPaths) {
+    const size_t fileIndex = directory.files_.size();
+    directory.files_.push_back(SafetensorsFile::open(shardPath.string()));
+    const SafetensorsFile& file = directory.files_.back();
+    for (size_t i = 0; i < file.entries().size(); ++i) {
+      const std::string& name = file.entries()[i].name;
+      auto [existing, inserted] = directory.locationByName_.emplace(name, EntryIndex{fileIndex, i});
+      if (!inserted)
+        failTensor(path, name,
+                   "in both " + fs::path(directory.files_[existing->second.file].path()).filename().string() + " and " +
+                       shardPath.filename().string());
+    }
+  }
+  return directory;
+}
+
+std::vector<std::string> SafetensorsDirectory::names() const {
+  std::vector<std::string> names;
+  names.reserve(locationByName_.size());
+  for (const auto& [name, location] : locationByName_) names.push_back(name);
+  return names;
+}
+
+std::optional<SafetensorsLocation> SafetensorsDirectory::find(const std::string& name) const {
+  auto found = locationByName_.find(name);
+  if (found == locationByName_.end()) return std::nullopt;
+  const SafetensorsFile& file = files_[found->second.file];
+  return SafetensorsLocation{&file, &file.entries()[found->second.entry]};
+}
+
+HostTensor SafetensorsDirectory::read(const std::string& name) const {
+  std::optional<SafetensorsLocation> location = find(name);
+  if (!location) failTensor(path_, name, "not found");
+  return location->file->read(name);
+}
+
+}  // namespace dgemma

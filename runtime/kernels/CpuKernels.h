@@ -1,0 +1,22 @@
+// The CPU backend's kernels: every kernel of docs/kernels.md (collectives are not kernels). Each group
+// lives in runtime/kernels/<group>/cpu.cpp and registers itself through one function declared here.
+#pragma once
+
+#include "runtime/backend/Kernel.h"
+
+namespace dgemma {
+
+// Adds all the groups below.
+void registerCpuKernels(KernelRegistry& registry);
+
+// add, sub, mul, div, maximum, minimum, the unary maps, gelu_tanh, copy, fill, cast
+void registerElementwiseCpuKernels(KernelRegistry& registry);
+void registerMatmulCpuKernels(KernelRegistry& registry);       // matmul
+void registerRmsNormCpuKernels(KernelRegistry& registry);      // rms_norm
+void registerSoftmaxCpuKernels(KernelRegistry& registry);      // softmax
+void registerReduceCpuKernels(KernelRegistry& registry);       // reduce_sum, reduce_max, reduce_mean
+void registerLayoutCpuKernels(KernelRegistry& registry);       // transpose, reshape
+void registerGatherCpuKernels(KernelRegistry& registry);       // gather
+void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform
+
+}  // namespace dgemma

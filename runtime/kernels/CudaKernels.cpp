@@ -1,0 +1,12 @@
+#include "runtime/kernels/CudaKernels.h"
+
+namespace dgemma {
+
+void registerCudaKernels(KernelRegistry& registry) {
+  registerElementwiseCudaKernels(registry);
+  registerMatmulCudaKernels(registry);
+  registerRmsNormCudaKernels(registry);
+  registerSoftmaxCudaKernels(registry);
+}
+
+}  // namespace dgemma

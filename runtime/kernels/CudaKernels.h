@@ -1,0 +1,21 @@
+// The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp), f32 only for
+// now: their factories reject other dtypes when the plan is loaded. Plain C++ header.
+#pragma once
+
+#include "runtime/backend/Kernel.h"
+
+namespace dgemma {
+
+// Per group; registerCudaKernels calls them all.
+void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minimum, unary maps, gelu_tanh, copy
+void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLAS)
+void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
+void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
+
+void registerCudaKernels(KernelRegistry& registry);
+
+// cudaSuccess (0) when this build's kernels have an image the current device can run; otherwise the
+// cudaError_t value (e.g. cudaErrorNoKernelImageForDevice on a device of another architecture).
+int probeCudaKernelImage();
+
+}  // namespace dgemma

@@ -1,0 +1,61 @@
+// gather: rows of a [V, H] table selected by integer ids (embedding lookup).
+#include <cstring>
+
+#include "runtime/core/Error.h"
+#include "runtime/kernels/CpuKernelSupport.h"
+#include "runtime/kernels/CpuKernels.h"
+
+namespace dgemma {
+namespace {
+
+template <typename Id>
+class GatherKernel final : public Kernel {
+ public:
+  GatherKernel(std::string where, int64_t vocabulary, uint64_t rowBytes)
+      : where_(std::move(where)), vocabulary_(vocabulary), rowBytes_(rowBytes) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const uint8_t* table = inputs[0].as<const uint8_t>();
+    const Id* ids = inputs[1].as<const Id>();
+    uint8_t* y = outputs[0].as<uint8_t>();
+    const int64_t count = inputs[1].numElements();
+    // Checked up front and serially: the thread pool cannot carry an exception out of a worker.
+    for (int64_t i = 0; i < count; ++i)
+      if (ids[i] < 0 || ids[i] >= vocabulary_)
+        throw RuntimeError(where_ + ": id " + std::to_string(ids[i]) + " at flat index " + std::to_string(i) +
+                           " is outside the table's rows [0, " + std::to_string(vocabulary_) + ")");
+    cpu::parallelFor(context, count, cpu::rowGrain(static_cast<int64_t>(rowBytes_)), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        std::memcpy(y + i * rowBytes_, table + static_cast<int64_t>(ids[i]) * rowBytes_, rowBytes_);
+    });
+  }
+
+ private:
+  std::string where_;  // run-time errors name the step as the plan loader does
+  int64_t vocabulary_;
+  uint64_t rowBytes_;
+};
+
+std::unique_ptr<Kernel> createGather(const KernelSignature& signature) {
+  expectArity(signature, 2, 1);
+  const Buffer& table = *signature.inputs[0];
+  const Buffer& ids = *signature.inputs[1];
+  const Buffer& y = *signature.outputs[0];
+  expectDType(signature, ids, {DType::I32, DType::I64}, "input ids");
+  expectDType(signature, y, {table.dtype}, "output y");
+  if (table.shape.size() != 2)
+    failSignature(signature, "input table has shape " + shapeToString(table.shape) + ", expected [V, H]");
+  std::vector<int64_t> expected = ids.shape;
+  expected.push_back(table.shape[1]);
+  cpu::expectShape(signature, y, expected, "output y");
+  const uint64_t rowBytes = static_cast<uint64_t>(table.shape[1]) * dtypeSize(table.dtype);
+  if (ids.dtype == DType::I32)
+    return std::make_unique<GatherKernel<int32_t>>(signature.where, table.shape[0], rowBytes);
+  return std::make_unique<GatherKernel<int64_t>>(signature.where, table.shape[0], rowBytes);
+}
+
+}  // namespace
+
+void registerGatherCpuKernels(KernelRegistry& registry) { registry.add("gather", createGather); }
+
+}  // namespace dgemma

@@ -1,0 +1,129 @@
+// matmul on CUDA (f32) through cuBLAS, with the contract of docs/kernels.md: a [..., M, K] (or
+// [..., K, M] with transpose_a), b [K, N] (or [N, K] with transpose_b) shared by every batch or with
+// a's leading batch dims; c [..., M, N]; everything row-major.
+//
+// cuBLAS is column-major: a row-major X is, read column-major, X^T. So the row-major product
+// C = op(A) op(B) is computed as the column-major product C^T = op(B)^T op(A)^T, i.e. cuBLAS's "A"
+// operand is our b and its "B" operand is our a:
+//   m = N, n = M, k = K, ldc = N,
+//   b: no transpose -> CUBLAS_OP_N, ldb = N   (row-major [K, N] is column-major N x K)
+//      transpose_b  -> CUBLAS_OP_T, ldb = K   (row-major [N, K] is column-major K x N)
+//   a: no transpose -> CUBLAS_OP_N, lda = K   (row-major [M, K] is column-major K x M)
+//      transpose_a  -> CUBLAS_OP_T, lda = M   (row-major [K, M] is column-major M x K)
+// Batches: a shared b with untransposed a folds the batch into M (one sgemm over [batch*M, K]);
+// otherwise one strided-batched sgemm (b's batch stride is 0 when b is shared).
+// Each plan stream owns its cuBLAS handle (bound to the stream, CUBLAS_DEFAULT_MATH: no TF32).
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/backends/cuda/CudaCommon.h"
+#include "runtime/core/HostTensor.h"
+#include "runtime/kernels/CudaKernels.h"
+
+namespace dgemma {
+namespace {
+
+struct GemmShape {
+  bool transposeA = false;
+  bool transposeB = false;
+  bool sharedB = true;
+  int64_t batch = 1;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+class MatmulCuda final : public Kernel {
+ public:
+  explicit MatmulCuda(GemmShape shape) : s_(shape) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    if (s_.batch == 0 || s_.m == 0 || s_.n == 0) return;
+    cuda::StreamState& state = cuda::streamState(context);
+    const float* a = inputs[0].as<const float>();
+    const float* b = inputs[1].as<const float>();
+    float* c = outputs[0].as<float>();
+    if (s_.k == 0) {  // empty contraction: c = 0 (do not rely on cuBLAS's k == 0 quick return)
+      DGEMMA_CUDA_CHECK(cudaMemsetAsync(c, 0, outputs[0].buffer->bytes(), state.stream));
+      return;
+    }
+    const float one = 1.0f;
+    const float zero = 0.0f;
+    const cublasOperation_t opB = s_.transposeB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opA = s_.transposeA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int n = static_cast<int>(s_.n);
+    const int k = static_cast<int>(s_.k);
+    const int ldb = static_cast<int>(s_.transposeB ? s_.k : s_.n);
+    const int lda = static_cast<int>(s_.transposeA ? s_.m : s_.k);
+    if (s_.batch == 1 || foldsBatch()) {
+      const int rows = static_cast<int>(s_.batch * s_.m);
+      DGEMMA_CUBLAS_CHECK(cublasSgemm(state.cublas, opB, opA, n, rows, k, &one, b, ldb, a, lda, &zero, c, n));
+      return;
+    }
+    const long long strideA = s_.m * s_.k;
+    const long long strideB = s_.sharedB ? 0 : s_.k * s_.n;
+    const long long strideC = s_.m * s_.n;
+    DGEMMA_CUBLAS_CHECK(cublasSgemmStridedBatched(state.cublas, opB, opA, n, static_cast<int>(s_.m), k, &one, b, ldb,
+                                                  strideB, a, lda, strideA, &zero, c, n, strideC,
+                                                  static_cast<int>(s_.batch)));
+  }
+
+  // A shared b and an untransposed a: the batches of a are consecutive rows of one [batch*M, K].
+  bool foldsBatch() const {
+    return s_.sharedB && !s_.transposeA && s_.batch * s_.m <= std::numeric_limits<int>::max();
+  }
+
+ private:
+  GemmShape s_;
+};
+
+std::unique_ptr<Kernel> makeMatmul(const KernelSignature& signature) {
+  expectArity(signature, 2, 1);
+  const Buffer& a = *signature.inputs[0];
+  const Buffer& b = *signature.inputs[1];
+  const Buffer& c = *signature.outputs[0];
+  cuda::expectF32(signature, a, "a");
+  cuda::expectF32(signature, b, "b");
+  cuda::expectF32(signature, c, "c");
+  GemmShape s;
+  s.transposeA = attrBool(signature, "transpose_a", false);
+  s.transposeB = attrBool(signature, "transpose_b", false);
+  const size_t rank = a.shape.size();
+  if (rank < 2) failSignature(signature, "matmul: a must have rank >= 2, got " + shapeToString(a.shape));
+  const std::vector<int64_t> batchDims(a.shape.begin(), a.shape.end() - 2);
+  s.m = s.transposeA ? a.shape[rank - 1] : a.shape[rank - 2];
+  s.k = s.transposeA ? a.shape[rank - 2] : a.shape[rank - 1];
+  if (b.shape.size() == 2) {
+    s.sharedB = true;
+  } else if (b.shape.size() == rank && std::vector<int64_t>(b.shape.begin(), b.shape.end() - 2) == batchDims) {
+    s.sharedB = false;
+  } else {
+    failSignature(signature, "matmul: b " + shapeToString(b.shape) + " must be 2-D or have a's batch dims " +
+                                 shapeToString(batchDims) + " (a is " + shapeToString(a.shape) + ")");
+  }
+  const size_t bRank = b.shape.size();
+  const int64_t kB = s.transposeB ? b.shape[bRank - 1] : b.shape[bRank - 2];
+  s.n = s.transposeB ? b.shape[bRank - 2] : b.shape[bRank - 1];
+  if (kB != s.k)
+    failSignature(signature, "matmul: contraction dims differ: a " + shapeToString(a.shape) +
+                                 (s.transposeA ? " (transposed)" : "") + " has K = " + std::to_string(s.k) + ", b " +
+                                 shapeToString(b.shape) + (s.transposeB ? " (transposed)" : "") + " has K = " +
+                                 std::to_string(kB));
+  std::vector<int64_t> cShape = batchDims;
+  cShape.push_back(s.m);
+  cShape.push_back(s.n);
+  cuda::expectShape(signature, c, cShape, "c");
+  s.batch = numElementsOf(batchDims);
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (s.m > kIntMax || s.n > kIntMax || s.k > kIntMax || s.batch > kIntMax)
+    failSignature(signature, "matmul: dimensions exceed the 32-bit limits of cuBLAS (batch " + std::to_string(s.batch) +
+                                 ", M " + std::to_string(s.m) + ", N " + std::to_string(s.n) + ", K " +
+                                 std::to_string(s.k) + ")");
+  return std::make_unique<MatmulCuda>(s);
+}
+
+}  // namespace
+
+void registerMatmulCudaKernels(KernelRegistry& registry) { registry.add("matmul", makeMatmul); }
+
+}  // namespace dgemma

@@ -1,0 +1,45 @@
+#include "runtime/plan/Plan.h"
+
+#include <limits>
+
+#include "runtime/core/HostTensor.h"
+
+namespace dgemma {
+
+int64_t Buffer::numElements() const { return numElementsOf(shape); }
+
+std::string EntryPoint::key() const {
+  if (bucket.empty()) return name;
+  std::string text = name + "[";
+  bool first = true;
+  for (const auto& [dimension, size] : bucket) {
+    text += (first ? "" : ",") + dimension + "=" + std::to_string(size);
+    first = false;
+  }
+  return text + "]";
+}
+
+const EntryPoint* Plan::selectEntry(const std::string& name, const std::map<std::string, int64_t>& sizes) const {
+  const EntryPoint* best = nullptr;
+  int64_t bestTotal = std::numeric_limits<int64_t>::max();
+  for (const EntryPoint& entry : entryPoints) {
+    if (entry.name != name) continue;
+    bool fits = true;
+    int64_t total = 0;
+    for (const auto& [dimension, size] : sizes) {
+      auto it = entry.bucket.find(dimension);
+      if (it == entry.bucket.end() || it->second < size) {
+        fits = false;
+        break;
+      }
+      total += it->second;
+    }
+    if (fits && total < bestTotal) {
+      best = &entry;
+      bestTotal = total;
+    }
+  }
+  return best;
+}
+
+}  // namespace dgemma

@@ -1,0 +1,134 @@
+// The in-memory form of a plan: what one rank executes. Written by dgemma-compile, read by
+// dgemma-run. The file format around it is described in docs/plan-format.md; this header is the
+// authoritative list of fields.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/DType.h"
+
+namespace dgemma {
+
+inline constexpr uint32_t kPlanFormatVersion = 1;
+
+struct MeshAxis {
+  std::string name;  // "dp", "tp", "ep", ...
+  int64_t size = 1;
+  int64_t coord = 0;  // this rank's position along the axis
+};
+
+// A contiguous region of memory. Persistent arenas hold parameters and constants for the plan's
+// lifetime; the scratch arena is reused by every entry point (only one runs at a time).
+struct Arena {
+  std::string name;
+  bool persistent = false;
+  uint64_t bytes = 0;
+  uint64_t alignment = 64;
+};
+
+// Steps [first, last] of one entry point during which a scratch buffer holds a live value.
+struct Lifetime {
+  std::string entry;  // entry-point key (see EntryPoint::key)
+  int64_t first = 0;
+  int64_t last = 0;
+};
+
+struct Buffer {
+  int64_t id = 0;
+  std::string name;  // for diagnostics only
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t arena = 0;  // index into Plan::arenas
+  uint64_t offset = 0;
+  std::optional<Lifetime> lifetime;  // absent: persistent
+  std::optional<int64_t> aliasOf;    // a view (reshape) of another buffer's bytes
+
+  int64_t numElements() const;
+  uint64_t bytes() const { return static_cast<uint64_t>(numElements()) * dtypeSize(dtype); }
+};
+
+// This rank's slice of a parameter: global shape and the box [offset, offset + shape) it holds.
+struct Parameter {
+  std::string name;  // HF checkpoint name
+  int64_t buffer = 0;
+  std::vector<int64_t> globalShape;
+  std::vector<int64_t> shardOffset;
+  std::vector<int64_t> shardShape;
+  bool trainable = true;
+  nlohmann::json init;  // {"kind": "normal", "std": 0.02} / {"kind": "ones"} / ...
+};
+
+// Initial contents of a persistent buffer, stored in a binary section.
+struct Constant {
+  int64_t buffer = 0;
+  int64_t section = 0;
+  uint64_t offset = 0;  // within the section
+  uint64_t bytes = 0;
+};
+
+struct BinarySection {
+  std::string name;
+  std::vector<uint8_t> data;
+};
+
+// One entry in an entry point's ordered step list: a kernel launch or a collective.
+struct Step {
+  enum class Kind { Kernel, Collective };
+  Kind kind = Kind::Kernel;
+  std::string op;         // kernel name ("matmul") or collective ("all_reduce")
+  nlohmann::json attrs = nlohmann::json::object();
+  std::vector<int64_t> inputs;   // buffer ids
+  std::vector<int64_t> outputs;  // buffer ids
+  std::string axis;       // collectives: the mesh axis that forms the group
+  int64_t stream = 0;     // execution stream; the CPU backend runs all streams in order
+  std::vector<int64_t> waitEvents;    // events this step waits on before starting
+  std::vector<int64_t> signalEvents;  // events recorded after this step
+  std::string location;   // "file:line:col" of the IR op it came from, for diagnostics
+};
+
+struct NamedBuffer {
+  std::string name;
+  int64_t buffer = 0;
+};
+
+// Plans are shape-specialised: an entry point is compiled for one bucket of dynamic sizes, and a
+// plan may carry the same function for several buckets (e.g. prompt lengths 128, 256, 512).
+struct EntryPoint {
+  std::string name;                     // "forward", "train_step", ...
+  std::map<std::string, int64_t> bucket;  // {"micro_batch": 2, "prompt_len": 128, ...}
+  std::vector<NamedBuffer> inputs;
+  std::vector<NamedBuffer> outputs;
+  std::vector<Step> steps;
+  int64_t numStreams = 1;
+  int64_t numEvents = 0;
+
+  // "forward" for an entry without a bucket, else "forward[micro_batch=2,prompt_len=128]".
+  std::string key() const;
+};
+
+struct Plan {
+  uint32_t version = kPlanFormatVersion;
+  std::string producer;
+  int64_t rank = 0;
+  int64_t worldSize = 1;
+  std::vector<MeshAxis> mesh;
+  std::vector<Arena> arenas;
+  std::vector<Buffer> buffers;  // buffers[i].id == i
+  std::vector<Parameter> parameters;
+  std::vector<Constant> constants;
+  std::vector<BinarySection> sections;
+  std::vector<EntryPoint> entryPoints;
+  nlohmann::json metadata = nlohmann::json::object();  // model config, compile flags: informational
+
+  // The entry named `name` whose bucket fits `sizes` with the least padding: every bucket dimension
+  // must be >= the requested size; among those, the smallest total. nullptr if none fits.
+  const EntryPoint* selectEntry(const std::string& name, const std::map<std::string, int64_t>& sizes) const;
+};
+
+}  // namespace dgemma

@@ -1,0 +1,287 @@
+// JSON header <-> Plan. Reading reports the exact field path of the first problem.
+#include <sstream>
+
+#include "runtime/core/Error.h"
+#include "runtime/plan/PlanFile.h"
+
+namespace dgemma {
+
+using nlohmann::json;
+
+namespace {
+
+// Reads typed fields out of a JSON object, naming "SOURCE: path.to.field" in every error.
+class FieldReader {
+ public:
+  FieldReader(const json& node, std::string source, std::string path)
+      : node_(node), source_(std::move(source)), path_(std::move(path)) {
+    if (!node_.is_object()) fail("expected an object");
+  }
+
+  [[noreturn]] void fail(const std::string& message, const std::string& field = "") const {
+    std::string where = path_;
+    if (!field.empty()) where += (where.empty() ? "" : ".") + field;
+    throw InputError(source_ + ": " + (where.empty() ? "header" : where) + ": " + message);
+  }
+
+  bool has(const std::string& key) const { return node_.contains(key); }
+
+  const json& raw(const std::string& key) const {
+    auto it = node_.find(key);
+    if (it == node_.end()) fail("missing", key);
+    return *it;
+  }
+
+  int64_t integer(const std::string& key) const {
+    const json& value = raw(key);
+    if (!value.is_number_integer()) fail("expected an integer", key);
+    return value.get<int64_t>();
+  }
+  int64_t nonNegative(const std::string& key) const {
+    int64_t value = integer(key);
+    if (value < 0) fail("expected a non-negative integer, got " + std::to_string(value), key);
+    return value;
+  }
+  std::string string(const std::string& key) const {
+    const json& value = raw(key);
+    if (!value.is_string()) fail("expected a string", key);
+    return value.get<std::string>();
+  }
+  bool boolean(const std::string& key) const {
+    const json& value = raw(key);
+    if (!value.is_boolean()) fail("expected true or false", key);
+    return value.get<bool>();
+  }
+  std::vector<int64_t> integers(const std::string& key) const {
+    const json& value = raw(key);
+    if (!value.is_array()) fail("expected an array of integers", key);
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (!value[i].is_number_integer()) fail("expected an integer", key + "[" + std::to_string(i) + "]");
+      out.push_back(value[i].get<int64_t>());
+    }
+    return out;
+  }
+  const json& array(const std::string& key) const {
+    const json& value = raw(key);
+    if (!value.is_array()) fail("expected an array", key);
+    return value;
+  }
+  FieldReader child(const std::string& key) const { return FieldReader(raw(key), source_, join(key)); }
+  FieldReader element(const std::string& key, size_t index) const {
+    return FieldReader(array(key)[index], source_, join(key) + "[" + std::to_string(index) + "]");
+  }
+  const json& node() const { return node_; }
+
+ private:
+  std::string join(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  const json& node_;
+  std::string source_;
+  std::string path_;
+};
+
+json stepToJson(const Step& step) {
+  json node = {{"kind", step.kind == Step::Kind::Kernel ? "kernel" : "collective"},
+               {"op", step.op},
+               {"attrs", step.attrs},
+               {"inputs", step.inputs},
+               {"outputs", step.outputs},
+               {"stream", step.stream},
+               {"wait", step.waitEvents},
+               {"signal", step.signalEvents}};
+  if (step.kind == Step::Kind::Collective) node["axis"] = step.axis;
+  if (!step.location.empty()) node["loc"] = step.location;
+  return node;
+}
+
+Step stepFromJson(const FieldReader& reader) {
+  Step step;
+  std::string kind = reader.string("kind");
+  if (kind == "kernel") {
+    step.kind = Step::Kind::Kernel;
+  } else if (kind == "collective") {
+    step.kind = Step::Kind::Collective;
+    step.axis = reader.string("axis");
+  } else {
+    reader.fail("expected \"kernel\" or \"collective\", got \"" + kind + "\"", "kind");
+  }
+  step.op = reader.string("op");
+  step.attrs = reader.raw("attrs");
+  if (!step.attrs.is_object()) reader.fail("expected an object", "attrs");
+  step.inputs = reader.integers("inputs");
+  step.outputs = reader.integers("outputs");
+  step.stream = reader.nonNegative("stream");
+  step.waitEvents = reader.integers("wait");
+  step.signalEvents = reader.integers("signal");
+  if (reader.has("loc")) step.location = reader.string("loc");
+  return step;
+}
+
+json namedBuffersToJson(const std::vector<NamedBuffer>& named) {
+  json list = json::array();
+  for (const NamedBuffer& entry : named) list.push_back({{"name", entry.name}, {"buffer", entry.buffer}});
+  return list;
+}
+
+std::vector<NamedBuffer> namedBuffersFromJson(const FieldReader& reader, const std::string& key) {
+  std::vector<NamedBuffer> named;
+  for (size_t i = 0; i < reader.array(key).size(); ++i) {
+    FieldReader item = reader.element(key, i);
+    named.push_back({item.string("name"), item.nonNegative("buffer")});
+  }
+  return named;
+}
+
+}  // namespace
+
+json planToJson(const Plan& plan) {
+  json root;
+  root["format"] = "dgemma-plan";
+  root["version"] = plan.version;
+  root["producer"] = plan.producer;
+  root["rank"] = plan.rank;
+  root["world_size"] = plan.worldSize;
+
+  json mesh = json::array();
+  for (const MeshAxis& axis : plan.mesh) mesh.push_back({{"name", axis.name}, {"size", axis.size}, {"coord", axis.coord}});
+  root["mesh"] = mesh;
+
+  json arenas = json::array();
+  for (const Arena& arena : plan.arenas)
+    arenas.push_back({{"name", arena.name},
+                      {"persistent", arena.persistent},
+                      {"bytes", arena.bytes},
+                      {"alignment", arena.alignment}});
+  root["arenas"] = arenas;
+
+  json buffers = json::array();
+  for (const Buffer& buffer : plan.buffers) {
+    json node = {{"id", buffer.id},
+                 {"name", buffer.name},
+                 {"dtype", std::string(dtypeName(buffer.dtype))},
+                 {"shape", buffer.shape},
+                 {"arena", buffer.arena},
+                 {"offset", buffer.offset}};
+    if (buffer.lifetime)
+      node["lifetime"] = {{"entry", buffer.lifetime->entry}, {"first", buffer.lifetime->first}, {"last", buffer.lifetime->last}};
+    if (buffer.aliasOf) node["alias_of"] = *buffer.aliasOf;
+    buffers.push_back(node);
+  }
+  root["buffers"] = buffers;
+
+  json parameters = json::array();
+  for (const Parameter& parameter : plan.parameters)
+    parameters.push_back({{"name", parameter.name},
+                          {"buffer", parameter.buffer},
+                          {"global_shape", parameter.globalShape},
+                          {"shard_offset", parameter.shardOffset},
+                          {"shard_shape", parameter.shardShape},
+                          {"trainable", parameter.trainable},
+                          {"init", parameter.init}});
+  root["parameters"] = parameters;
+
+  json constants = json::array();
+  for (const Constant& constant : plan.constants)
+    constants.push_back({{"buffer", constant.buffer},
+                         {"section", constant.section},
+                         {"offset", constant.offset},
+                         {"bytes", constant.bytes}});
+  root["constants"] = constants;
+
+  json entries = json::array();
+  for (const EntryPoint& entry : plan.entryPoints) {
+    json steps = json::array();
+    for (const Step& step : entry.steps) steps.push_back(stepToJson(step));
+    entries.push_back({{"name", entry.name},
+                       {"bucket", entry.bucket},
+                       {"inputs", namedBuffersToJson(entry.inputs)},
+                       {"outputs", namedBuffersToJson(entry.outputs)},
+                       {"streams", entry.numStreams},
+                       {"events", entry.numEvents},
+                       {"steps", steps}});
+  }
+  root["entry_points"] = entries;
+  root["metadata"] = plan.metadata;
+  // "sections" (name, offset, bytes) is added by serializePlan, which knows the layout.
+  return root;
+}
+
+Plan planFromJson(const json& header, const std::string& source) {
+  FieldReader root(header, source, "");
+  if (root.string("format") != "dgemma-plan") root.fail("expected \"dgemma-plan\"", "format");
+  Plan plan;
+  plan.version = static_cast<uint32_t>(root.nonNegative("version"));
+  if (plan.version != kPlanFormatVersion)
+    root.fail("version " + std::to_string(plan.version) + " is not supported (this dgemma reads version " +
+                  std::to_string(kPlanFormatVersion) + ")",
+              "version");
+  plan.producer = root.string("producer");
+  plan.rank = root.nonNegative("rank");
+  plan.worldSize = root.nonNegative("world_size");
+
+  for (size_t i = 0; i < root.array("mesh").size(); ++i) {
+    FieldReader axis = root.element("mesh", i);
+    plan.mesh.push_back({axis.string("name"), axis.nonNegative("size"), axis.nonNegative("coord")});
+  }
+  for (size_t i = 0; i < root.array("arenas").size(); ++i) {
+    FieldReader arena = root.element("arenas", i);
+    plan.arenas.push_back({arena.string("name"), arena.boolean("persistent"),
+                           static_cast<uint64_t>(arena.nonNegative("bytes")),
+                           static_cast<uint64_t>(arena.nonNegative("alignment"))});
+  }
+  for (size_t i = 0; i < root.array("buffers").size(); ++i) {
+    FieldReader node = root.element("buffers", i);
+    Buffer buffer;
+    buffer.id = node.nonNegative("id");
+    buffer.name = node.string("name");
+    std::string dtype = node.string("dtype");
+    auto parsed = parseDType(dtype);
+    if (!parsed) node.fail("unknown dtype \"" + dtype + "\"", "dtype");
+    buffer.dtype = *parsed;
+    buffer.shape = node.integers("shape");
+    buffer.arena = node.nonNegative("arena");
+    buffer.offset = static_cast<uint64_t>(node.nonNegative("offset"));
+    if (node.has("lifetime")) {
+      FieldReader lifetime = node.child("lifetime");
+      buffer.lifetime = Lifetime{lifetime.string("entry"), lifetime.nonNegative("first"), lifetime.nonNegative("last")};
+    }
+    if (node.has("alias_of")) buffer.aliasOf = node.nonNegative("alias_of");
+    plan.buffers.push_back(std::move(buffer));
+  }
+  for (size_t i = 0; i < root.array("parameters").size(); ++i) {
+    FieldReader node = root.element("parameters", i);
+    Parameter parameter;
+    parameter.name = node.string("name");
+    parameter.buffer = node.nonNegative("buffer");
+    parameter.globalShape = node.integers("global_shape");
+    parameter.shardOffset = node.integers("shard_offset");
+    parameter.shardShape = node.integers("shard_shape");
+    parameter.trainable = node.boolean("trainable");
+    parameter.init = node.raw("init");
+    plan.parameters.push_back(std::move(parameter));
+  }
+  for (size_t i = 0; i < root.array("constants").size(); ++i) {
+    FieldReader node = root.element("constants", i);
+    plan.constants.push_back({node.nonNegative("buffer"), node.nonNegative("section"),
+                              static_cast<uint64_t>(node.nonNegative("offset")),
+                              static_cast<uint64_t>(node.nonNegative("bytes"))});
+  }
+  for (size_t i = 0; i < root.array("entry_points").size(); ++i) {
+    FieldReader node = root.element("entry_points", i);
+    EntryPoint entry;
+    entry.name = node.string("name");
+    FieldReader bucket = node.child("bucket");
+    for (const auto& [dimension, size] : bucket.node().items()) entry.bucket[dimension] = bucket.nonNegative(dimension);
+    entry.inputs = namedBuffersFromJson(node, "inputs");
+    entry.outputs = namedBuffersFromJson(node, "outputs");
+    entry.numStreams = node.nonNegative("streams");
+    entry.numEvents = node.nonNegative("events");
+    for (size_t s = 0; s < node.array("steps").size(); ++s) entry.steps.push_back(stepFromJson(node.element("steps", s)));
+    plan.entryPoints.push_back(std::move(entry));
+  }
+  plan.metadata = root.has("metadata") ? root.raw("metadata") : json::object();
+  return plan;
+}
+
+}  // namespace dgemma

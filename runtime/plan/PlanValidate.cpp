@@ -1,0 +1,200 @@
+// Structural checks of a plan: everything the executor relies on without checking again.
+#include <algorithm>
+#include <set>
+
+#include "runtime/core/Error.h"
+#include "runtime/plan/PlanFile.h"
+
+namespace dgemma {
+
+namespace {
+
+class PlanChecker {
+ public:
+  PlanChecker(const Plan& plan, const std::string& source) : plan_(plan), source_(source) {}
+
+  void run() {
+    checkMesh();
+    checkArenas();
+    checkBuffers();
+    checkParameters();
+    checkConstants();
+    checkEntryPoints();
+    checkOverlaps();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& where, const std::string& message) const {
+    throw InputError(source_ + ": " + where + ": " + message);
+  }
+
+  static std::string at(const std::string& list, size_t index) { return list + "[" + std::to_string(index) + "]"; }
+
+  void checkMesh() {
+    if (plan_.worldSize < 1) fail("world_size", "expected at least 1");
+    if (plan_.rank >= plan_.worldSize)
+      fail("rank", std::to_string(plan_.rank) + " is not below world_size " + std::to_string(plan_.worldSize));
+    int64_t product = 1;
+    std::set<std::string> names;
+    for (size_t i = 0; i < plan_.mesh.size(); ++i) {
+      const MeshAxis& axis = plan_.mesh[i];
+      if (!names.insert(axis.name).second) fail(at("mesh", i), "axis \"" + axis.name + "\" appears twice");
+      if (axis.size < 1) fail(at("mesh", i) + ".size", "expected at least 1");
+      if (axis.coord >= axis.size)
+        fail(at("mesh", i) + ".coord", std::to_string(axis.coord) + " is outside the axis of size " + std::to_string(axis.size));
+      product *= axis.size;
+    }
+    if (!plan_.mesh.empty() && product != plan_.worldSize)
+      fail("mesh", "axis sizes multiply to " + std::to_string(product) + ", world_size is " + std::to_string(plan_.worldSize));
+  }
+
+  void checkArenas() {
+    for (size_t i = 0; i < plan_.arenas.size(); ++i) {
+      uint64_t alignment = plan_.arenas[i].alignment;
+      if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+        fail(at("arenas", i) + ".alignment", "expected a power of two, got " + std::to_string(alignment));
+    }
+  }
+
+  void checkBuffers() {
+    for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+      const Buffer& buffer = plan_.buffers[i];
+      std::string where = at("buffers", i);
+      if (buffer.id != static_cast<int64_t>(i)) fail(where + ".id", "expected " + std::to_string(i) + " (ids are positions)");
+      for (int64_t dim : buffer.shape)
+        if (dim < 0) fail(where + ".shape", "negative dimension " + std::to_string(dim));
+      if (buffer.arena >= static_cast<int64_t>(plan_.arenas.size()))
+        fail(where + ".arena", "no arena " + std::to_string(buffer.arena) + " (plan has " + std::to_string(plan_.arenas.size()) + ")");
+      const Arena& arena = plan_.arenas[buffer.arena];
+      if (buffer.offset % dtypeSize(buffer.dtype) != 0)
+        fail(where + ".offset", std::to_string(buffer.offset) + " is not aligned to the element size");
+      if (buffer.offset > arena.bytes || buffer.bytes() > arena.bytes - buffer.offset)
+        fail(where + ".offset", std::to_string(buffer.offset) + " + " + std::to_string(buffer.bytes()) + " bytes exceeds arena \"" +
+                                    arena.name + "\" of " + std::to_string(arena.bytes) + " bytes");
+      if (arena.persistent == buffer.lifetime.has_value())
+        fail(where + ".lifetime", arena.persistent ? "a buffer in a persistent arena has no lifetime"
+                                                   : "a buffer in a scratch arena needs a lifetime");
+      if (buffer.aliasOf) {
+        if (*buffer.aliasOf >= static_cast<int64_t>(plan_.buffers.size()) || *buffer.aliasOf == buffer.id)
+          fail(where + ".alias_of", "no such other buffer " + std::to_string(*buffer.aliasOf));
+        const Buffer& target = plan_.buffers[*buffer.aliasOf];
+        if (target.arena != buffer.arena || target.offset != buffer.offset || target.bytes() != buffer.bytes())
+          fail(where + ".alias_of", "a view must cover exactly the bytes of buffer " + std::to_string(target.id));
+      }
+    }
+  }
+
+  const Buffer& bufferAt(int64_t id, const std::string& where) const {
+    if (id < 0 || id >= static_cast<int64_t>(plan_.buffers.size()))
+      fail(where, "no buffer " + std::to_string(id) + " (plan has " + std::to_string(plan_.buffers.size()) + ")");
+    return plan_.buffers[id];
+  }
+
+  void checkParameters() {
+    std::set<std::string> names;
+    for (size_t i = 0; i < plan_.parameters.size(); ++i) {
+      const Parameter& parameter = plan_.parameters[i];
+      std::string where = at("parameters", i);
+      if (!names.insert(parameter.name).second) fail(where + ".name", "\"" + parameter.name + "\" appears twice");
+      const Buffer& buffer = bufferAt(parameter.buffer, where + ".buffer");
+      if (buffer.lifetime) fail(where + ".buffer", "a parameter must live in a persistent arena");
+      size_t rank = parameter.globalShape.size();
+      if (parameter.shardOffset.size() != rank || parameter.shardShape.size() != rank)
+        fail(where, "global_shape, shard_offset and shard_shape must have the same rank");
+      for (size_t d = 0; d < rank; ++d)
+        if (parameter.shardOffset[d] < 0 || parameter.shardShape[d] < 0 ||
+            parameter.shardOffset[d] + parameter.shardShape[d] > parameter.globalShape[d])
+          fail(where + ".shard_offset", "the shard box leaves the global shape in dimension " + std::to_string(d));
+      if (buffer.shape != parameter.shardShape) fail(where + ".shard_shape", "differs from the shape of its buffer");
+    }
+  }
+
+  void checkConstants() {
+    for (size_t i = 0; i < plan_.constants.size(); ++i) {
+      const Constant& constant = plan_.constants[i];
+      std::string where = at("constants", i);
+      const Buffer& buffer = bufferAt(constant.buffer, where + ".buffer");
+      if (buffer.lifetime) fail(where + ".buffer", "a constant must live in a persistent arena");
+      if (constant.section < 0 || constant.section >= static_cast<int64_t>(plan_.sections.size()))
+        fail(where + ".section", "no section " + std::to_string(constant.section));
+      uint64_t sectionBytes = plan_.sections[constant.section].data.size();
+      if (constant.offset > sectionBytes || constant.bytes > sectionBytes - constant.offset)
+        fail(where + ".offset", "range leaves section \"" + plan_.sections[constant.section].name + "\"");
+      if (constant.bytes != buffer.bytes())
+        fail(where + ".bytes", std::to_string(constant.bytes) + " differs from the buffer's " + std::to_string(buffer.bytes()));
+    }
+  }
+
+  void checkOperand(const EntryPoint& entry, int64_t stepIndex, int64_t id, const std::string& where) const {
+    const Buffer& buffer = bufferAt(id, where);
+    if (!buffer.lifetime) return;
+    if (buffer.lifetime->entry != entry.key())
+      fail(where, "buffer " + std::to_string(id) + " belongs to entry \"" + buffer.lifetime->entry + "\"");
+    if (stepIndex < buffer.lifetime->first || stepIndex > buffer.lifetime->last)
+      fail(where, "buffer " + std::to_string(id) + " is used at step " + std::to_string(stepIndex) + " outside its lifetime [" +
+                      std::to_string(buffer.lifetime->first) + ", " + std::to_string(buffer.lifetime->last) + "]");
+  }
+
+  void checkEntryPoints() {
+    std::set<std::string> keys;
+    std::set<std::string> axes;
+    for (const MeshAxis& axis : plan_.mesh) axes.insert(axis.name);
+    for (size_t e = 0; e < plan_.entryPoints.size(); ++e) {
+      const EntryPoint& entry = plan_.entryPoints[e];
+      std::string where = at("entry_points", e);
+      if (!keys.insert(entry.key()).second) fail(where, "entry \"" + entry.key() + "\" appears twice");
+      if (entry.numStreams < 1) fail(where + ".streams", "expected at least 1");
+      int64_t lastStep = static_cast<int64_t>(entry.steps.size()) - 1;
+      for (size_t i = 0; i < entry.inputs.size(); ++i) checkOperand(entry, 0, entry.inputs[i].buffer, at(where + ".inputs", i));
+      for (size_t i = 0; i < entry.outputs.size(); ++i)
+        checkOperand(entry, std::max<int64_t>(lastStep, 0), entry.outputs[i].buffer, at(where + ".outputs", i));
+      for (size_t s = 0; s < entry.steps.size(); ++s) {
+        const Step& step = entry.steps[s];
+        std::string stepWhere = at(where + ".steps", s);
+        if (step.op.empty()) fail(stepWhere + ".op", "empty");
+        for (size_t i = 0; i < step.inputs.size(); ++i) checkOperand(entry, s, step.inputs[i], at(stepWhere + ".inputs", i));
+        for (size_t i = 0; i < step.outputs.size(); ++i) checkOperand(entry, s, step.outputs[i], at(stepWhere + ".outputs", i));
+        if (step.stream >= entry.numStreams) fail(stepWhere + ".stream", "no stream " + std::to_string(step.stream));
+        for (int64_t event : step.waitEvents)
+          if (event < 0 || event >= entry.numEvents) fail(stepWhere + ".wait", "no event " + std::to_string(event));
+        for (int64_t event : step.signalEvents)
+          if (event < 0 || event >= entry.numEvents) fail(stepWhere + ".signal", "no event " + std::to_string(event));
+        if (step.kind == Step::Kind::Collective && !axes.count(step.axis))
+          fail(stepWhere + ".axis", "no mesh axis \"" + step.axis + "\"");
+      }
+    }
+  }
+
+  // Two buffers may share bytes only if they are never live together: persistent buffers never
+  // share, scratch buffers share only across entry points or disjoint step ranges. Views share with
+  // the buffer they view.
+  void checkOverlaps() const {
+    std::vector<const Buffer*> owners;
+    for (const Buffer& buffer : plan_.buffers)
+      if (!buffer.aliasOf && buffer.bytes() > 0) owners.push_back(&buffer);
+    std::sort(owners.begin(), owners.end(), [](const Buffer* a, const Buffer* b) {
+      return std::tie(a->arena, a->offset) < std::tie(b->arena, b->offset);
+    });
+    for (size_t i = 0; i < owners.size(); ++i) {
+      const Buffer& a = *owners[i];
+      for (size_t j = i + 1; j < owners.size() && owners[j]->arena == a.arena && owners[j]->offset < a.offset + a.bytes(); ++j) {
+        const Buffer& b = *owners[j];
+        bool bothLive = !a.lifetime || !b.lifetime ||
+                        (a.lifetime->entry == b.lifetime->entry && a.lifetime->first <= b.lifetime->last &&
+                         b.lifetime->first <= a.lifetime->last);
+        if (bothLive)
+          fail("buffers[" + std::to_string(b.id) + "]",
+               "overlaps buffer " + std::to_string(a.id) + " in arena \"" + plan_.arenas[a.arena].name + "\" while both are live");
+      }
+    }
+  }
+
+  const Plan& plan_;
+  const std::string& source_;
+};
+
+}  // namespace
+
+void validatePlan(const Plan& plan, const std::string& source) { PlanChecker(plan, source).run(); }
+
+}  // namespace dgemma

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs dgemma's build and test dependencies on Debian 12 (bookworm). Idempotent: when every
+# package is already present it only runs `dpkg-query` and returns in well under a second.
+set -euo pipefail
+
+# MLIR is pinned to 19: installing libmlir-22 silently removes libmlir-19 (they conflict), see
+# ../shared/reference/toolchain.md §2.
+packages=(
+  build-essential cmake ninja-build pkg-config python3
+  libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
+  nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
+  libopenblas-dev libgloo-dev libsentencepiece-dev libxxhash-dev libzstd-dev
+  libpng-dev libjpeg-dev libstb-dev
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ $status == "install ok installed" ]] || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

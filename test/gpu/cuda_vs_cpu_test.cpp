@@ -1,0 +1,556 @@
+// The CUDA kernels against their CPU twins on the same random inputs, the CUDA backend's memory /
+// stream / event primitives, and the CUDA factories' plan-load checks.
+//
+// Tests that need a device GTEST_SKIP (naming the reason) when none is usable; the factory tests and
+// the backend-creation test run everywhere.
+//
+// Tolerances (relative to the CPU result unless said otherwise):
+//  - add, mul: 1e-6 (both sides are single IEEE operations: they agree exactly);
+//  - gelu_tanh: 1e-6 of max(|y|, |x|): tanhf differs by an ulp or two between libdevice and libm,
+//    and 1 + tanh cancels for negative x, so the error scales with |x|, not with |y|;
+//  - rms_norm, softmax: 1e-6 for rows of up to 64 elements, growing as sqrt(cols / 64) beyond: the
+//    CPU may sum a row sequentially and the GPU sums it as a tree, and the f32 rounding of two
+//    summation orders differs by about sqrt(cols) ulps (measured: ~1e-6 at 257 columns);
+//  - matmul: 1e-5 of sum_k |a_ik| |b_kj| (the natural scale of a dot product's rounding error), with
+//    cuBLAS in pedantic math mode (no TF32; the test also checks the backend did not enable TF32).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "runtime/backend/Backend.h"
+#include "runtime/backend/Kernel.h"
+#include "runtime/backends/cuda/CudaBackend.h"
+#include "runtime/backends/cuda/CudaCommon.h"
+#include "runtime/core/Error.h"
+#include "runtime/core/HostTensor.h"
+#include "runtime/core/ThreadPool.h"
+#include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/CudaKernels.h"
+
+namespace dgemma {
+namespace {
+
+// ---- plan-side scaffolding: a step, its buffers and the signature the factories see -------------
+
+struct StepSetup {
+  Step step;
+  std::deque<Buffer> buffers;  // stable addresses: signatures point into it
+  std::vector<const Buffer*> inputs;
+  std::vector<const Buffer*> outputs;
+
+  StepSetup(const std::string& op, nlohmann::json attrs) {
+    step.op = op;
+    step.attrs = attrs.is_null() ? nlohmann::json::object() : std::move(attrs);
+    step.location = "cuda_vs_cpu_test";
+  }
+  const Buffer* add(DType dtype, std::vector<int64_t> shape, bool output) {
+    Buffer buffer;
+    buffer.id = static_cast<int64_t>(buffers.size());
+    buffer.name = (output ? "out" : "in") + std::to_string(buffer.id);
+    buffer.dtype = dtype;
+    buffer.shape = std::move(shape);
+    buffers.push_back(std::move(buffer));
+    const Buffer* added = &buffers.back();
+    (output ? outputs : inputs).push_back(added);
+    (output ? step.outputs : step.inputs).push_back(added->id);
+    return added;
+  }
+  StepSetup& in(std::vector<int64_t> shape, DType dtype = DType::F32) {
+    add(dtype, std::move(shape), false);
+    return *this;
+  }
+  StepSetup& out(std::vector<int64_t> shape, DType dtype = DType::F32) {
+    add(dtype, std::move(shape), true);
+    return *this;
+  }
+  KernelSignature signature() const {
+    KernelSignature signature;
+    signature.step = &step;
+    signature.inputs = inputs;
+    signature.outputs = outputs;
+    signature.where = "test step (" + step.op + ")";
+    return signature;
+  }
+};
+
+std::unique_ptr<Kernel> makeKernel(const KernelRegistry& registry, const StepSetup& setup) {
+  const KernelFactory* factory = registry.find(setup.step.op);
+  if (factory == nullptr) throw std::runtime_error("no kernel named " + setup.step.op);
+  return (*factory)(setup.signature());
+}
+
+const KernelRegistry& cpuRegistry() {
+  static const KernelRegistry registry = [] {
+    KernelRegistry r;
+    registerCpuKernels(r);
+    return r;
+  }();
+  return registry;
+}
+
+const KernelRegistry& cudaRegistry() {
+  static const KernelRegistry registry = [] {
+    KernelRegistry r;
+    registerCudaKernels(r);
+    return r;
+  }();
+  return registry;
+}
+
+std::vector<float> randomFloats(int64_t count, uint32_t seed, float low = -2.0f, float high = 2.0f) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& value : values) value = distribution(generator);
+  return values;
+}
+
+// ---- the CUDA backend, created once; tests that need it skip when it cannot be created ---------
+
+struct SharedBackend {
+  std::unique_ptr<Backend> backend;
+  std::string skipReason;  // no usable device: skip
+  bool broken = false;     // a device, but setting it up failed: fail
+};
+
+SharedBackend& sharedBackend() {
+  static SharedBackend shared = [] {
+    SharedBackend s;
+    try {
+      s.backend = createCudaBackend(0);
+    } catch (const RuntimeError& error) {  // no usable device (or none this build can run on)
+      s.skipReason = error.what();
+      return s;
+    }
+    try {
+      s.backend->prepareStreams(2, 2);
+      // Pedantic math on every stream's cuBLAS handle: no TF32, no reduced-precision shortcuts.
+      for (int64_t stream = 0; stream < 2; ++stream) {
+        cublasHandle_t handle = cuda::streamState(s.backend->context(stream)).cublas;
+        cublasMath_t mode;
+        if (cublasGetMathMode(handle, &mode) != CUBLAS_STATUS_SUCCESS || (mode & CUBLAS_TF32_TENSOR_OP_MATH) != 0 ||
+            cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)
+          throw std::logic_error("cannot set the cuBLAS math mode (or the backend enabled TF32)");
+      }
+    } catch (const std::exception& error) {
+      s.backend.reset();
+      s.skipReason = error.what();
+      s.broken = true;
+    }
+    return s;
+  }();
+  return shared;
+}
+
+#define REQUIRE_CUDA_BACKEND()                                                              \
+  do {                                                                                      \
+    if (sharedBackend().broken) FAIL() << "cuda backend setup: " << sharedBackend().skipReason; \
+    if (!sharedBackend().backend) GTEST_SKIP() << sharedBackend().skipReason;               \
+  } while (0)
+
+// Runs one step on the CPU and on the GPU with the same inputs; returns {cpu outputs, gpu outputs}.
+struct BothResults {
+  std::vector<std::vector<float>> cpu;
+  std::vector<std::vector<float>> gpu;
+};
+
+BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
+  EXPECT_EQ(inputs.size(), setup.inputs.size());
+  BothResults results;
+
+  // CPU.
+  static ThreadPool pool(2);
+  {
+    std::unique_ptr<Kernel> kernel = makeKernel(cpuRegistry(), setup);
+    std::vector<std::vector<float>> inputCopies = inputs;
+    std::vector<TensorRef> inRefs, outRefs;
+    for (size_t i = 0; i < inputs.size(); ++i) inRefs.push_back(TensorRef{inputCopies[i].data(), setup.inputs[i]});
+    results.cpu.resize(setup.outputs.size());
+    for (size_t i = 0; i < setup.outputs.size(); ++i) {
+      results.cpu[i].assign(static_cast<size_t>(setup.outputs[i]->numElements()), std::nanf(""));
+      outRefs.push_back(TensorRef{results.cpu[i].data(), setup.outputs[i]});
+    }
+    ExecContext context;
+    context.threads = &pool;
+    kernel->run(context, inRefs, outRefs);
+  }
+
+  // GPU.
+  Backend& backend = *sharedBackend().backend;
+  std::unique_ptr<Kernel> kernel = makeKernel(cudaRegistry(), setup);
+  std::vector<void*> allocations;
+  auto allocate = [&](uint64_t bytes) {
+    void* pointer = backend.allocate(bytes, 256);
+    allocations.push_back(pointer);
+    return pointer;
+  };
+  std::vector<TensorRef> inRefs, outRefs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    void* device = allocate(inputs[i].size() * sizeof(float));
+    backend.copyToDevice(device, inputs[i].data(), inputs[i].size() * sizeof(float));
+    inRefs.push_back(TensorRef{device, setup.inputs[i]});
+  }
+  for (size_t i = 0; i < setup.outputs.size(); ++i) {
+    uint64_t bytes = setup.outputs[i]->bytes();
+    void* device = allocate(bytes);
+    // NaN-fill (0xff bytes) so that an element the kernel forgets to write cannot pass.
+    std::vector<uint8_t> poison(bytes, 0xff);
+    backend.copyToDevice(device, poison.data(), bytes);
+    outRefs.push_back(TensorRef{device, setup.outputs[i]});
+  }
+  ExecContext context = backend.context(0);
+  kernel->run(context, inRefs, outRefs);
+  backend.synchronize();
+  results.gpu.resize(setup.outputs.size());
+  for (size_t i = 0; i < setup.outputs.size(); ++i) {
+    results.gpu[i].resize(static_cast<size_t>(setup.outputs[i]->numElements()));
+    backend.copyToHost(results.gpu[i].data(), outRefs[i].data, setup.outputs[i]->bytes());
+  }
+  for (void* pointer : allocations) backend.deallocate(pointer);
+  return results;
+}
+
+// Compares element by element: |gpu - cpu| <= tolerance(i) (and both NaN, or both the same inf).
+template <typename Tolerance>
+void expectClose(const std::vector<float>& cpu, const std::vector<float>& gpu, Tolerance tolerance,
+                 const std::string& what) {
+  ASSERT_EQ(cpu.size(), gpu.size()) << what;
+  int reported = 0;
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const float c = cpu[i];
+    const float g = gpu[i];
+    bool ok;
+    if (std::isnan(c) || std::isnan(g))
+      ok = std::isnan(c) && std::isnan(g);
+    else if (std::isinf(c) || std::isinf(g))
+      ok = c == g;
+    else
+      ok = std::fabs(static_cast<double>(g) - c) <= tolerance(i);
+    if (!ok) {
+      ++mismatches;
+      if (reported++ < 8)
+        ADD_FAILURE() << what << ": element " << i << ": cpu " << c << ", gpu " << g << " (|diff| "
+                      << std::fabs(static_cast<double>(g) - c) << ", tolerance " << tolerance(i) << ")";
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << cpu.size() << " elements differ";
+}
+
+void expectRelative(const std::vector<float>& cpu, const std::vector<float>& gpu, double rtol,
+                    const std::string& what) {
+  expectClose(cpu, gpu, [&](size_t i) { return rtol * std::fabs(cpu[i]); }, what);
+}
+
+// 1e-6 for rows of up to 64 elements, growing like the summation-order noise beyond.
+double rowTolerance(int64_t cols) { return 1e-6 * std::max(1.0, std::sqrt(static_cast<double>(cols) / 64.0)); }
+
+// ---- no device needed ----------------------------------------------------------------------------
+
+TEST(CudaBackendCreation, SucceedsOrThrowsRuntimeErrorWithReason) {
+  std::string reason;
+  const bool available = cudaDeviceAvailable(&reason);
+  if (!available) {
+    EXPECT_FALSE(reason.empty());
+  }
+  try {
+    std::unique_ptr<Backend> backend = createCudaBackend(0);
+    ASSERT_NE(backend, nullptr);
+    EXPECT_EQ(backend->name(), "cuda");
+    EXPECT_TRUE(available);
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    EXPECT_FALSE(message.empty());
+    EXPECT_NE(message.find("cuda backend"), std::string::npos) << message;
+    EXPECT_EQ(error.exitCode(), 1);
+    if (!available) {
+      EXPECT_NE(message.find(reason), std::string::npos) << message;
+    }
+  }
+  // A device index that cannot exist is always an error, never a crash.
+  EXPECT_THROW(createCudaBackend(1 << 20), RuntimeError);
+  EXPECT_THROW(createCudaBackend(-1), RuntimeError);
+}
+
+TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
+  std::vector<std::string> names = cudaRegistry().names();
+  for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax"})
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+  for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
+}
+
+TEST(CudaKernelFactories, RejectNonF32) {
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("add", {}).in({4}, DType::F64).in({4}, DType::F64).out({4}, DType::F64)),
+               InputError);
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)),
+               InputError);
+  EXPECT_THROW(makeKernel(cudaRegistry(),
+                          StepSetup("matmul", {}).in({2, 3}, DType::F64).in({3, 4}, DType::F64).out({2, 4}, DType::F64)),
+               InputError);
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("rms_norm", {{"eps", 1e-6}}).in({2, 3}, DType::F64).out({2, 3}, DType::F64)),
+               InputError);
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("softmax", {{"axis", -1}}).in({2, 3}, DType::F16).out({2, 3}, DType::F16)),
+               InputError);
+}
+
+TEST(CudaKernelFactories, RejectBadShapesAndAttributes) {
+  const KernelRegistry& r = cudaRegistry();
+  try {
+    makeKernel(r, StepSetup("softmax", {{"axis", 0}}).in({2, 3}).out({2, 3}));
+    FAIL() << "softmax over axis 0 accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("last axis"), std::string::npos) << error.what();
+  }
+  EXPECT_NO_THROW(makeKernel(r, StepSetup("softmax", {{"axis", 1}}).in({2, 3}).out({2, 3})));
+  EXPECT_NO_THROW(makeKernel(r, StepSetup("softmax", {{"axis", -1}}).in({2, 3}).out({2, 3})));
+  EXPECT_THROW(makeKernel(r, StepSetup("softmax", {{"axis", 2}}).in({2, 3}).out({2, 3})), InputError);
+  EXPECT_THROW(makeKernel(r, StepSetup("add", {}).in({2, 3}).in({4}).out({2, 3})), InputError);     // not broadcastable
+  EXPECT_THROW(makeKernel(r, StepSetup("add", {}).in({2, 3}).in({3}).out({2, 4})), InputError);     // wrong c
+  EXPECT_THROW(makeKernel(r, StepSetup("mul", {}).in({2, 1}).in({1, 3}).out({2, 1})), InputError);  // c not broadcast
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 3}).in({4, 5}).out({2, 5})), InputError);  // K differs
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 3}).in({3, 5}).out({3, 5})), InputError);  // bad c
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 2, 3}).in({3, 2, 3, 5}).out({2, 2, 5})),
+               InputError);  // b rank
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 2, 3}).in({3, 3, 5}).out({2, 2, 5})),
+               InputError);  // batch dims differ
+  EXPECT_NO_THROW(makeKernel(r, StepSetup("matmul", {{"transpose_a", true}, {"transpose_b", true}})
+                                    .in({4, 3, 2})
+                                    .in({4, 5, 3})
+                                    .out({4, 2, 5})));
+  EXPECT_THROW(makeKernel(r, StepSetup("rms_norm", {{"eps", 1e-6}}).in({2, 3}).in({2}).out({2, 3})),
+               InputError);  // weight shape
+  EXPECT_THROW(makeKernel(r, StepSetup("rms_norm", {{"eps", 1e-6}}).in({2, 3}).out({3, 2})), InputError);
+  EXPECT_THROW(makeKernel(r, StepSetup("gelu_tanh", {}).in({2, 3}).out({6})), InputError);
+}
+
+// ---- backend primitives --------------------------------------------------------------------------
+
+TEST(CudaBackend, CopyFillStreamEventRoundTrip) {
+  REQUIRE_CUDA_BACKEND();
+  Backend& backend = *sharedBackend().backend;
+  backend.prepareStreams(2, 2);
+  const int64_t count = 100003;  // odd size
+  const uint64_t bytes = count * sizeof(float);
+  for (uint64_t alignment : {64ull, 256ull, 4096ull, 65536ull}) {
+    void* p = backend.allocate(bytes, alignment);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u) << alignment;
+    backend.deallocate(p);
+  }
+  void* a = backend.allocate(bytes, 256);
+  void* b = backend.allocate(bytes, 256);
+  void* c = backend.allocate(bytes, 4096);
+  std::vector<float> source = randomFloats(count, 7);
+  std::vector<float> back(count, -1.0f);
+
+  backend.copyToDevice(a, source.data(), bytes);
+  backend.copyToHost(back.data(), a, bytes);
+  EXPECT_EQ(std::memcmp(back.data(), source.data(), bytes), 0) << "host -> device -> host";
+
+  backend.fillZero(a, bytes);
+  backend.copyToHost(back.data(), a, bytes);
+  for (int64_t i = 0; i < count; ++i) ASSERT_EQ(back[i], 0.0f) << "fillZero, element " << i;
+
+  // a <- source; on stream 1: b <- a, event 0; stream 0 waits for event 0, then c <- b.
+  backend.copyToDevice(a, source.data(), bytes);
+  backend.fillZero(b, bytes);
+  backend.fillZero(c, bytes);
+  ExecContext stream0 = backend.context(0);
+  ExecContext stream1 = backend.context(1);
+  EXPECT_NE(stream0.streamHandle, nullptr);
+  EXPECT_NE(stream1.streamHandle, nullptr);
+  EXPECT_NE(stream0.streamHandle, stream1.streamHandle);
+  EXPECT_NE(stream0.backendState, stream1.backendState);
+  EXPECT_EQ(stream1.stream, 1);
+  backend.copyOnDevice(stream1, b, a, bytes);
+  backend.recordEvent(0, 1);
+  backend.waitEvent(0, 0);
+  backend.copyOnDevice(stream0, c, b, bytes);
+  backend.recordEvent(1, 0);
+  backend.synchronize();
+  std::fill(back.begin(), back.end(), -1.0f);
+  backend.copyToHost(back.data(), c, bytes);
+  EXPECT_EQ(std::memcmp(back.data(), source.data(), bytes), 0) << "copyOnDevice across streams with an event";
+
+  EXPECT_THROW(backend.context(99), RuntimeError);
+  EXPECT_THROW(backend.recordEvent(99, 0), RuntimeError);
+  EXPECT_THROW(backend.waitEvent(0, 99), RuntimeError);
+  backend.deallocate(a);
+  backend.deallocate(b);
+  backend.deallocate(c);
+  backend.deallocate(nullptr);
+}
+
+// ---- kernels: CUDA against CPU -------------------------------------------------------------------
+
+struct RmsNormCase {
+  std::vector<int64_t> shape;
+  bool weight;
+};
+
+TEST(CudaVsCpu, RmsNorm) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<RmsNormCase> cases = {
+      {{3, 5, 64}, true}, {{3, 5, 64}, false}, {{7, 33}, true},  {{2, 1}, true},      {{4, 1000}, true},
+      {{2, 4097}, false}, {{1, 8192}, true},   {{300, 96}, true}, {{70000, 8}, false}, {{0, 16}, true},
+  };
+  uint32_t seed = 1;
+  for (const RmsNormCase& c : cases) {
+    const int64_t cols = c.shape.back();
+    StepSetup setup("rms_norm", {{"eps", 1e-5}});
+    setup.in(c.shape);
+    if (c.weight) setup.in({cols});
+    setup.out(c.shape);
+    std::vector<std::vector<float>> inputs = {randomFloats(numElementsOf(c.shape), seed++)};
+    if (c.weight) inputs.push_back(randomFloats(cols, seed++, 0.5f, 1.5f));
+    BothResults results = runBoth(setup, inputs);
+    expectRelative(results.cpu[0], results.gpu[0], rowTolerance(cols),
+                   "rms_norm " + shapeToString(c.shape) + (c.weight ? " with weight" : ""));
+  }
+}
+
+TEST(CudaVsCpu, Softmax) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<std::vector<int64_t>> shapes = {{4, 7, 33}, {3, 64}, {5, 1000}, {2, 5000}, {1, 1}, {65537, 3}, {16}};
+  uint32_t seed = 100;
+  for (const auto& shape : shapes) {
+    for (int64_t axis : {int64_t{-1}, static_cast<int64_t>(shape.size()) - 1}) {
+      StepSetup setup("softmax", {{"axis", axis}});
+      setup.in(shape).out(shape);
+      BothResults results = runBoth(setup, {randomFloats(numElementsOf(shape), seed++, -8.0f, 8.0f)});
+      expectRelative(results.cpu[0], results.gpu[0], rowTolerance(shape.back()),
+                     "softmax " + shapeToString(shape) + " axis " + std::to_string(axis));
+    }
+  }
+}
+
+TEST(CudaVsCpu, SoftmaxLargeMagnitudes) {
+  REQUIRE_CUDA_BACKEND();
+  // exp(x) would overflow without the max subtraction.
+  std::vector<float> x = randomFloats(6 * 50, 5, 80.0f, 120.0f);
+  StepSetup setup("softmax", {{"axis", -1}});
+  setup.in({6, 50}).out({6, 50});
+  BothResults results = runBoth(setup, {x});
+  expectRelative(results.cpu[0], results.gpu[0], rowTolerance(50), "softmax of large values");
+  for (float value : results.gpu[0]) ASSERT_TRUE(std::isfinite(value));
+}
+
+struct BinaryCase {
+  std::vector<int64_t> a, b, c;
+};
+
+TEST(CudaVsCpu, AddMulBroadcast) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<BinaryCase> cases = {
+      {{1000}, {1000}, {1000}},
+      {{2, 3, 4}, {4}, {2, 3, 4}},
+      {{4}, {2, 3, 4}, {2, 3, 4}},
+      {{2, 1, 4}, {3, 1}, {2, 3, 4}},
+      {{5, 1}, {1, 6}, {5, 6}},
+      {{}, {3, 4}, {3, 4}},
+      {{3, 4}, {}, {3, 4}},
+      {{1}, {1}, {1}},
+      {{2, 3, 1, 5}, {1, 3, 7, 1}, {2, 3, 7, 5}},
+      {{6, 1, 4, 1, 2}, {1, 5, 1, 3, 1}, {6, 5, 4, 3, 2}},
+      {{1, 1, 8}, {8, 1, 1}, {8, 1, 8}},
+      {{64, 128, 96}, {128, 1}, {64, 128, 96}},
+      {{0, 3}, {3}, {0, 3}},
+  };
+  uint32_t seed = 200;
+  for (const char* op : {"add", "mul"}) {
+    for (const BinaryCase& c : cases) {
+      StepSetup setup(op, {});
+      setup.in(c.a).in(c.b).out(c.c);
+      BothResults results =
+          runBoth(setup, {randomFloats(numElementsOf(c.a), seed++), randomFloats(numElementsOf(c.b), seed++)});
+      expectRelative(results.cpu[0], results.gpu[0], 1e-6,
+                     std::string(op) + " " + shapeToString(c.a) + " with " + shapeToString(c.b));
+    }
+  }
+}
+
+TEST(CudaVsCpu, GeluTanh) {
+  REQUIRE_CUDA_BACKEND();
+  for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1 << 20}}) {
+    std::vector<float> x = randomFloats(count, 300 + static_cast<uint32_t>(count), -8.0f, 8.0f);
+    StepSetup setup("gelu_tanh", {});
+    setup.in({count}).out({count});
+    BothResults results = runBoth(setup, {x});
+    const std::vector<float>& cpu = results.cpu[0];
+    expectClose(cpu, results.gpu[0],
+                [&](size_t i) { return 1e-6 * std::max(std::fabs(cpu[i]), std::fabs(x[i])); },
+                "gelu_tanh of " + std::to_string(count));
+  }
+}
+
+// Host reference for the matmul scale: sum_k |a_ik| |b_kj| per output element.
+std::vector<double> matmulScale(const std::vector<float>& a, const std::vector<float>& b, int64_t batch, int64_t m,
+                                int64_t n, int64_t k, bool transposeA, bool transposeB, bool sharedB) {
+  std::vector<double> scale(static_cast<size_t>(batch * m * n), 0.0);
+  for (int64_t t = 0; t < batch; ++t) {
+    const float* at = a.data() + t * m * k;
+    const float* bt = b.data() + (sharedB ? 0 : t * k * n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0.0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double av = transposeA ? at[p * m + i] : at[i * k + p];
+          const double bv = transposeB ? bt[j * k + p] : bt[p * n + j];
+          sum += std::fabs(av * bv);
+        }
+        scale[static_cast<size_t>((t * m + i) * n + j)] = sum;
+      }
+  }
+  return scale;
+}
+
+struct MatmulCase {
+  std::vector<int64_t> batch;
+  int64_t m, n, k;
+  bool sharedB;
+};
+
+TEST(CudaVsCpu, Matmul) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<MatmulCase> cases = {
+      {{}, 17, 19, 33, true},     {{}, 1, 1, 1, true},         {{}, 64, 96, 128, true},  {{3}, 5, 7, 9, true},
+      {{2, 3}, 17, 19, 33, true}, {{2, 3}, 17, 19, 33, false}, {{4}, 31, 1, 64, false},  {{5}, 128, 64, 200, false},
+      {{2}, 3, 4, 0, true},       {{0}, 3, 4, 5, false},       {{}, 300, 257, 255, true},
+  };
+  uint32_t seed = 400;
+  for (const MatmulCase& c : cases) {
+    for (bool transposeA : {false, true}) {
+      for (bool transposeB : {false, true}) {
+        std::vector<int64_t> aShape = c.batch, bShape = c.sharedB ? std::vector<int64_t>{} : c.batch, cShape = c.batch;
+        aShape.push_back(transposeA ? c.k : c.m);
+        aShape.push_back(transposeA ? c.m : c.k);
+        bShape.push_back(transposeB ? c.n : c.k);
+        bShape.push_back(transposeB ? c.k : c.n);
+        cShape.push_back(c.m);
+        cShape.push_back(c.n);
+        StepSetup setup("matmul", {{"transpose_a", transposeA}, {"transpose_b", transposeB}});
+        setup.in(aShape).in(bShape).out(cShape);
+        std::vector<float> a = randomFloats(numElementsOf(aShape), seed++);
+        std::vector<float> b = randomFloats(numElementsOf(bShape), seed++);
+        BothResults results = runBoth(setup, {a, b});
+        const std::vector<double> scale =
+            matmulScale(a, b, numElementsOf(c.batch), c.m, c.n, c.k, transposeA, transposeB, c.sharedB);
+        expectClose(results.cpu[0], results.gpu[0], [&](size_t i) { return 1e-5 * scale[i]; },
+                    "matmul a " + shapeToString(aShape) + (transposeA ? "^T" : "") + " b " + shapeToString(bShape) +
+                        (transposeB ? "^T" : ""));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dgemma

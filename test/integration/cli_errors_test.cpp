@@ -1,0 +1,148 @@
+// The CLI contract: help exits 0, bad usage and bad input exit 2 with a located message, and a
+// tampered plan never runs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ToolRunner.h"
+#include "runtime/io/Safetensors.h"
+
+namespace dgemma {
+namespace {
+
+using testing::runTool;
+using testing::ScratchDirectory;
+using testing::ToolResult;
+
+bool contains(const ToolResult& result, const std::string& text) { return result.output.find(text) != std::string::npos; }
+
+class CliTest : public ::testing::Test {
+ protected:
+  std::string compilePlan() {
+    ToolResult result = runTool(std::string(DGEMMA_COMPILE) +
+                                " --model builtin:rmsnorm-matmul-softmax --mode infer --prompt-len 4 --hidden-size 8"
+                                " --vocab-size 8 -o " + (dir / "plan"));
+    EXPECT_EQ(result.exitCode, 0) << result.output;
+    return dir / "plan";
+  }
+
+  ToolResult forward(const std::string& plan) {
+    HostTensor x(DType::F32, {2, 4, 8});
+    writeSafetensors(dir / "batch.safetensors", {{"x", &x}});
+    return runTool(std::string(DGEMMA_RUN) + " forward --plan " + plan + " --init random --input " + (dir / "batch.safetensors") +
+                   " --out " + (dir / "out.safetensors"));
+  }
+
+  void rewritePlan(const std::string& plan, const std::function<void(std::string&)>& edit) {
+    std::string path = plan + "/rank-0.dgplan";
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    edit(bytes);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+
+  ScratchDirectory dir;
+};
+
+TEST_F(CliTest, HelpExitsZero) {
+  EXPECT_EQ(runTool(std::string(DGEMMA_COMPILE) + " --help").exitCode, 0);
+  ToolResult run = runTool(std::string(DGEMMA_RUN) + " --help");
+  EXPECT_EQ(run.exitCode, 0);
+  for (const char* command : {"train", "generate", "eval", "check-data", "forward", "grad", "inspect"})
+    EXPECT_TRUE(contains(run, command)) << command;
+  for (const char* command : {"train", "generate", "eval", "check-data", "forward", "grad"})
+    EXPECT_EQ(runTool(std::string(DGEMMA_RUN) + " " + command + " --help").exitCode, 0) << command;
+}
+
+TEST_F(CliTest, BadUsageExitsTwo) {
+  ToolResult missing = runTool(std::string(DGEMMA_COMPILE) + " --mode infer");
+  EXPECT_EQ(missing.exitCode, 2);
+  EXPECT_TRUE(contains(missing, "--model is required")) << missing.output;
+  ToolResult badMode = runTool(std::string(DGEMMA_COMPILE) + " --model x --mode sample -o p");
+  EXPECT_EQ(badMode.exitCode, 2);
+  EXPECT_EQ(runTool(std::string(DGEMMA_RUN)).exitCode, 2);
+  EXPECT_EQ(runTool(std::string(DGEMMA_RUN) + " forward --plan p").exitCode, 2);
+  ToolResult badLengths = runTool(std::string(DGEMMA_COMPILE) +
+                                  " --model builtin:rmsnorm-matmul-softmax --mode infer --prompt-len 4,x -o " + (dir / "p"));
+  EXPECT_EQ(badLengths.exitCode, 2);
+  EXPECT_TRUE(contains(badLengths, "--prompt-len: expected positive integers")) << badLengths.output;
+}
+
+TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
+  ToolResult train = runTool(std::string(DGEMMA_RUN) + " train --plan p --train t.jsonl --steps 3");
+  EXPECT_EQ(train.exitCode, 2);
+  EXPECT_TRUE(contains(train, "dgemma-run train: not implemented yet")) << train.output;
+  ToolResult check = runTool(std::string(DGEMMA_RUN) + " check-data --data d.jsonl --tokenizer t");
+  EXPECT_EQ(check.exitCode, 2);
+  EXPECT_TRUE(contains(check, "not implemented yet")) << check.output;
+  ToolResult tp = runTool(std::string(DGEMMA_COMPILE) + " --model builtin:rmsnorm-matmul-softmax --mode infer --tp 2 -o " + (dir / "p"));
+  EXPECT_EQ(tp.exitCode, 2);
+  EXPECT_TRUE(contains(tp, "sharding passes")) << tp.output;
+  std::filesystem::create_directories(dir / "hf");
+  std::ofstream(dir / "hf/config.json") << "{\"model_type\": \"diffusion_gemma\"}";
+  ToolResult hf = runTool(std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode infer -o " + (dir / "p"));
+  EXPECT_EQ(hf.exitCode, 2);
+  EXPECT_TRUE(contains(hf, "not implemented yet")) << hf.output;
+}
+
+TEST_F(CliTest, RunsAnIntactPlan) {
+  std::string plan = compilePlan();
+  ToolResult result = forward(plan);
+  EXPECT_EQ(result.exitCode, 0) << result.output;
+  ToolResult inspect = runTool(std::string(DGEMMA_RUN) + " inspect --plan " + plan);
+  EXPECT_EQ(inspect.exitCode, 0);
+  EXPECT_TRUE(contains(inspect, "entry forward[micro_batch=2,prompt_len=4]: 3 steps")) << inspect.output;
+}
+
+TEST_F(CliTest, TruncatedPlanIsRejected) {
+  std::string plan = compilePlan();
+  rewritePlan(plan, [](std::string& bytes) { bytes.resize(bytes.size() - 10); });
+  ToolResult result = forward(plan);
+  EXPECT_EQ(result.exitCode, 2);
+  EXPECT_TRUE(contains(result, "rank-0.dgplan: truncated or extended")) << result.output;
+  rewritePlan(plan, [](std::string& bytes) { bytes.resize(30); });
+  result = forward(plan);
+  EXPECT_EQ(result.exitCode, 2);
+  EXPECT_TRUE(contains(result, "truncated: 30 bytes")) << result.output;
+}
+
+TEST_F(CliTest, EditedPlanIsRejected) {
+  std::string plan = compilePlan();
+  rewritePlan(plan, [](std::string& bytes) {
+    size_t at = bytes.find("\"eps\":");
+    ASSERT_NE(at, std::string::npos);
+    bytes[at + 6] = bytes[at + 6] == '1' ? '2' : '1';  // change the first digit of rms_norm's eps
+  });
+  ToolResult result = forward(plan);
+  EXPECT_EQ(result.exitCode, 2);
+  EXPECT_TRUE(contains(result, "content hash mismatch")) << result.output;
+  EXPECT_EQ(runTool(std::string(DGEMMA_RUN) + " inspect --plan " + plan).exitCode, 2);
+}
+
+TEST_F(CliTest, WrongBatchShapeNamesTheBuckets) {
+  std::string plan = compilePlan();
+  HostTensor x(DType::F32, {2, 5, 8});
+  writeSafetensors(dir / "batch.safetensors", {{"x", &x}});
+  ToolResult result = runTool(std::string(DGEMMA_RUN) + " forward --plan " + plan + " --init random --input " +
+                              (dir / "batch.safetensors") + " --out " + (dir / "out.safetensors"));
+  EXPECT_EQ(result.exitCode, 2);
+  EXPECT_TRUE(contains(result, "no bucket of \"forward\" takes these tensor shapes")) << result.output;
+  EXPECT_TRUE(contains(result, "forward[micro_batch=2,prompt_len=4]: x[2,4,8]")) << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.safetensors"));  // nothing half-written
+}
+
+TEST_F(CliTest, MissingWeightsAreListed) {
+  std::string plan = compilePlan();
+  HostTensor only(DType::F32, {8});
+  writeSafetensors(dir / "weights.safetensors", {{"norm.weight", &only}});
+  HostTensor x(DType::F32, {2, 4, 8});
+  writeSafetensors(dir / "batch.safetensors", {{"x", &x}});
+  ToolResult result = runTool(std::string(DGEMMA_RUN) + " forward --plan " + plan + " --weights " + (dir / "weights.safetensors") +
+                              " --input " + (dir / "batch.safetensors") + " --out " + (dir / "out.safetensors"));
+  EXPECT_EQ(result.exitCode, 2);
+  EXPECT_TRUE(contains(result, "missing tensor proj.weight [8,8]")) << result.output;
+}
+
+}  // namespace
+}  // namespace dgemma

@@ -1,0 +1,82 @@
+// RUN: dgemma-opt %s --dg-autodiff --canonicalize --split-input-file --verify-diagnostics | FileCheck %s
+
+// loss = sum(x . w): dL/dw = x^T . 1, emitted as grad/w; the frozen parameter gets no gradient.
+// CHECK-LABEL: func.func @linear
+func.func @linear() attributes {dg.entry = "train_step"} {
+  // CHECK: %[[X:.*]] = dg.input "x" : tensor<2x3xf32>
+  %x = dg.input "x" : tensor<2x3xf32>
+  %w = dg.param "w" : tensor<3x4xf32>
+  %frozen = dg.param "frozen" {trainable = false} : tensor<4xf32>
+  %y = dg.matmul %x, %w : tensor<2x3xf32>, tensor<3x4xf32> -> tensor<2x4xf32>
+  %z = dg.add %y, %frozen : tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+  %l = dg.reduce_sum %z dims = [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[ONE:.*]] = dg.fill 1.000000e+00 : tensor<f32>
+  // CHECK: %[[SEED:.*]] = dg.reshape %[[ONE]] : tensor<f32> -> tensor<1x1xf32>
+  // CHECK: %[[ZERO:.*]] = dg.fill 0.000000e+00 : tensor<2x4xf32>
+  // CHECK: %[[G:.*]] = dg.add %[[ZERO]], %[[SEED]] : tensor<2x4xf32>, tensor<1x1xf32> -> tensor<2x4xf32>
+  // CHECK: %[[GW:.*]] = dg.matmul %[[X]], %[[G]] {transpose_a = true} : tensor<2x3xf32>, tensor<2x4xf32> -> tensor<3x4xf32>
+  // CHECK: dg.output "grad/w", %[[GW]] : tensor<3x4xf32>
+  // CHECK-NOT: grad/frozen
+  return
+}
+
+// -----
+
+// A parameter used twice receives the sum of both paths; broadcasting is undone by a reduction.
+// CHECK-LABEL: func.func @fan_out
+func.func @fan_out() attributes {dg.entry = "train_step"} {
+  %x = dg.input "x" : tensor<2x3xf32>
+  // CHECK: %[[B:.*]] = dg.param "b" : tensor<3xf32>
+  %b = dg.param "b" : tensor<3xf32>
+  %s = dg.add %x, %b : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+  %p = dg.mul %s, %b : tensor<2x3xf32>, tensor<3xf32> -> tensor<2x3xf32>
+  %l = dg.reduce_mean %p dims = [0, 1] : tensor<2x3xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[S:.*]] = dg.add %{{.*}}, %[[B]]
+  // CHECK-DAG: dg.mul %{{.*}}, %[[S]]
+  // CHECK-DAG: dg.mul %{{.*}}, %[[B]]
+  // CHECK: %[[R1:.*]] = dg.reduce_sum %{{.*}} dims = [0] {keep_dims = true} : tensor<2x3xf32> -> tensor<1x3xf32>
+  // CHECK: %[[V1:.*]] = dg.reshape %[[R1]] : tensor<1x3xf32> -> tensor<3xf32>
+  // CHECK: %[[R2:.*]] = dg.reduce_sum %{{.*}} dims = [0] {keep_dims = true} : tensor<2x3xf32> -> tensor<1x3xf32>
+  // CHECK: %[[V2:.*]] = dg.reshape %[[R2]] : tensor<1x3xf32> -> tensor<3xf32>
+  // CHECK: %[[SUM:.*]] = dg.add %{{.*}}, %{{.*}} : tensor<3xf32>, tensor<3xf32> -> tensor<3xf32>
+  // CHECK: dg.output "grad/b", %[[SUM]]
+  return
+}
+
+// -----
+
+// The loss does not depend on the parameter: its gradient is zeros, nothing is differentiated.
+// CHECK-LABEL: func.func @unused
+func.func @unused() attributes {dg.entry = "train_step"} {
+  %x = dg.input "x" : tensor<4xf32>
+  %w = dg.param "w" : tensor<4xf32>
+  %l = dg.reduce_sum %x dims = [0] : tensor<4xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  dg.output "w", %w : tensor<4xf32>
+  // CHECK: %[[Z:.*]] = dg.fill 0.000000e+00 : tensor<4xf32>
+  // CHECK: dg.output "grad/w", %[[Z]]
+  return
+}
+
+// -----
+
+// Ops between the parameters and the loss must have a derivative rule.
+func.func @no_rule() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<4xf32>
+  // expected-error @+1 {{'dg.reduce_max' op has no derivative rule, but lies between the trainable parameters and 'loss'}}
+  %m = dg.reduce_max %w dims = [0] : tensor<4xf32> -> tensor<f32>
+  dg.output "loss", %m : tensor<f32>
+  return
+}
+
+// -----
+
+// Only a single-element loss has a gradient.
+func.func @non_scalar_loss() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<4xf32>
+  // expected-error @+1 {{can only differentiate a single-element float output, got 'tensor<4xf32>'}}
+  dg.output "loss", %w : tensor<4xf32>
+  return
+}

@@ -1,0 +1,181 @@
+// RUN: dgemma-opt %s --split-input-file --verify-diagnostics
+
+func.func @bad_broadcast(%a: tensor<2x3xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{shapes 'tensor<2x3xf32>' and 'tensor<4xf32>' do not broadcast}}
+  %c = dg.add %a, %b : tensor<2x3xf32>, tensor<4xf32> -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @wrong_broadcast_result(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{result shape must be the broadcast shape 'tensor<2x3xf32>'}}
+  %c = dg.mul %a, %b : tensor<2x3xf32>, tensor<3xf32> -> tensor<3x3xf32>
+  return
+}
+
+// -----
+
+func.func @mixed_types(%a: tensor<3xf32>, %b: tensor<3xbf16>) {
+  // expected-error @+1 {{operands and result must share the element type}}
+  %c = dg.add %a, %b : tensor<3xf32>, tensor<3xbf16> -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_k_mismatch(%a: tensor<4x8xf32>, %b: tensor<6x16xf32>) {
+  // expected-error @+1 {{contracting dimensions differ: 8 vs 6}}
+  %c = dg.matmul %a, %b : tensor<4x8xf32>, tensor<6x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_batch_mismatch(%a: tensor<2x4x8xf32>, %b: tensor<3x8x16xf32>) {
+  // expected-error @+1 {{rhs must be 2-D or have the lhs batch dimensions}}
+  %c = dg.matmul %a, %b : tensor<2x4x8xf32>, tensor<3x8x16xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_wrong_result(%a: tensor<8x4xf32>, %b: tensor<8x16xf32>) {
+  // expected-error @+1 {{result must be 'tensor<4x16xf32>'}}
+  %c = dg.matmul %a, %b {transpose_a = true} : tensor<8x4xf32>, tensor<8x16xf32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @norm_weight(%x: tensor<2x8xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{weight must be 'tensor<8xf32>'}}
+  %y = dg.rms_norm %x, %w {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<4xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @norm_eps(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{eps must be >= 0}}
+  %y = dg.rms_norm %x {eps = -1.0 : f64} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_axis(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{axis -3 is outside rank 2}}
+  %y = dg.softmax %x axis = -3 : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_unsorted(%x: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{dims must be sorted and unique}}
+  %y = dg.reduce_sum %x dims = [2, 0] : tensor<2x3x4xf32> -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_result(%x: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{result must be 'tensor<2x1x4xf32>'}}
+  %y = dg.reduce_max %x dims = [1] {keep_dims = true} : tensor<2x3x4xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_perm(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{perm must be a permutation of 0..1}}
+  %y = dg.transpose %x perm = [1, 1] : tensor<2x3xf32> -> tensor<3x3xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{cannot reshape 'tensor<2x3xf32>' to 'tensor<7xf32>'}}
+  %y = dg.reshape %x : tensor<2x3xf32> -> tensor<7xf32>
+  return
+}
+
+// -----
+
+func.func @gather_table(%t: tensor<4x8x2xf32>, %ids: tensor<3xi64>) {
+  // expected-error @+1 {{table must be 2-D}}
+  %y = dg.gather %t[%ids] : tensor<4x8x2xf32>, tensor<3xi64> -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @cast_float_to_int(%x: tensor<3xf32>) {
+  // expected-error @+1 {{cannot cast float 'f32' to integer 'i64'}}
+  %y = dg.cast %x : tensor<3xf32> -> tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @random_key(%k: tensor<3xi64>) {
+  // expected-error @+1 {{key must be tensor<2xi64> (seed, offset)}}
+  %u = dg.random_uniform %k stream = 0 : tensor<3xi64> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @param_dynamic() {
+  // expected-error @+1 {{parameters must have a static shape}}
+  %p = dg.param "w" : tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @param_init() {
+  // expected-error @+1 {{init kind "normal" needs a float 'std'}}
+  %p = dg.param "w" {init = {kind = "normal"}} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @collective_without_mesh(%x: tensor<4xf32>) {
+  // expected-error @+1 {{mesh axis 'tp' is not declared in the module's dg.mesh}}
+  %y = dg.all_reduce %x axis = "tp" : tensor<4xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+module attributes {dg.mesh = {tp = 4 : i64}} {
+  func.func @scatter_divisible(%x: tensor<6xf32>) {
+    // expected-error @+1 {{dim 0 (6) is not divisible by the axis size 4}}
+    %y = dg.reduce_scatter %x axis = "tp" : tensor<6xf32> -> tensor<1xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {dg.mesh = {tp = 2 : i64}} {
+  func.func @gather_shape(%x: tensor<3x2xf32>) {
+    // expected-error @+1 {{result must be 'tensor<6x2xf32>'}}
+    %y = dg.all_gather %x axis = "tp" : tensor<3x2xf32> -> tensor<3x4xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {dg.mesh = {tp = 2 : i64}} {
+  func.func @bad_reduce(%x: tensor<4xf32>) {
+    // expected-error @+1 {{reduce must be sum, max or min, got 'mean'}}
+    %y = dg.all_reduce %x axis = "tp" {reduce = "mean"} : tensor<4xf32> -> tensor<4xf32>
+    return
+  }
+}

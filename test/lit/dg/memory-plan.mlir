@@ -1,0 +1,78 @@
+// RUN: dgemma-opt %s --dg-memory-plan --split-input-file | FileCheck %s
+
+// A chain: each value dies when the next op has read it, so buffers ping-pong.
+// CHECK-LABEL: func.func @chain
+// CHECK-SAME: dg.scratch_bytes = 128
+func.func @chain() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
+  %x = dg.input "x" : tensor<16xf32>
+  // CHECK: dg.exp %{{.*}} {dg.offsets = array<i64: 64>}
+  %a = dg.exp %x : tensor<16xf32>
+  // CHECK: dg.tanh %{{.*}} {dg.offsets = array<i64: 0>}
+  %b = dg.tanh %a : tensor<16xf32>
+  // CHECK: dg.neg %{{.*}} {dg.offsets = array<i64: 64>}
+  %c = dg.neg %b : tensor<16xf32>
+  dg.output "c", %c : tensor<16xf32>
+  return
+}
+
+// -----
+
+// An input stays live until its last reader, outputs until the end; parameters and constants are
+// persistent (no offset); a reshape shares its input's bytes.
+// CHECK-LABEL: func.func @lifetimes
+// CHECK-SAME: dg.scratch_bytes = 192
+func.func @lifetimes() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: [[X:[0-9]+]]>}
+  %x = dg.input "x" : tensor<4x4xf32>
+  // CHECK: dg.param "w" : tensor<4x4xf32>
+  %w = dg.param "w" : tensor<4x4xf32>
+  // CHECK: dg.constant dense
+  %c = dg.constant dense<1.0> : tensor<4x4xf32>
+  // CHECK: dg.add {{.*}} {dg.offsets = array<i64: [[A:[0-9]+]]>}
+  %a = dg.add %x, %w : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  // CHECK: dg.reshape {{.*}} {dg.offsets = array<i64: [[A]]>}
+  %r = dg.reshape %a : tensor<4x4xf32> -> tensor<16xf32>
+  // CHECK: dg.mul {{.*}} {dg.offsets = array<i64: [[M:[0-9]+]]>}
+  %m = dg.mul %x, %c : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  dg.output "r", %r : tensor<16xf32>
+  dg.output "m", %m : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+// Larger values are placed first, each at the lowest free offset: the fill reuses the input's
+// bytes (the input died at the reduction), the sum must avoid the fill (both live at the add), and
+// the scalar, live across all of them, goes last.
+// CHECK-LABEL: func.func @largest_first
+// CHECK-SAME: dg.scratch_bytes = 1088
+func.func @largest_first() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
+  %x = dg.input "x" : tensor<128xf32>
+  // CHECK: dg.reduce_sum {{.*}} {dg.offsets = array<i64: 1024>}
+  %s = dg.reduce_sum %x dims = [0] : tensor<128xf32> -> tensor<f32>
+  // CHECK: dg.fill {{.*}} {dg.offsets = array<i64: 0>}
+  %big = dg.fill 1.0 : tensor<128xf32>
+  // CHECK: dg.add {{.*}} {dg.offsets = array<i64: 512>}
+  %y = dg.add %big, %s : tensor<128xf32>, tensor<f32> -> tensor<128xf32>
+  dg.output "y", %y : tensor<128xf32>
+  return
+}
+
+// -----
+
+// An all-reduce whose input has no other reader works in place.
+module attributes {dg.mesh = {tp = 1 : i64}} {
+// CHECK-LABEL: func.func @in_place_all_reduce
+func.func @in_place_all_reduce() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
+  %x = dg.input "x" : tensor<16xf32>
+  // CHECK: dg.exp {{.*}} {dg.offsets = array<i64: [[E:[0-9]+]]>}
+  %e = dg.exp %x : tensor<16xf32>
+  // CHECK: dg.all_reduce {{.*}} {dg.offsets = array<i64: [[E]]>}
+  %r = dg.all_reduce %e axis = "tp" : tensor<16xf32> -> tensor<16xf32>
+  dg.output "r", %r : tensor<16xf32>
+  return
+}
+}

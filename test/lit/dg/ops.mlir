@@ -1,0 +1,93 @@
+// RUN: dgemma-opt %s | dgemma-opt | FileCheck %s
+// Every op parses, prints and parses again.
+
+module attributes {dg.mesh = {tp = 2 : i64}} {
+// CHECK-LABEL: func.func @all_ops
+// CHECK-SAME: dg.bucket = {micro_batch = 2 : i64, prompt_len = 4 : i64}
+// CHECK-SAME: dg.entry = "forward"
+func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch = 2 : i64, prompt_len = 4 : i64}} {
+  // CHECK: %[[X:.*]] = dg.input "x" : tensor<2x4x8xf32>
+  %x = dg.input "x" : tensor<2x4x8xf32>
+  // CHECK: %[[IDS:.*]] = dg.input "ids" : tensor<2x4xi64>
+  %ids = dg.input "ids" : tensor<2x4xi64>
+  // CHECK: %[[KEY:.*]] = dg.input "key" : tensor<2xi64>
+  %key = dg.input "key" : tensor<2xi64>
+  // CHECK: %[[W:.*]] = dg.param "norm.weight" {init = {kind = "ones"}} : tensor<8xf32>
+  %w = dg.param "norm.weight" {init = {kind = "ones"}} : tensor<8xf32>
+  // CHECK: %[[P:.*]] = dg.param "proj.weight" {init = {kind = "normal", std = 2.000000e-02 : f64}, trainable = false} : tensor<8x16xf32>
+  %p = dg.param "proj.weight" {init = {kind = "normal", std = 0.02 : f64}, trainable = false} : tensor<8x16xf32>
+  // CHECK: %[[E:.*]] = dg.param "embed" : tensor<32x8xf32>
+  %e = dg.param "embed" : tensor<32x8xf32>
+  // CHECK: dg.constant dense<2.000000e+00> : tensor<f32>
+  %c = dg.constant dense<2.0> : tensor<f32>
+  // CHECK: dg.fill 5.000000e-01 : tensor<2x4x8xf32>
+  %half = dg.fill 0.5 : tensor<2x4x8xf32>
+  // CHECK: dg.gather %[[E]][%[[IDS]]] : tensor<32x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
+  %emb = dg.gather %e[%ids] : tensor<32x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
+  // CHECK: dg.add %[[X]], %{{.*}} : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  %a = dg.add %x, %emb : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  // CHECK: dg.sub {{.*}} : tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>
+  %s = dg.sub %a, %w : tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>
+  // CHECK: dg.mul {{.*}} : tensor<2x4x8xf32>, tensor<f32> -> tensor<2x4x8xf32>
+  %m = dg.mul %s, %c : tensor<2x4x8xf32>, tensor<f32> -> tensor<2x4x8xf32>
+  // CHECK: dg.div
+  %d = dg.div %m, %half : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  // CHECK: dg.maximum
+  %mx = dg.maximum %d, %half : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  // CHECK: dg.minimum
+  %mn = dg.minimum %mx, %half : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  // CHECK: dg.neg {{.*}} : tensor<2x4x8xf32>
+  %n0 = dg.neg %mn : tensor<2x4x8xf32>
+  // CHECK: dg.exp
+  %n1 = dg.exp %n0 : tensor<2x4x8xf32>
+  // CHECK: dg.log
+  %n2 = dg.log %n1 : tensor<2x4x8xf32>
+  // CHECK: dg.tanh
+  %n3 = dg.tanh %n2 : tensor<2x4x8xf32>
+  // CHECK: dg.sqrt
+  %n4 = dg.sqrt %n1 : tensor<2x4x8xf32>
+  // CHECK: dg.rsqrt
+  %n5 = dg.rsqrt %n4 : tensor<2x4x8xf32>
+  // CHECK: dg.gelu_tanh
+  %g = dg.gelu_tanh %n5 : tensor<2x4x8xf32>
+  // CHECK: %[[N:.*]] = dg.rms_norm %{{.*}}, %[[W]] {eps = 9.9999999999999995E-7 : f64} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %norm = dg.rms_norm %g, %w {eps = 1.0e-6 : f64} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  // CHECK: dg.rms_norm %{{.*}} {eps = 0.000000e+00 : f64} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %weightless = dg.rms_norm %norm {eps = 0.0 : f64} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  // CHECK: dg.matmul %{{.*}}, %[[P]] : tensor<2x4x8xf32>, tensor<8x16xf32> -> tensor<2x4x16xf32>
+  %logits = dg.matmul %weightless, %p : tensor<2x4x8xf32>, tensor<8x16xf32> -> tensor<2x4x16xf32>
+  // CHECK: dg.matmul {{.*}} {transpose_b = true} : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x4xf32>
+  %scores = dg.matmul %norm, %norm {transpose_b = true} : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x4xf32>
+  // CHECK: dg.softmax {{.*}} axis = -1 : tensor<2x4x16xf32>
+  %probs = dg.softmax %logits axis = -1 : tensor<2x4x16xf32>
+  // CHECK: dg.reduce_sum {{.*}} dims = [2] {keep_dims = true} : tensor<2x4x16xf32> -> tensor<2x4x1xf32>
+  %rs = dg.reduce_sum %probs dims = [2] {keep_dims = true} : tensor<2x4x16xf32> -> tensor<2x4x1xf32>
+  // CHECK: dg.reduce_mean {{.*}} dims = [0, 1] : tensor<2x4x16xf32> -> tensor<16xf32>
+  %rm = dg.reduce_mean %probs dims = [0, 1] : tensor<2x4x16xf32> -> tensor<16xf32>
+  // CHECK: dg.reduce_max {{.*}} dims = [1]
+  %rx = dg.reduce_max %scores dims = [1] : tensor<2x4x4xf32> -> tensor<2x4xf32>
+  // CHECK: dg.transpose {{.*}} perm = [0, 2, 1] : tensor<2x4x16xf32> -> tensor<2x16x4xf32>
+  %t = dg.transpose %probs perm = [0, 2, 1] : tensor<2x4x16xf32> -> tensor<2x16x4xf32>
+  // CHECK: dg.reshape {{.*}} : tensor<2x16x4xf32> -> tensor<8x16xf32>
+  %r = dg.reshape %t : tensor<2x16x4xf32> -> tensor<8x16xf32>
+  // CHECK: dg.cast {{.*}} : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %bf = dg.cast %r : tensor<8x16xf32> -> tensor<8x16xbf16>
+  // CHECK: dg.random_uniform %[[KEY]] stream = 3 : tensor<2xi64> -> tensor<2x4xf32>
+  %u = dg.random_uniform %key stream = 3 : tensor<2xi64> -> tensor<2x4xf32>
+  // CHECK: dg.all_reduce {{.*}} axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>
+  %ar = dg.all_reduce %r axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: dg.all_gather {{.*}} axis = "tp" : tensor<8x16xf32> -> tensor<16x16xf32>
+  %ag = dg.all_gather %ar axis = "tp" : tensor<8x16xf32> -> tensor<16x16xf32>
+  // CHECK: dg.reduce_scatter {{.*}} axis = "tp" {reduce = "max"} : tensor<16x16xf32> -> tensor<8x16xf32>
+  %rsc = dg.reduce_scatter %ag axis = "tp" {reduce = "max"} : tensor<16x16xf32> -> tensor<8x16xf32>
+  // CHECK: dg.output "probs", %{{.*}} : tensor<2x4x16xf32>
+  dg.output "probs", %probs : tensor<2x4x16xf32>
+  dg.output "bf", %bf : tensor<8x16xbf16>
+  dg.output "u", %u : tensor<2x4xf32>
+  dg.output "rsc", %rsc : tensor<8x16xf32>
+  dg.output "rs", %rs : tensor<2x4x1xf32>
+  dg.output "rm", %rm : tensor<16xf32>
+  dg.output "rx", %rx : tensor<2x4xf32>
+  return
+}
+}

@@ -1,0 +1,26 @@
+// RUN: dgemma-opt %s --dg-test-sharding-rules --verify-diagnostics
+
+func.func @rules(%a: tensor<2x4x8xf32>, %b: tensor<8x16xf32>, %w: tensor<8xf32>, %ids: tensor<2x4xi64>,
+                 %table: tensor<32x8xf32>, %key: tensor<2xi64>) {
+  // expected-remark @+1 {{sharding rule: ([i, j, l], [l, k]) -> ([i, j, k]) reduction={l}}}
+  %m = dg.matmul %a, %b : tensor<2x4x8xf32>, tensor<8x16xf32> -> tensor<2x4x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, l, j], [i, l, k]) -> ([i, j, k]) reduction={l}}}
+  %bm = dg.matmul %a, %a {transpose_a = true} : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x8x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [k]) -> ([i, j, k])}}
+  %add = dg.add %a, %w : tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [k]) -> ([i, j, k]) need_replication={k}}}
+  %n = dg.rms_norm %a, %w {eps = 1.0e-6 : f64} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, j, k]) need_replication={j}}}
+  %s = dg.softmax %a axis = 1 : tensor<2x4x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, 1, k]) reduction={j}}}
+  %r = dg.reduce_sum %a dims = [1] {keep_dims = true} : tensor<2x4x8xf32> -> tensor<2x1x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, k, j])}}
+  %t = dg.transpose %a perm = [0, 2, 1] : tensor<2x4x8xf32> -> tensor<2x8x4xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, l]) need_replication={j, k, l}}}
+  %re = dg.reshape %a : tensor<2x4x8xf32> -> tensor<2x32xf32>
+  // expected-remark @+1 {{sharding rule: ([i, l], [j, k]) -> ([j, k, l]) need_replication={i}}}
+  %g = dg.gather %table[%ids] : tensor<32x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
+  // expected-remark @+1 {{sharding rule: ([1]) -> ([i, j]) need_replication={i, j}}}
+  %u = dg.random_uniform %key stream = 0 : tensor<2xi64> -> tensor<3x5xf32>
+  return
+}

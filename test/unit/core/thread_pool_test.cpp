@@ -1,0 +1,45 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "runtime/core/ThreadPool.h"
+
+namespace dgemma {
+namespace {
+
+// Every index is visited exactly once, whatever the count/grain/thread combination.
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  for (int64_t threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t count : {0, 1, 7, 64, 1000}) {
+      for (int64_t grain : {1, 3, 100}) {
+        std::vector<std::atomic<int>> visits(count);
+        pool.parallelFor(count, grain, [&](int64_t begin, int64_t end) {
+          ASSERT_LE(begin, end);
+          for (int64_t i = begin; i < end; ++i) visits[i]++;
+        });
+        for (int64_t i = 0; i < count; ++i) ASSERT_EQ(visits[i].load(), 1) << "count " << count << " grain " << grain;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ManySuccessiveLoops) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> total{0};
+  for (int round = 0; round < 500; ++round)
+    pool.parallelFor(100, 10, [&](int64_t begin, int64_t end) { total += end - begin; });
+  EXPECT_EQ(total.load(), 500 * 100);
+}
+
+TEST(ThreadPool, UsesSeveralThreadsForLargeWork) {
+  ThreadPool pool(2);
+  std::atomic<int> chunks{0};
+  pool.parallelFor(1000, 100, [&](int64_t, int64_t) { chunks++; });
+  EXPECT_EQ(chunks.load(), 2);  // one chunk per thread
+}
+
+}  // namespace
+}  // namespace dgemma

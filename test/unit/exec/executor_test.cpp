@@ -1,0 +1,144 @@
+#include <gtest/gtest.h>
+
+#include "runtime/backend/Backend.h"
+#include "runtime/core/Error.h"
+#include "runtime/exec/Executor.h"
+
+namespace dgemma {
+namespace {
+
+const char* kEntry = "forward";
+
+// y = softmax(x + w) over the last dim, then z = reshape(y) as a view: exercises kernels, params,
+// inputs, outputs and views.
+Plan addSoftmaxPlan() {
+  Plan plan;
+  plan.producer = "test";
+  plan.arenas = {{"persistent", true, 64, 64}, {"scratch", false, 256, 64}};
+  auto scratch = [&](int64_t id, const char* name, std::vector<int64_t> shape, uint64_t offset, int64_t first, int64_t last) {
+    return Buffer{id, name, DType::F32, std::move(shape), 1, offset, Lifetime{kEntry, first, last}, std::nullopt};
+  };
+  plan.buffers = {
+      Buffer{0, "w", DType::F32, {3}, 0, 0, std::nullopt, std::nullopt},
+      scratch(1, "x", {2, 3}, 0, 0, 0),
+      scratch(2, "sum", {2, 3}, 64, 0, 1),
+      scratch(3, "y", {2, 3}, 128, 1, 1),
+      scratch(4, "y.view", {6}, 128, 1, 1),
+  };
+  plan.buffers[4].aliasOf = 3;
+  Parameter weight;
+  weight.name = "w";
+  weight.buffer = 0;
+  weight.globalShape = weight.shardShape = {3};
+  weight.shardOffset = {0};
+  plan.parameters = {weight};
+  EntryPoint entry;
+  entry.name = kEntry;
+  entry.inputs = {{"x", 1}};
+  entry.outputs = {{"probs", 4}};
+  Step add;
+  add.op = "add";
+  add.inputs = {1, 0};
+  add.outputs = {2};
+  Step softmax;
+  softmax.op = "softmax";
+  softmax.attrs = {{"axis", -1}};
+  softmax.inputs = {2};
+  softmax.outputs = {3};
+  entry.steps = {add, softmax};
+  plan.entryPoints = {entry};
+  return plan;
+}
+
+HostTensor tensorOf(std::vector<int64_t> shape, std::vector<float> values) {
+  HostTensor tensor(DType::F32, std::move(shape));
+  std::copy(values.begin(), values.end(), tensor.as<float>());
+  return tensor;
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend = createBackend("cpu", 2);
+  CommunicatorSet communicators;
+};
+
+TEST_F(ExecutorTest, RunsKernelsParamsAndViews) {
+  Plan plan = addSoftmaxPlan();
+  Executor executor(plan, *backend, communicators, "test.dgplan");
+  executor.setParameter("w", tensorOf({3}, {0.0f, 1.0f, 2.0f}));
+  auto outputs = executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {1, 1, 1, 0, -1, -2})}});
+  ASSERT_EQ(outputs.count("probs"), 1u);
+  const HostTensor& probs = outputs["probs"];
+  EXPECT_EQ(probs.shape, std::vector<int64_t>{6});
+  // Row 0: softmax(1, 2, 3); row 1: softmax(0, 0, 0).
+  double denominator = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(probs.as<float>()[0], std::exp(1.0) / denominator, 1e-7);
+  EXPECT_NEAR(probs.as<float>()[2], std::exp(3.0) / denominator, 1e-7);
+  for (int i = 3; i < 6; ++i) EXPECT_NEAR(probs.as<float>()[i], 1.0 / 3, 1e-7);
+  // Parameters read back unchanged, and a second run reuses the prepared steps.
+  EXPECT_EQ(executor.parameter("w").as<float>()[2], 2.0f);
+  auto again = executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
+  EXPECT_NEAR(again["probs"].as<float>()[0], 1.0 / (1 + std::exp(1.0) + std::exp(2.0)), 1e-7);
+}
+
+TEST_F(ExecutorTest, RejectsUnknownKernelAtLoad) {
+  Plan plan = addSoftmaxPlan();
+  plan.entryPoints[0].steps[1].op = "softmax_v2";
+  plan.entryPoints[0].steps[1].location = "model.mlir:7:3";
+  try {
+    Executor executor(plan, *backend, communicators, "test.dgplan");
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "test.dgplan: entry forward: step 1 (softmax_v2 at model.mlir:7:3): kernel \"softmax_v2\" is not provided by "
+              "the cpu backend");
+  }
+}
+
+TEST_F(ExecutorTest, RejectsKernelSignatureMismatchAtLoad) {
+  Plan plan = addSoftmaxPlan();
+  plan.entryPoints[0].steps[1].attrs = nlohmann::json::object();  // softmax without its axis
+  EXPECT_THROW(Executor(plan, *backend, communicators, "test.dgplan"), InputError);
+}
+
+TEST_F(ExecutorTest, RejectsWrongInputsAndParameters) {
+  Plan plan = addSoftmaxPlan();
+  Executor executor(plan, *backend, communicators, "test.dgplan");
+  try {
+    executor.run(plan.entryPoints[0], {{"x", tensorOf({3, 2}, {0, 0, 0, 0, 0, 0})}});
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()), "input x: expected f32 [2,3], got f32 [3,2]");
+  }
+  EXPECT_THROW(executor.run(plan.entryPoints[0], {}), InputError);
+  EXPECT_THROW(executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}, {"y", tensorOf({1}, {0})}}),
+               InputError);
+  EXPECT_THROW(executor.setParameter("w", tensorOf({4}, {0, 0, 0, 0})), InputError);
+  EXPECT_THROW(executor.setParameter("missing", tensorOf({3}, {0, 0, 0})), InputError);
+}
+
+TEST_F(ExecutorTest, CollectivesNeedACommunicatorForTheirAxis) {
+  Plan plan = addSoftmaxPlan();
+  plan.mesh = {{"tp", 1, 0}};
+  Step reduce;
+  reduce.kind = Step::Kind::Collective;
+  reduce.op = "all_reduce";
+  reduce.axis = "tp";
+  reduce.inputs = reduce.outputs = {3};
+  plan.entryPoints[0].steps.push_back(reduce);
+  plan.buffers[3].lifetime->last = plan.buffers[4].lifetime->last = 2;
+  EXPECT_THROW(Executor(plan, *backend, communicators, "test.dgplan"), InputError);
+
+  communicators.add("tp", std::make_unique<LocalCommunicator>(*backend));
+  Executor executor(plan, *backend, communicators, "test.dgplan");
+  executor.setParameter("w", tensorOf({3}, {0, 0, 0}));
+  auto outputs = executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
+  EXPECT_NEAR(outputs["probs"].as<float>()[4], 1.0 / 3, 1e-7);  // a group of one leaves values alone
+}
+
+TEST_F(ExecutorTest, UnknownBackendIsAnInputError) {
+  EXPECT_THROW(createBackend("tpu"), InputError);
+}
+
+}  // namespace
+}  // namespace dgemma

@@ -1,0 +1,134 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "runtime/backend/Backend.h"
+#include "runtime/core/Error.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/exec/WeightLoader.h"
+#include "runtime/io/Safetensors.h"
+
+namespace dgemma {
+namespace {
+
+struct ParameterSpec {
+  std::string name;
+  std::vector<int64_t> globalShape, shardOffset, shardShape;
+  nlohmann::json init;
+};
+
+// A plan with parameters only (no entry points): what the loaders see.
+Plan parameterPlan(const std::vector<ParameterSpec>& specs) {
+  Plan plan;
+  plan.producer = "test";
+  plan.arenas = {{"persistent", true, 0, 64}, {"scratch", false, 0, 64}};
+  for (const ParameterSpec& spec : specs) {
+    Buffer buffer{static_cast<int64_t>(plan.buffers.size()), spec.name, DType::F32, spec.shardShape, 0,
+                  (plan.arenas[0].bytes + 63) / 64 * 64, std::nullopt, std::nullopt};
+    plan.arenas[0].bytes = buffer.offset + buffer.bytes();
+    plan.buffers.push_back(buffer);
+    Parameter parameter;
+    parameter.name = spec.name;
+    parameter.buffer = buffer.id;
+    parameter.globalShape = spec.globalShape;
+    parameter.shardOffset = spec.shardOffset;
+    parameter.shardShape = spec.shardShape;
+    parameter.init = spec.init;
+    plan.parameters.push_back(parameter);
+  }
+  return plan;
+}
+
+HostTensor iota(DType dtype, std::vector<int64_t> shape) {
+  HostTensor f32(DType::F32, std::move(shape));
+  for (int64_t i = 0; i < f32.numElements(); ++i) f32.as<float>()[i] = static_cast<float>(i);
+  return convertDType(f32, dtype, "iota");
+}
+
+class WeightLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = std::filesystem::temp_directory_path() /
+          ("dgemma-weights-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+
+  std::string write(const std::vector<std::pair<std::string, HostTensor>>& tensors) {
+    std::vector<std::pair<std::string, const HostTensor*>> refs;
+    for (const auto& [name, tensor] : tensors) refs.push_back({name, &tensor});
+    std::string path = (dir / "model.safetensors").string();
+    writeSafetensors(path, refs);
+    return path;
+  }
+
+  std::filesystem::path dir;
+  std::unique_ptr<Backend> backend = createBackend("cpu", 1);
+  CommunicatorSet communicators;
+};
+
+TEST_F(WeightLoaderTest, LoadsConvertsAndSlicesShards) {
+  Plan plan = parameterPlan({{"a", {2, 3}, {0, 0}, {2, 3}, {}}, {"c", {4, 6}, {2, 3}, {2, 3}, {}}});
+  write({{"a", iota(DType::BF16, {2, 3})}, {"c", iota(DType::F32, {4, 6})}});
+  Executor executor(plan, *backend, communicators, "p");
+  loadWeights(executor, dir.string());
+  HostTensor a = executor.parameter("a");
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a.as<float>()[i], i);
+  HostTensor c = executor.parameter("c");  // rows 2..3, columns 3..5 of the 4x6 iota
+  std::vector<float> expected = {15, 16, 17, 21, 22, 23};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(c.as<float>()[i], expected[i]) << i;
+}
+
+TEST_F(WeightLoaderTest, ListsEveryProblemInOneError) {
+  Plan plan = parameterPlan({{"a", {2, 3}, {0, 0}, {2, 3}, {}}, {"b", {4}, {0}, {4}, {}}});
+  std::string path = write({{"a", iota(DType::F32, {3, 2})}, {"d", iota(DType::F32, {1})}});
+  Executor executor(plan, *backend, communicators, "p");
+  try {
+    loadWeights(executor, path);
+    FAIL();
+  } catch (const InputError& error) {
+    std::string message = error.what();
+    EXPECT_NE(message.find(path + ": 3 problem(s) with the weights:"), std::string::npos) << message;
+    EXPECT_NE(message.find("tensor a: expected shape [2,3], found [3,2]"), std::string::npos) << message;
+    EXPECT_NE(message.find("missing tensor b [4]"), std::string::npos) << message;
+    EXPECT_NE(message.find("unexpected tensor d"), std::string::npos) << message;
+  }
+}
+
+TEST_F(WeightLoaderTest, RandomInitFollowsTheSpecAndIsDeterministic) {
+  nlohmann::json normal = {{"kind", "normal"}, {"std", 0.02}};
+  Plan plan = parameterPlan({{"w", {128, 128}, {0, 0}, {128, 128}, normal}, {"g", {16}, {0}, {16}, {{"kind", "ones"}}}});
+  Executor first(plan, *backend, communicators, "p"), second(plan, *backend, communicators, "p");
+  initializeWeights(first, 7);
+  initializeWeights(second, 7);
+  HostTensor w = first.parameter("w");
+  EXPECT_EQ(w.data, second.parameter("w").data);
+  double sum = 0, squares = 0;
+  for (int64_t i = 0; i < w.numElements(); ++i) {
+    sum += w.as<float>()[i];
+    squares += double(w.as<float>()[i]) * w.as<float>()[i];
+  }
+  double mean = sum / w.numElements(), stddev = std::sqrt(squares / w.numElements() - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.001);
+  EXPECT_NEAR(stddev, 0.02, 0.0005);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(first.parameter("g").as<float>()[i], 1.0f);
+
+  initializeWeights(second, 8);
+  EXPECT_NE(w.data, second.parameter("w").data);
+}
+
+TEST_F(WeightLoaderTest, RandomInitOfAShardIsTheSliceOfTheGlobalDraw) {
+  nlohmann::json normal = {{"kind", "normal"}, {"std", 1.0}};
+  Plan whole = parameterPlan({{"w", {4, 6}, {0, 0}, {4, 6}, normal}});
+  Plan shard = parameterPlan({{"w", {4, 6}, {1, 2}, {2, 3}, normal}});
+  Executor wholeExecutor(whole, *backend, communicators, "p"), shardExecutor(shard, *backend, communicators, "p");
+  initializeWeights(wholeExecutor, 3);
+  initializeWeights(shardExecutor, 3);
+  HostTensor all = wholeExecutor.parameter("w"), part = shardExecutor.parameter("w");
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(part.as<float>()[r * 3 + c], all.as<float>()[(r + 1) * 6 + c + 2]);
+}
+
+}  // namespace
+}  // namespace dgemma

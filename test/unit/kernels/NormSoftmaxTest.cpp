@@ -1,0 +1,121 @@
+// rms_norm and softmax against the formulas evaluated in double.
+#include <cmath>
+
+#include "KernelTestSupport.h"
+
+namespace dgemma::test {
+namespace {
+
+std::vector<double> rmsNormReference(const std::vector<double>& x, int64_t width, double eps,
+                                     const std::vector<double>* weight) {
+  std::vector<double> y(x.size());
+  for (size_t row = 0; row < x.size() / width; ++row) {
+    double squares = 0;
+    for (int64_t i = 0; i < width; ++i) squares += x[row * width + i] * x[row * width + i];
+    const double scale = std::pow(squares / width + eps, -0.5);
+    for (int64_t i = 0; i < width; ++i) y[row * width + i] = x[row * width + i] * scale * (weight ? (*weight)[i] : 1.0);
+  }
+  return y;
+}
+
+template <typename T>
+void checkRmsNorm(DType dtype, std::vector<int64_t> shape, bool withWeight, ThreadPool* threads = nullptr) {
+  const int64_t width = shape.back();
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;
+  const double eps = 1e-5;
+  const std::vector<T> x = randomValues<T>(count, 21, -3, 3);
+  const std::vector<T> weight = randomValues<T>(width, 22, 0.5, 1.5);
+  KernelCall call("rms_norm", {{"eps", eps}});
+  call.input(dtype, shape, x);
+  if (withWeight) call.input(dtype, {width}, weight);
+  call.output(dtype, shape);
+  call.run(threads);
+  const std::vector<double> weight64(weight.begin(), weight.end());
+  const std::vector<double> expected =
+      rmsNormReference(std::vector<double>(x.begin(), x.end()), width, eps, withWeight ? &weight64 : nullptr);
+  expectClose(call.result<T>(), expected, dtype == DType::F64 ? 1e-14 : 2e-6);
+}
+
+TEST(RmsNormKernel, WithoutWeight) {
+  checkRmsNorm<float>(DType::F32, {4, 16}, false);
+  checkRmsNorm<double>(DType::F64, {3, 2, 5}, false);
+}
+
+TEST(RmsNormKernel, WithWeight) {
+  checkRmsNorm<float>(DType::F32, {4, 16}, true);
+  checkRmsNorm<double>(DType::F64, {7, 9}, true);
+}
+
+TEST(RmsNormKernel, ManyRowsAcrossThreads) {
+  ThreadPool threads(2);
+  checkRmsNorm<float>(DType::F32, {257, 96}, true, &threads);
+  checkRmsNorm<double>(DType::F64, {300, 64}, false, &threads);
+}
+
+TEST(RmsNormKernel, EpsDominatesAZeroRow) {
+  KernelCall call("rms_norm", {{"eps", 0.25}});
+  call.input<float>(DType::F32, {2, 2}, {0, 0, 3, 4}).output(DType::F32, {2, 2});
+  call.run();
+  // Row 0: 0 * (0 + 0.25)^-1/2 = 0. Row 1: mean(x^2) = 12.5, scale = 12.75^-1/2.
+  const double scale = 1.0 / std::sqrt(12.75);
+  expectClose(call.result<float>(), {0, 0, 3 * scale, 4 * scale}, 1e-7);
+}
+
+// Softmax of x viewed as [outer, length, inner] along the middle dimension.
+std::vector<double> softmaxReference(const std::vector<double>& x, int64_t outer, int64_t length, int64_t inner) {
+  std::vector<double> y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto index = [&](int64_t j) { return (o * length + j) * inner + i; };
+      double sum = 0;
+      for (int64_t j = 0; j < length; ++j) sum += std::exp(x[index(j)]);
+      for (int64_t j = 0; j < length; ++j) y[index(j)] = std::exp(x[index(j)]) / sum;
+    }
+  return y;
+}
+
+template <typename T>
+void checkSoftmax(DType dtype, const std::vector<int64_t>& shape, int64_t axis, ThreadPool* threads = nullptr) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t normalized = axis < 0 ? axis + rank : axis;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < normalized; ++d) outer *= shape[d];
+  for (int64_t d = normalized + 1; d < rank; ++d) inner *= shape[d];
+  const int64_t length = shape[normalized];
+  const std::vector<T> x = randomValues<T>(outer * length * inner, 31, -5, 5);
+  KernelCall call("softmax", {{"axis", axis}});
+  call.input(dtype, shape, x).output(dtype, shape);
+  call.run(threads);
+  expectClose(call.result<T>(), softmaxReference(std::vector<double>(x.begin(), x.end()), outer, length, inner),
+              dtype == DType::F64 ? 1e-15 : 1e-7);
+}
+
+TEST(SoftmaxKernel, LastAxis) {
+  checkSoftmax<float>(DType::F32, {3, 10}, 1);
+  checkSoftmax<double>(DType::F64, {2, 3, 7}, -1);
+}
+
+TEST(SoftmaxKernel, NonLastAxis) {
+  checkSoftmax<double>(DType::F64, {2, 3, 4}, 1);
+  checkSoftmax<float>(DType::F32, {5, 2, 3}, 0);
+  checkSoftmax<float>(DType::F32, {2, 6, 3, 2}, -3);
+}
+
+TEST(SoftmaxKernel, ManyRowsAcrossThreads) {
+  ThreadPool threads(2);
+  checkSoftmax<float>(DType::F32, {400, 128}, -1, &threads);
+  checkSoftmax<double>(DType::F64, {64, 50, 8}, 1, &threads);
+}
+
+TEST(SoftmaxKernel, LargeLogitsDoNotOverflow) {
+  KernelCall call("softmax", {{"axis", 0}});
+  call.input<float>(DType::F32, {3}, {1000.0f, 1000.0f, 999.0f}).output(DType::F32, {3});
+  call.run();
+  // exp(1000) overflows; the max-subtracted form sees 0, 0, -1.
+  const double e = std::exp(-1.0);
+  expectClose(call.result<float>(), {1 / (2 + e), 1 / (2 + e), e / (2 + e)}, 1e-7);
+}
+
+}  // namespace
+}  // namespace dgemma::test

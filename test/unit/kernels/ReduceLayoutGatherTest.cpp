@@ -1,0 +1,169 @@
+// Reductions, transpose, reshape and gather against index-by-index references.
+#include <cmath>
+
+#include "KernelTestSupport.h"
+
+namespace dgemma::test {
+namespace {
+
+std::vector<int64_t> coordinatesOf(int64_t index, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> coord(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coord[d] = index % shape[d];
+    index /= shape[d];
+  }
+  return coord;
+}
+
+// Reduces x over `dims` by visiting every element and folding it into its output slot.
+std::vector<double> reduceReference(const std::vector<double>& x, const std::vector<int64_t>& shape,
+                                    const std::vector<int64_t>& dims, const std::string& kind) {
+  std::vector<int64_t> keptShape;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) keptShape.push_back(shape[d]);
+  int64_t outputs = 1, reducedCount = 1;
+  for (int64_t dim : keptShape) outputs *= dim;
+  for (int64_t dim : dims) reducedCount *= shape[dim];
+  std::vector<double> y(outputs, kind == "max" ? -INFINITY : 0.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const std::vector<int64_t> coord = coordinatesOf(static_cast<int64_t>(i), shape);
+    int64_t slot = 0;
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) slot = slot * shape[d] + coord[d];
+    y[slot] = kind == "max" ? std::max(y[slot], x[i]) : y[slot] + x[i];
+  }
+  if (kind == "mean")
+    for (double& value : y) value /= reducedCount;
+  return y;
+}
+
+template <typename T>
+void checkReduce(const std::string& kind, DType dtype, const std::vector<int64_t>& shape,
+                 const std::vector<int64_t>& dims, bool keepDims, const std::vector<int64_t>& outShape,
+                 ThreadPool* threads = nullptr) {
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;
+  const std::vector<T> x = randomValues<T>(count, 41, -3, 3);
+  KernelCall call("reduce_" + kind, {{"dims", dims}, {"keep_dims", keepDims}});
+  call.input(dtype, shape, x).output(dtype, outShape);
+  call.run(threads);
+  SCOPED_TRACE("reduce_" + kind);
+  expectClose(call.result<T>(), reduceReference(std::vector<double>(x.begin(), x.end()), shape, dims, kind),
+              dtype == DType::F64 ? 1e-14 : 1e-6);
+}
+
+TEST(ReduceKernels, SumMaxMeanOverInnerOuterAndMixedDims) {
+  for (const char* kind : {"sum", "max", "mean"}) {
+    checkReduce<float>(kind, DType::F32, {2, 3, 4}, {2}, false, {2, 3});
+    checkReduce<float>(kind, DType::F32, {2, 3, 4}, {0}, false, {3, 4});
+    checkReduce<double>(kind, DType::F64, {2, 3, 4, 5}, {0, 2}, false, {3, 5});
+    checkReduce<double>(kind, DType::F64, {2, 3, 4}, {0, 1, 2}, false, {});
+  }
+}
+
+TEST(ReduceKernels, KeepDimsLeavesOnes) {
+  checkReduce<float>("sum", DType::F32, {2, 3, 4}, {1}, true, {2, 1, 4});
+  checkReduce<double>("max", DType::F64, {2, 3, 4}, {0, 2}, true, {1, 3, 1});
+  checkReduce<float>("mean", DType::F32, {5}, {0}, true, {1});
+}
+
+TEST(ReduceKernels, ManyOutputsAcrossThreads) {
+  ThreadPool threads(2);
+  checkReduce<float>("sum", DType::F32, {300, 200}, {1}, false, {300}, &threads);
+  checkReduce<float>("max", DType::F32, {40, 30, 20}, {1}, true, {40, 1, 20}, &threads);
+}
+
+TEST(ReduceKernels, MaxPropagatesNaN) {
+  KernelCall call("reduce_max", {{"dims", {1}}});
+  call.input<float>(DType::F32, {2, 3}, {1, NAN, 2, 4, 5, 6}).output(DType::F32, {2});
+  call.run();
+  const std::vector<float> y = call.result<float>();
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 6.0f);
+}
+
+template <typename T>
+void checkTranspose(DType dtype, const std::vector<int64_t>& shape, const std::vector<int64_t>& perm,
+                    ThreadPool* threads = nullptr) {
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;
+  std::vector<T> x(count);
+  for (int64_t i = 0; i < count; ++i) x[i] = static_cast<T>(i + 1);  // distinct, so any misplacement shows
+  std::vector<int64_t> outShape;
+  for (int64_t axis : perm) outShape.push_back(shape[axis]);
+  KernelCall call("transpose", {{"perm", perm}});
+  call.input(dtype, shape, x).output(dtype, outShape);
+  call.run(threads);
+  const std::vector<T> y = call.result<T>();
+  // y at coordinates c holds x at the coordinates whose dimension perm[k] is c[k].
+  for (int64_t o = 0; o < count; ++o) {
+    const std::vector<int64_t> coord = coordinatesOf(o, outShape);
+    std::vector<int64_t> source(shape.size());
+    for (size_t k = 0; k < perm.size(); ++k) source[perm[k]] = coord[k];
+    int64_t flat = 0;
+    for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + source[d];
+    ASSERT_EQ(y[o], x[flat]) << "output index " << o;
+  }
+}
+
+TEST(TransposeKernel, PermutationsOfDifferentRanksAndElementSizes) {
+  checkTranspose<float>(DType::F32, {2, 3}, {1, 0});
+  checkTranspose<float>(DType::F32, {2, 3, 4}, {2, 0, 1});
+  checkTranspose<double>(DType::F64, {2, 3, 4, 5}, {0, 2, 1, 3});
+  checkTranspose<int64_t>(DType::I64, {3, 1, 2}, {1, 2, 0});
+  checkTranspose<uint16_t>(DType::BF16, {4, 6}, {1, 0});
+  checkTranspose<int8_t>(DType::I8, {3, 5}, {1, 0});
+  checkTranspose<float>(DType::F32, {2, 3}, {0, 1});  // identity
+}
+
+TEST(TransposeKernel, LargeTransposeAcrossThreads) {
+  ThreadPool threads(2);
+  checkTranspose<float>(DType::F32, {130, 70, 3}, {1, 2, 0}, &threads);
+}
+
+TEST(ReshapeKernel, CopiesBytesUnderANewShape) {
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  KernelCall call("reshape");
+  call.input(DType::F32, {2, 3}, x).output(DType::F32, {3, 1, 2});
+  call.run();
+  EXPECT_EQ(call.result<float>(), x);
+}
+
+TEST(GatherKernel, SelectsTableRows) {
+  const std::vector<float> table = {0, 1, 10, 11, 20, 21, 30, 31};  // [4, 2]
+  KernelCall call32("gather");
+  call32.input(DType::F32, {4, 2}, table).input<int32_t>(DType::I32, {2, 2}, {3, 0, 1, 3});
+  call32.output(DType::F32, {2, 2, 2});
+  call32.run();
+  EXPECT_EQ(call32.result<float>(), (std::vector<float>{30, 31, 0, 1, 10, 11, 30, 31}));
+
+  ThreadPool threads(2);
+  const std::vector<double> wide = randomValues<double>(50 * 64, 51);  // [50, 64]
+  std::vector<int64_t> ids(1000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % 50);
+  KernelCall call64("gather");
+  call64.input(DType::F64, {50, 64}, wide).input(DType::I64, {1000}, ids).output(DType::F64, {1000, 64});
+  call64.run(&threads);
+  const std::vector<double> y = call64.result<double>();
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (size_t h = 0; h < 64; ++h) ASSERT_EQ(y[i * 64 + h], wide[ids[i] * 64 + h]) << "row " << i;
+}
+
+TEST(GatherKernel, OutOfRangeIdIsARunTimeErrorNamingIdAndIndex) {
+  for (int64_t badId : {int64_t{4}, int64_t{-1}}) {
+    KernelCall call("gather");
+    call.input<float>(DType::F32, {4, 1}, {0, 1, 2, 3}).input<int64_t>(DType::I64, {3}, {0, badId, 2});
+    call.output(DType::F32, {3, 1});
+    try {
+      call.run();
+      ADD_FAILURE() << "id " << badId << " was accepted";
+    } catch (const RuntimeError& error) {
+      EXPECT_EQ(error.exitCode(), 1);
+      EXPECT_EQ(std::string(error.what()),
+                "step 0 (gather): id " + std::to_string(badId) + " at flat index 1 is outside the table's rows [0, 4)");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dgemma::test

@@ -1,0 +1,171 @@
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "PlanFixtures.h"
+#include "runtime/core/Error.h"
+#include "runtime/io/AtomicFile.h"
+#include "runtime/plan/PlanFile.h"
+
+namespace dgemma {
+namespace {
+
+using testing::smallPlan;
+
+// Builds a container around arbitrary header text, independently of serializePlan, so that the
+// tests check the documented layout rather than the writer's own idea of it.
+std::string container(const std::string& header, const std::string& sections = "", uint32_t version = 1) {
+  size_t sectionsStart = (48 + header.size() + 63) / 64 * 64;
+  std::string out(sectionsStart + sections.size(), '\0');
+  std::memcpy(out.data(), "DGEMMAPL", 8);
+  auto put = [&](size_t at, uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) out[at + i] = static_cast<char>((value >> (8 * i)) & 0xff);
+  };
+  put(8, version, 4);
+  put(16, header.size(), 8);
+  put(24, sections.size(), 8);
+  std::memcpy(out.data() + 48, header.data(), header.size());
+  std::memcpy(out.data() + sectionsStart, sections.data(), sections.size());
+  put(32, XXH3_64bits(out.data() + 48, out.size() - 48), 8);
+  return out;
+}
+
+std::string headerOf(const Plan& plan) {
+  nlohmann::json header = planToJson(plan);
+  header["sections"] = nlohmann::json::array();
+  for (const BinarySection& section : plan.sections) header["sections"].push_back({{"name", section.name}, {"offset", 0}, {"bytes", section.data.size()}});
+  return header.dump();
+}
+
+std::string errorOf(const std::string& bytes) {
+  try {
+    deserializePlan(bytes, "plan.dgplan");
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.exitCode(), 2);
+    return error.what();
+  }
+  ADD_FAILURE() << "plan was accepted";
+  return "";
+}
+
+TEST(PlanFile, RoundTripsEveryField) {
+  Plan plan = smallPlan();
+  plan.mesh = {{"dp", 1, 0}};
+  plan.metadata = {{"model", "toy"}};
+  plan.sections.push_back({"constants", {1, 2, 3, 4, 5}});
+  plan.entryPoints[0].numStreams = 2;
+  plan.entryPoints[0].numEvents = 1;
+  plan.entryPoints[0].steps[0].stream = 1;
+  plan.entryPoints[0].steps[0].signalEvents = {0};
+  plan.entryPoints[0].steps[0].attrs = {{"eps", 1e-6}, {"perm", {1, 0}}};
+  std::string bytes = serializePlan(plan);
+  Plan back = deserializePlan(bytes, "plan.dgplan");
+  EXPECT_EQ(planToJson(back), planToJson(plan));
+  ASSERT_EQ(back.sections.size(), 1u);
+  EXPECT_EQ(back.sections[0].data, plan.sections[0].data);
+  EXPECT_EQ(serializePlan(back), bytes);  // deterministic
+}
+
+TEST(PlanFile, MatchesTheDocumentedLayout) {
+  Plan plan = smallPlan();
+  EXPECT_EQ(serializePlan(plan), container(headerOf(plan)));
+}
+
+TEST(PlanFile, RejectsTruncatedPreamble) {
+  EXPECT_EQ(errorOf(serializePlan(smallPlan()).substr(0, 20)),
+            "plan.dgplan: truncated: 20 bytes, a plan file has at least 48");
+}
+
+TEST(PlanFile, RejectsTruncatedBody) {
+  std::string bytes = serializePlan(smallPlan());
+  EXPECT_NE(errorOf(bytes.substr(0, bytes.size() - 1)).find("truncated or extended"), std::string::npos);
+  EXPECT_NE(errorOf(bytes + "x").find("truncated or extended"), std::string::npos);
+}
+
+TEST(PlanFile, RejectsForeignFiles) {
+  std::string bytes = serializePlan(smallPlan());
+  bytes[0] = 'X';
+  EXPECT_EQ(errorOf(bytes), "plan.dgplan: not a dgemma plan file (bad magic)");
+}
+
+TEST(PlanFile, RejectsOtherVersionsBeforeCheckingTheHash) {
+  std::string bytes = serializePlan(smallPlan());
+  bytes[8] = 2;
+  EXPECT_NE(errorOf(bytes).find("plan format version 2 is not supported (this dgemma reads version 1)"), std::string::npos);
+}
+
+TEST(PlanFile, RejectsEditedContent) {
+  std::string bytes = serializePlan(smallPlan());
+  size_t at = bytes.find("\"add\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] = 'b';  // "bdd": an edit that keeps the JSON valid
+  EXPECT_NE(errorOf(bytes).find("content hash mismatch"), std::string::npos);
+}
+
+TEST(PlanFile, RejectsInvalidJsonWithValidHash) {
+  EXPECT_NE(errorOf(container("{\"format\": ")).find("plan.dgplan: header: invalid JSON"), std::string::npos);
+}
+
+TEST(PlanFile, NamesTheFieldOfASchemaError) {
+  nlohmann::json header = nlohmann::json::parse(headerOf(smallPlan()));
+  header["buffers"][1]["dtype"] = "f8";
+  EXPECT_EQ(errorOf(container(header.dump())), "plan.dgplan: buffers[1].dtype: unknown dtype \"f8\"");
+  header = nlohmann::json::parse(headerOf(smallPlan()));
+  header["entry_points"][0]["steps"][0].erase("inputs");
+  EXPECT_EQ(errorOf(container(header.dump())), "plan.dgplan: entry_points[0].steps[0].inputs: missing");
+  header = nlohmann::json::parse(headerOf(smallPlan()));
+  header["arenas"][0]["bytes"] = "many";
+  EXPECT_EQ(errorOf(container(header.dump())), "plan.dgplan: arenas[0].bytes: expected an integer");
+}
+
+TEST(PlanFile, RejectsOutOfRangeOffsets) {
+  nlohmann::json header = nlohmann::json::parse(headerOf(smallPlan()));
+  header["buffers"][2]["offset"] = 128;
+  EXPECT_EQ(errorOf(container(header.dump())),
+            "plan.dgplan: buffers[2].offset: 128 + 16 bytes exceeds arena \"scratch\" of 128 bytes");
+}
+
+TEST(PlanFile, RejectsSectionsOutsideTheFile) {
+  nlohmann::json header = nlohmann::json::parse(headerOf(smallPlan()));
+  header["sections"] = {{{"name", "constants"}, {"offset", 0}, {"bytes", 100}}};
+  EXPECT_EQ(errorOf(container(header.dump(), std::string(8, '\0'))), "plan.dgplan: sections[0]: range leaves the section area");
+}
+
+TEST(PlanFile, WritesAtomicallyAndReadsBack) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("dgemma-plan-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string path = planFileForRank(dir.string(), 0);
+  EXPECT_EQ(path, dir.string() + "/rank-0.dgplan");
+  writePlanFile(smallPlan(), path);
+  EXPECT_EQ(planToJson(readPlanFile(path)), planToJson(smallPlan()));
+  size_t files = std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator());
+  EXPECT_EQ(files, 1u);  // no temporary left behind
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PlanFile, MissingFileIsAnInputError) {
+  try {
+    readPlanFile("/nonexistent/rank-0.dgplan");
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("/nonexistent/rank-0.dgplan: cannot read"), std::string::npos);
+  }
+}
+
+TEST(PlanFile, EntryKeysAndBucketSelection) {
+  Plan plan = smallPlan();
+  EntryPoint longer = plan.entryPoints[0];
+  longer.bucket = {{"prompt_len", 16}};
+  plan.entryPoints.push_back(longer);
+  EXPECT_EQ(plan.entryPoints[0].key(), "forward[prompt_len=4]");
+  EXPECT_EQ(plan.selectEntry("forward", {{"prompt_len", 3}}), &plan.entryPoints[0]);
+  EXPECT_EQ(plan.selectEntry("forward", {{"prompt_len", 5}}), &plan.entryPoints[1]);
+  EXPECT_EQ(plan.selectEntry("forward", {{"prompt_len", 17}}), nullptr);
+  EXPECT_EQ(plan.selectEntry("train_step", {{"prompt_len", 1}}), nullptr);
+}
+
+}  // namespace
+}  // namespace dgemma

@@ -1,0 +1,202 @@
+// dgemma-compile: model config + parallel layout -> executable plan (one file per rank).
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "compiler/Conversion/DgToPlan/DgToPlan.h"
+#include "compiler/Pipeline/Pipeline.h"
+#include "dialects/dg/IR/DgDialect.h"
+#include "dialects/dg/IR/DgOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/Support/SourceMgr.h"
+#include "models/builtin/RmsNormMatmulSoftmax.h"
+#include "runtime/io/AtomicFile.h"
+#include "runtime/plan/PlanFile.h"
+#include "tools/common/CliSupport.h"
+
+namespace {
+
+using dgemma::InputError;
+
+struct CompileFlags {
+  std::string model;
+  std::string mode;
+  std::string preset;
+  std::string objective = "base-sft";
+  double selfCondProb = 0.0;
+  double encoderLossWeight = 1.0;
+  double weightClip = 0.0;
+  int64_t microBatch = 2;
+  std::string promptLengths = "8";
+  int64_t canvasLength = 256;
+  int64_t hiddenSize = 64;
+  int64_t vocabSize = 128;
+  int64_t tp = 1, ep = 1, dp = 1;
+  bool sequenceParallel = false;
+  std::string recompute = "none";
+  std::string precision = "fp32";
+  std::string backend = "cpu";
+  std::string emit;
+  bool report = false;
+  std::string output;
+};
+
+std::vector<int64_t> parseLengths(const std::string& text) {
+  std::vector<int64_t> lengths;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      size_t used = 0;
+      int64_t value = std::stoll(item, &used);
+      if (used != item.size() || value < 1) throw std::invalid_argument(item);
+      lengths.push_back(value);
+    } catch (const std::logic_error&) {
+      throw InputError("--prompt-len: expected positive integers separated by commas, got \"" + text + "\"");
+    }
+  }
+  if (lengths.empty()) throw InputError("--prompt-len: expected at least one length");
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  return lengths;
+}
+
+// Flags whose features later work adds are rejected now rather than silently ignored.
+void rejectUnbuiltFeatures(const CompileFlags& flags) {
+  if (flags.tp != 1 || flags.ep != 1 || flags.dp != 1 || flags.sequenceParallel)
+    throw InputError("--tp/--ep/--dp/--sp: multi-rank layouts need the sharding passes, which are not built yet");
+  if (flags.recompute != "none") throw InputError("--recompute: only \"none\" is available until the recomputation pass exists");
+  if (flags.precision != "fp32") throw InputError("--precision: only fp32 is available until bf16 mixed precision exists");
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags) {
+  if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName) {
+    mlir::dg::RmsNormMatmulSoftmaxOptions options;
+    options.microBatch = flags.microBatch;
+    options.sequenceLengths = parseLengths(flags.promptLengths);
+    options.hiddenSize = flags.hiddenSize;
+    options.vocabSize = flags.vocabSize;
+    options.train = flags.mode == "train";
+    if (options.microBatch < 1 || options.hiddenSize < 1 || options.vocabSize < 1)
+      throw InputError("--micro-batch/--hidden-size/--vocab-size: expected positive integers");
+    return mlir::dg::buildRmsNormMatmulSoftmax(context, options);
+  }
+  std::filesystem::path path(flags.model);
+  std::filesystem::path config = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  if (!std::filesystem::exists(config))
+    throw InputError("--model: " + config.string() + " does not exist (expected an HF checkpoint directory, a config.json or " +
+                     mlir::dg::kRmsNormMatmulSoftmaxName + ")");
+  throw InputError("--model " + flags.model +
+                   ": building DiffusionGemma from an HF config is not implemented yet; this dgemma compiles only " +
+                   mlir::dg::kRmsNormMatmulSoftmaxName);
+}
+
+void printReport(mlir::ModuleOp module, const dgemma::Plan& plan) {
+  uint64_t parameterBytes = 0;
+  for (const dgemma::Parameter& parameter : plan.parameters) parameterBytes += plan.buffers[parameter.buffer].bytes();
+  std::printf("%-44s %14s %14s\n", "entry point", "flops", "scratch_bytes");
+  for (auto function : module.getOps<mlir::func::FuncOp>()) {
+    if (!function->hasAttr(mlir::dg::kEntryAttr)) continue;
+    dgemma::EntryPoint entry;  // only for its key
+    entry.name = function->getAttrOfType<mlir::StringAttr>(mlir::dg::kEntryAttr).getValue().str();
+    if (auto bucket = function->getAttrOfType<mlir::DictionaryAttr>(mlir::dg::kBucketAttr))
+      for (mlir::NamedAttribute dimension : bucket)
+        entry.bucket[dimension.getName().str()] = mlir::cast<mlir::IntegerAttr>(dimension.getValue()).getInt();
+    int64_t flops = 0;
+    function.walk([&](mlir::dg::CostOpInterface op) { flops += op.getFlops(); });
+    int64_t scratch = function->getAttrOfType<mlir::IntegerAttr>("dg.scratch_bytes").getInt();
+    std::printf("%-44s %14lld %14lld\n", entry.key().c_str(), static_cast<long long>(flops), static_cast<long long>(scratch));
+  }
+  std::printf("parameters: %zu (%llu bytes); arenas: persistent %llu bytes, scratch %llu bytes (shared by all entry points)\n",
+              plan.parameters.size(), static_cast<unsigned long long>(parameterBytes),
+              static_cast<unsigned long long>(plan.arenas[0].bytes), static_cast<unsigned long long>(plan.arenas[1].bytes));
+}
+
+int compile(const CompileFlags& flags) {
+  if (flags.mode != "train" && flags.mode != "infer") throw InputError("--mode: expected train or infer");
+  rejectUnbuiltFeatures(flags);
+  if (flags.emit.empty() && flags.output.empty()) throw InputError("-o: an output plan directory is required (or --emit)");
+  if (flags.emit == "sharded" || flags.emit == "recompute")
+    throw InputError("--emit " + flags.emit + ": that stage does not exist yet (sharding and recomputation passes are not built)");
+
+  mlir::MLIRContext context;
+  // Diagnostics go to stderr as "loc: error: message"; a failed stage is bad input (exit 2).
+  llvm::SourceMgr sourceManager;
+  mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, flags);
+  if (mlir::failed(mlir::verify(*module))) throw InputError("the built model IR does not verify (see above)");
+  if (flags.emit == "dg") {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+
+  mlir::dg::PipelineOptions pipeline;
+  pipeline.train = flags.mode == "train";
+  if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed (see above)");
+  if (flags.emit == "autodiff") {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+  if (mlir::failed(mlir::dg::runPlanningStage(*module, pipeline))) throw InputError("memory planning failed (see above)");
+
+  mlir::dg::PlanLoweringOptions lowering;
+  lowering.producer = "dgemma-compile";
+  lowering.metadata = {{"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}};
+  auto plan = mlir::dg::lowerToPlan(*module, lowering);
+  if (mlir::failed(plan)) throw InputError("lowering to a plan failed (see above)");
+  dgemma::validatePlan(*plan, "<compiled plan>");
+
+  if (flags.emit == "plan-json") {
+    std::cout << dgemma::planToJson(*plan).dump(2) << "\n";
+    return 0;
+  }
+  if (flags.report) printReport(*module, *plan);
+
+  std::filesystem::create_directories(flags.output);
+  dgemma::writePlanFile(*plan, dgemma::planFileForRank(flags.output, plan->rank));
+  std::cerr << "dgemma-compile: wrote " << dgemma::planFileForRank(flags.output, plan->rank) << " ("
+            << plan->entryPoints.size() << " entry points, " << plan->parameters.size() << " parameters)\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CompileFlags flags;
+  CLI::App app{"dgemma-compile: model config + parallel layout -> executable plan (one file per rank)", "dgemma-compile"};
+  app.add_option("--model", flags.model,
+                 std::string("HF checkpoint dir or config.json, or ") + mlir::dg::kRmsNormMatmulSoftmaxName)->required();
+  app.add_option("--mode", flags.mode, "train | infer")->required()->check(CLI::IsMember({"train", "infer"}));
+  app.add_option("--preset", flags.preset, "named recipe defaults (tiny-cpu, dg26b-sft)");
+  app.add_option("--objective", flags.objective, "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce")
+      ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce"}));
+  app.add_option("--self-cond-prob", flags.selfCondProb, "self-conditioning probability");
+  app.add_option("--encoder-loss-weight", flags.encoderLossWeight, "clean-target encoder loss weight");
+  app.add_option("--weight-clip", flags.weightClip, "clip of the reweighted objectives' weight");
+  app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch");
+  app.add_option("--prompt-len", flags.promptLengths, "prompt-length buckets, e.g. 128,256,512");
+  app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length");
+  app.add_option("--hidden-size", flags.hiddenSize, "hidden size of the built-in graph");
+  app.add_option("--vocab-size", flags.vocabSize, "output size of the built-in graph");
+  app.add_option("--tp", flags.tp, "tensor-parallel size");
+  app.add_option("--ep", flags.ep, "expert-parallel size");
+  app.add_option("--dp", flags.dp, "data-parallel size");
+  app.add_flag("--sp", flags.sequenceParallel, "sequence parallelism");
+  app.add_option("--recompute", flags.recompute, "none | full | selective")->check(CLI::IsMember({"none", "full", "selective"}));
+  app.add_option("--precision", flags.precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--emit", flags.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
+      ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));
+  app.add_flag("--report", flags.report, "print per-entry FLOPs and memory");
+  app.add_option("-o,--output", flags.output, "plan directory to write");
+
+  int exitCode = 0;
+  if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
+  return dgemma::runReportingErrors("dgemma-compile", [&] { return compile(flags); });
+}

@@ -1,0 +1,214 @@
+// dgemma-run: executes a plan (train / generate / eval / check-data, and the verification
+// subcommands forward / grad), or inspects one.
+#include <filesystem>
+#include <iostream>
+
+#include "runtime/backend/Backend.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/exec/WeightLoader.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/plan/PlanFile.h"
+#include "tools/common/CliSupport.h"
+
+namespace {
+
+using dgemma::HostTensor;
+using dgemma::InputError;
+
+struct ExecutionFlags {
+  std::string planDir;
+  std::string weights;
+  std::string init;
+  uint64_t seed = 0;
+  std::string input;
+  std::string output;
+  std::string backend = "cpu";
+  int64_t threads = 0;
+  int64_t rank = 0;
+};
+
+void addPlanFlags(CLI::App& command, ExecutionFlags& flags) {
+  command.add_option("--plan", flags.planDir, "plan directory written by dgemma-compile")->required();
+  command.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  command.add_option("--threads", flags.threads, "CPU worker threads (0: one per core)");
+}
+
+dgemma::Plan loadPlan(const ExecutionFlags& flags) {
+  std::string path = dgemma::planFileForRank(flags.planDir, flags.rank);
+  if (!std::filesystem::exists(path)) throw InputError("--plan: " + path + " does not exist (is " + flags.planDir + " a plan directory?)");
+  return dgemma::readPlanFile(path);
+}
+
+// The entry named `name` whose inputs have exactly the batch's shapes (plans are shape-specialised).
+const dgemma::EntryPoint& selectEntry(const dgemma::Plan& plan, const std::string& name,
+                                      const std::map<std::string, HostTensor>& inputs, const std::string& batchPath) {
+  std::string available;
+  for (const dgemma::EntryPoint& entry : plan.entryPoints) {
+    if (entry.name != name) continue;
+    available += "\n  " + entry.key() + ":";
+    bool matches = true;
+    for (const dgemma::NamedBuffer& input : entry.inputs) {
+      const dgemma::Buffer& buffer = plan.buffers[input.buffer];
+      available += " " + input.name + dgemma::shapeToString(buffer.shape);
+      auto it = inputs.find(input.name);
+      matches &= it != inputs.end() && it->second.shape == buffer.shape;
+    }
+    if (matches) return entry;
+  }
+  if (available.empty()) throw InputError("--plan: the plan has no entry point \"" + name + "\" (compiled with the other --mode?)");
+  throw InputError(batchPath + ": no bucket of \"" + name + "\" takes these tensor shapes; the plan has:" + available);
+}
+
+std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemma::Plan& plan, const std::string& entryName) {
+  dgemma::SafetensorsFile file = dgemma::SafetensorsFile::open(path);
+  std::map<std::string, HostTensor> batch;
+  for (const dgemma::SafetensorsEntry& entry : file.entries()) batch[entry.name] = file.read(entry.name);
+  // Convert floating fields to the dtype the plan expects (e.g. a bf16 batch into an f32 plan).
+  for (const dgemma::EntryPoint& entry : plan.entryPoints) {
+    if (entry.name != entryName) continue;
+    for (const dgemma::NamedBuffer& input : entry.inputs) {
+      auto it = batch.find(input.name);
+      if (it != batch.end()) it->second = dgemma::convertDType(it->second, plan.buffers[input.buffer].dtype, path + ": tensor " + input.name);
+    }
+    break;
+  }
+  return batch;
+}
+
+void writeOutputs(const std::string& path, const std::map<std::string, HostTensor>& outputs) {
+  std::vector<std::pair<std::string, const HostTensor*>> tensors;
+  for (const auto& [name, tensor] : outputs) tensors.push_back({name, &tensor});
+  dgemma::writeSafetensors(path, tensors);
+}
+
+// Runs entry `entryName` on the batch; returns its outputs.
+std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std::string& entryName) {
+  if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
+  dgemma::Plan plan = loadPlan(flags);
+  std::map<std::string, HostTensor> batch = readBatch(flags.input, plan, entryName);
+  const dgemma::EntryPoint& entry = selectEntry(plan, entryName, batch, flags.input);
+  for (auto it = batch.begin(); it != batch.end();) {  // fields this model does not read are allowed
+    bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
+    it = used ? std::next(it) : batch.erase(it);
+  }
+  std::unique_ptr<dgemma::Backend> backend = dgemma::createBackend(flags.backend, flags.threads);
+  dgemma::CommunicatorSet communicators;
+  for (const dgemma::MeshAxis& axis : plan.mesh) communicators.add(axis.name, std::make_unique<dgemma::LocalCommunicator>(*backend));
+  dgemma::Executor executor(plan, *backend, communicators, dgemma::planFileForRank(flags.planDir, flags.rank));
+  if (!flags.weights.empty()) dgemma::loadWeights(executor, flags.weights);
+  else dgemma::initializeWeights(executor, flags.seed);
+  return executor.run(entry, batch);
+}
+
+int runForward(const ExecutionFlags& flags) {
+  writeOutputs(flags.output, execute(flags, "forward"));
+  return 0;
+}
+
+// Writes "loss" as shape [1] and each gradient under its parameter's checkpoint name.
+int runGrad(const ExecutionFlags& flags) {
+  std::map<std::string, HostTensor> outputs = execute(flags, "train_step");
+  std::map<std::string, HostTensor> written;
+  const std::string gradientPrefix = "grad/";
+  for (auto& [name, tensor] : outputs) {
+    if (name == "loss") {
+      tensor.shape = {1};
+      written["loss"] = tensor;
+    } else if (name.rfind(gradientPrefix, 0) == 0) {
+      written[name.substr(gradientPrefix.size())] = tensor;
+    }
+  }
+  if (!written.count("loss")) throw InputError("--plan: entry train_step has no \"loss\" output");
+  writeOutputs(flags.output, written);
+  return 0;
+}
+
+int runInspect(const ExecutionFlags& flags) {
+  dgemma::Plan plan = loadPlan(flags);
+  std::cout << "plan " << dgemma::planFileForRank(flags.planDir, flags.rank) << ": format v" << plan.version << ", rank "
+            << plan.rank << " of " << plan.worldSize << ", producer " << plan.producer << "\n";
+  for (const dgemma::Arena& arena : plan.arenas)
+    std::cout << "  arena " << arena.name << (arena.persistent ? " (persistent)" : " (scratch)") << ": " << arena.bytes << " bytes\n";
+  std::cout << "  parameters: " << plan.parameters.size() << ", buffers: " << plan.buffers.size() << "\n";
+  for (const dgemma::EntryPoint& entry : plan.entryPoints)
+    std::cout << "  entry " << entry.key() << ": " << entry.steps.size() << " steps, " << entry.inputs.size() << " inputs, "
+              << entry.outputs.size() << " outputs\n";
+  return 0;
+}
+
+// Subcommands whose machinery later work builds: they parse their contract flags and say so.
+int notYet(const std::string& command, const std::string& missing) {
+  throw InputError("dgemma-run " + command + ": not implemented yet (" + missing + ")");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dgemma-run: execute a dgemma plan", "dgemma-run"};
+  app.require_subcommand(1);
+  ExecutionFlags flags;
+  // Contract flags of the subcommands later work implements: parsed and validated for shape now.
+  std::map<std::string, std::string> reserved;
+  auto addReserved = [&](CLI::App* command, std::initializer_list<const char*> names) {
+    for (const char* name : names) command->add_option(std::string("--") + name, reserved[command->get_name() + name]);
+  };
+  auto addReservedFlags = [&](CLI::App* command, std::initializer_list<const char*> names) {
+    for (const char* name : names) command->add_flag(std::string("--") + name);
+  };
+
+  CLI::App* train = app.add_subcommand("train", "train from a plan (not implemented yet)");
+  addPlanFlags(*train, flags);
+  train->add_option("--weights", flags.weights, "HF or dgemma checkpoint directory");
+  train->add_option("--init", flags.init, "random");
+  train->add_option("--train", reserved["train.train"], "training JSONL")->required();
+  train->add_option("--steps", reserved["train.steps"], "optimizer steps")->required();
+  addReserved(train, {"validation", "test", "tokenizer", "lr", "seed", "save-dir", "save-every", "keep", "metrics",
+                      "tensorboard", "nproc-per-node"});
+  addReservedFlags(train, {"resume", "skip-bad-rows"});
+
+  CLI::App* generate = app.add_subcommand("generate", "block-diffusion generation (not implemented yet)");
+  addPlanFlags(*generate, flags);
+  generate->add_option("--weights", flags.weights)->required();
+  addReserved(generate, {"prompt", "input", "image", "max-new-tokens", "steps", "seed"});
+  addReservedFlags(generate, {"json"});
+
+  CLI::App* eval = app.add_subcommand("eval", "exact-match evaluation on a test split (not implemented yet)");
+  addPlanFlags(*eval, flags);
+  eval->add_option("--weights", flags.weights)->required();
+  eval->add_option("--test", reserved["eval.test"])->required();
+  addReserved(eval, {"out"});
+
+  CLI::App* checkData = app.add_subcommand("check-data", "validate a JSONL data file (not implemented yet)");
+  checkData->add_option("--data", reserved["check-data.data"])->required();
+  checkData->add_option("--tokenizer", reserved["check-data.tokenizer"])->required();
+  addReserved(checkData, {"canvas-len"});
+  addReservedFlags(checkData, {"skip-bad-rows"});
+
+  CLI::App* forward = app.add_subcommand("forward", "run the plan's forward entry on a batch (safetensors in, safetensors out)");
+  CLI::App* grad = app.add_subcommand("grad", "run the plan's training objective once and write the loss and every gradient");
+  for (CLI::App* command : {forward, grad}) {
+    addPlanFlags(*command, flags);
+    command->add_option("--weights", flags.weights, "safetensors checkpoint directory or file");
+    command->add_option("--init", flags.init, "random: draw parameters from their init distributions")->check(CLI::IsMember({"random"}));
+    command->add_option("--seed", flags.seed, "seed for --init random");
+    command->add_option("--input", flags.input, "BATCH.safetensors")->required();
+    command->add_option("--out", flags.output, "OUT.safetensors")->required();
+  }
+
+  CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
+  addPlanFlags(*inspect, flags);
+  inspect->add_option("--rank", flags.rank, "which rank's plan");
+
+  int exitCode = 0;
+  if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
+  return dgemma::runReportingErrors("dgemma-run", [&]() -> int {
+    if (forward->parsed()) return runForward(flags);
+    if (grad->parsed()) return runGrad(flags);
+    if (inspect->parsed()) return runInspect(flags);
+    if (train->parsed()) return notYet("train", "needs the optimizer, data pipeline and checkpointing");
+    if (generate->parsed()) return notYet("generate", "needs the DiffusionGemma model and the sampler");
+    if (eval->parsed()) return notYet("eval", "needs the DiffusionGemma model and the sampler");
+    return notYet("check-data", "needs the data pipeline");
+  });
+}
