@@ -1,6 +1,7 @@
 #include "runtime/core/ThreadPool.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace dgemma {
 
@@ -43,13 +44,26 @@ void ThreadPool::parallelFor(int64_t count, int64_t grain, const std::function<v
     if (nextChunk_ >= numChunks_) break;
     int64_t chunk = nextChunk_++;
     lock.unlock();
-    body(chunk * chunk_, std::min(count, (chunk + 1) * chunk_));
+    runChunk(chunk);
     lock.lock();
     --pendingChunks_;
     lock.unlock();
   }
   done_.wait(lock, [this] { return pendingChunks_ == 0; });
   body_ = nullptr;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void ThreadPool::runChunk(int64_t chunk) {
+  try {
+    (*body_)(chunk * chunk_, std::min(count_, (chunk + 1) * chunk_));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::current_exception();
+    // Skip the chunks nobody started; the running ones (this one included) still count down.
+    pendingChunks_ -= numChunks_ - nextChunk_;
+    nextChunk_ = numChunks_;
+  }
 }
 
 void ThreadPool::workerLoop(int64_t) {
@@ -61,10 +75,8 @@ void ThreadPool::workerLoop(int64_t) {
     seenGeneration = generation_;
     while (body_ != nullptr && nextChunk_ < numChunks_) {
       int64_t chunk = nextChunk_++;
-      const auto* body = body_;
-      int64_t begin = chunk * chunk_, end = std::min(count_, (chunk + 1) * chunk_);
       lock.unlock();
-      (*body)(begin, end);
+      runChunk(chunk);
       lock.lock();
       if (--pendingChunks_ == 0) done_.notify_all();
     }

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -23,11 +24,14 @@ class ThreadPool {
 
   // Calls body(begin, end) on disjoint chunks covering [0, count), each at least `grain` long
   // (except the last), on the workers and the calling thread; returns when all chunks are done.
-  // Not reentrant: a body must not call parallelFor on the same pool.
+  // An exception thrown by a body is rethrown here once every started chunk has finished (the
+  // remaining chunks are skipped). Not reentrant: a body must not call parallelFor on the same pool.
   void parallelFor(int64_t count, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
  private:
   void workerLoop(int64_t index);
+  // Runs one chunk, recording the first exception instead of letting it escape a worker.
+  void runChunk(int64_t chunk);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -40,6 +44,7 @@ class ThreadPool {
   int64_t nextChunk_ = 0;
   int64_t pendingChunks_ = 0;
   uint64_t generation_ = 0;
+  std::exception_ptr error_;
   bool stopping_ = false;
 };
 

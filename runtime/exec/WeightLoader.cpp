@@ -83,13 +83,17 @@ void initializeWeights(Executor& executor, uint64_t seed) {
     const int64_t count = global.numElements();
     if (kind == "normal") {
       const double stddev = parameter.init.value("std", 0.02);
-      // One Philox stream per parameter, chosen by its name, so adding a parameter never shifts others.
-      const uint64_t stream = XXH3_64bits(parameter.name.data(), parameter.name.size());
-      for (int64_t i = 0; i < count; ++i) {
-        // Box-Muller on two independent uniforms; 1 - u keeps log's argument in (0, 1].
-        double u1 = 1.0 - philoxUniform(seed, stream, 0, 2 * i);
-        double u2 = philoxUniform(seed, stream, 0, 2 * i + 1);
-        values[i] = stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      // The parameter's name picks its Philox counter range (the full 64-bit hash as the offset), so
+      // adding a parameter never shifts another one's numbers. Box-Muller turns two uniforms into
+      // one normal; 1 - u keeps log's argument in (0, 1].
+      const uint64_t nameOffset = XXH3_64bits(parameter.name.data(), parameter.name.size());
+      for (int64_t pair = 0; 2 * pair < count; ++pair) {
+        PhiloxCounter words = philoxUniformBlock(seed, 0, nameOffset, pair);
+        for (int64_t half = 0; half < 2 && 2 * pair + half < count; ++half) {
+          double u1 = 1.0 - philoxWordToUniform(words[2 * half]);
+          double u2 = philoxWordToUniform(words[2 * half + 1]);
+          values[2 * pair + half] = stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+        }
       }
     } else if (kind == "ones" || kind == "zeros") {
       std::fill(values, values + count, kind == "ones" ? 1.0 : 0.0);

@@ -32,40 +32,44 @@ void syncDirectory(const std::string& directory) {
   if (rc != 0) throw RuntimeError(directory + ": fsync failed: " + std::strerror(savedErrno));
 }
 
-void writeFileAtomically(const std::string& path, std::string_view bytes) {
+void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::random_device entropy;
-  fs::path temporary = directory / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                                    std::to_string(entropy()));
+  fs::path temporary = directory / (std::string(".") + target.filename().string() + ".tmp-" + std::to_string(::getpid()) +
+                                    "-" + std::to_string(entropy()));
 
+  int fd = -1;
   auto fail = [&](const std::string& what) {
     std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
     std::error_code ignored;
     fs::remove(temporary, ignored);
     throw RuntimeError(path + ": cannot write: " + what + ": " + reason);
   };
 
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) fail("create " + temporary.string());
-  size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      fail("write");
+  for (std::string_view piece : pieces) {
+    size_t written = 0;
+    while (written < piece.size()) {
+      ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("write");
+      }
+      written += static_cast<size_t>(n);
     }
-    written += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail("fsync");
-  }
-  if (::close(fd) != 0) fail("close");
+  if (::fsync(fd) != 0) fail("fsync");
+  int closeResult = ::close(fd);
+  fd = -1;
+  if (closeResult != 0) fail("close");
   if (::rename(temporary.c_str(), target.c_str()) != 0) fail("rename");
   syncDirectory(directory.string());
 }
+
+void writeFileAtomically(const std::string& path, std::string_view bytes) { writePiecesAtomically(path, {bytes}); }
 
 }  // namespace dgemma

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dgemma {
 
@@ -13,6 +14,9 @@ std::string readWholeFile(const std::string& path);
 // Throws RuntimeError "PATH: cannot write: <reason>"; on failure the target is untouched and the
 // temporary file removed.
 void writeFileAtomically(const std::string& path, std::string_view bytes);
+// The same for `pieces` written back to back, without first concatenating them (a checkpoint shard
+// can be as large as memory).
+void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
 // fsync a directory (after renames into it). Throws RuntimeError.
 void syncDirectory(const std::string& directory);
 

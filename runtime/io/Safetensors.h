@@ -27,7 +27,7 @@ struct SafetensorsEntry {
 class SafetensorsFile {
  public:
   // Maps `path` read-only and validates the whole header (every entry's dtype, shape and byte range,
-  // and that no two ranges overlap), so that later reads cannot fail. Throws InputError
+  // and that no two ranges overlap), so that reading a listed tensor cannot fail. Throws InputError
   // "PATH: tensor 'NAME': ..." (or "PATH: header: ..." for problems not tied to one tensor).
   static SafetensorsFile open(const std::string& path);
 

@@ -5,7 +5,8 @@
 // the backend-creation test run everywhere.
 //
 // Tolerances (relative to the CPU result unless said otherwise):
-//  - add, mul: 1e-6 (both sides are single IEEE operations: they agree exactly);
+//  - add sub mul div maximum minimum neg sqrt rsqrt copy: 1e-6 (single IEEE operations on both
+//    sides: they agree exactly); exp log tanh: 1e-6 (libdevice and libm are within an ulp or two);
 //  - gelu_tanh: 1e-6 of max(|y|, |x|): tanhf differs by an ulp or two between libdevice and libm,
 //    and 1 + tanh cancels for negative x, so the error scales with |x|, not with |y|;
 //  - rms_norm, softmax: 1e-6 for rows of up to 64 elements, growing as sqrt(cols / 64) beyond: the
@@ -448,7 +449,7 @@ struct BinaryCase {
   std::vector<int64_t> a, b, c;
 };
 
-TEST(CudaVsCpu, AddMulBroadcast) {
+TEST(CudaVsCpu, BinaryBroadcast) {
   REQUIRE_CUDA_BACKEND();
   const std::vector<BinaryCase> cases = {
       {{1000}, {1000}, {1000}},
@@ -466,7 +467,7 @@ TEST(CudaVsCpu, AddMulBroadcast) {
       {{0, 3}, {3}, {0, 3}},
   };
   uint32_t seed = 200;
-  for (const char* op : {"add", "mul"}) {
+  for (const char* op : {"add", "mul", "sub", "div", "maximum", "minimum"}) {
     for (const BinaryCase& c : cases) {
       StepSetup setup(op, {});
       setup.in(c.a).in(c.b).out(c.c);
@@ -475,6 +476,21 @@ TEST(CudaVsCpu, AddMulBroadcast) {
       expectRelative(results.cpu[0], results.gpu[0], 1e-6,
                      std::string(op) + " " + shapeToString(c.a) + " with " + shapeToString(c.b));
     }
+  }
+}
+
+TEST(CudaVsCpu, UnaryMaps) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<int64_t> shape = {3, 517};
+  uint32_t seed = 250;
+  for (const char* op : {"neg", "exp", "log", "tanh", "sqrt", "rsqrt", "copy"}) {
+    StepSetup setup(op, {});
+    setup.in(shape).out(shape);
+    // Positive inputs away from log's zero at 1 (where a relative comparison is ill-conditioned).
+    std::vector<float> x = randomFloats(numElementsOf(shape), seed++, 1.5f, 6.0f);
+    for (size_t i = 0; i < x.size(); i += 3) x[i] = 1.0f / x[i];  // and some in (1/6, 2/3)
+    BothResults results = runBoth(setup, {x});
+    expectRelative(results.cpu[0], results.gpu[0], 1e-6, op);
   }
 }
 

@@ -1,6 +1,5 @@
 #include "runtime/backends/cuda/CudaBackend.h"
 
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -42,16 +41,20 @@ StreamState& streamState(const ExecContext& context) {
   return *state;
 }
 
+static std::string opName(const KernelSignature& signature) {
+  return signature.step != nullptr ? signature.step->op : std::string("kernel");
+}
+
 void expectF32(const KernelSignature& signature, const Buffer& buffer, const std::string& role) {
   if (buffer.dtype != DType::F32)
-    failSignature(signature, signature.step->op + ": " + role + " has dtype " + std::string(dtypeName(buffer.dtype)) +
+    failSignature(signature, opName(signature) + ": " + role + " has dtype " + std::string(dtypeName(buffer.dtype)) +
                                  "; the cuda backend implements this kernel for f32 only");
 }
 
 void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& shape,
                  const std::string& role) {
   if (buffer.shape != shape)
-    failSignature(signature, signature.step->op + ": " + role + " has shape " + shapeToString(buffer.shape) +
+    failSignature(signature, opName(signature) + ": " + role + " has shape " + shapeToString(buffer.shape) +
                                  ", expected " + shapeToString(shape));
 }
 

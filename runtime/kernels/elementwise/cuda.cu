@@ -251,7 +251,7 @@ class CopyCuda final : public Kernel {
 
 template <typename Op>
 std::unique_ptr<Kernel> makeBinary(const KernelSignature& signature) {
-  const std::string& op = signature.step->op;
+  const std::string op = signature.step != nullptr ? signature.step->op : std::string("binary");
   expectArity(signature, 2, 1);
   const Buffer& a = *signature.inputs[0];
   const Buffer& b = *signature.inputs[1];

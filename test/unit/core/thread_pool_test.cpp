@@ -43,3 +43,25 @@ TEST(ThreadPool, UsesSeveralThreadsForLargeWork) {
 
 }  // namespace
 }  // namespace dgemma
+
+namespace dgemma {
+namespace {
+
+// A throwing body neither crashes a worker nor leaves the pool stuck: the exception reaches the
+// caller and the pool keeps working.
+TEST(ThreadPool, RethrowsTheBodysException) {
+  ThreadPool pool(3);
+  for (int64_t failing : {0, 5, 99}) {
+    EXPECT_THROW(pool.parallelFor(100, 1,
+                                  [&](int64_t begin, int64_t end) {
+                                    if (begin <= failing && failing < end) throw std::runtime_error("chunk failed");
+                                  }),
+                 std::runtime_error);
+  }
+  std::atomic<int64_t> total{0};
+  pool.parallelFor(100, 1, [&](int64_t begin, int64_t end) { total += end - begin; });
+  EXPECT_EQ(total.load(), 100);
+}
+
+}  // namespace
+}  // namespace dgemma
