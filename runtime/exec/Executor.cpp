@@ -1,5 +1,7 @@
 #include "runtime/exec/Executor.h"
 
+#include <cstdio>
+
 #include "runtime/core/Error.h"
 #include "runtime/plan/PlanFile.h"
 
@@ -104,8 +106,19 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
 }
 
 Executor::~Executor() {
-  backend_.synchronize();
-  for (void* base : arenaBases_) backend_.deallocate(base);
+  // A destructor must not throw; a device error while tearing down is reported and the rest freed.
+  try {
+    backend_.synchronize();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "dgemma: warning: %s\n", error.what());
+  }
+  for (void* base : arenaBases_) {
+    try {
+      backend_.deallocate(base);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "dgemma: warning: %s\n", error.what());
+    }
+  }
 }
 
 void* Executor::address(int64_t bufferId) const {

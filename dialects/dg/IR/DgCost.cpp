@@ -18,6 +18,7 @@ int64_t CastOp::getFlops() { return 0; }
 int64_t TransposeOp::getFlops() { return 0; }
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }
+int64_t ConcatOp::getFlops() { return 0; }
 
 int64_t AddOp::getFlops() { return resultElements(*this); }
 int64_t SubOp::getFlops() { return resultElements(*this); }
@@ -46,4 +47,28 @@ int64_t MatmulOp::getFlops() {
   auto lhs = getLhs().getType();
   int64_t k = lhs.getDimSize(lhs.getRank() - (getTransposeA() ? 2 : 1));
   return 2 * resultElements(*this) * k;
+}
+
+// Rotate-half: two multiplies and one add per output element of the rotated dims.
+int64_t RopeOp::getFlops() {
+  auto type = getType();
+  return 3 * type.getNumElements() / type.getDimSize(3) * 2 * getRotatedPairsAttr().getInt();
+}
+
+// Every query against every key (an upper bound for masked shapes): q.k and p.v, plus the softmax.
+int64_t AttentionOp::getFlops() {
+  auto query = getQuery().getType(), value = getValue().getType();
+  int64_t rows = query.getDimSize(0) * query.getDimSize(1) * query.getDimSize(2);
+  int64_t keys = getKey().getType().getDimSize(1);
+  return rows * keys * (2 * query.getDimSize(3) + 2 * value.getDimSize(3) + 5);
+}
+
+int64_t MoeRouteOp::getFlops() { return 5 * getLogits().getType().getNumElements(); }
+
+// Per routed (token, expert) pair: gate and up projections (2 * 2IH), down (2IH), the gated GELU.
+int64_t MoeExpertsOp::getFlops() {
+  auto weights = getWeights().getType();
+  int64_t pairs = weights.getDimSize(0) * weights.getDimSize(1);
+  int64_t hidden = getInput().getType().getDimSize(1), inner = getDown().getType().getDimSize(2);
+  return pairs * (6 * hidden * inner + 9 * inner + 2 * hidden);
 }

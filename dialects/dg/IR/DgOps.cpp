@@ -243,6 +243,27 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor) {
   return {};
 }
 
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty()) return emitOpError() << "needs at least one input";
+  auto result = getResult().getType();
+  int64_t dim = getDimAttr().getInt();
+  if (dim < 0 || dim >= result.getRank()) return emitOpError() << "dim " << dim << " is outside rank " << result.getRank();
+  SmallVector<int64_t> expected(result.getShape());
+  expected[dim] = 0;
+  for (Value input : getInputs()) {
+    auto type = cast<RankedTensorType>(input.getType());
+    if (type.getRank() != result.getRank() || type.getElementType() != result.getElementType())
+      return emitOpError() << "inputs must have the result's rank and element type, got " << type;
+    for (int64_t d = 0; d < result.getRank(); ++d)
+      if (d != dim && type.getDimSize(d) != result.getDimSize(d))
+        return emitOpError() << "input " << type << " differs from the result " << result << " outside dim " << dim;
+    expected[dim] += type.getDimSize(dim);
+  }
+  if (ArrayRef<int64_t>(expected) != result.getShape())
+    return emitOpError() << "result must be " << RankedTensorType::get(expected, result.getElementType());
+  return success();
+}
+
 LogicalResult GatherOp::verify() {
   auto table = getTable().getType();
   auto ids = getIds().getType();

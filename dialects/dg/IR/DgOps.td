@@ -214,11 +214,98 @@ def Dg_ReshapeOp : Dg_ComputeOp<"reshape", [Pure, DeclareOpInterfaceMethods<Dg_D
   let hasFolder = 1;
 }
 
+def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure]> {
+  let summary = "Concatenation along one dimension";
+  let arguments = (ins Variadic<Dg_Tensor>:$inputs, I64Attr:$dim);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$inputs `dim` `=` $dim attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure]> {
   let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i], :]";
   let arguments = (ins Dg_FloatTensor:$table, Dg_IdTensor:$ids);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = "$table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Model ops: kept whole so that sharding, fusion and kernel selection see their structure
+//===----------------------------------------------------------------------===//
+
+def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure]> {
+  let summary = "Rotary position embedding, rotate-half layout, optionally partial";
+  let description = [{
+    input `[B, T, H, D]`, positions `[B, T]`. For `i < D/2`, frequency
+    `f_i = theta^(-2i/frequency_dim)` when `i < rotated_pairs`, else 0 (the pair passes through):
+    Gemma 4's full layers rotate 64 of 256 pairs with `frequency_dim` 512 (proportional RoPE),
+    sliding layers all pairs with `frequency_dim` = D.
+  }];
+  let arguments = (ins Dg_FloatTensor:$input, Dg_IdTensor:$positions, F64Attr:$theta,
+                       I64Attr:$rotated_pairs, I64Attr:$frequency_dim);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $positions attr-dict `:` type($input) `,` type($positions) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure]> {
+  let summary = "Multi-head attention with GQA and a structural mask (no materialised [S x S] mask)";
+  let description = [{
+    query `[B, Tq, Hq, D]`, key `[B, Tk, Hkv, D]`, value `[B, Tk, Hkv, Dv]`, key_valid `[B, Tk]`
+    (true for real keys). Query head h reads KV head `h / (Hq / Hkv)`. Logits are `scale * q.k`
+    (Gemma 4: 1.0). `mask`:
+    - `causal`: queries are the last Tq of the Tk positions; key j is visible to query i when valid,
+      not in the future, and (window > 0) fewer than `window` positions back. A query always sees
+      its own position, so padded rows stay finite.
+    - `bidirectional`: every valid key.
+    - `prefix`: the first `prefix_len` keys are a read-only prefix (the encoder's K/V), the rest a
+      block (the canvas). Every query sees the whole block and the valid prefix keys among the last
+      `window` prefix slots (window 0: all of them).
+    A row with no visible key produces zeros.
+  }];
+  let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
+                       RankedTensorOf<[I1]>:$key_valid, StrAttr:$mask,
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<I64Attr, "0">:$prefix_len,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $key_valid `mask` `=` $mask attr-dict `:`
+    type($query) `,` type($key) `,` type($value) `,` type($key_valid) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure]> {
+  let summary = "Router: softmax over all experts, top-k, renormalise, per-expert scale";
+  let description = [{
+    logits `[N, E]`, per_expert_scale `[E]` -> weights `[N, k]`, indices `[N, k]` (i64). The softmax is
+    taken over all E experts before top-k (Gemma 4); ties go to the lower expert id; the k chosen
+    probabilities are renormalised to sum 1 and multiplied by their experts' scale.
+  }];
+  let arguments = (ins Dg_FloatTensor:$logits, Dg_FloatTensor:$per_expert_scale, I64Attr:$top_k);
+  let results = (outs Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices);
+  let assemblyFormat = [{
+    $logits `,` $per_expert_scale `top_k` `=` $top_k attr-dict `:` type($logits) `,` type($per_expert_scale)
+    `->` type($weights) `,` type($indices)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure]> {
+  let summary = "Dropless routed experts: y[n] = sum_j w[n,j] * Expert_idx[n,j](x[n])";
+  let description = [{
+    x `[N, H]`, weights and indices `[N, k]`, gate_up `[E, 2I, H]` (gate rows 0..I-1, then up rows),
+    down `[E, H, I]`. `Expert_e(x) = (gelu_tanh(x G_e^T) * (x U_e^T)) D_e^T`.
+  }];
+  let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
+                       Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weights `,` $indices `,` $gate_up `,` $down attr-dict `:` type($input) `,` type($weights) `,`
+    type($indices) `,` type($gate_up) `,` type($down) `->` type($result)
+  }];
   let hasVerifier = 1;
 }
 

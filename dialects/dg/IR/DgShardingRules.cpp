@@ -204,6 +204,19 @@ ShardingRule ReshapeOp::getShardingRule() {
   return builder.take();
 }
 
+ShardingRule ConcatOp::getShardingRule() {
+  // Every dimension but the joined one passes through; the joined one must be whole.
+  int64_t dim = getDimAttr().getInt();
+  ShardingRule rule = sameShapeRule(*this, {dim});
+  // Each input's joined dimension has its own extent: give it its own factor.
+  for (size_t i = 0; i < rule.operandFactors.size(); ++i) {
+    rule.factorSizes.push_back(cast<RankedTensorType>(getInputs()[i].getType()).getDimSize(dim));
+    rule.factorKinds.push_back(FactorKind::NeedReplication);
+    rule.operandFactors[i][dim] = static_cast<int64_t>(rule.factorSizes.size()) - 1;
+  }
+  return rule;
+}
+
 ShardingRule GatherOp::getShardingRule() {
   // Rows of the table are looked up by value, so they must be whole (a vocab-parallel embedding is
   // a separate masked op); id dimensions and the width pass through.
@@ -229,5 +242,64 @@ ShardingRule RandomUniformOp::getShardingRule() {
   for (int64_t size : shapeOf(getResult())) factors.push_back(builder.addFactor(size, FactorKind::NeedReplication));
   builder.operand({ShardingRule::kNoFactor});
   builder.result(factors);
+  return builder.take();
+}
+
+ShardingRule RopeOp::getShardingRule() {
+  // Batch, tokens and heads pass through; the head dimension's pairs mix its two halves.
+  ShardingRule rule = sameShapeRule(*this, {3});
+  rule.operandFactors[1] = {rule.resultFactors[0][0], rule.resultFactors[0][1]};
+  return rule;
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  // One factor stands for the key/value heads and, through the grouping h / (Hq / Hkv), for the
+  // query heads: splitting it n ways gives each rank Hq/n query heads and exactly the Hkv/n KV heads
+  // they read (head-parallel attention). Keys and the contracted head_dim must be whole.
+  RuleBuilder builder;
+  auto query = getQuery().getType(), value = getValue().getType();
+  int64_t batch = builder.addFactor(query.getDimSize(0), FactorKind::PassThrough);
+  int64_t queries = builder.addFactor(query.getDimSize(1), FactorKind::PassThrough);
+  int64_t heads = builder.addFactor(getKey().getType().getDimSize(2), FactorKind::PassThrough);
+  int64_t headDim = builder.addFactor(query.getDimSize(3), FactorKind::NeedReplication);
+  int64_t keys = builder.addFactor(getKey().getType().getDimSize(1), FactorKind::NeedReplication);
+  int64_t valueDim = builder.addFactor(value.getDimSize(3), FactorKind::PassThrough);
+  builder.operand({batch, queries, heads, headDim});
+  builder.operand({batch, keys, heads, headDim});
+  builder.operand({batch, keys, heads, valueDim});
+  builder.operand({batch, keys});
+  builder.result({batch, queries, heads, valueDim});
+  return builder.take();
+}
+
+ShardingRule MoeRouteOp::getShardingRule() {
+  RuleBuilder builder;
+  auto logits = getLogits().getType();
+  int64_t tokens = builder.addFactor(logits.getDimSize(0), FactorKind::PassThrough);
+  int64_t experts = builder.addFactor(logits.getDimSize(1), FactorKind::NeedReplication);
+  int64_t chosen = builder.addFactor(getTopKAttr().getInt(), FactorKind::NeedReplication);
+  builder.operand({tokens, experts});
+  builder.operand({experts});
+  builder.result({tokens, chosen});
+  builder.result({tokens, chosen});
+  return builder.take();
+}
+
+ShardingRule MoeExpertsOp::getShardingRule() {
+  // Expert parallelism: each rank runs its experts, and the per-token sums become partial.
+  RuleBuilder builder;
+  auto input = getInput().getType();
+  int64_t tokens = builder.addFactor(input.getDimSize(0), FactorKind::PassThrough);
+  int64_t hidden = builder.addFactor(input.getDimSize(1), FactorKind::NeedReplication);
+  int64_t chosen = builder.addFactor(getWeights().getType().getDimSize(1), FactorKind::NeedReplication);
+  int64_t experts = builder.addFactor(getGateUp().getType().getDimSize(0), FactorKind::Reduction);
+  int64_t gateUpRows = builder.addFactor(getGateUp().getType().getDimSize(1), FactorKind::NeedReplication);
+  int64_t inner = builder.addFactor(getDown().getType().getDimSize(2), FactorKind::NeedReplication);
+  builder.operand({tokens, hidden});
+  builder.operand({tokens, chosen});
+  builder.operand({tokens, chosen});
+  builder.operand({experts, gateUpRows, hidden});
+  builder.operand({experts, hidden, inner});
+  builder.result({tokens, hidden});
   return builder.take();
 }

@@ -1,4 +1,6 @@
-// transpose and reshape: data movement only, for any dtype.
+// transpose, reshape and concat: data movement only, for any dtype.
+#include <cstring>
+
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 
@@ -83,11 +85,74 @@ std::unique_ptr<Kernel> createReshape(const KernelSignature& signature) {
   return std::make_unique<ReshapeKernel>();
 }
 
+// Row-major concatenation along `dim`: for each index of the leading dims, every input contributes
+// one contiguous block, in order.
+class ConcatKernel final : public Kernel {
+ public:
+  ConcatKernel(int64_t outerCount, std::vector<uint64_t> blockBytes)
+      : outerCount_(outerCount), blockBytes_(std::move(blockBytes)) {
+    for (uint64_t bytes : blockBytes_) rowBytes_ += bytes;
+  }
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    uint8_t* y = outputs[0].as<uint8_t>();
+    cpu::parallelFor(context, outerCount_, cpu::rowGrain(static_cast<int64_t>(rowBytes_)), [&](int64_t begin, int64_t end) {
+      for (int64_t outer = begin; outer < end; ++outer) {
+        uint8_t* row = y + outer * rowBytes_;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          std::memcpy(row, inputs[i].as<const uint8_t>() + outer * blockBytes_[i], blockBytes_[i]);
+          row += blockBytes_[i];
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t outerCount_;
+  std::vector<uint64_t> blockBytes_;
+  uint64_t rowBytes_ = 0;
+};
+
+std::unique_ptr<Kernel> createConcat(const KernelSignature& signature) {
+  if (signature.inputs.empty() || signature.outputs.size() != 1)
+    failSignature(signature, "expected at least 1 input and 1 output, got " + std::to_string(signature.inputs.size()) +
+                                 " and " + std::to_string(signature.outputs.size()));
+  const Buffer& y = *signature.outputs[0];
+  const int64_t rank = static_cast<int64_t>(y.shape.size());
+  const int64_t dim = attrInt(signature, "dim");
+  if (dim < 0 || dim >= rank)
+    failSignature(signature, "attribute 'dim': " + std::to_string(dim) + " is outside the output's rank " + std::to_string(rank));
+  std::vector<int64_t> expected = signature.inputs[0]->shape;
+  expected[dim] = 0;
+  std::vector<uint64_t> blockBytes;
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    const Buffer& x = *signature.inputs[i];
+    expectDType(signature, x, {y.dtype}, "input " + std::to_string(i));
+    std::vector<int64_t> withoutDim = x.shape, reference = y.shape;
+    if (static_cast<int64_t>(x.shape.size()) != rank)
+      failSignature(signature, "input " + std::to_string(i) + " has rank " + std::to_string(x.shape.size()) + ", output " +
+                                   std::to_string(rank));
+    withoutDim[dim] = reference[dim] = 0;
+    if (withoutDim != reference)
+      failSignature(signature, "input " + std::to_string(i) + " " + shapeToString(x.shape) + " differs from output " +
+                                   shapeToString(y.shape) + " outside dim " + std::to_string(dim));
+    expected[dim] += x.shape[dim];
+    int64_t inner = 1;
+    for (int64_t d = dim; d < rank; ++d) inner *= x.shape[d];
+    blockBytes.push_back(static_cast<uint64_t>(inner) * dtypeSize(x.dtype));
+  }
+  cpu::expectShape(signature, y, expected, "output y");
+  int64_t outerCount = 1;
+  for (int64_t d = 0; d < dim; ++d) outerCount *= y.shape[d];
+  return std::make_unique<ConcatKernel>(outerCount, std::move(blockBytes));
+}
+
 }  // namespace
 
 void registerLayoutCpuKernels(KernelRegistry& registry) {
   registry.add("transpose", createTranspose);
   registry.add("reshape", createReshape);
+  registry.add("concat", createConcat);
 }
 
 }  // namespace dgemma

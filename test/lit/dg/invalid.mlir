@@ -179,3 +179,75 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
     return
   }
 }
+
+// -----
+
+func.func @rope_pairs(%x: tensor<1x2x2x8xf32>, %p: tensor<1x2xi64>) {
+  // expected-error @+1 {{rotated_pairs 5 must be in [1, 4]}}
+  %y = dg.rope %x, %p {theta = 10000.0 : f64, rotated_pairs = 5, frequency_dim = 8} : tensor<1x2x2x8xf32>, tensor<1x2xi64> -> tensor<1x2x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @rope_positions(%x: tensor<1x2x2x8xf32>, %p: tensor<2x1xi64>) {
+  // expected-error @+1 {{positions must be [1, 2]}}
+  %y = dg.rope %x, %p {theta = 10000.0 : f64, rotated_pairs = 4, frequency_dim = 8} : tensor<1x2x2x8xf32>, tensor<2x1xi64> -> tensor<1x2x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_heads(%q: tensor<1x4x3x8xf32>, %k: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
+  // expected-error @+1 {{query heads (3) must be a multiple of key/value heads (2)}}
+  %o = dg.attention %q, %k, %k, %m mask = "causal" : tensor<1x4x3x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x3x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_mask_kind(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
+  // expected-error @+1 {{mask must be causal, bidirectional or prefix, got 'sliding'}}
+  %o = dg.attention %q, %q, %q, %m mask = "sliding" : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_prefix(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
+  // expected-error @+1 {{prefix_len 5 must be in [0, 4]}}
+  %o = dg.attention %q, %q, %q, %m mask = "prefix" {prefix_len = 5} : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_key_valid(%q: tensor<1x4x2x8xf32>, %m: tensor<1x3xi1>) {
+  // expected-error @+1 {{key_valid must be [1, 4]}}
+  %o = dg.attention %q, %q, %q, %m mask = "bidirectional" : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x3xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @route_top_k(%l: tensor<3x4xf32>, %s: tensor<4xf32>) {
+  // expected-error @+1 {{top_k 5 must be in [1, 4]}}
+  %w, %i = dg.moe_route %l, %s top_k = 5 : tensor<3x4xf32>, tensor<4xf32> -> tensor<3x5xf32>, tensor<3x5xi64>
+  return
+}
+
+// -----
+
+func.func @experts_down(%x: tensor<3x8xf32>, %w: tensor<3x2xf32>, %i: tensor<3x2xi64>, %gu: tensor<4x6x8xf32>, %d: tensor<4x8x4xf32>) {
+  // expected-error @+1 {{down must be 'tensor<4x8x3xf32>'}}
+  %y = dg.moe_experts %x, %w, %i, %gu, %d : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x6x8xf32>, tensor<4x8x4xf32> -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @concat_mismatch(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
+  // expected-error @+1 {{input 'tensor<3x3xf32>' differs from the result 'tensor<2x6xf32>' outside dim 1}}
+  %c = dg.concat %a, %b dim = 1 : tensor<2x3xf32>, tensor<3x3xf32> -> tensor<2x6xf32>
+  return
+}

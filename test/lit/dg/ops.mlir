@@ -70,6 +70,9 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %t = dg.transpose %probs perm = [0, 2, 1] : tensor<2x4x16xf32> -> tensor<2x16x4xf32>
   // CHECK: dg.reshape {{.*}} : tensor<2x16x4xf32> -> tensor<8x16xf32>
   %r = dg.reshape %t : tensor<2x16x4xf32> -> tensor<8x16xf32>
+  // CHECK: dg.concat %{{.*}}, %{{.*}} dim = 0 : tensor<8x16xf32>, tensor<8x16xf32> -> tensor<16x16xf32>
+  %cat = dg.concat %r, %r dim = 0 : tensor<8x16xf32>, tensor<8x16xf32> -> tensor<16x16xf32>
+  dg.output "cat", %cat : tensor<16x16xf32>
   // CHECK: dg.cast {{.*}} : tensor<8x16xf32> -> tensor<8x16xbf16>
   %bf = dg.cast %r : tensor<8x16xf32> -> tensor<8x16xbf16>
   // CHECK: dg.random_uniform %[[KEY]] stream = 3 : tensor<2xi64> -> tensor<2x4xf32>

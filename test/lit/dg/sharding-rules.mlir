@@ -24,3 +24,19 @@ func.func @rules(%a: tensor<2x4x8xf32>, %b: tensor<8x16xf32>, %w: tensor<8xf32>,
   %u = dg.random_uniform %key stream = 0 : tensor<2xi64> -> tensor<3x5xf32>
   return
 }
+
+func.func @model_rules(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %pos: tensor<2x6xi64>, %valid: tensor<2x6xi1>,
+                       %logits: tensor<12x8xf32>, %scale: tensor<8xf32>, %x: tensor<12x48xf32>,
+                       %gate_up: tensor<8x32x48xf32>, %down: tensor<8x48x16xf32>) {
+  // expected-remark @+1 {{sharding rule: ([i, j, k, l], [i, j]) -> ([i, j, k, l]) need_replication={l}}}
+  %r = dg.rope %q, %pos {theta = 10000.0 : f64, rotated_pairs = 8, frequency_dim = 16} : tensor<2x6x4x16xf32>, tensor<2x6xi64> -> tensor<2x6x4x16xf32>
+  // Query and KV heads share the head factor k (grouped-query attention splits both alike).
+  // expected-remark @+1 {{sharding rule: ([i, j, k, l], [i, m, k, l], [i, m, k, n], [i, m]) -> ([i, j, k, n]) need_replication={l, m}}}
+  %o = dg.attention %q, %k, %k, %valid mask = "causal" : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j], [j]) -> ([i, k], [i, k]) need_replication={j, k}}}
+  %w, %idx = dg.moe_route %logits, %scale top_k = 2 : tensor<12x8xf32>, tensor<8xf32> -> tensor<12x2xf32>, tensor<12x2xi64>
+  // Experts split across ranks leave a partial sum per token (expert parallelism).
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, k], [i, k], [l, m, j], [l, j, n]) -> ([i, j]) reduction={l} need_replication={j, k, m, n}}}
+  %y = dg.moe_experts %x, %w, %idx, %gate_up, %down : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32> -> tensor<12x48xf32>
+  return
+}

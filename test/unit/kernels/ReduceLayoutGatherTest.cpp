@@ -129,6 +129,35 @@ TEST(ReshapeKernel, CopiesBytesUnderANewShape) {
   EXPECT_EQ(call.result<float>(), x);
 }
 
+TEST(ConcatKernel, JoinsAlongInnerAndOuterDims) {
+  // [2, 1, 2] and [2, 2, 2] along dim 1 (the decoder's [prefix K/V ; canvas K/V] along tokens).
+  KernelCall tokens("concat", {{"dim", 1}});
+  tokens.input<float>(DType::F32, {2, 1, 2}, {1, 2, 3, 4})
+      .input<float>(DType::F32, {2, 2, 2}, {10, 11, 12, 13, 20, 21, 22, 23})
+      .output(DType::F32, {2, 3, 2});
+  tokens.run();
+  EXPECT_EQ(tokens.result<float>(), (std::vector<float>{1, 2, 10, 11, 12, 13, 3, 4, 20, 21, 22, 23}));
+
+  // Booleans along dim 0, three inputs.
+  KernelCall rows("concat", {{"dim", 0}});
+  rows.input<uint8_t>(DType::Bool, {1, 2}, {1, 0}).input<uint8_t>(DType::Bool, {2, 2}, {0, 1, 1, 1})
+      .input<uint8_t>(DType::Bool, {1, 2}, {0, 0}).output(DType::Bool, {4, 2});
+  ThreadPool threads(2);
+  rows.run(&threads);
+  EXPECT_EQ(rows.result<uint8_t>(), (std::vector<uint8_t>{1, 0, 0, 1, 1, 1, 0, 0}));
+}
+
+TEST(ConcatKernel, RejectsMismatchedShapes) {
+  KernelCall call("concat", {{"dim", 1}});
+  call.input<float>(DType::F32, {2, 1}, {1, 2}).input<float>(DType::F32, {3, 1}, {1, 2, 3}).output(DType::F32, {2, 2});
+  try {
+    call.create();
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()), call.where() + ": input 1 [3,1] differs from output [2,2] outside dim 1");
+  }
+}
+
 TEST(GatherKernel, SelectsTableRows) {
   const std::vector<float> table = {0, 1, 10, 11, 20, 21, 30, 31};  // [4, 2]
   KernelCall call32("gather");

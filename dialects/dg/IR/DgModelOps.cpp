@@ -1,0 +1,97 @@
+// Verifiers of the model-level ops (rope, attention, MoE routing and experts).
+#include "dialects/dg/IR/DgOps.h"
+
+using namespace mlir;
+using namespace mlir::dg;
+
+namespace {
+RankedTensorType typeOf(Value value) { return cast<RankedTensorType>(value.getType()); }
+}  // namespace
+
+LogicalResult RopeOp::verify() {
+  auto input = getInput().getType();
+  if (input.getRank() != 4) return emitOpError() << "input must be [batch, tokens, heads, head_dim], got " << input;
+  int64_t headDim = input.getDimSize(3);
+  if (headDim % 2 != 0) return emitOpError() << "head_dim " << headDim << " must be even (rotate-half pairs)";
+  auto positions = getPositions().getType();
+  if (positions.getShape() != input.getShape().take_front(2))
+    return emitOpError() << "positions must be [" << input.getDimSize(0) << ", " << input.getDimSize(1) << "], got " << positions;
+  int64_t pairs = getRotatedPairsAttr().getInt();
+  if (pairs < 1 || pairs > headDim / 2)
+    return emitOpError() << "rotated_pairs " << pairs << " must be in [1, " << headDim / 2 << "]";
+  if (getFrequencyDimAttr().getInt() < 1) return emitOpError() << "frequency_dim must be >= 1";
+  if (getTheta().convertToDouble() <= 0) return emitOpError() << "theta must be > 0";
+  if (getResult().getType() != input) return emitOpError() << "result type must equal the input type";
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  auto query = getQuery().getType(), key = getKey().getType(), value = getValue().getType();
+  if (query.getRank() != 4 || key.getRank() != 4 || value.getRank() != 4)
+    return emitOpError() << "query, key and value must be [batch, tokens, heads, head_dim]";
+  if (query.getElementType() != key.getElementType() || query.getElementType() != value.getElementType() ||
+      query.getElementType() != getResult().getType().getElementType())
+    return emitOpError() << "query, key, value and result must share the element type";
+  int64_t batch = query.getDimSize(0), queries = query.getDimSize(1), queryHeads = query.getDimSize(2);
+  int64_t keys = key.getDimSize(1), kvHeads = key.getDimSize(2);
+  if (key.getDimSize(0) != batch || value.getDimSize(0) != batch) return emitOpError() << "batch sizes differ";
+  if (value.getDimSize(1) != keys || value.getDimSize(2) != kvHeads)
+    return emitOpError() << "value must have the key's tokens and heads, got " << value << " for key " << key;
+  if (key.getDimSize(3) != query.getDimSize(3))
+    return emitOpError() << "query and key head_dim differ: " << query.getDimSize(3) << " vs " << key.getDimSize(3);
+  if (kvHeads < 1 || queryHeads % kvHeads != 0)
+    return emitOpError() << "query heads (" << queryHeads << ") must be a multiple of key/value heads (" << kvHeads << ")";
+  if (getKeyValid().getType().getShape() != ArrayRef<int64_t>{batch, keys})
+    return emitOpError() << "key_valid must be [" << batch << ", " << keys << "]";
+  SmallVector<int64_t> expected{batch, queries, queryHeads, value.getDimSize(3)};
+  if (getResult().getType().getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result must be " << RankedTensorType::get(expected, query.getElementType());
+
+  StringRef mask = getMask();
+  int64_t window = getWindowAttr() ? getWindowAttr().getInt() : 0;
+  int64_t prefixLength = getPrefixLenAttr() ? getPrefixLenAttr().getInt() : 0;
+  if (!llvm::is_contained({"causal", "bidirectional", "prefix"}, mask))
+    return emitOpError() << "mask must be causal, bidirectional or prefix, got '" << mask << "'";
+  if (window < 0) return emitOpError() << "window must be >= 0";
+  if (mask == "causal" && queries > keys)
+    return emitOpError() << "a causal mask needs at least as many keys as queries (queries are the last positions)";
+  if (mask == "bidirectional" && window != 0) return emitOpError() << "a bidirectional mask has no window";
+  if (mask == "prefix" && (prefixLength < 0 || prefixLength > keys))
+    return emitOpError() << "prefix_len " << prefixLength << " must be in [0, " << keys << "]";
+  if (mask != "prefix" && prefixLength != 0) return emitOpError() << "prefix_len is only meaningful with mask = prefix";
+  return success();
+}
+
+LogicalResult MoeRouteOp::verify() {
+  auto logits = getLogits().getType();
+  if (logits.getRank() != 2) return emitOpError() << "logits must be [tokens, experts]";
+  int64_t tokens = logits.getDimSize(0), experts = logits.getDimSize(1);
+  int64_t topK = getTopKAttr().getInt();
+  if (topK < 1 || topK > experts) return emitOpError() << "top_k " << topK << " must be in [1, " << experts << "]";
+  if (getPerExpertScale().getType() != RankedTensorType::get({experts}, logits.getElementType()))
+    return emitOpError() << "per_expert_scale must be " << RankedTensorType::get({experts}, logits.getElementType());
+  if (getWeights().getType() != RankedTensorType::get({tokens, topK}, logits.getElementType()) ||
+      getIndices().getType().getShape() != ArrayRef<int64_t>{tokens, topK})
+    return emitOpError() << "results must be weights and indices of shape [" << tokens << ", " << topK << "]";
+  return success();
+}
+
+LogicalResult MoeExpertsOp::verify() {
+  auto input = getInput().getType(), gateUp = getGateUp().getType(), down = getDown().getType();
+  if (input.getRank() != 2 || gateUp.getRank() != 3 || down.getRank() != 3)
+    return emitOpError() << "input must be [tokens, hidden], gate_up [experts, 2*inner, hidden], down [experts, hidden, inner]";
+  int64_t tokens = input.getDimSize(0), hidden = input.getDimSize(1);
+  int64_t experts = gateUp.getDimSize(0), inner = gateUp.getDimSize(1) / 2;
+  if (gateUp.getDimSize(1) % 2 != 0 || gateUp.getDimSize(2) != hidden)
+    return emitOpError() << "gate_up must be [experts, 2*inner, " << hidden << "], got " << gateUp;
+  if (down.getShape() != ArrayRef<int64_t>{experts, hidden, inner})
+    return emitOpError() << "down must be " << RankedTensorType::get({experts, hidden, inner}, input.getElementType());
+  auto weights = getWeights().getType();
+  if (weights.getRank() != 2 || weights.getDimSize(0) != tokens || getIndices().getType().getShape() != weights.getShape())
+    return emitOpError() << "weights and indices must both be [" << tokens << ", top_k]";
+  for (Value operand : {getWeights(), getGateUp(), getDown()})
+    if (typeOf(operand).getElementType() != input.getElementType())
+      return emitOpError() << "all float operands must share the element type";
+  if (getResult().getType() != input) return emitOpError() << "result type must equal the input type";
+  return success();
+}

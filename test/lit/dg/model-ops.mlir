@@ -1,0 +1,38 @@
+// RUN: dgemma-opt %s --split-input-file | dgemma-opt --split-input-file | FileCheck %s
+// The model-level ops of one Gemma 4 layer round-trip.
+
+// CHECK-LABEL: func.func @sliding_layer_attention
+func.func @sliding_layer_attention(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %pos: tensor<2x6xi64>,
+                                   %valid: tensor<2x6xi1>) -> tensor<2x6x4x16xf32> {
+  // CHECK: dg.rope %{{.*}}, %{{.*}} {frequency_dim = 16 : i64, rotated_pairs = 8 : i64, theta = 1.000000e+04 : f64}
+  %qr = dg.rope %q, %pos {theta = 10000.0 : f64, rotated_pairs = 8, frequency_dim = 16} : tensor<2x6x4x16xf32>, tensor<2x6xi64> -> tensor<2x6x4x16xf32>
+  %kr = dg.rope %k, %pos {theta = 10000.0 : f64, rotated_pairs = 8, frequency_dim = 16} : tensor<2x6x2x16xf32>, tensor<2x6xi64> -> tensor<2x6x2x16xf32>
+  // CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} mask = "causal" {window = 4 : i64}
+  // CHECK-SAME: tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  %o = dg.attention %qr, %kr, %k, %valid mask = "causal" {window = 4} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  return %o : tensor<2x6x4x16xf32>
+}
+
+// -----
+
+// The decoder's prefix attention: 6 prefix keys of the encoder, then 4 canvas keys; a sliding layer
+// sees the last 3 prefix slots.
+// CHECK-LABEL: func.func @decoder_prefix_attention
+func.func @decoder_prefix_attention(%q: tensor<1x4x4x32xf32>, %kv: tensor<1x10x2x32xf32>, %valid: tensor<1x10xi1>) -> tensor<1x4x4x32xf32> {
+  // CHECK: dg.attention {{.*}} mask = "prefix" {prefix_len = 6 : i64, window = 3 : i64}
+  %o = dg.attention %q, %kv, %kv, %valid mask = "prefix" {prefix_len = 6, window = 3} : tensor<1x4x4x32xf32>, tensor<1x10x2x32xf32>, tensor<1x10x2x32xf32>, tensor<1x10xi1> -> tensor<1x4x4x32xf32>
+  return %o : tensor<1x4x4x32xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @moe
+func.func @moe(%r: tensor<12x48xf32>, %router: tensor<8x48xf32>, %scale: tensor<8xf32>, %gate_up: tensor<8x32x48xf32>,
+               %down: tensor<8x48x16xf32>) -> tensor<12x48xf32> {
+  %logits = dg.matmul %r, %router {transpose_b = true} : tensor<12x48xf32>, tensor<8x48xf32> -> tensor<12x8xf32>
+  // CHECK: %[[W:.*]], %[[I:.*]] = dg.moe_route %{{.*}}, %{{.*}} top_k = 2 : tensor<12x8xf32>, tensor<8xf32> -> tensor<12x2xf32>, tensor<12x2xi64>
+  %w, %i = dg.moe_route %logits, %scale top_k = 2 : tensor<12x8xf32>, tensor<8xf32> -> tensor<12x2xf32>, tensor<12x2xi64>
+  // CHECK: dg.moe_experts %{{.*}}, %[[W]], %[[I]], %{{.*}}, %{{.*}} : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32> -> tensor<12x48xf32>
+  %y = dg.moe_experts %r, %w, %i, %gate_up, %down : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32> -> tensor<12x48xf32>
+  return %y : tensor<12x48xf32>
+}
