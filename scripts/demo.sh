@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job, as far as dgemma goes today: installs what is missing, builds, compiles the built-in
-# rms_norm -> matmul -> softmax graph into plans (inference with two prompt-length buckets, and a
-# training step), runs them on CPU with random weights, checks the result, and prints the CPU
-# kernel benchmark. DiffusionGemma training, evaluation and generation replace this as they land.
+# The main job, as far as dgemma goes today: installs what is missing, builds, compiles a small
+# DiffusionGemma (the bundled 7-layer reference fixture) and runs its forward pass on CPU with the
+# fixture's weights and batch, compiles the built-in rms_norm -> matmul -> softmax graph into plans
+# (two prompt-length buckets, and a training step) and runs them, then prints the CPU kernel
+# benchmark. DiffusionGemma training, evaluation and generation replace this as they land.
 #   Usage: scripts/demo.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +16,14 @@ bash "$root/scripts/install-deps.sh"
 bash "$root/scripts/configure.sh" "$build"
 cmake --build "$build" -j "$(nproc)"
 
-echo "== compile: inference plan, prompt-length buckets 16 and 32"
+fixture=$root/test/fixtures/diffusion_gemma/seven_layers
+echo "== DiffusionGemma: compile the 7-layer fixture (2 full + 5 sliding layers, window 4), run encoder + decoder step"
+"$bin/dgemma-compile" --model "$fixture" --mode infer --micro-batch 4 --prompt-len 11 --report -o "$work/dgemma" 2>/dev/null
+"$bin/dgemma-run" forward --plan "$work/dgemma" --weights "$fixture/model.safetensors" --input "$fixture/batch.safetensors" \
+  --out "$work/dgemma-out.safetensors"
+python3 "$root/scripts/make_demo_batch.py" --summarize "$work/dgemma-out.safetensors" | grep -E "logits|encoder_hidden"
+
+echo "== built-in graph: inference plan, prompt-length buckets 16 and 32"
 "$bin/dgemma-compile" --model builtin:rmsnorm-matmul-softmax --mode infer --micro-batch 4 --prompt-len 16,32 \
   --hidden-size 256 --vocab-size 512 --report -o "$work/infer"
 "$bin/dgemma-run" inspect --plan "$work/infer"

@@ -41,38 +41,50 @@ HostTensor sliceBox(const HostTensor& global, const std::vector<int64_t>& offset
 
 }  // namespace
 
-void loadWeights(Executor& executor, const std::string& weightsPath) {
-  SafetensorsDirectory weights = SafetensorsDirectory::open(weightsPath);
+void loadWeights(Executor& executor, const std::string& source, const TensorSource& read, std::vector<std::string> otherProblems) {
   std::vector<std::string> problems;
-  std::set<std::string> expected;
   for (const Parameter& parameter : executor.plan().parameters) {
-    expected.insert(parameter.name);
-    if (!weights.contains(parameter.name)) {
+    std::optional<HostTensor> global = read(parameter.name);
+    if (!global) {
       problems.push_back("missing tensor " + parameter.name + " " + shapeToString(parameter.globalShape));
       continue;
     }
-    HostTensor global = weights.read(parameter.name);
-    if (global.shape != parameter.globalShape) {
+    if (global->shape != parameter.globalShape) {
       problems.push_back("tensor " + parameter.name + ": expected shape " + shapeToString(parameter.globalShape) + ", found " +
-                         shapeToString(global.shape));
+                         shapeToString(global->shape));
       continue;
     }
     const Buffer& buffer = executor.plan().buffers[parameter.buffer];
     try {
-      HostTensor converted = convertDType(global, buffer.dtype, "tensor " + parameter.name);
+      HostTensor converted = convertDType(*global, buffer.dtype, "tensor " + parameter.name);
       executor.setParameter(parameter.name, sliceBox(converted, parameter.shardOffset, parameter.shardShape));
     } catch (const InputError& error) {
       problems.push_back(error.what());
     }
   }
-  for (const std::string& name : weights.names())
-    if (!expected.count(name)) problems.push_back("unexpected tensor " + name);
+  problems.insert(problems.end(), otherProblems.begin(), otherProblems.end());
   if (!problems.empty()) {
     std::ostringstream message;
-    message << weightsPath << ": " << problems.size() << " problem(s) with the weights:";
+    message << source << ": " << problems.size() << " problem(s) with the weights:";
     for (const std::string& problem : problems) message << "\n  " << problem;
     throw InputError(message.str());
   }
+}
+
+void loadWeights(Executor& executor, const std::string& weightsPath) {
+  SafetensorsDirectory weights = SafetensorsDirectory::open(weightsPath);
+  std::set<std::string> expected;
+  for (const Parameter& parameter : executor.plan().parameters) expected.insert(parameter.name);
+  std::vector<std::string> unexpected;
+  for (const std::string& name : weights.names())
+    if (!expected.count(name)) unexpected.push_back("unexpected tensor " + name);
+  loadWeights(
+      executor, weightsPath,
+      [&](const std::string& name) -> std::optional<HostTensor> {
+        if (!weights.contains(name)) return std::nullopt;
+        return weights.read(name);
+      },
+      std::move(unexpected));
 }
 
 void initializeWeights(Executor& executor, uint64_t seed) {

@@ -1,10 +1,12 @@
 // Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): signature checks that several
-// factories make, the serial fallback for parallel loops, and a strided walk over row-major index
-// spaces (broadcasting, transposes and reductions all read one tensor in another tensor's order).
+// factories make, the serial fallback for parallel loops, a strided walk over row-major index spaces
+// (broadcasting, transposes and reductions all read one tensor in another tensor's order), and the
+// gelu_tanh formula that more than one kernel evaluates.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -26,7 +28,8 @@ inline int64_t rowGrain(int64_t rowLength) {
 }
 
 // Runs body over [0, count) on the context's threads, or serially when the backend gave none.
-// Bodies must not throw: the pool has no way to hand an exception back from a worker.
+// Check inputs before the loop: a body that throws stops the remaining chunks, and the exception
+// reaches the caller only after the started chunks have finished.
 inline void parallelFor(const ExecContext& context, int64_t count, int64_t grain,
                         const std::function<void(int64_t, int64_t)>& body) {
   if (count <= 0) return;
@@ -45,6 +48,15 @@ inline void copyBytes(const ExecContext& context, void* destination, const void*
     std::memcpy(static_cast<uint8_t*>(destination) + begin, static_cast<const uint8_t*>(source) + begin,
                 static_cast<size_t>(end - begin));
   });
+}
+
+// gelu_tanh as docs/kernels.md defines it: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). One definition
+// for the elementwise kernel and the MoE experts, so the two round the same way in every dtype.
+template <typename T>
+inline T geluTanh(T x) {
+  const T sqrtTwoOverPi = static_cast<T>(0.79788456080286535587989211986876);  // sqrt(2 / pi)
+  const T inner = sqrtTwoOverPi * (x + static_cast<T>(0.044715) * x * x * x);
+  return static_cast<T>(0.5) * x * (T(1) + std::tanh(inner));
 }
 
 inline void expectFloat(const KernelSignature& signature, const Buffer& buffer, const std::string& role) {

@@ -11,6 +11,9 @@ void registerCpuKernels(KernelRegistry& registry) {
   registerLayoutCpuKernels(registry);
   registerGatherCpuKernels(registry);
   registerRandomCpuKernels(registry);
+  registerRopeCpuKernels(registry);
+  registerAttentionCpuKernels(registry);
+  registerMoeCpuKernels(registry);
 }
 
 }  // namespace dgemma

@@ -18,5 +18,8 @@ void registerReduceCpuKernels(KernelRegistry& registry);       // reduce_sum, re
 void registerLayoutCpuKernels(KernelRegistry& registry);       // transpose, reshape
 void registerGatherCpuKernels(KernelRegistry& registry);       // gather
 void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform
+void registerRopeCpuKernels(KernelRegistry& registry);         // rope
+void registerAttentionCpuKernels(KernelRegistry& registry);    // attention
+void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route, moe_experts
 
 }  // namespace dgemma

@@ -83,7 +83,11 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
   std::ofstream(dir / "hf/config.json") << "{\"model_type\": \"diffusion_gemma\"}";
   ToolResult hf = runTool(std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode infer -o " + (dir / "p"));
   EXPECT_EQ(hf.exitCode, 2);
-  EXPECT_TRUE(contains(hf, "not implemented yet")) << hf.output;
+  EXPECT_TRUE(contains(hf, "config.json: text_config: missing")) << hf.output;
+  ToolResult training = runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
+                                "/models/diffusion_gemma/configs/tiny-cpu.json --mode train -o " + (dir / "p"));
+  EXPECT_EQ(training.exitCode, 2);
+  EXPECT_TRUE(contains(training, "training step (autodiff of the objectives) is not built yet")) << training.output;
 }
 
 TEST_F(CliTest, RunsAnIntactPlan) {

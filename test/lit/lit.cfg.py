@@ -16,5 +16,6 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.dgemma_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["dgemma-opt", "dgemma-compile", "dgemma-run"], [config.dgemma_tools_dir])
+config.substitutions.append(("%dgemma_src_root", config.dgemma_src_root))
 # Every FileCheck run scopes [[VAR]]s to their CHECK-LABEL block.
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"

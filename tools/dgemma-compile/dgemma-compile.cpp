@@ -14,6 +14,8 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/SourceMgr.h"
 #include "models/builtin/RmsNormMatmulSoftmax.h"
+#include "models/diffusion_gemma/Builder.h"
+#include "models/diffusion_gemma/Config.h"
 #include "runtime/io/AtomicFile.h"
 #include "runtime/plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
@@ -32,7 +34,7 @@ struct CompileFlags {
   double weightClip = 0.0;
   int64_t microBatch = 2;
   std::string promptLengths = "8";
-  int64_t canvasLength = 256;
+  int64_t canvasLength = 0;  // 0: the model config's canvas_length
   int64_t hiddenSize = 64;
   int64_t vocabSize = 128;
   int64_t tp = 1, ep = 1, dp = 1;
@@ -73,7 +75,9 @@ void rejectUnbuiltFeatures(const CompileFlags& flags) {
   if (flags.precision != "fp32") throw InputError("--precision: only fp32 is available until bf16 mixed precision exists");
 }
 
-mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags) {
+// Builds the module and records in `metadata` what the runtime needs to know about the model.
+mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, nlohmann::json& metadata) {
+  if (flags.microBatch < 1) throw InputError("--micro-batch: expected a positive integer");
   if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName) {
     mlir::dg::RmsNormMatmulSoftmaxOptions options;
     options.microBatch = flags.microBatch;
@@ -81,18 +85,32 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     options.hiddenSize = flags.hiddenSize;
     options.vocabSize = flags.vocabSize;
     options.train = flags.mode == "train";
-    if (options.microBatch < 1 || options.hiddenSize < 1 || options.vocabSize < 1)
-      throw InputError("--micro-batch/--hidden-size/--vocab-size: expected positive integers");
+    if (options.hiddenSize < 1 || options.vocabSize < 1)
+      throw InputError("--hidden-size/--vocab-size: expected positive integers");
+    metadata["model_family"] = "builtin";
     return mlir::dg::buildRmsNormMatmulSoftmax(context, options);
   }
+
   std::filesystem::path path(flags.model);
-  std::filesystem::path config = std::filesystem::is_directory(path) ? path / "config.json" : path;
-  if (!std::filesystem::exists(config))
-    throw InputError("--model: " + config.string() + " does not exist (expected an HF checkpoint directory, a config.json or " +
+  std::filesystem::path configPath = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  if (!std::filesystem::exists(configPath))
+    throw InputError("--model: " + configPath.string() + " does not exist (expected an HF checkpoint directory, a config.json or " +
                      mlir::dg::kRmsNormMatmulSoftmaxName + ")");
-  throw InputError("--model " + flags.model +
-                   ": building DiffusionGemma from an HF config is not implemented yet; this dgemma compiles only " +
-                   mlir::dg::kRmsNormMatmulSoftmaxName);
+  dgemma::DiffusionGemmaConfig config = dgemma::loadDiffusionGemmaConfig(configPath.string());
+  for (const std::string& warning : config.warnings) std::cerr << "dgemma-compile: warning: " << warning << "\n";
+  if (flags.mode == "train")
+    throw InputError("--mode train: the DiffusionGemma training step (autodiff of the objectives) is not built yet");
+  if (config.hasVision) std::cerr << "dgemma-compile: warning: " << configPath.string() << ": the vision tower is not built yet; the plan is text-only\n";
+  if (flags.canvasLength != 0 && flags.canvasLength != config.canvasLength)
+    throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
+                     std::to_string(config.canvasLength));
+  mlir::dg::DiffusionGemmaForwardOptions options;
+  options.microBatch = flags.microBatch;
+  options.promptLengths = parseLengths(flags.promptLengths);
+  // The runtime resolves checkpoint names with the config (model.md §3.6), so the plan carries it.
+  metadata["model_family"] = "diffusion_gemma";
+  metadata["model_config"] = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
+  return mlir::dg::buildDiffusionGemmaForward(context, config, options);
 }
 
 void printReport(mlir::ModuleOp module, const dgemma::Plan& plan) {
@@ -127,7 +145,8 @@ int compile(const CompileFlags& flags) {
   // Diagnostics go to stderr as "loc: error: message"; a failed stage is bad input (exit 2).
   llvm::SourceMgr sourceManager;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, flags);
+  nlohmann::json metadata = {{"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}};
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, flags, metadata);
   if (mlir::failed(mlir::verify(*module))) throw InputError("the built model IR does not verify (see above)");
   if (flags.emit == "dg") {
     module->print(llvm::outs());
@@ -147,7 +166,7 @@ int compile(const CompileFlags& flags) {
 
   mlir::dg::PlanLoweringOptions lowering;
   lowering.producer = "dgemma-compile";
-  lowering.metadata = {{"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}};
+  lowering.metadata = metadata;
   auto plan = mlir::dg::lowerToPlan(*module, lowering);
   if (mlir::failed(plan)) throw InputError("lowering to a plan failed (see above)");
   dgemma::validatePlan(*plan, "<compiled plan>");
@@ -181,7 +200,7 @@ int main(int argc, char** argv) {
   app.add_option("--weight-clip", flags.weightClip, "clip of the reweighted objectives' weight");
   app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch");
   app.add_option("--prompt-len", flags.promptLengths, "prompt-length buckets, e.g. 128,256,512");
-  app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length");
+  app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length (default: the config's canvas_length)");
   app.add_option("--hidden-size", flags.hiddenSize, "hidden size of the built-in graph");
   app.add_option("--vocab-size", flags.vocabSize, "output size of the built-in graph");
   app.add_option("--tp", flags.tp, "tensor-parallel size");

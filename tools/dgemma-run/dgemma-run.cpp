@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/WeightSchema.h"
 #include "runtime/backend/Backend.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
@@ -41,6 +43,7 @@ dgemma::Plan loadPlan(const ExecutionFlags& flags) {
 }
 
 // The entry named `name` whose inputs have exactly the batch's shapes (plans are shape-specialised).
+// Inputs the batch lacks do not decide; optional ones get defaults, the rest are reported missing.
 const dgemma::EntryPoint& selectEntry(const dgemma::Plan& plan, const std::string& name,
                                       const std::map<std::string, HostTensor>& inputs, const std::string& batchPath) {
   std::string available;
@@ -52,7 +55,7 @@ const dgemma::EntryPoint& selectEntry(const dgemma::Plan& plan, const std::strin
       const dgemma::Buffer& buffer = plan.buffers[input.buffer];
       available += " " + input.name + dgemma::shapeToString(buffer.shape);
       auto it = inputs.find(input.name);
-      matches &= it != inputs.end() && it->second.shape == buffer.shape;
+      matches &= it == inputs.end() || it->second.shape == buffer.shape;
     }
     if (matches) return entry;
   }
@@ -82,12 +85,59 @@ void writeOutputs(const std::string& path, const std::map<std::string, HostTenso
   dgemma::writeSafetensors(path, tensors);
 }
 
+// The forward contract's optional fields (cli.md): the decoder input defaults to canvas_ids; without
+// self-conditioning logits the signal is exactly zero (mask 0); with logits and no mask, every
+// example is conditioned.
+void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const dgemma::EntryPoint& entry, const dgemma::Plan& plan) {
+  auto shapeOf = [&](const std::string& name) -> const dgemma::Buffer* {
+    for (const dgemma::NamedBuffer& input : entry.inputs)
+      if (input.name == name) return &plan.buffers[input.buffer];
+    return nullptr;
+  };
+  if (shapeOf("noisy_canvas_ids") && !batch.count("noisy_canvas_ids") && batch.count("canvas_ids"))
+    batch["noisy_canvas_ids"] = batch.at("canvas_ids");
+  const dgemma::Buffer* logits = shapeOf("self_conditioning_logits");
+  const dgemma::Buffer* mask = shapeOf("self_conditioning_mask");
+  if (!logits || !mask) return;
+  bool hasLogits = batch.count("self_conditioning_logits") != 0;
+  if (!hasLogits) batch["self_conditioning_logits"] = HostTensor(logits->dtype, logits->shape);
+  if (!batch.count("self_conditioning_mask")) {
+    HostTensor fill(dgemma::DType::F32, mask->shape);
+    std::fill(fill.as<float>(), fill.as<float>() + fill.numElements(), hasLogits ? 1.0f : 0.0f);
+    batch["self_conditioning_mask"] = dgemma::convertDType(fill, mask->dtype, "self_conditioning_mask");
+  }
+}
+
+// Fills the plan's parameters from --weights: for DiffusionGemma through the checkpoint rules of
+// model.md §3.6 (either text prefix, tied copies checked equal), otherwise by name.
+void loadPlanWeights(dgemma::Executor& executor, const std::string& weightsPath, const std::string& planPath) {
+  const nlohmann::json& metadata = executor.plan().metadata;
+  if (metadata.value("model_family", std::string()) != "diffusion_gemma") {
+    dgemma::loadWeights(executor, weightsPath);
+    return;
+  }
+  if (!metadata.contains("model_config")) throw InputError(planPath + ": metadata.model_config: missing");
+  dgemma::DiffusionGemmaConfig config =
+      dgemma::parseDiffusionGemmaConfig(metadata.at("model_config"), planPath + ": metadata.model_config");
+  dgemma::SafetensorsDirectory checkpoint = dgemma::SafetensorsDirectory::open(weightsPath);
+  dgemma::ResolvedCheckpoint resolved = dgemma::resolveCheckpointNames(config, checkpoint);
+  if (!resolved.visionTensorNames.empty())
+    std::cerr << "dgemma-run: warning: " << weightsPath << ": " << resolved.visionTensorNames.size()
+              << " vision tensors ignored (the vision tower is not built yet)\n";
+  dgemma::loadWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<HostTensor> {
+    auto found = resolved.textTensors.find(name);
+    if (found == resolved.textTensors.end()) return std::nullopt;
+    return found->second.file->read(found->second.entry->name);
+  });
+}
+
 // Runs entry `entryName` on the batch; returns its outputs.
 std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std::string& entryName) {
   if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
   dgemma::Plan plan = loadPlan(flags);
   std::map<std::string, HostTensor> batch = readBatch(flags.input, plan, entryName);
   const dgemma::EntryPoint& entry = selectEntry(plan, entryName, batch, flags.input);
+  if (entryName == "forward") applyForwardDefaults(batch, entry, plan);
   for (auto it = batch.begin(); it != batch.end();) {  // fields this model does not read are allowed
     bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
     it = used ? std::next(it) : batch.erase(it);
@@ -95,8 +145,9 @@ std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std
   std::unique_ptr<dgemma::Backend> backend = dgemma::createBackend(flags.backend, flags.threads);
   dgemma::CommunicatorSet communicators;
   for (const dgemma::MeshAxis& axis : plan.mesh) communicators.add(axis.name, std::make_unique<dgemma::LocalCommunicator>(*backend));
-  dgemma::Executor executor(plan, *backend, communicators, dgemma::planFileForRank(flags.planDir, flags.rank));
-  if (!flags.weights.empty()) dgemma::loadWeights(executor, flags.weights);
+  const std::string planPath = dgemma::planFileForRank(flags.planDir, flags.rank);
+  dgemma::Executor executor(plan, *backend, communicators, planPath);
+  if (!flags.weights.empty()) loadPlanWeights(executor, flags.weights, planPath);
   else dgemma::initializeWeights(executor, flags.seed);
   return executor.run(entry, batch);
 }

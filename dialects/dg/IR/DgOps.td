@@ -242,7 +242,7 @@ def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure]> {
     Gemma 4's full layers rotate 64 of 256 pairs with `frequency_dim` 512 (proportional RoPE),
     sliding layers all pairs with `frequency_dim` = D.
   }];
-  let arguments = (ins Dg_FloatTensor:$input, Dg_IdTensor:$positions, F64Attr:$theta,
+  let arguments = (ins Dg_FloatTensor:$input, RankedTensorOf<[I64]>:$positions, F64Attr:$theta,
                        I64Attr:$rotated_pairs, I64Attr:$frequency_dim);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = "$input `,` $positions attr-dict `:` type($input) `,` type($positions) `->` type($result)";

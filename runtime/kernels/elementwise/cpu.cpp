@@ -149,11 +149,7 @@ struct RsqrtOp {
 };
 struct GeluTanhOp {
   template <typename T>
-  T operator()(T x) const {
-    const T sqrtTwoOverPi = static_cast<T>(0.79788456080286535587989211986876);  // sqrt(2 / pi)
-    const T inner = sqrtTwoOverPi * (x + static_cast<T>(0.044715) * x * x * x);
-    return static_cast<T>(0.5) * x * (T(1) + std::tanh(inner));
-  }
+  T operator()(T x) const { return cpu::geluTanh(x); }
 };
 
 template <typename T, typename Op>

@@ -1,0 +1,57 @@
+// The text weights of DiffusionGemma by their HF state-dict names (model.md §3.2, §3.3), and the
+// loader rules that map a checkpoint's tensors onto them (§3.6). dgemma keeps one copy of the text
+// stack under the decoder's names: the encoder's language_model is the same tensors (§3.1).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/diffusion_gemma/Config.h"
+#include "runtime/io/Safetensors.h"
+
+namespace dgemma {
+
+// The canonical prefix of every text tensor, and the prefix of the encoder's tied copy.
+inline constexpr std::string_view kDecoderPrefix = "model.decoder.";
+inline constexpr std::string_view kEncoderTextPrefix = "model.encoder.language_model.";
+// Vision tensors live under these; they are not part of the text schema.
+inline constexpr std::string_view kVisionTowerPrefix = "model.encoder.vision_tower.";
+inline constexpr std::string_view kVisionEmbedderPrefix = "model.encoder.embed_vision.";
+// Absent from the release; when present it must equal the embedding, which stands in for it.
+inline constexpr std::string_view kLmHeadName = "lm_head.weight";
+
+struct ExpectedTensor {
+  std::string name;  // canonical: model.decoder.…
+  std::vector<int64_t> shape;
+  // layer_scalar is a persistent buffer, not a parameter: it is loaded but never trained.
+  bool isBuffer = false;
+};
+
+// Every text tensor of the model in a fixed order: per layer (0..L-1) in the row order of
+// model.md §3.2, then the embedding, the final norm and the four self-conditioning tensors.
+std::vector<ExpectedTensor> expectedTextWeights(const DiffusionGemmaConfig& config);
+
+struct ResolvedCheckpoint {
+  // Canonical name -> the checkpoint tensor to read for it (under either prefix). Valid while the
+  // SafetensorsDirectory lives.
+  std::map<std::string, SafetensorsLocation> textTensors;
+  // Checkpoint names under the vision prefixes, sorted, for the vision loader.
+  std::vector<std::string> visionTensorNames;
+};
+
+// Applies the loader rules of model.md §3.6 to `checkpoint`:
+//  - a text tensor may be stored under model.decoder. or model.encoder.language_model. (the
+//    self-conditioning block only under model.decoder.); when both copies exist they must be
+//    bit-identical (same dtype, same bytes). This also covers layer_scalar, the one text tensor HF
+//    stores twice because buffers are not tied;
+//  - lm_head.weight is optional and, when present, must be bit-identical to the embedding;
+//  - text tensors must have a floating dtype and the shape of expectedTextWeights;
+//  - anything else that is not a vision tensor (including v_proj on a full-attention layer) is
+//    unexpected.
+// Every missing, unexpected, mis-shaped or mismatched tensor goes into one InputError
+// "PATH: N problem(s) with the text weights:" with one line per problem.
+ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, const SafetensorsDirectory& checkpoint);
+
+}  // namespace dgemma

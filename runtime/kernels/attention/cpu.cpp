@@ -1,0 +1,194 @@
+// attention: per query row, softmax(scale · q·kᵀ) over the keys its mask lets it see, times v. Grouped
+// query heads (GQA) read a shared KV head, and the masks are structural (causal with an optional
+// window, bidirectional, prefix) rather than a materialised [Tq, Tk] matrix.
+#include <cmath>
+
+#include "runtime/kernels/CpuKernelSupport.h"
+#include "runtime/kernels/CpuKernels.h"
+
+namespace dgemma {
+namespace {
+
+enum class AttentionMask { Causal, Bidirectional, Prefix };
+
+struct AttentionGeometry {
+  int64_t batch = 0;
+  int64_t queries = 0;  // Tq
+  int64_t keys = 0;     // Tk
+  int64_t queryHeads = 0;
+  int64_t kvHeads = 0;
+  int64_t headDim = 0;   // D, shared by q and k
+  int64_t valueDim = 0;  // Dv
+  AttentionMask mask = AttentionMask::Causal;
+  int64_t window = 0;  // 0: unlimited
+  int64_t prefixLen = 0;
+  double scale = 1.0;
+};
+
+// Writes the keys that query `query` sees, in increasing order, to `visible` and returns how many.
+// `valid` is the batch row's key_valid. The cases transcribe the visibility rules of docs/kernels.md.
+int64_t collectVisibleKeys(const AttentionGeometry& geometry, const uint8_t* valid, int64_t query, int64_t* visible) {
+  int64_t count = 0;
+  switch (geometry.mask) {
+    case AttentionMask::Causal: {
+      // The queries are the last Tq of the Tk positions; `self` is this query's own key.
+      const int64_t self = query + geometry.keys - geometry.queries;
+      const int64_t first = geometry.window == 0 ? 0 : std::max<int64_t>(0, self - geometry.window + 1);
+      for (int64_t key = first; key <= self; ++key)
+        if (valid[key] != 0 || key == self) visible[count++] = key;  // a pad query keeps its diagonal
+      break;
+    }
+    case AttentionMask::Bidirectional:
+      for (int64_t key = 0; key < geometry.keys; ++key)
+        if (valid[key] != 0) visible[count++] = key;
+      break;
+    case AttentionMask::Prefix: {
+      // The window keeps the last `window` prefix slots; block keys are visible even when padded.
+      const int64_t first = geometry.window == 0 ? 0 : std::max<int64_t>(0, geometry.prefixLen - geometry.window);
+      for (int64_t key = first; key < geometry.prefixLen; ++key)
+        if (valid[key] != 0) visible[count++] = key;
+      for (int64_t key = geometry.prefixLen; key < geometry.keys; ++key) visible[count++] = key;
+      break;
+    }
+  }
+  return count;
+}
+
+// T is also the accumulator type (scores, softmax sum, output), as the contract says.
+template <typename T>
+class AttentionKernel final : public Kernel {
+ public:
+  explicit AttentionKernel(AttentionGeometry geometry) : geometry_(geometry) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* q = inputs[0].as<const T>();
+    const T* k = inputs[1].as<const T>();
+    const T* v = inputs[2].as<const T>();
+    const uint8_t* keyValid = inputs[3].as<const uint8_t>();  // u8 and bool are both one byte, nonzero = valid
+    T* o = outputs[0].as<T>();
+    const AttentionGeometry& g = geometry_;
+    const int64_t headsPerKv = g.queryHeads / g.kvHeads;
+    const T scale = static_cast<T>(g.scale);
+    // Rows are (b, query, head) in the memory order of q and o, so row r's vectors start at r·D and r·Dv.
+    const int64_t rows = g.batch * g.queries * g.queryHeads;
+    cpu::parallelFor(context, rows, cpu::rowGrain(g.keys * (g.headDim + g.valueDim)), [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> visible(g.keys);
+      std::vector<T> weights(g.keys);  // scores of the visible keys, then their exponentials
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t head = row % g.queryHeads;
+        const int64_t query = (row / g.queryHeads) % g.queries;
+        const int64_t b = row / (g.queryHeads * g.queries);
+        const int64_t kvHead = head / headsPerKv;
+        const T* qRow = q + row * g.headDim;
+        T* oRow = o + row * g.valueDim;
+        std::fill(oRow, oRow + g.valueDim, T(0));
+        const int64_t count = collectVisibleKeys(g, keyValid + b * g.keys, query, visible.data());
+        if (count == 0) continue;  // no visible key: the row stays zero instead of 0/0
+
+        auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
+        T maximum = 0;
+        for (int64_t n = 0; n < count; ++n) {
+          const T* kRow = k + kvOffset(visible[n]) * g.headDim;
+          T dot = 0;
+          for (int64_t d = 0; d < g.headDim; ++d) dot += qRow[d] * kRow[d];
+          weights[n] = scale * dot;
+          maximum = n == 0 ? weights[n] : std::max(maximum, weights[n]);
+        }
+        T sum = 0;
+        for (int64_t n = 0; n < count; ++n) {
+          weights[n] = std::exp(weights[n] - maximum);
+          sum += weights[n];
+        }
+        for (int64_t n = 0; n < count; ++n) {
+          const T probability = weights[n] / sum;
+          const T* vRow = v + kvOffset(visible[n]) * g.valueDim;
+          for (int64_t d = 0; d < g.valueDim; ++d) oRow[d] += probability * vRow[d];
+        }
+      }
+    });
+  }
+
+ private:
+  AttentionGeometry geometry_;
+};
+
+// Kernel.h reads numbers, integers and booleans; `mask` is the first attribute that is a string.
+AttentionMask maskAttribute(const KernelSignature& signature) {
+  const nlohmann::json* attrs = signature.step != nullptr ? &signature.step->attrs : nullptr;
+  if (attrs == nullptr || !attrs->is_object() || !attrs->contains("mask"))
+    failSignature(signature, "attribute 'mask' is missing");
+  const nlohmann::json& value = attrs->at("mask");
+  if (!value.is_string()) failSignature(signature, "attribute 'mask': expected a string");
+  const std::string name = value.get<std::string>();
+  if (name == "causal") return AttentionMask::Causal;
+  if (name == "bidirectional") return AttentionMask::Bidirectional;
+  if (name == "prefix") return AttentionMask::Prefix;
+  failSignature(signature, "attribute 'mask': expected causal, bidirectional or prefix, got '" + name + "'");
+}
+
+void expectRank4(const KernelSignature& signature, const Buffer& buffer, const std::string& role,
+                 const std::string& layout) {
+  if (buffer.shape.size() != 4)
+    failSignature(signature, role + " has shape " + shapeToString(buffer.shape) + ", expected " + layout);
+}
+
+std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
+  expectArity(signature, 4, 1);
+  const Buffer& q = *signature.inputs[0];
+  const Buffer& k = *signature.inputs[1];
+  const Buffer& v = *signature.inputs[2];
+  const Buffer& keyValid = *signature.inputs[3];
+  const Buffer& o = *signature.outputs[0];
+  cpu::expectFloat(signature, q, "input q");
+  expectDType(signature, k, {q.dtype}, "input k");
+  expectDType(signature, v, {q.dtype}, "input v");
+  expectDType(signature, keyValid, {DType::U8, DType::Bool}, "input key_valid");
+  expectDType(signature, o, {q.dtype}, "output o");
+
+  expectRank4(signature, q, "input q", "[B, Tq, Hq, D]");
+  expectRank4(signature, k, "input k", "[B, Tk, Hkv, D]");
+  expectRank4(signature, v, "input v", "[B, Tk, Hkv, Dv]");
+  AttentionGeometry g;
+  g.batch = q.shape[0];
+  g.queries = q.shape[1];
+  g.queryHeads = q.shape[2];
+  g.headDim = q.shape[3];
+  g.keys = k.shape[1];
+  g.kvHeads = k.shape[2];
+  g.valueDim = v.shape[3];
+  cpu::expectShape(signature, k, {g.batch, g.keys, g.kvHeads, g.headDim}, "input k");
+  if (g.kvHeads == 0 || g.queryHeads % g.kvHeads != 0)
+    failSignature(signature, "query heads Hq=" + std::to_string(g.queryHeads) +
+                                 " are not a multiple of key/value heads Hkv=" + std::to_string(g.kvHeads));
+  cpu::expectShape(signature, v, {g.batch, g.keys, g.kvHeads, g.valueDim}, "input v");
+  cpu::expectShape(signature, keyValid, {g.batch, g.keys}, "input key_valid");
+  cpu::expectShape(signature, o, {g.batch, g.queries, g.queryHeads, g.valueDim}, "output o");
+
+  // window, prefix_len and scale default as the dg.attention op's attributes do, since the lowering
+  // leaves out attributes that keep their default.
+  g.mask = maskAttribute(signature);
+  g.window = attrInt(signature, "window", 0);
+  if (g.window < 0)
+    failSignature(signature, "attribute 'window': expected a non-negative integer, got " + std::to_string(g.window));
+  if (g.mask == AttentionMask::Bidirectional && g.window != 0)
+    failSignature(signature, "attribute 'window' does not apply to mask 'bidirectional'");
+  g.prefixLen = attrInt(signature, "prefix_len", 0);
+  if (g.mask == AttentionMask::Prefix && (g.prefixLen < 0 || g.prefixLen > g.keys))
+    failSignature(signature, "attribute 'prefix_len': " + std::to_string(g.prefixLen) + " is outside [0, Tk = " +
+                                 std::to_string(g.keys) + "]");
+  if (g.mask != AttentionMask::Prefix && g.prefixLen != 0)
+    failSignature(signature, "attribute 'prefix_len' applies only to mask 'prefix'");
+  if (g.mask == AttentionMask::Causal && g.queries > g.keys)
+    failSignature(signature, "mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got Tq=" +
+                                 std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
+  g.scale = attrDouble(signature, "scale", 1.0);
+
+  if (q.dtype == DType::F64) return std::make_unique<AttentionKernel<double>>(g);
+  return std::make_unique<AttentionKernel<float>>(g);
+}
+
+}  // namespace
+
+void registerAttentionCpuKernels(KernelRegistry& registry) { registry.add("attention", createAttention); }
+
+}  // namespace dgemma

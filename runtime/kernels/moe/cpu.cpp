@@ -1,0 +1,279 @@
+// The mixture-of-experts block: moe_route (softmax over all experts, top-k, renormalise, per-expert
+// scale) and moe_experts (dropless routed experts, each a gated GELU MLP, combined by the weights).
+#include <cblas.h>
+
+#include <climits>
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include "runtime/core/Error.h"
+#include "runtime/kernels/CpuKernelSupport.h"
+#include "runtime/kernels/CpuKernels.h"
+
+namespace dgemma {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// moe_route
+
+// T is also the precision of the softmax and the renormalisation, as the contract says.
+template <typename T>
+class MoeRouteKernel final : public Kernel {
+ public:
+  MoeRouteKernel(int64_t tokens, int64_t experts, int64_t topK) : tokens_(tokens), experts_(experts), topK_(topK) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* logits = inputs[0].as<const T>();
+    const T* expertScale = inputs[1].as<const T>();
+    T* weights = outputs[0].as<T>();
+    int64_t* indices = outputs[1].as<int64_t>();
+    const int64_t experts = experts_, topK = topK_;
+    cpu::parallelFor(context, tokens_, cpu::rowGrain(experts), [&](int64_t begin, int64_t end) {
+      std::vector<T> probabilities(experts);
+      std::vector<int64_t> ranking(experts);
+      for (int64_t token = begin; token < end; ++token) {
+        const T* row = logits + token * experts;
+        const T maximum = *std::max_element(row, row + experts);
+        T sum = 0;
+        for (int64_t e = 0; e < experts; ++e) {
+          probabilities[e] = std::exp(row[e] - maximum);
+          sum += probabilities[e];
+        }
+        for (int64_t e = 0; e < experts; ++e) probabilities[e] /= sum;
+
+        // Descending probability, equal probabilities by ascending expert id: a total order on
+        // finite values, so the choice and its listing do not depend on the sort algorithm.
+        std::iota(ranking.begin(), ranking.end(), int64_t{0});
+        std::partial_sort(ranking.begin(), ranking.begin() + topK, ranking.end(), [&](int64_t a, int64_t b) {
+          return probabilities[a] > probabilities[b] || (probabilities[a] == probabilities[b] && a < b);
+        });
+        T chosen = 0;
+        for (int64_t j = 0; j < topK; ++j) chosen += probabilities[ranking[j]];
+        for (int64_t j = 0; j < topK; ++j) {
+          const int64_t expert = ranking[j];
+          weights[token * topK + j] = probabilities[expert] / chosen * expertScale[expert];
+          indices[token * topK + j] = expert;
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t tokens_;
+  int64_t experts_;
+  int64_t topK_;
+};
+
+std::unique_ptr<Kernel> createMoeRoute(const KernelSignature& signature) {
+  expectArity(signature, 2, 2);
+  const Buffer& logits = *signature.inputs[0];
+  const Buffer& expertScale = *signature.inputs[1];
+  const Buffer& weights = *signature.outputs[0];
+  const Buffer& indices = *signature.outputs[1];
+  cpu::expectFloat(signature, logits, "input logits");
+  expectDType(signature, expertScale, {logits.dtype}, "input per_expert_scale");
+  expectDType(signature, weights, {logits.dtype}, "output weights");
+  expectDType(signature, indices, {DType::I64}, "output indices");
+  if (logits.shape.size() != 2)
+    failSignature(signature, "input logits has shape " + shapeToString(logits.shape) + ", expected [N, E]");
+  const int64_t tokens = logits.shape[0], experts = logits.shape[1];
+  cpu::expectShape(signature, expertScale, {experts}, "input per_expert_scale");
+  const int64_t topK = attrInt(signature, "top_k");
+  if (topK < 1 || topK > experts)
+    failSignature(signature, "attribute 'top_k': " + std::to_string(topK) + " is outside [1, E = " +
+                                 std::to_string(experts) + "]");
+  cpu::expectShape(signature, weights, {tokens, topK}, "output weights");
+  cpu::expectShape(signature, indices, {tokens, topK}, "output indices");
+  if (logits.dtype == DType::F64) return std::make_unique<MoeRouteKernel<double>>(tokens, experts, topK);
+  return std::make_unique<MoeRouteKernel<float>>(tokens, experts, topK);
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_experts
+
+// Row-major C[m, n] = A[m, k] · B[n, k]ᵀ: both expert products multiply by a weight block stored
+// as [out, in], which BLAS reads transposed in place.
+void gemmTransposedB(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+void gemmTransposedB(int m, int n, int k, const double* a, int lda, const double* b, int ldb, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+
+struct MoeExpertsGeometry {
+  int64_t tokens = 0;        // N
+  int64_t hidden = 0;        // H
+  int64_t topK = 0;          // k
+  int64_t experts = 0;       // E
+  int64_t expertHidden = 0;  // I
+};
+
+// Which slot of the expert-sorted row blocks each route (token, j) takes.
+struct RouteGrouping {
+  std::vector<int64_t> firstSlot;    // expert e's routes take slots [firstSlot[e], firstSlot[e + 1])
+  std::vector<int64_t> slotOfRoute;  // indexed by token * k + j
+  std::vector<int64_t> tokenOfSlot;
+};
+
+// Counts the routes per expert, then hands out slots in (token, j) order, so each expert's rows form
+// one contiguous block and the grouping depends on the indices alone.
+RouteGrouping groupRoutesByExpert(const int64_t* indices, int64_t routes, int64_t topK, int64_t experts) {
+  RouteGrouping grouping;
+  grouping.firstSlot.assign(experts + 1, 0);
+  for (int64_t route = 0; route < routes; ++route) ++grouping.firstSlot[indices[route] + 1];
+  std::partial_sum(grouping.firstSlot.begin(), grouping.firstSlot.end(), grouping.firstSlot.begin());
+  std::vector<int64_t> nextSlot(grouping.firstSlot.begin(), grouping.firstSlot.end() - 1);
+  grouping.slotOfRoute.resize(routes);
+  grouping.tokenOfSlot.resize(routes);
+  for (int64_t route = 0; route < routes; ++route) {
+    const int64_t slot = nextSlot[indices[route]]++;
+    grouping.slotOfRoute[route] = slot;
+    grouping.tokenOfSlot[slot] = route / topK;
+  }
+  return grouping;
+}
+
+template <typename T>
+class MoeExpertsKernel final : public Kernel {
+ public:
+  MoeExpertsKernel(std::string where, MoeExpertsGeometry geometry) : where_(std::move(where)), geometry_(geometry) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* x = inputs[0].as<const T>();
+    const T* weights = inputs[1].as<const T>();
+    const int64_t* indices = inputs[2].as<const int64_t>();
+    const T* gateUp = inputs[3].as<const T>();
+    const T* down = inputs[4].as<const T>();
+    T* y = outputs[0].as<T>();
+    const MoeExpertsGeometry& g = geometry_;
+    const int64_t routes = g.tokens * g.topK;
+    checkIndices(indices, routes);
+    if (g.hidden == 0) return;  // y has no elements, and BLAS rejects a leading dimension of 0
+    if (g.expertHidden == 0) {  // every expert's output is an empty sum
+      std::fill(y, y + g.tokens * g.hidden, T(0));
+      return;
+    }
+
+    const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g.topK, g.experts);
+    const int64_t hidden = g.hidden, expertHidden = g.expertHidden, gateUpWidth = 2 * g.expertHidden;
+    // Every element of these blocks is written before it is read, so they start uninitialised.
+    const auto expertInput = std::make_unique_for_overwrite<T[]>(routes * hidden);
+    const auto gateUpOutput = std::make_unique_for_overwrite<T[]>(routes * gateUpWidth);
+    const auto expertOutput = std::make_unique_for_overwrite<T[]>(routes * hidden);
+
+    cpu::parallelFor(context, routes, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot)
+        std::copy_n(x + grouping.tokenOfSlot[slot] * hidden, hidden, expertInput.get() + slot * hidden);
+    });
+    forEachUsedExpert(grouping, [&](int64_t expert, int64_t firstSlot, int rows) {
+      gemmTransposedB(rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden),
+                      expertInput.get() + firstSlot * hidden, static_cast<int>(hidden),
+                      gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden),
+                      gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth));
+    });
+    // gelu_tanh(gate) ⊙ up overwrites the gate half of each row; the down product reads it with
+    // leading dimension 2I.
+    cpu::parallelFor(context, routes, cpu::rowGrain(expertHidden), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        T* row = gateUpOutput.get() + slot * gateUpWidth;
+        for (int64_t c = 0; c < expertHidden; ++c) row[c] = cpu::geluTanh(row[c]) * row[expertHidden + c];
+      }
+    });
+    forEachUsedExpert(grouping, [&](int64_t expert, int64_t firstSlot, int rows) {
+      gemmTransposedB(rows, static_cast<int>(hidden), static_cast<int>(expertHidden),
+                      gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth),
+                      down + expert * hidden * expertHidden, static_cast<int>(expertHidden),
+                      expertOutput.get() + firstSlot * hidden, static_cast<int>(hidden));
+    });
+    // Each token sums its own routes in order of j, so y does not depend on the thread count.
+    cpu::parallelFor(context, g.tokens, cpu::rowGrain(g.topK * hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t token = begin; token < end; ++token) {
+        T* yRow = y + token * hidden;
+        std::fill(yRow, yRow + hidden, T(0));
+        for (int64_t j = 0; j < g.topK; ++j) {
+          const int64_t route = token * g.topK + j;
+          const T weight = weights[route];
+          const T* output = expertOutput.get() + grouping.slotOfRoute[route] * hidden;
+          for (int64_t h = 0; h < hidden; ++h) yRow[h] += weight * output[h];
+        }
+      }
+    });
+  }
+
+ private:
+  // Serially and before any work, so the error names the first bad index in (token, j) order.
+  void checkIndices(const int64_t* indices, int64_t routes) const {
+    for (int64_t route = 0; route < routes; ++route)
+      if (indices[route] < 0 || indices[route] >= geometry_.experts)
+        throw RuntimeError(where_ + ": expert index " + std::to_string(indices[route]) + " at indices[" +
+                           std::to_string(route / geometry_.topK) + ", " + std::to_string(route % geometry_.topK) +
+                           "] is outside [0, E = " + std::to_string(geometry_.experts) + ")");
+  }
+
+  // Calls body(expert, firstSlot, rows) for each expert with at least one route, in expert order.
+  // The products run one after the other: OpenBLAS threads each of them itself.
+  template <typename Body>
+  void forEachUsedExpert(const RouteGrouping& grouping, Body&& body) const {
+    for (int64_t expert = 0; expert < geometry_.experts; ++expert) {
+      const int64_t firstSlot = grouping.firstSlot[expert];
+      const int64_t rows = grouping.firstSlot[expert + 1] - firstSlot;
+      if (rows > 0) body(expert, firstSlot, static_cast<int>(rows));
+    }
+  }
+
+  std::string where_;  // run-time errors name the step as the plan loader does
+  MoeExpertsGeometry geometry_;
+};
+
+std::unique_ptr<Kernel> createMoeExperts(const KernelSignature& signature) {
+  expectArity(signature, 5, 1);
+  const Buffer& x = *signature.inputs[0];
+  const Buffer& weights = *signature.inputs[1];
+  const Buffer& indices = *signature.inputs[2];
+  const Buffer& gateUp = *signature.inputs[3];
+  const Buffer& down = *signature.inputs[4];
+  const Buffer& y = *signature.outputs[0];
+  cpu::expectFloat(signature, x, "input x");
+  expectDType(signature, weights, {x.dtype}, "input weights");
+  expectDType(signature, indices, {DType::I64}, "input indices");
+  expectDType(signature, gateUp, {x.dtype}, "input gate_up");
+  expectDType(signature, down, {x.dtype}, "input down");
+  expectDType(signature, y, {x.dtype}, "output y");
+
+  if (x.shape.size() != 2) failSignature(signature, "input x has shape " + shapeToString(x.shape) + ", expected [N, H]");
+  if (weights.shape.size() != 2)
+    failSignature(signature, "input weights has shape " + shapeToString(weights.shape) + ", expected [N, k]");
+  if (gateUp.shape.size() != 3)
+    failSignature(signature, "input gate_up has shape " + shapeToString(gateUp.shape) + ", expected [E, 2I, H]");
+  MoeExpertsGeometry g;
+  g.tokens = x.shape[0];
+  g.hidden = x.shape[1];
+  g.topK = weights.shape[1];
+  g.experts = gateUp.shape[0];
+  if (gateUp.shape[1] % 2 != 0)
+    failSignature(signature, "input gate_up has shape " + shapeToString(gateUp.shape) +
+                                 ": an odd middle dim cannot hold a gate block and an up block of I rows each");
+  g.expertHidden = gateUp.shape[1] / 2;
+  cpu::expectShape(signature, weights, {g.tokens, g.topK}, "input weights");
+  cpu::expectShape(signature, indices, {g.tokens, g.topK}, "input indices");
+  cpu::expectShape(signature, gateUp, {g.experts, 2 * g.expertHidden, g.hidden}, "input gate_up");
+  cpu::expectShape(signature, down, {g.experts, g.hidden, g.expertHidden}, "input down");
+  cpu::expectShape(signature, y, {g.tokens, g.hidden}, "output y");
+  // An expert's block has at most N·k rows.
+  if (g.tokens * g.topK > INT_MAX || 2 * g.expertHidden > INT_MAX || g.hidden > INT_MAX)
+    failSignature(signature, "matrix dimensions exceed the BLAS integer range");
+
+  if (x.dtype == DType::F64) return std::make_unique<MoeExpertsKernel<double>>(signature.where, g);
+  return std::make_unique<MoeExpertsKernel<float>>(signature.where, g);
+}
+
+}  // namespace
+
+void registerMoeCpuKernels(KernelRegistry& registry) {
+  registry.add("moe_route", createMoeRoute);
+  registry.add("moe_experts", createMoeExperts);
+}
+
+}  // namespace dgemma

@@ -1,0 +1,299 @@
+// attention against a reference that builds each row's visible key set from the contract's
+// visibility formulas and takes the softmax in double: every mask, windows, padding, GQA, K = V,
+// Dv != D, empty rows, and the factory's checks.
+#include <cmath>
+
+#include "KernelTestSupport.h"
+
+namespace dgemma::test {
+namespace {
+
+struct AttentionCase {
+  int64_t batch = 2, queries = 6, keys = 6, queryHeads = 2, kvHeads = 1, headDim = 8, valueDim = 8;
+  std::string mask = "causal";
+  int64_t window = 0;
+  int64_t prefixLen = 0;
+  double scale = 1.0;
+  std::vector<uint8_t> keyValid;  // [batch, keys]; empty: every key valid
+};
+
+std::vector<uint8_t> keyValidOf(const AttentionCase& c) {
+  return c.keyValid.empty() ? std::vector<uint8_t>(c.batch * c.keys, 1) : c.keyValid;
+}
+
+// docs/kernels.md's visibility of key j for query i, written out literally.
+bool visible(const AttentionCase& c, const uint8_t* valid, int64_t i, int64_t j) {
+  const int64_t off = c.keys - c.queries;
+  const bool keyValid = valid[j] != 0;
+  if (c.mask == "causal")
+    return (keyValid && j <= i + off && (c.window == 0 || i + off - j < c.window)) || j == i + off;
+  if (c.mask == "bidirectional") return keyValid;
+  return j >= c.prefixLen || (keyValid && (c.window == 0 || j >= c.prefixLen - c.window));
+}
+
+template <typename T>
+std::vector<double> attentionReference(const AttentionCase& c, const std::vector<T>& q, const std::vector<T>& k,
+                                       const std::vector<T>& v) {
+  const std::vector<uint8_t> valid = keyValidOf(c);
+  std::vector<double> o(c.batch * c.queries * c.queryHeads * c.valueDim, 0.0);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t i = 0; i < c.queries; ++i)
+      for (int64_t h = 0; h < c.queryHeads; ++h) {
+        const int64_t kvHead = h / (c.queryHeads / c.kvHeads);
+        const int64_t qBase = ((b * c.queries + i) * c.queryHeads + h) * c.headDim;
+        std::vector<int64_t> keys;
+        std::vector<double> scores;
+        for (int64_t j = 0; j < c.keys; ++j) {
+          if (!visible(c, valid.data() + b * c.keys, i, j)) continue;
+          const int64_t kBase = ((b * c.keys + j) * c.kvHeads + kvHead) * c.headDim;
+          double dot = 0;
+          for (int64_t d = 0; d < c.headDim; ++d) dot += static_cast<double>(q[qBase + d]) * k[kBase + d];
+          keys.push_back(j);
+          scores.push_back(c.scale * dot);
+        }
+        if (keys.empty()) continue;
+        const double maximum = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double score : scores) sum += std::exp(score - maximum);
+        const int64_t oBase = ((b * c.queries + i) * c.queryHeads + h) * c.valueDim;
+        for (size_t n = 0; n < keys.size(); ++n) {
+          const double probability = std::exp(scores[n] - maximum) / sum;
+          const int64_t vBase = ((b * c.keys + keys[n]) * c.kvHeads + kvHead) * c.valueDim;
+          for (int64_t d = 0; d < c.valueDim; ++d) o[oBase + d] += probability * v[vBase + d];
+        }
+      }
+  return o;
+}
+
+template <typename T>
+std::vector<T> runAttention(DType dtype, const AttentionCase& c, const std::vector<T>& q, const std::vector<T>& k,
+                            const std::vector<T>& v, DType keyValidType = DType::U8, ThreadPool* threads = nullptr) {
+  KernelCall call("attention", {{"mask", c.mask}, {"window", c.window}, {"prefix_len", c.prefixLen}, {"scale", c.scale}});
+  call.input(dtype, {c.batch, c.queries, c.queryHeads, c.headDim}, q);
+  call.input(dtype, {c.batch, c.keys, c.kvHeads, c.headDim}, k);
+  call.input(dtype, {c.batch, c.keys, c.kvHeads, c.valueDim}, v);
+  call.input(keyValidType, {c.batch, c.keys}, keyValidOf(c));
+  call.output(dtype, {c.batch, c.queries, c.queryHeads, c.valueDim});
+  call.run(threads);
+  return call.result<T>();
+}
+
+struct AttentionInputs {
+  std::vector<double> q, k, v;
+};
+
+AttentionInputs randomInputs(const AttentionCase& c, uint32_t seed) {
+  return {randomValues<double>(c.batch * c.queries * c.queryHeads * c.headDim, seed, -1, 1),
+          randomValues<double>(c.batch * c.keys * c.kvHeads * c.headDim, seed + 1, -1, 1),
+          randomValues<double>(c.batch * c.keys * c.kvHeads * c.valueDim, seed + 2, -1, 1)};
+}
+
+template <typename T>
+std::vector<T> as(const std::vector<double>& values) {
+  return std::vector<T>(values.begin(), values.end());
+}
+
+// Runs the case in f64 and f32 against the double reference of the same (rounded) inputs.
+void checkAttention(const AttentionCase& c, uint32_t seed, DType keyValidType = DType::U8,
+                    ThreadPool* threads = nullptr) {
+  const AttentionInputs inputs = randomInputs(c, seed);
+  expectClose(runAttention(DType::F64, c, inputs.q, inputs.k, inputs.v, keyValidType, threads),
+              attentionReference(c, inputs.q, inputs.k, inputs.v), 1e-12);
+  const std::vector<float> q = as<float>(inputs.q), k = as<float>(inputs.k), v = as<float>(inputs.v);
+  expectClose(runAttention(DType::F32, c, q, k, v, keyValidType, threads), attentionReference(c, q, k, v), 1e-5);
+}
+
+// Batch row 1 is left-padded by `pads` keys.
+std::vector<uint8_t> leftPadded(int64_t keys, int64_t pads) {
+  std::vector<uint8_t> valid(2 * keys, 1);
+  std::fill(valid.begin() + keys, valid.begin() + keys + pads, 0);
+  return valid;
+}
+
+TEST(AttentionKernel, CausalWithPaddedKeysAndBoolKeyValid) {
+  checkAttention({.keyValid = leftPadded(6, 2)}, 71);
+  checkAttention({.keyValid = leftPadded(6, 2)}, 72, DType::Bool);
+}
+
+TEST(AttentionKernel, CausalWindowShorterThanTheSequence) {
+  checkAttention({.queries = 7, .keys = 7, .window = 3, .keyValid = leftPadded(7, 1)}, 73);
+  checkAttention({.queries = 5, .keys = 5, .window = 1}, 74);  // only the diagonal
+}
+
+TEST(AttentionKernel, CausalQueriesAreTheLastPositions) {
+  checkAttention({.queries = 3, .keys = 8}, 75);
+  checkAttention({.queries = 3, .keys = 8, .window = 4, .keyValid = leftPadded(8, 5)}, 76);
+}
+
+TEST(AttentionKernel, PadQueryKeepsOnlyItsDiagonal) {
+  // Batch row 1's first two keys are padding: its queries 0 and 1 see just themselves, so their
+  // outputs are their own value rows exactly.
+  const AttentionCase c{.batch = 2, .queries = 4, .keys = 4, .queryHeads = 1, .kvHeads = 1, .headDim = 4,
+                        .valueDim = 4, .keyValid = leftPadded(4, 2)};
+  const AttentionInputs inputs = randomInputs(c, 77);
+  const std::vector<double> o = runAttention(DType::F64, c, inputs.q, inputs.k, inputs.v);
+  for (int64_t pad = 0; pad < 2; ++pad)
+    for (int64_t d = 0; d < 4; ++d) EXPECT_EQ(o[(4 + pad) * 4 + d], inputs.v[(4 + pad) * 4 + d]);
+  expectClose(o, attentionReference(c, inputs.q, inputs.k, inputs.v), 1e-12);
+}
+
+TEST(AttentionKernel, BidirectionalSkipsPaddedKeys) {
+  checkAttention({.queries = 5, .keys = 7, .mask = "bidirectional", .keyValid = leftPadded(7, 3)}, 78);
+  checkAttention({.mask = "bidirectional", .keyValid = leftPadded(6, 2)}, 79, DType::Bool);
+}
+
+TEST(AttentionKernel, PrefixWindowTruncatesThePrefixAndSkipsItsPadding) {
+  // 6 prefix slots then 3 canvas keys. Window 3 keeps prefix slots 3..5; row 1 pads slot 4 (inside
+  // the window), slot 1 (outside it anyway) and canvas key 7, which stays visible.
+  std::vector<uint8_t> valid(18, 1);
+  valid[9 + 1] = valid[9 + 4] = valid[9 + 7] = 0;
+  checkAttention({.queries = 3, .keys = 9, .mask = "prefix", .window = 3, .prefixLen = 6, .keyValid = valid}, 80);
+  checkAttention({.queries = 3, .keys = 9, .mask = "prefix", .prefixLen = 6, .keyValid = valid}, 81);
+  // A window longer than the prefix keeps all of it.
+  checkAttention({.queries = 2, .keys = 5, .mask = "prefix", .window = 10, .prefixLen = 3}, 82);
+}
+
+TEST(AttentionKernel, ARowWithNoVisibleKeyIsZero) {
+  // Row 1 is all padding: the prefix (everything, prefix_len = Tk) and bidirectional masks leave it
+  // with no key at all.
+  std::vector<uint8_t> valid(8, 1);
+  std::fill(valid.begin() + 4, valid.end(), 0);
+  for (const std::string mask : {"prefix", "bidirectional"}) {
+    SCOPED_TRACE(mask);
+    const AttentionCase c{.batch = 2, .queries = 3, .keys = 4, .mask = mask, .prefixLen = mask == "prefix" ? 4 : 0,
+                          .keyValid = valid};
+    const AttentionInputs inputs = randomInputs(c, 83);
+    const std::vector<double> o = runAttention(DType::F64, c, inputs.q, inputs.k, inputs.v);
+    const size_t rowOneStart = o.size() / 2;
+    for (size_t index = rowOneStart; index < o.size(); ++index) ASSERT_EQ(o[index], 0.0) << "flat index " << index;
+    expectClose(o, attentionReference(c, inputs.q, inputs.k, inputs.v), 1e-12);
+    const std::vector<float> o32 = runAttention(DType::F32, c, as<float>(inputs.q), as<float>(inputs.k),
+                                                as<float>(inputs.v));
+    for (size_t index = rowOneStart; index < o32.size(); ++index) ASSERT_EQ(o32[index], 0.0f);
+  }
+}
+
+TEST(AttentionKernel, GroupedQueryHeadsReadTheirKvHead) {
+  checkAttention({.queryHeads = 4, .kvHeads = 2, .keyValid = leftPadded(6, 1)}, 84);
+  checkAttention({.queries = 4, .keys = 6, .queryHeads = 8, .kvHeads = 2, .window = 3}, 85);
+  checkAttention({.queryHeads = 4, .kvHeads = 1, .mask = "bidirectional"}, 86);
+}
+
+TEST(AttentionKernel, ValueDimDiffersFromHeadDimAndScaleApplies) {
+  checkAttention({.headDim = 6, .valueDim = 3, .scale = 0.5, .keyValid = leftPadded(6, 2)}, 87);
+  checkAttention({.queries = 2, .keys = 5, .kvHeads = 2, .headDim = 4, .valueDim = 10, .mask = "prefix",
+                  .window = 2, .prefixLen = 3, .scale = 2.0},
+                 88);
+}
+
+TEST(AttentionKernel, ManyRowsAcrossThreads) {
+  ThreadPool threads(2);
+  checkAttention({.batch = 2, .queries = 40, .keys = 64, .queryHeads = 4, .kvHeads = 2, .headDim = 16,
+                  .valueDim = 16, .window = 24, .keyValid = leftPadded(64, 9)},
+                 89, DType::U8, &threads);
+}
+
+// K = V on Gemma 4's full layers: one buffer passed as both inputs. KernelCall gives every input its
+// own memory, so this test builds the call by hand.
+TEST(AttentionKernel, KeysAndValuesMayBeTheSameBuffer) {
+  const AttentionCase c{.queries = 3, .keys = 5, .queryHeads = 4, .kvHeads = 2, .headDim = 6, .valueDim = 6,
+                        .keyValid = leftPadded(5, 1)};
+  const AttentionInputs inputs = randomInputs(c, 90);
+  std::vector<double> q = inputs.q, keyValue = inputs.k;
+  std::vector<uint8_t> valid = keyValidOf(c);
+  std::vector<double> o(c.batch * c.queries * c.queryHeads * c.valueDim);
+  auto buffer = [](DType dtype, std::vector<int64_t> shape) {
+    Buffer result;
+    result.dtype = dtype;
+    result.shape = std::move(shape);
+    return result;
+  };
+  const Buffer qBuffer = buffer(DType::F64, {c.batch, c.queries, c.queryHeads, c.headDim});
+  const Buffer kvBuffer = buffer(DType::F64, {c.batch, c.keys, c.kvHeads, c.headDim});
+  const Buffer validBuffer = buffer(DType::U8, {c.batch, c.keys});
+  const Buffer oBuffer = buffer(DType::F64, {c.batch, c.queries, c.queryHeads, c.valueDim});
+  Step step;
+  step.op = "attention";
+  step.attrs = {{"mask", "causal"}};
+  KernelSignature signature;
+  signature.step = &step;
+  signature.inputs = {&qBuffer, &kvBuffer, &kvBuffer, &validBuffer};
+  signature.outputs = {&oBuffer};
+  signature.where = "step 0 (attention)";
+  const std::unique_ptr<Kernel> kernel = (*cpuKernels().find("attention"))(signature);
+  ExecContext context;
+  kernel->run(context,
+              {{q.data(), &qBuffer}, {keyValue.data(), &kvBuffer}, {keyValue.data(), &kvBuffer},
+               {valid.data(), &validBuffer}},
+              {{o.data(), &oBuffer}});
+  expectClose(o, attentionReference(c, inputs.q, inputs.k, inputs.k), 1e-12);
+}
+
+KernelCall attentionCall(nlohmann::json attrs, std::vector<int64_t> qShape, std::vector<int64_t> kShape,
+                         std::vector<int64_t> vShape, std::vector<int64_t> validShape, std::vector<int64_t> oShape,
+                         DType validType = DType::U8) {
+  auto zeros = [](const std::vector<int64_t>& shape) {
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    return std::vector<float>(count);
+  };
+  KernelCall call("attention", std::move(attrs));
+  call.input(DType::F32, qShape, zeros(qShape)).input(DType::F32, kShape, zeros(kShape));
+  call.input(DType::F32, vShape, zeros(vShape));
+  const std::vector<float> validValues = zeros(validShape);
+  if (validType == DType::F32)
+    call.input(DType::F32, validShape, validValues);
+  else
+    call.input(validType, validShape, std::vector<uint8_t>(validValues.size()));
+  call.output(DType::F32, oShape);
+  return call;
+}
+
+TEST(AttentionKernel, FactoryRejectsBadSignatures) {
+  const nlohmann::json causal = {{"mask", "causal"}};
+  // q [1, 2, 4, 8], k and v [1, 3, 2, 8], key_valid [1, 3], o [1, 2, 4, 8] is accepted.
+  EXPECT_NO_THROW(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8}).create());
+
+  EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 6, 8}, {1, 3, 4, 8}, {1, 3, 4, 8}, {1, 3}, {1, 2, 6, 8})),
+            "step 0 (attention): query heads Hq=6 are not a multiple of key/value heads Hkv=4");
+  EXPECT_EQ(factoryError(attentionCall({{"mask", "sliding"}}, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
+                                       {1, 2, 4, 8})),
+            "step 0 (attention): attribute 'mask': expected causal, bidirectional or prefix, got 'sliding'");
+  EXPECT_EQ(factoryError(attentionCall(nlohmann::json::object(), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
+                                       {1, 2, 4, 8})),
+            "step 0 (attention): attribute 'mask' is missing");
+  for (int64_t prefixLen : {int64_t{-1}, int64_t{4}})
+    EXPECT_EQ(factoryError(attentionCall({{"mask", "prefix"}, {"prefix_len", prefixLen}}, {1, 2, 4, 8},
+                                         {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
+              "step 0 (attention): attribute 'prefix_len': " + std::to_string(prefixLen) +
+                  " is outside [0, Tk = 3]");
+  EXPECT_EQ(factoryError(attentionCall({{"mask", "causal"}, {"prefix_len", 1}}, {1, 2, 4, 8}, {1, 3, 2, 8},
+                                       {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
+            "step 0 (attention): attribute 'prefix_len' applies only to mask 'prefix'");
+  EXPECT_EQ(factoryError(attentionCall({{"mask", "causal"}, {"window", -1}}, {1, 2, 4, 8}, {1, 3, 2, 8},
+                                       {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
+            "step 0 (attention): attribute 'window': expected a non-negative integer, got -1");
+  EXPECT_EQ(factoryError(attentionCall({{"mask", "bidirectional"}, {"window", 2}}, {1, 2, 4, 8}, {1, 3, 2, 8},
+                                       {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
+            "step 0 (attention): attribute 'window' does not apply to mask 'bidirectional'");
+  EXPECT_EQ(factoryError(attentionCall(causal, {1, 4, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 4, 4, 8})),
+            "step 0 (attention): mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got "
+            "Tq=4, Tk=3");
+
+  EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 6}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
+            "step 0 (attention): input k has shape [1,3,2,6], expected [1,3,2,8]");
+  EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 4, 2, 8}, {1, 3}, {1, 2, 4, 8})),
+            "step 0 (attention): input v has shape [1,4,2,8], expected [1,3,2,8]");
+  EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {3}, {1, 2, 4, 8})),
+            "step 0 (attention): input key_valid has shape [3], expected [1,3]");
+  EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 5}, {1, 3}, {1, 2, 4, 8})),
+            "step 0 (attention): output o has shape [1,2,4,8], expected [1,2,4,5]");
+  EXPECT_EQ(factoryError(attentionCall(causal, {2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
+            "step 0 (attention): input q has shape [2,4,8], expected [B, Tq, Hq, D]");
+  EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8},
+                                       DType::F32)),
+            "step 0 (attention): input key_valid has dtype f32, expected u8 or bool");
+}
+
+}  // namespace
+}  // namespace dgemma::test

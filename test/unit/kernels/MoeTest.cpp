@@ -1,0 +1,295 @@
+// moe_route against hand-worked examples and a sort-based reference; moe_experts against a per-token
+// loop that evaluates each routed expert on its own; and both factories' checks.
+#include <cmath>
+#include <numbers>
+#include <numeric>
+
+#include "KernelTestSupport.h"
+
+namespace dgemma::test {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// moe_route
+
+template <typename T>
+struct Routing {
+  std::vector<T> weights;
+  std::vector<int64_t> indices;
+};
+
+template <typename T>
+Routing<T> runRoute(DType dtype, int64_t tokens, int64_t experts, int64_t topK, const std::vector<T>& logits,
+                    const std::vector<T>& expertScale, ThreadPool* threads = nullptr) {
+  KernelCall call("moe_route", {{"top_k", topK}});
+  call.input(dtype, {tokens, experts}, logits).input(dtype, {experts}, expertScale);
+  call.output(dtype, {tokens, topK}).output(DType::I64, {tokens, topK});
+  call.run(threads);
+  return {call.result<T>(0), call.result<int64_t>(1)};
+}
+
+// Softmax in double, a stable sort by descending probability (equal ones keep ascending ids), the
+// first k renormalised and scaled.
+Routing<double> routeReference(int64_t tokens, int64_t experts, int64_t topK, const std::vector<double>& logits,
+                               const std::vector<double>& expertScale) {
+  Routing<double> result;
+  for (int64_t n = 0; n < tokens; ++n) {
+    const double* row = logits.data() + n * experts;
+    const double maximum = *std::max_element(row, row + experts);
+    std::vector<double> probabilities(experts);
+    double sum = 0;
+    for (int64_t e = 0; e < experts; ++e) sum += probabilities[e] = std::exp(row[e] - maximum);
+    for (double& p : probabilities) p /= sum;
+    std::vector<int64_t> order(experts);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return probabilities[a] > probabilities[b]; });
+    double chosen = 0;
+    for (int64_t j = 0; j < topK; ++j) chosen += probabilities[order[j]];
+    for (int64_t j = 0; j < topK; ++j) {
+      result.weights.push_back(probabilities[order[j]] / chosen * expertScale[order[j]]);
+      result.indices.push_back(order[j]);
+    }
+  }
+  return result;
+}
+
+TEST(MoeRouteKernel, HandWorkedExample) {
+  // Token 0: logits are logs of probabilities 0.1, 0.4, 0.2, 0.3; top-2 is experts 1 (0.4) and 3
+  // (0.3), renormalised to 4/7 and 3/7, then scaled by 2 and 0.5.
+  // Token 1: probabilities 0.25, 0.05, 0.6, 0.1 -> experts 2 and 0, weights 0.6/0.85 and 0.25/0.85.
+  const std::vector<double> logits = {std::log(0.1), std::log(0.4),  std::log(0.2), std::log(0.3),
+                                      std::log(0.25), std::log(0.05), std::log(0.6), std::log(0.1)};
+  const std::vector<double> scale = {1.5, 2.0, 3.0, 0.5};
+  const Routing<double> routing = runRoute(DType::F64, 2, 4, 2, logits, scale);
+  EXPECT_EQ(routing.indices, (std::vector<int64_t>{1, 3, 2, 0}));
+  expectClose(routing.weights, {4.0 / 7 * 2.0, 3.0 / 7 * 0.5, 0.6 / 0.85 * 3.0, 0.25 / 0.85 * 1.5}, 1e-12);
+
+  const Routing<float> routing32 = runRoute(DType::F32, 2, 4, 2, std::vector<float>(logits.begin(), logits.end()),
+                                            std::vector<float>(scale.begin(), scale.end()));
+  EXPECT_EQ(routing32.indices, (std::vector<int64_t>{1, 3, 2, 0}));
+  expectClose(routing32.weights, {4.0 / 7 * 2.0, 3.0 / 7 * 0.5, 0.6 / 0.85 * 3.0, 0.25 / 0.85 * 1.5}, 1e-5);
+}
+
+TEST(MoeRouteKernel, TiesGoToTheLowerExpertId) {
+  // Token 0: experts 1 and 2 tie for first and are listed 1, 2. Token 1: all equal, so 0, 1, 2.
+  // Token 2: experts 3 and 0 tie for second behind 2.
+  const std::vector<float> logits = {1, 2, 2, 0, 3, 3, 3, 3, 0.5f, -1, 4, 0.5f};
+  const std::vector<float> scale = {1, 1, 1, 1};
+  const Routing<float> routing = runRoute(DType::F32, 3, 4, 3, logits, scale);
+  EXPECT_EQ(routing.indices, (std::vector<int64_t>{1, 2, 0, 0, 1, 2, 2, 0, 3}));
+  const std::vector<double> third(3, 1.0 / 3);
+  expectClose(std::vector<float>(routing.weights.begin() + 3, routing.weights.begin() + 6), third, 1e-6);
+}
+
+TEST(MoeRouteKernel, TopKOfAllExpertsSortsAndKeepsTheSoftmax) {
+  // With k = E the renormalisation divides by 1: the weights are the probabilities times the scale.
+  const std::vector<double> logits = randomValues<double>(3 * 5, 91, -3, 3);
+  const std::vector<double> scale = randomValues<double>(5, 92, 0.5, 2);
+  const Routing<double> routing = runRoute(DType::F64, 3, 5, 5, logits, scale);
+  const Routing<double> expected = routeReference(3, 5, 5, logits, scale);
+  EXPECT_EQ(routing.indices, expected.indices);
+  expectClose(routing.weights, expected.weights, 1e-12);
+  for (int64_t n = 0; n < 3; ++n) {
+    std::vector<int64_t> experts(routing.indices.begin() + n * 5, routing.indices.begin() + n * 5 + 5);
+    std::sort(experts.begin(), experts.end());
+    EXPECT_EQ(experts, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  }
+}
+
+TEST(MoeRouteKernel, ManyTokensMatchTheReference) {
+  ThreadPool threads(2);
+  const int64_t tokens = 300, experts = 16, topK = 4;
+  const std::vector<double> logits = randomValues<double>(tokens * experts, 93, -4, 4);
+  const std::vector<double> scale = randomValues<double>(experts, 94, 0.5, 2);
+  const Routing<double> expected = routeReference(tokens, experts, topK, logits, scale);
+
+  const Routing<double> routing = runRoute(DType::F64, tokens, experts, topK, logits, scale, &threads);
+  EXPECT_EQ(routing.indices, expected.indices);
+  expectClose(routing.weights, expected.weights, 1e-12);
+
+  const std::vector<float> logits32(logits.begin(), logits.end()), scale32(scale.begin(), scale.end());
+  const Routing<double> expected32 = routeReference(tokens, experts, topK, std::vector<double>(logits32.begin(), logits32.end()),
+                                                    std::vector<double>(scale32.begin(), scale32.end()));
+  const Routing<float> routing32 = runRoute(DType::F32, tokens, experts, topK, logits32, scale32, &threads);
+  EXPECT_EQ(routing32.indices, expected32.indices);
+  expectClose(routing32.weights, expected32.weights, 1e-5);
+}
+
+size_t elementCount(const std::vector<int64_t>& shape) {
+  int64_t elements = 1;
+  for (int64_t dim : shape) elements *= dim;
+  return static_cast<size_t>(elements);
+}
+
+KernelCall routeCall(int64_t topK, std::vector<int64_t> logitsShape = {3, 4}, std::vector<int64_t> scaleShape = {4},
+                     std::vector<int64_t> weightsShape = {3, 2}) {
+  KernelCall call("moe_route", {{"top_k", topK}});
+  call.input(DType::F32, logitsShape, std::vector<float>(elementCount(logitsShape)));
+  call.input(DType::F32, scaleShape, std::vector<float>(elementCount(scaleShape)));
+  call.output(DType::F32, weightsShape).output(DType::I64, {3, 2});
+  return call;
+}
+
+TEST(MoeRouteKernel, FactoryRejectsBadSignatures) {
+  EXPECT_NO_THROW(routeCall(2).create());
+  EXPECT_EQ(factoryError(routeCall(5)), "step 0 (moe_route): attribute 'top_k': 5 is outside [1, E = 4]");
+  EXPECT_EQ(factoryError(routeCall(0)), "step 0 (moe_route): attribute 'top_k': 0 is outside [1, E = 4]");
+  EXPECT_EQ(factoryError(routeCall(2, {3, 4}, {3})),
+            "step 0 (moe_route): input per_expert_scale has shape [3], expected [4]");
+  EXPECT_EQ(factoryError(routeCall(2, {3, 4}, {4}, {3, 3})),
+            "step 0 (moe_route): output weights has shape [3,3], expected [3,2]");
+  EXPECT_EQ(factoryError(routeCall(2, {12}, {4})), "step 0 (moe_route): input logits has shape [12], expected [N, E]");
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_experts
+
+struct ExpertsCase {
+  int64_t tokens = 7, hidden = 6, topK = 2, experts = 4, expertHidden = 5;
+  std::vector<int64_t> indices;  // [tokens, topK]
+};
+
+struct ExpertsInputs {
+  std::vector<double> x, weights, gateUp, down;
+};
+
+ExpertsInputs randomExpertsInputs(const ExpertsCase& c, uint32_t seed) {
+  return {randomValues<double>(c.tokens * c.hidden, seed, -1, 1),
+          randomValues<double>(c.tokens * c.topK, seed + 1, -0.5, 1),
+          randomValues<double>(c.experts * 2 * c.expertHidden * c.hidden, seed + 2, -0.7, 0.7),
+          randomValues<double>(c.experts * c.hidden * c.expertHidden, seed + 3, -0.7, 0.7)};
+}
+
+double geluTanhReference(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
+
+// Token by token, route by route: the expert's gated MLP on the token's row, weighted and summed.
+template <typename T>
+std::vector<double> expertsReference(const ExpertsCase& c, const std::vector<T>& x, const std::vector<T>& weights,
+                                     const std::vector<T>& gateUp, const std::vector<T>& down) {
+  const int64_t H = c.hidden, I = c.expertHidden;
+  std::vector<double> y(c.tokens * H, 0.0);
+  for (int64_t n = 0; n < c.tokens; ++n)
+    for (int64_t j = 0; j < c.topK; ++j) {
+      const int64_t e = c.indices[n * c.topK + j];
+      std::vector<double> activation(I);
+      for (int64_t i = 0; i < I; ++i) {
+        double gate = 0, up = 0;
+        for (int64_t h = 0; h < H; ++h) {
+          gate += static_cast<double>(x[n * H + h]) * gateUp[(e * 2 * I + i) * H + h];
+          up += static_cast<double>(x[n * H + h]) * gateUp[(e * 2 * I + I + i) * H + h];
+        }
+        activation[i] = geluTanhReference(gate) * up;
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        double output = 0;
+        for (int64_t i = 0; i < I; ++i) output += activation[i] * down[(e * H + h) * I + i];
+        y[n * H + h] += weights[n * c.topK + j] * output;
+      }
+    }
+  return y;
+}
+
+template <typename T>
+std::vector<T> runExperts(DType dtype, const ExpertsCase& c, const std::vector<T>& x, const std::vector<T>& weights,
+                          const std::vector<T>& gateUp, const std::vector<T>& down, ThreadPool* threads = nullptr) {
+  KernelCall call("moe_experts");
+  call.input(dtype, {c.tokens, c.hidden}, x).input(dtype, {c.tokens, c.topK}, weights);
+  call.input(DType::I64, {c.tokens, c.topK}, c.indices);
+  call.input(dtype, {c.experts, 2 * c.expertHidden, c.hidden}, gateUp);
+  call.input(dtype, {c.experts, c.hidden, c.expertHidden}, down);
+  call.output(dtype, {c.tokens, c.hidden});
+  call.run(threads);
+  return call.result<T>();
+}
+
+template <typename T>
+std::vector<T> as(const std::vector<double>& values) {
+  return std::vector<T>(values.begin(), values.end());
+}
+
+void checkExperts(const ExpertsCase& c, uint32_t seed, ThreadPool* threads = nullptr) {
+  const ExpertsInputs in = randomExpertsInputs(c, seed);
+  expectClose(runExperts(DType::F64, c, in.x, in.weights, in.gateUp, in.down, threads),
+              expertsReference(c, in.x, in.weights, in.gateUp, in.down), 1e-12);
+  const std::vector<float> x = as<float>(in.x), weights = as<float>(in.weights), gateUp = as<float>(in.gateUp),
+                           down = as<float>(in.down);
+  expectClose(runExperts(DType::F32, c, x, weights, gateUp, down, threads),
+              expertsReference(c, x, weights, gateUp, down), 1e-5);
+}
+
+TEST(MoeExpertsKernel, EveryExpertUsed) {
+  // Token 6 routes to expert 2 twice: the contract does not require distinct experts per token.
+  checkExperts({.indices = {0, 1, 2, 3, 1, 0, 3, 2, 0, 3, 1, 0, 2, 2}}, 101);
+}
+
+TEST(MoeExpertsKernel, SomeExpertsUnused) {
+  checkExperts({.tokens = 5, .experts = 6, .indices = {4, 1, 1, 4, 4, 1, 1, 4, 4, 1}}, 102);
+  checkExperts({.tokens = 3, .topK = 1, .experts = 5, .indices = {3, 3, 3}}, 103);
+}
+
+TEST(MoeExpertsKernel, TopKOfAllExperts) {
+  checkExperts({.tokens = 4, .topK = 3, .experts = 3, .indices = {0, 1, 2, 2, 0, 1, 1, 2, 0, 2, 1, 0}}, 104);
+}
+
+TEST(MoeExpertsKernel, ManyTokensAcrossThreadsGiveTheSerialResult) {
+  ExpertsCase c{.tokens = 200, .hidden = 24, .topK = 3, .experts = 8, .expertHidden = 16};
+  for (int64_t route = 0; route < c.tokens * c.topK; ++route) c.indices.push_back((route * 5 + route / 7) % 8);
+  ThreadPool threads(2);
+  checkExperts(c, 105, &threads);
+  const ExpertsInputs in = randomExpertsInputs(c, 106);
+  const std::vector<float> x = as<float>(in.x), w = as<float>(in.weights), gu = as<float>(in.gateUp),
+                           d = as<float>(in.down);
+  EXPECT_EQ(runExperts(DType::F32, c, x, w, gu, d, &threads), runExperts(DType::F32, c, x, w, gu, d));
+}
+
+TEST(MoeExpertsKernel, OutOfRangeIndexIsARunTimeErrorNamingIt) {
+  for (int64_t badIndex : {int64_t{4}, int64_t{-1}}) {
+    const ExpertsCase c{.tokens = 3, .indices = {0, 1, 2, badIndex, 3, 0}};
+    const ExpertsInputs in = randomExpertsInputs(c, 107);
+    try {
+      runExperts(DType::F64, c, in.x, in.weights, in.gateUp, in.down);
+      ADD_FAILURE() << "index " << badIndex << " was accepted";
+    } catch (const RuntimeError& error) {
+      EXPECT_EQ(error.exitCode(), 1);
+      EXPECT_EQ(std::string(error.what()), "step 0 (moe_experts): expert index " + std::to_string(badIndex) +
+                                               " at indices[1, 1] is outside [0, E = 4)");
+    }
+  }
+}
+
+KernelCall expertsCall(std::vector<int64_t> xShape, std::vector<int64_t> weightsShape,
+                       std::vector<int64_t> indicesShape, std::vector<int64_t> gateUpShape,
+                       std::vector<int64_t> downShape, std::vector<int64_t> yShape) {
+  KernelCall call("moe_experts");
+  call.input(DType::F32, xShape, std::vector<float>(elementCount(xShape)));
+  call.input(DType::F32, weightsShape, std::vector<float>(elementCount(weightsShape)));
+  call.input(DType::I64, indicesShape, std::vector<int64_t>(elementCount(indicesShape)));
+  call.input(DType::F32, gateUpShape, std::vector<float>(elementCount(gateUpShape)));
+  call.input(DType::F32, downShape, std::vector<float>(elementCount(downShape)));
+  call.output(DType::F32, yShape);
+  return call;
+}
+
+TEST(MoeExpertsKernel, FactoryRejectsBadShapes) {
+  // x [3, 6], weights and indices [3, 2], gate_up [4, 10, 6], down [4, 6, 5], y [3, 6] is accepted.
+  EXPECT_NO_THROW(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 6, 5}, {3, 6}).create());
+  EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 5}, {4, 6, 5}, {3, 6})),
+            "step 0 (moe_experts): input gate_up has shape [4,10,5], expected [4,10,6]");
+  EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 9, 6}, {4, 6, 5}, {3, 6})),
+            "step 0 (moe_experts): input gate_up has shape [4,9,6]: an odd middle dim cannot hold a gate block and "
+            "an up block of I rows each");
+  EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 5, 6}, {3, 6})),
+            "step 0 (moe_experts): input down has shape [4,5,6], expected [4,6,5]");
+  EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 1}, {4, 10, 6}, {4, 6, 5}, {3, 6})),
+            "step 0 (moe_experts): input indices has shape [3,1], expected [3,2]");
+  EXPECT_EQ(factoryError(expertsCall({3, 6}, {2, 2}, {2, 2}, {4, 10, 6}, {4, 6, 5}, {3, 6})),
+            "step 0 (moe_experts): input weights has shape [2,2], expected [3,2]");
+  EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 6, 5}, {3, 5})),
+            "step 0 (moe_experts): output y has shape [3,5], expected [3,6]");
+}
+
+}  // namespace
+}  // namespace dgemma::test

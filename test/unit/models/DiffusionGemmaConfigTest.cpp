@@ -1,0 +1,450 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/diffusion_gemma/Config.h"
+#include "test/unit/models/ModelTestSupport.h"
+
+namespace dgemma {
+namespace {
+
+using model_test::inputErrorMessage;
+using model_test::presetPath;
+using nlohmann::json;
+
+// A small, valid top-level config (the dgemma tiny geometry, in the per_layer_config spelling only)
+// that each test bends one way.
+json tinyTopLevelConfig() {
+  return json{{"model_type", "diffusion_gemma"},
+              {"text_config",
+               {{"vocab_size", 256},
+                {"hidden_size", 48},
+                {"intermediate_size", 48},
+                {"num_hidden_layers", 2},
+                {"layer_types", {"sliding_attention", "full_attention"}},
+                {"num_attention_heads", 4},
+                {"num_key_value_heads", 2},
+                {"head_dim", 16},
+                {"per_layer_config", {{"1", {{"head_dim", 32}, {"num_key_value_heads", 2}}}}},
+                {"num_experts", 8},
+                {"top_k_experts", 2},
+                {"moe_intermediate_size", 16},
+                {"sliding_window", 8},
+                {"use_bidirectional_attention", "vision"}}},
+              {"image_token_id", 4},
+              {"boi_token_id", 5},
+              {"eoi_token_id", 6},
+              {"canvas_length", 16}};
+}
+
+class DiffusionGemmaConfigTest : public model_test::ScratchDirectoryTest {
+ protected:
+  DiffusionGemmaConfig load(const json& value) { return loadDiffusionGemmaConfig(writeJson("config.json", value)); }
+};
+
+std::vector<int64_t> fullAttentionLayers(const DiffusionGemmaConfig& config) {
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < config.numHiddenLayers; ++i)
+    if (config.isFullAttention(i)) indices.push_back(i);
+  return indices;
+}
+
+TEST_F(DiffusionGemmaConfigTest, Released26BPresetDerivesTheLayerGeometry) {
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(presetPath("diffusiongemma-26b-a4b.json"));
+  EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
+  EXPECT_EQ(config.vocabSize, 262144);
+  EXPECT_EQ(config.hiddenSize, 2816);
+  EXPECT_EQ(config.intermediateSize, 2112);
+  EXPECT_EQ(config.numExperts, 128);
+  EXPECT_EQ(config.topKExperts, 8);
+  EXPECT_EQ(config.moeIntermediateSize, 704);
+  EXPECT_EQ(config.slidingWindow, 1024);
+  EXPECT_EQ(config.maxPositionEmbeddings, 262144);
+  EXPECT_DOUBLE_EQ(config.rmsNormEps, 1e-6);
+  EXPECT_DOUBLE_EQ(config.finalLogitSoftcapping, 30.0);
+  EXPECT_TRUE(config.imageTokensBidirectional);
+  EXPECT_EQ(config.padTokenId, 0);
+  EXPECT_EQ(config.bosTokenId, 2);
+  EXPECT_EQ(config.eosTokenIds, (std::vector<int64_t>{1, 106}));  // the top-level list wins
+  EXPECT_EQ(config.boiTokenId, 255999);
+  EXPECT_EQ(config.eoiTokenId, 258882);
+  EXPECT_EQ(config.imageTokenId, 258880);
+  EXPECT_EQ(config.canvasLength, 256);
+  EXPECT_FALSE(config.hasVision);
+
+  // The preset has no layer_types and no rope_parameters: both come from §2.5 rules 1 and 3.
+  ASSERT_EQ(config.numHiddenLayers, 30);
+  ASSERT_EQ(config.layers.size(), 30u);
+  EXPECT_EQ(fullAttentionLayers(config), (std::vector<int64_t>{5, 11, 17, 23, 29}));
+  for (int64_t i = 0; i < 30; ++i) {
+    SCOPED_TRACE("layer " + std::to_string(i));
+    const LayerGeometry& layer = config.layer(i);
+    EXPECT_EQ(layer.numQueryHeads, 16);
+    if (config.isFullAttention(i)) {
+      EXPECT_EQ(layer.headDim, 512);
+      EXPECT_EQ(layer.numKeyValueHeads, 2);
+      EXPECT_EQ(layer.rope.type, RopeType::Proportional);
+      EXPECT_DOUBLE_EQ(layer.rope.theta, 1e6);
+      EXPECT_DOUBLE_EQ(layer.rope.partialRotaryFactor, 0.25);
+      EXPECT_EQ(config.ropeRotatedPairs(i), 64);
+      EXPECT_FALSE(config.hasValueProjection(i));
+      EXPECT_EQ(config.queryWidth(i), 8192);
+      EXPECT_EQ(config.keyValueWidth(i), 1024);
+      EXPECT_EQ(config.queryHeadsPerKeyValueHead(i), 8);
+    } else {
+      EXPECT_EQ(layer.headDim, 256);
+      EXPECT_EQ(layer.numKeyValueHeads, 8);
+      EXPECT_EQ(layer.rope.type, RopeType::Default);
+      EXPECT_DOUBLE_EQ(layer.rope.theta, 1e4);
+      EXPECT_EQ(config.ropeRotatedPairs(i), 128);
+      EXPECT_TRUE(config.hasValueProjection(i));
+      EXPECT_EQ(config.queryWidth(i), 4096);
+      EXPECT_EQ(config.keyValueWidth(i), 2048);
+      EXPECT_EQ(config.queryHeadsPerKeyValueHead(i), 2);
+    }
+  }
+  EXPECT_THROW(config.layer(30), std::out_of_range);
+}
+
+TEST_F(DiffusionGemmaConfigTest, EmbeddingScaleIsSqrtHiddenRoundedToTheEmbeddingDType) {
+  DiffusionGemmaConfig config;
+  config.hiddenSize = 2816;                               // √2816 = 53.066
+  EXPECT_EQ(config.embeddingScale(DType::BF16), 53.0);    // bf16 spacing at 53 is 0.25
+  EXPECT_EQ(config.embeddingScale(DType::F16), 53.0625);  // f16 spacing at 53 is 1/32
+  config.hiddenSize = 48;                                 // √48 = 6.9282
+  EXPECT_EQ(config.embeddingScale(DType::BF16), 6.9375);
+  EXPECT_EQ(config.embeddingScale(DType::F32), static_cast<double>(std::sqrt(48.0f)));
+  EXPECT_NEAR(config.embeddingScale(DType::F32), 6.92820323, 1e-6);
+  // HF's scale is a float32 tensor, so a float64 model sees the float32 value, not √48 in float64.
+  EXPECT_EQ(config.embeddingScale(DType::F64), static_cast<double>(std::sqrt(48.0f)));
+  EXPECT_NE(config.embeddingScale(DType::F64), std::sqrt(48.0));
+  EXPECT_THROW(config.embeddingScale(DType::I64), std::invalid_argument);
+}
+
+TEST_F(DiffusionGemmaConfigTest, TinyCpuPresetLoads) {
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(presetPath("tiny-cpu.json"));
+  // Both full-layer spellings are written and agree, so nothing is worth a warning.
+  EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
+  EXPECT_EQ(config.vocabSize, 256);
+  EXPECT_EQ(config.hiddenSize, 48);
+  EXPECT_EQ(config.intermediateSize, 48);
+  EXPECT_EQ(config.numExperts, 8);
+  EXPECT_EQ(config.topKExperts, 2);
+  EXPECT_EQ(config.moeIntermediateSize, 16);
+  EXPECT_EQ(config.slidingWindow, 8);
+  EXPECT_EQ(config.maxPositionEmbeddings, 131072);  // HF class default
+  EXPECT_TRUE(config.imageTokensBidirectional);
+  EXPECT_EQ(config.padTokenId, 0);
+  EXPECT_EQ(config.eosTokenIds, (std::vector<int64_t>{1}));
+  EXPECT_EQ(config.bosTokenId, 2);
+  EXPECT_EQ(config.imageTokenId, 4);
+  EXPECT_EQ(config.boiTokenId, 5);
+  EXPECT_EQ(config.eoiTokenId, 6);
+  EXPECT_EQ(config.canvasLength, 16);
+  EXPECT_EQ(config.embeddingScale(DType::BF16), 6.9375);
+
+  ASSERT_EQ(config.layers.size(), 2u);
+  EXPECT_EQ(config.layer(0).type, AttentionLayerType::Sliding);
+  EXPECT_EQ(config.layer(0).headDim, 16);
+  EXPECT_EQ(config.layer(0).numKeyValueHeads, 2);
+  EXPECT_EQ(config.ropeRotatedPairs(0), 8);
+  EXPECT_EQ(config.layer(1).type, AttentionLayerType::Full);
+  EXPECT_EQ(config.layer(1).headDim, 32);
+  EXPECT_EQ(config.layer(1).numKeyValueHeads, 2);
+  EXPECT_EQ(config.queryHeadsPerKeyValueHead(1), 2);
+  EXPECT_EQ(config.ropeRotatedPairs(1), 4);  // int(0.25 * 32 // 2)
+}
+
+TEST_F(DiffusionGemmaConfigTest, DirectoryPathReadsItsConfigJson) {
+  writeJson("config.json", tinyTopLevelConfig());
+  EXPECT_EQ(loadDiffusionGemmaConfig(directory_.string()).hiddenSize, 48);
+}
+
+TEST_F(DiffusionGemmaConfigTest, PerLayerConfigWinsOverGlobalFields) {
+  json value = tinyTopLevelConfig();
+  value["text_config"]["global_head_dim"] = 64;
+  value["text_config"]["num_global_key_value_heads"] = 1;
+  value["text_config"]["per_layer_config"] = {{"1", {{"head_dim", 32}, {"num_key_value_heads", 4}}}};
+  const DiffusionGemmaConfig config = load(value);
+  EXPECT_EQ(config.layer(1).headDim, 32);
+  EXPECT_EQ(config.layer(1).numKeyValueHeads, 4);
+  EXPECT_EQ(config.layer(0).headDim, 16);  // an unlisted layer keeps the global fields
+  EXPECT_EQ(
+      config.warnings,
+      (std::vector<std::string>{pathOf("config.json") +
+                                ": text_config.global_head_dim: ignored because per_layer_config is present, and it "
+                                "disagrees with full layer 1"}));
+}
+
+TEST_F(DiffusionGemmaConfigTest, GlobalFieldsApplyToFullLayersWithoutPerLayerConfig) {
+  json value = tinyTopLevelConfig();
+  value["text_config"].erase("per_layer_config");
+  value["text_config"]["global_head_dim"] = 64;
+  value["text_config"]["num_global_key_value_heads"] = 1;
+  DiffusionGemmaConfig config = load(value);
+  EXPECT_EQ(config.layer(1).headDim, 64);
+  EXPECT_EQ(config.layer(1).numKeyValueHeads, 1);
+  EXPECT_EQ(config.layer(0).headDim, 16);
+  EXPECT_EQ(config.layer(0).numKeyValueHeads, 2);
+
+  // Without either spelling HF still gives full layers global_head_dim's default 512, and without
+  // num_global_key_value_heads they keep num_key_value_heads.
+  value["text_config"].erase("global_head_dim");
+  value["text_config"].erase("num_global_key_value_heads");
+  config = load(value);
+  EXPECT_EQ(config.layer(1).headDim, 512);
+  EXPECT_EQ(config.layer(1).numKeyValueHeads, 2);
+  EXPECT_EQ(config.ropeRotatedPairs(1), 64);
+}
+
+TEST_F(DiffusionGemmaConfigTest, MissingLayerTypesFollowTheFiveToOneRule) {
+  json value = tinyTopLevelConfig();
+  value["text_config"].erase("layer_types");
+  value["text_config"].erase("per_layer_config");
+  value["text_config"]["num_hidden_layers"] = 12;
+  DiffusionGemmaConfig config = load(value);
+  EXPECT_EQ(fullAttentionLayers(config), (std::vector<int64_t>{5, 11}));
+  EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
+
+  // With 8 layers the rule ends on a sliding layer, which is then forced to full attention.
+  value["text_config"]["num_hidden_layers"] = 8;
+  config = load(value);
+  EXPECT_EQ(fullAttentionLayers(config), (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(config.layer(7).headDim, 512);  // the forced layer gets the full-layer geometry
+  EXPECT_EQ(config.layer(7).rope.type, RopeType::Proportional);
+  EXPECT_EQ(config.warnings,
+            (std::vector<std::string>{pathOf("config.json") +
+                                      ": text_config.layer_types[7]: the last layer must use full_attention, got "
+                                      "sliding_attention; forced to full_attention"}));
+}
+
+TEST_F(DiffusionGemmaConfigTest, ExplicitLastSlidingLayerIsForcedToFull) {
+  json value = tinyTopLevelConfig();
+  value["text_config"]["layer_types"] = {"full_attention", "sliding_attention"};
+  value["text_config"]["per_layer_config"] = {{"0", {{"head_dim", 32}}}, {"1", {{"head_dim", 32}}}};
+  const DiffusionGemmaConfig config = load(value);
+  EXPECT_EQ(fullAttentionLayers(config), (std::vector<int64_t>{0, 1}));
+  ASSERT_EQ(config.warnings.size(), 1u);
+  EXPECT_NE(config.warnings[0].find("text_config.layer_types[1]: the last layer must use full_attention"),
+            std::string::npos);
+}
+
+TEST_F(DiffusionGemmaConfigTest, ExplicitRopeParametersReplaceTheDefaults) {
+  json value = tinyTopLevelConfig();
+  value["text_config"]["rope_parameters"] = {
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 50000}}},
+      {"full_attention", {{"rope_type", "proportional"}, {"rope_theta", 2e6}, {"partial_rotary_factor", 0.5}}}};
+  const DiffusionGemmaConfig config = load(value);
+  EXPECT_EQ(config.layer(0).rope.type, RopeType::Default);
+  EXPECT_DOUBLE_EQ(config.layer(0).rope.theta, 50000.0);
+  EXPECT_EQ(config.ropeRotatedPairs(0), 8);
+  EXPECT_EQ(config.layer(1).rope.type, RopeType::Proportional);
+  EXPECT_DOUBLE_EQ(config.layer(1).rope.theta, 2e6);
+  EXPECT_EQ(config.ropeRotatedPairs(1), 8);  // int(0.5 * 32 // 2)
+}
+
+TEST_F(DiffusionGemmaConfigTest, UnknownFieldsAreIgnoredWithAWarning) {
+  json value = tinyTopLevelConfig();
+  // The HF tester config's extra kwargs (model.md §2.5 rule 5), and a Gemma 4 field at its fixed value.
+  value["text_config"]["hidden_act"] = "gelu";
+  value["text_config"]["moe_num_shared_experts"] = 1;
+  value["text_config"]["attention_k_eq_v"] = true;
+  value["mm_tokens_per_image"] = 4;
+  value["self_conditioning_size"] = 32;
+  value["transformers_version"] = "5.0.0";  // bookkeeping: no warning
+  const DiffusionGemmaConfig config = load(value);
+  const std::string path = pathOf("config.json");
+  EXPECT_EQ(std::set<std::string>(config.warnings.begin(), config.warnings.end()),
+            (std::set<std::string>{
+                path + ": text_config.attention_k_eq_v: a Gemma 4 field DiffusionGemma does not have, ignored",
+                path + ": text_config.hidden_act: unknown field, ignored",
+                path + ": text_config.moe_num_shared_experts: unknown field, ignored",
+                path + ": mm_tokens_per_image: unknown field, ignored",
+                path + ": self_conditioning_size: unknown field, ignored",
+            }));
+}
+
+TEST_F(DiffusionGemmaConfigTest, BareTextConfigGetsTheTopLevelDefaults) {
+  json text = tinyTopLevelConfig()["text_config"];
+  text["model_type"] = "diffusion_gemma_text";
+  DiffusionGemmaConfig config = load(text);
+  EXPECT_EQ(config.hiddenSize, 48);
+  EXPECT_EQ(config.layer(1).headDim, 32);
+  EXPECT_EQ(config.canvasLength, 256);
+  EXPECT_EQ(config.boiTokenId, 255999);
+  EXPECT_EQ(config.eoiTokenId, 258882);
+  EXPECT_EQ(config.imageTokenId, 258880);
+  EXPECT_FALSE(config.hasVision);
+  EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
+
+  // Without model_type, the absence of text_config marks a bare text config too.
+  text.erase("model_type");
+  EXPECT_EQ(load(text).numExperts, 8);
+}
+
+TEST_F(DiffusionGemmaConfigTest, VisionConfigPresenceIsRecorded) {
+  json value = tinyTopLevelConfig();
+  EXPECT_FALSE(load(value).hasVision);
+  value["vision_config"] = {{"model_type", "gemma4_vision"}, {"hidden_size", 16}};
+  EXPECT_TRUE(load(value).hasVision);
+  value["vision_config"] = nullptr;
+  EXPECT_FALSE(load(value).hasVision);
+}
+
+TEST_F(DiffusionGemmaConfigTest, UnreadableFilesAreInputErrors) {
+  EXPECT_EQ(inputErrorMessage([&] { loadDiffusionGemmaConfig(pathOf("absent.json")); }),
+            pathOf("absent.json") + ": cannot open the config file");
+  const std::string notJson = writeText("broken.json", "{\"vocab_size\": ");
+  EXPECT_EQ(inputErrorMessage([&] { loadDiffusionGemmaConfig(notJson); }).rfind(notJson + ": not valid JSON: ", 0), 0u);
+  const std::string array = writeText("array.json", "[1, 2]");
+  EXPECT_EQ(inputErrorMessage([&] { loadDiffusionGemmaConfig(array); }),
+            array + ": expected a JSON object at the top level, got [1,2]");
+}
+
+// One config the model cannot honour: how it is bent away from tinyTopLevelConfig(), and the
+// message after "PATH: ".
+struct RejectedConfig {
+  std::string name;
+  std::function<void(json&)> bend;
+  std::string message;
+};
+
+std::ostream& operator<<(std::ostream& stream, const RejectedConfig& rejected) { return stream << rejected.name; }
+
+class RejectedConfigTest : public model_test::ScratchDirectoryTest,
+                           public ::testing::WithParamInterface<RejectedConfig> {};
+
+TEST_P(RejectedConfigTest, NamesTheField) {
+  json value = tinyTopLevelConfig();
+  GetParam().bend(value);
+  const std::string path = writeJson("config.json", value);
+  EXPECT_EQ(inputErrorMessage([&] { loadDiffusionGemmaConfig(path); }), path + ": " + GetParam().message);
+}
+
+const std::string kDense = "DiffusionGemma has routed experts in every layer; a dense config cannot be built";
+
+INSTANTIATE_TEST_SUITE_P(
+    DiffusionGemmaConfig, RejectedConfigTest,
+    ::testing::Values(
+        RejectedConfig{"DenseWithoutNumExperts", [](json& v) { v["text_config"].erase("num_experts"); },
+                       "text_config.num_experts: missing; " + kDense},
+        RejectedConfig{"ZeroExperts", [](json& v) { v["text_config"]["num_experts"] = 0; },
+                       "text_config.num_experts: expected an integer >= 1, got 0"},
+        RejectedConfig{"MissingMoeIntermediateSize", [](json& v) { v["text_config"].erase("moe_intermediate_size"); },
+                       "text_config.moe_intermediate_size: missing; " + kDense},
+        RejectedConfig{"TopKAboveNumExperts", [](json& v) { v["text_config"]["top_k_experts"] = 9; },
+                       "text_config.top_k_experts: expected an integer in [1, 8] (num_experts), got 9"},
+        RejectedConfig{"AudioConfig",
+                       [](json& v) {
+                         v["audio_config"] = {{"hidden_size", 8}};
+                       },
+                       "audio_config: expected null or absent (DiffusionGemma has no audio or video input), got "
+                       "{\"hidden_size\":8}"},
+        RejectedConfig{"AudioTokenId", [](json& v) { v["audio_token_id"] = 7; },
+                       "audio_token_id: expected null or absent (DiffusionGemma has no audio or video input), got 7"},
+        RejectedConfig{"PerLayerEmbeddings", [](json& v) { v["text_config"]["hidden_size_per_layer_input"] = 256; },
+                       "text_config.hidden_size_per_layer_input: expected 0 or null (DiffusionGemma has no per-layer "
+                       "embeddings), got 256"},
+        RejectedConfig{"SlidingKeyValueHeadsDoNotDivide", [](json& v) { v["text_config"]["num_key_value_heads"] = 3; },
+                       "text_config.num_key_value_heads: expected a divisor of the 4 query heads "
+                       "(text_config.num_attention_heads) of layer 0 (sliding_attention), got 3"},
+        RejectedConfig{"FullKeyValueHeadsDoNotDivide",
+                       [](json& v) { v["text_config"]["per_layer_config"]["1"]["num_key_value_heads"] = 3; },
+                       "text_config.per_layer_config.1.num_key_value_heads: expected a divisor of the 4 query heads "
+                       "(text_config.num_attention_heads) of layer 1 (full_attention), got 3"},
+        RejectedConfig{"GlobalKeyValueHeadsDoNotDivide",
+                       [](json& v) {
+                         v["text_config"].erase("per_layer_config");
+                         v["text_config"]["num_global_key_value_heads"] = 3;
+                       },
+                       "text_config.num_global_key_value_heads: expected a divisor of the 4 query heads "
+                       "(text_config.num_attention_heads) of layer 1 (full_attention), got 3"},
+        RejectedConfig{"UnknownLayerType", [](json& v) { v["text_config"]["layer_types"][0] = "chunked_attention"; },
+                       "text_config.layer_types[0]: expected \"sliding_attention\" or \"full_attention\", got "
+                       "\"chunked_attention\""},
+        RejectedConfig{"LayerTypesOfWrongLength", [](json& v) { v["text_config"]["layer_types"] = {"full_attention"}; },
+                       "text_config.layer_types: expected 2 entries (num_hidden_layers), got 1"},
+        RejectedConfig{"ZeroHiddenSize", [](json& v) { v["text_config"]["hidden_size"] = 0; },
+                       "text_config.hidden_size: expected an integer >= 1, got 0"},
+        RejectedConfig{"NegativeSlidingWindow", [](json& v) { v["text_config"]["sliding_window"] = -8; },
+                       "text_config.sliding_window: expected an integer >= 1, got -8"},
+        RejectedConfig{"VocabSizeAsString", [](json& v) { v["text_config"]["vocab_size"] = "256"; },
+                       "text_config.vocab_size: expected an integer >= 1, got \"256\""},
+        RejectedConfig{"FractionalLayerCount", [](json& v) { v["text_config"]["num_hidden_layers"] = 2.5; },
+                       "text_config.num_hidden_layers: expected an integer >= 1, got 2.5"},
+        RejectedConfig{"OddHeadDim", [](json& v) { v["text_config"]["per_layer_config"]["1"]["head_dim"] = 15; },
+                       "text_config.per_layer_config.1.head_dim: expected an even integer >= 2, got 15"},
+        RejectedConfig{
+            "BidirectionalAll", [](json& v) { v["text_config"]["use_bidirectional_attention"] = "all"; },
+            "text_config.use_bidirectional_attention: \"all\" is not supported (only \"vision\" or null), got "
+            "\"all\""},
+        RejectedConfig{"MissingTextConfig", [](json& v) { v.erase("text_config"); },
+                       "text_config: missing; the default text config has no MoE sizes, so it cannot be built"},
+        RejectedConfig{"TextConfigNotAnObject", [](json& v) { v["text_config"] = json::array(); },
+                       "text_config: expected an object, got []"},
+        RejectedConfig{"OtherModelType", [](json& v) { v["model_type"] = "gemma4"; },
+                       "model_type: expected \"diffusion_gemma\" or \"diffusion_gemma_text\", got \"gemma4\""},
+        RejectedConfig{"RopeEntryMissingForAUsedLayerType",
+                       [](json& v) {
+                         v["text_config"]["rope_parameters"] = {
+                             {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000}}}};
+                       },
+                       "text_config.rope_parameters.full_attention: missing (layer 1 is full_attention)"},
+        RejectedConfig{"UnsupportedRopeType",
+                       [](json& v) {
+                         v["text_config"]["rope_parameters"] = {
+                             {"sliding_attention", {{"rope_type", "yarn"}, {"rope_theta", 10000}}},
+                             {"full_attention", {{"rope_type", "default"}, {"rope_theta", 10000}}}};
+                       },
+                       "text_config.rope_parameters.sliding_attention.rope_type: expected \"default\" or "
+                       "\"proportional\", got \"yarn\""},
+        RejectedConfig{"PartialRotaryAboveOne",
+                       [](json& v) {
+                         v["text_config"]["rope_parameters"] = {
+                             {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000}}},
+                             {"full_attention",
+                              {{"rope_type", "proportional"}, {"rope_theta", 1e6}, {"partial_rotary_factor", 1.5}}}};
+                       },
+                       "text_config.rope_parameters.full_attention.partial_rotary_factor: expected a number in (0, 1], "
+                       "got 1.5"},
+        RejectedConfig{"PerLayerIndexOutOfRange",
+                       [](json& v) {
+                         v["text_config"]["per_layer_config"]["2"] = {{"head_dim", 32}};
+                       },
+                       "text_config.per_layer_config.2: expected a layer index in [0, 2)"},
+        RejectedConfig{"PerLayerSlidingWindow",
+                       [](json& v) { v["text_config"]["per_layer_config"]["1"]["sliding_window"] = 4; },
+                       "text_config.per_layer_config.1.sliding_window: not supported per layer (only head_dim, "
+                       "num_attention_heads and num_key_value_heads may vary)"},
+        RejectedConfig{"UntiedEmbeddings", [](json& v) { v["tie_word_embeddings"] = false; },
+                       "tie_word_embeddings: expected true (the encoder text stack, the decoder and the LM head share "
+                       "weights), got false"},
+        RejectedConfig{
+            "Gemma4DenseLayers", [](json& v) { v["text_config"]["enable_moe_block"] = false; },
+            "text_config.enable_moe_block: expected true (every DiffusionGemma layer has routed experts), got "
+            "false"},
+        RejectedConfig{"KeyValueSharing", [](json& v) { v["text_config"]["num_kv_shared_layers"] = 1; },
+                       "text_config.num_kv_shared_layers: expected 0 (no layer reuses another layer's K/V), got 1"},
+        RejectedConfig{"EosOutsideTheVocabulary",
+                       [](json& v) {
+                         v["eos_token_id"] = {1, 300};
+                       },
+                       "eos_token_id: expected a token id or a non-empty list of token ids in [0, 256), got [1,300]"},
+        RejectedConfig{"ImageTokenOutsideTheVocabulary", [](json& v) { v["image_token_id"] = 256; },
+                       "image_token_id: expected an integer in [0, 256) (vocab_size), got 256"},
+        RejectedConfig{"OtherActivation", [](json& v) { v["text_config"]["hidden_activation"] = "silu"; },
+                       "text_config.hidden_activation: expected \"gelu_pytorch_tanh\", got \"silu\""},
+        RejectedConfig{"AttentionBias", [](json& v) { v["text_config"]["attention_bias"] = true; },
+                       "text_config.attention_bias: expected false (the projections have no bias), got true"},
+        RejectedConfig{"ZeroNormEps", [](json& v) { v["text_config"]["rms_norm_eps"] = 0; },
+                       "text_config.rms_norm_eps: expected a finite number > 0, got 0"}),
+    [](const ::testing::TestParamInfo<RejectedConfig>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace dgemma
