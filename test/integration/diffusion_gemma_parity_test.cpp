@@ -137,3 +137,29 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DiffusionGemmaParity, ::testing::ValuesIn(all
 
 }  // namespace
 }  // namespace dgemma
+
+namespace dgemma {
+namespace {
+
+// Older HF versions spell the full-layer geometry as global_head_dim / num_global_key_value_heads
+// instead of per_layer_config; both must compile to the same model (model.md §2.1).
+TEST(DiffusionGemmaConfigForms, LegacyGlobalFieldsGiveTheSameLogits) {
+  const std::string fixture = std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/seven_layers";
+  ScratchDirectory dir;
+  std::vector<std::vector<uint8_t>> logits;
+  for (const std::string config : {fixture + "/config.json", fixture + "/config_legacy.json"}) {
+    std::string plan = dir / ("plan" + std::to_string(logits.size()));
+    std::string out = dir / ("out" + std::to_string(logits.size()) + ".safetensors");
+    testing::ToolResult compiled =
+        runTool(std::string(DGEMMA_COMPILE) + " --model " + config + " --mode infer --micro-batch 4 --prompt-len 11 -o " + plan);
+    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+    testing::ToolResult ran = runTool(std::string(DGEMMA_RUN) + " forward --plan " + plan + " --weights " + fixture +
+                                      "/model.safetensors --input " + fixture + "/batch.safetensors --out " + out);
+    ASSERT_EQ(ran.exitCode, 0) << ran.output;
+    logits.push_back(SafetensorsFile::open(out).read("logits").data);
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
+}  // namespace
+}  // namespace dgemma
