@@ -1,0 +1,59 @@
+// Image loading and the Gemma 4 image processor (../shared/reference/data.md §1 and §9).
+//
+// decodeImage reads PNG through libpng, JPEG through libjpeg and anything else stb_image knows, and
+// converts to 8-bit RGB the way PIL's Image.convert("RGB") does: grayscale is replicated to three
+// channels, alpha is dropped without compositing, palettes are expanded.
+//
+// processGemma4Image reproduces HF transformers' default Gemma4ImageProcessor (the torchvision
+// backend): aspect-preserving target size, torchvision resize(BICUBIC, antialias=True) on the uint8
+// image (torch's CPU uint8 separable antialiased kernel: double weights from the Keys a = -0.5 cubic,
+// quantized to int16 with one precision for the whole axis, integer accumulation with rounding and
+// clamping, horizontal pass then vertical pass with a uint8 intermediate), rescale by float32(1/255),
+// patchify and pad.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/core/HostTensor.h"
+
+namespace dgemma {
+
+struct RgbImage {
+  int64_t width = 0;
+  int64_t height = 0;
+  std::vector<uint8_t> pixels;  // height * width * 3, row-major, RGB interleaved
+};
+
+// Throws InputError "PATH: expected a PNG or JPEG image: REASON" for a missing, unreadable, truncated,
+// corrupt or unsupported file.
+RgbImage decodeImage(const std::string& path);
+
+struct Gemma4ImageOptions {
+  int64_t patchSize = 16;
+  int64_t poolingKernelSize = 3;
+  int64_t maxSoftTokens = 280;  // one of 70, 140, 280, 560, 1120
+};
+
+struct ProcessedImage {
+  HostTensor pixelValues;       // f32 [maxSoftTokens * k^2, 3 * p * p], values in [0, 1], zero padding
+  HostTensor imagePositionIds;  // i64 [maxSoftTokens * k^2, 2], (x = column, y = row), (-1, -1) padding
+  int64_t numSoftTokens = 0;    // real patches / k^2
+  int64_t resizedHeight = 0;
+  int64_t resizedWidth = 0;
+};
+
+// The resize target (height, width) of §9 for an image of height x width. Throws InputError for an
+// empty image, for options outside the allowed set, and when the rule fails (a 0 x 0 target, or a
+// target over the patch budget).
+std::pair<int64_t, int64_t> gemma4TargetSize(int64_t height, int64_t width, const Gemma4ImageOptions& options = {});
+
+// torch.nn.functional.interpolate(uint8, mode="bicubic", antialias=True, align_corners=False) on CPU.
+// Returns the input unchanged when the size is unchanged. Throws InputError for empty sizes.
+RgbImage resizeBicubicAntialias(const RgbImage& image, int64_t outHeight, int64_t outWidth);
+
+ProcessedImage processGemma4Image(const RgbImage& image, const Gemma4ImageOptions& options = {});
+
+}  // namespace dgemma

@@ -1,0 +1,327 @@
+#include "runtime/data/rows/Rows.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/Error.h"
+#include "runtime/data/rows/JsonLine.h"
+#include "runtime/data/rows/Utf8.h"
+
+namespace dgemma {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string RowError::text() const {
+  return file + ":" + std::to_string(line) + ": " + field + ": " + expected;
+}
+
+const char* roleName(Message::Role role) {
+  switch (role) {
+    case Message::System: return "system";
+    case Message::User: return "user";
+    case Message::Assistant: return "assistant";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr const char* kMissing = "nothing (the key is missing)";
+constexpr const char* kRoles = "\"system\", \"user\" or \"assistant\"";
+constexpr const char* kPartTypes = "\"text\" or \"image\"";
+
+// A JSON string as it would be written, ASCII only, shortened when long.
+std::string quoted(const std::string& value) {
+  std::string text = json(value).dump(-1, ' ', /*ensure_ascii=*/true);
+  constexpr size_t kMax = 80;
+  if (text.size() > kMax) text = text.substr(0, kMax - 4) + "...\"";
+  return text;
+}
+
+// What a value is, for "got ...": the JSON type, or the string itself for strings.
+std::string describe(const json& value) {
+  if (value.is_string()) return quoted(value.get_ref<const std::string&>());
+  return value.type_name();
+}
+
+std::string hexByte(unsigned char byte) {
+  static const char* digits = "0123456789ABCDEF";
+  return std::string("0x") + digits[byte >> 4] + digits[byte & 15];
+}
+
+bool isBlank(const std::string& text) {
+  for (char c : text) {
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  }
+  return true;
+}
+
+// Validates one row; the first error wins.
+class RowParser {
+ public:
+  RowParser(const std::string& file, int64_t line, const std::string& directory)
+      : file_(file), line_(line), directory_(directory) {}
+
+  JsonlRowReader::Result parse(const std::string& text) {
+    if (auto bad = findInvalidUtf8(text)) {
+      return error("row", "expected UTF-8 text, got the invalid byte " + hexByte(bad->byte) + " at column " +
+                              std::to_string(bad->offset + 1));
+    }
+    auto parsed = parseJsonLine(text);
+    if (auto* problem = std::get_if<JsonLineError>(&parsed)) return error(problem->field, problem->expected);
+    const json& doc = std::get<json>(parsed);
+    if (!doc.is_object()) return error("row", "expected a JSON object, got " + describe(doc));
+
+    Row row;
+    row.line = line_;
+    auto messages = doc.find("messages");
+    if (messages == doc.end()) return error("messages", std::string("expected a non-empty array of messages, got ") + kMissing);
+    if (!messages->is_array()) return error("messages", "expected a non-empty array of messages, got " + describe(*messages));
+    if (messages->empty()) return error("messages", "expected a non-empty array of messages, got an empty array");
+    for (size_t i = 0; i < messages->size(); ++i) {
+      Message message;
+      if (auto failure = parseMessage((*messages)[i], i, message)) return *failure;
+      row.messages.push_back(std::move(message));
+    }
+    if (row.messages.back().role == Message::Assistant) {
+      return error(jsonChildPath(jsonIndexPath("messages", row.messages.size() - 1), "role"),
+                   "expected the last message to be \"user\" or \"system\" (the prompt must end before the "
+                   "completion), got \"assistant\"");
+    }
+
+    auto completion = doc.find("completion");
+    if (completion == doc.end()) return error("completion", std::string("expected a string, got ") + kMissing);
+    if (!completion->is_string()) return error("completion", "expected a string, got " + describe(*completion));
+    row.completion = completion->get<std::string>();
+    return row;
+  }
+
+ private:
+  RowError error(std::string field, std::string expected) const {
+    return RowError{file_, line_, std::move(field), std::move(expected)};
+  }
+
+  std::optional<RowError> parseMessage(const json& value, size_t index, Message& message) {
+    const std::string path = jsonIndexPath("messages", index);
+    if (!value.is_object()) return error(path, "expected a message object, got " + describe(value));
+
+    const std::string rolePath = jsonChildPath(path, "role");
+    auto role = value.find("role");
+    if (role == value.end()) return error(rolePath, std::string("expected ") + kRoles + ", got " + kMissing);
+    if (!role->is_string()) return error(rolePath, std::string("expected ") + kRoles + ", got " + describe(*role));
+    const auto& roleText = role->get_ref<const std::string&>();
+    if (roleText == "system") {
+      if (index != 0) {
+        return error(rolePath, "expected \"user\" or \"assistant\" (a system message may only be the first "
+                               "message), got \"system\"");
+      }
+      message.role = Message::System;
+    } else if (roleText == "user") {
+      message.role = Message::User;
+    } else if (roleText == "assistant") {
+      message.role = Message::Assistant;
+    } else {
+      return error(rolePath, std::string("expected ") + kRoles + ", got " + describe(*role));
+    }
+
+    const std::string contentPath = jsonChildPath(path, "content");
+    auto content = value.find("content");
+    if (content == value.end()) {
+      return error(contentPath, std::string("expected a string or an array of parts, got ") + kMissing);
+    }
+    if (content->is_string()) {
+      message.content.push_back(ContentPart{ContentPart::Text, content->get<std::string>(), ""});
+      return std::nullopt;
+    }
+    if (!content->is_array()) {
+      return error(contentPath, "expected a string or an array of parts, got " + describe(*content));
+    }
+    for (size_t j = 0; j < content->size(); ++j) {
+      ContentPart part;
+      if (auto failure = parsePart((*content)[j], jsonIndexPath(contentPath, j), part)) return failure;
+      message.content.push_back(std::move(part));
+    }
+    return std::nullopt;
+  }
+
+  std::optional<RowError> parsePart(const json& value, const std::string& path, ContentPart& part) {
+    if (!value.is_object()) return error(path, "expected a part object, got " + describe(value));
+    const std::string typePath = jsonChildPath(path, "type");
+    auto type = value.find("type");
+    if (type == value.end()) return error(typePath, std::string("expected ") + kPartTypes + ", got " + kMissing);
+    const bool isText = type->is_string() && type->get_ref<const std::string&>() == "text";
+    const bool isImage = type->is_string() && type->get_ref<const std::string&>() == "image";
+    if (!isText && !isImage) return error(typePath, std::string("expected ") + kPartTypes + ", got " + describe(*type));
+
+    const char* key = isText ? "text" : "image";
+    const std::string keyPath = jsonChildPath(path, key);
+    auto field = value.find(key);
+    if (field == value.end()) return error(keyPath, std::string("expected a string, got ") + kMissing);
+    if (!field->is_string()) return error(keyPath, "expected a string, got " + describe(*field));
+    const auto& text = field->get_ref<const std::string&>();
+    if (isText) {
+      part.kind = ContentPart::Text;
+      part.text = text;
+      return std::nullopt;
+    }
+    part.kind = ContentPart::Image;
+    if (text.empty()) return error(keyPath, "expected a local image file path, got an empty string");
+    if (text.find("://") != std::string::npos) {
+      return error(keyPath, "expected a local image file path (remote images are not supported), got " + quoted(text));
+    }
+    fs::path resolved(text);
+    if (resolved.is_relative()) resolved = fs::path(directory_) / resolved;
+    resolved = resolved.lexically_normal();
+    std::error_code ec;
+    const fs::file_status status = fs::status(resolved, ec);
+    if (status.type() == fs::file_type::not_found) {
+      return error(keyPath, "expected an existing image file, got " + quoted(text) + " (" + resolved.string() +
+                                " does not exist)");
+    }
+    if (ec) {
+      return error(keyPath, "expected an existing image file, got " + quoted(text) + " (" + resolved.string() +
+                                ": " + ec.message() + ")");
+    }
+    if (status.type() == fs::file_type::directory) {
+      return error(keyPath, "expected an image file, got " + quoted(text) + " (" + resolved.string() +
+                                " is a directory)");
+    }
+    if (status.type() != fs::file_type::regular) {
+      return error(keyPath, "expected an image file, got " + quoted(text) + " (" + resolved.string() +
+                                " is not a regular file)");
+    }
+    part.imagePath = resolved.string();
+    return std::nullopt;
+  }
+
+  const std::string& file_;
+  int64_t line_;
+  const std::string& directory_;
+};
+
+}  // namespace
+
+JsonlRowReader::Result parseRowLine(const std::string& text, const std::string& file, int64_t line,
+                                    const std::string& directory) {
+  return RowParser(file, line, directory).parse(text);
+}
+
+JsonlRowReader::~JsonlRowReader() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void JsonlRowReader::open(const std::string& path) {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    file_ = nullptr;
+  }
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError(path + ": expected a readable JSONL file, got a directory");
+  file_ = std::fopen(path.c_str(), "rb");
+  if (file_ == nullptr) {
+    throw InputError(path + ": expected a readable JSONL file, got " + std::strerror(errno));
+  }
+  path_ = path;
+  fs::path absolute = fs::absolute(fs::path(path), ec);
+  directory_ = (ec ? fs::path(path) : absolute).parent_path().lexically_normal().string();
+  buffer_.assign(size_t{1} << 20, '\0');
+  bufferPos_ = bufferEnd_ = 0;
+  eof_ = false;
+  line_ = 0;
+  blank_ = 0;
+}
+
+size_t JsonlRowReader::fillBuffer() {
+  bufferPos_ = bufferEnd_ = 0;
+  if (eof_) return 0;
+  const size_t count = std::fread(buffer_.data(), 1, buffer_.size(), file_);
+  if (count == 0) {
+    if (std::ferror(file_)) throw RuntimeError(path_ + ": read error: " + std::strerror(errno));
+    eof_ = true;
+  }
+  bufferEnd_ = count;
+  return count;
+}
+
+bool JsonlRowReader::readLine(std::string& lineText, bool& tooLong, int64_t& length) {
+  lineText.clear();
+  tooLong = false;
+  length = 0;
+  bool any = false;
+  for (;;) {
+    if (bufferPos_ == bufferEnd_ && fillBuffer() == 0) return any;
+    any = true;
+    const char* start = buffer_.data() + bufferPos_;
+    const size_t available = bufferEnd_ - bufferPos_;
+    const auto* newline = static_cast<const char*>(std::memchr(start, '\n', available));
+    const size_t take = newline != nullptr ? static_cast<size_t>(newline - start) : available;
+    length += static_cast<int64_t>(take);
+    if (!tooLong) {
+      if (length > options_.maxLineBytes) {
+        tooLong = true;
+        std::string().swap(lineText);
+      } else {
+        lineText.append(start, take);
+      }
+    }
+    bufferPos_ += take + (newline != nullptr ? 1 : 0);
+    if (newline != nullptr) return true;
+  }
+}
+
+std::optional<JsonlRowReader::Result> JsonlRowReader::next() {
+  if (file_ == nullptr) throw RuntimeError("JsonlRowReader::next: no file is open");
+  std::string text;
+  bool tooLong = false;
+  int64_t length = 0;
+  while (readLine(text, tooLong, length)) {
+    ++line_;
+    if (tooLong) {
+      return RowError{path_, line_, "row",
+                      "expected a line of at most " + std::to_string(options_.maxLineBytes) + " bytes, got " +
+                          std::to_string(length) + " bytes"};
+    }
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (isBlank(text)) {
+      ++blank_;
+      continue;
+    }
+    return parseRowLine(text, path_, line_, directory_);
+  }
+  return std::nullopt;
+}
+
+RowScan readRows(const std::string& path, bool skipBadRows, JsonlReaderOptions options) {
+  JsonlRowReader reader(options);
+  reader.open(path);
+  RowScan scan;
+  while (auto result = reader.next()) {
+    if (auto* row = std::get_if<Row>(&*result)) {
+      if (row->completion.empty()) ++scan.emptyCompletions;
+      scan.rows.push_back(std::move(*row));
+      continue;
+    }
+    auto& failure = std::get<RowError>(*result);
+    if (!skipBadRows) throw InputError(failure.text());
+    scan.skipped.push_back(std::move(failure));
+  }
+  scan.lines = reader.linesRead();
+  scan.blankLines = reader.blankLines();
+  return scan;
+}
+
+std::string skippedRowsReport(const RowScan& scan) {
+  if (scan.skipped.empty()) return "";
+  std::string report = "skipped " + std::to_string(scan.skipped.size()) + " of " +
+                       std::to_string(scan.skipped.size() + scan.rows.size()) + " rows:\n";
+  for (const RowError& failure : scan.skipped) report += "  " + failure.text() + "\n";
+  return report;
+}
+
+}  // namespace dgemma

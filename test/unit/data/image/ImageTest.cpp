@@ -1,0 +1,193 @@
+// dgemma_data_image against PIL's RGB conversion and HF's Gemma4ImageProcessor (torchvision backend);
+// expected values come from tools/reference/make_image_fixtures.py.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "runtime/core/Error.h"
+#include "runtime/data/image/Image.h"
+#include "runtime/io/Safetensors.h"
+
+namespace dgemma {
+namespace {
+
+const std::string kDir = DGEMMA_IMAGE_FIXTURES;
+
+struct Case {
+  const char* name;
+  const char* file;
+  int jpegTolerance;  // max level difference allowed against PIL's decode
+};
+
+const Case kCases[] = {
+    {"rgb", "rgb.png", 0},   {"gray", "gray.png", 0}, {"rgba", "rgba.png", 0},
+    {"photo", "photo.jpg", 1}, {"wide", "wide.png", 0}, {"tiny", "tiny.png", 0},
+};
+
+const SafetensorsFile& expected() {
+  static SafetensorsFile file = SafetensorsFile::open(kDir + "/expected.safetensors");
+  return file;
+}
+
+int64_t scalarOf(const std::string& name) {
+  HostTensor t = expected().read(name);
+  EXPECT_EQ(t.dtype, DType::I64);
+  return t.as<int64_t>()[0];
+}
+
+class ImageFixture : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ImageFixture, DecodeMatchesPil) {
+  const Case& c = GetParam();
+  RgbImage image = decodeImage(kDir + "/" + c.file);
+  HostTensor rgb = expected().read(std::string(c.name) + ".rgb");
+  ASSERT_EQ(rgb.dtype, DType::U8);
+  ASSERT_EQ(rgb.shape, (std::vector<int64_t>{image.height, image.width, 3}));
+  ASSERT_EQ(image.pixels.size(), rgb.data.size());
+  int maxDiff = 0;
+  for (size_t i = 0; i < rgb.data.size(); ++i) {
+    maxDiff = std::max(maxDiff, std::abs(int(image.pixels[i]) - int(rgb.data[i])));
+  }
+  EXPECT_LE(maxDiff, c.jpegTolerance) << c.file;
+  std::printf("[decode] %s: max level difference vs PIL %d\n", c.file, maxDiff);
+}
+
+TEST_P(ImageFixture, ProcessorMatchesHf) {
+  const Case& c = GetParam();
+  const std::string name = c.name;
+  // Start from PIL's decode so that the processor is checked on exactly HF's input.
+  HostTensor rgb = expected().read(name + ".rgb");
+  RgbImage image;
+  image.height = rgb.shape[0];
+  image.width = rgb.shape[1];
+  image.pixels = rgb.data;
+  Gemma4ImageOptions options;
+  options.maxSoftTokens = scalarOf(name + ".opts");
+  ProcessedImage out = processGemma4Image(image, options);
+  const int64_t maxPatches = options.maxSoftTokens * 9;
+
+  ASSERT_EQ(out.pixelValues.dtype, DType::F32);
+  ASSERT_EQ(out.pixelValues.shape, (std::vector<int64_t>{maxPatches, 768}));
+  ASSERT_EQ(out.imagePositionIds.dtype, DType::I64);
+  ASSERT_EQ(out.imagePositionIds.shape, (std::vector<int64_t>{maxPatches, 2}));
+  EXPECT_EQ(out.numSoftTokens, scalarOf(name + ".num_soft_tokens"));
+
+  HostTensor positions = expected().read(name + ".image_position_ids");
+  ASSERT_EQ(positions.shape, out.imagePositionIds.shape);
+  for (int64_t i = 0; i < maxPatches * 2; ++i) {
+    ASSERT_EQ(out.imagePositionIds.as<int64_t>()[i], positions.as<int64_t>()[i]) << "index " << i;
+  }
+  int64_t realPatches = 0;
+  while (realPatches < maxPatches && positions.as<int64_t>()[realPatches * 2] >= 0) ++realPatches;
+  EXPECT_EQ(realPatches, out.numSoftTokens * 9);
+
+  const float* values = out.pixelValues.as<float>();
+  double maxErr = 0.0;
+  // HF's raw float32 values of the first patches.
+  HostTensor head = expected().read(name + ".pixel_values_head");
+  for (int64_t i = 0; i < head.numElements(); ++i) {
+    maxErr = std::max(maxErr, std::abs(double(values[i]) - double(head.as<float>()[i])));
+  }
+  // HF's values as uint8 levels (value * 255) for every stride-th real patch.
+  const int64_t stride = std::stoll(expected().metadata().at("stride"));
+  HostTensor levels = expected().read(name + ".levels");
+  ASSERT_EQ(levels.shape[0], (realPatches + stride - 1) / stride);
+  int levelDiff = 0;
+  for (int64_t r = 0; r < levels.shape[0]; ++r) {
+    const float* patch = values + r * stride * 768;
+    for (int64_t v = 0; v < 768; ++v) {
+      const double hf = double(levels.data[r * 768 + v]) / 255.0;
+      maxErr = std::max(maxErr, std::abs(double(patch[v]) - hf));
+      levelDiff = std::max(levelDiff, std::abs(int(std::lround(patch[v] * 255.0f)) - int(levels.data[r * 768 + v])));
+    }
+  }
+  // Padding is zero.
+  for (int64_t i = realPatches * 768; i < maxPatches * 768; ++i) ASSERT_EQ(values[i], 0.0f);
+  EXPECT_LE(maxErr, 1e-6);
+  EXPECT_EQ(levelDiff, 0);
+  std::printf("[processor] %s: %dx%d -> %dx%d, %lld soft tokens, max abs error %.3g\n", c.file, int(image.height),
+              int(image.width), int(out.resizedHeight), int(out.resizedWidth), (long long)out.numSoftTokens, maxErr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ImageFixture, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+void expectDecodeError(const std::string& path, const std::string& fragment) {
+  try {
+    decodeImage(path);
+    FAIL() << "no error for " << path;
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(path + ": expected a PNG or JPEG image: ", 0), 0u) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+    EXPECT_EQ(e.exitCode(), 2);
+  }
+}
+
+TEST(DecodeImage, MissingFile) { expectDecodeError(kDir + "/does_not_exist.png", "cannot open"); }
+
+TEST(DecodeImage, TruncatedPng) { expectDecodeError(kDir + "/truncated.png", "invalid PNG"); }
+
+TEST(DecodeImage, TextFileIsUnsupported) { expectDecodeError(kDir + "/not_an_image.txt", "unsupported"); }
+
+TEST(DecodeImage, CorruptPngAndTruncatedJpeg) {
+  const std::string dir = ::testing::TempDir();
+  auto readAll = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto writeAll = [](const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+  };
+  std::string png = readAll(kDir + "/rgb.png");
+  ASSERT_GT(png.size(), 100u);
+  std::string corrupt = png;
+  for (size_t i = 60; i < 90; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);  // IDAT bytes: CRC fails
+  writeAll(dir + "/corrupt.png", corrupt);
+  expectDecodeError(dir + "/corrupt.png", "invalid PNG");
+  writeAll(dir + "/signature_only.png", png.substr(0, 8));
+  expectDecodeError(dir + "/signature_only.png", "invalid PNG");
+  std::string jpg = readAll(kDir + "/photo.jpg");
+  writeAll(dir + "/truncated.jpg", jpg.substr(0, jpg.size() / 2));
+  expectDecodeError(dir + "/truncated.jpg", "invalid JPEG");
+  writeAll(dir + "/empty.png", "");
+  expectDecodeError(dir + "/empty.png", "empty file");
+}
+
+TEST(Gemma4TargetSize, WorkedExampleOfTheSpec) {
+  EXPECT_EQ(gemma4TargetSize(1700, 2200), (std::pair<int64_t, int64_t>{672, 912}));
+  // One-pixel-high strip: the height becomes one pooled row, the width is capped.
+  EXPECT_EQ(gemma4TargetSize(1, 2000), (std::pair<int64_t, int64_t>{48, 13440}));
+  Gemma4ImageOptions seventy;
+  seventy.maxSoftTokens = 70;
+  EXPECT_EQ(gemma4TargetSize(150, 1, seventy), (std::pair<int64_t, int64_t>{3360, 48}));
+}
+
+TEST(Gemma4TargetSize, Errors) {
+  EXPECT_THROW(gemma4TargetSize(0, 10), InputError);  // zero-size image: no valid target
+  EXPECT_THROW(gemma4TargetSize(10, 0), InputError);
+  Gemma4ImageOptions bad;
+  bad.maxSoftTokens = 100;
+  EXPECT_THROW(gemma4TargetSize(10, 10, bad), InputError);
+  RgbImage empty;
+  EXPECT_THROW(processGemma4Image(empty), InputError);
+}
+
+TEST(ResizeBicubicAntialias, ConstantImageStaysConstantAndSameSizeIsIdentity) {
+  RgbImage image;
+  image.width = 7;
+  image.height = 5;
+  image.pixels.assign(7 * 5 * 3, 200);
+  RgbImage up = resizeBicubicAntialias(image, 48, 96);
+  EXPECT_TRUE(std::all_of(up.pixels.begin(), up.pixels.end(), [](uint8_t v) { return v == 200; }));
+  RgbImage down = resizeBicubicAntialias(up, 3, 2);
+  EXPECT_TRUE(std::all_of(down.pixels.begin(), down.pixels.end(), [](uint8_t v) { return v == 200; }));
+  EXPECT_EQ(resizeBicubicAntialias(image, 5, 7).pixels, image.pixels);
+}
+
+}  // namespace
+}  // namespace dgemma
