@@ -3,8 +3,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:?usage: configure.sh BUILD_DIR}
+mkdir -p "$build"
 cmake -G Ninja -S "$root" -B "$build" \
   -DCMAKE_BUILD_TYPE=Release \
   -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
-  -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-19/build/utils/lit/lit.py > "$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
+  -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-19/build/utils/lit/lit.py > "$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
