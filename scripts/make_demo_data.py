@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Writes the bundled demo dataset (standard library only; deterministic for a given --seed).
+
+Two small tasks a tiny model can learn on a CPU in minutes:
+  * shapes: a 48x48 PNG with two coloured shapes, one above the other or side by side, captioned
+    exactly, e.g. "A blue square above a red circle.";
+  * arithmetic: "What is 23 + 45?" -> "68".
+Splits go to train.jsonl, validation.jsonl and test.jsonl (distinct files, never mixed) with the
+images under images/, referenced by paths relative to the JSONL files.
+
+  scripts/make_demo_data.py [--out data/demo] [--seed 0]
+"""
+import argparse
+import json
+import os
+import random
+import struct
+import zlib
+
+SIZE = 48
+COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 200, 30)}
+SHAPES = ("square", "circle", "triangle")
+SPLITS = {"train": (600, 1400), "validation": (60, 140), "test": (60, 140)}  # (shape rows, arithmetic rows)
+
+
+def png_bytes(pixels):
+    """RGB rows -> a PNG file (8-bit RGB, no interlace)."""
+    raw = b"".join(b"\x00" + bytes(channel for pixel in row for channel in pixel) for row in pixels)
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", SIZE, SIZE, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+
+
+def inside(shape, x, y, cx, cy, r):
+    if shape == "square":
+        return abs(x - cx) <= r and abs(y - cy) <= r
+    if shape == "circle":
+        return (x - cx) ** 2 + (y - cy) ** 2 <= r * r
+    # triangle pointing up: apex (cx, cy - r), base from (cx - r, cy + r) to (cx + r, cy + r)
+    return cy - r <= y <= cy + r and abs(x - cx) <= (y - (cy - r)) / 2
+
+
+def render(first, second, layout):
+    pixels = [[(255, 255, 255)] * SIZE for _ in range(SIZE)]
+    centres = [(24, 12), (24, 36)] if layout == "above" else [(12, 24), (36, 24)]
+    for (shape, colour), (cx, cy) in zip((first, second), centres):
+        for y in range(SIZE):
+            for x in range(SIZE):
+                if inside(shape, x, y, cx, cy, 9):
+                    pixels[y][x] = COLOURS[colour]
+    return pixels
+
+
+def shape_row(rng, image_path):
+    first = (rng.choice(SHAPES), rng.choice(list(COLOURS)))
+    second = (rng.choice(SHAPES), rng.choice(list(COLOURS)))
+    while second == first:
+        second = (rng.choice(SHAPES), rng.choice(list(COLOURS)))
+    layout = rng.choice(("above", "left of"))
+    caption = f"A {first[1]} {first[0]} {layout} a {second[1]} {second[0]}."
+    content = [{"type": "image", "image": image_path}, {"type": "text", "text": "Describe the picture."}]
+    return {"messages": [{"role": "user", "content": content}], "completion": caption}, render(first, second, layout)
+
+
+def arithmetic_row(rng):
+    a, b = rng.randint(0, 99), rng.randint(0, 99)
+    return {"messages": [{"role": "user", "content": f"What is {a} + {b}?"}], "completion": str(a + b)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "data", "demo"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    os.makedirs(os.path.join(args.out, "images"), exist_ok=True)
+    for split, (shape_rows, arithmetic_rows) in SPLITS.items():
+        rows = []
+        for i in range(shape_rows):
+            relative = f"images/{split}-{i:04d}.png"
+            row, pixels = shape_row(rng, relative)
+            with open(os.path.join(args.out, relative), "wb") as image:
+                image.write(png_bytes(pixels))
+            rows.append(row)
+        rows += [arithmetic_row(rng) for _ in range(arithmetic_rows)]
+        rng.shuffle(rows)
+        with open(os.path.join(args.out, f"{split}.jsonl"), "w", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
