@@ -73,9 +73,6 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
   ToolResult train = runTool(std::string(DGEMMA_RUN) + " train --plan p --train t.jsonl --steps 3");
   EXPECT_EQ(train.exitCode, 2);
   EXPECT_TRUE(contains(train, "dgemma-run train: not implemented yet")) << train.output;
-  ToolResult check = runTool(std::string(DGEMMA_RUN) + " check-data --data d.jsonl --tokenizer t");
-  EXPECT_EQ(check.exitCode, 2);
-  EXPECT_TRUE(contains(check, "not implemented yet")) << check.output;
   ToolResult tp = runTool(std::string(DGEMMA_COMPILE) + " --model builtin:rmsnorm-matmul-softmax --mode infer --tp 2 -o " + (dir / "p"));
   EXPECT_EQ(tp.exitCode, 2);
   EXPECT_TRUE(contains(tp, "sharding passes")) << tp.output;
@@ -88,6 +85,26 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
                                 "/models/diffusion_gemma/configs/tiny-cpu.json --mode train -o " + (dir / "p"));
   EXPECT_EQ(training.exitCode, 2);
   EXPECT_TRUE(contains(training, "training step (autodiff of the objectives) is not built yet")) << training.output;
+}
+
+// check-data on the bundled demo splits reports their counts; bad input exits 2 naming the file.
+TEST_F(CliTest, CheckDataCountsTheBundledSplits) {
+  const std::string root = DGEMMA_SOURCE_DIR;
+  for (auto [split, rows] : {std::pair{"validation", "200"}, std::pair{"test", "200"}}) {
+    ToolResult result = runTool(std::string(DGEMMA_RUN) + " check-data --data " + root + "/data/demo/" + split +
+                                ".jsonl --tokenizer " + root + "/data/tokenizer --canvas-len 16");
+    EXPECT_EQ(result.exitCode, 0) << result.output;
+    EXPECT_TRUE(contains(result, std::string(": rows ") + rows + ", kept " + rows + ", skipped 0, blocks ")) << result.output;
+  }
+  std::ofstream(dir / "bad.jsonl") << "{\"messages\": []}\n";
+  ToolResult bad = runTool(std::string(DGEMMA_RUN) + " check-data --data " + (dir / "bad.jsonl") + " --tokenizer " + root +
+                           "/data/tokenizer");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_TRUE(contains(bad, "bad.jsonl:1: messages: expected")) << bad.output;
+  ToolResult noTokenizer = runTool(std::string(DGEMMA_RUN) + " check-data --data " + (dir / "bad.jsonl") + " --tokenizer " +
+                                   (dir / "nowhere"));
+  EXPECT_EQ(noTokenizer.exitCode, 2);
+  EXPECT_TRUE(contains(noTokenizer, "nowhere")) << noTokenizer.output;
 }
 
 TEST_F(CliTest, RunsAnIntactPlan) {

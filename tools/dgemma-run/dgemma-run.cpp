@@ -1,5 +1,6 @@
 // dgemma-run: executes a plan (train / generate / eval / check-data, and the verification
 // subcommands forward / grad), or inspects one.
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -7,6 +8,7 @@
 #include "models/diffusion_gemma/WeightSchema.h"
 #include "runtime/backend/Backend.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
@@ -188,6 +190,41 @@ int runInspect(const ExecutionFlags& flags) {
   return 0;
 }
 
+struct CheckDataFlags {
+  std::string data;
+  std::string tokenizer;
+  int64_t canvasLength = 256;
+  int64_t maxEncoderLength = 8192;
+  int64_t maxSoftTokens = 280;
+  int64_t vocabSize = 0;  // 0: the tokenizer's
+  bool skipBadRows = false;
+};
+
+// Builds the dataset exactly as training will (every row validated, images decoded, blocks split)
+// and prints its counts; with --skip-bad-rows, every skipped row too.
+int runCheckData(const CheckDataFlags& flags) {
+  dgemma::Tokenizer tokenizer(flags.tokenizer);
+  const int64_t vocabSize = flags.vocabSize > 0 ? flags.vocabSize : tokenizer.vocabSize();
+  tokenizer.checkVocabSize(vocabSize);
+  dgemma::DatasetOptions options;
+  options.canvasLength = flags.canvasLength;
+  options.maxEncoderLength = flags.maxEncoderLength;
+  options.image.maxSoftTokens = flags.maxSoftTokens;
+  options.skipBadRows = flags.skipBadRows;
+  auto start = std::chrono::steady_clock::now();
+  dgemma::Dataset dataset = dgemma::buildDataset(flags.data, dgemma::gemma4RowTokenizer(tokenizer, vocabSize), options);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const dgemma::RowError& error : dataset.skipped) std::cerr << "skipped: " << error.text() << "\n";
+  const int64_t rows = dataset.rows + static_cast<int64_t>(dataset.skipped.size());
+  std::cout << flags.data << ": rows " << rows << ", kept " << dataset.rows << ", skipped " << dataset.skipped.size()
+            << ", blocks " << dataset.items.size() << ", prompt tokens " << dataset.promptTokens << ", target tokens "
+            << dataset.targetTokens << ", images " << dataset.images << ", empty completions " << dataset.emptyCompletions
+            << "\n";
+  std::printf("checked %lld rows in %.3f s (%.0f rows/s)\n", static_cast<long long>(rows), seconds,
+              seconds > 0 ? rows / seconds : 0.0);
+  return 0;
+}
+
 // Subcommands whose machinery later work builds: they parse their contract flags and say so.
 int notYet(const std::string& command, const std::string& missing) {
   throw InputError("dgemma-run " + command + ": not implemented yet (" + missing + ")");
@@ -230,11 +267,17 @@ int main(int argc, char** argv) {
   eval->add_option("--test", reserved["eval.test"])->required();
   addReserved(eval, {"out"});
 
-  CLI::App* checkData = app.add_subcommand("check-data", "validate a JSONL data file (not implemented yet)");
-  checkData->add_option("--data", reserved["check-data.data"])->required();
-  checkData->add_option("--tokenizer", reserved["check-data.tokenizer"])->required();
-  addReserved(checkData, {"canvas-len"});
-  addReservedFlags(checkData, {"skip-bad-rows"});
+  CheckDataFlags checkDataFlags;
+  CLI::App* checkData = app.add_subcommand("check-data", "validate a JSONL data file as training would and print its counts");
+  checkData->add_option("--data", checkDataFlags.data, "JSONL file")->required();
+  checkData->add_option("--tokenizer", checkDataFlags.tokenizer, "directory with tokenizer.model")->required();
+  checkData->add_option("--canvas-len", checkDataFlags.canvasLength, "block length")->check(CLI::PositiveNumber);
+  checkData->add_option("--max-encoder-len", checkDataFlags.maxEncoderLength, "longest encoder context allowed")
+      ->check(CLI::PositiveNumber);
+  checkData->add_option("--max-soft-tokens", checkDataFlags.maxSoftTokens, "image soft tokens: 70, 140, 280, 560 or 1120")
+      ->check(CLI::IsMember({70, 140, 280, 560, 1120}));
+  checkData->add_option("--vocab-size", checkDataFlags.vocabSize, "model vocabulary size (default: the tokenizer's)");
+  checkData->add_flag("--skip-bad-rows", checkDataFlags.skipBadRows, "skip, count and list bad rows instead of failing");
 
   CLI::App* forward = app.add_subcommand("forward", "run the plan's forward entry on a batch (safetensors in, safetensors out)");
   CLI::App* grad = app.add_subcommand("grad", "run the plan's training objective once and write the loss and every gradient");
@@ -260,6 +303,6 @@ int main(int argc, char** argv) {
     if (train->parsed()) return notYet("train", "needs the optimizer, data pipeline and checkpointing");
     if (generate->parsed()) return notYet("generate", "needs the DiffusionGemma model and the sampler");
     if (eval->parsed()) return notYet("eval", "needs the DiffusionGemma model and the sampler");
-    return notYet("check-data", "needs the data pipeline");
+    return runCheckData(checkDataFlags);
   });
 }

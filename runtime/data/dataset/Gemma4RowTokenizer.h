@@ -1,0 +1,14 @@
+// The RowTokenizer of DiffusionGemma: the Gemma 4 chat template with the generation prompt
+// (thinking off) for the prompt, the EOS-terminated completion, every id checked against the
+// vocabulary (data.md §3, §4).
+#pragma once
+
+#include "runtime/data/dataset/Dataset.h"
+#include "runtime/data/text/Tokenizer.h"
+
+namespace dgemma {
+
+// `tokenizer` must outlive the returned function. `vocabSize` is the model's (ids must be below it).
+RowTokenizer gemma4RowTokenizer(const Tokenizer& tokenizer, int64_t vocabSize);
+
+}  // namespace dgemma

@@ -1,0 +1,307 @@
+#include "runtime/data/text/Tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/Error.h"
+
+namespace dgemma {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool isPythonWhitespace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+// Decodes the UTF-8 sequence at text[pos] into `cp` and returns its length; 0 if it is malformed.
+size_t decodeAt(std::string_view text, size_t pos, uint32_t& cp) {
+  const auto b0 = static_cast<unsigned char>(text[pos]);
+  size_t len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
+  if (len == 0 || pos + len > text.size()) return 0;
+  cp = len == 1 ? b0 : len == 2 ? (b0 & 0x1F) : len == 3 ? (b0 & 0x0F) : (b0 & 0x07);
+  for (size_t i = 1; i < len; ++i) {
+    const auto b = static_cast<unsigned char>(text[pos + i]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  return len;
+}
+
+std::string readConfigToken(const nlohmann::json& config, const char* key, std::string fallback) {
+  auto it = config.find(key);
+  if (it == config.end()) return fallback;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  return fallback;
+}
+
+// The piece types of a serialized SentencePiece ModelProto (field 1: repeated SentencePiece, whose
+// field 3 is the type: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte). The
+// installed libsentencepiece cannot tell user-defined pieces from normal ones, so the model file's
+// protobuf wire format is read here. Returns an empty vector if the file is not well-formed.
+std::vector<int> readPieceTypes(const std::string& bytes) {
+  std::vector<int> types;
+  auto readVarint = [](const std::string& b, size_t& pos, uint64_t& value) {
+    value = 0;
+    for (int shift = 0; shift < 64 && pos < b.size(); shift += 7) {
+      const auto byte = static_cast<unsigned char>(b[pos++]);
+      value |= uint64_t{byte & 0x7Fu} << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  };
+  // Skips one field of wire type `wire`; false if malformed.
+  auto skip = [&](const std::string& b, size_t& pos, uint64_t wire) {
+    uint64_t v = 0;
+    switch (wire) {
+      case 0: return readVarint(b, pos, v);
+      case 1: pos += 8; return pos <= b.size();
+      case 2: if (!readVarint(b, pos, v) || v > b.size() - pos) return false; pos += v; return true;
+      case 5: pos += 4; return pos <= b.size();
+      default: return false;
+    }
+  };
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    uint64_t key = 0;
+    if (!readVarint(bytes, pos, key)) return {};
+    if (key >> 3 == 1 && (key & 7) == 2) {
+      uint64_t length = 0;
+      if (!readVarint(bytes, pos, length) || length > bytes.size() - pos) return {};
+      const std::string piece = bytes.substr(pos, length);
+      pos += length;
+      int type = 1;  // the default
+      size_t p = 0;
+      while (p < piece.size()) {
+        uint64_t k = 0, v = 0;
+        if (!readVarint(piece, p, k)) return {};
+        if (k >> 3 == 3 && (k & 7) == 0) {
+          if (!readVarint(piece, p, v)) return {};
+          type = static_cast<int>(v);
+        } else if (!skip(piece, p, k & 7)) {
+          return {};
+        }
+      }
+      types.push_back(type);
+    } else if (!skip(bytes, pos, key & 7)) {
+      return {};
+    }
+  }
+  return types;
+}
+
+}  // namespace
+
+std::string stripPythonWhitespace(std::string_view text) {
+  size_t begin = 0, end = text.size();
+  while (begin < end) {
+    uint32_t cp = 0;
+    size_t len = decodeAt(text, begin, cp);
+    if (len == 0 || !isPythonWhitespace(cp)) break;
+    begin += len;
+  }
+  while (end > begin) {
+    size_t lead = end - 1;
+    while (lead > begin && (static_cast<unsigned char>(text[lead]) & 0xC0) == 0x80) --lead;
+    uint32_t cp = 0;
+    size_t len = decodeAt(text, lead, cp);
+    if (len != end - lead || !isPythonWhitespace(cp)) break;
+    end = lead;
+  }
+  return std::string(text.substr(begin, end - begin));
+}
+
+Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
+  const fs::path dir(directory);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw InputError(directory + ": expected a tokenizer directory (with tokenizer.model), but it does not exist"
+                     " or is not a directory");
+  const fs::path model = dir / "tokenizer.model";
+  if (!fs::exists(model, ec)) {
+    if (fs::exists(dir / "tokenizer.json", ec))
+      throw InputError((dir / "tokenizer.json").string() +
+                       ": tokenizer.json-only checkpoints are not supported yet; dgemma needs tokenizer.model"
+                       " (a SentencePiece model) in " + directory);
+    throw InputError(model.string() + ": expected a SentencePiece tokenizer model, but the file does not exist");
+  }
+  sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = sp_->Load(model.string());
+  if (!status.ok())
+    throw InputError(model.string() + ": cannot load the SentencePiece model: " + status.ToString());
+  vocabSize_ = sp_->GetPieceSize();
+  eos_ = sp_->eos_id();
+  bos_ = sp_->bos_id();
+  pad_ = sp_->pad_id();
+  if (eos_ < 0) throw InputError(model.string() + ": the tokenizer defines no EOS id");
+
+  const fs::path configPath = dir / "tokenizer_config.json";
+  if (fs::exists(configPath, ec)) {
+    std::ifstream in(configPath);
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(configPath.string() + ": expected JSON: " + e.what());
+    }
+    if (config.is_object()) {
+      imageToken_ = readConfigToken(config, "image_token", imageToken_);
+      boiToken_ = readConfigToken(config, "boi_token", boiToken_);
+      eoiToken_ = readConfigToken(config, "eoi_token", eoiToken_);
+    }
+  }
+
+  std::string modelBytes;
+  {
+    std::ifstream in(model, std::ios::binary);
+    modelBytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::vector<int> types = readPieceTypes(modelBytes);
+  if (static_cast<int64_t>(types.size()) != vocabSize_)
+    throw InputError(model.string() + ": cannot read the piece types of the SentencePiece model");
+  constexpr int kUserDefined = 4;
+  byFirstByte_.resize(256);
+  for (int id = 0; id < sp_->GetPieceSize(); ++id) {
+    if (!(sp_->IsControl(id) || sp_->IsUnknown(id) || types[id] == kUserDefined)) continue;
+    std::string piece = sp_->IdToPiece(id);
+    if (piece.empty() || specials_.count(piece)) continue;
+    specials_.emplace(piece, id);
+    byFirstByte_[static_cast<unsigned char>(piece[0])].emplace_back(piece, id);
+  }
+  for (auto& group : byFirstByte_)
+    std::stable_sort(group.begin(), group.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  std::vector<int> pieceIds;
+  auto encodeSegment = [&](std::string_view segment) {
+    if (segment.empty()) return;
+    pieceIds.clear();
+    const auto status = sp_->Encode(segment, &pieceIds);
+    if (!status.ok()) throw RuntimeError(directory_ + ": SentencePiece encoding failed: " + status.ToString());
+    ids.insert(ids.end(), pieceIds.begin(), pieceIds.end());
+  };
+  size_t segmentStart = 0, pos = 0;
+  while (pos < text.size()) {
+    const auto& group = byFirstByte_[static_cast<unsigned char>(text[pos])];
+    const std::pair<std::string, int32_t>* match = nullptr;
+    for (const auto& candidate : group) {
+      if (text.compare(pos, candidate.first.size(), candidate.first) == 0) {
+        match = &candidate;
+        break;
+      }
+    }
+    if (match == nullptr) {
+      ++pos;
+      continue;
+    }
+    encodeSegment(text.substr(segmentStart, pos - segmentStart));
+    ids.push_back(match->second);
+    pos += match->first.size();
+    segmentStart = pos;
+  }
+  encodeSegment(text.substr(segmentStart));
+  return ids;
+}
+
+std::vector<int32_t> Tokenizer::completionTokens(std::string_view text) const {
+  std::vector<int32_t> ids = encode(text);
+  if (ids.empty() || ids.back() != eos_) ids.push_back(eos_);
+  return ids;
+}
+
+std::optional<int32_t> Tokenizer::findSpecialTokenId(std::string_view token) const {
+  auto it = specials_.find(std::string(token));
+  if (it == specials_.end()) return std::nullopt;
+  return it->second;
+}
+
+int32_t Tokenizer::specialTokenId(std::string_view token) const {
+  if (auto id = findSpecialTokenId(token)) return *id;
+  throw InputError(directory_ + "/tokenizer.model: the tokenizer has no special token \"" + std::string(token) + "\"");
+}
+
+void Tokenizer::checkVocabSize(int64_t modelVocabSize) const {
+  if (vocabSize_ > modelVocabSize)
+    throw InputError(directory_ + "/tokenizer.model: the tokenizer has " + std::to_string(vocabSize_) +
+                     " pieces but the model's vocab_size is " + std::to_string(modelVocabSize));
+}
+
+void checkTokenIds(const std::vector<int32_t>& ids, int64_t vocabSize, const std::string& what) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocabSize)
+      throw InputError(what + ": token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                       " is out of range for vocab_size " + std::to_string(vocabSize));
+  }
+}
+
+std::string renderGemma4PromptText(const Tokenizer& tokenizer, const std::vector<Message>& messages,
+                                   const std::vector<int64_t>& imageSoftTokenCounts) {
+  size_t images = 0;
+  for (const Message& m : messages)
+    for (const ContentPart& p : m.content) images += p.kind == ContentPart::Image;
+  if (images != imageSoftTokenCounts.size())
+    throw InputError("prompt: " + std::to_string(images) + " image parts but " +
+                     std::to_string(imageSoftTokenCounts.size()) + " soft-token counts");
+
+  std::string text = "<bos>";
+  size_t image = 0;
+  for (const Message& m : messages) {
+    text += "<|turn>";
+    text += m.role == Message::Assistant ? "model" : roleName(m.role);
+    text += '\n';
+    for (const ContentPart& p : m.content) {
+      if (p.kind == ContentPart::Text) {
+        text += stripPythonWhitespace(p.text);
+        continue;
+      }
+      const int64_t n = imageSoftTokenCounts[image];
+      if (n < 1)
+        throw InputError("prompt: image " + std::to_string(image) + " (" + p.imagePath + ") has " + std::to_string(n) +
+                         " soft tokens; every image needs at least one");
+      text += tokenizer.boiToken();
+      for (int64_t i = 0; i < n; ++i) text += tokenizer.imageToken();
+      text += tokenizer.eoiToken();
+      ++image;
+    }
+    text += "<turn|>\n";
+  }
+  text += "<|turn>model\n<|channel>thought\n<channel|>";
+  return text;
+}
+
+TokenizedPrompt renderGemma4Prompt(const Tokenizer& tokenizer, const std::vector<Message>& messages,
+                                   const std::vector<int64_t>& imageSoftTokenCounts) {
+  TokenizedPrompt out;
+  out.inputIds = tokenizer.encode(renderGemma4PromptText(tokenizer, messages, imageSoftTokenCounts));
+  const int32_t imageId = tokenizer.imageTokenId();
+  out.mmTokenTypeIds.reserve(out.inputIds.size());
+  int64_t imageTokens = 0, expected = 0;
+  for (int32_t id : out.inputIds) {
+    out.mmTokenTypeIds.push_back(id == imageId ? 1 : 0);
+    imageTokens += id == imageId;
+  }
+  for (int64_t n : imageSoftTokenCounts) expected += n;
+  if (imageTokens != expected)
+    throw InputError("prompt: " + std::to_string(imageTokens) + " image tokens after template expansion but the images"
+                     " give " + std::to_string(expected) + " soft tokens (does message text contain \"" +
+                     tokenizer.imageToken() + "\"?)");
+  return out;
+}
+
+}  // namespace dgemma

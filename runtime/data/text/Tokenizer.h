@@ -1,0 +1,109 @@
+// Tokenization and the Gemma 4 prompt (../shared/reference/data.md §3, §4).
+//
+// Tokenizer loads a checkpoint's (or the bundled, data/tokenizer/) SentencePiece model, tokenizer.model,
+// through libsentencepiece. encode() follows HF's `tokenizer(text, add_special_tokens=False)`: special
+// token strings in the text (the model's control, unknown and user-defined pieces: "<bos>", "<eos>",
+// "<|turn>", ...) are matched leftmost-longest as single ids and never split; the text between them is
+// encoded by SentencePiece. Nothing is added around the text.
+//
+// renderGemma4Prompt() renders the Gemma 4 chat template (26B variant, generation prompt, thinking
+// off) in C++ and tokenizes it:
+//
+//   <bos> { <|turn>ROLE\nCONTENT<turn|>\n }* <|turn>model\n<|channel>thought\n<channel|>
+//
+// ROLE is system, user or model (assistant). CONTENT is the message's parts concatenated: a text part
+// stripped of leading and trailing whitespace (Python str.strip()), an image part as <boi> + N x
+// <image> + <eoi>, N being that image's soft-token count. These whitespace and placeholder choices
+// are pinned by test/fixtures/tokenizer (tools/reference/make_tokenizer_fixtures.py).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/data/rows/Rows.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace dgemma {
+
+class Tokenizer {
+ public:
+  // Loads DIRECTORY/tokenizer.model. Throws InputError naming the path when the directory or the
+  // model is missing or unreadable, when the directory has only tokenizer.json (not supported yet),
+  // or when the model defines no EOS id (data.md §2 rule 7). DIRECTORY/tokenizer_config.json, if
+  // present, may name the image, begin-of-image and end-of-image tokens ("image_token", "boi_token",
+  // "eoi_token"); the defaults are "<image>", "<boi>" and "<eoi>".
+  explicit Tokenizer(const std::string& directory);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  const std::string& directory() const { return directory_; }
+  int64_t vocabSize() const { return vocabSize_; }  // number of pieces
+
+  // Text to ids, with special-token strings matched as single ids; no BOS or EOS is added.
+  std::vector<int32_t> encode(std::string_view text) const;
+  // encode(text) followed by EOS unless it already ends with EOS (data.md §4).
+  std::vector<int32_t> completionTokens(std::string_view text) const;
+
+  // The id of a special token by its string ("<eos>", "<|turn>"); nullopt / InputError if the model
+  // has no such special piece.
+  std::optional<int32_t> findSpecialTokenId(std::string_view token) const;
+  int32_t specialTokenId(std::string_view token) const;
+  int32_t eosId() const { return eos_; }
+  int32_t bosId() const { return bos_; }
+  int32_t padId() const { return pad_; }  // -1 if the model has none
+  int32_t imageTokenId() const { return specialTokenId(imageToken_); }
+  int32_t boiTokenId() const { return specialTokenId(boiToken_); }
+  int32_t eoiTokenId() const { return specialTokenId(eoiToken_); }
+  const std::string& imageToken() const { return imageToken_; }
+  const std::string& boiToken() const { return boiToken_; }
+  const std::string& eoiToken() const { return eoiToken_; }
+
+  // Throws InputError when the tokenizer has more pieces than the model's vocabulary.
+  void checkVocabSize(int64_t modelVocabSize) const;
+
+ private:
+  std::string directory_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  int64_t vocabSize_ = 0;
+  int32_t eos_ = -1, bos_ = -1, pad_ = -1;
+  std::string imageToken_ = "<image>", boiToken_ = "<boi>", eoiToken_ = "<eoi>";
+  std::unordered_map<std::string, int32_t> specials_;
+  // Special strings grouped by first byte, longest first, for the leftmost-longest match.
+  std::vector<std::vector<std::pair<std::string, int32_t>>> byFirstByte_;
+};
+
+// Throws InputError ("WHAT: token id X at position P is out of range for vocab_size V") unless every
+// id is in [0, vocabSize).
+void checkTokenIds(const std::vector<int32_t>& ids, int64_t vocabSize, const std::string& what);
+
+// Python's str.strip() on UTF-8 text (Unicode whitespace at both ends).
+std::string stripPythonWhitespace(std::string_view text);
+
+struct TokenizedPrompt {
+  std::vector<int32_t> inputIds;
+  std::vector<int32_t> mmTokenTypeIds;  // 1 on image soft tokens, 0 elsewhere (<boi>, <eoi> included)
+};
+
+// The prompt text of the template above, image placeholders already expanded. `imageSoftTokenCounts`
+// gives N for each image part in message order. Throws InputError if its length differs from the
+// number of image parts or a count is below 1.
+std::string renderGemma4PromptText(const Tokenizer& tokenizer, const std::vector<Message>& messages,
+                                   const std::vector<int64_t>& imageSoftTokenCounts);
+
+// renderGemma4PromptText, tokenized with encode(). Throws InputError if the number of image tokens in
+// the result differs from the sum of the counts (image-token strings inside message text).
+TokenizedPrompt renderGemma4Prompt(const Tokenizer& tokenizer, const std::vector<Message>& messages,
+                                   const std::vector<int64_t>& imageSoftTokenCounts);
+
+}  // namespace dgemma
