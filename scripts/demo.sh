@@ -17,6 +17,11 @@ bash "$root/scripts/configure.sh" "$build"
 cmake --build "$build" -j "$(nproc)"
 
 fixture=$root/test/fixtures/diffusion_gemma/seven_layers
+echo "== data: validate the bundled demo splits with the bundled tokenizer"
+for split in train validation test; do
+  "$bin/dgemma-run" check-data --data "$root/data/demo/$split.jsonl" --tokenizer "$root/data/tokenizer" --canvas-len 16
+done
+
 echo "== DiffusionGemma: compile the 7-layer fixture (2 full + 5 sliding layers, window 4), run encoder + decoder step"
 "$bin/dgemma-compile" --model "$fixture" --mode infer --micro-batch 4 --prompt-len 11 --report -o "$work/dgemma" 2>/dev/null
 "$bin/dgemma-run" forward --plan "$work/dgemma" --weights "$fixture/model.safetensors" --input "$fixture/batch.safetensors" \
