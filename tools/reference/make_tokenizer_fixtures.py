@@ -91,7 +91,8 @@ CHAT_TEMPLATE = r"""{#- A reimplementation of the Gemma 4 chat template (26B var
 def train():
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        input=os.path.join(TOKENIZER_DIR, "corpus.txt"), model_writer=model, model_type="bpe",
+        # Relative to the repository root (main() runs there): the model records this path.
+        input=os.path.relpath(os.path.join(TOKENIZER_DIR, "corpus.txt"), ROOT), model_writer=model, model_type="bpe",
         vocab_size=VOCAB_SIZE, character_coverage=1.0, byte_fallback=False,
         normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
         split_digits=True, allow_whitespace_only_pieces=True,
@@ -210,6 +211,7 @@ ENCODE_TEXTS = [
 
 
 def main():
+    os.chdir(ROOT)
     train()
     tok = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     assert len(tok) == VOCAB_SIZE, len(tok)
