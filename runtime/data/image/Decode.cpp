@@ -33,6 +33,16 @@ void toRgb(const uint8_t* src, int channels, int64_t count, uint8_t* dst) {
   }
 }
 
+// A decoder's interleaved samples (1-4 channels) as an RGB image.
+RgbImage rgbImageFrom(const uint8_t* samples, int channels, int64_t width, int64_t height) {
+  RgbImage image;
+  image.width = width;
+  image.height = height;
+  image.pixels.resize(size_t(width * height * 3));
+  toRgb(samples, channels, width * height, image.pixels.data());
+  return image;
+}
+
 // ---- PNG ----
 
 struct PngState {
@@ -113,12 +123,7 @@ RgbImage decodePng(const std::vector<uint8_t>& bytes, const std::string& path) {
   if (!decodePngRaw(&state)) {
     throw InputError(path + ": expected a PNG or JPEG image: invalid PNG: " + state.message);
   }
-  RgbImage image;
-  image.width = state.width;
-  image.height = state.height;
-  image.pixels.resize(size_t(image.width * image.height * 3));
-  toRgb(state.raw.data(), state.channels, image.width * image.height, image.pixels.data());
-  return image;
+  return rgbImageFrom(state.raw.data(), state.channels, state.width, state.height);
 }
 
 // ---- JPEG ----
@@ -195,12 +200,7 @@ RgbImage decodeJpeg(const std::vector<uint8_t>& bytes, const std::string& path) 
   if (!decodeJpegRaw(&bytes, &state)) {
     throw InputError(path + ": expected a PNG or JPEG image: invalid JPEG: " + state.message);
   }
-  RgbImage image;
-  image.width = state.width;
-  image.height = state.height;
-  image.pixels.resize(size_t(image.width * image.height * 3));
-  toRgb(state.raw.data(), state.channels, image.width * image.height, image.pixels.data());
-  return image;
+  return rgbImageFrom(state.raw.data(), state.channels, state.width, state.height);
 }
 
 // ---- other formats ----
