@@ -110,6 +110,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   // The runtime resolves checkpoint names with the config (model.md §3.6), so the plan carries it.
   metadata["model_family"] = "diffusion_gemma";
   metadata["model_config"] = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
+  // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
+  // occupies positions, and RoPE, the window and the decoder's prefix truncation all depend on
+  // distances, so the result is the same up to rounding. The runtime crops prompt-length outputs back.
+  metadata["bucket_padding"] = {{"dimension", "prompt_len"},
+                                {"axis", 1},
+                                {"inputs", {{"input_ids", config.padTokenId}, {"attention_mask", 0}}},
+                                {"output_prefixes", {"encoder_hidden", "encoder_k.", "encoder_v."}}};
   return mlir::dg::buildDiffusionGemmaForward(context, config, options);
 }
 

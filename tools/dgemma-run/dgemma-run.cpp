@@ -1,6 +1,7 @@
 // dgemma-run: executes a plan (train / generate / eval / check-data, and the verification
 // subcommands forward / grad), or inspects one.
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -133,12 +134,88 @@ void loadPlanWeights(dgemma::Executor& executor, const std::string& weightsPath,
   });
 }
 
+// The plan's padding contract (metadata.bucket_padding, written by dgemma-compile): which inputs may
+// be left-padded along `axis` to a larger bucket of `dimension`, with which value, and which outputs
+// to crop back.
+struct BucketPadding {
+  std::string dimension;
+  int64_t axis = 1;
+  std::map<std::string, int64_t> inputs;  // name -> pad value
+  std::vector<std::string> outputPrefixes;
+};
+
+std::optional<BucketPadding> bucketPadding(const dgemma::Plan& plan, const std::string& planPath) {
+  auto it = plan.metadata.find("bucket_padding");
+  if (it == plan.metadata.end()) return std::nullopt;
+  try {
+    BucketPadding padding;
+    padding.dimension = it->at("dimension").get<std::string>();
+    padding.axis = it->at("axis").get<int64_t>();
+    for (const auto& [name, value] : it->at("inputs").items()) padding.inputs[name] = value.get<int64_t>();
+    padding.outputPrefixes = it->at("output_prefixes").get<std::vector<std::string>>();
+    return padding;
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(planPath + ": metadata.bucket_padding: " + error.what());
+  }
+}
+
+// Left-pads `tensor` along `axis` to `size` with `value` (integer tensors only).
+HostTensor leftPad(const HostTensor& tensor, int64_t axis, int64_t size, int64_t value, const std::string& name) {
+  if (tensor.dtype != dgemma::DType::I64 || axis >= static_cast<int64_t>(tensor.shape.size()))
+    throw InputError("input " + name + ": expected an i64 tensor with a dimension " + std::to_string(axis));
+  std::vector<int64_t> shape = tensor.shape;
+  const int64_t padding = size - shape[axis];
+  shape[axis] = size;
+  HostTensor padded(tensor.dtype, shape);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t oldRow = tensor.shape[axis] * inner, newRow = size * inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    std::fill(padded.as<int64_t>() + o * newRow, padded.as<int64_t>() + o * newRow + padding * inner, value);
+    std::copy(tensor.as<int64_t>() + o * oldRow, tensor.as<int64_t>() + (o + 1) * oldRow,
+              padded.as<int64_t>() + o * newRow + padding * inner);
+  }
+  return padded;
+}
+
+// Keeps the last `size` entries along `axis` (undoes leftPad on an output).
+HostTensor cropLeft(const HostTensor& tensor, int64_t axis, int64_t size) {
+  std::vector<int64_t> shape = tensor.shape;
+  const int64_t drop = shape[axis] - size;
+  shape[axis] = size;
+  HostTensor cropped(tensor.dtype, shape);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const size_t element = dgemma::dtypeSize(tensor.dtype);
+  const size_t oldRow = tensor.shape[axis] * inner * element, newRow = size * inner * element;
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(cropped.data.data() + o * newRow, tensor.data.data() + o * oldRow + drop * inner * element, newRow);
+  return cropped;
+}
+
 // Runs entry `entryName` on the batch; returns its outputs.
 std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std::string& entryName) {
   if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
   dgemma::Plan plan = loadPlan(flags);
   std::map<std::string, HostTensor> batch = readBatch(flags.input, plan, entryName);
-  const dgemma::EntryPoint& entry = selectEntry(plan, entryName, batch, flags.input);
+  const std::string planPath = dgemma::planFileForRank(flags.planDir, flags.rank);
+  // With a padding contract, the batch runs in the smallest bucket that holds it, left-padded.
+  std::optional<BucketPadding> padding = bucketPadding(plan, planPath);
+  int64_t requested = -1;
+  const dgemma::EntryPoint* chosen = nullptr;
+  if (padding) {
+    for (const auto& [name, value] : padding->inputs)
+      if (auto it = batch.find(name); it != batch.end() && padding->axis < static_cast<int64_t>(it->second.shape.size()))
+        requested = std::max(requested, it->second.shape[padding->axis]);
+    if (requested >= 0) chosen = plan.selectEntry(entryName, {{padding->dimension, requested}});
+  }
+  const dgemma::EntryPoint& entry = chosen ? *chosen : selectEntry(plan, entryName, batch, flags.input);
+  const int64_t bucketSize = chosen ? entry.bucket.at(padding->dimension) : -1;
+  if (chosen && bucketSize > requested)
+    for (const auto& [name, value] : padding->inputs)
+      if (auto it = batch.find(name); it != batch.end()) it->second = leftPad(it->second, padding->axis, bucketSize, value, name);
   if (entryName == "forward") applyForwardDefaults(batch, entry, plan);
   for (auto it = batch.begin(); it != batch.end();) {  // fields this model does not read are allowed
     bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
@@ -147,11 +224,15 @@ std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std
   std::unique_ptr<dgemma::Backend> backend = dgemma::createBackend(flags.backend, flags.threads);
   dgemma::CommunicatorSet communicators;
   for (const dgemma::MeshAxis& axis : plan.mesh) communicators.add(axis.name, std::make_unique<dgemma::LocalCommunicator>(*backend));
-  const std::string planPath = dgemma::planFileForRank(flags.planDir, flags.rank);
   dgemma::Executor executor(plan, *backend, communicators, planPath);
   if (!flags.weights.empty()) loadPlanWeights(executor, flags.weights, planPath);
   else dgemma::initializeWeights(executor, flags.seed);
-  return executor.run(entry, batch);
+  std::map<std::string, HostTensor> outputs = executor.run(entry, batch);
+  if (chosen && bucketSize > requested)
+    for (auto& [name, tensor] : outputs)
+      for (const std::string& prefix : padding->outputPrefixes)
+        if (name.rfind(prefix, 0) == 0) tensor = cropLeft(tensor, padding->axis, requested);
+  return outputs;
 }
 
 int runForward(const ExecutionFlags& flags) {
