@@ -189,7 +189,7 @@ class ForwardBuilder {
     const dgemma::LayerGeometry& geometry = config_.layer(layer);
     return b_.create<RopeOp>(loc(name), x.getType(), x, positions, b_.getF64FloatAttr(geometry.rope.theta),
                              b_.getI64IntegerAttr(config_.ropeRotatedPairs(layer)),
-                             b_.getI64IntegerAttr(geometry.headDim));
+                             b_.getI64IntegerAttr(geometry.headDim), b_.getBoolAttr(false));
   }
 
   // model.md §5.4 with the encoder (§6.2) or decoder (§7.3) key set.

@@ -19,6 +19,7 @@ int64_t TransposeOp::getFlops() { return 0; }
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }
 int64_t ConcatOp::getFlops() { return 0; }
+int64_t SliceOp::getFlops() { return 0; }
 
 int64_t AddOp::getFlops() { return resultElements(*this); }
 int64_t SubOp::getFlops() { return resultElements(*this); }

@@ -290,3 +290,22 @@ LogicalResult ReshapeOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents
   grads.push_back(reshape(builder, getLoc(), cotangents[0], getInput().getType().getShape()));
   return success();
 }
+
+LogicalResult RopeOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // A rotation's transpose is the rotation by the opposite angle; positions get no gradient.
+  grads.push_back(builder.create<RopeOp>(getLoc(), getType(), cotangents[0], getPositions(), getThetaAttr(),
+                                         getRotatedPairsAttr(), getFrequencyDimAttr(), builder.getBoolAttr(!getInverse())));
+  grads.push_back(Value());
+  return success();
+}
+
+LogicalResult ConcatOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // Each input receives its own block of the cotangent.
+  int64_t dim = getDimAttr().getInt(), start = 0;
+  for (Value input : getInputs()) {
+    grads.push_back(builder.create<SliceOp>(getLoc(), input.getType(), cotangents[0], builder.getI64IntegerAttr(dim),
+                                            builder.getI64IntegerAttr(start)));
+    start += typeOf(input).getDimSize(dim);
+  }
+  return success();
+}

@@ -264,6 +264,21 @@ LogicalResult ConcatOp::verify() {
   return success();
 }
 
+LogicalResult SliceOp::verify() {
+  auto input = getInput().getType(), result = getResult().getType();
+  int64_t dim = getDimAttr().getInt(), start = getStartAttr().getInt();
+  if (dim < 0 || dim >= input.getRank() || result.getRank() != input.getRank())
+    return emitOpError() << "dim " << dim << " must be a dimension of the input and the result";
+  if (input.getElementType() != result.getElementType()) return emitOpError() << "result must keep the element type";
+  for (int64_t d = 0; d < input.getRank(); ++d)
+    if (d != dim && input.getDimSize(d) != result.getDimSize(d))
+      return emitOpError() << "result " << result << " differs from the input " << input << " outside dim " << dim;
+  if (start < 0 || start + result.getDimSize(dim) > input.getDimSize(dim))
+    return emitOpError() << "block [" << start << ", " << start + result.getDimSize(dim) << ") leaves dim " << dim << " of size "
+                         << input.getDimSize(dim);
+  return success();
+}
+
 LogicalResult GatherOp::verify() {
   auto table = getTable().getType();
   auto ids = getIds().getType();

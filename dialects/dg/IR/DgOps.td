@@ -214,11 +214,19 @@ def Dg_ReshapeOp : Dg_ComputeOp<"reshape", [Pure, DeclareOpInterfaceMethods<Dg_D
   let hasFolder = 1;
 }
 
-def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure]> {
+def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Concatenation along one dimension";
   let arguments = (ins Variadic<Dg_Tensor>:$inputs, I64Attr:$dim);
   let results = (outs Dg_Tensor:$result);
   let assemblyFormat = "$inputs `dim` `=` $dim attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure]> {
+  let summary = "The block [start, start + size) of one dimension (size from the result type)";
+  let arguments = (ins Dg_Tensor:$input, I64Attr:$dim, I64Attr:$start);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$input `dim` `=` $dim `start` `=` $start attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 
@@ -234,16 +242,18 @@ def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure]> {
 // Model ops: kept whole so that sharding, fusion and kernel selection see their structure
 //===----------------------------------------------------------------------===//
 
-def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure]> {
+def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Rotary position embedding, rotate-half layout, optionally partial";
   let description = [{
     input `[B, T, H, D]`, positions `[B, T]`. For `i < D/2`, frequency
     `f_i = theta^(-2i/frequency_dim)` when `i < rotated_pairs`, else 0 (the pair passes through):
     Gemma 4's full layers rotate 64 of 256 pairs with `frequency_dim` 512 (proportional RoPE),
-    sliding layers all pairs with `frequency_dim` = D.
+    sliding layers all pairs with `frequency_dim` = D. `inverse` rotates by -angle: the transpose,
+    which is the derivative rule's cotangent map.
   }];
   let arguments = (ins Dg_FloatTensor:$input, RankedTensorOf<[I64]>:$positions, F64Attr:$theta,
-                       I64Attr:$rotated_pairs, I64Attr:$frequency_dim);
+                       I64Attr:$rotated_pairs, I64Attr:$frequency_dim,
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = "$input `,` $positions attr-dict `:` type($input) `,` type($positions) `->` type($result)";
   let hasVerifier = 1;

@@ -217,6 +217,16 @@ ShardingRule ConcatOp::getShardingRule() {
   return rule;
 }
 
+ShardingRule SliceOp::getShardingRule() {
+  // Every dimension but the sliced one passes through; the sliced one must be whole.
+  ShardingRule rule = sameShapeRule(*this, {getDimAttr().getInt()});
+  int64_t dim = getDimAttr().getInt();
+  rule.factorSizes.push_back(getInput().getType().getDimSize(dim));
+  rule.factorKinds.push_back(FactorKind::NeedReplication);
+  rule.operandFactors[0][dim] = static_cast<int64_t>(rule.factorSizes.size()) - 1;
+  return rule;
+}
+
 ShardingRule GatherOp::getShardingRule() {
   // Rows of the table are looked up by value, so they must be whole (a vocab-parallel embedding is
   // a separate masked op); id dimensions and the width pass through.

@@ -1,4 +1,4 @@
-// transpose, reshape and concat: data movement only, for any dtype.
+// transpose, reshape, concat and slice: data movement only, for any dtype.
 #include <cstring>
 
 #include "runtime/kernels/CpuKernelSupport.h"
@@ -147,12 +147,56 @@ std::unique_ptr<Kernel> createConcat(const KernelSignature& signature) {
   return std::make_unique<ConcatKernel>(outerCount, std::move(blockBytes));
 }
 
+// The block [start, start + size) of `dim`: for each index of the leading dims, one contiguous copy.
+class SliceKernel final : public Kernel {
+ public:
+  SliceKernel(int64_t outerCount, uint64_t inputRowBytes, uint64_t offsetBytes, uint64_t outputRowBytes)
+      : outerCount_(outerCount), inputRowBytes_(inputRowBytes), offsetBytes_(offsetBytes), outputRowBytes_(outputRowBytes) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const uint8_t* x = inputs[0].as<const uint8_t>();
+    uint8_t* y = outputs[0].as<uint8_t>();
+    cpu::parallelFor(context, outerCount_, cpu::rowGrain(static_cast<int64_t>(outputRowBytes_)), [&](int64_t begin, int64_t end) {
+      for (int64_t outer = begin; outer < end; ++outer)
+        std::memcpy(y + outer * outputRowBytes_, x + outer * inputRowBytes_ + offsetBytes_, outputRowBytes_);
+    });
+  }
+
+ private:
+  int64_t outerCount_;
+  uint64_t inputRowBytes_, offsetBytes_, outputRowBytes_;
+};
+
+std::unique_ptr<Kernel> createSlice(const KernelSignature& signature) {
+  expectArity(signature, 1, 1);
+  const Buffer& x = *signature.inputs[0];
+  const Buffer& y = *signature.outputs[0];
+  expectDType(signature, y, {x.dtype}, "output y");
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t dim = attrInt(signature, "dim"), start = attrInt(signature, "start");
+  if (dim < 0 || dim >= rank || static_cast<int64_t>(y.shape.size()) != rank)
+    failSignature(signature, "attribute 'dim': " + std::to_string(dim) + " is not a dimension of input x " + shapeToString(x.shape) +
+                                 " and output y " + shapeToString(y.shape));
+  std::vector<int64_t> expected = x.shape;
+  expected[dim] = y.shape[dim];
+  cpu::expectShape(signature, y, expected, "output y");
+  if (start < 0 || start + y.shape[dim] > x.shape[dim])
+    failSignature(signature, "attribute 'start': block [" + std::to_string(start) + ", " + std::to_string(start + y.shape[dim]) +
+                                 ") leaves dim " + std::to_string(dim) + " of size " + std::to_string(x.shape[dim]));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.shape[d];
+  for (int64_t d = dim + 1; d < rank; ++d) inner *= x.shape[d];
+  const uint64_t element = dtypeSize(x.dtype);
+  return std::make_unique<SliceKernel>(outer, x.shape[dim] * inner * element, start * inner * element, y.shape[dim] * inner * element);
+}
+
 }  // namespace
 
 void registerLayoutCpuKernels(KernelRegistry& registry) {
   registry.add("transpose", createTranspose);
   registry.add("reshape", createReshape);
   registry.add("concat", createConcat);
+  registry.add("slice", createSlice);
 }
 
 }  // namespace dgemma

@@ -20,8 +20,8 @@ struct RopeGeometry {
 template <typename T>
 class RopeKernel final : public Kernel {
  public:
-  RopeKernel(RopeGeometry geometry, std::vector<T> frequencies)
-      : geometry_(geometry), frequencies_(std::move(frequencies)) {}
+  RopeKernel(RopeGeometry geometry, std::vector<T> frequencies, bool inverse)
+      : geometry_(geometry), frequencies_(std::move(frequencies)), inverse_(inverse) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* x = inputs[0].as<const T>();
@@ -36,7 +36,7 @@ class RopeKernel final : public Kernel {
         for (int64_t i = 0; i < rotated; ++i) {
           const T angle = position * frequencies_[i];
           cosines[i] = std::cos(angle);
-          sines[i] = std::sin(angle);
+          sines[i] = inverse_ ? -std::sin(angle) : std::sin(angle);  // sin(-a) = -sin(a) exactly
         }
         for (int64_t head = 0; head < heads; ++head) {
           const T* xHead = x + (row * heads + head) * headDim;
@@ -61,6 +61,7 @@ class RopeKernel final : public Kernel {
  private:
   RopeGeometry geometry_;
   std::vector<T> frequencies_;  // f_i for the rotated pairs i < rotatedPairs
+  bool inverse_;                // rotate by -angle (the transpose)
 };
 
 // f_i = 1 / theta^(2i / frequency_dim), every step in T, as the contract and the reference model
@@ -104,9 +105,10 @@ std::unique_ptr<Kernel> createRope(const KernelSignature& signature) {
                                  std::to_string(frequencyDim));
 
   const RopeGeometry geometry{x.shape[0] * x.shape[1], x.shape[2], headDim, rotatedPairs};
+  const bool inverse = attrBool(signature, "inverse", false);
   if (x.dtype == DType::F64)
-    return std::make_unique<RopeKernel<double>>(geometry, ropeFrequencies<double>(theta, rotatedPairs, frequencyDim));
-  return std::make_unique<RopeKernel<float>>(geometry, ropeFrequencies<float>(theta, rotatedPairs, frequencyDim));
+    return std::make_unique<RopeKernel<double>>(geometry, ropeFrequencies<double>(theta, rotatedPairs, frequencyDim), inverse);
+  return std::make_unique<RopeKernel<float>>(geometry, ropeFrequencies<float>(theta, rotatedPairs, frequencyDim), inverse);
 }
 
 }  // namespace

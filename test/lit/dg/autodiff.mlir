@@ -62,6 +62,26 @@ func.func @unused() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// Through concat, each input gets its block of the cotangent; through RoPE, the inverse rotation.
+// CHECK-LABEL: func.func @concat_and_rope
+func.func @concat_and_rope() attributes {dg.entry = "train_step"} {
+  %a = dg.param "a" : tensor<1x2x1x4xf32>
+  %b = dg.param "b" : tensor<1x3x1x4xf32>
+  %pos = dg.input "positions" : tensor<1x5xi64>
+  %c = dg.concat %a, %b dim = 1 : tensor<1x2x1x4xf32>, tensor<1x3x1x4xf32> -> tensor<1x5x1x4xf32>
+  %r = dg.rope %c, %pos {theta = 10000.0 : f64, rotated_pairs = 2, frequency_dim = 4} : tensor<1x5x1x4xf32>, tensor<1x5xi64> -> tensor<1x5x1x4xf32>
+  %l = dg.reduce_sum %r dims = [0, 1, 2, 3] : tensor<1x5x1x4xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[G:.*]] = dg.rope %{{.*}}, %{{.*}} {frequency_dim = 4 : i64, inverse = true, rotated_pairs = 2 : i64, theta = 1.000000e+04 : f64}
+  // CHECK-DAG: %[[GA:.*]] = dg.slice %[[G]] dim = 1 start = 0 : tensor<1x5x1x4xf32> -> tensor<1x2x1x4xf32>
+  // CHECK-DAG: %[[GB:.*]] = dg.slice %[[G]] dim = 1 start = 2 : tensor<1x5x1x4xf32> -> tensor<1x3x1x4xf32>
+  // CHECK-DAG: dg.output "grad/a", %[[GA]]
+  // CHECK-DAG: dg.output "grad/b", %[[GB]]
+  return
+}
+
+// -----
+
 // Ops between the parameters and the loss must have a derivative rule.
 func.func @no_rule() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>

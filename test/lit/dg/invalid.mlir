@@ -251,3 +251,11 @@ func.func @concat_mismatch(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
   %c = dg.concat %a, %b dim = 1 : tensor<2x3xf32>, tensor<3x3xf32> -> tensor<2x6xf32>
   return
 }
+
+// -----
+
+func.func @slice_outside(%a: tensor<3x4xf32>) {
+  // expected-error @+1 {{block [2, 5) leaves dim 1 of size 4}}
+  %b = dg.slice %a dim = 1 start = 2 : tensor<3x4xf32> -> tensor<3x3xf32>
+  return
+}

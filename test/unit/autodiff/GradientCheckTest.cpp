@@ -246,5 +246,27 @@ TEST(GradientCheck, ReductionsAndLayout) {
   GradientChecker({{{5}}}, castRoundTrip).check(1e-3, 1e-2);
 }
 
+// Model-level ops: RoPE (full and partial rotation; positions are not differentiated) and concat.
+TEST(GradientCheck, RopeAndConcat) {
+  auto rope = [](int64_t pairs) -> OpBody {
+    return [pairs](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+      SmallVector<int64_t> positions;
+      for (int64_t row = 0; row < 2; ++row)
+        for (int64_t t = 0; t < 3; ++t) positions.push_back(5 * row + 7 * t);
+      auto positionType = RankedTensorType::get({2, 3}, b.getI64Type());
+      Value positionValues = b.create<ConstantOp>(loc, DenseElementsAttr::get(positionType, ArrayRef<int64_t>(positions)));
+      return b.create<RopeOp>(loc, p[0].getType(), p[0], positionValues, b.getF64FloatAttr(100.0), b.getI64IntegerAttr(pairs),
+                              b.getI64IntegerAttr(8), b.getBoolAttr(false));
+    };
+  };
+  GradientChecker({{{2, 3, 2, 8}}}, rope(4)).check(kTolerance);
+  GradientChecker({{{2, 3, 2, 8}}}, rope(2)).check(kTolerance);
+  auto concat = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    Value joined = b.create<ConcatOp>(loc, typeLike(p[0], {2, 5, 3}), ValueRange{p[0], p[1]}, b.getI64IntegerAttr(1));
+    return b.create<TanhOp>(loc, joined.getType(), joined);  // so each block's cotangent differs
+  };
+  GradientChecker({{{2, 2, 3}}, {{2, 3, 3}}}, concat).check(kTolerance);
+}
+
 }  // namespace
 }  // namespace dgemma

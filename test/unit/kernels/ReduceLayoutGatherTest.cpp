@@ -158,6 +158,26 @@ TEST(ConcatKernel, RejectsMismatchedShapes) {
   }
 }
 
+TEST(SliceKernel, CutsBlocksOfInnerAndOuterDims) {
+  // [2, 3, 2]: tokens 1..2 of every row (the decoder's cotangent split back into prefix and canvas).
+  KernelCall tokens("slice", {{"dim", 1}, {"start", 1}});
+  tokens.input<float>(DType::F32, {2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}).output(DType::F32, {2, 2, 2});
+  tokens.run();
+  EXPECT_EQ(tokens.result<float>(), (std::vector<float>{3, 4, 5, 6, 9, 10, 11, 12}));
+  KernelCall rows("slice", {{"dim", 0}, {"start", 2}});
+  rows.input<int64_t>(DType::I64, {3, 2}, {1, 2, 3, 4, 5, 6}).output(DType::I64, {1, 2});
+  rows.run();
+  EXPECT_EQ(rows.result<int64_t>(), (std::vector<int64_t>{5, 6}));
+  KernelCall outside("slice", {{"dim", 0}, {"start", 2}});
+  outside.input<int64_t>(DType::I64, {3, 2}, {1, 2, 3, 4, 5, 6}).output(DType::I64, {2, 2});
+  try {
+    outside.create();
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()), outside.where() + ": attribute 'start': block [2, 4) leaves dim 0 of size 3");
+  }
+}
+
 TEST(GatherKernel, SelectsTableRows) {
   const std::vector<float> table = {0, 1, 10, 11, 20, 21, 30, 31};  // [4, 2]
   KernelCall call32("gather");

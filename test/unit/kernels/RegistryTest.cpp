@@ -14,7 +14,7 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
       "neg", "exp", "log", "tanh", "sqrt", "rsqrt", "copy",
       "gelu_tanh", "matmul", "rms_norm", "softmax",
       "reduce_sum", "reduce_max", "reduce_mean",
-      "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "concat",
+      "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "concat", "slice",
       "rope", "attention", "moe_route", "moe_experts"};
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
 }
