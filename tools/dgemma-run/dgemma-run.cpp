@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
   CheckDataFlags checkDataFlags;
   CLI::App* checkData = app.add_subcommand("check-data", "validate a JSONL data file as training would and print its counts");
   checkData->add_option("--data", checkDataFlags.data, "JSONL file")->required();
-  checkData->add_option("--tokenizer", checkDataFlags.tokenizer, "directory with tokenizer.model")->required();
+  checkData->add_option("--tokenizer", checkDataFlags.tokenizer, "directory with tokenizer.model or tokenizer.json")->required();
   checkData->add_option("--canvas-len", checkDataFlags.canvasLength, "block length")->check(CLI::PositiveNumber);
   checkData->add_option("--max-encoder-len", checkDataFlags.maxEncoderLength, "longest encoder context allowed")
       ->check(CLI::PositiveNumber);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/Error.h"
+#include "runtime/data/text/TokenizerJson.h"
 
 namespace dgemma {
 namespace {
@@ -124,25 +125,18 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
   const fs::path dir(directory);
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw InputError(directory + ": expected a tokenizer directory (with tokenizer.model), but it does not exist"
-                     " or is not a directory");
+    throw InputError(directory + ": expected a tokenizer directory (with tokenizer.model or tokenizer.json), but it"
+                     " does not exist or is not a directory");
   const fs::path model = dir / "tokenizer.model";
-  if (!fs::exists(model, ec)) {
-    if (fs::exists(dir / "tokenizer.json", ec))
-      throw InputError((dir / "tokenizer.json").string() +
-                       ": tokenizer.json-only checkpoints are not supported yet; dgemma needs tokenizer.model"
-                       " (a SentencePiece model) in " + directory);
-    throw InputError(model.string() + ": expected a SentencePiece tokenizer model, but the file does not exist");
+  const fs::path tokenizerJson = dir / "tokenizer.json";
+  if (fs::exists(model, ec)) {
+    loadSentencePiece(model.string());
+  } else if (fs::exists(tokenizerJson, ec)) {
+    loadTokenizerJson(tokenizerJson.string());
+  } else {
+    throw InputError(model.string() + ": expected a SentencePiece tokenizer model (or " + tokenizerJson.string() +
+                     ", an HF tokenizer), but neither file exists");
   }
-  sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = sp_->Load(model.string());
-  if (!status.ok())
-    throw InputError(model.string() + ": cannot load the SentencePiece model: " + status.ToString());
-  vocabSize_ = sp_->GetPieceSize();
-  eos_ = sp_->eos_id();
-  bos_ = sp_->bos_id();
-  pad_ = sp_->pad_id();
-  if (eos_ < 0) throw InputError(model.string() + ": the tokenizer defines no EOS id");
 
   const fs::path configPath = dir / "tokenizer_config.json";
   if (fs::exists(configPath, ec)) {
@@ -159,6 +153,53 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
       eoiToken_ = readConfigToken(config, "eoi_token", eoiToken_);
     }
   }
+}
+
+void Tokenizer::loadTokenizerJson(const std::string& path) {
+  backend_ = "tokenizers";
+  file_ = path;
+  json_ = std::make_unique<TokenizerJson>(path);
+  vocabSize_ = json_->vocabSize();
+  for (const TokenizerJson::AddedToken& token : json_->addedTokens()) specials_.emplace(token.content, token.id);
+
+  // The special token names: tokenizer_config.json, else special_tokens_map.json, else the defaults.
+  std::string eos = "<eos>", bos = "<bos>", pad = "<pad>";
+  const fs::path dir(directory_);
+  for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
+    const fs::path p = dir / name;
+    std::error_code ec;
+    if (!fs::exists(p, ec)) continue;
+    std::ifstream in(p);
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(p.string() + ": expected JSON: " + e.what());
+    }
+    if (!config.is_object()) continue;
+    eos = readConfigToken(config, "eos_token", eos);
+    bos = readConfigToken(config, "bos_token", bos);
+    pad = readConfigToken(config, "pad_token", pad);
+  }
+  eos_ = json_->tokenToId(eos);
+  bos_ = json_->tokenToId(bos);
+  pad_ = json_->tokenToId(pad);
+  if (eos_ < 0) throw InputError(path + ": the tokenizer defines no EOS id (no token \"" + eos + "\")");
+}
+
+void Tokenizer::loadSentencePiece(const std::string& modelPath) {
+  const fs::path model(modelPath);
+  backend_ = "sentencepiece";
+  file_ = modelPath;
+  sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = sp_->Load(model.string());
+  if (!status.ok())
+    throw InputError(model.string() + ": cannot load the SentencePiece model: " + status.ToString());
+  vocabSize_ = sp_->GetPieceSize();
+  eos_ = sp_->eos_id();
+  bos_ = sp_->bos_id();
+  pad_ = sp_->pad_id();
+  if (eos_ < 0) throw InputError(model.string() + ": the tokenizer defines no EOS id");
 
   std::string modelBytes;
   {
@@ -187,6 +228,7 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (json_) return json_->encode(text);
   std::vector<int32_t> ids;
   std::vector<int> pieceIds;
   auto encodeSegment = [&](std::string_view segment) {
@@ -233,12 +275,12 @@ std::optional<int32_t> Tokenizer::findSpecialTokenId(std::string_view token) con
 
 int32_t Tokenizer::specialTokenId(std::string_view token) const {
   if (auto id = findSpecialTokenId(token)) return *id;
-  throw InputError(directory_ + "/tokenizer.model: the tokenizer has no special token \"" + std::string(token) + "\"");
+  throw InputError(file_ + ": the tokenizer has no special token \"" + std::string(token) + "\"");
 }
 
 void Tokenizer::checkVocabSize(int64_t modelVocabSize) const {
   if (vocabSize_ > modelVocabSize)
-    throw InputError(directory_ + "/tokenizer.model: the tokenizer has " + std::to_string(vocabSize_) +
+    throw InputError(file_ + ": the tokenizer has " + std::to_string(vocabSize_) +
                      " pieces but the model's vocab_size is " + std::to_string(modelVocabSize));
 }
 

@@ -1,10 +1,13 @@
 // Tokenization and the Gemma 4 prompt (../shared/reference/data.md §3, §4).
 //
-// Tokenizer loads a checkpoint's (or the bundled, data/tokenizer/) SentencePiece model, tokenizer.model,
-// through libsentencepiece. encode() follows HF's `tokenizer(text, add_special_tokens=False)`: special
-// token strings in the text (the model's control, unknown and user-defined pieces: "<bos>", "<eos>",
-// "<|turn>", ...) are matched leftmost-longest as single ids and never split; the text between them is
-// encoded by SentencePiece. Nothing is added around the text.
+// Tokenizer loads a checkpoint's (or the bundled, data/tokenizer/) tokenizer: the SentencePiece model
+// tokenizer.model through libsentencepiece when the directory has one (backend() "sentencepiece"),
+// else the HF tokenizer.json (backend() "tokenizers", TokenizerJson.h). encode() follows HF's
+// `tokenizer(text, add_special_tokens=False)`: special token strings in the text ("<bos>", "<eos>",
+// "<|turn>", ...: for SentencePiece the model's control, unknown and user-defined pieces, for
+// tokenizer.json its added_tokens) are matched leftmost-longest as single ids and never split; the text
+// between them is encoded by SentencePiece or the tokenizer.json pipeline. Nothing is added around the
+// text.
 //
 // renderGemma4Prompt() renders the Gemma 4 chat template (26B variant, generation prompt, thinking
 // off) in C++ and tokenizes it:
@@ -33,11 +36,16 @@ class SentencePieceProcessor;
 
 namespace dgemma {
 
+class TokenizerJson;
+
 class Tokenizer {
  public:
-  // Loads DIRECTORY/tokenizer.model. Throws InputError naming the path when the directory or the
-  // model is missing or unreadable, when the directory has only tokenizer.json (not supported yet),
-  // or when the model defines no EOS id (data.md §2 rule 7). DIRECTORY/tokenizer_config.json, if
+  // Loads DIRECTORY/tokenizer.model, or DIRECTORY/tokenizer.json if there is no tokenizer.model.
+  // Throws InputError naming the path when the directory or both files are missing, when the file is
+  // unreadable or invalid (tokenizer.json: "PATH: JSON.PATH: expected ..."), or when the tokenizer
+  // defines no EOS id (data.md §2 rule 7). With tokenizer.json, the EOS, BOS and PAD tokens are
+  // tokenizer_config.json's (else special_tokens_map.json's) "eos_token", "bos_token", "pad_token",
+  // defaulting to "<eos>", "<bos>", "<pad>". DIRECTORY/tokenizer_config.json, if
   // present, may name the image, begin-of-image and end-of-image tokens ("image_token", "boi_token",
   // "eoi_token"); the defaults are "<image>", "<boi>" and "<eoi>".
   explicit Tokenizer(const std::string& directory);
@@ -48,6 +56,10 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   const std::string& directory() const { return directory_; }
+  // "sentencepiece" (tokenizer.model) or "tokenizers" (tokenizer.json).
+  const std::string& backend() const { return backend_; }
+  // The file the tokenizer was loaded from (DIRECTORY/tokenizer.model or DIRECTORY/tokenizer.json).
+  const std::string& file() const { return file_; }
   int64_t vocabSize() const { return vocabSize_; }  // number of pieces
 
   // Text to ids, with special-token strings matched as single ids; no BOS or EOS is added.
@@ -73,8 +85,12 @@ class Tokenizer {
   void checkVocabSize(int64_t modelVocabSize) const;
 
  private:
-  std::string directory_;
+  void loadSentencePiece(const std::string& model);
+  void loadTokenizerJson(const std::string& path);
+
+  std::string directory_, backend_, file_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<TokenizerJson> json_;
   int64_t vocabSize_ = 0;
   int32_t eos_ = -1, bos_ = -1, pad_ = -1;
   std::string imageToken_ = "<image>", boiToken_ = "<boi>", eoiToken_ = "<eoi>";
