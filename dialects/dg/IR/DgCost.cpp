@@ -64,6 +64,14 @@ int64_t AttentionOp::getFlops() {
   return rows * keys * (2 * query.getDimSize(3) + 2 * value.getDimSize(3) + 5);
 }
 
+// Recomputing the probabilities plus the four products of the gradients: about twice the forward.
+int64_t AttentionBackwardOp::getFlops() {
+  auto query = getQuery().getType(), value = getValue().getType();
+  int64_t rows = query.getDimSize(0) * query.getDimSize(1) * query.getDimSize(2);
+  int64_t keys = getKey().getType().getDimSize(1);
+  return rows * keys * (4 * query.getDimSize(3) + 4 * value.getDimSize(3) + 8);
+}
+
 int64_t MoeRouteOp::getFlops() { return 5 * getLogits().getType().getNumElements(); }
 
 // Per routed (token, expert) pair: gate and up projections (2 * 2IH), down (2IH), the gated GELU.

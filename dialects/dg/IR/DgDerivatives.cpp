@@ -309,3 +309,11 @@ LogicalResult ConcatOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents,
   }
   return success();
 }
+
+LogicalResult AttentionOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  auto backward = builder.create<AttentionBackwardOp>(
+      getLoc(), getQuery().getType(), getKey().getType(), getValue().getType(), getQuery(), getKey(), getValue(),
+      getKeyValid(), cotangents[0], getMaskAttr(), getWindowAttr(), getPrefixLenAttr(), getScaleAttr());
+  grads.append({backward.getGradQuery(), backward.getGradKey(), backward.getGradValue(), Value()});
+  return success();
+}

@@ -25,40 +25,57 @@ LogicalResult RopeOp::verify() {
   return success();
 }
 
-LogicalResult AttentionOp::verify() {
-  auto query = getQuery().getType(), key = getKey().getType(), value = getValue().getType();
+namespace {
+// The geometry and mask rules shared by dg.attention and dg.attention_backward; `output` has the
+// attention output's type (the result, or the output gradient).
+LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, Value valueValue, Value keyValid,
+                              RankedTensorType output, StringRef mask, int64_t window, int64_t prefixLength) {
+  auto query = typeOf(queryValue), key = typeOf(keyValue), value = typeOf(valueValue);
   if (query.getRank() != 4 || key.getRank() != 4 || value.getRank() != 4)
-    return emitOpError() << "query, key and value must be [batch, tokens, heads, head_dim]";
+    return op->emitOpError() << "query, key and value must be [batch, tokens, heads, head_dim]";
   if (query.getElementType() != key.getElementType() || query.getElementType() != value.getElementType() ||
-      query.getElementType() != getResult().getType().getElementType())
-    return emitOpError() << "query, key, value and result must share the element type";
+      query.getElementType() != output.getElementType())
+    return op->emitOpError() << "query, key, value and result must share the element type";
   int64_t batch = query.getDimSize(0), queries = query.getDimSize(1), queryHeads = query.getDimSize(2);
   int64_t keys = key.getDimSize(1), kvHeads = key.getDimSize(2);
-  if (key.getDimSize(0) != batch || value.getDimSize(0) != batch) return emitOpError() << "batch sizes differ";
+  if (key.getDimSize(0) != batch || value.getDimSize(0) != batch) return op->emitOpError() << "batch sizes differ";
   if (value.getDimSize(1) != keys || value.getDimSize(2) != kvHeads)
-    return emitOpError() << "value must have the key's tokens and heads, got " << value << " for key " << key;
+    return op->emitOpError() << "value must have the key's tokens and heads, got " << value << " for key " << key;
   if (key.getDimSize(3) != query.getDimSize(3))
-    return emitOpError() << "query and key head_dim differ: " << query.getDimSize(3) << " vs " << key.getDimSize(3);
+    return op->emitOpError() << "query and key head_dim differ: " << query.getDimSize(3) << " vs " << key.getDimSize(3);
   if (kvHeads < 1 || queryHeads % kvHeads != 0)
-    return emitOpError() << "query heads (" << queryHeads << ") must be a multiple of key/value heads (" << kvHeads << ")";
-  if (getKeyValid().getType().getShape() != ArrayRef<int64_t>{batch, keys})
-    return emitOpError() << "key_valid must be [" << batch << ", " << keys << "]";
+    return op->emitOpError() << "query heads (" << queryHeads << ") must be a multiple of key/value heads (" << kvHeads << ")";
+  if (typeOf(keyValid).getShape() != ArrayRef<int64_t>{batch, keys})
+    return op->emitOpError() << "key_valid must be [" << batch << ", " << keys << "]";
   SmallVector<int64_t> expected{batch, queries, queryHeads, value.getDimSize(3)};
-  if (getResult().getType().getShape() != ArrayRef<int64_t>(expected))
-    return emitOpError() << "result must be " << RankedTensorType::get(expected, query.getElementType());
+  if (output.getShape() != ArrayRef<int64_t>(expected))
+    return op->emitOpError() << "result must be " << RankedTensorType::get(expected, query.getElementType());
 
-  StringRef mask = getMask();
-  int64_t window = getWindowAttr() ? getWindowAttr().getInt() : 0;
-  int64_t prefixLength = getPrefixLenAttr() ? getPrefixLenAttr().getInt() : 0;
   if (!llvm::is_contained({"causal", "bidirectional", "prefix"}, mask))
-    return emitOpError() << "mask must be causal, bidirectional or prefix, got '" << mask << "'";
-  if (window < 0) return emitOpError() << "window must be >= 0";
+    return op->emitOpError() << "mask must be causal, bidirectional or prefix, got '" << mask << "'";
+  if (window < 0) return op->emitOpError() << "window must be >= 0";
   if (mask == "causal" && queries > keys)
-    return emitOpError() << "a causal mask needs at least as many keys as queries (queries are the last positions)";
-  if (mask == "bidirectional" && window != 0) return emitOpError() << "a bidirectional mask has no window";
+    return op->emitOpError() << "a causal mask needs at least as many keys as queries (queries are the last positions)";
+  if (mask == "bidirectional" && window != 0) return op->emitOpError() << "a bidirectional mask has no window";
   if (mask == "prefix" && (prefixLength < 0 || prefixLength > keys))
-    return emitOpError() << "prefix_len " << prefixLength << " must be in [0, " << keys << "]";
-  if (mask != "prefix" && prefixLength != 0) return emitOpError() << "prefix_len is only meaningful with mask = prefix";
+    return op->emitOpError() << "prefix_len " << prefixLength << " must be in [0, " << keys << "]";
+  if (mask != "prefix" && prefixLength != 0) return op->emitOpError() << "prefix_len is only meaningful with mask = prefix";
+  return success();
+}
+}  // namespace
+
+LogicalResult AttentionOp::verify() {
+  return verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getResult().getType(), getMask(),
+                         getWindowAttr().getInt(), getPrefixLenAttr().getInt());
+}
+
+LogicalResult AttentionBackwardOp::verify() {
+  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getGradOutput().getType(), getMask(),
+                             getWindowAttr().getInt(), getPrefixLenAttr().getInt())))
+    return failure();
+  if (getGradQuery().getType() != getQuery().getType() || getGradKey().getType() != getKey().getType() ||
+      getGradValue().getType() != getValue().getType())
+    return emitOpError() << "gradients must have the types of query, key and value";
   return success();
 }
 

@@ -259,7 +259,7 @@ def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, DeclareOpInterfaceMethods<Dg_Derivat
   let hasVerifier = 1;
 }
 
-def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure]> {
+def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Multi-head attention with GQA and a structural mask (no materialised [S x S] mask)";
   let description = [{
     query `[B, Tq, Hq, D]`, key `[B, Tk, Hkv, D]`, value `[B, Tk, Hkv, Dv]`, key_valid `[B, Tk]`
@@ -283,6 +283,27 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure]> {
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $key_valid `mask` `=` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure]> {
+  let summary = "Gradients of dg.attention: dq, dk, dv from the output gradient";
+  let description = [{
+    Same operands and attributes as dg.attention plus `grad_output` (the output's shape). The
+    probabilities are recomputed with the same visibility rules, so nothing of the forward pass has
+    to be kept alive for the backward pass.
+  }];
+  let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
+                       RankedTensorOf<[I1]>:$key_valid, Dg_FloatTensor:$grad_output, StrAttr:$mask,
+                       DefaultValuedAttr<I64Attr, "0">:$window,
+                       DefaultValuedAttr<I64Attr, "0">:$prefix_len,
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+  let results = (outs Dg_FloatTensor:$grad_query, Dg_FloatTensor:$grad_key, Dg_FloatTensor:$grad_value);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $key_valid `,` $grad_output `mask` `=` $mask attr-dict `:`
+    type($query) `,` type($key) `,` type($value) `,` type($key_valid) `,` type($grad_output) `->`
+    type($grad_query) `,` type($grad_key) `,` type($grad_value)
   }];
   let hasVerifier = 1;
 }

@@ -282,6 +282,27 @@ ShardingRule AttentionOp::getShardingRule() {
   return builder.take();
 }
 
+ShardingRule AttentionBackwardOp::getShardingRule() {
+  // The forward rule, with the output gradient laid out like the output and dq, dk, dv like q, k, v.
+  RuleBuilder builder;
+  auto query = getQuery().getType(), value = getValue().getType();
+  int64_t batch = builder.addFactor(query.getDimSize(0), FactorKind::PassThrough);
+  int64_t queries = builder.addFactor(query.getDimSize(1), FactorKind::PassThrough);
+  int64_t heads = builder.addFactor(getKey().getType().getDimSize(2), FactorKind::PassThrough);
+  int64_t headDim = builder.addFactor(query.getDimSize(3), FactorKind::NeedReplication);
+  int64_t keys = builder.addFactor(getKey().getType().getDimSize(1), FactorKind::NeedReplication);
+  int64_t valueDim = builder.addFactor(value.getDimSize(3), FactorKind::PassThrough);
+  builder.operand({batch, queries, heads, headDim});
+  builder.operand({batch, keys, heads, headDim});
+  builder.operand({batch, keys, heads, valueDim});
+  builder.operand({batch, keys});
+  builder.operand({batch, queries, heads, valueDim});
+  builder.result({batch, queries, heads, headDim});
+  builder.result({batch, keys, heads, headDim});
+  builder.result({batch, keys, heads, valueDim});
+  return builder.take();
+}
+
 ShardingRule MoeRouteOp::getShardingRule() {
   RuleBuilder builder;
   auto logits = getLogits().getType();

@@ -1,6 +1,8 @@
 // attention: per query row, softmax(scale · q·kᵀ) over the keys its mask lets it see, times v. Grouped
 // query heads (GQA) read a shared KV head, and the masks are structural (causal with an optional
 // window, bidirectional, prefix) rather than a materialised [Tq, Tk] matrix.
+// attention_backward: the gradients dq, dk, dv for an output gradient do, recomputing the
+// probabilities with the same visibility rules.
 #include <cmath>
 
 #include "runtime/kernels/CpuKernelSupport.h"
@@ -132,18 +134,18 @@ void expectRank4(const KernelSignature& signature, const Buffer& buffer, const s
     failSignature(signature, role + " has shape " + shapeToString(buffer.shape) + ", expected " + layout);
 }
 
-std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
-  expectArity(signature, 4, 1);
+// Checks q, k, v, key_valid (inputs 0..3) and the attributes; `o` is a buffer of q's batch, queries
+// and heads with Dv values (the output, or the output gradient of the backward kernel).
+AttentionGeometry readAttentionSignature(const KernelSignature& signature, const Buffer& o, const std::string& oRole) {
   const Buffer& q = *signature.inputs[0];
   const Buffer& k = *signature.inputs[1];
   const Buffer& v = *signature.inputs[2];
   const Buffer& keyValid = *signature.inputs[3];
-  const Buffer& o = *signature.outputs[0];
   cpu::expectFloat(signature, q, "input q");
   expectDType(signature, k, {q.dtype}, "input k");
   expectDType(signature, v, {q.dtype}, "input v");
   expectDType(signature, keyValid, {DType::U8, DType::Bool}, "input key_valid");
-  expectDType(signature, o, {q.dtype}, "output o");
+  expectDType(signature, o, {q.dtype}, oRole);
 
   expectRank4(signature, q, "input q", "[B, Tq, Hq, D]");
   expectRank4(signature, k, "input k", "[B, Tk, Hkv, D]");
@@ -162,7 +164,7 @@ std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
                                  " are not a multiple of key/value heads Hkv=" + std::to_string(g.kvHeads));
   cpu::expectShape(signature, v, {g.batch, g.keys, g.kvHeads, g.valueDim}, "input v");
   cpu::expectShape(signature, keyValid, {g.batch, g.keys}, "input key_valid");
-  cpu::expectShape(signature, o, {g.batch, g.queries, g.queryHeads, g.valueDim}, "output o");
+  cpu::expectShape(signature, o, {g.batch, g.queries, g.queryHeads, g.valueDim}, oRole);
 
   // window, prefix_len and scale default as the dg.attention op's attributes do, since the lowering
   // leaves out attributes that keep their default.
@@ -182,13 +184,113 @@ std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
     failSignature(signature, "mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got Tq=" +
                                  std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
   g.scale = attrDouble(signature, "scale", 1.0);
+  return g;
+}
 
-  if (q.dtype == DType::F64) return std::make_unique<AttentionKernel<double>>(g);
+std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
+  expectArity(signature, 4, 1);
+  AttentionGeometry g = readAttentionSignature(signature, *signature.outputs[0], "output o");
+  if (signature.inputs[0]->dtype == DType::F64) return std::make_unique<AttentionKernel<double>>(g);
   return std::make_unique<AttentionKernel<float>>(g);
+}
+
+// With p = softmax(s) over the visible keys and s = scale · q·k:
+//   dv_j += p_j do,   dp_j = do·v_j,   ds_j = p_j (dp_j − Σ p dp),   dq += scale ds_j k_j,   dk_j += scale ds_j q.
+// One task per (batch, KV head) owns that head's dk and dv rows, so the sums over the grouped query
+// heads and the queries need no locks, and the result does not depend on the thread count.
+template <typename T>
+class AttentionBackwardKernel final : public Kernel {
+ public:
+  explicit AttentionBackwardKernel(AttentionGeometry geometry) : geometry_(geometry) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* q = inputs[0].as<const T>();
+    const T* k = inputs[1].as<const T>();
+    const T* v = inputs[2].as<const T>();
+    const uint8_t* keyValid = inputs[3].as<const uint8_t>();
+    const T* dOut = inputs[4].as<const T>();
+    T* dq = outputs[0].as<T>();
+    T* dk = outputs[1].as<T>();
+    T* dv = outputs[2].as<T>();
+    const AttentionGeometry& g = geometry_;
+    const int64_t headsPerKv = g.queryHeads / g.kvHeads;
+    const T scale = static_cast<T>(g.scale);
+    cpu::parallelFor(context, g.batch * g.kvHeads, 1, [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> visible(g.keys);
+      std::vector<T> probability(g.keys), dProbability(g.keys);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / g.kvHeads, kvHead = task % g.kvHeads;
+        auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
+        for (int64_t key = 0; key < g.keys; ++key) {
+          std::fill_n(dk + kvOffset(key) * g.headDim, g.headDim, T(0));
+          std::fill_n(dv + kvOffset(key) * g.valueDim, g.valueDim, T(0));
+        }
+        for (int64_t head = kvHead * headsPerKv; head < (kvHead + 1) * headsPerKv; ++head)
+          for (int64_t query = 0; query < g.queries; ++query) {
+            const int64_t row = (b * g.queries + query) * g.queryHeads + head;
+            const T* qRow = q + row * g.headDim;
+            const T* dOutRow = dOut + row * g.valueDim;
+            T* dqRow = dq + row * g.headDim;
+            std::fill_n(dqRow, g.headDim, T(0));
+            const int64_t count = collectVisibleKeys(g, keyValid + b * g.keys, query, visible.data());
+            if (count == 0) continue;  // the forward row was zero whatever q, k, v: no gradient
+
+            T maximum = 0;
+            for (int64_t n = 0; n < count; ++n) {
+              const T* kRow = k + kvOffset(visible[n]) * g.headDim;
+              T dot = 0;
+              for (int64_t d = 0; d < g.headDim; ++d) dot += qRow[d] * kRow[d];
+              probability[n] = scale * dot;
+              maximum = n == 0 ? probability[n] : std::max(maximum, probability[n]);
+            }
+            T sum = 0;
+            for (int64_t n = 0; n < count; ++n) sum += (probability[n] = std::exp(probability[n] - maximum));
+            T expectedDp = 0;
+            for (int64_t n = 0; n < count; ++n) {
+              probability[n] /= sum;
+              const T* vRow = v + kvOffset(visible[n]) * g.valueDim;
+              T dot = 0;
+              for (int64_t d = 0; d < g.valueDim; ++d) dot += dOutRow[d] * vRow[d];
+              dProbability[n] = dot;
+              expectedDp += probability[n] * dot;
+            }
+            for (int64_t n = 0; n < count; ++n) {
+              const T dScore = scale * probability[n] * (dProbability[n] - expectedDp);
+              const T* kRow = k + kvOffset(visible[n]) * g.headDim;
+              T* dkRow = dk + kvOffset(visible[n]) * g.headDim;
+              T* dvRow = dv + kvOffset(visible[n]) * g.valueDim;
+              for (int64_t d = 0; d < g.headDim; ++d) {
+                dqRow[d] += dScore * kRow[d];
+                dkRow[d] += dScore * qRow[d];
+              }
+              for (int64_t d = 0; d < g.valueDim; ++d) dvRow[d] += probability[n] * dOutRow[d];
+            }
+          }
+      }
+    });
+  }
+
+ private:
+  AttentionGeometry geometry_;
+};
+
+std::unique_ptr<Kernel> createAttentionBackward(const KernelSignature& signature) {
+  expectArity(signature, 5, 3);
+  AttentionGeometry g = readAttentionSignature(signature, *signature.inputs[4], "input do");
+  const DType dtype = signature.inputs[0]->dtype;
+  cpu::expectShape(signature, *signature.outputs[0], signature.inputs[0]->shape, "output dq");
+  cpu::expectShape(signature, *signature.outputs[1], signature.inputs[1]->shape, "output dk");
+  cpu::expectShape(signature, *signature.outputs[2], signature.inputs[2]->shape, "output dv");
+  for (size_t i = 0; i < 3; ++i) expectDType(signature, *signature.outputs[i], {dtype}, "output " + std::to_string(i));
+  if (dtype == DType::F64) return std::make_unique<AttentionBackwardKernel<double>>(g);
+  return std::make_unique<AttentionBackwardKernel<float>>(g);
 }
 
 }  // namespace
 
-void registerAttentionCpuKernels(KernelRegistry& registry) { registry.add("attention", createAttention); }
+void registerAttentionCpuKernels(KernelRegistry& registry) {
+  registry.add("attention", createAttention);
+  registry.add("attention_backward", createAttentionBackward);
+}
 
 }  // namespace dgemma
