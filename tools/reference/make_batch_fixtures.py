@@ -4,7 +4,9 @@ template of make_tokenizer_fixtures.py and HF's Gemma4ImageProcessor, collated b
 data.md §5 and §7 written out below in Python.
 
 Writes test/fixtures/batch/{rows.jsonl, expected.safetensors, meta.json}. Run from the repo root:
-  PYTHONPATH=<dir with torchvision> python3 tools/reference/make_batch_fixtures.py
+  PYTHONPATH=<dir with torchvision> python3 tools/reference/make_batch_fixtures.py [--chat-template FILE]
+(FILE: the upstream Gemma 4 chat_template.jinja, read and never committed; see
+make_tokenizer_fixtures.chat_template).
 Needs transformers, torch, torchvision, safetensors, sentencepiece, pillow (none of them in CI).
 
 Micro-batches: items in (row, block) order, grouped greedily into batches of at most MICRO_BATCH that
@@ -25,7 +27,7 @@ from transformers import AutoTokenizer
 from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
 
 sys.path.insert(0, os.path.dirname(__file__))
-from make_tokenizer_fixtures import CHAT_TEMPLATE  # noqa: E402
+from make_tokenizer_fixtures import chat_template  # noqa: E402
 
 OUT = "test/fixtures/batch"
 TOKENIZER = "data/tokenizer"
@@ -84,7 +86,7 @@ def fnv1a64(data):
     return value - (1 << 64) if value >= (1 << 63) else value  # stored as int64
 
 
-def tokenize(tok, processor, row):
+def tokenize(tok, processor, row, template):
     images = [part["image"] for m in row["messages"] if isinstance(m["content"], list)
               for part in m["content"] if part["type"] == "image"]
     processed = [processor(images=[Image.open(os.path.join(OUT, p)).convert("RGB")], return_tensors="pt") for p in images]
@@ -92,7 +94,7 @@ def tokenize(tok, processor, row):
     messages = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str) else
                  [{"type": "image"} if part["type"] == "image" else part for part in m["content"]]}
                 for m in row["messages"]]
-    text = tok.apply_chat_template(messages, chat_template=CHAT_TEMPLATE, tokenize=False, add_generation_prompt=True,
+    text = tok.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True,
                                    enable_thinking=False)
     pieces = text.split("<image>")
     expanded = pieces[0]
@@ -107,6 +109,10 @@ def tokenize(tok, processor, row):
 
 
 def main():
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chat-template", help="a Jinja chat template file to render the rows with")
+    template, template_name = chat_template(parser.parse_args().chat_template)
     tok = AutoTokenizer.from_pretrained(TOKENIZER)
     processor = Gemma4ImageProcessor(max_soft_tokens=MAX_SOFT_TOKENS)
     os.makedirs(OUT, exist_ok=True)
@@ -116,7 +122,7 @@ def main():
 
     items = []  # (input_ids, types, canvas, processed images of the row)
     for row in ROWS:
-        ids, types, completion, processed = tokenize(tok, processor, row)
+        ids, types, completion, processed = tokenize(tok, processor, row, template)
         for k in range(0, len(completion), CANVAS):
             items.append((ids + completion[:k], types + [0] * k, completion[k:k + CANVAS], processed))
 
@@ -157,7 +163,7 @@ def main():
                    "batches": len(batches), "canvas_length": CANVAS, "pad_to_multiple_of": PAD_TO_MULTIPLE_OF,
                    "micro_batch": MICRO_BATCH, "max_soft_tokens": MAX_SOFT_TOKENS, "max_encoder_length": 8192,
                    "transformers": transformers.__version__, "torch": torch.__version__,
-                   "chat_template": "make_tokenizer_fixtures.CHAT_TEMPLATE (data.md section 3, not Google's)"},
+                   "chat_template": template_name},
                   f, indent=1)
         f.write("\n")
     print(f"{len(ROWS)} rows -> {len(items)} items -> {len(batches)} micro-batches", file=sys.stderr)

@@ -200,6 +200,15 @@ CONVERSATIONS = [
      [{"role": "user", "content": "next after 4"}], [], "5"),
     ("many_image_tokens", [{"role": "user", "content": [img("big.png"), txt("Describe in detail.")]}], [40],
      "It shows a mountain lake at dawn, with mist on the water."),
+    ("assistant_history_with_thought", [{"role": "user", "content": "Think first."},
+                                        {"role": "assistant", "content": "<|channel>thought\nsecret plan<channel|>  The answer is 4. "},
+                                        {"role": "user", "content": "Again?"}], [], "Still 4."),
+    ("consecutive_assistant_messages", [{"role": "user", "content": "Tell me two things."},
+                                        {"role": "assistant", "content": "First thing."},
+                                        {"role": "assistant", "content": "Second thing."},
+                                        {"role": "user", "content": "Thanks."}], [], "You're welcome."),
+    ("system_as_list_of_parts", [{"role": "system", "content": [txt("  Be brief. "), txt("Use French.")]},
+                                 {"role": "user", "content": "Bonjour"}], [], "Salut."),
 ]
 
 ENCODE_TEXTS = [
@@ -210,7 +219,24 @@ ENCODE_TEXTS = [
 ]
 
 
+def chat_template(path):
+    """The template to render with: --chat-template FILE (e.g. the upstream Gemma 4 chat_template.jinja,
+    which is read, never committed), else CHAT_TEMPLATE below. Gemma 4 templates write the image
+    placeholder as <|image|>; the bundled tokenizer calls it <image>."""
+    if not path:
+        return CHAT_TEMPLATE, "reimplementation of data.md section 3 (CHAT_TEMPLATE in this script)"
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return text.replace("<|image|>", "<image>"), "upstream Gemma 4 chat_template.jinja (" + os.path.basename(path) + \
+        "), image placeholder <|image|> mapped to the bundled <image>"
+
+
 def main():
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chat-template", help="a Jinja chat template file to render the conversations with")
+    args = parser.parse_args()
+    template, template_name = chat_template(args.chat_template)
     os.chdir(ROOT)
     train()
     tok = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
@@ -224,7 +250,7 @@ def main():
     # <|channel> thought \n <channel|>.
     out = []
     for name, messages, counts, completion in CONVERSATIONS:
-        text = tok.apply_chat_template(messages, chat_template=CHAT_TEMPLATE, tokenize=False,
+        text = tok.apply_chat_template(messages, chat_template=template, tokenize=False,
                                        add_generation_prompt=True, enable_thinking=False)
         pieces = text.split("<image>")
         assert len(pieces) - 1 == len(counts), (name, len(pieces) - 1, counts)
@@ -247,7 +273,7 @@ def main():
         json.dump({"tokenizer": "data/tokenizer", "vocab_size": VOCAB_SIZE, "special_tokens": special_ids,
                    "generator": "tools/reference/make_tokenizer_fixtures.py",
                    "transformers": transformers.__version__, "sentencepiece": spm.__version__,
-                   "chat_template": "reimplementation of data.md section 3 (not Google's template)",
+                   "chat_template": template_name,
                    "conversations": out}, f, indent=1, ensure_ascii=False)
         f.write("\n")
     texts = [{"text": t, "ids": tok(t, add_special_tokens=False)["input_ids"]} for t in ENCODE_TEXTS]

@@ -142,6 +142,7 @@ class RowParser {
     if (!content->is_array()) {
       return error(contentPath, "expected a string or an array of parts, got " + describe(*content));
     }
+    message.contentIsList = true;
     for (size_t j = 0; j < content->size(); ++j) {
       ContentPart part;
       if (auto failure = parsePart((*content)[j], jsonIndexPath(contentPath, j), part)) return failure;

@@ -32,6 +32,8 @@ struct Message {
   enum Role { System, User, Assistant };
   Role role = User;
   std::vector<ContentPart> content;  // string content becomes one Text part
+  bool contentIsList = false;        // given as an array of parts (the chat template renders a system
+                                     // message differently then)
 };
 
 struct Row {

@@ -292,6 +292,22 @@ void checkTokenIds(const std::vector<int32_t>& ids, int64_t vocabSize, const std
   }
 }
 
+std::string stripThinking(std::string_view text) {
+  // Each "<channel|>" ends a piece; a piece holding "<|channel>" keeps only what comes before it.
+  std::string kept;
+  constexpr std::string_view kOpen = "<|channel>", kClose = "<channel|>";
+  size_t start = 0;
+  for (;;) {
+    size_t close = text.find(kClose, start);
+    std::string_view piece = text.substr(start, close == std::string_view::npos ? std::string_view::npos : close - start);
+    size_t open = piece.find(kOpen);
+    kept += piece.substr(0, open);
+    if (close == std::string_view::npos) break;
+    start = close + kClose.size();
+  }
+  return stripPythonWhitespace(kept);
+}
+
 std::string renderGemma4PromptText(const Tokenizer& tokenizer, const std::vector<Message>& messages,
                                    const std::vector<int64_t>& imageSoftTokenCounts) {
   size_t images = 0;
@@ -301,15 +317,27 @@ std::string renderGemma4PromptText(const Tokenizer& tokenizer, const std::vector
     throw InputError("prompt: " + std::to_string(images) + " image parts but " +
                      std::to_string(imageSoftTokenCounts.size()) + " soft-token counts");
 
+  // The Gemma 4 template's rules for text and image parts (tools and reasoning fields aside):
+  // model text loses its thought blocks and is trimmed, other text is trimmed; consecutive assistant
+  // messages share one model turn; a system message given as a list of parts renders each text part
+  // trimmed and followed by a space.
   std::string text = "<bos>";
   size_t image = 0;
-  for (const Message& m : messages) {
-    text += "<|turn>";
-    text += m.role == Message::Assistant ? "model" : roleName(m.role);
-    text += '\n';
+  for (size_t index = 0; index < messages.size(); ++index) {
+    const Message& m = messages[index];
+    const bool isModel = m.role == Message::Assistant;
+    const bool continuesPrevious = isModel && index > 0 && messages[index - 1].role == Message::Assistant;
+    const bool continuesIntoNext = isModel && index + 1 < messages.size() && messages[index + 1].role == Message::Assistant;
+    if (!continuesPrevious) {
+      text += "<|turn>";
+      text += isModel ? "model" : roleName(m.role);
+      text += '\n';
+    }
     for (const ContentPart& p : m.content) {
       if (p.kind == ContentPart::Text) {
-        text += stripPythonWhitespace(p.text);
+        if (isModel) text += stripThinking(p.text);
+        else if (m.role == Message::System && m.contentIsList) text += stripPythonWhitespace(p.text) + " ";
+        else text += stripPythonWhitespace(p.text);
         continue;
       }
       const int64_t n = imageSoftTokenCounts[image];
@@ -321,7 +349,7 @@ std::string renderGemma4PromptText(const Tokenizer& tokenizer, const std::vector
       text += tokenizer.eoiToken();
       ++image;
     }
-    text += "<turn|>\n";
+    if (!continuesIntoNext) text += "<turn|>\n";
   }
   text += "<|turn>model\n<|channel>thought\n<channel|>";
   return text;

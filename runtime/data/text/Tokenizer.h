@@ -15,9 +15,11 @@
 //   <bos> { <|turn>ROLE\nCONTENT<turn|>\n }* <|turn>model\n<|channel>thought\n<channel|>
 //
 // ROLE is system, user or model (assistant). CONTENT is the message's parts concatenated: a text part
-// stripped of leading and trailing whitespace (Python str.strip()), an image part as <boi> + N x
-// <image> + <eoi>, N being that image's soft-token count. These whitespace and placeholder choices
-// are pinned by test/fixtures/tokenizer (tools/reference/make_tokenizer_fixtures.py).
+// stripped of leading and trailing whitespace (Python str.strip()), model text with its thought
+// blocks removed first, a system message given as a list of parts with a space after each text
+// part, an image part as <boi> + N x <image> + <eoi>, N being that image's soft-token count.
+// Consecutive assistant messages share one model turn. These are the upstream Gemma 4 template's
+// rules; test/fixtures/tokenizer pins them (tools/reference/make_tokenizer_fixtures.py).
 #pragma once
 
 #include <cstdint>
@@ -102,6 +104,9 @@ class Tokenizer {
 // Throws InputError ("WHAT: token id X at position P is out of range for vocab_size V") unless every
 // id is in [0, vocabSize).
 void checkTokenIds(const std::vector<int32_t>& ids, int64_t vocabSize, const std::string& what);
+
+// The template's strip_thinking: thought blocks ("<|channel>...<channel|>") removed, then trimmed.
+std::string stripThinking(std::string_view text);
 
 // Python's str.strip() on UTF-8 text (Unicode whitespace at both ends).
 std::string stripPythonWhitespace(std::string_view text);

@@ -63,6 +63,7 @@ std::vector<Message> toMessages(const json& messages) {
     if (m.at("content").is_string()) {
       message.content.push_back({ContentPart::Text, m.at("content").get<std::string>(), ""});
     } else {
+      message.contentIsList = true;
       for (const json& p : m.at("content")) {
         if (p.at("type") == "image")
           message.content.push_back({ContentPart::Image, "", p.at("image").get<std::string>()});
