@@ -81,3 +81,13 @@ int64_t MoeExpertsOp::getFlops() {
   int64_t hidden = getInput().getType().getDimSize(1), inner = getDown().getType().getDimSize(2);
   return pairs * (6 * hidden * inner + 9 * inner + 2 * hidden);
 }
+
+int64_t MoeRouteBackwardOp::getFlops() { return 8 * getLogits().getType().getNumElements(); }
+
+// About twice the forward: recomputing the expert MLP plus the products of the gradients.
+int64_t MoeExpertsBackwardOp::getFlops() {
+  auto weights = getWeights().getType();
+  int64_t pairs = weights.getDimSize(0) * weights.getDimSize(1);
+  int64_t hidden = getInput().getType().getDimSize(1), inner = getDown().getType().getDimSize(2);
+  return pairs * (14 * hidden * inner + 16 * inner + 4 * hidden);
+}

@@ -317,3 +317,21 @@ LogicalResult AttentionOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangen
   grads.append({backward.getGradQuery(), backward.getGradKey(), backward.getGradValue(), Value()});
   return success();
 }
+
+LogicalResult MoeRouteOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // The expert choice is discrete: only the weights carry a gradient (to the logits and the scale).
+  auto backward = builder.create<MoeRouteBackwardOp>(getLoc(), getLogits().getType(), getPerExpertScale().getType(),
+                                                     getLogits(), getPerExpertScale(), getIndices(), cotangents[0],
+                                                     getTopKAttr());
+  grads.append({backward.getGradLogits(), backward.getGradPerExpertScale()});
+  return success();
+}
+
+LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  auto backward = builder.create<MoeExpertsBackwardOp>(
+      getLoc(), getInput().getType(), getWeights().getType(), getGateUp().getType(), getDown().getType(), getInput(),
+      getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0]);
+  grads.append({backward.getGradInput(), backward.getGradWeights(), Value(), backward.getGradGateUp(),
+                backward.getGradDown()});
+  return success();
+}

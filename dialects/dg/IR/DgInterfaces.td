@@ -14,8 +14,9 @@ def Dg_DerivativeOpInterface : OpInterface<"DerivativeOpInterface"> {
   let methods = [
     InterfaceMethod<[{
         Appends one value per operand to `operandCotangents`: the operand's cotangent, or a null
-        Value where the operand receives no gradient (integer ids, random keys). A null entry in
-        `resultCotangents` means that result's cotangent is zero.
+        Value where the operand receives no gradient (integer ids, random keys). A result with a
+        float type always gets a cotangent (zeros when nothing depends on it); an integer result
+        (e.g. router indices) gets a null Value.
       }],
       "::mlir::LogicalResult", "buildVjp",
       (ins "::mlir::OpBuilder &":$builder,

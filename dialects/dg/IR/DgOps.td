@@ -308,7 +308,7 @@ def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure]> {
+def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Router: softmax over all experts, top-k, renormalise, per-expert scale";
   let description = [{
     logits `[N, E]`, per_expert_scale `[E]` -> weights `[N, k]`, indices `[N, k]` (i64). The softmax is
@@ -324,7 +324,7 @@ def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure]> {
+def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Dropless routed experts: y[n] = sum_j w[n,j] * Expert_idx[n,j](x[n])";
   let description = [{
     x `[N, H]`, weights and indices `[N, k]`, gate_up `[E, 2I, H]` (gate rows 0..I-1, then up rows),
@@ -338,6 +338,30 @@ def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure]> {
     type($indices) `,` type($gate_up) `,` type($down) `->` type($result)
   }];
   let hasVerifier = 1;
+}
+
+def Dg_MoeRouteBackwardOp : Dg_ComputeOp<"moe_route_backward", [Pure]> {
+  let summary = "Gradients of dg.moe_route for the weights' gradient (the choice itself has none)";
+  let arguments = (ins Dg_FloatTensor:$logits, Dg_FloatTensor:$per_expert_scale, RankedTensorOf<[I64]>:$indices,
+                       Dg_FloatTensor:$grad_weights, I64Attr:$top_k);
+  let results = (outs Dg_FloatTensor:$grad_logits, Dg_FloatTensor:$grad_per_expert_scale);
+  let assemblyFormat = [{
+    $logits `,` $per_expert_scale `,` $indices `,` $grad_weights `top_k` `=` $top_k attr-dict `:` type($logits) `,`
+    type($per_expert_scale) `,` type($indices) `,` type($grad_weights) `->` type($grad_logits) `,` type($grad_per_expert_scale)
+  }];
+}
+
+def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
+  let summary = "Gradients of dg.moe_experts: input, routing weights, gate_up, down";
+  let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
+                       Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down, Dg_FloatTensor:$grad_output);
+  let results = (outs Dg_FloatTensor:$grad_input, Dg_FloatTensor:$grad_weights, Dg_FloatTensor:$grad_gate_up,
+                      Dg_FloatTensor:$grad_down);
+  let assemblyFormat = [{
+    $input `,` $weights `,` $indices `,` $gate_up `,` $down `,` $grad_output attr-dict `:` type($input) `,`
+    type($weights) `,` type($indices) `,` type($gate_up) `,` type($down) `,` type($grad_output) `->`
+    type($grad_input) `,` type($grad_weights) `,` type($grad_gate_up) `,` type($grad_down)
+  }];
 }
 
 //===----------------------------------------------------------------------===//

@@ -334,3 +334,41 @@ ShardingRule MoeExpertsOp::getShardingRule() {
   builder.result({tokens, hidden});
   return builder.take();
 }
+
+ShardingRule MoeRouteBackwardOp::getShardingRule() {
+  RuleBuilder builder;
+  auto logits = getLogits().getType();
+  int64_t tokens = builder.addFactor(logits.getDimSize(0), FactorKind::PassThrough);
+  int64_t experts = builder.addFactor(logits.getDimSize(1), FactorKind::NeedReplication);
+  int64_t chosen = builder.addFactor(getTopKAttr().getInt(), FactorKind::NeedReplication);
+  builder.operand({tokens, experts});
+  builder.operand({experts});
+  builder.operand({tokens, chosen});
+  builder.operand({tokens, chosen});
+  builder.result({tokens, experts});
+  builder.result({experts});  // summed over tokens: partial when tokens are split
+  return builder.take();
+}
+
+ShardingRule MoeExpertsBackwardOp::getShardingRule() {
+  // As the forward: experts split across ranks leave dx partial; their weight gradients stay local.
+  RuleBuilder builder;
+  auto input = getInput().getType();
+  int64_t tokens = builder.addFactor(input.getDimSize(0), FactorKind::PassThrough);
+  int64_t hidden = builder.addFactor(input.getDimSize(1), FactorKind::NeedReplication);
+  int64_t chosen = builder.addFactor(getWeights().getType().getDimSize(1), FactorKind::NeedReplication);
+  int64_t experts = builder.addFactor(getGateUp().getType().getDimSize(0), FactorKind::Reduction);
+  int64_t gateUpRows = builder.addFactor(getGateUp().getType().getDimSize(1), FactorKind::NeedReplication);
+  int64_t inner = builder.addFactor(getDown().getType().getDimSize(2), FactorKind::NeedReplication);
+  builder.operand({tokens, hidden});
+  builder.operand({tokens, chosen});
+  builder.operand({tokens, chosen});
+  builder.operand({experts, gateUpRows, hidden});
+  builder.operand({experts, hidden, inner});
+  builder.operand({tokens, hidden});
+  builder.result({tokens, hidden});
+  builder.result({tokens, chosen});
+  builder.result({experts, gateUpRows, hidden});
+  builder.result({experts, hidden, inner});
+  return builder.take();
+}

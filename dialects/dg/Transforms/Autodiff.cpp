@@ -67,7 +67,8 @@ class FunctionDifferentiator {
     SmallVector<Value> resultCotangents;
     for (Value result : op->getResults()) {
       Value cotangent = cotangents_.lookup(result);
-      if (!cotangent)
+      // A float result nothing depends on gets zeros; an integer result (indices) has no cotangent.
+      if (!cotangent && isa<FloatType>(cast<RankedTensorType>(result.getType()).getElementType()))
         cotangent = builder_.create<FillOp>(op->getLoc(), result.getType(), builder_.getF64FloatAttr(0.0));
       resultCotangents.push_back(cotangent);
     }

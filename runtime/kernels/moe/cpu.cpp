@@ -269,11 +269,222 @@ std::unique_ptr<Kernel> createMoeExperts(const KernelSignature& signature) {
   return std::make_unique<MoeExpertsKernel<float>>(signature.where, g);
 }
 
+// ---------------------------------------------------------------------------------------------
+// moe_route_backward: with P the softmax, S = Σ_selected P and w_j = P_j / S · scale_j for the
+// selected experts, the weight gradients dw give
+//   dscale_e = Σ_tokens dw_j P_j / S,   dP_j = dw_j scale_j / S − Σ_i dw_i scale_i P_i / S²,
+//   dlogits = P ⊙ (dP − Σ_e P_e dP_e)   (dP is 0 for unselected experts).
+
+template <typename T>
+class MoeRouteBackwardKernel final : public Kernel {
+ public:
+  MoeRouteBackwardKernel(int64_t tokens, int64_t experts, int64_t topK) : tokens_(tokens), experts_(experts), topK_(topK) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* logits = inputs[0].as<const T>();
+    const T* expertScale = inputs[1].as<const T>();
+    const int64_t* indices = inputs[2].as<const int64_t>();
+    const T* dWeights = inputs[3].as<const T>();
+    T* dLogits = outputs[0].as<T>();
+    T* dScale = outputs[1].as<T>();
+    const int64_t experts = experts_, topK = topK_;
+    // The per-token scale contributions, summed afterwards in token order (no shared writes).
+    std::vector<T> scaleTerms(tokens_ * topK);
+    cpu::parallelFor(context, tokens_, cpu::rowGrain(experts), [&](int64_t begin, int64_t end) {
+      std::vector<T> probabilities(experts), dProbabilities(experts);
+      for (int64_t token = begin; token < end; ++token) {
+        const T* row = logits + token * experts;
+        const T maximum = *std::max_element(row, row + experts);
+        T sum = 0;
+        for (int64_t e = 0; e < experts; ++e) sum += (probabilities[e] = std::exp(row[e] - maximum));
+        for (int64_t e = 0; e < experts; ++e) probabilities[e] /= sum;
+        const int64_t* chosen = indices + token * topK;
+        const T* dw = dWeights + token * topK;
+        T selected = 0;
+        for (int64_t j = 0; j < topK; ++j) selected += probabilities[chosen[j]];
+        T shared = 0;
+        for (int64_t j = 0; j < topK; ++j) shared += dw[j] * expertScale[chosen[j]] * probabilities[chosen[j]];
+        shared /= selected * selected;
+        std::fill(dProbabilities.begin(), dProbabilities.end(), T(0));
+        for (int64_t j = 0; j < topK; ++j) {
+          dProbabilities[chosen[j]] += dw[j] * expertScale[chosen[j]] / selected - shared;
+          scaleTerms[token * topK + j] = dw[j] * probabilities[chosen[j]] / selected;
+        }
+        T expected = 0;
+        for (int64_t e = 0; e < experts; ++e) expected += probabilities[e] * dProbabilities[e];
+        for (int64_t e = 0; e < experts; ++e) dLogits[token * experts + e] = probabilities[e] * (dProbabilities[e] - expected);
+      }
+    });
+    std::fill(dScale, dScale + experts, T(0));
+    for (int64_t route = 0; route < tokens_ * topK; ++route) dScale[indices[route]] += scaleTerms[route];
+  }
+
+ private:
+  int64_t tokens_, experts_, topK_;
+};
+
+std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature) {
+  expectArity(signature, 4, 2);
+  const Buffer& logits = *signature.inputs[0];
+  cpu::expectFloat(signature, logits, "input logits");
+  if (logits.shape.size() != 2)
+    failSignature(signature, "input logits has shape " + shapeToString(logits.shape) + ", expected [N, E]");
+  const int64_t tokens = logits.shape[0], experts = logits.shape[1];
+  const int64_t topK = attrInt(signature, "top_k");
+  if (topK < 1 || topK > experts)
+    failSignature(signature, "attribute 'top_k': " + std::to_string(topK) + " is outside [1, E = " + std::to_string(experts) + "]");
+  expectDType(signature, *signature.inputs[1], {logits.dtype}, "input per_expert_scale");
+  expectDType(signature, *signature.inputs[2], {DType::I64}, "input indices");
+  expectDType(signature, *signature.inputs[3], {logits.dtype}, "input dweights");
+  cpu::expectShape(signature, *signature.inputs[1], {experts}, "input per_expert_scale");
+  cpu::expectShape(signature, *signature.inputs[2], {tokens, topK}, "input indices");
+  cpu::expectShape(signature, *signature.inputs[3], {tokens, topK}, "input dweights");
+  cpu::expectShape(signature, *signature.outputs[0], logits.shape, "output dlogits");
+  cpu::expectShape(signature, *signature.outputs[1], {experts}, "output dscale");
+  if (logits.dtype == DType::F64) return std::make_unique<MoeRouteBackwardKernel<double>>(tokens, experts, topK);
+  return std::make_unique<MoeRouteBackwardKernel<float>>(tokens, experts, topK);
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_experts_backward: per route (token n, choice j) of expert e with weight w, recomputing
+// g = G_e x, u = U_e x, a = gelu(g), h = a ⊙ u, o = D_e h:
+//   dw = dy·o,  do = w dy,  dD_e += do hᵀ,  dh = D_eᵀ do,  dg = dh ⊙ u ⊙ gelu'(g),  du = dh ⊙ a,
+//   dG_e += dg xᵀ,  dU_e += du xᵀ,  dx += G_eᵀ dg + U_eᵀ du.
+// Expert gradients accumulate per expert over its routes (in slot order), dx per token in route
+// order: no shared writes, and the result does not depend on the thread count.
+
+template <typename T>
+T geluTanhDerivative(T x) {
+  constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
+  const T t = std::tanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
+}
+
+template <typename T>
+class MoeExpertsBackwardKernel final : public Kernel {
+ public:
+  explicit MoeExpertsBackwardKernel(MoeExpertsGeometry geometry) : geometry_(geometry) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* x = inputs[0].as<const T>();
+    const T* weights = inputs[1].as<const T>();
+    const int64_t* indices = inputs[2].as<const int64_t>();
+    const T* gateUp = inputs[3].as<const T>();
+    const T* down = inputs[4].as<const T>();
+    const T* dy = inputs[5].as<const T>();
+    T* dx = outputs[0].as<T>();
+    T* dWeights = outputs[1].as<T>();
+    T* dGateUp = outputs[2].as<T>();
+    T* dDown = outputs[3].as<T>();
+    const MoeExpertsGeometry& g = geometry_;
+    const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden;
+    const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g.topK, g.experts);
+    std::vector<T> routeDx(routes * hidden);
+    cpu::parallelFor(context, g.experts, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> gate(inner), up(inner), act(inner), output(hidden), dOutput(hidden), dHidden(inner);
+      for (int64_t expert = begin; expert < end; ++expert) {
+        const T* G = gateUp + expert * 2 * inner * hidden;  // rows 0..I-1 gate, I..2I-1 up
+        const T* D = down + expert * hidden * inner;
+        T* dG = dGateUp + expert * 2 * inner * hidden;
+        T* dD = dDown + expert * hidden * inner;
+        std::fill_n(dG, 2 * inner * hidden, T(0));
+        std::fill_n(dD, hidden * inner, T(0));
+        for (int64_t slot = grouping.firstSlot[expert]; slot < grouping.firstSlot[expert + 1]; ++slot) {
+          const int64_t token = grouping.tokenOfSlot[slot];
+          const T* xRow = x + token * hidden;
+          const T* dyRow = dy + token * hidden;
+          int64_t route = 0;  // the (token, j) this slot serves
+          for (int64_t j = 0; j < g.topK; ++j)
+            if (grouping.slotOfRoute[token * g.topK + j] == slot) route = token * g.topK + j;
+          for (int64_t c = 0; c < inner; ++c) {
+            T gc = 0, uc = 0;
+            for (int64_t h = 0; h < hidden; ++h) {
+              gc += G[c * hidden + h] * xRow[h];
+              uc += G[(inner + c) * hidden + h] * xRow[h];
+            }
+            gate[c] = gc;
+            up[c] = uc;
+            act[c] = cpu::geluTanh(gc);
+          }
+          T dw = 0;
+          for (int64_t k = 0; k < hidden; ++k) {
+            T o = 0;
+            for (int64_t c = 0; c < inner; ++c) o += D[k * inner + c] * act[c] * up[c];
+            output[k] = o;
+            dw += dyRow[k] * o;
+            dOutput[k] = weights[route] * dyRow[k];
+          }
+          dWeights[route] = dw;
+          std::fill(dHidden.begin(), dHidden.end(), T(0));
+          for (int64_t k = 0; k < hidden; ++k)
+            for (int64_t c = 0; c < inner; ++c) {
+              dD[k * inner + c] += dOutput[k] * act[c] * up[c];
+              dHidden[c] += D[k * inner + c] * dOutput[k];
+            }
+          T* dxRoute = routeDx.data() + route * hidden;
+          for (int64_t c = 0; c < inner; ++c) {
+            const T dGate = dHidden[c] * up[c] * geluTanhDerivative(gate[c]);
+            const T dUp = dHidden[c] * act[c];
+            for (int64_t h = 0; h < hidden; ++h) {
+              dG[c * hidden + h] += dGate * xRow[h];
+              dG[(inner + c) * hidden + h] += dUp * xRow[h];
+              dxRoute[h] += dGate * G[c * hidden + h] + dUp * G[(inner + c) * hidden + h];
+            }
+          }
+        }
+      }
+    });
+    cpu::parallelFor(context, g.tokens, cpu::rowGrain(g.topK * hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t token = begin; token < end; ++token) {
+        T* dxRow = dx + token * hidden;
+        std::fill(dxRow, dxRow + hidden, T(0));
+        for (int64_t j = 0; j < g.topK; ++j) {
+          const T* part = routeDx.data() + (token * g.topK + j) * hidden;
+          for (int64_t h = 0; h < hidden; ++h) dxRow[h] += part[h];
+        }
+      }
+    });
+  }
+
+ private:
+  MoeExpertsGeometry geometry_;
+};
+
+std::unique_ptr<Kernel> createMoeExpertsBackward(const KernelSignature& signature) {
+  expectArity(signature, 6, 4);
+  const Buffer& x = *signature.inputs[0];
+  const Buffer& weights = *signature.inputs[1];
+  const Buffer& gateUp = *signature.inputs[3];
+  cpu::expectFloat(signature, x, "input x");
+  if (x.shape.size() != 2 || weights.shape.size() != 2 || gateUp.shape.size() != 3 || gateUp.shape[1] % 2 != 0)
+    failSignature(signature, "expected x [N, H], weights [N, k], gate_up [E, 2I, H]");
+  MoeExpertsGeometry g;
+  g.tokens = x.shape[0];
+  g.hidden = x.shape[1];
+  g.topK = weights.shape[1];
+  g.experts = gateUp.shape[0];
+  g.expertHidden = gateUp.shape[1] / 2;
+  expectDType(signature, *signature.inputs[2], {DType::I64}, "input indices");
+  for (size_t i : {1, 3, 4, 5}) expectDType(signature, *signature.inputs[i], {x.dtype}, "input " + std::to_string(i));
+  cpu::expectShape(signature, *signature.inputs[2], {g.tokens, g.topK}, "input indices");
+  cpu::expectShape(signature, *signature.inputs[4], {g.experts, g.hidden, g.expertHidden}, "input down");
+  cpu::expectShape(signature, *signature.inputs[5], {g.tokens, g.hidden}, "input dy");
+  for (size_t i = 0; i < 4; ++i) {
+    expectDType(signature, *signature.outputs[i], {x.dtype}, "output " + std::to_string(i));
+    cpu::expectShape(signature, *signature.outputs[i], signature.inputs[i == 0 ? 0 : i == 1 ? 1 : i + 1]->shape,
+                     "output " + std::to_string(i));
+  }
+  if (x.dtype == DType::F64) return std::make_unique<MoeExpertsBackwardKernel<double>>(g);
+  return std::make_unique<MoeExpertsBackwardKernel<float>>(g);
+}
+
 }  // namespace
 
 void registerMoeCpuKernels(KernelRegistry& registry) {
   registry.add("moe_route", createMoeRoute);
   registry.add("moe_experts", createMoeExperts);
+  registry.add("moe_route_backward", createMoeRouteBackward);
+  registry.add("moe_experts_backward", createMoeExpertsBackward);
 }
 
 }  // namespace dgemma

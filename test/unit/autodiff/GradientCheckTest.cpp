@@ -295,5 +295,34 @@ TEST(GradientCheck, AttentionMasks) {
       .check(kTolerance);
 }
 
+// MoE: the router (softmax over all experts, top-k, renormalise, scale; the choice itself has no
+// gradient), the routed experts, and the two chained as in a Gemma 4 layer.
+TEST(GradientCheck, MoeRouterAndExperts) {
+  auto route = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    auto logits = shapeOf(p[0]);
+    auto op = b.create<MoeRouteOp>(loc, typeLike(p[0], {logits[0], 2}), RankedTensorType::get({logits[0], 2}, b.getI64Type()),
+                                   p[0], p[1], b.getI64IntegerAttr(2));
+    return op.getWeights();
+  };
+  GradientChecker({{{5, 4}, -2.0, 2.0}, {{4}, 0.5, 1.5}}, route).check(kTolerance);
+
+  auto experts = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    // Token 2 picks expert 1 twice; expert 3 is never used (its gradients must be zero).
+    SmallVector<int64_t> chosen = {0, 1, 2, 0, 1, 1, 2, 0};
+    auto indexType = RankedTensorType::get({4, 2}, b.getI64Type());
+    Value indices = b.create<ConstantOp>(loc, DenseElementsAttr::get(indexType, ArrayRef<int64_t>(chosen)));
+    return b.create<MoeExpertsOp>(loc, p[0].getType(), p[0], p[1], indices, p[2], p[3]);
+  };
+  GradientChecker({{{4, 3}}, {{4, 2}, 0.2, 1.0}, {{4, 4, 3}}, {{4, 3, 2}}}, experts).check(kTolerance);
+
+  auto layer = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    Value logits = b.create<MatmulOp>(loc, typeLike(p[0], {4, 3}), p[0], p[1], b.getBoolAttr(false), b.getBoolAttr(true));
+    auto routed = b.create<MoeRouteOp>(loc, typeLike(p[0], {4, 2}), RankedTensorType::get({4, 2}, b.getI64Type()), logits,
+                                       p[2], b.getI64IntegerAttr(2));
+    return b.create<MoeExpertsOp>(loc, p[0].getType(), p[0], routed.getWeights(), routed.getIndices(), p[3], p[4]);
+  };
+  GradientChecker({{{4, 3}}, {{3, 3}}, {{3}, 0.5, 1.5}, {{3, 4, 3}}, {{3, 3, 2}}}, layer).check(kTolerance);
+}
+
 }  // namespace
 }  // namespace dgemma

@@ -15,7 +15,8 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
       "gelu_tanh", "matmul", "rms_norm", "softmax",
       "reduce_sum", "reduce_max", "reduce_mean",
       "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "concat", "slice",
-      "rope", "attention", "attention_backward", "moe_route", "moe_experts"};
+      "rope", "attention", "attention_backward", "moe_route", "moe_experts", "moe_route_backward",
+      "moe_experts_backward"};
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
 }
 
