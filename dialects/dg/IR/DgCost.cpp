@@ -18,6 +18,7 @@ int64_t CastOp::getFlops() { return 0; }
 int64_t TransposeOp::getFlops() { return 0; }
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }
+int64_t ScatterAddOp::getFlops() { return getUpdates().getType().getNumElements(); }
 int64_t ConcatOp::getFlops() { return 0; }
 int64_t SliceOp::getFlops() { return 0; }
 

@@ -335,3 +335,10 @@ LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotange
                 backward.getGradDown()});
   return success();
 }
+
+LogicalResult GatherOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // Each looked-up row receives the cotangents of every position that read it; ids get none.
+  grads.push_back(builder.create<ScatterAddOp>(getLoc(), getTable().getType(), getIds(), cotangents[0]));
+  grads.push_back(Value());
+  return success();
+}

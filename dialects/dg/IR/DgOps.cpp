@@ -291,6 +291,17 @@ LogicalResult GatherOp::verify() {
   return success();
 }
 
+LogicalResult ScatterAddOp::verify() {
+  auto result = getResult().getType();
+  if (result.getRank() != 2) return emitOpError() << "result must be a 2-D table [rows, width]";
+  SmallVector<int64_t> expected(getIds().getType().getShape());
+  expected.push_back(result.getDimSize(1));
+  if (getUpdates().getType().getShape() != ArrayRef<int64_t>(expected) ||
+      getUpdates().getType().getElementType() != result.getElementType())
+    return emitOpError() << "updates must be " << RankedTensorType::get(expected, result.getElementType());
+  return success();
+}
+
 LogicalResult RandomUniformOp::verify() {
   auto key = getKey().getType();
   if (key.getRank() != 1 || key.getDimSize(0) != 2) return emitOpError() << "key must be tensor<2xi64> (seed, offset)";

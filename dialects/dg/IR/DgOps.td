@@ -230,7 +230,7 @@ def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure]> {
+def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i], :]";
   let arguments = (ins Dg_FloatTensor:$table, Dg_IdTensor:$ids);
   let results = (outs Dg_FloatTensor:$result);
@@ -362,6 +362,14 @@ def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
     type($weights) `,` type($indices) `,` type($gate_up) `,` type($down) `,` type($grad_output) `->`
     type($grad_input) `,` type($grad_weights) `,` type($grad_gate_up) `,` type($grad_down)
   }];
+}
+
+def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure]> {
+  let summary = "Rows added into a table of zeros at the ids: table[ids[i], :] += updates[i, :] (gather's adjoint)";
+  let arguments = (ins Dg_IdTensor:$ids, Dg_FloatTensor:$updates);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$updates `at` $ids attr-dict `:` type($updates) `,` type($ids) `->` type($result)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

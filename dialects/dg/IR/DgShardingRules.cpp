@@ -372,3 +372,20 @@ ShardingRule MoeExpertsBackwardOp::getShardingRule() {
   builder.result({experts, hidden, inner});
   return builder.take();
 }
+
+ShardingRule ScatterAddOp::getShardingRule() {
+  // Ids and width pass through; rows are addressed by value, so the table is whole, and split ids
+  // leave it partial (each rank adds its own rows).
+  RuleBuilder builder;
+  auto table = getResult().getType();
+  SmallVector<int64_t> idFactors;
+  for (int64_t size : getIds().getType().getShape()) idFactors.push_back(builder.addFactor(size, FactorKind::Reduction));
+  int64_t rows = builder.addFactor(table.getDimSize(0), FactorKind::NeedReplication);
+  int64_t width = builder.addFactor(table.getDimSize(1), FactorKind::PassThrough);
+  builder.operand(idFactors);
+  SmallVector<int64_t> updates(idFactors);
+  updates.push_back(width);
+  builder.operand(updates);
+  builder.result({rows, width});
+  return builder.take();
+}

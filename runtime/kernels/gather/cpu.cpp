@@ -1,4 +1,5 @@
 // gather: rows of a [V, H] table selected by integer ids (embedding lookup).
+// scatter_add: its adjoint, rows added into a [V, H] table of zeros at the ids.
 #include <cstring>
 
 #include "runtime/core/Error.h"
@@ -54,8 +55,62 @@ std::unique_ptr<Kernel> createGather(const KernelSignature& signature) {
   return std::make_unique<GatherKernel<int64_t>>(signature.where, table.shape[0], rowBytes);
 }
 
+// Serial over the ids, so rows hit by several ids add up in id order whatever the thread count; the
+// rows themselves are short, and V·H zeroing dominates for an embedding table.
+template <typename T, typename Id>
+class ScatterAddKernel final : public Kernel {
+ public:
+  ScatterAddKernel(std::string where, int64_t vocabulary, int64_t width)
+      : where_(std::move(where)), vocabulary_(vocabulary), width_(width) {}
+
+  void run(ExecContext&, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const Id* ids = inputs[0].as<const Id>();
+    const T* updates = inputs[1].as<const T>();
+    T* table = outputs[0].as<T>();
+    const int64_t count = inputs[0].numElements();
+    for (int64_t i = 0; i < count; ++i)
+      if (ids[i] < 0 || ids[i] >= vocabulary_)
+        throw RuntimeError(where_ + ": id " + std::to_string(static_cast<int64_t>(ids[i])) + " at flat index " +
+                           std::to_string(i) + " is outside the table's rows [0, " + std::to_string(vocabulary_) + ")");
+    std::fill(table, table + vocabulary_ * width_, T(0));
+    for (int64_t i = 0; i < count; ++i) {
+      T* row = table + static_cast<int64_t>(ids[i]) * width_;
+      const T* update = updates + i * width_;
+      for (int64_t h = 0; h < width_; ++h) row[h] += update[h];
+    }
+  }
+
+ private:
+  std::string where_;
+  int64_t vocabulary_, width_;
+};
+
+std::unique_ptr<Kernel> createScatterAdd(const KernelSignature& signature) {
+  expectArity(signature, 2, 1);
+  const Buffer& ids = *signature.inputs[0];
+  const Buffer& updates = *signature.inputs[1];
+  const Buffer& table = *signature.outputs[0];
+  expectDType(signature, ids, {DType::I32, DType::I64}, "input ids");
+  cpu::expectFloat(signature, updates, "input updates");
+  expectDType(signature, table, {updates.dtype}, "output table");
+  if (table.shape.size() != 2) failSignature(signature, "output table has shape " + shapeToString(table.shape) + ", expected [V, H]");
+  std::vector<int64_t> expected = ids.shape;
+  expected.push_back(table.shape[1]);
+  cpu::expectShape(signature, updates, expected, "input updates");
+  const int64_t vocabulary = table.shape[0], width = table.shape[1];
+  if (updates.dtype == DType::F64) {
+    if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<double, int64_t>>(signature.where, vocabulary, width);
+    return std::make_unique<ScatterAddKernel<double, int32_t>>(signature.where, vocabulary, width);
+  }
+  if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<float, int64_t>>(signature.where, vocabulary, width);
+  return std::make_unique<ScatterAddKernel<float, int32_t>>(signature.where, vocabulary, width);
+}
+
 }  // namespace
 
-void registerGatherCpuKernels(KernelRegistry& registry) { registry.add("gather", createGather); }
+void registerGatherCpuKernels(KernelRegistry& registry) {
+  registry.add("gather", createGather);
+  registry.add("scatter_add", createScatterAdd);
+}
 
 }  // namespace dgemma

@@ -324,5 +324,17 @@ TEST(GradientCheck, MoeRouterAndExperts) {
   GradientChecker({{{4, 3}}, {{3, 3}}, {{3}, 0.5, 1.5}, {{3, 4, 3}}, {{3, 3, 2}}}, layer).check(kTolerance);
 }
 
+// The embedding lookup: rows read several times sum their cotangents; unread rows get zero.
+TEST(GradientCheck, GatherEmbeddingRows) {
+  auto gather = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    SmallVector<int64_t> ids = {3, 0, 3, 1, 3, 0};
+    auto idType = RankedTensorType::get({2, 3}, b.getI64Type());
+    Value idValues = b.create<ConstantOp>(loc, DenseElementsAttr::get(idType, ArrayRef<int64_t>(ids)));
+    Value rows = b.create<GatherOp>(loc, typeLike(p[0], {2, 3, 4}), p[0], idValues);
+    return b.create<TanhOp>(loc, rows.getType(), rows);
+  };
+  GradientChecker({{{5, 4}}}, gather).check(kTolerance);
+}
+
 }  // namespace
 }  // namespace dgemma

@@ -16,7 +16,7 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
       "reduce_sum", "reduce_max", "reduce_mean",
       "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "concat", "slice",
       "rope", "attention", "attention_backward", "moe_route", "moe_experts", "moe_route_backward",
-      "moe_experts_backward"};
+      "moe_experts_backward", "scatter_add"};
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
 }
 
