@@ -262,114 +262,124 @@ ShardingRule RopeOp::getShardingRule() {
   return rule;
 }
 
+namespace {
+
+// The factors of attention's q, k, v and key_valid. One factor stands for the key/value heads and,
+// through the grouping h / (Hq / Hkv), for the query heads: splitting it n ways gives each rank Hq/n
+// query heads and exactly the Hkv/n KV heads they read (head-parallel attention). Keys and the
+// contracted head_dim must be whole. Adds the four operands; the output has
+// {batch, queries, heads, valueDim}.
+struct AttentionFactors {
+  int64_t batch, queries, heads, headDim, keys, valueDim;
+};
+AttentionFactors addAttentionOperands(RuleBuilder& builder, RankedTensorType query, RankedTensorType key,
+                                      RankedTensorType value) {
+  AttentionFactors f;
+  f.batch = builder.addFactor(query.getDimSize(0), FactorKind::PassThrough);
+  f.queries = builder.addFactor(query.getDimSize(1), FactorKind::PassThrough);
+  f.heads = builder.addFactor(key.getDimSize(2), FactorKind::PassThrough);
+  f.headDim = builder.addFactor(query.getDimSize(3), FactorKind::NeedReplication);
+  f.keys = builder.addFactor(key.getDimSize(1), FactorKind::NeedReplication);
+  f.valueDim = builder.addFactor(value.getDimSize(3), FactorKind::PassThrough);
+  builder.operand({f.batch, f.queries, f.heads, f.headDim});
+  builder.operand({f.batch, f.keys, f.heads, f.headDim});
+  builder.operand({f.batch, f.keys, f.heads, f.valueDim});
+  builder.operand({f.batch, f.keys});
+  return f;
+}
+
+// The router's logits [N, E] and per-expert scale [E]; the chosen k must be whole like the experts.
+struct RouteFactors {
+  int64_t tokens, experts, chosen;
+};
+RouteFactors addRouteOperands(RuleBuilder& builder, RankedTensorType logits, int64_t topK) {
+  RouteFactors f;
+  f.tokens = builder.addFactor(logits.getDimSize(0), FactorKind::PassThrough);
+  f.experts = builder.addFactor(logits.getDimSize(1), FactorKind::NeedReplication);
+  f.chosen = builder.addFactor(topK, FactorKind::NeedReplication);
+  builder.operand({f.tokens, f.experts});
+  builder.operand({f.experts});
+  return f;
+}
+
+// The routed experts' x, weights, indices, gate_up and down. Expert parallelism: each rank runs its
+// experts, so per-token sums become partial.
+struct ExpertFactors {
+  int64_t tokens, hidden, chosen, experts, gateUpRows, inner;
+};
+ExpertFactors addExpertOperands(RuleBuilder& builder, RankedTensorType input, RankedTensorType weights,
+                                RankedTensorType gateUp, RankedTensorType down) {
+  ExpertFactors f;
+  f.tokens = builder.addFactor(input.getDimSize(0), FactorKind::PassThrough);
+  f.hidden = builder.addFactor(input.getDimSize(1), FactorKind::NeedReplication);
+  f.chosen = builder.addFactor(weights.getDimSize(1), FactorKind::NeedReplication);
+  f.experts = builder.addFactor(gateUp.getDimSize(0), FactorKind::Reduction);
+  f.gateUpRows = builder.addFactor(gateUp.getDimSize(1), FactorKind::NeedReplication);
+  f.inner = builder.addFactor(down.getDimSize(2), FactorKind::NeedReplication);
+  builder.operand({f.tokens, f.hidden});
+  builder.operand({f.tokens, f.chosen});
+  builder.operand({f.tokens, f.chosen});
+  builder.operand({f.experts, f.gateUpRows, f.hidden});
+  builder.operand({f.experts, f.hidden, f.inner});
+  return f;
+}
+
+}  // namespace
+
 ShardingRule AttentionOp::getShardingRule() {
-  // One factor stands for the key/value heads and, through the grouping h / (Hq / Hkv), for the
-  // query heads: splitting it n ways gives each rank Hq/n query heads and exactly the Hkv/n KV heads
-  // they read (head-parallel attention). Keys and the contracted head_dim must be whole.
   RuleBuilder builder;
-  auto query = getQuery().getType(), value = getValue().getType();
-  int64_t batch = builder.addFactor(query.getDimSize(0), FactorKind::PassThrough);
-  int64_t queries = builder.addFactor(query.getDimSize(1), FactorKind::PassThrough);
-  int64_t heads = builder.addFactor(getKey().getType().getDimSize(2), FactorKind::PassThrough);
-  int64_t headDim = builder.addFactor(query.getDimSize(3), FactorKind::NeedReplication);
-  int64_t keys = builder.addFactor(getKey().getType().getDimSize(1), FactorKind::NeedReplication);
-  int64_t valueDim = builder.addFactor(value.getDimSize(3), FactorKind::PassThrough);
-  builder.operand({batch, queries, heads, headDim});
-  builder.operand({batch, keys, heads, headDim});
-  builder.operand({batch, keys, heads, valueDim});
-  builder.operand({batch, keys});
-  builder.result({batch, queries, heads, valueDim});
+  AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType());
+  builder.result({f.batch, f.queries, f.heads, f.valueDim});
   return builder.take();
 }
 
 ShardingRule AttentionBackwardOp::getShardingRule() {
-  // The forward rule, with the output gradient laid out like the output and dq, dk, dv like q, k, v.
+  // The output gradient is laid out like the output, and dq, dk, dv like q, k, v.
   RuleBuilder builder;
-  auto query = getQuery().getType(), value = getValue().getType();
-  int64_t batch = builder.addFactor(query.getDimSize(0), FactorKind::PassThrough);
-  int64_t queries = builder.addFactor(query.getDimSize(1), FactorKind::PassThrough);
-  int64_t heads = builder.addFactor(getKey().getType().getDimSize(2), FactorKind::PassThrough);
-  int64_t headDim = builder.addFactor(query.getDimSize(3), FactorKind::NeedReplication);
-  int64_t keys = builder.addFactor(getKey().getType().getDimSize(1), FactorKind::NeedReplication);
-  int64_t valueDim = builder.addFactor(value.getDimSize(3), FactorKind::PassThrough);
-  builder.operand({batch, queries, heads, headDim});
-  builder.operand({batch, keys, heads, headDim});
-  builder.operand({batch, keys, heads, valueDim});
-  builder.operand({batch, keys});
-  builder.operand({batch, queries, heads, valueDim});
-  builder.result({batch, queries, heads, headDim});
-  builder.result({batch, keys, heads, headDim});
-  builder.result({batch, keys, heads, valueDim});
+  AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType());
+  builder.operand({f.batch, f.queries, f.heads, f.valueDim});
+  builder.result({f.batch, f.queries, f.heads, f.headDim});
+  builder.result({f.batch, f.keys, f.heads, f.headDim});
+  builder.result({f.batch, f.keys, f.heads, f.valueDim});
   return builder.take();
 }
 
 ShardingRule MoeRouteOp::getShardingRule() {
   RuleBuilder builder;
-  auto logits = getLogits().getType();
-  int64_t tokens = builder.addFactor(logits.getDimSize(0), FactorKind::PassThrough);
-  int64_t experts = builder.addFactor(logits.getDimSize(1), FactorKind::NeedReplication);
-  int64_t chosen = builder.addFactor(getTopKAttr().getInt(), FactorKind::NeedReplication);
-  builder.operand({tokens, experts});
-  builder.operand({experts});
-  builder.result({tokens, chosen});
-  builder.result({tokens, chosen});
-  return builder.take();
-}
-
-ShardingRule MoeExpertsOp::getShardingRule() {
-  // Expert parallelism: each rank runs its experts, and the per-token sums become partial.
-  RuleBuilder builder;
-  auto input = getInput().getType();
-  int64_t tokens = builder.addFactor(input.getDimSize(0), FactorKind::PassThrough);
-  int64_t hidden = builder.addFactor(input.getDimSize(1), FactorKind::NeedReplication);
-  int64_t chosen = builder.addFactor(getWeights().getType().getDimSize(1), FactorKind::NeedReplication);
-  int64_t experts = builder.addFactor(getGateUp().getType().getDimSize(0), FactorKind::Reduction);
-  int64_t gateUpRows = builder.addFactor(getGateUp().getType().getDimSize(1), FactorKind::NeedReplication);
-  int64_t inner = builder.addFactor(getDown().getType().getDimSize(2), FactorKind::NeedReplication);
-  builder.operand({tokens, hidden});
-  builder.operand({tokens, chosen});
-  builder.operand({tokens, chosen});
-  builder.operand({experts, gateUpRows, hidden});
-  builder.operand({experts, hidden, inner});
-  builder.result({tokens, hidden});
+  RouteFactors f = addRouteOperands(builder, getLogits().getType(), getTopKAttr().getInt());
+  builder.result({f.tokens, f.chosen});
+  builder.result({f.tokens, f.chosen});
   return builder.take();
 }
 
 ShardingRule MoeRouteBackwardOp::getShardingRule() {
   RuleBuilder builder;
-  auto logits = getLogits().getType();
-  int64_t tokens = builder.addFactor(logits.getDimSize(0), FactorKind::PassThrough);
-  int64_t experts = builder.addFactor(logits.getDimSize(1), FactorKind::NeedReplication);
-  int64_t chosen = builder.addFactor(getTopKAttr().getInt(), FactorKind::NeedReplication);
-  builder.operand({tokens, experts});
-  builder.operand({experts});
-  builder.operand({tokens, chosen});
-  builder.operand({tokens, chosen});
-  builder.result({tokens, experts});
-  builder.result({experts});  // summed over tokens: partial when tokens are split
+  RouteFactors f = addRouteOperands(builder, getLogits().getType(), getTopKAttr().getInt());
+  builder.operand({f.tokens, f.chosen});
+  builder.operand({f.tokens, f.chosen});
+  builder.result({f.tokens, f.experts});
+  builder.result({f.experts});  // summed over tokens: partial when tokens are split
+  return builder.take();
+}
+
+ShardingRule MoeExpertsOp::getShardingRule() {
+  RuleBuilder builder;
+  ExpertFactors f = addExpertOperands(builder, getInput().getType(), getWeights().getType(), getGateUp().getType(),
+                                      getDown().getType());
+  builder.result({f.tokens, f.hidden});
   return builder.take();
 }
 
 ShardingRule MoeExpertsBackwardOp::getShardingRule() {
-  // As the forward: experts split across ranks leave dx partial; their weight gradients stay local.
+  // dx is partial like the forward's output; the experts' weight gradients stay with their rank.
   RuleBuilder builder;
-  auto input = getInput().getType();
-  int64_t tokens = builder.addFactor(input.getDimSize(0), FactorKind::PassThrough);
-  int64_t hidden = builder.addFactor(input.getDimSize(1), FactorKind::NeedReplication);
-  int64_t chosen = builder.addFactor(getWeights().getType().getDimSize(1), FactorKind::NeedReplication);
-  int64_t experts = builder.addFactor(getGateUp().getType().getDimSize(0), FactorKind::Reduction);
-  int64_t gateUpRows = builder.addFactor(getGateUp().getType().getDimSize(1), FactorKind::NeedReplication);
-  int64_t inner = builder.addFactor(getDown().getType().getDimSize(2), FactorKind::NeedReplication);
-  builder.operand({tokens, hidden});
-  builder.operand({tokens, chosen});
-  builder.operand({tokens, chosen});
-  builder.operand({experts, gateUpRows, hidden});
-  builder.operand({experts, hidden, inner});
-  builder.operand({tokens, hidden});
-  builder.result({tokens, hidden});
-  builder.result({tokens, chosen});
-  builder.result({experts, gateUpRows, hidden});
-  builder.result({experts, hidden, inner});
+  ExpertFactors f = addExpertOperands(builder, getInput().getType(), getWeights().getType(), getGateUp().getType(),
+                                      getDown().getType());
+  builder.operand({f.tokens, f.hidden});
+  builder.result({f.tokens, f.hidden});
+  builder.result({f.tokens, f.chosen});
+  builder.result({f.experts, f.gateUpRows, f.hidden});
+  builder.result({f.experts, f.hidden, f.inner});
   return builder.take();
 }
 
