@@ -56,6 +56,26 @@ int64_t collectVisibleKeys(const AttentionGeometry& geometry, const uint8_t* val
   return count;
 }
 
+// softmax(scale · q·k) over the `count` visible keys of one query row, into `probabilities`: the
+// forward's output weights and the backward's recomputed ones are this one function. `keyRow(key)`
+// points at that key's head_dim values.
+template <typename T, typename KeyRow>
+void visibleProbabilities(const AttentionGeometry& g, const T* qRow, const int64_t* visible, int64_t count,
+                          const KeyRow& keyRow, T* probabilities) {
+  const T scale = static_cast<T>(g.scale);
+  T maximum = 0;
+  for (int64_t n = 0; n < count; ++n) {
+    const T* kRow = keyRow(visible[n]);
+    T dot = 0;
+    for (int64_t d = 0; d < g.headDim; ++d) dot += qRow[d] * kRow[d];
+    probabilities[n] = scale * dot;
+    maximum = n == 0 ? probabilities[n] : std::max(maximum, probabilities[n]);
+  }
+  T sum = 0;
+  for (int64_t n = 0; n < count; ++n) sum += (probabilities[n] = std::exp(probabilities[n] - maximum));
+  for (int64_t n = 0; n < count; ++n) probabilities[n] /= sum;
+}
+
 // T is also the accumulator type (scores, softmax sum, output), as the contract says.
 template <typename T>
 class AttentionKernel final : public Kernel {
@@ -70,12 +90,11 @@ class AttentionKernel final : public Kernel {
     T* o = outputs[0].as<T>();
     const AttentionGeometry& g = geometry_;
     const int64_t headsPerKv = g.queryHeads / g.kvHeads;
-    const T scale = static_cast<T>(g.scale);
     // Rows are (b, query, head) in the memory order of q and o, so row r's vectors start at r·D and r·Dv.
     const int64_t rows = g.batch * g.queries * g.queryHeads;
     cpu::parallelFor(context, rows, cpu::rowGrain(g.keys * (g.headDim + g.valueDim)), [&](int64_t begin, int64_t end) {
       std::vector<int64_t> visible(g.keys);
-      std::vector<T> weights(g.keys);  // scores of the visible keys, then their exponentials
+      std::vector<T> weights(g.keys);  // probabilities of the visible keys
       for (int64_t row = begin; row < end; ++row) {
         const int64_t head = row % g.queryHeads;
         const int64_t query = (row / g.queryHeads) % g.queries;
@@ -88,23 +107,11 @@ class AttentionKernel final : public Kernel {
         if (count == 0) continue;  // no visible key: the row stays zero instead of 0/0
 
         auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
-        T maximum = 0;
+        visibleProbabilities(g, qRow, visible.data(), count, [&](int64_t key) { return k + kvOffset(key) * g.headDim; },
+                             weights.data());
         for (int64_t n = 0; n < count; ++n) {
-          const T* kRow = k + kvOffset(visible[n]) * g.headDim;
-          T dot = 0;
-          for (int64_t d = 0; d < g.headDim; ++d) dot += qRow[d] * kRow[d];
-          weights[n] = scale * dot;
-          maximum = n == 0 ? weights[n] : std::max(maximum, weights[n]);
-        }
-        T sum = 0;
-        for (int64_t n = 0; n < count; ++n) {
-          weights[n] = std::exp(weights[n] - maximum);
-          sum += weights[n];
-        }
-        for (int64_t n = 0; n < count; ++n) {
-          const T probability = weights[n] / sum;
           const T* vRow = v + kvOffset(visible[n]) * g.valueDim;
-          for (int64_t d = 0; d < g.valueDim; ++d) oRow[d] += probability * vRow[d];
+          for (int64_t d = 0; d < g.valueDim; ++d) oRow[d] += weights[n] * vRow[d];
         }
       }
     });
@@ -235,19 +242,10 @@ class AttentionBackwardKernel final : public Kernel {
             const int64_t count = collectVisibleKeys(g, keyValid + b * g.keys, query, visible.data());
             if (count == 0) continue;  // the forward row was zero whatever q, k, v: no gradient
 
-            T maximum = 0;
-            for (int64_t n = 0; n < count; ++n) {
-              const T* kRow = k + kvOffset(visible[n]) * g.headDim;
-              T dot = 0;
-              for (int64_t d = 0; d < g.headDim; ++d) dot += qRow[d] * kRow[d];
-              probability[n] = scale * dot;
-              maximum = n == 0 ? probability[n] : std::max(maximum, probability[n]);
-            }
-            T sum = 0;
-            for (int64_t n = 0; n < count; ++n) sum += (probability[n] = std::exp(probability[n] - maximum));
+            visibleProbabilities(g, qRow, visible.data(), count,
+                                 [&](int64_t key) { return k + kvOffset(key) * g.headDim; }, probability.data());
             T expectedDp = 0;
             for (int64_t n = 0; n < count; ++n) {
-              probability[n] /= sum;
               const T* vRow = v + kvOffset(visible[n]) * g.valueDim;
               T dot = 0;
               for (int64_t d = 0; d < g.valueDim; ++d) dot += dOutRow[d] * vRow[d];

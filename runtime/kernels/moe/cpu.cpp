@@ -17,6 +17,19 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // moe_route
 
+// The max-subtracted softmax of one token's router logits over all experts, shared by the router
+// and its backward kernel (which recomputes it).
+template <typename T>
+void routerSoftmax(const T* row, int64_t experts, T* probabilities) {
+  const T maximum = *std::max_element(row, row + experts);
+  T sum = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    probabilities[e] = std::exp(row[e] - maximum);
+    sum += probabilities[e];
+  }
+  for (int64_t e = 0; e < experts; ++e) probabilities[e] /= sum;
+}
+
 // T is also the precision of the softmax and the renormalisation, as the contract says.
 template <typename T>
 class MoeRouteKernel final : public Kernel {
@@ -33,14 +46,7 @@ class MoeRouteKernel final : public Kernel {
       std::vector<T> probabilities(experts);
       std::vector<int64_t> ranking(experts);
       for (int64_t token = begin; token < end; ++token) {
-        const T* row = logits + token * experts;
-        const T maximum = *std::max_element(row, row + experts);
-        T sum = 0;
-        for (int64_t e = 0; e < experts; ++e) {
-          probabilities[e] = std::exp(row[e] - maximum);
-          sum += probabilities[e];
-        }
-        for (int64_t e = 0; e < experts; ++e) probabilities[e] /= sum;
+        routerSoftmax(logits + token * experts, experts, probabilities.data());
 
         // Descending probability, equal probabilities by ascending expert id: a total order on
         // finite values, so the choice and its listing do not depend on the sort algorithm.
@@ -293,11 +299,7 @@ class MoeRouteBackwardKernel final : public Kernel {
     cpu::parallelFor(context, tokens_, cpu::rowGrain(experts), [&](int64_t begin, int64_t end) {
       std::vector<T> probabilities(experts), dProbabilities(experts);
       for (int64_t token = begin; token < end; ++token) {
-        const T* row = logits + token * experts;
-        const T maximum = *std::max_element(row, row + experts);
-        T sum = 0;
-        for (int64_t e = 0; e < experts; ++e) sum += (probabilities[e] = std::exp(row[e] - maximum));
-        for (int64_t e = 0; e < experts; ++e) probabilities[e] /= sum;
+        routerSoftmax(logits + token * experts, experts, probabilities.data());
         const int64_t* chosen = indices + token * topK;
         const T* dw = dWeights + token * topK;
         T selected = 0;
