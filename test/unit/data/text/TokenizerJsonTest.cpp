@@ -13,6 +13,7 @@
 
 #include "runtime/core/Error.h"
 #include "runtime/data/text/Tokenizer.h"
+#include "TextTestSupport.h"
 #include "runtime/data/text/TokenizerJson.h"
 
 namespace dgemma {
@@ -20,35 +21,18 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::expectInputError;
+using test::TempDir;
+
+void writeTokenizerJson(const TempDir& dir, const json& tokenizerJson) {
+  std::ofstream(dir.path / "tokenizer.json") << tokenizerJson.dump();
+}
 
 json readJson(const fs::path& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << path;
   return json::parse(in);
 }
-
-std::string expectInputError(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("dgemma_text_json_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  void write(const json& tokenizerJson) const { std::ofstream(path / "tokenizer.json") << tokenizerJson.dump(); }
-};
 
 const fs::path kDir = DGEMMA_TOKENIZER_JSON_DIR;
 
@@ -57,7 +41,7 @@ json byteFallbackJson() { return readJson(kDir / "byte_fallback" / "tokenizer.js
 // Writes `tokenizerJson` into a fresh directory and returns the InputError message of loading it.
 std::string loadError(const json& tokenizerJson) {
   TempDir dir;
-  dir.write(tokenizerJson);
+  writeTokenizerJson(dir, tokenizerJson);
   return expectInputError([&] { Tokenizer tok(dir.path.string()); });
 }
 
@@ -95,7 +79,7 @@ TEST(TokenizerJson, ByteFallbackVariantsMatchTokenizers) {
       else tj[key] = value;
     }
     TempDir dir;
-    dir.write(tj);
+    writeTokenizerJson(dir, tj);
     fs::copy_file(kDir / "byte_fallback" / "tokenizer_config.json", dir.path / "tokenizer_config.json");
     const Tokenizer tok(dir.path.string());
     EXPECT_EQ(tok.eosId(), 1);
@@ -115,7 +99,7 @@ TEST(TokenizerJson, ByteFallbackVariantsMatchTokenizers) {
 
 TEST(TokenizerJson, ByteFallbackPieces) {
   TempDir dir;
-  dir.write(byteFallbackJson());
+  writeTokenizerJson(dir, byteFallbackJson());
   const Tokenizer tok(dir.path.string());
   // U+2603 (not in the vocabulary): its three UTF-8 bytes E2 98 83, after the prepended "▁".
   const std::vector<int32_t> ids = tok.encode("☃");

@@ -13,12 +13,15 @@
 
 #include "runtime/core/Error.h"
 #include "runtime/data/text/Tokenizer.h"
+#include "TextTestSupport.h"
 
 namespace dgemma {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test::expectInputError;
+using test::TempDir;
 
 const Tokenizer& bundled() {
   static const Tokenizer tokenizer(DGEMMA_TOKENIZER_DIR);
@@ -75,29 +78,6 @@ std::vector<Message> toMessages(const json& messages) {
   }
   return out;
 }
-
-std::string expectInputError(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
-
-// A fresh temporary directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("dgemma_text_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 TEST_P(Backends, ConversationsMatchHf) {
   const json fixture = readFixture("conversations.json");
