@@ -43,8 +43,9 @@ Dataset buildDataset(const std::string& path, const RowTokenizer& tokenize, cons
     bool good = true;
     for (const auto& [field, imagePath] : imageParts(row)) {
       try {
-        ProcessedImage processed = processGemma4Image(decodeImage(imagePath), options.image);
-        softTokens.push_back(processed.numSoftTokens);
+        // Decoding proves the file is a readable image; the resize waits until the item is batched.
+        RgbImage image = decodeImage(imagePath);
+        softTokens.push_back(gemma4SoftTokenCount(image.height, image.width, options.image));
         imagePaths.push_back(imagePath);
       } catch (const InputError& error) {
         reject(field, std::string("expected a decodable image: ") + error.what());

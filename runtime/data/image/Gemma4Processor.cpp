@@ -177,6 +177,12 @@ RgbImage resizeBicubicAntialias(const RgbImage& image, int64_t outHeight, int64_
   return current;
 }
 
+int64_t gemma4SoftTokenCount(int64_t height, int64_t width, const Gemma4ImageOptions& options) {
+  const auto [th, tw] = gemma4TargetSize(height, width, options);
+  const int64_t k = options.poolingKernelSize;
+  return (th / options.patchSize) * (tw / options.patchSize) / (k * k);
+}
+
 ProcessedImage processGemma4Image(const RgbImage& image, const Gemma4ImageOptions& options) {
   const auto [th, tw] = gemma4TargetSize(image.height, image.width, options);
   if (image.pixels.size() != size_t(image.width * image.height * 3)) {
@@ -194,7 +200,7 @@ ProcessedImage processGemma4Image(const RgbImage& image, const Gemma4ImageOption
   ProcessedImage out;
   out.resizedHeight = th;
   out.resizedWidth = tw;
-  out.numSoftTokens = numPatches / (k * k);
+  out.numSoftTokens = gemma4SoftTokenCount(image.height, image.width, options);
   out.pixelValues = HostTensor(DType::F32, {maxPatches, patchValues});
   out.imagePositionIds = HostTensor(DType::I64, {maxPatches, 2});
   float* values = out.pixelValues.as<float>();

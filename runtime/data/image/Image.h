@@ -50,6 +50,10 @@ struct ProcessedImage {
 // target over the patch budget).
 std::pair<int64_t, int64_t> gemma4TargetSize(int64_t height, int64_t width, const Gemma4ImageOptions& options = {});
 
+// The soft tokens an image of height x width yields: its target size's patches / pooling^2. What
+// processGemma4Image reports, without resizing (dataset validation needs only the count).
+int64_t gemma4SoftTokenCount(int64_t height, int64_t width, const Gemma4ImageOptions& options = {});
+
 // torch.nn.functional.interpolate(uint8, mode="bicubic", antialias=True, align_corners=False) on CPU.
 // Returns the input unchanged when the size is unchanged. Throws InputError for empty sizes.
 RgbImage resizeBicubicAntialias(const RgbImage& image, int64_t outHeight, int64_t outWidth);
