@@ -1,0 +1,310 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/DType.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/train/Checkpoint.h"
+#include "test/unit/train/TrainTestSupport.h"
+
+namespace dgemma {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expectInputError;
+using test::fileBytes;
+using test::mentions;
+using test::TempDir;
+using test::writeBytes;
+
+constexpr const char* kPlan = "plan-xxh3:0123456789abcdef";
+
+HostTensor f32Tensor(std::vector<int64_t> shape, float seed) {
+  HostTensor t(DType::F32, std::move(shape));
+  float* values = t.as<float>();
+  for (int64_t i = 0; i < t.numElements(); ++i) values[i] = seed / static_cast<float>(i + 3) - static_cast<float>(i);
+  if (t.numElements() > 2) {
+    values[0] = std::numeric_limits<float>::denorm_min();
+    values[1] = -0.0f;
+    values[2] = std::numeric_limits<float>::quiet_NaN();
+  }
+  return t;
+}
+
+HostTensor bf16Tensor(std::vector<int64_t> shape, float seed) {
+  HostTensor t(DType::BF16, std::move(shape));
+  uint16_t* values = t.as<uint16_t>();
+  for (int64_t i = 0; i < t.numElements(); ++i) values[i] = f32ToBf16Bits(seed * static_cast<float>(i) / 7.0f);
+  return t;
+}
+
+HostTensor i64Tensor(std::vector<int64_t> shape) {
+  HostTensor t(DType::I64, std::move(shape));
+  int64_t* values = t.as<int64_t>();
+  for (int64_t i = 0; i < t.numElements(); ++i) values[i] = (i % 2 ? -1 : 1) * (int64_t{1} << (i % 63));
+  values[0] = std::numeric_limits<int64_t>::min();
+  return t;
+}
+
+CheckpointState stateAt(int64_t step) {
+  CheckpointState state;
+  state.planHash = kPlan;
+  state.step = step;
+  state.consumedSamples = 8 * step;
+  state.dataOrderState = {{"seed", 1234}, {"epoch", 0}, {"sampler", "random"}, {"position", 8 * step}};
+  state.rng = {{"seed", 42}, {"noise_seeding", "per-sample"}};
+  state.config = {{"objective", "base-sft"}, {"lr_schedule", {{"max_lr", 5e-5}, {"warmup_steps", 20}}}};
+  return state;
+}
+
+// A small model and its optimizer state: f32 main weights and moments, bf16 frozen weights, an i64 counter.
+struct Fixture {
+  HostTensor embed = f32Tensor({16, 8}, 1.5f);
+  HostTensor norm = bf16Tensor({8}, 2.0f);
+  HostTensor ids = i64Tensor({5});
+  HostTensor empty = HostTensor(DType::F32, {0, 4});
+  HostTensor m = f32Tensor({16, 8}, -0.25f);
+  HostTensor v = f32Tensor({16, 8}, 0.125f);
+  HostTensor count = i64Tensor({1});
+
+  std::vector<CheckpointTensor> tensors() const {
+    return {{"model", "model.decoder.embed_tokens.weight", &embed},
+            {"model", "model.decoder.norm.weight", &norm},
+            {"model", "buffers.position_ids", &ids},
+            {"model", "empty", &empty},
+            {"optimizer", "exp_avg/model.decoder.embed_tokens.weight", &m},
+            {"optimizer", "exp_avg_sq/model.decoder.embed_tokens.weight", &v},
+            {"optimizer", "step", &count}};
+  }
+};
+
+void expectBitEqual(const HostTensor& actual, const HostTensor& expected, const std::string& name) {
+  EXPECT_EQ(actual.dtype, expected.dtype) << name;
+  EXPECT_EQ(actual.shape, expected.shape) << name;
+  EXPECT_EQ(actual.data, expected.data) << name;  // bytes: NaN, -0 and denormals included
+}
+
+std::string shardOf(const std::string& dir, const std::string& prefix) {
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) return entry.path().string();
+  ADD_FAILURE() << "no file " << prefix << "* in " << dir;
+  return "";
+}
+
+std::vector<std::string> entriesOf(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(CheckpointTest, SaveLoadRoundTripIsBitExact) {
+  TempDir dir;
+  Fixture f;
+  CheckpointSaveResult saved = Checkpoint::save(dir / "ckpt", stateAt(7), f.tensors());
+  EXPECT_EQ(saved.directory, dir / "ckpt/step-00000007");
+  EXPECT_EQ(entriesOf(saved.directory),
+            (std::vector<std::string>{"manifest.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json",
+                                      "optimizer-00001-of-00001.safetensors", "optimizer.safetensors.index.json"}));
+  uint64_t onDisk = 0;
+  for (const auto& entry : fs::directory_iterator(saved.directory)) onDisk += entry.file_size();
+  EXPECT_EQ(saved.bytesWritten, onDisk);
+  EXPECT_EQ(saved.files, 5);
+  EXPECT_GE(saved.seconds, 0.0);
+  EXPECT_TRUE(saved.removed.empty());
+  EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{"step-00000007"});  // no .tmp left
+
+  ASSERT_EQ(Checkpoint::findLatest(dir / "ckpt"), saved.directory);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  CheckpointState expected = stateAt(7);
+  EXPECT_EQ(loaded.state().planHash, expected.planHash);
+  EXPECT_EQ(loaded.state().step, 7);
+  EXPECT_EQ(loaded.state().consumedSamples, 56);
+  EXPECT_EQ(loaded.state().dataOrderState, expected.dataOrderState);
+  EXPECT_EQ(loaded.state().rng, expected.rng);
+  EXPECT_EQ(loaded.state().config, expected.config);
+  EXPECT_EQ(loaded.manifest()["format_version"], kCheckpointFormatVersion);
+
+  EXPECT_EQ(loaded.groups(), (std::vector<std::string>{"model", "optimizer"}));
+  EXPECT_EQ(loaded.names("optimizer"),
+            (std::vector<std::string>{"exp_avg/model.decoder.embed_tokens.weight",
+                                      "exp_avg_sq/model.decoder.embed_tokens.weight", "step"}));
+  for (const CheckpointTensor& t : f.tensors()) {
+    ASSERT_TRUE(loaded.contains(t.group, t.name)) << t.name;
+    expectBitEqual(loaded.read(t.group, t.name), *t.tensor, t.name);
+  }
+  EXPECT_FALSE(loaded.contains("model", "step"));
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.read("model", "step"); }), "group 'model': tensor 'step': not found"));
+
+  // The model group's index makes the directory a --weights source for the existing loader.
+  SafetensorsDirectory weights = SafetensorsDirectory::open(saved.directory);
+  EXPECT_EQ(weights.names(), (std::vector<std::string>{"buffers.position_ids", "empty", "model.decoder.embed_tokens.weight",
+                                                       "model.decoder.norm.weight"}));
+  expectBitEqual(weights.read("model.decoder.norm.weight"), f.norm, "norm via SafetensorsDirectory");
+}
+
+TEST(CheckpointTest, ShardsSplitAtTheMaximumSize) {
+  TempDir dir;
+  HostTensor a = f32Tensor({64}, 1.0f), b = f32Tensor({64}, 2.0f), big = f32Tensor({300}, 3.0f), c = f32Tensor({10}, 4.0f);
+  // 256-byte a and b share a 600-byte shard; big (1200 bytes) is alone; c starts the third.
+  CheckpointSaveResult saved = Checkpoint::save(dir / "ckpt", stateAt(1),
+                                                {{"model", "a", &a}, {"model", "b", &b}, {"model", "big", &big}, {"model", "c", &c}},
+                                                {.maxShardBytes = 600});
+  EXPECT_EQ(entriesOf(saved.directory),
+            (std::vector<std::string>{"manifest.json", "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                      "model-00003-of-00003.safetensors", "model.safetensors.index.json"}));
+  EXPECT_EQ(SafetensorsFile::open(saved.directory + "/model-00001-of-00003.safetensors").entries().size(), 2u);
+  EXPECT_EQ(SafetensorsFile::open(saved.directory + "/model-00002-of-00003.safetensors").entries().size(), 1u);
+  nlohmann::json index = nlohmann::json::parse(fileBytes(saved.directory + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["weight_map"]["c"], "model-00003-of-00003.safetensors");
+  EXPECT_EQ(index["metadata"]["total_size"], 4 * (64 + 64 + 300 + 10));
+
+  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  EXPECT_EQ(loaded.names("model"), (std::vector<std::string>{"a", "b", "big", "c"}));
+  expectBitEqual(loaded.read("model", "big"), big, "big");
+  expectBitEqual(loaded.read("model", "c"), c, "c");
+}
+
+TEST(CheckpointTest, KeepDeletesTheOldestBeyondK) {
+  TempDir dir;
+  Fixture f;
+  std::vector<std::string> removed;
+  for (int64_t step = 1; step <= 5; ++step) {
+    CheckpointSaveResult saved = Checkpoint::save(dir / "ckpt", stateAt(step), f.tensors(), {.keep = 2});
+    removed.insert(removed.end(), saved.removed.begin(), saved.removed.end());
+  }
+  EXPECT_EQ(entriesOf(dir / "ckpt"), (std::vector<std::string>{"step-00000004", "step-00000005"}));
+  EXPECT_EQ(removed, (std::vector<std::string>{dir / "ckpt/step-00000001", dir / "ckpt/step-00000002",
+                                               dir / "ckpt/step-00000003"}));
+  std::vector<CheckpointEntry> listed = Checkpoint::list(dir / "ckpt");
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].step, 4);
+  EXPECT_EQ(listed[1].step, 5);
+
+  // A run resumed from step 4 that saves step 4 again (replacing it) never deletes what it just wrote.
+  CheckpointSaveResult again = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors(), {.keep = 1});
+  EXPECT_EQ(again.removed, std::vector<std::string>{dir / "ckpt/step-00000005"});
+  EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{"step-00000004"});
+  EXPECT_NO_THROW(Checkpoint::load(dir / "ckpt/step-00000004", kPlan));
+}
+
+TEST(CheckpointTest, TruncatedShardIsRejected) {
+  TempDir dir;
+  Fixture f;
+  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string shard = shardOf(path, "model-00001");
+  fs::resize_file(shard, fs::file_size(shard) - 24);
+  std::string message = expectInputError([&] { Checkpoint::load(path, kPlan); });
+  EXPECT_TRUE(mentions(message, shard + ": size: "));
+  EXPECT_TRUE(mentions(message, "truncated or torn checkpoint"));
+}
+
+TEST(CheckpointTest, FlippedByteIsRejected) {
+  TempDir dir;
+  Fixture f;
+  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string shard = shardOf(path, "optimizer-00001");
+  std::string bytes = fileBytes(shard);
+  bytes[bytes.size() - 10] ^= 0x20;  // inside the tensor data: the safetensors header still parses
+  writeBytes(shard, bytes);
+  std::string message = expectInputError([&] { Checkpoint::load(path, kPlan); });
+  EXPECT_TRUE(mentions(message, shard + ": xxh3_64: the file hashes to "));
+  EXPECT_TRUE(mentions(message, "corrupted checkpoint"));
+}
+
+TEST(CheckpointTest, MissingManifestIsRejectedAndSkipped) {
+  TempDir dir;
+  Fixture f;
+  Checkpoint::save(dir / "ckpt", stateAt(2), f.tensors());
+  std::string newest = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  fs::remove(newest + "/manifest.json");
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kPlan); }),
+                       newest + "/manifest.json: missing: not a complete checkpoint"));
+  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000002");
+
+  writeBytes(newest + "/manifest.json", "{\"format\": \"dgemma-chec");  // torn manifest
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kPlan); }), "manifest.json: invalid JSON"));
+  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000002");
+}
+
+TEST(CheckpointTest, MissingShardIsRejected) {
+  TempDir dir;
+  Fixture f;
+  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  fs::remove(path + "/optimizer-00001-of-00001.safetensors");
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+                       path + "/optimizer-00001-of-00001.safetensors: missing"));
+}
+
+// A save killed before its rename leaves .tmp-step-*: readers ignore it, the next save removes it.
+TEST(CheckpointTest, InterruptedSaveIsIgnoredAndCleanedUp) {
+  TempDir dir;
+  Fixture f;
+  std::string first = Checkpoint::save(dir / "ckpt", stateAt(3), f.tensors()).directory;
+  fs::copy(first, dir / "ckpt/.tmp-step-6-99999");  // complete-looking, manifest and all
+  fs::create_directories(dir / "ckpt/.tmp-step-7-99999");
+  fs::create_directories(dir / "ckpt/step-00000009");  // no manifest: not complete
+  fs::create_directories(dir / "ckpt/notes");
+  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), first);
+  EXPECT_EQ(Checkpoint::list(dir / "ckpt").size(), 1u);
+
+  Checkpoint::save(dir / "ckpt", stateAt(6), f.tensors());
+  EXPECT_EQ(entriesOf(dir / "ckpt"), (std::vector<std::string>{"notes", "step-00000003", "step-00000006", "step-00000009"}));
+  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000006");
+  EXPECT_FALSE(Checkpoint::findLatest(dir / "nothing-here"));
+}
+
+TEST(CheckpointTest, PlanHashMismatchIsRejected) {
+  TempDir dir;
+  Fixture f;
+  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string message = expectInputError([&] { Checkpoint::load(path, "plan-xxh3:fedcba9876543210"); });
+  EXPECT_TRUE(mentions(message, path + "/manifest.json: plan_hash: the checkpoint was saved for plan \"" +
+                                    std::string(kPlan) + "\", but this run's plan is \"plan-xxh3:fedcba9876543210\""));
+}
+
+TEST(CheckpointTest, UnknownFormatVersionIsRejected) {
+  TempDir dir;
+  Fixture f;
+  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
+  manifest["format_version"] = 2;
+  writeBytes(path + "/manifest.json", manifest.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+                       "format_version: 2 is not supported (this build reads version 1)"));
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(dir / "ckpt/step-00000099", kPlan); }),
+                       "no such checkpoint directory"));
+}
+
+TEST(CheckpointTest, BadTensorListsAreRejectedBeforeWriting) {
+  TempDir dir;
+  HostTensor t = f32Tensor({4}, 1.0f);
+  HostTensor wrongSize = f32Tensor({4}, 1.0f);
+  wrongSize.data.pop_back();
+  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"Model", "w", &t}}), std::invalid_argument);
+  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model-1", "w", &t}}), std::invalid_argument);
+  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", &t}, {"model", "w", &t}}), std::invalid_argument);
+  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", nullptr}}), std::invalid_argument);
+  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", &wrongSize}}), std::invalid_argument);
+  EXPECT_FALSE(fs::exists(dir / "ckpt"));
+  // The same name in two groups is fine.
+  EXPECT_NO_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", &t}, {"optimizer", "w", &t}}));
+}
+
+TEST(CheckpointTest, IoFailureIsARuntimeErrorAndLeavesNoTmp) {
+  TempDir dir;
+  HostTensor t = f32Tensor({4}, 1.0f);
+  writeBytes(dir / "file", "not a directory");
+  EXPECT_THROW(Checkpoint::save(dir / "file", stateAt(1), {{"model", "w", &t}}), RuntimeError);
+  EXPECT_EQ(entriesOf(dir.path), std::vector<std::string>{"file"});
+}
+
+}  // namespace
+}  // namespace dgemma
