@@ -17,7 +17,7 @@ void registerSoftmaxCpuKernels(KernelRegistry& registry);      // softmax
 void registerReduceCpuKernels(KernelRegistry& registry);       // reduce_sum, reduce_max, reduce_mean
 void registerLayoutCpuKernels(KernelRegistry& registry);       // transpose, reshape
 void registerGatherCpuKernels(KernelRegistry& registry);       // gather
-void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform
+void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform, random_int
 void registerRopeCpuKernels(KernelRegistry& registry);         // rope
 void registerAttentionCpuKernels(KernelRegistry& registry);    // attention
 void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route, moe_experts

@@ -48,7 +48,8 @@ def Dg_RandomOpInterface : OpInterface<"RandomOpInterface"> {
     numbers by accident.
   }];
   let methods = [
-    InterfaceMethod<"The key operand (tensor<2xi64>: seed, offset).", "::mlir::Value", "getRandomKey", (ins)>,
+    InterfaceMethod<"The key operand (tensor<2xi64> or tensor<Nx2xi64>: seed, offset per row).",
+                    "::mlir::Value", "getRandomKey", (ins)>,
     InterfaceMethod<"The counter stream this op draws from.", "int64_t", "getStreamId", (ins)>,
   ];
 }

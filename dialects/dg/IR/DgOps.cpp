@@ -302,16 +302,39 @@ LogicalResult ScatterAddOp::verify() {
   return success();
 }
 
-LogicalResult RandomUniformOp::verify() {
-  auto key = getKey().getType();
-  if (key.getRank() != 1 || key.getDimSize(0) != 2) return emitOpError() << "key must be tensor<2xi64> (seed, offset)";
-  if (getStreamAttr().getInt() < 0) return emitOpError() << "stream must be >= 0";
-  if (!getResult().getType().hasStaticShape()) return emitOpError() << "result must have a static shape";
+namespace {
+// The key and stream rules shared by the random ops: one [2] key for the whole result, or one key
+// per row of the result's dimension 0.
+LogicalResult verifyRandomOp(Operation* op, RankedTensorType key, int64_t stream, RankedTensorType result) {
+  bool wholeKey = key.getShape() == ArrayRef<int64_t>{2};
+  bool rowKeys = key.getRank() == 2 && key.getDimSize(1) == 2;
+  if (!wholeKey && !rowKeys)
+    return op->emitOpError() << "key must be tensor<2xi64> (seed, offset) or tensor<Nx2xi64> (one per row), got " << key;
+  if (stream < 0) return op->emitOpError() << "stream must be >= 0";
+  if (!result.hasStaticShape()) return op->emitOpError() << "result must have a static shape";
+  if (rowKeys && (result.getRank() < 1 || result.getDimSize(0) != key.getDimSize(0)))
+    return op->emitOpError() << "a key per row needs a result of shape [" << key.getDimSize(0) << ", ...], got " << result;
   return success();
+}
+}  // namespace
+
+LogicalResult RandomUniformOp::verify() {
+  return verifyRandomOp(*this, getKey().getType(), getStreamAttr().getInt(), getResult().getType());
 }
 
 Value RandomUniformOp::getRandomKey() { return getKey(); }
 int64_t RandomUniformOp::getStreamId() { return getStreamAttr().getInt(); }
+
+LogicalResult RandomIntOp::verify() {
+  // Results are drawn from one 32-bit Philox word each.
+  constexpr int64_t kMaxHigh = int64_t{1} << 32;
+  int64_t high = getHighAttr().getInt();
+  if (high < 1 || high > kMaxHigh) return emitOpError() << "high " << high << " must be in [1, 2^32]";
+  return verifyRandomOp(*this, getKey().getType(), getStreamAttr().getInt(), getResult().getType());
+}
+
+Value RandomIntOp::getRandomKey() { return getKey(); }
+int64_t RandomIntOp::getStreamId() { return getStreamAttr().getInt(); }
 
 #define GET_OP_CLASSES
 #include "dialects/dg/IR/DgOps.cpp.inc"

@@ -379,9 +379,29 @@ def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure]> {
 def Dg_RandomUniformOp : Dg_ComputeOp<"random_uniform",
     [Pure, DeclareOpInterfaceMethods<Dg_RandomOpInterface>]> {
   let summary = "Counter-based uniform [0, 1) numbers from an explicit key";
+  let description = [{
+    The key is `tensor<2xi64>` (seed, offset), one stream for the whole result, or `tensor<Nx2xi64>`:
+    row n of the `[N, ...]` result is then drawn from key[n] with element indices counted from 0
+    within the row, so a sample's numbers do not depend on its position in the batch
+    (docs/kernels.md, "Random numbers").
+  }];
   let arguments = (ins Dg_KeyTensor:$key, I64Attr:$stream);
   let results = (outs RankedTensorOf<[F32]>:$result);
   let assemblyFormat = "$key `stream` `=` $stream attr-dict `:` type($key) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dg_RandomIntOp : Dg_ComputeOp<"random_int",
+    [Pure, DeclareOpInterfaceMethods<Dg_RandomOpInterface>]> {
+  let summary = "Counter-based integers uniform in [0, high) from an explicit key, without modulo bias";
+  let description = [{
+    Keys as dg.random_uniform. It reads the same Philox words as a dg.random_uniform with the same
+    key and stream, so the two share one (key, stream) space: the verifier rejects a pair of them
+    that would draw the same numbers. `high` is in [1, 2^32].
+  }];
+  let arguments = (ins Dg_KeyTensor:$key, I64Attr:$stream, I64Attr:$high);
+  let results = (outs RankedTensorOf<[I64]>:$result);
+  let assemblyFormat = "$key `stream` `=` $stream `high` `=` $high attr-dict `:` type($key) `->` type($result)";
   let hasVerifier = 1;
 }
 

@@ -244,16 +244,27 @@ ShardingRule GatherOp::getShardingRule() {
   return builder.take();
 }
 
-ShardingRule RandomUniformOp::getShardingRule() {
-  // Element i's value depends on its global index: a shard would need an index offset, so the
-  // numbers are drawn whole.
+namespace {
+// Element i's value depends on its index within the key's stream: a shard would need an index
+// offset, so each stream is drawn whole. With a key per row the rows are separate streams, so rows
+// split with their keys.
+ShardingRule randomRule(Value key, Value result) {
   RuleBuilder builder;
+  ArrayRef<int64_t> shape = shapeOf(result);
+  bool rowKeys = shapeOf(key).size() == 2;
   SmallVector<int64_t> factors;
-  for (int64_t size : shapeOf(getResult())) factors.push_back(builder.addFactor(size, FactorKind::NeedReplication));
-  builder.operand({ShardingRule::kNoFactor});
+  for (size_t d = 0; d < shape.size(); ++d)
+    factors.push_back(
+        builder.addFactor(shape[d], rowKeys && d == 0 ? FactorKind::PassThrough : FactorKind::NeedReplication));
+  if (rowKeys) builder.operand({factors[0], ShardingRule::kNoFactor});
+  else builder.operand({ShardingRule::kNoFactor});
   builder.result(factors);
   return builder.take();
 }
+}  // namespace
+
+ShardingRule RandomUniformOp::getShardingRule() { return randomRule(getKey(), getResult()); }
+ShardingRule RandomIntOp::getShardingRule() { return randomRule(getKey(), getResult()); }
 
 ShardingRule RopeOp::getShardingRule() {
   // Batch, tokens and heads pass through; the head dimension's pairs mix its two halves.

@@ -30,6 +30,19 @@ func.func @same_random_stream() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// random_int reads the Philox words random_uniform would: the two share one (key, stream) space.
+func.func @same_stream_across_random_ops() attributes {dg.entry = "train_step"} {
+  %keys = dg.input "keys" : tensor<3x2xi64>
+  %u = dg.random_uniform %keys stream = 2 : tensor<3x2xi64> -> tensor<3x4xf32>
+  // expected-error @+1 {{draws the same numbers as an earlier random op (same key and stream 2)}}
+  %r = dg.random_int %keys stream = 2 high = 8 : tensor<3x2xi64> -> tensor<3x4xi64>
+  dg.output "u", %u : tensor<3x4xf32>
+  dg.output "r", %r : tensor<3x4xi64>
+  return
+}
+
+// -----
+
 func.func @one() attributes {dg.entry = "forward"} {
   %w = dg.param "w" : tensor<4xf32>
   dg.output "w", %w : tensor<4xf32>

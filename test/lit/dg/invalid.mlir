@@ -128,6 +128,46 @@ func.func @random_key(%k: tensor<3xi64>) {
 
 // -----
 
+func.func @random_key_per_row(%k: tensor<3x2xi64>) {
+  // expected-error @+1 {{a key per row needs a result of shape [3, ...], got 'tensor<4x2xf32>'}}
+  %u = dg.random_uniform %k stream = 0 : tensor<3x2xi64> -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @random_key_width(%k: tensor<3x3xi64>) {
+  // expected-error @+1 {{key must be tensor<2xi64> (seed, offset) or tensor<Nx2xi64> (one per row), got 'tensor<3x3xi64>'}}
+  %r = dg.random_int %k stream = 0 high = 4 : tensor<3x3xi64> -> tensor<3x4xi64>
+  return
+}
+
+// -----
+
+func.func @random_int_high_zero(%k: tensor<2xi64>) {
+  // expected-error @+1 {{high 0 must be in [1, 2^32]}}
+  %r = dg.random_int %k stream = 0 high = 0 : tensor<2xi64> -> tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @random_int_high_wide(%k: tensor<2xi64>) {
+  // expected-error @+1 {{high 4294967297 must be in [1, 2^32]}}
+  %r = dg.random_int %k stream = 0 high = 4294967297 : tensor<2xi64> -> tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @random_int_stream(%k: tensor<2x2xi64>) {
+  // expected-error @+1 {{stream must be >= 0}}
+  %r = dg.random_int %k stream = -1 high = 2 : tensor<2x2xi64> -> tensor<2xi64>
+  return
+}
+
+// -----
+
 func.func @param_dynamic() {
   // expected-error @+1 {{parameters must have a static shape}}
   %p = dg.param "w" : tensor<?x4xf32>

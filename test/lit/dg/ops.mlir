@@ -12,6 +12,8 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %ids = dg.input "ids" : tensor<2x4xi64>
   // CHECK: %[[KEY:.*]] = dg.input "key" : tensor<2xi64>
   %key = dg.input "key" : tensor<2xi64>
+  // CHECK: %[[KEYS:.*]] = dg.input "keys" : tensor<2x2xi64>
+  %keys = dg.input "keys" : tensor<2x2xi64>
   // CHECK: %[[W:.*]] = dg.param "norm.weight" {init = {kind = "ones"}} : tensor<8xf32>
   %w = dg.param "norm.weight" {init = {kind = "ones"}} : tensor<8xf32>
   // CHECK: %[[P:.*]] = dg.param "proj.weight" {init = {kind = "normal", std = 2.000000e-02 : f64}, trainable = false} : tensor<8x16xf32>
@@ -77,6 +79,14 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %bf = dg.cast %r : tensor<8x16xf32> -> tensor<8x16xbf16>
   // CHECK: dg.random_uniform %[[KEY]] stream = 3 : tensor<2xi64> -> tensor<2x4xf32>
   %u = dg.random_uniform %key stream = 3 : tensor<2xi64> -> tensor<2x4xf32>
+  // CHECK: dg.random_uniform %[[KEYS]] stream = 0 : tensor<2x2xi64> -> tensor<2x4xf32>
+  %rows = dg.random_uniform %keys stream = 0 : tensor<2x2xi64> -> tensor<2x4xf32>
+  dg.output "rows", %rows : tensor<2x4xf32>
+  // CHECK: %[[INTS:.*]] = dg.random_int %[[KEY]] stream = 4 high = 5 : tensor<2xi64> -> tensor<4xi64>
+  %ints = dg.random_int %key stream = 4 high = 5 : tensor<2xi64> -> tensor<4xi64>
+  // CHECK: dg.random_int %[[KEYS]] stream = 1 high = 262144 : tensor<2x2xi64> -> tensor<2x4xi64>
+  %row_ints = dg.random_int %keys stream = 1 high = 262144 : tensor<2x2xi64> -> tensor<2x4xi64>
+  dg.output "row_ints", %row_ints : tensor<2x4xi64>
   // CHECK: dg.all_reduce {{.*}} axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>
   %ar = dg.all_reduce %r axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>
   // CHECK: dg.all_gather {{.*}} axis = "tp" : tensor<8x16xf32> -> tensor<16x16xf32>

@@ -40,3 +40,12 @@ func.func @model_rules(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %pos:
   %y = dg.moe_experts %x, %w, %idx, %gate_up, %down : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32> -> tensor<12x48xf32>
   return
 }
+
+// Rows with their own keys split with them; a row's stream is drawn whole.
+func.func @random_rules(%keys: tensor<2x2xi64>) {
+  // expected-remark @+1 {{sharding rule: ([i, 1]) -> ([i, j]) need_replication={j}}}
+  %u = dg.random_uniform %keys stream = 0 : tensor<2x2xi64> -> tensor<2x4xf32>
+  // expected-remark @+1 {{sharding rule: ([i, 1]) -> ([i, j]) need_replication={j}}}
+  %r = dg.random_int %keys stream = 1 high = 7 : tensor<2x2xi64> -> tensor<2x4xi64>
+  return
+}

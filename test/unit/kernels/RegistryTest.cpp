@@ -14,7 +14,7 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
       "neg", "exp", "log", "tanh", "sqrt", "rsqrt", "copy",
       "gelu_tanh", "matmul", "rms_norm", "softmax",
       "reduce_sum", "reduce_max", "reduce_mean",
-      "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "concat", "slice",
+      "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "random_int", "concat", "slice",
       "rope", "attention", "attention_backward", "moe_route", "moe_experts", "moe_route_backward",
       "moe_experts_backward", "scatter_add"};
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
