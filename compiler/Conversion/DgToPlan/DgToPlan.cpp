@@ -224,10 +224,11 @@ class PlanBuilder {
         entry.outputs.push_back({output.getName().str(), bufferOf.lookup(output.getValue())});
         outputBuffers.push_back(bufferOf.lookup(output.getValue()));
         continue;
-      } else if (auto reshape = dyn_cast<ReshapeOp>(op)) {
-        const Buffer viewed = plan_.buffers[bufferOf.lookup(reshape.getInput())];
+      } else if (isa<ReshapeOp, StopGradientOp>(op)) {
+        // Both keep their input's bytes in row-major order: a view of the same storage.
+        const Buffer viewed = plan_.buffers[bufferOf.lookup(op.getOperand(0))];
         int64_t owner = viewed.aliasOf ? *viewed.aliasOf : viewed.id;
-        id = addBuffer(&op, reshape.getResult(), viewed.name + ".view", viewed.arena, viewed.offset);
+        id = addBuffer(&op, op.getResult(0), viewed.name + ".view", viewed.arena, viewed.offset);
         if (succeeded(id)) {
           plan_.buffers[*id].aliasOf = owner;
           views.push_back({*id, owner});

@@ -135,6 +135,24 @@ def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
 }
 
 //===----------------------------------------------------------------------===//
+// Autodiff barrier
+//===----------------------------------------------------------------------===//
+
+def Dg_StopGradientOp : Dg_ComputeOp<"stop_gradient", [Pure, SameOperandsAndResultType]> {
+  let summary = "Identity that reverse-mode autodiff does not differentiate through";
+  let description = [{
+    The value passes unchanged, but dg-autodiff treats the result as a constant: nothing upstream is
+    differentiated through this use (a parameter reached only through it gets a zero gradient, one
+    also used directly gets only the direct contribution). It has no folder, so it survives
+    canonicalization until dg-autodiff has read it; after planning it is a view of its input (no
+    copy, no kernel step), like dg.reshape.
+  }];
+  let arguments = (ins Dg_Tensor:$input);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
 // Contractions, normalisation, reductions
 //===----------------------------------------------------------------------===//
 

@@ -135,6 +135,7 @@ ShardingRule SqrtOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRule RsqrtOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRule GeluTanhOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRule CastOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRule StopGradientOp::getShardingRule() { return sameShapeRule(*this); }
 
 ShardingRule SoftmaxOp::getShardingRule() {
   int64_t rank = getType().getRank(), axis = getAxisAttr().getInt();

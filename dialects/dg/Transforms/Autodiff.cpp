@@ -42,10 +42,12 @@ class FunctionDifferentiator {
 
  private:
   // Active values are both reached from a trainable parameter and reaching the loss; only ops that
-  // produce them are differentiated.
+  // produce them are differentiated. A stop_gradient result counts as a constant, so nothing is
+  // differentiated through that use of its input.
   void markActive(Block& body, Value loss) {
     llvm::DenseSet<Value> varied;
     for (Operation& op : body) {
+      if (isa<StopGradientOp>(op)) continue;
       bool fromParam = llvm::any_of(op.getResults(), isTrainableParam) ||
                        llvm::any_of(op.getOperands(), [&](Value v) { return varied.contains(v); });
       if (fromParam) varied.insert(op.result_begin(), op.result_end());

@@ -17,12 +17,14 @@ int64_t bytesOf(Type type) {
   return tensor.getNumElements() * std::max<int64_t>(elementBits / 8, 1);  // i1 is stored as a byte
 }
 
-// The storage behind a value: reshapes are views of their input's storage, and an all-reduce works
-// in place when nothing else reads the value it reduces.
+// The storage behind a value: reshapes and stop_gradients are views of their input's storage, and an
+// all-reduce works in place when nothing else reads the value it reduces.
 Value storageRoot(Value value) {
   for (;;) {
     if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
       value = reshape.getInput();
+    } else if (auto barrier = value.getDefiningOp<StopGradientOp>()) {
+      value = barrier.getInput();
     } else if (auto allReduce = value.getDefiningOp<AllReduceOp>(); allReduce && allReduce.getInput().hasOneUse()) {
       value = allReduce.getInput();
     } else {

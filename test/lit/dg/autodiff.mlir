@@ -82,6 +82,46 @@ func.func @concat_and_rope() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// A parameter reached only through stop_gradient gets a zero gradient, and nothing upstream of the
+// barrier is differentiated (reduce_max has no rule, yet no error).
+// CHECK-LABEL: func.func @detached_only
+func.func @detached_only() attributes {dg.entry = "train_step"} {
+  %x = dg.input "x" : tensor<4xf32>
+  %w = dg.param "w" : tensor<4xf32>
+  %m = dg.reduce_max %w dims = [0] : tensor<4xf32> -> tensor<f32>
+  %d = dg.stop_gradient %m : tensor<f32>
+  %y = dg.mul %x, %d : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %l = dg.reduce_sum %y dims = [0] : tensor<4xf32> -> tensor<f32>
+  // CHECK: dg.output "loss"
+  dg.output "loss", %l : tensor<f32>
+  // CHECK-NEXT: %[[Z:.*]] = dg.fill 0.000000e+00 : tensor<4xf32>
+  // CHECK-NEXT: dg.output "grad/w", %[[Z]]
+  return
+}
+
+// -----
+
+// A parameter used directly and through stop_gradient gets only the direct contribution:
+// d/dw sum(w * sg(w)) = sg(w), one product and no sum of two paths.
+// CHECK-LABEL: func.func @direct_and_detached
+func.func @direct_and_detached() attributes {dg.entry = "train_step"} {
+  // CHECK: %[[W:.*]] = dg.param "w" : tensor<4xf32>
+  %w = dg.param "w" : tensor<4xf32>
+  // CHECK: %[[D:.*]] = dg.stop_gradient %[[W]] : tensor<4xf32>
+  %d = dg.stop_gradient %w : tensor<4xf32>
+  // CHECK: dg.mul %[[W]], %[[D]]
+  %y = dg.mul %w, %d : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  %l = dg.reduce_sum %y dims = [0] : tensor<4xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[G:.*]] = dg.mul %{{.*}}, %[[D]] : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  // CHECK-NOT: dg.add
+  // CHECK-NOT: dg.mul
+  // CHECK: dg.output "grad/w", %[[G]]
+  return
+}
+
+// -----
+
 // Ops between the parameters and the loss must have a derivative rule.
 func.func @no_rule() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>

@@ -112,6 +112,14 @@ func.func @gather_table(%t: tensor<4x8x2xf32>, %ids: tensor<3xi64>) {
 
 // -----
 
+func.func @stop_gradient_type(%a: tensor<3xf32>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %y = "dg.stop_gradient"(%a) : (tensor<3xf32>) -> tensor<3xf64>
+  return
+}
+
+// -----
+
 func.func @cast_float_to_int(%x: tensor<3xf32>) {
   // expected-error @+1 {{cannot cast float 'f32' to integer 'i64'}}
   %y = dg.cast %x : tensor<3xf32> -> tensor<3xi64>

@@ -62,6 +62,27 @@ func.func @largest_first() attributes {dg.entry = "forward"} {
 
 // -----
 
+// stop_gradient is a view like reshape: it shares its input's bytes, and a read of the view keeps
+// them alive (the tanh cannot take the exp's bytes).
+// CHECK-LABEL: func.func @stop_gradient_view
+// CHECK-SAME: dg.scratch_bytes = 192
+func.func @stop_gradient_view() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
+  %x = dg.input "x" : tensor<16xf32>
+  // CHECK: dg.exp {{.*}} {dg.offsets = array<i64: 64>}
+  %e = dg.exp %x : tensor<16xf32>
+  // CHECK: dg.stop_gradient {{.*}} {dg.offsets = array<i64: 64>}
+  %s = dg.stop_gradient %e : tensor<16xf32>
+  // CHECK: dg.tanh {{.*}} {dg.offsets = array<i64: 128>}
+  %t = dg.tanh %x : tensor<16xf32>
+  // CHECK: dg.add {{.*}} {dg.offsets = array<i64: 0>}
+  %a = dg.add %s, %t : tensor<16xf32>, tensor<16xf32> -> tensor<16xf32>
+  dg.output "a", %a : tensor<16xf32>
+  return
+}
+
+// -----
+
 // An all-reduce whose input has no other reader works in place.
 module attributes {dg.mesh = {tp = 1 : i64}} {
 // CHECK-LABEL: func.func @in_place_all_reduce

@@ -70,6 +70,9 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %rx = dg.reduce_max %scores dims = [1] : tensor<2x4x4xf32> -> tensor<2x4xf32>
   // CHECK: dg.transpose {{.*}} perm = [0, 2, 1] : tensor<2x4x16xf32> -> tensor<2x16x4xf32>
   %t = dg.transpose %probs perm = [0, 2, 1] : tensor<2x4x16xf32> -> tensor<2x16x4xf32>
+  // CHECK: dg.stop_gradient %{{.*}} : tensor<2x16x4xf32>
+  %detached = dg.stop_gradient %t : tensor<2x16x4xf32>
+  dg.output "detached", %detached : tensor<2x16x4xf32>
   // CHECK: dg.reshape {{.*}} : tensor<2x16x4xf32> -> tensor<8x16xf32>
   %r = dg.reshape %t : tensor<2x16x4xf32> -> tensor<8x16xf32>
   // CHECK: dg.concat %{{.*}}, %{{.*}} dim = 0 : tensor<8x16xf32>, tensor<8x16xf32> -> tensor<16x16xf32>

@@ -49,3 +49,9 @@ func.func @random_rules(%keys: tensor<2x2xi64>) {
   %r = dg.random_int %keys stream = 1 high = 7 : tensor<2x2xi64> -> tensor<2x4xi64>
   return
 }
+
+func.func @stop_gradient_rules(%a: tensor<2x4xf32>) {
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j])}}
+  %sg = dg.stop_gradient %a : tensor<2x4xf32>
+  return
+}

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
+#include <optional>
 #include <random>
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
@@ -27,6 +29,22 @@ using namespace mlir::dg;
 struct ParamSpec {
   std::vector<int64_t> shape;
   double low = -1.0, high = 1.0;  // the range values are drawn from (positive for log, sqrt, ...)
+  // A frozen copy: a non-trainable parameter holding parameter copyOf's values, which the finite
+  // differences never move (the value a stop_gradient use of that parameter sees).
+  std::optional<size_t> copyOf = std::nullopt;
+};
+
+// Autodiff's gradient of one trainable parameter and the central finite difference of the loss.
+struct Derivatives {
+  std::vector<double> analytic, numeric;
+
+  // max |analytic - numeric| / max |numeric|.
+  double relativeError() const {
+    double scale = 0, worst = 0;
+    for (double value : numeric) scale = std::max(scale, std::abs(value));
+    for (size_t j = 0; j < numeric.size(); ++j) worst = std::max(worst, std::abs(analytic[j] - numeric[j]) / scale);
+    return worst;
+  }
 };
 
 // Builds the op under test from the parameters; returns its result.
@@ -51,7 +69,7 @@ class GradientChecker {
     SmallVector<Value> values;
     for (size_t i = 0; i < params_.size(); ++i)
       values.push_back(builder.create<ParamOp>(loc, f64Type(&context_, params_[i].shape), builder.getStringAttr(name(i)),
-                                               DictionaryAttr(), builder.getBoolAttr(true)));
+                                               DictionaryAttr(), builder.getBoolAttr(!params_[i].copyOf)));
     Value result = body(builder, loc, values);
     auto resultType = cast<RankedTensorType>(result.getType());
     if (!resultType.getElementType().isF64()) result = builder.create<CastOp>(loc, f64Type(&context_, resultType.getShape()), result);
@@ -82,9 +100,16 @@ class GradientChecker {
     plan_ = std::move(*plan);
   }
 
-  // For every parameter: max |analytic - numeric| / max |numeric| <= tolerance. `relativeStep` scales
-  // the central-difference step by max(1, |value|).
+  // For every trainable parameter: max |analytic - numeric| / max |numeric| <= tolerance.
   void check(double tolerance, double relativeStep = 1e-6) {
+    for (const auto& [parameter, derivatives] : derivatives(relativeStep))
+      EXPECT_LE(derivatives.relativeError(), tolerance) << parameter;
+  }
+
+  // Per trainable parameter name, at values drawn in parameter order from one fixed generator (a
+  // frozen copy takes its original's values). `relativeStep` scales the central-difference step by
+  // max(1, |value|).
+  std::map<std::string, Derivatives> derivatives(double relativeStep = 1e-6) {
     backend_ = createBackend("cpu", 2);
     Executor executor(plan_, *backend_, communicators_, "gradient-check");
     std::mt19937 rng(11);
@@ -92,7 +117,8 @@ class GradientChecker {
     for (size_t i = 0; i < params_.size(); ++i) {
       HostTensor value(DType::F64, params_[i].shape);
       std::uniform_real_distribution<double> uniform(params_[i].low, params_[i].high);
-      for (int64_t j = 0; j < value.numElements(); ++j) value.as<double>()[j] = uniform(rng);
+      for (int64_t j = 0; j < value.numElements(); ++j)
+        value.as<double>()[j] = params_[i].copyOf ? values[*params_[i].copyOf].as<double>()[j] : uniform(rng);
       executor.setParameter(name(i), value);
       values.push_back(value);
     }
@@ -106,22 +132,21 @@ class GradientChecker {
       executor.setParameter(name(i), values[i]);
       return loss;
     };
+    std::map<std::string, Derivatives> result;
     for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].copyOf) continue;
       const HostTensor& gradient = outputs.at("grad/" + name(i));
-      ASSERT_EQ(gradient.shape, params_[i].shape);
-      std::vector<double> numeric(gradient.numElements());
-      double scale = 0;
+      EXPECT_EQ(gradient.shape, params_[i].shape);
+      Derivatives& derivatives = result[name(i)];
+      derivatives.analytic.assign(gradient.as<double>(), gradient.as<double>() + gradient.numElements());
       for (int64_t j = 0; j < gradient.numElements(); ++j) {
         const double step = relativeStep * std::max(1.0, std::abs(values[i].as<double>()[j]));
-        numeric[j] = (lossAt(i, j, step) - lossAt(i, j, -step)) / (2 * step);
-        scale = std::max(scale, std::abs(numeric[j]));
+        derivatives.numeric.push_back((lossAt(i, j, step) - lossAt(i, j, -step)) / (2 * step));
       }
-      ASSERT_GT(scale, 0) << name(i) << ": the loss does not depend on it";
-      double worst = 0;
-      for (int64_t j = 0; j < gradient.numElements(); ++j)
-        worst = std::max(worst, std::abs(gradient.as<double>()[j] - numeric[j]) / scale);
-      EXPECT_LE(worst, tolerance) << name(i);
+      EXPECT_TRUE(llvm::any_of(derivatives.numeric, [](double value) { return value != 0; }))
+          << name(i) << ": the loss does not depend on it";
     }
+    return result;
   }
 
  private:
@@ -334,6 +359,32 @@ TEST(GradientCheck, GatherEmbeddingRows) {
     return b.create<TanhOp>(loc, rows.getType(), rows);
   };
   GradientChecker({{{5, 4}}}, gather).check(kTolerance);
+}
+
+// stop_gradient. A parameter used directly and through the barrier gets the direct use's gradient
+// alone: the finite difference of the same loss with the detached value held fixed, which a frozen
+// copy of the parameter provides. A parameter reached only through the barrier gets zeros.
+TEST(GradientCheck, StopGradientKeepsOnlyTheDirectUse) {
+  auto usedTwice = [](bool barrier) -> OpBody {
+    return [barrier](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+      Value grown = b.create<ExpOp>(loc, p[0].getType(), barrier ? p[0] : p[1]);
+      Value detached = barrier ? b.create<StopGradientOp>(loc, grown.getType(), grown).getResult() : grown;
+      return b.create<MulOp>(loc, p[0].getType(), b.create<TanhOp>(loc, p[0].getType(), p[0]), detached);
+    };
+  };
+  Derivatives withBarrier = GradientChecker({{{3, 4}}}, usedTwice(true)).derivatives().at("p0");
+  Derivatives withCopy = GradientChecker({{{3, 4}}, {{3, 4}, -1.0, 1.0, 0}}, usedTwice(false)).derivatives().at("p0");
+  EXPECT_LE((Derivatives{withBarrier.analytic, withCopy.numeric}.relativeError()), kTolerance);
+  // Moving both uses together changes the loss differently: the barrier did cut the second path.
+  EXPECT_GT(withBarrier.relativeError(), 0.1);
+
+  auto onlyDetached = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    Value detached = b.create<StopGradientOp>(loc, p[0].getType(), b.create<ExpOp>(loc, p[0].getType(), p[0]));
+    return b.create<MulOp>(loc, p[1].getType(), b.create<TanhOp>(loc, p[1].getType(), p[1]), detached);
+  };
+  std::map<std::string, Derivatives> both = GradientChecker({{{3, 4}}, {{3, 4}}}, onlyDetached).derivatives();
+  EXPECT_EQ(both.at("p0").analytic, std::vector<double>(12, 0.0));
+  EXPECT_LE(both.at("p1").relativeError(), kTolerance);
 }
 
 }  // namespace
