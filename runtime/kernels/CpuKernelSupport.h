@@ -70,6 +70,11 @@ inline void expectShape(const KernelSignature& signature, const Buffer& buffer, 
                   role + " has shape " + shapeToString(buffer.shape) + ", expected " + shapeToString(expected));
 }
 
+// Whether the step carries the attribute (for optional attributes without a default).
+inline bool hasAttr(const KernelSignature& signature, const std::string& key) {
+  return signature.step != nullptr && signature.step->attrs.is_object() && signature.step->attrs.contains(key);
+}
+
 inline std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];

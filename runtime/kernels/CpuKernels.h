@@ -16,7 +16,7 @@ void registerRmsNormCpuKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCpuKernels(KernelRegistry& registry);      // softmax
 void registerReduceCpuKernels(KernelRegistry& registry);       // reduce_sum, reduce_max, reduce_mean
 void registerLayoutCpuKernels(KernelRegistry& registry);       // transpose, reshape
-void registerGatherCpuKernels(KernelRegistry& registry);       // gather
+void registerGatherCpuKernels(KernelRegistry& registry);       // gather, scatter_add
 void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform, random_int
 void registerRopeCpuKernels(KernelRegistry& registry);         // rope
 void registerAttentionCpuKernels(KernelRegistry& registry);    // attention

@@ -337,8 +337,9 @@ LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotange
 }
 
 LogicalResult GatherOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
-  // Each looked-up row receives the cotangents of every position that read it; ids get none.
-  grads.push_back(builder.create<ScatterAddOp>(getLoc(), getTable().getType(), getIds(), cotangents[0]));
+  // Each looked-up row receives the cotangents of every position that read it, except the padding
+  // row; ids get none.
+  grads.push_back(builder.create<ScatterAddOp>(getLoc(), getTable().getType(), getIds(), cotangents[0], getPaddingIdxAttr()));
   grads.push_back(Value());
   return success();
 }

@@ -283,6 +283,9 @@ LogicalResult GatherOp::verify() {
   auto table = getTable().getType();
   auto ids = getIds().getType();
   if (table.getRank() != 2) return emitOpError() << "table must be 2-D [rows, width]";
+  if (auto padding = getPaddingIdxAttr(); padding && (padding.getInt() < 0 || padding.getInt() >= table.getDimSize(0)))
+    return emitOpError() << "padding_idx " << padding.getInt() << " is outside the table's rows [0, " << table.getDimSize(0)
+                         << ")";
   SmallVector<int64_t> expected(ids.getShape());
   expected.push_back(table.getDimSize(1));
   if (ArrayRef<int64_t>(expected) != getResult().getType().getShape() ||
@@ -299,6 +302,8 @@ LogicalResult ScatterAddOp::verify() {
   if (getUpdates().getType().getShape() != ArrayRef<int64_t>(expected) ||
       getUpdates().getType().getElementType() != result.getElementType())
     return emitOpError() << "updates must be " << RankedTensorType::get(expected, result.getElementType());
+  if (auto skip = getSkipIdAttr(); skip && (skip.getInt() < 0 || skip.getInt() >= result.getDimSize(0)))
+    return emitOpError() << "skip_id " << skip.getInt() << " is outside the table's rows [0, " << result.getDimSize(0) << ")";
   return success();
 }
 

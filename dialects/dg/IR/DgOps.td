@@ -250,8 +250,19 @@ def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure]> {
 
 def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i], :]";
-  let arguments = (ins Dg_FloatTensor:$table, Dg_IdTensor:$ids);
+  let description = [{
+    `padding_idx` (a row of the table) leaves the forward unchanged; the derivative gives that row no
+    gradient from lookups, as torch's `nn.Embedding(padding_idx=...)` does (the scatter_add of the
+    rule skips it).
+  }];
+  let arguments = (ins Dg_FloatTensor:$table, Dg_IdTensor:$ids, OptionalAttr<I64Attr>:$padding_idx);
   let results = (outs Dg_FloatTensor:$result);
+  // Without padding_idx: ODS gives an optional attribute no default in the generated builders.
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$table, "::mlir::Value":$ids), [{
+      build($_builder, $_state, result, table, ids, ::mlir::IntegerAttr());
+    }]>,
+  ];
   let assemblyFormat = "$table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -384,8 +395,18 @@ def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
 
 def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure]> {
   let summary = "Rows added into a table of zeros at the ids: table[ids[i], :] += updates[i, :] (gather's adjoint)";
-  let arguments = (ins Dg_IdTensor:$ids, Dg_FloatTensor:$updates);
+  let description = [{
+    Positions whose id equals `skip_id` add nothing, so that row stays zero: the adjoint of a gather
+    with `padding_idx`.
+  }];
+  let arguments = (ins Dg_IdTensor:$ids, Dg_FloatTensor:$updates, OptionalAttr<I64Attr>:$skip_id);
   let results = (outs Dg_FloatTensor:$result);
+  // Without skip_id: ODS gives an optional attribute no default in the generated builders.
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$ids, "::mlir::Value":$updates), [{
+      build($_builder, $_state, result, ids, updates, ::mlir::IntegerAttr());
+    }]>,
+  ];
   let assemblyFormat = "$updates `at` $ids attr-dict `:` type($updates) `,` type($ids) `->` type($result)";
   let hasVerifier = 1;
 }

@@ -1,6 +1,7 @@
 // gather: rows of a [V, H] table selected by integer ids (embedding lookup).
-// scatter_add: its adjoint, rows added into a [V, H] table of zeros at the ids.
+// scatter_add: its adjoint, rows added into a [V, H] table of zeros at the ids, except at skip_id.
 #include <cstring>
+#include <optional>
 
 #include "runtime/core/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
@@ -60,8 +61,8 @@ std::unique_ptr<Kernel> createGather(const KernelSignature& signature) {
 template <typename T, typename Id>
 class ScatterAddKernel final : public Kernel {
  public:
-  ScatterAddKernel(std::string where, int64_t vocabulary, int64_t width)
-      : where_(std::move(where)), vocabulary_(vocabulary), width_(width) {}
+  ScatterAddKernel(std::string where, int64_t vocabulary, int64_t width, std::optional<int64_t> skipId)
+      : where_(std::move(where)), vocabulary_(vocabulary), width_(width), skipId_(skipId) {}
 
   void run(ExecContext&, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const Id* ids = inputs[0].as<const Id>();
@@ -74,6 +75,7 @@ class ScatterAddKernel final : public Kernel {
                            std::to_string(i) + " is outside the table's rows [0, " + std::to_string(vocabulary_) + ")");
     std::fill(table, table + vocabulary_ * width_, T(0));
     for (int64_t i = 0; i < count; ++i) {
+      if (skipId_ == ids[i]) continue;
       T* row = table + static_cast<int64_t>(ids[i]) * width_;
       const T* update = updates + i * width_;
       for (int64_t h = 0; h < width_; ++h) row[h] += update[h];
@@ -83,6 +85,7 @@ class ScatterAddKernel final : public Kernel {
  private:
   std::string where_;
   int64_t vocabulary_, width_;
+  std::optional<int64_t> skipId_;  // the row no position adds into (a gather's padding_idx)
 };
 
 std::unique_ptr<Kernel> createScatterAdd(const KernelSignature& signature) {
@@ -98,12 +101,20 @@ std::unique_ptr<Kernel> createScatterAdd(const KernelSignature& signature) {
   expected.push_back(table.shape[1]);
   cpu::expectShape(signature, updates, expected, "input updates");
   const int64_t vocabulary = table.shape[0], width = table.shape[1];
-  if (updates.dtype == DType::F64) {
-    if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<double, int64_t>>(signature.where, vocabulary, width);
-    return std::make_unique<ScatterAddKernel<double, int32_t>>(signature.where, vocabulary, width);
+  std::optional<int64_t> skipId;
+  if (cpu::hasAttr(signature, "skip_id")) {
+    skipId = attrInt(signature, "skip_id");
+    if (*skipId < 0 || *skipId >= vocabulary)
+      failSignature(signature, "attribute 'skip_id': " + std::to_string(*skipId) + " is outside the table's rows [0, " +
+                                   std::to_string(vocabulary) + ")");
   }
-  if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<float, int64_t>>(signature.where, vocabulary, width);
-  return std::make_unique<ScatterAddKernel<float, int32_t>>(signature.where, vocabulary, width);
+  const std::string& where = signature.where;
+  if (updates.dtype == DType::F64) {
+    if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<double, int64_t>>(where, vocabulary, width, skipId);
+    return std::make_unique<ScatterAddKernel<double, int32_t>>(where, vocabulary, width, skipId);
+  }
+  if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<float, int64_t>>(where, vocabulary, width, skipId);
+  return std::make_unique<ScatterAddKernel<float, int32_t>>(where, vocabulary, width, skipId);
 }
 
 }  // namespace

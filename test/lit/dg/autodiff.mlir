@@ -122,6 +122,22 @@ func.func @direct_and_detached() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// An embedding with padding_idx: the scatter_add of its rule skips the pad row.
+// CHECK-LABEL: func.func @padded_embedding
+func.func @padded_embedding() attributes {dg.entry = "train_step"} {
+  // CHECK: %[[IDS:.*]] = dg.input "ids" : tensor<2x3xi64>
+  %ids = dg.input "ids" : tensor<2x3xi64>
+  %e = dg.param "embed" : tensor<5x4xf32>
+  %rows = dg.gather %e[%ids] {padding_idx = 0 : i64} : tensor<5x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
+  %l = dg.reduce_sum %rows dims = [0, 1, 2] : tensor<2x3x4xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[G:.*]] = dg.scatter_add %{{.*}} at %[[IDS]] {skip_id = 0 : i64} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<5x4xf32>
+  // CHECK: dg.output "grad/embed", %[[G]]
+  return
+}
+
+// -----
+
 // Ops between the parameters and the loss must have a derivative rule.
 func.func @no_rule() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>

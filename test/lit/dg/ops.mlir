@@ -24,8 +24,11 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %c = dg.constant dense<2.0> : tensor<f32>
   // CHECK: dg.fill 5.000000e-01 : tensor<2x4x8xf32>
   %half = dg.fill 0.5 : tensor<2x4x8xf32>
-  // CHECK: dg.gather %[[E]][%[[IDS]]] : tensor<32x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
-  %emb = dg.gather %e[%ids] : tensor<32x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
+  // CHECK: dg.gather %[[E]][%[[IDS]]] {padding_idx = 0 : i64} : tensor<32x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
+  %emb = dg.gather %e[%ids] {padding_idx = 0 : i64} : tensor<32x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
+  // CHECK: dg.scatter_add %{{.*}} at %[[IDS]] {skip_id = 0 : i64} : tensor<2x4x8xf32>, tensor<2x4xi64> -> tensor<32x8xf32>
+  %grad_e = dg.scatter_add %emb at %ids {skip_id = 0 : i64} : tensor<2x4x8xf32>, tensor<2x4xi64> -> tensor<32x8xf32>
+  dg.output "grad_e", %grad_e : tensor<32x8xf32>
   // CHECK: dg.add %[[X]], %{{.*}} : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
   %a = dg.add %x, %emb : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
   // CHECK: dg.sub {{.*}} : tensor<2x4x8xf32>, tensor<8xf32> -> tensor<2x4x8xf32>

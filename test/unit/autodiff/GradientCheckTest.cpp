@@ -361,6 +361,32 @@ TEST(GradientCheck, GatherEmbeddingRows) {
   GradientChecker({{{5, 4}}}, gather).check(kTolerance);
 }
 
+// gather with padding_idx (torch's nn.Embedding(padding_idx)): the pad row gets no gradient from
+// lookups although the forward reads it (its finite difference is not zero); every other row
+// matches the finite differences.
+TEST(GradientCheck, GatherPaddingRowGetsNoGradient) {
+  constexpr int64_t kPadRow = 3, kWidth = 4;
+  auto gather = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    SmallVector<int64_t> ids = {3, 0, 3, 1, 3, 0};
+    auto idType = RankedTensorType::get({2, 3}, b.getI64Type());
+    Value idValues = b.create<ConstantOp>(loc, DenseElementsAttr::get(idType, ArrayRef<int64_t>(ids)));
+    Value rows = b.create<GatherOp>(loc, typeLike(p[0], {2, 3, kWidth}), p[0], idValues, b.getI64IntegerAttr(kPadRow));
+    return b.create<TanhOp>(loc, rows.getType(), rows);
+  };
+  Derivatives table = GradientChecker({{{5, kWidth}}}, gather).derivatives().at("p0");
+  Derivatives otherRows;
+  for (int64_t j = 0; j < static_cast<int64_t>(table.analytic.size()); ++j) {
+    if (j / kWidth == kPadRow) {
+      EXPECT_EQ(table.analytic[j], 0.0) << "pad row element " << j % kWidth;
+      EXPECT_NE(table.numeric[j], 0.0) << "pad row element " << j % kWidth;
+    } else {
+      otherRows.analytic.push_back(table.analytic[j]);
+      otherRows.numeric.push_back(table.numeric[j]);
+    }
+  }
+  EXPECT_LE(otherRows.relativeError(), kTolerance);
+}
+
 // stop_gradient. A parameter used directly and through the barrier gets the direct use's gradient
 // alone: the finite difference of the same loss with the detached value held fixed, which a frozen
 // copy of the parameter provides. A parameter reached only through the barrier gets zeros.

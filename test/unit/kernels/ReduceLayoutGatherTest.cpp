@@ -1,4 +1,4 @@
-// Reductions, transpose, reshape and gather against index-by-index references.
+// Reductions, transpose, reshape, gather and scatter_add against index-by-index references.
 #include <cmath>
 
 #include "KernelTestSupport.h"
@@ -212,6 +212,29 @@ TEST(GatherKernel, OutOfRangeIdIsARunTimeErrorNamingIdAndIndex) {
                 "step 0 (gather): id " + std::to_string(badId) + " at flat index 1 is outside the table's rows [0, 4)");
     }
   }
+}
+
+// Table [4, 2], ids [2, 3]: rows hit twice add up, unread rows stay zero, and with skip_id = 0 (a
+// gather's padding_idx) the positions reading row 0 add nothing.
+TEST(ScatterAddKernel, AddsRowsAtTheIdsAndSkipsThePaddingRow) {
+  const std::vector<int64_t> ids = {2, 0, 2, 3, 0, 0};
+  const std::vector<double> updates = {1, 2, 10, 20, 100, 200, 1000, 2000, 3, 4, 5, 6};
+  KernelCall all("scatter_add");
+  all.input(DType::I64, {2, 3}, ids).input(DType::F64, {2, 3, 2}, updates).output(DType::F64, {4, 2});
+  all.run();
+  EXPECT_EQ(all.result<double>(), (std::vector<double>{10 + 3 + 5, 20 + 4 + 6, 0, 0, 1 + 100, 2 + 200, 1000, 2000}));
+
+  KernelCall skipped("scatter_add", {{"skip_id", 0}});
+  skipped.input<int32_t>(DType::I32, {2, 3}, {2, 0, 2, 3, 0, 0});
+  skipped.input(DType::F32, {2, 3, 2}, std::vector<float>(updates.begin(), updates.end())).output(DType::F32, {4, 2});
+  skipped.run();
+  EXPECT_EQ(skipped.result<float>(), (std::vector<float>{0, 0, 0, 0, 101, 202, 1000, 2000}));
+}
+
+TEST(ScatterAddKernel, RejectsASkipIdOutsideTheTable) {
+  KernelCall call("scatter_add", {{"skip_id", 4}});
+  call.input<int64_t>(DType::I64, {1}, {0}).input<float>(DType::F32, {1, 2}, {1, 2}).output(DType::F32, {4, 2});
+  EXPECT_EQ(factoryError(call), "step 0 (scatter_add): attribute 'skip_id': 4 is outside the table's rows [0, 4)");
 }
 
 }  // namespace
