@@ -1,7 +1,7 @@
 // Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): signature checks that several
-// factories make, the serial fallback for parallel loops, a strided walk over row-major index spaces
-// (broadcasting, transposes and reductions all read one tensor in another tensor's order), and the
-// gelu_tanh formula that more than one kernel evaluates.
+// factories make, optional and string attributes, the serial fallback for parallel loops, a strided
+// walk over row-major index spaces (broadcasting, transposes and reductions all read one tensor in
+// another tensor's order), and the gelu_tanh formula that more than one kernel evaluates.
 #pragma once
 
 #include <algorithm>
@@ -73,6 +73,14 @@ inline void expectShape(const KernelSignature& signature, const Buffer& buffer, 
 // Whether the step carries the attribute (for optional attributes without a default).
 inline bool hasAttr(const KernelSignature& signature, const std::string& key) {
   return signature.step != nullptr && signature.step->attrs.is_object() && signature.step->attrs.contains(key);
+}
+
+// Kernel.h reads numbers, integers and booleans; a few kernels take a string (a mode's name).
+inline std::string attrString(const KernelSignature& signature, const std::string& key) {
+  if (!hasAttr(signature, key)) failSignature(signature, "attribute '" + key + "' is missing");
+  const nlohmann::json& value = signature.step->attrs.at(key);
+  if (!value.is_string()) failSignature(signature, "attribute '" + key + "': expected a string");
+  return value.get<std::string>();
 }
 
 inline std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape) {

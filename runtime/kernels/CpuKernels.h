@@ -9,7 +9,7 @@ namespace dgemma {
 // Adds all the groups below.
 void registerCpuKernels(KernelRegistry& registry);
 
-// add, sub, mul, div, maximum, minimum, the unary maps, gelu_tanh, copy, fill, cast
+// add, sub, mul, div, maximum, minimum, compare, select, the unary maps, gelu_tanh, copy, fill, cast
 void registerElementwiseCpuKernels(KernelRegistry& registry);
 void registerMatmulCpuKernels(KernelRegistry& registry);       // matmul
 void registerRmsNormCpuKernels(KernelRegistry& registry);      // rms_norm

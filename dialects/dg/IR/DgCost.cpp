@@ -46,6 +46,8 @@ int64_t ReduceMaxOp::getFlops() { return elementsOf(getInput()); }
 int64_t RandomUniformOp::getFlops() { return 0; }
 int64_t RandomIntOp::getFlops() { return 0; }
 int64_t StopGradientOp::getFlops() { return 0; }
+int64_t CompareOp::getFlops() { return resultElements(*this); }
+int64_t SelectOp::getFlops() { return 0; }
 
 int64_t MatmulOp::getFlops() {
   auto lhs = getLhs().getType();

@@ -28,6 +28,25 @@ FailureOr<SmallVector<int64_t>> mlir::dg::broadcastShapes(ArrayRef<int64_t> lhs,
   return shape;
 }
 
+LogicalResult mlir::dg::verifyBroadcastShape(Operation* op) {
+  auto result = tensorType(op->getResult(0));
+  SmallVector<int64_t> shape;
+  for (Value operand : op->getOperands()) {
+    auto broadcast = broadcastShapes(shape, tensorType(operand).getShape());
+    if (failed(broadcast)) {
+      InFlightDiagnostic diagnostic = op->emitOpError() << "shapes ";
+      for (auto [index, other] : llvm::enumerate(op->getOperands()))
+        diagnostic << (index == 0 ? "" : index + 1 == op->getNumOperands() ? " and " : ", ") << other.getType();
+      return diagnostic << " do not broadcast";
+    }
+    shape = std::move(*broadcast);
+  }
+  if (ArrayRef<int64_t>(shape) != result.getShape())
+    return op->emitOpError() << "result shape must be the broadcast shape "
+                             << RankedTensorType::get(shape, result.getElementType()) << ", got " << result;
+  return success();
+}
+
 LogicalResult mlir::dg::verifyBroadcastBinaryOp(Operation* op) {
   auto lhs = tensorType(op->getOperand(0));
   auto rhs = tensorType(op->getOperand(1));
@@ -35,12 +54,7 @@ LogicalResult mlir::dg::verifyBroadcastBinaryOp(Operation* op) {
   if (lhs.getElementType() != rhs.getElementType() || lhs.getElementType() != result.getElementType())
     return op->emitOpError() << "operands and result must share the element type, got " << lhs.getElementType()
                              << ", " << rhs.getElementType() << " -> " << result.getElementType();
-  auto shape = broadcastShapes(lhs.getShape(), rhs.getShape());
-  if (failed(shape)) return op->emitOpError() << "shapes " << lhs << " and " << rhs << " do not broadcast";
-  if (ArrayRef<int64_t>(*shape) != result.getShape())
-    return op->emitOpError() << "result shape must be the broadcast shape "
-                             << RankedTensorType::get(*shape, result.getElementType()) << ", got " << result;
-  return success();
+  return verifyBroadcastShape(op);
 }
 
 LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
@@ -142,6 +156,24 @@ LogicalResult CastOp::verify() {
 OpFoldResult CastOp::fold(FoldAdaptor) {
   if (getInput().getType() == getResult().getType()) return getInput();
   return {};
+}
+
+LogicalResult CompareOp::verify() {
+  if (getLhs().getType().getElementType() != getRhs().getType().getElementType())
+    return emitOpError() << "operands must share the element type, got " << getLhs().getType().getElementType() << " and "
+                         << getRhs().getType().getElementType();
+  if (!llvm::is_contained({"lt", "le", "gt", "ge", "eq", "ne"}, getPredicate()))
+    return emitOpError() << "predicate must be lt, le, gt, ge, eq or ne, got '" << getPredicate() << "'";
+  return verifyBroadcastShape(*this);
+}
+
+LogicalResult SelectOp::verify() {
+  Type element = getResult().getType().getElementType();
+  if (getOnTrue().getType().getElementType() != element || getOnFalse().getType().getElementType() != element)
+    return emitOpError() << "on_true, on_false and result must share the element type, got "
+                         << getOnTrue().getType().getElementType() << ", " << getOnFalse().getType().getElementType()
+                         << " -> " << element;
+  return verifyBroadcastShape(*this);
 }
 
 LogicalResult MatmulOp::verify() {

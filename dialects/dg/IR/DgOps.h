@@ -11,6 +11,8 @@
 namespace mlir::dg {
 
 // Shared verifiers, called from the ODS-generated verify() of op families.
+// The result's shape is the NumPy broadcast of all the operands' shapes.
+LogicalResult verifyBroadcastShape(Operation* op);
 LogicalResult verifyBroadcastBinaryOp(Operation* op);
 LogicalResult verifyReduceOp(Operation* op);
 LogicalResult verifyCollectiveOp(Operation* op);

@@ -96,7 +96,8 @@ def Dg_AddOp : Dg_DifferentiableBinaryOp<"add"> { let summary = "lhs + rhs"; }
 def Dg_SubOp : Dg_DifferentiableBinaryOp<"sub"> { let summary = "lhs - rhs"; }
 def Dg_MulOp : Dg_DifferentiableBinaryOp<"mul"> { let summary = "lhs * rhs"; }
 def Dg_DivOp : Dg_DifferentiableBinaryOp<"div"> { let summary = "lhs / rhs"; }
-// max/min have no derivative rule yet: their VJP needs a select, which arrives with the losses.
+// max/min have no derivative rule yet (a compare and a select would build it): so far they only clamp
+// inputs such as the diffusion time.
 def Dg_MaximumOp : Dg_BinaryOp<"maximum"> { let summary = "max(lhs, rhs)"; }
 def Dg_MinimumOp : Dg_BinaryOp<"minimum"> { let summary = "min(lhs, rhs)"; }
 
@@ -132,6 +133,38 @@ def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;
+}
+
+def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure]> {
+  let summary = "Elementwise lhs <predicate> rhs with NumPy broadcasting, as i1";
+  let description = [{
+    `predicate` is one of `lt`, `le`, `gt`, `ge`, `eq`, `ne`, with IEEE semantics: every comparison
+    with a NaN is false except `ne`. The operands share a float element type; the result has their
+    broadcast shape. There is no derivative rule: a comparison is piecewise constant, and it only
+    ever acts on inputs (the diffusion time, masks, random draws).
+  }];
+  let arguments = (ins Dg_FloatTensor:$lhs, Dg_FloatTensor:$rhs, StrAttr:$predicate);
+  let results = (outs RankedTensorOf<[I1]>:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `predicate` `=` $predicate attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dg_SelectOp : Dg_ComputeOp<"select", [Pure]> {
+  let summary = "Elementwise condition ? on_true : on_false with NumPy broadcasting among all three";
+  let description = [{
+    `condition` is i1; `on_true`, `on_false` and the result share any element type (floats, ids). The
+    result has the broadcast shape of the three operands. There is no derivative rule: so far it only
+    picks between inputs (token ids, masks), never between values that depend on parameters.
+  }];
+  let arguments = (ins RankedTensorOf<[I1]>:$condition, Dg_Tensor:$on_true, Dg_Tensor:$on_false);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $on_true `,` $on_false attr-dict `:` type($condition) `,` type($on_true) `,` type($on_false)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -126,6 +126,8 @@ ShardingRule MulOp::getShardingRule() { return broadcastRule(*this); }
 ShardingRule DivOp::getShardingRule() { return broadcastRule(*this); }
 ShardingRule MaximumOp::getShardingRule() { return broadcastRule(*this); }
 ShardingRule MinimumOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule CompareOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule SelectOp::getShardingRule() { return broadcastRule(*this); }
 
 ShardingRule NegOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRule ExpOp::getShardingRule() { return sameShapeRule(*this); }

@@ -121,14 +121,8 @@ class AttentionKernel final : public Kernel {
   AttentionGeometry geometry_;
 };
 
-// Kernel.h reads numbers, integers and booleans; `mask` is the first attribute that is a string.
 AttentionMask maskAttribute(const KernelSignature& signature) {
-  const nlohmann::json* attrs = signature.step != nullptr ? &signature.step->attrs : nullptr;
-  if (attrs == nullptr || !attrs->is_object() || !attrs->contains("mask"))
-    failSignature(signature, "attribute 'mask' is missing");
-  const nlohmann::json& value = attrs->at("mask");
-  if (!value.is_string()) failSignature(signature, "attribute 'mask': expected a string");
-  const std::string name = value.get<std::string>();
+  const std::string name = cpu::attrString(signature, "mask");
   if (name == "causal") return AttentionMask::Causal;
   if (name == "bidirectional") return AttentionMask::Bidirectional;
   if (name == "prefix") return AttentionMask::Prefix;

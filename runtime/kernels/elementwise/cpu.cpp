@@ -1,9 +1,11 @@
-// Elementwise kernels: binary arithmetic with NumPy broadcasting, unary maps, copy, fill and cast.
+// Elementwise kernels: binary arithmetic, comparisons and select with NumPy broadcasting, unary maps,
+// copy, fill and cast.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
@@ -50,23 +52,37 @@ std::vector<int64_t> broadcastStrides(const std::vector<int64_t>& operand, const
   return strides;
 }
 
-std::vector<int64_t> broadcastShape(const KernelSignature& signature, const std::vector<int64_t>& a,
-                                    const std::vector<int64_t>& b) {
-  const size_t rank = std::max(a.size(), b.size());
-  std::vector<int64_t> shape(rank);
-  for (size_t d = 0; d < rank; ++d) {
-    // Aligned on the right: dimension d of the result is a's dimension d - (rank - a.size()).
-    const int64_t dimA = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
-    const int64_t dimB = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
-    if (dimA != dimB && dimA != 1 && dimB != 1)
-      failSignature(signature, "inputs a " + shapeToString(a) + " and b " + shapeToString(b) + " do not broadcast");
-    shape[d] = dimA == 1 ? dimB : dimA;
+// The broadcast shape of the signature's inputs, which `roles` names in order; a plan error lists
+// them when they do not broadcast.
+std::vector<int64_t> broadcastShape(const KernelSignature& signature, const std::vector<std::string>& roles) {
+  std::vector<int64_t> shape;
+  for (const Buffer* input : signature.inputs) {
+    const std::vector<int64_t>& next = input->shape;
+    const size_t rank = std::max(shape.size(), next.size());
+    std::vector<int64_t> merged(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      // Aligned on the right: dimension d of the result is the operand's dimension d - (rank - size).
+      const int64_t dimSoFar = d + shape.size() >= rank ? shape[d + shape.size() - rank] : 1;
+      const int64_t dimNext = d + next.size() >= rank ? next[d + next.size() - rank] : 1;
+      if (dimSoFar != dimNext && dimSoFar != 1 && dimNext != 1) {
+        std::string inputs;
+        for (size_t i = 0; i < roles.size(); ++i)
+          inputs += (i == 0 ? "" : i + 1 == roles.size() ? " and " : ", ") + roles[i] + " " +
+                    shapeToString(signature.inputs[i]->shape);
+        failSignature(signature, "inputs " + inputs + " do not broadcast");
+      }
+      merged[d] = dimSoFar == 1 ? dimNext : dimSoFar;
+    }
+    shape = std::move(merged);
   }
   return shape;
 }
 
+// Results are stored in Op's result type: T for arithmetic, uint8_t (0 or 1) for comparisons into bool.
 template <typename T, typename Op>
 class BinaryKernel final : public Kernel {
+  using Out = decltype(Op{}(T{}, T{}));
+
  public:
   BinaryKernel(int64_t count, bool sameShapes, cpu::StridedCursor<2> cursor)
       : count_(count), sameShapes_(sameShapes), cursor_(std::move(cursor)) {}
@@ -74,7 +90,7 @@ class BinaryKernel final : public Kernel {
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* a = inputs[0].as<const T>();
     const T* b = inputs[1].as<const T>();
-    T* c = outputs[0].as<T>();
+    Out* c = outputs[0].as<Out>();
     const Op op;
     if (sameShapes_) {
       cpu::parallelFor(context, count_, cpu::kElementGrain, [&](int64_t begin, int64_t end) {
@@ -88,7 +104,7 @@ class BinaryKernel final : public Kernel {
       cursor.forEachRun(begin, end, [&](int64_t index, const std::array<int64_t, 2>& offsets, int64_t length) {
         const T* runA = a + offsets[0];
         const T* runB = b + offsets[1];
-        T* runC = c + index;
+        Out* runC = c + index;
         for (int64_t k = 0; k < length; ++k) runC[k] = op(runA[k * strideA], runB[k * strideB]);
       });
     });
@@ -100,24 +116,124 @@ class BinaryKernel final : public Kernel {
   cpu::StridedCursor<2> cursor_;
 };
 
+// Checks float inputs a, b (one dtype) and the output c of their broadcast shape, of dtype `output`
+// (a's dtype when unset).
+template <typename Op>
+std::unique_ptr<Kernel> createBinary(const KernelSignature& signature, std::optional<DType> output) {
+  expectArity(signature, 2, 1);
+  const Buffer& a = *signature.inputs[0];
+  const Buffer& b = *signature.inputs[1];
+  const Buffer& c = *signature.outputs[0];
+  cpu::expectFloat(signature, a, "input a");
+  expectDType(signature, b, {a.dtype}, "input b");
+  expectDType(signature, c, {output.value_or(a.dtype)}, "output c");
+  const std::vector<int64_t> shape = broadcastShape(signature, {"a", "b"});
+  cpu::expectShape(signature, c, shape, "output c");
+  const bool sameShapes = a.shape == shape && b.shape == shape;
+  cpu::StridedCursor<2> cursor(shape, {broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape)});
+  const int64_t count = numElementsOf(shape);
+  if (a.dtype == DType::F64) return std::make_unique<BinaryKernel<double, Op>>(count, sameShapes, std::move(cursor));
+  return std::make_unique<BinaryKernel<float, Op>>(count, sameShapes, std::move(cursor));
+}
+
 template <typename Op>
 void addBinary(KernelRegistry& registry, const std::string& name) {
-  registry.add(name, [](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-    expectArity(signature, 2, 1);
-    const Buffer& a = *signature.inputs[0];
-    const Buffer& b = *signature.inputs[1];
-    const Buffer& c = *signature.outputs[0];
-    cpu::expectFloat(signature, a, "input a");
-    expectDType(signature, b, {a.dtype}, "input b");
-    expectDType(signature, c, {a.dtype}, "output c");
-    const std::vector<int64_t> shape = broadcastShape(signature, a.shape, b.shape);
-    cpu::expectShape(signature, c, shape, "output c");
-    const bool sameShapes = a.shape == shape && b.shape == shape;
-    cpu::StridedCursor<2> cursor(shape, {broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape)});
-    const int64_t count = numElementsOf(shape);
-    if (a.dtype == DType::F64) return std::make_unique<BinaryKernel<double, Op>>(count, sameShapes, std::move(cursor));
-    return std::make_unique<BinaryKernel<float, Op>>(count, sameShapes, std::move(cursor));
-  });
+  registry.add(name, [](const KernelSignature& signature) { return createBinary<Op>(signature, std::nullopt); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// compare: IEEE comparisons (false against NaN, except ne) into bool
+
+struct LessOp {
+  template <typename T>
+  uint8_t operator()(T a, T b) const { return a < b; }
+};
+struct LessEqualOp {
+  template <typename T>
+  uint8_t operator()(T a, T b) const { return a <= b; }
+};
+struct GreaterOp {
+  template <typename T>
+  uint8_t operator()(T a, T b) const { return a > b; }
+};
+struct GreaterEqualOp {
+  template <typename T>
+  uint8_t operator()(T a, T b) const { return a >= b; }
+};
+struct EqualOp {
+  template <typename T>
+  uint8_t operator()(T a, T b) const { return a == b; }
+};
+struct NotEqualOp {
+  template <typename T>
+  uint8_t operator()(T a, T b) const { return a != b; }
+};
+
+std::unique_ptr<Kernel> createCompare(const KernelSignature& signature) {
+  const std::string predicate = cpu::attrString(signature, "predicate");
+  if (predicate == "lt") return createBinary<LessOp>(signature, DType::Bool);
+  if (predicate == "le") return createBinary<LessEqualOp>(signature, DType::Bool);
+  if (predicate == "gt") return createBinary<GreaterOp>(signature, DType::Bool);
+  if (predicate == "ge") return createBinary<GreaterEqualOp>(signature, DType::Bool);
+  if (predicate == "eq") return createBinary<EqualOp>(signature, DType::Bool);
+  if (predicate == "ne") return createBinary<NotEqualOp>(signature, DType::Bool);
+  failSignature(signature, "attribute 'predicate': expected lt, le, gt, ge, eq or ne, got '" + predicate + "'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// select: condition ? on_true : on_false with broadcasting. Values are copied as words of their
+// dtype's size, so every dtype takes the same loop.
+
+template <typename Word>
+class SelectKernel final : public Kernel {
+ public:
+  SelectKernel(int64_t count, cpu::StridedCursor<3> cursor) : count_(count), cursor_(std::move(cursor)) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const uint8_t* condition = inputs[0].as<const uint8_t>();
+    const Word* onTrue = inputs[1].as<const Word>();
+    const Word* onFalse = inputs[2].as<const Word>();
+    Word* y = outputs[0].as<Word>();
+    const int64_t strideCondition = cursor_.innerStride(0), strideTrue = cursor_.innerStride(1),
+                  strideFalse = cursor_.innerStride(2);
+    cpu::parallelFor(context, count_, cpu::kElementGrain, [&](int64_t begin, int64_t end) {
+      cpu::StridedCursor<3> cursor = cursor_;
+      cursor.forEachRun(begin, end, [&](int64_t index, const std::array<int64_t, 3>& offsets, int64_t length) {
+        const uint8_t* runCondition = condition + offsets[0];
+        const Word* runTrue = onTrue + offsets[1];
+        const Word* runFalse = onFalse + offsets[2];
+        Word* runY = y + index;
+        for (int64_t k = 0; k < length; ++k)
+          runY[k] = runCondition[k * strideCondition] != 0 ? runTrue[k * strideTrue] : runFalse[k * strideFalse];
+      });
+    });
+  }
+
+ private:
+  int64_t count_;
+  cpu::StridedCursor<3> cursor_;
+};
+
+std::unique_ptr<Kernel> createSelect(const KernelSignature& signature) {
+  expectArity(signature, 3, 1);
+  const Buffer& condition = *signature.inputs[0];
+  const Buffer& onTrue = *signature.inputs[1];
+  const Buffer& onFalse = *signature.inputs[2];
+  const Buffer& y = *signature.outputs[0];
+  expectDType(signature, condition, {DType::Bool}, "input condition");
+  expectDType(signature, onFalse, {onTrue.dtype}, "input on_false");
+  expectDType(signature, y, {onTrue.dtype}, "output y");
+  const std::vector<int64_t> shape = broadcastShape(signature, {"condition", "on_true", "on_false"});
+  cpu::expectShape(signature, y, shape, "output y");
+  cpu::StridedCursor<3> cursor(shape, {broadcastStrides(condition.shape, shape), broadcastStrides(onTrue.shape, shape),
+                                       broadcastStrides(onFalse.shape, shape)});
+  const int64_t count = numElementsOf(shape);
+  switch (dtypeSize(onTrue.dtype)) {
+    case 1: return std::make_unique<SelectKernel<uint8_t>>(count, std::move(cursor));
+    case 2: return std::make_unique<SelectKernel<uint16_t>>(count, std::move(cursor));
+    case 4: return std::make_unique<SelectKernel<uint32_t>>(count, std::move(cursor));
+    default: return std::make_unique<SelectKernel<uint64_t>>(count, std::move(cursor));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,6 +561,8 @@ void registerElementwiseCpuKernels(KernelRegistry& registry) {
   addBinary<DivOp>(registry, "div");
   addBinary<MaximumOp>(registry, "maximum");
   addBinary<MinimumOp>(registry, "minimum");
+  registry.add("compare", createCompare);
+  registry.add("select", createSelect);
   addUnary<NegOp>(registry, "neg");
   addUnary<ExpOp>(registry, "exp");
   addUnary<LogOp>(registry, "log");

@@ -128,6 +128,46 @@ func.func @scatter_skip_id(%u: tensor<3x8xf32>, %ids: tensor<3xi64>) {
 
 // -----
 
+func.func @compare_predicate(%a: tensor<3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{predicate must be lt, le, gt, ge, eq or ne, got 'less'}}
+  %c = dg.compare %a, %b predicate = "less" : tensor<3xf32>, tensor<3xf32> -> tensor<3xi1>
+  return
+}
+
+// -----
+
+func.func @compare_types(%a: tensor<3xf32>, %b: tensor<3xf64>) {
+  // expected-error @+1 {{operands must share the element type, got 'f32' and 'f64'}}
+  %c = dg.compare %a, %b predicate = "lt" : tensor<3xf32>, tensor<3xf64> -> tensor<3xi1>
+  return
+}
+
+// -----
+
+func.func @compare_shape(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{result shape must be the broadcast shape 'tensor<2x3xi1>', got 'tensor<3xi1>'}}
+  %c = dg.compare %a, %b predicate = "ge" : tensor<2x3xf32>, tensor<3xf32> -> tensor<3xi1>
+  return
+}
+
+// -----
+
+func.func @select_broadcast(%c: tensor<2x1xi1>, %a: tensor<3xi64>, %b: tensor<4xi64>) {
+  // expected-error @+1 {{shapes 'tensor<2x1xi1>', 'tensor<3xi64>' and 'tensor<4xi64>' do not broadcast}}
+  %y = dg.select %c, %a, %b : tensor<2x1xi1>, tensor<3xi64>, tensor<4xi64> -> tensor<2x3xi64>
+  return
+}
+
+// -----
+
+func.func @select_types(%c: tensor<3xi1>, %a: tensor<3xi64>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{on_true, on_false and result must share the element type, got 'i64', 'f32' -> 'i64'}}
+  %y = dg.select %c, %a, %b : tensor<3xi1>, tensor<3xi64>, tensor<3xf32> -> tensor<3xi64>
+  return
+}
+
+// -----
+
 func.func @stop_gradient_type(%a: tensor<3xf32>) {
   // expected-error @+1 {{requires the same type for all operands and results}}
   %y = "dg.stop_gradient"(%a) : (tensor<3xf32>) -> tensor<3xf64>

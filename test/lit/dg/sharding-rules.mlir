@@ -55,3 +55,11 @@ func.func @stop_gradient_rules(%a: tensor<2x4xf32>) {
   %sg = dg.stop_gradient %a : tensor<2x4xf32>
   return
 }
+
+func.func @compare_select_rules(%a: tensor<2x4xf32>, %t: tensor<2x1xf32>, %row: tensor<4xf32>) {
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, 1]) -> ([i, j])}}
+  %lt = dg.compare %a, %t predicate = "lt" : tensor<2x4xf32>, tensor<2x1xf32> -> tensor<2x4xi1>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j], [j]) -> ([i, j])}}
+  %s = dg.select %lt, %a, %row : tensor<2x4xi1>, tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
+  return
+}

@@ -10,7 +10,7 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
   const std::vector<std::string> names = cpuKernels().names();
   // The table of docs/kernels.md, row by row.
   const std::set<std::string> expected = {
-      "add", "sub", "mul", "div", "maximum", "minimum",
+      "add", "sub", "mul", "div", "maximum", "minimum", "compare", "select",
       "neg", "exp", "log", "tanh", "sqrt", "rsqrt", "copy",
       "gelu_tanh", "matmul", "rms_norm", "softmax",
       "reduce_sum", "reduce_max", "reduce_mean",
