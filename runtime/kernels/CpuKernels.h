@@ -21,5 +21,6 @@ void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform
 void registerRopeCpuKernels(KernelRegistry& registry);         // rope
 void registerAttentionCpuKernels(KernelRegistry& registry);    // attention
 void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route, moe_experts
+void registerCrossEntropyCpuKernels(KernelRegistry& registry); // cross_entropy, cross_entropy_backward
 
 }  // namespace dgemma

@@ -48,6 +48,10 @@ int64_t RandomIntOp::getFlops() { return 0; }
 int64_t StopGradientOp::getFlops() { return 0; }
 int64_t CompareOp::getFlops() { return resultElements(*this); }
 int64_t SelectOp::getFlops() { return 0; }
+// Per logit: bonus, max, subtract, exp, sum.
+int64_t CrossEntropyOp::getFlops() { return 5 * elementsOf(getLogits()); }
+// Per logit: the forward's five, then divide, subtract the one-hot and scale.
+int64_t CrossEntropyBackwardOp::getFlops() { return 8 * elementsOf(getLogits()); }
 
 int64_t MatmulOp::getFlops() {
   auto lhs = getLhs().getType();

@@ -343,3 +343,12 @@ LogicalResult GatherOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents,
   grads.push_back(Value());
   return success();
 }
+
+LogicalResult CrossEntropyOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // Only the logits are differentiated: ids have no gradient, and the bonus is a constant (it
+  // depends on the diffusion time only).
+  grads.push_back(builder.create<CrossEntropyBackwardOp>(getLoc(), getLogits().getType(), getLogits(), getTargets(),
+                                                         getBonusIds(), getBonus(), cotangents[0]));
+  grads.append(getNumOperands() - 1, Value());
+  return success();
+}

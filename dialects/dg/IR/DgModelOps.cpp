@@ -1,4 +1,4 @@
-// Verifiers of the model-level ops (rope, attention, MoE routing and experts).
+// Verifiers of the model-level ops (rope, attention, MoE routing and experts) and the losses.
 #include "dialects/dg/IR/DgOps.h"
 
 using namespace mlir;
@@ -110,5 +110,41 @@ LogicalResult MoeExpertsOp::verify() {
     if (typeOf(operand).getElementType() != input.getElementType())
       return emitOpError() << "all float operands must share the element type";
   if (getResult().getType() != input) return emitOpError() << "result type must equal the input type";
+  return success();
+}
+
+namespace {
+// The operand rules shared by dg.cross_entropy and dg.cross_entropy_backward: logits [..., V], and
+// targets, bonus_ids and bonus of shape [...]; `perPosition` (named `role`) holds one value per
+// position: the loss, or its gradient.
+LogicalResult verifyCrossEntropy(Operation* op, Value logitsValue, Value targets, Value bonusIds, Value bonus,
+                                 RankedTensorType perPosition, StringRef role) {
+  auto logits = typeOf(logitsValue);
+  if (logits.getRank() < 1) return op->emitOpError() << "logits need rank >= 1 (the last dimension is the vocabulary)";
+  auto positions = RankedTensorType::get(logits.getShape().drop_back(), logits.getElementType());
+  if (typeOf(targets).getShape() != positions.getShape())
+    return op->emitOpError() << "targets must have the logits' shape without the last dimension, "
+                             << RankedTensorType::get(positions.getShape(), typeOf(targets).getElementType()) << ", got "
+                             << targets.getType();
+  if (static_cast<bool>(bonusIds) != static_cast<bool>(bonus))
+    return op->emitOpError() << "bonus_ids and bonus come together or not at all";
+  if (bonusIds && typeOf(bonusIds).getShape() != positions.getShape())
+    return op->emitOpError() << "bonus_ids must have the targets' shape, got " << bonusIds.getType();
+  if (bonus && bonus.getType() != positions)
+    return op->emitOpError() << "bonus must be " << positions << ", got " << bonus.getType();
+  if (perPosition != positions) return op->emitOpError() << role << " must be " << positions << ", got " << perPosition;
+  return success();
+}
+}  // namespace
+
+LogicalResult CrossEntropyOp::verify() {
+  return verifyCrossEntropy(*this, getLogits(), getTargets(), getBonusIds(), getBonus(), getResult().getType(), "result");
+}
+
+LogicalResult CrossEntropyBackwardOp::verify() {
+  if (failed(verifyCrossEntropy(*this, getLogits(), getTargets(), getBonusIds(), getBonus(), getGradOutput().getType(),
+                                "grad_output")))
+    return failure();
+  if (getGradLogits().getType() != getLogits().getType()) return emitOpError() << "grad_logits must have the logits' type";
   return success();
 }

@@ -413,3 +413,39 @@ ShardingRule ScatterAddOp::getShardingRule() {
   builder.result({rows, width});
   return builder.take();
 }
+
+namespace {
+// Cross-entropy's logits [..., V] and its per-position operands (targets, bonus ids, bonus, and the
+// backward's output gradient): positions pass through, the vocabulary is reduced inside the op and
+// must be whole.
+struct CrossEntropyFactors {
+  SmallVector<int64_t> positions;
+  int64_t vocabulary;
+};
+CrossEntropyFactors addCrossEntropyOperands(RuleBuilder& builder, Operation* op) {
+  ArrayRef<int64_t> logits = shapeOf(op->getOperand(0));
+  CrossEntropyFactors f;
+  for (int64_t size : logits.drop_back()) f.positions.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  f.vocabulary = builder.addFactor(logits.back(), FactorKind::NeedReplication);
+  SmallVector<int64_t> logitFactors(f.positions);
+  logitFactors.push_back(f.vocabulary);
+  builder.operand(logitFactors);
+  for (unsigned i = 1; i < op->getNumOperands(); ++i) builder.operand(f.positions);
+  return f;
+}
+}  // namespace
+
+ShardingRule CrossEntropyOp::getShardingRule() {
+  RuleBuilder builder;
+  builder.result(addCrossEntropyOperands(builder, *this).positions);
+  return builder.take();
+}
+
+ShardingRule CrossEntropyBackwardOp::getShardingRule() {
+  RuleBuilder builder;
+  CrossEntropyFactors f = addCrossEntropyOperands(builder, *this);
+  SmallVector<int64_t> gradient(f.positions);
+  gradient.push_back(f.vocabulary);
+  builder.result(gradient);
+  return builder.take();
+}

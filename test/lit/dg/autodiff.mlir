@@ -122,6 +122,31 @@ func.func @direct_and_detached() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// Cross-entropy differentiates to its backward op (with the bonus, a constant), then the head.
+// CHECK-LABEL: func.func @cross_entropy_head
+func.func @cross_entropy_head() attributes {dg.entry = "train_step"} {
+  // CHECK: %[[X:.*]] = dg.input "x" : tensor<3x4xf32>
+  %x = dg.input "x" : tensor<3x4xf32>
+  // CHECK: %[[T:.*]] = dg.input "targets" : tensor<3xi64>
+  %t = dg.input "targets" : tensor<3xi64>
+  // CHECK: %[[N:.*]] = dg.input "noisy" : tensor<3xi64>
+  %n = dg.input "noisy" : tensor<3xi64>
+  // CHECK: %[[B:.*]] = dg.input "bonus" : tensor<3xf32>
+  %b = dg.input "bonus" : tensor<3xf32>
+  %w = dg.param "head" : tensor<4x8xf32>
+  // CHECK: %[[Z:.*]] = dg.matmul %[[X]], %{{.*}} : tensor<3x4xf32>, tensor<4x8xf32> -> tensor<3x8xf32>
+  %z = dg.matmul %x, %w : tensor<3x4xf32>, tensor<4x8xf32> -> tensor<3x8xf32>
+  %ce = dg.cross_entropy %z, %t bonus(%n, %b) : (tensor<3x8xf32>, tensor<3xi64>, tensor<3xi64>, tensor<3xf32>) -> tensor<3xf32>
+  %l = dg.reduce_mean %ce dims = [0] : tensor<3xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[DZ:.*]] = dg.cross_entropy_backward %[[Z]], %[[T]] bonus(%[[N]], %[[B]]), %{{.*}} : (tensor<3x8xf32>, tensor<3xi64>, tensor<3xi64>, tensor<3xf32>, tensor<3xf32>) -> tensor<3x8xf32>
+  // CHECK: %[[GW:.*]] = dg.matmul %[[X]], %[[DZ]] {transpose_a = true} : tensor<3x4xf32>, tensor<3x8xf32> -> tensor<4x8xf32>
+  // CHECK: dg.output "grad/head", %[[GW]]
+  return
+}
+
+// -----
+
 // An embedding with padding_idx: the scatter_add of its rule skips the pad row.
 // CHECK-LABEL: func.func @padded_embedding
 func.func @padded_embedding() attributes {dg.entry = "train_step"} {

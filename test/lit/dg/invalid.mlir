@@ -176,6 +176,62 @@ func.func @stop_gradient_type(%a: tensor<3xf32>) {
 
 // -----
 
+func.func @cross_entropy_targets(%l: tensor<2x5x8xf32>, %t: tensor<2x8xi64>) {
+  // expected-error @+1 {{targets must have the logits' shape without the last dimension, 'tensor<2x5xi64>', got 'tensor<2x8xi64>'}}
+  %ce = dg.cross_entropy %l, %t : (tensor<2x5x8xf32>, tensor<2x8xi64>) -> tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_result(%l: tensor<2x5x8xf32>, %t: tensor<2x5xi64>) {
+  // expected-error @+1 {{result must be 'tensor<2x5xf32>', got 'tensor<2x5xf64>'}}
+  %ce = dg.cross_entropy %l, %t : (tensor<2x5x8xf32>, tensor<2x5xi64>) -> tensor<2x5xf64>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_bonus_alone(%l: tensor<5x8xf32>, %t: tensor<5xi64>, %b: tensor<5xf32>) {
+  // expected-error @+1 {{bonus_ids and bonus come together or not at all}}
+  %ce = "dg.cross_entropy"(%l, %t, %b) <{operandSegmentSizes = array<i32: 1, 1, 0, 1>}> : (tensor<5x8xf32>, tensor<5xi64>, tensor<5xf32>) -> tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_bonus_type(%l: tensor<5x8xf32>, %t: tensor<5xi64>, %b: tensor<5xf64>) {
+  // expected-error @+1 {{bonus must be 'tensor<5xf32>', got 'tensor<5xf64>'}}
+  %ce = dg.cross_entropy %l, %t bonus(%t, %b) : (tensor<5x8xf32>, tensor<5xi64>, tensor<5xi64>, tensor<5xf64>) -> tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_bonus_ids(%l: tensor<5x8xf32>, %t: tensor<5xi64>, %i: tensor<4xi64>, %b: tensor<5xf32>) {
+  // expected-error @+1 {{bonus_ids must have the targets' shape, got 'tensor<4xi64>'}}
+  %ce = dg.cross_entropy %l, %t bonus(%i, %b) : (tensor<5x8xf32>, tensor<5xi64>, tensor<4xi64>, tensor<5xf32>) -> tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_backward_grad(%l: tensor<5x8xf32>, %t: tensor<5xi64>, %g: tensor<5x1xf32>) {
+  // expected-error @+1 {{grad_output must be 'tensor<5xf32>', got 'tensor<5x1xf32>'}}
+  %d = dg.cross_entropy_backward %l, %t, %g : (tensor<5x8xf32>, tensor<5xi64>, tensor<5x1xf32>) -> tensor<5x8xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_backward_result(%l: tensor<5x8xf32>, %t: tensor<5xi64>, %g: tensor<5xf32>) {
+  // expected-error @+1 {{grad_logits must have the logits' type}}
+  %d = dg.cross_entropy_backward %l, %t, %g : (tensor<5x8xf32>, tensor<5xi64>, tensor<5xf32>) -> tensor<5x4xf32>
+  return
+}
+
+// -----
+
 func.func @cast_float_to_int(%x: tensor<3xf32>) {
   // expected-error @+1 {{cannot cast float 'f32' to integer 'i64'}}
   %y = dg.cast %x : tensor<3xf32> -> tensor<3xi64>

@@ -10,6 +10,8 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %x = dg.input "x" : tensor<2x4x8xf32>
   // CHECK: %[[IDS:.*]] = dg.input "ids" : tensor<2x4xi64>
   %ids = dg.input "ids" : tensor<2x4xi64>
+  // CHECK: %[[BONUS:.*]] = dg.input "bonus" : tensor<2x4xf32>
+  %bonus = dg.input "bonus" : tensor<2x4xf32>
   // CHECK: %[[KEY:.*]] = dg.input "key" : tensor<2xi64>
   %key = dg.input "key" : tensor<2xi64>
   // CHECK: %[[KEYS:.*]] = dg.input "keys" : tensor<2x2xi64>
@@ -65,6 +67,16 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %scores = dg.matmul %norm, %norm {transpose_b = true} : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x4xf32>
   // CHECK: dg.softmax {{.*}} axis = -1 : tensor<2x4x16xf32>
   %probs = dg.softmax %logits axis = -1 : tensor<2x4x16xf32>
+  // CHECK: %[[CE:.*]] = dg.cross_entropy %[[LOGITS:.*]], %[[IDS]] : (tensor<2x4x16xf32>, tensor<2x4xi64>) -> tensor<2x4xf32>
+  %ce = dg.cross_entropy %logits, %ids : (tensor<2x4x16xf32>, tensor<2x4xi64>) -> tensor<2x4xf32>
+  // CHECK: dg.cross_entropy %[[LOGITS]], %[[IDS]] bonus(%[[IDS]], %[[BONUS]]) : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xi64>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %loo = dg.cross_entropy %logits, %ids bonus(%ids, %bonus) : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xi64>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  // CHECK: dg.cross_entropy_backward %[[LOGITS]], %[[IDS]], %[[CE]] : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xf32>) -> tensor<2x4x16xf32>
+  %dce = dg.cross_entropy_backward %logits, %ids, %ce : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xf32>) -> tensor<2x4x16xf32>
+  // CHECK: dg.cross_entropy_backward %[[LOGITS]], %[[IDS]] bonus(%[[IDS]], %[[BONUS]]), %{{.*}} : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xi64>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4x16xf32>
+  %dloo = dg.cross_entropy_backward %logits, %ids bonus(%ids, %bonus), %loo : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xi64>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4x16xf32>
+  dg.output "dce", %dce : tensor<2x4x16xf32>
+  dg.output "dloo", %dloo : tensor<2x4x16xf32>
   // CHECK: dg.reduce_sum {{.*}} dims = [2] {keep_dims = true} : tensor<2x4x16xf32> -> tensor<2x4x1xf32>
   %rs = dg.reduce_sum %probs dims = [2] {keep_dims = true} : tensor<2x4x16xf32> -> tensor<2x4x1xf32>
   // CHECK: dg.reduce_mean {{.*}} dims = [0, 1] : tensor<2x4x16xf32> -> tensor<16xf32>

@@ -63,3 +63,12 @@ func.func @compare_select_rules(%a: tensor<2x4xf32>, %t: tensor<2x1xf32>, %row: 
   %s = dg.select %lt, %a, %row : tensor<2x4xi1>, tensor<2x4xf32>, tensor<4xf32> -> tensor<2x4xf32>
   return
 }
+
+// Positions pass through; the vocabulary is reduced inside the op.
+func.func @cross_entropy_rules(%logits: tensor<2x4x16xf32>, %ids: tensor<2x4xi64>, %bonus: tensor<2x4xf32>) {
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j], [i, j], [i, j]) -> ([i, j]) need_replication={k}}}
+  %ce = dg.cross_entropy %logits, %ids bonus(%ids, %bonus) : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xi64>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j], [i, j]) -> ([i, j, k]) need_replication={k}}}
+  %d = dg.cross_entropy_backward %logits, %ids, %ce : (tensor<2x4x16xf32>, tensor<2x4xi64>, tensor<2x4xf32>) -> tensor<2x4x16xf32>
+  return
+}
