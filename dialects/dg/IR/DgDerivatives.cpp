@@ -310,6 +310,31 @@ LogicalResult ConcatOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents,
   return success();
 }
 
+LogicalResult SliceOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // The block's cotangent goes back in place, between zeros for the rest of the dimension; an
+  // integer slice (ids) has none.
+  if (!cotangents[0]) {
+    grads.push_back(Value());
+    return success();
+  }
+  Location loc = getLoc();
+  auto inputType = getInput().getType();
+  int64_t dim = getDimAttr().getInt(), start = getStartAttr().getInt();
+  int64_t after = inputType.getDimSize(dim) - start - getType().getDimSize(dim);
+  auto zeros = [&](int64_t size) -> Value {
+    SmallVector<int64_t> shape(inputType.getShape());
+    shape[dim] = size;
+    return builder.create<FillOp>(loc, RankedTensorType::get(shape, inputType.getElementType()), builder.getF64FloatAttr(0.0));
+  };
+  SmallVector<Value> blocks;
+  if (start > 0) blocks.push_back(zeros(start));
+  blocks.push_back(cotangents[0]);
+  if (after > 0) blocks.push_back(zeros(after));
+  grads.push_back(blocks.size() == 1 ? cotangents[0]
+                                     : builder.create<ConcatOp>(loc, inputType, blocks, getDimAttr()).getResult());
+  return success();
+}
+
 LogicalResult AttentionOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
   auto backward = builder.create<AttentionBackwardOp>(
       getLoc(), getQuery().getType(), getKey().getType(), getValue().getType(), getQuery(), getKey(), getValue(),

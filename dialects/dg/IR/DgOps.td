@@ -273,7 +273,7 @@ def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure, DeclareOpInterfaceMethods<Dg_Der
   let hasVerifier = 1;
 }
 
-def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure]> {
+def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "The block [start, start + size) of one dimension (size from the result type)";
   let arguments = (ins Dg_Tensor:$input, I64Attr:$dim, I64Attr:$start);
   let results = (outs Dg_Tensor:$result);

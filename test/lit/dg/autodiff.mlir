@@ -163,6 +163,23 @@ func.func @padded_embedding() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// Through slice, the block's cotangent goes back in place between zeros.
+// CHECK-LABEL: func.func @slice_block
+func.func @slice_block() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<2x5xf32>
+  %b = dg.slice %w dim = 1 start = 1 : tensor<2x5xf32> -> tensor<2x3xf32>
+  %l = dg.reduce_sum %b dims = [0, 1] : tensor<2x3xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[G:.*]] = dg.add
+  // CHECK-DAG: %[[BEFORE:.*]] = dg.fill 0.000000e+00 : tensor<2x1xf32>
+  // CHECK-DAG: %[[AFTER:.*]] = dg.fill 0.000000e+00 : tensor<2x1xf32>
+  // CHECK: %[[GW:.*]] = dg.concat %[[BEFORE]], %[[G]], %[[AFTER]] dim = 1 : tensor<2x1xf32>, tensor<2x3xf32>, tensor<2x1xf32> -> tensor<2x5xf32>
+  // CHECK: dg.output "grad/w", %[[GW]]
+  return
+}
+
+// -----
+
 // Ops between the parameters and the loss must have a derivative rule.
 func.func @no_rule() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>

@@ -271,8 +271,9 @@ TEST(GradientCheck, ReductionsAndLayout) {
   GradientChecker({{{5}}}, castRoundTrip).check(1e-3, 1e-2);
 }
 
-// Model-level ops: RoPE (full and partial rotation; positions are not differentiated) and concat.
-TEST(GradientCheck, RopeAndConcat) {
+// Model-level ops: RoPE (full and partial rotation; positions are not differentiated), concat and
+// slice.
+TEST(GradientCheck, RopeConcatAndSlice) {
   auto rope = [](int64_t pairs) -> OpBody {
     return [pairs](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
       SmallVector<int64_t> positions;
@@ -291,6 +292,16 @@ TEST(GradientCheck, RopeAndConcat) {
     return b.create<TanhOp>(loc, joined.getType(), joined);  // so each block's cotangent differs
   };
   GradientChecker({{{2, 2, 3}}, {{2, 3, 3}}}, concat).check(kTolerance);
+  // Slices from the middle, the start and the end of a dimension; the rest of it gets zeros.
+  auto slice = [](int64_t start, int64_t size) -> OpBody {
+    return [=](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+      Value block = b.create<SliceOp>(loc, typeLike(p[0], {2, size, 3}), p[0], b.getI64IntegerAttr(1), b.getI64IntegerAttr(start));
+      return b.create<TanhOp>(loc, block.getType(), block);
+    };
+  };
+  GradientChecker({{{2, 5, 3}}}, slice(1, 2)).check(kTolerance);
+  GradientChecker({{{2, 5, 3}}}, slice(0, 3)).check(kTolerance);
+  GradientChecker({{{2, 5, 3}}}, slice(2, 3)).check(kTolerance);
 }
 
 // Attention with each mask kind, GQA, a window, padded keys and a pad query (its diagonal), and K = V.
