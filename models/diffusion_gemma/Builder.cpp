@@ -28,44 +28,156 @@ struct DecoderAttention {
   int64_t prefixLength;
 };
 
-class ForwardBuilder {
+class ModelBuilder {
  public:
-  ForwardBuilder(OpBuilder& builder, const DiffusionGemmaConfig& config, int64_t batch, int64_t promptLength)
-      : b_(builder), config_(config), batch_(batch), promptLength_(promptLength), canvasLength_(config.canvasLength),
-        hidden_(config.hiddenSize), f32_(builder.getF32Type()) {}
+  ModelBuilder(OpBuilder& builder, const DiffusionGemmaConfig& config, int64_t batch)
+      : b_(builder), config_(config), batch_(batch), canvasLength_(config.canvasLength), hidden_(config.hiddenSize),
+        f32_(builder.getF32Type()) {}
 
-  void build() {
-    Value inputIds = input("input_ids", {batch_, promptLength_}, b_.getI64Type());
-    Value attentionMask = input("attention_mask", {batch_, promptLength_}, b_.getI64Type());
+  // The "forward" entry (Builder.h).
+  void buildForward(int64_t promptLength) {
+    Value inputIds = input("input_ids", {batch_, promptLength}, b_.getI64Type());
+    Value attentionMask = input("attention_mask", {batch_, promptLength}, b_.getI64Type());
     Value canvasIds = input("noisy_canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
     Value selfConditioningLogits = input("self_conditioning_logits", {batch_, canvasLength_, config_.vocabSize}, f32_);
     Value selfConditioningMask = input("self_conditioning_mask", {batch_}, f32_);
 
     Value promptValid = castTo(attentionMask, b_.getI1Type(), "attention_mask");
-
-    // Encoder: positions 0..P-1 for every row (left padding occupies positions, masks exclude it).
-    Value encoderPositions = positions(0, promptLength_);
-    Value hidden = embed(inputIds);
     std::vector<LayerKeyValues> keyValues;
-    for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
-      hidden = layerForward(layer, hidden, encoderPositions, EncoderAttention{promptValid}, &keyValues);
+    Value hidden = encoderStack(inputIds, promptValid, positions(0, promptLength), &keyValues);
     output("encoder_hidden", rmsNorm(hidden, param(top("norm.weight"), {hidden_}, "ones"), "encoder.norm"));
     for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer) {
       output("encoder_k." + std::to_string(layer), keyValues[layer].keys);
       output("encoder_v." + std::to_string(layer), keyValues[layer].values);
     }
+    Value signal = selfConditioningSignal(selfConditioningLogits, selfConditioningMask);
+    output("logits", decoderLogits(decoderInput(canvasIds, signal), promptValid, keyValues));
+  }
 
-    // Decoder: canvas positions continue after the prompt, padding included (model.md §7.2).
-    Value canvasValid = constantBool({batch_, canvasLength_}, true);
-    Value decoderValid = concat({promptValid, canvasValid}, 1, "decoder.key_valid");
-    Value decoderPositions = positions(promptLength_, canvasLength_);
-    Value x = selfConditionedInput(canvasIds, selfConditioningLogits, selfConditioningMask);
-    for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
-      x = layerForward(layer, x, decoderPositions, DecoderAttention{decoderValid, &keyValues[layer], promptLength_}, nullptr);
-    output("logits", head(x));
+  // The "train_step" entry (Builder.h; training.md §2, §5-§9).
+  void buildTrainStep(int64_t promptLength, const DiffusionGemmaObjective& objective) {
+    using Variant = DiffusionGemmaObjective::Variant;
+    Value inputIds = input("input_ids", {batch_, promptLength}, b_.getI64Type());
+    Value attentionMask = input("attention_mask", {batch_, promptLength}, b_.getI64Type());
+    Value canvasIds = input("canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
+    Value canvasMask = input("canvas_mask", {batch_, canvasLength_}, f32_);
+    Value noisyIds = input("noisy_canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
+    Value diffusionTime = input("diffusion_t", {batch_}, f32_);
+    Value selfConditioningMask = input("self_conditioning_mask", {batch_}, f32_);
+    std::vector<Value> auxTerms;
+    auxTerms_ = objective.routerAuxLossCoeff > 0 ? &auxTerms : nullptr;
+
+    // The prompt's K/V pass. Pass 1 would compute exactly the same values, so both passes read it;
+    // pass 1's gradient is cut below, so the encoder gets gradient from pass 2 only.
+    Value promptValid = castTo(attentionMask, b_.getI1Type(), "attention_mask");
+    std::vector<LayerKeyValues> keyValues;
+    encoderStack(inputIds, promptValid, positions(0, promptLength), &keyValues);
+
+    // Pass 1 (§7): no self-conditioning signal, no gradient, run whenever p > 0.
+    Value signal;
+    if (objective.selfConditioningProb > 0) {
+      std::vector<Value>* pass2AuxTerms = auxTerms_;
+      auxTerms_ = nullptr;
+      Value pass1 = decoderLogits(decoderInput(noisyIds, Value()), promptValid, keyValues);
+      auxTerms_ = pass2AuxTerms;
+      Value detached = b_.create<StopGradientOp>(loc("sc.pass1.detach"), pass1.getType(), pass1);
+      signal = selfConditioningSignal(detached, selfConditioningMask);
+    } else {
+      // An exactly zero signal, as HF feeds without self-conditioning logits; the MLP still runs so
+      // that its parameters stay in the step (with zero gradients).
+      signal = b_.create<FillOp>(loc("sc.zero"), f32Type({batch_, canvasLength_, hidden_}), b_.getF64FloatAttr(0.0));
+    }
+    Value logits = decoderLogits(decoderInput(noisyIds, signal), promptValid, keyValues);
+
+    // §5: ℓ_b = w(t_b) Σ_l M CE / max(Σ_l M, 1), CE on f (+ δ(t) on the observed noisy token for LOO).
+    const bool leaveOneOut = objective.variant == Variant::LooCe || objective.variant == Variant::ReweightedLooCe;
+    const bool reweighted = objective.variant == Variant::ReweightedCe || objective.variant == Variant::ReweightedLooCe;
+    Value bonus;
+    if (leaveOneOut) {
+      // δ(t) = log(1 + K α / (1 − α)) with α = 1 − t and 1 − α = t clamped to 1e-12.
+      Value keep = sub(scalar(1.0, "loo.one"), diffusionTime, "loo.alpha");
+      Value odds = div(keep, maximum(diffusionTime, scalar(1e-12, "loo.clamp"), "loo.t"), "loo.odds");
+      Value delta = log(add(scalar(1.0, "loo.one"), mul(odds, scalar(static_cast<double>(config_.vocabSize), "loo.k"), "loo.k_odds"),
+                            "loo.ratio"),
+                        "loo.delta");
+      bonus = mul(reshape(delta, {batch_, 1}, "loo.delta.rows"), ones({batch_, canvasLength_}, "loo.canvas"), "loo.bonus");
+    }
+    Value tokenLoss = crossEntropy(logits, canvasIds, leaveOneOut ? noisyIds : Value(), bonus, "decoder.ce");
+    Value maskedSum = reduceSum(mul(tokenLoss, canvasMask, "decoder.ce.masked"), {1}, "decoder.ce.sum");
+    Value tokenCount = maximum(reduceSum(canvasMask, {1}, "decoder.tokens"), scalar(1.0, "decoder.tokens.min"), "decoder.tokens.clamped");
+    Value perExample = div(maskedSum, tokenCount, "decoder.example_loss");
+    if (reweighted) {
+      // w = −α'/α = 1 / max(1 − t, 1e-12), no 1/K factor (§5).
+      Value keep = maximum(sub(scalar(1.0, "weight.one"), diffusionTime, "weight.alpha"), scalar(1e-12, "weight.clamp"), "weight.alpha.clamped");
+      Value weight = div(scalar(1.0, "weight.one"), keep, "weight");
+      if (objective.weightClip) weight = minimum(weight, scalar(*objective.weightClip, "weight.clip"), "weight.clipped");
+      perExample = mul(perExample, weight, "decoder.example_loss.weighted");
+    }
+    const double examples = static_cast<double>(batch_);
+    Value diffusionLoss = div(reduceSum(perExample, {0}, "decoder.sum"), scalar(examples, "batch"), "diffusion_loss");
+    output("diffusion_loss", diffusionLoss);
+    Value loss = mul(diffusionLoss, scalar(objective.decoderLossWeight, "decoder.weight"), "decoder.weighted");
+
+    // §8: a separate causal pass over prompt ⊕ clean target; position j predicts token j + 1, scored
+    // only where that token is a real target. Only the L scored positions reach the head.
+    if (objective.encoderLossWeight > 0) {
+      Value cleanIds = concat({inputIds, canvasIds}, 1, "clean.ids");
+      Value canvasValid = compare(canvasMask, scalar(0.0, "clean.zero"), "gt", "clean.canvas_valid");
+      Value cleanValid = concat({promptValid, canvasValid}, 1, "clean.key_valid");
+      Value hidden = encoderStack(cleanIds, cleanValid, positions(0, promptLength + canvasLength_), nullptr);
+      Value scored = b_.create<SliceOp>(loc("clean.scored"), f32Type({batch_, canvasLength_, hidden_}), hidden,
+                                        b_.getI64IntegerAttr(1), b_.getI64IntegerAttr(promptLength - 1));
+      Value cleanLoss = crossEntropy(head(scored), canvasIds, Value(), Value(), "clean.ce");
+      Value cleanSum = reduceSum(mul(cleanLoss, canvasMask, "clean.ce.masked"), {0, 1}, "clean.ce.sum");
+      Value cleanCount = maximum(reduceSum(canvasMask, {0, 1}, "clean.tokens"), scalar(1.0, "clean.tokens.min"), "clean.tokens.clamped");
+      Value encoderLoss = div(cleanSum, cleanCount, "encoder_loss");
+      output("encoder_loss", encoderLoss);
+      loss = add(loss, mul(encoderLoss, scalar(objective.encoderLossWeight, "encoder.weight"), "encoder.weighted"), "loss.encoder");
+    }
+    if (!auxTerms.empty()) {
+      Value aux = auxTerms.front();
+      for (size_t i = 1; i < auxTerms.size(); ++i) aux = add(aux, auxTerms[i], "aux.sum");
+      loss = add(loss, mul(aux, scalar(objective.routerAuxLossCoeff, "aux.coeff"), "aux.weighted"), "loss.aux");
+    }
+    auxTerms_ = nullptr;
+    output("loss", loss);
+  }
+
+  // The "corrupt" entry (Builder.h; training.md §4, §7, §11).
+  void buildCorrupt(const DiffusionGemmaObjective& objective) {
+    Value keys = input("noise_keys", {batch_, 2}, b_.getI64Type());
+    Value canvasIds = input("canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
+    Value canvasMask = input("canvas_mask", {batch_, canvasLength_}, f32_);
+
+    Value level = uniform(keys, kTimeStream, {batch_}, "noise.t.uniform");
+    Value diffusionTime = add(mul(level, scalar(objective.noiseMax - objective.noiseMin, "noise.range"), "noise.t.scaled"),
+                              scalar(objective.noiseMin, "noise.min"), "diffusion_t");
+    Value selection = uniform(keys, kSelectionStream, {batch_, canvasLength_}, "noise.u");
+    auto idsType = RankedTensorType::get({batch_, canvasLength_}, b_.getI64Type());
+    Value replacement = b_.create<RandomIntOp>(loc("noise.r"), idsType, keys, b_.getI64IntegerAttr(kReplacementStream),
+                                               b_.getI64IntegerAttr(config_.vocabSize));
+    // Only real canvas tokens are ever replaced: u < t and M = 1 (the replacement may equal the original).
+    Value selected = compare(selection, reshape(diffusionTime, {batch_, 1}, "noise.t.rows"), "lt", "noise.selected");
+    Value real = compare(canvasMask, scalar(0.0, "noise.zero"), "gt", "noise.real");
+    Value replaced = b_.create<SelectOp>(loc("noise.replaced"), idsType, real, replacement, canvasIds);
+    Value noisy = b_.create<SelectOp>(loc("noisy_canvas_ids"), idsType, selected, replaced, canvasIds);
+
+    Value selfConditioningMask;
+    if (objective.selfConditioningProb > 0) {
+      Value coin = uniform(keys, kSelfConditioningStream, {batch_}, "sc.coin");
+      Value chosen = compare(coin, scalar(objective.selfConditioningProb, "sc.prob"), "lt", "sc.chosen");
+      selfConditioningMask = castTo(chosen, f32_, "self_conditioning_mask");
+    } else {
+      selfConditioningMask = b_.create<FillOp>(loc("self_conditioning_mask"), f32Type({batch_}), b_.getF64FloatAttr(0.0));
+    }
+    output("diffusion_t", diffusionTime);
+    output("noisy_canvas_ids", noisy);
+    output("self_conditioning_mask", selfConditioningMask);
   }
 
  private:
+  static constexpr int64_t kTimeStream = 0, kSelectionStream = 1, kReplacementStream = 2, kSelfConditioningStream = 3;
+
   // ---- naming and small helpers ----------------------------------------------------------------
   static std::string top(const std::string& suffix) { return "model.decoder." + suffix; }
   static std::string layerName(int64_t layer, const std::string& suffix) {
@@ -92,15 +204,47 @@ class ForwardBuilder {
     return b_.create<FillOp>(loc(name), f32Type({}), b_.getF64FloatAttr(value));
   }
 
-  Value binary(StringRef kind, Value lhs, Value rhs, const std::string& name) {
+  Value ones(ArrayRef<int64_t> shape, const std::string& name) {
+    return b_.create<FillOp>(loc(name), f32Type(shape), b_.getF64FloatAttr(1.0));
+  }
+
+  template <typename BinaryOp>
+  Value binary(Value lhs, Value rhs, const std::string& name) {
     auto shape = *broadcastShapes(shapeOf(lhs), shapeOf(rhs));
     auto type = RankedTensorType::get(shape, cast<RankedTensorType>(lhs.getType()).getElementType());
-    if (kind == "add") return b_.create<AddOp>(loc(name), type, lhs, rhs);
-    if (kind == "mul") return b_.create<MulOp>(loc(name), type, lhs, rhs);
-    return b_.create<DivOp>(loc(name), type, lhs, rhs);
+    return b_.create<BinaryOp>(loc(name), type, lhs, rhs);
   }
-  Value add(Value lhs, Value rhs, const std::string& name) { return binary("add", lhs, rhs, name); }
-  Value mul(Value lhs, Value rhs, const std::string& name) { return binary("mul", lhs, rhs, name); }
+  Value add(Value lhs, Value rhs, const std::string& name) { return binary<AddOp>(lhs, rhs, name); }
+  Value sub(Value lhs, Value rhs, const std::string& name) { return binary<SubOp>(lhs, rhs, name); }
+  Value mul(Value lhs, Value rhs, const std::string& name) { return binary<MulOp>(lhs, rhs, name); }
+  Value div(Value lhs, Value rhs, const std::string& name) { return binary<DivOp>(lhs, rhs, name); }
+  Value maximum(Value lhs, Value rhs, const std::string& name) { return binary<MaximumOp>(lhs, rhs, name); }
+  Value minimum(Value lhs, Value rhs, const std::string& name) { return binary<MinimumOp>(lhs, rhs, name); }
+  Value log(Value x, const std::string& name) { return b_.create<LogOp>(loc(name), x.getType(), x); }
+
+  // i1 result of `lhs <predicate> rhs` (broadcasting).
+  Value compare(Value lhs, Value rhs, StringRef predicate, const std::string& name) {
+    auto type = RankedTensorType::get(*broadcastShapes(shapeOf(lhs), shapeOf(rhs)), b_.getI1Type());
+    return b_.create<CompareOp>(loc(name), type, lhs, rhs, b_.getStringAttr(predicate));
+  }
+
+  Value reduceSum(Value x, ArrayRef<int64_t> dims, const std::string& name) {
+    SmallVector<int64_t> shape;
+    for (int64_t d = 0; d < static_cast<int64_t>(shapeOf(x).size()); ++d)
+      if (!llvm::is_contained(dims, d)) shape.push_back(shapeOf(x)[d]);
+    return b_.create<ReduceSumOp>(loc(name), f32Type(shape), x, b_.getDenseI64ArrayAttr(dims), b_.getBoolAttr(false));
+  }
+
+  // Per-position cross-entropy of logits [..., V] against ids [...]; an optional bonus is added to
+  // the logit of bonusIds (the leave-one-out correction).
+  Value crossEntropy(Value logits, Value targets, Value bonusIds, Value bonus, const std::string& name) {
+    return b_.create<CrossEntropyOp>(loc(name), f32Type(shapeOf(targets)), logits, targets, bonusIds, bonus);
+  }
+
+  // Uniform [0, 1) draws, each row of `shape` from its own example's key.
+  Value uniform(Value keys, int64_t stream, ArrayRef<int64_t> shape, const std::string& name) {
+    return b_.create<RandomUniformOp>(loc(name), f32Type(shape), keys, b_.getI64IntegerAttr(stream));
+  }
 
   Value reshape(Value value, ArrayRef<int64_t> shape, const std::string& name) {
     auto type = RankedTensorType::get(shape, cast<RankedTensorType>(value.getType()).getElementType());
@@ -157,27 +301,56 @@ class ForwardBuilder {
   // ---- model pieces ------------------------------------------------------------------------------
   double embeddingScale() const { return config_.embeddingScale(dgemma::DType::F32); }
 
-  // E[ids] * sqrt(H) (rounded to the embedding dtype).
+  // E[ids] * sqrt(H) (rounded to the embedding dtype). Like torch's Embedding(padding_idx), lookups
+  // of the pad id give the pad row no gradient (training.md §10); the tied head still does.
   Value embed(Value ids) {
     Value table = param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
     SmallVector<int64_t> shape(shapeOf(ids));
     shape.push_back(hidden_);
-    Value rows = b_.create<GatherOp>(loc("embed"), f32Type(shape), table, ids);
-    return mul(rows, scalar(embeddingScale(), "embed.scale"), "embed.scaled");
+    auto lookup = b_.create<GatherOp>(loc("embed"), f32Type(shape), table, ids);
+    lookup.setPaddingIdxAttr(b_.getI64IntegerAttr(config_.padTokenId));
+    return mul(lookup, scalar(embeddingScale(), "embed.scale"), "embed.scaled");
   }
 
-  // model.md §7.1: x_dec = rmsnorm(E[xt] s + MLP(rmsnorm((softmax(sc) E) s m; pre_norm))), weightless.
-  Value selfConditionedInput(Value canvasIds, Value logits, Value mask) {
-    Value tokens = embed(canvasIds);
+  // model.md §7.1: the soft embedding (softmax(sc) E) s, times the per-example mask.
+  Value selfConditioningSignal(Value logits, Value mask) {
     Value table = param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
     Value probabilities = b_.create<SoftmaxOp>(loc("sc.softmax"), logits.getType(), logits, b_.getI64IntegerAttr(-1));
     Value expected = b_.create<MatmulOp>(loc("sc.soft_embedding"), f32Type({batch_, canvasLength_, hidden_}), probabilities,
                                          table, b_.getBoolAttr(false), b_.getBoolAttr(false));
     Value scaled = mul(expected, scalar(embeddingScale(), "sc.scale"), "sc.scaled");
-    Value signal = mul(scaled, reshape(mask, {batch_, 1, 1}, "sc.mask"), "sc.masked");
+    return mul(scaled, reshape(mask, {batch_, 1, 1}, "sc.mask"), "sc.masked");
+  }
+
+  // model.md §7.1: x_dec = rmsnorm(E[xt] s + MLP(rmsnorm(signal; pre_norm))), weightless. Without a
+  // signal (self-conditioning pass 1) the MLP's output is exactly zero and is left out.
+  Value decoderInput(Value canvasIds, Value signal) {
+    Value tokens = embed(canvasIds);
+    if (!signal) return weightlessNorm(tokens, "sc.post_norm");
     Value normed = rmsNorm(signal, top("self_conditioning.pre_norm.weight"));
     Value mlp = gatedMlp(normed, top("self_conditioning."), config_.intermediateSize);
     return weightlessNorm(add(tokens, mlp, "sc.residual"), "sc.post_norm");
+  }
+
+  // The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
+  // state before the final norm and, if asked, every layer's K/V.
+  Value encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut) {
+    Value hidden = embed(ids);
+    for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
+      hidden = layerForward(layer, hidden, positions, EncoderAttention{keyValid}, keyValuesOut);
+    return hidden;
+  }
+
+  // The decoder over [prefix K/V ; canvas] from its input embedding; canvas positions continue after
+  // the prompt, padding included (model.md §7.2). Returns the soft-capped logits.
+  Value decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues) {
+    const int64_t promptLength = shapeOf(promptValid)[1];
+    Value canvasValid = constantBool({batch_, canvasLength_}, true);
+    Value decoderValid = concat({promptValid, canvasValid}, 1, "decoder.key_valid");
+    Value decoderPositions = positions(promptLength, canvasLength_);
+    for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
+      x = layerForward(layer, x, decoderPositions, DecoderAttention{decoderValid, &keyValues[layer], promptLength}, nullptr);
+    return head(x);
   }
 
   // Heads of one projection: [B, T, heads * D] -> [B, T, heads, D].
@@ -215,7 +388,7 @@ class ForwardBuilder {
     SmallVector<int64_t> outShape{shapeOf(x)[0], shapeOf(x)[1], queryHeads, headDim};
     Value attended;
     if constexpr (std::is_same_v<KeySet, EncoderAttention>) {
-      keyValuesOut->push_back({keys, values});
+      if (keyValuesOut) keyValuesOut->push_back({keys, values});
       attended = b_.create<AttentionOp>(loc(name("attention")), f32Type(outShape), queries, keys, values, keySet.keyValid,
                                         b_.getStringAttr("causal"), b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
                                         b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0));
@@ -251,6 +424,8 @@ class ForwardBuilder {
                                        RankedTensorType::get({tokens, config_.topKExperts}, b_.getI64Type()), routerLogits,
                                        perExpertScale, b_.getI64IntegerAttr(config_.topKExperts));
 
+    if (auxTerms_) auxTerms_->push_back(loadBalancingLoss(layer, routerLogits, route.getIndices()));
+
     Value expertInput = reshape(rmsNorm(residual, name("pre_feedforward_layernorm_2.weight")), {tokens, hidden_},
                                 name("experts.tokens"));
     Value gateUp = param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
@@ -260,6 +435,21 @@ class ForwardBuilder {
     Value expertsOut = rmsNorm(reshape(experts, shapeOf(residual), name("experts.out")),
                                name("post_feedforward_layernorm_2.weight"));
     return rmsNorm(add(denseOut, expertsOut, name("ffn.sum")), name("post_feedforward_layernorm.weight"));
+  }
+
+  // Switch-style load balancing (training.md §9, Megatron's definition): E / (k T²) Σ_e P_e c_e,
+  // with P_e the router probability mass of expert e over the call's T tokens and c_e its top-k
+  // count (no gradient: a discrete choice).
+  Value loadBalancingLoss(int64_t layer, Value routerLogits, Value indices) {
+    auto name = [&](const std::string& suffix) { return layerName(layer, "aux." + suffix); };
+    const int64_t tokens = shapeOf(routerLogits)[0], experts = config_.numExperts, topK = config_.topKExperts;
+    Value probabilities = b_.create<SoftmaxOp>(loc(name("probs")), routerLogits.getType(), routerLogits, b_.getI64IntegerAttr(-1));
+    Value mass = reduceSum(probabilities, {0}, name("mass"));
+    Value choices = reshape(indices, {tokens * topK}, name("choices"));
+    Value counts = b_.create<ScatterAddOp>(loc(name("counts")), f32Type({experts, 1}), choices, ones({tokens * topK, 1}, name("one")));
+    Value balance = reduceSum(mul(mass, reshape(counts, {experts}, name("counts.flat")), name("product")), {0}, name("sum"));
+    const double scale = static_cast<double>(experts) / (static_cast<double>(topK) * tokens * tokens);
+    return mul(balance, scalar(scale, name("scale")), name("loss"));
   }
 
   // model.md §5.6: sandwich norms; layer_scalar scales the whole residual stream.
@@ -281,38 +471,81 @@ class ForwardBuilder {
                                        b_.getBoolAttr(false), b_.getBoolAttr(true));
     const double cap = config_.finalLogitSoftcapping;
     if (cap <= 0) return logits;
-    Value squashed = b_.create<TanhOp>(loc("softcap"), logits.getType(), binary("div", logits, scalar(cap, "softcap.c"), "softcap.in"));
+    Value squashed = b_.create<TanhOp>(loc("softcap"), logits.getType(), div(logits, scalar(cap, "softcap.c"), "softcap.in"));
     return mul(squashed, scalar(cap, "softcap.c"), "softcap.out");
   }
 
   OpBuilder& b_;
   const DiffusionGemmaConfig& config_;
-  int64_t batch_, promptLength_, canvasLength_, hidden_;
+  int64_t batch_, canvasLength_, hidden_;
   Type f32_;
+  std::vector<Value>* auxTerms_ = nullptr;  // where pass-2 MoE calls record their load-balancing loss
 };
+
+// Adds an entry-point function `symbol` (entry `entry`, bucket `bucket`) and fills it with `body`.
+template <typename Body>
+void addEntry(OpBuilder& builder, ModuleOp module, const std::string& symbol, StringRef entry,
+              ArrayRef<std::pair<StringRef, int64_t>> bucket, Body body) {
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(module.getBody());
+  Location loc = NameLoc::get(builder.getStringAttr("diffusion_gemma." + entry.str()));
+  auto function = builder.create<func::FuncOp>(loc, symbol, builder.getFunctionType({}, {}));
+  function->setAttr(kEntryAttr, builder.getStringAttr(entry));
+  SmallVector<NamedAttribute> dimensions;
+  for (auto [name, size] : bucket) dimensions.push_back(builder.getNamedAttr(name, builder.getI64IntegerAttr(size)));
+  function->setAttr(kBucketAttr, builder.getDictionaryAttr(dimensions));
+  builder.setInsertionPointToStart(function.addEntryBlock());
+  body();
+  builder.create<func::ReturnOp>(loc);
+}
+
+OwningOpRef<ModuleOp> createModule(MLIRContext& context) {
+  context.loadDialect<DgDialect, func::FuncDialect>();
+  return ModuleOp::create(NameLoc::get(StringAttr::get(&context, "diffusion_gemma")));
+}
 
 }  // namespace
 
+std::optional<DiffusionGemmaObjective::Variant> parseObjectiveVariant(const std::string& name) {
+  using Variant = DiffusionGemmaObjective::Variant;
+  if (name == "base-sft") return Variant::BaseSft;
+  if (name == "reweighted-ce") return Variant::ReweightedCe;
+  if (name == "loo-ce") return Variant::LooCe;
+  if (name == "reweighted-loo-ce" || name == "loo-reweighted-ce") return Variant::ReweightedLooCe;
+  return std::nullopt;
+}
+
+const char* objectiveVariantName(DiffusionGemmaObjective::Variant variant) {
+  switch (variant) {
+    case DiffusionGemmaObjective::Variant::BaseSft: return "base-sft";
+    case DiffusionGemmaObjective::Variant::ReweightedCe: return "reweighted-ce";
+    case DiffusionGemmaObjective::Variant::LooCe: return "loo-ce";
+    case DiffusionGemmaObjective::Variant::ReweightedLooCe: return "reweighted-loo-ce";
+  }
+  return "unknown";
+}
+
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const DiffusionGemmaConfig& config,
                                                  const DiffusionGemmaForwardOptions& options) {
-  context.loadDialect<DgDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> module = createModule(context);
   OpBuilder builder(&context);
-  OwningOpRef<ModuleOp> module = ModuleOp::create(NameLoc::get(builder.getStringAttr("diffusion_gemma")));
-  builder.setInsertionPointToEnd(module->getBody());
-  for (int64_t promptLength : options.promptLengths) {
-    Location loc = NameLoc::get(builder.getStringAttr("diffusion_gemma.forward"));
-    auto function = builder.create<func::FuncOp>(loc, "forward_p" + std::to_string(promptLength), builder.getFunctionType({}, {}));
-    function->setAttr(kEntryAttr, builder.getStringAttr("forward"));
-    function->setAttr(kBucketAttr, builder.getDictionaryAttr({
-                                       builder.getNamedAttr("micro_batch", builder.getI64IntegerAttr(options.microBatch)),
-                                       builder.getNamedAttr("prompt_len", builder.getI64IntegerAttr(promptLength)),
-                                       builder.getNamedAttr("canvas_len", builder.getI64IntegerAttr(config.canvasLength)),
-                                   }));
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(function.addEntryBlock());
-    ForwardBuilder(builder, config, options.microBatch, promptLength).build();
-    builder.create<func::ReturnOp>(loc);
-  }
+  for (int64_t promptLength : options.promptLengths)
+    addEntry(builder, *module, "forward_p" + std::to_string(promptLength), "forward",
+             {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
+             [&] { ModelBuilder(builder, config, options.microBatch).buildForward(promptLength); });
+  return module;
+}
+
+OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const DiffusionGemmaConfig& config,
+                                               const DiffusionGemmaTrainOptions& options) {
+  OwningOpRef<ModuleOp> module = createModule(context);
+  OpBuilder builder(&context);
+  addEntry(builder, *module, "corrupt", "corrupt", {{"micro_batch", options.microBatch}, {"canvas_len", config.canvasLength}},
+           [&] { ModelBuilder(builder, config, options.microBatch).buildCorrupt(options.objective); });
+  for (int64_t promptLength : options.promptLengths)
+    addEntry(builder, *module, "train_step_p" + std::to_string(promptLength), "train_step",
+             {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
+             [&] { ModelBuilder(builder, config, options.microBatch).buildTrainStep(promptLength, options.objective); });
   return module;
 }
 

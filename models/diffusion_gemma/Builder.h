@@ -1,9 +1,12 @@
 // Emits DiffusionGemma as dg IR from its configuration (../shared/reference/model.md): the causal
 // prompt encoder, the decoder over [prefix K/V ; canvas], the self-conditioning block, the tied and
-// soft-capped head. One entry point per prompt-length bucket.
+// soft-capped head; and the block-diffusion training step (../shared/reference/training.md). One
+// entry point per prompt-length bucket.
 #ifndef MODELS_DIFFUSION_GEMMA_BUILDER_H
 #define MODELS_DIFFUSION_GEMMA_BUILDER_H
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "mlir/IR/BuiltinOps.h"
@@ -29,6 +32,44 @@ struct DiffusionGemmaForwardOptions {
 // same tensors. Everything is f32.
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                  const DiffusionGemmaForwardOptions& options);
+
+// The training objective's settings (training.md §4-§9; defaults are Megatron Bridge's provider
+// values except the self-conditioning probability, whose recipe value the presets set).
+struct DiffusionGemmaObjective {
+  enum class Variant { BaseSft, ReweightedCe, LooCe, ReweightedLooCe };
+  Variant variant = Variant::BaseSft;
+  std::optional<double> weightClip;      // w <- min(w, clip) for the reweighted variants
+  double selfConditioningProb = 0.0;     // > 0 builds the detached pass 1
+  double decoderLossWeight = 1.0;
+  double encoderLossWeight = 1.0;        // > 0 builds the clean-target encoder pass
+  double routerAuxLossCoeff = 0.0;       // > 0 adds the switch load-balancing loss of every pass-2 MoE call
+  double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
+};
+
+// Parses an objective name (training.md §5; "loo-reweighted-ce" is an alias); nullopt if unknown.
+std::optional<DiffusionGemmaObjective::Variant> parseObjectiveVariant(const std::string& name);
+const char* objectiveVariantName(DiffusionGemmaObjective::Variant variant);
+
+struct DiffusionGemmaTrainOptions {
+  int64_t microBatch = 1;
+  std::vector<int64_t> promptLengths;  // one train_step entry per length
+  DiffusionGemmaObjective objective;
+};
+
+// Two kinds of entry points:
+//   "corrupt" (bucket: micro_batch, canvas_len): uniform-state corruption as IR (training.md §4, §7).
+//       inputs   noise_keys [B, 2] i64 (one Philox key per example, see runtime/core/NoiseKeys.h),
+//                canvas_ids [B, L] i64, canvas_mask [B, L] f32;
+//       outputs  diffusion_t [B] f32, noisy_canvas_ids [B, L] i64, self_conditioning_mask [B] f32.
+//       Each example's draws depend only on its key: t (stream 0), the selection uniforms (stream
+//       1), the replacement ids (stream 2) and the self-conditioning coin (stream 3).
+//   "train_step" (bucket: micro_batch, prompt_len, canvas_len): the objective of one micro-batch.
+//       inputs   input_ids, attention_mask, canvas_ids, canvas_mask, and the corruption outputs above
+//                (or a parity test's injected values);
+//       outputs  loss [] f32 = (dec_w Σ_b ℓ_b + enc_w enc_loss B) / B (+ aux), diffusion_loss = Σ_b ℓ_b / B,
+//                encoder_loss (when enc_w > 0); after dg-autodiff also grad/<parameter name>.
+OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
+                                               const DiffusionGemmaTrainOptions& options);
 
 }  // namespace mlir::dg
 
