@@ -81,10 +81,28 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
   ToolResult hf = runTool(std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode infer -o " + (dir / "p"));
   EXPECT_EQ(hf.exitCode, 2);
   EXPECT_TRUE(contains(hf, "config.json: text_config: missing")) << hf.output;
-  ToolResult training = runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
-                                "/models/diffusion_gemma/configs/tiny-cpu.json --mode train -o " + (dir / "p"));
-  EXPECT_EQ(training.exitCode, 2);
-  EXPECT_TRUE(contains(training, "training step (autodiff of the objectives) is not built yet")) << training.output;
+}
+
+// The objective flags of a training plan are validated before anything is built (training.md §4, §5).
+TEST_F(CliTest, TrainingObjectiveFlagsAreValidated) {
+  const std::string tiny = std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
+                           "/models/diffusion_gemma/configs/tiny-cpu.json --mode train -o " + (dir / "p");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --noise-min 0.5 --noise-max 0.2", "expected 0 <= noise_min <= noise_max <= 1"},
+      {" --self-cond-prob 1.5", "--self-cond-prob: expected a probability in [0, 1]"},
+      {" --objective reweighted-ce --weight-clip 0", "--weight-clip: expected a positive clip"},
+      {" --encoder-loss-weight -1", "--encoder-loss-weight: expected a weight >= 0"},
+      {" --objective flat-ce", "--objective"},
+  };
+  for (const auto& [flags, message] : cases) {
+    ToolResult result = runTool(tiny + flags);
+    EXPECT_EQ(result.exitCode, 2) << flags << "\n" << result.output;
+    EXPECT_TRUE(contains(result, message)) << flags << "\n" << result.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "p")) << flags;
+  }
+  ToolResult unclipped = runTool(tiny + " --objective reweighted-loo-ce --emit dg");
+  EXPECT_EQ(unclipped.exitCode, 0) << unclipped.output;
+  EXPECT_TRUE(contains(unclipped, "without --weight-clip")) << unclipped.output;
 }
 
 // check-data on the bundled demo splits reports their counts; bad input exits 2 naming the file.

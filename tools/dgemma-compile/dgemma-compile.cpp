@@ -1,5 +1,7 @@
 // dgemma-compile: model config + parallel layout -> executable plan (one file per rank).
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -29,9 +31,12 @@ struct CompileFlags {
   std::string mode;
   std::string preset;
   std::string objective = "base-sft";
-  double selfCondProb = 0.0;
+  double selfCondProb = 0.5;  // training.md §7: dgemma's default training config (the MB recipe)
   double encoderLossWeight = 1.0;
-  double weightClip = 0.0;
+  double decoderLossWeight = 1.0;
+  std::optional<double> weightClip;
+  double auxLossCoeff = 0.0;
+  double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
   int64_t microBatch = 2;
   std::string promptLengths = "8";
   int64_t canvasLength = 0;  // 0: the model config's canvas_length
@@ -75,6 +80,44 @@ void rejectUnbuiltFeatures(const CompileFlags& flags) {
   if (flags.precision != "fp32") throw InputError("--precision: only fp32 is available until bf16 mixed precision exists");
 }
 
+// The objective flags (training.md §4-§9), validated.
+mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileFlags& flags) {
+  mlir::dg::DiffusionGemmaObjective objective;
+  objective.variant = *mlir::dg::parseObjectiveVariant(flags.objective);  // CLI11 checked the name
+  if (!(flags.selfCondProb >= 0 && flags.selfCondProb <= 1)) throw InputError("--self-cond-prob: expected a probability in [0, 1]");
+  if (!(flags.encoderLossWeight >= 0)) throw InputError("--encoder-loss-weight: expected a weight >= 0");
+  if (!(flags.decoderLossWeight >= 0)) throw InputError("--decoder-loss-weight: expected a weight >= 0");
+  if (!(flags.auxLossCoeff >= 0)) throw InputError("--aux-loss-coeff: expected a coefficient >= 0");
+  if (flags.weightClip && !(*flags.weightClip > 0)) throw InputError("--weight-clip: expected a positive clip");
+  if (!(0 <= flags.noiseMin && flags.noiseMin <= flags.noiseMax && flags.noiseMax <= 1))
+    throw InputError("--noise-min/--noise-max: expected 0 <= noise_min <= noise_max <= 1");
+  objective.selfConditioningProb = flags.selfCondProb;
+  objective.encoderLossWeight = flags.encoderLossWeight;
+  objective.decoderLossWeight = flags.decoderLossWeight;
+  objective.routerAuxLossCoeff = flags.auxLossCoeff;
+  objective.weightClip = flags.weightClip;
+  objective.noiseMin = flags.noiseMin;
+  objective.noiseMax = flags.noiseMax;
+  const bool reweighted = objective.variant == mlir::dg::DiffusionGemmaObjective::Variant::ReweightedCe ||
+                          objective.variant == mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
+  if (reweighted && !objective.weightClip)
+    std::cerr << "dgemma-compile: warning: --objective " << flags.objective
+              << " without --weight-clip: the weight 1/(1-t) reaches " << 1.0 / std::max(1.0 - flags.noiseMax, 1e-12)
+              << " at t = noise_max (training.md §5 suggests a clip of 100)\n";
+  return objective;
+}
+
+nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& objective) {
+  return {{"variant", mlir::dg::objectiveVariantName(objective.variant)},
+          {"weight_clip", objective.weightClip ? nlohmann::json(*objective.weightClip) : nlohmann::json(nullptr)},
+          {"self_conditioning_prob", objective.selfConditioningProb},
+          {"decoder_loss_weight", objective.decoderLossWeight},
+          {"encoder_loss_weight", objective.encoderLossWeight},
+          {"router_aux_loss_coeff", objective.routerAuxLossCoeff},
+          {"noise_min", objective.noiseMin},
+          {"noise_max", objective.noiseMax}};
+}
+
 // Builds the module and records in `metadata` what the runtime needs to know about the model.
 mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, nlohmann::json& metadata) {
   if (flags.microBatch < 1) throw InputError("--micro-batch: expected a positive integer");
@@ -98,15 +141,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                      mlir::dg::kRmsNormMatmulSoftmaxName + ")");
   dgemma::DiffusionGemmaConfig config = dgemma::loadDiffusionGemmaConfig(configPath.string());
   for (const std::string& warning : config.warnings) std::cerr << "dgemma-compile: warning: " << warning << "\n";
-  if (flags.mode == "train")
-    throw InputError("--mode train: the DiffusionGemma training step (autodiff of the objectives) is not built yet");
   if (config.hasVision) std::cerr << "dgemma-compile: warning: " << configPath.string() << ": the vision tower is not built yet; the plan is text-only\n";
   if (flags.canvasLength != 0 && flags.canvasLength != config.canvasLength)
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));
-  mlir::dg::DiffusionGemmaForwardOptions options;
-  options.microBatch = flags.microBatch;
-  options.promptLengths = parseLengths(flags.promptLengths);
   // The runtime resolves checkpoint names with the config (model.md §3.6), so the plan carries it.
   metadata["model_family"] = "diffusion_gemma";
   metadata["model_config"] = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
@@ -117,6 +155,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                                 {"axis", 1},
                                 {"inputs", {{"input_ids", config.padTokenId}, {"attention_mask", 0}}},
                                 {"output_prefixes", {"encoder_hidden", "encoder_k.", "encoder_v."}}};
+  if (flags.mode == "train") {
+    mlir::dg::DiffusionGemmaTrainOptions options;
+    options.microBatch = flags.microBatch;
+    options.promptLengths = parseLengths(flags.promptLengths);
+    options.objective = trainingObjective(flags);
+    metadata["objective"] = objectiveMetadata(options.objective);
+    return mlir::dg::buildDiffusionGemmaTrain(context, config, options);
+  }
+  mlir::dg::DiffusionGemmaForwardOptions options;
+  options.microBatch = flags.microBatch;
+  options.promptLengths = parseLengths(flags.promptLengths);
   return mlir::dg::buildDiffusionGemmaForward(context, config, options);
 }
 
@@ -204,7 +253,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce"}));
   app.add_option("--self-cond-prob", flags.selfCondProb, "self-conditioning probability");
   app.add_option("--encoder-loss-weight", flags.encoderLossWeight, "clean-target encoder loss weight");
-  app.add_option("--weight-clip", flags.weightClip, "clip of the reweighted objectives' weight");
+  app.add_option("--weight-clip", flags.weightClip, "clip of the reweighted objectives' weight (default: none)");
+  app.add_option("--decoder-loss-weight", flags.decoderLossWeight, "denoising decoder loss weight");
+  app.add_option("--aux-loss-coeff", flags.auxLossCoeff, "router load-balancing loss coefficient");
+  app.add_option("--noise-min", flags.noiseMin, "lower end of the diffusion time t");
+  app.add_option("--noise-max", flags.noiseMax, "upper end of the diffusion time t");
   app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch");
   app.add_option("--prompt-len", flags.promptLengths, "prompt-length buckets, e.g. 128,256,512");
   app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length (default: the config's canvas_length)");

@@ -9,6 +9,7 @@
 #include "models/diffusion_gemma/WeightSchema.h"
 #include "runtime/backend/Backend.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"
@@ -31,6 +32,8 @@ struct ExecutionFlags {
   std::string backend = "cpu";
   int64_t threads = 0;
   int64_t rank = 0;
+  uint64_t step = 0;         // grad: the noise keys' step
+  int64_t firstSample = 0;   // grad: the global sample index of the batch's first row
 };
 
 void addPlanFlags(CLI::App& command, ExecutionFlags& flags) {
@@ -66,6 +69,27 @@ const dgemma::EntryPoint& selectEntry(const dgemma::Plan& plan, const std::strin
   throw InputError(batchPath + ": no bucket of \"" + name + "\" takes these tensor shapes; the plan has:" + available);
 }
 
+// cli.md lets 0/1 masks (e.g. self_conditioning_mask) come as integers or booleans where the plan
+// takes floats.
+bool isZeroOneMask(const std::string& name, const HostTensor& tensor, dgemma::DType wanted) {
+  const std::string suffix = "_mask";
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         dgemma::isFloating(wanted) && !dgemma::isFloating(tensor.dtype);
+}
+
+HostTensor maskToFloat(const HostTensor& tensor, dgemma::DType wanted, const std::string& what) {
+  HostTensor values(dgemma::DType::F32, tensor.shape);
+  HostTensor wide = tensor.dtype == dgemma::DType::Bool || tensor.dtype == dgemma::DType::U8
+                        ? tensor
+                        : dgemma::convertDType(tensor, dgemma::DType::I64, what);
+  for (int64_t i = 0; i < tensor.numElements(); ++i) {
+    const int64_t flag = wide.dtype == dgemma::DType::I64 ? wide.as<int64_t>()[i] : wide.as<uint8_t>()[i];
+    if (flag != 0 && flag != 1) throw InputError(what + ": element " + std::to_string(i) + ": expected 0 or 1, got " + std::to_string(flag));
+    values.as<float>()[i] = static_cast<float>(flag);
+  }
+  return dgemma::convertDType(values, wanted, what);
+}
+
 std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemma::Plan& plan, const std::string& entryName) {
   dgemma::SafetensorsFile file = dgemma::SafetensorsFile::open(path);
   std::map<std::string, HostTensor> batch;
@@ -75,7 +99,11 @@ std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemm
     if (entry.name != entryName) continue;
     for (const dgemma::NamedBuffer& input : entry.inputs) {
       auto it = batch.find(input.name);
-      if (it != batch.end()) it->second = dgemma::convertDType(it->second, plan.buffers[input.buffer].dtype, path + ": tensor " + input.name);
+      if (it == batch.end()) continue;
+      const dgemma::DType wanted = plan.buffers[input.buffer].dtype;
+      const std::string what = path + ": tensor " + input.name;
+      it->second = isZeroOneMask(input.name, it->second, wanted) ? maskToFloat(it->second, wanted, what)
+                                                                 : dgemma::convertDType(it->second, wanted, what);
     }
     break;
   }
@@ -195,14 +223,36 @@ HostTensor cropLeft(const HostTensor& tensor, int64_t axis, int64_t size) {
   return cropped;
 }
 
-// Runs entry `entryName` on the batch; returns its outputs.
-std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std::string& entryName) {
+// A plan loaded with its weights, ready to run entry points.
+struct Session {
+  dgemma::Plan plan;
+  std::string planPath;
+  std::unique_ptr<dgemma::Backend> backend;
+  dgemma::CommunicatorSet communicators;
+  std::unique_ptr<dgemma::Executor> executor;
+};
+
+std::unique_ptr<Session> openSession(const ExecutionFlags& flags) {
   if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
-  dgemma::Plan plan = loadPlan(flags);
-  std::map<std::string, HostTensor> batch = readBatch(flags.input, plan, entryName);
-  const std::string planPath = dgemma::planFileForRank(flags.planDir, flags.rank);
+  auto session = std::make_unique<Session>();
+  session->plan = loadPlan(flags);
+  session->planPath = dgemma::planFileForRank(flags.planDir, flags.rank);
+  session->backend = dgemma::createBackend(flags.backend, flags.threads);
+  for (const dgemma::MeshAxis& axis : session->plan.mesh)
+    session->communicators.add(axis.name, std::make_unique<dgemma::LocalCommunicator>(*session->backend));
+  session->executor =
+      std::make_unique<dgemma::Executor>(session->plan, *session->backend, session->communicators, session->planPath);
+  if (!flags.weights.empty()) loadPlanWeights(*session->executor, flags.weights, session->planPath);
+  else dgemma::initializeWeights(*session->executor, flags.seed);
+  return session;
+}
+
+// Runs entry `entryName` on the batch read from `batchPath`; returns its outputs.
+std::map<std::string, HostTensor> runEntry(Session& session, const std::string& entryName, std::map<std::string, HostTensor> batch,
+                                           const std::string& batchPath) {
+  const dgemma::Plan& plan = session.plan;
   // With a padding contract, the batch runs in the smallest bucket that holds it, left-padded.
-  std::optional<BucketPadding> padding = bucketPadding(plan, planPath);
+  std::optional<BucketPadding> padding = bucketPadding(plan, session.planPath);
   int64_t requested = -1;
   const dgemma::EntryPoint* chosen = nullptr;
   if (padding) {
@@ -211,7 +261,7 @@ std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std
         requested = std::max(requested, it->second.shape[padding->axis]);
     if (requested >= 0) chosen = plan.selectEntry(entryName, {{padding->dimension, requested}});
   }
-  const dgemma::EntryPoint& entry = chosen ? *chosen : selectEntry(plan, entryName, batch, flags.input);
+  const dgemma::EntryPoint& entry = chosen ? *chosen : selectEntry(plan, entryName, batch, batchPath);
   const int64_t bucketSize = chosen ? entry.bucket.at(padding->dimension) : -1;
   if (chosen && bucketSize > requested)
     for (const auto& [name, value] : padding->inputs)
@@ -221,13 +271,7 @@ std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std
     bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
     it = used ? std::next(it) : batch.erase(it);
   }
-  std::unique_ptr<dgemma::Backend> backend = dgemma::createBackend(flags.backend, flags.threads);
-  dgemma::CommunicatorSet communicators;
-  for (const dgemma::MeshAxis& axis : plan.mesh) communicators.add(axis.name, std::make_unique<dgemma::LocalCommunicator>(*backend));
-  dgemma::Executor executor(plan, *backend, communicators, planPath);
-  if (!flags.weights.empty()) loadPlanWeights(executor, flags.weights, planPath);
-  else dgemma::initializeWeights(executor, flags.seed);
-  std::map<std::string, HostTensor> outputs = executor.run(entry, batch);
+  std::map<std::string, HostTensor> outputs = session.executor->run(entry, batch);
   if (chosen && bucketSize > requested)
     for (auto& [name, tensor] : outputs)
       for (const std::string& prefix : padding->outputPrefixes)
@@ -236,21 +280,56 @@ std::map<std::string, HostTensor> execute(const ExecutionFlags& flags, const std
 }
 
 int runForward(const ExecutionFlags& flags) {
-  writeOutputs(flags.output, execute(flags, "forward"));
+  std::unique_ptr<Session> session = openSession(flags);
+  writeOutputs(flags.output, runEntry(*session, "forward", readBatch(flags.input, session->plan, "forward"), flags.input));
   return 0;
 }
 
-// Writes "loss" as shape [1] and each gradient under its parameter's checkpoint name.
+// The corruption a training step sees (training.md §4): injected through the test hooks when the
+// batch carries noisy_canvas_ids and diffusion_t (then nothing is drawn; a missing
+// self_conditioning_mask conditions every example), otherwise drawn by the plan's "corrupt" entry
+// from per-example keys (seed, train phase, --step, sample index = --first-sample + row).
+void addCorruption(Session& session, std::map<std::string, HostTensor>& batch, const ExecutionFlags& flags) {
+  const bool injected = batch.count("noisy_canvas_ids") && batch.count("diffusion_t");
+  if (injected) {
+    if (!batch.count("self_conditioning_mask")) {
+      HostTensor mask(dgemma::DType::F32, {batch.at("diffusion_t").shape});
+      std::fill(mask.as<float>(), mask.as<float>() + mask.numElements(), 1.0f);
+      batch["self_conditioning_mask"] = mask;
+    }
+    return;
+  }
+  if (batch.count("noisy_canvas_ids") || batch.count("diffusion_t"))
+    throw InputError(flags.input + ": give both noisy_canvas_ids and diffusion_t (injected noise) or neither (drawn noise)");
+  if (!std::any_of(session.plan.entryPoints.begin(), session.plan.entryPoints.end(), [](const auto& e) { return e.name == "corrupt"; }))
+    return;  // a plan without corruption (the built-in graph)
+  for (const char* field : {"canvas_ids", "canvas_mask"})
+    if (!batch.count(field)) throw InputError(flags.input + ": tensor " + field + ": missing (the training step needs it)");
+  const int64_t examples = batch.at("canvas_ids").shape.at(0);
+  std::vector<int64_t> samples(examples);
+  for (int64_t row = 0; row < examples; ++row) samples[row] = flags.firstSample + row;
+  std::map<std::string, HostTensor> corruptInputs = {
+      {"noise_keys", dgemma::noiseKeys(flags.seed, dgemma::NoisePhase::Train, flags.step, samples)},
+      {"canvas_ids", batch.at("canvas_ids")},
+      {"canvas_mask", batch.at("canvas_mask")}};
+  for (auto& [name, tensor] : runEntry(session, "corrupt", corruptInputs, flags.input)) batch[name] = std::move(tensor);
+}
+
+// Writes "loss" as shape [1], the objective's parts, and each gradient under its parameter's
+// checkpoint name.
 int runGrad(const ExecutionFlags& flags) {
-  std::map<std::string, HostTensor> outputs = execute(flags, "train_step");
+  std::unique_ptr<Session> session = openSession(flags);
+  std::map<std::string, HostTensor> batch = readBatch(flags.input, session->plan, "train_step");
+  addCorruption(*session, batch, flags);
+  std::map<std::string, HostTensor> outputs = runEntry(*session, "train_step", std::move(batch), flags.input);
   std::map<std::string, HostTensor> written;
   const std::string gradientPrefix = "grad/";
   for (auto& [name, tensor] : outputs) {
-    if (name == "loss") {
-      tensor.shape = {1};
-      written["loss"] = tensor;
-    } else if (name.rfind(gradientPrefix, 0) == 0) {
+    if (name.rfind(gradientPrefix, 0) == 0) {
       written[name.substr(gradientPrefix.size())] = tensor;
+    } else if (tensor.numElements() == 1) {  // loss, diffusion_loss, encoder_loss
+      tensor.shape = {1};
+      written[name] = tensor;
     }
   }
   if (!written.count("loss")) throw InputError("--plan: entry train_step has no \"loss\" output");
@@ -370,6 +449,9 @@ int main(int argc, char** argv) {
     command->add_option("--input", flags.input, "BATCH.safetensors")->required();
     command->add_option("--out", flags.output, "OUT.safetensors")->required();
   }
+  grad->add_option("--step", flags.step, "step of the noise keys when the batch injects no noise");
+  grad->add_option("--first-sample", flags.firstSample, "global sample index of the batch's first row (noise keys)")
+      ->check(CLI::NonNegativeNumber);
 
   CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
   addPlanFlags(*inspect, flags);
