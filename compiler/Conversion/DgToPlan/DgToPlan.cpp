@@ -224,6 +224,13 @@ class PlanBuilder {
         entry.outputs.push_back({output.getName().str(), bufferOf.lookup(output.getValue())});
         outputBuffers.push_back(bufferOf.lookup(output.getValue()));
         continue;
+      } else if (auto assign = dyn_cast<AssignOp>(op)) {
+        // The parameter's persistent bytes take the value: a plain copy into them.
+        int64_t stepIndex = static_cast<int64_t>(entry.steps.size());
+        int64_t from = bufferOf.lookup(assign.getValue());
+        touch(from, stepIndex);
+        entry.steps.push_back(copyStep(from, bufferOf.lookup(assign.getTarget()), locationText(op.getLoc())));
+        continue;
       } else if (isa<ReshapeOp, StopGradientOp>(op)) {
         // Both keep their input's bytes in row-major order: a view of the same storage.
         const Buffer viewed = plan_.buffers[bufferOf.lookup(op.getOperand(0))];

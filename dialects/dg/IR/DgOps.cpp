@@ -145,6 +145,20 @@ OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 // Elementwise, contraction, normalisation
 //===----------------------------------------------------------------------===//
 
+LogicalResult AssignOp::verify() {
+  auto param = getTarget().getDefiningOp<ParamOp>();
+  if (!param) return emitOpError() << "target must be a dg.param";
+  // A later read of the same parameter would see the old or the new bytes depending on scheduling.
+  for (Operation* after = getOperation()->getNextNode(); after; after = after->getNextNode())
+    if (auto other = dyn_cast<ParamOp>(after); other && other.getName() == param.getName())
+      if (!other.getResult().use_empty())
+        return emitOpError() << "parameter '" << param.getName() << "' is read after it is assigned";
+  for (Operation* user : param.getResult().getUsers())
+    if (user != getOperation() && user->getBlock() == getOperation()->getBlock() && getOperation()->isBeforeInBlock(user))
+      return emitOpError() << "parameter '" << param.getName() << "' is read after it is assigned";
+  return success();
+}
+
 LogicalResult CastOp::verify() {
   Type from = getInput().getType().getElementType();
   Type to = getResult().getType().getElementType();

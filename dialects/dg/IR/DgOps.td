@@ -54,6 +54,19 @@ def Dg_OutputOp : Dg_Op<"output", [MemoryEffects<[MemWrite]>]> {
   let assemblyFormat = "$name `,` $value attr-dict `:` type($value)";
 }
 
+def Dg_AssignOp : Dg_Op<"assign", [MemoryEffects<[MemWrite]>, AllTypesMatch<["target", "value"]>]> {
+  let summary = "Writes a value into a parameter's persistent storage";
+  let description = [{
+    `target` is a `dg.param` of the value's type. When the step runs, the parameter's storage takes
+    the value, so the next entry point that reads the parameter sees it: this is how the optimizer
+    update, written as dg ops, changes weights and optimizer state in place. Ops that read the
+    parameter must come before the assign (the verifier checks it within the entry point).
+  }];
+  let arguments = (ins Dg_Tensor:$target, Dg_Tensor:$value);
+  let assemblyFormat = "$value `to` $target attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
 def Dg_ConstantOp : Dg_ComputeOp<"constant",
     [ConstantLike, Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
   let summary = "A compile-time tensor (stored in the plan's constant section)";

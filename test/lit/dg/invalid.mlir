@@ -419,3 +419,25 @@ func.func @slice_outside(%a: tensor<3x4xf32>) {
   %b = dg.slice %a dim = 1 start = 2 : tensor<3x4xf32> -> tensor<3x3xf32>
   return
 }
+
+// -----
+
+func.func @assign_to_a_non_parameter() attributes {dg.entry = "optimizer_step"} {
+  %x = dg.input "x" : tensor<2xf32>
+  %y = dg.input "y" : tensor<2xf32>
+  // expected-error @+1 {{'dg.assign' op target must be a dg.param}}
+  dg.assign %y to %x : tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @read_after_assign() attributes {dg.entry = "optimizer_step"} {
+  %w = dg.param "w" : tensor<2xf32>
+  %y = dg.input "y" : tensor<2xf32>
+  // expected-error @+1 {{'dg.assign' op parameter 'w' is read after it is assigned}}
+  dg.assign %y to %w : tensor<2xf32>
+  %z = dg.add %w, %y : tensor<2xf32>, tensor<2xf32> -> tensor<2xf32>
+  dg.output "z", %z : tensor<2xf32>
+  return
+}
