@@ -18,6 +18,9 @@ LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& op
   addSimplification(passes);
   if (options.train) {
     passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));
+    if (const std::optional<OptimizerOptions>& adam = options.optimizer)
+      passes.addPass(createDgOptimizerStep(
+          DgOptimizerStepOptions{adam->beta1, adam->beta2, adam->epsilon, adam->weightDecay, adam->maxGradNorm}));
     addSimplification(passes);
   }
   return passes.run(module);

@@ -2,18 +2,30 @@
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 
+#include <optional>
 #include <string>
 
 #include "mlir/IR/BuiltinOps.h"
 
 namespace mlir::dg {
 
+// AdamW settings of the optimizer_step entry (training.md §13; defaults: the 26B recipe).
+struct OptimizerOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weightDecay = 0.0;
+  double maxGradNorm = 1.0;
+};
+
 struct PipelineOptions {
   bool train = false;             // differentiate the loss (mode train)
   std::string lossName = "loss";  // the dg.output to differentiate
+  std::optional<OptimizerOptions> optimizer;  // train: also add the optimizer_step entry
 };
 
-// Stage "autodiff": simplify, then (train) reverse-mode autodiff and simplify again.
+// Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,
+// and simplify again.
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options);
 // Stage "plan": the lowering-ready module (simplified, memory planned).
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options);

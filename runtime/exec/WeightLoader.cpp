@@ -45,6 +45,10 @@ void loadWeights(Executor& executor, const std::string& source, const TensorSour
   std::vector<std::string> problems;
   for (const Parameter& parameter : executor.plan().parameters) {
     std::optional<HostTensor> global = read(parameter.name);
+    if (!global && parameter.name.rfind(kOptimizerStatePrefix, 0) == 0) {
+      executor.setParameter(parameter.name, HostTensor(executor.plan().buffers[parameter.buffer].dtype, parameter.shardShape));
+      continue;
+    }
     if (!global) {
       problems.push_back("missing tensor " + parameter.name + " " + shapeToString(parameter.globalShape));
       continue;

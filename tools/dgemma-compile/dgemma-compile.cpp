@@ -37,6 +37,7 @@ struct CompileFlags {
   std::optional<double> weightClip;
   double auxLossCoeff = 0.0;
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
+  mlir::dg::OptimizerOptions adam;
   int64_t microBatch = 2;
   std::string promptLengths = "8";
   int64_t canvasLength = 0;  // 0: the model config's canvas_length
@@ -116,6 +117,15 @@ nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& object
           {"router_aux_loss_coeff", objective.routerAuxLossCoeff},
           {"noise_min", objective.noiseMin},
           {"noise_max", objective.noiseMax}};
+}
+
+mlir::dg::OptimizerOptions checkedOptimizer(const mlir::dg::OptimizerOptions& adam) {
+  if (!(adam.beta1 >= 0 && adam.beta1 < 1) || !(adam.beta2 >= 0 && adam.beta2 < 1))
+    throw InputError("--adam-beta1/--adam-beta2: expected values in [0, 1)");
+  if (!(adam.epsilon > 0)) throw InputError("--adam-eps: expected a positive epsilon");
+  if (!(adam.weightDecay >= 0)) throw InputError("--weight-decay: expected a value >= 0");
+  if (!(adam.maxGradNorm > 0)) throw InputError("--clip-grad: expected a positive global-norm bound");
+  return adam;
 }
 
 // Builds the module and records in `metadata` what the runtime needs to know about the model.
@@ -212,6 +222,13 @@ int compile(const CompileFlags& flags) {
 
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = flags.mode == "train";
+  if (pipeline.train) {
+    pipeline.optimizer = checkedOptimizer(flags.adam);
+    const mlir::dg::OptimizerOptions& adam = flags.adam;
+    metadata["optimizer"] = {{"kind", "adamw"},           {"beta1", adam.beta1},
+                             {"beta2", adam.beta2},        {"eps", adam.epsilon},
+                             {"weight_decay", adam.weightDecay}, {"max_grad_norm", adam.maxGradNorm}};
+  }
   if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed (see above)");
   if (flags.emit == "autodiff") {
     module->print(llvm::outs());
@@ -258,6 +275,11 @@ int main(int argc, char** argv) {
   app.add_option("--aux-loss-coeff", flags.auxLossCoeff, "router load-balancing loss coefficient");
   app.add_option("--noise-min", flags.noiseMin, "lower end of the diffusion time t");
   app.add_option("--noise-max", flags.noiseMax, "upper end of the diffusion time t");
+  app.add_option("--adam-beta1", flags.adam.beta1, "AdamW beta1 (training.md §13)");
+  app.add_option("--adam-beta2", flags.adam.beta2, "AdamW beta2");
+  app.add_option("--adam-eps", flags.adam.epsilon, "AdamW epsilon");
+  app.add_option("--weight-decay", flags.adam.weightDecay, "decoupled weight decay");
+  app.add_option("--clip-grad", flags.adam.maxGradNorm, "global gradient-norm bound");
   app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch");
   app.add_option("--prompt-len", flags.promptLengths, "prompt-length buckets, e.g. 128,256,512");
   app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length (default: the config's canvas_length)");

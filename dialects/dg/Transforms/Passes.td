@@ -34,6 +34,28 @@ def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
   ];
 }
 
+def DgOptimizerStep : Pass<"dg-optimizer-step", "::mlir::ModuleOp"> {
+  let summary = "Adds the AdamW update of every trainable parameter as the entry point optimizer_step";
+  let description = [{
+    The update of ../shared/reference/training.md §13 as dg ops, so that the sharding passes (the
+    distributed optimizer) and the memory planner see it. Inputs: `lr`, `bias_correction1` (1 − β1^n),
+    `bias_correction2` (1 − β2^n), `gradient_scale` (1 / micro-batches; the gradients arrive summed)
+    and `grad/<name>` per trainable parameter. It outputs `grad_norm` (the global L2 norm of the
+    scaled gradients), clips them to `max-grad-norm` as Megatron does (scale by
+    max / (‖g‖ + 1e-6) when that is below 1), updates the moments `optimizer/exp_avg/<name>` and
+    `optimizer/exp_avg_sq/<name>` (non-trainable parameters, zeros at first) and the parameter with
+    decoupled weight decay, and writes all three back with dg.assign.
+  }];
+  let options = [
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "Adam β1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "Adam β2">,
+    Option<"epsilon", "epsilon", "double", /*default=*/"1e-8", "Adam ε">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0", "decoupled weight decay">,
+    Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"1.0", "global-norm clip">,
+  ];
+  let dependentDialects = ["::mlir::dg::DgDialect", "::mlir::func::FuncDialect"];
+}
+
 def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
   let summary = "Reports FLOPs, parameter bytes and scratch bytes of each entry point as remarks";
   let description = [{

@@ -1,0 +1,135 @@
+// dg-optimizer-step: adds the "optimizer_step" entry point, the AdamW update of every trainable
+// parameter as dg ops (../shared/reference/training.md §13), so that later passes (sharding: the
+// distributed optimizer; memory planning) see the update like any other computation.
+#include "dialects/dg/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
+#include "runtime/plan/Plan.h"
+
+namespace mlir::dg {
+#define GEN_PASS_DEF_DGOPTIMIZERSTEP
+#include "dialects/dg/Transforms/Passes.h.inc"
+}  // namespace mlir::dg
+
+using namespace mlir;
+using namespace mlir::dg;
+
+namespace {
+
+// Every trainable float parameter of the module's entry points, once per name, in first-use order.
+SmallVector<ParamOp> trainableParameters(ModuleOp module) {
+  SmallVector<ParamOp> params;
+  llvm::StringSet<> seen;
+  module.walk([&](ParamOp param) {
+    if (param.getTrainable() && isa<FloatType>(param.getType().getElementType()) && seen.insert(param.getName()).second)
+      params.push_back(param);
+  });
+  return params;
+}
+
+class UpdateBuilder {
+ public:
+  UpdateBuilder(OpBuilder& builder, Location loc) : b_(builder), loc_(loc) {}
+
+  Value scalar(double value, Type element) {
+    return b_.create<FillOp>(loc_, RankedTensorType::get({}, element), b_.getF64FloatAttr(value));
+  }
+  template <typename Op>
+  Value binary(Value lhs, Value rhs) {
+    auto lhsType = cast<RankedTensorType>(lhs.getType());
+    auto shape = *broadcastShapes(lhsType.getShape(), cast<RankedTensorType>(rhs.getType()).getShape());
+    return b_.create<Op>(loc_, RankedTensorType::get(shape, lhsType.getElementType()), lhs, rhs);
+  }
+  Value sumOfSquares(Value x) {
+    auto type = cast<RankedTensorType>(x.getType());
+    SmallVector<int64_t> dims = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+    return b_.create<ReduceSumOp>(loc_, RankedTensorType::get({}, type.getElementType()), binary<MulOp>(x, x),
+                                  b_.getDenseI64ArrayAttr(dims), b_.getBoolAttr(false));
+  }
+  Value state(StringRef prefix, ParamOp param) {
+    auto init = b_.getDictionaryAttr({b_.getNamedAttr("kind", b_.getStringAttr("zeros"))});
+    return b_.create<ParamOp>(loc_, param.getType(), b_.getStringAttr(prefix + param.getName()), init, b_.getBoolAttr(false));
+  }
+  Value parameter(ParamOp param) {
+    return b_.create<ParamOp>(loc_, param.getType(), param.getNameAttr(), param.getInitAttr(), b_.getBoolAttr(true));
+  }
+  Value input(const std::string& name, Type type) { return b_.create<InputOp>(loc_, type, b_.getStringAttr(name)); }
+
+ private:
+  OpBuilder& b_;
+  Location loc_;
+};
+
+struct DgOptimizerStepPass : mlir::dg::impl::DgOptimizerStepBase<DgOptimizerStepPass> {
+  using DgOptimizerStepBase::DgOptimizerStepBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<ParamOp> params = trainableParameters(module);
+    if (params.empty()) {
+      module.emitError() << "dg-optimizer-step: the module has no trainable parameter";
+      return signalPassFailure();
+    }
+    OpBuilder builder(module.getContext());
+    builder.setInsertionPointToEnd(module.getBody());
+    Location loc = NameLoc::get(builder.getStringAttr("optimizer_step"));
+    auto function = builder.create<func::FuncOp>(loc, "optimizer_step", builder.getFunctionType({}, {}));
+    function->setAttr(kEntryAttr, builder.getStringAttr("optimizer_step"));
+    function->setAttr(kBucketAttr, builder.getDictionaryAttr({}));
+    builder.setInsertionPointToStart(function.addEntryBlock());
+    UpdateBuilder u(builder, loc);
+    Type f32 = builder.getF32Type();
+    auto scalarType = RankedTensorType::get({}, f32);
+
+    // Host-computed per-step scalars: the scheduled rate and Adam's bias corrections 1 - β^n (fp64
+    // on the host, rounded once), and the scale that turns summed micro-batch gradients into a mean.
+    Value lr = u.input("lr", scalarType);
+    Value correction1 = u.input("bias_correction1", scalarType);
+    Value correction2 = u.input("bias_correction2", scalarType);
+    Value gradientScale = u.input("gradient_scale", scalarType);
+
+    SmallVector<Value> gradients;
+    Value squares;
+    for (ParamOp param : params) {
+      Value gradient = u.binary<MulOp>(u.input("grad/" + param.getName().str(), param.getType()), gradientScale);
+      Value sum = u.sumOfSquares(gradient);
+      if (sum.getType() != scalarType) sum = builder.create<CastOp>(loc, scalarType, sum);
+      squares = squares ? u.binary<AddOp>(squares, sum) : sum;
+      gradients.push_back(gradient);
+    }
+    // Megatron's clip: scale by max / (‖g‖ + 1e-6) only when that is below 1.
+    Value norm = builder.create<SqrtOp>(loc, scalarType, squares);
+    builder.create<OutputOp>(loc, "grad_norm", norm);
+    Value shiftedNorm = u.binary<AddOp>(norm, u.scalar(1e-6, f32));
+    Value coefficient = u.binary<DivOp>(u.scalar(maxGradNorm, f32), shiftedNorm);
+    Value clip = u.binary<MinimumOp>(coefficient, u.scalar(1.0, f32));
+
+    for (auto [param, rawGradient] : llvm::zip(params, gradients)) {
+      Type element = param.getType().getElementType();
+      auto cast = [&](Value value) { return element == f32 ? value : builder.create<CastOp>(loc, RankedTensorType::get({}, element), value).getResult(); };
+      Value gradient = u.binary<MulOp>(rawGradient, cast(clip));
+      Value weights = u.parameter(param);
+      Value firstMoment = u.state(std::string(dgemma::kOptimizerStatePrefix) + "exp_avg/", param);
+      Value secondMoment = u.state(std::string(dgemma::kOptimizerStatePrefix) + "exp_avg_sq/", param);
+      // One op per statement: the IR's op order must not depend on the compiler's argument order.
+      Value keptFirst = u.binary<MulOp>(firstMoment, u.scalar(beta1, element));
+      Value newFirst = u.binary<AddOp>(keptFirst, u.binary<MulOp>(gradient, u.scalar(1.0 - beta1, element)));
+      Value keptSecond = u.binary<MulOp>(secondMoment, u.scalar(beta2, element));
+      Value squared = u.binary<MulOp>(gradient, gradient);
+      Value newSecond = u.binary<AddOp>(keptSecond, u.binary<MulOp>(squared, u.scalar(1.0 - beta2, element)));
+      Value root = builder.create<SqrtOp>(loc, param.getType(), u.binary<DivOp>(newSecond, cast(correction2)));
+      Value denominator = u.binary<AddOp>(root, u.scalar(epsilon, element));
+      Value step = u.binary<DivOp>(u.binary<DivOp>(newFirst, cast(correction1)), denominator);
+      // Decoupled weight decay (AdamW): p <- p - lr (adam + wd p).
+      if (weightDecay != 0) step = u.binary<AddOp>(step, u.binary<MulOp>(weights, u.scalar(weightDecay, element)));
+      Value updated = u.binary<SubOp>(weights, u.binary<MulOp>(step, cast(lr)));
+      builder.create<AssignOp>(loc, weights, updated);
+      builder.create<AssignOp>(loc, firstMoment, newFirst);
+      builder.create<AssignOp>(loc, secondMoment, newSecond);
+    }
+    builder.create<func::ReturnOp>(loc);
+  }
+};
+
+}  // namespace
