@@ -18,6 +18,7 @@
 #include "models/builtin/RmsNormMatmulSoftmax.h"
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/Presets.h"
 #include "runtime/io/AtomicFile.h"
 #include "runtime/plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
@@ -200,6 +201,22 @@ void printReport(mlir::ModuleOp module, const dgemma::Plan& plan) {
               static_cast<unsigned long long>(plan.arenas[0].bytes), static_cast<unsigned long long>(plan.arenas[1].bytes));
 }
 
+// A preset's values fill the flags the command line left unset (explicit flags win), through
+// CLI11 so that they pass the same checks as typed ones.
+void applyPreset(CLI::App& app, const std::string& name) {
+  const dgemma::Preset& preset = dgemma::findPreset(name);
+  for (const auto& [flag, value] : preset.compile.items()) {
+    CLI::Option* option = app.get_option("--" + flag);
+    if (option->count() > 0) continue;
+    option->add_result(value.is_string() ? value.get<std::string>() : value.dump());
+    try {
+      option->run_callback();
+    } catch (const CLI::ParseError& error) {
+      throw InputError("--preset " + name + ": --" + flag + ": " + error.what());
+    }
+  }
+}
+
 int compile(const CompileFlags& flags) {
   if (flags.mode != "train" && flags.mode != "infer") throw InputError("--mode: expected train or infer");
   rejectUnbuiltFeatures(flags);
@@ -212,6 +229,11 @@ int compile(const CompileFlags& flags) {
   llvm::SourceMgr sourceManager;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());
   nlohmann::json metadata = {{"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}};
+  if (!flags.preset.empty()) {
+    // dgemma-run train takes its defaults (rate, schedule, steps, ...) from here.
+    metadata["preset"] = flags.preset;
+    metadata["train_defaults"] = dgemma::findPreset(flags.preset).train;
+  }
   mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, flags, metadata);
   if (mlir::failed(mlir::verify(*module))) throw InputError("the built model IR does not verify (see above)");
   if (flags.emit == "dg") {
@@ -265,7 +287,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", flags.model,
                  std::string("HF checkpoint dir or config.json, or ") + mlir::dg::kRmsNormMatmulSoftmaxName)->required();
   app.add_option("--mode", flags.mode, "train | infer")->required()->check(CLI::IsMember({"train", "infer"}));
-  app.add_option("--preset", flags.preset, "named recipe defaults (tiny-cpu, dg26b-sft)");
+  app.add_option("--preset", flags.preset, "named recipe defaults: dg26b-sft, tiny-cpu, demo (explicit flags win)");
   app.add_option("--objective", flags.objective, "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce")
       ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce"}));
   app.add_option("--self-cond-prob", flags.selfCondProb, "self-conditioning probability");
@@ -299,5 +321,8 @@ int main(int argc, char** argv) {
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
-  return dgemma::runReportingErrors("dgemma-compile", [&] { return compile(flags); });
+  return dgemma::runReportingErrors("dgemma-compile", [&] {
+    if (!flags.preset.empty()) applyPreset(app, flags.preset);
+    return compile(flags);
+  });
 }
