@@ -1,13 +1,16 @@
 // The DiffusionGemma training objective through the compiled plan (`dgemma-compile --mode train`,
 // `dgemma-run grad`) against torch autograd on HF transformers (test/fixtures/diffusion_gemma_train,
 // produced in fp64 by tools/reference/make_training_fixtures.py): the four objectives ×
-// self-conditioning on/off × encoder loss on/off, a weight clip, and the sliding-window and
+// self-conditioning on/off × encoder loss on/off, a weight clip, a router load-balancing loss, and the sliding-window and
 // HF-tester models. The noise, t and self-conditioning mask are injected (training.md §4 test hooks).
 // Bounds (issue 4): loss within 1e-6 relative, every parameter gradient ‖Δ‖/‖ref‖ <= 1e-5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "ToolRunner.h"
 #include "runtime/io/Safetensors.h"
@@ -24,7 +27,7 @@ const std::string kGradientPrefix = "grad/";
 
 struct TrainCase {
   std::string model;
-  std::string name;  // <objective>.sc<0|1>.enc<0|1>[.clip<c>]
+  std::string name;  // <objective>.sc<0|1>.enc<0|1>[.clip<c>][.aux<a>]
 };
 
 std::string caseName(const ::testing::TestParamInfo<TrainCase>& info) {
@@ -36,17 +39,35 @@ std::string caseName(const ::testing::TestParamInfo<TrainCase>& info) {
 
 // The dgemma-compile flags that select a case's objective.
 std::string objectiveFlags(const std::string& name) {
+  // Optional suffixes after the enc field. Their values contain decimal points, so the name is split
+  // only at the known suffix tags: each value runs to the next tag or the end of the name.
+  struct Suffix {
+    std::string tag, flag;
+    size_t at;
+  };
+  std::vector<Suffix> suffixes = {{".clip", " --weight-clip ", name.find(".clip")},
+                                  {".aux", " --aux-loss-coeff ", name.find(".aux")}};
+  size_t headEnd = name.size();
+  for (const Suffix& suffix : suffixes) headEnd = std::min(headEnd, suffix.at);
+
   std::vector<std::string> parts;
+  const std::string head = name.substr(0, headEnd);
   size_t start = 0;
-  // The clip's decimal point is part of the value, so split only on the known field boundaries.
-  const size_t clip = name.find(".clip");
-  const std::string head = clip == std::string::npos ? name : name.substr(0, clip);
   for (size_t dot; (dot = head.find('.', start)) != std::string::npos; start = dot + 1) parts.push_back(head.substr(start, dot - start));
   parts.push_back(head.substr(start));
   EXPECT_EQ(parts.size(), 3u) << name;
   std::string flags = " --objective " + parts[0] + " --self-cond-prob " + (parts[1] == "sc1" ? "0.5" : "0") +
                       " --encoder-loss-weight " + (parts[2] == "enc1" ? "1" : "0");
-  if (clip != std::string::npos) flags += " --weight-clip " + name.substr(clip + 5);
+  for (const Suffix& suffix : suffixes) {
+    if (suffix.at == std::string::npos) continue;
+    const size_t begin = suffix.at + suffix.tag.size();
+    size_t end = name.size();
+    for (const Suffix& other : suffixes)
+      if (other.at != std::string::npos && other.at > suffix.at) end = std::min(end, other.at);
+    const std::string value = name.substr(begin, end - begin);
+    EXPECT_FALSE(value.empty()) << name << ": " << suffix.tag << " without a value";
+    flags += suffix.flag + value;
+  }
   return flags;
 }
 
@@ -126,6 +147,7 @@ std::vector<TrainCase> trainCases() {
       for (const char* encoderLoss : {"enc0", "enc1"})
         cases.push_back({"all_experts", std::string(objective) + "." + selfConditioning + "." + encoderLoss});
   cases.push_back({"all_experts", "reweighted-ce.sc1.enc1.clip1.5"});
+  cases.push_back({"all_experts", "base-sft.sc1.enc1.aux0.01"});
   cases.push_back({"seven_layers", "reweighted-loo-ce.sc1.enc1"});
   cases.push_back({"hf_tester", "reweighted-loo-ce.sc1.enc1"});
   return cases;

@@ -9,7 +9,9 @@ For every model it writes test/fixtures/diffusion_gemma_train/<model>/:
 
     batch.safetensors                                      the training micro-batch, with the test hooks
                                                            (noisy_canvas_ids, diffusion_t, self_conditioning_mask)
-    <objective>.sc<0|1>.enc<0|1>[.clip<c>].safetensors     loss, diffusion_loss, encoder_loss (enc1 only),
+    <objective>.sc<0|1>.enc<0|1>[.clip<c>][.aux<a>].safetensors
+                                                           loss, diffusion_loss, encoder_loss (enc1 only),
+                                                           router_aux_loss (aux only),
                                                            diffusion_loss_per_example (float64) and
                                                            grad/<checkpoint name> (float32, cast from float64)
     meta.json                                              cases, loss values, fp32-vs-fp64 gaps, checks, notes
@@ -21,7 +23,8 @@ The objective of one micro-batch (B examples, prompt width P, canvas L, vocabula
     z   = f, or f + delta(t) * onehot(noisy) for the leave-one-out variants
     l_b = w(t_b) * sum_l M_bl CE(z_bl, x0_bl) / max(sum_l M_bl, 1)
     enc = sum M CE(softcap(head(clean encoder(prompt ++ x0)[P-1 : P+L-1])), x0) / max(sum M, 1)   (enc1 only)
-    loss = (sum_b l_b + enc_w * enc * B) / B;  diffusion_loss = sum_b l_b / B;  encoder_loss = enc
+    aux = sum over the router calls of pass 2 and the clean pass of E / (k T^2) sum_e P_e c_e   (aux cases only)
+    loss = (sum_b l_b + enc_w * enc * B) / B + a * aux;  diffusion_loss = sum_b l_b / B;  encoder_loss = enc
 
 Besides writing, the script checks its own results (see tools/reference/README.md), among them a central
 finite-difference check of the float64 gradient, the gradient path from the decoder loss into the encoder through the
@@ -87,11 +90,13 @@ class Case:
     sc: bool
     enc_w: float
     clip: float | None = None
+    aux: float = 0.0  # router load-balancing loss coefficient (moe_aux_loss_coeff)
 
     @property
     def name(self) -> str:
         s = f"{self.objective}.sc{int(self.sc)}.enc{int(self.enc_w > 0)}"
-        return s + (f".clip{self.clip:g}" if self.clip is not None else "")
+        s += f".clip{self.clip:g}" if self.clip is not None else ""
+        return s + (f".aux{self.aux:g}" if self.aux > 0 else "")
 
     @property
     def reweighted(self) -> bool:
@@ -108,20 +113,23 @@ class Case:
             diffusion_decoder_loss_weight=DEC_W,
             diffusion_encoder_loss_weight=self.enc_w,
             diffusion_weight_clip=self.clip,
-            moe_aux_loss_coeff=0.0,
+            moe_aux_loss_coeff=self.aux,
         )
 
 
 CASES: dict[str, list[Case]] = {
     "all_experts": [Case(o, sc, ew) for o in OBJECTIVES for sc in (False, True) for ew in (0.0, 1.0)]
-    + [Case("reweighted-ce", True, 1.0, 1.5)],
+    + [Case("reweighted-ce", True, 1.0, 1.5), Case("base-sft", True, 1.0, aux=0.01)],
     "seven_layers": [Case("reweighted-loo-ce", True, 1.0)],
     "hf_tester": [Case("reweighted-loo-ce", True, 1.0)],
 }
 
 DESCRIPTIONS = {
     "all_experts": "Every objective x self-conditioning on/off x encoder loss on/off, plus reweighted-ce with a weight "
-    "clip of 1.5 (active on the t = 0.5 and t = 0.9 rows). top_k == num_experts, so routing is smooth.",
+    "clip of 1.5 (active on the t = 0.5 and t = 0.9 rows), plus base-sft (sc on, enc_w 1) with a router load-balancing "
+    "loss of coefficient 0.01. top_k == num_experts, so routing is smooth; for the same reason every router call's "
+    "load-balancing loss is exactly E / k = 1 in exact arithmetic, with zero gradient: that case pins the number and "
+    "placement of the calls (pass 2 and the clean pass, 9 calls) and the coefficient, not the gradient through P_e.",
     "seven_layers": "One case (reweighted-loo-ce, sc on, enc_w 1). sliding_window 4: the K/V pass, the decoder's "
     "last-(W-1) prefix trim and the clean encoder pass over P + L = 27 tokens all cross the window.",
     "hf_tester": "One case (reweighted-loo-ce, sc on, enc_w 1) on the text part of the HF tester config (sliding "
@@ -391,6 +399,41 @@ class RouterProbe:
             h.remove()
 
 
+class RouterAux:
+    """Keeps the router outputs (with their autograd graph) of the calls that carry the load-balancing loss.
+
+    Only calls made while `active` is set are kept: the objective sets it for pass 2 (the encoder K/V pass over the
+    prompt and the decoder) and the clean encoder pass, never for pass 1 (no_grad).
+    """
+
+    def __init__(self, model):
+        self.active = False
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+        layers = list(model.model.encoder.language_model.layers) + list(model.model.decoder.layers)
+        routers = {id(layer.router): layer.router for layer in layers}  # distinct modules with tied parameters
+        assert len(routers) == len(layers)
+        self.handles = [r.register_forward_hook(self._hook) for r in routers.values()]
+
+    def _hook(self, module, inputs, outputs):
+        if self.active:
+            probs, _w, idx = outputs  # router_probabilities [T, E] (softmax over all experts), top_k_index [T, k]
+            self.calls.append((probs, idx))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, num_experts: int, top_k: int) -> torch.Tensor:
+    """E / (k T^2) sum_e P_e c_e with P_e = sum_t p_te (differentiable) and c_e = #{(t, j): idx[t, j] == e}
+    (a discrete count, no gradient). T counts every token of the call, padding included."""
+    T = probs.shape[0]
+    assert probs.shape == (T, num_experts) and idx.shape == (T, top_k)
+    mass = probs.sum(0)
+    counts = torch.bincount(idx.reshape(-1), minlength=num_experts).to(probs.dtype)
+    return (mass * counts).sum() * (num_experts / (top_k * T * T))
+
+
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
     return torch.tanh(x / cap) * cap  # HF's order: / cap, tanh, * cap
 
@@ -465,6 +508,15 @@ def objective(
     model, batch, case: Case, *, cache=None, probe: RouterProbe | None = None, pass1_logits=None
 ) -> dict[str, torch.Tensor]:
     """The micro-batch objective. pass1_logits (finite-difference check only) replaces pass 1's result."""
+    aux = RouterAux(model) if case.aux > 0 else None
+    try:
+        return _objective(model, batch, case, cache=cache, probe=probe, pass1_logits=pass1_logits, aux=aux)
+    finally:
+        if aux is not None:
+            aux.remove()
+
+
+def _objective(model, batch, case: Case, *, cache, probe, pass1_logits, aux: RouterAux | None) -> dict[str, torch.Tensor]:
     B = batch["input_ids"].shape[0]
     sc_logits = sc_mask = None
     if case.sc:
@@ -475,6 +527,8 @@ def objective(
         sc_mask = batch["self_conditioning_mask"].bool()
     if probe is not None:
         probe.phase = "pass2"
+    if aux is not None:
+        aux.active = True  # from here on: pass 2 (K/V pass + decoder) and the clean encoder pass
     f = decoder_logits(model, batch, sc_logits=sc_logits, sc_mask=sc_mask, cache=cache)
     ell = per_example_loss(f, batch, case)
     decoder_sum = ell.sum()
@@ -487,6 +541,15 @@ def objective(
         res["encoder_loss"] = enc
         total = total + case.enc_w * enc * B
     res["loss"] = total / B
+    if aux is not None:
+        tc = model.config.text_config
+        n_layers = tc.num_hidden_layers
+        assert len(aux.calls) == (3 if case.enc_w > 0 else 2) * n_layers, len(aux.calls)
+        terms = [load_balancing_loss(p, i, tc.num_experts, tc.top_k_experts) for p, i in aux.calls]
+        res["router_aux_loss"] = torch.stack(terms).sum()
+        res["router_aux_loss_per_call"] = torch.stack(terms).detach()
+        res["router_aux_tokens_per_call"] = torch.tensor([p.shape[0] for p, _ in aux.calls], dtype=torch.int64)
+        res["loss"] = res["loss"] + case.aux * res["router_aux_loss"]
     return res
 
 
@@ -716,6 +779,7 @@ def write_model(name: str, out_dir: Path, log) -> dict:
     model_checks: dict = {"float32_head_bit_identical_to_hf_logits": True}
     cases_meta = []
     per_example: dict[str, torch.Tensor] = {}
+    case_results: dict[str, tuple[dict, dict]] = {}
 
     for ci, case in enumerate(CASES[name]):
         log(f"  [{name}] {case.name}")
@@ -776,10 +840,13 @@ def write_model(name: str, out_dir: Path, log) -> dict:
         }
         if "encoder_loss" in res64:
             out["encoder_loss"] = res64["encoder_loss"].reshape(1)
+        if "router_aux_loss" in res64:
+            out["router_aux_loss"] = res64["router_aux_loss"].reshape(1)
         for k, v in g64.items():
             out[f"grad/{k}"] = v.to(torch.float32).contiguous()
         save_file(out, str(d / f"{case.name}.safetensors"), metadata={"format": "pt"})
         per_example[case.name] = res64["diffusion_loss_per_example"]
+        case_results[case.name] = (res64, g64)
 
         cm = dict(
             file=f"{case.name}.safetensors",
@@ -833,6 +900,8 @@ def write_model(name: str, out_dir: Path, log) -> dict:
                 ),
             )
             assert model_checks["pad_row_gradient"]["pad_row_change_without_padding_idx_rel"] > 1e-3
+        if case.aux > 0:
+            cm["router_aux"] = aux_summary(case, res64, res32, g64, case_results, tc)
         assert cm["router"].get("min_topk_gap", math.inf) >= MIN_ROUTER_GAP, cm["router"]
         assert cm["router"].get("fp32_fp64_routing_mismatches", 0) == 0, cm["router"]
         cases_meta.append(cm)
@@ -840,6 +909,7 @@ def write_model(name: str, out_dir: Path, log) -> dict:
             f"    loss {cm['loss']:.12g}  diffusion {cm['diffusion_loss']:.12g}  encoder {cm['encoder_loss']}  "
             f"fp32 gaps: loss {cm['fp32_vs_fp64']['loss_rel_err']:.3g} grad {cm['fp32_vs_fp64']['grad_max_param_rel_l2']:.3g}"
             f"  fd {fd['rel_err']:.3g}  kv-path {kv_path / tot:.3g}"
+            + (f"  aux {cm['router_aux']['router_aux_loss']:.17g}" if "router_aux" in cm else "")
         )
 
     for key in ("softmax", "tensor_softmax", "rmsnorm", "rope"):
@@ -873,10 +943,47 @@ def write_model(name: str, out_dir: Path, log) -> dict:
         batch=batch_info,
         cases=cases_meta,
         checks=model_checks,
-        notes=NOTES,
+        notes=notes_for(CASES[name]),
     )
     (d / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
+
+
+def aux_summary(case: Case, res64, res32, g64, case_results, tc) -> dict:
+    """The router load-balancing term of an aux case, and its relation to the same case without it."""
+    aux64 = res64["router_aux_loss"].item()
+    per_call = res64["router_aux_loss_per_call"]
+    out = dict(
+        coefficient=case.aux,
+        router_aux_loss=aux64,
+        weighted=case.aux * aux64,
+        calls=int(per_call.numel()),
+        tokens_per_call=res64["router_aux_tokens_per_call"].tolist(),
+        per_call=per_call.tolist(),
+        fp32_vs_fp64_rel_err=float(f"{rel(res32['router_aux_loss'].item(), aux64):.3g}"),
+    )
+    if tc.top_k_experts >= tc.num_experts:
+        # Every token picks every expert once, so c_e = T and the term is E / k * (sum_t sum_e p_te) / T = E / k.
+        dev = (per_call - tc.num_experts / tc.top_k_experts).abs().max().item()
+        assert dev <= 1e-14, dev
+        out["all_experts_chosen_per_call_deviation_from_E_over_k"] = float(f"{dev:.3g}")
+    base = dataclasses.replace(case, aux=0.0).name
+    if base in case_results:
+        r0, g0 = case_results[base]
+        for key in ("diffusion_loss", "encoder_loss", "diffusion_loss_per_example"):
+            if key in r0:
+                assert torch.equal(r0[key], res64[key]), key  # the aux term leaves the other terms alone
+        d = rel(res64["loss"].item() - r0["loss"].item(), case.aux * aux64)
+        assert d <= 1e-9, d
+        num = math.sqrt(sum((g64[k] - g0[k]).pow(2).sum().item() for k in g64))
+        den = math.sqrt(sum(g0[k].pow(2).sum().item() for k in g0))
+        out["relative_to_case_without_aux"] = dict(
+            case=base,
+            other_terms_bit_identical=True,
+            loss_difference_vs_weighted_aux_rel=float(f"{d:.3g}"),
+            grad_change_global_rel_l2=float(f"{num / den:.3g}"),
+        )
+    return out
 
 
 def relation_checks(per_example: dict[str, torch.Tensor], batch) -> dict:
@@ -967,6 +1074,27 @@ NOTES = [
     "lookups by design, so it is not the derivative of the forward function) and with the pass-1 logits held at their "
     "unperturbed value (pass 1 is a stop-gradient).",
 ]
+
+
+AUX_NOTE = (
+    "Router load-balancing loss (cases named .aux<a>, a = moe_aux_loss_coeff; dgemma's loadBalancingLoss, "
+    "training.md 9): loss += a * sum over router calls of E / (k T^2) * sum_e P_e c_e. The calls are those of pass 2 "
+    "(the encoder K/V pass over the prompt, then the decoder) and of the clean encoder pass, in that order; never pass 1 "
+    "(no_grad). T = tokens of the call (B x positions, padding included), P_e = sum_t p_te with p = the router's "
+    "softmax over all experts (HF's router_probabilities, captured by forward hooks with its graph), c_e = number of "
+    "(t, j) with top_k_index[t, j] == e (a count, no gradient). diffusion_loss and encoder_loss do not include it; "
+    "router_aux_loss (file and meta) is the unweighted sum. With top_k == num_experts every call's term is E / k = 1 "
+    "and its gradient is zero."
+)
+
+
+def notes_for(cases: list[Case]) -> list[str]:
+    """NOTES, plus the router aux note where a model has an aux case (the other models' meta.json stay as they were)."""
+    if not any(c.aux > 0 for c in cases):
+        return NOTES
+    first = NOTES[0].replace("Router aux loss coefficient 0.", "Router aux loss coefficient 0 except in .aux<a> cases.")
+    assert first != NOTES[0]
+    return [first, *NOTES[1:], AUX_NOTE]
 
 
 # ------------------------------------------------------------------------------------------------------------------
