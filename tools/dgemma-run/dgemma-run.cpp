@@ -5,68 +5,27 @@
 #include <filesystem>
 #include <iostream>
 
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/WeightSchema.h"
-#include "runtime/backend/Backend.h"
-#include "runtime/comm/Communicator.h"
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
-#include "runtime/exec/Executor.h"
-#include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
+#include "tools/dgemma-run/Session.h"
 
 namespace {
 
 using dgemma::HostTensor;
 using dgemma::InputError;
-
-struct ExecutionFlags {
-  std::string planDir;
-  std::string weights;
-  std::string init;
-  uint64_t seed = 0;
-  std::string input;
-  std::string output;
-  std::string backend = "cpu";
-  int64_t threads = 0;
-  int64_t rank = 0;
-  uint64_t step = 0;         // grad: the noise keys' step
-  int64_t firstSample = 0;   // grad: the global sample index of the batch's first row
-};
+using dgemma::tool::ExecutionFlags;
+using dgemma::tool::loadPlan;
+using dgemma::tool::openSession;
+using dgemma::tool::runEntry;
+using dgemma::tool::Session;
 
 void addPlanFlags(CLI::App& command, ExecutionFlags& flags) {
   command.add_option("--plan", flags.planDir, "plan directory written by dgemma-compile")->required();
   command.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   command.add_option("--threads", flags.threads, "CPU worker threads (0: one per core)");
-}
-
-dgemma::Plan loadPlan(const ExecutionFlags& flags) {
-  std::string path = dgemma::planFileForRank(flags.planDir, flags.rank);
-  if (!std::filesystem::exists(path)) throw InputError("--plan: " + path + " does not exist (is " + flags.planDir + " a plan directory?)");
-  return dgemma::readPlanFile(path);
-}
-
-// The entry named `name` whose inputs have exactly the batch's shapes (plans are shape-specialised).
-// Inputs the batch lacks do not decide; optional ones get defaults, the rest are reported missing.
-const dgemma::EntryPoint& selectEntry(const dgemma::Plan& plan, const std::string& name,
-                                      const std::map<std::string, HostTensor>& inputs, const std::string& batchPath) {
-  std::string available;
-  for (const dgemma::EntryPoint& entry : plan.entryPoints) {
-    if (entry.name != name) continue;
-    available += "\n  " + entry.key() + ":";
-    bool matches = true;
-    for (const dgemma::NamedBuffer& input : entry.inputs) {
-      const dgemma::Buffer& buffer = plan.buffers[input.buffer];
-      available += " " + input.name + dgemma::shapeToString(buffer.shape);
-      auto it = inputs.find(input.name);
-      matches &= it == inputs.end() || it->second.shape == buffer.shape;
-    }
-    if (matches) return entry;
-  }
-  if (available.empty()) throw InputError("--plan: the plan has no entry point \"" + name + "\" (compiled with the other --mode?)");
-  throw InputError(batchPath + ": no bucket of \"" + name + "\" takes these tensor shapes; the plan has:" + available);
 }
 
 // cli.md lets 0/1 masks (e.g. self_conditioning_mask) come as integers or booleans where the plan
@@ -114,169 +73,6 @@ void writeOutputs(const std::string& path, const std::map<std::string, HostTenso
   std::vector<std::pair<std::string, const HostTensor*>> tensors;
   for (const auto& [name, tensor] : outputs) tensors.push_back({name, &tensor});
   dgemma::writeSafetensors(path, tensors);
-}
-
-// The forward contract's optional fields (cli.md): the decoder input defaults to canvas_ids; without
-// self-conditioning logits the signal is exactly zero (mask 0); with logits and no mask, every
-// example is conditioned.
-void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const dgemma::EntryPoint& entry, const dgemma::Plan& plan) {
-  auto shapeOf = [&](const std::string& name) -> const dgemma::Buffer* {
-    for (const dgemma::NamedBuffer& input : entry.inputs)
-      if (input.name == name) return &plan.buffers[input.buffer];
-    return nullptr;
-  };
-  if (shapeOf("noisy_canvas_ids") && !batch.count("noisy_canvas_ids") && batch.count("canvas_ids"))
-    batch["noisy_canvas_ids"] = batch.at("canvas_ids");
-  const dgemma::Buffer* logits = shapeOf("self_conditioning_logits");
-  const dgemma::Buffer* mask = shapeOf("self_conditioning_mask");
-  if (!logits || !mask) return;
-  bool hasLogits = batch.count("self_conditioning_logits") != 0;
-  if (!hasLogits) batch["self_conditioning_logits"] = HostTensor(logits->dtype, logits->shape);
-  if (!batch.count("self_conditioning_mask")) {
-    HostTensor fill(dgemma::DType::F32, mask->shape);
-    std::fill(fill.as<float>(), fill.as<float>() + fill.numElements(), hasLogits ? 1.0f : 0.0f);
-    batch["self_conditioning_mask"] = dgemma::convertDType(fill, mask->dtype, "self_conditioning_mask");
-  }
-}
-
-// Fills the plan's parameters from --weights: for DiffusionGemma through the checkpoint rules of
-// model.md §3.6 (either text prefix, tied copies checked equal), otherwise by name.
-void loadPlanWeights(dgemma::Executor& executor, const std::string& weightsPath, const std::string& planPath) {
-  const nlohmann::json& metadata = executor.plan().metadata;
-  if (metadata.value("model_family", std::string()) != "diffusion_gemma") {
-    dgemma::loadWeights(executor, weightsPath);
-    return;
-  }
-  if (!metadata.contains("model_config")) throw InputError(planPath + ": metadata.model_config: missing");
-  dgemma::DiffusionGemmaConfig config =
-      dgemma::parseDiffusionGemmaConfig(metadata.at("model_config"), planPath + ": metadata.model_config");
-  dgemma::SafetensorsDirectory checkpoint = dgemma::SafetensorsDirectory::open(weightsPath);
-  dgemma::ResolvedCheckpoint resolved = dgemma::resolveCheckpointNames(config, checkpoint);
-  if (!resolved.visionTensorNames.empty())
-    std::cerr << "dgemma-run: warning: " << weightsPath << ": " << resolved.visionTensorNames.size()
-              << " vision tensors ignored (the vision tower is not built yet)\n";
-  dgemma::loadWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<HostTensor> {
-    auto found = resolved.textTensors.find(name);
-    if (found == resolved.textTensors.end()) return std::nullopt;
-    return found->second.file->read(found->second.entry->name);
-  });
-}
-
-// The plan's padding contract (metadata.bucket_padding, written by dgemma-compile): which inputs may
-// be left-padded along `axis` to a larger bucket of `dimension`, with which value, and which outputs
-// to crop back.
-struct BucketPadding {
-  std::string dimension;
-  int64_t axis = 1;
-  std::map<std::string, int64_t> inputs;  // name -> pad value
-  std::vector<std::string> outputPrefixes;
-};
-
-std::optional<BucketPadding> bucketPadding(const dgemma::Plan& plan, const std::string& planPath) {
-  auto it = plan.metadata.find("bucket_padding");
-  if (it == plan.metadata.end()) return std::nullopt;
-  try {
-    BucketPadding padding;
-    padding.dimension = it->at("dimension").get<std::string>();
-    padding.axis = it->at("axis").get<int64_t>();
-    for (const auto& [name, value] : it->at("inputs").items()) padding.inputs[name] = value.get<int64_t>();
-    padding.outputPrefixes = it->at("output_prefixes").get<std::vector<std::string>>();
-    return padding;
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(planPath + ": metadata.bucket_padding: " + error.what());
-  }
-}
-
-// Left-pads `tensor` along `axis` to `size` with `value` (integer tensors only).
-HostTensor leftPad(const HostTensor& tensor, int64_t axis, int64_t size, int64_t value, const std::string& name) {
-  if (tensor.dtype != dgemma::DType::I64 || axis >= static_cast<int64_t>(tensor.shape.size()))
-    throw InputError("input " + name + ": expected an i64 tensor with a dimension " + std::to_string(axis));
-  std::vector<int64_t> shape = tensor.shape;
-  const int64_t padding = size - shape[axis];
-  shape[axis] = size;
-  HostTensor padded(tensor.dtype, shape);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
-  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
-  const int64_t oldRow = tensor.shape[axis] * inner, newRow = size * inner;
-  for (int64_t o = 0; o < outer; ++o) {
-    std::fill(padded.as<int64_t>() + o * newRow, padded.as<int64_t>() + o * newRow + padding * inner, value);
-    std::copy(tensor.as<int64_t>() + o * oldRow, tensor.as<int64_t>() + (o + 1) * oldRow,
-              padded.as<int64_t>() + o * newRow + padding * inner);
-  }
-  return padded;
-}
-
-// Keeps the last `size` entries along `axis` (undoes leftPad on an output).
-HostTensor cropLeft(const HostTensor& tensor, int64_t axis, int64_t size) {
-  std::vector<int64_t> shape = tensor.shape;
-  const int64_t drop = shape[axis] - size;
-  shape[axis] = size;
-  HostTensor cropped(tensor.dtype, shape);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
-  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
-  const size_t element = dgemma::dtypeSize(tensor.dtype);
-  const size_t oldRow = tensor.shape[axis] * inner * element, newRow = size * inner * element;
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(cropped.data.data() + o * newRow, tensor.data.data() + o * oldRow + drop * inner * element, newRow);
-  return cropped;
-}
-
-// A plan loaded with its weights, ready to run entry points.
-struct Session {
-  dgemma::Plan plan;
-  std::string planPath;
-  std::unique_ptr<dgemma::Backend> backend;
-  dgemma::CommunicatorSet communicators;
-  std::unique_ptr<dgemma::Executor> executor;
-};
-
-std::unique_ptr<Session> openSession(const ExecutionFlags& flags) {
-  if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
-  auto session = std::make_unique<Session>();
-  session->plan = loadPlan(flags);
-  session->planPath = dgemma::planFileForRank(flags.planDir, flags.rank);
-  session->backend = dgemma::createBackend(flags.backend, flags.threads);
-  for (const dgemma::MeshAxis& axis : session->plan.mesh)
-    session->communicators.add(axis.name, std::make_unique<dgemma::LocalCommunicator>(*session->backend));
-  session->executor =
-      std::make_unique<dgemma::Executor>(session->plan, *session->backend, session->communicators, session->planPath);
-  if (!flags.weights.empty()) loadPlanWeights(*session->executor, flags.weights, session->planPath);
-  else dgemma::initializeWeights(*session->executor, flags.seed);
-  return session;
-}
-
-// Runs entry `entryName` on the batch read from `batchPath`; returns its outputs.
-std::map<std::string, HostTensor> runEntry(Session& session, const std::string& entryName, std::map<std::string, HostTensor> batch,
-                                           const std::string& batchPath) {
-  const dgemma::Plan& plan = session.plan;
-  // With a padding contract, the batch runs in the smallest bucket that holds it, left-padded.
-  std::optional<BucketPadding> padding = bucketPadding(plan, session.planPath);
-  int64_t requested = -1;
-  const dgemma::EntryPoint* chosen = nullptr;
-  if (padding) {
-    for (const auto& [name, value] : padding->inputs)
-      if (auto it = batch.find(name); it != batch.end() && padding->axis < static_cast<int64_t>(it->second.shape.size()))
-        requested = std::max(requested, it->second.shape[padding->axis]);
-    if (requested >= 0) chosen = plan.selectEntry(entryName, {{padding->dimension, requested}});
-  }
-  const dgemma::EntryPoint& entry = chosen ? *chosen : selectEntry(plan, entryName, batch, batchPath);
-  const int64_t bucketSize = chosen ? entry.bucket.at(padding->dimension) : -1;
-  if (chosen && bucketSize > requested)
-    for (const auto& [name, value] : padding->inputs)
-      if (auto it = batch.find(name); it != batch.end()) it->second = leftPad(it->second, padding->axis, bucketSize, value, name);
-  if (entryName == "forward") applyForwardDefaults(batch, entry, plan);
-  for (auto it = batch.begin(); it != batch.end();) {  // fields this model does not read are allowed
-    bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
-    it = used ? std::next(it) : batch.erase(it);
-  }
-  std::map<std::string, HostTensor> outputs = session.executor->run(entry, batch);
-  if (chosen && bucketSize > requested)
-    for (auto& [name, tensor] : outputs)
-      for (const std::string& prefix : padding->outputPrefixes)
-        if (name.rfind(prefix, 0) == 0) tensor = cropLeft(tensor, padding->axis, requested);
-  return outputs;
 }
 
 int runForward(const ExecutionFlags& flags) {

@@ -1,0 +1,202 @@
+#include "tools/dgemma-run/Session.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+
+#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/WeightSchema.h"
+#include "runtime/core/Error.h"
+#include "runtime/exec/WeightLoader.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/plan/PlanFile.h"
+
+namespace dgemma::tool {
+
+namespace {
+
+// The entry named `name` whose inputs have exactly the batch's shapes (plans are shape-specialised).
+// Inputs the batch lacks do not decide; optional ones get defaults, the rest are reported missing. do not decide; optional ones get defaults, the rest are reported missing.
+const EntryPoint& selectEntry(const Plan& plan, const std::string& name, const std::map<std::string, HostTensor>& inputs, const std::string& batchPath) {
+  std::string available;
+  for (const EntryPoint& entry : plan.entryPoints) {
+    if (entry.name != name) continue;
+    available += "\n  " + entry.key() + ":";
+    bool matches = true;
+    for (const NamedBuffer& input : entry.inputs) {
+      const Buffer& buffer = plan.buffers[input.buffer];
+      available += " " + input.name + shapeToString(buffer.shape);
+      auto it = inputs.find(input.name);
+      matches &= it == inputs.end() || it->second.shape == buffer.shape;
+    }
+    if (matches) return entry;
+  }
+  if (available.empty()) throw InputError("--plan: the plan has no entry point \"" + name + "\" (compiled with the other --mode?)");
+  throw InputError(batchPath + ": no bucket of \"" + name + "\" takes these tensor shapes; the plan has:" + available);
+}
+
+// The forward contract's optional fields (cli.md): the decoder input defaults to canvas_ids; without
+// self-conditioning logits the signal is exactly zero (mask 0); with logits and no mask, every
+// example is conditioned.
+void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan) {
+  auto shapeOf = [&](const std::string& name) -> const Buffer* {
+    for (const NamedBuffer& input : entry.inputs)
+      if (input.name == name) return &plan.buffers[input.buffer];
+    return nullptr;
+  };
+  if (shapeOf("noisy_canvas_ids") && !batch.count("noisy_canvas_ids") && batch.count("canvas_ids"))
+    batch["noisy_canvas_ids"] = batch.at("canvas_ids");
+  const Buffer* logits = shapeOf("self_conditioning_logits");
+  const Buffer* mask = shapeOf("self_conditioning_mask");
+  if (!logits || !mask) return;
+  bool hasLogits = batch.count("self_conditioning_logits") != 0;
+  if (!hasLogits) batch["self_conditioning_logits"] = HostTensor(logits->dtype, logits->shape);
+  if (!batch.count("self_conditioning_mask")) {
+    HostTensor fill(DType::F32, mask->shape);
+    std::fill(fill.as<float>(), fill.as<float>() + fill.numElements(), hasLogits ? 1.0f : 0.0f);
+    batch["self_conditioning_mask"] = convertDType(fill, mask->dtype, "self_conditioning_mask");
+  }
+}
+
+
+// Fills the plan's parameters from --weights: for DiffusionGemma through the checkpoint rules of
+// model.md §3.6 (either text prefix, tied copies checked equal), otherwise by name.
+void loadPlanWeights(Executor& executor, const std::string& weightsPath, const std::string& planPath) {
+  const nlohmann::json& metadata = executor.plan().metadata;
+  if (metadata.value("model_family", std::string()) != "diffusion_gemma") {
+    loadWeights(executor, weightsPath);
+    return;
+  }
+  if (!metadata.contains("model_config")) throw InputError(planPath + ": metadata.model_config: missing");
+  DiffusionGemmaConfig config =
+      parseDiffusionGemmaConfig(metadata.at("model_config"), planPath + ": metadata.model_config");
+  SafetensorsDirectory checkpoint = SafetensorsDirectory::open(weightsPath);
+  ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
+  if (!resolved.visionTensorNames.empty())
+    std::cerr << "dgemma-run: warning: " << weightsPath << ": " << resolved.visionTensorNames.size()
+              << " vision tensors ignored (the vision tower is not built yet)\n";
+  loadWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<HostTensor> {
+    auto found = resolved.textTensors.find(name);
+    if (found == resolved.textTensors.end()) return std::nullopt;
+    return found->second.file->read(found->second.entry->name);
+  });
+}
+
+// The plan's padding contract (metadata.bucket_padding, written by dgemma-compile): which inputs may
+// be left-padded along `axis` to a larger bucket of `dimension`, with which value, and which outputs
+// to crop back.
+struct BucketPadding {
+  std::string dimension;
+  int64_t axis = 1;
+  std::map<std::string, int64_t> inputs;  // name -> pad value
+  std::vector<std::string> outputPrefixes;
+};
+
+std::optional<BucketPadding> bucketPadding(const Plan& plan, const std::string& planPath) {
+  auto it = plan.metadata.find("bucket_padding");
+  if (it == plan.metadata.end()) return std::nullopt;
+  try {
+    BucketPadding padding;
+    padding.dimension = it->at("dimension").get<std::string>();
+    padding.axis = it->at("axis").get<int64_t>();
+    for (const auto& [name, value] : it->at("inputs").items()) padding.inputs[name] = value.get<int64_t>();
+    padding.outputPrefixes = it->at("output_prefixes").get<std::vector<std::string>>();
+    return padding;
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(planPath + ": metadata.bucket_padding: " + error.what());
+  }
+}
+
+// Left-pads `tensor` along `axis` to `size` with `value` (integer tensors only).
+HostTensor leftPad(const HostTensor& tensor, int64_t axis, int64_t size, int64_t value, const std::string& name) {
+  if (tensor.dtype != DType::I64 || axis >= static_cast<int64_t>(tensor.shape.size()))
+    throw InputError("input " + name + ": expected an i64 tensor with a dimension " + std::to_string(axis));
+  std::vector<int64_t> shape = tensor.shape;
+  const int64_t padding = size - shape[axis];
+  shape[axis] = size;
+  HostTensor padded(tensor.dtype, shape);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t oldRow = tensor.shape[axis] * inner, newRow = size * inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    std::fill(padded.as<int64_t>() + o * newRow, padded.as<int64_t>() + o * newRow + padding * inner, value);
+    std::copy(tensor.as<int64_t>() + o * oldRow, tensor.as<int64_t>() + (o + 1) * oldRow,
+              padded.as<int64_t>() + o * newRow + padding * inner);
+  }
+  return padded;
+}
+
+// Keeps the last `size` entries along `axis` (undoes leftPad on an output).
+HostTensor cropLeft(const HostTensor& tensor, int64_t axis, int64_t size) {
+  std::vector<int64_t> shape = tensor.shape;
+  const int64_t drop = shape[axis] - size;
+  shape[axis] = size;
+  HostTensor cropped(tensor.dtype, shape);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const size_t element = dtypeSize(tensor.dtype);
+  const size_t oldRow = tensor.shape[axis] * inner * element, newRow = size * inner * element;
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(cropped.data.data() + o * newRow, tensor.data.data() + o * oldRow + drop * inner * element, newRow);
+  return cropped;
+}
+
+}  // namespace
+
+Plan loadPlan(const ExecutionFlags& flags) {
+  std::string path = planFileForRank(flags.planDir, flags.rank);
+  if (!std::filesystem::exists(path)) throw InputError("--plan: " + path + " does not exist (is " + flags.planDir + " a plan directory?)");
+  return readPlanFile(path);
+}
+
+std::unique_ptr<Session> openSession(const ExecutionFlags& flags) {
+  if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
+  auto session = std::make_unique<Session>();
+  session->plan = loadPlan(flags);
+  session->planPath = planFileForRank(flags.planDir, flags.rank);
+  session->backend = createBackend(flags.backend, flags.threads);
+  for (const MeshAxis& axis : session->plan.mesh)
+    session->communicators.add(axis.name, std::make_unique<LocalCommunicator>(*session->backend));
+  session->executor =
+      std::make_unique<Executor>(session->plan, *session->backend, session->communicators, session->planPath);
+  if (!flags.weights.empty()) loadPlanWeights(*session->executor, flags.weights, session->planPath);
+  else initializeWeights(*session->executor, flags.seed);
+  return session;
+}
+
+std::map<std::string, HostTensor> runEntry(Session& session, const std::string& entryName, std::map<std::string, HostTensor> batch,
+                                           const std::string& batchPath) {
+  const Plan& plan = session.plan;
+  // With a padding contract, the batch runs in the smallest bucket that holds it, left-padded.
+  std::optional<BucketPadding> padding = bucketPadding(plan, session.planPath);
+  int64_t requested = -1;
+  const EntryPoint* chosen = nullptr;
+  if (padding) {
+    for (const auto& [name, value] : padding->inputs)
+      if (auto it = batch.find(name); it != batch.end() && padding->axis < static_cast<int64_t>(it->second.shape.size()))
+        requested = std::max(requested, it->second.shape[padding->axis]);
+    if (requested >= 0) chosen = plan.selectEntry(entryName, {{padding->dimension, requested}});
+  }
+  const EntryPoint& entry = chosen ? *chosen : selectEntry(plan, entryName, batch, batchPath);
+  const int64_t bucketSize = chosen ? entry.bucket.at(padding->dimension) : -1;
+  if (chosen && bucketSize > requested)
+    for (const auto& [name, value] : padding->inputs)
+      if (auto it = batch.find(name); it != batch.end()) it->second = leftPad(it->second, padding->axis, bucketSize, value, name);
+  if (entryName == "forward") applyForwardDefaults(batch, entry, plan);
+  for (auto it = batch.begin(); it != batch.end();) {  // fields this model does not read are allowed
+    bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
+    it = used ? std::next(it) : batch.erase(it);
+  }
+  std::map<std::string, HostTensor> outputs = session.executor->run(entry, batch);
+  if (chosen && bucketSize > requested)
+    for (auto& [name, tensor] : outputs)
+      for (const std::string& prefix : padding->outputPrefixes)
+        if (name.rfind(prefix, 0) == 0) tensor = cropLeft(tensor, padding->axis, requested);
+  return outputs;
+}
+
+}  // namespace dgemma::tool
