@@ -12,7 +12,7 @@
 #include "runtime/core/DType.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/train/Checkpoint.h"
-#include "test/unit/train/TrainTestSupport.h"
+#include "test/unit/TestSupport.h"
 
 namespace dgemma {
 namespace {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "runtime/train/LrSchedule.h"
-#include "test/unit/train/TrainTestSupport.h"
+#include "test/unit/TestSupport.h"
 
 namespace dgemma {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/train/MetricsWriter.h"
-#include "test/unit/train/TrainTestSupport.h"
+#include "test/unit/TestSupport.h"
 
 namespace dgemma {
 namespace {

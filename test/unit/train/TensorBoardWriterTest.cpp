@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "runtime/train/TensorBoardWriter.h"
-#include "test/unit/train/TrainTestSupport.h"
+#include "test/unit/TestSupport.h"
 
 namespace dgemma {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "runtime/core/Error.h"
 #include "runtime/data/text/Tokenizer.h"
-#include "TextTestSupport.h"
+#include "test/unit/TestSupport.h"
 #include "runtime/data/text/TokenizerJson.h"
 
 namespace dgemma {

@@ -1,4 +1,4 @@
-// Helpers shared by the dgemma_train tests.
+// Helpers shared by the unit tests: expected InputErrors, temporary directories, file bytes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -36,7 +36,7 @@ struct TempDir {
   TempDir() {
     const auto* test = ::testing::UnitTest::GetInstance();
     path = std::filesystem::temp_directory_path() /
-           ("dgemma_train_test_" + std::to_string(::getpid()) + "_" + test->current_test_info()->test_suite_name() + "_" +
+           ("dgemma_unit_test_" + std::to_string(::getpid()) + "_" + test->current_test_info()->test_suite_name() + "_" +
             test->current_test_info()->name());
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
