@@ -406,7 +406,7 @@ class ModelBuilder {
   }
 
   // model.md §5.5: dense MLP and routed experts in parallel on the same residual.
-  Value feedForward(int64_t layer, Value residual) {
+  Value feedForward(int64_t layer, Value residual, Value tokenValid) {
     auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
     const int64_t tokens = shapeOf(residual)[0] * shapeOf(residual)[1];
     Value dense = gatedMlp(rmsNorm(residual, name("pre_feedforward_layernorm.weight")), name("mlp."), config_.intermediateSize);
@@ -424,7 +424,7 @@ class ModelBuilder {
                                        RankedTensorType::get({tokens, config_.topKExperts}, b_.getI64Type()), routerLogits,
                                        perExpertScale, b_.getI64IntegerAttr(config_.topKExperts));
 
-    if (auxTerms_) auxTerms_->push_back(loadBalancingLoss(layer, routerLogits, route.getIndices()));
+    if (auxTerms_) auxTerms_->push_back(loadBalancingLoss(layer, routerLogits, route.getIndices(), tokenValid));
 
     Value expertInput = reshape(rmsNorm(residual, name("pre_feedforward_layernorm_2.weight")), {tokens, hidden_},
                                 name("experts.tokens"));
@@ -437,19 +437,26 @@ class ModelBuilder {
     return rmsNorm(add(denseOut, expertsOut, name("ffn.sum")), name("post_feedforward_layernorm.weight"));
   }
 
-  // Switch-style load balancing (training.md §9, Megatron's definition): E / (k T²) Σ_e P_e c_e,
-  // with P_e the router probability mass of expert e over the call's T tokens and c_e its top-k
-  // count (no gradient: a discrete choice).
-  Value loadBalancingLoss(int64_t layer, Value routerLogits, Value indices) {
+  // Switch-style load balancing (training.md §9, Megatron's definition): E / (k T²) Σ_e P_e c_e over
+  // the call's T real tokens, with P_e the router probability mass of expert e and c_e its top-k
+  // count (no gradient: a discrete choice). Padding tokens (tokenValid = 0) do not count: their
+  // hidden states are never read. A null tokenValid means every token is real (the canvas).
+  Value loadBalancingLoss(int64_t layer, Value routerLogits, Value indices, Value tokenValid) {
     auto name = [&](const std::string& suffix) { return layerName(layer, "aux." + suffix); };
     const int64_t tokens = shapeOf(routerLogits)[0], experts = config_.numExperts, topK = config_.topKExperts;
+    Value weight = tokenValid ? castTo(reshape(tokenValid, {tokens, 1}, name("valid")), f32_, name("weight"))
+                              : ones({tokens, 1}, name("weight"));
     Value probabilities = b_.create<SoftmaxOp>(loc(name("probs")), routerLogits.getType(), routerLogits, b_.getI64IntegerAttr(-1));
-    Value mass = reduceSum(probabilities, {0}, name("mass"));
+    Value mass = reduceSum(mul(probabilities, weight, name("probs.real")), {0}, name("mass"));
     Value choices = reshape(indices, {tokens * topK}, name("choices"));
-    Value counts = b_.create<ScatterAddOp>(loc(name("counts")), f32Type({experts, 1}), choices, ones({tokens * topK, 1}, name("one")));
+    Value choiceWeights = reshape(mul(weight, ones({tokens, topK}, name("slots")), name("choice.weight")), {tokens * topK, 1},
+                                  name("choice.weights"));
+    Value counts = b_.create<ScatterAddOp>(loc(name("counts")), f32Type({experts, 1}), choices, choiceWeights);
     Value balance = reduceSum(mul(mass, reshape(counts, {experts}, name("counts.flat")), name("product")), {0}, name("sum"));
-    const double scale = static_cast<double>(experts) / (static_cast<double>(topK) * tokens * tokens);
-    return mul(balance, scalar(scale, name("scale")), name("loss"));
+    Value real = maximum(reduceSum(weight, {0, 1}, name("tokens")), scalar(1.0, name("tokens.min")), name("tokens.clamped"));
+    Value scale = div(scalar(static_cast<double>(experts) / static_cast<double>(topK), name("e_over_k")), mul(real, real, name("t2")),
+                      name("scale"));
+    return mul(balance, scale, name("loss"));
   }
 
   // model.md §5.6: sandwich norms; layer_scalar scales the whole residual stream.
@@ -459,7 +466,10 @@ class ModelBuilder {
     auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
     Value attended = attention(layer, rmsNorm(hidden, name("input_layernorm.weight")), positions, keySet, keyValuesOut);
     Value residual = add(hidden, rmsNorm(attended, name("post_attention_layernorm.weight")), name("attention.residual"));
-    Value out = add(residual, feedForward(layer, residual), name("ffn.residual"));
+    // Encoder queries are its keys (padding included); every decoder query is a canvas token.
+    Value tokenValid;
+    if constexpr (std::is_same_v<KeySet, EncoderAttention>) tokenValid = keySet.keyValid;
+    Value out = add(residual, feedForward(layer, residual, tokenValid), name("ffn.residual"));
     return mul(out, param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
   }
 

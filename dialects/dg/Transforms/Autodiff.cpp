@@ -50,7 +50,10 @@ class FunctionDifferentiator {
       if (isa<StopGradientOp>(op)) continue;
       bool fromParam = llvm::any_of(op.getResults(), isTrainableParam) ||
                        llvm::any_of(op.getOperands(), [&](Value v) { return varied.contains(v); });
-      if (fromParam) varied.insert(op.result_begin(), op.result_end());
+      // Integer results (top-k indices, ids) are discrete: they never carry a gradient.
+      if (fromParam)
+        for (Value result : op.getResults())
+          if (isa<FloatType>(cast<RankedTensorType>(result.getType()).getElementType())) varied.insert(result);
     }
     SmallVector<Value> worklist{loss};
     while (!worklist.empty()) {
