@@ -70,9 +70,9 @@ TEST_F(CliTest, BadUsageExitsTwo) {
 }
 
 TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
-  ToolResult train = runTool(std::string(DGEMMA_RUN) + " train --plan p --train t.jsonl --steps 3");
-  EXPECT_EQ(train.exitCode, 2);
-  EXPECT_TRUE(contains(train, "dgemma-run train: not implemented yet")) << train.output;
+  ToolResult generate = runTool(std::string(DGEMMA_RUN) + " generate --plan p --weights w --prompt hi");
+  EXPECT_EQ(generate.exitCode, 2);
+  EXPECT_TRUE(contains(generate, "dgemma-run generate: not implemented yet")) << generate.output;
   ToolResult tp = runTool(std::string(DGEMMA_COMPILE) + " --model builtin:rmsnorm-matmul-softmax --mode infer --tp 2 -o " + (dir / "p"));
   EXPECT_EQ(tp.exitCode, 2);
   EXPECT_TRUE(contains(tp, "sharding passes")) << tp.output;

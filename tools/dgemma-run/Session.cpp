@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -153,10 +154,25 @@ Plan loadPlan(const ExecutionFlags& flags) {
   return readPlanFile(path);
 }
 
-std::unique_ptr<Session> openSession(const ExecutionFlags& flags) {
+std::string planContentHash(const std::string& planPath) {
+  constexpr std::streamoff kHashOffset = 32;  // docs/plan-format.md, "Container"
+  std::ifstream file(planPath, std::ios::binary);
+  unsigned char bytes[8] = {};
+  if (!file.seekg(kHashOffset) || !file.read(reinterpret_cast<char*>(bytes), sizeof bytes))
+    throw InputError(planPath + ": cannot read the content hash");
+  uint64_t hash = 0;
+  for (int i = 0; i < 8; ++i) hash |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+std::unique_ptr<Session> openSession(const ExecutionFlags& flags) { return openSession(flags, loadPlan(flags)); }
+
+std::unique_ptr<Session> openSession(const ExecutionFlags& flags, Plan plan) {
   if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
   auto session = std::make_unique<Session>();
-  session->plan = loadPlan(flags);
+  session->plan = std::move(plan);
   session->planPath = planFileForRank(flags.planDir, flags.rank);
   session->backend = createBackend(flags.backend, flags.threads);
   for (const MeshAxis& axis : session->plan.mesh)

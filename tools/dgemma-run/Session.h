@@ -33,6 +33,10 @@ struct ExecutionFlags {
 // The plan file of this rank; InputError when --plan is not a plan directory.
 Plan loadPlan(const ExecutionFlags& flags);
 
+// The XXH3-64 content hash the plan file's preamble records (docs/plan-format.md), as 16 hex
+// digits: what a checkpoint names its plan by.
+std::string planContentHash(const std::string& planPath);
+
 // A plan loaded with its weights, ready to run entry points.
 struct Session {
   Plan plan;
@@ -45,6 +49,8 @@ struct Session {
 // Loads the plan and fills its parameters from --weights (an HF checkpoint or a dgemma checkpoint
 // directory) or --init random.
 std::unique_ptr<Session> openSession(const ExecutionFlags& flags);
+// The same for a plan already loaded with loadPlan(flags).
+std::unique_ptr<Session> openSession(const ExecutionFlags& flags, Plan plan);
 
 // Runs entry `entryName` on `batch` and returns its outputs. With the plan's padding contract
 // (metadata.bucket_padding) the batch runs in the smallest bucket that holds it, left-padded, and

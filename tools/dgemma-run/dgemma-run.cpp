@@ -10,7 +10,9 @@
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
+#include "tools/dgemma-run/RunDefaults.h"
 #include "tools/dgemma-run/Session.h"
+#include "tools/dgemma-run/Train.h"
 
 namespace {
 
@@ -201,15 +203,45 @@ int main(int argc, char** argv) {
     for (const char* name : names) command->add_flag(std::string("--") + name);
   };
 
-  CLI::App* train = app.add_subcommand("train", "train from a plan (not implemented yet)");
-  addPlanFlags(*train, flags);
-  train->add_option("--weights", flags.weights, "HF or dgemma checkpoint directory");
-  train->add_option("--init", flags.init, "random");
-  train->add_option("--train", reserved["train.train"], "training JSONL")->required();
-  train->add_option("--steps", reserved["train.steps"], "optimizer steps")->required();
-  addReserved(train, {"validation", "test", "tokenizer", "lr", "seed", "save-dir", "save-every", "keep", "metrics",
-                      "tensorboard", "nproc-per-node"});
-  addReservedFlags(train, {"resume", "skip-bad-rows"});
+  dgemma::tool::TrainFlags trainFlags;
+  CLI::App* train = app.add_subcommand("train", "fine-tune from a training plan (block-diffusion SFT, AdamW)");
+  addPlanFlags(*train, trainFlags.execution);
+  train->add_option("--weights", trainFlags.execution.weights, "HF or dgemma checkpoint directory to start from");
+  train->add_option("--init", trainFlags.execution.init, "random: start from the parameters' init distributions")
+      ->check(CLI::IsMember({"random"}));
+  train->add_option("--seed", trainFlags.execution.seed, "seed of the data order, the noise and --init random");
+  train->add_option("--train", trainFlags.train, "training JSONL")->required();
+  train->add_option("--validation", trainFlags.validation, "validation JSONL, evaluated every --eval-every steps and at the end");
+  train->add_option("--test", trainFlags.test, "test JSONL, evaluated at the end");
+  train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
+  train->add_option("--steps", trainFlags.steps, "optimizer steps of the whole run (default: the plan's preset)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--accumulation", trainFlags.accumulation, "micro-batches per optimizer step (global batch = micro-batch x N)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--lr", trainFlags.lr, "peak learning rate");
+  train->add_option("--min-lr", trainFlags.minLr, "learning rate at the end of the decay");
+  train->add_option("--warmup", trainFlags.warmupSteps, "linear warmup steps from 0")->check(CLI::NonNegativeNumber);
+  train->add_option("--decay-steps", trainFlags.decaySteps, "step at which the decay reaches --min-lr (default: --steps)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--lr-decay-style", trainFlags.decayStyle, "cosine | linear | constant")
+      ->check(CLI::IsMember({"cosine", "linear", "constant"}));
+  train->add_option("--save-dir", trainFlags.saveDir, "checkpoint directory (a checkpoint at the end, and every --save-every)");
+  train->add_option("--save-every", trainFlags.saveEvery, "steps between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--keep", trainFlags.keep, "keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber);
+  train->add_flag("--resume", trainFlags.resume, "continue from the newest checkpoint in --save-dir");
+  train->add_option("--metrics", trainFlags.metrics, "JSON Lines metrics file");
+  train->add_option("--tensorboard", trainFlags.tensorboard, "TensorBoard log directory");
+  train->add_option("--eval-every", trainFlags.evalEvery, "steps between validations (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--eval-batches", trainFlags.evalBatches, "micro-batches per evaluation (0: the whole split)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--nan-policy", trainFlags.nanPolicy, "abort | skip: a step with a NaN or Inf loss or gradient")
+      ->check(CLI::IsMember({"abort", "skip"}));
+  train->add_option("--log-every", trainFlags.logEvery, "off a terminal, a progress line every N steps as well as every 30 s")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--nproc-per-node", trainFlags.processesPerNode, "local ranks (1)");
+  train->add_flag("--skip-bad-rows", trainFlags.skipBadRows, "skip, count and list bad rows instead of failing");
 
   CLI::App* generate = app.add_subcommand("generate", "block-diffusion generation (not implemented yet)");
   addPlanFlags(*generate, flags);
@@ -259,7 +291,11 @@ int main(int argc, char** argv) {
     if (forward->parsed()) return runForward(flags);
     if (grad->parsed()) return runGrad(flags);
     if (inspect->parsed()) return runInspect(flags);
-    if (train->parsed()) return notYet("train", "needs the optimizer, data pipeline and checkpointing");
+    if (train->parsed()) {
+      dgemma::Plan plan = loadPlan(trainFlags.execution);
+      dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.execution.planDir, 0));
+      return dgemma::tool::runTrain(trainFlags, std::move(plan));
+    }
     if (generate->parsed()) return notYet("generate", "needs the DiffusionGemma model and the sampler");
     if (eval->parsed()) return notYet("eval", "needs the DiffusionGemma model and the sampler");
     return runCheckData(checkDataFlags);

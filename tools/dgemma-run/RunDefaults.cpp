@@ -1,0 +1,37 @@
+#include "tools/dgemma-run/RunDefaults.h"
+
+#include <iostream>
+
+#include "runtime/core/Error.h"
+
+namespace dgemma::tool {
+
+void applyPlanRunDefaults(CLI::App& train, const Plan& plan, const std::string& planPath) {
+  auto defaults = plan.metadata.find("train_defaults");
+  if (defaults == plan.metadata.end()) return;
+  auto given = [&](const std::string& flag) { return train.get_option(flag)->count() > 0; };
+  std::string filled;
+  for (const auto& [name, value] : defaults->items()) {
+    const std::string flag = "--" + name;
+    const std::string where = planPath + ": metadata.train_defaults." + name;
+    CLI::Option* option;
+    try {
+      option = train.get_option(flag);
+    } catch (const CLI::OptionNotFound&) {
+      throw InputError(where + ": not a dgemma-run train flag");
+    }
+    if (given(flag) || (name == "decay-steps" && given("--steps")) || (name == "save-every" && !given("--save-dir"))) continue;
+    const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+    option->add_result(text);
+    try {
+      option->run_callback();
+    } catch (const CLI::ParseError& error) {
+      throw InputError(where + ": " + error.what());
+    }
+    filled += " " + flag + " " + text;
+  }
+  if (!filled.empty())
+    std::cout << "defaults of the plan's preset " << plan.metadata.value("preset", std::string("(unnamed)")) << ":" << filled << "\n";
+}
+
+}  // namespace dgemma::tool

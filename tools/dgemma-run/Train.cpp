@@ -1,0 +1,512 @@
+#include "tools/dgemma-run/Train.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <optional>
+
+#include "runtime/core/Error.h"
+#include "runtime/core/NoiseKeys.h"
+#include "runtime/plan/PlanFile.h"
+#include "runtime/train/Checkpoint.h"
+#include "runtime/train/LrSchedule.h"
+#include "runtime/train/MetricsWriter.h"
+#include "runtime/train/ProgressBar.h"
+#include "runtime/train/TensorBoardWriter.h"
+#include "tools/dgemma-run/TrainData.h"
+#include "tools/dgemma-run/TrainPlan.h"
+
+namespace dgemma::tool {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The count of applied optimizer steps (skipped ones excluded): Adam's bias corrections and the LR
+// schedule follow it, so it is optimizer state and travels in the checkpoint's optimizer group.
+const std::string kOptimizerStepCount = "optimizer/step";
+// Every evaluation draws the noise of this step (phase Eval): the same noise each time, so the
+// losses of two evaluations differ only by the model.
+constexpr uint64_t kEvaluationNoiseStep = 0;
+
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+float scalarOutput(const std::map<std::string, HostTensor>& outputs, const std::string& name, const std::string& entry) {
+  auto it = outputs.find(name);
+  if (it == outputs.end() || it->second.numElements() != 1)
+    throw InputError("entry " + entry + ": expected a scalar output " + name);
+  return convertDType(it->second, DType::F32, name).as<float>()[0];
+}
+
+// A scalar input of `entry` in the dtype and shape the plan declares.
+HostTensor scalarInput(const Plan& plan, const EntryPoint& entry, const std::string& name, double value) {
+  for (const NamedBuffer& input : entry.inputs) {
+    if (input.name != name) continue;
+    const Buffer& buffer = plan.buffers[input.buffer];
+    HostTensor wide(DType::F64, buffer.shape);
+    std::fill(wide.as<double>(), wide.as<double>() + wide.numElements(), value);
+    return convertDType(wide, buffer.dtype, name);
+  }
+  throw InputError("entry " + entry.key() + ": no input " + name);
+}
+
+// The index of the first NaN or infinity in an f32 tensor, or -1.
+int64_t firstNonFinite(const HostTensor& tensor) {
+  const float* values = tensor.as<float>();
+  for (int64_t i = 0; i < tensor.numElements(); ++i)
+    if (!std::isfinite(values[i])) return i;
+  return -1;
+}
+
+std::string formatFloat(double value) {
+  if (std::isnan(value)) return "nan";  // printf would give "-nan" for a negative one
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", value);
+  return text;
+}
+
+// Sums of the objective's scalars over micro-batches, in micro-batch order.
+struct LossSums {
+  double loss = 0.0;
+  double diffusionLoss = 0.0;
+  double encoderLoss = 0.0;
+  int64_t microBatches = 0;
+};
+
+// What the forward/backward half of an optimizer step produced.
+struct StepGradients {
+  LossSums losses;
+  std::map<std::string, HostTensor> sums;  // "grad/<name>" summed over micro-batches, f32
+  int64_t tokens = 0;
+  std::string nonFinite;                   // empty when every loss and gradient element is finite
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainFlags& flags, Session& session, const TrainPlan& trainPlan, Dataset train, std::optional<Dataset> validation,
+          std::optional<Dataset> test)
+      : flags_(flags),
+        session_(session),
+        trainPlan_(trainPlan),
+        schedule_(scheduleConfig(flags)),
+        train_(std::move(train)),
+        validation_(std::move(validation)),
+        test_(std::move(test)),
+        trainOrder_(SamplerKind::Cyclic, static_cast<int64_t>(train_.items.size()), flags.execution.seed),
+        planHash_(planContentHash(session.planPath)),
+        config_(runConfig()) {
+    collate_.canvasLength = trainPlan.canvasLength;
+    collate_.padId = trainPlan.padId;
+  }
+
+  int run();
+
+ private:
+  static LrScheduleConfig scheduleConfig(const TrainFlags& flags);
+  int64_t globalBatch() const { return trainPlan_.microBatch * flags_.accumulation; }
+  nlohmann::json runConfig() const;
+  void printSetup() const;
+  void restore();
+  void checkSameTrajectory(const Checkpoint& checkpoint) const;
+  std::map<std::string, HostTensor> runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep);
+  static void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
+                        const std::string& where, std::string& nonFinite);
+  StepGradients forwardBackward(int64_t step);
+  float applyOptimizer(std::map<std::string, HostTensor> gradients, double lr);
+  MetricsRecord evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite);
+  void evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress);
+  void record(const MetricsRecord& line);
+  CheckpointSaveResult save(int64_t step);
+
+  const TrainFlags& flags_;
+  Session& session_;
+  const TrainPlan& trainPlan_;
+  LrSchedule schedule_;
+  Dataset train_;
+  std::optional<Dataset> validation_;
+  std::optional<Dataset> test_;
+  ItemOrder trainOrder_;
+  CollateOptions collate_;
+  std::string planHash_;
+  nlohmann::json config_;
+  std::optional<MetricsWriter> metrics_;
+  std::optional<TensorBoardWriter> tensorboard_;
+
+  // The run state a checkpoint restores.
+  int64_t step_ = 0;             // optimizer steps taken, skipped ones included
+  int64_t optimizerSteps_ = 0;   // optimizer steps applied
+  int64_t consumedSamples_ = 0;  // the next global sample index
+  int64_t consumedTokens_ = 0;   // real tokens of the consumed samples
+};
+
+LrScheduleConfig Trainer::scheduleConfig(const TrainFlags& flags) {
+  LrScheduleConfig config;
+  config.maxLr = flags.lr;
+  config.minLr = flags.minLr;
+  config.warmupSteps = flags.warmupSteps;
+  config.decaySteps = flags.decaySteps > 0 ? flags.decaySteps : flags.steps;
+  config.style = parseLrDecayStyle(flags.decayStyle);
+  return config;
+}
+
+// The run's configuration as a checkpoint records it. The "trajectory" part is what a resumed run
+// must repeat to continue the same sequence of steps (checkSameTrajectory); the rest is informational.
+nlohmann::json Trainer::runConfig() const {
+  const TrainFlags& f = flags_;
+  return {{"trajectory",
+           {{"seed", f.execution.seed},
+            {"micro_batch", trainPlan_.microBatch},
+            {"accumulation", f.accumulation},
+            {"train_items", train_.items.size()},
+            {"lr_schedule", schedule_.toJson()}}},
+          {"plan", f.execution.planDir},
+          {"weights", f.execution.weights},
+          {"init", f.execution.init},
+          {"train", f.train},
+          {"validation", f.validation},
+          {"test", f.test},
+          {"tokenizer", f.tokenizer},
+          {"steps", f.steps},
+          {"global_batch", globalBatch()},
+          {"optimizer",
+           {{"beta1", trainPlan_.optimizer.beta1},
+            {"beta2", trainPlan_.optimizer.beta2},
+            {"eps", trainPlan_.optimizer.epsilon},
+            {"weight_decay", trainPlan_.optimizer.weightDecay},
+            {"max_grad_norm", trainPlan_.optimizer.maxGradNorm}}},
+          {"eval_every", f.evalEvery},
+          {"eval_batches", f.evalBatches},
+          {"nan_policy", f.nanPolicy},
+          {"skip_bad_rows", f.skipBadRows},
+          {"save_every", f.saveEvery},
+          {"keep", f.keep}};
+}
+
+void Trainer::printSetup() const {
+  std::string buckets;
+  for (int64_t length : trainPlan_.promptLengths) buckets += (buckets.empty() ? "" : ",") + std::to_string(length);
+  const OptimizerSettings& adam = trainPlan_.optimizer;
+  std::cout << "plan " << session_.planPath << " (" << planHash_ << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
+            << flags_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
+            << trainPlan_.canvasLength << "\n"
+            << "AdamW beta1 " << adam.beta1 << " beta2 " << adam.beta2 << " eps " << adam.epsilon << " weight decay "
+            << adam.weightDecay << " clip " << adam.maxGradNorm << "; lr " << lrDecayStyleName(schedule_.config().style)
+            << " " << formatFloat(flags_.lr) << " -> " << formatFloat(flags_.minLr) << ", warmup "
+            << schedule_.config().warmupSteps << ", decay " << schedule_.config().decaySteps << " steps\n";
+}
+
+void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
+  const nlohmann::json& saved = checkpoint.state().config;
+  const nlohmann::json& now = config_.at("trajectory");
+  for (const auto& [field, value] : now.items()) {
+    const nlohmann::json before = saved.contains("trajectory") ? saved["trajectory"].value(field, nlohmann::json()) : nlohmann::json();
+    if (before != value)
+      throw InputError(checkpoint.directory() + "/manifest.json: config.trajectory." + field + ": the checkpoint's run used " +
+                       before.dump() + ", this run " + value.dump() +
+                       " (a resumed run repeats the flags that decide its steps: --seed, --accumulation, the lr schedule "
+                       "flags with --decay-steps for a changed --steps, and the same --train data)");
+  }
+}
+
+void Trainer::restore() {
+  std::optional<std::string> latest = Checkpoint::findLatest(flags_.saveDir);
+  if (!latest)
+    throw InputError("--resume: " + flags_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
+  Checkpoint checkpoint = Checkpoint::load(*latest, planHash_);
+  checkSameTrajectory(checkpoint);
+  Executor& executor = *session_.executor;
+  for (const std::string& name : trainPlan_.modelParameters) executor.setParameter(name, checkpoint.read("model", name));
+  for (const std::string& name : trainPlan_.optimizerParameters) executor.setParameter(name, checkpoint.read("optimizer", name));
+  const HostTensor count = checkpoint.read("optimizer", kOptimizerStepCount);
+  if (count.dtype != DType::I64 || count.numElements() != 1)
+    throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': expected one i64");
+  optimizerSteps_ = count.as<int64_t>()[0];
+  step_ = checkpoint.state().step;
+  consumedSamples_ = checkpoint.state().consumedSamples;
+  // The token count is a function of the data order, so it is recounted rather than stored.
+  for (int64_t sample = 0; sample < consumedSamples_; ++sample)
+    consumedTokens_ += itemTokens(train_.items[trainOrder_.itemAt(sample)].block);
+  std::cout << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_
+            << "\n";
+}
+
+// corrupt then train_step on one micro-batch, its noise drawn from the keys of (seed, phase,
+// noiseStep, global sample index).
+std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
+  std::map<std::string, HostTensor> corruptInputs = {
+      {"noise_keys", noiseKeys(flags_.execution.seed, phase, noiseStep, batch.samples)},
+      {"canvas_ids", batch.fields.at("canvas_ids")},
+      {"canvas_mask", batch.fields.at("canvas_mask")}};
+  for (auto& [name, tensor] : runEntry(session_, "corrupt", std::move(corruptInputs), batch.where))
+    batch.fields[name] = std::move(tensor);
+  return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
+}
+
+void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
+                        const std::string& where, std::string& nonFinite) {
+  auto add = [&](const std::string& name, double& sum) {
+    const float value = scalarOutput(outputs, name, "train_step");
+    if (!std::isfinite(value) && nonFinite.empty()) nonFinite = name + " is " + formatFloat(value) + " in " + where;
+    sum += value;
+  };
+  add("loss", sums.loss);
+  add("diffusion_loss", sums.diffusionLoss);
+  if (hasEncoderLoss) add("encoder_loss", sums.encoderLoss);
+  ++sums.microBatches;
+}
+
+StepGradients Trainer::forwardBackward(int64_t step) {
+  StepGradients result;
+  for (int64_t micro = 0; micro < flags_.accumulation; ++micro) {
+    MicroBatch batch =
+        assembleMicroBatch(train_, trainOrder_, consumedSamples_ + micro * trainPlan_.microBatch, trainPlan_.microBatch, collate_);
+    result.tokens += batch.tokens;
+    const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(flags_.accumulation) + " (" +
+                              batch.where + ")";
+    std::map<std::string, HostTensor> outputs = runMicroBatch(std::move(batch), NoisePhase::Train, static_cast<uint64_t>(step));
+    addLosses(result.losses, outputs, trainPlan_.hasEncoderLoss, where, result.nonFinite);
+    // Summed in f32 in micro-batch order, the same order on every run; checked as they grow, so
+    // the first non-finite element is named with the micro-batch that brought it.
+    for (const std::string& name : trainPlan_.gradients) {
+      HostTensor gradient = convertDType(outputs.at(name), DType::F32, name);
+      auto [sum, inserted] = result.sums.try_emplace(name, std::move(gradient));  // moves only when inserted
+      if (!inserted) {
+        float* into = sum->second.as<float>();
+        for (int64_t i = 0; i < sum->second.numElements(); ++i) into[i] += gradient.as<float>()[i];
+      }
+      if (!result.nonFinite.empty()) continue;
+      const int64_t bad = firstNonFinite(sum->second);
+      if (bad >= 0)
+        result.nonFinite = "gradient " + name + " element " + std::to_string(bad) + " is " +
+                           formatFloat(sum->second.as<float>()[bad]) + " after " + where;
+    }
+  }
+  return result;
+}
+
+// optimizer_step of the n-th applied update (n = optimizerSteps_): the summed gradients, scaled by
+// 1/N in the plan, at rate `lr` with Adam's bias corrections 1 − β^n in double. Returns grad_norm.
+float Trainer::applyOptimizer(std::map<std::string, HostTensor> gradients, double lr) {
+  const Plan& plan = session_.plan;
+  const EntryPoint& entry = plan.entryPoints[trainPlan_.optimizerStep];
+  const double n = static_cast<double>(optimizerSteps_);
+  std::map<std::string, HostTensor> inputs = {
+      {"lr", scalarInput(plan, entry, "lr", lr)},
+      {"bias_correction1", scalarInput(plan, entry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
+      {"bias_correction2", scalarInput(plan, entry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
+      {"gradient_scale", scalarInput(plan, entry, "gradient_scale", 1.0 / static_cast<double>(flags_.accumulation))}};
+  for (const NamedBuffer& input : entry.inputs) {
+    auto gradient = gradients.find(input.name);
+    if (gradient == gradients.end()) continue;
+    inputs[input.name] = convertDType(gradient->second, plan.buffers[input.buffer].dtype, input.name);
+  }
+  return scalarOutput(session_.executor->run(entry, inputs), "grad_norm", "optimizer_step");
+}
+
+// The objective on the first micro-batches of a split in file order (at most --eval-batches;
+// the last one wraps around to the split's first items to fill the bucket), with evaluation-phase
+// noise. The gradients train_step also computes are dropped. `nonFinite` names a NaN or Inf loss.
+MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite) {
+  const Clock::time_point start = Clock::now();
+  const int64_t items = static_cast<int64_t>(data.items.size());
+  int64_t microBatches = (items + trainPlan_.microBatch - 1) / trainPlan_.microBatch;
+  if (flags_.evalBatches > 0) microBatches = std::min(microBatches, flags_.evalBatches);
+  ItemOrder order(SamplerKind::Single, items, flags_.execution.seed);
+  LossSums sums;
+  MetricsRecord line;
+  for (int64_t micro = 0; micro < microBatches; ++micro) {
+    MicroBatch batch = assembleMicroBatch(data, order, micro * trainPlan_.microBatch, trainPlan_.microBatch, collate_);
+    line.tokens += batch.tokens;
+    const std::string where = batch.where;
+    addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), trainPlan_.hasEncoderLoss, where,
+              nonFinite);
+  }
+  line.step = step;
+  line.split = split;
+  line.loss = static_cast<float>(sums.loss / static_cast<double>(microBatches));
+  line.diffusionLoss = static_cast<float>(sums.diffusionLoss / static_cast<double>(microBatches));
+  if (trainPlan_.hasEncoderLoss) line.encoderLoss = static_cast<float>(sums.encoderLoss / static_cast<double>(microBatches));
+  line.consumedSamples = consumedSamples_;
+  line.seconds = secondsSince(start);
+  return line;
+}
+
+// A non-finite evaluation loss stops the run like a training one (training.md §6.7), after its line;
+// with --nan-policy skip it is reported and the run goes on (there is no update to skip).
+void Trainer::evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress) {
+  std::string nonFinite;
+  const MetricsRecord line = evaluate(data, split, step, nonFinite);
+  record(line);
+  const std::string what = "step " + std::to_string(step) + ": " + metricsSplitName(split);
+  if (nonFinite.empty()) {
+    progress.message(what + " loss " + formatFloat(line.loss));
+    return;
+  }
+  if (flags_.nanPolicy == "abort") throw RuntimeError(what + ": " + nonFinite + " (--nan-policy skip reports it and goes on)");
+  progress.message(what + ": " + nonFinite);
+}
+
+void Trainer::record(const MetricsRecord& line) {
+  if (metrics_) metrics_->write(line);
+  if (!tensorboard_) return;
+  const std::string prefix = metricsSplitName(line.split) + "/";
+  tensorboard_->addScalar(prefix + "loss", line.step, line.loss);
+  tensorboard_->addScalar(prefix + "diffusion_loss", line.step, line.diffusionLoss);
+  if (line.encoderLoss) tensorboard_->addScalar(prefix + "encoder_loss", line.step, *line.encoderLoss);
+  if (line.lr) tensorboard_->addScalar(prefix + "lr", line.step, static_cast<float>(*line.lr));
+  if (line.gradNorm) tensorboard_->addScalar(prefix + "grad_norm", line.step, *line.gradNorm);
+}
+
+CheckpointSaveResult Trainer::save(int64_t step) {
+  const Executor& executor = *session_.executor;
+  std::vector<HostTensor> values;
+  values.reserve(trainPlan_.modelParameters.size() + trainPlan_.optimizerParameters.size() + 1);  // the pointers below stay valid
+  std::vector<CheckpointTensor> tensors;
+  for (const std::string& name : trainPlan_.modelParameters) {
+    values.push_back(executor.parameter(name));
+    tensors.push_back({"model", name, &values.back()});
+  }
+  for (const std::string& name : trainPlan_.optimizerParameters) {
+    values.push_back(executor.parameter(name));
+    tensors.push_back({"optimizer", name, &values.back()});
+  }
+  HostTensor& count = values.emplace_back(DType::I64, std::vector<int64_t>{});
+  count.as<int64_t>()[0] = optimizerSteps_;
+  tensors.push_back({"optimizer", kOptimizerStepCount, &count});
+
+  CheckpointState state;
+  state.planHash = planHash_;
+  state.step = step;
+  state.consumedSamples = consumedSamples_;
+  state.dataOrderState = {{"sampler", "cyclic"}, {"seed", flags_.execution.seed}};
+  state.rng = {{"seed", flags_.execution.seed}, {"noise", "per_sample"}};
+  state.config = config_;
+  CheckpointSaveOptions options;
+  options.keep = flags_.keep;
+  return Checkpoint::save(flags_.saveDir, state, tensors, options);
+}
+
+int Trainer::run() {
+  printSetup();
+  if (flags_.resume) restore();
+  if (step_ > flags_.steps)
+    throw InputError("--steps " + std::to_string(flags_.steps) + ": the checkpoint is at step " + std::to_string(step_) + " already");
+  if (step_ == flags_.steps) {
+    std::cout << "the run is complete at step " << step_ << "; nothing to do\n";
+    return 0;
+  }
+  if (!flags_.metrics.empty())
+    metrics_ = flags_.resume ? MetricsWriter::resume(flags_.metrics, step_) : MetricsWriter::create(flags_.metrics);
+  if (!flags_.tensorboard.empty()) {
+    TensorBoardWriter::Options options;
+    if (flags_.resume) options.resumedStep = step_;
+    tensorboard_ = TensorBoardWriter::open(flags_.tensorboard, options);
+  }
+  ProgressOptions progressOptions;
+  progressOptions.totalSteps = flags_.steps;
+  progressOptions.firstStep = step_;
+  progressOptions.isTty = ::isatty(STDOUT_FILENO) != 0;
+  progressOptions.everySteps = flags_.logEvery;
+  ProgressBar progress(std::cout, progressOptions);
+
+  const Clock::time_point start = Clock::now();
+  int64_t tokensThisRun = 0, skippedSteps = 0;
+  while (step_ < flags_.steps) {
+    const Clock::time_point stepStart = Clock::now();
+    const int64_t step = step_ + 1;
+    StepGradients gradients = forwardBackward(step);
+    const double lr = schedule_.forOptimizerStep(optimizerSteps_ + 1);
+    const bool skipped = !gradients.nonFinite.empty();
+    float gradNorm = std::numeric_limits<float>::quiet_NaN();
+    if (!skipped) {
+      ++optimizerSteps_;
+      gradNorm = applyOptimizer(std::move(gradients.sums), lr);
+    }
+    step_ = step;
+    consumedSamples_ += globalBatch();
+    consumedTokens_ += gradients.tokens;
+    tokensThisRun += gradients.tokens;
+
+    const double micro = static_cast<double>(gradients.losses.microBatches);
+    MetricsRecord line;
+    line.step = step;
+    line.loss = static_cast<float>(gradients.losses.loss / micro);
+    line.diffusionLoss = static_cast<float>(gradients.losses.diffusionLoss / micro);
+    if (trainPlan_.hasEncoderLoss) line.encoderLoss = static_cast<float>(gradients.losses.encoderLoss / micro);
+    line.lr = lr;
+    line.gradNorm = gradNorm;
+    line.consumedSamples = consumedSamples_;
+    line.tokens = consumedTokens_;
+    line.seconds = secondsSince(stepStart);
+    if (skipped) line.extra.push_back({"skipped", true});
+    record(line);
+    const double elapsed = secondsSince(start);
+    progress.update({step, line.loss, lr, gradNorm, elapsed > 0 ? tokensThisRun / elapsed : 0.0, elapsed});
+    if (skipped) {
+      if (flags_.nanPolicy == "abort")
+        throw RuntimeError("step " + std::to_string(step) + ": " + gradients.nonFinite +
+                           "; stopped before the update (--nan-policy skip skips such steps)");
+      ++skippedSteps;
+      progress.message("step " + std::to_string(step) + " skipped, no update: " + gradients.nonFinite);
+    }
+
+    // Every line of a step goes out before its checkpoint (MetricsWriter::resume relies on it).
+    const bool last = step == flags_.steps;
+    if (validation_ && (last || (flags_.evalEvery > 0 && step % flags_.evalEvery == 0)))
+      evaluateAndRecord(*validation_, MetricsSplit::Validation, step, progress);
+    if (test_ && last) evaluateAndRecord(*test_, MetricsSplit::Test, step, progress);
+    if (!flags_.saveDir.empty() && (last || (flags_.saveEvery > 0 && step % flags_.saveEvery == 0))) {
+      CheckpointSaveResult saved = save(step);
+      std::string removed;
+      for (const std::string& directory : saved.removed) removed += ", removed " + directory;
+      progress.message("saved checkpoint " + saved.directory + " (" + formatFloat(saved.bytesWritten / 1e6) + " MB in " +
+                       formatFloat(saved.seconds) + " s" + removed + ")");
+    }
+  }
+  progress.finish();
+  if (tensorboard_) tensorboard_->flush();
+  std::cout << "trained to step " << step_ << " in " << formatFloat(secondsSince(start)) << " s, " << tokensThisRun
+            << " tokens, " << skippedSteps << " steps skipped\n";
+  return 0;
+}
+
+void checkFlags(const TrainFlags& flags) {
+  if (flags.execution.weights.empty() == flags.execution.init.empty())
+    throw InputError("give exactly one of --weights DIR and --init random");
+  if (flags.processesPerNode != 1)
+    throw InputError("--nproc-per-node: only 1 is supported yet (several ranks need the sharding passes)");
+  if (flags.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
+  if (flags.resume && flags.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
+  if (flags.saveEvery > 0 && flags.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
+  if (flags.tokenizer.empty() && flags.execution.weights.empty())
+    throw InputError("--tokenizer: required with --init random (a directory with tokenizer.model or tokenizer.json)");
+  checkSplits(flags.train, flags.validation, flags.test);
+}
+
+}  // namespace
+
+int runTrain(const TrainFlags& flags, Plan plan) {
+  checkFlags(flags);
+  const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(flags.execution.planDir, flags.execution.rank));
+  const Tokenizer tokenizer(flags.tokenizer.empty() ? flags.execution.weights : flags.tokenizer);
+  tokenizer.checkVocabSize(trainPlan.vocabSize);
+  SplitOptions splitOptions;
+  splitOptions.canvasLength = trainPlan.canvasLength;
+  splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
+  splitOptions.vocabSize = trainPlan.vocabSize;
+  splitOptions.skipBadRows = flags.skipBadRows;
+  Dataset train = loadSplit("--train", flags.train, tokenizer, splitOptions);
+  std::optional<Dataset> validation, test;
+  if (!flags.validation.empty()) validation = loadSplit("--validation", flags.validation, tokenizer, splitOptions);
+  if (!flags.test.empty()) test = loadSplit("--test", flags.test, tokenizer, splitOptions);
+  // The data is checked before the weights load, which can take long for a large model.
+  std::unique_ptr<Session> session = openSession(flags.execution, std::move(plan));
+  Trainer trainer(flags, *session, trainPlan, std::move(train), std::move(validation), std::move(test));
+  return trainer.run();
+}
+
+}  // namespace dgemma::tool

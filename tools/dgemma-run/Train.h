@@ -1,0 +1,46 @@
+// dgemma-run train: the training loop (docs/training.md, "The training loop"). Per optimizer step,
+// N micro-batches of the global item order run the plan's corrupt and train_step entries, their
+// gradients are summed on the host, a NaN/Inf guard looks at them, and optimizer_step applies AdamW
+// at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
+// follow. Everything a step computes is a pure function of (seed, step, consumed samples, the state
+// in the checkpoint), so a resumed run continues bit-exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tools/dgemma-run/Session.h"
+
+namespace dgemma::tool {
+
+struct TrainFlags {
+  ExecutionFlags execution;  // --plan, --weights | --init random, --seed, --backend, --threads
+  std::string train;
+  std::string validation;
+  std::string test;
+  std::string tokenizer;     // default: the --weights directory
+  int64_t steps = 0;         // 0: not given (then the plan's preset must give it)
+  int64_t accumulation = 1;  // micro-batches per optimizer step
+  double lr = 5e-5;          // the schedule's peak (training.md §13)
+  double minLr = 0.0;
+  int64_t warmupSteps = 0;
+  int64_t decaySteps = 0;    // 0: --steps
+  std::string decayStyle = "cosine";
+  std::string saveDir;
+  int64_t saveEvery = 0;     // 0: only at the end
+  int keep = 0;              // 0: keep every checkpoint
+  bool resume = false;
+  std::string metrics;
+  std::string tensorboard;
+  int64_t evalEvery = 0;     // 0: only at the end
+  int64_t evalBatches = 0;   // 0: the whole split
+  std::string nanPolicy = "abort";
+  int64_t logEvery = 0;      // progress lines off a terminal: every this many steps too
+  int64_t processesPerNode = 1;
+  bool skipBadRows = false;
+};
+
+// `plan` is the --plan directory's, its run defaults already applied to `flags`.
+int runTrain(const TrainFlags& flags, Plan plan);
+
+}  // namespace dgemma::tool

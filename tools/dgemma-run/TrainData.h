@@ -1,0 +1,46 @@
+// The data side of `dgemma-run train`: each split built for the plan (its canvas length, its
+// largest prompt bucket as the longest encoder context, the model's vocabulary), and micro-batches
+// collated from it by global sample index (docs/training.md, "The training loop").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/core/HostTensor.h"
+#include "runtime/data/batch/Blocks.h"
+#include "runtime/data/batch/ItemOrder.h"
+#include "runtime/data/dataset/Dataset.h"
+#include "runtime/data/text/Tokenizer.h"
+
+namespace dgemma::tool {
+
+struct SplitOptions {
+  int64_t canvasLength = 0;
+  int64_t maxEncoderLength = 0;  // the plan's largest prompt_len bucket: a longer context fits no bucket
+  int64_t vocabSize = 0;
+  bool skipBadRows = false;
+};
+
+// Builds the split at `path` (given as `flag`), lists each skipped row on stderr and prints its
+// counts. Rows with images are bad rows while the plan is text-only (no vision tower yet). Throws
+// InputError for a bad row (unless skipping) and for a split with no item left.
+Dataset loadSplit(const std::string& flag, const std::string& path, const Tokenizer& tokenizer, const SplitOptions& options);
+
+// The real tokens of an item: its encoder context and its canvas block.
+int64_t itemTokens(const BlockItem& item);
+
+struct MicroBatch {
+  std::map<std::string, HostTensor> fields;  // collate()'s: input_ids, attention_mask, canvas_ids, canvas_mask, ...
+  std::vector<int64_t> samples;             // global sample indices, the noise keys' sample indices
+  int64_t tokens = 0;                        // real prompt and canvas tokens
+  std::string where;                         // "FILE: samples 8..9" for messages
+};
+
+// The micro-batch of samples [firstSample, firstSample + size): sample c is item order.itemAt(c).
+// Prompts are left-padded to the longest of them; running it picks the prompt bucket.
+MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t firstSample, int64_t size,
+                              const CollateOptions& options);
+
+}  // namespace dgemma::tool
