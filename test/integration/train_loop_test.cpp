@@ -1,0 +1,303 @@
+// `dgemma-run train` end to end on the tiny CPU model (models/diffusion_gemma/configs/tiny-cpu.json,
+// micro-batch 2) and small text-only arithmetic splits tokenized by the bundled tokenizer: a resumed
+// run continues bit-exactly, also after a kill -9; one batch is overfitted; gradient accumulation
+// equals a larger micro-batch; the NaN guard aborts or skips; bad inputs exit 2 naming the file.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "ToolRunner.h"
+
+namespace dgemma {
+namespace {
+
+using testing::runTool;
+using testing::ScratchDirectory;
+using testing::ToolResult;
+
+bool contains(const ToolResult& result, const std::string& text) { return result.output.find(text) != std::string::npos; }
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> readLines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::istringstream in(readFile(path));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The metrics lines of steps [first, last] without the wall-clock field, the one field a resumed
+// run may change.
+std::vector<std::string> stepLines(const std::string& metricsPath, int64_t first, int64_t last) {
+  static const std::regex seconds(R"(, "seconds": [^,}]*)");
+  std::vector<std::string> selected;
+  for (const std::string& line : readLines(metricsPath)) {
+    const int64_t step = nlohmann::json::parse(line).at("step").get<int64_t>();
+    if (step >= first && step <= last) selected.push_back(std::regex_replace(line, seconds, ""));
+  }
+  return selected;
+}
+
+// "What is A + B?" -> "A+B" rows, a deterministic function of the row index.
+void writeArithmeticRows(const std::string& path, int rows, int salt) {
+  std::ofstream out(path);
+  for (int i = 0; i < rows; ++i) {
+    const int a = (37 * i + 11 * salt + 3) % 100, b = (53 * i + 7 * salt + 5) % 100;
+    out << R"({"messages": [{"role": "user", "content": "What is )" << a << " + " << b << R"(?"}], "completion": ")" << a + b
+        << "\"}\n";
+  }
+}
+
+class TrainLoopTest : public ::testing::Test {
+ protected:
+  // One plan and data set per process (each test runs in its own under ctest).
+  static void SetUpTestSuite() {
+    root_ = new std::string((std::filesystem::temp_directory_path() / ("dgemma-train-loop-" + std::to_string(::getpid()))).string());
+    std::filesystem::remove_all(*root_);
+    std::filesystem::create_directories(*root_);
+    writeArithmeticRows(*root_ + "/train.jsonl", 12, 0);
+    writeArithmeticRows(*root_ + "/validation.jsonl", 6, 1);
+    writeArithmeticRows(*root_ + "/test.jsonl", 4, 2);
+    writeArithmeticRows(*root_ + "/one-batch.jsonl", 2, 3);
+    ToolResult compiled = runTool(compileCommand(2, "") + " -o " + *root_ + "/plan");
+    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*root_);
+    delete root_;
+  }
+
+  static std::string compileCommand(int microBatch, const std::string& extra) {
+    return std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR + "/models/diffusion_gemma/configs/tiny-cpu.json" +
+           " --mode train --micro-batch " + std::to_string(microBatch) + " --prompt-len 32,48" + extra;
+  }
+  static std::string data(const std::string& name) { return *root_ + "/" + name; }
+
+  // A run from --init random on the train split; `flags` adds the rest.
+  static std::string train(const std::string& flags, const std::string& plan = data("plan")) {
+    return std::string(DGEMMA_RUN) + " train --plan " + plan + " --init random --seed 7 --tokenizer " + DGEMMA_SOURCE_DIR +
+           "/data/tokenizer --train " + data("train.jsonl") + " " + flags;
+  }
+
+  ScratchDirectory dir;
+  static std::string* root_;
+};
+
+std::string* TrainLoopTest::root_ = nullptr;
+
+// A 6-step run, and a 3-step run resumed in a fresh process to step 6, write the same lines for
+// steps 4-6 (train, validation and test, timing aside) and the same final weights and moments.
+TEST_F(TrainLoopTest, ResumeContinuesBitExactly) {
+  const std::string common = "--validation " + data("validation.jsonl") + " --test " + data("test.jsonl") +
+                             " --lr 1e-3 --warmup 2 --decay-steps 6 --eval-every 2";
+  ToolResult whole = runTool(train(common + " --steps 6 --metrics " + (dir / "whole.jsonl") + " --save-dir " + (dir / "whole") +
+                                   " --tensorboard " + (dir / "tb")));
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  // Off a terminal the progress line is whole lines: the first step and the last.
+  EXPECT_TRUE(contains(whole, "step 1/6  loss ")) << whole.output;
+  EXPECT_TRUE(contains(whole, "step 6/6  loss ")) << whole.output;
+  EXPECT_TRUE(contains(whole, "saved checkpoint " + (dir / "whole/step-00000006"))) << whole.output;
+
+  ToolResult first = runTool(train(common + " --steps 3 --metrics " + (dir / "split.jsonl") + " --save-dir " + (dir / "split")));
+  ASSERT_EQ(first.exitCode, 0) << first.output;
+  ToolResult resumed =
+      runTool(train(common + " --steps 6 --metrics " + (dir / "split.jsonl") + " --save-dir " + (dir / "split") + " --resume"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed, "resumed from " + (dir / "split/step-00000003") + ": step 3, consumed samples 6")) << resumed.output;
+
+  const std::vector<std::string> expected = stepLines(dir / "whole.jsonl", 4, 6);
+  EXPECT_EQ(expected.size(), 6u);  // three train lines, validations at 4 and 6, the test at 6
+  EXPECT_EQ(stepLines(dir / "split.jsonl", 4, 6), expected);
+  for (const char* file : {"model-00001-of-00001.safetensors", "optimizer-00001-of-00001.safetensors"})
+    EXPECT_TRUE(readFile(dir / "whole/step-00000006/" + file) == readFile(dir / "split/step-00000006/" + file)) << file;
+
+  // A checkpoint's model group is a --weights directory (the optimizer starts afresh).
+  ToolResult fromCheckpoint = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("plan") + " --weights " +
+                                      (dir / "whole/step-00000006") + " --tokenizer " + DGEMMA_SOURCE_DIR +
+                                      "/data/tokenizer --train " + data("train.jsonl") + " --steps 1");
+  EXPECT_EQ(fromCheckpoint.exitCode, 0) << fromCheckpoint.output;
+}
+
+// kill -9 once the metrics file shows step 4 (with a checkpoint every step), then --resume: the
+// finished file equals an uninterrupted run's.
+TEST_F(TrainLoopTest, ResumeAfterKillNineContinuesBitExactly) {
+  // Four micro-batches a step keep the run going long enough to be caught mid-way.
+  const std::string common = "--accumulation 4 --lr 1e-3 --steps 6 --save-every 1";
+  ToolResult reference = runTool(train(common + " --metrics " + (dir / "reference.jsonl") + " --save-dir " + (dir / "reference")));
+  ASSERT_EQ(reference.exitCode, 0) << reference.output;
+
+  const std::string metrics = dir / "killed.jsonl";
+  const std::string command = train(common + " --metrics " + metrics + " --save-dir " + (dir / "killed"));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + command + " > " + (dir / "killed.log") + " 2>&1").c_str(), nullptr);
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool sawStepFour = false;
+  int status = 0;
+  while (!sawStepFour && std::chrono::steady_clock::now() < deadline) {
+    sawStepFour = readFile(metrics).find(R"({"step": 4, "split": "train")") != std::string::npos;
+    if (!sawStepFour) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (::waitpid(child, &status, WNOHANG) == child) FAIL() << "the run ended before it was killed\n" << readFile(dir / "killed.log");
+  }
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(sawStepFour) << readFile(dir / "killed.log");
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before the kill landed";
+  std::vector<std::string> saved;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "killed")) saved.push_back(entry.path().filename().string());
+  std::sort(saved.begin(), saved.end());
+  std::cout << "[ kill -9 ] after " << readLines(metrics).size() << " metrics lines; in the save directory:";
+  for (const std::string& name : saved) std::cout << " " << name;
+  std::cout << "\n";
+
+  ToolResult resumed = runTool(train(common + " --metrics " + metrics + " --save-dir " + (dir / "killed") + " --resume"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed, "resumed from ")) << resumed.output;
+  EXPECT_EQ(stepLines(metrics, 1, 6), stepLines(dir / "reference.jsonl", 1, 6));
+}
+
+// One batch of two rows (the micro-batch, no accumulation), trained on again and again, is learned:
+// the training loss falls from about 2 ln(256) to below 0.05 (the median of the last 10 steps; a
+// single step's loss depends on the corruption it drew).
+TEST_F(TrainLoopTest, OverfitsOneBatch) {
+  ToolResult run = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("plan") + " --init random --seed 7 --tokenizer " +
+                           DGEMMA_SOURCE_DIR + "/data/tokenizer --train " + data("one-batch.jsonl") +
+                           " --steps 200 --lr 3e-3 --warmup 10 --log-every 1");
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  std::vector<double> losses;
+  static const std::regex progress(R"(step +\d+/200  loss ([0-9.]+))");
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), progress); it != std::sregex_iterator(); ++it)
+    losses.push_back(std::stod((*it)[1]));
+  ASSERT_EQ(losses.size(), 200u) << run.output;
+  EXPECT_GT(losses.front(), 10.0);
+  std::vector<double> last(losses.end() - 10, losses.end());
+  std::nth_element(last.begin(), last.begin() + 5, last.end());
+  EXPECT_LT(last[5], 0.05) << run.output;
+}
+
+// Two micro-batches of 2 accumulated are one micro-batch of 4: the same samples, the same noise
+// (keys per sample), the same per-example mean (no encoder loss, whose token mean is per micro-batch).
+TEST_F(TrainLoopTest, AccumulationEqualsALargerMicroBatch) {
+  for (int microBatch : {2, 4}) {
+    ToolResult compiled = runTool(compileCommand(microBatch, " --encoder-loss-weight 0 -o " + (dir / "plan" + std::to_string(microBatch))));
+    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  }
+  ToolResult accumulated = runTool(train("--steps 3 --lr 1e-3 --accumulation 2 --metrics " + (dir / "accumulated.jsonl"), dir / "plan2"));
+  ASSERT_EQ(accumulated.exitCode, 0) << accumulated.output;
+  ToolResult single = runTool(train("--steps 3 --lr 1e-3 --metrics " + (dir / "single.jsonl"), dir / "plan4"));
+  ASSERT_EQ(single.exitCode, 0) << single.output;
+  const std::vector<std::string> a = readLines(dir / "accumulated.jsonl"), b = readLines(dir / "single.jsonl");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const nlohmann::json x = nlohmann::json::parse(a[i]), y = nlohmann::json::parse(b[i]);
+    EXPECT_EQ(x["consumed_samples"], y["consumed_samples"]);
+    EXPECT_EQ(x["tokens"], y["tokens"]);
+    EXPECT_EQ(x["lr"], y["lr"]);
+    EXPECT_TRUE(x["encoder_loss"].is_null());
+    for (const char* field : {"loss", "grad_norm"})
+      EXPECT_NEAR(x[field].get<double>(), y[field].get<double>(), 1e-5 * std::abs(y[field].get<double>()))
+          << "step " << i + 1 << " " << field;
+  }
+}
+
+// A rate of 1e30 ruins the weights in one update, so step 2's gradients are NaN: by default the run
+// stops there (exit 1, naming the step and the tensor, its line written); with --nan-policy skip
+// every such step is logged as skipped and the run goes on.
+TEST_F(TrainLoopTest, NanGuardAbortsOrSkips) {
+  ToolResult aborted = runTool(train("--steps 3 --lr 1e30 --metrics " + (dir / "abort.jsonl")));
+  EXPECT_EQ(aborted.exitCode, 1) << aborted.output;
+  EXPECT_TRUE(contains(aborted, "error: step 2: gradient grad/")) << aborted.output;
+  ASSERT_EQ(readLines(dir / "abort.jsonl").size(), 2u);
+  EXPECT_NE(readLines(dir / "abort.jsonl")[1].find(R"("grad_norm": null, "consumed_samples": 4, "tokens": )"), std::string::npos);
+
+  ToolResult skipped = runTool(train("--steps 3 --lr 1e30 --nan-policy skip --metrics " + (dir / "skip.jsonl")));
+  ASSERT_EQ(skipped.exitCode, 0) << skipped.output;
+  EXPECT_TRUE(contains(skipped, "step 2 skipped, no update: gradient grad/")) << skipped.output;
+  EXPECT_TRUE(contains(skipped, "2 steps skipped")) << skipped.output;
+  const std::vector<std::string> lines = readLines(dir / "skip.jsonl");
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_FALSE(nlohmann::json::parse(lines[0]).contains("skipped"));
+  for (size_t i = 1; i < 3; ++i) {
+    const nlohmann::json line = nlohmann::json::parse(lines[i]);
+    EXPECT_EQ(line["skipped"], true) << lines[i];
+    // A skipped step does not advance the schedule: step 3 applies (would apply) step 2's rate.
+    EXPECT_EQ(line["lr"], nlohmann::json::parse(lines[1])["lr"]);
+  }
+}
+
+// A plan compiled with --preset carries run defaults; explicit flags win, and an explicit --steps
+// keeps the decay to itself rather than the preset's --decay-steps.
+TEST_F(TrainLoopTest, PresetRunDefaultsFillUnsetFlags) {
+  ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
+                                "/models/diffusion_gemma/configs/tiny-cpu.json --mode train --preset tiny-cpu -o " + (dir / "plan"));
+  ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  ToolResult run = runTool(train("--steps 2 --warmup 1 --metrics " + (dir / "metrics.jsonl"), dir / "plan"));
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_TRUE(contains(run, "defaults of the plan's preset tiny-cpu: --accumulation 1 --eval-batches 4 --eval-every 10 --lr 0.001 "
+                            "--min-lr 0.0001\n"))
+      << run.output;
+  EXPECT_TRUE(contains(run, "lr cosine 0.001 -> 0.0001, warmup 1, decay 2 steps")) << run.output;
+  const std::vector<std::string> lines = readLines(dir / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(lines[1])["lr"], 0.001);  // lr(1) = the peak after one warmup step
+}
+
+// Bad input exits 2 with a message naming the file: a missing split, nothing to resume from, a
+// damaged checkpoint, and a resume that would not continue the same run.
+TEST_F(TrainLoopTest, BadInputExitsTwoNamingTheFile) {
+  ToolResult missing = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("plan") + " --init random --tokenizer " +
+                               DGEMMA_SOURCE_DIR + "/data/tokenizer --train " + (dir / "nowhere.jsonl") + " --steps 1");
+  EXPECT_EQ(missing.exitCode, 2);
+  EXPECT_TRUE(contains(missing, "--train: " + (dir / "nowhere.jsonl") + ": cannot open")) << missing.output;
+
+  // An encoder context longer than the largest prompt bucket (48) fits no train_step.
+  std::ofstream(dir / "long.jsonl") << R"({"messages": [{"role": "user", "content": ")" << std::string(60, 'x') << R"("}], "completion": "1"})"
+                                    << "\n";
+  ToolResult tooLong = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("plan") + " --init random --tokenizer " +
+                               DGEMMA_SOURCE_DIR + "/data/tokenizer --train " + (dir / "long.jsonl") + " --steps 1");
+  EXPECT_EQ(tooLong.exitCode, 2);
+  EXPECT_TRUE(contains(tooLong, (dir / "long.jsonl") + ":1: completion: block 0 needs an encoder context of ")) << tooLong.output;
+  EXPECT_TRUE(contains(tooLong, "more than max_encoder_length 48")) << tooLong.output;
+
+  ToolResult nothing = runTool(train("--steps 2 --save-dir " + (dir / "empty") + " --resume"));
+  EXPECT_EQ(nothing.exitCode, 2);
+  EXPECT_TRUE(contains(nothing, "--resume: " + (dir / "empty") + ": no complete checkpoint")) << nothing.output;
+
+  // --decay-steps 2: the schedule of the 2-step runs below, which a resumed run must repeat.
+  ASSERT_EQ(runTool(train("--steps 1 --decay-steps 2 --save-dir " + (dir / "saved"))).exitCode, 0);
+  std::string withOtherSeed = train("--steps 2 --save-dir " + (dir / "saved") + " --resume");
+  withOtherSeed.replace(withOtherSeed.find("--seed 7"), 8, "--seed 8");
+  ToolResult otherSeed = runTool(withOtherSeed);
+  EXPECT_EQ(otherSeed.exitCode, 2);
+  EXPECT_TRUE(contains(otherSeed, "step-00000001/manifest.json: config.trajectory.seed: the checkpoint's run used 7, this run 8"))
+      << otherSeed.output;
+
+  const std::string shard = dir / "saved/step-00000001/model-00001-of-00001.safetensors";
+  std::string bytes = readFile(shard);
+  bytes[bytes.size() / 2] ^= 1;
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+  ToolResult corrupted = runTool(train("--steps 2 --save-dir " + (dir / "saved") + " --resume"));
+  EXPECT_EQ(corrupted.exitCode, 2);
+  EXPECT_TRUE(contains(corrupted, shard + ": xxh3_64: ")) << corrupted.output;
+}
+
+}  // namespace
+}  // namespace dgemma
