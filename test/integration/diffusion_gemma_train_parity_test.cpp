@@ -150,6 +150,7 @@ std::vector<TrainCase> trainCases() {
   cases.push_back({"all_experts", "base-sft.sc1.enc1.aux0.01"});
   cases.push_back({"seven_layers", "reweighted-loo-ce.sc1.enc1"});
   cases.push_back({"hf_tester", "reweighted-loo-ce.sc1.enc1"});
+  cases.push_back({"hf_tester", "base-sft.sc1.enc1.aux0.01"});
   return cases;
 }
 

@@ -23,7 +23,8 @@ The objective of one micro-batch (B examples, prompt width P, canvas L, vocabula
     z   = f, or f + delta(t) * onehot(noisy) for the leave-one-out variants
     l_b = w(t_b) * sum_l M_bl CE(z_bl, x0_bl) / max(sum_l M_bl, 1)
     enc = sum M CE(softcap(head(clean encoder(prompt ++ x0)[P-1 : P+L-1])), x0) / max(sum M, 1)   (enc1 only)
-    aux = sum over the router calls of pass 2 and the clean pass of E / (k T^2) sum_e P_e c_e   (aux cases only)
+    aux = sum over the router calls of pass 2 and the clean pass of (E / k) / T_real^2 sum_e P_e c_e, over real
+          tokens only: P_e = sum_t w_t p_te, c_e = sum_t w_t #{j : idx[t, j] == e}, w_t = 0 on padding   (aux cases only)
     loss = (sum_b l_b + enc_w * enc * B) / B + a * aux;  diffusion_loss = sum_b l_b / B;  encoder_loss = enc
 
 Besides writing, the script checks its own results (see tools/reference/README.md), among them a central
@@ -121,7 +122,7 @@ CASES: dict[str, list[Case]] = {
     "all_experts": [Case(o, sc, ew) for o in OBJECTIVES for sc in (False, True) for ew in (0.0, 1.0)]
     + [Case("reweighted-ce", True, 1.0, 1.5), Case("base-sft", True, 1.0, aux=0.01)],
     "seven_layers": [Case("reweighted-loo-ce", True, 1.0)],
-    "hf_tester": [Case("reweighted-loo-ce", True, 1.0)],
+    "hf_tester": [Case("reweighted-loo-ce", True, 1.0), Case("base-sft", True, 1.0, aux=0.01)],
 }
 
 DESCRIPTIONS = {
@@ -132,8 +133,9 @@ DESCRIPTIONS = {
     "placement of the calls (pass 2 and the clean pass, 9 calls) and the coefficient, not the gradient through P_e.",
     "seven_layers": "One case (reweighted-loo-ce, sc on, enc_w 1). sliding_window 4: the K/V pass, the decoder's "
     "last-(W-1) prefix trim and the clean encoder pass over P + L = 27 tokens all cross the window.",
-    "hf_tester": "One case (reweighted-loo-ce, sc on, enc_w 1) on the text part of the HF tester config (sliding "
-    "head_dim 256, full head_dim 16, top-2 of 4 experts).",
+    "hf_tester": "reweighted-loo-ce (sc on, enc_w 1) on the text part of the HF tester config (sliding head_dim 256, "
+    "full head_dim 16, top-2 of 4 experts), plus base-sft (sc on, enc_w 1) with a router load-balancing loss of "
+    "coefficient 0.01: with top_k < num_experts its gradient through P_e is nonzero, and it leaves the padding out.",
 }
 
 
@@ -402,36 +404,59 @@ class RouterProbe:
 class RouterAux:
     """Keeps the router outputs (with their autograd graph) of the calls that carry the load-balancing loss.
 
-    Only calls made while `active` is set are kept: the objective sets it for pass 2 (the encoder K/V pass over the
-    prompt and the decoder) and the clean encoder pass, never for pass 1 (no_grad).
+    Only calls made while `phase` is set are kept: the objective sets "pass2" for pass 2 (the encoder K/V pass over the
+    prompt and the decoder) and "clean" for the clean encoder pass, never for pass 1 (no_grad). Each call is labelled
+    with its phase and part (encoder or decoder), which select its real-token weights (`aux_token_weights`).
     """
 
     def __init__(self, model):
-        self.active = False
-        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
-        layers = list(model.model.encoder.language_model.layers) + list(model.model.decoder.layers)
-        routers = {id(layer.router): layer.router for layer in layers}  # distinct modules with tied parameters
-        assert len(routers) == len(layers)
-        self.handles = [r.register_forward_hook(self._hook) for r in routers.values()]
+        self.phase = ""
+        self.calls: list[tuple[str, str, torch.Tensor, torch.Tensor]] = []
+        self.handles = []
+        for part, layers in (("encoder", model.model.encoder.language_model.layers), ("decoder", model.model.decoder.layers)):
+            for layer in layers:  # distinct router modules with tied parameters
+                self.handles.append(layer.router.register_forward_hook(self._hook(part)))
 
-    def _hook(self, module, inputs, outputs):
-        if self.active:
-            probs, _w, idx = outputs  # router_probabilities [T, E] (softmax over all experts), top_k_index [T, k]
-            self.calls.append((probs, idx))
+    def _hook(self, part):
+        def fn(module, inputs, outputs):
+            if self.phase:
+                probs, _w, idx = outputs  # router_probabilities [T, E] (softmax over all experts), top_k_index [T, k]
+                self.calls.append((self.phase, part, probs, idx))
+
+        return fn
 
     def remove(self):
         for h in self.handles:
             h.remove()
 
 
-def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, num_experts: int, top_k: int) -> torch.Tensor:
-    """E / (k T^2) sum_e P_e c_e with P_e = sum_t p_te (differentiable) and c_e = #{(t, j): idx[t, j] == e}
-    (a discrete count, no gradient). T counts every token of the call, padding included."""
+def aux_token_weights(phase: str, part: str, batch, n: int) -> torch.Tensor:
+    """w_t of a load-balancing call: 1 for a real token, 0 for padding (tokens in HF's [B*S] row-major order).
+
+    K/V pass: attention_mask; clean pass: cat(attention_mask, canvas_mask > 0); decoder: 1 on every canvas position
+    (canvas pads are real decoder queries)."""
+    if part == "decoder":
+        w = torch.ones(n, dtype=torch.bool)
+    elif phase == "clean":
+        w = torch.cat([batch["attention_mask"].bool(), batch["canvas_mask"] > 0], dim=1).reshape(-1)
+    else:
+        assert phase == "pass2", phase
+        w = batch["attention_mask"].reshape(-1).bool()
+    assert w.shape == (n,), (w.shape, n)
+    return w
+
+
+def load_balancing_loss(probs: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, num_experts: int, top_k: int) -> torch.Tensor:
+    """(E / k) / T_real^2 * sum_e P_e c_e over the call's real tokens (w_t = 1; padding has w_t = 0), with
+    T_real = max(sum_t w_t, 1), P_e = sum_t w_t p_te (differentiable) and c_e = sum_t w_t #{j : idx[t, j] == e}
+    (a discrete count, no gradient). This is dgemma's loadBalancingLoss."""
     T = probs.shape[0]
-    assert probs.shape == (T, num_experts) and idx.shape == (T, top_k)
-    mass = probs.sum(0)
-    counts = torch.bincount(idx.reshape(-1), minlength=num_experts).to(probs.dtype)
-    return (mass * counts).sum() * (num_experts / (top_k * T * T))
+    assert probs.shape == (T, num_experts) and idx.shape == (T, top_k) and w.shape == (T,)
+    wt = w.to(probs.dtype)
+    mass = (probs * wt[:, None]).sum(0)
+    counts = torch.bincount(idx.reshape(-1), weights=wt[:, None].expand(T, top_k).reshape(-1), minlength=num_experts)
+    real = max(wt.sum().item(), 1.0)
+    return (mass * counts.to(probs.dtype)).sum() * ((num_experts / top_k) / (real * real))
 
 
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
@@ -528,7 +553,7 @@ def _objective(model, batch, case: Case, *, cache, probe, pass1_logits, aux: Rou
     if probe is not None:
         probe.phase = "pass2"
     if aux is not None:
-        aux.active = True  # from here on: pass 2 (K/V pass + decoder) and the clean encoder pass
+        aux.phase = "pass2"  # from here on: pass 2 (K/V pass + decoder), then the clean encoder pass
     f = decoder_logits(model, batch, sc_logits=sc_logits, sc_mask=sc_mask, cache=cache)
     ell = per_example_loss(f, batch, case)
     decoder_sum = ell.sum()
@@ -537,6 +562,8 @@ def _objective(model, batch, case: Case, *, cache, probe, pass1_logits, aux: Rou
     if case.enc_w > 0:
         if probe is not None:
             probe.phase = "clean"
+        if aux is not None:
+            aux.phase = "clean"
         enc = encoder_loss(model, batch)
         res["encoder_loss"] = enc
         total = total + case.enc_w * enc * B
@@ -545,10 +572,11 @@ def _objective(model, batch, case: Case, *, cache, probe, pass1_logits, aux: Rou
         tc = model.config.text_config
         n_layers = tc.num_hidden_layers
         assert len(aux.calls) == (3 if case.enc_w > 0 else 2) * n_layers, len(aux.calls)
-        terms = [load_balancing_loss(p, i, tc.num_experts, tc.top_k_experts) for p, i in aux.calls]
+        weights = [aux_token_weights(ph, part, batch, p.shape[0]) for ph, part, p, _i in aux.calls]
+        terms = [load_balancing_loss(p, i, w, tc.num_experts, tc.top_k_experts) for (_ph, _part, p, i), w in zip(aux.calls, weights)]
         res["router_aux_loss"] = torch.stack(terms).sum()
         res["router_aux_loss_per_call"] = torch.stack(terms).detach()
-        res["router_aux_tokens_per_call"] = torch.tensor([p.shape[0] for p, _ in aux.calls], dtype=torch.int64)
+        res["router_aux_tokens_per_call"] = torch.tensor([int(w.sum()) for w in weights], dtype=torch.int64)
         res["loss"] = res["loss"] + case.aux * res["router_aux_loss"]
     return res
 
@@ -901,7 +929,12 @@ def write_model(name: str, out_dir: Path, log) -> dict:
             )
             assert model_checks["pad_row_gradient"]["pad_row_change_without_padding_idx_rel"] > 1e-3
         if case.aux > 0:
-            cm["router_aux"] = aux_summary(case, res64, res32, g64, case_results, tc)
+            def run_without_aux(base: Case):
+                with float64_islands(counts):
+                    r0, g0, _, _ = run_with_grad(model64, params64, batch, base)
+                return r0, g0
+
+            cm["router_aux"] = aux_summary(case, res64, res32, g64, case_results, tc, run_without_aux)
         assert cm["router"].get("min_topk_gap", math.inf) >= MIN_ROUTER_GAP, cm["router"]
         assert cm["router"].get("fp32_fp64_routing_mismatches", 0) == 0, cm["router"]
         cases_meta.append(cm)
@@ -949,8 +982,9 @@ def write_model(name: str, out_dir: Path, log) -> dict:
     return meta
 
 
-def aux_summary(case: Case, res64, res32, g64, case_results, tc) -> dict:
-    """The router load-balancing term of an aux case, and its relation to the same case without it."""
+def aux_summary(case: Case, res64, res32, g64, case_results, tc, run_without_aux) -> dict:
+    """The router load-balancing term of an aux case, and its relation to the same case without it (taken from the
+    written cases where that case is one of them, else evaluated here and not written)."""
     aux64 = res64["router_aux_loss"].item()
     per_call = res64["router_aux_loss_per_call"]
     out = dict(
@@ -958,31 +992,40 @@ def aux_summary(case: Case, res64, res32, g64, case_results, tc) -> dict:
         router_aux_loss=aux64,
         weighted=case.aux * aux64,
         calls=int(per_call.numel()),
-        tokens_per_call=res64["router_aux_tokens_per_call"].tolist(),
+        real_tokens_per_call=res64["router_aux_tokens_per_call"].tolist(),
         per_call=per_call.tolist(),
         fp32_vs_fp64_rel_err=float(f"{rel(res32['router_aux_loss'].item(), aux64):.3g}"),
     )
     if tc.top_k_experts >= tc.num_experts:
-        # Every token picks every expert once, so c_e = T and the term is E / k * (sum_t sum_e p_te) / T = E / k.
+        # Every token picks every expert once, so c_e = T_real and the term is E / k * (sum_t w_t sum_e p_te) / T_real
+        # = E / k.
         dev = (per_call - tc.num_experts / tc.top_k_experts).abs().max().item()
         assert dev <= 1e-14, dev
         out["all_experts_chosen_per_call_deviation_from_E_over_k"] = float(f"{dev:.3g}")
-    base = dataclasses.replace(case, aux=0.0).name
-    if base in case_results:
-        r0, g0 = case_results[base]
-        for key in ("diffusion_loss", "encoder_loss", "diffusion_loss_per_example"):
-            if key in r0:
-                assert torch.equal(r0[key], res64[key]), key  # the aux term leaves the other terms alone
-        d = rel(res64["loss"].item() - r0["loss"].item(), case.aux * aux64)
-        assert d <= 1e-9, d
-        num = math.sqrt(sum((g64[k] - g0[k]).pow(2).sum().item() for k in g64))
-        den = math.sqrt(sum(g0[k].pow(2).sum().item() for k in g0))
-        out["relative_to_case_without_aux"] = dict(
-            case=base,
-            other_terms_bit_identical=True,
-            loss_difference_vs_weighted_aux_rel=float(f"{d:.3g}"),
-            grad_change_global_rel_l2=float(f"{num / den:.3g}"),
-        )
+    base_case = dataclasses.replace(case, aux=0.0)
+    base = base_case.name
+    written = base in case_results
+    r0, g0 = case_results[base] if written else run_without_aux(base_case)
+    for key in ("diffusion_loss", "encoder_loss", "diffusion_loss_per_example"):
+        if key in r0:
+            assert torch.equal(r0[key], res64[key]), key  # the aux term leaves the other terms alone
+    d = rel(res64["loss"].item() - r0["loss"].item(), case.aux * aux64)
+    assert d <= 1e-9, d
+    num = math.sqrt(sum((g64[k] - g0[k]).pow(2).sum().item() for k in g64))
+    den = math.sqrt(sum(g0[k].pow(2).sum().item() for k in g0))
+    per_param = {k: (g64[k] - g0[k]).norm().item() / g0[k].norm().item() for k in g64 if g0[k].norm().item() > 0}
+    top = max(per_param, key=per_param.get)
+    out["relative_to_case_without_aux"] = dict(
+        case=base,
+        case_written=written,
+        other_terms_bit_identical=True,
+        loss_difference_vs_weighted_aux_rel=float(f"{d:.3g}"),
+        grad_change_global_rel_l2=float(f"{num / den:.3g}"),
+        grad_change_max_param_rel_l2=float(f"{per_param[top]:.3g}"),
+        grad_change_max_param=top,
+    )
+    if tc.top_k_experts < tc.num_experts:
+        assert num / den > 1e-6, f"the aux term has no visible gradient ({num / den:.3g})"
     return out
 
 
@@ -1078,11 +1121,13 @@ NOTES = [
 
 AUX_NOTE = (
     "Router load-balancing loss (cases named .aux<a>, a = moe_aux_loss_coeff; dgemma's loadBalancingLoss, "
-    "training.md 9): loss += a * sum over router calls of E / (k T^2) * sum_e P_e c_e. The calls are those of pass 2 "
-    "(the encoder K/V pass over the prompt, then the decoder) and of the clean encoder pass, in that order; never pass 1 "
-    "(no_grad). T = tokens of the call (B x positions, padding included), P_e = sum_t p_te with p = the router's "
-    "softmax over all experts (HF's router_probabilities, captured by forward hooks with its graph), c_e = number of "
-    "(t, j) with top_k_index[t, j] == e (a count, no gradient). diffusion_loss and encoder_loss do not include it; "
+    "training.md 9): loss += a * sum over router calls of (E / k) / T_real^2 * sum_e P_e c_e. The calls are those of "
+    "pass 2 (the encoder K/V pass over the prompt, then the decoder) and of the clean encoder pass, in that order; never "
+    "pass 1 (no_grad). Padding does not count: w_t = 1 for a real token and 0 for padding, with w = attention_mask in "
+    "the K/V pass, w = cat(attention_mask, canvas_mask > 0) in the clean pass and w = 1 on every canvas position in the "
+    "decoder (canvas pads are real decoder queries). T_real = max(sum_t w_t, 1), P_e = sum_t w_t p_te with p = the "
+    "router's softmax over all experts (HF's router_probabilities, captured by forward hooks with its graph), c_e = "
+    "sum_t w_t #{j : top_k_index[t, j] == e} (a count, no gradient). diffusion_loss and encoder_loss do not include it; "
     "router_aux_loss (file and meta) is the unweighted sum. With top_k == num_experts every call's term is E / k = 1 "
     "and its gradient is zero."
 )
