@@ -141,6 +141,17 @@ RouteGrouping groupRoutesByExpert(const int64_t* indices, int64_t routes, int64_
   return grouping;
 }
 
+// Calls body(expert, firstSlot, rows) for each expert with at least one route, in expert order.
+// The products run one after the other: OpenBLAS threads each of them itself.
+template <typename Body>
+void forEachUsedExpert(const RouteGrouping& grouping, int64_t experts, Body&& body) {
+  for (int64_t expert = 0; expert < experts; ++expert) {
+    const int64_t firstSlot = grouping.firstSlot[expert];
+    const int64_t rows = grouping.firstSlot[expert + 1] - firstSlot;
+    if (rows > 0) body(expert, firstSlot, static_cast<int>(rows));
+  }
+}
+
 template <typename T>
 class MoeExpertsKernel final : public Kernel {
  public:
@@ -173,7 +184,7 @@ class MoeExpertsKernel final : public Kernel {
       for (int64_t slot = begin; slot < end; ++slot)
         std::copy_n(x + grouping.tokenOfSlot[slot] * hidden, hidden, expertInput.get() + slot * hidden);
     });
-    forEachUsedExpert(grouping, [&](int64_t expert, int64_t firstSlot, int rows) {
+    forEachUsedExpert(grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
       gemmTransposedB(rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden),
                       expertInput.get() + firstSlot * hidden, static_cast<int>(hidden),
                       gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden),
@@ -187,7 +198,7 @@ class MoeExpertsKernel final : public Kernel {
         for (int64_t c = 0; c < expertHidden; ++c) row[c] = cpu::geluTanh(row[c]) * row[expertHidden + c];
       }
     });
-    forEachUsedExpert(grouping, [&](int64_t expert, int64_t firstSlot, int rows) {
+    forEachUsedExpert(grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
       gemmTransposedB(rows, static_cast<int>(hidden), static_cast<int>(expertHidden),
                       gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth),
                       down + expert * hidden * expertHidden, static_cast<int>(expertHidden),
@@ -216,17 +227,6 @@ class MoeExpertsKernel final : public Kernel {
         throw RuntimeError(where_ + ": expert index " + std::to_string(indices[route]) + " at indices[" +
                            std::to_string(route / geometry_.topK) + ", " + std::to_string(route % geometry_.topK) +
                            "] is outside [0, E = " + std::to_string(geometry_.experts) + ")");
-  }
-
-  // Calls body(expert, firstSlot, rows) for each expert with at least one route, in expert order.
-  // The products run one after the other: OpenBLAS threads each of them itself.
-  template <typename Body>
-  void forEachUsedExpert(const RouteGrouping& grouping, Body&& body) const {
-    for (int64_t expert = 0; expert < geometry_.experts; ++expert) {
-      const int64_t firstSlot = grouping.firstSlot[expert];
-      const int64_t rows = grouping.firstSlot[expert + 1] - firstSlot;
-      if (rows > 0) body(expert, firstSlot, static_cast<int>(rows));
-    }
   }
 
   std::string where_;  // run-time errors name the step as the plan loader does
@@ -348,18 +348,32 @@ std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature)
 }
 
 // ---------------------------------------------------------------------------------------------
-// moe_experts_backward: per route (token n, choice j) of expert e with weight w, recomputing
-// g = G_e x, u = U_e x, a = gelu(g), h = a ⊙ u, o = D_e h:
-//   dw = dy·o,  do = w dy,  dD_e += do hᵀ,  dh = D_eᵀ do,  dg = dh ⊙ u ⊙ gelu'(g),  du = dh ⊙ a,
-//   dG_e += dg xᵀ,  dU_e += du xᵀ,  dx += G_eᵀ dg + U_eᵀ du.
-// Expert gradients accumulate per expert over its routes (in slot order), dx per token in route
-// order: no shared writes, and the result does not depend on the thread count.
+// moe_experts_backward: per expert e, over the block of its R routes (rows in slot order) with
+// inputs X [R, H], output gradients dY [R, H] and route weights w, recomputing
+// GU = X [G_e; U_e]ᵀ, A = gelu(G), Hd = A ⊙ U, O = Hd D_eᵀ:
+//   dw = rowsum(dY ⊙ O),  dO = w dY,  dD_e = dOᵀ Hd,  dHd = dO D_e,
+//   dG = dHd ⊙ U ⊙ gelu'(G),  dU = dHd ⊙ A,  d[G_e; U_e] = [dG dU]ᵀ X,  dX = [dG dU] [G_e; U_e].
+// The products are BLAS GEMMs, one expert after the other (OpenBLAS threads each); dx sums each
+// token's routes in order of j, so the result does not depend on the thread count.
 
 template <typename T>
 T geluTanhDerivative(T x) {
   constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
   const T t = std::tanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
+}
+
+// Row-major C[m, n] = op(A) · op(B) with op a transpose where asked.
+void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+          int ldc) {
+  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
+              lda, b, ldb, 0.0f, c, ldc);
+}
+
+void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+          double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a,
+              lda, b, ldb, 0.0, c, ldc);
 }
 
 template <typename T>
@@ -379,69 +393,71 @@ class MoeExpertsBackwardKernel final : public Kernel {
     T* dGateUp = outputs[2].as<T>();
     T* dDown = outputs[3].as<T>();
     const MoeExpertsGeometry& g = geometry_;
-    const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden;
+    const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden, width = 2 * inner;
+    std::fill_n(dGateUp, g.experts * width * hidden, T(0));
+    std::fill_n(dDown, g.experts * hidden * inner, T(0));
+    std::fill_n(dx, g.tokens * hidden, T(0));
+    if (routes == 0 || hidden == 0 || inner == 0) {
+      std::fill_n(dWeights, routes, T(0));
+      return;
+    }
     const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g.topK, g.experts);
-    std::vector<T> routeDx(routes * hidden);
-    cpu::parallelFor(context, g.experts, 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> gate(inner), up(inner), act(inner), output(hidden), dOutput(hidden), dHidden(inner);
-      for (int64_t expert = begin; expert < end; ++expert) {
-        const T* G = gateUp + expert * 2 * inner * hidden;  // rows 0..I-1 gate, I..2I-1 up
-        const T* D = down + expert * hidden * inner;
-        T* dG = dGateUp + expert * 2 * inner * hidden;
-        T* dD = dDown + expert * hidden * inner;
-        std::fill_n(dG, 2 * inner * hidden, T(0));
-        std::fill_n(dD, hidden * inner, T(0));
-        for (int64_t slot = grouping.firstSlot[expert]; slot < grouping.firstSlot[expert + 1]; ++slot) {
-          const int64_t token = grouping.tokenOfSlot[slot];
-          const T* xRow = x + token * hidden;
-          const T* dyRow = dy + token * hidden;
-          int64_t route = 0;  // the (token, j) this slot serves
-          for (int64_t j = 0; j < g.topK; ++j)
-            if (grouping.slotOfRoute[token * g.topK + j] == slot) route = token * g.topK + j;
-          for (int64_t c = 0; c < inner; ++c) {
-            T gc = 0, uc = 0;
-            for (int64_t h = 0; h < hidden; ++h) {
-              gc += G[c * hidden + h] * xRow[h];
-              uc += G[(inner + c) * hidden + h] * xRow[h];
-            }
-            gate[c] = gc;
-            up[c] = uc;
-            act[c] = cpu::geluTanh(gc);
-          }
-          T dw = 0;
-          for (int64_t k = 0; k < hidden; ++k) {
-            T o = 0;
-            for (int64_t c = 0; c < inner; ++c) o += D[k * inner + c] * act[c] * up[c];
-            output[k] = o;
-            dw += dyRow[k] * o;
-            dOutput[k] = weights[route] * dyRow[k];
-          }
-          dWeights[route] = dw;
-          std::fill(dHidden.begin(), dHidden.end(), T(0));
-          for (int64_t k = 0; k < hidden; ++k)
-            for (int64_t c = 0; c < inner; ++c) {
-              dD[k * inner + c] += dOutput[k] * act[c] * up[c];
-              dHidden[c] += D[k * inner + c] * dOutput[k];
-            }
-          T* dxRoute = routeDx.data() + route * hidden;
-          for (int64_t c = 0; c < inner; ++c) {
-            const T dGate = dHidden[c] * up[c] * geluTanhDerivative(gate[c]);
-            const T dUp = dHidden[c] * act[c];
-            for (int64_t h = 0; h < hidden; ++h) {
-              dG[c * hidden + h] += dGate * xRow[h];
-              dG[(inner + c) * hidden + h] += dUp * xRow[h];
-              dxRoute[h] += dGate * G[c * hidden + h] + dUp * G[(inner + c) * hidden + h];
-            }
-          }
+    std::vector<int64_t> routeOfSlot(routes);
+    for (int64_t route = 0; route < routes; ++route) routeOfSlot[grouping.slotOfRoute[route]] = route;
+
+    // Slot-ordered blocks: every element is written before it is read.
+    std::vector<T> input(routes * hidden), dOutput(routes * hidden), output(routes * hidden), dInput(routes * hidden);
+    std::vector<T> gateUpOutput(routes * width), hiddenState(routes * inner), dHidden(routes * inner), dGateUpOutput(routes * width);
+    cpu::parallelFor(context, routes, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        const int64_t route = routeOfSlot[slot], token = grouping.tokenOfSlot[slot];
+        std::copy_n(x + token * hidden, hidden, input.data() + slot * hidden);
+        for (int64_t h = 0; h < hidden; ++h) dOutput[slot * hidden + h] = weights[route] * dy[token * hidden + h];
+      }
+    });
+    forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
+      gemm(false, true, rows, int(width), int(hidden), input.data() + first * hidden, int(hidden), gateUp + e * width * hidden,
+           int(hidden), gateUpOutput.data() + first * width, int(width));
+    });
+    cpu::parallelFor(context, routes, cpu::rowGrain(inner), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot)
+        for (int64_t c = 0; c < inner; ++c)
+          hiddenState[slot * inner + c] = cpu::geluTanh(gateUpOutput[slot * width + c]) * gateUpOutput[slot * width + inner + c];
+    });
+    forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
+      const T* D = down + e * hidden * inner;
+      gemm(false, true, rows, int(hidden), int(inner), hiddenState.data() + first * inner, int(inner), D, int(inner),
+           output.data() + first * hidden, int(hidden));
+      gemm(true, false, int(hidden), int(inner), rows, dOutput.data() + first * hidden, int(hidden),
+           hiddenState.data() + first * inner, int(inner), dDown + e * hidden * inner, int(inner));
+      gemm(false, false, rows, int(inner), int(hidden), dOutput.data() + first * hidden, int(hidden), D, int(inner),
+           dHidden.data() + first * inner, int(inner));
+    });
+    cpu::parallelFor(context, routes, cpu::rowGrain(hidden + inner), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        const int64_t route = routeOfSlot[slot], token = grouping.tokenOfSlot[slot];
+        T dw = 0;
+        for (int64_t h = 0; h < hidden; ++h) dw += dy[token * hidden + h] * output[slot * hidden + h];
+        dWeights[route] = dw;
+        for (int64_t c = 0; c < inner; ++c) {
+          const T gate = gateUpOutput[slot * width + c], up = gateUpOutput[slot * width + inner + c];
+          const T dState = dHidden[slot * inner + c];
+          dGateUpOutput[slot * width + c] = dState * up * geluTanhDerivative(gate);
+          dGateUpOutput[slot * width + inner + c] = dState * cpu::geluTanh(gate);
         }
       }
+    });
+    forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
+      gemm(true, false, int(width), int(hidden), rows, dGateUpOutput.data() + first * width, int(width),
+           input.data() + first * hidden, int(hidden), dGateUp + e * width * hidden, int(hidden));
+      gemm(false, false, rows, int(hidden), int(width), dGateUpOutput.data() + first * width, int(width),
+           gateUp + e * width * hidden, int(hidden), dInput.data() + first * hidden, int(hidden));
     });
     cpu::parallelFor(context, g.tokens, cpu::rowGrain(g.topK * hidden), [&](int64_t begin, int64_t end) {
       for (int64_t token = begin; token < end; ++token) {
         T* dxRow = dx + token * hidden;
-        std::fill(dxRow, dxRow + hidden, T(0));
         for (int64_t j = 0; j < g.topK; ++j) {
-          const T* part = routeDx.data() + (token * g.topK + j) * hidden;
+          const T* part = dInput.data() + grouping.slotOfRoute[token * g.topK + j] * hidden;
           for (int64_t h = 0; h < hidden; ++h) dxRow[h] += part[h];
         }
       }
