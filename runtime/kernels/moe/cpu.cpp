@@ -98,14 +98,18 @@ std::unique_ptr<Kernel> createMoeRoute(const KernelSignature& signature) {
 // ---------------------------------------------------------------------------------------------
 // moe_experts
 
-// Row-major C[m, n] = A[m, k] · B[n, k]ᵀ: both expert products multiply by a weight block stored
-// as [out, in], which BLAS reads transposed in place.
-void gemmTransposedB(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+// Row-major C[m, n] = op(A) · op(B), op a transpose where asked. Expert weight blocks are stored
+// [out, in], so the forward products read them transposed in place.
+void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+          int ldc) {
+  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
+              lda, b, ldb, 0.0f, c, ldc);
 }
 
-void gemmTransposedB(int m, int n, int k, const double* a, int lda, const double* b, int ldb, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+          double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a,
+              lda, b, ldb, 0.0, c, ldc);
 }
 
 struct MoeExpertsGeometry {
@@ -185,7 +189,7 @@ class MoeExpertsKernel final : public Kernel {
         std::copy_n(x + grouping.tokenOfSlot[slot] * hidden, hidden, expertInput.get() + slot * hidden);
     });
     forEachUsedExpert(grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
-      gemmTransposedB(rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden),
+      gemm(false, true, rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden),
                       expertInput.get() + firstSlot * hidden, static_cast<int>(hidden),
                       gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden),
                       gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth));
@@ -199,7 +203,7 @@ class MoeExpertsKernel final : public Kernel {
       }
     });
     forEachUsedExpert(grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
-      gemmTransposedB(rows, static_cast<int>(hidden), static_cast<int>(expertHidden),
+      gemm(false, true, rows, static_cast<int>(hidden), static_cast<int>(expertHidden),
                       gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth),
                       down + expert * hidden * expertHidden, static_cast<int>(expertHidden),
                       expertOutput.get() + firstSlot * hidden, static_cast<int>(hidden));
@@ -361,19 +365,6 @@ T geluTanhDerivative(T x) {
   constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
   const T t = std::tanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
-}
-
-// Row-major C[m, n] = op(A) · op(B) with op a transpose where asked.
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-          int ldc) {
-  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
-              lda, b, ldb, 0.0f, c, ldc);
-}
-
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-          double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a,
-              lda, b, ldb, 0.0, c, ldc);
 }
 
 template <typename T>
