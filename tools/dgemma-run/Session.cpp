@@ -215,4 +215,12 @@ std::map<std::string, HostTensor> runEntry(Session& session, const std::string& 
   return outputs;
 }
 
+void addDrawnCorruption(Session& session, std::map<std::string, HostTensor>& batch, uint64_t seed, NoisePhase phase,
+                        uint64_t step, const std::vector<int64_t>& samples, const std::string& batchPath) {
+  std::map<std::string, HostTensor> corruptInputs = {{"noise_keys", noiseKeys(seed, phase, step, samples)},
+                                                     {"canvas_ids", batch.at("canvas_ids")},
+                                                     {"canvas_mask", batch.at("canvas_mask")}};
+  for (auto& [name, tensor] : runEntry(session, "corrupt", std::move(corruptInputs), batchPath)) batch[name] = std::move(tensor);
+}
+
 }  // namespace dgemma::tool

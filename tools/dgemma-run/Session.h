@@ -7,10 +7,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/backend/Backend.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/core/HostTensor.h"
+#include "runtime/core/NoiseKeys.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/Plan.h"
 
@@ -58,5 +60,11 @@ std::unique_ptr<Session> openSession(const ExecutionFlags& flags, Plan plan);
 // names the batch in messages.
 std::map<std::string, HostTensor> runEntry(Session& session, const std::string& entryName, std::map<std::string, HostTensor> batch,
                                            const std::string& batchPath);
+
+// Runs the plan's "corrupt" entry on the batch's canvas_ids and canvas_mask with the noise keys of
+// (seed, phase, step, samples[row]) (training.md §11.1) and adds its outputs (diffusion_t,
+// noisy_canvas_ids, self_conditioning_mask) to the batch.
+void addDrawnCorruption(Session& session, std::map<std::string, HostTensor>& batch, uint64_t seed, NoisePhase phase,
+                        uint64_t step, const std::vector<int64_t>& samples, const std::string& batchPath);
 
 }  // namespace dgemma::tool

@@ -237,12 +237,7 @@ void Trainer::restore() {
 // corrupt then train_step on one micro-batch, its noise drawn from the keys of (seed, phase,
 // noiseStep, global sample index).
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
-  std::map<std::string, HostTensor> corruptInputs = {
-      {"noise_keys", noiseKeys(flags_.execution.seed, phase, noiseStep, batch.samples)},
-      {"canvas_ids", batch.fields.at("canvas_ids")},
-      {"canvas_mask", batch.fields.at("canvas_mask")}};
-  for (auto& [name, tensor] : runEntry(session_, "corrupt", std::move(corruptInputs), batch.where))
-    batch.fields[name] = std::move(tensor);
+  addDrawnCorruption(session_, batch.fields, flags_.execution.seed, phase, noiseStep, batch.samples, batch.where);
   return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
 }
 

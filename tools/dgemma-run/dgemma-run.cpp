@@ -106,11 +106,7 @@ void addCorruption(Session& session, std::map<std::string, HostTensor>& batch, c
   const int64_t examples = batch.at("canvas_ids").shape.at(0);
   std::vector<int64_t> samples(examples);
   for (int64_t row = 0; row < examples; ++row) samples[row] = flags.firstSample + row;
-  std::map<std::string, HostTensor> corruptInputs = {
-      {"noise_keys", dgemma::noiseKeys(flags.seed, dgemma::NoisePhase::Train, flags.step, samples)},
-      {"canvas_ids", batch.at("canvas_ids")},
-      {"canvas_mask", batch.at("canvas_mask")}};
-  for (auto& [name, tensor] : runEntry(session, "corrupt", corruptInputs, flags.input)) batch[name] = std::move(tensor);
+  addDrawnCorruption(session, batch, flags.seed, dgemma::NoisePhase::Train, flags.step, samples, flags.input);
 }
 
 // Writes "loss" as shape [1], the objective's parts, and each gradient under its parameter's
