@@ -29,6 +29,9 @@ inline ToolResult runTool(const std::string& command) {
   return result;
 }
 
+// Whether the tool printed `text` (on stdout or stderr).
+inline bool contains(const ToolResult& result, const std::string& text) { return result.output.find(text) != std::string::npos; }
+
 // A fresh directory per test, removed afterwards.
 class ScratchDirectory {
  public:

@@ -15,7 +15,7 @@ using testing::runTool;
 using testing::ScratchDirectory;
 using testing::ToolResult;
 
-bool contains(const ToolResult& result, const std::string& text) { return result.output.find(text) != std::string::npos; }
+using testing::contains;
 
 class CliTest : public ::testing::Test {
  protected:

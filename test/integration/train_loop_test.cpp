@@ -26,7 +26,7 @@ using testing::runTool;
 using testing::ScratchDirectory;
 using testing::ToolResult;
 
-bool contains(const ToolResult& result, const std::string& text) { return result.output.find(text) != std::string::npos; }
+using testing::contains;
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
