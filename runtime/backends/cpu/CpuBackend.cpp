@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "runtime/backends/cpu/ReducedPrecision.h"
 #include "runtime/core/Error.h"
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/CpuKernels.h"
@@ -14,7 +15,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int64_t numThreads) : threads_(numThreads) { registerCpuKernels(registry_); }
+  explicit CpuBackend(int64_t numThreads) : threads_(numThreads), registry_(cpuKernels()) {}
 
   std::string name() const override { return "cpu"; }
 
@@ -47,6 +48,12 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
  private:
+  static KernelRegistry cpuKernels() {
+    KernelRegistry f32Kernels;
+    registerCpuKernels(f32Kernels);
+    return withReducedPrecisionFloats(f32Kernels);
+  }
+
   static void copy(void* dst, const void* src, uint64_t bytes) {
     if (bytes && dst != src) std::memmove(dst, src, bytes);
   }
