@@ -30,9 +30,10 @@ struct DecoderAttention {
 
 class ModelBuilder {
  public:
-  ModelBuilder(OpBuilder& builder, const DiffusionGemmaConfig& config, int64_t batch)
+  ModelBuilder(OpBuilder& builder, const DiffusionGemmaConfig& config, int64_t batch, Precision precision)
       : b_(builder), config_(config), batch_(batch), canvasLength_(config.canvasLength), hidden_(config.hiddenSize),
-        f32_(builder.getF32Type()) {}
+        f32_(builder.getF32Type()),
+        activation_(precision == Precision::Bf16 ? Type(builder.getBF16Type()) : Type(builder.getF32Type())) {}
 
   // The "forward" entry (Builder.h).
   void buildForward(int64_t promptLength) {
@@ -45,10 +46,11 @@ class ModelBuilder {
     Value promptValid = castTo(attentionMask, b_.getI1Type(), "attention_mask");
     std::vector<LayerKeyValues> keyValues;
     Value hidden = encoderStack(inputIds, promptValid, positions(0, promptLength), &keyValues);
-    output("encoder_hidden", rmsNorm(hidden, param(top("norm.weight"), {hidden_}, "ones"), "encoder.norm"));
+    output("encoder_hidden", toF32(rmsNorm(hidden, param(top("norm.weight"), {hidden_}, "ones"), "encoder.norm"), "encoder_hidden"));
     for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer) {
-      output("encoder_k." + std::to_string(layer), keyValues[layer].keys);
-      output("encoder_v." + std::to_string(layer), keyValues[layer].values);
+      const std::string keyName = "encoder_k." + std::to_string(layer), valueName = "encoder_v." + std::to_string(layer);
+      output(keyName, toF32(keyValues[layer].keys, keyName));
+      output(valueName, toF32(keyValues[layer].values, valueName));
     }
     Value signal = selfConditioningSignal(selfConditioningLogits, selfConditioningMask);
     output("logits", decoderLogits(decoderInput(canvasIds, signal), promptValid, keyValues));
@@ -85,7 +87,7 @@ class ModelBuilder {
     } else {
       // An exactly zero signal, as HF feeds without self-conditioning logits; the MLP still runs so
       // that its parameters stay in the step (with zero gradients).
-      signal = b_.create<FillOp>(loc("sc.zero"), f32Type({batch_, canvasLength_, hidden_}), b_.getF64FloatAttr(0.0));
+      signal = b_.create<FillOp>(loc("sc.zero"), activationType({batch_, canvasLength_, hidden_}), b_.getF64FloatAttr(0.0));
     }
     Value logits = decoderLogits(decoderInput(noisyIds, signal), promptValid, keyValues);
 
@@ -125,7 +127,7 @@ class ModelBuilder {
       Value canvasValid = compare(canvasMask, scalar(0.0, "clean.zero"), "gt", "clean.canvas_valid");
       Value cleanValid = concat({promptValid, canvasValid}, 1, "clean.key_valid");
       Value hidden = encoderStack(cleanIds, cleanValid, positions(0, promptLength + canvasLength_), nullptr);
-      Value scored = b_.create<SliceOp>(loc("clean.scored"), f32Type({batch_, canvasLength_, hidden_}), hidden,
+      Value scored = b_.create<SliceOp>(loc("clean.scored"), activationType({batch_, canvasLength_, hidden_}), hidden,
                                         b_.getI64IntegerAttr(1), b_.getI64IntegerAttr(promptLength - 1));
       Value cleanLoss = crossEntropy(head(scored), canvasIds, Value(), Value(), "clean.ce");
       Value cleanSum = reduceSum(mul(cleanLoss, canvasMask, "clean.ce.masked"), {0, 1}, "clean.ce.sum");
@@ -185,6 +187,9 @@ class ModelBuilder {
   }
   Location loc(const std::string& name) { return NameLoc::get(b_.getStringAttr("diffusion_gemma." + name)); }
   RankedTensorType f32Type(ArrayRef<int64_t> shape) { return RankedTensorType::get(shape, f32_); }
+  RankedTensorType activationType(ArrayRef<int64_t> shape) { return RankedTensorType::get(shape, activation_); }
+  bool mixedPrecision() const { return activation_ != f32_; }
+  static Type elementTypeOf(Value value) { return cast<RankedTensorType>(value.getType()).getElementType(); }
   static ArrayRef<int64_t> shapeOf(Value value) { return cast<RankedTensorType>(value.getType()).getShape(); }
 
   Value input(const std::string& name, ArrayRef<int64_t> shape, Type element) {
@@ -192,16 +197,28 @@ class ModelBuilder {
   }
   void output(const std::string& name, Value value) { b_.create<OutputOp>(loc(name), name, value); }
 
-  // HF's initialisation: linear and embedding weights N(0, 0.02); norm weights and scales 1.
+  // A parameter as the forward uses it: the f32 master (HF's initialisation: linear and embedding
+  // weights N(0, 0.02); norm weights and scales 1), cast to the activation dtype at this use.
   Value param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable = true) {
     SmallVector<NamedAttribute> fields{b_.getNamedAttr("kind", b_.getStringAttr(init))};
     if (init == "normal") fields.push_back(b_.getNamedAttr("std", b_.getF64FloatAttr(0.02)));
-    return b_.create<ParamOp>(loc(name), f32Type(shape), b_.getStringAttr(name), b_.getDictionaryAttr(fields),
-                              b_.getBoolAttr(trainable));
+    Value master = b_.create<ParamOp>(loc(name), f32Type(shape), b_.getStringAttr(name), b_.getDictionaryAttr(fields),
+                                      b_.getBoolAttr(trainable));
+    return mixedPrecision() ? castTo(master, activation_, name + ".bf16") : master;
+  }
+  // A parameter read by an fp32 island: the value the forward uses (bf16-rounded in mixed
+  // precision, as every parameter is), widened to f32.
+  Value islandParam(const std::string& name, ArrayRef<int64_t> shape, StringRef init) {
+    return toF32(param(name, shape, init), name);
   }
 
-  Value scalar(double value, const std::string& name) {
-    return b_.create<FillOp>(loc(name), f32Type({}), b_.getF64FloatAttr(value));
+  Value scalar(double value, const std::string& name, Type element = {}) {
+    return b_.create<FillOp>(loc(name), RankedTensorType::get({}, element ? element : f32_), b_.getF64FloatAttr(value));
+  }
+  Value toF32(Value value, const std::string& name) { return convert(value, f32_, name + ".f32"); }
+  Value toActivation(Value value, const std::string& name) { return convert(value, activation_, name + ".bf16"); }
+  Value convert(Value value, Type element, const std::string& name) {
+    return elementTypeOf(value) == element ? value : castTo(value, element, name);
   }
 
   Value ones(ArrayRef<int64_t> shape, const std::string& name) {
@@ -274,12 +291,15 @@ class ModelBuilder {
     return b_.create<ConstantOp>(loc("canvas.key_valid"), DenseElementsAttr::get(type, value));
   }
 
-  // y = x W^T for an HF linear weight W [out, in].
+  // y = x W^T for an HF linear weight W [out, in], in x's dtype.
   Value linear(Value x, const std::string& weightName, int64_t out, int64_t in) {
-    Value weight = param(weightName, {out, in}, "normal");
+    return linear(x, param(weightName, {out, in}, "normal"), weightName);
+  }
+  Value linear(Value x, Value weight, const std::string& name) {
     SmallVector<int64_t> shape(shapeOf(x));
-    shape.back() = out;
-    return b_.create<MatmulOp>(loc(weightName), f32Type(shape), x, weight, b_.getBoolAttr(false), b_.getBoolAttr(true));
+    shape.back() = shapeOf(weight)[0];
+    return b_.create<MatmulOp>(loc(name), RankedTensorType::get(shape, elementTypeOf(x)), x, weight, b_.getBoolAttr(false),
+                               b_.getBoolAttr(true));
   }
 
   Value rmsNorm(Value x, Value weight, const std::string& name) {
@@ -299,7 +319,9 @@ class ModelBuilder {
   }
 
   // ---- model pieces ------------------------------------------------------------------------------
-  double embeddingScale() const { return config_.embeddingScale(dgemma::DType::F32); }
+  double embeddingScale() const {
+    return config_.embeddingScale(mixedPrecision() ? dgemma::DType::BF16 : dgemma::DType::F32);
+  }
 
   // E[ids] * sqrt(H) (rounded to the embedding dtype). Like torch's Embedding(padding_idx), lookups
   // of the pad id give the pad row no gradient (training.md §10); the tied head still does.
@@ -307,19 +329,21 @@ class ModelBuilder {
     Value table = param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
     SmallVector<int64_t> shape(shapeOf(ids));
     shape.push_back(hidden_);
-    auto lookup = b_.create<GatherOp>(loc("embed"), f32Type(shape), table, ids);
+    auto lookup = b_.create<GatherOp>(loc("embed"), activationType(shape), table, ids);
     lookup.setPaddingIdxAttr(b_.getI64IntegerAttr(config_.padTokenId));
-    return mul(lookup, scalar(embeddingScale(), "embed.scale"), "embed.scaled");
+    return mul(lookup, scalar(embeddingScale(), "embed.scale", activation_), "embed.scaled");
   }
 
-  // model.md §7.1: the soft embedding (softmax(sc) E) s, times the per-example mask.
+  // model.md §7.1: the soft embedding (softmax(sc) E) s, times the per-example mask. The softmax of
+  // the f32 logits is an fp32 island; its probabilities meet E in the activation dtype.
   Value selfConditioningSignal(Value logits, Value mask) {
     Value table = param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
     Value probabilities = b_.create<SoftmaxOp>(loc("sc.softmax"), logits.getType(), logits, b_.getI64IntegerAttr(-1));
-    Value expected = b_.create<MatmulOp>(loc("sc.soft_embedding"), f32Type({batch_, canvasLength_, hidden_}), probabilities,
-                                         table, b_.getBoolAttr(false), b_.getBoolAttr(false));
-    Value scaled = mul(expected, scalar(embeddingScale(), "sc.scale"), "sc.scaled");
-    return mul(scaled, reshape(mask, {batch_, 1, 1}, "sc.mask"), "sc.masked");
+    Value expected = b_.create<MatmulOp>(loc("sc.soft_embedding"), activationType({batch_, canvasLength_, hidden_}),
+                                         toActivation(probabilities, "sc.softmax"), table, b_.getBoolAttr(false),
+                                         b_.getBoolAttr(false));
+    Value scaled = mul(expected, scalar(embeddingScale(), "sc.scale", activation_), "sc.scaled");
+    return mul(scaled, toActivation(reshape(mask, {batch_, 1, 1}, "sc.mask"), "sc.mask"), "sc.masked");
   }
 
   // model.md §7.1: x_dec = rmsnorm(E[xt] s + MLP(rmsnorm(signal; pre_norm))), weightless. Without a
@@ -389,14 +413,14 @@ class ModelBuilder {
     Value attended;
     if constexpr (std::is_same_v<KeySet, EncoderAttention>) {
       if (keyValuesOut) keyValuesOut->push_back({keys, values});
-      attended = b_.create<AttentionOp>(loc(name("attention")), f32Type(outShape), queries, keys, values, keySet.keyValid,
+      attended = b_.create<AttentionOp>(loc(name("attention")), activationType(outShape), queries, keys, values, keySet.keyValid,
                                         b_.getStringAttr("causal"), b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
                                         b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0));
     } else {
       // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
       Value allKeys = concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
       Value allValues = concat({keySet.prefix->values, values}, 1, name("decoder.values"));
-      attended = b_.create<AttentionOp>(loc(name("attention")), f32Type(outShape), queries, allKeys, allValues,
+      attended = b_.create<AttentionOp>(loc(name("attention")), activationType(outShape), queries, allKeys, allValues,
                                         keySet.keyValid, b_.getStringAttr("prefix"),
                                         b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
                                         b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0));
@@ -412,14 +436,16 @@ class ModelBuilder {
     Value dense = gatedMlp(rmsNorm(residual, name("pre_feedforward_layernorm.weight")), name("mlp."), config_.intermediateSize);
     Value denseOut = rmsNorm(dense, name("post_feedforward_layernorm_1.weight"));
 
-    // The router reads the raw residual through its own weightless norm, scaled per channel and by H^-1/2.
-    Value routerInput = mul(weightlessNorm(residual, name("router.norm")), param(name("router.scale"), {hidden_}, "ones"),
-                            name("router.scaled"));
+    // The router reads the raw residual through its own weightless norm, scaled per channel and by
+    // H^-1/2. From the norm's output on it is an fp32 island (logits, softmax and routing weights).
+    Value routerInput = mul(toF32(weightlessNorm(residual, name("router.norm")), name("router.norm")),
+                            islandParam(name("router.scale"), {hidden_}, "ones"), name("router.scaled"));
     routerInput = mul(routerInput, scalar(1.0 / std::sqrt(static_cast<double>(hidden_)), name("router.root")),
                       name("router.input"));
-    Value routerLogits = linear(reshape(routerInput, {tokens, hidden_}, name("router.tokens")), name("router.proj.weight"),
-                                config_.numExperts, hidden_);
-    Value perExpertScale = param(name("router.per_expert_scale"), {config_.numExperts}, "ones");
+    Value routerLogits = linear(reshape(routerInput, {tokens, hidden_}, name("router.tokens")),
+                                islandParam(name("router.proj.weight"), {config_.numExperts, hidden_}, "normal"),
+                                name("router.proj.weight"));
+    Value perExpertScale = islandParam(name("router.per_expert_scale"), {config_.numExperts}, "ones");
     auto route = b_.create<MoeRouteOp>(loc(name("router")), f32Type({tokens, config_.topKExperts}),
                                        RankedTensorType::get({tokens, config_.topKExperts}, b_.getI64Type()), routerLogits,
                                        perExpertScale, b_.getI64IntegerAttr(config_.topKExperts));
@@ -430,7 +456,7 @@ class ModelBuilder {
                                 name("experts.tokens"));
     Value gateUp = param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
     Value down = param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
-    Value experts = b_.create<MoeExpertsOp>(loc(name("experts")), f32Type({tokens, hidden_}), expertInput,
+    Value experts = b_.create<MoeExpertsOp>(loc(name("experts")), activationType({tokens, hidden_}), expertInput,
                                             route.getWeights(), route.getIndices(), gateUp, down);
     Value expertsOut = rmsNorm(reshape(experts, shapeOf(residual), name("experts.out")),
                                name("post_feedforward_layernorm_2.weight"));
@@ -473,12 +499,14 @@ class ModelBuilder {
     return mul(out, param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
   }
 
-  // model.md §5.7: final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c).
+  // model.md §5.7: final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c). The
+  // head's output is widened to f32 (as HF casts it) before the soft-cap.
   Value head(Value x) {
     Value normed = rmsNorm(x, param(top("norm.weight"), {hidden_}, "ones"), "decoder.norm");
     Value table = param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
-    Value logits = b_.create<MatmulOp>(loc("head"), f32Type({batch_, canvasLength_, config_.vocabSize}), normed, table,
-                                       b_.getBoolAttr(false), b_.getBoolAttr(true));
+    Value logits = toF32(b_.create<MatmulOp>(loc("head"), activationType({batch_, canvasLength_, config_.vocabSize}), normed,
+                                             table, b_.getBoolAttr(false), b_.getBoolAttr(true)),
+                         "head");
     const double cap = config_.finalLogitSoftcapping;
     if (cap <= 0) return logits;
     Value squashed = b_.create<TanhOp>(loc("softcap"), logits.getType(), div(logits, scalar(cap, "softcap.c"), "softcap.in"));
@@ -489,6 +517,7 @@ class ModelBuilder {
   const DiffusionGemmaConfig& config_;
   int64_t batch_, canvasLength_, hidden_;
   Type f32_;
+  Type activation_;  // f32, or bf16 in mixed precision
   std::vector<Value>* auxTerms_ = nullptr;  // where pass-2 MoE calls record their load-balancing loss
 };
 
@@ -516,6 +545,14 @@ OwningOpRef<ModuleOp> createModule(MLIRContext& context) {
 
 }  // namespace
 
+std::optional<Precision> parsePrecision(const std::string& name) {
+  if (name == "fp32") return Precision::Fp32;
+  if (name == "bf16") return Precision::Bf16;
+  return std::nullopt;
+}
+
+const char* precisionName(Precision precision) { return precision == Precision::Bf16 ? "bf16" : "fp32"; }
+
 std::optional<DiffusionGemmaObjective::Variant> parseObjectiveVariant(const std::string& name) {
   using Variant = DiffusionGemmaObjective::Variant;
   if (name == "base-sft") return Variant::BaseSft;
@@ -542,7 +579,7 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const Dif
   for (int64_t promptLength : options.promptLengths)
     addEntry(builder, *module, "forward_p" + std::to_string(promptLength), "forward",
              {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
-             [&] { ModelBuilder(builder, config, options.microBatch).buildForward(promptLength); });
+             [&] { ModelBuilder(builder, config, options.microBatch, options.precision).buildForward(promptLength); });
   return module;
 }
 
@@ -551,11 +588,11 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
   OwningOpRef<ModuleOp> module = createModule(context);
   OpBuilder builder(&context);
   addEntry(builder, *module, "corrupt", "corrupt", {{"micro_batch", options.microBatch}, {"canvas_len", config.canvasLength}},
-           [&] { ModelBuilder(builder, config, options.microBatch).buildCorrupt(options.objective); });
+           [&] { ModelBuilder(builder, config, options.microBatch, options.precision).buildCorrupt(options.objective); });
   for (int64_t promptLength : options.promptLengths)
     addEntry(builder, *module, "train_step_p" + std::to_string(promptLength), "train_step",
              {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
-             [&] { ModelBuilder(builder, config, options.microBatch).buildTrainStep(promptLength, options.objective); });
+             [&] { ModelBuilder(builder, config, options.microBatch, options.precision).buildTrainStep(promptLength, options.objective); });
   return module;
 }
 

@@ -15,9 +15,21 @@
 
 namespace mlir::dg {
 
+// How the model computes (training.md §12). Fp32: everything f32. Bf16 (mixed): parameters stay f32
+// masters in the plan and every use casts them to bf16; activations and GEMM inputs are bf16; the
+// fp32 islands are explicit casts: the router (logits, softmax, routing weights), the
+// self-conditioning softmax, the head output and soft-cap, and the loss. Ops on bf16 tensors compute
+// in f32 and round their results once (RMSNorm, attention softmax and RoPE run in f32 inside their op).
+// A parameter used several times is cast once per use, so the gradients of its uses are summed in f32.
+enum class Precision { Fp32, Bf16 };
+
+std::optional<Precision> parsePrecision(const std::string& name);  // "fp32" | "bf16"
+const char* precisionName(Precision precision);
+
 struct DiffusionGemmaForwardOptions {
   int64_t microBatch = 1;
   std::vector<int64_t> promptLengths;  // one entry point per length
+  Precision precision = Precision::Fp32;
 };
 
 // Entry "forward" (bucket: micro_batch, prompt_len, canvas_len), the contract of `dgemma-run
@@ -29,7 +41,7 @@ struct DiffusionGemmaForwardOptions {
 //            the encoder), and encoder_k.<layer> / encoder_v.<layer> [B, P, Hkv, D]: the K/V the
 //            decoder reads.
 // Parameters carry their canonical HF names (model.decoder.…); the encoder and the decoder use the
-// same tensors. Everything is f32.
+// same tensors. Inputs, outputs and parameters are f32 in either precision.
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                  const DiffusionGemmaForwardOptions& options);
 
@@ -54,6 +66,7 @@ struct DiffusionGemmaTrainOptions {
   int64_t microBatch = 1;
   std::vector<int64_t> promptLengths;  // one train_step entry per length
   DiffusionGemmaObjective objective;
+  Precision precision = Precision::Fp32;
 };
 
 // Two kinds of entry points:

@@ -24,9 +24,9 @@ nlohmann::json with(nlohmann::json base, const nlohmann::json& overrides) {
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = {
       {"dg26b-sft",
-       "Megatron Bridge's 26B recipe (training.md §13): micro-batch 1, global batch 8, lr 5e-5 -> 5e-6 cosine, warmup 20, "
-       "1000 steps",
-       with(recipeCompileFlags(), {{"micro-batch", 1}, {"prompt-len", "512,1024,2048,4096,8192"}}),
+       "Megatron Bridge's 26B recipe (training.md §13): bf16 mixed precision, micro-batch 1, global batch 8, "
+       "lr 5e-5 -> 5e-6 cosine, warmup 20, 1000 steps",
+       with(recipeCompileFlags(), {{"micro-batch", 1}, {"prompt-len", "512,1024,2048,4096,8192"}, {"precision", "bf16"}}),
        {{"lr", 5e-5},
         {"min-lr", 5e-6},
         {"warmup", 20},

@@ -79,7 +79,9 @@ void rejectUnbuiltFeatures(const CompileFlags& flags) {
   if (flags.tp != 1 || flags.ep != 1 || flags.dp != 1 || flags.sequenceParallel)
     throw InputError("--tp/--ep/--dp/--sp: multi-rank layouts need the sharding passes, which are not built yet");
   if (flags.recompute != "none") throw InputError("--recompute: only \"none\" is available until the recomputation pass exists");
-  if (flags.precision != "fp32") throw InputError("--precision: only fp32 is available until bf16 mixed precision exists");
+  if (flags.precision != "fp32" && flags.model == mlir::dg::kRmsNormMatmulSoftmaxName)
+    throw InputError("--precision " + flags.precision + ": only DiffusionGemma configs build mixed precision; " +
+                     mlir::dg::kRmsNormMatmulSoftmaxName + " is fp32 only");
 }
 
 // The objective flags (training.md §4-§9), validated.
@@ -166,17 +168,21 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                                 {"axis", 1},
                                 {"inputs", {{"input_ids", config.padTokenId}, {"attention_mask", 0}}},
                                 {"output_prefixes", {"encoder_hidden", "encoder_k.", "encoder_v."}}};
+  const mlir::dg::Precision precision = *mlir::dg::parsePrecision(flags.precision);  // CLI11 checked the name
+  metadata["precision"] = mlir::dg::precisionName(precision);
   if (flags.mode == "train") {
     mlir::dg::DiffusionGemmaTrainOptions options;
     options.microBatch = flags.microBatch;
     options.promptLengths = parseLengths(flags.promptLengths);
     options.objective = trainingObjective(flags);
+    options.precision = precision;
     metadata["objective"] = objectiveMetadata(options.objective);
     return mlir::dg::buildDiffusionGemmaTrain(context, config, options);
   }
   mlir::dg::DiffusionGemmaForwardOptions options;
   options.microBatch = flags.microBatch;
   options.promptLengths = parseLengths(flags.promptLengths);
+  options.precision = precision;
   return mlir::dg::buildDiffusionGemmaForward(context, config, options);
 }
 
@@ -312,7 +318,7 @@ int main(int argc, char** argv) {
   app.add_option("--dp", flags.dp, "data-parallel size");
   app.add_flag("--sp", flags.sequenceParallel, "sequence parallelism");
   app.add_option("--recompute", flags.recompute, "none | full | selective")->check(CLI::IsMember({"none", "full", "selective"}));
-  app.add_option("--precision", flags.precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--precision", flags.precision, "fp32 | bf16 (mixed: bf16 compute, f32 masters, training.md §12)")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", flags.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
       ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));

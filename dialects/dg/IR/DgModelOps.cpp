@@ -106,9 +106,14 @@ LogicalResult MoeExpertsOp::verify() {
   auto weights = getWeights().getType();
   if (weights.getRank() != 2 || weights.getDimSize(0) != tokens || getIndices().getType().getShape() != weights.getShape())
     return emitOpError() << "weights and indices must both be [" << tokens << ", top_k]";
-  for (Value operand : {getWeights(), getGateUp(), getDown()})
+  for (Value operand : {getGateUp(), getDown()})
     if (typeOf(operand).getElementType() != input.getElementType())
-      return emitOpError() << "all float operands must share the element type";
+      return emitOpError() << "gate_up and down must have the input's element type";
+  // Routing weights may stay f32 under bf16 activations (the router is an fp32 island; the combine
+  // accumulates in f32).
+  Type weightElement = weights.getElementType();
+  if (weightElement != input.getElementType() && !weightElement.isF32())
+    return emitOpError() << "weights must be f32 or have the input's element type, got " << weightElement;
   if (getResult().getType() != input) return emitOpError() << "result type must equal the input type";
   return success();
 }

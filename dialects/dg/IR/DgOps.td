@@ -403,7 +403,8 @@ def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, DeclareOpInterfaceMetho
   let summary = "Dropless routed experts: y[n] = sum_j w[n,j] * Expert_idx[n,j](x[n])";
   let description = [{
     x `[N, H]`, weights and indices `[N, k]`, gate_up `[E, 2I, H]` (gate rows 0..I-1, then up rows),
-    down `[E, H, I]`. `Expert_e(x) = (gelu_tanh(x G_e^T) * (x U_e^T)) D_e^T`.
+    down `[E, H, I]`. `Expert_e(x) = (gelu_tanh(x G_e^T) * (x U_e^T)) D_e^T`. The weights may be f32
+    when x is a 16-bit float (the routing weights of an fp32 router island).
   }];
   let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
                        Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down);

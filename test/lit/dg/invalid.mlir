@@ -406,6 +406,22 @@ func.func @experts_down(%x: tensor<3x8xf32>, %w: tensor<3x2xf32>, %i: tensor<3x2
 
 // -----
 
+func.func @experts_weights_f64(%x: tensor<3x8xbf16>, %w: tensor<3x2xf64>, %i: tensor<3x2xi64>, %gu: tensor<4x6x8xbf16>, %d: tensor<4x8x3xbf16>) {
+  // expected-error @+1 {{weights must be f32 or have the input's element type, got 'f64'}}
+  %y = dg.moe_experts %x, %w, %i, %gu, %d : tensor<3x8xbf16>, tensor<3x2xf64>, tensor<3x2xi64>, tensor<4x6x8xbf16>, tensor<4x8x3xbf16> -> tensor<3x8xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_mixed_matrices(%x: tensor<3x8xbf16>, %w: tensor<3x2xf32>, %i: tensor<3x2xi64>, %gu: tensor<4x6x8xf32>, %d: tensor<4x8x3xbf16>) {
+  // expected-error @+1 {{gate_up and down must have the input's element type}}
+  %y = dg.moe_experts %x, %w, %i, %gu, %d : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x6x8xf32>, tensor<4x8x3xbf16> -> tensor<3x8xbf16>
+  return
+}
+
+// -----
+
 func.func @concat_mismatch(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
   // expected-error @+1 {{input 'tensor<3x3xf32>' differs from the result 'tensor<2x6xf32>' outside dim 1}}
   %c = dg.concat %a, %b dim = 1 : tensor<2x3xf32>, tensor<3x3xf32> -> tensor<2x6xf32>

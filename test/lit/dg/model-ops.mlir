@@ -36,3 +36,14 @@ func.func @moe(%r: tensor<12x48xf32>, %router: tensor<8x48xf32>, %scale: tensor<
   %y = dg.moe_experts %r, %w, %i, %gate_up, %down : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32> -> tensor<12x48xf32>
   return %y : tensor<12x48xf32>
 }
+
+// -----
+
+// bf16 activations with the f32 routing weights of an fp32 router island.
+// CHECK-LABEL: func.func @moe_bf16_experts_f32_weights
+func.func @moe_bf16_experts_f32_weights(%x: tensor<12x48xbf16>, %w: tensor<12x2xf32>, %i: tensor<12x2xi64>,
+                                        %gate_up: tensor<8x32x48xbf16>, %down: tensor<8x48x16xbf16>) -> tensor<12x48xbf16> {
+  // CHECK: dg.moe_experts {{.*}} : tensor<12x48xbf16>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xbf16>, tensor<8x48x16xbf16> -> tensor<12x48xbf16>
+  %y = dg.moe_experts %x, %w, %i, %gate_up, %down : tensor<12x48xbf16>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xbf16>, tensor<8x48x16xbf16> -> tensor<12x48xbf16>
+  return %y : tensor<12x48xbf16>
+}
