@@ -16,6 +16,7 @@
 #include "runtime/backend/Kernel.h"
 #include "runtime/core/HostTensor.h"
 #include "runtime/core/ThreadPool.h"
+#include "runtime/kernels/FastMath.h"
 
 namespace dgemma::cpu {
 
@@ -51,12 +52,13 @@ inline void copyBytes(const ExecContext& context, void* destination, const void*
 }
 
 // gelu_tanh as docs/kernels.md defines it: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). One definition
-// for the elementwise kernel and the MoE experts, so the two round the same way in every dtype.
+// for the elementwise kernel and the MoE experts, so the two round the same way in every dtype. The
+// tanh is fastTanh: f32 loops over it vectorise, f64 keeps libm's.
 template <typename T>
 inline T geluTanh(T x) {
   const T sqrtTwoOverPi = static_cast<T>(0.79788456080286535587989211986876);  // sqrt(2 / pi)
   const T inner = sqrtTwoOverPi * (x + static_cast<T>(0.044715) * x * x * x);
-  return static_cast<T>(0.5) * x * (T(1) + std::tanh(inner));
+  return static_cast<T>(0.5) * x * (T(1) + fastTanh(inner));
 }
 
 inline void expectFloat(const KernelSignature& signature, const Buffer& buffer, const std::string& role) {

@@ -72,7 +72,7 @@ void visibleProbabilities(const AttentionGeometry& g, const T* qRow, const int64
     maximum = n == 0 ? probabilities[n] : std::max(maximum, probabilities[n]);
   }
   T sum = 0;
-  for (int64_t n = 0; n < count; ++n) sum += (probabilities[n] = std::exp(probabilities[n] - maximum));
+  for (int64_t n = 0; n < count; ++n) sum += (probabilities[n] = cpu::fastExp(probabilities[n] - maximum));
   for (int64_t n = 0; n < count; ++n) probabilities[n] /= sum;
 }
 

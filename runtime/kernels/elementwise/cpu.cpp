@@ -245,7 +245,7 @@ struct NegOp {
 };
 struct ExpOp {
   template <typename T>
-  T operator()(T x) const { return std::exp(x); }
+  T operator()(T x) const { return cpu::fastExp(x); }
 };
 struct LogOp {
   template <typename T>
@@ -253,7 +253,7 @@ struct LogOp {
 };
 struct TanhOp {
   template <typename T>
-  T operator()(T x) const { return std::tanh(x); }
+  T operator()(T x) const { return cpu::fastTanh(x); }
 };
 struct SqrtOp {
   template <typename T>

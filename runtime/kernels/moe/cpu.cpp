@@ -363,7 +363,7 @@ std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature)
 template <typename T>
 T geluTanhDerivative(T x) {
   constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
-  const T t = std::tanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
+  const T t = cpu::fastTanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
 }
 

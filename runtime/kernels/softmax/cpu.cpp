@@ -28,7 +28,7 @@ class SoftmaxKernel final : public Kernel {
         for (int64_t j = 1; j < length; ++j) maximum = std::max(maximum, xLine[j * inner]);
         T sum = 0;
         for (int64_t j = 0; j < length; ++j) {
-          const T e = std::exp(xLine[j * inner] - maximum);
+          const T e = cpu::fastExp(xLine[j * inner] - maximum);
           yLine[j * inner] = e;
           sum += e;
         }

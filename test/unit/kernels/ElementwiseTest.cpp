@@ -1,8 +1,12 @@
-// Binary ops with broadcasting, unary maps, copy and fill against reference loops in double.
+// Binary ops with broadcasting, unary maps, copy and fill against reference loops in double, and the
+// f32 exp and tanh those maps use against libm.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "KernelTestSupport.h"
+#include "runtime/kernels/FastMath.h"
 
 namespace dgemma::test {
 namespace {
@@ -168,6 +172,103 @@ TEST(ElementwiseKernels, FillWritesTheValueInEachDType) {
   f64.output(DType::F64, {2});
   f64.run();
   EXPECT_EQ(f64.result<double>(), std::vector<double>(2, 0.1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// fastExp and fastTanh (runtime/kernels/FastMath.h), which the exp, tanh and gelu_tanh kernels use
+// for f32, against the f64 libm functions: at most 2 ulp of the correctly rounded f32 result over a
+// sweep of every sign and exponent, and exact at the special values (±0, ±inf, NaN, the overflow
+// and underflow edges).
+
+float floatFromBits(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// |actual − exact| in units of the f32 spacing at the exact value (the subnormal spacing below the
+// normal range). Where the exact value rounds to an f32 infinity, only that infinity is right; NaN
+// must meet NaN.
+double ulpError(float actual, double exact) {
+  if (std::isnan(exact)) return std::isnan(actual) ? 0.0 : std::numeric_limits<double>::infinity();
+  const float rounded = std::fabs(static_cast<float>(exact));
+  if (std::isinf(rounded) || std::isinf(actual))
+    return actual == static_cast<float>(exact) ? 0.0 : std::numeric_limits<double>::infinity();
+  const double spacing = rounded < std::numeric_limits<float>::min()
+                             ? static_cast<double>(std::numeric_limits<float>::denorm_min())
+                             : static_cast<double>(std::nextafter(rounded, std::numeric_limits<float>::infinity())) -
+                                   static_cast<double>(rounded);
+  return std::fabs(static_cast<double>(actual) - exact) / spacing;
+}
+
+// Every 257th bit pattern: about 16.7 million floats, covering each exponent of both signs densely.
+template <typename Fast, typename Exact>
+void expectWithinUlps(Fast fast, Exact exact, double maximumUlps) {
+  double worst = 0;
+  float worstAt = 0;
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 257) {
+    const float x = floatFromBits(static_cast<uint32_t>(bits));
+    const double error = ulpError(fast(x), exact(static_cast<double>(x)));
+    if (!(error <= worst)) {
+      worst = error;
+      worstAt = x;
+    }
+  }
+  EXPECT_LE(worst, maximumUlps) << "worst at x = " << worstAt;
+}
+
+TEST(FastMathTest, ExpIsWithinTwoUlps) {
+  expectWithinUlps([](float x) { return cpu::fastExp(x); }, [](double x) { return std::exp(x); }, 2.0);
+}
+
+TEST(FastMathTest, TanhIsWithinTwoUlps) {
+  expectWithinUlps([](float x) { return cpu::fastTanh(x); }, [](double x) { return std::tanh(x); }, 2.0);
+}
+
+TEST(FastMathTest, ExpSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(cpu::fastExp(0.0f), 1.0f);
+  EXPECT_EQ(cpu::fastExp(-0.0f), 1.0f);
+  EXPECT_EQ(cpu::fastExp(inf), inf);
+  EXPECT_EQ(cpu::fastExp(-inf), 0.0f);
+  EXPECT_TRUE(std::isnan(cpu::fastExp(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(cpu::fastExp(88.8f), inf);   // past the largest f32
+  EXPECT_EQ(cpu::fastExp(1000.0f), inf);
+  EXPECT_EQ(cpu::fastExp(-104.0f), 0.0f);  // below half the smallest subnormal
+  EXPECT_EQ(cpu::fastExp(-1000.0f), 0.0f);
+  // Near the top and in the subnormals the result still rounds as the exact value does.
+  for (float x : {88.7f, 88.72f, -88.0f, -100.0f, -103.9f})
+    EXPECT_LE(ulpError(cpu::fastExp(x), std::exp(static_cast<double>(x))), 2.0) << "at x = " << x;
+}
+
+TEST(FastMathTest, TanhSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(cpu::fastTanh(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(cpu::fastTanh(-0.0f)));
+  EXPECT_EQ(cpu::fastTanh(inf), 1.0f);
+  EXPECT_EQ(cpu::fastTanh(-inf), -1.0f);
+  EXPECT_EQ(cpu::fastTanh(50.0f), 1.0f);
+  EXPECT_EQ(cpu::fastTanh(-1e30f), -1.0f);
+  EXPECT_TRUE(std::isnan(cpu::fastTanh(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(cpu::fastTanh(1e-30f), 1e-30f);  // tiny arguments come back exactly
+  EXPECT_EQ(cpu::fastTanh(std::numeric_limits<float>::denorm_min()), std::numeric_limits<float>::denorm_min());
+}
+
+// Where the two formulas of fastTanh meet, the result stays monotonic.
+TEST(FastMathTest, TanhIsMonotonicAcrossTheFormulaSwitch) {
+  float previous = cpu::fastTanh(0.6f);
+  for (float x = std::nextafter(0.6f, 1.0f); x < 0.65f; x = std::nextafter(x, 1.0f)) {
+    const float value = cpu::fastTanh(x);
+    ASSERT_GE(value, previous) << "at x = " << x;
+    previous = value;
+  }
+}
+
+TEST(FastMathTest, DoubleArgumentsUseLibm) {
+  for (double x : {-30.0, -1.5, -1e-9, 0.0, 0.3, 2.0, 700.0}) {
+    EXPECT_EQ(cpu::fastExp(x), std::exp(x));
+    EXPECT_EQ(cpu::fastTanh(x), std::tanh(x));
+  }
 }
 
 }  // namespace
