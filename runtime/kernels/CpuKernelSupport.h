@@ -61,6 +61,22 @@ inline T geluTanh(T x) {
   return static_cast<T>(0.5) * x * (T(1) + fastTanh(inner));
 }
 
+// Σ a[i]·b[i] in eight interleaved partial sums. A single running sum is a chain the compiler may
+// not reorder (floating-point addition is not associative), so it stays scalar; eight independent
+// ones map onto SIMD lanes. The rounding differs from the sequential sum by the usual O(n·ε).
+template <typename T>
+inline T dotProduct(const T* a, const T* b, int64_t n) {
+  constexpr int64_t kLanes = 8;
+  T partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] += a[i + lane] * b[i + lane];
+  for (; i < n; ++i) partial[0] += a[i] * b[i];
+  T sum = 0;
+  for (int64_t lane = 0; lane < kLanes; ++lane) sum += partial[lane];
+  return sum;
+}
+
 inline void expectFloat(const KernelSignature& signature, const Buffer& buffer, const std::string& role) {
   expectDType(signature, buffer, {DType::F32, DType::F64}, role);
 }

@@ -65,10 +65,7 @@ void visibleProbabilities(const AttentionGeometry& g, const T* qRow, const int64
   const T scale = static_cast<T>(g.scale);
   T maximum = 0;
   for (int64_t n = 0; n < count; ++n) {
-    const T* kRow = keyRow(visible[n]);
-    T dot = 0;
-    for (int64_t d = 0; d < g.headDim; ++d) dot += qRow[d] * kRow[d];
-    probabilities[n] = scale * dot;
+    probabilities[n] = scale * cpu::dotProduct(qRow, keyRow(visible[n]), g.headDim);
     maximum = n == 0 ? probabilities[n] : std::max(maximum, probabilities[n]);
   }
   T sum = 0;
@@ -240,9 +237,7 @@ class AttentionBackwardKernel final : public Kernel {
                                  [&](int64_t key) { return k + kvOffset(key) * g.headDim; }, probability.data());
             T expectedDp = 0;
             for (int64_t n = 0; n < count; ++n) {
-              const T* vRow = v + kvOffset(visible[n]) * g.valueDim;
-              T dot = 0;
-              for (int64_t d = 0; d < g.valueDim; ++d) dot += dOutRow[d] * vRow[d];
+              const T dot = cpu::dotProduct(dOutRow, v + kvOffset(visible[n]) * g.valueDim, g.valueDim);
               dProbability[n] = dot;
               expectedDp += probability[n] * dot;
             }

@@ -427,9 +427,7 @@ class MoeExpertsBackwardKernel final : public Kernel {
     cpu::parallelFor(context, routes, cpu::rowGrain(hidden + inner), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         const int64_t route = routeOfSlot[slot], token = grouping.tokenOfSlot[slot];
-        T dw = 0;
-        for (int64_t h = 0; h < hidden; ++h) dw += dy[token * hidden + h] * output[slot * hidden + h];
-        dWeights[route] = dw;
+        dWeights[route] = cpu::dotProduct(dy + token * hidden, output.data() + slot * hidden, hidden);
         for (int64_t c = 0; c < inner; ++c) {
           const T gate = gateUpOutput[slot * width + c], up = gateUpOutput[slot * width + inner + c];
           const T dState = dHidden[slot * inner + c];

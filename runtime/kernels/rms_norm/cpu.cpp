@@ -23,8 +23,7 @@ class RmsNormKernel final : public Kernel {
       for (int64_t row = begin; row < end; ++row) {
         const T* xRow = x + row * width;
         T* yRow = y + row * width;
-        T sumOfSquares = 0;
-        for (int64_t i = 0; i < width; ++i) sumOfSquares += xRow[i] * xRow[i];
+        const T sumOfSquares = cpu::dotProduct(xRow, xRow, width);
         const T scale = T(1) / std::sqrt(sumOfSquares / static_cast<T>(width) + eps_);
         if (weight != nullptr) {
           for (int64_t i = 0; i < width; ++i) yRow[i] = xRow[i] * scale * weight[i];
