@@ -121,6 +121,19 @@ TEST(TransposeKernel, LargeTransposeAcrossThreads) {
   checkTranspose<float>(DType::F32, {130, 70, 3}, {1, 2, 0}, &threads);
 }
 
+// Swapping the last two dims takes a tiled path: sizes that are and are not multiples of its 32-wide
+// tiles, a batch of matrices, an empty one, and a split across threads.
+TEST(TransposeKernel, LastTwoDimsSwapInTiles) {
+  checkTranspose<float>(DType::F32, {64, 96}, {1, 0});
+  checkTranspose<float>(DType::F32, {33, 70}, {1, 0});
+  checkTranspose<double>(DType::F64, {3, 31, 45}, {0, 2, 1});
+  checkTranspose<uint16_t>(DType::BF16, {2, 2, 40, 7}, {0, 1, 3, 2});
+  checkTranspose<float>(DType::F32, {0, 5}, {1, 0});
+  ThreadPool threads(2);
+  checkTranspose<float>(DType::F32, {5, 100, 130}, {0, 2, 1}, &threads);
+  checkTranspose<float>(DType::F32, {256, 1030}, {1, 0}, &threads);
+}
+
 TEST(ReshapeKernel, CopiesBytesUnderANewShape) {
   const std::vector<float> x = {1, 2, 3, 4, 5, 6};
   KernelCall call("reshape");
