@@ -24,14 +24,42 @@ struct Accumulator {
     else
       value += x;
   }
+  // Folds in an accumulator that saw other elements of the same output.
+  void merge(const Accumulator& other) {
+    if constexpr (kind == Reduction::Max)
+      add(other.value);
+    else
+      value += other.value;
+  }
   T result(int64_t count) const {
     if constexpr (kind == Reduction::Mean) return static_cast<T>(value / static_cast<double>(count));
     return static_cast<T>(value);
   }
 };
 
+// Accumulates values[0], values[stride], ... (count of them). A contiguous run goes to eight
+// interleaved accumulators: one running f64 sum is a chain of dependent adds, and eight
+// independent ones vectorise.
+template <typename T, Reduction kind>
+void accumulateRun(Accumulator<T, kind>& accumulator, const T* values, int64_t count, int64_t stride) {
+  if (stride != 1) {
+    for (int64_t j = 0; j < count; ++j) accumulator.add(values[j * stride]);
+    return;
+  }
+  constexpr int64_t kLanes = 8;
+  Accumulator<T, kind> lanes[kLanes];
+  int64_t j = 0;
+  for (; j + kLanes <= count; j += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane].add(values[j + lane]);
+  for (; j < count; ++j) lanes[0].add(values[j]);
+  for (const Accumulator<T, kind>& lane : lanes) accumulator.merge(lane);
+}
+
 // Output element o reads x at keptOffset(o) + reducedOffset(r) for every reduced position r; two
-// cursors walk the kept and the reduced dimensions with x's strides.
+// cursors walk the kept and the reduced dimensions with x's strides. Where consecutive outputs are
+// consecutive elements of x (a reduction over leading dims, such as a bias gradient), a run of them
+// is accumulated together, reading x one contiguous row at a time instead of one strided column per
+// output.
 template <typename T, Reduction kind>
 class ReduceKernel final : public Kernel {
  public:
@@ -45,13 +73,25 @@ class ReduceKernel final : public Kernel {
     cpu::parallelFor(context, outputCount_, cpu::rowGrain(reducedCount_), [&](int64_t begin, int64_t end) {
       cpu::StridedCursor<1> keptCursor = kept_;
       cpu::StridedCursor<1> reducedCursor = reduced_;
+      std::vector<Accumulator<T, kind>> row;
       keptCursor.forEachRun(begin, end, [&](int64_t index, const std::array<int64_t, 1>& keptOffsets, int64_t length) {
+        if (keptStride == 1 && length > 1) {
+          row.assign(length, Accumulator<T, kind>{});
+          const T* base = x + keptOffsets[0];
+          reducedCursor.forEachRun(0, reducedCount_, [&](int64_t, const std::array<int64_t, 1>& offsets, int64_t run) {
+            for (int64_t j = 0; j < run; ++j) {
+              const T* values = base + offsets[0] + j * reducedStride;
+              for (int64_t k = 0; k < length; ++k) row[k].add(values[k]);
+            }
+          });
+          for (int64_t k = 0; k < length; ++k) y[index + k] = row[k].result(reducedCount_);
+          return;
+        }
         for (int64_t k = 0; k < length; ++k) {
           const T* base = x + keptOffsets[0] + k * keptStride;
           Accumulator<T, kind> accumulator;
           reducedCursor.forEachRun(0, reducedCount_, [&](int64_t, const std::array<int64_t, 1>& offsets, int64_t run) {
-            const T* values = base + offsets[0];
-            for (int64_t j = 0; j < run; ++j) accumulator.add(values[j * reducedStride]);
+            accumulateRun(accumulator, base + offsets[0], run, reducedStride);
           });
           y[index + k] = accumulator.result(reducedCount_);
         }

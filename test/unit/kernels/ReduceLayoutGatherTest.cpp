@@ -73,6 +73,33 @@ TEST(ReduceKernels, ManyOutputsAcrossThreads) {
   checkReduce<float>("max", DType::F32, {40, 30, 20}, {1}, true, {40, 1, 20}, &threads);
 }
 
+// Long contiguous reductions (interleaved partial accumulators with a remainder) and reductions over
+// leading dims (outputs accumulated a row of x at a time), split across threads.
+TEST(ReduceKernels, LongRowsAndLeadingDimsAcrossThreads) {
+  ThreadPool threads(2);
+  for (const char* kind : {"sum", "max", "mean"}) {
+    checkReduce<float>(kind, DType::F32, {6, 1003}, {1}, false, {6}, &threads);
+    checkReduce<float>(kind, DType::F32, {4, 33, 257}, {0, 1}, false, {257}, &threads);
+    checkReduce<double>(kind, DType::F64, {3, 70, 9}, {0}, true, {1, 70, 9}, &threads);
+    checkReduce<float>(kind, DType::F32, {5, 6, 7, 8}, {0, 2}, false, {6, 8}, &threads);
+  }
+}
+
+TEST(ReduceKernels, MaxPropagatesNaNAlongEveryPath) {
+  std::vector<float> x(2 * 20, 1.0f);
+  x[13] = NAN;  // row 0 of the contiguous reduction, column 13 of the leading-dim one
+  KernelCall rows("reduce_max", {{"dims", {1}}});
+  rows.input<float>(DType::F32, {2, 20}, x).output(DType::F32, {2});
+  rows.run();
+  EXPECT_TRUE(std::isnan(rows.result<float>()[0]));
+  EXPECT_EQ(rows.result<float>()[1], 1.0f);
+  KernelCall columns("reduce_max", {{"dims", {0}}});
+  columns.input<float>(DType::F32, {2, 20}, x).output(DType::F32, {20});
+  columns.run();
+  EXPECT_TRUE(std::isnan(columns.result<float>()[13]));
+  EXPECT_EQ(columns.result<float>()[12], 1.0f);
+}
+
 TEST(ReduceKernels, MaxPropagatesNaN) {
   KernelCall call("reduce_max", {{"dims", {1}}});
   call.input<float>(DType::F32, {2, 3}, {1, NAN, 2, 4, 5, 6}).output(DType::F32, {2});
