@@ -105,7 +105,19 @@ class BinaryKernel final : public Kernel {
         const T* runA = a + offsets[0];
         const T* runB = b + offsets[1];
         Out* runC = c + index;
-        for (int64_t k = 0; k < length; ++k) runC[k] = op(runA[k * strideA], runB[k * strideB]);
+        // The usual broadcasts (a row times a per-row scalar or a scalar, a row plus a bias row) get
+        // loops with constant strides, which vectorise; a runtime stride keeps the loop scalar.
+        if (strideA == 1 && strideB == 0) {
+          const T scalarB = runB[0];
+          for (int64_t k = 0; k < length; ++k) runC[k] = op(runA[k], scalarB);
+        } else if (strideA == 0 && strideB == 1) {
+          const T scalarA = runA[0];
+          for (int64_t k = 0; k < length; ++k) runC[k] = op(scalarA, runB[k]);
+        } else if (strideA == 1 && strideB == 1) {
+          for (int64_t k = 0; k < length; ++k) runC[k] = op(runA[k], runB[k]);
+        } else {
+          for (int64_t k = 0; k < length; ++k) runC[k] = op(runA[k * strideA], runB[k * strideB]);
+        }
       });
     });
   }
