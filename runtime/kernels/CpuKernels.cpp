@@ -15,6 +15,7 @@ void registerCpuKernels(KernelRegistry& registry) {
   registerAttentionCpuKernels(registry);
   registerMoeCpuKernels(registry);
   registerCrossEntropyCpuKernels(registry);
+  registerOptimizerCpuKernels(registry);
 }
 
 }  // namespace dgemma

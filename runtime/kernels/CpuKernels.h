@@ -22,5 +22,6 @@ void registerRopeCpuKernels(KernelRegistry& registry);         // rope
 void registerAttentionCpuKernels(KernelRegistry& registry);    // attention
 void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route, moe_experts
 void registerCrossEntropyCpuKernels(KernelRegistry& registry); // cross_entropy, cross_entropy_backward
+void registerOptimizerCpuKernels(KernelRegistry& registry);    // adamw
 
 }  // namespace dgemma

@@ -225,9 +225,11 @@ class PlanBuilder {
         outputBuffers.push_back(bufferOf.lookup(output.getValue()));
         continue;
       } else if (auto assign = dyn_cast<AssignOp>(op)) {
-        // The parameter's persistent bytes take the value: a plain copy into them.
+        // The parameter's persistent bytes take the value: a plain copy into them, unless the value
+        // was computed in place there (inPlaceAssignTarget).
         int64_t stepIndex = static_cast<int64_t>(entry.steps.size());
         int64_t from = bufferOf.lookup(assign.getValue());
+        if (from == bufferOf.lookup(assign.getTarget())) continue;
         touch(from, stepIndex);
         entry.steps.push_back(copyStep(from, bufferOf.lookup(assign.getTarget()), locationText(op.getLoc())));
         continue;
@@ -274,6 +276,11 @@ class PlanBuilder {
           continue;
         }
         for (Value result : op.getResults()) {
+          if (Value target = inPlaceAssignTarget(result)) {
+            bufferOf[result] = bufferOf.lookup(target);
+            step.outputs.push_back(bufferOf[result]);
+            continue;
+          }
           auto resultId = scratchBuffer(&op, result, step.op);
           if (failed(resultId)) return failure();
           bufferOf[result] = *resultId;

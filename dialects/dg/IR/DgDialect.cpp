@@ -101,12 +101,15 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
     if (!isa<ModuleOp>(op)) return op->emitOpError() << "'" << name << "' belongs on the module";
     return verifyPositiveSizes(op, name, attribute.getValue());
   }
-  // Written by dg-memory-plan: one scratch-arena byte offset per result, and the arena size.
+  // Written by dg-memory-plan: one scratch-arena byte offset per result (-1: the result lives in a
+  // parameter, see inPlaceAssignTarget), and the arena size.
   if (name == "dg.offsets") {
     auto offsets = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
-    if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()) ||
-        llvm::any_of(offsets.asArrayRef(), [](int64_t offset) { return offset < 0; }))
-      return op->emitOpError() << "'" << name << "' must hold one non-negative offset per result";
+    if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()))
+      return op->emitOpError() << "'" << name << "' must hold one offset per result";
+    for (auto [offset, result] : llvm::zip(offsets.asArrayRef(), op->getResults()))
+      if (offset < 0 && !(offset == -1 && inPlaceAssignTarget(result)))
+        return op->emitOpError() << "'" << name << "' must hold offsets >= 0, or -1 for a result stored in a parameter";
     return success();
   }
   if (name == "dg.scratch_bytes") {

@@ -159,6 +159,26 @@ LogicalResult AssignOp::verify() {
   return success();
 }
 
+Value mlir::dg::inPlaceAssignTarget(Value result) {
+  auto update = result.getDefiningOp<AdamwOp>();
+  if (!update || !result.hasOneUse()) return {};
+  auto assign = dyn_cast<AssignOp>(*result.getUsers().begin());
+  const Value updated[] = {update.getParam(), update.getExpAvg(), update.getExpAvgSq()};
+  Value target = updated[cast<OpResult>(result).getResultNumber()];
+  return assign && assign.getValue() == result && assign.getTarget() == target ? target : Value();
+}
+
+LogicalResult AdamwOp::verify() {
+  auto tensor = getParam().getType(), scalar = getLr().getType();
+  if (scalar.getRank() != 0 || scalar.getElementType() != tensor.getElementType())
+    return emitOpError() << "grad_scale, lr and the bias corrections must be " << RankedTensorType::get({}, tensor.getElementType());
+  for (auto [name, beta] : {std::pair{"beta1", getBeta1().convertToDouble()}, std::pair{"beta2", getBeta2().convertToDouble()}})
+    if (!(beta >= 0 && beta < 1)) return emitOpError() << name << " must be in [0, 1), got " << beta;
+  if (!(getEpsilon().convertToDouble() > 0)) return emitOpError() << "epsilon must be positive";
+  if (!(getWeightDecay().convertToDouble() >= 0)) return emitOpError() << "weight_decay must be >= 0";
+  return success();
+}
+
 LogicalResult CastOp::verify() {
   Type from = getInput().getType().getElementType();
   Type to = getResult().getType().getElementType();

@@ -20,6 +20,12 @@ LogicalResult verifyCollectiveOp(Operation* op);
 // NumPy broadcast of two shapes; failure if incompatible.
 FailureOr<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs);
 
+// The parameter a dg.adamw result may be written into directly: the operand it updates, when the
+// result's only use is the dg.assign back to that operand (the kernel reads every element before it
+// writes it, so updating in place is exact). The memory planner gives such a result no scratch and
+// the plan drops the assign's copy. Null for any other value.
+Value inPlaceAssignTarget(Value result);
+
 }  // namespace mlir::dg
 
 #define GET_OP_CLASSES

@@ -501,6 +501,34 @@ def Dg_CrossEntropyBackwardOp : Dg_ComputeOp<"cross_entropy_backward", [Pure, At
 }
 
 //===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+def Dg_AdamwOp : Dg_ComputeOp<"adamw", [Pure,
+    AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg", "new_exp_avg_sq"]>,
+    AllTypesMatch<["grad_scale", "lr", "bias_correction1", "bias_correction2"]>]> {
+  let summary = "One AdamW update of a parameter and its moments (training.md §13), fused";
+  let description = [{
+    With g = grad * grad_scale (the accumulation mean and the global-norm clip, one scalar):
+    m' = β1 m + (1 − β1) g;  v' = β2 v + (1 − β2) g²;
+    p' = p − lr ((m' / bias_correction1) / (sqrt(v' / bias_correction2) + epsilon) + weight_decay p).
+    One pass over the four tensors instead of a chain of elementwise ops; the results are written
+    back with dg.assign. param, grad, exp_avg, exp_avg_sq and the results share one type; the four
+    scalars are rank 0 of its element type.
+  }];
+  let arguments = (ins Dg_FloatTensor:$param, Dg_FloatTensor:$grad, Dg_FloatTensor:$exp_avg,
+                       Dg_FloatTensor:$exp_avg_sq, Dg_FloatTensor:$grad_scale, Dg_FloatTensor:$lr,
+                       Dg_FloatTensor:$bias_correction1, Dg_FloatTensor:$bias_correction2,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon, F64Attr:$weight_decay);
+  let results = (outs Dg_FloatTensor:$new_param, Dg_FloatTensor:$new_exp_avg, Dg_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $grad_scale `,` $lr `,` $bias_correction1 `,`
+    $bias_correction2 attr-dict `:` type($param) `,` type($lr)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Randomness
 //===----------------------------------------------------------------------===//
 

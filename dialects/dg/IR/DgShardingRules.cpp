@@ -449,3 +449,14 @@ ShardingRule CrossEntropyBackwardOp::getShardingRule() {
   builder.result(gradient);
   return builder.take();
 }
+
+// Elementwise over the four tensors and the three results; the scalars are replicated.
+ShardingRule AdamwOp::getShardingRule() {
+  RuleBuilder builder;
+  SmallVector<int64_t> factors;
+  for (int64_t size : getParam().getType().getShape()) factors.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  for (int i = 0; i < 4; ++i) builder.operand(factors);
+  for (int i = 0; i < 4; ++i) builder.operand({});
+  for (int i = 0; i < 3; ++i) builder.result(factors);
+  return builder.take();
+}

@@ -17,11 +17,14 @@ int64_t bytesOf(Type type) {
   return tensor.getNumElements() * std::max<int64_t>(elementBits / 8, 1);  // i1 is stored as a byte
 }
 
-// The storage behind a value: reshapes and stop_gradients are views of their input's storage, and an
-// all-reduce works in place when nothing else reads the value it reduces.
+// The storage behind a value: reshapes and stop_gradients are views of their input's storage, an
+// all-reduce works in place when nothing else reads the value it reduces, and an optimizer update
+// assigned straight back is written into its parameter (inPlaceAssignTarget).
 Value storageRoot(Value value) {
   for (;;) {
-    if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
+    if (Value target = inPlaceAssignTarget(value)) {
+      value = target;
+    } else if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
       value = reshape.getInput();
     } else if (auto barrier = value.getDefiningOp<StopGradientOp>()) {
       value = barrier.getInput();
@@ -108,13 +111,16 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
     Builder builder(function.getContext());
     for (Operation& op : body) {
       if (op.getNumResults() == 0) continue;
+      // -1 marks a result stored in a parameter (an in-place update); an op with no scratch result
+      // (a param, a constant) gets no offsets.
       SmallVector<int64_t> offsets;
+      bool anyScratch = false;
       for (Value result : op.getResults()) {
         auto it = intervals.find(storageRoot(result));
-        if (it == intervals.end()) break;
-        offsets.push_back(it->second.offset);
+        offsets.push_back(it == intervals.end() ? -1 : it->second.offset);
+        anyScratch |= it != intervals.end();
       }
-      if (offsets.size() == op.getNumResults()) op.setAttr("dg.offsets", builder.getDenseI64ArrayAttr(offsets));
+      if (anyScratch) op.setAttr("dg.offsets", builder.getDenseI64ArrayAttr(offsets));
     }
     function->setAttr("dg.scratch_bytes", builder.getI64IntegerAttr(alignTo(arenaBytes)));
   }

@@ -1,6 +1,7 @@
 // dg-optimizer-step: adds the "optimizer_step" entry point, the AdamW update of every trainable
-// parameter as dg ops (../shared/reference/training.md §13), so that later passes (sharding: the
-// distributed optimizer; memory planning) see the update like any other computation.
+// parameter as dg ops (../shared/reference/training.md §13): the global norm and clip as scalar
+// ops, then one fused dg.adamw per parameter and dg.assign of its results, so that later passes
+// (sharding: the distributed optimizer; memory planning) see the update like any other computation.
 #include "dialects/dg/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -92,41 +93,34 @@ struct DgOptimizerStepPass : mlir::dg::impl::DgOptimizerStepBase<DgOptimizerStep
     SmallVector<Value> gradients;
     Value squares;
     for (ParamOp param : params) {
-      Value gradient = u.binary<MulOp>(u.input("grad/" + param.getName().str(), param.getType()), gradientScale);
+      Value gradient = u.input("grad/" + param.getName().str(), param.getType());
       Value sum = u.sumOfSquares(gradient);
       if (sum.getType() != scalarType) sum = builder.create<CastOp>(loc, scalarType, sum);
       squares = squares ? u.binary<AddOp>(squares, sum) : sum;
       gradients.push_back(gradient);
     }
-    // Megatron's clip: scale by max / (‖g‖ + 1e-6) only when that is below 1.
-    Value norm = builder.create<SqrtOp>(loc, scalarType, squares);
+    // The norm of the mean gradient (the scale is positive), and Megatron's clip: scale by
+    // max / (‖g‖ + 1e-6) only when that is below 1. Both scales reach the update as one scalar.
+    Value norm = u.binary<MulOp>(builder.create<SqrtOp>(loc, scalarType, squares), gradientScale);
     builder.create<OutputOp>(loc, "grad_norm", norm);
     Value shiftedNorm = u.binary<AddOp>(norm, u.scalar(1e-6, f32));
     Value coefficient = u.binary<DivOp>(u.scalar(maxGradNorm, f32), shiftedNorm);
     Value clip = u.binary<MinimumOp>(coefficient, u.scalar(1.0, f32));
+    Value combinedScale = u.binary<MulOp>(gradientScale, clip);
 
-    for (auto [param, rawGradient] : llvm::zip(params, gradients)) {
+    for (auto [param, gradient] : llvm::zip(params, gradients)) {
       Type element = param.getType().getElementType();
       auto cast = [&](Value value) { return element == f32 ? value : builder.create<CastOp>(loc, RankedTensorType::get({}, element), value).getResult(); };
-      Value gradient = u.binary<MulOp>(rawGradient, cast(clip));
       Value weights = u.parameter(param);
       Value firstMoment = u.state(std::string(dgemma::kOptimizerStatePrefix) + "exp_avg/", param);
       Value secondMoment = u.state(std::string(dgemma::kOptimizerStatePrefix) + "exp_avg_sq/", param);
-      // One op per statement: the IR's op order must not depend on the compiler's argument order.
-      Value keptFirst = u.binary<MulOp>(firstMoment, u.scalar(beta1, element));
-      Value newFirst = u.binary<AddOp>(keptFirst, u.binary<MulOp>(gradient, u.scalar(1.0 - beta1, element)));
-      Value keptSecond = u.binary<MulOp>(secondMoment, u.scalar(beta2, element));
-      Value squared = u.binary<MulOp>(gradient, gradient);
-      Value newSecond = u.binary<AddOp>(keptSecond, u.binary<MulOp>(squared, u.scalar(1.0 - beta2, element)));
-      Value root = builder.create<SqrtOp>(loc, param.getType(), u.binary<DivOp>(newSecond, cast(correction2)));
-      Value denominator = u.binary<AddOp>(root, u.scalar(epsilon, element));
-      Value step = u.binary<DivOp>(u.binary<DivOp>(newFirst, cast(correction1)), denominator);
-      // Decoupled weight decay (AdamW): p <- p - lr (adam + wd p).
-      if (weightDecay != 0) step = u.binary<AddOp>(step, u.binary<MulOp>(weights, u.scalar(weightDecay, element)));
-      Value updated = u.binary<SubOp>(weights, u.binary<MulOp>(step, cast(lr)));
-      builder.create<AssignOp>(loc, weights, updated);
-      builder.create<AssignOp>(loc, firstMoment, newFirst);
-      builder.create<AssignOp>(loc, secondMoment, newSecond);
+      auto update = builder.create<AdamwOp>(loc, param.getType(), param.getType(), param.getType(), weights, gradient,
+                                            firstMoment, secondMoment, cast(combinedScale), cast(lr), cast(correction1),
+                                            cast(correction2), builder.getF64FloatAttr(beta1), builder.getF64FloatAttr(beta2),
+                                            builder.getF64FloatAttr(epsilon), builder.getF64FloatAttr(weightDecay));
+      builder.create<AssignOp>(loc, weights, update.getNewParam());
+      builder.create<AssignOp>(loc, firstMoment, update.getNewExpAvg());
+      builder.create<AssignOp>(loc, secondMoment, update.getNewExpAvgSq());
     }
     builder.create<func::ReturnOp>(loc);
   }

@@ -457,3 +457,27 @@ func.func @read_after_assign() attributes {dg.entry = "optimizer_step"} {
   dg.output "z", %z : tensor<2xf32>
   return
 }
+
+// -----
+
+func.func @adamw_beta(%p: tensor<4xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{beta2 must be in [0, 1), got 1}}
+  %a, %b, %c = dg.adamw %p, %p, %p, %p, %s, %s, %s, %s {beta1 = 0.9 : f64, beta2 = 1.0 : f64, epsilon = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<4xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @adamw_scalar(%p: tensor<4xf32>, %s: tensor<1xf32>) {
+  // expected-error @+1 {{grad_scale, lr and the bias corrections must be 'tensor<f32>'}}
+  %a, %b, %c = dg.adamw %p, %p, %p, %p, %s, %s, %s, %s {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<4xf32>, tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @offset_minus_one_not_in_place(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'dg.offsets' must hold offsets >= 0, or -1 for a result stored in a parameter}}
+  %y = dg.exp %x {dg.offsets = array<i64: -1>} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}

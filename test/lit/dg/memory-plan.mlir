@@ -97,3 +97,24 @@ func.func @in_place_all_reduce() attributes {dg.entry = "forward"} {
   return
 }
 }
+
+// -----
+
+// An optimizer update assigned straight back is computed in its parameter's storage: no scratch for
+// those results (-1); a result also read elsewhere keeps its own bytes.
+// CHECK-LABEL: func.func @in_place_update
+// CHECK-SAME: dg.scratch_bytes = 192
+func.func @in_place_update() attributes {dg.entry = "optimizer_step"} {
+  %s = dg.input "s" : tensor<f32>
+  %g = dg.input "grad/w" : tensor<16xf32>
+  %w = dg.param "w" : tensor<16xf32>
+  %m = dg.param "optimizer/exp_avg/w" : tensor<16xf32>
+  %v = dg.param "optimizer/exp_avg_sq/w" : tensor<16xf32>
+  // CHECK: dg.adamw {{.*}} {beta1 = {{.*}}, dg.offsets = array<i64: -1, -1, 64>
+  %nw, %nm, %nv = dg.adamw %w, %g, %m, %v, %s, %s, %s, %s {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<16xf32>, tensor<f32>
+  dg.assign %nw to %w : tensor<16xf32>
+  dg.assign %nm to %m : tensor<16xf32>
+  dg.assign %nv to %v : tensor<16xf32>
+  dg.output "second_moment", %nv : tensor<16xf32>
+  return
+}

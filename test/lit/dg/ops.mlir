@@ -130,3 +130,10 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   return
 }
 }
+
+// CHECK-LABEL: func.func @adamw
+func.func @adamw(%p: tensor<2x3xf32>, %g: tensor<2x3xf32>, %m: tensor<2x3xf32>, %v: tensor<2x3xf32>, %s: tensor<f32>) -> tensor<2x3xf32> {
+  // CHECK: dg.adamw %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {beta1 = 9.000000e-01 : f64, beta2 = 0.998{{[0-9]*}} : f64, epsilon = 1.000000e-08 : f64, weight_decay = 0.000000e+00 : f64} : tensor<2x3xf32>, tensor<f32>
+  %np, %nm, %nv = dg.adamw %p, %g, %m, %v, %s, %s, %s, %s {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<2x3xf32>, tensor<f32>
+  return %np : tensor<2x3xf32>
+}

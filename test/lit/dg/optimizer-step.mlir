@@ -17,22 +17,23 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
 // CHECK-DAG: %[[BC1:.*]] = dg.input "bias_correction1" : tensor<f32>
 // CHECK-DAG: %[[BC2:.*]] = dg.input "bias_correction2" : tensor<f32>
 // CHECK-DAG: %[[SCALE:.*]] = dg.input "gradient_scale" : tensor<f32>
-// CHECK: %[[RAW:.*]] = dg.input "grad/w" : tensor<3x4xf32>
-// CHECK: %[[G:.*]] = dg.mul %[[RAW]], %[[SCALE]]
-// CHECK: %[[NORM:.*]] = dg.sqrt
+// CHECK: %[[G:.*]] = dg.input "grad/w" : tensor<3x4xf32>
+// CHECK: %[[SQUARES:.*]] = dg.mul %[[G]], %[[G]]
+// CHECK: dg.reduce_sum %[[SQUARES]] dims = [0, 1]
+// CHECK: %[[ROOT:.*]] = dg.sqrt
+// CHECK: %[[NORM:.*]] = dg.mul %[[ROOT]], %[[SCALE]]
 // CHECK: dg.output "grad_norm", %[[NORM]]
 // CHECK: dg.fill 2.000000e+00 : tensor<f32>
-// CHECK: dg.minimum
+// CHECK: %[[CLIP:.*]] = dg.minimum
+// CHECK: %[[COMBINED:.*]] = dg.mul %[[SCALE]], %[[CLIP]]
 // CHECK: %[[W:.*]] = dg.param "w" : tensor<3x4xf32>
 // CHECK: %[[M:.*]] = dg.param "optimizer/exp_avg/w" {init = {kind = "zeros"}, trainable = false} : tensor<3x4xf32>
 // CHECK: %[[V:.*]] = dg.param "optimizer/exp_avg_sq/w" {init = {kind = "zeros"}, trainable = false} : tensor<3x4xf32>
-// CHECK: dg.fill 8.000000e-01 : tensor<f32>
-// CHECK: dg.fill 0.94999{{[0-9]*}} : tensor<f32>
-// CHECK: dg.fill 1.000000e-01 : tensor<f32>
-// CHECK: %[[NEW:.*]] = dg.sub %[[W]], %{{.*}} : tensor<3x4xf32>, tensor<3x4xf32> -> tensor<3x4xf32>
+// CHECK: %[[NEW:.*]], %[[NEWM:.*]], %[[NEWV:.*]] = dg.adamw %[[W]], %[[G]], %[[M]], %[[V]], %[[COMBINED]], %[[LR]], %[[BC1]], %[[BC2]]
+// CHECK-SAME: beta1 = 8.000000e-01 : f64, beta2 = 0.94999{{[0-9]*}} : f64, epsilon = 1.000000e-08 : f64, weight_decay = 1.000000e-01 : f64
 // CHECK: dg.assign %[[NEW]] to %[[W]] : tensor<3x4xf32>
-// CHECK: dg.assign %{{.*}} to %[[M]] : tensor<3x4xf32>
-// CHECK: dg.assign %{{.*}} to %[[V]] : tensor<3x4xf32>
+// CHECK: dg.assign %[[NEWM]] to %[[M]] : tensor<3x4xf32>
+// CHECK: dg.assign %[[NEWV]] to %[[V]] : tensor<3x4xf32>
 // CHECK-NOT: frozen
 // CHECK: return
 
