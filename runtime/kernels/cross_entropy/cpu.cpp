@@ -10,6 +10,7 @@
 // vectorises, where a libm exp per logit was most of these kernels' time.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "runtime/core/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
@@ -47,7 +48,7 @@ struct BonusedRow {
   double operator[](int64_t j) const { return static_cast<double>(logits[j]) + (j == bonusId ? bonus : 0.0); }
 };
 
-// logsumexp(z) = maximum + log(sum), with sum = Σ exp(z_j − maximum); `visit(j, e)` sees each exp.
+// logsumexp(z) = maximum + log(sum), with sum = Σ exp(z_j − maximum).
 struct Normalizer {
   double maximum;
   double sum;
@@ -69,39 +70,54 @@ double maximumOf(const T* logits, int64_t begin, int64_t end, double running) {
   return running;
 }
 
-// Σ exp(logits[j] − maximum) over [begin, end), calling visit(j, e) for each exp.
-template <typename T, typename Visit>
-double sumOfExps(const T* logits, int64_t begin, int64_t end, double maximum, Visit& visit) {
+// Σ exp(logits[j] − maximum) over [begin, end), writing each exp to exps[j] when exps is not null.
+// Always inlined, so that the AVX2 clone below compiles this loop for its own target.
+template <typename T>
+[[gnu::always_inline]] inline double sumOfExpsIn(const T* logits, int64_t begin, int64_t end, double maximum, T* exps) {
   double partial[kLanes] = {};
+  const auto exp = [&](int64_t j) { return cpu::fastExp(static_cast<T>(static_cast<double>(logits[j]) - maximum)); };
   int64_t j = begin;
-  for (; j + kLanes <= end; j += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      const T e = cpu::fastExp(static_cast<T>(static_cast<double>(logits[j + lane]) - maximum));
-      visit(j + lane, e);
-      partial[lane] += e;
-    }
-  for (; j < end; ++j) {
-    const T e = cpu::fastExp(static_cast<T>(static_cast<double>(logits[j]) - maximum));
-    visit(j, e);
-    partial[0] += e;
+  if (exps != nullptr) {
+    for (; j + kLanes <= end; j += kLanes)
+      for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] += (exps[j + lane] = exp(j + lane));
+    for (; j < end; ++j) partial[0] += (exps[j] = exp(j));
+  } else {
+    for (; j + kLanes <= end; j += kLanes)
+      for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] += exp(j + lane);
+    for (; j < end; ++j) partial[0] += exp(j);
   }
   double sum = 0;
   for (int64_t lane = 0; lane < kLanes; ++lane) sum += partial[lane];
   return sum;
 }
 
+// The f32 loop in AVX2 clones (see FastMath.h): the exps are these kernels' arithmetic.
+DGEMMA_CPU_CLONES_FOR_AVX2 double sumOfExpsF32(const float* logits, int64_t begin, int64_t end, double maximum,
+                                               float* exps) {
+  return sumOfExpsIn(logits, begin, end, maximum, exps);
+}
+
+template <typename T>
+double sumOfExps(const T* logits, int64_t begin, int64_t end, double maximum, T* exps) {
+  if constexpr (std::is_same_v<T, float>)
+    return sumOfExpsF32(logits, begin, end, maximum, exps);
+  else
+    return sumOfExpsIn(logits, begin, end, maximum, exps);
+}
+
 // The bonused logit splits the row into the plain logits before it, itself, and those after it.
-template <typename T, typename Visit>
-Normalizer normalize(const BonusedRow<T>& z, int64_t length, Visit&& visit) {
+// `exps` (null when not wanted) receives each exp(z_j − maximum).
+template <typename T>
+Normalizer normalize(const BonusedRow<T>& z, int64_t length, T* exps) {
   const bool hasBonus = z.bonusId >= 0;
   const int64_t plainEnd = hasBonus ? z.bonusId : length;
   double maximum = maximumOf(z.logits, 0, plainEnd, -std::numeric_limits<double>::infinity());
   if (hasBonus) maximum = maximumOf(z.logits, z.bonusId + 1, length, std::max(maximum, z[z.bonusId]));
-  double sum = sumOfExps(z.logits, 0, plainEnd, maximum, visit);
+  double sum = sumOfExps(z.logits, 0, plainEnd, maximum, exps);
   if (hasBonus) {
     const T e = cpu::fastExp(static_cast<T>(z[z.bonusId] - maximum));
-    visit(z.bonusId, e);
-    sum += e + sumOfExps(z.logits, z.bonusId + 1, length, maximum, visit);
+    if (exps != nullptr) exps[z.bonusId] = e;
+    sum += e + sumOfExps(z.logits, z.bonusId + 1, length, maximum, exps);
   }
   return {maximum, sum};
 }
@@ -156,7 +172,7 @@ class CrossEntropyKernel final : public Kernel {
     cpu::parallelFor(context, geometry_.rows, cpu::rowGrain(length), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const BonusedRow<T> z = rows.row(r);
-        const Normalizer normalizer = normalize(z, length, [](int64_t, T) {});
+        const Normalizer normalizer = normalize<T>(z, length, nullptr);
         loss[r] = static_cast<T>(normalizer.maximum + std::log(normalizer.sum) - z[rows.targets[r]]);
       }
     });
@@ -184,7 +200,7 @@ class CrossEntropyBackwardKernel final : public Kernel {
       for (int64_t r = begin; r < end; ++r) {
         const BonusedRow<T> z = rows.row(r);
         T* gradRow = gradLogits + r * length;
-        const Normalizer normalizer = normalize(z, length, [&](int64_t j, T e) { gradRow[j] = e; });
+        const Normalizer normalizer = normalize(z, length, gradRow);
         const double g = static_cast<double>(gradOutput[r]);
         const double scale = g / normalizer.sum;
         for (int64_t j = 0; j < length; ++j) gradRow[j] = static_cast<T>(static_cast<double>(gradRow[j]) * scale);
