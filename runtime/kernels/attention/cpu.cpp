@@ -4,6 +4,7 @@
 // attention_backward: the gradients dq, dk, dv for an output gradient do, recomputing the
 // probabilities with the same visibility rules.
 #include <cmath>
+#include <type_traits>
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
@@ -60,7 +61,7 @@ int64_t collectVisibleKeys(const AttentionGeometry& geometry, const uint8_t* val
 // forward's output weights and the backward's recomputed ones are this one function. `keyRow(key)`
 // points at that key's head_dim values.
 template <typename T, typename KeyRow>
-void visibleProbabilities(const AttentionGeometry& g, const T* qRow, const int64_t* visible, int64_t count,
+[[gnu::always_inline]] inline void visibleProbabilities(const AttentionGeometry& g, const T* qRow, const int64_t* visible, int64_t count,
                           const KeyRow& keyRow, T* probabilities) {
   const T scale = static_cast<T>(g.scale);
   T maximum = 0;
@@ -73,44 +74,129 @@ void visibleProbabilities(const AttentionGeometry& g, const T* qRow, const int64
   for (int64_t n = 0; n < count; ++n) probabilities[n] /= sum;
 }
 
-// T is also the accumulator type (scores, softmax sum, output), as the contract says.
+// The tensors of one attention call (the backward kernel's gradients stay null in the forward).
+template <typename T>
+struct AttentionTensors {
+  const T* q;
+  const T* k;
+  const T* v;
+  const uint8_t* keyValid;  // u8 and bool are both one byte, nonzero = valid
+  const T* dOut;
+  T* out;  // o in the forward, dq in the backward
+  T* dk;
+  T* dv;
+};
+
+// Output rows [begin, end) of the forward. Rows are (b, query, head) in the memory order of q and o,
+// so row r's vectors start at r·D and r·Dv. T is also the accumulator type (scores, softmax sum,
+// output), as the contract says. Always inlined, so that the f32 clones below compile it for their
+// target.
+template <typename T>
+[[gnu::always_inline]] inline void attentionRows(const AttentionGeometry& g, const AttentionTensors<T>& t,
+                                                 int64_t begin, int64_t end) {
+  const int64_t headsPerKv = g.queryHeads / g.kvHeads;
+  std::vector<int64_t> visible(g.keys);
+  std::vector<T> weights(g.keys);  // probabilities of the visible keys
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t head = row % g.queryHeads;
+    const int64_t query = (row / g.queryHeads) % g.queries;
+    const int64_t b = row / (g.queryHeads * g.queries);
+    const int64_t kvHead = head / headsPerKv;
+    const T* qRow = t.q + row * g.headDim;
+    T* oRow = t.out + row * g.valueDim;
+    std::fill(oRow, oRow + g.valueDim, T(0));
+    const int64_t count = collectVisibleKeys(g, t.keyValid + b * g.keys, query, visible.data());
+    if (count == 0) continue;  // no visible key: the row stays zero instead of 0/0
+
+    auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
+    visibleProbabilities(g, qRow, visible.data(), count, [&](int64_t key) { return t.k + kvOffset(key) * g.headDim; },
+                         weights.data());
+    for (int64_t n = 0; n < count; ++n) {
+      const T* vRow = t.v + kvOffset(visible[n]) * g.valueDim;
+      for (int64_t d = 0; d < g.valueDim; ++d) oRow[d] += weights[n] * vRow[d];
+    }
+  }
+}
+
+// With p = softmax(s) over the visible keys and s = scale · q·k:
+//   dv_j += p_j do,   dp_j = do·v_j,   ds_j = p_j (dp_j − Σ p dp),   dq += scale ds_j k_j,   dk_j += scale ds_j q.
+// Tasks [begin, end) of the backward, one per (batch, KV head): each owns that head's dk and dv rows,
+// so the sums over the grouped query heads and the queries need no locks, and the result does not
+// depend on the thread count.
+template <typename T>
+[[gnu::always_inline]] inline void attentionBackwardTasks(const AttentionGeometry& g, const AttentionTensors<T>& t,
+                                                          int64_t begin, int64_t end) {
+  const int64_t headsPerKv = g.queryHeads / g.kvHeads;
+  const T scale = static_cast<T>(g.scale);
+  std::vector<int64_t> visible(g.keys);
+  std::vector<T> probability(g.keys), dProbability(g.keys);
+  for (int64_t task = begin; task < end; ++task) {
+    const int64_t b = task / g.kvHeads, kvHead = task % g.kvHeads;
+    auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
+    for (int64_t key = 0; key < g.keys; ++key) {
+      std::fill_n(t.dk + kvOffset(key) * g.headDim, g.headDim, T(0));
+      std::fill_n(t.dv + kvOffset(key) * g.valueDim, g.valueDim, T(0));
+    }
+    for (int64_t head = kvHead * headsPerKv; head < (kvHead + 1) * headsPerKv; ++head)
+      for (int64_t query = 0; query < g.queries; ++query) {
+        const int64_t row = (b * g.queries + query) * g.queryHeads + head;
+        const T* qRow = t.q + row * g.headDim;
+        const T* dOutRow = t.dOut + row * g.valueDim;
+        T* dqRow = t.out + row * g.headDim;
+        std::fill_n(dqRow, g.headDim, T(0));
+        const int64_t count = collectVisibleKeys(g, t.keyValid + b * g.keys, query, visible.data());
+        if (count == 0) continue;  // the forward row was zero whatever q, k, v: no gradient
+
+        visibleProbabilities(g, qRow, visible.data(), count,
+                             [&](int64_t key) { return t.k + kvOffset(key) * g.headDim; }, probability.data());
+        T expectedDp = 0;
+        for (int64_t n = 0; n < count; ++n) {
+          const T dot = cpu::dotProduct(dOutRow, t.v + kvOffset(visible[n]) * g.valueDim, g.valueDim);
+          dProbability[n] = dot;
+          expectedDp += probability[n] * dot;
+        }
+        for (int64_t n = 0; n < count; ++n) {
+          const T dScore = scale * probability[n] * (dProbability[n] - expectedDp);
+          const T* kRow = t.k + kvOffset(visible[n]) * g.headDim;
+          T* dkRow = t.dk + kvOffset(visible[n]) * g.headDim;
+          T* dvRow = t.dv + kvOffset(visible[n]) * g.valueDim;
+          for (int64_t d = 0; d < g.headDim; ++d) {
+            dqRow[d] += dScore * kRow[d];
+            dkRow[d] += dScore * qRow[d];
+          }
+          for (int64_t d = 0; d < g.valueDim; ++d) dvRow[d] += probability[n] * dOutRow[d];
+        }
+      }
+  }
+}
+
+// The f32 instances in AVX2 clones (see FastMath.h): the dot products, exps and row updates double
+// their SIMD width.
+DGEMMA_CPU_CLONES_FOR_AVX2 void attentionRowsF32(const AttentionGeometry& g, const AttentionTensors<float>& t,
+                                                 int64_t begin, int64_t end) {
+  attentionRows(g, t, begin, end);
+}
+DGEMMA_CPU_CLONES_FOR_AVX2 void attentionBackwardTasksF32(const AttentionGeometry& g,
+                                                          const AttentionTensors<float>& t, int64_t begin,
+                                                          int64_t end) {
+  attentionBackwardTasks(g, t, begin, end);
+}
+
 template <typename T>
 class AttentionKernel final : public Kernel {
  public:
   explicit AttentionKernel(AttentionGeometry geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const T* q = inputs[0].as<const T>();
-    const T* k = inputs[1].as<const T>();
-    const T* v = inputs[2].as<const T>();
-    const uint8_t* keyValid = inputs[3].as<const uint8_t>();  // u8 and bool are both one byte, nonzero = valid
-    T* o = outputs[0].as<T>();
+    const AttentionTensors<T> tensors{inputs[0].as<const T>(), inputs[1].as<const T>(), inputs[2].as<const T>(),
+                                      inputs[3].as<const uint8_t>(), nullptr, outputs[0].as<T>(), nullptr, nullptr};
     const AttentionGeometry& g = geometry_;
-    const int64_t headsPerKv = g.queryHeads / g.kvHeads;
-    // Rows are (b, query, head) in the memory order of q and o, so row r's vectors start at r·D and r·Dv.
     const int64_t rows = g.batch * g.queries * g.queryHeads;
     cpu::parallelFor(context, rows, cpu::rowGrain(g.keys * (g.headDim + g.valueDim)), [&](int64_t begin, int64_t end) {
-      std::vector<int64_t> visible(g.keys);
-      std::vector<T> weights(g.keys);  // probabilities of the visible keys
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t head = row % g.queryHeads;
-        const int64_t query = (row / g.queryHeads) % g.queries;
-        const int64_t b = row / (g.queryHeads * g.queries);
-        const int64_t kvHead = head / headsPerKv;
-        const T* qRow = q + row * g.headDim;
-        T* oRow = o + row * g.valueDim;
-        std::fill(oRow, oRow + g.valueDim, T(0));
-        const int64_t count = collectVisibleKeys(g, keyValid + b * g.keys, query, visible.data());
-        if (count == 0) continue;  // no visible key: the row stays zero instead of 0/0
-
-        auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
-        visibleProbabilities(g, qRow, visible.data(), count, [&](int64_t key) { return k + kvOffset(key) * g.headDim; },
-                             weights.data());
-        for (int64_t n = 0; n < count; ++n) {
-          const T* vRow = v + kvOffset(visible[n]) * g.valueDim;
-          for (int64_t d = 0; d < g.valueDim; ++d) oRow[d] += weights[n] * vRow[d];
-        }
-      }
+      if constexpr (std::is_same_v<T, float>)
+        attentionRowsF32(g, tensors, begin, end);
+      else
+        attentionRows(g, tensors, begin, end);
     });
   }
 
@@ -192,68 +278,21 @@ std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
   return std::make_unique<AttentionKernel<float>>(g);
 }
 
-// With p = softmax(s) over the visible keys and s = scale · q·k:
-//   dv_j += p_j do,   dp_j = do·v_j,   ds_j = p_j (dp_j − Σ p dp),   dq += scale ds_j k_j,   dk_j += scale ds_j q.
-// One task per (batch, KV head) owns that head's dk and dv rows, so the sums over the grouped query
-// heads and the queries need no locks, and the result does not depend on the thread count.
 template <typename T>
 class AttentionBackwardKernel final : public Kernel {
  public:
   explicit AttentionBackwardKernel(AttentionGeometry geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const T* q = inputs[0].as<const T>();
-    const T* k = inputs[1].as<const T>();
-    const T* v = inputs[2].as<const T>();
-    const uint8_t* keyValid = inputs[3].as<const uint8_t>();
-    const T* dOut = inputs[4].as<const T>();
-    T* dq = outputs[0].as<T>();
-    T* dk = outputs[1].as<T>();
-    T* dv = outputs[2].as<T>();
+    const AttentionTensors<T> tensors{inputs[0].as<const T>(),     inputs[1].as<const T>(), inputs[2].as<const T>(),
+                                      inputs[3].as<const uint8_t>(), inputs[4].as<const T>(), outputs[0].as<T>(),
+                                      outputs[1].as<T>(),            outputs[2].as<T>()};
     const AttentionGeometry& g = geometry_;
-    const int64_t headsPerKv = g.queryHeads / g.kvHeads;
-    const T scale = static_cast<T>(g.scale);
     cpu::parallelFor(context, g.batch * g.kvHeads, 1, [&](int64_t begin, int64_t end) {
-      std::vector<int64_t> visible(g.keys);
-      std::vector<T> probability(g.keys), dProbability(g.keys);
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t b = task / g.kvHeads, kvHead = task % g.kvHeads;
-        auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
-        for (int64_t key = 0; key < g.keys; ++key) {
-          std::fill_n(dk + kvOffset(key) * g.headDim, g.headDim, T(0));
-          std::fill_n(dv + kvOffset(key) * g.valueDim, g.valueDim, T(0));
-        }
-        for (int64_t head = kvHead * headsPerKv; head < (kvHead + 1) * headsPerKv; ++head)
-          for (int64_t query = 0; query < g.queries; ++query) {
-            const int64_t row = (b * g.queries + query) * g.queryHeads + head;
-            const T* qRow = q + row * g.headDim;
-            const T* dOutRow = dOut + row * g.valueDim;
-            T* dqRow = dq + row * g.headDim;
-            std::fill_n(dqRow, g.headDim, T(0));
-            const int64_t count = collectVisibleKeys(g, keyValid + b * g.keys, query, visible.data());
-            if (count == 0) continue;  // the forward row was zero whatever q, k, v: no gradient
-
-            visibleProbabilities(g, qRow, visible.data(), count,
-                                 [&](int64_t key) { return k + kvOffset(key) * g.headDim; }, probability.data());
-            T expectedDp = 0;
-            for (int64_t n = 0; n < count; ++n) {
-              const T dot = cpu::dotProduct(dOutRow, v + kvOffset(visible[n]) * g.valueDim, g.valueDim);
-              dProbability[n] = dot;
-              expectedDp += probability[n] * dot;
-            }
-            for (int64_t n = 0; n < count; ++n) {
-              const T dScore = scale * probability[n] * (dProbability[n] - expectedDp);
-              const T* kRow = k + kvOffset(visible[n]) * g.headDim;
-              T* dkRow = dk + kvOffset(visible[n]) * g.headDim;
-              T* dvRow = dv + kvOffset(visible[n]) * g.valueDim;
-              for (int64_t d = 0; d < g.headDim; ++d) {
-                dqRow[d] += dScore * kRow[d];
-                dkRow[d] += dScore * qRow[d];
-              }
-              for (int64_t d = 0; d < g.valueDim; ++d) dvRow[d] += probability[n] * dOutRow[d];
-            }
-          }
-      }
+      if constexpr (std::is_same_v<T, float>)
+        attentionBackwardTasksF32(g, tensors, begin, end);
+      else
+        attentionBackwardTasks(g, tensors, begin, end);
     });
   }
 
