@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 
 #include "runtime/core/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
@@ -112,6 +113,78 @@ void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a
               lda, b, ldb, 0.0, c, ldc);
 }
 
+// The gated GELU of the expert MLPs row by row, and its derivative. These loops are the experts'
+// arithmetic outside the GEMMs (a tanh per element), so their f32 instances are compiled in AVX2
+// clones (see FastMath.h); the templates are always inlined so that each clone gets its own copy.
+
+template <typename T>
+[[gnu::always_inline]] inline T geluTanhDerivative(T x) {
+  constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
+  const T t = cpu::fastTanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
+}
+
+// row[c] = gelu_tanh(row[c]) · row[n + c]: the gate half of a [gate | up] row is overwritten. One
+// pointer, so the compiler sees the two halves n apart rather than two possibly equal pointers.
+template <typename T>
+[[gnu::always_inline]] inline void gatedGeluRowIn(T* row, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) row[c] = cpu::geluTanh(row[c]) * row[n + c];
+}
+
+// hidden[c] = gelu_tanh(gate[c]) · up[c] and weighted[c] = weight · hidden[c].
+template <typename T>
+[[gnu::always_inline]] inline void gatedGeluWeightedRowIn(const T* gate, const T* up, T weight, T* hidden, T* weighted,
+                                                          int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const T state = cpu::geluTanh(gate[c]) * up[c];
+    hidden[c] = state;
+    weighted[c] = weight * state;
+  }
+}
+
+// With dState = weight · dHidden: dGate = dState · up · gelu_tanh'(gate), dUp = dState · gelu_tanh(gate).
+template <typename T>
+[[gnu::always_inline]] inline void gatedGeluBackwardRowIn(const T* gate, const T* up, const T* dHidden, T weight,
+                                                          T* dGate, T* dUp, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const T dState = weight * dHidden[c];
+    dGate[c] = dState * up[c] * geluTanhDerivative(gate[c]);
+    dUp[c] = dState * cpu::geluTanh(gate[c]);
+  }
+}
+
+DGEMMA_CPU_CLONES_FOR_AVX2 void gatedGeluRowF32(float* row, int64_t n) { gatedGeluRowIn(row, n); }
+DGEMMA_CPU_CLONES_FOR_AVX2 void gatedGeluWeightedRowF32(const float* gate, const float* up, float weight, float* hidden,
+                                                        float* weighted, int64_t n) {
+  gatedGeluWeightedRowIn(gate, up, weight, hidden, weighted, n);
+}
+DGEMMA_CPU_CLONES_FOR_AVX2 void gatedGeluBackwardRowF32(const float* gate, const float* up, const float* dHidden,
+                                                        float weight, float* dGate, float* dUp, int64_t n) {
+  gatedGeluBackwardRowIn(gate, up, dHidden, weight, dGate, dUp, n);
+}
+
+template <typename T>
+void gatedGeluRow(T* row, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    gatedGeluRowF32(row, n);
+  else
+    gatedGeluRowIn(row, n);
+}
+template <typename T>
+void gatedGeluWeightedRow(const T* gate, const T* up, T weight, T* hidden, T* weighted, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    gatedGeluWeightedRowF32(gate, up, weight, hidden, weighted, n);
+  else
+    gatedGeluWeightedRowIn(gate, up, weight, hidden, weighted, n);
+}
+template <typename T>
+void gatedGeluBackwardRow(const T* gate, const T* up, const T* dHidden, T weight, T* dGate, T* dUp, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    gatedGeluBackwardRowF32(gate, up, dHidden, weight, dGate, dUp, n);
+  else
+    gatedGeluBackwardRowIn(gate, up, dHidden, weight, dGate, dUp, n);
+}
+
 struct MoeExpertsGeometry {
   int64_t tokens = 0;        // N
   int64_t hidden = 0;        // H
@@ -199,7 +272,7 @@ class MoeExpertsKernel final : public Kernel {
     cpu::parallelFor(context, routes, cpu::rowGrain(expertHidden), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         T* row = gateUpOutput.get() + slot * gateUpWidth;
-        for (int64_t c = 0; c < expertHidden; ++c) row[c] = cpu::geluTanh(row[c]) * row[expertHidden + c];
+        gatedGeluRow(row, expertHidden);
       }
     });
     forEachUsedExpert(grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
@@ -363,13 +436,6 @@ std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature)
 // token's routes in order of j, so the result does not depend on the thread count.
 
 template <typename T>
-T geluTanhDerivative(T x) {
-  constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
-  const T t = cpu::fastTanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
-}
-
-template <typename T>
 class MoeExpertsBackwardKernel final : public Kernel {
  public:
   explicit MoeExpertsBackwardKernel(MoeExpertsGeometry geometry) : geometry_(geometry) {}
@@ -416,12 +482,9 @@ class MoeExpertsBackwardKernel final : public Kernel {
     });
     cpu::parallelFor(context, routes, cpu::rowGrain(inner), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
-        const T weight = weights[routeOfSlot[slot]];
-        for (int64_t c = 0; c < inner; ++c) {
-          const T state = cpu::geluTanh(gateUpOutput[slot * width + c]) * gateUpOutput[slot * width + inner + c];
-          hiddenState[slot * inner + c] = state;
-          weightedHidden[slot * inner + c] = weight * state;
-        }
+        const T* gate = gateUpOutput.get() + slot * width;
+        gatedGeluWeightedRow(gate, gate + inner, weights[routeOfSlot[slot]], hiddenState.get() + slot * inner,
+                             weightedHidden.get() + slot * inner, inner);
       }
     });
     forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
@@ -434,14 +497,11 @@ class MoeExpertsBackwardKernel final : public Kernel {
     cpu::parallelFor(context, routes, cpu::rowGrain(hidden + inner), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         const int64_t route = routeOfSlot[slot];
-        const T weight = weights[route];
         dWeights[route] = cpu::dotProduct(hiddenState.get() + slot * inner, dOutputDown.get() + slot * inner, inner);
-        for (int64_t c = 0; c < inner; ++c) {
-          const T gate = gateUpOutput[slot * width + c], up = gateUpOutput[slot * width + inner + c];
-          const T dState = weight * dOutputDown[slot * inner + c];
-          dGateUpOutput[slot * width + c] = dState * up * geluTanhDerivative(gate);
-          dGateUpOutput[slot * width + inner + c] = dState * cpu::geluTanh(gate);
-        }
+        const T* gate = gateUpOutput.get() + slot * width;
+        T* dGate = dGateUpOutput.get() + slot * width;
+        gatedGeluBackwardRow(gate, gate + inner, dOutputDown.get() + slot * inner, weights[route], dGate, dGate + inner,
+                             inner);
       }
     });
     forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
