@@ -18,6 +18,7 @@ LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& op
   addSimplification(passes);
   if (options.train) {
     passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));
+    passes.addPass(createDgF32GradientAccumulation());
     if (const std::optional<OptimizerOptions>& adam = options.optimizer)
       passes.addPass(createDgOptimizerStep(
           DgOptimizerStepOptions{adam->beta1, adam->beta2, adam->epsilon, adam->weightDecay, adam->maxGradNorm}));

@@ -57,6 +57,11 @@ LogicalResult mlir::dg::verifyBroadcastBinaryOp(Operation* op) {
   return verifyBroadcastShape(op);
 }
 
+bool mlir::dg::isWideningResult(Type operandElement, Type resultElement) {
+  return operandElement == resultElement ||
+         (isa<FloatType>(operandElement) && operandElement.getIntOrFloatBitWidth() == 16 && resultElement.isF32());
+}
+
 LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
   auto input = tensorType(op->getOperand(0));
   auto result = tensorType(op->getResult(0));
@@ -74,9 +79,9 @@ LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
     if (!reduced) expected.push_back(input.getDimSize(d));
     else if (keepDims) expected.push_back(1);
   }
-  if (ArrayRef<int64_t>(expected) != result.getShape() || input.getElementType() != result.getElementType())
+  if (ArrayRef<int64_t>(expected) != result.getShape() || !isWideningResult(input.getElementType(), result.getElementType()))
     return op->emitOpError() << "result must be " << RankedTensorType::get(expected, input.getElementType())
-                             << ", got " << result;
+                             << " (or f32 for a 16-bit input), got " << result;
   return success();
 }
 
@@ -214,8 +219,8 @@ LogicalResult MatmulOp::verify() {
   auto lhs = getLhs().getType();
   auto rhs = getRhs().getType();
   auto result = getResult().getType();
-  if (lhs.getElementType() != rhs.getElementType() || lhs.getElementType() != result.getElementType())
-    return emitOpError() << "operands and result must share the element type";
+  if (lhs.getElementType() != rhs.getElementType() || !isWideningResult(lhs.getElementType(), result.getElementType()))
+    return emitOpError() << "operands and result must share the element type (or an f32 result for 16-bit operands)";
   if (lhs.getRank() < 2 || rhs.getRank() < 2) return emitOpError() << "operands need rank >= 2";
   int64_t lhsRank = lhs.getRank(), rhsRank = rhs.getRank();
   int64_t m = lhs.getDimSize(lhsRank - (getTransposeA() ? 1 : 2));
@@ -366,8 +371,9 @@ LogicalResult ScatterAddOp::verify() {
   SmallVector<int64_t> expected(getIds().getType().getShape());
   expected.push_back(result.getDimSize(1));
   if (getUpdates().getType().getShape() != ArrayRef<int64_t>(expected) ||
-      getUpdates().getType().getElementType() != result.getElementType())
-    return emitOpError() << "updates must be " << RankedTensorType::get(expected, result.getElementType());
+      !isWideningResult(getUpdates().getType().getElementType(), result.getElementType()))
+    return emitOpError() << "updates must be " << RankedTensorType::get(expected, result.getElementType())
+                         << " (or 16-bit for an f32 table)";
   if (auto skip = getSkipIdAttr(); skip && (skip.getInt() < 0 || skip.getInt() >= result.getDimSize(0)))
     return emitOpError() << "skip_id " << skip.getInt() << " is outside the table's rows [0, " << result.getDimSize(0) << ")";
   return success();

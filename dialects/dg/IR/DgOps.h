@@ -20,6 +20,11 @@ LogicalResult verifyCollectiveOp(Operation* op);
 // NumPy broadcast of two shapes; failure if incompatible.
 FailureOr<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs);
 
+// Whether an op computing from `operandElement` may produce `resultElement`: the same type, or f32
+// from a 16-bit float (a result computed in f32 and not rounded: dg-f32-gradient-accumulation). Allowed
+// for matmul, the reductions and scatter_add.
+bool isWideningResult(Type operandElement, Type resultElement);
+
 // The parameter a dg.adamw result may be written into directly: the operand it updates, when the
 // result's only use is the dg.assign back to that operand (the kernel reads every element before it
 // writes it, so updating in place is exact). The memory planner gives such a result no scratch and

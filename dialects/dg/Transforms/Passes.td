@@ -19,6 +19,17 @@ def DgAutodiff : Pass<"dg-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }
 
+def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::ModuleOp"> {
+  let summary = "Sums a bf16 step's weight gradients, and computes their last ops, in f32";
+  let description = [{
+    Walks back from every f32 `grad/...` output through sums: where a 16-bit value is widened to
+    f32 and has no other use, an add or sub is redone in f32 on widened operands, a transpose or
+    reshape on its widened input, and a matmul, reduce_sum, scatter_add or the weight gradients of
+    moe_experts_backward produce f32 directly (Megatron's fp32 gradient accumulation, training.md
+    §12). Each rewrite removes a rounding; none adds one. Nothing outside a gradient's tail changes.
+  }];
+}
+
 def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
   let summary = "Assigns scratch-arena offsets from value lifetimes";
   let description = [{
@@ -44,7 +55,7 @@ def DgOptimizerStep : Pass<"dg-optimizer-step", "::mlir::ModuleOp"> {
     scaled gradients), clips them to `max-grad-norm` as Megatron does (scale by
     max / (‖g‖ + 1e-6) when that is below 1), updates the moments `optimizer/exp_avg/<name>` and
     `optimizer/exp_avg_sq/<name>` (non-trainable parameters, zeros at first) and the parameter with
-    decoupled weight decay, and writes all three back with dg.assign.
+    decoupled weight decay in one dg.adamw per parameter, and writes all three back with dg.assign.
   }];
   let options = [
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "Adam β1">,

@@ -481,3 +481,11 @@ func.func @offset_minus_one_not_in_place(%x: tensor<4xf32>) -> tensor<4xf32> {
   %y = dg.exp %x {dg.offsets = array<i64: -1>} : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+func.func @matmul_widening_only_to_f32(%a: tensor<2x3xbf16>, %b: tensor<3x4xbf16>) -> tensor<2x4xf64> {
+  // expected-error @+1 {{operands and result must share the element type (or an f32 result for 16-bit operands)}}
+  %c = dg.matmul %a, %b : tensor<2x3xbf16>, tensor<3x4xbf16> -> tensor<2x4xf64>
+  return %c : tensor<2x4xf64>
+}
