@@ -1,5 +1,7 @@
 #include "runtime/core/HostTensor.h"
 
+#include <utility>
+
 #include "runtime/core/Error.h"
 
 namespace dgemma {
@@ -43,6 +45,11 @@ int64_t loadAsInt(const HostTensor& tensor, int64_t i) {
   }
 }
 }  // namespace
+
+HostTensor convertDType(HostTensor&& tensor, DType target, const std::string& what) {
+  if (tensor.dtype == target) return std::move(tensor);
+  return convertDType(static_cast<const HostTensor&>(tensor), target, what);
+}
 
 HostTensor convertDType(const HostTensor& tensor, DType target, const std::string& what) {
   if (tensor.dtype == target) return tensor;

@@ -31,5 +31,8 @@ std::string shapeToString(const std::vector<int64_t>& shape);  // "[2,3,4]"
 // Converts between floating dtypes (f32, f64, bf16, f16) and between integer dtypes; throws
 // InputError (naming `what`) for a conversion that could lose meaning (float <-> int).
 HostTensor convertDType(const HostTensor& tensor, DType target, const std::string& what);
+// The same, taking over the bytes instead of copying them when the dtype already matches (the
+// training loop's per-step gradients, tens of MB each).
+HostTensor convertDType(HostTensor&& tensor, DType target, const std::string& what);
 
 }  // namespace dgemma

@@ -267,7 +267,7 @@ StepGradients Trainer::forwardBackward(int64_t step) {
     // Summed in f32 in micro-batch order, the same order on every run; checked as they grow, so
     // the first non-finite element is named with the micro-batch that brought it.
     for (const std::string& name : trainPlan_.gradients) {
-      HostTensor gradient = convertDType(outputs.at(name), DType::F32, name);
+      HostTensor gradient = convertDType(std::move(outputs.at(name)), DType::F32, name);
       auto [sum, inserted] = result.sums.try_emplace(name, std::move(gradient));  // moves only when inserted
       if (!inserted) {
         float* into = sum->second.as<float>();
@@ -297,7 +297,7 @@ float Trainer::applyOptimizer(std::map<std::string, HostTensor> gradients, doubl
   for (const NamedBuffer& input : entry.inputs) {
     auto gradient = gradients.find(input.name);
     if (gradient == gradients.end()) continue;
-    inputs[input.name] = convertDType(gradient->second, plan.buffers[input.buffer].dtype, input.name);
+    inputs[input.name] = convertDType(std::move(gradient->second), plan.buffers[input.buffer].dtype, input.name);
   }
   return scalarOutput(session_.executor->run(entry, inputs), "grad_norm", "optimizer_step");
 }

@@ -36,6 +36,18 @@ TEST(HostTensor, ConvertsIntegers) {
   EXPECT_EQ(narrow.as<int32_t>()[1], -3);
 }
 
+// A tensor handed over in its target dtype keeps its bytes (no copy); another dtype converts.
+TEST(HostTensor, ConvertingAnRvalueToItsOwnDTypeMovesTheBytes) {
+  HostTensor source(DType::F32, {1024});
+  source.as<float>()[7] = 1.5f;
+  const uint8_t* bytes = source.data.data();
+  HostTensor same = convertDType(std::move(source), DType::F32, "t");
+  EXPECT_EQ(same.data.data(), bytes);
+  EXPECT_EQ(same.as<float>()[7], 1.5f);
+  HostTensor wide = convertDType(std::move(same), DType::F64, "t");
+  EXPECT_EQ(wide.as<double>()[7], 1.5);
+}
+
 TEST(HostTensor, RefusesFloatIntegerConversion) {
   HostTensor source(DType::F32, {1});
   try {
