@@ -281,6 +281,26 @@ LogicalResult TransposeOp::verify() {
   return success();
 }
 
+// transpose(matmul(a, b)) over the last two dims is matmul(b, a) with both operands' transposes
+// flipped: (op(A) op(B))ᵀ = op(B)ᵀ op(A)ᵀ. Autodiff writes a weight's gradient that way (dWᵀ, then a
+// transpose); the GEMM can write dW directly. Both operands must be 2-D, or batched alike, because
+// the new lhs carries the batch.
+LogicalResult TransposeOp::canonicalize(TransposeOp op, PatternRewriter& rewriter) {
+  auto product = op.getInput().getDefiningOp<MatmulOp>();
+  if (!product || !product.getResult().hasOneUse()) return failure();
+  auto lhs = product.getLhs().getType(), rhs = product.getRhs().getType();
+  const int64_t rank = lhs.getRank();
+  if (rhs.getRank() != rank || lhs.getShape().drop_back(2) != rhs.getShape().drop_back(2)) return failure();
+  SmallVector<int64_t> swapLastTwo = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+  std::swap(swapLastTwo[rank - 2], swapLastTwo[rank - 1]);
+  if (op.getPerm() != ArrayRef<int64_t>(swapLastTwo)) return failure();
+  rewriter.replaceOpWithNewOp<MatmulOp>(op, op.getResult().getType(), product.getRhs(), product.getLhs(),
+                                        rewriter.getBoolAttr(!product.getTransposeB()),
+                                        rewriter.getBoolAttr(!product.getTransposeA()));
+  rewriter.eraseOp(product);
+  return success();
+}
+
 OpFoldResult TransposeOp::fold(FoldAdaptor) {
   // Identity permutation.
   if (llvm::equal(getPerm(), llvm::seq<int64_t>(0, getPerm().size()))) return getInput();

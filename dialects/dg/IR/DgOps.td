@@ -267,6 +267,7 @@ def Dg_TransposeOp : Dg_ComputeOp<"transpose", [Pure, DeclareOpInterfaceMethods<
   let assemblyFormat = "$input `perm` `=` $perm attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;
+  let hasCanonicalizeMethod = 1;
 }
 
 def Dg_ReshapeOp : Dg_ComputeOp<"reshape", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {

@@ -61,3 +61,28 @@ func.func @dead_code() attributes {dg.entry = "forward"} {
   dg.output "y", %y : tensor<4xf32>
   return
 }
+
+// -----
+
+// A transposed product is the product of the swapped operands with their transposes flipped.
+// CHECK-LABEL: func.func @transposed_matmul
+func.func @transposed_matmul() attributes {dg.entry = "forward"} {
+  // CHECK: %[[X:.*]] = dg.input "x"
+  // CHECK: %[[DY:.*]] = dg.input "dy"
+  %x = dg.input "x" : tensor<6x4xf32>
+  %dy = dg.input "dy" : tensor<6x5xf32>
+  %wt = dg.matmul %x, %dy {transpose_a = true} : tensor<6x4xf32>, tensor<6x5xf32> -> tensor<4x5xf32>
+  // CHECK-NOT: dg.transpose
+  // CHECK: %[[W:.*]] = dg.matmul %[[DY]], %[[X]] {transpose_a = true} : tensor<6x5xf32>, tensor<6x4xf32> -> tensor<5x4xf32>
+  %w = dg.transpose %wt perm = [1, 0] : tensor<4x5xf32> -> tensor<5x4xf32>
+  // CHECK: dg.output "w", %[[W]]
+  dg.output "w", %w : tensor<5x4xf32>
+  // A batched lhs with a shared rhs cannot swap (the new lhs would lose the batch): it stays.
+  %a = dg.input "a" : tensor<2x3x4xf32>
+  %b = dg.input "b" : tensor<4x5xf32>
+  %ab = dg.matmul %a, %b : tensor<2x3x4xf32>, tensor<4x5xf32> -> tensor<2x3x5xf32>
+  // CHECK: dg.transpose %{{.*}} perm = [0, 2, 1]
+  %abt = dg.transpose %ab perm = [0, 2, 1] : tensor<2x3x5xf32> -> tensor<2x5x3xf32>
+  dg.output "abt", %abt : tensor<2x5x3xf32>
+  return
+}
