@@ -115,30 +115,31 @@ class ReducedPrecisionTest : public ::testing::TestWithParam<DType> {
   const KernelRegistry& kernels = backend->kernels();
 };
 
+// [6, 40] x [40, 5] of values representable in `dtype`, as `operands` x `operands` -> `result`.
+std::vector<float> matmul(const KernelRegistry& kernels, DType dtype, DType operands, DType result) {
+  const std::vector<float> a = roundedTo(dtype, randomValues(6 * 40, 1)), b = roundedTo(dtype, randomValues(40 * 5, 2));
+  return Step16("matmul", {{"transpose_a", false}, {"transpose_b", false}})
+      .input(operands, {6, 40}, a)
+      .input(operands, {40, 5}, b)
+      .output(result, {6, 5})
+      .run(kernels)[0];
+}
+
 // A matmul on 16-bit tensors is the f32 matmul of the same (representable) values, rounded once.
 TEST_P(ReducedPrecisionTest, MatmulRoundsTheF32ResultOnce) {
   const DType dtype = GetParam();
-  const std::vector<float> a = roundedTo(dtype, randomValues(6 * 40, 1)), b = roundedTo(dtype, randomValues(40 * 5, 2));
-  const nlohmann::json attrs = {{"transpose_a", false}, {"transpose_b", false}};
-  const std::vector<float> wide =
-      Step16("matmul", attrs).input(DType::F32, {6, 40}, a).input(DType::F32, {40, 5}, b).output(DType::F32, {6, 5}).run(kernels)[0];
-  const std::vector<float> narrow =
-      Step16("matmul", attrs).input(dtype, {6, 40}, a).input(dtype, {40, 5}, b).output(dtype, {6, 5}).run(kernels)[0];
+  const std::vector<float> wide = matmul(kernels, dtype, DType::F32, DType::F32);
+  const std::vector<float> narrow = matmul(kernels, dtype, dtype, dtype);
   EXPECT_EQ(narrow, roundedTo(dtype, wide));
   // Rounding happened: 40-term sums of 8- or 11-bit values need more bits than the result keeps.
   EXPECT_NE(narrow, wide);
 }
 
-// A step with an f32 buffer among 16-bit ones (the routing weights of the MoE combine) widens
-// only the 16-bit ones: here the f32 output keeps the f32 result unrounded.
+// A step with an f32 buffer among 16-bit ones (a widening GEMM, the routing weights of the MoE
+// combine) widens only the 16-bit ones: here the f32 output keeps the f32 result unrounded.
 TEST_P(ReducedPrecisionTest, MixedStepsWidenOnlyTheirSixteenBitBuffers) {
   const DType dtype = GetParam();
-  const std::vector<float> a = roundedTo(dtype, randomValues(6 * 40, 7)), b = roundedTo(dtype, randomValues(40 * 5, 8));
-  const nlohmann::json attrs = {{"transpose_a", false}, {"transpose_b", false}};
-  const std::vector<float> wide =
-      Step16("matmul", attrs).input(DType::F32, {6, 40}, a).input(DType::F32, {40, 5}, b).output(DType::F32, {6, 5}).run(kernels)[0];
-  EXPECT_EQ(Step16("matmul", attrs).input(dtype, {6, 40}, a).input(dtype, {40, 5}, b).output(DType::F32, {6, 5}).run(kernels)[0],
-            wide);
+  EXPECT_EQ(matmul(kernels, dtype, dtype, DType::F32), matmul(kernels, dtype, DType::F32, DType::F32));
 }
 
 // RMSNorm computes in f32 inside the op (training.md §12) and rounds its output; a comparison's
