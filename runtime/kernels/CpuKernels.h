@@ -12,7 +12,7 @@ void registerCpuKernels(KernelRegistry& registry);
 // add, sub, mul, div, maximum, minimum, compare, select, the unary maps, gelu_tanh, copy, fill, cast
 void registerElementwiseCpuKernels(KernelRegistry& registry);
 void registerMatmulCpuKernels(KernelRegistry& registry);       // matmul
-void registerRmsNormCpuKernels(KernelRegistry& registry);      // rms_norm
+void registerRmsNormCpuKernels(KernelRegistry& registry);      // rms_norm, rms_norm_backward
 void registerSoftmaxCpuKernels(KernelRegistry& registry);      // softmax
 void registerReduceCpuKernels(KernelRegistry& registry);       // reduce_sum, reduce_max, reduce_mean
 void registerLayoutCpuKernels(KernelRegistry& registry);       // transpose, reshape

@@ -53,6 +53,7 @@ int64_t CrossEntropyOp::getFlops() { return 5 * elementsOf(getLogits()); }
 // Per logit: the forward's five, then divide, subtract the one-hot and scale.
 int64_t CrossEntropyBackwardOp::getFlops() { return 8 * elementsOf(getLogits()); }
 int64_t AdamwOp::getFlops() { return 14 * elementsOf(getParam()); }
+int64_t RmsNormBackwardOp::getFlops() { return 10 * elementsOf(getInput()); }
 
 int64_t MatmulOp::getFlops() {
   auto lhs = getLhs().getType();

@@ -220,26 +220,13 @@ LogicalResult MatmulOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents,
 }
 
 LogicalResult RmsNormOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
-  // y = xhat * w, xhat = x r, r = (mean(x^2) + eps)^(-1/2):
-  //   dx = r (gw - xhat mean(gw xhat)),  gw = g w;   dw = sum over rows of g xhat.
-  Location loc = getLoc();
-  auto type = getType();
-  Type element = type.getElementType();
-  int64_t last = type.getRank() - 1;
-  Value x = getInput();
-  SmallVector<int64_t> keptShape(type.getShape());
-  keptShape[last] = 1;
-  auto keptType = RankedTensorType::get(keptShape, element);
-  Value meanSquare = builder.create<ReduceMeanOp>(loc, keptType, mul(builder, loc, x, x),
-                                                  builder.getDenseI64ArrayAttr({last}), builder.getBoolAttr(true));
-  Value r = builder.create<RsqrtOp>(loc, keptType, add(builder, loc, meanSquare, scalar(builder, loc, element, getEps().convertToDouble())));
-  Value xhat = mul(builder, loc, x, r);
-  Value g = cotangents[0];
-  Value gw = getWeight() ? mul(builder, loc, g, getWeight()) : g;
-  Value projection = builder.create<ReduceMeanOp>(loc, keptType, mul(builder, loc, gw, xhat),
-                                                  builder.getDenseI64ArrayAttr({last}), builder.getBoolAttr(true));
-  grads.push_back(mul(builder, loc, r, sub(builder, loc, gw, mul(builder, loc, xhat, projection))));
-  if (getWeight()) grads.push_back(unbroadcast(builder, loc, mul(builder, loc, g, xhat), getWeight().getType()));
+  // One fused op (dg.rms_norm_backward documents the formulas).
+  Value weight = getWeight();
+  Type gradWeightType = weight ? weight.getType() : Type();
+  auto backward = builder.create<RmsNormBackwardOp>(getLoc(), getInput().getType(), gradWeightType, getInput(), cotangents[0],
+                                                    weight, getEpsAttr());
+  grads.push_back(backward.getGradInput());
+  if (weight) grads.push_back(backward.getGradWeight());
   return success();
 }
 

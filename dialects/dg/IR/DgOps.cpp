@@ -173,6 +173,19 @@ Value mlir::dg::inPlaceAssignTarget(Value result) {
   return assign && assign.getValue() == result && assign.getTarget() == target ? target : Value();
 }
 
+LogicalResult RmsNormBackwardOp::verify() {
+  auto input = getInput().getType();
+  if (input.getRank() < 1) return emitOpError() << "input needs rank >= 1";
+  const bool weighted = static_cast<bool>(getWeight());
+  if (weighted != static_cast<bool>(getGradWeight()))
+    return emitOpError() << "grad_weight is produced exactly when there is a weight";
+  if (!weighted) return success();
+  auto expected = RankedTensorType::get({input.getShape().back()}, input.getElementType());
+  if (getWeight().getType() != expected || getGradWeight().getType() != expected)
+    return emitOpError() << "weight and grad_weight must be " << expected;
+  return success();
+}
+
 LogicalResult AdamwOp::verify() {
   auto tensor = getParam().getType(), scalar = getLr().getType();
   if (scalar.getRank() != 0 || scalar.getElementType() != tensor.getElementType())

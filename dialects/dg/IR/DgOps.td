@@ -228,6 +228,19 @@ def Dg_RmsNormOp : Dg_ComputeOp<"rms_norm", [Pure, DeclareOpInterfaceMethods<Dg_
   let hasVerifier = 1;
 }
 
+def Dg_RmsNormBackwardOp : Dg_ComputeOp<"rms_norm_backward", [Pure, AllTypesMatch<["input", "grad_output", "grad_input"]>]> {
+  let summary = "Gradients of dg.rms_norm: input, and weight when there is one";
+  let description = [{
+    With r = (mean(x², -1) + eps)^(-1/2), x̂ = x r and g = grad_output * weight (or grad_output):
+    grad_input = r (g − x̂ mean(g x̂, -1)); grad_weight = Σ over all rows of grad_output x̂ (present
+    exactly when the weight is). One pass per row instead of a dozen elementwise ops and reductions.
+  }];
+  let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$grad_output, Optional<Dg_FloatTensor>:$weight, F64Attr:$eps);
+  let results = (outs Dg_FloatTensor:$grad_input, Optional<Dg_FloatTensor>:$grad_weight);
+  let assemblyFormat = "$input `,` $grad_output (`,` $weight^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Dg_SoftmaxOp : Dg_ComputeOp<"softmax", [Pure, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Softmax along one axis (max-subtracted)";

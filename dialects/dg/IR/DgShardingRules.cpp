@@ -460,3 +460,19 @@ ShardingRule AdamwOp::getShardingRule() {
   for (int i = 0; i < 3; ++i) builder.result(factors);
   return builder.take();
 }
+
+// The normalised dimension is reduced inside the op, and the weight's gradient sums over every row:
+// both need their dimensions whole. (A rule whose rows make grad_weight a pending sum would let
+// sequence parallelism keep rows split; the sharding passes do not use this op yet.)
+ShardingRule RmsNormBackwardOp::getShardingRule() {
+  RuleBuilder builder;
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  SmallVector<int64_t> factors;
+  for (int64_t size : shape) factors.push_back(builder.addFactor(size, FactorKind::NeedReplication));
+  builder.operand(factors);
+  builder.operand(factors);
+  if (getWeight()) builder.operand({factors.back()});
+  builder.result(factors);
+  if (getGradWeight()) builder.result({factors.back()});
+  return builder.take();
+}

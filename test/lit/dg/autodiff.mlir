@@ -198,3 +198,20 @@ func.func @non_scalar_loss() attributes {dg.entry = "train_step"} {
   dg.output "loss", %w : tensor<4xf32>
   return
 }
+
+// -----
+
+// rms_norm differentiates into one fused rms_norm_backward: the input's and the weight's gradients.
+// CHECK-LABEL: func.func @rms_norm
+func.func @rms_norm() attributes {dg.entry = "train_step"} {
+  // CHECK: %[[X:.*]] = dg.input "x" : tensor<2x8xf32>
+  // CHECK: %[[W:.*]] = dg.param "w" : tensor<8xf32>
+  %x = dg.input "x" : tensor<2x8xf32>
+  %w = dg.param "w" : tensor<8xf32>
+  %y = dg.rms_norm %x, %w {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %l = dg.reduce_sum %y dims = [0, 1] : tensor<2x8xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %{{.*}}, %[[GW:.*]] = dg.rms_norm_backward %[[X]], %{{.*}}, %[[W]] {eps = 9.9999999999999995E-7 : f64}
+  // CHECK: dg.output "grad/w", %[[GW]] : tensor<8xf32>
+  return
+}

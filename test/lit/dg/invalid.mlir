@@ -489,3 +489,11 @@ func.func @matmul_widening_only_to_f32(%a: tensor<2x3xbf16>, %b: tensor<3x4xbf16
   %c = dg.matmul %a, %b : tensor<2x3xbf16>, tensor<3x4xbf16> -> tensor<2x4xf64>
   return %c : tensor<2x4xf64>
 }
+
+// -----
+
+func.func @rms_norm_backward_weight_without_gradient(%x: tensor<2x8xf32>, %w: tensor<8xf32>) -> tensor<2x8xf32> {
+  // expected-error @+1 {{grad_weight is produced exactly when there is a weight}}
+  %dx = dg.rms_norm_backward %x, %x, %w {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  return %dx : tensor<2x8xf32>
+}

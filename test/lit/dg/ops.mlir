@@ -137,3 +137,12 @@ func.func @adamw(%p: tensor<2x3xf32>, %g: tensor<2x3xf32>, %m: tensor<2x3xf32>, 
   %np, %nm, %nv = dg.adamw %p, %g, %m, %v, %s, %s, %s, %s {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<2x3xf32>, tensor<f32>
   return %np : tensor<2x3xf32>
 }
+
+// CHECK-LABEL: func.func @rms_norm_backward
+func.func @rms_norm_backward(%x: tensor<2x8xf32>, %dy: tensor<2x8xf32>, %w: tensor<8xf32>) -> (tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32>) {
+  // CHECK: dg.rms_norm_backward %{{.*}}, %{{.*}}, %{{.*}} {eps = 9.9999999999999995E-7 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>) -> (tensor<2x8xf32>, tensor<8xf32>)
+  %dx, %dw = dg.rms_norm_backward %x, %dy, %w {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>) -> (tensor<2x8xf32>, tensor<8xf32>)
+  // CHECK: dg.rms_norm_backward %{{.*}}, %{{.*}} {eps = 9.9999999999999995E-7 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %dv = dg.rms_norm_backward %x, %dy {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %dx, %dw, %dv : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32>
+}

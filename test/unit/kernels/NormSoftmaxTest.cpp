@@ -62,6 +62,57 @@ TEST(RmsNormKernel, EpsDominatesAZeroRow) {
   expectClose(call.result<float>(), {0, 0, 3 * scale, 4 * scale}, 1e-7);
 }
 
+// rms_norm_backward against central differences of rmsNormReference: for the loss L = Σ dy·y,
+// dx_i = ∂L/∂x_i and dw_j = ∂L/∂w_j, each from two evaluations of the forward in double.
+template <typename T>
+void checkRmsNormBackward(DType dtype, int64_t rows, int64_t width, bool withWeight, ThreadPool* threads = nullptr) {
+  const double eps = 1e-5;
+  const std::vector<T> x = randomValues<T>(rows * width, 41, -3, 3), dy = randomValues<T>(rows * width, 42);
+  const std::vector<T> weight = randomValues<T>(width, 43, 0.5, 1.5);
+  KernelCall call("rms_norm_backward", {{"eps", eps}});
+  call.input(dtype, {rows, width}, x).input(dtype, {rows, width}, dy);
+  if (withWeight) call.input(dtype, {width}, weight);
+  call.output(dtype, {rows, width});
+  if (withWeight) call.output(dtype, {width});
+  call.run(threads);
+
+  std::vector<double> x64(x.begin(), x.end()), weight64(weight.begin(), weight.end());
+  auto loss = [&] {
+    const std::vector<double> y = rmsNormReference(x64, width, eps, withWeight ? &weight64 : nullptr);
+    double sum = 0;
+    for (size_t i = 0; i < y.size(); ++i) sum += dy[i] * y[i];
+    return sum;
+  };
+  auto derivative = [&](double& variable) {
+    const double original = variable, step = 1e-6 * std::max(1.0, std::abs(original));
+    variable = original + step;
+    const double up = loss();
+    variable = original - step;
+    const double down = loss();
+    variable = original;
+    return (up - down) / (2 * step);
+  };
+  std::vector<double> dx(x64.size()), dw(weight64.size());
+  for (size_t i = 0; i < x64.size(); ++i) dx[i] = derivative(x64[i]);
+  const double tolerance = dtype == DType::F64 ? 1e-7 : 1e-5;
+  expectClose(call.result<T>(0), dx, tolerance);
+  if (!withWeight) return;
+  for (size_t j = 0; j < weight64.size(); ++j) dw[j] = derivative(weight64[j]);
+  expectClose(call.result<T>(1), dw, tolerance);
+}
+
+TEST(RmsNormBackwardKernel, MatchesCentralDifferences) {
+  checkRmsNormBackward<double>(DType::F64, 5, 7, true);
+  checkRmsNormBackward<double>(DType::F64, 3, 6, false);
+  checkRmsNormBackward<float>(DType::F32, 4, 16, true);
+  checkRmsNormBackward<float>(DType::F32, 4, 16, false);
+}
+
+TEST(RmsNormBackwardKernel, ManyRowsAndColumnBlocksAcrossThreads) {
+  ThreadPool threads(2);
+  checkRmsNormBackward<float>(DType::F32, 40, 37, true, &threads);  // 37 columns: a partial column block
+}
+
 // Softmax of x viewed as [outer, length, inner] along the middle dimension.
 std::vector<double> softmaxReference(const std::vector<double>& x, int64_t outer, int64_t length, int64_t inner) {
   std::vector<double> y(x.size());

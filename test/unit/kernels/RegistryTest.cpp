@@ -16,7 +16,8 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
       "reduce_sum", "reduce_max", "reduce_mean",
       "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "random_int", "concat", "slice",
       "rope", "attention", "attention_backward", "moe_route", "moe_experts", "moe_route_backward",
-      "moe_experts_backward", "scatter_add", "cross_entropy", "cross_entropy_backward", "adamw"};
+      "moe_experts_backward", "scatter_add", "cross_entropy", "cross_entropy_backward", "adamw",
+      "rms_norm_backward"};
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
 }
 
