@@ -14,7 +14,10 @@ int64_t numElementsOf(const std::vector<int64_t>& shape) {
 
 std::string shapeToString(const std::vector<int64_t>& shape) {
   std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) text += ",";
+    text += std::to_string(shape[i]);
+  }
   return text + "]";
 }
 

@@ -147,7 +147,7 @@ TEST(DiffusionGemmaConfigForms, LegacyGlobalFieldsGiveTheSameLogits) {
   const std::string fixture = std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/seven_layers";
   ScratchDirectory dir;
   std::vector<std::vector<uint8_t>> logits;
-  for (const std::string config : {fixture + "/config.json", fixture + "/config_legacy.json"}) {
+  for (const std::string& config : {fixture + "/config.json", fixture + "/config_legacy.json"}) {
     std::string plan = dir / ("plan" + std::to_string(logits.size()));
     std::string out = dir / ("out" + std::to_string(logits.size()) + ".safetensors");
     testing::ToolResult compiled =

@@ -188,7 +188,10 @@ nlohmann::json Trainer::runConfig() const {
 
 void Trainer::printSetup() const {
   std::string buckets;
-  for (int64_t length : trainPlan_.promptLengths) buckets += (buckets.empty() ? "" : ",") + std::to_string(length);
+  for (int64_t length : trainPlan_.promptLengths) {
+    if (!buckets.empty()) buckets += ",";
+    buckets += std::to_string(length);
+  }
   const OptimizerSettings& adam = trainPlan_.optimizer;
   std::cout << "plan " << session_.planPath << " (" << planHash_ << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
             << flags_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "

@@ -150,7 +150,7 @@ class GradientChecker {
   }
 
  private:
-  static std::string name(size_t i) { return "p" + std::to_string(i); }
+  static std::string name(size_t i) { return std::string("p").append(std::to_string(i)); }
 
   MLIRContext context_;
   OwningOpRef<ModuleOp> module_;

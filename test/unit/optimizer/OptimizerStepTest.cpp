@@ -51,7 +51,10 @@ struct ReferenceAdam {
   double step(int64_t n, double lr, double gradientScale, std::map<std::string, std::vector<double>> gradients) {
     double squares = 0;
     for (auto& [name, gradient] : gradients)
-      for (double& g : gradient) squares += (g *= gradientScale) * g;
+      for (double& g : gradient) {
+        g *= gradientScale;
+        squares += g * g;
+      }
     const double norm = std::sqrt(squares);
     const double clip = std::min(options.maxGradNorm / (norm + 1e-6), 1.0);
     for (auto& [name, gradient] : gradients) {
@@ -126,7 +129,9 @@ TEST(OptimizerStep, MatchesAdamWInDouble) {
     std::map<std::string, HostTensor> outputs = executor.run(*update, inputs);
     const double norm = reference.step(static_cast<int64_t>(n), static_cast<float>(lr), 1 / accumulation, gradients);
     EXPECT_NEAR(outputs.at("grad_norm").as<float>()[0], norm, 1e-6 * norm) << "step " << n;
-    if (n == 2) EXPECT_GT(norm, options.maxGradNorm) << "the second step is meant to be clipped";
+    if (n == 2) {
+      EXPECT_GT(norm, options.maxGradNorm) << "the second step is meant to be clipped";
+    }
     for (const char* name : {"w", "b"}) {
       expectClose(executor.parameter(name), reference.weights[name], std::string(name) + " after step " + std::to_string(n));
       expectClose(executor.parameter(std::string("optimizer/exp_avg/") + name), reference.first[name], "exp_avg");
