@@ -10,9 +10,12 @@ torch autograd (bf16 gradients), and measures the distance to the committed floa
     grad_global_rel_l2                                           sqrt(sum_p |g_p - ref_p|^2 / sum_p |ref_p|^2)
     grad_max_param_rel_l2 (+ grad_max_param)                     max_p |g_p - ref_p| / |ref_p|
 
-It writes test/fixtures/diffusion_gemma_train/<model>/bf16.json. The dgemma bf16 parity test
-(test/integration/diffusion_gemma_bf16_test.cpp) requires dgemma's bf16 plan to be at least about as close to float64
-as this.
+It also runs the forward fixtures of test/fixtures/diffusion_gemma/<model> (the same models) in bfloat16 and records
+max|bf16 - ref| / max|ref| of the three logits variants against their float32 references.
+
+It writes test/fixtures/diffusion_gemma_train/<model>/bf16.json. The bf16 parity tests
+(test/integration/diffusion_gemma_train_parity_test.cpp, diffusion_gemma_parity_test.cpp) require dgemma's bf16 plans
+to be at least about as close to the references as this.
 
 Usage (from anywhere; needs the committed float64 fixtures):
     python3 tools/reference/make_bf16_training_reference.py [--only all_experts] [--check]
@@ -71,6 +74,26 @@ def case_gaps(model, params, batch, case, reference) -> dict:
     return out
 
 
+def forward_gaps(model, name: str, log) -> dict:
+    """The forward fixture's three logits variants in bf16 against its float32 references."""
+    d = mtf.REPO_ROOT / mtf.MODEL_ROOT / name
+    batch = load_file(str(d / "batch.safetensors"))
+    expected = load_file(str(d / "expected.safetensors"))
+    sc = batch["self_conditioning_logits"]
+    variants = {
+        "logits": dict(),
+        "logits_sc": dict(sc_logits=sc),
+        "logits_sc_masked": dict(sc_logits=sc, sc_mask=expected["self_conditioning_mask"]),
+    }
+    out = {}
+    for key, kwargs in variants.items():
+        logits = mtf.mdg.hf_forward(model, batch, **kwargs).logits.double()
+        reference = expected[key].double()
+        out[f"{key}_rel_err"] = float(f"{((logits - reference).abs().max() / reference.abs().max()).item():.4g}")
+    log(f"  [{name}] forward: {out}")
+    return out
+
+
 def model_reference(name: str, fixtures: Path, log) -> dict:
     model = mtf.load_model(name, torch.bfloat16)
     params = mtf.trainable_params(model, name)
@@ -87,6 +110,11 @@ def model_reference(name: str, fixtures: Path, log) -> dict:
         "head output cast to float32 before the soft-cap), same batch and objective, torch autograd",
         versions=dict(torch=torch.__version__, transformers=mtf.transformers.__version__),
         cases=cases,
+        forward=dict(
+            reference="test/fixtures/diffusion_gemma/<model>/expected.safetensors (HF in float32); max|bf16 - ref| / "
+            "max|ref| over every logit",
+            **forward_gaps(model, name, log),
+        ),
     )
 
 
