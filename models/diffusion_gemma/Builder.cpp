@@ -89,7 +89,8 @@ class ModelBuilder {
       // that its parameters stay in the step (with zero gradients).
       signal = b_.create<FillOp>(loc("sc.zero"), activationType({batch_, canvasLength_, hidden_}), b_.getF64FloatAttr(0.0));
     }
-    Value logits = decoderLogits(decoderInput(noisyIds, signal), promptValid, keyValues);
+    // Pass 2's logits reach only the cross-entropy, which applies the soft-cap itself.
+    Value logits = decoderLogits(decoderInput(noisyIds, signal), promptValid, keyValues, /*capped=*/false);
 
     // §5: ℓ_b = w(t_b) Σ_l M CE / max(Σ_l M, 1), CE on f (+ δ(t) on the observed noisy token for LOO).
     const bool leaveOneOut = objective.variant == Variant::LooCe || objective.variant == Variant::ReweightedLooCe;
@@ -104,7 +105,7 @@ class ModelBuilder {
                         "loo.delta");
       bonus = mul(reshape(delta, {batch_, 1}, "loo.delta.rows"), ones({batch_, canvasLength_}, "loo.canvas"), "loo.bonus");
     }
-    Value tokenLoss = crossEntropy(logits, canvasIds, leaveOneOut ? noisyIds : Value(), bonus, "decoder.ce");
+    Value tokenLoss = crossEntropy(logits, canvasIds, leaveOneOut ? noisyIds : Value(), bonus, "decoder.ce", /*capped=*/false);
     Value maskedSum = reduceSum(mul(tokenLoss, canvasMask, "decoder.ce.masked"), {1}, "decoder.ce.sum");
     Value tokenCount = maximum(reduceSum(canvasMask, {1}, "decoder.tokens"), scalar(1.0, "decoder.tokens.min"), "decoder.tokens.clamped");
     Value perExample = div(maskedSum, tokenCount, "decoder.example_loss");
@@ -129,7 +130,7 @@ class ModelBuilder {
       Value hidden = encoderStack(cleanIds, cleanValid, positions(0, promptLength + canvasLength_), nullptr);
       Value scored = b_.create<SliceOp>(loc("clean.scored"), activationType({batch_, canvasLength_, hidden_}), hidden,
                                         b_.getI64IntegerAttr(1), b_.getI64IntegerAttr(promptLength - 1));
-      Value cleanLoss = crossEntropy(head(scored), canvasIds, Value(), Value(), "clean.ce");
+      Value cleanLoss = crossEntropy(head(scored, /*capped=*/false), canvasIds, Value(), Value(), "clean.ce", /*capped=*/false);
       Value cleanSum = reduceSum(mul(cleanLoss, canvasMask, "clean.ce.masked"), {0, 1}, "clean.ce.sum");
       Value cleanCount = maximum(reduceSum(canvasMask, {0, 1}, "clean.tokens"), scalar(1.0, "clean.tokens.min"), "clean.tokens.clamped");
       Value encoderLoss = div(cleanSum, cleanCount, "encoder_loss");
@@ -253,9 +254,12 @@ class ModelBuilder {
   }
 
   // Per-position cross-entropy of logits [..., V] against ids [...]; an optional bonus is added to
-  // the logit of bonusIds (the leave-one-out correction).
-  Value crossEntropy(Value logits, Value targets, Value bonusIds, Value bonus, const std::string& name) {
-    return b_.create<CrossEntropyOp>(loc(name), f32Type(shapeOf(targets)), logits, targets, bonusIds, bonus);
+  // the logit of bonusIds (the leave-one-out correction). Uncapped logits get the soft-cap inside
+  // the op, so the capped [..., V] tensor is never materialised.
+  Value crossEntropy(Value logits, Value targets, Value bonusIds, Value bonus, const std::string& name, bool capped) {
+    const double softcap = capped ? 0.0 : std::max(config_.finalLogitSoftcapping, 0.0);
+    return b_.create<CrossEntropyOp>(loc(name), f32Type(shapeOf(targets)), logits, targets, bonusIds, bonus,
+                                     b_.getF64FloatAttr(softcap));
   }
 
   // Uniform [0, 1) draws, each row of `shape` from its own example's key.
@@ -366,15 +370,15 @@ class ModelBuilder {
   }
 
   // The decoder over [prefix K/V ; canvas] from its input embedding; canvas positions continue after
-  // the prompt, padding included (model.md §7.2). Returns the soft-capped logits.
-  Value decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues) {
+  // the prompt, padding included (model.md §7.2). Returns the logits, soft-capped unless `capped` is false.
+  Value decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues, bool capped = true) {
     const int64_t promptLength = shapeOf(promptValid)[1];
     Value canvasValid = constantBool({batch_, canvasLength_}, true);
     Value decoderValid = concat({promptValid, canvasValid}, 1, "decoder.key_valid");
     Value decoderPositions = positions(promptLength, canvasLength_);
     for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
       x = layerForward(layer, x, decoderPositions, DecoderAttention{decoderValid, &keyValues[layer], promptLength}, nullptr);
-    return head(x);
+    return head(x, capped);
   }
 
   // Heads of one projection: [B, T, heads * D] -> [B, T, heads, D].
@@ -499,16 +503,17 @@ class ModelBuilder {
     return mul(out, param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
   }
 
-  // model.md §5.7: final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c). The
-  // head's output is widened to f32 (as HF casts it) before the soft-cap.
-  Value head(Value x) {
+  // model.md §5.7: final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c) unless
+  // `capped` is false (a cross-entropy that caps itself). The head's output is widened to f32 (as HF
+  // casts it) before the soft-cap.
+  Value head(Value x, bool capped = true) {
     Value normed = rmsNorm(x, param(top("norm.weight"), {hidden_}, "ones"), "decoder.norm");
     Value table = param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
     Value logits = toF32(b_.create<MatmulOp>(loc("head"), activationType({batch_, canvasLength_, config_.vocabSize}), normed,
                                              table, b_.getBoolAttr(false), b_.getBoolAttr(true)),
                          "head");
     const double cap = config_.finalLogitSoftcapping;
-    if (cap <= 0) return logits;
+    if (cap <= 0 || !capped) return logits;
     Value squashed = b_.create<TanhOp>(loc("softcap"), logits.getType(), div(logits, scalar(cap, "softcap.c"), "softcap.in"));
     return mul(squashed, scalar(cap, "softcap.c"), "softcap.out");
   }

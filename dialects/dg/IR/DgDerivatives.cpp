@@ -360,7 +360,7 @@ LogicalResult CrossEntropyOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotan
   // Only the logits are differentiated: ids have no gradient, and the bonus is a constant (it
   // depends on the diffusion time only).
   grads.push_back(builder.create<CrossEntropyBackwardOp>(getLoc(), getLogits().getType(), getLogits(), getTargets(),
-                                                         getBonusIds(), getBonus(), cotangents[0]));
+                                                         getBonusIds(), getBonus(), cotangents[0], getSoftcapAttr()));
   grads.append(getNumOperands() - 1, Value());
   return success();
 }

@@ -143,10 +143,12 @@ LogicalResult verifyCrossEntropy(Operation* op, Value logitsValue, Value targets
 }  // namespace
 
 LogicalResult CrossEntropyOp::verify() {
+  if (!(getSoftcap().convertToDouble() >= 0)) return emitOpError() << "softcap must be >= 0 (0: none)";
   return verifyCrossEntropy(*this, getLogits(), getTargets(), getBonusIds(), getBonus(), getResult().getType(), "result");
 }
 
 LogicalResult CrossEntropyBackwardOp::verify() {
+  if (!(getSoftcap().convertToDouble() >= 0)) return emitOpError() << "softcap must be >= 0 (0: none)";
   if (failed(verifyCrossEntropy(*this, getLogits(), getTargets(), getBonusIds(), getBonus(), getGradOutput().getType(),
                                 "grad_output")))
     return failure();

@@ -481,16 +481,17 @@ def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSeg
   let summary = "Per-position softmax cross-entropy over the last dimension, optionally with a logit bonus";
   let description = [{
     logits `[..., V]`, targets `[...]` -> `ce = logsumexp(z) - z[target]` per position, with
-    `z = logits + bonus * onehot(bonus_ids)` along V: the leave-one-out objective adds `bonus` to the
-    logit of the observed noisy token only. `bonus_ids` (ids) and `bonus` (the logits' element type)
-    have the targets' shape and come together or not at all. Fused so that the `[..., V]` softmax is
-    never materialised.
+    `z = cap(logits) + bonus * onehot(bonus_ids)` along V: the leave-one-out objective adds `bonus` to
+    the logit of the observed noisy token only. `bonus_ids` (ids) and `bonus` (the logits' element type)
+    have the targets' shape and come together or not at all. `cap(x) = softcap * tanh(x / softcap)`
+    when `softcap` > 0 (Gemma's final-logit soft-cap), else `x`. Fused so that neither the capped
+    logits nor the `[..., V]` softmax is ever materialised.
 
     The derivative (dg.cross_entropy_backward) reaches the logits only. `bonus` is treated as a
     constant: it only ever depends on the diffusion time, an input, so no gradient flows to it.
   }];
   let arguments = (ins Dg_FloatTensor:$logits, Dg_IdTensor:$targets, Optional<Dg_IdTensor>:$bonus_ids,
-                       Optional<Dg_FloatTensor>:$bonus);
+                       Optional<Dg_FloatTensor>:$bonus, DefaultValuedAttr<F64Attr, "0.0">:$softcap);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets (`bonus` `(` $bonus_ids^ `,` $bonus `)`)? attr-dict `:` functional-type(operands, results)
@@ -499,13 +500,14 @@ def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSeg
 }
 
 def Dg_CrossEntropyBackwardOp : Dg_ComputeOp<"cross_entropy_backward", [Pure, AttrSizedOperandSegments]> {
-  let summary = "Gradient of dg.cross_entropy for the logits: grad_output[..., None] * (softmax(z) - onehot(target))";
+  let summary = "Gradient of dg.cross_entropy for the logits: grad_output[..., None] * (softmax(z) - onehot(target)) * cap'(logits)";
   let description = [{
     Same operands as dg.cross_entropy plus `grad_output` (the targets' shape); z, with the bonus, is
     recomputed, so nothing of the forward pass has to be kept alive for the backward pass.
   }];
   let arguments = (ins Dg_FloatTensor:$logits, Dg_IdTensor:$targets, Optional<Dg_IdTensor>:$bonus_ids,
-                       Optional<Dg_FloatTensor>:$bonus, Dg_FloatTensor:$grad_output);
+                       Optional<Dg_FloatTensor>:$bonus, Dg_FloatTensor:$grad_output,
+                       DefaultValuedAttr<F64Attr, "0.0">:$softcap);
   let results = (outs Dg_FloatTensor:$grad_logits);
   let assemblyFormat = [{
     $logits `,` $targets (`bonus` `(` $bonus_ids^ `,` $bonus `)`)? `,` $grad_output attr-dict `:`

@@ -1,6 +1,8 @@
 // cross_entropy and cross_entropy_backward: softmax cross-entropy over the last dimension, one row per
 // position, with an optional bonus added to one logit of each row (the leave-one-out objective):
-// z = logits + bonus · onehot(bonus_id), ce = logsumexp(z) − z[target].
+// z = cap(logits) + bonus · onehot(bonus_id), ce = logsumexp(z) − z[target], where cap is the
+// soft-cap c · tanh(x / c) when the `softcap` attribute c is positive. The capped row lives in a
+// per-thread scratch row, so no [..., V] tensor of capped logits exists.
 //
 // The max and the sum of the exps are taken in f64 for f32 logits too. The reference is fp64 torch,
 // and V reaches 262144: a running f32 sum of that many exps is off by about 2e-4 relative (for
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "runtime/core/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
@@ -33,6 +36,7 @@ struct Ids {
 struct CrossEntropyGeometry {
   int64_t rows = 0;
   int64_t vocabulary = 0;
+  double softcap = 0;  // > 0: the logits are capped inside the kernel
   bool hasBonus = false;
   bool wideTargets = true;
   bool wideBonusIds = true;
@@ -136,6 +140,48 @@ struct CrossEntropyRows {
   }
 };
 
+// tanh(x / c) and c · tanh(x / c) over a row, in T and in the order of the div, tanh and mul ops the
+// kernel replaces (so the capped logits round as they did), the f32 loop in AVX2 clones.
+template <typename T>
+[[gnu::always_inline]] inline void capRowIn(const T* x, int64_t length, T cap, T* squashed, T* capped) {
+  for (int64_t j = 0; j < length; ++j) {
+    squashed[j] = cpu::fastTanh(x[j] / cap);
+    capped[j] = squashed[j] * cap;
+  }
+}
+DGEMMA_CPU_CLONES_FOR_AVX2 void capRowF32(const float* x, int64_t length, float cap, float* squashed, float* capped) {
+  capRowIn(x, length, cap, squashed, capped);
+}
+
+// The soft-capped row for this thread: `squashed` holds tanh(x / c) for the backward's 1 − tanh².
+template <typename T>
+struct CappedRow {
+  std::vector<T> squashed, capped;
+
+  static CappedRow& forThisThread(int64_t length) {
+    thread_local CappedRow row;
+    row.squashed.resize(static_cast<size_t>(length));
+    row.capped.resize(static_cast<size_t>(length));
+    return row;
+  }
+  void fill(const T* x, int64_t length, double cap) {
+    if constexpr (std::is_same_v<T, float>)
+      capRowF32(x, length, static_cast<float>(cap), squashed.data(), capped.data());
+    else
+      capRowIn(x, length, static_cast<T>(cap), squashed.data(), capped.data());
+  }
+};
+
+// Row r's z, its logits capped into `scratch` when the kernel caps.
+template <typename T>
+BonusedRow<T> rowOf(const CrossEntropyRows<T>& rows, int64_t r, const CrossEntropyGeometry& geometry, CappedRow<T>* scratch) {
+  BonusedRow<T> z = rows.row(r);
+  if (scratch == nullptr) return z;
+  scratch->fill(z.logits, geometry.vocabulary, geometry.softcap);
+  z.logits = scratch->capped.data();
+  return z;
+}
+
 void checkIds(const std::string& where, const CrossEntropyGeometry& geometry, const Ids& ids, const char* role) {
   for (int64_t r = 0; r < geometry.rows; ++r)
     if (ids[r] < 0 || ids[r] >= geometry.vocabulary)
@@ -170,8 +216,9 @@ class CrossEntropyKernel final : public Kernel {
     T* loss = outputs[0].as<T>();
     const int64_t length = geometry_.vocabulary;
     cpu::parallelFor(context, geometry_.rows, cpu::rowGrain(length), [&](int64_t begin, int64_t end) {
+      CappedRow<T>* scratch = geometry_.softcap > 0 ? &CappedRow<T>::forThisThread(length) : nullptr;
       for (int64_t r = begin; r < end; ++r) {
-        const BonusedRow<T> z = rows.row(r);
+        const BonusedRow<T> z = rowOf(rows, r, geometry_, scratch);
         const Normalizer normalizer = normalize<T>(z, length, nullptr);
         loss[r] = static_cast<T>(normalizer.maximum + std::log(normalizer.sum) - z[rows.targets[r]]);
       }
@@ -183,8 +230,8 @@ class CrossEntropyKernel final : public Kernel {
   CrossEntropyGeometry geometry_;
 };
 
-// grad_logits = grad_output[..., None] · (softmax(z) − onehot(target)); each row's exps are kept in the
-// output between the sum and the scaling.
+// grad_logits = grad_output[..., None] · (softmax(z) − onehot(target)), times 1 − tanh²(x / c) when
+// the kernel caps; each row's exps are kept in the output between the sum and the scaling.
 template <typename T>
 class CrossEntropyBackwardKernel final : public Kernel {
  public:
@@ -197,8 +244,9 @@ class CrossEntropyBackwardKernel final : public Kernel {
     T* gradLogits = outputs[0].as<T>();
     const int64_t length = geometry_.vocabulary;
     cpu::parallelFor(context, geometry_.rows, cpu::rowGrain(length), [&](int64_t begin, int64_t end) {
+      CappedRow<T>* scratch = geometry_.softcap > 0 ? &CappedRow<T>::forThisThread(length) : nullptr;
       for (int64_t r = begin; r < end; ++r) {
-        const BonusedRow<T> z = rows.row(r);
+        const BonusedRow<T> z = rowOf(rows, r, geometry_, scratch);
         T* gradRow = gradLogits + r * length;
         const Normalizer normalizer = normalize(z, length, gradRow);
         const double g = static_cast<double>(gradOutput[r]);
@@ -208,6 +256,10 @@ class CrossEntropyBackwardKernel final : public Kernel {
         const int64_t target = rows.targets[r];
         const double probability = std::exp(z[target] - normalizer.maximum) / normalizer.sum;
         gradRow[target] = static_cast<T>(g * (probability - 1.0));
+        if (scratch != nullptr) {
+          const T* squashed = scratch->squashed.data();
+          for (int64_t j = 0; j < length; ++j) gradRow[j] = static_cast<T>(gradRow[j] * (T(1) - squashed[j] * squashed[j]));
+        }
       }
     });
   }
@@ -236,6 +288,8 @@ CrossEntropyGeometry checkSignature(const KernelSignature& signature, bool backw
   geometry.rows = numElementsOf(positions);
   geometry.vocabulary = logits.shape.back();
   geometry.wideTargets = targets.dtype == DType::I64;
+  geometry.softcap = attrDouble(signature, "softcap", 0.0);
+  if (!(geometry.softcap >= 0)) failSignature(signature, "attribute 'softcap': expected a number >= 0 (0: none)");
   geometry.hasBonus = signature.inputs.size() == 4 + extra;
   if (geometry.hasBonus) {
     const Buffer& bonusIds = *signature.inputs[2];

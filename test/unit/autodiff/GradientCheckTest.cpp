@@ -398,11 +398,12 @@ TEST(GradientCheck, GatherPaddingRowGetsNoGradient) {
   EXPECT_LE(otherRows.relativeError(), kTolerance);
 }
 
-// Cross-entropy over V = 5 at [2, 3] positions, with and without a bonus. The bonus is a constant
-// (it is never differentiated); its ids equal the target at positions 0, 2 and 4 and differ elsewhere.
-TEST(GradientCheck, CrossEntropyWithAndWithoutBonus) {
-  auto crossEntropy = [](bool withBonus) -> OpBody {
-    return [withBonus](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+// Cross-entropy over V = 5 at [2, 3] positions, with and without a bonus, with and without the
+// soft-cap inside the op (a cap of 1.5 bends logits in [-4, 4] hard). The bonus is a constant (it is
+// never differentiated); its ids equal the target at positions 0, 2 and 4 and differ elsewhere.
+TEST(GradientCheck, CrossEntropyWithAndWithoutBonusAndSoftcap) {
+  auto crossEntropy = [](bool withBonus, double softcap = 0.0) -> OpBody {
+    return [withBonus, softcap](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
       auto idType = RankedTensorType::get({2, 3}, b.getI64Type());
       Value targets = b.create<ConstantOp>(loc, DenseElementsAttr::get(idType, ArrayRef<int64_t>{0, 4, 2, 2, 1, 3}));
       Value bonusIds, bonus;
@@ -410,11 +411,13 @@ TEST(GradientCheck, CrossEntropyWithAndWithoutBonus) {
         bonusIds = b.create<ConstantOp>(loc, DenseElementsAttr::get(idType, ArrayRef<int64_t>{0, 1, 2, 4, 1, 0}));
         bonus = b.create<ConstantOp>(loc, DenseElementsAttr::get(typeLike(p[0], {2, 3}), ArrayRef<double>{2.0, -1.0, 0.5, 3.0, 1.5, 0.7}));
       }
-      return b.create<CrossEntropyOp>(loc, typeLike(p[0], {2, 3}), p[0], targets, bonusIds, bonus);
+      return b.create<CrossEntropyOp>(loc, typeLike(p[0], {2, 3}), p[0], targets, bonusIds, bonus, b.getF64FloatAttr(softcap));
     };
   };
   GradientChecker({{{2, 3, 5}, -2.0, 2.0}}, crossEntropy(false)).check(kTolerance);
   GradientChecker({{{2, 3, 5}, -2.0, 2.0}}, crossEntropy(true)).check(kTolerance);
+  GradientChecker({{{2, 3, 5}, -4.0, 4.0}}, crossEntropy(false, 1.5)).check(kTolerance);
+  GradientChecker({{{2, 3, 5}, -4.0, 4.0}}, crossEntropy(true, 1.5)).check(kTolerance);
 }
 
 // stop_gradient. A parameter used directly and through the barrier gets the direct use's gradient

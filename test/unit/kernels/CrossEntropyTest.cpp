@@ -108,6 +108,47 @@ TEST(CrossEntropyKernels, RowsWithBonusesMatchTheDefinition) {
   expectClose(backward.result<double>(), gradients, 1e-14);
 }
 
+// With `softcap` c the kernels cap the logits themselves: z = c tanh(x / c) (+ bonus), and the
+// gradient reaches the raw logits through 1 − tanh². Checked in f64 and f32 (the f32 loop is the
+// vectorised one) against the definition on capped logits; a cap of 2 bends logits in [-6, 6] hard.
+TEST(CrossEntropyKernels, SoftcapInsideMatchesCappedLogits) {
+  const int64_t vocabulary = 37, rows = 4;  // 37: the vector loop and its remainder
+  const double cap = 2.0;
+  const std::vector<double> logits = randomValues<double>(rows * vocabulary, 23, -6, 6);
+  const std::vector<int64_t> targets = {0, 36, 5, 5}, bonusIds = {3, 36, 5, 0};
+  const std::vector<double> bonus = {1.5, -0.5, 2.0, 0.25}, gradOutput = {1.0, -2.0, 0.5, 1.5};
+  std::vector<double> capped(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) capped[i] = cap * std::tanh(logits[i] / cap);
+  const std::vector<Position> expected = positions(capped, vocabulary, targets, bonusIds, bonus);
+  std::vector<double> losses, gradients;
+  for (size_t r = 0; r < expected.size(); ++r) {
+    losses.push_back(expected[r].loss());
+    const std::vector<double> gradient = expected[r].gradient(gradOutput[r]);
+    for (int64_t j = 0; j < vocabulary; ++j) {
+      const double squashed = std::tanh(logits[r * vocabulary + j] / cap);
+      gradients.push_back(gradient[j] * (1 - squashed * squashed));
+    }
+  }
+  auto check = [&](DType dtype, auto zero, double tolerance) {
+    using T = decltype(zero);
+    const std::vector<T> x(logits.begin(), logits.end()), b(bonus.begin(), bonus.end()), g(gradOutput.begin(), gradOutput.end());
+    ThreadPool threads(2);
+    KernelCall forward("cross_entropy", {{"softcap", cap}});
+    forward.input(dtype, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
+    forward.input(DType::I64, {rows}, bonusIds).input(dtype, {rows}, b).output(dtype, {rows});
+    forward.run(&threads);
+    expectClose(forward.result<T>(), losses, tolerance);
+    KernelCall backward("cross_entropy_backward", {{"softcap", cap}});
+    backward.input(dtype, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
+    backward.input(DType::I64, {rows}, bonusIds).input(dtype, {rows}, b).input(dtype, {rows}, g);
+    backward.output(dtype, {rows, vocabulary});
+    backward.run(&threads);
+    expectClose(backward.result<T>(), gradients, tolerance);
+  };
+  check(DType::F64, 0.0, 1e-14);
+  check(DType::F32, 0.0f, 2e-6);
+}
+
 // The model's vocabulary in f32: the loss is within the f32 rounding of the result (2^-24 relative)
 // of an f64 reference, which a running f32 sum of 262144 exps (about 1e-5 off here) would not reach.
 TEST(CrossEntropyKernel, FullVocabularyInF32MatchesF64) {
