@@ -3,7 +3,7 @@
 #include <set>
 
 #include "runtime/core/DType.h"
-#include "runtime/core/ThreadPool.h"
+#include "runtime/kernels/CpuKernelSupport.h"
 
 namespace dgemma {
 
@@ -17,17 +17,9 @@ const std::set<std::string>& bitExactKernels() {
   return names;
 }
 
-void forEachChunk(ExecContext& context, int64_t count, const std::function<void(int64_t, int64_t)>& body) {
-  constexpr int64_t kGrain = int64_t{1} << 15;
-  if (context.threads != nullptr && count > kGrain)
-    context.threads->parallelFor(count, kGrain, body);
-  else if (count > 0)
-    body(0, count);
-}
-
 void widen(ExecContext& context, DType dtype, const void* source, float* destination, int64_t count) {
   const uint16_t* bits = static_cast<const uint16_t*>(source);
-  forEachChunk(context, count, [&](int64_t begin, int64_t end) {
+  cpu::parallelFor(context, count, cpu::kElementGrain, [&](int64_t begin, int64_t end) {
     if (dtype == DType::BF16)
       for (int64_t i = begin; i < end; ++i) destination[i] = bf16BitsToF32(bits[i]);
     else
@@ -37,7 +29,7 @@ void widen(ExecContext& context, DType dtype, const void* source, float* destina
 
 void narrow(ExecContext& context, DType dtype, const float* source, void* destination, int64_t count) {
   uint16_t* bits = static_cast<uint16_t*>(destination);
-  forEachChunk(context, count, [&](int64_t begin, int64_t end) {
+  cpu::parallelFor(context, count, cpu::kElementGrain, [&](int64_t begin, int64_t end) {
     if (dtype == DType::BF16)
       for (int64_t i = begin; i < end; ++i) bits[i] = f32ToBf16Bits(source[i]);
     else

@@ -42,6 +42,14 @@ class RmsNormKernel final : public Kernel {
   T eps_;
 };
 
+// The `eps` attribute both kernels take.
+double epsAttr(const KernelSignature& signature) {
+  const double eps = attrDouble(signature, "eps");
+  if (!(eps >= 0.0))
+    failSignature(signature, "attribute 'eps': expected a non-negative number, got " + std::to_string(eps));
+  return eps;
+}
+
 // With r = (mean(x²) + eps)^(-1/2) and g = dy·w: dx = r g − x r³ Σ(g x) / H per row, and
 // dw_j = Σ_rows dy_j x_j r. The row sums and dw accumulate in double (H reaches 2816, and dw sums
 // over every token of the micro-batch); each row's r is kept for dw. dw sums the rows in order for
@@ -120,9 +128,7 @@ std::unique_ptr<Kernel> createRmsNormBackward(const KernelSignature& signature) 
       expectDType(signature, *buffer, {x.dtype}, role);
       cpu::expectShape(signature, *buffer, {width}, role);
     }
-  const double eps = attrDouble(signature, "eps");
-  if (!(eps >= 0.0))
-    failSignature(signature, "attribute 'eps': expected a non-negative number, got " + std::to_string(eps));
+  const double eps = epsAttr(signature);
   const int64_t rows = width == 0 ? 0 : x.numElements() / width;
   if (x.dtype == DType::F64) return std::make_unique<RmsNormBackwardKernel<double>>(rows, width, eps, weighted);
   return std::make_unique<RmsNormBackwardKernel<float>>(rows, width, eps, weighted);
@@ -142,9 +148,7 @@ std::unique_ptr<Kernel> createRmsNorm(const KernelSignature& signature) {
     expectDType(signature, weight, {x.dtype}, "input w");
     cpu::expectShape(signature, weight, {width}, "input w");
   }
-  const double eps = attrDouble(signature, "eps");
-  if (!(eps >= 0.0))
-    failSignature(signature, "attribute 'eps': expected a non-negative number, got " + std::to_string(eps));
+  const double eps = epsAttr(signature);
   const int64_t rows = width == 0 ? 0 : x.numElements() / width;
   if (x.dtype == DType::F64) return std::make_unique<RmsNormKernel<double>>(rows, width, eps);
   return std::make_unique<RmsNormKernel<float>>(rows, width, eps);
