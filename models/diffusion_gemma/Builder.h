@@ -20,7 +20,7 @@ namespace mlir::dg {
 // fp32 islands are explicit casts: the router (logits, softmax, routing weights), the
 // self-conditioning softmax, the head output and soft-cap, and the loss. Ops on bf16 tensors compute
 // in f32 and round their results once (RMSNorm, attention softmax and RoPE run in f32 inside their op).
-// A parameter used several times is cast once per use, so the gradients of its uses are summed in f32.
+// The gradients of a parameter's uses are summed in f32 after autodiff (dg-f32-gradient-accumulation).
 enum class Precision { Fp32, Bf16 };
 
 std::optional<Precision> parsePrecision(const std::string& name);  // "fp32" | "bf16"
