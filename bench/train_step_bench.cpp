@@ -41,7 +41,7 @@
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/WeightSchema.h"
 #include "runtime/backend/Backend.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"

@@ -1,36 +1,79 @@
 #include "compiler/Pipeline/Pipeline.h"
 
-#include "dialects/dg/Transforms/Passes.h"
+#include "compiler/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
 namespace mlir::dg {
 
 namespace {
-void addSimplification(PassManager& passes) {
+
+void addSimplification(OpPassManager& passes) {
   passes.addPass(createCanonicalizerPass());
   passes.addPass(createCSEPass());
 }
+
+void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& options) {
+  addSimplification(passes);
+  if (!options.train) return;
+  passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));
+  passes.addPass(createDgF32GradientAccumulation());
+  if (const std::optional<OptimizerOptions>& adam = options.optimizer)
+    passes.addPass(createDgOptimizerStep(
+        DgOptimizerStepOptions{adam->beta1, adam->beta2, adam->epsilon, adam->weightDecay, adam->maxGradNorm}));
+  addSimplification(passes);
+}
+
+void addPlanningStage(OpPassManager& passes) { passes.addPass(createDgMemoryPlan()); }
+
+// The textual form of the train stage's options (defaults: the 26B recipe).
+struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
+  Option<std::string> loss{*this, "loss", llvm::cl::desc("Name of the dg.output to differentiate"),
+                           llvm::cl::init("loss")};
+  Option<bool> optimizer{*this, "optimizer", llvm::cl::desc("Add the optimizer_step entry"), llvm::cl::init(true)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("Adam β1"), llvm::cl::init(OptimizerOptions{}.beta1)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("Adam β2"), llvm::cl::init(OptimizerOptions{}.beta2)};
+  Option<double> epsilon{*this, "epsilon", llvm::cl::desc("Adam ε"), llvm::cl::init(OptimizerOptions{}.epsilon)};
+  Option<double> weightDecay{*this, "weight-decay", llvm::cl::desc("decoupled weight decay"),
+                             llvm::cl::init(OptimizerOptions{}.weightDecay)};
+  Option<double> maxGradNorm{*this, "max-grad-norm", llvm::cl::desc("global-norm clip"),
+                             llvm::cl::init(OptimizerOptions{}.maxGradNorm)};
+
+  PipelineOptions toPipelineOptions() const {
+    PipelineOptions options;
+    options.train = true;
+    options.lossName = loss;
+    if (optimizer) options.optimizer = OptimizerOptions{beta1, beta2, epsilon, weightDecay, maxGradNorm};
+    return options;
+  }
+};
+
 }  // namespace
 
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
-  addSimplification(passes);
-  if (options.train) {
-    passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));
-    passes.addPass(createDgF32GradientAccumulation());
-    if (const std::optional<OptimizerOptions>& adam = options.optimizer)
-      passes.addPass(createDgOptimizerStep(
-          DgOptimizerStepOptions{adam->beta1, adam->beta2, adam->epsilon, adam->weightDecay, adam->maxGradNorm}));
-    addSimplification(passes);
-  }
+  addDifferentiationStage(passes, options);
   return passes.run(module);
 }
 
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions&) {
   PassManager passes(module.getContext());
-  passes.addPass(createDgMemoryPlan());
+  addPlanningStage(passes);
   return passes.run(module);
+}
+
+void registerDgemmaPipelines() {
+  PassPipelineRegistration<>("dg-infer-pipeline", "dgemma-compile's differentiation stage in mode infer (simplify)",
+                             [](OpPassManager& passes) { addDifferentiationStage(passes, PipelineOptions{}); });
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "dg-train-pipeline",
+      "dgemma-compile's differentiation stage in mode train: simplify, dg-autodiff, dg-f32-gradient-accumulation, "
+      "dg-optimizer-step, simplify",
+      [](OpPassManager& passes, const TrainPipelineOptions& options) {
+        addDifferentiationStage(passes, options.toPipelineOptions());
+      });
+  PassPipelineRegistration<>("dg-plan-pipeline", "dgemma-compile's planning stage (dg-memory-plan)", addPlanningStage);
 }
 
 }  // namespace mlir::dg

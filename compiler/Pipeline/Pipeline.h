@@ -1,4 +1,6 @@
-// The pass pipeline dgemma-compile runs, in the stages that `--emit` can stop at.
+// The pass pipeline dgemma-compile runs, in the stages that `--emit` can stop at. The phases to come
+// slot in between (docs/architecture.md): sharding after differentiation, recomputation and fusion
+// before planning.
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 
@@ -29,6 +31,12 @@ struct PipelineOptions {
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options);
 // Stage "plan": the lowering-ready module (simplified, memory planned).
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options);
+
+// Registers the stages as textual pipelines for dgemma-opt, so that lit can run exactly what
+// dgemma-compile runs: --dg-infer-pipeline (simplify), --dg-train-pipeline{loss=... optimizer=...
+// beta1=...} (simplify, autodiff, fp32 gradient accumulation, the optimizer entry, simplify) and
+// --dg-plan-pipeline (memory planning).
+void registerDgemmaPipelines();
 
 }  // namespace mlir::dg
 

@@ -10,7 +10,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

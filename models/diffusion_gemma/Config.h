@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 
 namespace dgemma {
 

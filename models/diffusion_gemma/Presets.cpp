@@ -1,6 +1,6 @@
 #include "models/diffusion_gemma/Presets.h"
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

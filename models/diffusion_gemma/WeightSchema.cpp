@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

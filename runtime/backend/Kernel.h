@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace dgemma {
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

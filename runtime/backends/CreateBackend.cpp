@@ -1,6 +1,6 @@
 #include "runtime/backend/Backend.h"
 #include "runtime/backends/cpu/CpuBackend.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #ifdef DGEMMA_HAVE_CUDA
 #include "runtime/backends/cuda/CudaBackend.h"
 #endif

@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "runtime/backend/Backend.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

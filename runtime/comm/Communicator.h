@@ -9,7 +9,7 @@
 #include <string>
 
 #include "runtime/backend/Kernel.h"
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 
 namespace dgemma {
 

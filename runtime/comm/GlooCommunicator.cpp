@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/DType.h"
+#include "support/DType.h"
+#include "support/Shape.h"
 
 namespace dgemma {
 
@@ -24,9 +25,6 @@ struct HostTensor {
   template <typename T>
   const T* as() const { return reinterpret_cast<const T*>(data.data()); }
 };
-
-int64_t numElementsOf(const std::vector<int64_t>& shape);
-std::string shapeToString(const std::vector<int64_t>& shape);  // "[2,3,4]"
 
 // Converts between floating dtypes (f32, f64, bf16, f16) and between integer dtypes; throws
 // InputError (naming `what`) for a conversion that could lose meaning (float <-> int).

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "runtime/core/Error.h"
-#include "runtime/plan/PlanFile.h"
+#include "support/Error.h"
+#include "plan/PlanFile.h"
 
 namespace dgemma {
 

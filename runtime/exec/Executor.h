@@ -11,7 +11,7 @@
 #include "runtime/backend/Backend.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/core/HostTensor.h"
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace dgemma {
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/Philox.h"
 #include "runtime/io/Safetensors.h"
 

@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/Error.h"
-#include "runtime/io/AtomicFile.h"
+#include "support/Error.h"
+#include "support/AtomicFile.h"
 
 namespace dgemma {
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 #include "runtime/core/HostTensor.h"
 
 namespace dgemma {

@@ -13,8 +13,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "runtime/core/Error.h"
-#include "runtime/io/AtomicFile.h"
+#include "support/Error.h"
+#include "support/AtomicFile.h"
 
 namespace dgemma {
 

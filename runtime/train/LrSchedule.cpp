@@ -4,7 +4,7 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

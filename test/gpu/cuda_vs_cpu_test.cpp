@@ -32,7 +32,7 @@
 #include "runtime/backend/Kernel.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/HostTensor.h"
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/CpuKernels.h"

@@ -10,7 +10,7 @@
 #include <iterator>
 #include <string>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma::test {
 

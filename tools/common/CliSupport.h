@@ -8,7 +8,7 @@
 #include <functional>
 #include <iostream>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

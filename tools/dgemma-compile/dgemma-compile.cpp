@@ -19,8 +19,8 @@
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/Config.h"
 #include "models/diffusion_gemma/Presets.h"
-#include "runtime/io/AtomicFile.h"
-#include "runtime/plan/PlanFile.h"
+#include "support/AtomicFile.h"
+#include "plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
 
 namespace {

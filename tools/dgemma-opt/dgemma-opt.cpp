@@ -1,15 +1,20 @@
-// dgemma-opt: runs dg passes on .mlir text (the lit tests drive the compiler through it).
+// dgemma-opt: runs dg passes and dgemma-compile's pipeline stages on .mlir text (the lit tests drive
+// the compiler through it).
+#include "compiler/Pipeline/Pipeline.h"
+#include "compiler/Transforms/Passes.h"
 #include "dialects/dg/IR/DgDialect.h"
-#include "dialects/dg/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
+#include "test/lib/Dialect/Dg/TestPasses.h"
 
 int main(int argc, char** argv) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::dg::DgDialect, mlir::func::FuncDialect>();
-  mlir::dg::registerDgPasses();
+  mlir::dg::registerDgemmaPasses();
+  mlir::dg::registerDgemmaPipelines();
+  mlir::dg::test::registerTestShardingRulesPass();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

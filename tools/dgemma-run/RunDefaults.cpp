@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma::tool {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace dgemma::tool {
 

@@ -9,10 +9,10 @@
 
 #include "models/diffusion_gemma/Config.h"
 #include "models/diffusion_gemma/WeightSchema.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
-#include "runtime/plan/PlanFile.h"
+#include "plan/PlanFile.h"
 
 namespace dgemma::tool {
 

@@ -14,7 +14,7 @@
 #include "runtime/core/HostTensor.h"
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/exec/Executor.h"
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace dgemma::tool {
 

@@ -9,9 +9,9 @@
 #include <limits>
 #include <optional>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/NoiseKeys.h"
-#include "runtime/plan/PlanFile.h"
+#include "plan/PlanFile.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"

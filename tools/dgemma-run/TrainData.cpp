@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 
 namespace dgemma::tool {

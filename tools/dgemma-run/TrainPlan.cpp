@@ -4,13 +4,12 @@
 #include <set>
 
 #include "models/diffusion_gemma/Config.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma::tool {
 
 namespace {
 
-const std::string kGradientPrefix = "grad/";
 // The optimizer step's inputs besides the gradients (docs/training.md, "The training loop").
 const std::set<std::string> kOptimizerScalars = {"lr", "bias_correction1", "bias_correction2", "gradient_scale"};
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace dgemma::tool {
 

@@ -8,7 +8,7 @@
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
-#include "runtime/plan/PlanFile.h"
+#include "plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
 #include "tools/dgemma-run/RunDefaults.h"
 #include "tools/dgemma-run/Session.h"
@@ -117,7 +117,7 @@ int runGrad(const ExecutionFlags& flags) {
   addCorruption(*session, batch, flags);
   std::map<std::string, HostTensor> outputs = runEntry(*session, "train_step", std::move(batch), flags.input);
   std::map<std::string, HostTensor> written;
-  const std::string gradientPrefix = "grad/";
+  const std::string gradientPrefix = dgemma::kGradientPrefix;
   for (auto& [name, tensor] : outputs) {
     if (name.rfind(gradientPrefix, 0) == 0) {
       written[name.substr(gradientPrefix.size())] = tensor;

@@ -5,7 +5,7 @@
 #include "dialects/dg/IR/DgOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
-#include "runtime/plan/PlanFile.h"
+#include "plan/PlanFile.h"
 
 using namespace mlir;
 using namespace mlir::dg;

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlir/IR/BuiltinOps.h"
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace mlir::dg {
 

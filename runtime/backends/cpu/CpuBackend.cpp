@@ -5,7 +5,7 @@
 #include <new>
 
 #include "runtime/backends/cpu/ReducedPrecision.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/CpuKernels.h"
 

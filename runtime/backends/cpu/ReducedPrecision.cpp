@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 
 namespace dgemma {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/HostTensor.h"
 #include "runtime/kernels/CudaKernels.h"
 

@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/backend/Kernel.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma::cuda {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

@@ -3,7 +3,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/Philox.h"
 
 namespace dgemma {

@@ -1,6 +1,6 @@
 #include "runtime/data/batch/MockDataset.h"
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/Philox.h"
 
 namespace dgemma {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

@@ -12,7 +12,7 @@
 #include <png.h>
 #include <stb/stb_image.h>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/image/Image.h"
 
 namespace dgemma {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/image/Image.h"
 
 namespace dgemma {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/rows/JsonLine.h"
 #include "runtime/data/rows/Utf8.h"
 

@@ -8,7 +8,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/text/TokenizerJson.h"
 
 namespace dgemma {

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 namespace {

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 

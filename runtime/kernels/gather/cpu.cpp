@@ -3,7 +3,7 @@
 #include <cstring>
 #include <optional>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 

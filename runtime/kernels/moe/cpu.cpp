@@ -8,7 +8,7 @@
 #include <numeric>
 #include <type_traits>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "runtime/backend/Backend.h"
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 
 namespace dgemma {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "runtime/backend/Backend.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 namespace {

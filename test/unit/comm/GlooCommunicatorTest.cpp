@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "runtime/comm/GlooCommunicator.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <limits>
 
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 
 namespace dgemma {
 namespace {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/backend/Backend.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/exec/Executor.h"
 
 namespace dgemma {

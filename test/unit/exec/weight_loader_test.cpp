@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "runtime/backend/Backend.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/io/Safetensors.h"
 
 namespace dgemma {

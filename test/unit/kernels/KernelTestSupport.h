@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "runtime/backend/Kernel.h"
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/CpuKernels.h"
 

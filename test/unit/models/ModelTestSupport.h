@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma::model_test {
 

@@ -1,7 +1,7 @@
 // A small valid plan for the plan tests: y = x + w with one parameter, one input, one output.
 #pragma once
 
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace dgemma::testing {
 

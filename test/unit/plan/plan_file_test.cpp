@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "PlanFixtures.h"
-#include "runtime/core/Error.h"
-#include "runtime/io/AtomicFile.h"
-#include "runtime/plan/PlanFile.h"
+#include "support/Error.h"
+#include "support/AtomicFile.h"
+#include "plan/PlanFile.h"
 
 namespace dgemma {
 namespace {

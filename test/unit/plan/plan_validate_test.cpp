@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "PlanFixtures.h"
-#include "runtime/core/Error.h"
-#include "runtime/plan/PlanFile.h"
+#include "support/Error.h"
+#include "plan/PlanFile.h"
 
 namespace dgemma {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/train/Checkpoint.h"
 #include "test/unit/TestSupport.h"

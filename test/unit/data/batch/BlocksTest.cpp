@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/batch/Blocks.h"
 
 namespace dgemma {

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <set>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/batch/ItemOrder.h"
 
 namespace dgemma {

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/dataset/Dataset.h"
 
 namespace dgemma {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/image/Image.h"
 #include "runtime/io/Safetensors.h"
 

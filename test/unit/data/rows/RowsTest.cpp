@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/rows/Rows.h"
 
 namespace dgemma {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 #include "runtime/data/text/Tokenizer.h"
 #include "test/unit/TestSupport.h"
 

@@ -11,9 +11,9 @@
 
 #include <cstring>
 
-#include "runtime/core/Error.h"
-#include "runtime/io/AtomicFile.h"
-#include "runtime/plan/PlanFile.h"
+#include "support/Error.h"
+#include "support/AtomicFile.h"
+#include "plan/PlanFile.h"
 
 namespace dgemma {
 

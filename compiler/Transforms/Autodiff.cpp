@@ -1,9 +1,10 @@
-#include "dialects/dg/Transforms/Passes.h"
+#include "compiler/Transforms/Passes.h"
+#include "plan/Names.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace mlir::dg {
 #define GEN_PASS_DEF_DGAUTODIFF
-#include "dialects/dg/Transforms/Passes.h.inc"
+#include "compiler/Transforms/Passes.h.inc"
 }  // namespace mlir::dg
 
 using namespace mlir;
@@ -107,7 +108,7 @@ class FunctionDifferentiator {
     for (auto& [name, gradient] : gradients) {
       ParamOp param = params.lookup(name);
       if (!gradient) gradient = builder_.create<FillOp>(param.getLoc(), param.getType(), builder_.getF64FloatAttr(0.0));
-      builder_.create<OutputOp>(param.getLoc(), builder_.getStringAttr("grad/" + name.str()), gradient);
+      builder_.create<OutputOp>(param.getLoc(), builder_.getStringAttr(dgemma::kGradientPrefix + name.str()), gradient);
     }
   }
 

@@ -1,5 +1,7 @@
-#ifndef DG_PASSES_TD
-#define DG_PASSES_TD
+// The whole-program phases of the dgemma compiler. Op-local rewrites (folders, canonicalization
+// patterns) stay with the ops in dialects/dg/IR.
+#ifndef DGEMMA_COMPILER_PASSES_TD
+#define DGEMMA_COMPILER_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
 
@@ -75,8 +77,4 @@ def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
   }];
 }
 
-def DgTestShardingRules : Pass<"dg-test-sharding-rules", "::mlir::ModuleOp"> {
-  let summary = "Test pass: emits each op's sharding rule as a remark";
-}
-
-#endif // DG_PASSES_TD
+#endif // DGEMMA_COMPILER_PASSES_TD

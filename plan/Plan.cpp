@@ -1,8 +1,8 @@
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 #include <limits>
 
-#include "runtime/core/HostTensor.h"
+#include "support/Shape.h"
 
 namespace dgemma {
 

@@ -1,8 +1,8 @@
 // JSON header <-> Plan. Reading reports the exact field path of the first problem.
 #include <sstream>
 
-#include "runtime/core/Error.h"
-#include "runtime/plan/PlanFile.h"
+#include "support/Error.h"
+#include "plan/PlanFile.h"
 
 namespace dgemma {
 

@@ -8,13 +8,14 @@
 // adds none. The forward pass is left alone: its roundings are the model's definition (HF rounds
 // the head's output to bf16, for one).
 #include "dialects/dg/IR/DgOps.h"
-#include "dialects/dg/Transforms/Passes.h"
+#include "compiler/Transforms/Passes.h"
+#include "plan/Names.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
 namespace mlir::dg {
 #define GEN_PASS_DEF_DGF32GRADIENTACCUMULATION
-#include "dialects/dg/Transforms/Passes.h.inc"
+#include "compiler/Transforms/Passes.h.inc"
 }  // namespace mlir::dg
 
 using namespace mlir;
@@ -84,7 +85,7 @@ struct DgF32GradientAccumulationPass
     GradientWidener widener(builder);
     SmallVector<OutputOp> gradients;
     getOperation().walk([&](OutputOp output) {
-      if (output.getName().starts_with("grad/")) gradients.push_back(output);
+      if (output.getName().starts_with(dgemma::kGradientPrefix)) gradients.push_back(output);
     });
     for (OutputOp output : gradients)
       if (cast<RankedTensorType>(output.getValue().getType()).getElementType().isF32()) widener.visit(output.getValue());

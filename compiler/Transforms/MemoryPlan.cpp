@@ -1,9 +1,9 @@
-#include "dialects/dg/Transforms/Passes.h"
+#include "compiler/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace mlir::dg {
 #define GEN_PASS_DEF_DGMEMORYPLAN
-#include "dialects/dg/Transforms/Passes.h.inc"
+#include "compiler/Transforms/Passes.h.inc"
 }  // namespace mlir::dg
 
 using namespace mlir;

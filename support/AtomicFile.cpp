@@ -1,4 +1,4 @@
-#include "runtime/io/AtomicFile.h"
+#include "support/AtomicFile.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <random>
 #include <sstream>
 
-#include "runtime/core/Error.h"
+#include "support/Error.h"
 
 namespace dgemma {
 

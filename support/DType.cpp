@@ -1,4 +1,4 @@
-#include "runtime/core/DType.h"
+#include "support/DType.h"
 
 #include <cmath>
 #include <limits>

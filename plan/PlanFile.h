@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/plan/Plan.h"
+#include "plan/Plan.h"
 
 namespace dgemma {
 

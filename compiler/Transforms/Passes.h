@@ -1,5 +1,5 @@
-#ifndef DIALECTS_DG_TRANSFORMS_PASSES_H
-#define DIALECTS_DG_TRANSFORMS_PASSES_H
+#ifndef COMPILER_TRANSFORMS_PASSES_H
+#define COMPILER_TRANSFORMS_PASSES_H
 
 #include "dialects/dg/IR/DgOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -8,10 +8,10 @@
 namespace mlir::dg {
 
 #define GEN_PASS_DECL
-#include "dialects/dg/Transforms/Passes.h.inc"
+#include "compiler/Transforms/Passes.h.inc"
 
 #define GEN_PASS_REGISTRATION
-#include "dialects/dg/Transforms/Passes.h.inc"
+#include "compiler/Transforms/Passes.h.inc"
 
 }  // namespace mlir::dg
 

@@ -11,14 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/core/DType.h"
+#include "plan/Names.h"
+#include "support/DType.h"
 
 namespace dgemma {
-
-// Optimizer state (Adam moments) lives in plan parameters under this prefix, e.g.
-// "optimizer/exp_avg/<parameter>" (written by dg-optimizer-step). A model checkpoint does not carry
-// them: they start at zero unless a training checkpoint restores them.
-inline constexpr const char* kOptimizerStatePrefix = "optimizer/";
 
 inline constexpr uint32_t kPlanFormatVersion = 1;
 

@@ -2,15 +2,15 @@
 // parameter as dg ops (../shared/reference/training.md §13): the global norm and clip as scalar
 // ops, then one fused dg.adamw per parameter and dg.assign of its results, so that later passes
 // (sharding: the distributed optimizer; memory planning) see the update like any other computation.
-#include "dialects/dg/Transforms/Passes.h"
+#include "compiler/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringSet.h"
-#include "runtime/plan/Plan.h"
+#include "plan/Names.h"
 
 namespace mlir::dg {
 #define GEN_PASS_DEF_DGOPTIMIZERSTEP
-#include "dialects/dg/Transforms/Passes.h.inc"
+#include "compiler/Transforms/Passes.h.inc"
 }  // namespace mlir::dg
 
 using namespace mlir;
@@ -93,7 +93,7 @@ struct DgOptimizerStepPass : mlir::dg::impl::DgOptimizerStepBase<DgOptimizerStep
     SmallVector<Value> gradients;
     Value squares;
     for (ParamOp param : params) {
-      Value gradient = u.input("grad/" + param.getName().str(), param.getType());
+      Value gradient = u.input(std::string(dgemma::kGradientPrefix) + param.getName().str(), param.getType());
       Value sum = u.sumOfSquares(gradient);
       if (sum.getType() != scalarType) sum = builder.create<CastOp>(loc, scalarType, sum);
       squares = squares ? u.binary<AddOp>(squares, sum) : sum;

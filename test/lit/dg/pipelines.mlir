@@ -1,0 +1,35 @@
+// RUN: dgemma-opt %s --dg-train-pipeline | FileCheck %s --check-prefix=TRAIN
+// RUN: dgemma-opt %s --dg-train-pipeline="optimizer=false loss=loss" | FileCheck %s --check-prefix=NOOPT
+// RUN: dgemma-opt %s --dg-infer-pipeline | FileCheck %s --check-prefix=INFER
+// RUN: dgemma-opt %s --dg-train-pipeline --dg-plan-pipeline | FileCheck %s --check-prefix=PLAN
+
+// The stages dgemma-compile runs, as dgemma-opt pipelines.
+func.func @train_step() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<3x4xf32>
+  %x = dg.input "x" : tensor<3x4xf32>
+  %y = dg.mul %w, %x : tensor<3x4xf32>, tensor<3x4xf32> -> tensor<3x4xf32>
+  %l = dg.reduce_sum %y dims = [0, 1] : tensor<3x4xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  return
+}
+
+// Mode train: the gradient is an output, and the optimizer entry takes it.
+// TRAIN-LABEL: func.func @train_step()
+// TRAIN: dg.output "grad/w"
+// TRAIN-LABEL: func.func @optimizer_step()
+// TRAIN: dg.input "grad/w"
+// TRAIN: dg.adamw
+
+// NOOPT-LABEL: func.func @train_step()
+// NOOPT: dg.output "grad/w"
+// NOOPT-NOT: optimizer_step
+
+// Mode infer: simplification only, no gradients.
+// INFER-LABEL: func.func @train_step()
+// INFER-NOT: grad/
+// INFER-NOT: optimizer_step
+
+// Planning places every scratch value.
+// PLAN-LABEL: func.func @train_step()
+// PLAN-SAME: dg.scratch_bytes
+// PLAN: dg.mul {{.*}}dg.offsets
