@@ -1,4 +1,6 @@
-# MLIR 19 from Debian (see ../shared/reference/toolchain.md §2-3).
+# MLIR 19 from Debian's libmlir-19-dev, mlir-19-tools (mlir-tblgen, mlir-pdll), llvm-19-dev
+# (MLIRConfig.cmake looks LLVM up) and llvm-19-tools (FileCheck, lit). Pinned: libmlir-22 replaces
+# libmlir-19 when installed.
 find_package(MLIR REQUIRED CONFIG)
 if(NOT LLVM_VERSION_MAJOR EQUAL 19)
   message(FATAL_ERROR "dgemma needs MLIR/LLVM 19 (found ${LLVM_PACKAGE_VERSION} at ${MLIR_DIR}). "

@@ -3,8 +3,8 @@
 # package is already present it only runs `dpkg-query` and returns in well under a second.
 set -euo pipefail
 
-# MLIR is pinned to 19: installing libmlir-22 silently removes libmlir-19 (they conflict), see
-# ../shared/reference/toolchain.md §2.
+# MLIR is pinned to 19: installing libmlir-22 silently removes libmlir-19 and mlir-19-tools (the two
+# declare Conflicts on each other), which breaks a build directory configured against 19.
 packages=(
   build-essential cmake ninja-build pkg-config python3
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools

@@ -1,4 +1,4 @@
-// Per-example noise keys (../shared/reference/training.md §11.1). Every random draw of a training
+// Per-example noise keys (docs/training.md, "Noise keys"). Every random draw of a training
 // example (its diffusion time, the corruption, the self-conditioning coin) comes from one Philox key
 // that is a pure function of (run seed, phase, step, global sample index). A sample's noise is then
 // the same whatever its micro-batch position, the micro-batch size or the data-parallel size, resume

@@ -1,5 +1,5 @@
-// The learning-rate schedule of ../shared/reference/training.md §13, in Megatron Core's conventions
-// (megatron/core/optimizer_param_scheduler.py, OptimizerParamScheduler.get_lr):
+// The learning-rate schedule (docs/training.md, "Learning-rate schedule"), in Megatron Core's
+// conventions (megatron/core/optimizer_param_scheduler.py, OptimizerParamScheduler.get_lr):
 //
 //   lr(s) = init + (max − init) · s / warmup                                 s ≤ warmup (warmup > 0)
 //   lr(s) = min + (max − min) · 0.5 · (cos(π · (s − warmup) / (decay − warmup)) + 1)   warmup < s ≤ decay

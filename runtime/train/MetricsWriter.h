@@ -1,6 +1,6 @@
-// The metrics file of `dgemma-run train --metrics FILE.jsonl` (../shared/reference/cli.md, "Metrics
-// file"): JSON Lines, one object per optimizer step ("split": "train") plus one per evaluation
-// ("validation", "test"). Field order is fixed:
+// The metrics file of `dgemma-run train --metrics FILE.jsonl` (docs/cli.md and docs/training.md,
+// "Metrics file"): JSON Lines, one object per optimizer step ("split": "train") plus one per
+// evaluation ("validation", "test"). Field order is fixed:
 //
 //   {"step": 12, "split": "train", "loss": 2.31640625, "diffusion_loss": 2.1, "encoder_loss": null,
 //    "lr": 2.5000000000000002e-06, "grad_norm": 0.87, "consumed_samples": 96, "tokens": 24576,

@@ -1,6 +1,6 @@
-// Multi-block splitting and collation (../shared/reference/data.md §5, §7): a tokenized row becomes
-// one training item per 256-token block of its completion, with only the earlier, clean blocks
-// appended to the encoder context; items collate into the batch tensors of the forward/train
+// Multi-block splitting and collation (docs/data.md, "Blocks", "Collated batch"): a tokenized row
+// becomes one training item per 256-token block of its completion, with only the earlier, clean
+// blocks appended to the encoder context; items collate into the batch tensors of the forward/train
 // contract (left-padded prompts, right-padded canvases). Nothing is ever truncated.
 #pragma once
 
@@ -44,9 +44,9 @@ struct CollateOptions {
   std::optional<int64_t> scoredCanvasFill;
 };
 
-// The batch fields of data.md §7 by name: input_ids, attention_mask, position_ids,
-// mm_token_type_ids [B, P] i64; canvas_ids [B, C] i64; canvas_mask [B, C] f32. Throws InputError for
-// a violated precondition (naming the item).
+// The batch fields of docs/data.md, "Collated batch", by name: input_ids, attention_mask,
+// position_ids, mm_token_type_ids [B, P] i64; canvas_ids [B, C] i64; canvas_mask [B, C] f32. Throws
+// InputError for a violated precondition (naming the item).
 std::map<std::string, HostTensor> collate(const std::vector<const BlockItem*>& items, const CollateOptions& options);
 
 }  // namespace dgemma

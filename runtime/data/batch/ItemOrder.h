@@ -1,7 +1,7 @@
-// The order in which training items are visited (data.md §6). `cyclic`: a fresh permutation of
-// the item indices per epoch, a pure function of (data seed, epoch), so a run resumes from the
-// consumed-samples count alone and the data order never draws from any other random stream.
-// `single`: sequential order (mock data, evaluation).
+// The order in which training items are visited (docs/data.md, "Item order"). `cyclic`: a fresh
+// permutation of the item indices per epoch, a pure function of (data seed, epoch), so a run
+// resumes from the consumed-samples count alone and the data order never draws from any other
+// random stream. `single`: sequential order (mock data, evaluation).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// The mock dataset of data.md §10, for smoke tests only: deterministic random prompts and one of a
-// few fixed "answer programs" per item, so that overfitting is measurable. Not evidence of quality.
+// The mock dataset (docs/data.md, "Mock dataset"), for smoke tests only: deterministic random
+// prompts and one of a few fixed "answer programs" per item, so that overfitting is measurable. Not
+// evidence of quality.
 #pragma once
 
 #include <cstdint>

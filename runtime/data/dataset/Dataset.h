@@ -1,7 +1,7 @@
-// A JSONL split turned into training items (../shared/reference/data.md §2, §5, §12): every row is
-// validated (JSON and schema, images decoded and sized, prompt and completion tokenized, every block
-// within max_encoder_length) before any training starts. Fail-fast by default; with skipBadRows a
-// bad row is counted and listed, never dropped silently.
+// A JSONL split turned into training items (docs/data.md, "Row validation", "Blocks", "Bad input"):
+// every row is validated (JSON and schema, images decoded and sized, prompt and completion
+// tokenized, every block within max_encoder_length) before any training starts. Fail-fast by
+// default; with skipBadRows a bad row is counted and listed, never dropped silently.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The RowTokenizer of DiffusionGemma: the Gemma 4 chat template with the generation prompt
 // (thinking off) for the prompt, the EOS-terminated completion, every id checked against the
-// vocabulary (data.md §3, §4).
+// vocabulary (docs/data.md, "Chat template", "Tokenization").
 #pragma once
 
 #include "runtime/data/dataset/Dataset.h"

@@ -1,5 +1,5 @@
-// The Gemma 4 image processor (data.md §9), matching HF transformers' Gemma4ImageProcessor
-// (torchvision backend) on CPU: see Image.h for the numerics.
+// The Gemma 4 image processor (docs/data.md, "Image preprocessing"), matching HF transformers'
+// Gemma4ImageProcessor (torchvision backend) on CPU: see Image.h for the numerics.
 #include <algorithm>
 #include <cmath>
 

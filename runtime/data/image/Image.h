@@ -1,4 +1,4 @@
-// Image loading and the Gemma 4 image processor (../shared/reference/data.md §1 and §9).
+// Image loading and the Gemma 4 image processor (docs/data.md, "JSONL rows", "Image preprocessing").
 //
 // decodeImage reads PNG through libpng, JPEG through libjpeg and anything else stb_image knows, and
 // converts to 8-bit RGB the way PIL's Image.convert("RGB") does: grayscale is replicated to three
@@ -45,9 +45,9 @@ struct ProcessedImage {
   int64_t resizedWidth = 0;
 };
 
-// The resize target (height, width) of §9 for an image of height x width. Throws InputError for an
-// empty image, for options outside the allowed set, and when the rule fails (a 0 x 0 target, or a
-// target over the patch budget).
+// The resize target (height, width) of docs/data.md, "Image preprocessing", for an image of height
+// x width. Throws InputError for an empty image, for options outside the allowed set, and when the
+// rule fails (a 0 x 0 target, or a target over the patch budget).
 std::pair<int64_t, int64_t> gemma4TargetSize(int64_t height, int64_t width, const Gemma4ImageOptions& options = {});
 
 // The soft tokens an image of height x width yields: its target size's patches / pooling^2. What

@@ -1,6 +1,7 @@
-// JSONL rows (../shared/reference/data.md §1, §2, §12): a streaming reader that validates every row
-// against the schema, as far as that needs neither a tokenizer nor an image decoder, and turns it into
-// typed messages. Errors are located as `FILE:LINE: field: what was expected` (cli.md).
+// JSONL rows (docs/data.md, "JSONL rows", "Row validation", "Bad input"): a streaming reader that
+// validates every row against the schema, as far as that needs neither a tokenizer nor an image
+// decoder, and turns it into typed messages. Errors are located as `FILE:LINE: field: what was
+// expected` (docs/cli.md, "Exit codes and messages").
 //
 //   {"messages": [{"role": "system", "content": "You are terse."},
 //                 {"role": "user", "content": [{"type": "image", "image": "images/cat.png"},
@@ -106,7 +107,7 @@ struct RowScan {
   std::vector<RowError> skipped;  // skip mode: every bad row, in file order
   int64_t lines = 0;              // physical lines in the file, blank ones included
   int64_t blankLines = 0;
-  int64_t emptyCompletions = 0;   // good rows whose completion is "" (data.md §12 counts them)
+  int64_t emptyCompletions = 0;   // good rows with completion "" (docs/data.md, "Bad input")
 };
 
 // Reads and validates every row of `path`. Fail-fast (skipBadRows = false): throws InputError with

@@ -1,4 +1,4 @@
-// Strict UTF-8 validation of one JSONL line (data.md §1: rows are UTF-8).
+// Strict UTF-8 validation of one JSONL line (docs/data.md, "JSONL rows": rows are UTF-8).
 #pragma once
 
 #include <cstdint>

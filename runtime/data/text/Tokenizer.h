@@ -1,4 +1,4 @@
-// Tokenization and the Gemma 4 prompt (../shared/reference/data.md §3, §4).
+// Tokenization and the Gemma 4 prompt (docs/data.md, "Chat template", "Tokenization").
 //
 // Tokenizer loads a checkpoint's (or the bundled, data/tokenizer/) tokenizer: the SentencePiece model
 // tokenizer.model through libsentencepiece when the directory has one (backend() "sentencepiece"),
@@ -43,13 +43,14 @@ class TokenizerJson;
 class Tokenizer {
  public:
   // Loads DIRECTORY/tokenizer.model, or DIRECTORY/tokenizer.json if there is no tokenizer.model.
-  // Throws InputError naming the path when the directory or both files are missing, when the file is
-  // unreadable or invalid (tokenizer.json: "PATH: JSON.PATH: expected ..."), or when the tokenizer
-  // defines no EOS id (data.md §2 rule 7). With tokenizer.json, the EOS, BOS and PAD tokens are
-  // tokenizer_config.json's (else special_tokens_map.json's) "eos_token", "bos_token", "pad_token",
-  // defaulting to "<eos>", "<bos>", "<pad>". DIRECTORY/tokenizer_config.json, if
-  // present, may name the image, begin-of-image and end-of-image tokens ("image_token", "boi_token",
-  // "eoi_token"); the defaults are "<image>", "<boi>" and "<eoi>".
+  // Throws InputError naming the path when the directory or both files are missing, when the file
+  // is unreadable or invalid (tokenizer.json: "PATH: JSON.PATH: expected ..."), or when the
+  // tokenizer defines no EOS id (docs/data.md, "Row validation", rule 7). With tokenizer.json, the
+  // EOS, BOS and PAD tokens are tokenizer_config.json's (else special_tokens_map.json's)
+  // "eos_token", "bos_token", "pad_token", defaulting to "<eos>", "<bos>", "<pad>".
+  // DIRECTORY/tokenizer_config.json, if present, may name the image, begin-of-image and
+  // end-of-image tokens ("image_token", "boi_token", "eoi_token"); the defaults are "<image>",
+  // "<boi>" and "<eoi>".
   explicit Tokenizer(const std::string& directory);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
@@ -66,7 +67,7 @@ class Tokenizer {
 
   // Text to ids, with special-token strings matched as single ids; no BOS or EOS is added.
   std::vector<int32_t> encode(std::string_view text) const;
-  // encode(text) followed by EOS unless it already ends with EOS (data.md §4).
+  // encode(text) followed by EOS unless it already ends with EOS (docs/data.md, "Tokenization").
   std::vector<int32_t> completionTokens(std::string_view text) const;
 
   // The id of a special token by its string ("<eos>", "<|turn>"); nullopt / InputError if the model

@@ -12,7 +12,7 @@ namespace {
 using test::expectInputError;
 using test::mentions;
 
-// The 26B recipe (training.md §13): 5e-5 → 5e-6 cosine, warmup 20, decay 1000.
+// The 26B recipe (docs/training.md, "The 26B recipe"): 5e-5 → 5e-6 cosine, warmup 20, decay 1000.
 LrSchedule recipe() { return LrSchedule({.maxLr = 5e-5, .minLr = 5e-6, .warmupSteps = 20, .decaySteps = 1000}); }
 
 TEST(LrScheduleTest, WarmupIsLinearFromZero) {
@@ -69,7 +69,8 @@ TEST(LrScheduleTest, LinearAndConstantStyles) {
   EXPECT_DOUBLE_EQ(linear.at(21), 5e-6 + 4.5e-5 * (979.0 / 980.0));
   EXPECT_DOUBLE_EQ(linear.at(1000), 5e-6);
 
-  // parallelism.md §12's resume test runs a constant 1e-4 with no warmup.
+  // The planned multi-rank resume test (docs/parallelism.md, "Sharded checkpoints and resume") runs a
+  // constant 1e-4 with no warmup.
   LrSchedule constant({.maxLr = 1e-4, .warmupSteps = 0, .decaySteps = 1, .style = LrDecayStyle::Constant});
   EXPECT_EQ(constant.at(0), 1e-4);
   EXPECT_EQ(constant.forOptimizerStep(1), 1e-4);

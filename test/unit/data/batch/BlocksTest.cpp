@@ -21,7 +21,7 @@ std::vector<int64_t> ints(const HostTensor& tensor) {
   return std::vector<int64_t>(tensor.as<int64_t>(), tensor.as<int64_t>() + tensor.numElements());
 }
 
-// The worked example of data.md §5: C = 2, completion [10..14] + EOS gives three items.
+// The worked example of docs/data.md, "Blocks": C = 2, completion [10..14] + EOS gives three items.
 TEST(SplitIntoBlocks, OnlyEarlierCleanBlocksJoinTheEncoder) {
   std::vector<BlockItem> items = splitIntoBlocks(row({2, 105, 7}, {10, 11, 12, 13, 14, kEos}), 2, 8192);
   ASSERT_EQ(items.size(), 3u);

@@ -1,7 +1,8 @@
 // The data pipeline end to end against reference batches (test/fixtures/batch, written by
-// tools/reference/make_batch_fixtures.py from HF's tokenizer, chat template and Gemma4ImageProcessor,
-// collated by data.md §5 and §7): 22 rows (unicode, images, multi-turn, system messages, multi-block
-// completions) -> 51 block items -> 21 micro-batches, every collated tensor identical.
+// tools/reference/make_batch_fixtures.py from HF's tokenizer, chat template and
+// Gemma4ImageProcessor, collated as docs/data.md, "Blocks" and "Collated batch", say): 22 rows
+// (unicode, images, multi-turn, system messages, multi-block completions) -> 51 block items -> 21
+// micro-batches, every collated tensor identical.
 #include <gtest/gtest.h>
 
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"

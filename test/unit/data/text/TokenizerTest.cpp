@@ -1,6 +1,6 @@
 // dgemma_data_text against HF: test/fixtures/tokenizer/*.json were made by
 // tools/reference/make_tokenizer_fixtures.py with transformers' GemmaTokenizer loaded from
-// data/tokenizer and a reimplementation of the Gemma 4 chat template (data.md §3).
+// data/tokenizer and a reimplementation of the Gemma 4 chat template (docs/data.md, "Chat template").
 #include <gtest/gtest.h>
 
 #include <algorithm>
