@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Reference collated batches for the data pipeline (data.md §3-§7), from HF's tokenizer, the chat
+"""Reference collated batches for the data pipeline (docs/data.md, "Chat template" to "Collated batch"), from HF's
+tokenizer, the chat
 template of make_tokenizer_fixtures.py and HF's Gemma4ImageProcessor, collated by the rules of
-data.md §5 and §7 written out below in Python.
+docs/data.md ("Blocks", "Collated batch") written out below in Python.
 
 Writes test/fixtures/batch/{rows.jsonl, expected.safetensors, meta.json}. Run from the repo root:
   PYTHONPATH=<dir with torchvision> python3 tools/reference/make_batch_fixtures.py [--chat-template FILE]

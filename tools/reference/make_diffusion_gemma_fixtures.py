@@ -8,13 +8,13 @@ fixture, a directory under test/fixtures/diffusion_gemma/<name>/:
     config.json              HF config as written by save_pretrained (vision_config replaced by null, see README)
     generation_config.json   as written by save_pretrained
     model.safetensors        random fp32 weights under the HF checkpoint names (vision tensors removed)
-    batch.safetensors        inputs under the field names of ../shared/reference/cli.md
+    batch.safetensors        inputs under the field names of docs/cli.md
     expected.safetensors     reference outputs (names and layouts: tools/reference/README.md)
     meta.json                seeds, shapes, what the fixture exercises, measured margins
     config_legacy.json       (seven_layers only) the same model in the older global_head_dim form
 
 Besides writing, the script checks its own outputs:
-  * an independent fp32 re-implementation of ../shared/reference/model.md (function `spec_forward`, which reads only
+  * an independent fp32 re-implementation of docs/model.md (function `spec_forward`, which reads only
     config.json and model.safetensors) must match HF to max|d|/max|ref| <= 1e-5 on every compared tensor;
   * reloading the written fixture with `from_pretrained` and rerunning reproduces expected.safetensors bit for bit;
   * HF's fp32 logits are within 5e-6 (relative) of the same math evaluated in fp64 (the fixture is well conditioned);
@@ -89,7 +89,7 @@ FIXTURES: dict[str, dict] = {
     # self_conditioning_size). The sliding layer keeps the class-default head_dim 256.
     "hf_tester": dict(
         description=(
-            "Text part of the HF test's tiny config (model.md 2.6): vocab 99, hidden 32, 2 layers [sliding, full], "
+            "Text part of the HF test's tiny config (docs/model.md, 'Tiny configs'): vocab 99, hidden 32, 2 layers [sliding, full], "
             "sliding head_dim 256 (class default) vs full head_dim 16, 4 experts top-2, bos 1 / eos 2. "
             "sliding_window 512 is longer than the prompt, so nothing is trimmed."
         ),
@@ -128,7 +128,7 @@ FIXTURES: dict[str, dict] = {
         batch_seed=2000,
     ),
     # >= 7 layers with the default 5:1 pattern (layer 5 full) plus the forced-full last layer (layer 6): 2 full layers.
-    # layer_types is NOT given: HF derives it (model.md 2.5 rules 1 and 2) and save_pretrained writes the result.
+    # layer_types is NOT given: HF derives it (docs/model.md, "Config loading rules") and save_pretrained writes the result.
     "seven_layers": dict(
         description=(
             "7 layers, layer_types derived by HF ([s,s,s,s,s,f] rule + forced-full last layer = 5 sliding, 2 full), "
@@ -364,7 +364,8 @@ def make_batch(fx: dict, cfg: DiffusionGemmaConfig) -> dict[str, torch.Tensor]:
     noise = torch.randint(V, (B, L), generator=g, dtype=torch.int64)
     noisy_canvas_ids = torch.where(replace, noise, canvas_ids)
     canvas_mask = torch.ones((B, L), dtype=torch.float32)
-    canvas_mask[-1, L - 3 :] = 0.0  # a training-time canvas pad; the forward pass ignores canvas_mask (model.md 7.3)
+    # A training-time canvas pad; the forward pass ignores canvas_mask (docs/model.md, "Decoder attention").
+    canvas_mask[-1, L - 3 :] = 0.0
 
     sc_logits = torch.randn((B, L, V), generator=g, dtype=torch.float32) * SC_LOGIT_SCALE
 
@@ -513,7 +514,7 @@ def run_reference(model, cfg, batch) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Independent implementation of ../shared/reference/model.md (reads only config.json + model.safetensors)
+# Independent implementation of docs/model.md (reads only config.json + model.safetensors)
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -663,7 +664,8 @@ def load_text_weights(model_path: Path) -> dict[str, torch.Tensor]:
 def spec_forward(
     config_json: dict, w: dict, batch: dict, *, sc_logits=None, sc_mask=None, trim_sliding_prefix=True, dtype=torch.float32
 ):
-    """model.md sections 5-7 for a text-only batch. dtype=float64 evaluates the same math in double precision."""
+    """The layer math, encoder and decoder of docs/model.md for a text-only batch. dtype=float64 evaluates the same
+    math in double precision."""
     cfg = parse_text_config(config_json)
     w = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in w.items()}
     H, eps, W = cfg["H"], cfg["eps"], cfg["W"]
@@ -675,7 +677,8 @@ def spec_forward(
     s_emb = torch.tensor(H**0.5, dtype=dtype)  # sqrt(H) rounded to the embedding dtype (fp32 here, no bf16 step)
     n = len(cfg["layers"])
 
-    # ---- encoder (model.md 6): causal, sliding = last W keys incl. self, pad keys masked, pad query keeps diagonal
+    # ---- encoder (docs/model.md, "Encoder"): causal, sliding = last W keys incl. self, pad keys masked, pad query
+    # keeps its diagonal
     pos = torch.arange(P).unsqueeze(0).expand(B, P)
     i_ = torch.arange(P)[:, None]
     j_ = torch.arange(P)[None, :]
@@ -695,7 +698,7 @@ def spec_forward(
         h = _layer(w, f"layers.{li}.", cfg, li, h, pos, enc_kv)
     enc_hidden = _rms(h, w["norm.weight"], eps)
 
-    # ---- decoder (model.md 7)
+    # ---- decoder (docs/model.md, "Decoder")
     x_tok = E[xt] * s_emb
     if sc_logits is not None:
         sft = (torch.softmax(sc_logits.to(dtype), dim=-1) @ E) * s_emb
@@ -850,7 +853,7 @@ def verify_fixture(name, d: Path, model, cfg, batch, expected, log) -> dict:
     assert not bad, f"{name}: reload+rerun not bit-identical: {bad}"
     checks["reload_rerun_bit_identical"] = True
 
-    # (b) independent model.md implementation reading only config.json + model.safetensors
+    # (b) independent docs/model.md implementation reading only config.json + model.safetensors
     cfg_json = json.loads((d / "config.json").read_text())
     w = load_text_weights(d / "model.safetensors")
     errs = {}

@@ -15,7 +15,7 @@ PNG) and expected.safetensors with, per image `NAME` (file stem):
 Full pixel_values ([max_patches, 768] float32) would be megabytes per image; HF's values are exactly
 uint8 levels times float32(1/255) (asserted below for every value), so the levels carry them losslessly.
 The processor is given PIL's convert("RGB") of each file (so the RGBA fixture has its alpha dropped as
-data.md §1 specifies; HF's own convert_to_rgb would composite transparency onto white).
+docs/data.md, "JSONL rows" specifies; HF's own convert_to_rgb would composite transparency onto white).
 
 The reference is HF transformers' default Gemma4ImageProcessor (torchvision backend): tvF.resize with
 BICUBIC and antialias=True on the uint8 CHW tensor, which on CPU runs torch's native uint8 separable
@@ -77,7 +77,7 @@ def main():
         pil = Image.open(os.path.join(out, fname))
         rgb = np.asarray(pil.convert("RGB"))
         proc = Gemma4ImageProcessor(max_soft_tokens=soft)
-        # The processor gets PIL's RGB conversion (alpha dropped, data.md §1). Given the RGBA image itself,
+        # The processor gets PIL's RGB conversion (alpha dropped: docs/data.md, "JSONL rows"). Given the RGBA image itself,
         # HF's convert_to_rgb would composite it onto white instead: a known difference from the spec.
         res = proc(images=[pil.convert("RGB")], return_tensors="pt")
         pv = res["pixel_values"][0].numpy()

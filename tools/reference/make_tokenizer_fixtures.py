@@ -12,12 +12,12 @@ runtime/data/text (test/fixtures/tokenizer/).
    tokenizes the result with add_special_tokens=False (the template writes <bos> itself).
 
 CHAT_TEMPLATE is NOT Google's Gemma 4 template (it could not be downloaded when this was written): it
-is a reimplementation of ../shared/reference/data.md section 3 (thinking off). The fixtures therefore
+is a reimplementation of docs/data.md, "Chat template" (thinking off). The fixtures therefore
 pin dgemma's C++ renderer and tokenizer against HF tokenization plus this template.
 
 Writes test/fixtures/tokenizer/conversations.json:
   {"tokenizer": "data/tokenizer", "vocab_size": 256, "special_tokens": {name: id},
-   "conversations": [{"name", "messages" (data.md section 1 layout, image paths as given),
+   "conversations": [{"name", "messages" (docs/data.md, "JSONL rows" layout, image paths as given),
                       "image_soft_tokens": [N per image part, in order], "completion",
                       "prompt_text" (rendered and expanded), "input_ids", "mm_token_type_ids",
                       "completion_ids"}]}
@@ -45,9 +45,9 @@ CONTROL = [("<pad>", 0), ("<eos>", 1), ("<bos>", 2), ("<unk>", 3)]
 USER_DEFINED = ["<image>", "<boi>", "<eoi>", "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>", "\n"]
 SPECIAL = [t for t, _ in CONTROL] + USER_DEFINED[:-1]  # "\n" is an ordinary piece
 
-CHAT_TEMPLATE = r"""{#- A reimplementation of the Gemma 4 chat template (26B variant) as ../shared/reference/data.md §3
+CHAT_TEMPLATE = r"""{#- A reimplementation of the Gemma 4 chat template (26B variant) as docs/data.md, 'Chat template',
     specifies it. The real template could not be downloaded when the fixtures were made; this one pins
-    the choices data.md leaves open (see data/tokenizer/README.md):
+    the choices docs/data.md leaves open (see data/tokenizer/README.md):
       - text content is stripped of leading/trailing whitespace (Jinja `trim`, i.e. Python str.strip());
       - an image part renders as the bare image token, with no whitespace around it (the processor then
         expands it to <boi> + N x <image> + <eoi>);
@@ -224,7 +224,7 @@ def chat_template(path):
     which is read, never committed), else CHAT_TEMPLATE below. Gemma 4 templates write the image
     placeholder as <|image|>; the bundled tokenizer calls it <image>."""
     if not path:
-        return CHAT_TEMPLATE, "reimplementation of data.md section 3 (CHAT_TEMPLATE in this script)"
+        return CHAT_TEMPLATE, "reimplementation of docs/data.md, 'Chat template' (CHAT_TEMPLATE in this script)"
     with open(path, encoding="utf-8") as f:
         text = f.read()
     return text.replace("<|image|>", "<image>"), "upstream Gemma 4 chat_template.jinja (" + os.path.basename(path) + \
@@ -246,7 +246,7 @@ def main():
         assert special_ids[t] == i, (t, special_ids[t])
     image_id, boi, eoi = special_ids["<image>"], special_ids["<boi>"], special_ids["<eoi>"]
 
-    # The reference ids of data.md section 3 have this shape: <bos> <|turn> user \n ... <turn|> \n <|turn> model \n
+    # The reference ids of docs/data.md, "Chat template" have this shape: <bos> <|turn> user \n ... <turn|> \n <|turn> model \n
     # <|channel> thought \n <channel|>.
     out = []
     for name, messages, counts, completion in CONVERSATIONS:

@@ -4,7 +4,7 @@
 Reference-data generation only: this script is not run by CI. It loads the tiny fixture models of
 test/fixtures/diffusion_gemma/<model>/ into HuggingFace `DiffusionGemmaForBlockDiffusion` (exactly as
 make_diffusion_gemma_fixtures.py reloads them), evaluates the Megatron Bridge training objective of
-../shared/reference/training.md sections 4-10 with HF modules, and differentiates it with torch autograd in float64.
+docs/training.md, "The objective" with HF modules, and differentiates it with torch autograd in float64.
 For every model it writes test/fixtures/diffusion_gemma_train/<model>/:
 
     batch.safetensors                                      the training micro-batch, with the test hooks
@@ -305,7 +305,7 @@ def make_batch(name: str, cfg, noise_seed: int) -> tuple[dict[str, torch.Tensor]
     canvas_mask[1, L - 3 :] = 0.0
     canvas_mask[B - 1, 2:] = 0.0
     canvas_ids = torch.where(canvas_mask > 0, src["canvas_ids"], torch.full_like(src["canvas_ids"], pad))
-    # Uniform-state corruption (training.md 4) with fixed t: u [B, L], then r [B, L], drawn for every position.
+    # Uniform-state corruption (docs/training.md) with fixed t: u [B, L], then r [B, L], drawn for every position.
     diffusion_t = torch.tensor(DIFFUSION_T[:B], dtype=torch.float32)
     g = torch.Generator().manual_seed(noise_seed)
     u = torch.rand((B, L), generator=g, dtype=torch.float32)
@@ -485,7 +485,7 @@ def decoder_logits(model, batch, *, sc_logits=None, sc_mask=None, cache=None) ->
 
 
 def clean_encoder_logits(model, batch, *, ids=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The separate clean encoder pass of training.md 8 over prompt ++ x0, with a fresh cache.
+    """The separate clean encoder pass of docs/training.md, "Encoder loss" over prompt ++ x0, with a fresh cache.
 
     Returns (logits at positions [P-1, P+L-1), final-normed hidden states [B, P+L, H]).
     """
@@ -1030,7 +1030,8 @@ def aux_summary(case: Case, res64, res32, g64, case_results, tc, run_without_aux
 
 
 def relation_checks(per_example: dict[str, torch.Tensor], batch) -> dict:
-    """Cross-case relations of training.md 5 and 7, on the float64 per-example losses."""
+    """Cross-case relations of docs/training.md ("The four objectives", "Self-conditioning") on the float64
+    per-example losses."""
     t = batch["diffusion_t"].double()
     w = 1.0 / (1.0 - t)
     out: dict = {}
@@ -1077,7 +1078,7 @@ def relation_checks(per_example: dict[str, torch.Tensor], batch) -> dict:
 
 
 NOTES = [
-    "Objective: Megatron Bridge definition (training.md 4-8). loss = (dec_w * sum_b l_b + enc_w * enc_loss * B) / B "
+    "Objective: Megatron Bridge definition (docs/training.md, 'The objective'). loss = (dec_w * sum_b l_b + enc_w * enc_loss * B) / B "
     "with dec_w = 1; diffusion_loss = sum_b l_b / B; encoder_loss = enc_loss (a token mean over the micro-batch). "
     "Router aux loss coefficient 0. Gradients are d loss / d theta (loss already divided by B).",
     "alpha = 1 - t, w(t) = 1 / max(alpha, 1e-12) (then min(w, clip) with a clip) and "
@@ -1096,7 +1097,7 @@ NOTES = [
     "Gradients are saved under the decoder checkpoint names (model.decoder.*). HF ties the encoder text stack to the "
     "decoder stack and lm_head to embed_tokens, so each gradient is the sum over the K/V pass, the decoder pass, the "
     "clean encoder pass and the head. layer_scalar is a buffer and has no gradient.",
-    "nn.Embedding(padding_idx=pad) (HF, and training.md 10): lookups of the pad id give the pad row no gradient; it gets "
+    "nn.Embedding(padding_idx=pad) (HF, and docs/training.md, 'Gradient paths'): lookups of the pad id give the pad row no gradient; it gets "
     "gradient only from the tied head and, with self-conditioning, from the soft embedding softmax(f1) @ E. "
     "checks.pad_row_gradient shows that ignoring padding_idx would change that row. The canvas pads (right padding, "
     "mask 0) are pad ids in the decoder input and are attended as keys, so they are lookups whose gradient is dropped.",
@@ -1121,7 +1122,7 @@ NOTES = [
 
 AUX_NOTE = (
     "Router load-balancing loss (cases named .aux<a>, a = moe_aux_loss_coeff; dgemma's loadBalancingLoss, "
-    "training.md 9): loss += a * sum over router calls of (E / k) / T_real^2 * sum_e P_e c_e. The calls are those of "
+    "docs/training.md, 'Router aux loss'): loss += a * sum over router calls of (E / k) / T_real^2 * sum_e P_e c_e. The calls are those of "
     "pass 2 (the encoder K/V pass over the prompt, then the decoder) and of the clean encoder pass, in that order; never "
     "pass 1 (no_grad). Padding does not count: w_t = 1 for a real token and 0 for padding, with w = attention_mask in "
     "the K/V pass, w = cat(attention_mask, canvas_mask > 0) in the clean pass and w = 1 on every canvas position in the "
