@@ -14,7 +14,7 @@
 #include "runtime/data/dataset/Dataset.h"
 #include "runtime/data/text/Tokenizer.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 struct SplitOptions {
   int64_t canvasLength = 0;
@@ -43,4 +43,4 @@ struct MicroBatch {
 MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t firstSample, int64_t size,
                               const CollateOptions& options);
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

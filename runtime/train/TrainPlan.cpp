@@ -1,4 +1,4 @@
-#include "tools/dgemma-run/TrainPlan.h"
+#include "runtime/train/TrainPlan.h"
 
 #include <algorithm>
 #include <set>
@@ -6,7 +6,7 @@
 #include "models/diffusion_gemma/Config.h"
 #include "support/Error.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 namespace {
 
@@ -23,36 +23,12 @@ int64_t bucketSize(const EntryPoint& entry, const std::string& dimension, const 
   return it->second;
 }
 
-OptimizerSettings readOptimizerSettings(const nlohmann::json& metadata, const std::string& planPath) {
-  auto it = metadata.find("optimizer");
-  if (it == metadata.end() || !it->is_object())
-    throw InputError(planPath + ": metadata.optimizer: missing (the plan's optimizer_step records beta1 and beta2 there; "
-                                "recompile it with this dgemma-compile)");
-  auto number = [&](const char* field) {
-    auto value = it->find(field);
-    if (value == it->end() || !value->is_number())
-      throw InputError(planPath + ": metadata.optimizer." + field + ": expected a number");
-    return value->get<double>();
-  };
-  OptimizerSettings settings;
-  settings.beta1 = number("beta1");
-  settings.beta2 = number("beta2");
-  settings.epsilon = number("eps");
-  settings.weightDecay = number("weight_decay");
-  settings.maxGradNorm = number("max_grad_norm");
-  for (auto [name, beta] : {std::pair{"beta1", settings.beta1}, std::pair{"beta2", settings.beta2}})
-    if (!(beta >= 0.0 && beta < 1.0))
-      throw InputError(planPath + ": metadata.optimizer." + name + ": expected a value in [0, 1), got " + std::to_string(beta));
-  return settings;
-}
-
 }  // namespace
 
 TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
-  if (plan.metadata.value("model_family", std::string()) != "diffusion_gemma" || !plan.metadata.contains("model_config"))
+  if (plan.modelFamily != ModelFamily::DiffusionGemma)
     throw InputError(planPath + ": not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
-  const DiffusionGemmaConfig config =
-      parseDiffusionGemmaConfig(plan.metadata.at("model_config"), planPath + ": metadata.model_config");
+  const DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
   TrainPlan trainPlan;
   trainPlan.padId = config.padTokenId;
   trainPlan.vocabSize = config.vocabSize;
@@ -99,7 +75,8 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
       throw InputError(planPath + ": entry optimizer_step: missing input " + scalar);
   if (!hasName(optimizerStep->outputs, "grad_norm"))
     throw InputError(planPath + ": entry optimizer_step: missing output grad_norm");
-  trainPlan.optimizer = readOptimizerSettings(plan.metadata, planPath);
+  if (!plan.optimizer) throw InputError(planPath + ": optimizer: missing (recompile the plan with this dgemma-compile)");
+  trainPlan.optimizer = *plan.optimizer;
 
   for (const Parameter& parameter : plan.parameters)
     (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0 ? trainPlan.optimizerParameters : trainPlan.modelParameters)
@@ -107,4 +84,4 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   return trainPlan;
 }
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

@@ -1,4 +1,4 @@
-#include "tools/dgemma-run/Train.h"
+#include "runtime/train/Trainer.h"
 
 #include <unistd.h>
 
@@ -12,15 +12,16 @@
 #include "support/Error.h"
 #include "runtime/core/NoiseKeys.h"
 #include "plan/PlanFile.h"
+#include "runtime/session/RunEntry.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
 #include "runtime/train/ProgressBar.h"
 #include "runtime/train/TensorBoardWriter.h"
-#include "tools/dgemma-run/TrainData.h"
-#include "tools/dgemma-run/TrainPlan.h"
+#include "runtime/train/TrainData.h"
+#include "runtime/train/TrainPlan.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 namespace {
 
@@ -87,16 +88,16 @@ struct StepGradients {
 
 class Trainer {
  public:
-  Trainer(const TrainFlags& flags, Session& session, const TrainPlan& trainPlan, Dataset train, std::optional<Dataset> validation,
+  Trainer(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, Dataset train, std::optional<Dataset> validation,
           std::optional<Dataset> test)
-      : flags_(flags),
+      : options_(options),
         session_(session),
         trainPlan_(trainPlan),
-        schedule_(scheduleConfig(flags)),
+        schedule_(scheduleConfig(options)),
         train_(std::move(train)),
         validation_(std::move(validation)),
         test_(std::move(test)),
-        trainOrder_(SamplerKind::Cyclic, static_cast<int64_t>(train_.items.size()), flags.execution.seed),
+        trainOrder_(SamplerKind::Cyclic, static_cast<int64_t>(train_.items.size()), options.session.seed),
         planHash_(planContentHash(session.planPath)),
         config_(runConfig()) {
     collate_.canvasLength = trainPlan.canvasLength;
@@ -106,8 +107,8 @@ class Trainer {
   int run();
 
  private:
-  static LrScheduleConfig scheduleConfig(const TrainFlags& flags);
-  int64_t globalBatch() const { return trainPlan_.microBatch * flags_.accumulation; }
+  static LrScheduleConfig scheduleConfig(const TrainOptions& options);
+  int64_t globalBatch() const { return trainPlan_.microBatch * options_.accumulation; }
   nlohmann::json runConfig() const;
   void printSetup() const;
   void restore();
@@ -122,7 +123,7 @@ class Trainer {
   void record(const MetricsRecord& line);
   CheckpointSaveResult save(int64_t step);
 
-  const TrainFlags& flags_;
+  const TrainOptions& options_;
   Session& session_;
   const TrainPlan& trainPlan_;
   LrSchedule schedule_;
@@ -143,29 +144,29 @@ class Trainer {
   int64_t consumedTokens_ = 0;   // real tokens of the consumed samples
 };
 
-LrScheduleConfig Trainer::scheduleConfig(const TrainFlags& flags) {
+LrScheduleConfig Trainer::scheduleConfig(const TrainOptions& options) {
   LrScheduleConfig config;
-  config.maxLr = flags.lr;
-  config.minLr = flags.minLr;
-  config.warmupSteps = flags.warmupSteps;
-  config.decaySteps = flags.decaySteps > 0 ? flags.decaySteps : flags.steps;
-  config.style = parseLrDecayStyle(flags.decayStyle);
+  config.maxLr = options.lr;
+  config.minLr = options.minLr;
+  config.warmupSteps = options.warmupSteps;
+  config.decaySteps = options.decaySteps > 0 ? options.decaySteps : options.steps;
+  config.style = parseLrDecayStyle(options.decayStyle);
   return config;
 }
 
 // The run's configuration as a checkpoint records it. The "trajectory" part is what a resumed run
 // must repeat to continue the same sequence of steps (checkSameTrajectory); the rest is informational.
 nlohmann::json Trainer::runConfig() const {
-  const TrainFlags& f = flags_;
+  const TrainOptions& f = options_;
   return {{"trajectory",
-           {{"seed", f.execution.seed},
+           {{"seed", f.session.seed},
             {"micro_batch", trainPlan_.microBatch},
             {"accumulation", f.accumulation},
             {"train_items", train_.items.size()},
             {"lr_schedule", schedule_.toJson()}}},
-          {"plan", f.execution.planDir},
-          {"weights", f.execution.weights},
-          {"init", f.execution.init},
+          {"plan", f.session.planDir},
+          {"weights", f.session.weights},
+          {"init", f.session.init},
           {"train", f.train},
           {"validation", f.validation},
           {"test", f.test},
@@ -194,11 +195,11 @@ void Trainer::printSetup() const {
   }
   const OptimizerSettings& adam = trainPlan_.optimizer;
   std::cout << "plan " << session_.planPath << " (" << planHash_ << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
-            << flags_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
+            << options_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
             << trainPlan_.canvasLength << "\n"
             << "AdamW beta1 " << adam.beta1 << " beta2 " << adam.beta2 << " eps " << adam.epsilon << " weight decay "
             << adam.weightDecay << " clip " << adam.maxGradNorm << "; lr " << lrDecayStyleName(schedule_.config().style)
-            << " " << formatFloat(flags_.lr) << " -> " << formatFloat(flags_.minLr) << ", warmup "
+            << " " << formatFloat(options_.lr) << " -> " << formatFloat(options_.minLr) << ", warmup "
             << schedule_.config().warmupSteps << ", decay " << schedule_.config().decaySteps << " steps\n";
 }
 
@@ -216,9 +217,9 @@ void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
 }
 
 void Trainer::restore() {
-  std::optional<std::string> latest = Checkpoint::findLatest(flags_.saveDir);
+  std::optional<std::string> latest = Checkpoint::findLatest(options_.saveDir);
   if (!latest)
-    throw InputError("--resume: " + flags_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
+    throw InputError("--resume: " + options_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
   Checkpoint checkpoint = Checkpoint::load(*latest, planHash_);
   checkSameTrajectory(checkpoint);
   Executor& executor = *session_.executor;
@@ -240,7 +241,7 @@ void Trainer::restore() {
 // corrupt then train_step on one micro-batch, its noise drawn from the keys of (seed, phase,
 // noiseStep, global sample index).
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
-  addDrawnCorruption(session_, batch.fields, flags_.execution.seed, phase, noiseStep, batch.samples, batch.where);
+  addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
   return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
 }
 
@@ -259,11 +260,11 @@ void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>&
 
 StepGradients Trainer::forwardBackward(int64_t step) {
   StepGradients result;
-  for (int64_t micro = 0; micro < flags_.accumulation; ++micro) {
+  for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
     MicroBatch batch =
         assembleMicroBatch(train_, trainOrder_, consumedSamples_ + micro * trainPlan_.microBatch, trainPlan_.microBatch, collate_);
     result.tokens += batch.tokens;
-    const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(flags_.accumulation) + " (" +
+    const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
                               batch.where + ")";
     std::map<std::string, HostTensor> outputs = runMicroBatch(std::move(batch), NoisePhase::Train, static_cast<uint64_t>(step));
     addLosses(result.losses, outputs, trainPlan_.hasEncoderLoss, where, result.nonFinite);
@@ -296,7 +297,7 @@ float Trainer::applyOptimizer(std::map<std::string, HostTensor> gradients, doubl
       {"lr", scalarInput(plan, entry, "lr", lr)},
       {"bias_correction1", scalarInput(plan, entry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
       {"bias_correction2", scalarInput(plan, entry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
-      {"gradient_scale", scalarInput(plan, entry, "gradient_scale", 1.0 / static_cast<double>(flags_.accumulation))}};
+      {"gradient_scale", scalarInput(plan, entry, "gradient_scale", 1.0 / static_cast<double>(options_.accumulation))}};
   for (const NamedBuffer& input : entry.inputs) {
     auto gradient = gradients.find(input.name);
     if (gradient == gradients.end()) continue;
@@ -312,8 +313,8 @@ MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t
   const Clock::time_point start = Clock::now();
   const int64_t items = static_cast<int64_t>(data.items.size());
   int64_t microBatches = (items + trainPlan_.microBatch - 1) / trainPlan_.microBatch;
-  if (flags_.evalBatches > 0) microBatches = std::min(microBatches, flags_.evalBatches);
-  ItemOrder order(SamplerKind::Single, items, flags_.execution.seed);
+  if (options_.evalBatches > 0) microBatches = std::min(microBatches, options_.evalBatches);
+  ItemOrder order(SamplerKind::Single, items, options_.session.seed);
   LossSums sums;
   MetricsRecord line;
   for (int64_t micro = 0; micro < microBatches; ++micro) {
@@ -344,7 +345,7 @@ void Trainer::evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t
     progress.message(what + " loss " + formatFloat(line.loss));
     return;
   }
-  if (flags_.nanPolicy == "abort") throw RuntimeError(what + ": " + nonFinite + " (--nan-policy skip reports it and goes on)");
+  if (options_.nanPolicy == "abort") throw RuntimeError(what + ": " + nonFinite + " (--nan-policy skip reports it and goes on)");
   progress.message(what + ": " + nonFinite);
 }
 
@@ -380,40 +381,40 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   state.planHash = planHash_;
   state.step = step;
   state.consumedSamples = consumedSamples_;
-  state.dataOrderState = {{"sampler", "cyclic"}, {"seed", flags_.execution.seed}};
-  state.rng = {{"seed", flags_.execution.seed}, {"noise", "per_sample"}};
+  state.dataOrderState = {{"sampler", "cyclic"}, {"seed", options_.session.seed}};
+  state.rng = {{"seed", options_.session.seed}, {"noise", "per_sample"}};
   state.config = config_;
   CheckpointSaveOptions options;
-  options.keep = flags_.keep;
-  return Checkpoint::save(flags_.saveDir, state, tensors, options);
+  options.keep = options_.keep;
+  return Checkpoint::save(options_.saveDir, state, tensors, options);
 }
 
 int Trainer::run() {
   printSetup();
-  if (flags_.resume) restore();
-  if (step_ > flags_.steps)
-    throw InputError("--steps " + std::to_string(flags_.steps) + ": the checkpoint is at step " + std::to_string(step_) + " already");
-  if (step_ == flags_.steps) {
+  if (options_.resume) restore();
+  if (step_ > options_.steps)
+    throw InputError("--steps " + std::to_string(options_.steps) + ": the checkpoint is at step " + std::to_string(step_) + " already");
+  if (step_ == options_.steps) {
     std::cout << "the run is complete at step " << step_ << "; nothing to do\n";
     return 0;
   }
-  if (!flags_.metrics.empty())
-    metrics_ = flags_.resume ? MetricsWriter::resume(flags_.metrics, step_) : MetricsWriter::create(flags_.metrics);
-  if (!flags_.tensorboard.empty()) {
+  if (!options_.metrics.empty())
+    metrics_ = options_.resume ? MetricsWriter::resume(options_.metrics, step_) : MetricsWriter::create(options_.metrics);
+  if (!options_.tensorboard.empty()) {
     TensorBoardWriter::Options options;
-    if (flags_.resume) options.resumedStep = step_;
-    tensorboard_ = TensorBoardWriter::open(flags_.tensorboard, options);
+    if (options_.resume) options.resumedStep = step_;
+    tensorboard_ = TensorBoardWriter::open(options_.tensorboard, options);
   }
   ProgressOptions progressOptions;
-  progressOptions.totalSteps = flags_.steps;
+  progressOptions.totalSteps = options_.steps;
   progressOptions.firstStep = step_;
   progressOptions.isTty = ::isatty(STDOUT_FILENO) != 0;
-  progressOptions.everySteps = flags_.logEvery;
+  progressOptions.everySteps = options_.logEvery;
   ProgressBar progress(std::cout, progressOptions);
 
   const Clock::time_point start = Clock::now();
   int64_t tokensThisRun = 0, skippedSteps = 0;
-  while (step_ < flags_.steps) {
+  while (step_ < options_.steps) {
     const Clock::time_point stepStart = Clock::now();
     const int64_t step = step_ + 1;
     StepGradients gradients = forwardBackward(step);
@@ -445,7 +446,7 @@ int Trainer::run() {
     const double elapsed = secondsSince(start);
     progress.update({step, line.loss, lr, gradNorm, elapsed > 0 ? tokensThisRun / elapsed : 0.0, elapsed});
     if (skipped) {
-      if (flags_.nanPolicy == "abort")
+      if (options_.nanPolicy == "abort")
         throw RuntimeError("step " + std::to_string(step) + ": " + gradients.nonFinite +
                            "; stopped before the update (--nan-policy skip skips such steps)");
       ++skippedSteps;
@@ -453,11 +454,11 @@ int Trainer::run() {
     }
 
     // Every line of a step goes out before its checkpoint (MetricsWriter::resume relies on it).
-    const bool last = step == flags_.steps;
-    if (validation_ && (last || (flags_.evalEvery > 0 && step % flags_.evalEvery == 0)))
+    const bool last = step == options_.steps;
+    if (validation_ && (last || (options_.evalEvery > 0 && step % options_.evalEvery == 0)))
       evaluateAndRecord(*validation_, MetricsSplit::Validation, step, progress);
     if (test_ && last) evaluateAndRecord(*test_, MetricsSplit::Test, step, progress);
-    if (!flags_.saveDir.empty() && (last || (flags_.saveEvery > 0 && step % flags_.saveEvery == 0))) {
+    if (!options_.saveDir.empty() && (last || (options_.saveEvery > 0 && step % options_.saveEvery == 0))) {
       CheckpointSaveResult saved = save(step);
       std::string removed;
       for (const std::string& directory : saved.removed) removed += ", removed " + directory;
@@ -472,39 +473,39 @@ int Trainer::run() {
   return 0;
 }
 
-void checkFlags(const TrainFlags& flags) {
-  if (flags.execution.weights.empty() == flags.execution.init.empty())
+void checkOptions(const TrainOptions& options) {
+  if (options.session.weights.empty() == options.session.init.empty())
     throw InputError("give exactly one of --weights DIR and --init random");
-  if (flags.processesPerNode != 1)
+  if (options.processesPerNode != 1)
     throw InputError("--nproc-per-node: only 1 is supported yet (several ranks need the sharding passes)");
-  if (flags.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
-  if (flags.resume && flags.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
-  if (flags.saveEvery > 0 && flags.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
-  if (flags.tokenizer.empty() && flags.execution.weights.empty())
+  if (options.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
+  if (options.resume && options.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
+  if (options.saveEvery > 0 && options.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
+  if (options.tokenizer.empty() && options.session.weights.empty())
     throw InputError("--tokenizer: required with --init random (a directory with tokenizer.model or tokenizer.json)");
-  checkSplits(flags.train, flags.validation, flags.test);
+  checkSplits(options.train, options.validation, options.test);
 }
 
 }  // namespace
 
-int runTrain(const TrainFlags& flags, Plan plan) {
-  checkFlags(flags);
-  const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(flags.execution.planDir, flags.execution.rank));
-  const Tokenizer tokenizer(flags.tokenizer.empty() ? flags.execution.weights : flags.tokenizer);
+int runTrain(const TrainOptions& options, Plan plan) {
+  checkOptions(options);
+  const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
+  const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
   tokenizer.checkVocabSize(trainPlan.vocabSize);
   SplitOptions splitOptions;
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
   splitOptions.vocabSize = trainPlan.vocabSize;
-  splitOptions.skipBadRows = flags.skipBadRows;
-  Dataset train = loadSplit("--train", flags.train, tokenizer, splitOptions);
+  splitOptions.skipBadRows = options.skipBadRows;
+  Dataset train = loadSplit("--train", options.train, tokenizer, splitOptions);
   std::optional<Dataset> validation, test;
-  if (!flags.validation.empty()) validation = loadSplit("--validation", flags.validation, tokenizer, splitOptions);
-  if (!flags.test.empty()) test = loadSplit("--test", flags.test, tokenizer, splitOptions);
+  if (!options.validation.empty()) validation = loadSplit("--validation", options.validation, tokenizer, splitOptions);
+  if (!options.test.empty()) test = loadSplit("--test", options.test, tokenizer, splitOptions);
   // The data is checked before the weights load, which can take long for a large model.
-  std::unique_ptr<Session> session = openSession(flags.execution, std::move(plan));
-  Trainer trainer(flags, *session, trainPlan, std::move(train), std::move(validation), std::move(test));
+  std::unique_ptr<Session> session = openSession(options.session, std::move(plan));
+  Trainer trainer(options, *session, trainPlan, std::move(train), std::move(validation), std::move(test));
   return trainer.run();
 }
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

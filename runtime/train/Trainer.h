@@ -1,4 +1,4 @@
-// dgemma-run train: the training loop (docs/training.md, "The training loop"). Per optimizer step,
+// The training loop of `dgemma-run train` (docs/training.md, "The training loop"). Per optimizer step,
 // N micro-batches of the global item order run the plan's corrupt and train_step entries, their
 // gradients are summed on the host, a NaN/Inf guard looks at them, and optimizer_step applies AdamW
 // at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <string>
 
-#include "tools/dgemma-run/Session.h"
+#include "runtime/session/Session.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
-struct TrainFlags {
-  ExecutionFlags execution;  // --plan, --weights | --init random, --seed, --backend, --threads
+struct TrainOptions {
+  SessionOptions session;    // --plan, --weights | --init random, --seed, --backend, --threads
   std::string train;
   std::string validation;
   std::string test;
@@ -40,7 +40,7 @@ struct TrainFlags {
   bool skipBadRows = false;
 };
 
-// `plan` is the --plan directory's, its run defaults already applied to `flags`.
-int runTrain(const TrainFlags& flags, Plan plan);
+// `plan` is the --plan directory's, its run defaults already applied to `options`.
+int runTrain(const TrainOptions& options, Plan plan);
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

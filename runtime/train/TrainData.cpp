@@ -1,11 +1,11 @@
-#include "tools/dgemma-run/TrainData.h"
+#include "runtime/train/TrainData.h"
 
 #include <iostream>
 
 #include "support/Error.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 Dataset loadSplit(const std::string& flag, const std::string& path, const Tokenizer& tokenizer, const SplitOptions& options) {
   DatasetOptions datasetOptions;
@@ -55,4 +55,4 @@ MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t 
   return batch;
 }
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

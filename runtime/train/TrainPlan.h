@@ -10,27 +10,17 @@
 
 #include "plan/Plan.h"
 
-namespace dgemma::tool {
-
-// The Adam settings dg-optimizer-step compiled into the plan (metadata.optimizer). The trainer
-// needs β1 and β2 for the bias corrections it feeds; the rest is reported and recorded.
-struct OptimizerSettings {
-  double beta1 = 0.0;
-  double beta2 = 0.0;
-  double epsilon = 0.0;
-  double weightDecay = 0.0;
-  double maxGradNorm = 0.0;
-};
+namespace dgemma {
 
 struct TrainPlan {
   int64_t microBatch = 0;
   int64_t canvasLength = 0;
   std::vector<int64_t> promptLengths;  // the train_step buckets, ascending
-  int64_t padId = 0;                   // model_config text_config.pad_token_id
+  int64_t padId = 0;                   // the model config's text_config.pad_token_id
   int64_t vocabSize = 0;
   bool hasEncoderLoss = false;         // train_step outputs encoder_loss
   size_t optimizerStep = 0;            // index of the optimizer_step entry in Plan::entryPoints
-  OptimizerSettings optimizer;
+  OptimizerSettings optimizer;         // the plan's
   // Gradient names the optimizer step takes ("grad/<parameter>"), in its input order; every
   // train_step bucket outputs each of them.
   std::vector<std::string> gradients;
@@ -38,8 +28,8 @@ struct TrainPlan {
   std::vector<std::string> optimizerParameters;  // "optimizer/exp_avg/<name>", ...: plan order
 };
 
-// Throws InputError naming `planPath` and what is missing: a plan compiled with --mode infer, one
-// without the optimizer_step entry (compiled before dg-optimizer-step) or its metadata.optimizer.
+// Throws InputError naming `planPath` and what is missing: a plan compiled with --mode infer, or one
+// without the optimizer_step entry (compiled before dg-optimizer-step).
 TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath);
 
-}  // namespace dgemma::tool
+}  // namespace dgemma
