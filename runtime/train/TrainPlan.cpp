@@ -10,7 +10,8 @@ namespace dgemma {
 
 namespace {
 
-// The optimizer step's inputs besides the gradients (docs/training.md, "The training loop").
+// The optimizer step's inputs: it reads the gradients from their buffers (docs/training.md, "The
+// training loop").
 const std::set<std::string> kOptimizerScalars = {"lr", "bias_correction1", "bias_correction2", "gradient_scale"};
 
 bool hasName(const std::vector<NamedBuffer>& buffers, const std::string& name) {
@@ -21,6 +22,12 @@ int64_t bucketSize(const EntryPoint& entry, const std::string& dimension, const 
   auto it = entry.bucket.find(dimension);
   if (it == entry.bucket.end()) throw InputError(planPath + ": entry " + entry.key() + ": bucket: no " + dimension);
   return it->second;
+}
+
+size_t entryIndex(const Plan& plan, const std::string& name, const std::string& planPath) {
+  for (size_t i = 0; i < plan.entryPoints.size(); ++i)
+    if (plan.entryPoints[i].name == name) return i;
+  throw InputError(planPath + ": no \"" + name + "\" entry point (compiled before gradients were device buffers; recompile the plan)");
 }
 
 }  // namespace
@@ -63,24 +70,33 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   trainPlan.optimizerStep = static_cast<size_t>(optimizerStep - plan.entryPoints.data());
   for (const NamedBuffer& input : optimizerStep->inputs) {
     if (kOptimizerScalars.count(input.name)) continue;
-    if (input.name.rfind(kGradientPrefix, 0) != 0)
-      throw InputError(planPath + ": entry optimizer_step: unexpected input " + input.name);
-    for (const EntryPoint* entry : trainSteps)
-      if (!hasName(entry->outputs, input.name))
-        throw InputError(planPath + ": entry optimizer_step takes " + input.name + ", which " + entry->key() + " does not output");
-    trainPlan.gradients.push_back(input.name);
+    if (input.name.rfind(kGradientPrefix, 0) == 0)
+      throw InputError(planPath + ": entry optimizer_step takes the gradient " + input.name +
+                       " as an input (compiled before gradients were device buffers); recompile the plan with dgemma-compile");
+    throw InputError(planPath + ": entry optimizer_step: unexpected input " + input.name);
   }
   for (const std::string& scalar : kOptimizerScalars)
     if (!hasName(optimizerStep->inputs, scalar))
       throw InputError(planPath + ": entry optimizer_step: missing input " + scalar);
   if (!hasName(optimizerStep->outputs, "grad_norm"))
     throw InputError(planPath + ": entry optimizer_step: missing output grad_norm");
+
+  for (const Parameter& parameter : plan.parameters) {
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0) trainPlan.gradients.push_back(parameter.name);
+    else if (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0) trainPlan.optimizerParameters.push_back(parameter.name);
+    else trainPlan.modelParameters.push_back(parameter.name);
+  }
+  if (trainPlan.gradients.empty())
+    throw InputError(planPath + ": no gradient buffer (a " + kGradientPrefix + "<name> parameter); recompile the plan with dgemma-compile");
+  trainPlan.gradientCheck = entryIndex(plan, kGradientCheckEntry, planPath);
+  trainPlan.zeroGradients = entryIndex(plan, kZeroGradientsEntry, planPath);
+  const EntryPoint& check = plan.entryPoints[trainPlan.gradientCheck];
+  for (const std::string& gradient : trainPlan.gradients)
+    if (!hasName(check.outputs, kNonFinitePrefix + gradient))
+      throw InputError(planPath + ": entry " + check.key() + ": missing output " + kNonFinitePrefix + gradient);
   if (!plan.optimizer) throw InputError(planPath + ": optimizer: missing (recompile the plan with this dgemma-compile)");
   trainPlan.optimizer = *plan.optimizer;
 
-  for (const Parameter& parameter : plan.parameters)
-    (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0 ? trainPlan.optimizerParameters : trainPlan.modelParameters)
-        .push_back(parameter.name);
   return trainPlan;
 }
 

@@ -55,14 +55,6 @@ HostTensor scalarInput(const Plan& plan, const EntryPoint& entry, const std::str
   throw InputError("entry " + entry.key() + ": no input " + name);
 }
 
-// The index of the first NaN or infinity in an f32 tensor, or -1.
-int64_t firstNonFinite(const HostTensor& tensor) {
-  const float* values = tensor.as<float>();
-  for (int64_t i = 0; i < tensor.numElements(); ++i)
-    if (!std::isfinite(values[i])) return i;
-  return -1;
-}
-
 std::string formatFloat(double value) {
   if (std::isnan(value)) return "nan";  // printf would give "-nan" for a negative one
   char text[32];
@@ -78,12 +70,12 @@ struct LossSums {
   int64_t microBatches = 0;
 };
 
-// What the forward/backward half of an optimizer step produced.
+// What the forward/backward half of an optimizer step produced besides the gradient sums, which
+// stay in the plan's gradient buffers on the device.
 struct StepGradients {
   LossSums losses;
-  std::map<std::string, HostTensor> sums;  // "grad/<name>" summed over micro-batches, f32
   int64_t tokens = 0;
-  std::string nonFinite;                   // empty when every loss and gradient element is finite
+  std::string nonFinite;  // empty when every loss and gradient element is finite
 };
 
 class Trainer {
@@ -117,7 +109,9 @@ class Trainer {
   static void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
                         const std::string& where, std::string& nonFinite);
   StepGradients forwardBackward(int64_t step);
-  float applyOptimizer(std::map<std::string, HostTensor> gradients, double lr);
+  std::string firstNonFiniteGradient();
+  void zeroGradients();
+  float applyOptimizer(double lr);
   MetricsRecord evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite);
   void evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress);
   void record(const MetricsRecord& line);
@@ -267,29 +261,37 @@ StepGradients Trainer::forwardBackward(int64_t step) {
     const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
                               batch.where + ")";
     std::map<std::string, HostTensor> outputs = runMicroBatch(std::move(batch), NoisePhase::Train, static_cast<uint64_t>(step));
+    // train_step added its gradients into the plan's f32 buffers, in micro-batch order.
     addLosses(result.losses, outputs, trainPlan_.hasEncoderLoss, where, result.nonFinite);
-    // Summed in f32 in micro-batch order, the same order on every run; checked as they grow, so
-    // the first non-finite element is named with the micro-batch that brought it.
-    for (const std::string& name : trainPlan_.gradients) {
-      HostTensor gradient = convertDType(std::move(outputs.at(name)), DType::F32, name);
-      auto [sum, inserted] = result.sums.try_emplace(name, std::move(gradient));  // moves only when inserted
-      if (!inserted) {
-        float* into = sum->second.as<float>();
-        for (int64_t i = 0; i < sum->second.numElements(); ++i) into[i] += gradient.as<float>()[i];
-      }
-      if (!result.nonFinite.empty()) continue;
-      const int64_t bad = firstNonFinite(sum->second);
-      if (bad >= 0)
-        result.nonFinite = "gradient " + name + " element " + std::to_string(bad) + " is " +
-                           formatFloat(sum->second.as<float>()[bad]) + " after " + where;
-    }
+  }
+  // A NaN or infinity stays one under addition, so looking at the sums once finds every one.
+  if (result.nonFinite.empty()) {
+    const std::string gradient = firstNonFiniteGradient();
+    if (!gradient.empty())
+      result.nonFinite = "gradient " + gradient + " has a NaN or an infinity after " + std::to_string(options_.accumulation) +
+                         " micro-batch(es) (" + train_.path + ": samples " + std::to_string(consumedSamples_) + ".." +
+                         std::to_string(consumedSamples_ + globalBatch() - 1) + ")";
   }
   return result;
 }
 
-// optimizer_step of the n-th applied update (n = optimizerSteps_): the summed gradients, scaled by
-// 1/N in the plan, at rate `lr` with Adam's bias corrections 1 − β^n in double. Returns grad_norm.
-float Trainer::applyOptimizer(std::map<std::string, HostTensor> gradients, double lr) {
+// The first gradient buffer, in plan order, with an element that is not finite; empty if none.
+// gradient_check looks on the device and hands out one scalar per buffer.
+std::string Trainer::firstNonFiniteGradient() {
+  const EntryPoint& entry = session_.plan.entryPoints[trainPlan_.gradientCheck];
+  const std::map<std::string, HostTensor> flags = session_.executor->run(entry, {});
+  for (const std::string& gradient : trainPlan_.gradients)
+    if (!std::isfinite(scalarOutput(flags, kNonFinitePrefix + gradient, entry.key()))) return gradient;
+  return "";
+}
+
+// Discards what train_step added to the gradient buffers (a skipped step's, an evaluation's).
+void Trainer::zeroGradients() { session_.executor->run(session_.plan.entryPoints[trainPlan_.zeroGradients], {}); }
+
+// optimizer_step of the n-th applied update (n = optimizerSteps_): the gradient buffers' sums,
+// scaled by 1/N in the plan, at rate `lr` with Adam's bias corrections 1 − β^n in double; it zeroes
+// the buffers. Returns grad_norm.
+float Trainer::applyOptimizer(double lr) {
   const Plan& plan = session_.plan;
   const EntryPoint& entry = plan.entryPoints[trainPlan_.optimizerStep];
   const double n = static_cast<double>(optimizerSteps_);
@@ -298,17 +300,13 @@ float Trainer::applyOptimizer(std::map<std::string, HostTensor> gradients, doubl
       {"bias_correction1", scalarInput(plan, entry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
       {"bias_correction2", scalarInput(plan, entry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
       {"gradient_scale", scalarInput(plan, entry, "gradient_scale", 1.0 / static_cast<double>(options_.accumulation))}};
-  for (const NamedBuffer& input : entry.inputs) {
-    auto gradient = gradients.find(input.name);
-    if (gradient == gradients.end()) continue;
-    inputs[input.name] = convertDType(std::move(gradient->second), plan.buffers[input.buffer].dtype, input.name);
-  }
   return scalarOutput(session_.executor->run(entry, inputs), "grad_norm", "optimizer_step");
 }
 
 // The objective on the first micro-batches of a split in file order (at most --eval-batches;
 // the last one wraps around to the split's first items to fill the bucket), with evaluation-phase
-// noise. The gradients train_step also computes are dropped. `nonFinite` names a NaN or Inf loss.
+// noise. The gradients train_step also adds into the buffers are zeroed afterwards, so the next
+// step starts from zero. `nonFinite` names a NaN or Inf loss.
 MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite) {
   const Clock::time_point start = Clock::now();
   const int64_t items = static_cast<int64_t>(data.items.size());
@@ -324,6 +322,7 @@ MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t
     addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), trainPlan_.hasEncoderLoss, where,
               nonFinite);
   }
+  zeroGradients();
   line.step = step;
   line.split = split;
   line.loss = static_cast<float>(sums.loss / static_cast<double>(microBatches));
@@ -421,9 +420,11 @@ int Trainer::run() {
     const double lr = schedule_.forOptimizerStep(optimizerSteps_ + 1);
     const bool skipped = !gradients.nonFinite.empty();
     float gradNorm = std::numeric_limits<float>::quiet_NaN();
-    if (!skipped) {
+    if (skipped) {
+      zeroGradients();
+    } else {
       ++optimizerSteps_;
-      gradNorm = applyOptimizer(std::move(gradients.sums), lr);
+      gradNorm = applyOptimizer(lr);
     }
     step_ = step;
     consumedSamples_ += globalBatch();

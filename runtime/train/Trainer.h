@@ -1,7 +1,7 @@
 // The training loop of `dgemma-run train` (docs/training.md, "The training loop"). Per optimizer step,
-// N micro-batches of the global item order run the plan's corrupt and train_step entries, their
-// gradients are summed on the host, a NaN/Inf guard looks at them, and optimizer_step applies AdamW
-// at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
+// N micro-batches of the global item order run the plan's corrupt and train_step entries, which sum
+// their gradients into the plan's device buffers; a NaN/Inf guard looks at the losses and, through
+// gradient_check, at the sums; optimizer_step applies AdamW at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
 // follow. Everything a step computes is a pure function of (seed, step, consumed samples, the state
 // in the checkpoint), so a resumed run continues bit-exactly.
 #pragma once

@@ -120,7 +120,8 @@ void addCorruption(Session& session, std::map<std::string, HostTensor>& batch, c
 }
 
 // Writes "loss" as shape [1], the objective's parts, and each gradient under its parameter's
-// checkpoint name.
+// checkpoint name. A plan with an optimizer sums the gradients into its device buffers (zero in a
+// fresh session), so after one train_step they hold this batch's; a plan without one outputs them.
 int runGrad(const ExecutionFlags& flags) {
   std::unique_ptr<Session> session = openSession(flags.session);
   std::map<std::string, HostTensor> batch = readBatch(flags.input, session->plan, "train_step");
@@ -136,6 +137,9 @@ int runGrad(const ExecutionFlags& flags) {
       written[name] = tensor;
     }
   }
+  for (const dgemma::Parameter& parameter : session->plan.parameters)
+    if (parameter.name.rfind(gradientPrefix, 0) == 0)
+      written[parameter.name.substr(gradientPrefix.size())] = session->executor->parameter(parameter.name);
   if (!written.count("loss")) throw InputError("--plan: entry train_step has no \"loss\" output");
   writeOutputs(flags.output, written);
   return 0;
