@@ -38,6 +38,9 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   const DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
   TrainPlan trainPlan;
   trainPlan.padId = config.padTokenId;
+  trainPlan.bosId = config.bosTokenId;
+  if (config.eosTokenIds.empty()) throw InputError(planPath + ": model.config: no eos_token_id");
+  trainPlan.eosId = config.eosTokenIds.front();
   trainPlan.vocabSize = config.vocabSize;
 
   const EntryPoint* corrupt = nullptr;

@@ -17,6 +17,8 @@ struct TrainPlan {
   int64_t canvasLength = 0;
   std::vector<int64_t> promptLengths;  // the train_step buckets, ascending
   int64_t padId = 0;                   // the model config's text_config.pad_token_id
+  int64_t bosId = 0;
+  int64_t eosId = 0;                   // the first of the config's EOS ids
   int64_t vocabSize = 0;
   bool hasEncoderLoss = false;         // train_step outputs encoder_loss
   // Indices in Plan::entryPoints.

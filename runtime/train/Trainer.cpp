@@ -482,6 +482,11 @@ void checkOptions(const TrainOptions& options) {
   if (options.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
   if (options.resume && options.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
   if (options.saveEvery > 0 && options.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
+  if (options.train == kMockSplit) {
+    if (!options.validation.empty() || !options.test.empty())
+      throw InputError(std::string("--train ") + kMockSplit + ": smoke-test data has no --validation or --test split");
+    return;
+  }
   if (options.tokenizer.empty() && options.session.weights.empty())
     throw InputError("--tokenizer: required with --init random (a directory with tokenizer.model or tokenizer.json)");
   checkSplits(options.train, options.validation, options.test);
@@ -492,20 +497,24 @@ void checkOptions(const TrainOptions& options) {
 int runTrain(const TrainOptions& options, Plan plan) {
   checkOptions(options);
   const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
-  const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
-  tokenizer.checkVocabSize(trainPlan.vocabSize);
   SplitOptions splitOptions;
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
   splitOptions.vocabSize = trainPlan.vocabSize;
   splitOptions.skipBadRows = options.skipBadRows;
-  Dataset train = loadSplit("--train", options.train, tokenizer, splitOptions);
-  std::optional<Dataset> validation, test;
-  if (!options.validation.empty()) validation = loadSplit("--validation", options.validation, tokenizer, splitOptions);
-  if (!options.test.empty()) test = loadSplit("--test", options.test, tokenizer, splitOptions);
+  std::optional<Dataset> train, validation, test;
+  if (options.train == kMockSplit) {
+    train = mockSplit(splitOptions, trainPlan.bosId, trainPlan.eosId, options.session.seed);
+  } else {
+    const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
+    tokenizer.checkVocabSize(trainPlan.vocabSize);
+    train = loadSplit("--train", options.train, tokenizer, splitOptions);
+    if (!options.validation.empty()) validation = loadSplit("--validation", options.validation, tokenizer, splitOptions);
+    if (!options.test.empty()) test = loadSplit("--test", options.test, tokenizer, splitOptions);
+  }
   // The data is checked before the weights load, which can take long for a large model.
   std::unique_ptr<Session> session = openSession(options.session, std::move(plan));
-  Trainer trainer(options, *session, trainPlan, std::move(train), std::move(validation), std::move(test));
+  Trainer trainer(options, *session, trainPlan, std::move(*train), std::move(validation), std::move(test));
   return trainer.run();
 }
 

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
   train->add_option("--init", trainFlags.session.init, "random: start from the parameters' init distributions")
       ->check(CLI::IsMember({"random"}));
   train->add_option("--seed", trainFlags.session.seed, "seed of the data order, the noise and --init random");
-  train->add_option("--train", trainFlags.train, "training JSONL")->required();
+  train->add_option("--train", trainFlags.train, "training JSONL, or mock: synthetic smoke-test data")->required();
   train->add_option("--validation", trainFlags.validation, "validation JSONL, evaluated every --eval-every steps and at the end");
   train->add_option("--test", trainFlags.test, "test JSONL, evaluated at the end");
   train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");

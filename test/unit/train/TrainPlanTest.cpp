@@ -1,11 +1,12 @@
 // readTrainPlan on hand-built plans: which parameters are the model, the optimizer state and the
 // gradient buffers, and the messages for plans the trainer cannot run (compiled before gradients
-// were device buffers).
+// were device buffers). mockSplit: the smoke-test items fit the plan.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "runtime/train/TrainData.h"
 #include "runtime/train/TrainPlan.h"
 #include "support/Error.h"
 
@@ -101,6 +102,31 @@ TEST_F(TrainPlanTest, NamesAMissingGradientEntryOrOutput) {
 TEST_F(TrainPlanTest, RejectsAPlanOfAnotherModelFamily) {
   plan_.modelFamily = ModelFamily::Builtin;
   EXPECT_EQ(errorOf(), "p.dgplan: not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
+}
+
+TEST(MockSplit, FillsOneCanvasBlockPerItemWithinTheBucketsAndVocabulary) {
+  SplitOptions options;
+  options.canvasLength = 16;
+  options.maxEncoderLength = 24;
+  options.vocabSize = 256;
+  const Dataset dataset = mockSplit(options, /*bosId=*/2, /*eosId=*/1, /*seed=*/7);
+  ASSERT_EQ(dataset.items.size(), static_cast<size_t>(kMockItems));
+  for (const DatasetItem& item : dataset.items) {
+    const BlockItem& block = item.block;
+    EXPECT_EQ(block.block, 0) << block.where;
+    ASSERT_EQ(block.inputIds.size(), 24u) << block.where;  // <bos> + 23 prompt tokens: the bucket's limit
+    EXPECT_EQ(block.inputIds.front(), 2);
+    ASSERT_EQ(block.canvasIds.size(), 16u) << block.where;
+    EXPECT_EQ(block.canvasIds.back(), 1) << block.where;
+    for (size_t i = 1; i < block.inputIds.size(); ++i) {
+      EXPECT_GE(block.inputIds[i], 64);
+      EXPECT_LT(block.inputIds[i], 256);
+    }
+  }
+  // Four fixed answers: items 0 and 4 share theirs, items 0 and 1 do not.
+  EXPECT_EQ(dataset.items[0].block.canvasIds, dataset.items[4].block.canvasIds);
+  EXPECT_NE(dataset.items[0].block.canvasIds, dataset.items[1].block.canvasIds);
+  EXPECT_NE(dataset.items[0].block.inputIds, dataset.items[4].block.inputIds);
 }
 
 }  // namespace
