@@ -18,7 +18,7 @@ namespace dgemma {
 namespace {
 
 // Fills the plan's parameters from --weights: for DiffusionGemma through the checkpoint rules of
-// model.md §3.6 (either text prefix, tied copies checked equal), otherwise by name.
+// docs/model.md (either text prefix, tied copies checked equal), otherwise by name.
 void loadPlanWeights(Executor& executor, const std::string& weightsPath, const std::string& planPath) {
   const Plan& plan = executor.plan();
   if (plan.modelFamily != ModelFamily::DiffusionGemma) {

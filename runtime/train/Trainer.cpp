@@ -333,7 +333,7 @@ MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t
   return line;
 }
 
-// A non-finite evaluation loss stops the run like a training one (training.md §6.7), after its line;
+// A non-finite evaluation loss stops the run like a training one (docs/training.md), after its line;
 // with --nan-policy skip it is reported and the run goes on (there is no update to skip).
 void Trainer::evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress) {
   std::string nonFinite;

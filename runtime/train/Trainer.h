@@ -21,7 +21,7 @@ struct TrainOptions {
   std::string tokenizer;     // default: the --weights directory
   int64_t steps = 0;         // 0: not given (then the plan's preset must give it)
   int64_t accumulation = 1;  // micro-batches per optimizer step
-  double lr = 5e-5;          // the schedule's peak (training.md §13)
+  double lr = 5e-5;          // the schedule's peak (docs/training.md)
   double minLr = 0.0;
   int64_t warmupSteps = 0;
   int64_t decaySteps = 0;    // 0: --steps

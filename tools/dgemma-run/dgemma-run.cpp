@@ -93,7 +93,7 @@ int runForward(const ExecutionFlags& flags) {
   return 0;
 }
 
-// The corruption a training step sees (training.md §4): injected through the test hooks when the
+// The corruption a training step sees (docs/training.md): injected through the test hooks when the
 // batch carries noisy_canvas_ids and diffusion_t (then nothing is drawn; a missing
 // self_conditioning_mask conditions every example), otherwise drawn by the plan's "corrupt" entry
 // from per-example keys (seed, train phase, --step, sample index = --first-sample + row).

@@ -46,7 +46,7 @@ HostTensor filled(std::vector<int64_t> shape, const std::vector<double>& values)
   return tensor;
 }
 
-// AdamW as training.md §13 writes it, in double.
+// AdamW as docs/training.md writes it, in double.
 struct ReferenceAdam {
   mlir::dg::OptimizerOptions options;
   std::map<std::string, std::vector<double>> weights, first, second;
