@@ -6,6 +6,20 @@
 
 namespace dgemma {
 
+const char* modelFamilyName(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::Builtin: return "builtin";
+    case ModelFamily::DiffusionGemma: return "diffusion_gemma";
+  }
+  return "?";
+}
+
+std::optional<ModelFamily> parseModelFamily(const std::string& name) {
+  for (ModelFamily family : {ModelFamily::Builtin, ModelFamily::DiffusionGemma})
+    if (name == modelFamilyName(family)) return family;
+  return std::nullopt;
+}
+
 int64_t Buffer::numElements() const { return numElementsOf(shape); }
 
 std::string EntryPoint::key() const {

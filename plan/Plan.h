@@ -16,7 +16,7 @@
 
 namespace dgemma {
 
-inline constexpr uint32_t kPlanFormatVersion = 1;
+inline constexpr uint32_t kPlanFormatVersion = 2;
 
 struct MeshAxis {
   std::string name;  // "dp", "tp", "ep", ...
@@ -113,6 +113,40 @@ struct EntryPoint {
   std::string key() const;
 };
 
+// The model a plan was built from: what loads its weights and what a training run reads from it.
+enum class ModelFamily {
+  Builtin,         // a built-in test graph: weights load by parameter name
+  DiffusionGemma,  // an HF DiffusionGemma checkpoint: names resolved with the config (docs/model.md)
+};
+const char* modelFamilyName(ModelFamily family);  // "builtin" | "diffusion_gemma"
+std::optional<ModelFamily> parseModelFamily(const std::string& name);
+
+// The padding contract of a bucketed plan: a batch smaller than every bucket of `dimension` runs in
+// the smallest one that holds it, its `inputs` left-padded along `axis` with their pad values, and
+// the outputs whose names start with one of `outputPrefixes` cropped back.
+struct BucketPadding {
+  std::string dimension;                    // a bucket dimension, "prompt_len"
+  int64_t axis = 1;                         // that dimension's axis in the padded inputs
+  std::map<std::string, int64_t> inputs;    // input name -> pad value
+  std::vector<std::string> outputPrefixes;  // outputs with that dimension on `axis`
+};
+
+// The AdamW settings dg-optimizer-step compiled into the optimizer_step entry. The trainer feeds
+// the bias corrections 1 - beta^n, so it needs the betas; the rest is reported and recorded.
+struct OptimizerSettings {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weightDecay = 0.0;
+  double maxGradNorm = 1.0;
+};
+
+// A preset's defaults for the `dgemma-run train` flags the command line leaves unset.
+struct RunDefaults {
+  std::string preset;                                    // its name, for messages
+  nlohmann::json trainFlags = nlohmann::json::object();  // flag name without "--" -> value
+};
+
 struct Plan {
   uint32_t version = kPlanFormatVersion;
   std::string producer;
@@ -125,7 +159,13 @@ struct Plan {
   std::vector<Constant> constants;
   std::vector<BinarySection> sections;
   std::vector<EntryPoint> entryPoints;
-  nlohmann::json metadata = nlohmann::json::object();  // model config, compile flags: informational
+  ModelFamily modelFamily = ModelFamily::Builtin;
+  nlohmann::json modelConfig;                  // DiffusionGemma: the HF config.json it was built from; else null
+  std::optional<BucketPadding> bucketPadding;  // absent: a batch must match a bucket exactly
+  std::optional<OptimizerSettings> optimizer;  // training plans (the optimizer_step entry)
+  std::optional<RunDefaults> runDefaults;      // plans compiled with --preset
+  // Compile flags and the like, for people: nothing reads it to decide what to do.
+  nlohmann::json metadata = nlohmann::json::object();
 
   // The entry named `name` whose bucket fits `sizes` with the least padding: every bucket dimension
   // must be >= the requested size; among those, the smallest total. nullptr if none fits.

@@ -45,6 +45,13 @@ std::string hex(uint64_t value) {
 
 }  // namespace
 
+std::string unreadVersionMessage(uint64_t version) {
+  if (version < kPlanFormatVersion)
+    return "plan format version " + std::to_string(version) + " is no longer read; recompile with dgemma-compile";
+  return "plan format version " + std::to_string(version) + " is not supported (this dgemma reads version " +
+         std::to_string(kPlanFormatVersion) + "); recompile the plan with this dgemma-compile";
+}
+
 std::string serializePlan(const Plan& plan) {
   nlohmann::json header = planToJson(plan);
   nlohmann::json sections = nlohmann::json::array();
@@ -79,9 +86,7 @@ Plan deserializePlan(const std::string& bytes, const std::string& source) {
     fail("truncated: " + std::to_string(bytes.size()) + " bytes, a plan file has at least " + std::to_string(kPreambleBytes));
   if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) fail("not a dgemma plan file (bad magic)");
   uint64_t version = getUnsigned(bytes, 8, 4);
-  if (version != kPlanFormatVersion)
-    fail("plan format version " + std::to_string(version) + " is not supported (this dgemma reads version " +
-         std::to_string(kPlanFormatVersion) + "); recompile the plan with this dgemma-compile");
+  if (version != kPlanFormatVersion) fail(unreadVersionMessage(version));
   uint64_t headerBytes = getUnsigned(bytes, 16, 8);
   uint64_t sectionBytes = getUnsigned(bytes, 24, 8);
   // Sizes above 2^62 cannot be real and would overflow the arithmetic below.

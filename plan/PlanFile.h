@@ -19,6 +19,9 @@ Plan planFromJson(const nlohmann::json& header, const std::string& source);
 // constant ranges, step operands. Throws InputError on the first problem.
 void validatePlan(const Plan& plan, const std::string& source);
 
+// What a reader says about a plan of another format version: version 1 is named as no longer read.
+std::string unreadVersionMessage(uint64_t version);
+
 // Binary container: magic, version, sizes, XXH3-64 content hash, JSON header, sections.
 std::string serializePlan(const Plan& plan);
 Plan deserializePlan(const std::string& bytes, const std::string& source);

@@ -47,6 +47,11 @@ class FieldReader {
     if (!value.is_string()) fail("expected a string", key);
     return value.get<std::string>();
   }
+  double number(const std::string& key) const {
+    const json& value = raw(key);
+    if (!value.is_number()) fail("expected a number", key);
+    return value.get<double>();
+  }
   bool boolean(const std::string& key) const {
     const json& value = raw(key);
     if (!value.is_boolean()) fail("expected true or false", key);
@@ -59,6 +64,15 @@ class FieldReader {
     for (size_t i = 0; i < value.size(); ++i) {
       if (!value[i].is_number_integer()) fail("expected an integer", key + "[" + std::to_string(i) + "]");
       out.push_back(value[i].get<int64_t>());
+    }
+    return out;
+  }
+  std::vector<std::string> strings(const std::string& key) const {
+    const json& value = array(key);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (!value[i].is_string()) fail("expected a string", key + "[" + std::to_string(i) + "]");
+      out.push_back(value[i].get<std::string>());
     }
     return out;
   }
@@ -133,6 +147,52 @@ std::vector<NamedBuffer> namedBuffersFromJson(const FieldReader& reader, const s
   return named;
 }
 
+json bucketPaddingToJson(const BucketPadding& padding) {
+  return {{"dimension", padding.dimension},
+          {"axis", padding.axis},
+          {"inputs", padding.inputs},
+          {"output_prefixes", padding.outputPrefixes}};
+}
+
+BucketPadding bucketPaddingFromJson(const FieldReader& reader) {
+  BucketPadding padding;
+  padding.dimension = reader.string("dimension");
+  padding.axis = reader.nonNegative("axis");
+  FieldReader inputs = reader.child("inputs");
+  for (const auto& [name, value] : inputs.node().items()) padding.inputs[name] = inputs.integer(name);
+  if (padding.inputs.empty()) reader.fail("expected at least one input to pad", "inputs");
+  padding.outputPrefixes = reader.strings("output_prefixes");
+  return padding;
+}
+
+json optimizerToJson(const OptimizerSettings& adam) {
+  return {{"kind", "adamw"},
+          {"beta1", adam.beta1},
+          {"beta2", adam.beta2},
+          {"eps", adam.epsilon},
+          {"weight_decay", adam.weightDecay},
+          {"max_grad_norm", adam.maxGradNorm}};
+}
+
+OptimizerSettings optimizerFromJson(const FieldReader& reader) {
+  const std::string kind = reader.string("kind");
+  if (kind != "adamw") reader.fail("expected \"adamw\", got \"" + kind + "\"", "kind");
+  OptimizerSettings adam;
+  adam.beta1 = reader.number("beta1");
+  adam.beta2 = reader.number("beta2");
+  adam.epsilon = reader.number("eps");
+  adam.weightDecay = reader.number("weight_decay");
+  adam.maxGradNorm = reader.number("max_grad_norm");
+  for (auto [field, beta] : {std::pair{"beta1", adam.beta1}, std::pair{"beta2", adam.beta2}})
+    if (!(beta >= 0.0 && beta < 1.0)) reader.fail("expected a value in [0, 1), got " + std::to_string(beta), field);
+  if (!(adam.epsilon > 0.0)) reader.fail("expected a positive number, got " + std::to_string(adam.epsilon), "eps");
+  if (!(adam.weightDecay >= 0.0))
+    reader.fail("expected a number >= 0, got " + std::to_string(adam.weightDecay), "weight_decay");
+  if (!(adam.maxGradNorm > 0.0))
+    reader.fail("expected a positive number, got " + std::to_string(adam.maxGradNorm), "max_grad_norm");
+  return adam;
+}
+
 }  // namespace
 
 json planToJson(const Plan& plan) {
@@ -202,6 +262,12 @@ json planToJson(const Plan& plan) {
                        {"steps", steps}});
   }
   root["entry_points"] = entries;
+  json model = {{"family", modelFamilyName(plan.modelFamily)}};
+  if (!plan.modelConfig.is_null()) model["config"] = plan.modelConfig;
+  root["model"] = model;
+  if (plan.bucketPadding) root["bucket_padding"] = bucketPaddingToJson(*plan.bucketPadding);
+  if (plan.optimizer) root["optimizer"] = optimizerToJson(*plan.optimizer);
+  if (plan.runDefaults) root["run_defaults"] = {{"preset", plan.runDefaults->preset}, {"train", plan.runDefaults->trainFlags}};
   root["metadata"] = plan.metadata;
   // "sections" (name, offset, bytes) is added by serializePlan, which knows the layout.
   return root;
@@ -212,10 +278,7 @@ Plan planFromJson(const json& header, const std::string& source) {
   if (root.string("format") != "dgemma-plan") root.fail("expected \"dgemma-plan\"", "format");
   Plan plan;
   plan.version = static_cast<uint32_t>(root.nonNegative("version"));
-  if (plan.version != kPlanFormatVersion)
-    root.fail("version " + std::to_string(plan.version) + " is not supported (this dgemma reads version " +
-                  std::to_string(kPlanFormatVersion) + ")",
-              "version");
+  if (plan.version != kPlanFormatVersion) root.fail(unreadVersionMessage(plan.version), "version");
   plan.producer = root.string("producer");
   plan.rank = root.nonNegative("rank");
   plan.worldSize = root.nonNegative("world_size");
@@ -279,6 +342,23 @@ Plan planFromJson(const json& header, const std::string& source) {
     entry.numEvents = node.nonNegative("events");
     for (size_t s = 0; s < node.array("steps").size(); ++s) entry.steps.push_back(stepFromJson(node.element("steps", s)));
     plan.entryPoints.push_back(std::move(entry));
+  }
+  FieldReader model = root.child("model");
+  const std::string family = model.string("family");
+  std::optional<ModelFamily> parsedFamily = parseModelFamily(family);
+  if (!parsedFamily) model.fail("expected \"builtin\" or \"diffusion_gemma\", got \"" + family + "\"", "family");
+  plan.modelFamily = *parsedFamily;
+  if (model.has("config")) {
+    plan.modelConfig = model.raw("config");
+    if (!plan.modelConfig.is_object()) model.fail("expected an object (the model's config.json)", "config");
+  } else if (plan.modelFamily == ModelFamily::DiffusionGemma) {
+    model.fail("missing (a DiffusionGemma plan carries its config.json)", "config");
+  }
+  if (root.has("bucket_padding")) plan.bucketPadding = bucketPaddingFromJson(root.child("bucket_padding"));
+  if (root.has("optimizer")) plan.optimizer = optimizerFromJson(root.child("optimizer"));
+  if (root.has("run_defaults")) {
+    FieldReader defaults = root.child("run_defaults");
+    plan.runDefaults = RunDefaults{defaults.string("preset"), defaults.child("train").node()};
   }
   plan.metadata = root.has("metadata") ? root.raw("metadata") : json::object();
   return plan;

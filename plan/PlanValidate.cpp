@@ -21,11 +21,23 @@ class PlanChecker {
     checkConstants();
     checkEntryPoints();
     checkOverlaps();
+    checkBehaviourFields();
   }
 
  private:
   [[noreturn]] void fail(const std::string& where, const std::string& message) const {
     throw InputError(source_ + ": " + where + ": " + message);
+  }
+
+  // The typed fields that drive the runtime refer to what the plan has.
+  void checkBehaviourFields() {
+    if (plan_.modelFamily == ModelFamily::DiffusionGemma && !plan_.modelConfig.is_object())
+      fail("model.config", "expected the DiffusionGemma config.json object");
+    if (!plan_.bucketPadding) return;
+    const BucketPadding& padding = *plan_.bucketPadding;
+    const bool bucketed = std::any_of(plan_.entryPoints.begin(), plan_.entryPoints.end(),
+                                      [&](const EntryPoint& entry) { return entry.bucket.count(padding.dimension) != 0; });
+    if (!bucketed) fail("bucket_padding.dimension", "\"" + padding.dimension + "\" is no entry point's bucket dimension");
   }
 
   static std::string at(const std::string& list, size_t index) { return list + "[" + std::to_string(index) + "]"; }

@@ -19,9 +19,12 @@ void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& optio
   if (!options.train) return;
   passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));
   passes.addPass(createDgF32GradientAccumulation());
-  if (const std::optional<OptimizerOptions>& adam = options.optimizer)
+  if (const std::optional<OptimizerOptions>& adam = options.optimizer) {
     passes.addPass(createDgOptimizerStep(
         DgOptimizerStepOptions{adam->beta1, adam->beta2, adam->epsilon, adam->weightDecay, adam->maxGradNorm}));
+    // The gradients feed the optimizer through device buffers; without an optimizer they stay outputs.
+    passes.addPass(createDgGradientBuffers());
+  }
   addSimplification(passes);
 }
 
@@ -69,7 +72,7 @@ void registerDgemmaPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "dg-train-pipeline",
       "dgemma-compile's differentiation stage in mode train: simplify, dg-autodiff, dg-f32-gradient-accumulation, "
-      "dg-optimizer-step, simplify",
+      "dg-optimizer-step, dg-gradient-buffers, simplify",
       [](OpPassManager& passes, const TrainPipelineOptions& options) {
         addDifferentiationStage(passes, options.toPipelineOptions());
       });

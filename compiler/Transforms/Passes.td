@@ -69,6 +69,20 @@ def DgOptimizerStep : Pass<"dg-optimizer-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect", "::mlir::func::FuncDialect"];
 }
 
+def DgGradientBuffers : Pass<"dg-gradient-buffers", "::mlir::ModuleOp"> {
+  let summary = "Accumulates gradients on the device, in persistent f32 buffers that optimizer_step reads";
+  let description = [{
+    Runs after dg-optimizer-step. Every `grad/<name>` output of an entry point becomes
+    `dg.assign` of `add(buffer, gradient)` into the zero-initialised, non-trainable f32 parameter
+    `grad/<name>`, so the micro-batches of one optimizer step sum on the device in their order.
+    optimizer_step reads the buffers in place of its `grad/<name>` inputs and zeroes them after the
+    update. It adds the entry points `gradient_check` (output `nonfinite/grad/<name>`: 0 when that
+    buffer is finite, NaN otherwise; the NaN/Inf guard runs it before an update) and
+    `zero_gradients` (discards the sums of a skipped step or an evaluation).
+  }];
+  let dependentDialects = ["::mlir::dg::DgDialect", "::mlir::func::FuncDialect"];
+}
+
 def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
   let summary = "Reports FLOPs, parameter bytes and scratch bytes of each entry point as remarks";
   let description = [{

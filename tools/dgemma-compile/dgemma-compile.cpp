@@ -131,8 +131,28 @@ mlir::dg::OptimizerOptions checkedOptimizer(const mlir::dg::OptimizerOptions& ad
   return adam;
 }
 
-// Builds the module and records in `metadata` what the runtime needs to know about the model.
-mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, nlohmann::json& metadata) {
+// The typed plan fields that drive the runtime (docs/plan-format.md), gathered while the model is
+// built and copied into the lowered plan.
+struct RuntimeFields {
+  dgemma::ModelFamily family = dgemma::ModelFamily::Builtin;
+  nlohmann::json modelConfig;
+  std::optional<dgemma::BucketPadding> bucketPadding;
+  std::optional<dgemma::OptimizerSettings> optimizer;
+  std::optional<dgemma::RunDefaults> runDefaults;
+
+  void copyInto(dgemma::Plan& plan) const {
+    plan.modelFamily = family;
+    plan.modelConfig = modelConfig;
+    plan.bucketPadding = bucketPadding;
+    plan.optimizer = optimizer;
+    plan.runDefaults = runDefaults;
+  }
+};
+
+// Builds the module; records in `fields` what the runtime needs to know about the model and in
+// `metadata` what is informational.
+mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, RuntimeFields& fields,
+                                             nlohmann::json& metadata) {
   if (flags.microBatch < 1) throw InputError("--micro-batch: expected a positive integer");
   if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName) {
     mlir::dg::RmsNormMatmulSoftmaxOptions options;
@@ -143,7 +163,6 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     options.train = flags.mode == "train";
     if (options.hiddenSize < 1 || options.vocabSize < 1)
       throw InputError("--hidden-size/--vocab-size: expected positive integers");
-    metadata["model_family"] = "builtin";
     return mlir::dg::buildRmsNormMatmulSoftmax(context, options);
   }
 
@@ -159,15 +178,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));
   // The runtime resolves checkpoint names with the config (model.md §3.6), so the plan carries it.
-  metadata["model_family"] = "diffusion_gemma";
-  metadata["model_config"] = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
+  fields.family = dgemma::ModelFamily::DiffusionGemma;
+  fields.modelConfig = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
   // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
   // occupies positions, and RoPE, the window and the decoder's prefix truncation all depend on
   // distances, so the result is the same up to rounding. The runtime crops prompt-length outputs back.
-  metadata["bucket_padding"] = {{"dimension", "prompt_len"},
-                                {"axis", 1},
-                                {"inputs", {{"input_ids", config.padTokenId}, {"attention_mask", 0}}},
-                                {"output_prefixes", {"encoder_hidden", "encoder_k.", "encoder_v."}}};
+  fields.bucketPadding = dgemma::BucketPadding{
+      "prompt_len", 1, {{"input_ids", config.padTokenId}, {"attention_mask", 0}}, {"encoder_hidden", "encoder_k.", "encoder_v."}};
   const mlir::dg::Precision precision = *mlir::dg::parsePrecision(flags.precision);  // CLI11 checked the name
   metadata["precision"] = mlir::dg::precisionName(precision);
   if (flags.mode == "train") {
@@ -235,12 +252,13 @@ int compile(const CompileFlags& flags) {
   llvm::SourceMgr sourceManager;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());
   nlohmann::json metadata = {{"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}};
+  RuntimeFields fields;
   if (!flags.preset.empty()) {
     // dgemma-run train takes its defaults (rate, schedule, steps, ...) from here.
     metadata["preset"] = flags.preset;
-    metadata["train_defaults"] = dgemma::findPreset(flags.preset).train;
+    fields.runDefaults = dgemma::RunDefaults{flags.preset, dgemma::findPreset(flags.preset).train};
   }
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, flags, metadata);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, flags, fields, metadata);
   if (mlir::failed(mlir::verify(*module))) throw InputError("the built model IR does not verify (see above)");
   if (flags.emit == "dg") {
     module->print(llvm::outs());
@@ -253,9 +271,7 @@ int compile(const CompileFlags& flags) {
   if (pipeline.train) {
     pipeline.optimizer = checkedOptimizer(flags.adam);
     const mlir::dg::OptimizerOptions& adam = flags.adam;
-    metadata["optimizer"] = {{"kind", "adamw"},           {"beta1", adam.beta1},
-                             {"beta2", adam.beta2},        {"eps", adam.epsilon},
-                             {"weight_decay", adam.weightDecay}, {"max_grad_norm", adam.maxGradNorm}};
+    fields.optimizer = dgemma::OptimizerSettings{adam.beta1, adam.beta2, adam.epsilon, adam.weightDecay, adam.maxGradNorm};
   }
   if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed (see above)");
   if (flags.emit == "autodiff") {
@@ -270,6 +286,7 @@ int compile(const CompileFlags& flags) {
   lowering.metadata = metadata;
   auto plan = mlir::dg::lowerToPlan(*module, lowering);
   if (mlir::failed(plan)) throw InputError("lowering to a plan failed (see above)");
+  fields.copyInto(*plan);
   dgemma::validatePlan(*plan, "<compiled plan>");
 
   if (flags.emit == "plan-json") {

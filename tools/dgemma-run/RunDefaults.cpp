@@ -7,13 +7,12 @@
 namespace dgemma::tool {
 
 void applyPlanRunDefaults(CLI::App& train, const Plan& plan, const std::string& planPath) {
-  auto defaults = plan.metadata.find("train_defaults");
-  if (defaults == plan.metadata.end()) return;
+  if (!plan.runDefaults) return;
   auto given = [&](const std::string& flag) { return train.get_option(flag)->count() > 0; };
   std::string filled;
-  for (const auto& [name, value] : defaults->items()) {
+  for (const auto& [name, value] : plan.runDefaults->trainFlags.items()) {
     const std::string flag = "--" + name;
-    const std::string where = planPath + ": metadata.train_defaults." + name;
+    const std::string where = planPath + ": run_defaults.train." + name;
     CLI::Option* option;
     try {
       option = train.get_option(flag);
@@ -31,7 +30,7 @@ void applyPlanRunDefaults(CLI::App& train, const Plan& plan, const std::string& 
     filled += " " + flag + " " + text;
   }
   if (!filled.empty())
-    std::cout << "defaults of the plan's preset " << plan.metadata.value("preset", std::string("(unnamed)")) << ":" << filled << "\n";
+    std::cout << "defaults of the plan's preset " << plan.runDefaults->preset << ":" << filled << "\n";
 }
 
 }  // namespace dgemma::tool

@@ -1,4 +1,4 @@
-// The run defaults a preset stores in a training plan (metadata.train_defaults, written by
+// The run defaults a preset stores in a training plan (Plan::runDefaults, written by
 // `dgemma-compile --preset NAME`): they fill the `dgemma-run train` flags the command line leaves
 // unset, through CLI11 so that they pass the same checks as typed ones. Explicit flags win.
 #pragma once

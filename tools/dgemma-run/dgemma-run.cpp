@@ -9,22 +9,32 @@
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
 #include "plan/PlanFile.h"
+#include "runtime/session/RunEntry.h"
+#include "runtime/session/Session.h"
+#include "runtime/train/Trainer.h"
 #include "tools/common/CliSupport.h"
 #include "tools/dgemma-run/RunDefaults.h"
-#include "tools/dgemma-run/Session.h"
-#include "tools/dgemma-run/Train.h"
 
 namespace {
 
 using dgemma::HostTensor;
 using dgemma::InputError;
-using dgemma::tool::ExecutionFlags;
-using dgemma::tool::loadPlan;
-using dgemma::tool::openSession;
-using dgemma::tool::runEntry;
-using dgemma::tool::Session;
+using dgemma::loadPlan;
+using dgemma::openSession;
+using dgemma::runEntry;
+using dgemma::Session;
+using dgemma::SessionOptions;
 
-void addPlanFlags(CLI::App& command, ExecutionFlags& flags) {
+// The flags of forward, grad and inspect: the session's, and the batch in and out.
+struct ExecutionFlags {
+  SessionOptions session;
+  std::string input;
+  std::string output;
+  uint64_t step = 0;        // grad: the noise keys' step
+  int64_t firstSample = 0;  // grad: the global sample index of the batch's first row
+};
+
+void addPlanFlags(CLI::App& command, SessionOptions& flags) {
   command.add_option("--plan", flags.planDir, "plan directory written by dgemma-compile")->required();
   command.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   command.add_option("--threads", flags.threads, "CPU worker threads (0: one per core)");
@@ -78,12 +88,12 @@ void writeOutputs(const std::string& path, const std::map<std::string, HostTenso
 }
 
 int runForward(const ExecutionFlags& flags) {
-  std::unique_ptr<Session> session = openSession(flags);
+  std::unique_ptr<Session> session = openSession(flags.session);
   writeOutputs(flags.output, runEntry(*session, "forward", readBatch(flags.input, session->plan, "forward"), flags.input));
   return 0;
 }
 
-// The corruption a training step sees (training.md §4): injected through the test hooks when the
+// The corruption a training step sees (docs/training.md): injected through the test hooks when the
 // batch carries noisy_canvas_ids and diffusion_t (then nothing is drawn; a missing
 // self_conditioning_mask conditions every example), otherwise drawn by the plan's "corrupt" entry
 // from per-example keys (seed, train phase, --step, sample index = --first-sample + row).
@@ -106,13 +116,14 @@ void addCorruption(Session& session, std::map<std::string, HostTensor>& batch, c
   const int64_t examples = batch.at("canvas_ids").shape.at(0);
   std::vector<int64_t> samples(examples);
   for (int64_t row = 0; row < examples; ++row) samples[row] = flags.firstSample + row;
-  addDrawnCorruption(session, batch, flags.seed, dgemma::NoisePhase::Train, flags.step, samples, flags.input);
+  addDrawnCorruption(session, batch, flags.session.seed, dgemma::NoisePhase::Train, flags.step, samples, flags.input);
 }
 
 // Writes "loss" as shape [1], the objective's parts, and each gradient under its parameter's
-// checkpoint name.
+// checkpoint name. A plan with an optimizer sums the gradients into its device buffers (zero in a
+// fresh session), so after one train_step they hold this batch's; a plan without one outputs them.
 int runGrad(const ExecutionFlags& flags) {
-  std::unique_ptr<Session> session = openSession(flags);
+  std::unique_ptr<Session> session = openSession(flags.session);
   std::map<std::string, HostTensor> batch = readBatch(flags.input, session->plan, "train_step");
   addCorruption(*session, batch, flags);
   std::map<std::string, HostTensor> outputs = runEntry(*session, "train_step", std::move(batch), flags.input);
@@ -126,14 +137,17 @@ int runGrad(const ExecutionFlags& flags) {
       written[name] = tensor;
     }
   }
+  for (const dgemma::Parameter& parameter : session->plan.parameters)
+    if (parameter.name.rfind(gradientPrefix, 0) == 0)
+      written[parameter.name.substr(gradientPrefix.size())] = session->executor->parameter(parameter.name);
   if (!written.count("loss")) throw InputError("--plan: entry train_step has no \"loss\" output");
   writeOutputs(flags.output, written);
   return 0;
 }
 
 int runInspect(const ExecutionFlags& flags) {
-  dgemma::Plan plan = loadPlan(flags);
-  std::cout << "plan " << dgemma::planFileForRank(flags.planDir, flags.rank) << ": format v" << plan.version << ", rank "
+  dgemma::Plan plan = loadPlan(flags.session);
+  std::cout << "plan " << dgemma::planFileForRank(flags.session.planDir, flags.session.rank) << ": format v" << plan.version << ", rank "
             << plan.rank << " of " << plan.worldSize << ", producer " << plan.producer << "\n";
   for (const dgemma::Arena& arena : plan.arenas)
     std::cout << "  arena " << arena.name << (arena.persistent ? " (persistent)" : " (scratch)") << ": " << arena.bytes << " bytes\n";
@@ -199,14 +213,14 @@ int main(int argc, char** argv) {
     for (const char* name : names) command->add_flag(std::string("--") + name);
   };
 
-  dgemma::tool::TrainFlags trainFlags;
+  dgemma::TrainOptions trainFlags;
   CLI::App* train = app.add_subcommand("train", "fine-tune from a training plan (block-diffusion SFT, AdamW)");
-  addPlanFlags(*train, trainFlags.execution);
-  train->add_option("--weights", trainFlags.execution.weights, "HF or dgemma checkpoint directory to start from");
-  train->add_option("--init", trainFlags.execution.init, "random: start from the parameters' init distributions")
+  addPlanFlags(*train, trainFlags.session);
+  train->add_option("--weights", trainFlags.session.weights, "HF or dgemma checkpoint directory to start from");
+  train->add_option("--init", trainFlags.session.init, "random: start from the parameters' init distributions")
       ->check(CLI::IsMember({"random"}));
-  train->add_option("--seed", trainFlags.execution.seed, "seed of the data order, the noise and --init random");
-  train->add_option("--train", trainFlags.train, "training JSONL")->required();
+  train->add_option("--seed", trainFlags.session.seed, "seed of the data order, the noise and --init random");
+  train->add_option("--train", trainFlags.train, "training JSONL, or mock: synthetic smoke-test data")->required();
   train->add_option("--validation", trainFlags.validation, "validation JSONL, evaluated every --eval-every steps and at the end");
   train->add_option("--test", trainFlags.test, "test JSONL, evaluated at the end");
   train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
@@ -240,14 +254,14 @@ int main(int argc, char** argv) {
   train->add_flag("--skip-bad-rows", trainFlags.skipBadRows, "skip, count and list bad rows instead of failing");
 
   CLI::App* generate = app.add_subcommand("generate", "block-diffusion generation (not implemented yet)");
-  addPlanFlags(*generate, flags);
-  generate->add_option("--weights", flags.weights)->required();
+  addPlanFlags(*generate, flags.session);
+  generate->add_option("--weights", flags.session.weights)->required();
   addReserved(generate, {"prompt", "input", "image", "max-new-tokens", "steps", "seed"});
   addReservedFlags(generate, {"json"});
 
   CLI::App* eval = app.add_subcommand("eval", "exact-match evaluation on a test split (not implemented yet)");
-  addPlanFlags(*eval, flags);
-  eval->add_option("--weights", flags.weights)->required();
+  addPlanFlags(*eval, flags.session);
+  eval->add_option("--weights", flags.session.weights)->required();
   eval->add_option("--test", reserved["eval.test"])->required();
   addReserved(eval, {"out"});
 
@@ -266,10 +280,10 @@ int main(int argc, char** argv) {
   CLI::App* forward = app.add_subcommand("forward", "run the plan's forward entry on a batch (safetensors in, safetensors out)");
   CLI::App* grad = app.add_subcommand("grad", "run the plan's training objective once and write the loss and every gradient");
   for (CLI::App* command : {forward, grad}) {
-    addPlanFlags(*command, flags);
-    command->add_option("--weights", flags.weights, "safetensors checkpoint directory or file");
-    command->add_option("--init", flags.init, "random: draw parameters from their init distributions")->check(CLI::IsMember({"random"}));
-    command->add_option("--seed", flags.seed, "seed for --init random");
+    addPlanFlags(*command, flags.session);
+    command->add_option("--weights", flags.session.weights, "safetensors checkpoint directory or file");
+    command->add_option("--init", flags.session.init, "random: draw parameters from their init distributions")->check(CLI::IsMember({"random"}));
+    command->add_option("--seed", flags.session.seed, "seed for --init random");
     command->add_option("--input", flags.input, "BATCH.safetensors")->required();
     command->add_option("--out", flags.output, "OUT.safetensors")->required();
   }
@@ -278,8 +292,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
 
   CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
-  addPlanFlags(*inspect, flags);
-  inspect->add_option("--rank", flags.rank, "which rank's plan");
+  addPlanFlags(*inspect, flags.session);
+  inspect->add_option("--rank", flags.session.rank, "which rank's plan");
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
@@ -288,9 +302,9 @@ int main(int argc, char** argv) {
     if (grad->parsed()) return runGrad(flags);
     if (inspect->parsed()) return runInspect(flags);
     if (train->parsed()) {
-      dgemma::Plan plan = loadPlan(trainFlags.execution);
-      dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.execution.planDir, 0));
-      return dgemma::tool::runTrain(trainFlags, std::move(plan));
+      dgemma::Plan plan = loadPlan(trainFlags.session);
+      dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.session.planDir, 0));
+      return dgemma::runTrain(trainFlags, std::move(plan));
     }
     if (generate->parsed()) return notYet("generate", "needs the DiffusionGemma model and the sampler");
     if (eval->parsed()) return notYet("eval", "needs the DiffusionGemma model and the sampler");

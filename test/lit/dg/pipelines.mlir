@@ -13,11 +13,12 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
   return
 }
 
-// Mode train: the gradient is an output, and the optimizer entry takes it.
+// Mode train: the gradient accumulates in its device buffer, and the optimizer entry reads it.
 // TRAIN-LABEL: func.func @train_step()
-// TRAIN: dg.output "grad/w"
+// TRAIN: dg.param "grad/w" {init = {kind = "zeros"}, trainable = false}
+// TRAIN: dg.assign
 // TRAIN-LABEL: func.func @optimizer_step()
-// TRAIN: dg.input "grad/w"
+// TRAIN: dg.param "grad/w"
 // TRAIN: dg.adamw
 
 // NOOPT-LABEL: func.func @train_step()

@@ -1,9 +1,12 @@
 // The optimizer_step entry that dg-optimizer-step adds, compiled to a plan and run on the CPU
-// backend, against AdamW written out in double (training.md §13): three steps with gradient
-// accumulation scaling, one of them clipped, weight decay on, a frozen parameter left alone.
+// backend, against AdamW written out in double (docs/training.md): three steps with gradient
+// accumulation scaling, one of them clipped, weight decay on, a frozen parameter left alone. The
+// gradients come from their device buffers (dg-gradient-buffers), which the step zeroes; train_step
+// adds into them, micro-batch after micro-batch, exactly as f32 addition does.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
@@ -43,7 +46,7 @@ HostTensor filled(std::vector<int64_t> shape, const std::vector<double>& values)
   return tensor;
 }
 
-// AdamW as training.md §13 writes it, in double.
+// AdamW as docs/training.md writes it, in double.
 struct ReferenceAdam {
   mlir::dg::OptimizerOptions options;
   std::map<std::string, std::vector<double>> weights, first, second;
@@ -123,10 +126,12 @@ TEST(OptimizerStep, MatchesAdamWInDouble) {
         {"lr", scalar(static_cast<float>(lr))},
         {"bias_correction1", scalar(static_cast<float>(1 - std::pow(options.beta1, n)))},
         {"bias_correction2", scalar(static_cast<float>(1 - std::pow(options.beta2, n)))},
-        {"gradient_scale", scalar(static_cast<float>(1 / accumulation))},
-        {"grad/w", filled({2, 3}, gradients["w"])},
-        {"grad/b", filled({3}, gradients["b"])}};
+        {"gradient_scale", scalar(static_cast<float>(1 / accumulation))}};
+    executor.setParameter("grad/w", filled({2, 3}, gradients["w"]));
+    executor.setParameter("grad/b", filled({3}, gradients["b"]));
     std::map<std::string, HostTensor> outputs = executor.run(*update, inputs);
+    expectClose(executor.parameter("grad/w"), std::vector<double>(6, 0.0), "grad/w after the update");
+    expectClose(executor.parameter("grad/b"), std::vector<double>(3, 0.0), "grad/b after the update");
     const double norm = reference.step(static_cast<int64_t>(n), static_cast<float>(lr), 1 / accumulation, gradients);
     EXPECT_NEAR(outputs.at("grad_norm").as<float>()[0], norm, 1e-6 * norm) << "step " << n;
     if (n == 2) {
@@ -139,6 +144,60 @@ TEST(OptimizerStep, MatchesAdamWInDouble) {
     }
   }
   expectClose(executor.parameter("frozen"), {1, 2, 3}, "frozen");
+}
+
+// train_step sums into the buffers: d loss / d w = frozen (broadcast over rows), d loss / d b =
+// 2 * frozen; two micro-batches give twice that. gradient_check
+// flags a buffer with a NaN, and zero_gradients clears every buffer.
+TEST(OptimizerStep, TrainStepAccumulatesIntoBuffersThatTheCheckAndZeroEntriesSee) {
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(kTrainStep, &context);
+  ASSERT_TRUE(module);
+  mlir::dg::PipelineOptions pipeline;
+  pipeline.train = true;
+  pipeline.optimizer = mlir::dg::OptimizerOptions{};
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
+  auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
+  ASSERT_TRUE(mlir::succeeded(plan));
+  std::unique_ptr<Backend> backend = createBackend("cpu", 2);
+  CommunicatorSet communicators;
+  Executor executor(*plan, *backend, communicators, "gradient-buffers-test");
+  const float third = 1.0f / 3.0f;
+  executor.setParameter("w", filled({2, 3}, {0, 0, 0, 0, 0, 0}));
+  executor.setParameter("b", filled({3}, {0, 0, 0}));
+  executor.setParameter("frozen", filled({3}, {third, 2, -3}));
+  executor.setParameter("grad/w", filled({2, 3}, {0, 0, 0, 0, 0, 0}));
+  executor.setParameter("grad/b", filled({3}, {0, 0, 0}));
+  const EntryPoint* trainStep = plan->selectEntry("train_step", {});
+  ASSERT_NE(trainStep, nullptr);
+  std::map<std::string, HostTensor> outputs = executor.run(*trainStep, {});
+  EXPECT_EQ(outputs.count("grad/w"), 0u) << "the gradients stay on the device";
+  executor.run(*trainStep, {});
+  const HostTensor w = executor.parameter("grad/w");
+  const HostTensor b = executor.parameter("grad/b");
+  const float expectedB[] = {(third + third) + (third + third), 8.0f, -12.0f};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(b.as<float>()[i], expectedB[i]) << "grad/b[" << i << "]";
+    EXPECT_EQ(w.as<float>()[i], expectedB[i] / 2) << "grad/w[" << i << "]";
+  }
+
+  const EntryPoint* check = plan->selectEntry("gradient_check", {});
+  const EntryPoint* zero = plan->selectEntry("zero_gradients", {});
+  ASSERT_NE(check, nullptr);
+  ASSERT_NE(zero, nullptr);
+  std::map<std::string, HostTensor> flags = executor.run(*check, {});
+  EXPECT_EQ(flags.at("nonfinite/grad/w").as<float>()[0], 0.0f);
+  EXPECT_EQ(flags.at("nonfinite/grad/b").as<float>()[0], 0.0f);
+  executor.setParameter("grad/b", filled({3}, {1, std::numeric_limits<double>::infinity(), 2}));
+  flags = executor.run(*check, {});
+  EXPECT_EQ(flags.at("nonfinite/grad/w").as<float>()[0], 0.0f);
+  EXPECT_TRUE(std::isnan(flags.at("nonfinite/grad/b").as<float>()[0]));
+
+  executor.run(*zero, {});
+  expectClose(executor.parameter("grad/w"), std::vector<double>(6, 0.0), "grad/w after zero_gradients");
+  expectClose(executor.parameter("grad/b"), std::vector<double>(3, 0.0), "grad/b after zero_gradients");
 }
 
 }  // namespace

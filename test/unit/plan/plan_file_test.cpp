@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "PlanFixtures.h"
 #include "support/Error.h"
@@ -17,7 +18,7 @@ using testing::smallPlan;
 
 // Builds a container around arbitrary header text, independently of serializePlan, so that the
 // tests check the documented layout rather than the writer's own idea of it.
-std::string container(const std::string& header, const std::string& sections = "", uint32_t version = 1) {
+std::string container(const std::string& header, const std::string& sections = "", uint32_t version = kPlanFormatVersion) {
   size_t sectionsStart = (48 + header.size() + 63) / 64 * 64;
   std::string out(sectionsStart + sections.size(), '\0');
   std::memcpy(out.data(), "DGEMMAPL", 8);
@@ -55,6 +56,10 @@ TEST(PlanFile, RoundTripsEveryField) {
   Plan plan = smallPlan();
   plan.mesh = {{"dp", 1, 0}};
   plan.metadata = {{"model", "toy"}};
+  plan.modelFamily = ModelFamily::DiffusionGemma;
+  plan.modelConfig = {{"model_type", "toy"}};
+  plan.bucketPadding = BucketPadding{"prompt_len", 1, {{"x", 7}}, {"y"}};
+  plan.runDefaults = RunDefaults{"toy-preset", {{"lr", 0.5}, {"steps", 3}}};
   plan.sections.push_back({"constants", {1, 2, 3, 4, 5}});
   plan.entryPoints[0].numStreams = 2;
   plan.entryPoints[0].numEvents = 1;
@@ -93,8 +98,47 @@ TEST(PlanFile, RejectsForeignFiles) {
 
 TEST(PlanFile, RejectsOtherVersionsBeforeCheckingTheHash) {
   std::string bytes = serializePlan(smallPlan());
-  bytes[8] = 2;
-  EXPECT_NE(errorOf(bytes).find("plan format version 2 is not supported (this dgemma reads version 1)"), std::string::npos);
+  bytes[8] = 3;
+  EXPECT_NE(errorOf(bytes).find("plan format version 3 is not supported (this dgemma reads version 2)"), std::string::npos);
+}
+
+TEST(PlanFile, TellsAVersionOneFileToRecompile) {
+  std::string bytes = serializePlan(smallPlan());
+  bytes[8] = 1;
+  EXPECT_EQ(errorOf(bytes), "plan.dgplan: plan format version 1 is no longer read; recompile with dgemma-compile");
+  nlohmann::json header = nlohmann::json::parse(headerOf(smallPlan()));
+  header["version"] = 1;
+  EXPECT_EQ(errorOf(container(header.dump())),
+            "plan.dgplan: version: plan format version 1 is no longer read; recompile with dgemma-compile");
+}
+
+TEST(PlanFile, NamesTheFieldOfABadBehaviourField) {
+  const nlohmann::json good = nlohmann::json::parse(headerOf(smallPlan()));
+  auto errorWith = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json header = good;
+    edit(header);
+    return errorOf(container(header.dump()));
+  };
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h.erase("model"); }), "plan.dgplan: model: missing");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["model"]["family"] = "llama"; }),
+            "plan.dgplan: model.family: expected \"builtin\" or \"diffusion_gemma\", got \"llama\"");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["model"] = {{"family", "diffusion_gemma"}}; }),
+            "plan.dgplan: model.config: missing (a DiffusionGemma plan carries its config.json)");
+  nlohmann::json padding = {{"dimension", "prompt_len"}, {"axis", 1}, {"inputs", {{"x", 0}}}, {"output_prefixes", {"y"}}};
+  EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["bucket_padding"] = padding; h["bucket_padding"]["inputs"]["x"] = "zero"; }),
+            "plan.dgplan: bucket_padding.inputs.x: expected an integer");
+  EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["bucket_padding"] = padding; h["bucket_padding"].erase("output_prefixes"); }),
+            "plan.dgplan: bucket_padding.output_prefixes: missing");
+  EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["bucket_padding"] = padding; h["bucket_padding"]["dimension"] = "canvas_len"; }),
+            "plan.dgplan: bucket_padding.dimension: \"canvas_len\" is no entry point's bucket dimension");
+  nlohmann::json adam = {{"kind", "adamw"}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1},
+                         {"max_grad_norm", 1.0}};
+  EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["optimizer"] = adam; h["optimizer"]["beta2"] = 1.0; }),
+            "plan.dgplan: optimizer.beta2: expected a value in [0, 1), got 1.000000");
+  EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["optimizer"] = adam; h["optimizer"].erase("eps"); }),
+            "plan.dgplan: optimizer.eps: missing");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["run_defaults"] = {{"preset", "p"}, {"train", 3}}; }),
+            "plan.dgplan: run_defaults.train: expected an object");
 }
 
 TEST(PlanFile, RejectsEditedContent) {

@@ -1,7 +1,7 @@
-// dgemma-run train: the training loop (docs/training.md, "The training loop"). Per optimizer step,
-// N micro-batches of the global item order run the plan's corrupt and train_step entries, their
-// gradients are summed on the host, a NaN/Inf guard looks at them, and optimizer_step applies AdamW
-// at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
+// The training loop of `dgemma-run train` (docs/training.md, "The training loop"). Per optimizer step,
+// N micro-batches of the global item order run the plan's corrupt and train_step entries, which sum
+// their gradients into the plan's device buffers; a NaN/Inf guard looks at the losses and, through
+// gradient_check, at the sums; optimizer_step applies AdamW at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
 // follow. Everything a step computes is a pure function of (seed, step, consumed samples, the state
 // in the checkpoint), so a resumed run continues bit-exactly.
 #pragma once
@@ -9,19 +9,19 @@
 #include <cstdint>
 #include <string>
 
-#include "tools/dgemma-run/Session.h"
+#include "runtime/session/Session.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
-struct TrainFlags {
-  ExecutionFlags execution;  // --plan, --weights | --init random, --seed, --backend, --threads
+struct TrainOptions {
+  SessionOptions session;    // --plan, --weights | --init random, --seed, --backend, --threads
   std::string train;
   std::string validation;
   std::string test;
   std::string tokenizer;     // default: the --weights directory
   int64_t steps = 0;         // 0: not given (then the plan's preset must give it)
   int64_t accumulation = 1;  // micro-batches per optimizer step
-  double lr = 5e-5;          // the schedule's peak (training.md §13)
+  double lr = 5e-5;          // the schedule's peak (docs/training.md)
   double minLr = 0.0;
   int64_t warmupSteps = 0;
   int64_t decaySteps = 0;    // 0: --steps
@@ -40,7 +40,7 @@ struct TrainFlags {
   bool skipBadRows = false;
 };
 
-// `plan` is the --plan directory's, its run defaults already applied to `flags`.
-int runTrain(const TrainFlags& flags, Plan plan);
+// `plan` is the --plan directory's, its run defaults already applied to `options`.
+int runTrain(const TrainOptions& options, Plan plan);
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

@@ -1,11 +1,12 @@
-#include "tools/dgemma-run/TrainData.h"
+#include "runtime/train/TrainData.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "support/Error.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 Dataset loadSplit(const std::string& flag, const std::string& path, const Tokenizer& tokenizer, const SplitOptions& options) {
   DatasetOptions datasetOptions;
@@ -38,6 +39,34 @@ Dataset loadSplit(const std::string& flag, const std::string& path, const Tokeni
   return dataset;
 }
 
+Dataset mockSplit(const SplitOptions& options, int64_t bosId, int64_t eosId, uint64_t seed) {
+  MockDatasetOptions mock;
+  mock.promptLength = std::min<int64_t>(32, options.maxEncoderLength - 1);  // <bos> comes first
+  mock.completionLength = options.canvasLength - 1;                         // then EOS: one block
+  mock.tokenMin = options.vocabSize / 4;
+  mock.tokenMax = options.vocabSize;
+  mock.bosId = bosId;
+  mock.eosId = eosId;
+  mock.seed = seed;
+  if (mock.promptLength < 1 || mock.completionLength < 1 || mock.tokenMin < 1)
+    throw InputError(std::string("--train ") + kMockSplit + ": the plan's buckets or vocabulary are too small for mock data");
+  Dataset dataset;
+  dataset.path = kMockSplit;
+  for (int64_t index = 0; index < kMockItems; ++index) {
+    TokenizedRow row = mockRow(mock, index);
+    row.where = std::string(kMockSplit) + ":" + std::to_string(index + 1);
+    for (BlockItem& block : splitIntoBlocks(row, options.canvasLength, options.maxEncoderLength))
+      dataset.items.push_back({std::move(block), index});
+    dataset.rowImages.emplace_back();
+    dataset.promptTokens += static_cast<int64_t>(row.promptIds.size());
+    dataset.targetTokens += static_cast<int64_t>(row.completionIds.size());
+  }
+  dataset.rows = dataset.lines = kMockItems;
+  std::cout << "--train " << kMockSplit << ": " << dataset.items.size()
+            << " synthetic items (smoke-test data, not evidence of quality)\n";
+  return dataset;
+}
+
 int64_t itemTokens(const BlockItem& item) { return static_cast<int64_t>(item.inputIds.size() + item.canvasIds.size()); }
 
 MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t firstSample, int64_t size,
@@ -55,4 +84,4 @@ MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t 
   return batch;
 }
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

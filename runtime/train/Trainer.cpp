@@ -1,4 +1,4 @@
-#include "tools/dgemma-run/Train.h"
+#include "runtime/train/Trainer.h"
 
 #include <unistd.h>
 
@@ -12,15 +12,16 @@
 #include "support/Error.h"
 #include "runtime/core/NoiseKeys.h"
 #include "plan/PlanFile.h"
+#include "runtime/session/RunEntry.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
 #include "runtime/train/ProgressBar.h"
 #include "runtime/train/TensorBoardWriter.h"
-#include "tools/dgemma-run/TrainData.h"
-#include "tools/dgemma-run/TrainPlan.h"
+#include "runtime/train/TrainData.h"
+#include "runtime/train/TrainPlan.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 namespace {
 
@@ -54,14 +55,6 @@ HostTensor scalarInput(const Plan& plan, const EntryPoint& entry, const std::str
   throw InputError("entry " + entry.key() + ": no input " + name);
 }
 
-// The index of the first NaN or infinity in an f32 tensor, or -1.
-int64_t firstNonFinite(const HostTensor& tensor) {
-  const float* values = tensor.as<float>();
-  for (int64_t i = 0; i < tensor.numElements(); ++i)
-    if (!std::isfinite(values[i])) return i;
-  return -1;
-}
-
 std::string formatFloat(double value) {
   if (std::isnan(value)) return "nan";  // printf would give "-nan" for a negative one
   char text[32];
@@ -77,26 +70,26 @@ struct LossSums {
   int64_t microBatches = 0;
 };
 
-// What the forward/backward half of an optimizer step produced.
+// What the forward/backward half of an optimizer step produced besides the gradient sums, which
+// stay in the plan's gradient buffers on the device.
 struct StepGradients {
   LossSums losses;
-  std::map<std::string, HostTensor> sums;  // "grad/<name>" summed over micro-batches, f32
   int64_t tokens = 0;
-  std::string nonFinite;                   // empty when every loss and gradient element is finite
+  std::string nonFinite;  // empty when every loss and gradient element is finite
 };
 
 class Trainer {
  public:
-  Trainer(const TrainFlags& flags, Session& session, const TrainPlan& trainPlan, Dataset train, std::optional<Dataset> validation,
+  Trainer(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, Dataset train, std::optional<Dataset> validation,
           std::optional<Dataset> test)
-      : flags_(flags),
+      : options_(options),
         session_(session),
         trainPlan_(trainPlan),
-        schedule_(scheduleConfig(flags)),
+        schedule_(scheduleConfig(options)),
         train_(std::move(train)),
         validation_(std::move(validation)),
         test_(std::move(test)),
-        trainOrder_(SamplerKind::Cyclic, static_cast<int64_t>(train_.items.size()), flags.execution.seed),
+        trainOrder_(SamplerKind::Cyclic, static_cast<int64_t>(train_.items.size()), options.session.seed),
         planHash_(planContentHash(session.planPath)),
         config_(runConfig()) {
     collate_.canvasLength = trainPlan.canvasLength;
@@ -106,8 +99,8 @@ class Trainer {
   int run();
 
  private:
-  static LrScheduleConfig scheduleConfig(const TrainFlags& flags);
-  int64_t globalBatch() const { return trainPlan_.microBatch * flags_.accumulation; }
+  static LrScheduleConfig scheduleConfig(const TrainOptions& options);
+  int64_t globalBatch() const { return trainPlan_.microBatch * options_.accumulation; }
   nlohmann::json runConfig() const;
   void printSetup() const;
   void restore();
@@ -116,13 +109,15 @@ class Trainer {
   static void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
                         const std::string& where, std::string& nonFinite);
   StepGradients forwardBackward(int64_t step);
-  float applyOptimizer(std::map<std::string, HostTensor> gradients, double lr);
+  std::string firstNonFiniteGradient();
+  void zeroGradients();
+  float applyOptimizer(double lr);
   MetricsRecord evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite);
   void evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress);
   void record(const MetricsRecord& line);
   CheckpointSaveResult save(int64_t step);
 
-  const TrainFlags& flags_;
+  const TrainOptions& options_;
   Session& session_;
   const TrainPlan& trainPlan_;
   LrSchedule schedule_;
@@ -143,29 +138,29 @@ class Trainer {
   int64_t consumedTokens_ = 0;   // real tokens of the consumed samples
 };
 
-LrScheduleConfig Trainer::scheduleConfig(const TrainFlags& flags) {
+LrScheduleConfig Trainer::scheduleConfig(const TrainOptions& options) {
   LrScheduleConfig config;
-  config.maxLr = flags.lr;
-  config.minLr = flags.minLr;
-  config.warmupSteps = flags.warmupSteps;
-  config.decaySteps = flags.decaySteps > 0 ? flags.decaySteps : flags.steps;
-  config.style = parseLrDecayStyle(flags.decayStyle);
+  config.maxLr = options.lr;
+  config.minLr = options.minLr;
+  config.warmupSteps = options.warmupSteps;
+  config.decaySteps = options.decaySteps > 0 ? options.decaySteps : options.steps;
+  config.style = parseLrDecayStyle(options.decayStyle);
   return config;
 }
 
 // The run's configuration as a checkpoint records it. The "trajectory" part is what a resumed run
 // must repeat to continue the same sequence of steps (checkSameTrajectory); the rest is informational.
 nlohmann::json Trainer::runConfig() const {
-  const TrainFlags& f = flags_;
+  const TrainOptions& f = options_;
   return {{"trajectory",
-           {{"seed", f.execution.seed},
+           {{"seed", f.session.seed},
             {"micro_batch", trainPlan_.microBatch},
             {"accumulation", f.accumulation},
             {"train_items", train_.items.size()},
             {"lr_schedule", schedule_.toJson()}}},
-          {"plan", f.execution.planDir},
-          {"weights", f.execution.weights},
-          {"init", f.execution.init},
+          {"plan", f.session.planDir},
+          {"weights", f.session.weights},
+          {"init", f.session.init},
           {"train", f.train},
           {"validation", f.validation},
           {"test", f.test},
@@ -194,11 +189,11 @@ void Trainer::printSetup() const {
   }
   const OptimizerSettings& adam = trainPlan_.optimizer;
   std::cout << "plan " << session_.planPath << " (" << planHash_ << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
-            << flags_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
+            << options_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
             << trainPlan_.canvasLength << "\n"
             << "AdamW beta1 " << adam.beta1 << " beta2 " << adam.beta2 << " eps " << adam.epsilon << " weight decay "
             << adam.weightDecay << " clip " << adam.maxGradNorm << "; lr " << lrDecayStyleName(schedule_.config().style)
-            << " " << formatFloat(flags_.lr) << " -> " << formatFloat(flags_.minLr) << ", warmup "
+            << " " << formatFloat(options_.lr) << " -> " << formatFloat(options_.minLr) << ", warmup "
             << schedule_.config().warmupSteps << ", decay " << schedule_.config().decaySteps << " steps\n";
 }
 
@@ -216,9 +211,9 @@ void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
 }
 
 void Trainer::restore() {
-  std::optional<std::string> latest = Checkpoint::findLatest(flags_.saveDir);
+  std::optional<std::string> latest = Checkpoint::findLatest(options_.saveDir);
   if (!latest)
-    throw InputError("--resume: " + flags_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
+    throw InputError("--resume: " + options_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
   Checkpoint checkpoint = Checkpoint::load(*latest, planHash_);
   checkSameTrajectory(checkpoint);
   Executor& executor = *session_.executor;
@@ -240,7 +235,7 @@ void Trainer::restore() {
 // corrupt then train_step on one micro-batch, its noise drawn from the keys of (seed, phase,
 // noiseStep, global sample index).
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
-  addDrawnCorruption(session_, batch.fields, flags_.execution.seed, phase, noiseStep, batch.samples, batch.where);
+  addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
   return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
 }
 
@@ -259,36 +254,44 @@ void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>&
 
 StepGradients Trainer::forwardBackward(int64_t step) {
   StepGradients result;
-  for (int64_t micro = 0; micro < flags_.accumulation; ++micro) {
+  for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
     MicroBatch batch =
         assembleMicroBatch(train_, trainOrder_, consumedSamples_ + micro * trainPlan_.microBatch, trainPlan_.microBatch, collate_);
     result.tokens += batch.tokens;
-    const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(flags_.accumulation) + " (" +
+    const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
                               batch.where + ")";
     std::map<std::string, HostTensor> outputs = runMicroBatch(std::move(batch), NoisePhase::Train, static_cast<uint64_t>(step));
+    // train_step added its gradients into the plan's f32 buffers, in micro-batch order.
     addLosses(result.losses, outputs, trainPlan_.hasEncoderLoss, where, result.nonFinite);
-    // Summed in f32 in micro-batch order, the same order on every run; checked as they grow, so
-    // the first non-finite element is named with the micro-batch that brought it.
-    for (const std::string& name : trainPlan_.gradients) {
-      HostTensor gradient = convertDType(std::move(outputs.at(name)), DType::F32, name);
-      auto [sum, inserted] = result.sums.try_emplace(name, std::move(gradient));  // moves only when inserted
-      if (!inserted) {
-        float* into = sum->second.as<float>();
-        for (int64_t i = 0; i < sum->second.numElements(); ++i) into[i] += gradient.as<float>()[i];
-      }
-      if (!result.nonFinite.empty()) continue;
-      const int64_t bad = firstNonFinite(sum->second);
-      if (bad >= 0)
-        result.nonFinite = "gradient " + name + " element " + std::to_string(bad) + " is " +
-                           formatFloat(sum->second.as<float>()[bad]) + " after " + where;
-    }
+  }
+  // A NaN or infinity stays one under addition, so looking at the sums once finds every one.
+  if (result.nonFinite.empty()) {
+    const std::string gradient = firstNonFiniteGradient();
+    if (!gradient.empty())
+      result.nonFinite = "gradient " + gradient + " has a NaN or an infinity after " + std::to_string(options_.accumulation) +
+                         " micro-batch(es) (" + train_.path + ": samples " + std::to_string(consumedSamples_) + ".." +
+                         std::to_string(consumedSamples_ + globalBatch() - 1) + ")";
   }
   return result;
 }
 
-// optimizer_step of the n-th applied update (n = optimizerSteps_): the summed gradients, scaled by
-// 1/N in the plan, at rate `lr` with Adam's bias corrections 1 − β^n in double. Returns grad_norm.
-float Trainer::applyOptimizer(std::map<std::string, HostTensor> gradients, double lr) {
+// The first gradient buffer, in plan order, with an element that is not finite; empty if none.
+// gradient_check looks on the device and hands out one scalar per buffer.
+std::string Trainer::firstNonFiniteGradient() {
+  const EntryPoint& entry = session_.plan.entryPoints[trainPlan_.gradientCheck];
+  const std::map<std::string, HostTensor> flags = session_.executor->run(entry, {});
+  for (const std::string& gradient : trainPlan_.gradients)
+    if (!std::isfinite(scalarOutput(flags, kNonFinitePrefix + gradient, entry.key()))) return gradient;
+  return "";
+}
+
+// Discards what train_step added to the gradient buffers (a skipped step's, an evaluation's).
+void Trainer::zeroGradients() { session_.executor->run(session_.plan.entryPoints[trainPlan_.zeroGradients], {}); }
+
+// optimizer_step of the n-th applied update (n = optimizerSteps_): the gradient buffers' sums,
+// scaled by 1/N in the plan, at rate `lr` with Adam's bias corrections 1 − β^n in double; it zeroes
+// the buffers. Returns grad_norm.
+float Trainer::applyOptimizer(double lr) {
   const Plan& plan = session_.plan;
   const EntryPoint& entry = plan.entryPoints[trainPlan_.optimizerStep];
   const double n = static_cast<double>(optimizerSteps_);
@@ -296,24 +299,20 @@ float Trainer::applyOptimizer(std::map<std::string, HostTensor> gradients, doubl
       {"lr", scalarInput(plan, entry, "lr", lr)},
       {"bias_correction1", scalarInput(plan, entry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
       {"bias_correction2", scalarInput(plan, entry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
-      {"gradient_scale", scalarInput(plan, entry, "gradient_scale", 1.0 / static_cast<double>(flags_.accumulation))}};
-  for (const NamedBuffer& input : entry.inputs) {
-    auto gradient = gradients.find(input.name);
-    if (gradient == gradients.end()) continue;
-    inputs[input.name] = convertDType(std::move(gradient->second), plan.buffers[input.buffer].dtype, input.name);
-  }
+      {"gradient_scale", scalarInput(plan, entry, "gradient_scale", 1.0 / static_cast<double>(options_.accumulation))}};
   return scalarOutput(session_.executor->run(entry, inputs), "grad_norm", "optimizer_step");
 }
 
 // The objective on the first micro-batches of a split in file order (at most --eval-batches;
 // the last one wraps around to the split's first items to fill the bucket), with evaluation-phase
-// noise. The gradients train_step also computes are dropped. `nonFinite` names a NaN or Inf loss.
+// noise. The gradients train_step also adds into the buffers are zeroed afterwards, so the next
+// step starts from zero. `nonFinite` names a NaN or Inf loss.
 MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite) {
   const Clock::time_point start = Clock::now();
   const int64_t items = static_cast<int64_t>(data.items.size());
   int64_t microBatches = (items + trainPlan_.microBatch - 1) / trainPlan_.microBatch;
-  if (flags_.evalBatches > 0) microBatches = std::min(microBatches, flags_.evalBatches);
-  ItemOrder order(SamplerKind::Single, items, flags_.execution.seed);
+  if (options_.evalBatches > 0) microBatches = std::min(microBatches, options_.evalBatches);
+  ItemOrder order(SamplerKind::Single, items, options_.session.seed);
   LossSums sums;
   MetricsRecord line;
   for (int64_t micro = 0; micro < microBatches; ++micro) {
@@ -323,6 +322,7 @@ MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t
     addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), trainPlan_.hasEncoderLoss, where,
               nonFinite);
   }
+  zeroGradients();
   line.step = step;
   line.split = split;
   line.loss = static_cast<float>(sums.loss / static_cast<double>(microBatches));
@@ -333,7 +333,7 @@ MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t
   return line;
 }
 
-// A non-finite evaluation loss stops the run like a training one (training.md §6.7), after its line;
+// A non-finite evaluation loss stops the run like a training one (docs/training.md), after its line;
 // with --nan-policy skip it is reported and the run goes on (there is no update to skip).
 void Trainer::evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress) {
   std::string nonFinite;
@@ -344,7 +344,7 @@ void Trainer::evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t
     progress.message(what + " loss " + formatFloat(line.loss));
     return;
   }
-  if (flags_.nanPolicy == "abort") throw RuntimeError(what + ": " + nonFinite + " (--nan-policy skip reports it and goes on)");
+  if (options_.nanPolicy == "abort") throw RuntimeError(what + ": " + nonFinite + " (--nan-policy skip reports it and goes on)");
   progress.message(what + ": " + nonFinite);
 }
 
@@ -380,49 +380,51 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   state.planHash = planHash_;
   state.step = step;
   state.consumedSamples = consumedSamples_;
-  state.dataOrderState = {{"sampler", "cyclic"}, {"seed", flags_.execution.seed}};
-  state.rng = {{"seed", flags_.execution.seed}, {"noise", "per_sample"}};
+  state.dataOrderState = {{"sampler", "cyclic"}, {"seed", options_.session.seed}};
+  state.rng = {{"seed", options_.session.seed}, {"noise", "per_sample"}};
   state.config = config_;
   CheckpointSaveOptions options;
-  options.keep = flags_.keep;
-  return Checkpoint::save(flags_.saveDir, state, tensors, options);
+  options.keep = options_.keep;
+  return Checkpoint::save(options_.saveDir, state, tensors, options);
 }
 
 int Trainer::run() {
   printSetup();
-  if (flags_.resume) restore();
-  if (step_ > flags_.steps)
-    throw InputError("--steps " + std::to_string(flags_.steps) + ": the checkpoint is at step " + std::to_string(step_) + " already");
-  if (step_ == flags_.steps) {
+  if (options_.resume) restore();
+  if (step_ > options_.steps)
+    throw InputError("--steps " + std::to_string(options_.steps) + ": the checkpoint is at step " + std::to_string(step_) + " already");
+  if (step_ == options_.steps) {
     std::cout << "the run is complete at step " << step_ << "; nothing to do\n";
     return 0;
   }
-  if (!flags_.metrics.empty())
-    metrics_ = flags_.resume ? MetricsWriter::resume(flags_.metrics, step_) : MetricsWriter::create(flags_.metrics);
-  if (!flags_.tensorboard.empty()) {
+  if (!options_.metrics.empty())
+    metrics_ = options_.resume ? MetricsWriter::resume(options_.metrics, step_) : MetricsWriter::create(options_.metrics);
+  if (!options_.tensorboard.empty()) {
     TensorBoardWriter::Options options;
-    if (flags_.resume) options.resumedStep = step_;
-    tensorboard_ = TensorBoardWriter::open(flags_.tensorboard, options);
+    if (options_.resume) options.resumedStep = step_;
+    tensorboard_ = TensorBoardWriter::open(options_.tensorboard, options);
   }
   ProgressOptions progressOptions;
-  progressOptions.totalSteps = flags_.steps;
+  progressOptions.totalSteps = options_.steps;
   progressOptions.firstStep = step_;
   progressOptions.isTty = ::isatty(STDOUT_FILENO) != 0;
-  progressOptions.everySteps = flags_.logEvery;
+  progressOptions.everySteps = options_.logEvery;
   ProgressBar progress(std::cout, progressOptions);
 
   const Clock::time_point start = Clock::now();
   int64_t tokensThisRun = 0, skippedSteps = 0;
-  while (step_ < flags_.steps) {
+  while (step_ < options_.steps) {
     const Clock::time_point stepStart = Clock::now();
     const int64_t step = step_ + 1;
     StepGradients gradients = forwardBackward(step);
     const double lr = schedule_.forOptimizerStep(optimizerSteps_ + 1);
     const bool skipped = !gradients.nonFinite.empty();
     float gradNorm = std::numeric_limits<float>::quiet_NaN();
-    if (!skipped) {
+    if (skipped) {
+      zeroGradients();
+    } else {
       ++optimizerSteps_;
-      gradNorm = applyOptimizer(std::move(gradients.sums), lr);
+      gradNorm = applyOptimizer(lr);
     }
     step_ = step;
     consumedSamples_ += globalBatch();
@@ -445,7 +447,7 @@ int Trainer::run() {
     const double elapsed = secondsSince(start);
     progress.update({step, line.loss, lr, gradNorm, elapsed > 0 ? tokensThisRun / elapsed : 0.0, elapsed});
     if (skipped) {
-      if (flags_.nanPolicy == "abort")
+      if (options_.nanPolicy == "abort")
         throw RuntimeError("step " + std::to_string(step) + ": " + gradients.nonFinite +
                            "; stopped before the update (--nan-policy skip skips such steps)");
       ++skippedSteps;
@@ -453,11 +455,11 @@ int Trainer::run() {
     }
 
     // Every line of a step goes out before its checkpoint (MetricsWriter::resume relies on it).
-    const bool last = step == flags_.steps;
-    if (validation_ && (last || (flags_.evalEvery > 0 && step % flags_.evalEvery == 0)))
+    const bool last = step == options_.steps;
+    if (validation_ && (last || (options_.evalEvery > 0 && step % options_.evalEvery == 0)))
       evaluateAndRecord(*validation_, MetricsSplit::Validation, step, progress);
     if (test_ && last) evaluateAndRecord(*test_, MetricsSplit::Test, step, progress);
-    if (!flags_.saveDir.empty() && (last || (flags_.saveEvery > 0 && step % flags_.saveEvery == 0))) {
+    if (!options_.saveDir.empty() && (last || (options_.saveEvery > 0 && step % options_.saveEvery == 0))) {
       CheckpointSaveResult saved = save(step);
       std::string removed;
       for (const std::string& directory : saved.removed) removed += ", removed " + directory;
@@ -472,39 +474,48 @@ int Trainer::run() {
   return 0;
 }
 
-void checkFlags(const TrainFlags& flags) {
-  if (flags.execution.weights.empty() == flags.execution.init.empty())
+void checkOptions(const TrainOptions& options) {
+  if (options.session.weights.empty() == options.session.init.empty())
     throw InputError("give exactly one of --weights DIR and --init random");
-  if (flags.processesPerNode != 1)
+  if (options.processesPerNode != 1)
     throw InputError("--nproc-per-node: only 1 is supported yet (several ranks need the sharding passes)");
-  if (flags.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
-  if (flags.resume && flags.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
-  if (flags.saveEvery > 0 && flags.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
-  if (flags.tokenizer.empty() && flags.execution.weights.empty())
+  if (options.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
+  if (options.resume && options.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
+  if (options.saveEvery > 0 && options.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
+  if (options.train == kMockSplit) {
+    if (!options.validation.empty() || !options.test.empty())
+      throw InputError(std::string("--train ") + kMockSplit + ": smoke-test data has no --validation or --test split");
+    return;
+  }
+  if (options.tokenizer.empty() && options.session.weights.empty())
     throw InputError("--tokenizer: required with --init random (a directory with tokenizer.model or tokenizer.json)");
-  checkSplits(flags.train, flags.validation, flags.test);
+  checkSplits(options.train, options.validation, options.test);
 }
 
 }  // namespace
 
-int runTrain(const TrainFlags& flags, Plan plan) {
-  checkFlags(flags);
-  const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(flags.execution.planDir, flags.execution.rank));
-  const Tokenizer tokenizer(flags.tokenizer.empty() ? flags.execution.weights : flags.tokenizer);
-  tokenizer.checkVocabSize(trainPlan.vocabSize);
+int runTrain(const TrainOptions& options, Plan plan) {
+  checkOptions(options);
+  const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
   SplitOptions splitOptions;
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
   splitOptions.vocabSize = trainPlan.vocabSize;
-  splitOptions.skipBadRows = flags.skipBadRows;
-  Dataset train = loadSplit("--train", flags.train, tokenizer, splitOptions);
-  std::optional<Dataset> validation, test;
-  if (!flags.validation.empty()) validation = loadSplit("--validation", flags.validation, tokenizer, splitOptions);
-  if (!flags.test.empty()) test = loadSplit("--test", flags.test, tokenizer, splitOptions);
+  splitOptions.skipBadRows = options.skipBadRows;
+  std::optional<Dataset> train, validation, test;
+  if (options.train == kMockSplit) {
+    train = mockSplit(splitOptions, trainPlan.bosId, trainPlan.eosId, options.session.seed);
+  } else {
+    const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
+    tokenizer.checkVocabSize(trainPlan.vocabSize);
+    train = loadSplit("--train", options.train, tokenizer, splitOptions);
+    if (!options.validation.empty()) validation = loadSplit("--validation", options.validation, tokenizer, splitOptions);
+    if (!options.test.empty()) test = loadSplit("--test", options.test, tokenizer, splitOptions);
+  }
   // The data is checked before the weights load, which can take long for a large model.
-  std::unique_ptr<Session> session = openSession(flags.execution, std::move(plan));
-  Trainer trainer(flags, *session, trainPlan, std::move(train), std::move(validation), std::move(test));
+  std::unique_ptr<Session> session = openSession(options.session, std::move(plan));
+  Trainer trainer(options, *session, trainPlan, std::move(*train), std::move(validation), std::move(test));
   return trainer.run();
 }
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

@@ -1,25 +1,18 @@
-#include "tools/dgemma-run/Session.h"
+#include "runtime/session/RunEntry.h"
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <optional>
 
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/WeightSchema.h"
 #include "support/Error.h"
-#include "runtime/exec/WeightLoader.h"
-#include "runtime/io/Safetensors.h"
-#include "plan/PlanFile.h"
+#include "support/Shape.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 namespace {
 
 // The entry named `name` whose inputs have exactly the batch's shapes (plans are shape-specialised).
-// Inputs the batch lacks do not decide; optional ones get defaults, the rest are reported missing. do not decide; optional ones get defaults, the rest are reported missing.
+// Inputs the batch lacks do not decide; optional ones get defaults, the rest are reported missing.
 const EntryPoint& selectEntry(const Plan& plan, const std::string& name, const std::map<std::string, HostTensor>& inputs, const std::string& batchPath) {
   std::string available;
   for (const EntryPoint& entry : plan.entryPoints) {
@@ -61,55 +54,6 @@ void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const EntryP
   }
 }
 
-
-// Fills the plan's parameters from --weights: for DiffusionGemma through the checkpoint rules of
-// model.md §3.6 (either text prefix, tied copies checked equal), otherwise by name.
-void loadPlanWeights(Executor& executor, const std::string& weightsPath, const std::string& planPath) {
-  const nlohmann::json& metadata = executor.plan().metadata;
-  if (metadata.value("model_family", std::string()) != "diffusion_gemma") {
-    loadWeights(executor, weightsPath);
-    return;
-  }
-  if (!metadata.contains("model_config")) throw InputError(planPath + ": metadata.model_config: missing");
-  DiffusionGemmaConfig config =
-      parseDiffusionGemmaConfig(metadata.at("model_config"), planPath + ": metadata.model_config");
-  SafetensorsDirectory checkpoint = SafetensorsDirectory::open(weightsPath);
-  ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
-  if (!resolved.visionTensorNames.empty())
-    std::cerr << "dgemma-run: warning: " << weightsPath << ": " << resolved.visionTensorNames.size()
-              << " vision tensors ignored (the vision tower is not built yet)\n";
-  loadWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<HostTensor> {
-    auto found = resolved.textTensors.find(name);
-    if (found == resolved.textTensors.end()) return std::nullopt;
-    return found->second.file->read(found->second.entry->name);
-  });
-}
-
-// The plan's padding contract (metadata.bucket_padding, written by dgemma-compile): which inputs may
-// be left-padded along `axis` to a larger bucket of `dimension`, with which value, and which outputs
-// to crop back.
-struct BucketPadding {
-  std::string dimension;
-  int64_t axis = 1;
-  std::map<std::string, int64_t> inputs;  // name -> pad value
-  std::vector<std::string> outputPrefixes;
-};
-
-std::optional<BucketPadding> bucketPadding(const Plan& plan, const std::string& planPath) {
-  auto it = plan.metadata.find("bucket_padding");
-  if (it == plan.metadata.end()) return std::nullopt;
-  try {
-    BucketPadding padding;
-    padding.dimension = it->at("dimension").get<std::string>();
-    padding.axis = it->at("axis").get<int64_t>();
-    for (const auto& [name, value] : it->at("inputs").items()) padding.inputs[name] = value.get<int64_t>();
-    padding.outputPrefixes = it->at("output_prefixes").get<std::vector<std::string>>();
-    return padding;
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(planPath + ": metadata.bucket_padding: " + error.what());
-  }
-}
-
 // Left-pads `tensor` along `axis` to `size` with `value` (integer tensors only).
 HostTensor leftPad(const HostTensor& tensor, int64_t axis, int64_t size, int64_t value, const std::string& name) {
   if (tensor.dtype != DType::I64 || axis >= static_cast<int64_t>(tensor.shape.size()))
@@ -148,47 +92,11 @@ HostTensor cropLeft(const HostTensor& tensor, int64_t axis, int64_t size) {
 
 }  // namespace
 
-Plan loadPlan(const ExecutionFlags& flags) {
-  std::string path = planFileForRank(flags.planDir, flags.rank);
-  if (!std::filesystem::exists(path)) throw InputError("--plan: " + path + " does not exist (is " + flags.planDir + " a plan directory?)");
-  return readPlanFile(path);
-}
-
-std::string planContentHash(const std::string& planPath) {
-  constexpr std::streamoff kHashOffset = 32;  // docs/plan-format.md, "Container"
-  std::ifstream file(planPath, std::ios::binary);
-  unsigned char bytes[8] = {};
-  if (!file.seekg(kHashOffset) || !file.read(reinterpret_cast<char*>(bytes), sizeof bytes))
-    throw InputError(planPath + ": cannot read the content hash");
-  uint64_t hash = 0;
-  for (int i = 0; i < 8; ++i) hash |= static_cast<uint64_t>(bytes[i]) << (8 * i);
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
-std::unique_ptr<Session> openSession(const ExecutionFlags& flags) { return openSession(flags, loadPlan(flags)); }
-
-std::unique_ptr<Session> openSession(const ExecutionFlags& flags, Plan plan) {
-  if (flags.weights.empty() == flags.init.empty()) throw InputError("give exactly one of --weights DIR and --init random");
-  auto session = std::make_unique<Session>();
-  session->plan = std::move(plan);
-  session->planPath = planFileForRank(flags.planDir, flags.rank);
-  session->backend = createBackend(flags.backend, flags.threads);
-  for (const MeshAxis& axis : session->plan.mesh)
-    session->communicators.add(axis.name, std::make_unique<LocalCommunicator>(*session->backend));
-  session->executor =
-      std::make_unique<Executor>(session->plan, *session->backend, session->communicators, session->planPath);
-  if (!flags.weights.empty()) loadPlanWeights(*session->executor, flags.weights, session->planPath);
-  else initializeWeights(*session->executor, flags.seed);
-  return session;
-}
-
 std::map<std::string, HostTensor> runEntry(Session& session, const std::string& entryName, std::map<std::string, HostTensor> batch,
                                            const std::string& batchPath) {
   const Plan& plan = session.plan;
   // With a padding contract, the batch runs in the smallest bucket that holds it, left-padded.
-  std::optional<BucketPadding> padding = bucketPadding(plan, session.planPath);
+  const std::optional<BucketPadding>& padding = plan.bucketPadding;
   int64_t requested = -1;
   const EntryPoint* chosen = nullptr;
   if (padding) {
@@ -223,4 +131,4 @@ void addDrawnCorruption(Session& session, std::map<std::string, HostTensor>& bat
   for (auto& [name, tensor] : runEntry(session, "corrupt", std::move(corruptInputs), batchPath)) batch[name] = std::move(tensor);
 }
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

@@ -11,10 +11,11 @@
 #include "runtime/core/HostTensor.h"
 #include "runtime/data/batch/Blocks.h"
 #include "runtime/data/batch/ItemOrder.h"
+#include "runtime/data/batch/MockDataset.h"
 #include "runtime/data/dataset/Dataset.h"
 #include "runtime/data/text/Tokenizer.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 struct SplitOptions {
   int64_t canvasLength = 0;
@@ -22,6 +23,17 @@ struct SplitOptions {
   int64_t vocabSize = 0;
   bool skipBadRows = false;
 };
+
+// `--train mock`: synthetic smoke-test data instead of a file (docs/training.md), not evidence of
+// quality.
+inline constexpr const char* kMockSplit = "mock";
+inline constexpr int64_t kMockItems = 64;
+
+// The mock split (MockDataset): kMockItems items of <bos> + random prompt tokens, each completion one
+// of four fixed answers filling one canvas block with its EOS, so a run can overfit it. Prompts are
+// 32 tokens or as many as the largest prompt bucket holds; token ids come from the upper three
+// quarters of the vocabulary, away from the special tokens at its start.
+Dataset mockSplit(const SplitOptions& options, int64_t bosId, int64_t eosId, uint64_t seed);
 
 // Builds the split at `path` (given as `flag`), lists each skipped row on stderr and prints its
 // counts. Rows with images are bad rows while the plan is text-only (no vision tower yet). Throws
@@ -43,4 +55,4 @@ struct MicroBatch {
 MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t firstSample, int64_t size,
                               const CollateOptions& options);
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

@@ -1,4 +1,4 @@
-#include "tools/dgemma-run/TrainPlan.h"
+#include "runtime/train/TrainPlan.h"
 
 #include <algorithm>
 #include <set>
@@ -6,11 +6,12 @@
 #include "models/diffusion_gemma/Config.h"
 #include "support/Error.h"
 
-namespace dgemma::tool {
+namespace dgemma {
 
 namespace {
 
-// The optimizer step's inputs besides the gradients (docs/training.md, "The training loop").
+// The optimizer step's inputs: it reads the gradients from their buffers (docs/training.md, "The
+// training loop").
 const std::set<std::string> kOptimizerScalars = {"lr", "bias_correction1", "bias_correction2", "gradient_scale"};
 
 bool hasName(const std::vector<NamedBuffer>& buffers, const std::string& name) {
@@ -23,38 +24,23 @@ int64_t bucketSize(const EntryPoint& entry, const std::string& dimension, const 
   return it->second;
 }
 
-OptimizerSettings readOptimizerSettings(const nlohmann::json& metadata, const std::string& planPath) {
-  auto it = metadata.find("optimizer");
-  if (it == metadata.end() || !it->is_object())
-    throw InputError(planPath + ": metadata.optimizer: missing (the plan's optimizer_step records beta1 and beta2 there; "
-                                "recompile it with this dgemma-compile)");
-  auto number = [&](const char* field) {
-    auto value = it->find(field);
-    if (value == it->end() || !value->is_number())
-      throw InputError(planPath + ": metadata.optimizer." + field + ": expected a number");
-    return value->get<double>();
-  };
-  OptimizerSettings settings;
-  settings.beta1 = number("beta1");
-  settings.beta2 = number("beta2");
-  settings.epsilon = number("eps");
-  settings.weightDecay = number("weight_decay");
-  settings.maxGradNorm = number("max_grad_norm");
-  for (auto [name, beta] : {std::pair{"beta1", settings.beta1}, std::pair{"beta2", settings.beta2}})
-    if (!(beta >= 0.0 && beta < 1.0))
-      throw InputError(planPath + ": metadata.optimizer." + name + ": expected a value in [0, 1), got " + std::to_string(beta));
-  return settings;
+size_t entryIndex(const Plan& plan, const std::string& name, const std::string& planPath) {
+  for (size_t i = 0; i < plan.entryPoints.size(); ++i)
+    if (plan.entryPoints[i].name == name) return i;
+  throw InputError(planPath + ": no \"" + name + "\" entry point (compiled before gradients were device buffers; recompile the plan)");
 }
 
 }  // namespace
 
 TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
-  if (plan.metadata.value("model_family", std::string()) != "diffusion_gemma" || !plan.metadata.contains("model_config"))
+  if (plan.modelFamily != ModelFamily::DiffusionGemma)
     throw InputError(planPath + ": not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
-  const DiffusionGemmaConfig config =
-      parseDiffusionGemmaConfig(plan.metadata.at("model_config"), planPath + ": metadata.model_config");
+  const DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
   TrainPlan trainPlan;
   trainPlan.padId = config.padTokenId;
+  trainPlan.bosId = config.bosTokenId;
+  if (config.eosTokenIds.empty()) throw InputError(planPath + ": model.config: no eos_token_id");
+  trainPlan.eosId = config.eosTokenIds.front();
   trainPlan.vocabSize = config.vocabSize;
 
   const EntryPoint* corrupt = nullptr;
@@ -87,24 +73,34 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   trainPlan.optimizerStep = static_cast<size_t>(optimizerStep - plan.entryPoints.data());
   for (const NamedBuffer& input : optimizerStep->inputs) {
     if (kOptimizerScalars.count(input.name)) continue;
-    if (input.name.rfind(kGradientPrefix, 0) != 0)
-      throw InputError(planPath + ": entry optimizer_step: unexpected input " + input.name);
-    for (const EntryPoint* entry : trainSteps)
-      if (!hasName(entry->outputs, input.name))
-        throw InputError(planPath + ": entry optimizer_step takes " + input.name + ", which " + entry->key() + " does not output");
-    trainPlan.gradients.push_back(input.name);
+    if (input.name.rfind(kGradientPrefix, 0) == 0)
+      throw InputError(planPath + ": entry optimizer_step takes the gradient " + input.name +
+                       " as an input (compiled before gradients were device buffers); recompile the plan with dgemma-compile");
+    throw InputError(planPath + ": entry optimizer_step: unexpected input " + input.name);
   }
   for (const std::string& scalar : kOptimizerScalars)
     if (!hasName(optimizerStep->inputs, scalar))
       throw InputError(planPath + ": entry optimizer_step: missing input " + scalar);
   if (!hasName(optimizerStep->outputs, "grad_norm"))
     throw InputError(planPath + ": entry optimizer_step: missing output grad_norm");
-  trainPlan.optimizer = readOptimizerSettings(plan.metadata, planPath);
 
-  for (const Parameter& parameter : plan.parameters)
-    (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0 ? trainPlan.optimizerParameters : trainPlan.modelParameters)
-        .push_back(parameter.name);
+  for (const Parameter& parameter : plan.parameters) {
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0) trainPlan.gradients.push_back(parameter.name);
+    else if (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0) trainPlan.optimizerParameters.push_back(parameter.name);
+    else trainPlan.modelParameters.push_back(parameter.name);
+  }
+  if (trainPlan.gradients.empty())
+    throw InputError(planPath + ": no gradient buffer (a " + kGradientPrefix + "<name> parameter); recompile the plan with dgemma-compile");
+  trainPlan.gradientCheck = entryIndex(plan, kGradientCheckEntry, planPath);
+  trainPlan.zeroGradients = entryIndex(plan, kZeroGradientsEntry, planPath);
+  const EntryPoint& check = plan.entryPoints[trainPlan.gradientCheck];
+  for (const std::string& gradient : trainPlan.gradients)
+    if (!hasName(check.outputs, kNonFinitePrefix + gradient))
+      throw InputError(planPath + ": entry " + check.key() + ": missing output " + kNonFinitePrefix + gradient);
+  if (!plan.optimizer) throw InputError(planPath + ": optimizer: missing (recompile the plan with this dgemma-compile)");
+  trainPlan.optimizer = *plan.optimizer;
+
   return trainPlan;
 }
 
-}  // namespace dgemma::tool
+}  // namespace dgemma

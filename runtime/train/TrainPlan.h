@@ -1,0 +1,40 @@
+// What `dgemma-run train` needs to know about a training plan (dgemma-compile --mode train), read
+// and checked once before anything runs: the entry points' buckets, the optimizer's settings and
+// which parameters are the model, which the optimizer's state and which the gradient buffers
+// (docs/training.md, "The training loop").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/Plan.h"
+
+namespace dgemma {
+
+struct TrainPlan {
+  int64_t microBatch = 0;
+  int64_t canvasLength = 0;
+  std::vector<int64_t> promptLengths;  // the train_step buckets, ascending
+  int64_t padId = 0;                   // the model config's text_config.pad_token_id
+  int64_t bosId = 0;
+  int64_t eosId = 0;                   // the first of the config's EOS ids
+  int64_t vocabSize = 0;
+  bool hasEncoderLoss = false;         // train_step outputs encoder_loss
+  // Indices in Plan::entryPoints.
+  size_t optimizerStep = 0;
+  size_t gradientCheck = 0;  // outputs "nonfinite/grad/<name>" per gradient buffer
+  size_t zeroGradients = 0;
+  OptimizerSettings optimizer;  // the plan's
+  // Parameters, each list in plan order. The gradient buffers ("grad/<name>") are summed into by
+  // train_step, read and zeroed by optimizer_step: zero at every step boundary, so never saved.
+  std::vector<std::string> gradients;
+  std::vector<std::string> modelParameters;      // every parameter not under "optimizer/" or "grad/"
+  std::vector<std::string> optimizerParameters;  // "optimizer/exp_avg/<name>", ...
+};
+
+// Throws InputError naming `planPath` and what is missing: a plan compiled with --mode infer, or one
+// without the optimizer_step, gradient_check and zero_gradients entries or the gradient buffers.
+TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath);
+
+}  // namespace dgemma

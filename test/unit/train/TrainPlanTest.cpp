@@ -1,0 +1,133 @@
+// readTrainPlan on hand-built plans: which parameters are the model, the optimizer state and the
+// gradient buffers, and the messages for plans the trainer cannot run (compiled before gradients
+// were device buffers). mockSplit: the smoke-test items fit the plan.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "runtime/train/TrainData.h"
+#include "runtime/train/TrainPlan.h"
+#include "support/Error.h"
+
+namespace dgemma {
+namespace {
+
+nlohmann::json tinyConfig() {
+  std::ifstream in(std::string(DGEMMA_SOURCE_DIR) + "/models/diffusion_gemma/configs/tiny-cpu.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str());
+}
+
+// The entry points and parameters of a training plan, without steps: readTrainPlan reads names,
+// buckets and parameter lists only.
+class TrainPlanTest : public ::testing::Test {
+ protected:
+  TrainPlanTest() {
+    plan_.modelFamily = ModelFamily::DiffusionGemma;
+    plan_.modelConfig = tinyConfig();
+    plan_.optimizer = OptimizerSettings{};
+    addEntry("corrupt", {{"micro_batch", 2}, {"canvas_len", 16}}, {}, {});
+    for (int64_t length : {48, 32})
+      addEntry("train_step", {{"micro_batch", 2}, {"canvas_len", 16}, {"prompt_len", length}}, {},
+               {"loss", "diffusion_loss", "encoder_loss"});
+    addEntry("optimizer_step", {}, {"lr", "bias_correction1", "bias_correction2", "gradient_scale"}, {"grad_norm"});
+    addEntry("gradient_check", {}, {}, {"nonfinite/grad/w"});
+    addEntry("zero_gradients", {}, {}, {});
+    for (const char* name : {"w", "optimizer/exp_avg/w", "grad/w", "optimizer/exp_avg_sq/w", "norm"}) {
+      Parameter parameter;
+      parameter.name = name;
+      plan_.parameters.push_back(parameter);
+    }
+  }
+
+  void addEntry(const std::string& name, std::map<std::string, int64_t> bucket, const std::vector<std::string>& inputs,
+                const std::vector<std::string>& outputs) {
+    EntryPoint entry;
+    entry.name = name;
+    entry.bucket = std::move(bucket);
+    for (const std::string& input : inputs) entry.inputs.push_back({input, 0});
+    for (const std::string& output : outputs) entry.outputs.push_back({output, 0});
+    plan_.entryPoints.push_back(std::move(entry));
+  }
+
+  EntryPoint& entry(const std::string& name) {
+    for (EntryPoint& candidate : plan_.entryPoints)
+      if (candidate.name == name) return candidate;
+    throw std::logic_error("no entry " + name);
+  }
+
+  std::string errorOf() {
+    try {
+      readTrainPlan(plan_, "p.dgplan");
+    } catch (const InputError& error) {
+      return error.what();
+    }
+    ADD_FAILURE() << "the plan was accepted";
+    return "";
+  }
+
+  Plan plan_;
+};
+
+TEST_F(TrainPlanTest, SortsParametersIntoModelOptimizerStateAndGradientBuffers) {
+  const TrainPlan trainPlan = readTrainPlan(plan_, "p.dgplan");
+  EXPECT_EQ(trainPlan.modelParameters, (std::vector<std::string>{"w", "norm"}));
+  EXPECT_EQ(trainPlan.optimizerParameters, (std::vector<std::string>{"optimizer/exp_avg/w", "optimizer/exp_avg_sq/w"}));
+  EXPECT_EQ(trainPlan.gradients, (std::vector<std::string>{"grad/w"}));
+  EXPECT_EQ(trainPlan.promptLengths, (std::vector<int64_t>{32, 48}));
+  EXPECT_EQ(plan_.entryPoints[trainPlan.gradientCheck].name, "gradient_check");
+  EXPECT_EQ(plan_.entryPoints[trainPlan.zeroGradients].name, "zero_gradients");
+  EXPECT_TRUE(trainPlan.hasEncoderLoss);
+  EXPECT_EQ(trainPlan.microBatch, 2);
+  EXPECT_EQ(trainPlan.canvasLength, 16);
+}
+
+TEST_F(TrainPlanTest, TellsAPlanWithHostGradientsToRecompile) {
+  entry("optimizer_step").inputs.push_back({"grad/w", 0});
+  EXPECT_EQ(errorOf(),
+            "p.dgplan: entry optimizer_step takes the gradient grad/w as an input (compiled before gradients were device "
+            "buffers); recompile the plan with dgemma-compile");
+}
+
+TEST_F(TrainPlanTest, NamesAMissingGradientEntryOrOutput) {
+  entry("gradient_check").outputs.clear();
+  EXPECT_EQ(errorOf(), "p.dgplan: entry gradient_check: missing output nonfinite/grad/w");
+  entry("zero_gradients").name = "something_else";
+  EXPECT_EQ(errorOf(),
+            "p.dgplan: no \"zero_gradients\" entry point (compiled before gradients were device buffers; recompile the plan)");
+}
+
+TEST_F(TrainPlanTest, RejectsAPlanOfAnotherModelFamily) {
+  plan_.modelFamily = ModelFamily::Builtin;
+  EXPECT_EQ(errorOf(), "p.dgplan: not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
+}
+
+TEST(MockSplit, FillsOneCanvasBlockPerItemWithinTheBucketsAndVocabulary) {
+  SplitOptions options;
+  options.canvasLength = 16;
+  options.maxEncoderLength = 24;
+  options.vocabSize = 256;
+  const Dataset dataset = mockSplit(options, /*bosId=*/2, /*eosId=*/1, /*seed=*/7);
+  ASSERT_EQ(dataset.items.size(), static_cast<size_t>(kMockItems));
+  for (const DatasetItem& item : dataset.items) {
+    const BlockItem& block = item.block;
+    EXPECT_EQ(block.block, 0) << block.where;
+    ASSERT_EQ(block.inputIds.size(), 24u) << block.where;  // <bos> + 23 prompt tokens: the bucket's limit
+    EXPECT_EQ(block.inputIds.front(), 2);
+    ASSERT_EQ(block.canvasIds.size(), 16u) << block.where;
+    EXPECT_EQ(block.canvasIds.back(), 1) << block.where;
+    for (size_t i = 1; i < block.inputIds.size(); ++i) {
+      EXPECT_GE(block.inputIds[i], 64);
+      EXPECT_LT(block.inputIds[i], 256);
+    }
+  }
+  // Four fixed answers: items 0 and 4 share theirs, items 0 and 1 do not.
+  EXPECT_EQ(dataset.items[0].block.canvasIds, dataset.items[4].block.canvasIds);
+  EXPECT_NE(dataset.items[0].block.canvasIds, dataset.items[1].block.canvasIds);
+  EXPECT_NE(dataset.items[0].block.inputIds, dataset.items[4].block.inputIds);
+}
+
+}  // namespace
+}  // namespace dgemma
