@@ -125,7 +125,7 @@ class ModelBuilder {
     // only where that token is a real target. Only the L scored positions reach the head.
     if (objective.encoderLossWeight > 0) {
       Value cleanIds = concat({inputIds, canvasIds}, 1, "clean.ids");
-      Value canvasValid = compare(canvasMask, scalar(0.0, "clean.zero"), "gt", "clean.canvas_valid");
+      Value canvasValid = compare(canvasMask, scalar(0.0, "clean.zero"), ComparePredicate::Gt, "clean.canvas_valid");
       Value cleanValid = concat({promptValid, canvasValid}, 1, "clean.key_valid");
       Value hidden = encoderStack(cleanIds, cleanValid, positions(0, promptLength + canvasLength_), nullptr);
       Value scored = b_.create<SliceOp>(loc("clean.scored"), activationType({batch_, canvasLength_, hidden_}), hidden,
@@ -160,15 +160,15 @@ class ModelBuilder {
     Value replacement = b_.create<RandomIntOp>(loc("noise.r"), idsType, keys, b_.getI64IntegerAttr(kReplacementStream),
                                                b_.getI64IntegerAttr(config_.vocabSize));
     // Only real canvas tokens are ever replaced: u < t and M = 1 (the replacement may equal the original).
-    Value selected = compare(selection, reshape(diffusionTime, {batch_, 1}, "noise.t.rows"), "lt", "noise.selected");
-    Value real = compare(canvasMask, scalar(0.0, "noise.zero"), "gt", "noise.real");
+    Value selected = compare(selection, reshape(diffusionTime, {batch_, 1}, "noise.t.rows"), ComparePredicate::Lt, "noise.selected");
+    Value real = compare(canvasMask, scalar(0.0, "noise.zero"), ComparePredicate::Gt, "noise.real");
     Value replaced = b_.create<SelectOp>(loc("noise.replaced"), idsType, real, replacement, canvasIds);
     Value noisy = b_.create<SelectOp>(loc("noisy_canvas_ids"), idsType, selected, replaced, canvasIds);
 
     Value selfConditioningMask;
     if (objective.selfConditioningProb > 0) {
       Value coin = uniform(keys, kSelfConditioningStream, {batch_}, "sc.coin");
-      Value chosen = compare(coin, scalar(objective.selfConditioningProb, "sc.prob"), "lt", "sc.chosen");
+      Value chosen = compare(coin, scalar(objective.selfConditioningProb, "sc.prob"), ComparePredicate::Lt, "sc.chosen");
       selfConditioningMask = castTo(chosen, f32_, "self_conditioning_mask");
     } else {
       selfConditioningMask = b_.create<FillOp>(loc("self_conditioning_mask"), f32Type({batch_}), b_.getF64FloatAttr(0.0));
@@ -241,9 +241,9 @@ class ModelBuilder {
   Value log(Value x, const std::string& name) { return b_.create<LogOp>(loc(name), x.getType(), x); }
 
   // i1 result of `lhs <predicate> rhs` (broadcasting).
-  Value compare(Value lhs, Value rhs, StringRef predicate, const std::string& name) {
+  Value compare(Value lhs, Value rhs, ComparePredicate predicate, const std::string& name) {
     auto type = RankedTensorType::get(*broadcastShapes(shapeOf(lhs), shapeOf(rhs)), b_.getI1Type());
-    return b_.create<CompareOp>(loc(name), type, lhs, rhs, b_.getStringAttr(predicate));
+    return b_.create<CompareOp>(loc(name), type, lhs, rhs, ComparePredicateAttr::get(b_.getContext(), predicate));
   }
 
   Value reduceSum(Value x, ArrayRef<int64_t> dims, const std::string& name) {
@@ -418,14 +418,15 @@ class ModelBuilder {
     if constexpr (std::is_same_v<KeySet, EncoderAttention>) {
       if (keyValuesOut) keyValuesOut->push_back({keys, values});
       attended = b_.create<AttentionOp>(loc(name("attention")), activationType(outShape), queries, keys, values, keySet.keyValid,
-                                        b_.getStringAttr("causal"), b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
+                                        AttentionMaskAttr::get(b_.getContext(), AttentionMask::Causal),
+                                        b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
                                         b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0));
     } else {
       // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
       Value allKeys = concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
       Value allValues = concat({keySet.prefix->values, values}, 1, name("decoder.values"));
       attended = b_.create<AttentionOp>(loc(name("attention")), activationType(outShape), queries, allKeys, allValues,
-                                        keySet.keyValid, b_.getStringAttr("prefix"),
+                                        keySet.keyValid, AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
                                         b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
                                         b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0));
     }

@@ -1,6 +1,7 @@
 #ifndef DG_OPS_TD
 #define DG_OPS_TD
 
+include "dialects/dg/IR/DgAttrs.td"
 include "dialects/dg/IR/DgDialect.td"
 include "dialects/dg/IR/DgInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
@@ -151,15 +152,15 @@ def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
 def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure]> {
   let summary = "Elementwise lhs <predicate> rhs with NumPy broadcasting, as i1";
   let description = [{
-    `predicate` is one of `lt`, `le`, `gt`, `ge`, `eq`, `ne`, with IEEE semantics: every comparison
+    `predicate` is one of `lt`, `le`, `gt`, `ge`, `eq`, `ne` (#dg.predicate), with IEEE semantics: every comparison
     with a NaN is false except `ne`. The operands share a float element type; the result has their
     broadcast shape. There is no derivative rule: a comparison is piecewise constant, and it only
     ever acts on inputs (the diffusion time, masks, random draws).
   }];
-  let arguments = (ins Dg_FloatTensor:$lhs, Dg_FloatTensor:$rhs, StrAttr:$predicate);
+  let arguments = (ins Dg_FloatTensor:$lhs, Dg_FloatTensor:$rhs, Dg_ComparePredicateAttr:$predicate);
   let results = (outs RankedTensorOf<[I1]>:$result);
   let assemblyFormat = [{
-    $lhs `,` $rhs `predicate` `=` $predicate attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+    $lhs `,` $rhs `predicate` `=` `` $predicate attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -353,7 +354,7 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, DeclareOpInterfaceMethods<
   let description = [{
     query `[B, Tq, Hq, D]`, key `[B, Tk, Hkv, D]`, value `[B, Tk, Hkv, Dv]`, key_valid `[B, Tk]`
     (true for real keys). Query head h reads KV head `h / (Hq / Hkv)`. Logits are `scale * q.k`
-    (Gemma 4: 1.0). `mask`:
+    (Gemma 4: 1.0). `mask` (#dg.mask):
     - `causal`: queries are the last Tq of the Tk positions; key j is visible to query i when valid,
       not in the future, and (window > 0) fewer than `window` positions back. A query always sees
       its own position, so padded rows stay finite.
@@ -364,13 +365,13 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, DeclareOpInterfaceMethods<
     A row with no visible key produces zeros.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
-                       RankedTensorOf<[I1]>:$key_valid, StrAttr:$mask,
+                       RankedTensorOf<[I1]>:$key_valid, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $key_valid `mask` `=` $mask attr-dict `:`
+    $query `,` $key `,` $value `,` $key_valid `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `->` type($result)
   }];
   let hasVerifier = 1;
@@ -384,13 +385,13 @@ def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure]> {
     to be kept alive for the backward pass.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
-                       RankedTensorOf<[I1]>:$key_valid, Dg_FloatTensor:$grad_output, StrAttr:$mask,
+                       RankedTensorOf<[I1]>:$key_valid, Dg_FloatTensor:$grad_output, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Dg_FloatTensor:$grad_query, Dg_FloatTensor:$grad_key, Dg_FloatTensor:$grad_value);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $key_valid `,` $grad_output `mask` `=` $mask attr-dict `:`
+    $query `,` $key `,` $value `,` $key_valid `,` $grad_output `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `,` type($grad_output) `->`
     type($grad_query) `,` type($grad_key) `,` type($grad_value)
   }];
@@ -583,9 +584,11 @@ def Dg_RandomIntOp : Dg_ComputeOp<"random_int",
 
 class Dg_CollectiveOp<string mnemonic> : Dg_Op<mnemonic, [MemoryEffects<[MemRead, MemWrite]>]> {
   let arguments = (ins Dg_FloatTensor:$input, StrAttr:$axis,
-                       DefaultValuedStrAttr<StrAttr, "sum">:$reduce);
+                       DefaultValuedAttr<Dg_ReductionKindAttr, "::mlir::dg::ReductionKind::Sum">:$reduce);
   let results = (outs Dg_FloatTensor:$result);
-  let assemblyFormat = "$input `axis` `=` $axis attr-dict `:` type($input) `->` type($result)";
+  let assemblyFormat = [{
+    $input `axis` `=` $axis (`reduce` `=` `` $reduce^)? attr-dict `:` type($input) `->` type($result)
+  }];
   let hasVerifier = 1;
   let extraClassDefinition = [{
     ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyCollectiveOp(*this); }
@@ -593,7 +596,7 @@ class Dg_CollectiveOp<string mnemonic> : Dg_Op<mnemonic, [MemoryEffects<[MemRead
 }
 
 def Dg_AllReduceOp : Dg_CollectiveOp<"all_reduce"> {
-  let summary = "Elementwise reduction (reduce = sum|max|min) across the axis' ranks";
+  let summary = "Elementwise reduction (reduce = sum, max or min; sum when omitted) across the axis' ranks";
 }
 def Dg_AllGatherOp : Dg_CollectiveOp<"all_gather"> {
   let summary = "Concatenation on dim 0 of every rank's input, in rank order";
