@@ -65,7 +65,7 @@ def Dg_TensorFactorsAttr : AttrDef<Dg_Dialect, "TensorFactors"> {
     One factor-index list per dimension, major to minor: the dimension's size is the product of its
     factors' sizes, and an empty list is a size-1 dimension that broadcasts. Inside
     `#dg.sharding_rule` it is written with factor names; on its own (only ever for debugging) as the
-    index lists: `#dg.tensor_factors<[array<i64: 0>, array<i64: 1, 2>]>`.
+    index lists: `#dg.tensor_factors<[[0], [], [1, 2]]>`.
   }];
   let mnemonic = "tensor_factors";
   let parameters = (ins OptionalArrayRefParameter<"::mlir::DenseI64ArrayAttr", "factor indices per dimension">:$dims);

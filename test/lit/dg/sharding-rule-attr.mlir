@@ -39,6 +39,15 @@ func.func @many_factors() attributes {rule = #dg.sharding_rule<([a0, a1, a2, a3,
 
 // -----
 
+// On its own (for debugging), one operand's or result's factors are index lists per dimension.
+// CHECK-LABEL: func.func @tensor_factors
+// CHECK-SAME: a = #dg.tensor_factors<{{\[\[0\], \[\], \[1, 2\]\]}}>, b = #dg.tensor_factors<>
+func.func @tensor_factors() attributes {a = #dg.tensor_factors<[[0], [], [1, 2]]>, b = #dg.tensor_factors<>} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{factor 'k' has no size}}
 func.func @unknown_factor() attributes {rule = #dg.sharding_rule<([i, k]) -> ([i]) {i=2}>}
 
