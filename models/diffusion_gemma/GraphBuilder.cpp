@@ -45,9 +45,7 @@ Value GraphBuilder::castTo(Value value, Type element, const std::string& name) {
 
 template <typename BinaryOp>
 Value GraphBuilder::binary(Value lhs, Value rhs, const std::string& name) {
-  auto shape = *broadcastShapes(shapeOf(lhs), shapeOf(rhs));
-  auto type = RankedTensorType::get(shape, cast<RankedTensorType>(lhs.getType()).getElementType());
-  return b_.create<BinaryOp>(loc(name), type, lhs, rhs);
+  return b_.create<BinaryOp>(loc(name), lhs, rhs);
 }
 
 Value GraphBuilder::add(Value lhs, Value rhs, const std::string& name) { return binary<AddOp>(lhs, rhs, name); }
@@ -56,11 +54,10 @@ Value GraphBuilder::mul(Value lhs, Value rhs, const std::string& name) { return 
 Value GraphBuilder::div(Value lhs, Value rhs, const std::string& name) { return binary<DivOp>(lhs, rhs, name); }
 Value GraphBuilder::maximum(Value lhs, Value rhs, const std::string& name) { return binary<MaximumOp>(lhs, rhs, name); }
 Value GraphBuilder::minimum(Value lhs, Value rhs, const std::string& name) { return binary<MinimumOp>(lhs, rhs, name); }
-Value GraphBuilder::log(Value x, const std::string& name) { return b_.create<LogOp>(loc(name), x.getType(), x); }
+Value GraphBuilder::log(Value x, const std::string& name) { return b_.create<LogOp>(loc(name), x); }
 
 Value GraphBuilder::compare(Value lhs, Value rhs, ComparePredicate predicate, const std::string& name) {
-  auto type = RankedTensorType::get(*broadcastShapes(shapeOf(lhs), shapeOf(rhs)), b_.getI1Type());
-  return b_.create<CompareOp>(loc(name), type, lhs, rhs, ComparePredicateAttr::get(b_.getContext(), predicate));
+  return b_.create<CompareOp>(loc(name), lhs, rhs, ComparePredicateAttr::get(b_.getContext(), predicate));
 }
 
 Value GraphBuilder::reduceSum(Value x, ArrayRef<int64_t> dims, const std::string& name) {
@@ -76,11 +73,7 @@ Value GraphBuilder::reshape(Value value, ArrayRef<int64_t> shape, const std::str
 }
 
 Value GraphBuilder::concat(ArrayRef<Value> values, int64_t dim, const std::string& name) {
-  SmallVector<int64_t> shape(shapeOf(values.front()));
-  shape[dim] = 0;
-  for (Value value : values) shape[dim] += shapeOf(value)[dim];
-  auto type = RankedTensorType::get(shape, cast<RankedTensorType>(values.front().getType()).getElementType());
-  return b_.create<ConcatOp>(loc(name), type, values, b_.getI64IntegerAttr(dim));
+  return b_.create<ConcatOp>(loc(name), values, b_.getI64IntegerAttr(dim));
 }
 
 Value GraphBuilder::positions(int64_t start, int64_t count) {
@@ -101,14 +94,11 @@ Value GraphBuilder::linear(Value x, const std::string& weightName, int64_t out, 
 }
 
 Value GraphBuilder::linear(Value x, Value weight, const std::string& name) {
-  SmallVector<int64_t> shape(shapeOf(x));
-  shape.back() = shapeOf(weight)[0];
-  return b_.create<MatmulOp>(loc(name), RankedTensorType::get(shape, elementTypeOf(x)), x, weight, b_.getBoolAttr(false),
-                             b_.getBoolAttr(true));
+  return b_.create<MatmulOp>(loc(name), x, weight, b_.getBoolAttr(false), b_.getBoolAttr(true));
 }
 
 Value GraphBuilder::rmsNorm(Value x, Value weight, const std::string& name) {
-  return b_.create<RmsNormOp>(loc(name), x.getType(), x, weight, b_.getF64FloatAttr(config_.rmsNormEps));
+  return b_.create<RmsNormOp>(loc(name), x, weight, b_.getF64FloatAttr(config_.rmsNormEps));
 }
 
 Value GraphBuilder::rmsNorm(Value x, const std::string& weightName) {

@@ -1,7 +1,8 @@
 // The helpers every part of the DiffusionGemma graph uses to emit dg ops: locations, the precision
 // policy (f32 parameter masters cast to the activation dtype at each use), the entry point's
-// inputs, outputs and parameters, and the ops with their result types worked out from the
-// operands. The text stack (TextStack.h), the objective (Objective.h) and the entry points
+// inputs, outputs and parameters, and the common ops (most infer their result types from the
+// operands; the helpers state the type where an op cannot, e.g. a reshape or an f32 reduction of
+// bf16 values). The text stack (TextStack.h), the objective (Objective.h) and the entry points
 // (Builder.cpp) share one per entry point.
 #ifndef MODELS_DIFFUSION_GEMMA_GRAPHBUILDER_H
 #define MODELS_DIFFUSION_GEMMA_GRAPHBUILDER_H
@@ -61,7 +62,7 @@ class GraphBuilder {
   Value log(Value x, const std::string& name);
   // i1 result of `lhs <predicate> rhs` (broadcasting).
   Value compare(Value lhs, Value rhs, ComparePredicate predicate, const std::string& name);
-  // An f32 sum over `dims`, which are dropped.
+  // An f32 sum over `dims`, which are dropped (widened from a 16-bit input).
   Value reduceSum(Value x, ArrayRef<int64_t> dims, const std::string& name);
 
   Value reshape(Value value, ArrayRef<int64_t> shape, const std::string& name);

@@ -14,8 +14,7 @@ ObjectiveBuilder::ObjectiveBuilder(GraphBuilder& graph, TextStack& text, const D
 // the op, so the capped [..., V] tensor is never materialised.
 Value ObjectiveBuilder::crossEntropy(Value logits, Value targets, Value bonusIds, Value bonus, const std::string& name, bool capped) {
   const double softcap = capped ? 0.0 : std::max(config_.finalLogitSoftcapping, 0.0);
-  return b_.create<CrossEntropyOp>(g_.loc(name), g_.f32Type(shapeOf(targets)), logits, targets, bonusIds, bonus,
-                                   b_.getF64FloatAttr(softcap));
+  return b_.create<CrossEntropyOp>(g_.loc(name), logits, targets, bonusIds, bonus, b_.getF64FloatAttr(softcap));
 }
 
 // Uniform [0, 1) draws, each row of `shape` from its own example's key.
@@ -49,7 +48,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
     text_.recordLoadBalancingLosses(nullptr);
     Value pass1 = text_.decoderLogits(text_.decoderInput(noisyIds, Value()), promptValid, keyValues);
     text_.recordLoadBalancingLosses(pass2AuxTerms);
-    Value detached = b_.create<StopGradientOp>(g_.loc("sc.pass1.detach"), pass1.getType(), pass1);
+    Value detached = b_.create<StopGradientOp>(g_.loc("sc.pass1.detach"), pass1);
     signal = text_.selfConditioningSignal(detached, selfConditioningMask);
   } else {
     // An exactly zero signal, as HF feeds without self-conditioning logits; the MLP still runs so
@@ -133,8 +132,8 @@ void ObjectiveBuilder::buildCorrupt() {
   // Only real canvas tokens are ever replaced: u < t and M = 1 (the replacement may equal the original).
   Value selected = g_.compare(selection, g_.reshape(diffusionTime, {batch_, 1}, "noise.t.rows"), ComparePredicate::Lt, "noise.selected");
   Value real = g_.compare(canvasMask, g_.scalar(0.0, "noise.zero"), ComparePredicate::Gt, "noise.real");
-  Value replaced = b_.create<SelectOp>(g_.loc("noise.replaced"), idsType, real, replacement, canvasIds);
-  Value noisy = b_.create<SelectOp>(g_.loc("noisy_canvas_ids"), idsType, selected, replaced, canvasIds);
+  Value replaced = b_.create<SelectOp>(g_.loc("noise.replaced"), real, replacement, canvasIds);
+  Value noisy = b_.create<SelectOp>(g_.loc("noisy_canvas_ids"), selected, replaced, canvasIds);
 
   Value selfConditioningMask;
   if (objective_.selfConditioningProb > 0) {

@@ -13,7 +13,7 @@ TextStack::TextStack(GraphBuilder& graph)
 Value TextStack::gatedMlp(Value x, const std::string& prefix, int64_t inner) {
   Value gate = g_.linear(x, prefix + "gate_proj.weight", inner, hidden_);
   Value up = g_.linear(x, prefix + "up_proj.weight", inner, hidden_);
-  Value activated = b_.create<GeluTanhOp>(g_.loc(prefix + "act"), gate.getType(), gate);
+  Value activated = b_.create<GeluTanhOp>(g_.loc(prefix + "act"), gate);
   return g_.linear(g_.mul(activated, up, prefix + "gated"), prefix + "down_proj.weight", hidden_, inner);
 }
 
@@ -25,10 +25,7 @@ double TextStack::embeddingScale() const {
 // of the pad id give the pad row no gradient (training.md §10); the tied head still does.
 Value TextStack::embed(Value ids) {
   Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
-  SmallVector<int64_t> shape(shapeOf(ids));
-  shape.push_back(hidden_);
-  auto lookup = b_.create<GatherOp>(g_.loc("embed"), g_.activationType(shape), table, ids);
-  lookup.setPaddingIdxAttr(b_.getI64IntegerAttr(config_.padTokenId));
+  auto lookup = b_.create<GatherOp>(g_.loc("embed"), table, ids, b_.getI64IntegerAttr(config_.padTokenId));
   return g_.mul(lookup, g_.scalar(embeddingScale(), "embed.scale", activation_), "embed.scaled");
 }
 
@@ -36,10 +33,9 @@ Value TextStack::embed(Value ids) {
 // the f32 logits is an fp32 island; its probabilities meet E in the activation dtype.
 Value TextStack::selfConditioningSignal(Value logits, Value mask) {
   Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
-  Value probabilities = b_.create<SoftmaxOp>(g_.loc("sc.softmax"), logits.getType(), logits, b_.getI64IntegerAttr(-1));
-  Value expected = b_.create<MatmulOp>(g_.loc("sc.soft_embedding"), g_.activationType({batch_, canvasLength_, hidden_}),
-                                       g_.toActivation(probabilities, "sc.softmax"), table, b_.getBoolAttr(false),
-                                       b_.getBoolAttr(false));
+  Value probabilities = b_.create<SoftmaxOp>(g_.loc("sc.softmax"), logits, b_.getI64IntegerAttr(-1));
+  Value expected = b_.create<MatmulOp>(g_.loc("sc.soft_embedding"), g_.toActivation(probabilities, "sc.softmax"), table,
+                                       b_.getBoolAttr(false), b_.getBoolAttr(false));
   Value scaled = g_.mul(expected, g_.scalar(embeddingScale(), "sc.scale", activation_), "sc.scaled");
   return g_.mul(scaled, g_.toActivation(g_.reshape(mask, {batch_, 1, 1}, "sc.mask"), "sc.mask"), "sc.masked");
 }
@@ -82,7 +78,7 @@ Value TextStack::splitHeads(Value x, int64_t heads, int64_t headDim, const std::
 
 Value TextStack::rope(Value x, Value positions, int64_t layer, const std::string& name) {
   const dgemma::LayerGeometry& geometry = config_.layer(layer);
-  return b_.create<RopeOp>(g_.loc(name), x.getType(), x, positions, b_.getF64FloatAttr(geometry.rope.theta),
+  return b_.create<RopeOp>(g_.loc(name), x, positions, b_.getF64FloatAttr(geometry.rope.theta),
                            b_.getI64IntegerAttr(config_.ropeRotatedPairs(layer)),
                            b_.getI64IntegerAttr(geometry.headDim), b_.getBoolAttr(false));
 }
@@ -111,7 +107,7 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
   Value attended;
   if constexpr (std::is_same_v<KeySet, EncoderAttention>) {
     if (keyValuesOut) keyValuesOut->push_back({keys, values});
-    attended = b_.create<AttentionOp>(g_.loc(name("attention")), g_.activationType(outShape), queries, keys, values, keySet.keyValid,
+    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, keys, values, keySet.keyValid,
                                       AttentionMaskAttr::get(b_.getContext(), AttentionMask::Causal),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
                                       b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0));
@@ -119,7 +115,7 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
     // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
     Value allKeys = g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
     Value allValues = g_.concat({keySet.prefix->values, values}, 1, name("decoder.values"));
-    attended = b_.create<AttentionOp>(g_.loc(name("attention")), g_.activationType(outShape), queries, allKeys, allValues,
+    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues,
                                       keySet.keyValid, AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
                                       b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0));
@@ -145,9 +141,8 @@ Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
                                  g_.islandParam(name("router.proj.weight"), {config_.numExperts, hidden_}, "normal"),
                                  name("router.proj.weight"));
   Value perExpertScale = g_.islandParam(name("router.per_expert_scale"), {config_.numExperts}, "ones");
-  auto route = b_.create<MoeRouteOp>(g_.loc(name("router")), g_.f32Type({tokens, config_.topKExperts}),
-                                     RankedTensorType::get({tokens, config_.topKExperts}, b_.getI64Type()), routerLogits,
-                                     perExpertScale, b_.getI64IntegerAttr(config_.topKExperts));
+  auto route = b_.create<MoeRouteOp>(g_.loc(name("router")), routerLogits, perExpertScale,
+                                     b_.getI64IntegerAttr(config_.topKExperts));
 
   if (auxTerms_) auxTerms_->push_back(loadBalancingLoss(layer, routerLogits, route.getIndices(), tokenValid));
 
@@ -155,8 +150,8 @@ Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
                                  name("experts.tokens"));
   Value gateUp = g_.param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
   Value down = g_.param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
-  Value experts = b_.create<MoeExpertsOp>(g_.loc(name("experts")), g_.activationType({tokens, hidden_}), expertInput,
-                                          route.getWeights(), route.getIndices(), gateUp, down);
+  Value experts = b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, route.getWeights(), route.getIndices(),
+                                          gateUp, down);
   Value expertsOut = g_.rmsNorm(g_.reshape(experts, shapeOf(residual), name("experts.out")),
                                 name("post_feedforward_layernorm_2.weight"));
   return g_.rmsNorm(g_.add(denseOut, expertsOut, name("ffn.sum")), name("post_feedforward_layernorm.weight"));
@@ -171,7 +166,7 @@ Value TextStack::loadBalancingLoss(int64_t layer, Value routerLogits, Value indi
   const int64_t tokens = shapeOf(routerLogits)[0], experts = config_.numExperts, topK = config_.topKExperts;
   Value weight = tokenValid ? g_.castTo(g_.reshape(tokenValid, {tokens, 1}, name("valid")), f32_, name("weight"))
                             : g_.ones({tokens, 1}, name("weight"));
-  Value probabilities = b_.create<SoftmaxOp>(g_.loc(name("probs")), routerLogits.getType(), routerLogits, b_.getI64IntegerAttr(-1));
+  Value probabilities = b_.create<SoftmaxOp>(g_.loc(name("probs")), routerLogits, b_.getI64IntegerAttr(-1));
   Value mass = g_.reduceSum(g_.mul(probabilities, weight, name("probs.real")), {0}, name("mass"));
   Value choices = g_.reshape(indices, {tokens * topK}, name("choices"));
   Value choiceWeights = g_.reshape(g_.mul(weight, g_.ones({tokens, topK}, name("slots")), name("choice.weight")), {tokens * topK, 1},
@@ -204,12 +199,11 @@ Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, cons
 Value TextStack::head(Value x, bool capped) {
   Value normed = g_.rmsNorm(x, g_.param(top("norm.weight"), {hidden_}, "ones"), "decoder.norm");
   Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
-  Value logits = g_.toF32(b_.create<MatmulOp>(g_.loc("head"), g_.activationType({batch_, canvasLength_, config_.vocabSize}), normed,
-                                              table, b_.getBoolAttr(false), b_.getBoolAttr(true)),
+  Value logits = g_.toF32(b_.create<MatmulOp>(g_.loc("head"), normed, table, b_.getBoolAttr(false), b_.getBoolAttr(true)),
                           "head");
   const double cap = config_.finalLogitSoftcapping;
   if (cap <= 0 || !capped) return logits;
-  Value squashed = b_.create<TanhOp>(g_.loc("softcap"), logits.getType(), g_.div(logits, g_.scalar(cap, "softcap.c"), "softcap.in"));
+  Value squashed = b_.create<TanhOp>(g_.loc("softcap"), g_.div(logits, g_.scalar(cap, "softcap.c"), "softcap.in"));
   return g_.mul(squashed, g_.scalar(cap, "softcap.c"), "softcap.out");
 }
 

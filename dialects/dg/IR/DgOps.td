@@ -89,7 +89,7 @@ def Dg_FillOp : Dg_ComputeOp<"fill", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 class Dg_BinaryOp<string mnemonic, list<Trait> traits = []>
-    : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure])> {
+    : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])> {
   let description = [{
     Elementwise with NumPy broadcasting: shapes align on the right and a dimension of size 1 (or a
     missing one) stretches. Operands and result share the element type.
@@ -100,6 +100,10 @@ class Dg_BinaryOp<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
   let extraClassDefinition = [{
     ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyBroadcastBinaryOp(*this); }
+    ::mlir::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext*, std::optional<::mlir::Location> location,
+                                                      Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type>& inferred) {
+      return ::mlir::dg::inferBroadcastType(location, adaptor.getOperands(), adaptor.getLhs(), inferred);
+    }
   }];
 }
 
@@ -149,7 +153,7 @@ def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
   let hasFolder = 1;
 }
 
-def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure]> {
+def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure, InferTypeOpAdaptor]> {
   let summary = "Elementwise lhs <predicate> rhs with NumPy broadcasting, as i1";
   let description = [{
     `predicate` is one of `lt`, `le`, `gt`, `ge`, `eq`, `ne` (#dg.predicate), with IEEE semantics: every comparison
@@ -165,7 +169,7 @@ def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_SelectOp : Dg_ComputeOp<"select", [Pure]> {
+def Dg_SelectOp : Dg_ComputeOp<"select", [Pure, InferTypeOpAdaptor]> {
   let summary = "Elementwise condition ? on_true : on_false with NumPy broadcasting among all three";
   let description = [{
     `condition` is i1; `on_true`, `on_false` and the result share any element type (floats, ids). The
@@ -203,7 +207,8 @@ def Dg_StopGradientOp : Dg_ComputeOp<"stop_gradient", [Pure, SameOperandsAndResu
 // Contractions, normalisation, reductions
 //===----------------------------------------------------------------------===//
 
-def Dg_MatmulOp : Dg_ComputeOp<"matmul", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_MatmulOp : Dg_ComputeOp<"matmul", [Pure, InferTypeOpAdaptorWithIsCompatible,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Batched matrix product";
   let description = [{
     lhs `[..., M, K]` (`[..., K, M]` with `transpose_a`), rhs `[K, N]` (`[N, K]` with `transpose_b`)
@@ -217,7 +222,8 @@ def Dg_MatmulOp : Dg_ComputeOp<"matmul", [Pure, DeclareOpInterfaceMethods<Dg_Der
   let hasVerifier = 1;
 }
 
-def Dg_RmsNormOp : Dg_ComputeOp<"rms_norm", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_RmsNormOp : Dg_ComputeOp<"rms_norm", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "RMS normalisation over the last dimension, optionally weighted";
   let description = [{
     `y = x * (mean(x^2, -1) + eps)^(-1/2)`, then `* weight` when given (the weight is used as is, not
@@ -251,7 +257,8 @@ def Dg_SoftmaxOp : Dg_ComputeOp<"softmax", [Pure, SameOperandsAndResultType,
   let hasVerifier = 1;
 }
 
-class Dg_ReduceOp<string mnemonic, list<Trait> traits = []> : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure])> {
+class Dg_ReduceOp<string mnemonic, list<Trait> traits = []>
+    : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptorWithIsCompatible])> {
   let arguments = (ins Dg_FloatTensor:$input, DenseI64ArrayAttr:$dims,
                        DefaultValuedAttr<BoolAttr, "false">:$keep_dims);
   let results = (outs Dg_FloatTensor:$result);
@@ -259,6 +266,13 @@ class Dg_ReduceOp<string mnemonic, list<Trait> traits = []> : Dg_ComputeOp<mnemo
   let hasVerifier = 1;
   let extraClassDefinition = [{
     ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyReduceOp(*this); }
+    ::mlir::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext*, std::optional<::mlir::Location> location,
+                                                      Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type>& inferred) {
+      return ::mlir::dg::inferReduceType(location, adaptor.getInput(), adaptor.getDims(), adaptor.getKeepDims(), inferred);
+    }
+    bool $cppClass::isCompatibleReturnTypes(::mlir::TypeRange inferred, ::mlir::TypeRange actual) {
+      return ::mlir::dg::isSameOrWidened(inferred, actual);
+    }
   }];
 }
 
@@ -274,7 +288,8 @@ def Dg_ReduceMaxOp : Dg_ReduceOp<"reduce_max"> { let summary = "Maximum over dim
 // Layout and indexing
 //===----------------------------------------------------------------------===//
 
-def Dg_TransposeOp : Dg_ComputeOp<"transpose", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_TransposeOp : Dg_ComputeOp<"transpose", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Permutes dimensions: result.shape[k] = input.shape[perm[k]]";
   let arguments = (ins Dg_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Dg_Tensor:$result);
@@ -293,7 +308,8 @@ def Dg_ReshapeOp : Dg_ComputeOp<"reshape", [Pure, DeclareOpInterfaceMethods<Dg_D
   let hasFolder = 1;
 }
 
-def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Concatenation along one dimension";
   let arguments = (ins Variadic<Dg_Tensor>:$inputs, I64Attr:$dim);
   let results = (outs Dg_Tensor:$result);
@@ -309,7 +325,8 @@ def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure, DeclareOpInterfaceMethods<Dg_Deriv
   let hasVerifier = 1;
 }
 
-def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i], :]";
   let description = [{
     `padding_idx` (a row of the table) leaves the forward unchanged; the derivative gives that row no
@@ -332,7 +349,8 @@ def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, DeclareOpInterfaceMethods<Dg_Der
 // Model ops: kept whole so that sharding, fusion and kernel selection see their structure
 //===----------------------------------------------------------------------===//
 
-def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Rotary position embedding, rotate-half layout, optionally partial";
   let description = [{
     input `[B, T, H, D]`, positions `[B, T]`. For `i < D/2`, frequency
@@ -349,7 +367,8 @@ def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, DeclareOpInterfaceMethods<Dg_Derivat
   let hasVerifier = 1;
 }
 
-def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Multi-head attention with GQA and a structural mask (no materialised [S x S] mask)";
   let description = [{
     query `[B, Tq, Hq, D]`, key `[B, Tk, Hkv, D]`, value `[B, Tk, Hkv, Dv]`, key_valid `[B, Tk]`
@@ -377,7 +396,7 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, DeclareOpInterfaceMethods<
   let hasVerifier = 1;
 }
 
-def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure]> {
+def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure, InferTypeOpAdaptor]> {
   let summary = "Gradients of dg.attention: dq, dk, dv from the output gradient";
   let description = [{
     Same operands and attributes as dg.attention plus `grad_output` (the output's shape). The
@@ -398,7 +417,8 @@ def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Router: softmax over all experts, top-k, renormalise, per-expert scale";
   let description = [{
     logits `[N, E]`, per_expert_scale `[E]` -> weights `[N, k]`, indices `[N, k]` (i64). The softmax is
@@ -414,7 +434,8 @@ def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, DeclareOpInterfaceMethods<D
   let hasVerifier = 1;
 }
 
-def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Dropless routed experts: y[n] = sum_j w[n,j] * Expert_idx[n,j](x[n])";
   let description = [{
     x `[N, H]`, weights and indices `[N, k]`, gate_up `[E, 2I, H]` (gate rows 0..I-1, then up rows),
@@ -477,7 +498,7 @@ def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure]> {
 // Losses
 //===----------------------------------------------------------------------===//
 
-def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSegments,
+def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Per-position softmax cross-entropy over the last dimension, optionally with a logit bonus";
   let description = [{
@@ -500,7 +521,8 @@ def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSeg
   let hasVerifier = 1;
 }
 
-def Dg_CrossEntropyBackwardOp : Dg_ComputeOp<"cross_entropy_backward", [Pure, AttrSizedOperandSegments]> {
+def Dg_CrossEntropyBackwardOp : Dg_ComputeOp<"cross_entropy_backward",
+    [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
   let summary = "Gradient of dg.cross_entropy for the logits: grad_output[..., None] * (softmax(z) - onehot(target)) * cap'(logits)";
   let description = [{
     Same operands as dg.cross_entropy plus `grad_output` (the targets' shape); z, with the bonus, is
