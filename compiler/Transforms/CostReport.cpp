@@ -30,7 +30,7 @@ struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
       InFlightDiagnostic remark = function.emitRemark()
                                   << "cost: flops=" << flops << " parameters=" << parameterBytes.size()
                                   << " parameter_bytes=" << totalParameterBytes;
-      if (auto scratch = function->getAttrOfType<IntegerAttr>("dg.scratch_bytes"))
+      if (auto scratch = function->getAttrOfType<IntegerAttr>(kScratchBytesAttr))
         remark << " scratch_bytes=" << scratch.getInt();
     });
   }

@@ -120,9 +120,9 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
         offsets.push_back(it == intervals.end() ? -1 : it->second.offset);
         anyScratch |= it != intervals.end();
       }
-      if (anyScratch) op.setAttr("dg.offsets", builder.getDenseI64ArrayAttr(offsets));
+      if (anyScratch) op.setAttr(kOffsetsAttr, builder.getDenseI64ArrayAttr(offsets));
     }
-    function->setAttr("dg.scratch_bytes", builder.getI64IntegerAttr(alignTo(arenaBytes)));
+    function->setAttr(kScratchBytesAttr, builder.getI64IntegerAttr(alignTo(arenaBytes)));
   }
 
   int64_t alignTo(int64_t value) const { return (value + alignment - 1) / alignment * alignment; }

@@ -51,6 +51,12 @@ nlohmann::json attributesToJson(Operation* op) {
     else if (auto real = dyn_cast<FloatAttr>(value)) attrs[name.str()] = real.getValueAsDouble();
     else if (auto text = dyn_cast<StringAttr>(value)) attrs[name.str()] = text.getValue().str();
     else if (auto list = dyn_cast<DenseI64ArrayAttr>(value)) attrs[name.str()] = std::vector<int64_t>(list.asArrayRef());
+    // Enums are written as their keywords, the strings the runtime's kernels read.
+    else if (auto mask = dyn_cast<AttentionMaskAttr>(value)) attrs[name.str()] = stringifyAttentionMask(mask.getValue()).str();
+    else if (auto predicate = dyn_cast<ComparePredicateAttr>(value))
+      attrs[name.str()] = stringifyComparePredicate(predicate.getValue()).str();
+    else if (auto reduction = dyn_cast<ReductionKindAttr>(value))
+      attrs[name.str()] = stringifyReductionKind(reduction.getValue()).str();
   }
   return attrs;
 }
@@ -174,7 +180,7 @@ class PlanBuilder {
   }
 
   FailureOr<int64_t> scratchBuffer(Operation* op, Value value, const std::string& name) {
-    auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("dg.offsets");
+    auto offsets = op->getAttrOfType<DenseI64ArrayAttr>(kOffsetsAttr);
     if (!offsets) {
       op->emitOpError() << "has no dg.offsets: run dg-memory-plan before lowering to a plan";
       return failure();
@@ -189,7 +195,7 @@ class PlanBuilder {
     if (auto bucket = function->getAttrOfType<DictionaryAttr>(kBucketAttr))
       for (NamedAttribute dimension : bucket) entry.bucket[dimension.getName().str()] = cast<IntegerAttr>(dimension.getValue()).getInt();
     const std::string key = entry.key();
-    auto scratchBytes = function->getAttrOfType<IntegerAttr>("dg.scratch_bytes");
+    auto scratchBytes = function->getAttrOfType<IntegerAttr>(kScratchBytesAttr);
     if (!scratchBytes) return function.emitOpError() << "has no dg.scratch_bytes: run dg-memory-plan before lowering";
     plan_.arenas[kScratchArena].bytes = std::max<uint64_t>(plan_.arenas[kScratchArena].bytes, scratchBytes.getInt());
 

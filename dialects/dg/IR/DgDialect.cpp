@@ -10,6 +10,7 @@ using namespace mlir::dg;
 #include "dialects/dg/IR/DgOpsDialect.cpp.inc"
 
 void DgDialect::initialize() {
+  registerAttributes();
   addOperations<
 #define GET_OP_LIST
 #include "dialects/dg/IR/DgOps.cpp.inc"
@@ -101,9 +102,7 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
     if (!isa<ModuleOp>(op)) return op->emitOpError() << "'" << name << "' belongs on the module";
     return verifyPositiveSizes(op, name, attribute.getValue());
   }
-  // Written by dg-memory-plan: one scratch-arena byte offset per result (-1: the result lives in a
-  // parameter, see inPlaceAssignTarget), and the arena size.
-  if (name == "dg.offsets") {
+  if (name == kOffsetsAttr) {
     auto offsets = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
     if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()))
       return op->emitOpError() << "'" << name << "' must hold one offset per result";
@@ -112,7 +111,7 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
         return op->emitOpError() << "'" << name << "' must hold offsets >= 0, or -1 for a result stored in a parameter";
     return success();
   }
-  if (name == "dg.scratch_bytes") {
+  if (name == kScratchBytesAttr) {
     auto bytes = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!bytes || bytes.getInt() < 0) return op->emitOpError() << "'" << name << "' must be a non-negative integer";
     return success();

@@ -15,7 +15,10 @@ def Dg_Dialect : Dialect {
     `dg.mesh` (a dictionary of axis name to size) describes the device mesh that collectives name.
   }];
   let hasOperationAttrVerify = 1;
-  let useDefaultAttributePrinterParser = 0;
+  let useDefaultAttributePrinterParser = 1;
+  let extraClassDeclaration = [{
+    void registerAttributes();
+  }];
 }
 
 class Dg_Op<string mnemonic, list<Trait> traits = []> : Op<Dg_Dialect, mnemonic, traits>;

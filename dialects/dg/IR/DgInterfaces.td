@@ -28,13 +28,15 @@ def Dg_DerivativeOpInterface : OpInterface<"DerivativeOpInterface"> {
 def Dg_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   let cppNamespace = "::mlir::dg";
   let description = [{
-    Factor-based sharding rule (the idea of Shardy's OpShardingRule): every operand and result
-    dimension maps to a named factor. A pass-through factor can be split the same way everywhere it
-    appears; a reduction factor can be split on the operands, leaving the results partial (a pending
-    sum or max that a collective resolves); a need-replication factor must be whole on every rank.
+    Factor-based sharding rule (the idea of Shardy's OpShardingRule, see #dg.sharding_rule): every
+    operand and result dimension is a list of factors, major to minor. A pass-through factor can be
+    split the same way everywhere it appears; a reduction factor can be split on the operands,
+    leaving the results that lack it partial (a pending sum or max that a collective resolves); a
+    need-replication factor must be whole on every rank.
   }];
   let methods = [
-    InterfaceMethod<"Returns the op's sharding rule.", "::mlir::dg::ShardingRule", "getShardingRule", (ins)>,
+    InterfaceMethod<"Returns the op's sharding rule, for its current operand and result types.",
+                    "::mlir::dg::ShardingRuleAttr", "getShardingRule", (ins)>,
   ];
 }
 

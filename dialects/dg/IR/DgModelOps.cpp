@@ -29,7 +29,7 @@ namespace {
 // The geometry and mask rules shared by dg.attention and dg.attention_backward; `output` has the
 // attention output's type (the result, or the output gradient).
 LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, Value valueValue, Value keyValid,
-                              RankedTensorType output, StringRef mask, int64_t window, int64_t prefixLength) {
+                              RankedTensorType output, AttentionMask mask, int64_t window, int64_t prefixLength) {
   auto query = typeOf(queryValue), key = typeOf(keyValue), value = typeOf(valueValue);
   if (query.getRank() != 4 || key.getRank() != 4 || value.getRank() != 4)
     return op->emitOpError() << "query, key and value must be [batch, tokens, heads, head_dim]";
@@ -51,15 +51,13 @@ LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, V
   if (output.getShape() != ArrayRef<int64_t>(expected))
     return op->emitOpError() << "result must be " << RankedTensorType::get(expected, query.getElementType());
 
-  if (!llvm::is_contained({"causal", "bidirectional", "prefix"}, mask))
-    return op->emitOpError() << "mask must be causal, bidirectional or prefix, got '" << mask << "'";
   if (window < 0) return op->emitOpError() << "window must be >= 0";
-  if (mask == "causal" && queries > keys)
+  if (mask == AttentionMask::Causal && queries > keys)
     return op->emitOpError() << "a causal mask needs at least as many keys as queries (queries are the last positions)";
-  if (mask == "bidirectional" && window != 0) return op->emitOpError() << "a bidirectional mask has no window";
-  if (mask == "prefix" && (prefixLength < 0 || prefixLength > keys))
+  if (mask == AttentionMask::Bidirectional && window != 0) return op->emitOpError() << "a bidirectional mask has no window";
+  if (mask == AttentionMask::Prefix && (prefixLength < 0 || prefixLength > keys))
     return op->emitOpError() << "prefix_len " << prefixLength << " must be in [0, " << keys << "]";
-  if (mask != "prefix" && prefixLength != 0) return op->emitOpError() << "prefix_len is only meaningful with mask = prefix";
+  if (mask != AttentionMask::Prefix && prefixLength != 0) return op->emitOpError() << "prefix_len is only meaningful with mask = prefix";
   return success();
 }
 }  // namespace

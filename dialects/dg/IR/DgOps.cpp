@@ -87,9 +87,6 @@ LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
 
 LogicalResult mlir::dg::verifyCollectiveOp(Operation* op) {
   auto axis = op->getAttrOfType<StringAttr>("axis").getValue();
-  auto reduce = op->getAttrOfType<StringAttr>("reduce");
-  if (reduce && !llvm::is_contained({"sum", "max", "min"}, reduce.getValue()))
-    return op->emitOpError() << "reduce must be sum, max or min, got '" << reduce.getValue() << "'";
   auto module = op->getParentOfType<ModuleOp>();
   auto mesh = module ? module->getAttrOfType<DictionaryAttr>(kMeshAttr) : DictionaryAttr();
   auto size = mesh ? dyn_cast_or_null<IntegerAttr>(mesh.get(axis)) : IntegerAttr();
@@ -214,8 +211,6 @@ LogicalResult CompareOp::verify() {
   if (getLhs().getType().getElementType() != getRhs().getType().getElementType())
     return emitOpError() << "operands must share the element type, got " << getLhs().getType().getElementType() << " and "
                          << getRhs().getType().getElementType();
-  if (!llvm::is_contained({"lt", "le", "gt", "ge", "eq", "ne"}, getPredicate()))
-    return emitOpError() << "predicate must be lt, le, gt, ge, eq or ne, got '" << getPredicate() << "'";
   return verifyBroadcastShape(*this);
 }
 

@@ -18,6 +18,18 @@ LogicalResult verifyBroadcastBinaryOp(Operation* op);
 LogicalResult verifyReduceOp(Operation* op);
 LogicalResult verifyCollectiveOp(Operation* op);
 
+// Result types inferred from the operands (InferTypeOpInterface) for op families; they fail, with an
+// error at `location` when there is one, on operands that the ops' verifiers reject.
+// The broadcast shape of all `operands`, with `elementOf`'s element type.
+LogicalResult inferBroadcastType(std::optional<Location> location, ValueRange operands, Value elementOf,
+                                 SmallVectorImpl<Type>& inferred);
+// `input` without the reduced `dims` (size 1 with keepDims), in its element type.
+LogicalResult inferReduceType(std::optional<Location> location, Value input, ArrayRef<int64_t> dims, bool keepDims,
+                              SmallVectorImpl<Type>& inferred);
+// Whether each actual result type is the inferred one, or its f32 widening from a 16-bit float
+// (isWideningResult): the result-type check of the ops that may widen.
+bool isSameOrWidened(TypeRange inferred, TypeRange actual);
+
 // NumPy broadcast of two shapes; failure if incompatible.
 FailureOr<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs);
 

@@ -1,6 +1,7 @@
 #ifndef DG_OPS_TD
 #define DG_OPS_TD
 
+include "dialects/dg/IR/DgAttrs.td"
 include "dialects/dg/IR/DgDialect.td"
 include "dialects/dg/IR/DgInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
@@ -88,7 +89,7 @@ def Dg_FillOp : Dg_ComputeOp<"fill", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 class Dg_BinaryOp<string mnemonic, list<Trait> traits = []>
-    : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure])> {
+    : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])> {
   let description = [{
     Elementwise with NumPy broadcasting: shapes align on the right and a dimension of size 1 (or a
     missing one) stretches. Operands and result share the element type.
@@ -99,6 +100,10 @@ class Dg_BinaryOp<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
   let extraClassDefinition = [{
     ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyBroadcastBinaryOp(*this); }
+    ::mlir::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext*, std::optional<::mlir::Location> location,
+                                                      Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type>& inferred) {
+      return ::mlir::dg::inferBroadcastType(location, adaptor.getOperands(), adaptor.getLhs(), inferred);
+    }
   }];
 }
 
@@ -148,23 +153,23 @@ def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
   let hasFolder = 1;
 }
 
-def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure]> {
+def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure, InferTypeOpAdaptor]> {
   let summary = "Elementwise lhs <predicate> rhs with NumPy broadcasting, as i1";
   let description = [{
-    `predicate` is one of `lt`, `le`, `gt`, `ge`, `eq`, `ne`, with IEEE semantics: every comparison
+    `predicate` is one of `lt`, `le`, `gt`, `ge`, `eq`, `ne` (#dg.predicate), with IEEE semantics: every comparison
     with a NaN is false except `ne`. The operands share a float element type; the result has their
     broadcast shape. There is no derivative rule: a comparison is piecewise constant, and it only
     ever acts on inputs (the diffusion time, masks, random draws).
   }];
-  let arguments = (ins Dg_FloatTensor:$lhs, Dg_FloatTensor:$rhs, StrAttr:$predicate);
+  let arguments = (ins Dg_FloatTensor:$lhs, Dg_FloatTensor:$rhs, Dg_ComparePredicateAttr:$predicate);
   let results = (outs RankedTensorOf<[I1]>:$result);
   let assemblyFormat = [{
-    $lhs `,` $rhs `predicate` `=` $predicate attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
+    $lhs `,` $rhs `predicate` `=` `` $predicate attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)
   }];
   let hasVerifier = 1;
 }
 
-def Dg_SelectOp : Dg_ComputeOp<"select", [Pure]> {
+def Dg_SelectOp : Dg_ComputeOp<"select", [Pure, InferTypeOpAdaptor]> {
   let summary = "Elementwise condition ? on_true : on_false with NumPy broadcasting among all three";
   let description = [{
     `condition` is i1; `on_true`, `on_false` and the result share any element type (floats, ids). The
@@ -202,7 +207,8 @@ def Dg_StopGradientOp : Dg_ComputeOp<"stop_gradient", [Pure, SameOperandsAndResu
 // Contractions, normalisation, reductions
 //===----------------------------------------------------------------------===//
 
-def Dg_MatmulOp : Dg_ComputeOp<"matmul", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_MatmulOp : Dg_ComputeOp<"matmul", [Pure, InferTypeOpAdaptorWithIsCompatible,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Batched matrix product";
   let description = [{
     lhs `[..., M, K]` (`[..., K, M]` with `transpose_a`), rhs `[K, N]` (`[N, K]` with `transpose_b`)
@@ -216,7 +222,8 @@ def Dg_MatmulOp : Dg_ComputeOp<"matmul", [Pure, DeclareOpInterfaceMethods<Dg_Der
   let hasVerifier = 1;
 }
 
-def Dg_RmsNormOp : Dg_ComputeOp<"rms_norm", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_RmsNormOp : Dg_ComputeOp<"rms_norm", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "RMS normalisation over the last dimension, optionally weighted";
   let description = [{
     `y = x * (mean(x^2, -1) + eps)^(-1/2)`, then `* weight` when given (the weight is used as is, not
@@ -250,7 +257,8 @@ def Dg_SoftmaxOp : Dg_ComputeOp<"softmax", [Pure, SameOperandsAndResultType,
   let hasVerifier = 1;
 }
 
-class Dg_ReduceOp<string mnemonic, list<Trait> traits = []> : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure])> {
+class Dg_ReduceOp<string mnemonic, list<Trait> traits = []>
+    : Dg_ComputeOp<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptorWithIsCompatible])> {
   let arguments = (ins Dg_FloatTensor:$input, DenseI64ArrayAttr:$dims,
                        DefaultValuedAttr<BoolAttr, "false">:$keep_dims);
   let results = (outs Dg_FloatTensor:$result);
@@ -258,6 +266,13 @@ class Dg_ReduceOp<string mnemonic, list<Trait> traits = []> : Dg_ComputeOp<mnemo
   let hasVerifier = 1;
   let extraClassDefinition = [{
     ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyReduceOp(*this); }
+    ::mlir::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext*, std::optional<::mlir::Location> location,
+                                                      Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type>& inferred) {
+      return ::mlir::dg::inferReduceType(location, adaptor.getInput(), adaptor.getDims(), adaptor.getKeepDims(), inferred);
+    }
+    bool $cppClass::isCompatibleReturnTypes(::mlir::TypeRange inferred, ::mlir::TypeRange actual) {
+      return ::mlir::dg::isSameOrWidened(inferred, actual);
+    }
   }];
 }
 
@@ -273,7 +288,8 @@ def Dg_ReduceMaxOp : Dg_ReduceOp<"reduce_max"> { let summary = "Maximum over dim
 // Layout and indexing
 //===----------------------------------------------------------------------===//
 
-def Dg_TransposeOp : Dg_ComputeOp<"transpose", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_TransposeOp : Dg_ComputeOp<"transpose", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Permutes dimensions: result.shape[k] = input.shape[perm[k]]";
   let arguments = (ins Dg_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs Dg_Tensor:$result);
@@ -292,7 +308,8 @@ def Dg_ReshapeOp : Dg_ComputeOp<"reshape", [Pure, DeclareOpInterfaceMethods<Dg_D
   let hasFolder = 1;
 }
 
-def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_ConcatOp : Dg_ComputeOp<"concat", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Concatenation along one dimension";
   let arguments = (ins Variadic<Dg_Tensor>:$inputs, I64Attr:$dim);
   let results = (outs Dg_Tensor:$result);
@@ -308,7 +325,8 @@ def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure, DeclareOpInterfaceMethods<Dg_Deriv
   let hasVerifier = 1;
 }
 
-def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i], :]";
   let description = [{
     `padding_idx` (a row of the table) leaves the forward unchanged; the derivative gives that row no
@@ -331,7 +349,8 @@ def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, DeclareOpInterfaceMethods<Dg_Der
 // Model ops: kept whole so that sharding, fusion and kernel selection see their structure
 //===----------------------------------------------------------------------===//
 
-def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Rotary position embedding, rotate-half layout, optionally partial";
   let description = [{
     input `[B, T, H, D]`, positions `[B, T]`. For `i < D/2`, frequency
@@ -348,12 +367,13 @@ def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, DeclareOpInterfaceMethods<Dg_Derivat
   let hasVerifier = 1;
 }
 
-def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Multi-head attention with GQA and a structural mask (no materialised [S x S] mask)";
   let description = [{
     query `[B, Tq, Hq, D]`, key `[B, Tk, Hkv, D]`, value `[B, Tk, Hkv, Dv]`, key_valid `[B, Tk]`
     (true for real keys). Query head h reads KV head `h / (Hq / Hkv)`. Logits are `scale * q.k`
-    (Gemma 4: 1.0). `mask`:
+    (Gemma 4: 1.0). `mask` (#dg.mask):
     - `causal`: queries are the last Tq of the Tk positions; key j is visible to query i when valid,
       not in the future, and (window > 0) fewer than `window` positions back. A query always sees
       its own position, so padded rows stay finite.
@@ -364,19 +384,19 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, DeclareOpInterfaceMethods<
     A row with no visible key produces zeros.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
-                       RankedTensorOf<[I1]>:$key_valid, StrAttr:$mask,
+                       RankedTensorOf<[I1]>:$key_valid, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $key_valid `mask` `=` $mask attr-dict `:`
+    $query `,` $key `,` $value `,` $key_valid `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `->` type($result)
   }];
   let hasVerifier = 1;
 }
 
-def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure]> {
+def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure, InferTypeOpAdaptor]> {
   let summary = "Gradients of dg.attention: dq, dk, dv from the output gradient";
   let description = [{
     Same operands and attributes as dg.attention plus `grad_output` (the output's shape). The
@@ -384,20 +404,21 @@ def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure]> {
     to be kept alive for the backward pass.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
-                       RankedTensorOf<[I1]>:$key_valid, Dg_FloatTensor:$grad_output, StrAttr:$mask,
+                       RankedTensorOf<[I1]>:$key_valid, Dg_FloatTensor:$grad_output, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale);
   let results = (outs Dg_FloatTensor:$grad_query, Dg_FloatTensor:$grad_key, Dg_FloatTensor:$grad_value);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $key_valid `,` $grad_output `mask` `=` $mask attr-dict `:`
+    $query `,` $key `,` $value `,` $key_valid `,` $grad_output `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `,` type($grad_output) `->`
     type($grad_query) `,` type($grad_key) `,` type($grad_value)
   }];
   let hasVerifier = 1;
 }
 
-def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Router: softmax over all experts, top-k, renormalise, per-expert scale";
   let description = [{
     logits `[N, E]`, per_expert_scale `[E]` -> weights `[N, k]`, indices `[N, k]` (i64). The softmax is
@@ -413,7 +434,8 @@ def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, DeclareOpInterfaceMethods<D
   let hasVerifier = 1;
 }
 
-def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Dropless routed experts: y[n] = sum_j w[n,j] * Expert_idx[n,j](x[n])";
   let description = [{
     x `[N, H]`, weights and indices `[N, k]`, gate_up `[E, 2I, H]` (gate rows 0..I-1, then up rows),
@@ -476,7 +498,7 @@ def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure]> {
 // Losses
 //===----------------------------------------------------------------------===//
 
-def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSegments,
+def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Per-position softmax cross-entropy over the last dimension, optionally with a logit bonus";
   let description = [{
@@ -499,7 +521,8 @@ def Dg_CrossEntropyOp : Dg_ComputeOp<"cross_entropy", [Pure, AttrSizedOperandSeg
   let hasVerifier = 1;
 }
 
-def Dg_CrossEntropyBackwardOp : Dg_ComputeOp<"cross_entropy_backward", [Pure, AttrSizedOperandSegments]> {
+def Dg_CrossEntropyBackwardOp : Dg_ComputeOp<"cross_entropy_backward",
+    [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
   let summary = "Gradient of dg.cross_entropy for the logits: grad_output[..., None] * (softmax(z) - onehot(target)) * cap'(logits)";
   let description = [{
     Same operands as dg.cross_entropy plus `grad_output` (the targets' shape); z, with the bonus, is
@@ -583,9 +606,11 @@ def Dg_RandomIntOp : Dg_ComputeOp<"random_int",
 
 class Dg_CollectiveOp<string mnemonic> : Dg_Op<mnemonic, [MemoryEffects<[MemRead, MemWrite]>]> {
   let arguments = (ins Dg_FloatTensor:$input, StrAttr:$axis,
-                       DefaultValuedStrAttr<StrAttr, "sum">:$reduce);
+                       DefaultValuedAttr<Dg_ReductionKindAttr, "::mlir::dg::ReductionKind::Sum">:$reduce);
   let results = (outs Dg_FloatTensor:$result);
-  let assemblyFormat = "$input `axis` `=` $axis attr-dict `:` type($input) `->` type($result)";
+  let assemblyFormat = [{
+    $input `axis` `=` $axis (`reduce` `=` `` $reduce^)? attr-dict `:` type($input) `->` type($result)
+  }];
   let hasVerifier = 1;
   let extraClassDefinition = [{
     ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyCollectiveOp(*this); }
@@ -593,7 +618,7 @@ class Dg_CollectiveOp<string mnemonic> : Dg_Op<mnemonic, [MemoryEffects<[MemRead
 }
 
 def Dg_AllReduceOp : Dg_CollectiveOp<"all_reduce"> {
-  let summary = "Elementwise reduction (reduce = sum|max|min) across the axis' ranks";
+  let summary = "Elementwise reduction (reduce = sum, max or min; sum when omitted) across the axis' ranks";
 }
 def Dg_AllGatherOp : Dg_CollectiveOp<"all_gather"> {
   let summary = "Concatenation on dim 0 of every rank's input, in rank order";

@@ -1,170 +1,170 @@
-// Sharding rules of the dg ops (ShardingRuleOpInterface).
+// Sharding rules of the dg ops (ShardingRuleOpInterface), as #dg.sharding_rule attributes.
 #include "dialects/dg/IR/DgOps.h"
 
 using namespace mlir;
 using namespace mlir::dg;
 
-using FactorKind = ShardingRule::FactorKind;
-
-std::string ShardingRule::str() const {
-  auto factorName = [](int64_t factor) {
-    return factor == kNoFactor ? std::string("1") : std::string(1, static_cast<char>('i' + factor));
-  };
-  auto tensors = [&](const SmallVector<SmallVector<int64_t>>& list) {
-    std::string text = "(";
-    for (size_t t = 0; t < list.size(); ++t) {
-      text += t ? ", [" : "[";
-      for (size_t d = 0; d < list[t].size(); ++d) text += (d ? ", " : "") + factorName(list[t][d]);
-      text += "]";
-    }
-    return text + ")";
-  };
-  std::string text = tensors(operandFactors) + " -> " + tensors(resultFactors);
-  for (auto [kind, label] : {std::pair{FactorKind::Reduction, "reduction"}, std::pair{FactorKind::NeedReplication, "need_replication"}}) {
-    std::string names;
-    for (size_t f = 0; f < factorKinds.size(); ++f)
-      if (factorKinds[f] == kind) names += (names.empty() ? "" : ", ") + factorName(f);
-    if (!names.empty()) text += std::string(" ") + label + "={" + names + "}";
-  }
-  return text;
-}
-
 namespace {
 
 ArrayRef<int64_t> shapeOf(Value value) { return cast<RankedTensorType>(value.getType()).getShape(); }
 
-// Builds rules whose factors are the result dimensions, with a kind per dimension.
+// One dimension's factors, major to minor: a single factor converts implicitly, `{a, b}` is a
+// dimension of two factors, and `{}` a size-1 dimension that broadcasts.
+struct Dim {
+  Dim() = default;
+  Dim(int64_t factor) : factors{factor} {}
+  Dim(std::initializer_list<int64_t> majorToMinor) : factors(majorToMinor) {}
+  SmallVector<int64_t, 2> factors;
+};
+using Dims = SmallVector<Dim>;
+
 class RuleBuilder {
  public:
+  explicit RuleBuilder(MLIRContext* context) : context_(context) {}
+
   int64_t addFactor(int64_t size, FactorKind kind) {
-    rule_.factorSizes.push_back(size);
-    rule_.factorKinds.push_back(kind);
-    return rule_.factorSizes.size() - 1;
+    sizes_.push_back(size);
+    kinds_.push_back(kind);
+    return sizes_.size() - 1;
   }
-  void operand(SmallVector<int64_t> factors) { rule_.operandFactors.push_back(std::move(factors)); }
-  void result(SmallVector<int64_t> factors) { rule_.resultFactors.push_back(std::move(factors)); }
-  ShardingRule take() { return std::move(rule_); }
+  // A new factor per dimension of `shape`, of the kind `kindOf(dim)` gives.
+  Dims addFactors(ArrayRef<int64_t> shape, function_ref<FactorKind(int64_t)> kindOf) {
+    Dims dims;
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) dims.push_back(addFactor(shape[d], kindOf(d)));
+    return dims;
+  }
+  Dims addPassThrough(ArrayRef<int64_t> shape) {
+    return addFactors(shape, [](int64_t) { return FactorKind::PassThrough; });
+  }
+  void operand(ArrayRef<Dim> dims) { operands_.push_back(tensor(dims)); }
+  void result(ArrayRef<Dim> dims) { results_.push_back(tensor(dims)); }
+  ShardingRuleAttr take() { return ShardingRuleAttr::get(context_, sizes_, kinds_, operands_, results_); }
 
  private:
-  ShardingRule rule_;
+  TensorFactorsAttr tensor(ArrayRef<Dim> dims) {
+    SmallVector<DenseI64ArrayAttr> lists;
+    for (const Dim& dim : dims) lists.push_back(DenseI64ArrayAttr::get(context_, dim.factors));
+    return TensorFactorsAttr::get(context_, lists);
+  }
+
+  MLIRContext* context_;
+  SmallVector<int64_t> sizes_;
+  SmallVector<FactorKind> kinds_;
+  SmallVector<TensorFactorsAttr> operands_, results_;
 };
 
 // Every dimension of every operand and the result is the same pass-through factor, except the
 // dimensions listed in `wholeDims` (result dimensions that must stay whole).
-ShardingRule sameShapeRule(Operation* op, ArrayRef<int64_t> wholeDims = {}) {
-  RuleBuilder builder;
-  ArrayRef<int64_t> shape = shapeOf(op->getResult(0));
-  SmallVector<int64_t> factors;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
-    factors.push_back(builder.addFactor(shape[d], llvm::is_contained(wholeDims, d) ? FactorKind::NeedReplication
-                                                                                   : FactorKind::PassThrough));
-  for (Value operand : op->getOperands()) {
-    (void)operand;
-    builder.operand(factors);
-  }
-  builder.result(factors);
+ShardingRuleAttr sameShapeRule(Operation* op, ArrayRef<int64_t> wholeDims = {}) {
+  RuleBuilder builder(op->getContext());
+  Dims dims = builder.addFactors(shapeOf(op->getResult(0)), [&](int64_t d) {
+    return llvm::is_contained(wholeDims, d) ? FactorKind::NeedReplication : FactorKind::PassThrough;
+  });
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) builder.operand(dims);
+  builder.result(dims);
   return builder.take();
 }
 
 // Result dimensions as factors; operands align on the right and their broadcast size-1 dims get none.
-ShardingRule broadcastRule(Operation* op) {
-  RuleBuilder builder;
+ShardingRuleAttr broadcastRule(Operation* op) {
+  RuleBuilder builder(op->getContext());
   ArrayRef<int64_t> shape = shapeOf(op->getResult(0));
-  SmallVector<int64_t> factors;
-  for (int64_t size : shape) factors.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  Dims dims = builder.addPassThrough(shape);
   for (Value operand : op->getOperands()) {
     ArrayRef<int64_t> operandShape = shapeOf(operand);
     size_t lead = shape.size() - operandShape.size();
-    SmallVector<int64_t> operandFactors;
+    Dims operandDims;
     for (size_t d = 0; d < operandShape.size(); ++d)
-      operandFactors.push_back(operandShape[d] == 1 && shape[lead + d] != 1 ? ShardingRule::kNoFactor : factors[lead + d]);
-    builder.operand(operandFactors);
+      operandDims.push_back(operandShape[d] == 1 && shape[lead + d] != 1 ? Dim() : dims[lead + d]);
+    builder.operand(operandDims);
   }
-  builder.result(factors);
+  builder.result(dims);
   return builder.take();
 }
 
-ShardingRule reduceRule(Operation* op) {
-  RuleBuilder builder;
-  ArrayRef<int64_t> inputShape = shapeOf(op->getOperand(0));
-  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
-  bool keepDims = op->getAttrOfType<BoolAttr>("keep_dims") && op->getAttrOfType<BoolAttr>("keep_dims").getValue();
-  SmallVector<int64_t> inputFactors, resultFactors;
-  for (int64_t d = 0; d < static_cast<int64_t>(inputShape.size()); ++d) {
-    bool reduced = llvm::is_contained(dims, d);
-    int64_t factor = builder.addFactor(inputShape[d], reduced ? FactorKind::Reduction : FactorKind::PassThrough);
-    inputFactors.push_back(factor);
-    if (!reduced) resultFactors.push_back(factor);
-    else if (keepDims) resultFactors.push_back(ShardingRule::kNoFactor);
+ShardingRuleAttr reduceRule(Operation* op) {
+  RuleBuilder builder(op->getContext());
+  auto reduced = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+  auto keepDims = op->getAttrOfType<BoolAttr>("keep_dims");
+  Dims input = builder.addFactors(shapeOf(op->getOperand(0)), [&](int64_t d) {
+    return llvm::is_contained(reduced, d) ? FactorKind::Reduction : FactorKind::PassThrough;
+  });
+  Dims result;
+  for (int64_t d = 0; d < static_cast<int64_t>(input.size()); ++d) {
+    if (!llvm::is_contained(reduced, d)) result.push_back(input[d]);
+    else if (keepDims && keepDims.getValue()) result.push_back(Dim());
   }
-  builder.operand(inputFactors);
-  builder.result(resultFactors);
+  builder.operand(input);
+  builder.result(result);
   return builder.take();
 }
 
 // The result alone, every dimension its own pass-through factor (graph sources).
-ShardingRule sourceRule(Operation* op) {
-  RuleBuilder builder;
-  SmallVector<int64_t> factors;
-  for (int64_t size : shapeOf(op->getResult(0))) factors.push_back(builder.addFactor(size, FactorKind::PassThrough));
-  for (Value operand : op->getOperands())
-    builder.operand(SmallVector<int64_t>(shapeOf(operand).size(), ShardingRule::kNoFactor));
-  builder.result(factors);
+ShardingRuleAttr sourceRule(Operation* op) {
+  RuleBuilder builder(op->getContext());
+  Dims dims = builder.addPassThrough(shapeOf(op->getResult(0)));
+  for (Value operand : op->getOperands()) builder.operand(Dims(shapeOf(operand).size(), Dim()));
+  builder.result(dims);
   return builder.take();
 }
 
 }  // namespace
 
-ShardingRule ParamOp::getShardingRule() { return sourceRule(*this); }
-ShardingRule InputOp::getShardingRule() { return sourceRule(*this); }
-ShardingRule ConstantOp::getShardingRule() { return sourceRule(*this); }
-ShardingRule FillOp::getShardingRule() { return sourceRule(*this); }
+ShardingRuleAttr ParamOp::getShardingRule() { return sourceRule(*this); }
+ShardingRuleAttr InputOp::getShardingRule() { return sourceRule(*this); }
+ShardingRuleAttr ConstantOp::getShardingRule() { return sourceRule(*this); }
+ShardingRuleAttr FillOp::getShardingRule() { return sourceRule(*this); }
 
-ShardingRule AddOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule SubOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule MulOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule DivOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule MaximumOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule MinimumOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule CompareOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule SelectOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr AddOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr SubOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr MulOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr DivOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr MaximumOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr MinimumOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr CompareOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRuleAttr SelectOp::getShardingRule() { return broadcastRule(*this); }
 
-ShardingRule NegOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule ExpOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule LogOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule TanhOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule SqrtOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule RsqrtOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule GeluTanhOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule CastOp::getShardingRule() { return sameShapeRule(*this); }
-ShardingRule StopGradientOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr NegOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr ExpOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr LogOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr TanhOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr SqrtOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr RsqrtOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr GeluTanhOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr CastOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr StopGradientOp::getShardingRule() { return sameShapeRule(*this); }
 
-ShardingRule SoftmaxOp::getShardingRule() {
+ShardingRuleAttr SoftmaxOp::getShardingRule() {
   int64_t rank = getType().getRank(), axis = getAxisAttr().getInt();
   return sameShapeRule(*this, {axis < 0 ? axis + rank : axis});
 }
 
-ShardingRule RmsNormOp::getShardingRule() {
+ShardingRuleAttr RmsNormOp::getShardingRule() {
   // The normalised dimension is reduced inside the op: it has to be whole on each rank.
-  ShardingRule rule = sameShapeRule(*this, {getType().getRank() - 1});
-  if (getWeight()) rule.operandFactors[1] = {rule.resultFactors[0].back()};
-  return rule;
+  RuleBuilder builder(getContext());
+  int64_t last = getType().getRank() - 1;
+  Dims dims = builder.addFactors(getType().getShape(), [&](int64_t d) {
+    return d == last ? FactorKind::NeedReplication : FactorKind::PassThrough;
+  });
+  builder.operand(dims);
+  if (getWeight()) builder.operand({dims.back()});
+  builder.result(dims);
+  return builder.take();
 }
 
-ShardingRule MatmulOp::getShardingRule() {
-  RuleBuilder builder;
+ShardingRuleAttr MatmulOp::getShardingRule() {
+  RuleBuilder builder(getContext());
   auto lhsShape = shapeOf(getLhs());
   int64_t lhsRank = lhsShape.size();
-  SmallVector<int64_t> batch;
-  for (int64_t d = 0; d < lhsRank - 2; ++d) batch.push_back(builder.addFactor(lhsShape[d], FactorKind::PassThrough));
+  Dims batch = builder.addPassThrough(lhsShape.drop_back(2));
   auto resultShape = shapeOf(getResult());
   int64_t m = builder.addFactor(resultShape[lhsRank - 2], FactorKind::PassThrough);
   int64_t n = builder.addFactor(resultShape[lhsRank - 1], FactorKind::PassThrough);
   int64_t k = builder.addFactor(lhsShape[lhsRank - (getTransposeA() ? 2 : 1)], FactorKind::Reduction);
-  SmallVector<int64_t> lhs(batch), rhs, result(batch);
-  lhs.append(getTransposeA() ? SmallVector<int64_t>{k, m} : SmallVector<int64_t>{m, k});
+  Dims lhs(batch), rhs, result(batch);
+  lhs.append(getTransposeA() ? Dims{k, m} : Dims{m, k});
   if (shapeOf(getRhs()).size() != 2) rhs.append(batch);
-  rhs.append(getTransposeB() ? SmallVector<int64_t>{n, k} : SmallVector<int64_t>{k, n});
+  rhs.append(getTransposeB() ? Dims{n, k} : Dims{k, n});
   result.append({m, n});
   builder.operand(lhs);
   builder.operand(rhs);
@@ -172,76 +172,101 @@ ShardingRule MatmulOp::getShardingRule() {
   return builder.take();
 }
 
-ShardingRule ReduceSumOp::getShardingRule() { return reduceRule(*this); }
-ShardingRule ReduceMeanOp::getShardingRule() { return reduceRule(*this); }
-ShardingRule ReduceMaxOp::getShardingRule() { return reduceRule(*this); }
+ShardingRuleAttr ReduceSumOp::getShardingRule() { return reduceRule(*this); }
+ShardingRuleAttr ReduceMeanOp::getShardingRule() { return reduceRule(*this); }
+ShardingRuleAttr ReduceMaxOp::getShardingRule() { return reduceRule(*this); }
 
-ShardingRule TransposeOp::getShardingRule() {
-  RuleBuilder builder;
-  SmallVector<int64_t> inputFactors;
-  for (int64_t size : shapeOf(getInput())) inputFactors.push_back(builder.addFactor(size, FactorKind::PassThrough));
-  SmallVector<int64_t> resultFactors;
-  for (int64_t p : getPerm()) resultFactors.push_back(inputFactors[p]);
-  builder.operand(inputFactors);
-  builder.result(resultFactors);
+ShardingRuleAttr TransposeOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  Dims input = builder.addPassThrough(shapeOf(getInput()));
+  Dims result;
+  for (int64_t p : getPerm()) result.push_back(input[p]);
+  builder.operand(input);
+  builder.result(result);
   return builder.take();
 }
 
-ShardingRule ReshapeOp::getShardingRule() {
-  // Leading dimensions that the reshape leaves alone pass through; the rest must be whole (a split
-  // of a merged or divided dimension is not a block split of the other side).
-  RuleBuilder builder;
+ShardingRuleAttr ReshapeOp::getShardingRule() {
+  // Both shapes are products of common factors, found left to right: where one side's dimension
+  // divides the other's, it is the major factor of that one ([2, 32] -> [2, 4, 8] makes the 32 the
+  // factors (4 8)), so splitting a factor splits both sides alike. Size-1 dimensions have no factor.
+  // From the first pair that does not divide ([6, 4] -> [4, 6]) on, each side's dimensions must be
+  // whole.
+  RuleBuilder builder(getContext());
   auto in = shapeOf(getInput()), out = shapeOf(getResult());
-  size_t common = 0;
-  while (common < in.size() && common < out.size() && in[common] == out[common]) ++common;
-  SmallVector<int64_t> inputFactors, resultFactors;
-  for (size_t d = 0; d < common; ++d) {
-    int64_t factor = builder.addFactor(in[d], FactorKind::PassThrough);
-    inputFactors.push_back(factor);
-    resultFactors.push_back(factor);
+  Dims input(in.size()), result(out.size());
+  size_t i = 0, o = 0;
+  int64_t inLeft = 0, outLeft = 0;  // what the current dimension still has to be factored into
+  auto skipOnes = [&] {
+    while (inLeft == 0 && i < in.size() && in[i] == 1) ++i;
+    while (outLeft == 0 && o < out.size() && out[o] == 1) ++o;
+  };
+  for (skipOnes(); i < in.size() && o < out.size(); skipOnes()) {
+    if (inLeft == 0) inLeft = in[i];
+    if (outLeft == 0) outLeft = out[o];
+    int64_t size = std::min(inLeft, outLeft);
+    if (size == 0 || std::max(inLeft, outLeft) % size != 0) break;
+    int64_t factor = builder.addFactor(size, FactorKind::PassThrough);
+    input[i].factors.push_back(factor);
+    result[o].factors.push_back(factor);
+    inLeft /= size;
+    outLeft /= size;
+    if (inLeft == 1) inLeft = 0, ++i;
+    if (outLeft == 1) outLeft = 0, ++o;
   }
-  for (size_t d = common; d < in.size(); ++d) inputFactors.push_back(builder.addFactor(in[d], FactorKind::NeedReplication));
-  for (size_t d = common; d < out.size(); ++d) resultFactors.push_back(builder.addFactor(out[d], FactorKind::NeedReplication));
-  builder.operand(inputFactors);
-  builder.result(resultFactors);
+  // Past a mismatch, what is left of each dimension is one whole factor of its own.
+  for (; i < in.size(); ++i, inLeft = 0)
+    if (in[i] != 1) input[i].factors.push_back(builder.addFactor(inLeft ? inLeft : in[i], FactorKind::NeedReplication));
+  for (; o < out.size(); ++o, outLeft = 0)
+    if (out[o] != 1)
+      result[o].factors.push_back(builder.addFactor(outLeft ? outLeft : out[o], FactorKind::NeedReplication));
+  builder.operand(input);
+  builder.result(result);
   return builder.take();
 }
 
-ShardingRule ConcatOp::getShardingRule() {
-  // Every dimension but the joined one passes through; the joined one must be whole.
+ShardingRuleAttr ConcatOp::getShardingRule() {
+  // Every dimension but the joined one passes through; each input's joined dimension has its own
+  // extent, so its own factor, and all of them must be whole.
+  RuleBuilder builder(getContext());
   int64_t dim = getDimAttr().getInt();
-  ShardingRule rule = sameShapeRule(*this, {dim});
-  // Each input's joined dimension has its own extent: give it its own factor.
-  for (size_t i = 0; i < rule.operandFactors.size(); ++i) {
-    rule.factorSizes.push_back(cast<RankedTensorType>(getInputs()[i].getType()).getDimSize(dim));
-    rule.factorKinds.push_back(FactorKind::NeedReplication);
-    rule.operandFactors[i][dim] = static_cast<int64_t>(rule.factorSizes.size()) - 1;
+  Dims result = builder.addFactors(getType().getShape(), [&](int64_t d) {
+    return d == dim ? FactorKind::NeedReplication : FactorKind::PassThrough;
+  });
+  for (Value input : getInputs()) {
+    Dims dims(result);
+    dims[dim] = builder.addFactor(shapeOf(input)[dim], FactorKind::NeedReplication);
+    builder.operand(dims);
   }
-  return rule;
+  builder.result(result);
+  return builder.take();
 }
 
-ShardingRule SliceOp::getShardingRule() {
+ShardingRuleAttr SliceOp::getShardingRule() {
   // Every dimension but the sliced one passes through; the sliced one must be whole.
-  ShardingRule rule = sameShapeRule(*this, {getDimAttr().getInt()});
+  RuleBuilder builder(getContext());
   int64_t dim = getDimAttr().getInt();
-  rule.factorSizes.push_back(getInput().getType().getDimSize(dim));
-  rule.factorKinds.push_back(FactorKind::NeedReplication);
-  rule.operandFactors[0][dim] = static_cast<int64_t>(rule.factorSizes.size()) - 1;
-  return rule;
+  Dims result = builder.addFactors(getType().getShape(), [&](int64_t d) {
+    return d == dim ? FactorKind::NeedReplication : FactorKind::PassThrough;
+  });
+  Dims input(result);
+  input[dim] = builder.addFactor(getInput().getType().getDimSize(dim), FactorKind::NeedReplication);
+  builder.operand(input);
+  builder.result(result);
+  return builder.take();
 }
 
-ShardingRule GatherOp::getShardingRule() {
+ShardingRuleAttr GatherOp::getShardingRule() {
   // Rows of the table are looked up by value, so they must be whole (a vocab-parallel embedding is
   // a separate masked op); id dimensions and the width pass through.
-  RuleBuilder builder;
+  RuleBuilder builder(getContext());
   auto tableShape = shapeOf(getTable());
   int64_t rows = builder.addFactor(tableShape[0], FactorKind::NeedReplication);
-  SmallVector<int64_t> idFactors;
-  for (int64_t size : shapeOf(getIds())) idFactors.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  Dims ids = builder.addPassThrough(shapeOf(getIds()));
   int64_t width = builder.addFactor(tableShape[1], FactorKind::PassThrough);
   builder.operand({rows, width});
-  builder.operand(idFactors);
-  SmallVector<int64_t> result(idFactors);
+  builder.operand(ids);
+  Dims result(ids);
   result.push_back(width);
   builder.result(result);
   return builder.take();
@@ -250,65 +275,72 @@ ShardingRule GatherOp::getShardingRule() {
 namespace {
 // Element i's value depends on its index within the key's stream: a shard would need an index
 // offset, so each stream is drawn whole. With a key per row the rows are separate streams, so rows
-// split with their keys.
-ShardingRule randomRule(Value key, Value result) {
-  RuleBuilder builder;
-  ArrayRef<int64_t> shape = shapeOf(result);
+// split with their keys. A key's (seed, offset) pair is whole.
+ShardingRuleAttr randomRule(Value key, Value result) {
+  RuleBuilder builder(key.getContext());
   bool rowKeys = shapeOf(key).size() == 2;
-  SmallVector<int64_t> factors;
-  for (size_t d = 0; d < shape.size(); ++d)
-    factors.push_back(
-        builder.addFactor(shape[d], rowKeys && d == 0 ? FactorKind::PassThrough : FactorKind::NeedReplication));
-  if (rowKeys) builder.operand({factors[0], ShardingRule::kNoFactor});
-  else builder.operand({ShardingRule::kNoFactor});
-  builder.result(factors);
+  Dims dims = builder.addFactors(shapeOf(result), [&](int64_t d) {
+    return rowKeys && d == 0 ? FactorKind::PassThrough : FactorKind::NeedReplication;
+  });
+  int64_t keyWords = builder.addFactor(shapeOf(key).back(), FactorKind::NeedReplication);
+  if (rowKeys) builder.operand({dims[0], keyWords});
+  else builder.operand({keyWords});
+  builder.result(dims);
   return builder.take();
 }
 }  // namespace
 
-ShardingRule RandomUniformOp::getShardingRule() { return randomRule(getKey(), getResult()); }
-ShardingRule RandomIntOp::getShardingRule() { return randomRule(getKey(), getResult()); }
+ShardingRuleAttr RandomUniformOp::getShardingRule() { return randomRule(getKey(), getResult()); }
+ShardingRuleAttr RandomIntOp::getShardingRule() { return randomRule(getKey(), getResult()); }
 
-ShardingRule RopeOp::getShardingRule() {
+ShardingRuleAttr RopeOp::getShardingRule() {
   // Batch, tokens and heads pass through; the head dimension's pairs mix its two halves.
-  ShardingRule rule = sameShapeRule(*this, {3});
-  rule.operandFactors[1] = {rule.resultFactors[0][0], rule.resultFactors[0][1]};
-  return rule;
+  RuleBuilder builder(getContext());
+  Dims dims = builder.addFactors(getType().getShape(), [](int64_t d) {
+    return d == 3 ? FactorKind::NeedReplication : FactorKind::PassThrough;
+  });
+  builder.operand(dims);
+  builder.operand({dims[0], dims[1]});
+  builder.result(dims);
+  return builder.take();
 }
 
 namespace {
 
-// The factors of attention's q, k, v and key_valid. One factor stands for the key/value heads and,
-// through the grouping h / (Hq / Hkv), for the query heads: splitting it n ways gives each rank Hq/n
-// query heads and exactly the Hkv/n KV heads they read (head-parallel attention). Keys and the
-// contracted head_dim must be whole. Adds the four operands; the output has
-// {batch, queries, heads, valueDim}.
+// The factors of attention's q, k, v and key_valid. Query head h reads KV head h / group, so the
+// query-head dimension is (kvHeads group): splitting kvHeads n ways gives each rank Hq/n query
+// heads and exactly the Hkv/n KV heads they read (head-parallel attention). Keys and the contracted
+// head_dim must be whole, except that the backward's key gradients sum over the queries.
+// Adds the four operands; the output is {batch, queries, (kvHeads group), valueDim}.
 struct AttentionFactors {
-  int64_t batch, queries, heads, headDim, keys, valueDim;
+  int64_t batch, queries, kvHeads, group, headDim, keys, valueDim;
+  Dim queryHeads() const { return {kvHeads, group}; }
 };
 AttentionFactors addAttentionOperands(RuleBuilder& builder, RankedTensorType query, RankedTensorType key,
-                                      RankedTensorType value) {
+                                      RankedTensorType value, FactorKind queriesKind) {
   AttentionFactors f;
   f.batch = builder.addFactor(query.getDimSize(0), FactorKind::PassThrough);
-  f.queries = builder.addFactor(query.getDimSize(1), FactorKind::PassThrough);
-  f.heads = builder.addFactor(key.getDimSize(2), FactorKind::PassThrough);
+  f.queries = builder.addFactor(query.getDimSize(1), queriesKind);
+  f.kvHeads = builder.addFactor(key.getDimSize(2), FactorKind::PassThrough);
+  f.group = builder.addFactor(query.getDimSize(2) / key.getDimSize(2), FactorKind::PassThrough);
   f.headDim = builder.addFactor(query.getDimSize(3), FactorKind::NeedReplication);
   f.keys = builder.addFactor(key.getDimSize(1), FactorKind::NeedReplication);
   f.valueDim = builder.addFactor(value.getDimSize(3), FactorKind::PassThrough);
-  builder.operand({f.batch, f.queries, f.heads, f.headDim});
-  builder.operand({f.batch, f.keys, f.heads, f.headDim});
-  builder.operand({f.batch, f.keys, f.heads, f.valueDim});
+  builder.operand({f.batch, f.queries, f.queryHeads(), f.headDim});
+  builder.operand({f.batch, f.keys, f.kvHeads, f.headDim});
+  builder.operand({f.batch, f.keys, f.kvHeads, f.valueDim});
   builder.operand({f.batch, f.keys});
   return f;
 }
 
 // The router's logits [N, E] and per-expert scale [E]; the chosen k must be whole like the experts.
+// The backward's scale gradient sums over the tokens.
 struct RouteFactors {
   int64_t tokens, experts, chosen;
 };
-RouteFactors addRouteOperands(RuleBuilder& builder, RankedTensorType logits, int64_t topK) {
+RouteFactors addRouteOperands(RuleBuilder& builder, RankedTensorType logits, int64_t topK, FactorKind tokensKind) {
   RouteFactors f;
-  f.tokens = builder.addFactor(logits.getDimSize(0), FactorKind::PassThrough);
+  f.tokens = builder.addFactor(logits.getDimSize(0), tokensKind);
   f.experts = builder.addFactor(logits.getDimSize(1), FactorKind::NeedReplication);
   f.chosen = builder.addFactor(topK, FactorKind::NeedReplication);
   builder.operand({f.tokens, f.experts});
@@ -316,98 +348,103 @@ RouteFactors addRouteOperands(RuleBuilder& builder, RankedTensorType logits, int
   return f;
 }
 
-// The routed experts' x, weights, indices, gate_up and down. Expert parallelism: each rank runs its
-// experts, so per-token sums become partial.
+// The routed experts' x, weights, indices, gate_up and down. gate_up's rows are (halves inner): the
+// gate rows, then the up rows, each `inner` long. Expert parallelism (split experts) and split inner
+// rows both leave the per-token sums partial; each rank must see both halves. The backward's weight
+// gradients sum over the tokens.
 struct ExpertFactors {
-  int64_t tokens, hidden, chosen, experts, gateUpRows, inner;
+  int64_t tokens, hidden, chosen, experts, halves, inner;
 };
 ExpertFactors addExpertOperands(RuleBuilder& builder, RankedTensorType input, RankedTensorType weights,
-                                RankedTensorType gateUp, RankedTensorType down) {
+                                RankedTensorType gateUp, RankedTensorType down, FactorKind tokensKind) {
   ExpertFactors f;
-  f.tokens = builder.addFactor(input.getDimSize(0), FactorKind::PassThrough);
+  f.tokens = builder.addFactor(input.getDimSize(0), tokensKind);
   f.hidden = builder.addFactor(input.getDimSize(1), FactorKind::NeedReplication);
   f.chosen = builder.addFactor(weights.getDimSize(1), FactorKind::NeedReplication);
   f.experts = builder.addFactor(gateUp.getDimSize(0), FactorKind::Reduction);
-  f.gateUpRows = builder.addFactor(gateUp.getDimSize(1), FactorKind::NeedReplication);
-  f.inner = builder.addFactor(down.getDimSize(2), FactorKind::NeedReplication);
+  f.halves = builder.addFactor(2, FactorKind::NeedReplication);
+  f.inner = builder.addFactor(down.getDimSize(2), FactorKind::Reduction);
   builder.operand({f.tokens, f.hidden});
   builder.operand({f.tokens, f.chosen});
   builder.operand({f.tokens, f.chosen});
-  builder.operand({f.experts, f.gateUpRows, f.hidden});
+  builder.operand({f.experts, {f.halves, f.inner}, f.hidden});
   builder.operand({f.experts, f.hidden, f.inner});
   return f;
 }
 
 }  // namespace
 
-ShardingRule AttentionOp::getShardingRule() {
-  RuleBuilder builder;
-  AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType());
-  builder.result({f.batch, f.queries, f.heads, f.valueDim});
+ShardingRuleAttr AttentionOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType(),
+                                            FactorKind::PassThrough);
+  builder.result({f.batch, f.queries, f.queryHeads(), f.valueDim});
   return builder.take();
 }
 
-ShardingRule AttentionBackwardOp::getShardingRule() {
-  // The output gradient is laid out like the output, and dq, dk, dv like q, k, v.
-  RuleBuilder builder;
-  AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType());
-  builder.operand({f.batch, f.queries, f.heads, f.valueDim});
-  builder.result({f.batch, f.queries, f.heads, f.headDim});
-  builder.result({f.batch, f.keys, f.heads, f.headDim});
-  builder.result({f.batch, f.keys, f.heads, f.valueDim});
+ShardingRuleAttr AttentionBackwardOp::getShardingRule() {
+  // The output gradient is laid out like the output, and dq, dk, dv like q, k, v; dk and dv sum
+  // over the queries.
+  RuleBuilder builder(getContext());
+  AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType(),
+                                            FactorKind::Reduction);
+  builder.operand({f.batch, f.queries, f.queryHeads(), f.valueDim});
+  builder.result({f.batch, f.queries, f.queryHeads(), f.headDim});
+  builder.result({f.batch, f.keys, f.kvHeads, f.headDim});
+  builder.result({f.batch, f.keys, f.kvHeads, f.valueDim});
   return builder.take();
 }
 
-ShardingRule MoeRouteOp::getShardingRule() {
-  RuleBuilder builder;
-  RouteFactors f = addRouteOperands(builder, getLogits().getType(), getTopKAttr().getInt());
+ShardingRuleAttr MoeRouteOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  RouteFactors f = addRouteOperands(builder, getLogits().getType(), getTopKAttr().getInt(), FactorKind::PassThrough);
   builder.result({f.tokens, f.chosen});
   builder.result({f.tokens, f.chosen});
   return builder.take();
 }
 
-ShardingRule MoeRouteBackwardOp::getShardingRule() {
-  RuleBuilder builder;
-  RouteFactors f = addRouteOperands(builder, getLogits().getType(), getTopKAttr().getInt());
+ShardingRuleAttr MoeRouteBackwardOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  RouteFactors f = addRouteOperands(builder, getLogits().getType(), getTopKAttr().getInt(), FactorKind::Reduction);
   builder.operand({f.tokens, f.chosen});
   builder.operand({f.tokens, f.chosen});
   builder.result({f.tokens, f.experts});
-  builder.result({f.experts});  // summed over tokens: partial when tokens are split
+  builder.result({f.experts});
   return builder.take();
 }
 
-ShardingRule MoeExpertsOp::getShardingRule() {
-  RuleBuilder builder;
+ShardingRuleAttr MoeExpertsOp::getShardingRule() {
+  RuleBuilder builder(getContext());
   ExpertFactors f = addExpertOperands(builder, getInput().getType(), getWeights().getType(), getGateUp().getType(),
-                                      getDown().getType());
+                                      getDown().getType(), FactorKind::PassThrough);
   builder.result({f.tokens, f.hidden});
   return builder.take();
 }
 
-ShardingRule MoeExpertsBackwardOp::getShardingRule() {
-  // dx is partial like the forward's output; the experts' weight gradients stay with their rank.
-  RuleBuilder builder;
+ShardingRuleAttr MoeExpertsBackwardOp::getShardingRule() {
+  // dx and the routing weights' gradient are partial like the forward's output; the experts' weight
+  // gradients stay with their rank.
+  RuleBuilder builder(getContext());
   ExpertFactors f = addExpertOperands(builder, getInput().getType(), getWeights().getType(), getGateUp().getType(),
-                                      getDown().getType());
+                                      getDown().getType(), FactorKind::Reduction);
   builder.operand({f.tokens, f.hidden});
   builder.result({f.tokens, f.hidden});
   builder.result({f.tokens, f.chosen});
-  builder.result({f.experts, f.gateUpRows, f.hidden});
+  builder.result({f.experts, {f.halves, f.inner}, f.hidden});
   builder.result({f.experts, f.hidden, f.inner});
   return builder.take();
 }
 
-ShardingRule ScatterAddOp::getShardingRule() {
+ShardingRuleAttr ScatterAddOp::getShardingRule() {
   // Ids and width pass through; rows are addressed by value, so the table is whole, and split ids
   // leave it partial (each rank adds its own rows).
-  RuleBuilder builder;
+  RuleBuilder builder(getContext());
   auto table = getResult().getType();
-  SmallVector<int64_t> idFactors;
-  for (int64_t size : getIds().getType().getShape()) idFactors.push_back(builder.addFactor(size, FactorKind::Reduction));
+  Dims ids = builder.addFactors(getIds().getType().getShape(), [](int64_t) { return FactorKind::Reduction; });
   int64_t rows = builder.addFactor(table.getDimSize(0), FactorKind::NeedReplication);
   int64_t width = builder.addFactor(table.getDimSize(1), FactorKind::PassThrough);
-  builder.operand(idFactors);
-  SmallVector<int64_t> updates(idFactors);
+  builder.operand(ids);
+  Dims updates(ids);
   updates.push_back(width);
   builder.operand(updates);
   builder.result({rows, width});
@@ -419,60 +456,57 @@ namespace {
 // backward's output gradient): positions pass through, the vocabulary is reduced inside the op and
 // must be whole.
 struct CrossEntropyFactors {
-  SmallVector<int64_t> positions;
+  Dims positions;
   int64_t vocabulary;
 };
 CrossEntropyFactors addCrossEntropyOperands(RuleBuilder& builder, Operation* op) {
   ArrayRef<int64_t> logits = shapeOf(op->getOperand(0));
   CrossEntropyFactors f;
-  for (int64_t size : logits.drop_back()) f.positions.push_back(builder.addFactor(size, FactorKind::PassThrough));
+  f.positions = builder.addPassThrough(logits.drop_back());
   f.vocabulary = builder.addFactor(logits.back(), FactorKind::NeedReplication);
-  SmallVector<int64_t> logitFactors(f.positions);
-  logitFactors.push_back(f.vocabulary);
-  builder.operand(logitFactors);
+  Dims logitDims(f.positions);
+  logitDims.push_back(f.vocabulary);
+  builder.operand(logitDims);
   for (unsigned i = 1; i < op->getNumOperands(); ++i) builder.operand(f.positions);
   return f;
 }
 }  // namespace
 
-ShardingRule CrossEntropyOp::getShardingRule() {
-  RuleBuilder builder;
+ShardingRuleAttr CrossEntropyOp::getShardingRule() {
+  RuleBuilder builder(getContext());
   builder.result(addCrossEntropyOperands(builder, *this).positions);
   return builder.take();
 }
 
-ShardingRule CrossEntropyBackwardOp::getShardingRule() {
-  RuleBuilder builder;
+ShardingRuleAttr CrossEntropyBackwardOp::getShardingRule() {
+  RuleBuilder builder(getContext());
   CrossEntropyFactors f = addCrossEntropyOperands(builder, *this);
-  SmallVector<int64_t> gradient(f.positions);
+  Dims gradient(f.positions);
   gradient.push_back(f.vocabulary);
   builder.result(gradient);
   return builder.take();
 }
 
 // Elementwise over the four tensors and the three results; the scalars are replicated.
-ShardingRule AdamwOp::getShardingRule() {
-  RuleBuilder builder;
-  SmallVector<int64_t> factors;
-  for (int64_t size : getParam().getType().getShape()) factors.push_back(builder.addFactor(size, FactorKind::PassThrough));
-  for (int i = 0; i < 4; ++i) builder.operand(factors);
+ShardingRuleAttr AdamwOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  Dims dims = builder.addPassThrough(getParam().getType().getShape());
+  for (int i = 0; i < 4; ++i) builder.operand(dims);
   for (int i = 0; i < 4; ++i) builder.operand({});
-  for (int i = 0; i < 3; ++i) builder.result(factors);
+  for (int i = 0; i < 3; ++i) builder.result(dims);
   return builder.take();
 }
 
 // The normalised dimension is reduced inside the op, and the weight's gradient sums over every row:
 // both need their dimensions whole. (A rule whose rows make grad_weight a pending sum would let
 // sequence parallelism keep rows split; the sharding passes do not use this op yet.)
-ShardingRule RmsNormBackwardOp::getShardingRule() {
-  RuleBuilder builder;
-  ArrayRef<int64_t> shape = shapeOf(getInput());
-  SmallVector<int64_t> factors;
-  for (int64_t size : shape) factors.push_back(builder.addFactor(size, FactorKind::NeedReplication));
-  builder.operand(factors);
-  builder.operand(factors);
-  if (getWeight()) builder.operand({factors.back()});
-  builder.result(factors);
-  if (getGradWeight()) builder.result({factors.back()});
+ShardingRuleAttr RmsNormBackwardOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  Dims dims = builder.addFactors(shapeOf(getInput()), [](int64_t) { return FactorKind::NeedReplication; });
+  builder.operand(dims);
+  builder.operand(dims);
+  if (getWeight()) builder.operand({dims.back()});
+  builder.result(dims);
+  if (getGradWeight()) builder.result({dims.back()});
   return builder.take();
 }

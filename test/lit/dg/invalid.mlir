@@ -129,8 +129,9 @@ func.func @scatter_skip_id(%u: tensor<3x8xf32>, %ids: tensor<3xi64>) {
 // -----
 
 func.func @compare_predicate(%a: tensor<3xf32>, %b: tensor<3xf32>) {
-  // expected-error @+1 {{predicate must be lt, le, gt, ge, eq or ne, got 'less'}}
-  %c = dg.compare %a, %b predicate = "less" : tensor<3xf32>, tensor<3xf32> -> tensor<3xi1>
+  // expected-error @+2 {{expected ::mlir::dg::ComparePredicate to be one of: lt, le, gt, ge, eq, ne}}
+  // expected-error @+1 {{failed to parse Dg_ComparePredicateAttr parameter 'value'}}
+  %c = dg.compare %a, %b predicate = less : tensor<3xf32>, tensor<3xf32> -> tensor<3xi1>
   return
 }
 
@@ -138,7 +139,7 @@ func.func @compare_predicate(%a: tensor<3xf32>, %b: tensor<3xf32>) {
 
 func.func @compare_types(%a: tensor<3xf32>, %b: tensor<3xf64>) {
   // expected-error @+1 {{operands must share the element type, got 'f32' and 'f64'}}
-  %c = dg.compare %a, %b predicate = "lt" : tensor<3xf32>, tensor<3xf64> -> tensor<3xi1>
+  %c = dg.compare %a, %b predicate = lt : tensor<3xf32>, tensor<3xf64> -> tensor<3xi1>
   return
 }
 
@@ -146,7 +147,7 @@ func.func @compare_types(%a: tensor<3xf32>, %b: tensor<3xf64>) {
 
 func.func @compare_shape(%a: tensor<2x3xf32>, %b: tensor<3xf32>) {
   // expected-error @+1 {{result shape must be the broadcast shape 'tensor<2x3xi1>', got 'tensor<3xi1>'}}
-  %c = dg.compare %a, %b predicate = "ge" : tensor<2x3xf32>, tensor<3xf32> -> tensor<3xi1>
+  %c = dg.compare %a, %b predicate = ge : tensor<2x3xf32>, tensor<3xf32> -> tensor<3xi1>
   return
 }
 
@@ -334,8 +335,9 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 module attributes {dg.mesh = {tp = 2 : i64}} {
   func.func @bad_reduce(%x: tensor<4xf32>) {
-    // expected-error @+1 {{reduce must be sum, max or min, got 'mean'}}
-    %y = dg.all_reduce %x axis = "tp" {reduce = "mean"} : tensor<4xf32> -> tensor<4xf32>
+    // expected-error @+2 {{expected ::mlir::dg::ReductionKind to be one of: sum, max, min}}
+    // expected-error @+1 {{failed to parse Dg_ReductionKindAttr parameter 'value'}}
+    %y = dg.all_reduce %x axis = "tp" reduce = mean : tensor<4xf32> -> tensor<4xf32>
     return
   }
 }
@@ -360,15 +362,16 @@ func.func @rope_positions(%x: tensor<1x2x2x8xf32>, %p: tensor<2x1xi64>) {
 
 func.func @attention_heads(%q: tensor<1x4x3x8xf32>, %k: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
   // expected-error @+1 {{query heads (3) must be a multiple of key/value heads (2)}}
-  %o = dg.attention %q, %k, %k, %m mask = "causal" : tensor<1x4x3x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x3x8xf32>
+  %o = dg.attention %q, %k, %k, %m mask = causal : tensor<1x4x3x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x3x8xf32>
   return
 }
 
 // -----
 
 func.func @attention_mask_kind(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
-  // expected-error @+1 {{mask must be causal, bidirectional or prefix, got 'sliding'}}
-  %o = dg.attention %q, %q, %q, %m mask = "sliding" : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  // expected-error @+2 {{expected ::mlir::dg::AttentionMask to be one of: causal, bidirectional, prefix}}
+  // expected-error @+1 {{failed to parse Dg_AttentionMaskAttr parameter 'value'}}
+  %o = dg.attention %q, %q, %q, %m mask = sliding : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
   return
 }
 
@@ -376,7 +379,7 @@ func.func @attention_mask_kind(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
 
 func.func @attention_prefix(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
   // expected-error @+1 {{prefix_len 5 must be in [0, 4]}}
-  %o = dg.attention %q, %q, %q, %m mask = "prefix" {prefix_len = 5} : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  %o = dg.attention %q, %q, %q, %m mask = prefix {prefix_len = 5} : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
   return
 }
 
@@ -384,7 +387,7 @@ func.func @attention_prefix(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
 
 func.func @attention_key_valid(%q: tensor<1x4x2x8xf32>, %m: tensor<1x3xi1>) {
   // expected-error @+1 {{key_valid must be [1, 4]}}
-  %o = dg.attention %q, %q, %q, %m mask = "bidirectional" : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x3xi1> -> tensor<1x4x2x8xf32>
+  %o = dg.attention %q, %q, %q, %m mask = bidirectional : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x3xi1> -> tensor<1x4x2x8xf32>
   return
 }
 

@@ -7,9 +7,9 @@ func.func @sliding_layer_attention(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16
   // CHECK: dg.rope %{{.*}}, %{{.*}} {frequency_dim = 16 : i64, rotated_pairs = 8 : i64, theta = 1.000000e+04 : f64}
   %qr = dg.rope %q, %pos {theta = 10000.0 : f64, rotated_pairs = 8, frequency_dim = 16} : tensor<2x6x4x16xf32>, tensor<2x6xi64> -> tensor<2x6x4x16xf32>
   %kr = dg.rope %k, %pos {theta = 10000.0 : f64, rotated_pairs = 8, frequency_dim = 16} : tensor<2x6x2x16xf32>, tensor<2x6xi64> -> tensor<2x6x2x16xf32>
-  // CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} mask = "causal" {window = 4 : i64}
+  // CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} mask = causal {window = 4 : i64}
   // CHECK-SAME: tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
-  %o = dg.attention %qr, %kr, %k, %valid mask = "causal" {window = 4} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  %o = dg.attention %qr, %kr, %k, %valid mask = causal {window = 4} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
   return %o : tensor<2x6x4x16xf32>
 }
 
@@ -19,8 +19,8 @@ func.func @sliding_layer_attention(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16
 // sees the last 3 prefix slots.
 // CHECK-LABEL: func.func @decoder_prefix_attention
 func.func @decoder_prefix_attention(%q: tensor<1x4x4x32xf32>, %kv: tensor<1x10x2x32xf32>, %valid: tensor<1x10xi1>) -> tensor<1x4x4x32xf32> {
-  // CHECK: dg.attention {{.*}} mask = "prefix" {prefix_len = 6 : i64, window = 3 : i64}
-  %o = dg.attention %q, %kv, %kv, %valid mask = "prefix" {prefix_len = 6, window = 3} : tensor<1x4x4x32xf32>, tensor<1x10x2x32xf32>, tensor<1x10x2x32xf32>, tensor<1x10xi1> -> tensor<1x4x4x32xf32>
+  // CHECK: dg.attention {{.*}} mask = prefix {prefix_len = 6 : i64, window = 3 : i64}
+  %o = dg.attention %q, %kv, %kv, %valid mask = prefix {prefix_len = 6, window = 3} : tensor<1x4x4x32xf32>, tensor<1x10x2x32xf32>, tensor<1x10x2x32xf32>, tensor<1x10xi1> -> tensor<1x4x4x32xf32>
   return %o : tensor<1x4x4x32xf32>
 }
 

@@ -105,8 +105,8 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   // CHECK: dg.random_int %[[KEYS]] stream = 1 high = 262144 : tensor<2x2xi64> -> tensor<2x4xi64>
   %row_ints = dg.random_int %keys stream = 1 high = 262144 : tensor<2x2xi64> -> tensor<2x4xi64>
   dg.output "row_ints", %row_ints : tensor<2x4xi64>
-  // CHECK: %[[LT:.*]] = dg.compare %[[U:.*]], %{{.*}} predicate = "lt" : tensor<2x4xf32>, tensor<f32> -> tensor<2x4xi1>
-  %lt = dg.compare %u, %c predicate = "lt" : tensor<2x4xf32>, tensor<f32> -> tensor<2x4xi1>
+  // CHECK: %[[LT:.*]] = dg.compare %[[U:.*]], %{{.*}} predicate = lt : tensor<2x4xf32>, tensor<f32> -> tensor<2x4xi1>
+  %lt = dg.compare %u, %c predicate = lt : tensor<2x4xf32>, tensor<f32> -> tensor<2x4xi1>
   // CHECK: dg.select %[[LT]], %[[IDS]], %[[INTS]] : tensor<2x4xi1>, tensor<2x4xi64>, tensor<4xi64> -> tensor<2x4xi64>
   %picked = dg.select %lt, %ids, %ints : tensor<2x4xi1>, tensor<2x4xi64>, tensor<4xi64> -> tensor<2x4xi64>
   dg.output "picked", %picked : tensor<2x4xi64>
@@ -117,8 +117,8 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   %ar = dg.all_reduce %r axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>
   // CHECK: dg.all_gather {{.*}} axis = "tp" : tensor<8x16xf32> -> tensor<16x16xf32>
   %ag = dg.all_gather %ar axis = "tp" : tensor<8x16xf32> -> tensor<16x16xf32>
-  // CHECK: dg.reduce_scatter {{.*}} axis = "tp" {reduce = "max"} : tensor<16x16xf32> -> tensor<8x16xf32>
-  %rsc = dg.reduce_scatter %ag axis = "tp" {reduce = "max"} : tensor<16x16xf32> -> tensor<8x16xf32>
+  // CHECK: dg.reduce_scatter {{.*}} axis = "tp" reduce = max : tensor<16x16xf32> -> tensor<8x16xf32>
+  %rsc = dg.reduce_scatter %ag axis = "tp" reduce = max : tensor<16x16xf32> -> tensor<8x16xf32>
   // CHECK: dg.output "probs", %{{.*}} : tensor<2x4x16xf32>
   dg.output "probs", %probs : tensor<2x4x16xf32>
   dg.output "bf", %bf : tensor<8x16xbf16>

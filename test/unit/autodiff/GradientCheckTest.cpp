@@ -306,7 +306,7 @@ TEST(GradientCheck, RopeConcatAndSlice) {
 
 // Attention with each mask kind, GQA, a window, padded keys and a pad query (its diagonal), and K = V.
 TEST(GradientCheck, AttentionMasks) {
-  auto attention = [](StringRef mask, int64_t window, int64_t prefixLength, std::vector<bool> valid, bool sharedKeyValue) -> OpBody {
+  auto attention = [](AttentionMask mask, int64_t window, int64_t prefixLength, std::vector<bool> valid, bool sharedKeyValue) -> OpBody {
     return [=](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
       auto validType = RankedTensorType::get({1, static_cast<int64_t>(valid.size())}, b.getI1Type());
       SmallVector<bool> bits(valid.begin(), valid.end());
@@ -314,20 +314,20 @@ TEST(GradientCheck, AttentionMasks) {
       Value value = sharedKeyValue ? p[1] : p[2];
       auto q = shapeOf(p[0]);
       auto type = typeLike(p[0], {q[0], q[1], q[2], shapeOf(value)[3]});
-      return b.create<AttentionOp>(loc, type, p[0], p[1], value, keyValid, b.getStringAttr(mask), b.getI64IntegerAttr(window),
+      return b.create<AttentionOp>(loc, type, p[0], p[1], value, keyValid, AttentionMaskAttr::get(b.getContext(), mask), b.getI64IntegerAttr(window),
                                    b.getI64IntegerAttr(prefixLength), b.getF64FloatAttr(0.7));
     };
   };
   // Causal, GQA 2:1, window 3, the first key padded (so query 0 sees only its own diagonal).
-  GradientChecker({{{1, 5, 4, 3}}, {{1, 5, 2, 3}}, {{1, 5, 2, 2}}}, attention("causal", 3, 0, {false, true, true, true, true}, false))
+  GradientChecker({{{1, 5, 4, 3}}, {{1, 5, 2, 3}}, {{1, 5, 2, 2}}}, attention(AttentionMask::Causal, 3, 0, {false, true, true, true, true}, false))
       .check(kTolerance);
   // Queries as the last positions (Tq < Tk), unlimited window, K = V.
-  GradientChecker({{{1, 2, 2, 3}}, {{1, 4, 1, 3}}}, attention("causal", 0, 0, {true, true, true, true}, true)).check(kTolerance);
-  GradientChecker({{{1, 3, 2, 3}}, {{1, 4, 2, 3}}, {{1, 4, 2, 3}}}, attention("bidirectional", 0, 0, {true, false, true, true}, false))
+  GradientChecker({{{1, 2, 2, 3}}, {{1, 4, 1, 3}}}, attention(AttentionMask::Causal, 0, 0, {true, true, true, true}, true)).check(kTolerance);
+  GradientChecker({{{1, 3, 2, 3}}, {{1, 4, 2, 3}}, {{1, 4, 2, 3}}}, attention(AttentionMask::Bidirectional, 0, 0, {true, false, true, true}, false))
       .check(kTolerance);
   // The decoder's prefix mask: 4 prefix slots (one padded), the last 2 visible, then 3 block keys.
   GradientChecker({{{1, 3, 2, 3}}, {{1, 7, 1, 3}}, {{1, 7, 1, 3}}},
-                  attention("prefix", 2, 4, {true, true, false, true, true, true, true}, false))
+                  attention(AttentionMask::Prefix, 2, 4, {true, true, false, true, true, true, true}, false))
       .check(kTolerance);
 }
 

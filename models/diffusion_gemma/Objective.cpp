@@ -1,0 +1,151 @@
+#include "models/diffusion_gemma/Objective.h"
+
+#include <algorithm>
+
+namespace mlir::dg::diffusion_gemma {
+
+ObjectiveBuilder::ObjectiveBuilder(GraphBuilder& graph, TextStack& text, const DiffusionGemmaObjective& objective)
+    : g_(graph), text_(text), objective_(objective), b_(graph.builder()), config_(graph.config()),
+      batch_(graph.batch()), canvasLength_(graph.config().canvasLength), hidden_(graph.config().hiddenSize),
+      f32_(graph.f32()) {}
+
+// Per-position cross-entropy of logits [..., V] against ids [...]; an optional bonus is added to
+// the logit of bonusIds (the leave-one-out correction). Uncapped logits get the soft-cap inside
+// the op, so the capped [..., V] tensor is never materialised.
+Value ObjectiveBuilder::crossEntropy(Value logits, Value targets, Value bonusIds, Value bonus, const std::string& name, bool capped) {
+  const double softcap = capped ? 0.0 : std::max(config_.finalLogitSoftcapping, 0.0);
+  return b_.create<CrossEntropyOp>(g_.loc(name), logits, targets, bonusIds, bonus, b_.getF64FloatAttr(softcap));
+}
+
+// Uniform [0, 1) draws, each row of `shape` from its own example's key.
+Value ObjectiveBuilder::uniform(Value keys, int64_t stream, ArrayRef<int64_t> shape, const std::string& name) {
+  return b_.create<RandomUniformOp>(g_.loc(name), g_.f32Type(shape), keys, b_.getI64IntegerAttr(stream));
+}
+
+// The "train_step" entry (Builder.h; training.md §2, §5-§9).
+void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
+  using Variant = DiffusionGemmaObjective::Variant;
+  Value inputIds = g_.input("input_ids", {batch_, promptLength}, b_.getI64Type());
+  Value attentionMask = g_.input("attention_mask", {batch_, promptLength}, b_.getI64Type());
+  Value canvasIds = g_.input("canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
+  Value canvasMask = g_.input("canvas_mask", {batch_, canvasLength_}, f32_);
+  Value noisyIds = g_.input("noisy_canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
+  Value diffusionTime = g_.input("diffusion_t", {batch_}, f32_);
+  Value selfConditioningMask = g_.input("self_conditioning_mask", {batch_}, f32_);
+  std::vector<Value> auxTerms;
+  std::vector<Value>* pass2AuxTerms = objective_.routerAuxLossCoeff > 0 ? &auxTerms : nullptr;
+  text_.recordLoadBalancingLosses(pass2AuxTerms);
+
+  // The prompt's K/V pass. Pass 1 would compute exactly the same values, so both passes read it;
+  // pass 1's gradient is cut below, so the encoder gets gradient from pass 2 only.
+  Value promptValid = g_.castTo(attentionMask, b_.getI1Type(), "attention_mask");
+  std::vector<LayerKeyValues> keyValues;
+  text_.encoderStack(inputIds, promptValid, g_.positions(0, promptLength), &keyValues);
+
+  // Pass 1 (§7): no self-conditioning signal, no gradient, run whenever p > 0.
+  Value signal;
+  if (objective_.selfConditioningProb > 0) {
+    text_.recordLoadBalancingLosses(nullptr);
+    Value pass1 = text_.decoderLogits(text_.decoderInput(noisyIds, Value()), promptValid, keyValues);
+    text_.recordLoadBalancingLosses(pass2AuxTerms);
+    Value detached = b_.create<StopGradientOp>(g_.loc("sc.pass1.detach"), pass1);
+    signal = text_.selfConditioningSignal(detached, selfConditioningMask);
+  } else {
+    // An exactly zero signal, as HF feeds without self-conditioning logits; the MLP still runs so
+    // that its parameters stay in the step (with zero gradients).
+    signal = b_.create<FillOp>(g_.loc("sc.zero"), g_.activationType({batch_, canvasLength_, hidden_}), b_.getF64FloatAttr(0.0));
+  }
+  // Pass 2's logits reach only the cross-entropy, which applies the soft-cap itself.
+  Value logits = text_.decoderLogits(text_.decoderInput(noisyIds, signal), promptValid, keyValues, /*capped=*/false);
+
+  // §5: ℓ_b = w(t_b) Σ_l M CE / max(Σ_l M, 1), CE on f (+ δ(t) on the observed noisy token for LOO).
+  const bool leaveOneOut = objective_.variant == Variant::LooCe || objective_.variant == Variant::ReweightedLooCe;
+  const bool reweighted = objective_.variant == Variant::ReweightedCe || objective_.variant == Variant::ReweightedLooCe;
+  Value bonus;
+  if (leaveOneOut) {
+    // δ(t) = g_.log(1 + K α / (1 − α)) with α = 1 − t and 1 − α = t clamped to 1e-12.
+    Value keep = g_.sub(g_.scalar(1.0, "loo.one"), diffusionTime, "loo.alpha");
+    Value odds = g_.div(keep, g_.maximum(diffusionTime, g_.scalar(1e-12, "loo.clamp"), "loo.t"), "loo.odds");
+    Value delta = g_.log(g_.add(g_.scalar(1.0, "loo.one"),
+                                g_.mul(odds, g_.scalar(static_cast<double>(config_.vocabSize), "loo.k"), "loo.k_odds"),
+                                "loo.ratio"),
+                         "loo.delta");
+    bonus = g_.mul(g_.reshape(delta, {batch_, 1}, "loo.delta.rows"), g_.ones({batch_, canvasLength_}, "loo.canvas"), "loo.bonus");
+  }
+  Value tokenLoss = crossEntropy(logits, canvasIds, leaveOneOut ? noisyIds : Value(), bonus, "decoder.ce", /*capped=*/false);
+  Value maskedSum = g_.reduceSum(g_.mul(tokenLoss, canvasMask, "decoder.ce.masked"), {1}, "decoder.ce.sum");
+  Value tokenCount = g_.maximum(g_.reduceSum(canvasMask, {1}, "decoder.tokens"), g_.scalar(1.0, "decoder.tokens.min"),
+                                "decoder.tokens.clamped");
+  Value perExample = g_.div(maskedSum, tokenCount, "decoder.example_loss");
+  if (reweighted) {
+    // w = −α'/α = 1 / max(1 − t, 1e-12), no 1/K factor (§5).
+    Value keep = g_.maximum(g_.sub(g_.scalar(1.0, "weight.one"), diffusionTime, "weight.alpha"), g_.scalar(1e-12, "weight.clamp"),
+                            "weight.alpha.clamped");
+    Value weight = g_.div(g_.scalar(1.0, "weight.one"), keep, "weight");
+    if (objective_.weightClip) weight = g_.minimum(weight, g_.scalar(*objective_.weightClip, "weight.clip"), "weight.clipped");
+    perExample = g_.mul(perExample, weight, "decoder.example_loss.weighted");
+  }
+  const double examples = static_cast<double>(batch_);
+  Value diffusionLoss = g_.div(g_.reduceSum(perExample, {0}, "decoder.sum"), g_.scalar(examples, "batch"), "diffusion_loss");
+  g_.output("diffusion_loss", diffusionLoss);
+  Value loss = g_.mul(diffusionLoss, g_.scalar(objective_.decoderLossWeight, "decoder.weight"), "decoder.weighted");
+
+  // §8: a separate causal pass over prompt ⊕ clean target; position j predicts token j + 1, scored
+  // only where that token is a real target. Only the L scored positions reach the head.
+  if (objective_.encoderLossWeight > 0) {
+    Value cleanIds = g_.concat({inputIds, canvasIds}, 1, "clean.ids");
+    Value canvasValid = g_.compare(canvasMask, g_.scalar(0.0, "clean.zero"), ComparePredicate::Gt, "clean.canvas_valid");
+    Value cleanValid = g_.concat({promptValid, canvasValid}, 1, "clean.key_valid");
+    Value hidden = text_.encoderStack(cleanIds, cleanValid, g_.positions(0, promptLength + canvasLength_), nullptr);
+    Value scored = b_.create<SliceOp>(g_.loc("clean.scored"), g_.activationType({batch_, canvasLength_, hidden_}), hidden,
+                                      b_.getI64IntegerAttr(1), b_.getI64IntegerAttr(promptLength - 1));
+    Value cleanLoss = crossEntropy(text_.head(scored, /*capped=*/false), canvasIds, Value(), Value(), "clean.ce", /*capped=*/false);
+    Value cleanSum = g_.reduceSum(g_.mul(cleanLoss, canvasMask, "clean.ce.masked"), {0, 1}, "clean.ce.sum");
+    Value cleanCount = g_.maximum(g_.reduceSum(canvasMask, {0, 1}, "clean.tokens"), g_.scalar(1.0, "clean.tokens.min"),
+                                  "clean.tokens.clamped");
+    Value encoderLoss = g_.div(cleanSum, cleanCount, "encoder_loss");
+    g_.output("encoder_loss", encoderLoss);
+    loss = g_.add(loss, g_.mul(encoderLoss, g_.scalar(objective_.encoderLossWeight, "encoder.weight"), "encoder.weighted"), "loss.encoder");
+  }
+  if (!auxTerms.empty()) {
+    Value aux = auxTerms.front();
+    for (size_t i = 1; i < auxTerms.size(); ++i) aux = g_.add(aux, auxTerms[i], "aux.sum");
+    loss = g_.add(loss, g_.mul(aux, g_.scalar(objective_.routerAuxLossCoeff, "aux.coeff"), "aux.weighted"), "loss.aux");
+  }
+  text_.recordLoadBalancingLosses(nullptr);
+  g_.output("loss", loss);
+}
+
+// The "corrupt" entry (Builder.h; training.md §4, §7, §11).
+void ObjectiveBuilder::buildCorrupt() {
+  Value keys = g_.input("noise_keys", {batch_, 2}, b_.getI64Type());
+  Value canvasIds = g_.input("canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
+  Value canvasMask = g_.input("canvas_mask", {batch_, canvasLength_}, f32_);
+
+  Value level = uniform(keys, kTimeStream, {batch_}, "noise.t.uniform");
+  Value diffusionTime = g_.add(g_.mul(level, g_.scalar(objective_.noiseMax - objective_.noiseMin, "noise.range"), "noise.t.scaled"),
+                               g_.scalar(objective_.noiseMin, "noise.min"), "diffusion_t");
+  Value selection = uniform(keys, kSelectionStream, {batch_, canvasLength_}, "noise.u");
+  auto idsType = RankedTensorType::get({batch_, canvasLength_}, b_.getI64Type());
+  Value replacement = b_.create<RandomIntOp>(g_.loc("noise.r"), idsType, keys, b_.getI64IntegerAttr(kReplacementStream),
+                                             b_.getI64IntegerAttr(config_.vocabSize));
+  // Only real canvas tokens are ever replaced: u < t and M = 1 (the replacement may equal the original).
+  Value selected = g_.compare(selection, g_.reshape(diffusionTime, {batch_, 1}, "noise.t.rows"), ComparePredicate::Lt, "noise.selected");
+  Value real = g_.compare(canvasMask, g_.scalar(0.0, "noise.zero"), ComparePredicate::Gt, "noise.real");
+  Value replaced = b_.create<SelectOp>(g_.loc("noise.replaced"), real, replacement, canvasIds);
+  Value noisy = b_.create<SelectOp>(g_.loc("noisy_canvas_ids"), selected, replaced, canvasIds);
+
+  Value selfConditioningMask;
+  if (objective_.selfConditioningProb > 0) {
+    Value coin = uniform(keys, kSelfConditioningStream, {batch_}, "sc.coin");
+    Value chosen = g_.compare(coin, g_.scalar(objective_.selfConditioningProb, "sc.prob"), ComparePredicate::Lt, "sc.chosen");
+    selfConditioningMask = g_.castTo(chosen, f32_, "self_conditioning_mask");
+  } else {
+    selfConditioningMask = b_.create<FillOp>(g_.loc("self_conditioning_mask"), g_.f32Type({batch_}), b_.getF64FloatAttr(0.0));
+  }
+  g_.output("diffusion_t", diffusionTime);
+  g_.output("noisy_canvas_ids", noisy);
+  g_.output("self_conditioning_mask", selfConditioningMask);
+}
+
+}  // namespace mlir::dg::diffusion_gemma

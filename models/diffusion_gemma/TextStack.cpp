@@ -1,0 +1,210 @@
+#include "models/diffusion_gemma/TextStack.h"
+
+#include <cmath>
+
+namespace mlir::dg::diffusion_gemma {
+
+TextStack::TextStack(GraphBuilder& graph)
+    : g_(graph), b_(graph.builder()), config_(graph.config()), batch_(graph.batch()),
+      canvasLength_(graph.config().canvasLength), hidden_(graph.config().hiddenSize), f32_(graph.f32()),
+      activation_(graph.activation()) {}
+
+// gelu_tanh(x G^T) * (x U^T), then D^T: the dense MLP and the self-conditioning MLP.
+Value TextStack::gatedMlp(Value x, const std::string& prefix, int64_t inner) {
+  Value gate = g_.linear(x, prefix + "gate_proj.weight", inner, hidden_);
+  Value up = g_.linear(x, prefix + "up_proj.weight", inner, hidden_);
+  Value activated = b_.create<GeluTanhOp>(g_.loc(prefix + "act"), gate);
+  return g_.linear(g_.mul(activated, up, prefix + "gated"), prefix + "down_proj.weight", hidden_, inner);
+}
+
+double TextStack::embeddingScale() const {
+  return config_.embeddingScale(g_.mixedPrecision() ? dgemma::DType::BF16 : dgemma::DType::F32);
+}
+
+// E[ids] * sqrt(H) (rounded to the embedding dtype). Like torch's Embedding(padding_idx), lookups
+// of the pad id give the pad row no gradient (training.md §10); the tied head still does.
+Value TextStack::embed(Value ids) {
+  Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
+  auto lookup = b_.create<GatherOp>(g_.loc("embed"), table, ids, b_.getI64IntegerAttr(config_.padTokenId));
+  return g_.mul(lookup, g_.scalar(embeddingScale(), "embed.scale", activation_), "embed.scaled");
+}
+
+// model.md §7.1: the soft embedding (softmax(sc) E) s, times the per-example mask. The softmax of
+// the f32 logits is an fp32 island; its probabilities meet E in the activation dtype.
+Value TextStack::selfConditioningSignal(Value logits, Value mask) {
+  Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
+  Value probabilities = b_.create<SoftmaxOp>(g_.loc("sc.softmax"), logits, b_.getI64IntegerAttr(-1));
+  Value expected = b_.create<MatmulOp>(g_.loc("sc.soft_embedding"), g_.toActivation(probabilities, "sc.softmax"), table,
+                                       b_.getBoolAttr(false), b_.getBoolAttr(false));
+  Value scaled = g_.mul(expected, g_.scalar(embeddingScale(), "sc.scale", activation_), "sc.scaled");
+  return g_.mul(scaled, g_.toActivation(g_.reshape(mask, {batch_, 1, 1}, "sc.mask"), "sc.mask"), "sc.masked");
+}
+
+// model.md §7.1: x_dec = rmsnorm(E[xt] s + MLP(rmsnorm(signal; pre_norm))), weightless. Without a
+// signal (self-conditioning pass 1) the MLP's output is exactly zero and is left out.
+Value TextStack::decoderInput(Value canvasIds, Value signal) {
+  Value tokens = embed(canvasIds);
+  if (!signal) return g_.weightlessNorm(tokens, "sc.post_norm");
+  Value normed = g_.rmsNorm(signal, top("self_conditioning.pre_norm.weight"));
+  Value mlp = gatedMlp(normed, top("self_conditioning."), config_.intermediateSize);
+  return g_.weightlessNorm(g_.add(tokens, mlp, "sc.residual"), "sc.post_norm");
+}
+
+// The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
+// state before the final norm and, if asked, every layer's K/V.
+Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut) {
+  Value hidden = embed(ids);
+  for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
+    hidden = layerForward(layer, hidden, positions, EncoderAttention{keyValid}, keyValuesOut);
+  return hidden;
+}
+
+// The decoder over [prefix K/V ; canvas] from its input embedding; canvas positions continue after
+// the prompt, padding included (model.md §7.2). Returns the logits, soft-capped unless `capped` is false.
+Value TextStack::decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues, bool capped) {
+  const int64_t promptLength = shapeOf(promptValid)[1];
+  Value canvasValid = g_.constantBool({batch_, canvasLength_}, true, "canvas.key_valid");
+  Value decoderValid = g_.concat({promptValid, canvasValid}, 1, "decoder.key_valid");
+  Value decoderPositions = g_.positions(promptLength, canvasLength_);
+  for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
+    x = layerForward(layer, x, decoderPositions, DecoderAttention{decoderValid, &keyValues[layer], promptLength}, nullptr);
+  return head(x, capped);
+}
+
+// Heads of one projection: [B, T, heads * D] -> [B, T, heads, D].
+Value TextStack::splitHeads(Value x, int64_t heads, int64_t headDim, const std::string& name) {
+  return g_.reshape(x, {shapeOf(x)[0], shapeOf(x)[1], heads, headDim}, name);
+}
+
+Value TextStack::rope(Value x, Value positions, int64_t layer, const std::string& name) {
+  const dgemma::LayerGeometry& geometry = config_.layer(layer);
+  return b_.create<RopeOp>(g_.loc(name), x, positions, b_.getF64FloatAttr(geometry.rope.theta),
+                           b_.getI64IntegerAttr(config_.ropeRotatedPairs(layer)),
+                           b_.getI64IntegerAttr(geometry.headDim), b_.getBoolAttr(false));
+}
+
+// model.md §5.4 with the encoder (§6.2) or decoder (§7.3) key set.
+template <typename KeySet>
+Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet& keySet, std::vector<LayerKeyValues>* keyValuesOut) {
+  const dgemma::LayerGeometry& geometry = config_.layer(layer);
+  const int64_t headDim = geometry.headDim, queryHeads = geometry.numQueryHeads, kvHeads = geometry.numKeyValueHeads;
+  const bool sliding = geometry.type == dgemma::AttentionLayerType::Sliding;
+  auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
+
+  Value queries = splitHeads(g_.linear(x, name("self_attn.q_proj.weight"), queryHeads * headDim, hidden_), queryHeads,
+                             headDim, name("q"));
+  queries = rope(g_.rmsNorm(queries, name("self_attn.q_norm.weight")), positions, layer, name("q.rope"));
+  Value rawKeys = splitHeads(g_.linear(x, name("self_attn.k_proj.weight"), kvHeads * headDim, hidden_), kvHeads, headDim,
+                             name("k"));
+  // Full layers have no v_proj: V is the raw K projection (before k_norm and RoPE).
+  Value rawValues = sliding ? splitHeads(g_.linear(x, name("self_attn.v_proj.weight"), kvHeads * headDim, hidden_), kvHeads,
+                                         headDim, name("v"))
+                            : rawKeys;
+  Value keys = rope(g_.rmsNorm(rawKeys, name("self_attn.k_norm.weight")), positions, layer, name("k.rope"));
+  Value values = g_.weightlessNorm(rawValues, name("self_attn.v_norm"));
+
+  SmallVector<int64_t> outShape{shapeOf(x)[0], shapeOf(x)[1], queryHeads, headDim};
+  Value attended;
+  if constexpr (std::is_same_v<KeySet, EncoderAttention>) {
+    if (keyValuesOut) keyValuesOut->push_back({keys, values});
+    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, keys, values, keySet.keyValid,
+                                      AttentionMaskAttr::get(b_.getContext(), AttentionMask::Causal),
+                                      b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
+                                      b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0));
+  } else {
+    // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
+    Value allKeys = g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
+    Value allValues = g_.concat({keySet.prefix->values, values}, 1, name("decoder.values"));
+    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues,
+                                      keySet.keyValid, AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
+                                      b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
+                                      b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0));
+  }
+  Value merged = g_.reshape(attended, {outShape[0], outShape[1], queryHeads * headDim}, name("heads"));
+  return g_.linear(merged, name("self_attn.o_proj.weight"), hidden_, queryHeads * headDim);
+}
+
+// model.md §5.5: dense MLP and routed experts in parallel on the same residual.
+Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
+  auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
+  const int64_t tokens = shapeOf(residual)[0] * shapeOf(residual)[1];
+  Value dense = gatedMlp(g_.rmsNorm(residual, name("pre_feedforward_layernorm.weight")), name("mlp."), config_.intermediateSize);
+  Value denseOut = g_.rmsNorm(dense, name("post_feedforward_layernorm_1.weight"));
+
+  // The router reads the raw residual through its own weightless norm, scaled per channel and by
+  // H^-1/2. From the norm's output on it is an fp32 island (logits, softmax and routing weights).
+  Value routerInput = g_.mul(g_.toF32(g_.weightlessNorm(residual, name("router.norm")), name("router.norm")),
+                             g_.islandParam(name("router.scale"), {hidden_}, "ones"), name("router.scaled"));
+  routerInput = g_.mul(routerInput, g_.scalar(1.0 / std::sqrt(static_cast<double>(hidden_)), name("router.root")),
+                       name("router.input"));
+  Value routerLogits = g_.linear(g_.reshape(routerInput, {tokens, hidden_}, name("router.tokens")),
+                                 g_.islandParam(name("router.proj.weight"), {config_.numExperts, hidden_}, "normal"),
+                                 name("router.proj.weight"));
+  Value perExpertScale = g_.islandParam(name("router.per_expert_scale"), {config_.numExperts}, "ones");
+  auto route = b_.create<MoeRouteOp>(g_.loc(name("router")), routerLogits, perExpertScale,
+                                     b_.getI64IntegerAttr(config_.topKExperts));
+
+  if (auxTerms_) auxTerms_->push_back(loadBalancingLoss(layer, routerLogits, route.getIndices(), tokenValid));
+
+  Value expertInput = g_.reshape(g_.rmsNorm(residual, name("pre_feedforward_layernorm_2.weight")), {tokens, hidden_},
+                                 name("experts.tokens"));
+  Value gateUp = g_.param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
+  Value down = g_.param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
+  Value experts = b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, route.getWeights(), route.getIndices(),
+                                          gateUp, down);
+  Value expertsOut = g_.rmsNorm(g_.reshape(experts, shapeOf(residual), name("experts.out")),
+                                name("post_feedforward_layernorm_2.weight"));
+  return g_.rmsNorm(g_.add(denseOut, expertsOut, name("ffn.sum")), name("post_feedforward_layernorm.weight"));
+}
+
+// Switch-style load balancing (training.md §9, Megatron's definition): E / (k T²) Σ_e P_e c_e over
+// the call's T real tokens, with P_e the router probability mass of expert e and c_e its top-k
+// count (no gradient: a discrete choice). Padding tokens (tokenValid = 0) do not count: their
+// hidden states are never read. A null tokenValid means every token is real (the canvas).
+Value TextStack::loadBalancingLoss(int64_t layer, Value routerLogits, Value indices, Value tokenValid) {
+  auto name = [&](const std::string& suffix) { return layerName(layer, "aux." + suffix); };
+  const int64_t tokens = shapeOf(routerLogits)[0], experts = config_.numExperts, topK = config_.topKExperts;
+  Value weight = tokenValid ? g_.castTo(g_.reshape(tokenValid, {tokens, 1}, name("valid")), f32_, name("weight"))
+                            : g_.ones({tokens, 1}, name("weight"));
+  Value probabilities = b_.create<SoftmaxOp>(g_.loc(name("probs")), routerLogits, b_.getI64IntegerAttr(-1));
+  Value mass = g_.reduceSum(g_.mul(probabilities, weight, name("probs.real")), {0}, name("mass"));
+  Value choices = g_.reshape(indices, {tokens * topK}, name("choices"));
+  Value choiceWeights = g_.reshape(g_.mul(weight, g_.ones({tokens, topK}, name("slots")), name("choice.weight")), {tokens * topK, 1},
+                                   name("choice.weights"));
+  Value counts = b_.create<ScatterAddOp>(g_.loc(name("counts")), g_.f32Type({experts, 1}), choices, choiceWeights);
+  Value balance = g_.reduceSum(g_.mul(mass, g_.reshape(counts, {experts}, name("counts.flat")), name("product")), {0}, name("sum"));
+  Value real = g_.maximum(g_.reduceSum(weight, {0, 1}, name("tokens")), g_.scalar(1.0, name("tokens.min")), name("tokens.clamped"));
+  Value scale = g_.div(g_.scalar(static_cast<double>(experts) / static_cast<double>(topK), name("e_over_k")),
+                       g_.mul(real, real, name("t2")), name("scale"));
+  return g_.mul(balance, scale, name("loss"));
+}
+
+// model.md §5.6: sandwich norms; layer_scalar scales the whole residual stream.
+template <typename KeySet>
+Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, const KeySet& keySet,
+                              std::vector<LayerKeyValues>* keyValuesOut) {
+  auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
+  Value attended = attention(layer, g_.rmsNorm(hidden, name("input_layernorm.weight")), positions, keySet, keyValuesOut);
+  Value residual = g_.add(hidden, g_.rmsNorm(attended, name("post_attention_layernorm.weight")), name("attention.residual"));
+  // Encoder queries are its keys (padding included); every decoder query is a canvas token.
+  Value tokenValid;
+  if constexpr (std::is_same_v<KeySet, EncoderAttention>) tokenValid = keySet.keyValid;
+  Value out = g_.add(residual, feedForward(layer, residual, tokenValid), name("ffn.residual"));
+  return g_.mul(out, g_.param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
+}
+
+// model.md §5.7: final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c) unless
+// `capped` is false (a cross-entropy that caps itself). The head's output is widened to f32 (as HF
+// casts it) before the soft-cap.
+Value TextStack::head(Value x, bool capped) {
+  Value normed = g_.rmsNorm(x, g_.param(top("norm.weight"), {hidden_}, "ones"), "decoder.norm");
+  Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
+  Value logits = g_.toF32(b_.create<MatmulOp>(g_.loc("head"), normed, table, b_.getBoolAttr(false), b_.getBoolAttr(true)),
+                          "head");
+  const double cap = config_.finalLogitSoftcapping;
+  if (cap <= 0 || !capped) return logits;
+  Value squashed = b_.create<TanhOp>(g_.loc("softcap"), g_.div(logits, g_.scalar(cap, "softcap.c"), "softcap.in"));
+  return g_.mul(squashed, g_.scalar(cap, "softcap.c"), "softcap.out");
+}
+
+}  // namespace mlir::dg::diffusion_gemma

@@ -1,0 +1,84 @@
+// The DiffusionGemma text model as dg ops (../shared/reference/model.md): the token embedding, the
+// decoder's input block with self-conditioning, the layers (attention, dense MLP and routed
+// experts, sandwich norms), the causal encoder stack, the decoder over [prefix K/V ; canvas] and the
+// tied, soft-capped head. Parameters carry their HF names under model.decoder.
+#ifndef MODELS_DIFFUSION_GEMMA_TEXTSTACK_H
+#define MODELS_DIFFUSION_GEMMA_TEXTSTACK_H
+
+#include <string>
+#include <vector>
+
+#include "models/diffusion_gemma/GraphBuilder.h"
+
+namespace mlir::dg::diffusion_gemma {
+
+// The K/V one encoder layer hands to the decoder layer of the same index.
+struct LayerKeyValues {
+  Value keys;    // [B, P, Hkv, D], after k_norm and RoPE
+  Value values;  // [B, P, Hkv, D], after the weightless v_norm
+};
+
+class TextStack {
+ public:
+  explicit TextStack(GraphBuilder& graph);
+
+  // The canonical HF name of a top-level text parameter: model.decoder.<suffix>.
+  static std::string top(const std::string& suffix) { return "model.decoder." + suffix; }
+
+  // E[ids] * sqrt(H), rounded to the activation dtype.
+  Value embed(Value ids);
+  // The soft embedding of self-conditioning logits [B, L, V] f32, times the per-example mask [B].
+  Value selfConditioningSignal(Value logits, Value mask);
+  // The decoder's input from the canvas ids [B, L] and a signal (null: self-conditioning pass 1).
+  Value decoderInput(Value canvasIds, Value signal);
+  // The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
+  // state before the final norm and, if asked, every layer's K/V.
+  Value encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut);
+  // The decoder over [prefix K/V ; canvas] from its input; returns the logits, soft-capped unless
+  // `capped` is false.
+  Value decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues, bool capped = true);
+  // Final norm and tied head of hidden states [B, L, H]: f32 logits, soft-capped unless `capped`
+  // is false (a cross-entropy that caps itself).
+  Value head(Value x, bool capped = true);
+
+  // Where the MoE calls built from now on append their load-balancing loss; null: nowhere.
+  void recordLoadBalancingLosses(std::vector<Value>* terms) { auxTerms_ = terms; }
+
+ private:
+  // Where a layer's attention reads its keys from.
+  struct EncoderAttention {
+    Value keyValid;  // [B, P] i1
+  };
+  struct DecoderAttention {
+    Value keyValid;  // [B, P + L] i1: the prompt mask, then the (always valid) canvas
+    const LayerKeyValues* prefix;
+    int64_t prefixLength;
+  };
+
+  static std::string layerName(int64_t layer, const std::string& suffix) {
+    return "model.decoder.layers." + std::to_string(layer) + "." + suffix;
+  }
+  double embeddingScale() const;
+  Value gatedMlp(Value x, const std::string& prefix, int64_t inner);
+  Value splitHeads(Value x, int64_t heads, int64_t headDim, const std::string& name);
+  Value rope(Value x, Value positions, int64_t layer, const std::string& name);
+  template <typename KeySet>
+  Value attention(int64_t layer, Value x, Value positions, const KeySet& keySet, std::vector<LayerKeyValues>* keyValuesOut);
+  Value feedForward(int64_t layer, Value residual, Value tokenValid);
+  Value loadBalancingLoss(int64_t layer, Value routerLogits, Value indices, Value tokenValid);
+  template <typename KeySet>
+  Value layerForward(int64_t layer, Value hidden, Value positions, const KeySet& keySet,
+                     std::vector<LayerKeyValues>* keyValuesOut);
+
+  GraphBuilder& g_;
+  OpBuilder& b_;
+  const dgemma::DiffusionGemmaConfig& config_;
+  int64_t batch_, canvasLength_, hidden_;
+  Type f32_;
+  Type activation_;
+  std::vector<Value>* auxTerms_ = nullptr;
+};
+
+}  // namespace mlir::dg::diffusion_gemma
+
+#endif
