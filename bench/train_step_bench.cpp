@@ -297,7 +297,7 @@ void fillWeights(Executor& executor, const DiffusionGemmaConfig& config, const F
     return;
   }
   // An HF state dict (model.decoder.* and/or model.encoder.language_model.*): the loader rules of
-  // model.md §3.6 map it onto the plan's names, as dgemma-run does.
+  // docs/model.md, "Checkpoint loading rules" map it onto the plan's names, as dgemma-run does.
   SafetensorsDirectory checkpoint = SafetensorsDirectory::open(flags.weights);
   ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
   loadWeights(executor, flags.weights, [&](const std::string& name) -> std::optional<HostTensor> {

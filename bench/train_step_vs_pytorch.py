@@ -147,7 +147,7 @@ def make_batch(cfg, raw_config: dict, rows: int, prompt_len: int, seed: int):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The HF model and the objective (training.md §5-§8, as the fixture generator evaluates it)
+# The HF model and the objective (docs/training.md, "The objective", as the fixture generator evaluates it)
 
 
 def build_model(config_path: Path):

@@ -1,4 +1,4 @@
-// Error classes carry the exit code the CLI contract assigns (../shared/reference/cli.md):
+// Error classes carry the exit code the CLI contract assigns (docs/cli.md):
 // 2 for bad usage or bad input (a plan, a checkpoint, a batch file, a flag), 1 for a failure at run time.
 #pragma once
 

@@ -11,7 +11,7 @@
 
 namespace mlir::dg {
 
-// AdamW settings of the optimizer_step entry (training.md §13; defaults: the 26B recipe).
+// AdamW settings of the optimizer_step entry (docs/training.md, "The 26B recipe"; defaults: the 26B recipe).
 struct OptimizerOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;

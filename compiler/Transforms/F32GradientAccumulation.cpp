@@ -1,7 +1,7 @@
 // dg-f32-gradient-accumulation: in a bf16 step, each use of a parameter casts the f32 master to
 // bf16, so autodiff hands out a bf16 gradient per use, sums them in bf16 and widens the sum for
 // grad/<name>. This pass moves that tail to f32, as Megatron accumulates into fp32 main_grad
-// buffers (training.md §12): walking back from every gradient output through the widening casts,
+// buffers (docs/training.md, "Mixed precision"): walking back from every gradient output through the widening casts,
 // a sum is redone in f32 on widened operands, a transpose or reshape on its widened input, and the
 // op that produced a gradient (a matmul, reduce_sum, scatter_add, or moe_experts_backward's weight
 // gradients) writes its f32 accumulator instead of rounding it. Each rewrite removes a rounding and

@@ -1,5 +1,5 @@
 // dg-optimizer-step: adds the "optimizer_step" entry point, the AdamW update of every trainable
-// parameter as dg ops (../shared/reference/training.md §13): the global norm and clip as scalar
+// parameter as dg ops (docs/training.md, "AdamW and clipping"): the global norm and clip as scalar
 // ops, then one fused dg.adamw per parameter and dg.assign of its results, so that later passes
 // (sharding: the distributed optimizer; memory planning) see the update like any other computation.
 #include "compiler/Transforms/Passes.h"

@@ -28,7 +28,7 @@ def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::Mo
     f32 and has no other use, an add or sub is redone in f32 on widened operands, a transpose or
     reshape on its widened input, and a matmul, reduce_sum, scatter_add or the weight gradients of
     moe_experts_backward produce f32 directly (Megatron's fp32 gradient accumulation, training.md
-    §12). Each rewrite removes a rounding; none adds one. Nothing outside a gradient's tail changes.
+    docs/training.md, "Mixed precision"). Each rewrite removes a rounding; none adds one. Nothing outside a gradient's tail changes.
   }];
 }
 
@@ -50,7 +50,7 @@ def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
 def DgOptimizerStep : Pass<"dg-optimizer-step", "::mlir::ModuleOp"> {
   let summary = "Adds the AdamW update of every trainable parameter as the entry point optimizer_step";
   let description = [{
-    The update of ../shared/reference/training.md §13 as dg ops, so that the sharding passes (the
+    The update of docs/training.md, "AdamW and clipping" as dg ops, so that the sharding passes (the
     distributed optimizer) and the memory planner see it. Inputs: `lr`, `bias_correction1` (1 − β1^n),
     `bias_correction2` (1 − β2^n), `gradient_scale` (1 / micro-batches; the gradients arrive summed)
     and `grad/<name>` per trainable parameter. It outputs `grad_norm` (the global L2 norm of the

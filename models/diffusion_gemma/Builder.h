@@ -1,6 +1,6 @@
-// Emits DiffusionGemma as dg IR from its configuration (../shared/reference/model.md): the causal
+// Emits DiffusionGemma as dg IR from its configuration (docs/model.md): the causal
 // prompt encoder, the decoder over [prefix K/V ; canvas], the self-conditioning block, the tied and
-// soft-capped head; and the block-diffusion training step (../shared/reference/training.md). One
+// soft-capped head; and the block-diffusion training step (docs/training.md, "The objective"). One
 // entry point per prompt-length bucket.
 #ifndef MODELS_DIFFUSION_GEMMA_BUILDER_H
 #define MODELS_DIFFUSION_GEMMA_BUILDER_H
@@ -15,7 +15,7 @@
 
 namespace mlir::dg {
 
-// How the model computes (training.md §12). Fp32: everything f32. Bf16 (mixed): parameters stay f32
+// How the model computes (docs/training.md, "Mixed precision"). Fp32: everything f32. Bf16 (mixed): parameters stay f32
 // masters in the plan and every use casts them to bf16; activations and GEMM inputs are bf16; the
 // fp32 islands are explicit casts: the router (logits, softmax, routing weights), the
 // self-conditioning softmax, the head output and soft-cap, and the loss. Ops on bf16 tensors compute
@@ -33,7 +33,7 @@ struct DiffusionGemmaForwardOptions {
 };
 
 // Entry "forward" (bucket: micro_batch, prompt_len, canvas_len), the contract of `dgemma-run
-// forward` (../shared/reference/cli.md):
+// forward` (docs/cli.md):
 //   inputs   input_ids [B, P] i64, attention_mask [B, P] i64 (1 = real token, left padding 0),
 //            noisy_canvas_ids [B, L] i64, self_conditioning_logits [B, L, V] f32,
 //            self_conditioning_mask [B] f32 (0 gives exactly no signal);
@@ -45,7 +45,7 @@ struct DiffusionGemmaForwardOptions {
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                  const DiffusionGemmaForwardOptions& options);
 
-// The training objective's settings (training.md §4-§9; defaults are Megatron Bridge's provider
+// The training objective's settings (docs/training.md, "The objective"; defaults are Megatron Bridge's provider
 // values except the self-conditioning probability, whose recipe value the presets set).
 struct DiffusionGemmaObjective {
   enum class Variant { BaseSft, ReweightedCe, LooCe, ReweightedLooCe };
@@ -58,7 +58,7 @@ struct DiffusionGemmaObjective {
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
 };
 
-// Parses an objective name (training.md §5; "loo-reweighted-ce" is an alias); nullopt if unknown.
+// Parses an objective name (docs/training.md, "The four objectives"; "loo-reweighted-ce" is an alias); nullopt if unknown.
 std::optional<DiffusionGemmaObjective::Variant> parseObjectiveVariant(const std::string& name);
 const char* objectiveVariantName(DiffusionGemmaObjective::Variant variant);
 
@@ -70,7 +70,7 @@ struct DiffusionGemmaTrainOptions {
 };
 
 // Two kinds of entry points:
-//   "corrupt" (bucket: micro_batch, canvas_len): uniform-state corruption as IR (training.md §4, §7).
+//   "corrupt" (bucket: micro_batch, canvas_len): uniform-state corruption as IR (docs/training.md, "Uniform-state corruption", "Self-conditioning").
 //       inputs   noise_keys [B, 2] i64 (one Philox key per example, see runtime/core/NoiseKeys.h),
 //                canvas_ids [B, L] i64, canvas_mask [B, L] f32;
 //       outputs  diffusion_t [B] f32, noisy_canvas_ids [B, L] i64, self_conditioning_mask [B] f32.

@@ -21,7 +21,7 @@ using json = nlohmann::json;
 constexpr std::string_view kSlidingName = "sliding_attention";
 constexpr std::string_view kFullName = "full_attention";
 
-// HF's DiffusionGemmaTextConfig class defaults (model.md §2.1), used for absent fields exactly as HF
+// HF's DiffusionGemmaTextConfig class defaults (docs/model.md, "Text config"), used for absent fields exactly as HF
 // uses them. The MoE sizes have no usable default (None), so they are required.
 constexpr int64_t kDefaultVocabSize = 262144;
 constexpr int64_t kDefaultHiddenSize = 2304;
@@ -38,10 +38,10 @@ constexpr double kDefaultFinalLogitSoftcapping = 30.0;
 constexpr int64_t kDefaultPadTokenId = 0;
 constexpr int64_t kDefaultEosTokenId = 1;
 constexpr int64_t kDefaultBosTokenId = 2;
-// §2.5 rule 1: without layer_types, every sixth layer is full attention.
+// docs/model.md, "Config loading rules": without layer_types, every sixth layer is full attention.
 constexpr int64_t kDefaultFullAttentionPeriod = 6;
 
-// HF's DiffusionGemmaConfig (top-level) class defaults (model.md §2.2).
+// HF's DiffusionGemmaConfig (top-level) class defaults (docs/model.md, "Top-level config").
 constexpr int64_t kDefaultCanvasLength = 256;
 constexpr int64_t kDefaultBoiTokenId = 255999;
 constexpr int64_t kDefaultEoiTokenId = 258882;
@@ -54,7 +54,7 @@ const std::set<std::string> kBookkeepingFields = {
     // The processor's image token budget; the vision tower reads its own vision_config.
     "vision_soft_tokens_per_image"};
 
-// Gemma 4 top-level fields for audio and video, which DiffusionGemma removed (model.md §2.2).
+// Gemma 4 top-level fields for audio and video, which DiffusionGemma removed (docs/model.md, "Top-level config").
 const std::vector<std::string> kAudioVideoFields = {"audio_config",    "audio_token_id", "boa_token_id",
                                                     "eoa_token_index", "eoa_token_id",   "video_token_id"};
 
@@ -140,7 +140,7 @@ class FieldReader {
   }
 
   // Keys never read: neither handled nor bookkeeping. HF keeps them as plain attributes and does
-  // nothing with them (model.md §2.5 rule 5), so they only earn a warning.
+  // nothing with them (docs/model.md, "Config loading rules"), so they only earn a warning.
   void warnAboutUnreadKeys(std::vector<std::string>& warnings) const {
     for (const auto& [key, value] : object_.items()) {
       if (readKeys_.count(key) || kBookkeepingFields.count(key)) continue;
@@ -171,7 +171,7 @@ std::string layerTypeExpectation() {
   return "expected \"" + std::string(kSlidingName) + "\" or \"" + std::string(kFullName) + "\"";
 }
 
-// §2.5 rules 1 and 2.
+// docs/model.md, "Config loading rules".
 std::vector<AttentionLayerType> readLayerTypes(FieldReader& text, int64_t numHiddenLayers,
                                                std::vector<std::string>& warnings) {
   std::vector<AttentionLayerType> types;
@@ -227,7 +227,7 @@ RopeParameters readRopeEntry(const json& entry, FieldReader& text, const std::st
       rope.fail("partial_rotary_factor", "expected a number in (0, 1], got " + describe(*factor));
     parameters.partialRotaryFactor = value;
   }
-  // HF's linear position scaling; DiffusionGemma never scales RoPE (model.md §2.1).
+  // HF's linear position scaling; DiffusionGemma never scales RoPE (docs/model.md, "Text config").
   if (const json* factor = rope.find("factor")) {
     if (!(factor->is_number() && factor->get<double>() == 1.0))
       rope.fail("factor", "expected 1 (RoPE scaling is not supported), got " + describe(*factor));
@@ -239,7 +239,7 @@ RopeParameters readRopeEntry(const json& entry, FieldReader& text, const std::st
   return parameters;
 }
 
-// §2.5 rule 3: without rope_parameters each layer type gets HF's default; with them, every layer
+// docs/model.md, "Config loading rules": without rope_parameters each layer type gets HF's default; with them, every layer
 // type in use needs an entry.
 std::map<AttentionLayerType, RopeParameters> readRopeParameters(FieldReader& text,
                                                                 const std::vector<AttentionLayerType>& layerTypes) {
@@ -273,7 +273,7 @@ struct SourcedGeometry {
   std::string numKeyValueHeadsField;
 };
 
-// The full-layer geometry in either HF spelling (model.md §2.1): per_layer_config overrides when the
+// The full-layer geometry in either HF spelling (docs/model.md, "Text config"): per_layer_config overrides when the
 // file has it (and then global_head_dim / num_global_key_value_heads are ignored, as in HF);
 // otherwise every full layer takes global_head_dim (default 512) and, when set,
 // num_global_key_value_heads.
@@ -326,7 +326,7 @@ void applyPerLayerGeometry(FieldReader& text, std::vector<SourcedGeometry>& laye
       }
     }
   }
-  // Writing both spellings is how dgemma exports a config for HF (model.md §2.6); say so only when
+  // Writing both spellings is how dgemma exports a config for HF (docs/model.md, "Tiny configs"); say so only when
   // the ignored spelling disagrees with the one used.
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerGeometry& geometry = layers[i].geometry;
@@ -342,7 +342,7 @@ void applyPerLayerGeometry(FieldReader& text, std::vector<SourcedGeometry>& laye
   }
 }
 
-// A field that plain Gemma 4 lets vary but DiffusionGemma fixes (model.md §2.1): HF ignores it, so
+// A field that plain Gemma 4 lets vary but DiffusionGemma fixes (docs/model.md, "Text config"): HF ignores it, so
 // the matching value is accepted with a warning and any other value is refused.
 void requireFixedGemma4Field(FieldReader& text, std::string_view key, const json& fixedValue, const std::string& why,
                              std::vector<std::string>& warnings) {
@@ -380,7 +380,7 @@ std::optional<std::vector<int64_t>> readEosTokenIds(FieldReader& reader, int64_t
 }
 
 void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
-  // §2.5 rule 4: "all" would make the encoder non-causal and halve the window; no test covers it yet.
+  // docs/model.md, "Config loading rules": "all" would make the encoder non-causal and halve the window; no test covers it yet.
   if (const json* bidirectional = text.find("use_bidirectional_attention")) {
     if (*bidirectional == "all")
       text.fail("use_bidirectional_attention", "\"all\" is not supported (only \"vision\" or null), got \"all\"");

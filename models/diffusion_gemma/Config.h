@@ -1,5 +1,5 @@
 // The DiffusionGemma configuration as dgemma builds it: the HF config.json after every
-// post-processing rule HF applies when it loads one (../shared/reference/model.md §2.5), resolved
+// post-processing rule HF applies when it loads one (docs/model.md, "Config loading rules"), resolved
 // into one geometry record per layer, so that the builder and the weight schema never have to know
 // which of the HF spellings (per_layer_config or global_head_dim, explicit or default
 // rope_parameters, explicit or derived layer_types) the file used.
@@ -19,7 +19,7 @@ enum class AttentionLayerType { Sliding, Full };
 
 // "default": every pair of the head rotates, exponent denominator head_dim.
 // "proportional": the first floor(partial_rotary_factor * head_dim / 2) pairs rotate, still with
-// exponent denominator head_dim; the remaining pairs have frequency 0 (model.md §5.3).
+// exponent denominator head_dim; the remaining pairs have frequency 0 (docs/model.md, "Rotary embedding").
 enum class RopeType { Default, Proportional };
 
 struct RopeParameters {
@@ -37,7 +37,7 @@ struct LayerGeometry {
 };
 
 struct DiffusionGemmaConfig {
-  // Text stack (model.md §2.1), shared by encoder and decoder.
+  // Text stack (docs/model.md, "Text config"), shared by encoder and decoder.
   int64_t vocabSize = 0;
   int64_t hiddenSize = 0;
   int64_t intermediateSize = 0;  // dense MLP and self-conditioning MLP
@@ -57,13 +57,13 @@ struct DiffusionGemmaConfig {
   std::vector<int64_t> eosTokenIds;   // the top-level list when the file has one, else the text config's
   std::vector<LayerGeometry> layers;  // numHiddenLayers entries
 
-  // Top level (model.md §2.2). A bare text config gets HF's top-level defaults.
+  // Top level (docs/model.md, "Top-level config"). A bare text config gets HF's top-level defaults.
   int64_t canvasLength = 0;
   int64_t boiTokenId = 0;
   int64_t eoiTokenId = 0;
   int64_t imageTokenId = 0;
   // Ties the LM head to the embedding and the encoder text stack to the decoder's. The loader
-  // rejects false: the weight schema and the loader rules (model.md §3.6) exist only for tied weights.
+  // rejects false: the weight schema and the loader rules (docs/model.md, "Checkpoint loading rules") exist only for tied weights.
   bool tieWordEmbeddings = true;
   bool hasVision = false;  // a non-null vision_config; its fields are the vision builder's business
 

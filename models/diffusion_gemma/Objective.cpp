@@ -22,7 +22,7 @@ Value ObjectiveBuilder::uniform(Value keys, int64_t stream, ArrayRef<int64_t> sh
   return b_.create<RandomUniformOp>(g_.loc(name), g_.f32Type(shape), keys, b_.getI64IntegerAttr(stream));
 }
 
-// The "train_step" entry (Builder.h; training.md §2, §5-§9).
+// The "train_step" entry (Builder.h; docs/training.md, "The objective").
 void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
   using Variant = DiffusionGemmaObjective::Variant;
   Value inputIds = g_.input("input_ids", {batch_, promptLength}, b_.getI64Type());
@@ -42,7 +42,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
   std::vector<LayerKeyValues> keyValues;
   text_.encoderStack(inputIds, promptValid, g_.positions(0, promptLength), &keyValues);
 
-  // Pass 1 (§7): no self-conditioning signal, no gradient, run whenever p > 0.
+  // Pass 1 (docs/training.md, "Self-conditioning"): no self-conditioning signal, no gradient, run whenever p > 0.
   Value signal;
   if (objective_.selfConditioningProb > 0) {
     text_.recordLoadBalancingLosses(nullptr);
@@ -58,7 +58,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
   // Pass 2's logits reach only the cross-entropy, which applies the soft-cap itself.
   Value logits = text_.decoderLogits(text_.decoderInput(noisyIds, signal), promptValid, keyValues, /*capped=*/false);
 
-  // §5: ℓ_b = w(t_b) Σ_l M CE / max(Σ_l M, 1), CE on f (+ δ(t) on the observed noisy token for LOO).
+  // docs/training.md, "The four objectives": ℓ_b = w(t_b) Σ_l M CE / max(Σ_l M, 1), CE on f (+ δ(t) on the observed noisy token for LOO).
   const bool leaveOneOut = objective_.variant == Variant::LooCe || objective_.variant == Variant::ReweightedLooCe;
   const bool reweighted = objective_.variant == Variant::ReweightedCe || objective_.variant == Variant::ReweightedLooCe;
   Value bonus;
@@ -78,7 +78,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
                                 "decoder.tokens.clamped");
   Value perExample = g_.div(maskedSum, tokenCount, "decoder.example_loss");
   if (reweighted) {
-    // w = −α'/α = 1 / max(1 − t, 1e-12), no 1/K factor (§5).
+    // w = −α'/α = 1 / max(1 − t, 1e-12), no 1/K factor ("The four objectives").
     Value keep = g_.maximum(g_.sub(g_.scalar(1.0, "weight.one"), diffusionTime, "weight.alpha"), g_.scalar(1e-12, "weight.clamp"),
                             "weight.alpha.clamped");
     Value weight = g_.div(g_.scalar(1.0, "weight.one"), keep, "weight");
@@ -90,7 +90,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
   g_.output("diffusion_loss", diffusionLoss);
   Value loss = g_.mul(diffusionLoss, g_.scalar(objective_.decoderLossWeight, "decoder.weight"), "decoder.weighted");
 
-  // §8: a separate causal pass over prompt ⊕ clean target; position j predicts token j + 1, scored
+  // docs/training.md, "Encoder loss": a separate causal pass over prompt ⊕ clean target; position j predicts token j + 1, scored
   // only where that token is a real target. Only the L scored positions reach the head.
   if (objective_.encoderLossWeight > 0) {
     Value cleanIds = g_.concat({inputIds, canvasIds}, 1, "clean.ids");
@@ -116,7 +116,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
   g_.output("loss", loss);
 }
 
-// The "corrupt" entry (Builder.h; training.md §4, §7, §11).
+// The "corrupt" entry (Builder.h; docs/training.md, "Uniform-state corruption", "Self-conditioning", "Noise keys").
 void ObjectiveBuilder::buildCorrupt() {
   Value keys = g_.input("noise_keys", {batch_, 2}, b_.getI64Type());
   Value canvasIds = g_.input("canvas_ids", {batch_, canvasLength_}, b_.getI64Type());

@@ -1,4 +1,4 @@
-// The block-diffusion training objective of DiffusionGemma (../shared/reference/training.md) as dg
+// The block-diffusion training objective of DiffusionGemma (docs/training.md, "The objective") as dg
 // ops: the "corrupt" entry (uniform-state corruption, the self-conditioning coin) and the
 // "train_step" entry (the encoder's K/V pass, self-conditioning pass 1 without gradient, the
 // denoising cross-entropy with its reweighting and leave-one-out variants, the clean-target encoder

@@ -6,7 +6,7 @@ namespace dgemma {
 
 namespace {
 
-// The objective and optimizer every recipe shares (Megatron Bridge's, training.md §13).
+// The objective and optimizer every recipe shares (Megatron Bridge's, docs/training.md, "The 26B recipe").
 nlohmann::json recipeCompileFlags() {
   return {{"objective", "base-sft"},  {"self-cond-prob", 0.5}, {"encoder-loss-weight", 1.0},
           {"decoder-loss-weight", 1.0}, {"aux-loss-coeff", 0.0}, {"noise-min", 1e-3},
@@ -24,7 +24,7 @@ nlohmann::json with(nlohmann::json base, const nlohmann::json& overrides) {
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = {
       {"dg26b-sft",
-       "Megatron Bridge's 26B recipe (training.md §13): bf16 mixed precision, micro-batch 1, global batch 8, "
+       "Megatron Bridge's 26B recipe (docs/training.md, 'The 26B recipe'): bf16 mixed precision, micro-batch 1, global batch 8, "
        "lr 5e-5 -> 5e-6 cosine, warmup 20, 1000 steps",
        with(recipeCompileFlags(), {{"micro-batch", 1}, {"prompt-len", "512,1024,2048,4096,8192"}, {"precision", "bf16"}}),
        {{"lr", 5e-5},
@@ -37,7 +37,7 @@ const std::vector<Preset>& presets() {
         {"eval-batches", 16},
         {"save-every", 100}}},
       {"tiny-cpu",
-       "the tiny test config of model.md §2.6 on CPU: micro-batch 2, short prompts, lr 1e-3",
+       "the tiny test config of docs/model.md, 'Tiny configs', on CPU: micro-batch 2, short prompts, lr 1e-3",
        with(recipeCompileFlags(), {{"micro-batch", 2}, {"prompt-len", "16,32,64"}}),
        {{"lr", 1e-3},
         {"min-lr", 1e-4},

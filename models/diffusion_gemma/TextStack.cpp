@@ -22,14 +22,14 @@ double TextStack::embeddingScale() const {
 }
 
 // E[ids] * sqrt(H) (rounded to the embedding dtype). Like torch's Embedding(padding_idx), lookups
-// of the pad id give the pad row no gradient (training.md §10); the tied head still does.
+// of the pad id give the pad row no gradient (docs/training.md, "Gradient paths"); the tied head still does.
 Value TextStack::embed(Value ids) {
   Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
   auto lookup = b_.create<GatherOp>(g_.loc("embed"), table, ids, b_.getI64IntegerAttr(config_.padTokenId));
   return g_.mul(lookup, g_.scalar(embeddingScale(), "embed.scale", activation_), "embed.scaled");
 }
 
-// model.md §7.1: the soft embedding (softmax(sc) E) s, times the per-example mask. The softmax of
+// docs/model.md, "Self-conditioning": the soft embedding (softmax(sc) E) s, times the per-example mask. The softmax of
 // the f32 logits is an fp32 island; its probabilities meet E in the activation dtype.
 Value TextStack::selfConditioningSignal(Value logits, Value mask) {
   Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
@@ -40,7 +40,7 @@ Value TextStack::selfConditioningSignal(Value logits, Value mask) {
   return g_.mul(scaled, g_.toActivation(g_.reshape(mask, {batch_, 1, 1}, "sc.mask"), "sc.mask"), "sc.masked");
 }
 
-// model.md §7.1: x_dec = rmsnorm(E[xt] s + MLP(rmsnorm(signal; pre_norm))), weightless. Without a
+// docs/model.md, "Self-conditioning": x_dec = rmsnorm(E[xt] s + MLP(rmsnorm(signal; pre_norm))), weightless. Without a
 // signal (self-conditioning pass 1) the MLP's output is exactly zero and is left out.
 Value TextStack::decoderInput(Value canvasIds, Value signal) {
   Value tokens = embed(canvasIds);
@@ -60,7 +60,7 @@ Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::v
 }
 
 // The decoder over [prefix K/V ; canvas] from its input embedding; canvas positions continue after
-// the prompt, padding included (model.md §7.2). Returns the logits, soft-capped unless `capped` is false.
+// the prompt, padding included (docs/model.md, "Decoder positions"). Returns the logits, soft-capped unless `capped` is false.
 Value TextStack::decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues, bool capped) {
   const int64_t promptLength = shapeOf(promptValid)[1];
   Value canvasValid = g_.constantBool({batch_, canvasLength_}, true, "canvas.key_valid");
@@ -83,7 +83,8 @@ Value TextStack::rope(Value x, Value positions, int64_t layer, const std::string
                            b_.getI64IntegerAttr(geometry.headDim), b_.getBoolAttr(false));
 }
 
-// model.md §5.4 with the encoder (§6.2) or decoder (§7.3) key set.
+// docs/model.md, "Attention", with the encoder's key set ("Encoder attention mask") or the
+// decoder's ("Decoder attention").
 template <typename KeySet>
 Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet& keySet, std::vector<LayerKeyValues>* keyValuesOut) {
   const dgemma::LayerGeometry& geometry = config_.layer(layer);
@@ -124,7 +125,7 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
   return g_.linear(merged, name("self_attn.o_proj.weight"), hidden_, queryHeads * headDim);
 }
 
-// model.md §5.5: dense MLP and routed experts in parallel on the same residual.
+// docs/model.md, "Dense MLP and experts": dense MLP and routed experts in parallel on the same residual.
 Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
   auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
   const int64_t tokens = shapeOf(residual)[0] * shapeOf(residual)[1];
@@ -157,7 +158,7 @@ Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
   return g_.rmsNorm(g_.add(denseOut, expertsOut, name("ffn.sum")), name("post_feedforward_layernorm.weight"));
 }
 
-// Switch-style load balancing (training.md §9, Megatron's definition): E / (k T²) Σ_e P_e c_e over
+// Switch-style load balancing (docs/training.md, "Router aux loss", Megatron's definition): E / (k T²) Σ_e P_e c_e over
 // the call's T real tokens, with P_e the router probability mass of expert e and c_e its top-k
 // count (no gradient: a discrete choice). Padding tokens (tokenValid = 0) do not count: their
 // hidden states are never read. A null tokenValid means every token is real (the canvas).
@@ -179,7 +180,7 @@ Value TextStack::loadBalancingLoss(int64_t layer, Value routerLogits, Value indi
   return g_.mul(balance, scale, name("loss"));
 }
 
-// model.md §5.6: sandwich norms; layer_scalar scales the whole residual stream.
+// docs/model.md, "Layer composition": sandwich norms; layer_scalar scales the whole residual stream.
 template <typename KeySet>
 Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, const KeySet& keySet,
                               std::vector<LayerKeyValues>* keyValuesOut) {
@@ -193,7 +194,7 @@ Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, cons
   return g_.mul(out, g_.param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
 }
 
-// model.md §5.7: final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c) unless
+// docs/model.md, "Head and soft-cap": final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c) unless
 // `capped` is false (a cross-entropy that caps itself). The head's output is widened to f32 (as HF
 // casts it) before the soft-cap.
 Value TextStack::head(Value x, bool capped) {

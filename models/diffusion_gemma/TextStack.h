@@ -1,4 +1,4 @@
-// The DiffusionGemma text model as dg ops (../shared/reference/model.md): the token embedding, the
+// The DiffusionGemma text model as dg ops (docs/model.md): the token embedding, the
 // decoder's input block with self-conditioning, the layers (attention, dense MLP and routed
 // experts, sandwich norms), the causal encoder stack, the decoder over [prefix K/V ; canvas] and the
 // tied, soft-capped head. Parameters carry their HF names under model.decoder.

@@ -88,7 +88,7 @@ ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, co
 
   for (const ExpectedTensor& expected : expectedTextWeights(config)) {
     const std::string suffix = expected.name.substr(kDecoderPrefix.size());
-    // The self-conditioning block exists only in the decoder (model.md §3.1).
+    // The self-conditioning block exists only in the decoder (docs/model.md, "Tying").
     const bool hasEncoderCopy = !startsWith(suffix, kSelfConditioningPrefix);
     const std::string encoderName = std::string(kEncoderTextPrefix) + suffix;
     const std::optional<SafetensorsLocation> decoderCopy = checkpoint.find(expected.name);

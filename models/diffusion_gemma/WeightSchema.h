@@ -1,6 +1,6 @@
-// The text weights of DiffusionGemma by their HF state-dict names (model.md §3.2, §3.3), and the
-// loader rules that map a checkpoint's tensors onto them (§3.6). dgemma keeps one copy of the text
-// stack under the decoder's names: the encoder's language_model is the same tensors (§3.1).
+// The text weights of DiffusionGemma by their HF state-dict names (docs/model.md, "Text tensors"), and the
+// loader rules that map a checkpoint's tensors onto them (docs/model.md, "Checkpoint loading rules"). dgemma keeps one copy of the text
+// stack under the decoder's names: the encoder's language_model is the same tensors (docs/model.md, "Tying").
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct ExpectedTensor {
 };
 
 // Every text tensor of the model in a fixed order: per layer (0..L-1) in the row order of
-// model.md §3.2, then the embedding, the final norm and the four self-conditioning tensors.
+// docs/model.md, "Text tensors", then the embedding, the final norm and the four self-conditioning tensors.
 std::vector<ExpectedTensor> expectedTextWeights(const DiffusionGemmaConfig& config);
 
 struct ResolvedCheckpoint {
@@ -41,7 +41,7 @@ struct ResolvedCheckpoint {
   std::vector<std::string> visionTensorNames;
 };
 
-// Applies the loader rules of model.md §3.6 to `checkpoint`:
+// Applies the loader rules of docs/model.md, "Checkpoint loading rules" to `checkpoint`:
 //  - a text tensor may be stored under model.decoder. or model.encoder.language_model. (the
 //    self-conditioning block only under model.decoder.); when both copies exist they must be
 //    bit-identical (same dtype, same bytes). This also covers layer_scalar, the one text tensor HF

@@ -35,7 +35,7 @@ struct CheckpointState {
   std::string planHash;          // compared on load
   int64_t step = 0;              // optimizer steps completed
   int64_t consumedSamples = 0;
-  nlohmann::json dataOrderState = nlohmann::json::object();  // the sampler's state (data.md §6)
+  nlohmann::json dataOrderState = nlohmann::json::object();  // the sampler's state (docs/data.md, "Item order")
   nlohmann::json rng = nlohmann::json::object();             // seeds, noise-seeding mode
   nlohmann::json config = nlohmann::json::object();          // the run configuration (schedule included)
 };

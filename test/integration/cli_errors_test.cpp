@@ -83,7 +83,7 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
   EXPECT_TRUE(contains(hf, "config.json: text_config: missing")) << hf.output;
 }
 
-// The objective flags of a training plan are validated before anything is built (training.md §4, §5).
+// The objective flags of a training plan are validated before anything is built (docs/training.md, "Uniform-state corruption", "The four objectives").
 TEST_F(CliTest, TrainingObjectiveFlagsAreValidated) {
   const std::string tiny = std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
                            "/models/diffusion_gemma/configs/tiny-cpu.json --mode train -o " + (dir / "p");

@@ -188,7 +188,7 @@ namespace dgemma {
 namespace {
 
 // Older HF versions spell the full-layer geometry as global_head_dim / num_global_key_value_heads
-// instead of per_layer_config; both must compile to the same model (model.md §2.1).
+// instead of per_layer_config; both must compile to the same model (docs/model.md, "Text config").
 TEST(DiffusionGemmaConfigForms, LegacyGlobalFieldsGiveTheSameLogits) {
   const std::string fixture = std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/seven_layers";
   ScratchDirectory dir;

@@ -2,9 +2,9 @@
 // `dgemma-run grad`) against torch autograd on HF transformers (test/fixtures/diffusion_gemma_train,
 // produced in fp64 by tools/reference/make_training_fixtures.py): the four objectives ×
 // self-conditioning on/off × encoder loss on/off, a weight clip, a router load-balancing loss, and the sliding-window and
-// HF-tester models. The noise, t and self-conditioning mask are injected (training.md §4 test hooks).
+// HF-tester models. The noise, t and self-conditioning mask are injected (docs/training.md, "Uniform-state corruption" test hooks).
 // fp32 plans (issue 4): loss within 1e-6 relative, every parameter gradient ‖Δ‖/‖ref‖ <= 1e-5.
-// bf16 mixed-precision plans (issue 6, training.md §12): at least about as close to the fp64 reference
+// bf16 mixed-precision plans (issue 6, docs/training.md, "Mixed precision"): at least about as close to the fp64 reference
 // as HF transformers itself run in bf16 (bf16.json beside each fixture, from
 // tools/reference/make_bf16_training_reference.py); see Bf16WithinHfBf16Error for the exact rule.
 #include <gtest/gtest.h>

@@ -223,7 +223,7 @@ TEST_F(TrainLoopTest, MockDataTrains) {
   EXPECT_TRUE(contains(withValidation, "--train mock: smoke-test data has no --validation or --test split")) << withValidation.output;
 }
 
-// bf16 mixed precision (training.md §12): the f32 masters and moments carry small updates that bf16
+// bf16 mixed precision (docs/training.md, "Mixed precision"): the f32 masters and moments carry small updates that bf16
 // weights could not hold, so the bf16 plan overfits too; a resumed bf16 run continues bit-exactly.
 TEST_F(TrainLoopTest, Bf16PlanOverfitsAndResumesBitExactly) {
   ToolResult compiled = runTool(compileCommand(2, " --precision bf16 -o " + (dir / "plan-bf16")));

@@ -1,5 +1,5 @@
 // What every dgemma command-line tool shares: parsing with the exit codes of the CLI contract
-// (../shared/reference/cli.md: 0 success, 2 bad usage or input, 1 runtime failure) and the
+// (docs/cli.md: 0 success, 2 bad usage or input, 1 runtime failure) and the
 // top-level error handler.
 #pragma once
 

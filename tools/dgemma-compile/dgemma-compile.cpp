@@ -32,7 +32,7 @@ struct CompileFlags {
   std::string mode;
   std::string preset;
   std::string objective = "base-sft";
-  double selfCondProb = 0.5;  // training.md §7: dgemma's default training config (the MB recipe)
+  double selfCondProb = 0.5;  // docs/training.md, "Self-conditioning": dgemma's default training config (the MB recipe)
   double encoderLossWeight = 1.0;
   double decoderLossWeight = 1.0;
   std::optional<double> weightClip;
@@ -84,7 +84,7 @@ void rejectUnbuiltFeatures(const CompileFlags& flags) {
                      mlir::dg::kRmsNormMatmulSoftmaxName + " is fp32 only");
 }
 
-// The objective flags (training.md §4-§9), validated.
+// The objective flags (docs/training.md, "The objective"), validated.
 mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileFlags& flags) {
   mlir::dg::DiffusionGemmaObjective objective;
   objective.variant = *mlir::dg::parseObjectiveVariant(flags.objective);  // CLI11 checked the name
@@ -107,7 +107,7 @@ mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileFlags& flags) {
   if (reweighted && !objective.weightClip)
     std::cerr << "dgemma-compile: warning: --objective " << flags.objective
               << " without --weight-clip: the weight 1/(1-t) reaches " << 1.0 / std::max(1.0 - flags.noiseMax, 1e-12)
-              << " at t = noise_max (training.md §5 suggests a clip of 100)\n";
+              << " at t = noise_max (docs/training.md, 'The four objectives', suggests a clip of 100)\n";
   return objective;
 }
 
@@ -177,7 +177,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (flags.canvasLength != 0 && flags.canvasLength != config.canvasLength)
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));
-  // The runtime resolves checkpoint names with the config (model.md §3.6), so the plan carries it.
+  // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = dgemma::ModelFamily::DiffusionGemma;
   fields.modelConfig = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
   // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
@@ -216,7 +216,7 @@ void printReport(mlir::ModuleOp module, const dgemma::Plan& plan) {
         entry.bucket[dimension.getName().str()] = mlir::cast<mlir::IntegerAttr>(dimension.getValue()).getInt();
     int64_t flops = 0;
     function.walk([&](mlir::dg::CostOpInterface op) { flops += op.getFlops(); });
-    int64_t scratch = function->getAttrOfType<mlir::IntegerAttr>("dg.scratch_bytes").getInt();
+    int64_t scratch = function->getAttrOfType<mlir::IntegerAttr>(mlir::dg::kScratchBytesAttr).getInt();
     std::printf("%-44s %14lld %14lld\n", entry.key().c_str(), static_cast<long long>(flops), static_cast<long long>(scratch));
   }
   std::printf("parameters: %zu (%llu bytes); arenas: persistent %llu bytes, scratch %llu bytes (shared by all entry points)\n",
@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
   app.add_option("--aux-loss-coeff", flags.auxLossCoeff, "router load-balancing loss coefficient");
   app.add_option("--noise-min", flags.noiseMin, "lower end of the diffusion time t");
   app.add_option("--noise-max", flags.noiseMax, "upper end of the diffusion time t");
-  app.add_option("--adam-beta1", flags.adam.beta1, "AdamW beta1 (training.md §13)");
+  app.add_option("--adam-beta1", flags.adam.beta1, "AdamW beta1 (docs/training.md, 'AdamW and clipping')");
   app.add_option("--adam-beta2", flags.adam.beta2, "AdamW beta2");
   app.add_option("--adam-eps", flags.adam.epsilon, "AdamW epsilon");
   app.add_option("--weight-decay", flags.adam.weightDecay, "decoupled weight decay");
@@ -335,7 +335,7 @@ int main(int argc, char** argv) {
   app.add_option("--dp", flags.dp, "data-parallel size");
   app.add_flag("--sp", flags.sequenceParallel, "sequence parallelism");
   app.add_option("--recompute", flags.recompute, "none | full | selective")->check(CLI::IsMember({"none", "full", "selective"}));
-  app.add_option("--precision", flags.precision, "fp32 | bf16 (mixed: bf16 compute, f32 masters, training.md §12)")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--precision", flags.precision, "fp32 | bf16 (mixed: bf16 compute, f32 masters, docs/training.md, 'Mixed precision')")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", flags.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
       ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));

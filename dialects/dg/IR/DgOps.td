@@ -546,7 +546,7 @@ def Dg_CrossEntropyBackwardOp : Dg_ComputeOp<"cross_entropy_backward",
 def Dg_AdamwOp : Dg_ComputeOp<"adamw", [Pure,
     AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param", "new_exp_avg", "new_exp_avg_sq"]>,
     AllTypesMatch<["grad_scale", "lr", "bias_correction1", "bias_correction2"]>]> {
-  let summary = "One AdamW update of a parameter and its moments (training.md §13), fused";
+  let summary = "One AdamW update of a parameter and its moments (docs/training.md, 'AdamW and clipping'), fused";
   let description = [{
     With g = grad * grad_scale (the accumulation mean and the global-norm clip, one scalar):
     m' = β1 m + (1 − β1) g;  v' = β2 v + (1 − β2) g²;

@@ -78,7 +78,7 @@ TEST_F(DiffusionGemmaConfigTest, Released26BPresetDerivesTheLayerGeometry) {
   EXPECT_EQ(config.canvasLength, 256);
   EXPECT_FALSE(config.hasVision);
 
-  // The preset has no layer_types and no rope_parameters: both come from §2.5 rules 1 and 3.
+  // The preset has no layer_types and no rope_parameters: both come from docs/model.md, "Config loading rules".
   ASSERT_EQ(config.numHiddenLayers, 30);
   ASSERT_EQ(config.layers.size(), 30u);
   EXPECT_EQ(fullAttentionLayers(config), (std::vector<int64_t>{5, 11, 17, 23, 29}));
@@ -251,7 +251,7 @@ TEST_F(DiffusionGemmaConfigTest, ExplicitRopeParametersReplaceTheDefaults) {
 
 TEST_F(DiffusionGemmaConfigTest, UnknownFieldsAreIgnoredWithAWarning) {
   json value = tinyTopLevelConfig();
-  // The HF tester config's extra kwargs (model.md §2.5 rule 5), and a Gemma 4 field at its fixed value.
+  // The HF tester config's extra kwargs (docs/model.md, "Config loading rules"), and a Gemma 4 field at its fixed value.
   value["text_config"]["hidden_act"] = "gelu";
   value["text_config"]["moe_num_shared_experts"] = 1;
   value["text_config"]["attention_k_eq_v"] = true;

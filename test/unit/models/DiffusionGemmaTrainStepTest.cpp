@@ -1,6 +1,6 @@
 // The DiffusionGemma training step built as IR, compiled and run in-process on the CPU backend with
-// the all_experts fixture model: the corruption entry's per-sample noise (training.md §4, §11) and
-// the objective's unit-test anchors (§5). Gradient parity with torch lives in the integration tests.
+// the all_experts fixture model: the corruption entry's per-sample noise (docs/training.md, "Uniform-state corruption", "Noise keys") and
+// the objective's unit-test anchors (docs/training.md, "The four objectives"). Gradient parity with torch lives in the integration tests.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -272,7 +272,7 @@ TEST(DiffusionGemmaObjective, EmptyCanvasRowsContributeZeroAndCountAsExamples) {
   Inputs first = canvas(pair.config().vocabSize, length, {length});
   const float together = step(pair, both, {0.5f, 0.5f}).at("loss").as<float>()[0];
   const float alone = step(single, first, {0.5f}).at("loss").as<float>()[0];
-  // ℓ = (ℓ_0 + 0) / 2: the empty row adds nothing but still counts in B (training.md §5, §6).
+  // ℓ = (ℓ_0 + 0) / 2: the empty row adds nothing but still counts in B (docs/training.md, "The four objectives", "Normalisation and reported losses").
   EXPECT_NEAR(together, alone / 2, 1e-6 * alone);
 }
 

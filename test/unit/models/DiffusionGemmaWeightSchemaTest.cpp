@@ -29,8 +29,8 @@ TEST(DiffusionGemmaWeightSchema, Released26BTextSchema) {
   const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(presetPath("diffusiongemma-26b-a4b.json"));
   const std::vector<ExpectedTensor> tensors = expectedTextWeights(config);
 
-  // model.md §3.5 counts 1047 tensors in the release: 630 (30 layers x 21 decoder suffixes, every
-  // row of §3.2 but v_proj) + 25 v_proj + 30 encoder copies of layer_scalar + 351 vision layer
+  // docs/model.md, "The released checkpoint" counts 1047 tensors in the release: 630 (30 layers x 21 decoder suffixes, every
+  // row of docs/model.md, "Text tensors" but v_proj) + 25 v_proj + 30 encoder copies of layer_scalar + 351 vision layer
   // tensors + 11 top-level tensors, 6 of them text (embedding, final norm, 4 self-conditioning) and
   // 5 vision. The text schema keeps one copy of each tensor, so it has 630 + 25 + 6 = 661 entries:
   // 1047 - 30 encoder layer_scalar copies - 351 - 5 vision top-level tensors.
@@ -48,7 +48,7 @@ TEST(DiffusionGemmaWeightSchema, Released26BTextSchema) {
   }
   EXPECT_EQ(layerScalars, 30);
   EXPECT_EQ(valueProjections, 25);
-  // §2.7: 25.25 B text parameters, counted from the same shapes.
+  // docs/model.md, "Parameter count": 25.25 B text parameters, counted from the same shapes.
   EXPECT_NEAR(parameterCount / 1e9, 25.25, 0.005);
 
   const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
