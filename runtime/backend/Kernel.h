@@ -1,6 +1,7 @@
-// The kernel contract shared by every backend. A kernel is looked up by the step's name in the
-// backend's registry; its factory checks the step's attributes, dtypes and shapes once, when the plan
-// is loaded (errors there are plan errors, exit 2), and returns an object that runs the step many times.
+// The kernel API shared by every backend. A kernel is looked up by the step's name in the backend's
+// registry; its factory checks the step's attributes, dtypes and shapes once, when the plan is loaded
+// (errors there are plan errors, exit 2), through the op's contract (runtime/kernels/<op>/Contract.h),
+// and returns an object that runs the step many times.
 #pragma once
 
 #include <cstdint>
@@ -57,14 +58,28 @@ struct KernelSignature {
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelSignature&)>;
 
+// What code other than a kernel's own factory needs to know about the kernel, stated where the kernel
+// is registered (docs/kernels.md) rather than kept as lists of kernel names.
+struct KernelTraits {
+  // The kernel copies, rearranges or converts element bits without arithmetic on them, so it is exact
+  // for every dtype: the CPU backend runs it on 16-bit floats as they are instead of widening to f32.
+  bool movesBitsOnly = false;
+};
+
 class KernelRegistry {
  public:
-  void add(const std::string& name, KernelFactory factory);
+  void add(const std::string& name, KernelFactory factory, KernelTraits traits = {});
   const KernelFactory* find(const std::string& name) const;
+  // The traits `name` was registered with; a name that is not registered is a programming error.
+  const KernelTraits& traits(const std::string& name) const;
   std::vector<std::string> names() const;
 
  private:
-  std::map<std::string, KernelFactory> factories_;
+  struct Registration {
+    KernelFactory factory;
+    KernelTraits traits;
+  };
+  std::map<std::string, Registration> kernels_;
 };
 
 // Helpers for factories: throw InputError prefixed with signature.where.
@@ -73,10 +88,16 @@ void expectArity(const KernelSignature& signature, size_t inputs, size_t outputs
 void expectArityRange(const KernelSignature& signature, size_t minInputs, size_t maxInputs, size_t outputs);
 void expectDType(const KernelSignature& signature, const Buffer& buffer, std::initializer_list<DType> allowed,
                  const std::string& role);
+void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& expected,
+                 const std::string& role);
+// Whether the step carries the attribute (for optional attributes without a default).
+bool hasAttr(const KernelSignature& signature, const std::string& key);
 double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback = {});
 int64_t attrInt(const KernelSignature& signature, const std::string& key, std::optional<int64_t> fallback = {});
 bool attrBool(const KernelSignature& signature, const std::string& key, std::optional<bool> fallback = {});
 std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key,
                               std::optional<std::vector<int64_t>> fallback = {});
+// A mode's name ("predicate", "reduction"); always required.
+std::string attrString(const KernelSignature& signature, const std::string& key);
 
 }  // namespace dgemma

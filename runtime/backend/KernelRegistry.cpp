@@ -5,24 +5,31 @@
 #include <stdexcept>
 
 #include "support/Error.h"
+#include "support/Shape.h"
 
 namespace dgemma {
 
-void KernelRegistry::add(const std::string& name, KernelFactory factory) {
+void KernelRegistry::add(const std::string& name, KernelFactory factory, KernelTraits traits) {
   // Two backends' kernel groups claiming one name is a programming error, not bad input.
-  if (!factories_.emplace(name, std::move(factory)).second)
+  if (!kernels_.emplace(name, Registration{std::move(factory), traits}).second)
     throw std::logic_error("kernel '" + name + "' is registered twice");
 }
 
 const KernelFactory* KernelRegistry::find(const std::string& name) const {
-  auto found = factories_.find(name);
-  return found == factories_.end() ? nullptr : &found->second;
+  auto found = kernels_.find(name);
+  return found == kernels_.end() ? nullptr : &found->second.factory;
+}
+
+const KernelTraits& KernelRegistry::traits(const std::string& name) const {
+  auto found = kernels_.find(name);
+  if (found == kernels_.end()) throw std::logic_error("kernel '" + name + "' is not registered");
+  return found->second.traits;
 }
 
 std::vector<std::string> KernelRegistry::names() const {
   std::vector<std::string> result;
-  result.reserve(factories_.size());
-  for (const auto& entry : factories_) result.push_back(entry.first);
+  result.reserve(kernels_.size());
+  for (const auto& entry : kernels_) result.push_back(entry.first);
   return result;
 }
 
@@ -91,6 +98,22 @@ void expectDType(const KernelSignature& signature, const Buffer& buffer, std::in
     ++position;
   }
   failSignature(signature, role + " has dtype " + std::string(dtypeName(buffer.dtype)) + ", expected " + expected);
+}
+
+void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& expected,
+                 const std::string& role) {
+  if (buffer.shape != expected)
+    failSignature(signature,
+                  role + " has shape " + shapeToString(buffer.shape) + ", expected " + shapeToString(expected));
+}
+
+bool hasAttr(const KernelSignature& signature, const std::string& key) { return findAttr(signature, key) != nullptr; }
+
+std::string attrString(const KernelSignature& signature, const std::string& key) {
+  const nlohmann::json* value = findAttr(signature, key);
+  if (value == nullptr) failMissingAttr(signature, key);
+  if (!value->is_string()) failAttr(signature, key, "expected a string");
+  return value->get<std::string>();
 }
 
 double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback) {

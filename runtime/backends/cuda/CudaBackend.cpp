@@ -41,23 +41,6 @@ StreamState& streamState(const ExecContext& context) {
   return *state;
 }
 
-static std::string opName(const KernelSignature& signature) {
-  return signature.step != nullptr ? signature.step->op : std::string("kernel");
-}
-
-void expectF32(const KernelSignature& signature, const Buffer& buffer, const std::string& role) {
-  if (buffer.dtype != DType::F32)
-    failSignature(signature, opName(signature) + ": " + role + " has dtype " + std::string(dtypeName(buffer.dtype)) +
-                                 "; the cuda backend implements this kernel for f32 only");
-}
-
-void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& shape,
-                 const std::string& role) {
-  if (buffer.shape != shape)
-    failSignature(signature, opName(signature) + ": " + role + " has shape " + shapeToString(buffer.shape) +
-                                 ", expected " + shapeToString(shape));
-}
-
 unsigned gridFor(uint64_t count, unsigned threadsPerBlock) {
   uint64_t blocks = (count + threadsPerBlock - 1) / threadsPerBlock;
   if (blocks < 1) blocks = 1;

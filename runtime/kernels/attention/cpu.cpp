@@ -205,7 +205,7 @@ class AttentionKernel final : public Kernel {
 };
 
 AttentionMask maskAttribute(const KernelSignature& signature) {
-  const std::string name = cpu::attrString(signature, "mask");
+  const std::string name = attrString(signature, "mask");
   if (name == "causal") return AttentionMask::Causal;
   if (name == "bidirectional") return AttentionMask::Bidirectional;
   if (name == "prefix") return AttentionMask::Prefix;
@@ -242,13 +242,13 @@ AttentionGeometry readAttentionSignature(const KernelSignature& signature, const
   g.keys = k.shape[1];
   g.kvHeads = k.shape[2];
   g.valueDim = v.shape[3];
-  cpu::expectShape(signature, k, {g.batch, g.keys, g.kvHeads, g.headDim}, "input k");
+  expectShape(signature, k, {g.batch, g.keys, g.kvHeads, g.headDim}, "input k");
   if (g.kvHeads == 0 || g.queryHeads % g.kvHeads != 0)
     failSignature(signature, "query heads Hq=" + std::to_string(g.queryHeads) +
                                  " are not a multiple of key/value heads Hkv=" + std::to_string(g.kvHeads));
-  cpu::expectShape(signature, v, {g.batch, g.keys, g.kvHeads, g.valueDim}, "input v");
-  cpu::expectShape(signature, keyValid, {g.batch, g.keys}, "input key_valid");
-  cpu::expectShape(signature, o, {g.batch, g.queries, g.queryHeads, g.valueDim}, oRole);
+  expectShape(signature, v, {g.batch, g.keys, g.kvHeads, g.valueDim}, "input v");
+  expectShape(signature, keyValid, {g.batch, g.keys}, "input key_valid");
+  expectShape(signature, o, {g.batch, g.queries, g.queryHeads, g.valueDim}, oRole);
 
   // window, prefix_len and scale default as the dg.attention op's attributes do, since the lowering
   // leaves out attributes that keep their default.
@@ -271,7 +271,7 @@ AttentionGeometry readAttentionSignature(const KernelSignature& signature, const
   return g;
 }
 
-std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createAttentionKernel(const KernelSignature& signature) {
   expectArity(signature, 4, 1);
   AttentionGeometry g = readAttentionSignature(signature, *signature.outputs[0], "output o");
   if (signature.inputs[0]->dtype == DType::F64) return std::make_unique<AttentionKernel<double>>(g);
@@ -300,13 +300,13 @@ class AttentionBackwardKernel final : public Kernel {
   AttentionGeometry geometry_;
 };
 
-std::unique_ptr<Kernel> createAttentionBackward(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createAttentionBackwardKernel(const KernelSignature& signature) {
   expectArity(signature, 5, 3);
   AttentionGeometry g = readAttentionSignature(signature, *signature.inputs[4], "input do");
   const DType dtype = signature.inputs[0]->dtype;
-  cpu::expectShape(signature, *signature.outputs[0], signature.inputs[0]->shape, "output dq");
-  cpu::expectShape(signature, *signature.outputs[1], signature.inputs[1]->shape, "output dk");
-  cpu::expectShape(signature, *signature.outputs[2], signature.inputs[2]->shape, "output dv");
+  expectShape(signature, *signature.outputs[0], signature.inputs[0]->shape, "output dq");
+  expectShape(signature, *signature.outputs[1], signature.inputs[1]->shape, "output dk");
+  expectShape(signature, *signature.outputs[2], signature.inputs[2]->shape, "output dv");
   for (size_t i = 0; i < 3; ++i) expectDType(signature, *signature.outputs[i], {dtype}, "output " + std::to_string(i));
   if (dtype == DType::F64) return std::make_unique<AttentionBackwardKernel<double>>(g);
   return std::make_unique<AttentionBackwardKernel<float>>(g);
@@ -315,8 +315,8 @@ std::unique_ptr<Kernel> createAttentionBackward(const KernelSignature& signature
 }  // namespace
 
 void registerAttentionCpuKernels(KernelRegistry& registry) {
-  registry.add("attention", createAttention);
-  registry.add("attention_backward", createAttentionBackward);
+  registry.add("attention", createAttentionKernel);
+  registry.add("attention_backward", createAttentionBackwardKernel);
 }
 
 }  // namespace dgemma

@@ -283,7 +283,7 @@ CrossEntropyGeometry checkSignature(const KernelSignature& signature, bool backw
   if (logits.shape.empty()) failSignature(signature, "input logits has shape [], expected [..., V]");
   const std::vector<int64_t> positions(logits.shape.begin(), logits.shape.end() - 1);
   expectDType(signature, targets, {DType::I32, DType::I64}, "input targets");
-  cpu::expectShape(signature, targets, positions, "input targets");
+  expectShape(signature, targets, positions, "input targets");
   CrossEntropyGeometry geometry;
   geometry.rows = numElementsOf(positions);
   geometry.vocabulary = logits.shape.back();
@@ -295,29 +295,29 @@ CrossEntropyGeometry checkSignature(const KernelSignature& signature, bool backw
     const Buffer& bonusIds = *signature.inputs[2];
     const Buffer& bonus = *signature.inputs[3];
     expectDType(signature, bonusIds, {DType::I32, DType::I64}, "input bonus_ids");
-    cpu::expectShape(signature, bonusIds, positions, "input bonus_ids");
+    expectShape(signature, bonusIds, positions, "input bonus_ids");
     expectDType(signature, bonus, {logits.dtype}, "input bonus");
-    cpu::expectShape(signature, bonus, positions, "input bonus");
+    expectShape(signature, bonus, positions, "input bonus");
     geometry.wideBonusIds = bonusIds.dtype == DType::I64;
   }
   if (backward) {
     const Buffer& gradOutput = *signature.inputs.back();
     expectDType(signature, gradOutput, {logits.dtype}, "input grad_output");
-    cpu::expectShape(signature, gradOutput, positions, "input grad_output");
+    expectShape(signature, gradOutput, positions, "input grad_output");
   }
   const Buffer& output = *signature.outputs[0];
   expectDType(signature, output, {logits.dtype}, backward ? "output grad_logits" : "output loss");
-  cpu::expectShape(signature, output, backward ? logits.shape : positions, backward ? "output grad_logits" : "output loss");
+  expectShape(signature, output, backward ? logits.shape : positions, backward ? "output grad_logits" : "output loss");
   return geometry;
 }
 
-std::unique_ptr<Kernel> createCrossEntropy(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createCrossEntropyKernel(const KernelSignature& signature) {
   const CrossEntropyGeometry geometry = checkSignature(signature, false);
   if (signature.inputs[0]->dtype == DType::F64) return std::make_unique<CrossEntropyKernel<double>>(signature.where, geometry);
   return std::make_unique<CrossEntropyKernel<float>>(signature.where, geometry);
 }
 
-std::unique_ptr<Kernel> createCrossEntropyBackward(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createCrossEntropyBackwardKernel(const KernelSignature& signature) {
   const CrossEntropyGeometry geometry = checkSignature(signature, true);
   if (signature.inputs[0]->dtype == DType::F64)
     return std::make_unique<CrossEntropyBackwardKernel<double>>(signature.where, geometry);
@@ -327,8 +327,8 @@ std::unique_ptr<Kernel> createCrossEntropyBackward(const KernelSignature& signat
 }  // namespace
 
 void registerCrossEntropyCpuKernels(KernelRegistry& registry) {
-  registry.add("cross_entropy", createCrossEntropy);
-  registry.add("cross_entropy_backward", createCrossEntropyBackward);
+  registry.add("cross_entropy", createCrossEntropyKernel);
+  registry.add("cross_entropy_backward", createCrossEntropyBackwardKernel);
 }
 
 }  // namespace dgemma

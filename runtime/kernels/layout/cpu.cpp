@@ -81,7 +81,7 @@ std::unique_ptr<Kernel> transposeKernel(const std::vector<int64_t>& shape, const
   return std::make_unique<TransposeKernel<Word>>(std::move(cursor), count);
 }
 
-std::unique_ptr<Kernel> createTranspose(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createTransposeKernel(const KernelSignature& signature) {
   expectArity(signature, 1, 1);
   const Buffer& x = *signature.inputs[0];
   const Buffer& y = *signature.outputs[0];
@@ -105,7 +105,7 @@ std::unique_ptr<Kernel> createTranspose(const KernelSignature& signature) {
     expected[k] = x.shape[perm[k]];
     readStrides[k] = xStrides[perm[k]];
   }
-  cpu::expectShape(signature, y, expected, "output y");
+  expectShape(signature, y, expected, "output y");
   cpu::StridedCursor<1> cursor(expected, {readStrides});
   const int64_t count = x.numElements();
   switch (dtypeSize(x.dtype)) {
@@ -123,7 +123,7 @@ class ReshapeKernel final : public Kernel {
   }
 };
 
-std::unique_ptr<Kernel> createReshape(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createReshapeKernel(const KernelSignature& signature) {
   expectArity(signature, 1, 1);
   const Buffer& x = *signature.inputs[0];
   const Buffer& y = *signature.outputs[0];
@@ -162,7 +162,7 @@ class ConcatKernel final : public Kernel {
   uint64_t rowBytes_ = 0;
 };
 
-std::unique_ptr<Kernel> createConcat(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createConcatKernel(const KernelSignature& signature) {
   if (signature.inputs.empty() || signature.outputs.size() != 1)
     failSignature(signature, "expected at least 1 input and 1 output, got " + std::to_string(signature.inputs.size()) +
                                  " and " + std::to_string(signature.outputs.size()));
@@ -190,7 +190,7 @@ std::unique_ptr<Kernel> createConcat(const KernelSignature& signature) {
     for (int64_t d = dim; d < rank; ++d) inner *= x.shape[d];
     blockBytes.push_back(static_cast<uint64_t>(inner) * dtypeSize(x.dtype));
   }
-  cpu::expectShape(signature, y, expected, "output y");
+  expectShape(signature, y, expected, "output y");
   int64_t outerCount = 1;
   for (int64_t d = 0; d < dim; ++d) outerCount *= y.shape[d];
   return std::make_unique<ConcatKernel>(outerCount, std::move(blockBytes));
@@ -216,7 +216,7 @@ class SliceKernel final : public Kernel {
   uint64_t inputRowBytes_, offsetBytes_, outputRowBytes_;
 };
 
-std::unique_ptr<Kernel> createSlice(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createSliceKernel(const KernelSignature& signature) {
   expectArity(signature, 1, 1);
   const Buffer& x = *signature.inputs[0];
   const Buffer& y = *signature.outputs[0];
@@ -228,7 +228,7 @@ std::unique_ptr<Kernel> createSlice(const KernelSignature& signature) {
                                  " and output y " + shapeToString(y.shape));
   std::vector<int64_t> expected = x.shape;
   expected[dim] = y.shape[dim];
-  cpu::expectShape(signature, y, expected, "output y");
+  expectShape(signature, y, expected, "output y");
   if (start < 0 || start + y.shape[dim] > x.shape[dim])
     failSignature(signature, "attribute 'start': block [" + std::to_string(start) + ", " + std::to_string(start + y.shape[dim]) +
                                  ") leaves dim " + std::to_string(dim) + " of size " + std::to_string(x.shape[dim]));
@@ -242,10 +242,11 @@ std::unique_ptr<Kernel> createSlice(const KernelSignature& signature) {
 }  // namespace
 
 void registerLayoutCpuKernels(KernelRegistry& registry) {
-  registry.add("transpose", createTranspose);
-  registry.add("reshape", createReshape);
-  registry.add("concat", createConcat);
-  registry.add("slice", createSlice);
+  const KernelTraits movesBits{.movesBitsOnly = true};
+  registry.add("transpose", createTransposeKernel, movesBits);
+  registry.add("reshape", createReshapeKernel, movesBits);
+  registry.add("concat", createConcatKernel, movesBits);
+  registry.add("slice", createSliceKernel, movesBits);
 }
 
 }  // namespace dgemma

@@ -72,7 +72,7 @@ class MoeRouteKernel final : public Kernel {
   int64_t topK_;
 };
 
-std::unique_ptr<Kernel> createMoeRoute(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createMoeRouteKernel(const KernelSignature& signature) {
   expectArity(signature, 2, 2);
   const Buffer& logits = *signature.inputs[0];
   const Buffer& expertScale = *signature.inputs[1];
@@ -85,13 +85,13 @@ std::unique_ptr<Kernel> createMoeRoute(const KernelSignature& signature) {
   if (logits.shape.size() != 2)
     failSignature(signature, "input logits has shape " + shapeToString(logits.shape) + ", expected [N, E]");
   const int64_t tokens = logits.shape[0], experts = logits.shape[1];
-  cpu::expectShape(signature, expertScale, {experts}, "input per_expert_scale");
+  expectShape(signature, expertScale, {experts}, "input per_expert_scale");
   const int64_t topK = attrInt(signature, "top_k");
   if (topK < 1 || topK > experts)
     failSignature(signature, "attribute 'top_k': " + std::to_string(topK) + " is outside [1, E = " +
                                  std::to_string(experts) + "]");
-  cpu::expectShape(signature, weights, {tokens, topK}, "output weights");
-  cpu::expectShape(signature, indices, {tokens, topK}, "output indices");
+  expectShape(signature, weights, {tokens, topK}, "output weights");
+  expectShape(signature, indices, {tokens, topK}, "output indices");
   if (logits.dtype == DType::F64) return std::make_unique<MoeRouteKernel<double>>(tokens, experts, topK);
   return std::make_unique<MoeRouteKernel<float>>(tokens, experts, topK);
 }
@@ -310,7 +310,7 @@ class MoeExpertsKernel final : public Kernel {
   MoeExpertsGeometry geometry_;
 };
 
-std::unique_ptr<Kernel> createMoeExperts(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createMoeExpertsKernel(const KernelSignature& signature) {
   expectArity(signature, 5, 1);
   const Buffer& x = *signature.inputs[0];
   const Buffer& weights = *signature.inputs[1];
@@ -339,11 +339,11 @@ std::unique_ptr<Kernel> createMoeExperts(const KernelSignature& signature) {
     failSignature(signature, "input gate_up has shape " + shapeToString(gateUp.shape) +
                                  ": an odd middle dim cannot hold a gate block and an up block of I rows each");
   g.expertHidden = gateUp.shape[1] / 2;
-  cpu::expectShape(signature, weights, {g.tokens, g.topK}, "input weights");
-  cpu::expectShape(signature, indices, {g.tokens, g.topK}, "input indices");
-  cpu::expectShape(signature, gateUp, {g.experts, 2 * g.expertHidden, g.hidden}, "input gate_up");
-  cpu::expectShape(signature, down, {g.experts, g.hidden, g.expertHidden}, "input down");
-  cpu::expectShape(signature, y, {g.tokens, g.hidden}, "output y");
+  expectShape(signature, weights, {g.tokens, g.topK}, "input weights");
+  expectShape(signature, indices, {g.tokens, g.topK}, "input indices");
+  expectShape(signature, gateUp, {g.experts, 2 * g.expertHidden, g.hidden}, "input gate_up");
+  expectShape(signature, down, {g.experts, g.hidden, g.expertHidden}, "input down");
+  expectShape(signature, y, {g.tokens, g.hidden}, "output y");
   // An expert's block has at most N·k rows.
   if (g.tokens * g.topK > INT_MAX || 2 * g.expertHidden > INT_MAX || g.hidden > INT_MAX)
     failSignature(signature, "matrix dimensions exceed the BLAS integer range");
@@ -402,7 +402,7 @@ class MoeRouteBackwardKernel final : public Kernel {
   int64_t tokens_, experts_, topK_;
 };
 
-std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createMoeRouteBackwardKernel(const KernelSignature& signature) {
   expectArity(signature, 4, 2);
   const Buffer& logits = *signature.inputs[0];
   cpu::expectFloat(signature, logits, "input logits");
@@ -415,11 +415,11 @@ std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature)
   expectDType(signature, *signature.inputs[1], {logits.dtype}, "input per_expert_scale");
   expectDType(signature, *signature.inputs[2], {DType::I64}, "input indices");
   expectDType(signature, *signature.inputs[3], {logits.dtype}, "input dweights");
-  cpu::expectShape(signature, *signature.inputs[1], {experts}, "input per_expert_scale");
-  cpu::expectShape(signature, *signature.inputs[2], {tokens, topK}, "input indices");
-  cpu::expectShape(signature, *signature.inputs[3], {tokens, topK}, "input dweights");
-  cpu::expectShape(signature, *signature.outputs[0], logits.shape, "output dlogits");
-  cpu::expectShape(signature, *signature.outputs[1], {experts}, "output dscale");
+  expectShape(signature, *signature.inputs[1], {experts}, "input per_expert_scale");
+  expectShape(signature, *signature.inputs[2], {tokens, topK}, "input indices");
+  expectShape(signature, *signature.inputs[3], {tokens, topK}, "input dweights");
+  expectShape(signature, *signature.outputs[0], logits.shape, "output dlogits");
+  expectShape(signature, *signature.outputs[1], {experts}, "output dscale");
   if (logits.dtype == DType::F64) return std::make_unique<MoeRouteBackwardKernel<double>>(tokens, experts, topK);
   return std::make_unique<MoeRouteBackwardKernel<float>>(tokens, experts, topK);
 }
@@ -525,7 +525,7 @@ class MoeExpertsBackwardKernel final : public Kernel {
   MoeExpertsGeometry geometry_;
 };
 
-std::unique_ptr<Kernel> createMoeExpertsBackward(const KernelSignature& signature) {
+std::unique_ptr<Kernel> createMoeExpertsBackwardKernel(const KernelSignature& signature) {
   expectArity(signature, 6, 4);
   const Buffer& x = *signature.inputs[0];
   const Buffer& weights = *signature.inputs[1];
@@ -541,12 +541,12 @@ std::unique_ptr<Kernel> createMoeExpertsBackward(const KernelSignature& signatur
   g.expertHidden = gateUp.shape[1] / 2;
   expectDType(signature, *signature.inputs[2], {DType::I64}, "input indices");
   for (size_t i : {1, 3, 4, 5}) expectDType(signature, *signature.inputs[i], {x.dtype}, "input " + std::to_string(i));
-  cpu::expectShape(signature, *signature.inputs[2], {g.tokens, g.topK}, "input indices");
-  cpu::expectShape(signature, *signature.inputs[4], {g.experts, g.hidden, g.expertHidden}, "input down");
-  cpu::expectShape(signature, *signature.inputs[5], {g.tokens, g.hidden}, "input dy");
+  expectShape(signature, *signature.inputs[2], {g.tokens, g.topK}, "input indices");
+  expectShape(signature, *signature.inputs[4], {g.experts, g.hidden, g.expertHidden}, "input down");
+  expectShape(signature, *signature.inputs[5], {g.tokens, g.hidden}, "input dy");
   for (size_t i = 0; i < 4; ++i) {
     expectDType(signature, *signature.outputs[i], {x.dtype}, "output " + std::to_string(i));
-    cpu::expectShape(signature, *signature.outputs[i], signature.inputs[i == 0 ? 0 : i == 1 ? 1 : i + 1]->shape,
+    expectShape(signature, *signature.outputs[i], signature.inputs[i == 0 ? 0 : i == 1 ? 1 : i + 1]->shape,
                      "output " + std::to_string(i));
   }
   if (x.dtype == DType::F64) return std::make_unique<MoeExpertsBackwardKernel<double>>(g);
@@ -556,10 +556,10 @@ std::unique_ptr<Kernel> createMoeExpertsBackward(const KernelSignature& signatur
 }  // namespace
 
 void registerMoeCpuKernels(KernelRegistry& registry) {
-  registry.add("moe_route", createMoeRoute);
-  registry.add("moe_experts", createMoeExperts);
-  registry.add("moe_route_backward", createMoeRouteBackward);
-  registry.add("moe_experts_backward", createMoeExpertsBackward);
+  registry.add("moe_route", createMoeRouteKernel);
+  registry.add("moe_experts", createMoeExpertsKernel);
+  registry.add("moe_route_backward", createMoeRouteBackwardKernel);
+  registry.add("moe_experts_backward", createMoeExpertsBackwardKernel);
 }
 
 }  // namespace dgemma
