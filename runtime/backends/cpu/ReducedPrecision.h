@@ -4,7 +4,7 @@
 // in f32 registers and rounds its stores), so a bf16 plan's numerics can be tested on the CPU.
 #pragma once
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

@@ -10,7 +10,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 #include "support/Error.h"
 
 namespace dgemma::cuda {

@@ -15,7 +15,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <optional>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

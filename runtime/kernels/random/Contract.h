@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

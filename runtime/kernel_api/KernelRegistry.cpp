@@ -1,4 +1,4 @@
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 #include <limits>
 #include <optional>
