@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/Plan.h"
@@ -90,6 +91,36 @@ void expectDType(const KernelSignature& signature, const Buffer& buffer, std::in
                  const std::string& role);
 void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& expected,
                  const std::string& role);
+// A buffer of `rank` dims; `layout` ("[N, E]") names them in the error.
+void expectRank(const KernelSignature& signature, const Buffer& buffer, size_t rank, const std::string& role,
+                const std::string& layout);
+// Buffers that share one dtype, checked in order: the first of one of `dtypes`, the others of its
+// dtype. Returns that dtype.
+DType expectSharedDType(const KernelSignature& signature, std::initializer_list<DType> dtypes,
+                        std::initializer_list<std::pair<const Buffer*, std::string>> buffers);
+// The opening most contracts share, checked in this order: the arity, input x (a) of one of
+// `dtypes`, then the others of x's (a's) dtype. The buffers are named "input x", "output y" (and
+// "input a", "input b", "output c") in errors.
+struct UnaryOperands {
+  const Buffer& x;
+  const Buffer& y;
+};
+enum class OutputShape { Free, SameAsInput };
+// x -> y; y of x's shape when `shape` says so.
+UnaryOperands expectUnaryOperands(const KernelSignature& signature, std::initializer_list<DType> dtypes,
+                                  OutputShape shape);
+// The same for kernels that move elements of any dtype.
+UnaryOperands expectUnaryOperands(const KernelSignature& signature, OutputShape shape);
+
+struct BinaryOperands {
+  const Buffer& a;
+  const Buffer& b;
+  const Buffer& c;
+};
+// (a, b) -> c; c of `outputDType`, or of a's when unset.
+BinaryOperands expectBinaryOperands(const KernelSignature& signature, std::initializer_list<DType> dtypes,
+                                    std::optional<DType> outputDType = std::nullopt);
+
 // Whether the step carries the attribute (for optional attributes without a default).
 bool hasAttr(const KernelSignature& signature, const std::string& key);
 double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback = {});

@@ -107,62 +107,116 @@ void expectShape(const KernelSignature& signature, const Buffer& buffer, const s
                   role + " has shape " + shapeToString(buffer.shape) + ", expected " + shapeToString(expected));
 }
 
+namespace {
+
+UnaryOperands checkUnaryOperands(const KernelSignature& signature, const std::initializer_list<DType>* dtypes,
+                                  OutputShape shape) {
+  expectArity(signature, 1, 1);
+  const Buffer& x = *signature.inputs[0];
+  const Buffer& y = *signature.outputs[0];
+  if (dtypes != nullptr) expectDType(signature, x, *dtypes, "input x");
+  expectDType(signature, y, {x.dtype}, "output y");
+  if (shape == OutputShape::SameAsInput) expectShape(signature, y, x.shape, "output y");
+  return {x, y};
+}
+
+}  // namespace
+
+UnaryOperands expectUnaryOperands(const KernelSignature& signature, std::initializer_list<DType> dtypes,
+                                  OutputShape shape) {
+  return checkUnaryOperands(signature, &dtypes, shape);
+}
+
+UnaryOperands expectUnaryOperands(const KernelSignature& signature, OutputShape shape) {
+  return checkUnaryOperands(signature, nullptr, shape);
+}
+
+BinaryOperands expectBinaryOperands(const KernelSignature& signature, std::initializer_list<DType> dtypes,
+                                    std::optional<DType> outputDType) {
+  expectArity(signature, 2, 1);
+  const Buffer& a = *signature.inputs[0];
+  const Buffer& b = *signature.inputs[1];
+  const Buffer& c = *signature.outputs[0];
+  expectDType(signature, a, dtypes, "input a");
+  expectDType(signature, b, {a.dtype}, "input b");
+  expectDType(signature, c, {outputDType.value_or(a.dtype)}, "output c");
+  return {a, b, c};
+}
+
+void expectRank(const KernelSignature& signature, const Buffer& buffer, size_t rank, const std::string& role,
+                const std::string& layout) {
+  if (buffer.shape.size() != rank)
+    failSignature(signature, role + " has shape " + shapeToString(buffer.shape) + ", expected " + layout);
+}
+
+DType expectSharedDType(const KernelSignature& signature, std::initializer_list<DType> dtypes,
+                        std::initializer_list<std::pair<const Buffer*, std::string>> buffers) {
+  const auto& [first, firstRole] = *buffers.begin();
+  expectDType(signature, *first, dtypes, firstRole);
+  for (auto other = buffers.begin() + 1; other != buffers.end(); ++other)
+    expectDType(signature, *other->first, {first->dtype}, other->second);
+  return first->dtype;
+}
+
 bool hasAttr(const KernelSignature& signature, const std::string& key) { return findAttr(signature, key) != nullptr; }
 
-std::string attrString(const KernelSignature& signature, const std::string& key) {
+
+namespace {
+
+// The attribute `key` read by `read` (which checks its JSON type), or `fallback` when the step does
+// not carry it; without a fallback the attribute is required.
+template <typename T, typename Read>
+T readAttr(const KernelSignature& signature, const std::string& key, const std::optional<T>& fallback, Read read) {
   const nlohmann::json* value = findAttr(signature, key);
-  if (value == nullptr) failMissingAttr(signature, key);
-  if (!value->is_string()) failAttr(signature, key, "expected a string");
-  return value->get<std::string>();
+  if (value != nullptr) return read(*value);
+  if (!fallback) failMissingAttr(signature, key);
+  return *fallback;
+}
+
+}  // namespace
+
+std::string attrString(const KernelSignature& signature, const std::string& key) {
+  return readAttr<std::string>(signature, key, std::nullopt, [&](const nlohmann::json& value) {
+    if (!value.is_string()) failAttr(signature, key, "expected a string");
+    return value.get<std::string>();
+  });
 }
 
 double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback) {
-  const nlohmann::json* value = findAttr(signature, key);
-  if (value == nullptr) {
-    if (fallback) return *fallback;
-    failMissingAttr(signature, key);
-  }
-  if (!value->is_number()) failAttr(signature, key, "expected a number");
-  return value->get<double>();
+  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+    if (!value.is_number()) failAttr(signature, key, "expected a number");
+    return value.get<double>();
+  });
 }
 
 int64_t attrInt(const KernelSignature& signature, const std::string& key, std::optional<int64_t> fallback) {
-  const nlohmann::json* value = findAttr(signature, key);
-  if (value == nullptr) {
-    if (fallback) return *fallback;
-    failMissingAttr(signature, key);
-  }
-  std::optional<int64_t> integer = asInt64(*value);
-  if (!integer) failAttr(signature, key, "expected an integer");
-  return *integer;
+  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+    std::optional<int64_t> integer = asInt64(value);
+    if (!integer) failAttr(signature, key, "expected an integer");
+    return *integer;
+  });
 }
 
 bool attrBool(const KernelSignature& signature, const std::string& key, std::optional<bool> fallback) {
-  const nlohmann::json* value = findAttr(signature, key);
-  if (value == nullptr) {
-    if (fallback) return *fallback;
-    failMissingAttr(signature, key);
-  }
-  if (!value->is_boolean()) failAttr(signature, key, "expected a boolean");
-  return value->get<bool>();
+  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+    if (!value.is_boolean()) failAttr(signature, key, "expected a boolean");
+    return value.get<bool>();
+  });
 }
 
 std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key,
                               std::optional<std::vector<int64_t>> fallback) {
-  const nlohmann::json* value = findAttr(signature, key);
-  if (value == nullptr) {
-    if (fallback) return *fallback;
-    failMissingAttr(signature, key);
-  }
-  if (!value->is_array()) failAttr(signature, key, "expected an array of integers");
-  std::vector<int64_t> result;
-  result.reserve(value->size());
-  for (const nlohmann::json& element : *value) {
-    std::optional<int64_t> integer = asInt64(element);
-    if (!integer) failAttr(signature, key, "expected an array of integers");
-    result.push_back(*integer);
-  }
-  return result;
+  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+    if (!value.is_array()) failAttr(signature, key, "expected an array of integers");
+    std::vector<int64_t> result;
+    result.reserve(value.size());
+    for (const nlohmann::json& element : value) {
+      std::optional<int64_t> integer = asInt64(element);
+      if (!integer) failAttr(signature, key, "expected an array of integers");
+      result.push_back(*integer);
+    }
+    return result;
+  });
 }
 
 }  // namespace dgemma

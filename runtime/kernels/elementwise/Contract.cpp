@@ -62,13 +62,7 @@ void expectIntegerValue(const KernelSignature& signature, double value, DType dt
 
 BinaryContract parseBinaryContract(const KernelSignature& signature, std::initializer_list<DType> dtypes,
                                    std::optional<DType> output) {
-  expectArity(signature, 2, 1);
-  const Buffer& a = *signature.inputs[0];
-  const Buffer& b = *signature.inputs[1];
-  const Buffer& c = *signature.outputs[0];
-  expectDType(signature, a, dtypes, "input a");
-  expectDType(signature, b, {a.dtype}, "input b");
-  expectDType(signature, c, {output.value_or(a.dtype)}, "output c");
+  const auto [a, b, c] = expectBinaryOperands(signature, dtypes, output);
   BinaryContract contract;
   contract.dtype = a.dtype;
   contract.shape = broadcastShape(signature, {"a", "b"});
@@ -101,22 +95,12 @@ SelectContract parseSelectContract(const KernelSignature& signature) {
 }
 
 UnaryContract parseUnaryContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, x, dtypes, "input x");
-  expectDType(signature, y, {x.dtype}, "output y");
-  expectShape(signature, y, x.shape, "output y");
+  const Buffer& x = expectUnaryOperands(signature, dtypes, OutputShape::SameAsInput).x;
   return UnaryContract{x.dtype, x.numElements()};
 }
 
 CopyContract parseCopyContract(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, y, {x.dtype}, "output y");
-  expectShape(signature, y, x.shape, "output y");
-  return CopyContract{x.bytes()};
+  return CopyContract{expectUnaryOperands(signature, OutputShape::SameAsInput).x.bytes()};
 }
 
 FillContract parseFillContract(const KernelSignature& signature) {

@@ -10,6 +10,7 @@
 // float types the calling backend implements.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -70,5 +71,18 @@ struct CastContract {
 };
 
 CastContract parseCastContract(const KernelSignature& signature);
+
+// The names of the binary and unary maps that every backend implements, kept in one place: a backend
+// passes its functors for them, in this order, to registerMapKernels.
+inline constexpr const char* kBinaryMapNames[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+inline constexpr const char* kUnaryMapNames[] = {"neg", "exp", "log", "tanh", "sqrt", "rsqrt", "gelu_tanh"};
+
+// Registers factoryOf(Op{}), a KernelFactory, under names[i] for the i-th functor type of `Ops`.
+template <typename... Ops, size_t N, typename FactoryOf>
+void registerMapKernels(KernelRegistry& registry, const char* const (&names)[N], FactoryOf factoryOf) {
+  static_assert(sizeof...(Ops) == N, "one functor per map name");
+  size_t next = 0;
+  (registry.add(names[next++], factoryOf(Ops{})), ...);
+}
 
 }  // namespace dgemma

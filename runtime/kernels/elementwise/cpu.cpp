@@ -516,21 +516,12 @@ std::unique_ptr<Kernel> createCastKernel(const KernelSignature& signature) {
 
 void registerElementwiseCpuKernels(KernelRegistry& registry) {
   const KernelTraits movesBits{.movesBitsOnly = true};
-  registry.add("add", createBinaryKernel<AddOp>);
-  registry.add("sub", createBinaryKernel<SubOp>);
-  registry.add("mul", createBinaryKernel<MulOp>);
-  registry.add("div", createBinaryKernel<DivOp>);
-  registry.add("maximum", createBinaryKernel<MaximumOp>);
-  registry.add("minimum", createBinaryKernel<MinimumOp>);
+  registerMapKernels<AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp>(
+      registry, kBinaryMapNames, [](auto op) -> KernelFactory { return createBinaryKernel<decltype(op)>; });
+  registerMapKernels<NegOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, GeluTanhOp>(
+      registry, kUnaryMapNames, [](auto op) -> KernelFactory { return createUnaryKernel<decltype(op)>; });
   registry.add("compare", createCompareKernel);
   registry.add("select", createSelectKernel);
-  registry.add("neg", createUnaryKernel<NegOp>);
-  registry.add("exp", createUnaryKernel<ExpOp>);
-  registry.add("log", createUnaryKernel<LogOp>);
-  registry.add("tanh", createUnaryKernel<TanhOp>);
-  registry.add("sqrt", createUnaryKernel<SqrtOp>);
-  registry.add("rsqrt", createUnaryKernel<RsqrtOp>);
-  registry.add("gelu_tanh", createUnaryKernel<GeluTanhOp>);
   registry.add("copy", createCopyKernel, movesBits);
   registry.add("fill", createFillKernel, movesBits);
   registry.add("cast", createCastKernel, movesBits);

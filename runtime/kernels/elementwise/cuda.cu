@@ -276,19 +276,10 @@ std::unique_ptr<Kernel> createCopyKernel(const KernelSignature& signature) {
 }  // namespace
 
 void registerElementwiseCudaKernels(KernelRegistry& registry) {
-  registry.add("add", createBinaryKernel<AddOp>);
-  registry.add("sub", createBinaryKernel<SubOp>);
-  registry.add("mul", createBinaryKernel<MulOp>);
-  registry.add("div", createBinaryKernel<DivOp>);
-  registry.add("maximum", createBinaryKernel<MaximumOp>);
-  registry.add("minimum", createBinaryKernel<MinimumOp>);
-  registry.add("neg", createUnaryKernel<NegOp>);
-  registry.add("exp", createUnaryKernel<ExpOp>);
-  registry.add("log", createUnaryKernel<LogOp>);
-  registry.add("tanh", createUnaryKernel<TanhOp>);
-  registry.add("sqrt", createUnaryKernel<SqrtOp>);
-  registry.add("rsqrt", createUnaryKernel<RsqrtOp>);
-  registry.add("gelu_tanh", createUnaryKernel<GeluTanhOp>);
+  registerMapKernels<AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp>(
+      registry, kBinaryMapNames, [](auto op) -> KernelFactory { return createBinaryKernel<decltype(op)>; });
+  registerMapKernels<NegOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, GeluTanhOp>(
+      registry, kUnaryMapNames, [](auto op) -> KernelFactory { return createUnaryKernel<decltype(op)>; });
   registry.add("copy", createCopyKernel, KernelTraits{.movesBitsOnly = true});
 }
 

@@ -3,22 +3,17 @@
 #include <string>
 #include <vector>
 
-#include "support/Shape.h"
-
 namespace dgemma {
+namespace {
 
-GatherContract parseGatherContract(const KernelSignature& signature) {
-  expectArity(signature, 2, 1);
-  const Buffer& table = *signature.inputs[0];
-  const Buffer& ids = *signature.inputs[1];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, ids, {DType::I32, DType::I64}, "input ids");
-  expectDType(signature, y, {table.dtype}, "output y");
-  if (table.shape.size() != 2)
-    failSignature(signature, "input table has shape " + shapeToString(table.shape) + ", expected [V, H]");
+// The shapes both kernels share, once the dtypes are checked: a table [V, H] and rows [ids..., H] of
+// the table's dtype, one per id. The roles name the buffers as each kernel's errors do.
+GatherContract parseTableAndRows(const KernelSignature& signature, const Buffer& ids, const Buffer& table,
+                                 const std::string& tableRole, const Buffer& rows, const std::string& rowsRole) {
+  expectRank(signature, table, 2, tableRole, "[V, H]");
   std::vector<int64_t> expected = ids.shape;
   expected.push_back(table.shape[1]);
-  expectShape(signature, y, expected, "output y");
+  expectShape(signature, rows, expected, rowsRole);
   GatherContract contract;
   contract.dtype = table.dtype;
   contract.idsDtype = ids.dtype;
@@ -27,24 +22,31 @@ GatherContract parseGatherContract(const KernelSignature& signature) {
   return contract;
 }
 
+void expectIds(const KernelSignature& signature, const Buffer& ids) {
+  expectDType(signature, ids, {DType::I32, DType::I64}, "input ids");
+}
+
+}  // namespace
+
+GatherContract parseGatherContract(const KernelSignature& signature) {
+  expectArity(signature, 2, 1);
+  const Buffer& table = *signature.inputs[0];
+  const Buffer& ids = *signature.inputs[1];
+  const Buffer& y = *signature.outputs[0];
+  expectIds(signature, ids);
+  expectDType(signature, y, {table.dtype}, "output y");
+  return parseTableAndRows(signature, ids, table, "input table", y, "output y");
+}
+
 GatherContract parseScatterAddContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
   expectArity(signature, 2, 1);
   const Buffer& ids = *signature.inputs[0];
   const Buffer& updates = *signature.inputs[1];
   const Buffer& table = *signature.outputs[0];
-  expectDType(signature, ids, {DType::I32, DType::I64}, "input ids");
+  expectIds(signature, ids);
   expectDType(signature, updates, dtypes, "input updates");
   expectDType(signature, table, {updates.dtype}, "output table");
-  if (table.shape.size() != 2)
-    failSignature(signature, "output table has shape " + shapeToString(table.shape) + ", expected [V, H]");
-  std::vector<int64_t> expected = ids.shape;
-  expected.push_back(table.shape[1]);
-  expectShape(signature, updates, expected, "input updates");
-  GatherContract contract;
-  contract.dtype = updates.dtype;
-  contract.idsDtype = ids.dtype;
-  contract.vocabulary = table.shape[0];
-  contract.width = table.shape[1];
+  GatherContract contract = parseTableAndRows(signature, ids, table, "output table", updates, "input updates");
   if (hasAttr(signature, "skip_id")) {
     contract.skipId = attrInt(signature, "skip_id");
     if (*contract.skipId < 0 || *contract.skipId >= contract.vocabulary)

@@ -9,13 +9,7 @@
 namespace dgemma {
 
 MatmulContract parseMatmulContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  expectArity(signature, 2, 1);
-  const Buffer& a = *signature.inputs[0];
-  const Buffer& b = *signature.inputs[1];
-  const Buffer& c = *signature.outputs[0];
-  expectDType(signature, a, dtypes, "input a");
-  expectDType(signature, b, {a.dtype}, "input b");
-  expectDType(signature, c, {a.dtype}, "output c");
+  const auto [a, b, c] = expectBinaryOperands(signature, dtypes);
   MatmulContract contract;
   contract.dtype = a.dtype;
   contract.transposeA = attrBool(signature, "transpose_a", false);

@@ -31,23 +31,24 @@ uint64_t parseStream(const KernelSignature& signature) {
   return static_cast<uint64_t>(stream);
 }
 
-}  // namespace
-
-RandomContract parseRandomUniformContract(const KernelSignature& signature) {
+// What both kernels check: one key in, one output y of `output` dtype, the keys' layout and the stream.
+RandomContract parseKeysAndStream(const KernelSignature& signature, DType output) {
   expectArity(signature, 1, 1);
-  expectDType(signature, *signature.outputs[0], {DType::F32}, "output y");
+  expectDType(signature, *signature.outputs[0], {output}, "output y");
   RandomContract contract;
   contract.layout = parseKeys(signature);
   contract.stream = parseStream(signature);
   return contract;
 }
 
+}  // namespace
+
+RandomContract parseRandomUniformContract(const KernelSignature& signature) {
+  return parseKeysAndStream(signature, DType::F32);
+}
+
 RandomContract parseRandomIntContract(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  expectDType(signature, *signature.outputs[0], {DType::I64}, "output y");
-  RandomContract contract;
-  contract.layout = parseKeys(signature);
-  contract.stream = parseStream(signature);
+  RandomContract contract = parseKeysAndStream(signature, DType::I64);
   const int64_t high = attrInt(signature, "high");
   // Each element comes from one 32-bit word.
   if (high < 1 || high > (int64_t{1} << 32))

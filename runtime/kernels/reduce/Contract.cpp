@@ -7,11 +7,7 @@
 namespace dgemma {
 
 ReduceContract parseReduceContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, x, dtypes, "input x");
-  expectDType(signature, y, {x.dtype}, "output y");
+  const auto [x, y] = expectUnaryOperands(signature, dtypes, OutputShape::Free);
   const std::vector<int64_t> dims = attrInts(signature, "dims");
   const bool keepDims = attrBool(signature, "keep_dims", false);
 

@@ -3,8 +3,6 @@
 #include <cmath>
 #include <string>
 
-#include "support/Shape.h"
-
 namespace dgemma {
 
 RopeContract parseRopeContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
@@ -15,8 +13,7 @@ RopeContract parseRopeContract(const KernelSignature& signature, std::initialize
   expectDType(signature, x, dtypes, "input x");
   expectDType(signature, positions, {DType::I64}, "input positions");
   expectDType(signature, y, {x.dtype}, "output y");
-  if (x.shape.size() != 4)
-    failSignature(signature, "input x has shape " + shapeToString(x.shape) + ", expected [B, T, H, D]");
+  expectRank(signature, x, 4, "input x", "[B, T, H, D]");
   expectShape(signature, positions, {x.shape[0], x.shape[1]}, "input positions");
   expectShape(signature, y, x.shape, "output y");
   RopeContract contract;

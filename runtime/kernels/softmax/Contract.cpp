@@ -7,12 +7,7 @@
 namespace dgemma {
 
 SoftmaxContract parseSoftmaxContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, x, dtypes, "input x");
-  expectDType(signature, y, {x.dtype}, "output y");
-  expectShape(signature, y, x.shape, "output y");
+  const Buffer& x = expectUnaryOperands(signature, dtypes, OutputShape::SameAsInput).x;
   SoftmaxContract contract;
   contract.dtype = x.dtype;
   contract.rank = static_cast<int64_t>(x.shape.size());
