@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/core/HostTensor.h"
 
 namespace {

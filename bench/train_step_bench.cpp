@@ -40,7 +40,7 @@
 #include "mlir/IR/Verifier.h"
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/WeightSchema.h"
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"

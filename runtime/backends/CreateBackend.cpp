@@ -1,4 +1,4 @@
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/backends/cpu/CpuBackend.h"
 #include "support/Error.h"
 #ifdef DGEMMA_HAVE_CUDA

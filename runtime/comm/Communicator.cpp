@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
 
 namespace dgemma {

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 #include "support/DType.h"
 
 namespace dgemma {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/core/HostTensor.h"
 #include "plan/Plan.h"

@@ -1,7 +1,7 @@
-// Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): signature checks that several
-// factories make, optional and string attributes, the serial fallback for parallel loops, a strided
-// walk over row-major index spaces (broadcasting, transposes and reductions all read one tensor in
-// another tensor's order), and the gelu_tanh formula that more than one kernel evaluates.
+// Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): the float dtypes they compute in,
+// the serial fallback for parallel loops, a strided walk over row-major index spaces (broadcasting,
+// transposes and reductions all read one tensor in another tensor's order), and the gelu_tanh formula
+// that more than one kernel evaluates.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 #include "runtime/core/HostTensor.h"
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/FastMath.h"
@@ -77,28 +77,9 @@ inline T dotProduct(const T* a, const T* b, int64_t n) {
   return sum;
 }
 
+// The float dtypes the CPU kernels compute in (16-bit floats arrive widened, runtime/backends/cpu/ReducedPrecision.h).
 inline void expectFloat(const KernelSignature& signature, const Buffer& buffer, const std::string& role) {
   expectDType(signature, buffer, {DType::F32, DType::F64}, role);
-}
-
-inline void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& expected,
-                        const std::string& role) {
-  if (buffer.shape != expected)
-    failSignature(signature,
-                  role + " has shape " + shapeToString(buffer.shape) + ", expected " + shapeToString(expected));
-}
-
-// Whether the step carries the attribute (for optional attributes without a default).
-inline bool hasAttr(const KernelSignature& signature, const std::string& key) {
-  return signature.step != nullptr && signature.step->attrs.is_object() && signature.step->attrs.contains(key);
-}
-
-// Kernel.h reads numbers, integers and booleans; a few kernels take a string (a mode's name).
-inline std::string attrString(const KernelSignature& signature, const std::string& key) {
-  if (!hasAttr(signature, key)) failSignature(signature, "attribute '" + key + "' is missing");
-  const nlohmann::json& value = signature.step->attrs.at(key);
-  if (!value.is_string()) failSignature(signature, "attribute '" + key + "': expected a string");
-  return value.get<std::string>();
 }
 
 inline std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape) {

@@ -2,7 +2,7 @@
 // lives in runtime/kernels/<group>/cpu.cpp and registers itself through one function declared here.
 #pragma once
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

@@ -2,7 +2,7 @@
 // now: their factories reject other dtypes when the plan is loaded. Plain C++ header.
 #pragma once
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

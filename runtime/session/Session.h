@@ -7,7 +7,7 @@
 #include <string>
 
 #include "plan/Plan.h"
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
 

@@ -28,8 +28,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include "runtime/backend/Backend.h"
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Backend.h"
+#include "runtime/kernel_api/Kernel.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "support/Error.h"

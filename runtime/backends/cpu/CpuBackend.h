@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 
 namespace dgemma {
 

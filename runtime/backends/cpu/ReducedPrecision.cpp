@@ -1,7 +1,5 @@
 #include "runtime/backends/cpu/ReducedPrecision.h"
 
-#include <set>
-
 #include "support/DType.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 
@@ -10,12 +8,6 @@ namespace dgemma {
 namespace {
 
 bool isReducedFloat(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16; }
-
-// Kernels that move or convert bits and so are exact for any dtype.
-const std::set<std::string>& bitExactKernels() {
-  static const std::set<std::string> names{"copy", "fill", "cast", "transpose", "reshape", "concat", "slice"};
-  return names;
-}
 
 void widen(ExecContext& context, DType dtype, const void* source, float* destination, int64_t count) {
   const uint16_t* bits = static_cast<const uint16_t*>(source);
@@ -129,7 +121,8 @@ KernelRegistry withReducedPrecisionFloats(const KernelRegistry& f32Kernels) {
   KernelRegistry registry;
   for (const std::string& name : f32Kernels.names()) {
     const KernelFactory& factory = *f32Kernels.find(name);
-    registry.add(name, bitExactKernels().count(name) ? factory : widening(factory));
+    const KernelTraits& traits = f32Kernels.traits(name);
+    registry.add(name, traits.movesBitsOnly ? factory : widening(factory), traits);
   }
   return registry;
 }

@@ -4,13 +4,13 @@
 // in f32 registers and rounds its stores), so a bf16 plan's numerics can be tested on the CPU.
 #pragma once
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 
-// Returns a registry with every kernel of `f32Kernels`; kernels that only move or convert bits
-// (copy, fill, cast and the layout ops) already handle 16-bit floats and are kept as they are, the
-// others run as described above when a step has a 16-bit float buffer.
+// Returns a registry with every kernel of `f32Kernels` and its traits; kernels registered with
+// KernelTraits::movesBitsOnly (copy, fill, cast and the layout ops) already handle 16-bit floats and
+// are kept as they are, the others run as described above when a step has a 16-bit float buffer.
 KernelRegistry withReducedPrecisionFloats(const KernelRegistry& f32Kernels);
 
 }  // namespace dgemma

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 
 namespace dgemma {
 

@@ -1,6 +1,6 @@
 // Internal to the CUDA backend and the CUDA kernels (never included by code built without CUDA):
 // error checking for CUDA runtime / cuBLAS calls, the per-stream state a kernel finds in
-// ExecContext::backendState, and checks shared by the CUDA kernel factories.
+// ExecContext::backendState, and launch geometry.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 #include "support/Error.h"
 
 namespace dgemma::cuda {
@@ -34,11 +34,6 @@ struct StreamState {
 // not come from it (e.g. a CPU context passed to a CUDA kernel).
 StreamState& streamState(const ExecContext& context);
 
-// Factory checks (throw InputError through failSignature): the CUDA kernels implement f32 only for
-// now, and index rows/columns with 32-bit ints where noted.
-void expectF32(const KernelSignature& signature, const Buffer& buffer, const std::string& role);
-void expectShape(const KernelSignature& signature, const Buffer& buffer, const std::vector<int64_t>& shape,
-                 const std::string& role);
 // Kernel launch geometry: blocks for a grid-stride loop over `count` items (at least 1, at most 2^31-1).
 unsigned gridFor(uint64_t count, unsigned threadsPerBlock);
 

@@ -8,29 +8,14 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/attention/Contract.h"
 
 namespace dgemma {
 namespace {
 
-enum class AttentionMask { Causal, Bidirectional, Prefix };
-
-struct AttentionGeometry {
-  int64_t batch = 0;
-  int64_t queries = 0;  // Tq
-  int64_t keys = 0;     // Tk
-  int64_t queryHeads = 0;
-  int64_t kvHeads = 0;
-  int64_t headDim = 0;   // D, shared by q and k
-  int64_t valueDim = 0;  // Dv
-  AttentionMask mask = AttentionMask::Causal;
-  int64_t window = 0;  // 0: unlimited
-  int64_t prefixLen = 0;
-  double scale = 1.0;
-};
-
 // Writes the keys that query `query` sees, in increasing order, to `visible` and returns how many.
 // `valid` is the batch row's key_valid. The cases transcribe the visibility rules of docs/kernels.md.
-int64_t collectVisibleKeys(const AttentionGeometry& geometry, const uint8_t* valid, int64_t query, int64_t* visible) {
+int64_t collectVisibleKeys(const AttentionContract& geometry, const uint8_t* valid, int64_t query, int64_t* visible) {
   int64_t count = 0;
   switch (geometry.mask) {
     case AttentionMask::Causal: {
@@ -61,7 +46,7 @@ int64_t collectVisibleKeys(const AttentionGeometry& geometry, const uint8_t* val
 // forward's output weights and the backward's recomputed ones are this one function. `keyRow(key)`
 // points at that key's head_dim values.
 template <typename T, typename KeyRow>
-[[gnu::always_inline]] inline void visibleProbabilities(const AttentionGeometry& g, const T* qRow, const int64_t* visible, int64_t count,
+[[gnu::always_inline]] inline void visibleProbabilities(const AttentionContract& g, const T* qRow, const int64_t* visible, int64_t count,
                           const KeyRow& keyRow, T* probabilities) {
   const T scale = static_cast<T>(g.scale);
   T maximum = 0;
@@ -92,7 +77,7 @@ struct AttentionTensors {
 // output), as the contract says. Always inlined, so that the f32 clones below compile it for their
 // target.
 template <typename T>
-[[gnu::always_inline]] inline void attentionRows(const AttentionGeometry& g, const AttentionTensors<T>& t,
+[[gnu::always_inline]] inline void attentionRows(const AttentionContract& g, const AttentionTensors<T>& t,
                                                  int64_t begin, int64_t end) {
   const int64_t headsPerKv = g.queryHeads / g.kvHeads;
   std::vector<int64_t> visible(g.keys);
@@ -124,7 +109,7 @@ template <typename T>
 // so the sums over the grouped query heads and the queries need no locks, and the result does not
 // depend on the thread count.
 template <typename T>
-[[gnu::always_inline]] inline void attentionBackwardTasks(const AttentionGeometry& g, const AttentionTensors<T>& t,
+[[gnu::always_inline]] inline void attentionBackwardTasks(const AttentionContract& g, const AttentionTensors<T>& t,
                                                           int64_t begin, int64_t end) {
   const int64_t headsPerKv = g.queryHeads / g.kvHeads;
   const T scale = static_cast<T>(g.scale);
@@ -172,11 +157,11 @@ template <typename T>
 
 // The f32 instances in AVX2 clones (see FastMath.h): the dot products, exps and row updates double
 // their SIMD width.
-DGEMMA_CPU_CLONES_FOR_AVX2 void attentionRowsF32(const AttentionGeometry& g, const AttentionTensors<float>& t,
+DGEMMA_CPU_CLONES_FOR_AVX2 void attentionRowsF32(const AttentionContract& g, const AttentionTensors<float>& t,
                                                  int64_t begin, int64_t end) {
   attentionRows(g, t, begin, end);
 }
-DGEMMA_CPU_CLONES_FOR_AVX2 void attentionBackwardTasksF32(const AttentionGeometry& g,
+DGEMMA_CPU_CLONES_FOR_AVX2 void attentionBackwardTasksF32(const AttentionContract& g,
                                                           const AttentionTensors<float>& t, int64_t begin,
                                                           int64_t end) {
   attentionBackwardTasks(g, t, begin, end);
@@ -185,12 +170,12 @@ DGEMMA_CPU_CLONES_FOR_AVX2 void attentionBackwardTasksF32(const AttentionGeometr
 template <typename T>
 class AttentionKernel final : public Kernel {
  public:
-  explicit AttentionKernel(AttentionGeometry geometry) : geometry_(geometry) {}
+  explicit AttentionKernel(AttentionContract geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const AttentionTensors<T> tensors{inputs[0].as<const T>(), inputs[1].as<const T>(), inputs[2].as<const T>(),
                                       inputs[3].as<const uint8_t>(), nullptr, outputs[0].as<T>(), nullptr, nullptr};
-    const AttentionGeometry& g = geometry_;
+    const AttentionContract& g = geometry_;
     const int64_t rows = g.batch * g.queries * g.queryHeads;
     cpu::parallelFor(context, rows, cpu::rowGrain(g.keys * (g.headDim + g.valueDim)), [&](int64_t begin, int64_t end) {
       if constexpr (std::is_same_v<T, float>)
@@ -201,93 +186,25 @@ class AttentionKernel final : public Kernel {
   }
 
  private:
-  AttentionGeometry geometry_;
+  AttentionContract geometry_;
 };
 
-AttentionMask maskAttribute(const KernelSignature& signature) {
-  const std::string name = cpu::attrString(signature, "mask");
-  if (name == "causal") return AttentionMask::Causal;
-  if (name == "bidirectional") return AttentionMask::Bidirectional;
-  if (name == "prefix") return AttentionMask::Prefix;
-  failSignature(signature, "attribute 'mask': expected causal, bidirectional or prefix, got '" + name + "'");
-}
-
-void expectRank4(const KernelSignature& signature, const Buffer& buffer, const std::string& role,
-                 const std::string& layout) {
-  if (buffer.shape.size() != 4)
-    failSignature(signature, role + " has shape " + shapeToString(buffer.shape) + ", expected " + layout);
-}
-
-// Checks q, k, v, key_valid (inputs 0..3) and the attributes; `o` is a buffer of q's batch, queries
-// and heads with Dv values (the output, or the output gradient of the backward kernel).
-AttentionGeometry readAttentionSignature(const KernelSignature& signature, const Buffer& o, const std::string& oRole) {
-  const Buffer& q = *signature.inputs[0];
-  const Buffer& k = *signature.inputs[1];
-  const Buffer& v = *signature.inputs[2];
-  const Buffer& keyValid = *signature.inputs[3];
-  cpu::expectFloat(signature, q, "input q");
-  expectDType(signature, k, {q.dtype}, "input k");
-  expectDType(signature, v, {q.dtype}, "input v");
-  expectDType(signature, keyValid, {DType::U8, DType::Bool}, "input key_valid");
-  expectDType(signature, o, {q.dtype}, oRole);
-
-  expectRank4(signature, q, "input q", "[B, Tq, Hq, D]");
-  expectRank4(signature, k, "input k", "[B, Tk, Hkv, D]");
-  expectRank4(signature, v, "input v", "[B, Tk, Hkv, Dv]");
-  AttentionGeometry g;
-  g.batch = q.shape[0];
-  g.queries = q.shape[1];
-  g.queryHeads = q.shape[2];
-  g.headDim = q.shape[3];
-  g.keys = k.shape[1];
-  g.kvHeads = k.shape[2];
-  g.valueDim = v.shape[3];
-  cpu::expectShape(signature, k, {g.batch, g.keys, g.kvHeads, g.headDim}, "input k");
-  if (g.kvHeads == 0 || g.queryHeads % g.kvHeads != 0)
-    failSignature(signature, "query heads Hq=" + std::to_string(g.queryHeads) +
-                                 " are not a multiple of key/value heads Hkv=" + std::to_string(g.kvHeads));
-  cpu::expectShape(signature, v, {g.batch, g.keys, g.kvHeads, g.valueDim}, "input v");
-  cpu::expectShape(signature, keyValid, {g.batch, g.keys}, "input key_valid");
-  cpu::expectShape(signature, o, {g.batch, g.queries, g.queryHeads, g.valueDim}, oRole);
-
-  // window, prefix_len and scale default as the dg.attention op's attributes do, since the lowering
-  // leaves out attributes that keep their default.
-  g.mask = maskAttribute(signature);
-  g.window = attrInt(signature, "window", 0);
-  if (g.window < 0)
-    failSignature(signature, "attribute 'window': expected a non-negative integer, got " + std::to_string(g.window));
-  if (g.mask == AttentionMask::Bidirectional && g.window != 0)
-    failSignature(signature, "attribute 'window' does not apply to mask 'bidirectional'");
-  g.prefixLen = attrInt(signature, "prefix_len", 0);
-  if (g.mask == AttentionMask::Prefix && (g.prefixLen < 0 || g.prefixLen > g.keys))
-    failSignature(signature, "attribute 'prefix_len': " + std::to_string(g.prefixLen) + " is outside [0, Tk = " +
-                                 std::to_string(g.keys) + "]");
-  if (g.mask != AttentionMask::Prefix && g.prefixLen != 0)
-    failSignature(signature, "attribute 'prefix_len' applies only to mask 'prefix'");
-  if (g.mask == AttentionMask::Causal && g.queries > g.keys)
-    failSignature(signature, "mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got Tq=" +
-                                 std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
-  g.scale = attrDouble(signature, "scale", 1.0);
-  return g;
-}
-
-std::unique_ptr<Kernel> createAttention(const KernelSignature& signature) {
-  expectArity(signature, 4, 1);
-  AttentionGeometry g = readAttentionSignature(signature, *signature.outputs[0], "output o");
-  if (signature.inputs[0]->dtype == DType::F64) return std::make_unique<AttentionKernel<double>>(g);
-  return std::make_unique<AttentionKernel<float>>(g);
+std::unique_ptr<Kernel> createAttentionKernel(const KernelSignature& signature) {
+  const AttentionContract c = parseAttentionContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<AttentionKernel<double>>(c);
+  return std::make_unique<AttentionKernel<float>>(c);
 }
 
 template <typename T>
 class AttentionBackwardKernel final : public Kernel {
  public:
-  explicit AttentionBackwardKernel(AttentionGeometry geometry) : geometry_(geometry) {}
+  explicit AttentionBackwardKernel(AttentionContract geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const AttentionTensors<T> tensors{inputs[0].as<const T>(),     inputs[1].as<const T>(), inputs[2].as<const T>(),
                                       inputs[3].as<const uint8_t>(), inputs[4].as<const T>(), outputs[0].as<T>(),
                                       outputs[1].as<T>(),            outputs[2].as<T>()};
-    const AttentionGeometry& g = geometry_;
+    const AttentionContract& g = geometry_;
     cpu::parallelFor(context, g.batch * g.kvHeads, 1, [&](int64_t begin, int64_t end) {
       if constexpr (std::is_same_v<T, float>)
         attentionBackwardTasksF32(g, tensors, begin, end);
@@ -297,26 +214,20 @@ class AttentionBackwardKernel final : public Kernel {
   }
 
  private:
-  AttentionGeometry geometry_;
+  AttentionContract geometry_;
 };
 
-std::unique_ptr<Kernel> createAttentionBackward(const KernelSignature& signature) {
-  expectArity(signature, 5, 3);
-  AttentionGeometry g = readAttentionSignature(signature, *signature.inputs[4], "input do");
-  const DType dtype = signature.inputs[0]->dtype;
-  cpu::expectShape(signature, *signature.outputs[0], signature.inputs[0]->shape, "output dq");
-  cpu::expectShape(signature, *signature.outputs[1], signature.inputs[1]->shape, "output dk");
-  cpu::expectShape(signature, *signature.outputs[2], signature.inputs[2]->shape, "output dv");
-  for (size_t i = 0; i < 3; ++i) expectDType(signature, *signature.outputs[i], {dtype}, "output " + std::to_string(i));
-  if (dtype == DType::F64) return std::make_unique<AttentionBackwardKernel<double>>(g);
-  return std::make_unique<AttentionBackwardKernel<float>>(g);
+std::unique_ptr<Kernel> createAttentionBackwardKernel(const KernelSignature& signature) {
+  const AttentionContract c = parseAttentionBackwardContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<AttentionBackwardKernel<double>>(c);
+  return std::make_unique<AttentionBackwardKernel<float>>(c);
 }
 
 }  // namespace
 
 void registerAttentionCpuKernels(KernelRegistry& registry) {
-  registry.add("attention", createAttention);
-  registry.add("attention_backward", createAttentionBackward);
+  registry.add("attention", createAttentionKernel);
+  registry.add("attention_backward", createAttentionBackwardKernel);
 }
 
 }  // namespace dgemma

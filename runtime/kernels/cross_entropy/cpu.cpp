@@ -18,6 +18,7 @@
 #include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/cross_entropy/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -30,16 +31,6 @@ struct Ids {
   int64_t operator[](int64_t i) const {
     return wide ? static_cast<const int64_t*>(data)[i] : static_cast<const int32_t*>(data)[i];
   }
-};
-
-// The shapes both kernels share: `rows` positions of `vocabulary` logits each.
-struct CrossEntropyGeometry {
-  int64_t rows = 0;
-  int64_t vocabulary = 0;
-  double softcap = 0;  // > 0: the logits are capped inside the kernel
-  bool hasBonus = false;
-  bool wideTargets = true;
-  bool wideBonusIds = true;
 };
 
 // One row's z: the logits in f64, with the bonus added at bonusId (-1 when there is no bonus).
@@ -174,7 +165,7 @@ struct CappedRow {
 
 // Row r's z, its logits capped into `scratch` when the kernel caps.
 template <typename T>
-BonusedRow<T> rowOf(const CrossEntropyRows<T>& rows, int64_t r, const CrossEntropyGeometry& geometry, CappedRow<T>* scratch) {
+BonusedRow<T> rowOf(const CrossEntropyRows<T>& rows, int64_t r, const CrossEntropyContract& geometry, CappedRow<T>* scratch) {
   BonusedRow<T> z = rows.row(r);
   if (scratch == nullptr) return z;
   scratch->fill(z.logits, geometry.vocabulary, geometry.softcap);
@@ -182,7 +173,7 @@ BonusedRow<T> rowOf(const CrossEntropyRows<T>& rows, int64_t r, const CrossEntro
   return z;
 }
 
-void checkIds(const std::string& where, const CrossEntropyGeometry& geometry, const Ids& ids, const char* role) {
+void checkIds(const std::string& where, const CrossEntropyContract& geometry, const Ids& ids, const char* role) {
   for (int64_t r = 0; r < geometry.rows; ++r)
     if (ids[r] < 0 || ids[r] >= geometry.vocabulary)
       throw RuntimeError(where + ": " + role + " id " + std::to_string(ids[r]) + " at flat index " + std::to_string(r) +
@@ -191,7 +182,7 @@ void checkIds(const std::string& where, const CrossEntropyGeometry& geometry, co
 
 // Checks every id serially, before any output is written.
 template <typename T>
-CrossEntropyRows<T> readRows(const std::string& where, const CrossEntropyGeometry& geometry,
+CrossEntropyRows<T> readRows(const std::string& where, const CrossEntropyContract& geometry,
                              const std::vector<TensorRef>& inputs) {
   CrossEntropyRows<T> rows;
   rows.logits = inputs[0].as<const T>();
@@ -209,7 +200,7 @@ CrossEntropyRows<T> readRows(const std::string& where, const CrossEntropyGeometr
 template <typename T>
 class CrossEntropyKernel final : public Kernel {
  public:
-  CrossEntropyKernel(std::string where, CrossEntropyGeometry geometry) : where_(std::move(where)), geometry_(geometry) {}
+  CrossEntropyKernel(std::string where, CrossEntropyContract geometry) : where_(std::move(where)), geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const CrossEntropyRows<T> rows = readRows<T>(where_, geometry_, inputs);
@@ -227,7 +218,7 @@ class CrossEntropyKernel final : public Kernel {
 
  private:
   std::string where_;  // run-time errors name the step as the plan loader does
-  CrossEntropyGeometry geometry_;
+  CrossEntropyContract geometry_;
 };
 
 // grad_logits = grad_output[..., None] · (softmax(z) − onehot(target)), times 1 − tanh²(x / c) when
@@ -235,7 +226,7 @@ class CrossEntropyKernel final : public Kernel {
 template <typename T>
 class CrossEntropyBackwardKernel final : public Kernel {
  public:
-  CrossEntropyBackwardKernel(std::string where, CrossEntropyGeometry geometry)
+  CrossEntropyBackwardKernel(std::string where, CrossEntropyContract geometry)
       : where_(std::move(where)), geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
@@ -266,69 +257,27 @@ class CrossEntropyBackwardKernel final : public Kernel {
 
  private:
   std::string where_;
-  CrossEntropyGeometry geometry_;
+  CrossEntropyContract geometry_;
 };
 
-// Checks logits [..., V], targets [...], the optional bonus ids and bonus [...], then for the backward
-// kernel grad_output [...] and grad_logits (the logits' shape), else the loss [...].
-CrossEntropyGeometry checkSignature(const KernelSignature& signature, bool backward) {
-  const size_t extra = backward ? 1 : 0;
-  expectArityRange(signature, 2 + extra, 4 + extra, 1);
-  if (signature.inputs.size() == 3 + extra)
-    failSignature(signature, "bonus ids and bonus come together: expected " + std::to_string(2 + extra) + " or " +
-                                 std::to_string(4 + extra) + " inputs");
-  const Buffer& logits = *signature.inputs[0];
-  const Buffer& targets = *signature.inputs[1];
-  cpu::expectFloat(signature, logits, "input logits");
-  if (logits.shape.empty()) failSignature(signature, "input logits has shape [], expected [..., V]");
-  const std::vector<int64_t> positions(logits.shape.begin(), logits.shape.end() - 1);
-  expectDType(signature, targets, {DType::I32, DType::I64}, "input targets");
-  cpu::expectShape(signature, targets, positions, "input targets");
-  CrossEntropyGeometry geometry;
-  geometry.rows = numElementsOf(positions);
-  geometry.vocabulary = logits.shape.back();
-  geometry.wideTargets = targets.dtype == DType::I64;
-  geometry.softcap = attrDouble(signature, "softcap", 0.0);
-  if (!(geometry.softcap >= 0)) failSignature(signature, "attribute 'softcap': expected a number >= 0 (0: none)");
-  geometry.hasBonus = signature.inputs.size() == 4 + extra;
-  if (geometry.hasBonus) {
-    const Buffer& bonusIds = *signature.inputs[2];
-    const Buffer& bonus = *signature.inputs[3];
-    expectDType(signature, bonusIds, {DType::I32, DType::I64}, "input bonus_ids");
-    cpu::expectShape(signature, bonusIds, positions, "input bonus_ids");
-    expectDType(signature, bonus, {logits.dtype}, "input bonus");
-    cpu::expectShape(signature, bonus, positions, "input bonus");
-    geometry.wideBonusIds = bonusIds.dtype == DType::I64;
-  }
-  if (backward) {
-    const Buffer& gradOutput = *signature.inputs.back();
-    expectDType(signature, gradOutput, {logits.dtype}, "input grad_output");
-    cpu::expectShape(signature, gradOutput, positions, "input grad_output");
-  }
-  const Buffer& output = *signature.outputs[0];
-  expectDType(signature, output, {logits.dtype}, backward ? "output grad_logits" : "output loss");
-  cpu::expectShape(signature, output, backward ? logits.shape : positions, backward ? "output grad_logits" : "output loss");
-  return geometry;
+std::unique_ptr<Kernel> createCrossEntropyKernel(const KernelSignature& signature) {
+  const CrossEntropyContract contract = parseCrossEntropyContract(signature, {DType::F32, DType::F64});
+  if (contract.dtype == DType::F64) return std::make_unique<CrossEntropyKernel<double>>(signature.where, contract);
+  return std::make_unique<CrossEntropyKernel<float>>(signature.where, contract);
 }
 
-std::unique_ptr<Kernel> createCrossEntropy(const KernelSignature& signature) {
-  const CrossEntropyGeometry geometry = checkSignature(signature, false);
-  if (signature.inputs[0]->dtype == DType::F64) return std::make_unique<CrossEntropyKernel<double>>(signature.where, geometry);
-  return std::make_unique<CrossEntropyKernel<float>>(signature.where, geometry);
-}
-
-std::unique_ptr<Kernel> createCrossEntropyBackward(const KernelSignature& signature) {
-  const CrossEntropyGeometry geometry = checkSignature(signature, true);
-  if (signature.inputs[0]->dtype == DType::F64)
-    return std::make_unique<CrossEntropyBackwardKernel<double>>(signature.where, geometry);
-  return std::make_unique<CrossEntropyBackwardKernel<float>>(signature.where, geometry);
+std::unique_ptr<Kernel> createCrossEntropyBackwardKernel(const KernelSignature& signature) {
+  const CrossEntropyContract contract = parseCrossEntropyBackwardContract(signature, {DType::F32, DType::F64});
+  if (contract.dtype == DType::F64)
+    return std::make_unique<CrossEntropyBackwardKernel<double>>(signature.where, contract);
+  return std::make_unique<CrossEntropyBackwardKernel<float>>(signature.where, contract);
 }
 
 }  // namespace
 
 void registerCrossEntropyCpuKernels(KernelRegistry& registry) {
-  registry.add("cross_entropy", createCrossEntropy);
-  registry.add("cross_entropy_backward", createCrossEntropyBackward);
+  registry.add("cross_entropy", createCrossEntropyKernel);
+  registry.add("cross_entropy_backward", createCrossEntropyBackwardKernel);
 }
 
 }  // namespace dgemma

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <optional>
 #include <type_traits>
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/elementwise/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -51,32 +51,6 @@ std::vector<int64_t> broadcastStrides(const std::vector<int64_t>& operand, const
   const size_t leading = result.size() - operand.size();
   for (size_t d = 0; d < operand.size(); ++d) strides[leading + d] = operand[d] == 1 ? 0 : own[d];
   return strides;
-}
-
-// The broadcast shape of the signature's inputs, which `roles` names in order; a plan error lists
-// them when they do not broadcast.
-std::vector<int64_t> broadcastShape(const KernelSignature& signature, const std::vector<std::string>& roles) {
-  std::vector<int64_t> shape;
-  for (const Buffer* input : signature.inputs) {
-    const std::vector<int64_t>& next = input->shape;
-    const size_t rank = std::max(shape.size(), next.size());
-    std::vector<int64_t> merged(rank);
-    for (size_t d = 0; d < rank; ++d) {
-      // Aligned on the right: dimension d of the result is the operand's dimension d - (rank - size).
-      const int64_t dimSoFar = d + shape.size() >= rank ? shape[d + shape.size() - rank] : 1;
-      const int64_t dimNext = d + next.size() >= rank ? next[d + next.size() - rank] : 1;
-      if (dimSoFar != dimNext && dimSoFar != 1 && dimNext != 1) {
-        std::string inputs;
-        for (size_t i = 0; i < roles.size(); ++i)
-          inputs += (i == 0 ? "" : i + 1 == roles.size() ? " and " : ", ") + roles[i] + " " +
-                    shapeToString(signature.inputs[i]->shape);
-        failSignature(signature, "inputs " + inputs + " do not broadcast");
-      }
-      merged[d] = dimSoFar == 1 ? dimNext : dimSoFar;
-    }
-    shape = std::move(merged);
-  }
-  return shape;
 }
 
 // Results are stored in Op's result type: T for arithmetic, uint8_t (0 or 1) for comparisons into bool.
@@ -129,29 +103,21 @@ class BinaryKernel final : public Kernel {
   cpu::StridedCursor<2> cursor_;
 };
 
-// Checks float inputs a, b (one dtype) and the output c of their broadcast shape, of dtype `output`
-// (a's dtype when unset).
+// The kernel for a parsed binary or compare contract, in its dtype.
 template <typename Op>
-std::unique_ptr<Kernel> createBinary(const KernelSignature& signature, std::optional<DType> output) {
-  expectArity(signature, 2, 1);
-  const Buffer& a = *signature.inputs[0];
-  const Buffer& b = *signature.inputs[1];
-  const Buffer& c = *signature.outputs[0];
-  cpu::expectFloat(signature, a, "input a");
-  expectDType(signature, b, {a.dtype}, "input b");
-  expectDType(signature, c, {output.value_or(a.dtype)}, "output c");
-  const std::vector<int64_t> shape = broadcastShape(signature, {"a", "b"});
-  cpu::expectShape(signature, c, shape, "output c");
-  const bool sameShapes = a.shape == shape && b.shape == shape;
-  cpu::StridedCursor<2> cursor(shape, {broadcastStrides(a.shape, shape), broadcastStrides(b.shape, shape)});
+std::unique_ptr<Kernel> instantiateBinaryKernel(const BinaryContract& contract, const KernelSignature& signature) {
+  const std::vector<int64_t>& shape = contract.shape;
+  cpu::StridedCursor<2> cursor(shape, {broadcastStrides(signature.inputs[0]->shape, shape),
+                                       broadcastStrides(signature.inputs[1]->shape, shape)});
   const int64_t count = numElementsOf(shape);
-  if (a.dtype == DType::F64) return std::make_unique<BinaryKernel<double, Op>>(count, sameShapes, std::move(cursor));
-  return std::make_unique<BinaryKernel<float, Op>>(count, sameShapes, std::move(cursor));
+  if (contract.dtype == DType::F64)
+    return std::make_unique<BinaryKernel<double, Op>>(count, contract.sameShapes, std::move(cursor));
+  return std::make_unique<BinaryKernel<float, Op>>(count, contract.sameShapes, std::move(cursor));
 }
 
 template <typename Op>
-void addBinary(KernelRegistry& registry, const std::string& name) {
-  registry.add(name, [](const KernelSignature& signature) { return createBinary<Op>(signature, std::nullopt); });
+std::unique_ptr<Kernel> createBinaryKernel(const KernelSignature& signature) {
+  return instantiateBinaryKernel<Op>(parseBinaryContract(signature, {DType::F32, DType::F64}), signature);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,15 +148,17 @@ struct NotEqualOp {
   uint8_t operator()(T a, T b) const { return a != b; }
 };
 
-std::unique_ptr<Kernel> createCompare(const KernelSignature& signature) {
-  const std::string predicate = cpu::attrString(signature, "predicate");
-  if (predicate == "lt") return createBinary<LessOp>(signature, DType::Bool);
-  if (predicate == "le") return createBinary<LessEqualOp>(signature, DType::Bool);
-  if (predicate == "gt") return createBinary<GreaterOp>(signature, DType::Bool);
-  if (predicate == "ge") return createBinary<GreaterEqualOp>(signature, DType::Bool);
-  if (predicate == "eq") return createBinary<EqualOp>(signature, DType::Bool);
-  if (predicate == "ne") return createBinary<NotEqualOp>(signature, DType::Bool);
-  failSignature(signature, "attribute 'predicate': expected lt, le, gt, ge, eq or ne, got '" + predicate + "'");
+std::unique_ptr<Kernel> createCompareKernel(const KernelSignature& signature) {
+  const CompareContract contract = parseCompareContract(signature, {DType::F32, DType::F64});
+  switch (contract.predicate) {
+    case ComparePredicate::Less: return instantiateBinaryKernel<LessOp>(contract.operands, signature);
+    case ComparePredicate::LessEqual: return instantiateBinaryKernel<LessEqualOp>(contract.operands, signature);
+    case ComparePredicate::Greater: return instantiateBinaryKernel<GreaterOp>(contract.operands, signature);
+    case ComparePredicate::GreaterEqual: return instantiateBinaryKernel<GreaterEqualOp>(contract.operands, signature);
+    case ComparePredicate::Equal: return instantiateBinaryKernel<EqualOp>(contract.operands, signature);
+    case ComparePredicate::NotEqual: break;
+  }
+  return instantiateBinaryKernel<NotEqualOp>(contract.operands, signature);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,21 +195,14 @@ class SelectKernel final : public Kernel {
   cpu::StridedCursor<3> cursor_;
 };
 
-std::unique_ptr<Kernel> createSelect(const KernelSignature& signature) {
-  expectArity(signature, 3, 1);
-  const Buffer& condition = *signature.inputs[0];
-  const Buffer& onTrue = *signature.inputs[1];
-  const Buffer& onFalse = *signature.inputs[2];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, condition, {DType::Bool}, "input condition");
-  expectDType(signature, onFalse, {onTrue.dtype}, "input on_false");
-  expectDType(signature, y, {onTrue.dtype}, "output y");
-  const std::vector<int64_t> shape = broadcastShape(signature, {"condition", "on_true", "on_false"});
-  cpu::expectShape(signature, y, shape, "output y");
-  cpu::StridedCursor<3> cursor(shape, {broadcastStrides(condition.shape, shape), broadcastStrides(onTrue.shape, shape),
-                                       broadcastStrides(onFalse.shape, shape)});
+std::unique_ptr<Kernel> createSelectKernel(const KernelSignature& signature) {
+  const SelectContract contract = parseSelectContract(signature);
+  const std::vector<int64_t>& shape = contract.shape;
+  cpu::StridedCursor<3> cursor(shape, {broadcastStrides(signature.inputs[0]->shape, shape),
+                                       broadcastStrides(signature.inputs[1]->shape, shape),
+                                       broadcastStrides(signature.inputs[2]->shape, shape)});
   const int64_t count = numElementsOf(shape);
-  switch (dtypeSize(onTrue.dtype)) {
+  switch (dtypeSize(contract.dtype)) {
     case 1: return std::make_unique<SelectKernel<uint8_t>>(count, std::move(cursor));
     case 2: return std::make_unique<SelectKernel<uint16_t>>(count, std::move(cursor));
     case 4: return std::make_unique<SelectKernel<uint32_t>>(count, std::move(cursor));
@@ -319,17 +280,10 @@ class UnaryKernel final : public Kernel {
 };
 
 template <typename Op>
-void addUnary(KernelRegistry& registry, const std::string& name) {
-  registry.add(name, [](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-    expectArity(signature, 1, 1);
-    const Buffer& x = *signature.inputs[0];
-    const Buffer& y = *signature.outputs[0];
-    cpu::expectFloat(signature, x, "input x");
-    expectDType(signature, y, {x.dtype}, "output y");
-    cpu::expectShape(signature, y, x.shape, "output y");
-    if (x.dtype == DType::F64) return std::make_unique<UnaryKernel<double, Op>>();
-    return std::make_unique<UnaryKernel<float, Op>>();
-  });
+std::unique_ptr<Kernel> createUnaryKernel(const KernelSignature& signature) {
+  const UnaryContract contract = parseUnaryContract(signature, {DType::F32, DType::F64});
+  if (contract.dtype == DType::F64) return std::make_unique<UnaryKernel<double, Op>>();
+  return std::make_unique<UnaryKernel<float, Op>>();
 }
 
 class CopyKernel final : public Kernel {
@@ -339,15 +293,9 @@ class CopyKernel final : public Kernel {
   }
 };
 
-void addCopy(KernelRegistry& registry) {
-  registry.add("copy", [](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-    expectArity(signature, 1, 1);
-    const Buffer& x = *signature.inputs[0];
-    const Buffer& y = *signature.outputs[0];
-    expectDType(signature, y, {x.dtype}, "output y");
-    cpu::expectShape(signature, y, x.shape, "output y");
-    return std::make_unique<CopyKernel>();
-  });
+std::unique_ptr<Kernel> createCopyKernel(const KernelSignature& signature) {
+  parseCopyContract(signature);
+  return std::make_unique<CopyKernel>();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -411,43 +359,26 @@ uint64_t bitsOf(T value) {
   return bits;
 }
 
-template <typename Int>
-uint64_t integerPattern(const KernelSignature& signature, double value, DType dtype) {
-  // Bounds as doubles: the upper one is exclusive because max() + 1 is a power of two while max()
-  // itself may not be representable.
-  const double lowest = static_cast<double>(std::numeric_limits<Int>::lowest());
-  const double upperExclusive = static_cast<double>(std::numeric_limits<Int>::max()) + 1.0;
-  if (std::trunc(value) != value || value < lowest || value >= upperExclusive)
-    failSignature(signature, "attribute 'value': " + std::to_string(value) + " is not representable in " +
-                                 std::string(dtypeName(dtype)));
-  return bitsOf(static_cast<Int>(value));
-}
-
-uint64_t fillPattern(const KernelSignature& signature, double value, DType dtype) {
-  switch (dtype) {
+// The value's bits in the dtype; the contract checked that integers and bools represent it exactly.
+uint64_t fillPattern(const FillContract& contract) {
+  const double value = contract.value;
+  switch (contract.dtype) {
     case DType::F32: return bitsOf(static_cast<float>(value));
     case DType::F64: return bitsOf(value);
     case DType::BF16: return f64ToBf16Bits(value);
     case DType::F16: return f64ToF16Bits(value);
-    case DType::I64: return integerPattern<int64_t>(signature, value, dtype);
-    case DType::I32: return integerPattern<int32_t>(signature, value, dtype);
-    case DType::I8: return integerPattern<int8_t>(signature, value, dtype);
-    case DType::U8: return integerPattern<uint8_t>(signature, value, dtype);
-    case DType::Bool:
-      if (value != 0.0 && value != 1.0)
-        failSignature(signature, "attribute 'value': " + std::to_string(value) + " is not representable in bool");
-      return value != 0.0;
+    case DType::I64: return bitsOf(static_cast<int64_t>(value));
+    case DType::I32: return bitsOf(static_cast<int32_t>(value));
+    case DType::I8: return bitsOf(static_cast<int8_t>(value));
+    case DType::U8: return bitsOf(static_cast<uint8_t>(value));
+    case DType::Bool: break;
   }
-  failSignature(signature, "output y has an unknown dtype");
+  return value != 0.0;  // bool: 0 or 1
 }
 
-void addFill(KernelRegistry& registry) {
-  registry.add("fill", [](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-    expectArity(signature, 0, 1);
-    const DType dtype = signature.outputs[0]->dtype;
-    const double value = attrDouble(signature, "value");
-    return std::make_unique<FillKernel>(fillPattern(signature, value, dtype), dtypeSize(dtype));
-  });
+std::unique_ptr<Kernel> createFillKernel(const KernelSignature& signature) {
+  const FillContract contract = parseFillContract(signature);
+  return std::make_unique<FillKernel>(fillPattern(contract), dtypeSize(contract.dtype));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -576,40 +507,24 @@ class CastKernel final : public Kernel {
   DType to_;
 };
 
-void addCast(KernelRegistry& registry) {
-  registry.add("cast", [](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-    expectArity(signature, 1, 1);
-    const Buffer& x = *signature.inputs[0];
-    const Buffer& y = *signature.outputs[0];
-    cpu::expectShape(signature, y, x.shape, "output y");
-    if (isFloating(x.dtype) && !isFloating(y.dtype))
-      failSignature(signature, "cast from " + std::string(dtypeName(x.dtype)) + " to " +
-                                   std::string(dtypeName(y.dtype)) + " is not supported (float to integer)");
-    return std::make_unique<CastKernel>(x.dtype, y.dtype);
-  });
+std::unique_ptr<Kernel> createCastKernel(const KernelSignature& signature) {
+  const CastContract contract = parseCastContract(signature);
+  return std::make_unique<CastKernel>(contract.from, contract.to);
 }
 
 }  // namespace
 
 void registerElementwiseCpuKernels(KernelRegistry& registry) {
-  addBinary<AddOp>(registry, "add");
-  addBinary<SubOp>(registry, "sub");
-  addBinary<MulOp>(registry, "mul");
-  addBinary<DivOp>(registry, "div");
-  addBinary<MaximumOp>(registry, "maximum");
-  addBinary<MinimumOp>(registry, "minimum");
-  registry.add("compare", createCompare);
-  registry.add("select", createSelect);
-  addUnary<NegOp>(registry, "neg");
-  addUnary<ExpOp>(registry, "exp");
-  addUnary<LogOp>(registry, "log");
-  addUnary<TanhOp>(registry, "tanh");
-  addUnary<SqrtOp>(registry, "sqrt");
-  addUnary<RsqrtOp>(registry, "rsqrt");
-  addUnary<GeluTanhOp>(registry, "gelu_tanh");
-  addCopy(registry);
-  addFill(registry);
-  addCast(registry);
+  const KernelTraits movesBits{.movesBitsOnly = true};
+  registerMapKernels<AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp>(
+      registry, kBinaryMapNames, [](auto op) -> KernelFactory { return createBinaryKernel<decltype(op)>; });
+  registerMapKernels<NegOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, GeluTanhOp>(
+      registry, kUnaryMapNames, [](auto op) -> KernelFactory { return createUnaryKernel<decltype(op)>; });
+  registry.add("compare", createCompareKernel);
+  registry.add("select", createSelectKernel);
+  registry.add("copy", createCopyKernel, movesBits);
+  registry.add("fill", createFillKernel, movesBits);
+  registry.add("cast", createCastKernel, movesBits);
 }
 
 }  // namespace dgemma

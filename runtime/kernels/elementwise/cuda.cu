@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/core/HostTensor.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/elementwise/Contract.h"
+#include "support/Shape.h"
 
 namespace dgemma {
 namespace {
@@ -179,9 +180,9 @@ BroadcastLayout<Index> toLayout(const CollapsedBroadcast& collapsed) {
 // ---- kernel objects -----------------------------------------------------------------------------
 
 template <typename Op>
-class UnaryCuda final : public Kernel {
+class UnaryCudaKernel final : public Kernel {
  public:
-  explicit UnaryCuda(uint64_t n) : n_(n) {}
+  explicit UnaryCudaKernel(uint64_t n) : n_(n) {}
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     if (n_ == 0) return;
     cudaStream_t stream = cuda::streamState(context).stream;
@@ -195,9 +196,9 @@ class UnaryCuda final : public Kernel {
 };
 
 template <typename Op>
-class BinaryCuda final : public Kernel {
+class BinaryCudaKernel final : public Kernel {
  public:
-  BinaryCuda(uint64_t n, const CollapsedBroadcast& collapsed) : n_(n) {
+  BinaryCudaKernel(uint64_t n, const CollapsedBroadcast& collapsed) : n_(n) {
     sameShape_ = collapsed.dims.size() <= 1 && (collapsed.dims.empty() ||
                                                 (collapsed.aStrides[0] == 1 && collapsed.bStrides[0] == 1));
     use32_ = n <= std::numeric_limits<uint32_t>::max();
@@ -234,9 +235,9 @@ class BinaryCuda final : public Kernel {
   BroadcastLayout<uint64_t> layout64_;
 };
 
-class CopyCuda final : public Kernel {
+class CopyCudaKernel final : public Kernel {
  public:
-  explicit CopyCuda(uint64_t bytes) : bytes_(bytes) {}
+  explicit CopyCudaKernel(uint64_t bytes) : bytes_(bytes) {}
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     if (bytes_ == 0 || inputs[0].data == outputs[0].data) return;
     DGEMMA_CUDA_CHECK(cudaMemcpyAsync(outputs[0].data, inputs[0].data, bytes_, cudaMemcpyDeviceToDevice,
@@ -250,73 +251,36 @@ class CopyCuda final : public Kernel {
 // ---- factories ----------------------------------------------------------------------------------
 
 template <typename Op>
-std::unique_ptr<Kernel> makeBinary(const KernelSignature& signature) {
-  const std::string op = signature.step != nullptr ? signature.step->op : std::string("binary");
-  expectArity(signature, 2, 1);
-  const Buffer& a = *signature.inputs[0];
-  const Buffer& b = *signature.inputs[1];
-  const Buffer& c = *signature.outputs[0];
-  cuda::expectF32(signature, a, "a");
-  cuda::expectF32(signature, b, "b");
-  cuda::expectF32(signature, c, "c");
-  const size_t rank = std::max(a.shape.size(), b.shape.size());
-  std::vector<int64_t> broadcast(rank);
-  for (size_t fromEnd = 1; fromEnd <= rank; ++fromEnd) {
-    const int64_t aSize = fromEnd <= a.shape.size() ? a.shape[a.shape.size() - fromEnd] : 1;
-    const int64_t bSize = fromEnd <= b.shape.size() ? b.shape[b.shape.size() - fromEnd] : 1;
-    if (aSize != bSize && aSize != 1 && bSize != 1)
-      failSignature(signature, op + ": cannot broadcast a " + shapeToString(a.shape) + " with b " +
-                                   shapeToString(b.shape));
-    broadcast[rank - fromEnd] = aSize == 1 ? bSize : aSize;
-  }
-  cuda::expectShape(signature, c, broadcast, "c (the broadcast of a and b)");
-  CollapsedBroadcast collapsed = collapseBroadcast(a.shape, b.shape, c.shape);
+std::unique_ptr<Kernel> createBinaryKernel(const KernelSignature& signature) {
+  const BinaryContract contract = parseBinaryContract(signature, {DType::F32});
+  const std::vector<int64_t>& aShape = signature.inputs[0]->shape;
+  const std::vector<int64_t>& bShape = signature.inputs[1]->shape;
+  CollapsedBroadcast collapsed = collapseBroadcast(aShape, bShape, contract.shape);
   if (collapsed.dims.size() > static_cast<size_t>(kMaxDims))
-    failSignature(signature, op + ": broadcasting a " + shapeToString(a.shape) + " with b " + shapeToString(b.shape) +
-                                 " needs " + std::to_string(collapsed.dims.size()) +
+    failSignature(signature, "broadcasting input a " + shapeToString(aShape) + " with input b " +
+                                 shapeToString(bShape) + " needs " + std::to_string(collapsed.dims.size()) +
                                  " index dims; the cuda kernel handles " + std::to_string(kMaxDims));
-  return std::make_unique<BinaryCuda<Op>>(static_cast<uint64_t>(c.numElements()), collapsed);
+  return std::make_unique<BinaryCudaKernel<Op>>(static_cast<uint64_t>(numElementsOf(contract.shape)), collapsed);
 }
 
 template <typename Op>
-std::unique_ptr<Kernel> makeUnary(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  cuda::expectF32(signature, x, "x");
-  cuda::expectF32(signature, y, "y");
-  cuda::expectShape(signature, y, x.shape, "y");
-  return std::make_unique<UnaryCuda<Op>>(static_cast<uint64_t>(x.numElements()));
+std::unique_ptr<Kernel> createUnaryKernel(const KernelSignature& signature) {
+  const UnaryContract contract = parseUnaryContract(signature, {DType::F32});
+  return std::make_unique<UnaryCudaKernel<Op>>(static_cast<uint64_t>(contract.count));
 }
 
-std::unique_ptr<Kernel> makeCopy(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  if (y.dtype != x.dtype)
-    failSignature(signature, "copy: y has dtype " + std::string(dtypeName(y.dtype)) + ", x has " +
-                                 std::string(dtypeName(x.dtype)));
-  cuda::expectShape(signature, y, x.shape, "y");
-  return std::make_unique<CopyCuda>(x.bytes());
+std::unique_ptr<Kernel> createCopyKernel(const KernelSignature& signature) {
+  return std::make_unique<CopyCudaKernel>(parseCopyContract(signature).bytes);
 }
 
 }  // namespace
 
 void registerElementwiseCudaKernels(KernelRegistry& registry) {
-  registry.add("add", makeBinary<AddOp>);
-  registry.add("sub", makeBinary<SubOp>);
-  registry.add("mul", makeBinary<MulOp>);
-  registry.add("div", makeBinary<DivOp>);
-  registry.add("maximum", makeBinary<MaximumOp>);
-  registry.add("minimum", makeBinary<MinimumOp>);
-  registry.add("neg", makeUnary<NegOp>);
-  registry.add("exp", makeUnary<ExpOp>);
-  registry.add("log", makeUnary<LogOp>);
-  registry.add("tanh", makeUnary<TanhOp>);
-  registry.add("sqrt", makeUnary<SqrtOp>);
-  registry.add("rsqrt", makeUnary<RsqrtOp>);
-  registry.add("gelu_tanh", makeUnary<GeluTanhOp>);
-  registry.add("copy", makeCopy);
+  registerMapKernels<AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp>(
+      registry, kBinaryMapNames, [](auto op) -> KernelFactory { return createBinaryKernel<decltype(op)>; });
+  registerMapKernels<NegOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, GeluTanhOp>(
+      registry, kUnaryMapNames, [](auto op) -> KernelFactory { return createUnaryKernel<decltype(op)>; });
+  registry.add("copy", createCopyKernel, KernelTraits{.movesBitsOnly = true});
 }
 
 int probeCudaKernelImage() {

@@ -6,6 +6,7 @@
 #include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/gather/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -38,22 +39,11 @@ class GatherKernel final : public Kernel {
   uint64_t rowBytes_;
 };
 
-std::unique_ptr<Kernel> createGather(const KernelSignature& signature) {
-  expectArity(signature, 2, 1);
-  const Buffer& table = *signature.inputs[0];
-  const Buffer& ids = *signature.inputs[1];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, ids, {DType::I32, DType::I64}, "input ids");
-  expectDType(signature, y, {table.dtype}, "output y");
-  if (table.shape.size() != 2)
-    failSignature(signature, "input table has shape " + shapeToString(table.shape) + ", expected [V, H]");
-  std::vector<int64_t> expected = ids.shape;
-  expected.push_back(table.shape[1]);
-  cpu::expectShape(signature, y, expected, "output y");
-  const uint64_t rowBytes = static_cast<uint64_t>(table.shape[1]) * dtypeSize(table.dtype);
-  if (ids.dtype == DType::I32)
-    return std::make_unique<GatherKernel<int32_t>>(signature.where, table.shape[0], rowBytes);
-  return std::make_unique<GatherKernel<int64_t>>(signature.where, table.shape[0], rowBytes);
+std::unique_ptr<Kernel> createGatherKernel(const KernelSignature& signature) {
+  const GatherContract c = parseGatherContract(signature);
+  const uint64_t rowBytes = static_cast<uint64_t>(c.width) * dtypeSize(c.dtype);
+  if (c.idsDtype == DType::I32) return std::make_unique<GatherKernel<int32_t>>(signature.where, c.vocabulary, rowBytes);
+  return std::make_unique<GatherKernel<int64_t>>(signature.where, c.vocabulary, rowBytes);
 }
 
 // Serial over the ids, so rows hit by several ids add up in id order whatever the thread count; the
@@ -88,40 +78,24 @@ class ScatterAddKernel final : public Kernel {
   std::optional<int64_t> skipId_;  // the row no position adds into (a gather's padding_idx)
 };
 
-std::unique_ptr<Kernel> createScatterAdd(const KernelSignature& signature) {
-  expectArity(signature, 2, 1);
-  const Buffer& ids = *signature.inputs[0];
-  const Buffer& updates = *signature.inputs[1];
-  const Buffer& table = *signature.outputs[0];
-  expectDType(signature, ids, {DType::I32, DType::I64}, "input ids");
-  cpu::expectFloat(signature, updates, "input updates");
-  expectDType(signature, table, {updates.dtype}, "output table");
-  if (table.shape.size() != 2) failSignature(signature, "output table has shape " + shapeToString(table.shape) + ", expected [V, H]");
-  std::vector<int64_t> expected = ids.shape;
-  expected.push_back(table.shape[1]);
-  cpu::expectShape(signature, updates, expected, "input updates");
-  const int64_t vocabulary = table.shape[0], width = table.shape[1];
-  std::optional<int64_t> skipId;
-  if (cpu::hasAttr(signature, "skip_id")) {
-    skipId = attrInt(signature, "skip_id");
-    if (*skipId < 0 || *skipId >= vocabulary)
-      failSignature(signature, "attribute 'skip_id': " + std::to_string(*skipId) + " is outside the table's rows [0, " +
-                                   std::to_string(vocabulary) + ")");
-  }
+std::unique_ptr<Kernel> createScatterAddKernel(const KernelSignature& signature) {
+  const GatherContract c = parseScatterAddContract(signature, {DType::F32, DType::F64});
   const std::string& where = signature.where;
-  if (updates.dtype == DType::F64) {
-    if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<double, int64_t>>(where, vocabulary, width, skipId);
-    return std::make_unique<ScatterAddKernel<double, int32_t>>(where, vocabulary, width, skipId);
+  if (c.dtype == DType::F64) {
+    if (c.idsDtype == DType::I64)
+      return std::make_unique<ScatterAddKernel<double, int64_t>>(where, c.vocabulary, c.width, c.skipId);
+    return std::make_unique<ScatterAddKernel<double, int32_t>>(where, c.vocabulary, c.width, c.skipId);
   }
-  if (ids.dtype == DType::I64) return std::make_unique<ScatterAddKernel<float, int64_t>>(where, vocabulary, width, skipId);
-  return std::make_unique<ScatterAddKernel<float, int32_t>>(where, vocabulary, width, skipId);
+  if (c.idsDtype == DType::I64)
+    return std::make_unique<ScatterAddKernel<float, int64_t>>(where, c.vocabulary, c.width, c.skipId);
+  return std::make_unique<ScatterAddKernel<float, int32_t>>(where, c.vocabulary, c.width, c.skipId);
 }
 
 }  // namespace
 
 void registerGatherCpuKernels(KernelRegistry& registry) {
-  registry.add("gather", createGather);
-  registry.add("scatter_add", createScatterAdd);
+  registry.add("gather", createGatherKernel);
+  registry.add("scatter_add", createScatterAddKernel);
 }
 
 }  // namespace dgemma

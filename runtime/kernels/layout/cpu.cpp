@@ -3,6 +3,7 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/layout/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -81,57 +82,34 @@ std::unique_ptr<Kernel> transposeKernel(const std::vector<int64_t>& shape, const
   return std::make_unique<TransposeKernel<Word>>(std::move(cursor), count);
 }
 
-std::unique_ptr<Kernel> createTranspose(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, y, {x.dtype}, "output y");
-  const std::vector<int64_t> perm = attrInts(signature, "perm");
-  const size_t rank = x.shape.size();
-  std::vector<bool> seen(rank, false);
-  bool isPermutation = perm.size() == rank;
-  for (int64_t axis : perm) {
-    if (!isPermutation) break;
-    isPermutation = axis >= 0 && axis < static_cast<int64_t>(rank) && !seen[axis];
-    if (isPermutation) seen[axis] = true;
-  }
-  if (!isPermutation)
-    failSignature(signature, "attribute 'perm': " + shapeToString(perm) + " is not a permutation of the " +
-                                 std::to_string(rank) + " dims of input x");
-
-  const std::vector<int64_t> xStrides = cpu::rowMajorStrides(x.shape);
-  std::vector<int64_t> expected(rank), readStrides(rank);
-  for (size_t k = 0; k < rank; ++k) {
-    expected[k] = x.shape[perm[k]];
-    readStrides[k] = xStrides[perm[k]];
-  }
-  cpu::expectShape(signature, y, expected, "output y");
-  cpu::StridedCursor<1> cursor(expected, {readStrides});
-  const int64_t count = x.numElements();
-  switch (dtypeSize(x.dtype)) {
-    case 1: return transposeKernel<uint8_t>(x.shape, perm, std::move(cursor), count);
-    case 2: return transposeKernel<uint16_t>(x.shape, perm, std::move(cursor), count);
-    case 4: return transposeKernel<uint32_t>(x.shape, perm, std::move(cursor), count);
-    default: return transposeKernel<uint64_t>(x.shape, perm, std::move(cursor), count);
+std::unique_ptr<Kernel> createTransposeKernel(const KernelSignature& signature) {
+  const TransposeContract c = parseTransposeContract(signature);
+  const std::vector<int64_t> xStrides = cpu::rowMajorStrides(c.inputShape);
+  std::vector<int64_t> readStrides(c.perm.size());
+  for (size_t k = 0; k < c.perm.size(); ++k) readStrides[k] = xStrides[c.perm[k]];
+  cpu::StridedCursor<1> cursor(c.outputShape, {readStrides});
+  switch (c.elementBytes) {
+    case 1: return transposeKernel<uint8_t>(c.inputShape, c.perm, std::move(cursor), c.count);
+    case 2: return transposeKernel<uint16_t>(c.inputShape, c.perm, std::move(cursor), c.count);
+    case 4: return transposeKernel<uint32_t>(c.inputShape, c.perm, std::move(cursor), c.count);
+    default: return transposeKernel<uint64_t>(c.inputShape, c.perm, std::move(cursor), c.count);
   }
 }
 
 class ReshapeKernel final : public Kernel {
  public:
+  explicit ReshapeKernel(uint64_t bytes) : bytes_(bytes) {}
+
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    cpu::copyBytes(context, outputs[0].data, inputs[0].data, inputs[0].buffer->bytes());
+    cpu::copyBytes(context, outputs[0].data, inputs[0].data, bytes_);
   }
+
+ private:
+  uint64_t bytes_;
 };
 
-std::unique_ptr<Kernel> createReshape(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, y, {x.dtype}, "output y");
-  if (x.numElements() != y.numElements())
-    failSignature(signature, "output y " + shapeToString(y.shape) + " and input x " + shapeToString(x.shape) +
-                                 " differ in element count");
-  return std::make_unique<ReshapeKernel>();
+std::unique_ptr<Kernel> createReshapeKernel(const KernelSignature& signature) {
+  return std::make_unique<ReshapeKernel>(parseReshapeContract(signature).bytes);
 }
 
 // Row-major concatenation along `dim`: for each index of the leading dims, every input contributes
@@ -162,38 +140,9 @@ class ConcatKernel final : public Kernel {
   uint64_t rowBytes_ = 0;
 };
 
-std::unique_ptr<Kernel> createConcat(const KernelSignature& signature) {
-  if (signature.inputs.empty() || signature.outputs.size() != 1)
-    failSignature(signature, "expected at least 1 input and 1 output, got " + std::to_string(signature.inputs.size()) +
-                                 " and " + std::to_string(signature.outputs.size()));
-  const Buffer& y = *signature.outputs[0];
-  const int64_t rank = static_cast<int64_t>(y.shape.size());
-  const int64_t dim = attrInt(signature, "dim");
-  if (dim < 0 || dim >= rank)
-    failSignature(signature, "attribute 'dim': " + std::to_string(dim) + " is outside the output's rank " + std::to_string(rank));
-  std::vector<int64_t> expected = signature.inputs[0]->shape;
-  expected[dim] = 0;
-  std::vector<uint64_t> blockBytes;
-  for (size_t i = 0; i < signature.inputs.size(); ++i) {
-    const Buffer& x = *signature.inputs[i];
-    expectDType(signature, x, {y.dtype}, "input " + std::to_string(i));
-    std::vector<int64_t> withoutDim = x.shape, reference = y.shape;
-    if (static_cast<int64_t>(x.shape.size()) != rank)
-      failSignature(signature, "input " + std::to_string(i) + " has rank " + std::to_string(x.shape.size()) + ", output " +
-                                   std::to_string(rank));
-    withoutDim[dim] = reference[dim] = 0;
-    if (withoutDim != reference)
-      failSignature(signature, "input " + std::to_string(i) + " " + shapeToString(x.shape) + " differs from output " +
-                                   shapeToString(y.shape) + " outside dim " + std::to_string(dim));
-    expected[dim] += x.shape[dim];
-    int64_t inner = 1;
-    for (int64_t d = dim; d < rank; ++d) inner *= x.shape[d];
-    blockBytes.push_back(static_cast<uint64_t>(inner) * dtypeSize(x.dtype));
-  }
-  cpu::expectShape(signature, y, expected, "output y");
-  int64_t outerCount = 1;
-  for (int64_t d = 0; d < dim; ++d) outerCount *= y.shape[d];
-  return std::make_unique<ConcatKernel>(outerCount, std::move(blockBytes));
+std::unique_ptr<Kernel> createConcatKernel(const KernelSignature& signature) {
+  ConcatContract c = parseConcatContract(signature);
+  return std::make_unique<ConcatKernel>(c.outerCount, std::move(c.blockBytes));
 }
 
 // The block [start, start + size) of `dim`: for each index of the leading dims, one contiguous copy.
@@ -216,36 +165,19 @@ class SliceKernel final : public Kernel {
   uint64_t inputRowBytes_, offsetBytes_, outputRowBytes_;
 };
 
-std::unique_ptr<Kernel> createSlice(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, y, {x.dtype}, "output y");
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  const int64_t dim = attrInt(signature, "dim"), start = attrInt(signature, "start");
-  if (dim < 0 || dim >= rank || static_cast<int64_t>(y.shape.size()) != rank)
-    failSignature(signature, "attribute 'dim': " + std::to_string(dim) + " is not a dimension of input x " + shapeToString(x.shape) +
-                                 " and output y " + shapeToString(y.shape));
-  std::vector<int64_t> expected = x.shape;
-  expected[dim] = y.shape[dim];
-  cpu::expectShape(signature, y, expected, "output y");
-  if (start < 0 || start + y.shape[dim] > x.shape[dim])
-    failSignature(signature, "attribute 'start': block [" + std::to_string(start) + ", " + std::to_string(start + y.shape[dim]) +
-                                 ") leaves dim " + std::to_string(dim) + " of size " + std::to_string(x.shape[dim]));
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.shape[d];
-  for (int64_t d = dim + 1; d < rank; ++d) inner *= x.shape[d];
-  const uint64_t element = dtypeSize(x.dtype);
-  return std::make_unique<SliceKernel>(outer, x.shape[dim] * inner * element, start * inner * element, y.shape[dim] * inner * element);
+std::unique_ptr<Kernel> createSliceKernel(const KernelSignature& signature) {
+  const SliceContract c = parseSliceContract(signature);
+  return std::make_unique<SliceKernel>(c.outerCount, c.inputRowBytes, c.offsetBytes, c.outputRowBytes);
 }
 
 }  // namespace
 
 void registerLayoutCpuKernels(KernelRegistry& registry) {
-  registry.add("transpose", createTranspose);
-  registry.add("reshape", createReshape);
-  registry.add("concat", createConcat);
-  registry.add("slice", createSlice);
+  const KernelTraits movesBits{.movesBitsOnly = true};
+  registry.add("transpose", createTransposeKernel, movesBits);
+  registry.add("reshape", createReshapeKernel, movesBits);
+  registry.add("concat", createConcatKernel, movesBits);
+  registry.add("slice", createSliceKernel, movesBits);
 }
 
 }  // namespace dgemma

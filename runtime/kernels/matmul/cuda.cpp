@@ -1,6 +1,4 @@
-// matmul on CUDA (f32) through cuBLAS, with the contract of docs/kernels.md: a [..., M, K] (or
-// [..., K, M] with transpose_a), b [K, N] (or [N, K] with transpose_b) shared by every batch or with
-// a's leading batch dims; c [..., M, N]; everything row-major.
+// matmul on CUDA (f32) through cuBLAS; the shapes and attributes are matmul/Contract.h's.
 //
 // cuBLAS is column-major: a row-major X is, read column-major, X^T. So the row-major product
 // C = op(A) op(B) is computed as the column-major product C^T = op(B)^T op(A)^T, i.e. cuBLAS's "A"
@@ -19,23 +17,15 @@
 #include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/core/HostTensor.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/matmul/Contract.h"
 
 namespace dgemma {
 namespace {
 
-struct GemmShape {
-  bool transposeA = false;
-  bool transposeB = false;
-  bool sharedB = true;
-  int64_t batch = 1;
-  int64_t m = 0, n = 0, k = 0;
-};
-
-class MatmulCuda final : public Kernel {
+class MatmulCudaKernel final : public Kernel {
  public:
-  explicit MatmulCuda(GemmShape shape) : s_(shape) {}
+  explicit MatmulCudaKernel(MatmulContract shape) : s_(shape) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     if (s_.batch == 0 || s_.m == 0 || s_.n == 0) return;
@@ -74,56 +64,21 @@ class MatmulCuda final : public Kernel {
   }
 
  private:
-  GemmShape s_;
+  MatmulContract s_;
 };
 
-std::unique_ptr<Kernel> makeMatmul(const KernelSignature& signature) {
-  expectArity(signature, 2, 1);
-  const Buffer& a = *signature.inputs[0];
-  const Buffer& b = *signature.inputs[1];
-  const Buffer& c = *signature.outputs[0];
-  cuda::expectF32(signature, a, "a");
-  cuda::expectF32(signature, b, "b");
-  cuda::expectF32(signature, c, "c");
-  GemmShape s;
-  s.transposeA = attrBool(signature, "transpose_a", false);
-  s.transposeB = attrBool(signature, "transpose_b", false);
-  const size_t rank = a.shape.size();
-  if (rank < 2) failSignature(signature, "matmul: a must have rank >= 2, got " + shapeToString(a.shape));
-  const std::vector<int64_t> batchDims(a.shape.begin(), a.shape.end() - 2);
-  s.m = s.transposeA ? a.shape[rank - 1] : a.shape[rank - 2];
-  s.k = s.transposeA ? a.shape[rank - 2] : a.shape[rank - 1];
-  if (b.shape.size() == 2) {
-    s.sharedB = true;
-  } else if (b.shape.size() == rank && std::vector<int64_t>(b.shape.begin(), b.shape.end() - 2) == batchDims) {
-    s.sharedB = false;
-  } else {
-    failSignature(signature, "matmul: b " + shapeToString(b.shape) + " must be 2-D or have a's batch dims " +
-                                 shapeToString(batchDims) + " (a is " + shapeToString(a.shape) + ")");
-  }
-  const size_t bRank = b.shape.size();
-  const int64_t kB = s.transposeB ? b.shape[bRank - 1] : b.shape[bRank - 2];
-  s.n = s.transposeB ? b.shape[bRank - 2] : b.shape[bRank - 1];
-  if (kB != s.k)
-    failSignature(signature, "matmul: contraction dims differ: a " + shapeToString(a.shape) +
-                                 (s.transposeA ? " (transposed)" : "") + " has K = " + std::to_string(s.k) + ", b " +
-                                 shapeToString(b.shape) + (s.transposeB ? " (transposed)" : "") + " has K = " +
-                                 std::to_string(kB));
-  std::vector<int64_t> cShape = batchDims;
-  cShape.push_back(s.m);
-  cShape.push_back(s.n);
-  cuda::expectShape(signature, c, cShape, "c");
-  s.batch = numElementsOf(batchDims);
+std::unique_ptr<Kernel> createMatmulKernel(const KernelSignature& signature) {
+  const MatmulContract contract = parseMatmulContract(signature, {DType::F32});
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  if (s.m > kIntMax || s.n > kIntMax || s.k > kIntMax || s.batch > kIntMax)
-    failSignature(signature, "matmul: dimensions exceed the 32-bit limits of cuBLAS (batch " + std::to_string(s.batch) +
-                                 ", M " + std::to_string(s.m) + ", N " + std::to_string(s.n) + ", K " +
-                                 std::to_string(s.k) + ")");
-  return std::make_unique<MatmulCuda>(s);
+  if (contract.m > kIntMax || contract.n > kIntMax || contract.k > kIntMax || contract.batch > kIntMax)
+    failSignature(signature, "matmul: dimensions exceed the 32-bit limits of cuBLAS (batch " +
+                                 std::to_string(contract.batch) + ", M " + std::to_string(contract.m) + ", N " +
+                                 std::to_string(contract.n) + ", K " + std::to_string(contract.k) + ")");
+  return std::make_unique<MatmulCudaKernel>(contract);
 }
 
 }  // namespace
 
-void registerMatmulCudaKernels(KernelRegistry& registry) { registry.add("matmul", makeMatmul); }
+void registerMatmulCudaKernels(KernelRegistry& registry) { registry.add("matmul", createMatmulKernel); }
 
 }  // namespace dgemma

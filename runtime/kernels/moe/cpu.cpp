@@ -11,6 +11,7 @@
 #include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/moe/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -35,15 +36,15 @@ void routerSoftmax(const T* row, int64_t experts, T* probabilities) {
 template <typename T>
 class MoeRouteKernel final : public Kernel {
  public:
-  MoeRouteKernel(int64_t tokens, int64_t experts, int64_t topK) : tokens_(tokens), experts_(experts), topK_(topK) {}
+  explicit MoeRouteKernel(MoeRouteContract route) : route_(route) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* logits = inputs[0].as<const T>();
     const T* expertScale = inputs[1].as<const T>();
     T* weights = outputs[0].as<T>();
     int64_t* indices = outputs[1].as<int64_t>();
-    const int64_t experts = experts_, topK = topK_;
-    cpu::parallelFor(context, tokens_, cpu::rowGrain(experts), [&](int64_t begin, int64_t end) {
+    const int64_t tokens = route_.tokens, experts = route_.experts, topK = route_.topK;
+    cpu::parallelFor(context, tokens, cpu::rowGrain(experts), [&](int64_t begin, int64_t end) {
       std::vector<T> probabilities(experts);
       std::vector<int64_t> ranking(experts);
       for (int64_t token = begin; token < end; ++token) {
@@ -67,33 +68,13 @@ class MoeRouteKernel final : public Kernel {
   }
 
  private:
-  int64_t tokens_;
-  int64_t experts_;
-  int64_t topK_;
+  MoeRouteContract route_;
 };
 
-std::unique_ptr<Kernel> createMoeRoute(const KernelSignature& signature) {
-  expectArity(signature, 2, 2);
-  const Buffer& logits = *signature.inputs[0];
-  const Buffer& expertScale = *signature.inputs[1];
-  const Buffer& weights = *signature.outputs[0];
-  const Buffer& indices = *signature.outputs[1];
-  cpu::expectFloat(signature, logits, "input logits");
-  expectDType(signature, expertScale, {logits.dtype}, "input per_expert_scale");
-  expectDType(signature, weights, {logits.dtype}, "output weights");
-  expectDType(signature, indices, {DType::I64}, "output indices");
-  if (logits.shape.size() != 2)
-    failSignature(signature, "input logits has shape " + shapeToString(logits.shape) + ", expected [N, E]");
-  const int64_t tokens = logits.shape[0], experts = logits.shape[1];
-  cpu::expectShape(signature, expertScale, {experts}, "input per_expert_scale");
-  const int64_t topK = attrInt(signature, "top_k");
-  if (topK < 1 || topK > experts)
-    failSignature(signature, "attribute 'top_k': " + std::to_string(topK) + " is outside [1, E = " +
-                                 std::to_string(experts) + "]");
-  cpu::expectShape(signature, weights, {tokens, topK}, "output weights");
-  cpu::expectShape(signature, indices, {tokens, topK}, "output indices");
-  if (logits.dtype == DType::F64) return std::make_unique<MoeRouteKernel<double>>(tokens, experts, topK);
-  return std::make_unique<MoeRouteKernel<float>>(tokens, experts, topK);
+std::unique_ptr<Kernel> createMoeRouteKernel(const KernelSignature& signature) {
+  const MoeRouteContract c = parseMoeRouteContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<MoeRouteKernel<double>>(c);
+  return std::make_unique<MoeRouteKernel<float>>(c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -185,14 +166,6 @@ void gatedGeluBackwardRow(const T* gate, const T* up, const T* dHidden, T weight
     gatedGeluBackwardRowIn(gate, up, dHidden, weight, dGate, dUp, n);
 }
 
-struct MoeExpertsGeometry {
-  int64_t tokens = 0;        // N
-  int64_t hidden = 0;        // H
-  int64_t topK = 0;          // k
-  int64_t experts = 0;       // E
-  int64_t expertHidden = 0;  // I
-};
-
 // Which slot of the expert-sorted row blocks each route (token, j) takes.
 struct RouteGrouping {
   std::vector<int64_t> firstSlot;    // expert e's routes take slots [firstSlot[e], firstSlot[e + 1])
@@ -232,7 +205,7 @@ void forEachUsedExpert(const RouteGrouping& grouping, int64_t experts, Body&& bo
 template <typename T>
 class MoeExpertsKernel final : public Kernel {
  public:
-  MoeExpertsKernel(std::string where, MoeExpertsGeometry geometry) : where_(std::move(where)), geometry_(geometry) {}
+  MoeExpertsKernel(std::string where, MoeExpertsContract geometry) : where_(std::move(where)), geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* x = inputs[0].as<const T>();
@@ -241,7 +214,7 @@ class MoeExpertsKernel final : public Kernel {
     const T* gateUp = inputs[3].as<const T>();
     const T* down = inputs[4].as<const T>();
     T* y = outputs[0].as<T>();
-    const MoeExpertsGeometry& g = geometry_;
+    const MoeExpertsContract& g = geometry_;
     const int64_t routes = g.tokens * g.topK;
     checkIndices(indices, routes);
     if (g.hidden == 0) return;  // y has no elements, and BLAS rejects a leading dimension of 0
@@ -307,49 +280,20 @@ class MoeExpertsKernel final : public Kernel {
   }
 
   std::string where_;  // run-time errors name the step as the plan loader does
-  MoeExpertsGeometry geometry_;
+  MoeExpertsContract geometry_;
 };
 
-std::unique_ptr<Kernel> createMoeExperts(const KernelSignature& signature) {
-  expectArity(signature, 5, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& weights = *signature.inputs[1];
-  const Buffer& indices = *signature.inputs[2];
-  const Buffer& gateUp = *signature.inputs[3];
-  const Buffer& down = *signature.inputs[4];
-  const Buffer& y = *signature.outputs[0];
-  cpu::expectFloat(signature, x, "input x");
-  expectDType(signature, weights, {x.dtype}, "input weights");
-  expectDType(signature, indices, {DType::I64}, "input indices");
-  expectDType(signature, gateUp, {x.dtype}, "input gate_up");
-  expectDType(signature, down, {x.dtype}, "input down");
-  expectDType(signature, y, {x.dtype}, "output y");
-
-  if (x.shape.size() != 2) failSignature(signature, "input x has shape " + shapeToString(x.shape) + ", expected [N, H]");
-  if (weights.shape.size() != 2)
-    failSignature(signature, "input weights has shape " + shapeToString(weights.shape) + ", expected [N, k]");
-  if (gateUp.shape.size() != 3)
-    failSignature(signature, "input gate_up has shape " + shapeToString(gateUp.shape) + ", expected [E, 2I, H]");
-  MoeExpertsGeometry g;
-  g.tokens = x.shape[0];
-  g.hidden = x.shape[1];
-  g.topK = weights.shape[1];
-  g.experts = gateUp.shape[0];
-  if (gateUp.shape[1] % 2 != 0)
-    failSignature(signature, "input gate_up has shape " + shapeToString(gateUp.shape) +
-                                 ": an odd middle dim cannot hold a gate block and an up block of I rows each");
-  g.expertHidden = gateUp.shape[1] / 2;
-  cpu::expectShape(signature, weights, {g.tokens, g.topK}, "input weights");
-  cpu::expectShape(signature, indices, {g.tokens, g.topK}, "input indices");
-  cpu::expectShape(signature, gateUp, {g.experts, 2 * g.expertHidden, g.hidden}, "input gate_up");
-  cpu::expectShape(signature, down, {g.experts, g.hidden, g.expertHidden}, "input down");
-  cpu::expectShape(signature, y, {g.tokens, g.hidden}, "output y");
-  // An expert's block has at most N·k rows.
-  if (g.tokens * g.topK > INT_MAX || 2 * g.expertHidden > INT_MAX || g.hidden > INT_MAX)
+// The experts' products are BLAS GEMMs of int dimensions; an expert's block has at most N·k rows.
+void expectBlasRange(const KernelSignature& signature, const MoeExpertsContract& c) {
+  if (c.tokens * c.topK > INT_MAX || 2 * c.expertHidden > INT_MAX || c.hidden > INT_MAX)
     failSignature(signature, "matrix dimensions exceed the BLAS integer range");
+}
 
-  if (x.dtype == DType::F64) return std::make_unique<MoeExpertsKernel<double>>(signature.where, g);
-  return std::make_unique<MoeExpertsKernel<float>>(signature.where, g);
+std::unique_ptr<Kernel> createMoeExpertsKernel(const KernelSignature& signature) {
+  const MoeExpertsContract c = parseMoeExpertsContract(signature, {DType::F32, DType::F64});
+  expectBlasRange(signature, c);
+  if (c.dtype == DType::F64) return std::make_unique<MoeExpertsKernel<double>>(signature.where, c);
+  return std::make_unique<MoeExpertsKernel<float>>(signature.where, c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,7 +305,7 @@ std::unique_ptr<Kernel> createMoeExperts(const KernelSignature& signature) {
 template <typename T>
 class MoeRouteBackwardKernel final : public Kernel {
  public:
-  MoeRouteBackwardKernel(int64_t tokens, int64_t experts, int64_t topK) : tokens_(tokens), experts_(experts), topK_(topK) {}
+  explicit MoeRouteBackwardKernel(MoeRouteContract route) : route_(route) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* logits = inputs[0].as<const T>();
@@ -370,10 +314,10 @@ class MoeRouteBackwardKernel final : public Kernel {
     const T* dWeights = inputs[3].as<const T>();
     T* dLogits = outputs[0].as<T>();
     T* dScale = outputs[1].as<T>();
-    const int64_t experts = experts_, topK = topK_;
+    const int64_t tokens = route_.tokens, experts = route_.experts, topK = route_.topK;
     // The per-token scale contributions, summed afterwards in token order (no shared writes).
-    std::vector<T> scaleTerms(tokens_ * topK);
-    cpu::parallelFor(context, tokens_, cpu::rowGrain(experts), [&](int64_t begin, int64_t end) {
+    std::vector<T> scaleTerms(tokens * topK);
+    cpu::parallelFor(context, tokens, cpu::rowGrain(experts), [&](int64_t begin, int64_t end) {
       std::vector<T> probabilities(experts), dProbabilities(experts);
       for (int64_t token = begin; token < end; ++token) {
         routerSoftmax(logits + token * experts, experts, probabilities.data());
@@ -395,33 +339,17 @@ class MoeRouteBackwardKernel final : public Kernel {
       }
     });
     std::fill(dScale, dScale + experts, T(0));
-    for (int64_t route = 0; route < tokens_ * topK; ++route) dScale[indices[route]] += scaleTerms[route];
+    for (int64_t route = 0; route < tokens * topK; ++route) dScale[indices[route]] += scaleTerms[route];
   }
 
  private:
-  int64_t tokens_, experts_, topK_;
+  MoeRouteContract route_;
 };
 
-std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature) {
-  expectArity(signature, 4, 2);
-  const Buffer& logits = *signature.inputs[0];
-  cpu::expectFloat(signature, logits, "input logits");
-  if (logits.shape.size() != 2)
-    failSignature(signature, "input logits has shape " + shapeToString(logits.shape) + ", expected [N, E]");
-  const int64_t tokens = logits.shape[0], experts = logits.shape[1];
-  const int64_t topK = attrInt(signature, "top_k");
-  if (topK < 1 || topK > experts)
-    failSignature(signature, "attribute 'top_k': " + std::to_string(topK) + " is outside [1, E = " + std::to_string(experts) + "]");
-  expectDType(signature, *signature.inputs[1], {logits.dtype}, "input per_expert_scale");
-  expectDType(signature, *signature.inputs[2], {DType::I64}, "input indices");
-  expectDType(signature, *signature.inputs[3], {logits.dtype}, "input dweights");
-  cpu::expectShape(signature, *signature.inputs[1], {experts}, "input per_expert_scale");
-  cpu::expectShape(signature, *signature.inputs[2], {tokens, topK}, "input indices");
-  cpu::expectShape(signature, *signature.inputs[3], {tokens, topK}, "input dweights");
-  cpu::expectShape(signature, *signature.outputs[0], logits.shape, "output dlogits");
-  cpu::expectShape(signature, *signature.outputs[1], {experts}, "output dscale");
-  if (logits.dtype == DType::F64) return std::make_unique<MoeRouteBackwardKernel<double>>(tokens, experts, topK);
-  return std::make_unique<MoeRouteBackwardKernel<float>>(tokens, experts, topK);
+std::unique_ptr<Kernel> createMoeRouteBackwardKernel(const KernelSignature& signature) {
+  const MoeRouteContract c = parseMoeRouteBackwardContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<MoeRouteBackwardKernel<double>>(c);
+  return std::make_unique<MoeRouteBackwardKernel<float>>(c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -438,7 +366,7 @@ std::unique_ptr<Kernel> createMoeRouteBackward(const KernelSignature& signature)
 template <typename T>
 class MoeExpertsBackwardKernel final : public Kernel {
  public:
-  explicit MoeExpertsBackwardKernel(MoeExpertsGeometry geometry) : geometry_(geometry) {}
+  explicit MoeExpertsBackwardKernel(MoeExpertsContract geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* x = inputs[0].as<const T>();
@@ -451,7 +379,7 @@ class MoeExpertsBackwardKernel final : public Kernel {
     T* dWeights = outputs[1].as<T>();
     T* dGateUp = outputs[2].as<T>();
     T* dDown = outputs[3].as<T>();
-    const MoeExpertsGeometry& g = geometry_;
+    const MoeExpertsContract& g = geometry_;
     const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden, width = 2 * inner;
     std::fill_n(dGateUp, g.experts * width * hidden, T(0));
     std::fill_n(dDown, g.experts * hidden * inner, T(0));
@@ -522,44 +450,23 @@ class MoeExpertsBackwardKernel final : public Kernel {
   }
 
  private:
-  MoeExpertsGeometry geometry_;
+  MoeExpertsContract geometry_;
 };
 
-std::unique_ptr<Kernel> createMoeExpertsBackward(const KernelSignature& signature) {
-  expectArity(signature, 6, 4);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& weights = *signature.inputs[1];
-  const Buffer& gateUp = *signature.inputs[3];
-  cpu::expectFloat(signature, x, "input x");
-  if (x.shape.size() != 2 || weights.shape.size() != 2 || gateUp.shape.size() != 3 || gateUp.shape[1] % 2 != 0)
-    failSignature(signature, "expected x [N, H], weights [N, k], gate_up [E, 2I, H]");
-  MoeExpertsGeometry g;
-  g.tokens = x.shape[0];
-  g.hidden = x.shape[1];
-  g.topK = weights.shape[1];
-  g.experts = gateUp.shape[0];
-  g.expertHidden = gateUp.shape[1] / 2;
-  expectDType(signature, *signature.inputs[2], {DType::I64}, "input indices");
-  for (size_t i : {1, 3, 4, 5}) expectDType(signature, *signature.inputs[i], {x.dtype}, "input " + std::to_string(i));
-  cpu::expectShape(signature, *signature.inputs[2], {g.tokens, g.topK}, "input indices");
-  cpu::expectShape(signature, *signature.inputs[4], {g.experts, g.hidden, g.expertHidden}, "input down");
-  cpu::expectShape(signature, *signature.inputs[5], {g.tokens, g.hidden}, "input dy");
-  for (size_t i = 0; i < 4; ++i) {
-    expectDType(signature, *signature.outputs[i], {x.dtype}, "output " + std::to_string(i));
-    cpu::expectShape(signature, *signature.outputs[i], signature.inputs[i == 0 ? 0 : i == 1 ? 1 : i + 1]->shape,
-                     "output " + std::to_string(i));
-  }
-  if (x.dtype == DType::F64) return std::make_unique<MoeExpertsBackwardKernel<double>>(g);
-  return std::make_unique<MoeExpertsBackwardKernel<float>>(g);
+std::unique_ptr<Kernel> createMoeExpertsBackwardKernel(const KernelSignature& signature) {
+  const MoeExpertsContract c = parseMoeExpertsBackwardContract(signature, {DType::F32, DType::F64});
+  expectBlasRange(signature, c);
+  if (c.dtype == DType::F64) return std::make_unique<MoeExpertsBackwardKernel<double>>(c);
+  return std::make_unique<MoeExpertsBackwardKernel<float>>(c);
 }
 
 }  // namespace
 
 void registerMoeCpuKernels(KernelRegistry& registry) {
-  registry.add("moe_route", createMoeRoute);
-  registry.add("moe_experts", createMoeExperts);
-  registry.add("moe_route_backward", createMoeRouteBackward);
-  registry.add("moe_experts_backward", createMoeExpertsBackward);
+  registry.add("moe_route", createMoeRouteKernel);
+  registry.add("moe_experts", createMoeExpertsKernel);
+  registry.add("moe_route_backward", createMoeRouteBackwardKernel);
+  registry.add("moe_experts_backward", createMoeExpertsBackwardKernel);
 }
 
 }  // namespace dgemma

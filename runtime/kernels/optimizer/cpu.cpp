@@ -4,18 +4,15 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/optimizer/Contract.h"
 
 namespace dgemma {
 namespace {
 
-struct AdamwSettings {
-  double beta1, beta2, epsilon, weightDecay;
-};
-
 template <typename T>
 class AdamwKernel final : public Kernel {
  public:
-  AdamwKernel(int64_t count, AdamwSettings settings) : count_(count), settings_(settings) {}
+  explicit AdamwKernel(AdamwContract settings) : count_(settings.count), settings_(settings) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* param = inputs[0].as<const T>();
@@ -45,36 +42,17 @@ class AdamwKernel final : public Kernel {
 
  private:
   int64_t count_;
-  AdamwSettings settings_;
+  AdamwContract settings_;
 };
 
-std::unique_ptr<Kernel> createAdamw(const KernelSignature& signature) {
-  expectArity(signature, 8, 3);
-  const Buffer& param = *signature.inputs[0];
-  expectDType(signature, param, {DType::F32, DType::F64}, "input param");
-  static const char* const kTensorRoles[] = {"input param", "input grad", "input exp_avg", "input exp_avg_sq"};
-  for (size_t i = 1; i < 4; ++i) {
-    expectDType(signature, *signature.inputs[i], {param.dtype}, kTensorRoles[i]);
-    cpu::expectShape(signature, *signature.inputs[i], param.shape, kTensorRoles[i]);
-  }
-  static const char* const kScalarRoles[] = {"input grad_scale", "input lr", "input bias_correction1", "input bias_correction2"};
-  for (size_t i = 4; i < 8; ++i) {
-    expectDType(signature, *signature.inputs[i], {param.dtype}, kScalarRoles[i - 4]);
-    cpu::expectShape(signature, *signature.inputs[i], {}, kScalarRoles[i - 4]);
-  }
-  for (size_t i = 0; i < 3; ++i) {
-    const std::string role = "output " + std::to_string(i);
-    expectDType(signature, *signature.outputs[i], {param.dtype}, role);
-    cpu::expectShape(signature, *signature.outputs[i], param.shape, role);
-  }
-  AdamwSettings settings{attrDouble(signature, "beta1"), attrDouble(signature, "beta2"), attrDouble(signature, "epsilon"),
-                         attrDouble(signature, "weight_decay")};
-  if (param.dtype == DType::F64) return std::make_unique<AdamwKernel<double>>(param.numElements(), settings);
-  return std::make_unique<AdamwKernel<float>>(param.numElements(), settings);
+std::unique_ptr<Kernel> createAdamwKernel(const KernelSignature& signature) {
+  const AdamwContract contract = parseAdamwContract(signature, {DType::F32, DType::F64});
+  if (contract.dtype == DType::F64) return std::make_unique<AdamwKernel<double>>(contract);
+  return std::make_unique<AdamwKernel<float>>(contract);
 }
 
 }  // namespace
 
-void registerOptimizerCpuKernels(KernelRegistry& registry) { registry.add("adamw", createAdamw); }
+void registerOptimizerCpuKernels(KernelRegistry& registry) { registry.add("adamw", createAdamwKernel); }
 
 }  // namespace dgemma

@@ -6,16 +6,10 @@
 #include "runtime/core/Philox.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/random/Contract.h"
 
 namespace dgemma {
 namespace {
-
-// How the output splits into streams: `rows` keys of (seed, offset), each serving `rowLength`
-// consecutive elements.
-struct StreamRows {
-  int64_t rows = 1;
-  int64_t rowLength = 0;
-};
 
 // Calls draw(flatIndex, word, seed, offset, index) for every output element, with its Philox word
 // and its index within its key's stream. One Philox block serves four consecutive elements of a row,
@@ -72,53 +66,21 @@ class RandomIntKernel final : public Kernel {
   StreamRows layout_;
 };
 
-// The key is [2] (one stream) or [N, 2] (one per row of an [N, ...] output).
-StreamRows checkKeys(const KernelSignature& signature) {
-  const Buffer& key = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  expectDType(signature, key, {DType::I64}, "input key");
-  const int64_t count = y.numElements();
-  if (key.shape == std::vector<int64_t>{2}) return {1, count};
-  if (key.shape.size() != 2 || key.shape[1] != 2)
-    failSignature(signature, "input key has shape " + shapeToString(key.shape) + ", expected [2] or [N, 2]");
-  if (y.shape.empty() || y.shape[0] != key.shape[0])
-    failSignature(signature, "output y has shape " + shapeToString(y.shape) + ", expected [" +
-                                 std::to_string(key.shape[0]) + ", ...] (one row per key)");
-  return {key.shape[0], key.shape[0] == 0 ? 0 : count / key.shape[0]};
+std::unique_ptr<Kernel> createRandomUniformKernel(const KernelSignature& signature) {
+  const RandomContract contract = parseRandomUniformContract(signature);
+  return std::make_unique<RandomUniformKernel>(contract.stream, contract.layout);
 }
 
-uint64_t checkStream(const KernelSignature& signature) {
-  const int64_t stream = attrInt(signature, "stream");
-  // The stream is XORed into one 32-bit counter word; larger values would alias smaller ones.
-  if (stream < 0 || stream > int64_t{0xffffffff})
-    failSignature(signature, "attribute 'stream': expected an integer in [0, 2^32), got " + std::to_string(stream));
-  return static_cast<uint64_t>(stream);
-}
-
-std::unique_ptr<Kernel> createRandomUniform(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  expectDType(signature, *signature.outputs[0], {DType::F32}, "output y");
-  const StreamRows layout = checkKeys(signature);
-  return std::make_unique<RandomUniformKernel>(checkStream(signature), layout);
-}
-
-std::unique_ptr<Kernel> createRandomInt(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  expectDType(signature, *signature.outputs[0], {DType::I64}, "output y");
-  const StreamRows layout = checkKeys(signature);
-  const uint64_t stream = checkStream(signature);
-  const int64_t high = attrInt(signature, "high");
-  // Each element comes from one 32-bit word.
-  if (high < 1 || high > (int64_t{1} << 32))
-    failSignature(signature, "attribute 'high': expected an integer in [1, 2^32], got " + std::to_string(high));
-  return std::make_unique<RandomIntKernel>(stream, static_cast<uint64_t>(high), layout);
+std::unique_ptr<Kernel> createRandomIntKernel(const KernelSignature& signature) {
+  const RandomContract contract = parseRandomIntContract(signature);
+  return std::make_unique<RandomIntKernel>(contract.stream, contract.high, contract.layout);
 }
 
 }  // namespace
 
 void registerRandomCpuKernels(KernelRegistry& registry) {
-  registry.add("random_uniform", createRandomUniform);
-  registry.add("random_int", createRandomInt);
+  registry.add("random_uniform", createRandomUniformKernel);
+  registry.add("random_int", createRandomIntKernel);
 }
 
 }  // namespace dgemma

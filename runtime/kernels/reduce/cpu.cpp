@@ -5,6 +5,7 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/reduce/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -107,55 +108,32 @@ class ReduceKernel final : public Kernel {
 };
 
 template <Reduction kind>
-void addReduction(KernelRegistry& registry, const std::string& name) {
-  registry.add(name, [](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-    expectArity(signature, 1, 1);
-    const Buffer& x = *signature.inputs[0];
-    const Buffer& y = *signature.outputs[0];
-    cpu::expectFloat(signature, x, "input x");
-    expectDType(signature, y, {x.dtype}, "output y");
-    const std::vector<int64_t> dims = attrInts(signature, "dims");
-    const bool keepDims = attrBool(signature, "keep_dims", false);
-
-    const int64_t rank = static_cast<int64_t>(x.shape.size());
-    for (size_t i = 0; i < dims.size(); ++i)
-      if (dims[i] < 0 || dims[i] >= rank || (i > 0 && dims[i] <= dims[i - 1]))
-        failSignature(signature, "attribute 'dims': expected distinct dimensions of input x " +
-                                     shapeToString(x.shape) + " in increasing order, got " + shapeToString(dims));
-
-    const std::vector<int64_t> xStrides = cpu::rowMajorStrides(x.shape);
-    std::vector<int64_t> keptShape, keptStrides, reducedShape, reducedStrides, expected;
-    size_t nextReduced = 0;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (nextReduced < dims.size() && dims[nextReduced] == d) {
-        ++nextReduced;
-        reducedShape.push_back(x.shape[d]);
-        reducedStrides.push_back(xStrides[d]);
-        if (keepDims) expected.push_back(1);
-      } else {
-        keptShape.push_back(x.shape[d]);
-        keptStrides.push_back(xStrides[d]);
-        expected.push_back(x.shape[d]);
-      }
+std::unique_ptr<Kernel> createReduceKernel(const KernelSignature& signature) {
+  const ReduceContract c = parseReduceContract(signature, {DType::F32, DType::F64});
+  const std::vector<int64_t>& xShape = signature.inputs[0]->shape;
+  const std::vector<int64_t> xStrides = cpu::rowMajorStrides(xShape);
+  // A cursor over the given dims of x, in x's order.
+  auto cursorOver = [&](const std::vector<int64_t>& dims) {
+    std::vector<int64_t> shape, strides;
+    for (int64_t d : dims) {
+      shape.push_back(xShape[d]);
+      strides.push_back(xStrides[d]);
     }
-    cpu::expectShape(signature, y, expected, "output y");
-
-    const int64_t outputCount = numElementsOf(keptShape), reducedCount = numElementsOf(reducedShape);
-    cpu::StridedCursor<1> kept(keptShape, {keptStrides});
-    cpu::StridedCursor<1> reduced(reducedShape, {reducedStrides});
-    if (x.dtype == DType::F64)
-      return std::make_unique<ReduceKernel<double, kind>>(std::move(kept), outputCount, std::move(reduced),
-                                                          reducedCount);
-    return std::make_unique<ReduceKernel<float, kind>>(std::move(kept), outputCount, std::move(reduced), reducedCount);
-  });
+    return std::pair{cpu::StridedCursor<1>(shape, {strides}), numElementsOf(shape)};
+  };
+  auto [kept, outputCount] = cursorOver(c.keptDims);
+  auto [reduced, reducedCount] = cursorOver(c.reducedDims);
+  if (c.dtype == DType::F64)
+    return std::make_unique<ReduceKernel<double, kind>>(std::move(kept), outputCount, std::move(reduced), reducedCount);
+  return std::make_unique<ReduceKernel<float, kind>>(std::move(kept), outputCount, std::move(reduced), reducedCount);
 }
 
 }  // namespace
 
 void registerReduceCpuKernels(KernelRegistry& registry) {
-  addReduction<Reduction::Sum>(registry, "reduce_sum");
-  addReduction<Reduction::Max>(registry, "reduce_max");
-  addReduction<Reduction::Mean>(registry, "reduce_mean");
+  registry.add("reduce_sum", createReduceKernel<Reduction::Sum>);
+  registry.add("reduce_max", createReduceKernel<Reduction::Max>);
+  registry.add("reduce_mean", createReduceKernel<Reduction::Mean>);
 }
 
 }  // namespace dgemma

@@ -5,6 +5,7 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/rms_norm/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -41,14 +42,6 @@ class RmsNormKernel final : public Kernel {
   int64_t width_;
   T eps_;
 };
-
-// The `eps` attribute both kernels take.
-double epsAttr(const KernelSignature& signature) {
-  const double eps = attrDouble(signature, "eps");
-  if (!(eps >= 0.0))
-    failSignature(signature, "attribute 'eps': expected a non-negative number, got " + std::to_string(eps));
-  return eps;
-}
 
 // With r = (mean(x²) + eps)^(-1/2) and g = dy·w: dx = r g − x r³ Σ(g x) / H per row, and
 // dw_j = Σ_rows dy_j x_j r. The row sums and dw accumulate in double (H reaches 2816, and dw sums
@@ -112,53 +105,23 @@ class RmsNormBackwardKernel final : public Kernel {
   std::vector<double> rowScales_;
 };
 
-std::unique_ptr<Kernel> createRmsNormBackward(const KernelSignature& signature) {
-  const bool weighted = signature.inputs.size() == 3;
-  expectArity(signature, weighted ? 3 : 2, weighted ? 2 : 1);
-  const Buffer& x = *signature.inputs[0];
-  cpu::expectFloat(signature, x, "input x");
-  if (x.shape.empty()) failSignature(signature, "input x is a scalar, expected rank >= 1");
-  for (const auto& [buffer, role] : {std::pair{signature.inputs[1], "input dy"}, std::pair{signature.outputs[0], "output dx"}}) {
-    expectDType(signature, *buffer, {x.dtype}, role);
-    cpu::expectShape(signature, *buffer, x.shape, role);
-  }
-  const int64_t width = x.shape.back();
-  if (weighted)
-    for (const auto& [buffer, role] : {std::pair{signature.inputs[2], "input w"}, std::pair{signature.outputs[1], "output dw"}}) {
-      expectDType(signature, *buffer, {x.dtype}, role);
-      cpu::expectShape(signature, *buffer, {width}, role);
-    }
-  const double eps = epsAttr(signature);
-  const int64_t rows = width == 0 ? 0 : x.numElements() / width;
-  if (x.dtype == DType::F64) return std::make_unique<RmsNormBackwardKernel<double>>(rows, width, eps, weighted);
-  return std::make_unique<RmsNormBackwardKernel<float>>(rows, width, eps, weighted);
+std::unique_ptr<Kernel> createRmsNormKernel(const KernelSignature& signature) {
+  const RmsNormContract c = parseRmsNormContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<RmsNormKernel<double>>(c.rows, c.width, c.eps);
+  return std::make_unique<RmsNormKernel<float>>(c.rows, c.width, c.eps);
 }
 
-std::unique_ptr<Kernel> createRmsNorm(const KernelSignature& signature) {
-  expectArityRange(signature, 1, 2, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  cpu::expectFloat(signature, x, "input x");
-  expectDType(signature, y, {x.dtype}, "output y");
-  cpu::expectShape(signature, y, x.shape, "output y");
-  if (x.shape.empty()) failSignature(signature, "input x is a scalar, expected rank >= 1");
-  const int64_t width = x.shape.back();
-  if (signature.inputs.size() == 2) {
-    const Buffer& weight = *signature.inputs[1];
-    expectDType(signature, weight, {x.dtype}, "input w");
-    cpu::expectShape(signature, weight, {width}, "input w");
-  }
-  const double eps = epsAttr(signature);
-  const int64_t rows = width == 0 ? 0 : x.numElements() / width;
-  if (x.dtype == DType::F64) return std::make_unique<RmsNormKernel<double>>(rows, width, eps);
-  return std::make_unique<RmsNormKernel<float>>(rows, width, eps);
+std::unique_ptr<Kernel> createRmsNormBackwardKernel(const KernelSignature& signature) {
+  const RmsNormContract c = parseRmsNormBackwardContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<RmsNormBackwardKernel<double>>(c.rows, c.width, c.eps, c.weighted);
+  return std::make_unique<RmsNormBackwardKernel<float>>(c.rows, c.width, c.eps, c.weighted);
 }
 
 }  // namespace
 
 void registerRmsNormCpuKernels(KernelRegistry& registry) {
-  registry.add("rms_norm", createRmsNorm);
-  registry.add("rms_norm_backward", createRmsNormBackward);
+  registry.add("rms_norm", createRmsNormKernel);
+  registry.add("rms_norm_backward", createRmsNormBackwardKernel);
 }
 
 }  // namespace dgemma

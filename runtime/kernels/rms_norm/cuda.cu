@@ -9,8 +9,8 @@
 
 #include "runtime/backends/cuda/BlockReduce.cuh"
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/core/HostTensor.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/rms_norm/Contract.h"
 
 namespace dgemma {
 namespace {
@@ -35,9 +35,9 @@ __global__ void rmsNormKernel(const float* x, const float* weight, float* y, int
   }
 }
 
-class RmsNormCuda final : public Kernel {
+class RmsNormCudaKernel final : public Kernel {
  public:
-  RmsNormCuda(int64_t rows, int cols, float eps, bool hasWeight)
+  RmsNormCudaKernel(int64_t rows, int cols, float eps, bool hasWeight)
       : rows_(rows), cols_(cols), eps_(eps), hasWeight_(hasWeight) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
@@ -63,31 +63,17 @@ class RmsNormCuda final : public Kernel {
   bool hasWeight_;
 };
 
-std::unique_ptr<Kernel> makeRmsNorm(const KernelSignature& signature) {
-  expectArityRange(signature, 1, 2, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  const bool hasWeight = signature.inputs.size() == 2;
-  cuda::expectF32(signature, x, "x");
-  cuda::expectF32(signature, y, "y");
-  if (x.shape.empty()) failSignature(signature, "rms_norm: x must have at least one dimension");
-  cuda::expectShape(signature, y, x.shape, "y");
-  const int64_t cols = x.shape.back();
-  if (hasWeight) {
-    cuda::expectF32(signature, *signature.inputs[1], "w");
-    cuda::expectShape(signature, *signature.inputs[1], {cols}, "w");
-  }
-  if (cols > std::numeric_limits<int>::max() - 1024)
-    failSignature(signature, "rms_norm: last dimension " + std::to_string(cols) + " is too large for the cuda kernel");
-  const double eps = attrDouble(signature, "eps");
-  if (!(eps >= 0.0)) failSignature(signature, "rms_norm: attribute 'eps': expected a non-negative number, got " +
-                                                  std::to_string(eps));
-  const int64_t rows = cols == 0 ? 0 : x.numElements() / cols;
-  return std::make_unique<RmsNormCuda>(rows, static_cast<int>(cols), static_cast<float>(eps), hasWeight);
+std::unique_ptr<Kernel> createRmsNormKernel(const KernelSignature& signature) {
+  const RmsNormContract contract = parseRmsNormContract(signature, {DType::F32});
+  if (contract.width > std::numeric_limits<int>::max() - 1024)
+    failSignature(signature, "rms_norm: last dimension " + std::to_string(contract.width) +
+                                 " is too large for the cuda kernel");
+  return std::make_unique<RmsNormCudaKernel>(contract.rows, static_cast<int>(contract.width),
+                                             static_cast<float>(contract.eps), contract.weighted);
 }
 
 }  // namespace
 
-void registerRmsNormCudaKernels(KernelRegistry& registry) { registry.add("rms_norm", makeRmsNorm); }
+void registerRmsNormCudaKernels(KernelRegistry& registry) { registry.add("rms_norm", createRmsNormKernel); }
 
 }  // namespace dgemma

@@ -4,24 +4,18 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/rope/Contract.h"
 
 namespace dgemma {
 namespace {
-
-struct RopeGeometry {
-  int64_t positions = 0;  // B * T: every head of one (b, t) turns by the same angles
-  int64_t heads = 0;
-  int64_t headDim = 0;
-  int64_t rotatedPairs = 0;
-};
 
 // T is the precision of the angles too: the contract computes them in the data's float type, as the
 // reference model computes f32 angles for f32 activations.
 template <typename T>
 class RopeKernel final : public Kernel {
  public:
-  RopeKernel(RopeGeometry geometry, std::vector<T> frequencies, bool inverse)
-      : geometry_(geometry), frequencies_(std::move(frequencies)), inverse_(inverse) {}
+  RopeKernel(RopeContract geometry, std::vector<T> frequencies)
+      : geometry_(geometry), frequencies_(std::move(frequencies)), inverse_(geometry.inverse) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* x = inputs[0].as<const T>();
@@ -59,7 +53,7 @@ class RopeKernel final : public Kernel {
   }
 
  private:
-  RopeGeometry geometry_;
+  RopeContract geometry_;
   std::vector<T> frequencies_;  // f_i for the rotated pairs i < rotatedPairs
   bool inverse_;                // rotate by -angle (the transpose)
 };
@@ -75,44 +69,15 @@ std::vector<T> ropeFrequencies(double theta, int64_t rotatedPairs, int64_t frequ
   return frequencies;
 }
 
-std::unique_ptr<Kernel> createRope(const KernelSignature& signature) {
-  expectArity(signature, 2, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& positions = *signature.inputs[1];
-  const Buffer& y = *signature.outputs[0];
-  cpu::expectFloat(signature, x, "input x");
-  expectDType(signature, positions, {DType::I64}, "input positions");
-  expectDType(signature, y, {x.dtype}, "output y");
-  if (x.shape.size() != 4)
-    failSignature(signature, "input x has shape " + shapeToString(x.shape) + ", expected [B, T, H, D]");
-  cpu::expectShape(signature, positions, {x.shape[0], x.shape[1]}, "input positions");
-  cpu::expectShape(signature, y, x.shape, "output y");
-  const int64_t headDim = x.shape[3];
-  if (headDim % 2 != 0)
-    failSignature(signature, "input x has head dim D=" + std::to_string(headDim) +
-                                 "; the rotate-half layout needs an even D");
-
-  const double theta = attrDouble(signature, "theta");
-  if (!(theta > 0.0) || !std::isfinite(theta))
-    failSignature(signature, "attribute 'theta': expected a positive finite number, got " + std::to_string(theta));
-  const int64_t rotatedPairs = attrInt(signature, "rotated_pairs");
-  if (rotatedPairs < 1 || rotatedPairs > headDim / 2)
-    failSignature(signature, "attribute 'rotated_pairs': " + std::to_string(rotatedPairs) + " is outside [1, D/2 = " +
-                                 std::to_string(headDim / 2) + "]");
-  const int64_t frequencyDim = attrInt(signature, "frequency_dim");
-  if (frequencyDim < 1)
-    failSignature(signature, "attribute 'frequency_dim': expected a positive integer, got " +
-                                 std::to_string(frequencyDim));
-
-  const RopeGeometry geometry{x.shape[0] * x.shape[1], x.shape[2], headDim, rotatedPairs};
-  const bool inverse = attrBool(signature, "inverse", false);
-  if (x.dtype == DType::F64)
-    return std::make_unique<RopeKernel<double>>(geometry, ropeFrequencies<double>(theta, rotatedPairs, frequencyDim), inverse);
-  return std::make_unique<RopeKernel<float>>(geometry, ropeFrequencies<float>(theta, rotatedPairs, frequencyDim), inverse);
+std::unique_ptr<Kernel> createRopeKernel(const KernelSignature& signature) {
+  const RopeContract c = parseRopeContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64)
+    return std::make_unique<RopeKernel<double>>(c, ropeFrequencies<double>(c.theta, c.rotatedPairs, c.frequencyDim));
+  return std::make_unique<RopeKernel<float>>(c, ropeFrequencies<float>(c.theta, c.rotatedPairs, c.frequencyDim));
 }
 
 }  // namespace
 
-void registerRopeCpuKernels(KernelRegistry& registry) { registry.add("rope", createRope); }
+void registerRopeCpuKernels(KernelRegistry& registry) { registry.add("rope", createRopeKernel); }
 
 }  // namespace dgemma

@@ -3,12 +3,12 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/softmax/Contract.h"
 
 namespace dgemma {
 namespace {
 
-// The tensor seen as [outer, length, inner] around the axis: a "line" is one (outer, inner) pair,
-// its `length` elements `inner` apart. For the last axis inner is 1 and lines are contiguous rows.
+// Lines as softmax/Contract.h describes them.
 template <typename T>
 class SoftmaxKernel final : public Kernel {
  public:
@@ -43,29 +43,14 @@ class SoftmaxKernel final : public Kernel {
   int64_t inner_;
 };
 
-std::unique_ptr<Kernel> createSoftmax(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  cpu::expectFloat(signature, x, "input x");
-  expectDType(signature, y, {x.dtype}, "output y");
-  cpu::expectShape(signature, y, x.shape, "output y");
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  const int64_t requestedAxis = attrInt(signature, "axis");
-  const int64_t axis = requestedAxis < 0 ? requestedAxis + rank : requestedAxis;
-  if (axis < 0 || axis >= rank)
-    failSignature(signature, "attribute 'axis': " + std::to_string(requestedAxis) + " is out of range for input x " +
-                                 shapeToString(x.shape));
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[d];
-  const int64_t length = x.shape[axis];
-  if (x.dtype == DType::F64) return std::make_unique<SoftmaxKernel<double>>(outer, length, inner);
-  return std::make_unique<SoftmaxKernel<float>>(outer, length, inner);
+std::unique_ptr<Kernel> createSoftmaxKernel(const KernelSignature& signature) {
+  const SoftmaxContract c = parseSoftmaxContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<SoftmaxKernel<double>>(c.outer, c.length, c.inner);
+  return std::make_unique<SoftmaxKernel<float>>(c.outer, c.length, c.inner);
 }
 
 }  // namespace
 
-void registerSoftmaxCpuKernels(KernelRegistry& registry) { registry.add("softmax", createSoftmax); }
+void registerSoftmaxCpuKernels(KernelRegistry& registry) { registry.add("softmax", createSoftmaxKernel); }
 
 }  // namespace dgemma

@@ -11,8 +11,9 @@
 
 #include "runtime/backends/cuda/BlockReduce.cuh"
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/core/HostTensor.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/softmax/Contract.h"
+#include "support/Shape.h"
 
 namespace dgemma {
 namespace {
@@ -35,9 +36,9 @@ __global__ void softmaxLastAxisKernel(const float* x, float* y, int64_t rows, in
   }
 }
 
-class SoftmaxCuda final : public Kernel {
+class SoftmaxCudaKernel final : public Kernel {
  public:
-  SoftmaxCuda(int64_t rows, int cols) : rows_(rows), cols_(cols) {}
+  SoftmaxCudaKernel(int64_t rows, int cols) : rows_(rows), cols_(cols) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     if (rows_ == 0 || cols_ == 0) return;
@@ -54,32 +55,22 @@ class SoftmaxCuda final : public Kernel {
   int cols_;
 };
 
-std::unique_ptr<Kernel> makeSoftmax(const KernelSignature& signature) {
-  expectArity(signature, 1, 1);
-  const Buffer& x = *signature.inputs[0];
-  const Buffer& y = *signature.outputs[0];
-  cuda::expectF32(signature, x, "x");
-  cuda::expectF32(signature, y, "y");
-  cuda::expectShape(signature, y, x.shape, "y");
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  const int64_t axisAttr = attrInt(signature, "axis");
-  if (axisAttr < -rank || axisAttr >= rank)
-    failSignature(signature, "softmax: axis " + std::to_string(axisAttr) + " out of range for x of rank " +
-                                 std::to_string(rank));
-  const int64_t axis = axisAttr < 0 ? axisAttr + rank : axisAttr;
-  if (axis != rank - 1)
+std::unique_ptr<Kernel> createSoftmaxKernel(const KernelSignature& signature) {
+  const SoftmaxContract contract = parseSoftmaxContract(signature, {DType::F32});
+  if (contract.axis != contract.rank - 1)
     failSignature(signature, "softmax: the cuda backend implements softmax along the last axis only (axis " +
-                                 std::to_string(axisAttr) + " of x " + shapeToString(x.shape) +
+                                 std::to_string(contract.requestedAxis) + " of x " +
+                                 shapeToString(signature.inputs[0]->shape) +
                                  "; the compiler should transpose the axis last)");
-  const int64_t cols = x.shape.back();
+  const int64_t cols = contract.length;
   if (cols > std::numeric_limits<int>::max() - 1024)
     failSignature(signature, "softmax: last dimension " + std::to_string(cols) + " is too large for the cuda kernel");
-  const int64_t rows = cols == 0 ? 0 : x.numElements() / cols;
-  return std::make_unique<SoftmaxCuda>(rows, static_cast<int>(cols));
+  const int64_t rows = cols == 0 ? 0 : contract.outer;
+  return std::make_unique<SoftmaxCudaKernel>(rows, static_cast<int>(cols));
 }
 
 }  // namespace
 
-void registerSoftmaxCudaKernels(KernelRegistry& registry) { registry.add("softmax", makeSoftmax); }
+void registerSoftmaxCudaKernels(KernelRegistry& registry) { registry.add("softmax", createSoftmaxKernel); }
 
 }  // namespace dgemma

@@ -17,7 +17,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/exec/Executor.h"
 
 namespace dgemma {

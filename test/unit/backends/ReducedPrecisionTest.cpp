@@ -7,7 +7,7 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "support/DType.h"
 
 namespace dgemma {

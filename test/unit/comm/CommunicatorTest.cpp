@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/comm/Communicator.h"
 #include "support/Error.h"
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
 #include "runtime/exec/Executor.h"
 

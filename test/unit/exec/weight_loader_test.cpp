@@ -3,7 +3,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 #include "support/Error.h"
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/CpuKernels.h"

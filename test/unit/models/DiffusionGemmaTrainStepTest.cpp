@@ -12,7 +12,7 @@
 #include "mlir/IR/Verifier.h"
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/WeightSchema.h"
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"

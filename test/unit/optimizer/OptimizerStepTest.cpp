@@ -15,7 +15,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
-#include "runtime/backend/Backend.h"
+#include "runtime/kernel_api/Backend.h"
 #include "runtime/exec/Executor.h"
 
 namespace dgemma {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/backend/Kernel.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 

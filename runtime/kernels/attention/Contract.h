@@ -1,0 +1,38 @@
+// The contracts of attention and attention_backward (docs/kernels.md), parsed once for every backend:
+//   attention {mask, window, prefix_len, scale}: (q [B, Tq, Hq, D], k [B, Tk, Hkv, D],
+//       v [B, Tk, Hkv, Dv], key_valid [B, Tk] of u8 or bool) -> o [B, Tq, Hq, Dv]; Hq a multiple of Hkv
+//   attention_backward: the same inputs and do (o's shape) -> dq, dk, dv of q's, k's and v's shapes
+// q, k, v, o and the gradients share one float dtype.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "runtime/kernel_api/Kernel.h"
+
+namespace dgemma {
+
+enum class AttentionMask { Causal, Bidirectional, Prefix };
+
+struct AttentionContract {
+  DType dtype = DType::F32;
+  int64_t batch = 0;
+  int64_t queries = 0;  // Tq
+  int64_t keys = 0;     // Tk
+  int64_t queryHeads = 0;
+  int64_t kvHeads = 0;
+  int64_t headDim = 0;   // D, shared by q and k
+  int64_t valueDim = 0;  // Dv
+  AttentionMask mask = AttentionMask::Causal;
+  int64_t window = 0;  // 0: unlimited
+  int64_t prefixLen = 0;
+  double scale = 1.0;
+};
+
+// Both throw InputError for anything their contract does not admit; `dtypes` are the float types the
+// calling backend implements.
+AttentionContract parseAttentionContract(const KernelSignature& signature, std::initializer_list<DType> dtypes);
+AttentionContract parseAttentionBackwardContract(const KernelSignature& signature,
+                                                 std::initializer_list<DType> dtypes);
+
+}  // namespace dgemma

@@ -1,0 +1,43 @@
+// The contracts of the mixture-of-experts kernels (docs/kernels.md), parsed once for every backend:
+//   moe_route {top_k}: (logits [N, E], per_expert_scale [E]) -> weights [N, k], indices [N, k] of i64
+//   moe_route_backward {top_k}: (logits, per_expert_scale, indices, dweights [N, k]) -> dlogits [N, E],
+//       dscale [E]
+//   moe_experts: (x [N, H], weights [N, k], indices [N, k] of i64, gate_up [E, 2I, H], down [E, H, I])
+//       -> y [N, H]
+//   moe_experts_backward: moe_experts' inputs and dy [N, H] -> dx, dweights, dgate_up, ddown of the
+//       shapes of x, weights, gate_up and down
+// Every buffer but the indices has the float dtype of the first input.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "runtime/kernel_api/Kernel.h"
+
+namespace dgemma {
+
+struct MoeRouteContract {
+  DType dtype = DType::F32;
+  int64_t tokens = 0;   // N
+  int64_t experts = 0;  // E
+  int64_t topK = 0;     // k, in [1, E]
+};
+
+struct MoeExpertsContract {
+  DType dtype = DType::F32;
+  int64_t tokens = 0;        // N
+  int64_t hidden = 0;        // H
+  int64_t topK = 0;          // k
+  int64_t experts = 0;       // E
+  int64_t expertHidden = 0;  // I
+};
+
+// Each throws InputError for anything its contract does not admit; `dtypes` are the float types the
+// calling backend implements.
+MoeRouteContract parseMoeRouteContract(const KernelSignature& signature, std::initializer_list<DType> dtypes);
+MoeRouteContract parseMoeRouteBackwardContract(const KernelSignature& signature, std::initializer_list<DType> dtypes);
+MoeExpertsContract parseMoeExpertsContract(const KernelSignature& signature, std::initializer_list<DType> dtypes);
+MoeExpertsContract parseMoeExpertsBackwardContract(const KernelSignature& signature,
+                                                   std::initializer_list<DType> dtypes);
+
+}  // namespace dgemma
