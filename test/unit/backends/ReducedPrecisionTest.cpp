@@ -142,7 +142,7 @@ TEST_P(ReducedPrecisionTest, MixedStepsWidenOnlyTheirSixteenBitBuffers) {
   EXPECT_EQ(matmul(kernels, dtype, dtype, DType::F32), matmul(kernels, dtype, DType::F32, DType::F32));
 }
 
-// RMSNorm computes in f32 inside the op (training.md §12) and rounds its output; a comparison's
+// RMSNorm computes in f32 inside the op (docs/training.md, "Mixed precision") and rounds its output; a comparison's
 // bool result needs no rounding.
 TEST_P(ReducedPrecisionTest, NormAndCompareComputeOnWidenedValues) {
   const DType dtype = GetParam();

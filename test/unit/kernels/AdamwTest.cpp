@@ -1,4 +1,4 @@
-// adamw against AdamW written out in double (training.md §13), with weight decay, a gradient scale
+// adamw against AdamW written out in double (docs/training.md, "AdamW and clipping"), with weight decay, a gradient scale
 // and bias corrections of a late step; and its factory's checks.
 #include <cmath>
 
