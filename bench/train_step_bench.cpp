@@ -351,7 +351,7 @@ int run(const Flags& flags) {
   if (mlir::failed(mlir::verify(*module))) throw InputError("the built train IR does not verify");
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = true;
-  pipeline.optimizer = mlir::dg::OptimizerOptions{};
+  pipeline.optimizer = dgemma::OptimizerSettings{};
   if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed");
   if (mlir::failed(mlir::dg::runPlanningStage(*module, pipeline))) throw InputError("memory planning failed");
   mlir::dg::PlanLoweringOptions lowering;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/Names.h"
+#include "plan/OptimizerSettings.h"
 #include "support/DType.h"
 
 namespace dgemma {
@@ -129,16 +130,6 @@ struct BucketPadding {
   int64_t axis = 1;                         // that dimension's axis in the padded inputs
   std::map<std::string, int64_t> inputs;    // input name -> pad value
   std::vector<std::string> outputPrefixes;  // outputs with that dimension on `axis`
-};
-
-// The AdamW settings dg-optimizer-step compiled into the optimizer_step entry. The trainer feeds
-// the bias corrections 1 - beta^n, so it needs the betas; the rest is reported and recorded.
-struct OptimizerSettings {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double epsilon = 1e-8;
-  double weightDecay = 0.0;
-  double maxGradNorm = 1.0;
 };
 
 // A preset's defaults for the `dgemma-run train` flags the command line leaves unset.

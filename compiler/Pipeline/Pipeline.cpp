@@ -19,7 +19,7 @@ void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& optio
   if (!options.train) return;
   passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));
   passes.addPass(createDgF32GradientAccumulation());
-  if (const std::optional<OptimizerOptions>& adam = options.optimizer) {
+  if (const std::optional<dgemma::OptimizerSettings>& adam = options.optimizer) {
     passes.addPass(createDgOptimizerStep(
         DgOptimizerStepOptions{adam->beta1, adam->beta2, adam->epsilon, adam->weightDecay, adam->maxGradNorm}));
     // The gradients feed the optimizer through device buffers; without an optimizer they stay outputs.
@@ -35,19 +35,19 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> loss{*this, "loss", llvm::cl::desc("Name of the dg.output to differentiate"),
                            llvm::cl::init("loss")};
   Option<bool> optimizer{*this, "optimizer", llvm::cl::desc("Add the optimizer_step entry"), llvm::cl::init(true)};
-  Option<double> beta1{*this, "beta1", llvm::cl::desc("Adam β1"), llvm::cl::init(OptimizerOptions{}.beta1)};
-  Option<double> beta2{*this, "beta2", llvm::cl::desc("Adam β2"), llvm::cl::init(OptimizerOptions{}.beta2)};
-  Option<double> epsilon{*this, "epsilon", llvm::cl::desc("Adam ε"), llvm::cl::init(OptimizerOptions{}.epsilon)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("Adam β1"), llvm::cl::init(dgemma::OptimizerSettings{}.beta1)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("Adam β2"), llvm::cl::init(dgemma::OptimizerSettings{}.beta2)};
+  Option<double> epsilon{*this, "epsilon", llvm::cl::desc("Adam ε"), llvm::cl::init(dgemma::OptimizerSettings{}.epsilon)};
   Option<double> weightDecay{*this, "weight-decay", llvm::cl::desc("decoupled weight decay"),
-                             llvm::cl::init(OptimizerOptions{}.weightDecay)};
+                             llvm::cl::init(dgemma::OptimizerSettings{}.weightDecay)};
   Option<double> maxGradNorm{*this, "max-grad-norm", llvm::cl::desc("global-norm clip"),
-                             llvm::cl::init(OptimizerOptions{}.maxGradNorm)};
+                             llvm::cl::init(dgemma::OptimizerSettings{}.maxGradNorm)};
 
   PipelineOptions toPipelineOptions() const {
     PipelineOptions options;
     options.train = true;
     options.lossName = loss;
-    if (optimizer) options.optimizer = OptimizerOptions{beta1, beta2, epsilon, weightDecay, maxGradNorm};
+    if (optimizer) options.optimizer = dgemma::OptimizerSettings{beta1, beta2, epsilon, weightDecay, maxGradNorm};
     return options;
   }
 };

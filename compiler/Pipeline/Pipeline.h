@@ -8,22 +8,14 @@
 #include <string>
 
 #include "mlir/IR/BuiltinOps.h"
+#include "plan/OptimizerSettings.h"
 
 namespace mlir::dg {
-
-// AdamW settings of the optimizer_step entry (docs/training.md, "The 26B recipe"; defaults: the 26B recipe).
-struct OptimizerOptions {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double epsilon = 1e-8;
-  double weightDecay = 0.0;
-  double maxGradNorm = 1.0;
-};
 
 struct PipelineOptions {
   bool train = false;             // differentiate the loss (mode train)
   std::string lossName = "loss";  // the dg.output to differentiate
-  std::optional<OptimizerOptions> optimizer;  // train: also add the optimizer_step entry
+  std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
 };
 
 // Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,

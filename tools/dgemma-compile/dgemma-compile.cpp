@@ -38,7 +38,7 @@ struct CompileFlags {
   std::optional<double> weightClip;
   double auxLossCoeff = 0.0;
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
-  mlir::dg::OptimizerOptions adam;
+  dgemma::OptimizerSettings adam;
   int64_t microBatch = 2;
   std::string promptLengths = "8";
   int64_t canvasLength = 0;  // 0: the model config's canvas_length
@@ -122,7 +122,7 @@ nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& object
           {"noise_max", objective.noiseMax}};
 }
 
-mlir::dg::OptimizerOptions checkedOptimizer(const mlir::dg::OptimizerOptions& adam) {
+dgemma::OptimizerSettings checkedOptimizer(const dgemma::OptimizerSettings& adam) {
   if (!(adam.beta1 >= 0 && adam.beta1 < 1) || !(adam.beta2 >= 0 && adam.beta2 < 1))
     throw InputError("--adam-beta1/--adam-beta2: expected values in [0, 1)");
   if (!(adam.epsilon > 0)) throw InputError("--adam-eps: expected a positive epsilon");
@@ -270,8 +270,7 @@ int compile(const CompileFlags& flags) {
   pipeline.train = flags.mode == "train";
   if (pipeline.train) {
     pipeline.optimizer = checkedOptimizer(flags.adam);
-    const mlir::dg::OptimizerOptions& adam = flags.adam;
-    fields.optimizer = dgemma::OptimizerSettings{adam.beta1, adam.beta2, adam.epsilon, adam.weightDecay, adam.maxGradNorm};
+    fields.optimizer = pipeline.optimizer;
   }
   if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed (see above)");
   if (flags.emit == "autodiff") {

@@ -48,7 +48,7 @@ HostTensor filled(std::vector<int64_t> shape, const std::vector<double>& values)
 
 // AdamW as docs/training.md writes it, in double.
 struct ReferenceAdam {
-  mlir::dg::OptimizerOptions options;
+  dgemma::OptimizerSettings options;
   std::map<std::string, std::vector<double>> weights, first, second;
 
   double step(int64_t n, double lr, double gradientScale, std::map<std::string, std::vector<double>> gradients) {
@@ -91,7 +91,7 @@ TEST(OptimizerStep, MatchesAdamWInDouble) {
   ASSERT_TRUE(module);
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = true;
-  pipeline.optimizer = mlir::dg::OptimizerOptions{0.8, 0.95, 1e-8, 0.1, 1.5};
+  pipeline.optimizer = dgemma::OptimizerSettings{0.8, 0.95, 1e-8, 0.1, 1.5};
   ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
   ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
   auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
@@ -156,7 +156,7 @@ TEST(OptimizerStep, TrainStepAccumulatesIntoBuffersThatTheCheckAndZeroEntriesSee
   ASSERT_TRUE(module);
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = true;
-  pipeline.optimizer = mlir::dg::OptimizerOptions{};
+  pipeline.optimizer = dgemma::OptimizerSettings{};
   ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
   ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
   auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
