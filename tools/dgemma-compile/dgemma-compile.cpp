@@ -18,6 +18,7 @@
 #include "models/builtin/RmsNormMatmulSoftmax.h"
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/ParallelLayout.h"
 #include "models/diffusion_gemma/Presets.h"
 #include "support/AtomicFile.h"
 #include "plan/PlanFile.h"
@@ -74,10 +75,19 @@ std::vector<int64_t> parseLengths(const std::string& text) {
   return lengths;
 }
 
-// Flags whose features later work adds are rejected now rather than silently ignored.
-void rejectUnbuiltFeatures(const CompileFlags& flags) {
+dgemma::ParallelLayout parallelLayout(const CompileFlags& flags) {
+  return dgemma::ParallelLayout{flags.tp, flags.dp, flags.ep, flags.sequenceParallel};
+}
+
+// A layout the model allows still needs the sharding passes; one it does not allow is named by the
+// constraint it breaks first (checkParallelLayout), so that the error says what to change.
+void rejectMultiRankLayout(const CompileFlags& flags) {
   if (flags.tp != 1 || flags.ep != 1 || flags.dp != 1 || flags.sequenceParallel)
     throw InputError("--tp/--ep/--dp/--sp: multi-rank layouts need the sharding passes, which are not built yet");
+}
+
+// Flags whose features later work adds are rejected now rather than silently ignored.
+void rejectUnbuiltFeatures(const CompileFlags& flags) {
   if (flags.recompute != "none") throw InputError("--recompute: only \"none\" is available until the recomputation pass exists");
   if (flags.precision != "fp32" && flags.model == mlir::dg::kRmsNormMatmulSoftmaxName)
     throw InputError("--precision " + flags.precision + ": only DiffusionGemma configs build mixed precision; " +
@@ -163,6 +173,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     options.train = flags.mode == "train";
     if (options.hiddenSize < 1 || options.vocabSize < 1)
       throw InputError("--hidden-size/--vocab-size: expected positive integers");
+    rejectMultiRankLayout(flags);
     return mlir::dg::buildRmsNormMatmulSoftmax(context, options);
   }
 
@@ -177,6 +188,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (flags.canvasLength != 0 && flags.canvasLength != config.canvasLength)
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));
+  dgemma::checkParallelLayout(config, parallelLayout(flags), parseLengths(flags.promptLengths), config.canvasLength);
+  rejectMultiRankLayout(flags);
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = dgemma::ModelFamily::DiffusionGemma;
   fields.modelConfig = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));

@@ -1,0 +1,36 @@
+// A parallel layout for DiffusionGemma and the constraints the model puts on it (docs/parallelism.md,
+// "Meshes" and "Divisibility"): world = TP x DP = EDP x EP with EP dividing DP; TP divides every
+// layer's query and KV heads, the dense MLP width and the vocabulary; EP divides the experts; with
+// sequence parallelism TP divides every prompt bucket and the canvas; MoE layers under TP need
+// sequence parallelism. Checked before anything is built, so that an impossible layout is named by
+// the constraint it breaks rather than failing somewhere in the partitioner.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/diffusion_gemma/Config.h"
+
+namespace dgemma {
+
+struct ParallelLayout {
+  int64_t tensorParallel = 1;    // --tp
+  int64_t dataParallel = 1;      // --dp
+  int64_t expertParallel = 1;    // --ep
+  bool sequenceParallel = false; // --sp
+
+  int64_t worldSize() const { return tensorParallel * dataParallel; }
+  // The expert mesh's data-parallel size: world = EDP x EP (expert tensor parallelism is 1).
+  int64_t expertDataParallel() const { return worldSize() / expertParallel; }
+};
+
+// The tensor-parallel sizes the TP mapping supports: a full-attention layer has 2 KV heads in the
+// 26B model, and replicating KV heads across TP ranks is not part of the mapping.
+inline constexpr int64_t kMaxTensorParallel = 2;
+
+// Throws InputError naming the flag, the constraint and the sizes involved when `layout` cannot
+// shard this model at these shapes (prompt-length buckets and canvas length, in tokens).
+void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayout& layout,
+                         const std::vector<int64_t>& promptLengths, int64_t canvasLength);
+
+}  // namespace dgemma

@@ -1,0 +1,85 @@
+// checkParallelLayout against the bundled configs: the 26B recipe's layouts pass, and each broken
+// constraint of docs/parallelism.md ("Divisibility") is named with the sizes involved.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/ParallelLayout.h"
+#include "test/unit/models/ModelTestSupport.h"
+
+namespace dgemma {
+namespace {
+
+using model_test::inputErrorMessage;
+using model_test::presetPath;
+
+DiffusionGemmaConfig config26b() { return loadDiffusionGemmaConfig(presetPath("diffusiongemma-26b-a4b.json")); }
+DiffusionGemmaConfig tinyConfig() { return loadDiffusionGemmaConfig(presetPath("tiny-cpu.json")); }
+
+// Expects checkParallelLayout to refuse `layout` with a message containing `expected`.
+void expectRefused(const DiffusionGemmaConfig& config, const ParallelLayout& layout, const std::string& expected,
+                   const std::vector<int64_t>& promptLengths = {64}) {
+  const std::string message =
+      inputErrorMessage([&] { checkParallelLayout(config, layout, promptLengths, config.canvasLength); });
+  EXPECT_NE(message.find(expected), std::string::npos) << "expected \"" << expected << "\" in: " << message;
+}
+
+TEST(ParallelLayout, WorldAndExpertMeshSizes) {
+  const ParallelLayout layout{2, 4, 4, true};
+  EXPECT_EQ(layout.worldSize(), 8);
+  EXPECT_EQ(layout.expertDataParallel(), 2);
+}
+
+TEST(ParallelLayout, AcceptsTheRecipeLayouts) {
+  const DiffusionGemmaConfig config = config26b();
+  for (const ParallelLayout& layout : {ParallelLayout{1, 8, 8, false}, ParallelLayout{1, 1, 1, false},
+                                       ParallelLayout{2, 4, 4, true}, ParallelLayout{2, 2, 2, true}})
+    EXPECT_NO_THROW(checkParallelLayout(config, layout, {128, 512}, config.canvasLength))
+        << "tp " << layout.tensorParallel << " dp " << layout.dataParallel << " ep " << layout.expertParallel;
+  // The tiny config is sized for TP 2 and EP 2, 4 and 8.
+  const DiffusionGemmaConfig tiny = tinyConfig();
+  for (int64_t ep : {2, 4, 8}) EXPECT_NO_THROW(checkParallelLayout(tiny, ParallelLayout{2, 8, ep, true}, {8, 16}, tiny.canvasLength));
+}
+
+TEST(ParallelLayout, RejectsTensorParallelAboveTwo) {
+  expectRefused(config26b(), ParallelLayout{4, 2, 1, true}, "--tp 4: the tensor-parallel mapping supports TP 1 and 2");
+}
+
+TEST(ParallelLayout, ExpertParallelMustDivideDataParallelAndTheExperts) {
+  expectRefused(config26b(), ParallelLayout{1, 2, 4, false}, "--ep 4 does not divide the data-parallel size --dp (2)");
+  expectRefused(tinyConfig(), ParallelLayout{1, 3, 3, false}, "--ep 3 does not divide the number of experts num_experts (8)");
+  expectRefused(tinyConfig(), ParallelLayout{1, 2, 0, false}, "expected positive sizes");
+}
+
+TEST(ParallelLayout, TensorParallelMustDivideHeadsMlpAndVocabulary) {
+  DiffusionGemmaConfig config = tinyConfig();
+  config.layers[1].numKeyValueHeads = 1;
+  expectRefused(config, ParallelLayout{2, 1, 1, true}, "--tp 2 does not divide layer 1 (full attention)'s KV heads (1)");
+  config = tinyConfig();
+  config.layers[0].numQueryHeads = 3;
+  expectRefused(config, ParallelLayout{2, 1, 1, true}, "layer 0 (sliding)'s query heads (3)");
+  config = tinyConfig();
+  config.intermediateSize = 47;
+  expectRefused(config, ParallelLayout{2, 1, 1, true}, "the dense MLP width intermediate_size (47)");
+  config = tinyConfig();
+  config.vocabSize = 255;
+  expectRefused(config, ParallelLayout{2, 1, 1, true}, "the vocabulary size vocab_size (255)");
+}
+
+TEST(ParallelLayout, SequenceParallelNeedsTensorParallelAndDivisibleLengths) {
+  const DiffusionGemmaConfig config = tinyConfig();
+  expectRefused(config, ParallelLayout{1, 1, 1, true}, "--sp: sequence parallelism splits over the TP ranks");
+  expectRefused(config, ParallelLayout{2, 1, 1, true}, "--tp 2 does not divide the prompt bucket --prompt-len 7 (7)", {8, 7});
+  DiffusionGemmaConfig oddCanvas = config;
+  oddCanvas.canvasLength = 15;
+  expectRefused(oddCanvas, ParallelLayout{2, 1, 1, true}, "the canvas length canvas_length (15)");
+}
+
+TEST(ParallelLayout, MoeUnderTensorParallelNeedsSequenceParallel) {
+  expectRefused(tinyConfig(), ParallelLayout{2, 1, 1, false}, "need sequence parallelism under tensor parallelism (add --sp)");
+}
+
+}  // namespace
+}  // namespace dgemma
