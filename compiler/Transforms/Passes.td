@@ -84,10 +84,11 @@ def DgGradientBuffers : Pass<"dg-gradient-buffers", "::mlir::ModuleOp"> {
 }
 
 def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
-  let summary = "Reports FLOPs, parameter bytes and scratch bytes of each entry point as remarks";
+  let summary = "Reports FLOPs, parameter bytes, scratch bytes and communication bytes of each entry point as remarks";
   let description = [{
     Sums CostOpInterface over each entry point and the bytes of its distinct parameters; after
-    dg-memory-plan it adds the planned scratch arena size. Used by `dgemma-compile --report`.
+    dg-memory-plan it adds the planned scratch arena size, and when the entry point has collectives
+    the bytes one rank receives (CommunicationOpInterface). Used by `dgemma-compile --report`.
   }];
 }
 

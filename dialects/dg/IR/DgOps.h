@@ -17,6 +17,9 @@ LogicalResult verifyBroadcastShape(Operation* op);
 LogicalResult verifyBroadcastBinaryOp(Operation* op);
 LogicalResult verifyReduceOp(Operation* op);
 LogicalResult verifyCollectiveOp(Operation* op);
+// The size of a collective's mesh axis (its `axis` attribute in the module's dg.mesh); none when
+// the axis is not declared, which the collectives' verifiers reject.
+std::optional<int64_t> collectiveGroupSize(Operation* op);
 
 // Result types inferred from the operands (InferTypeOpInterface) for op families; they fail, with an
 // error at `location` when there is one, on operands that the ops' verifiers reject.
