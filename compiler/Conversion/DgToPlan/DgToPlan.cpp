@@ -250,8 +250,7 @@ class PlanBuilder {
         }
       } else {
         dgemma::Step step;
-        step.kind = isa<AllReduceOp, AllGatherOp, ReduceScatterOp>(op) ? dgemma::Step::Kind::Collective
-                                                                        : dgemma::Step::Kind::Kernel;
+        step.kind = isa<CommunicationOpInterface>(op) ? dgemma::Step::Kind::Collective : dgemma::Step::Kind::Kernel;
         step.op = op.getName().stripDialect().str();
         step.attrs = attributesToJson(&op);
         if (step.kind == dgemma::Step::Kind::Collective) {
@@ -264,11 +263,11 @@ class PlanBuilder {
           step.inputs.push_back(bufferOf.lookup(operand));
           touch(step.inputs.back(), stepIndex);
         }
-        if (auto allReduce = dyn_cast<AllReduceOp>(op)) {
-          // Collectives reduce in place. When the pre-reduction value is still needed, the
-          // reduction works on a copy (the memory planner gave the result its own bytes then).
-          if (!allReduce.getInput().hasOneUse()) {
-            auto copyId = scratchBuffer(&op, allReduce.getResult(), "all_reduce");
+        if (isInPlaceCollective(&op)) {
+          // These collectives work in place. When their input is still needed, or is a parameter
+          // or constant, they work on a copy (the memory planner gave the result its own bytes).
+          if (!op.getOperand(0).hasOneUse() || plan_.buffers[step.inputs[0]].arena == kPersistentArena) {
+            auto copyId = scratchBuffer(&op, op.getResult(0), step.op);
             if (failed(copyId)) return failure();
             entry.steps.push_back(copyStep(step.inputs[0], *copyId, step.location));
             touch(*copyId, stepIndex);
@@ -277,7 +276,7 @@ class PlanBuilder {
             touch(*copyId, stepIndex);
           }
           step.outputs = step.inputs;
-          bufferOf[allReduce.getResult()] = step.inputs[0];
+          bufferOf[op.getResult(0)] = step.inputs[0];
           entry.steps.push_back(std::move(step));
           continue;
         }

@@ -94,6 +94,8 @@ std::optional<int64_t> mlir::dg::collectiveGroupSize(Operation* op) {
   return size.getInt();
 }
 
+bool mlir::dg::isInPlaceCollective(Operation* op) { return isa<AllReduceOp, BroadcastOp, ReduceToRootOp>(op); }
+
 namespace {
 // The size of the op's mesh axis, or an error naming the undeclared axis.
 FailureOr<int64_t> verifiedGroupSize(Operation* op) {

@@ -1,0 +1,169 @@
+// The collectives through the compiler's planning stage and DgToPlan, run by the executor. The plan
+// lowering takes single-rank meshes only until the partitioner exists, so the groups here have one
+// rank (LocalCommunicator); multi-rank behaviour of the same steps is tested over Gloo in
+// test/unit/exec and test/unit/comm.
+#include <gtest/gtest.h>
+
+#include "compiler/Conversion/DgToPlan/DgToPlan.h"
+#include "compiler/Pipeline/Pipeline.h"
+#include "dialects/dg/IR/DgDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/kernel_api/Backend.h"
+#include "support/Error.h"
+
+namespace dgemma {
+namespace {
+
+// loss = sum(all_to_all(broadcast(w), counts).rows * c) + sum(reduce_to_root(w) * c2); the
+// broadcast's input is also read by reduce_to_root, so the broadcast works on a copy.
+constexpr const char* kProgram = R"mlir(
+module attributes {dg.mesh = {tp = 1 : i64, ep = 1 : i64}} {
+func.func @train_step() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<4x2xf32>
+  %counts = dg.input "counts" : tensor<1xi64>
+  %c = dg.input "c" : tensor<6x2xf32>
+  %c2 = dg.input "c2" : tensor<4x2xf32>
+  %b = dg.broadcast %w axis = "tp" root = 0 : tensor<4x2xf32> -> tensor<4x2xf32>
+  %rows, %received = dg.all_to_all %b, %counts axis = "ep" : tensor<4x2xf32>, tensor<1xi64> -> tensor<6x2xf32>, tensor<1xi64>
+  %r = dg.reduce_to_root %w axis = "tp" root = 0 : tensor<4x2xf32> -> tensor<4x2xf32>
+  %p = dg.mul %rows, %c : tensor<6x2xf32>, tensor<6x2xf32> -> tensor<6x2xf32>
+  %q = dg.mul %r, %c2 : tensor<4x2xf32>, tensor<4x2xf32> -> tensor<4x2xf32>
+  %sp = dg.reduce_sum %p dims = [0, 1] : tensor<6x2xf32> -> tensor<f32>
+  %sq = dg.reduce_sum %q dims = [0, 1] : tensor<4x2xf32> -> tensor<f32>
+  %l = dg.add %sp, %sq : tensor<f32>, tensor<f32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  dg.output "rows", %rows : tensor<6x2xf32>
+  dg.output "received", %received : tensor<1xi64>
+  return
+}
+}
+)mlir";
+
+HostTensor f32(std::vector<int64_t> shape, std::vector<float> values) {
+  HostTensor tensor(DType::F32, std::move(shape));
+  std::copy(values.begin(), values.end(), tensor.as<float>());
+  return tensor;
+}
+
+HostTensor counts(int64_t count) {
+  HostTensor tensor(DType::I64, {1});
+  tensor.as<int64_t>()[0] = count;
+  return tensor;
+}
+
+std::vector<float> values(const HostTensor& tensor) {
+  return std::vector<float>(tensor.as<float>(), tensor.as<float>() + tensor.numElements());
+}
+
+class CollectivePlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
+    module = mlir::parseSourceString<mlir::ModuleOp>(kProgram, &context);
+    ASSERT_TRUE(module);
+    mlir::dg::PipelineOptions pipeline;
+    pipeline.train = true;
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
+    auto lowered = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
+    ASSERT_TRUE(mlir::succeeded(lowered));
+    plan = std::move(*lowered);
+    entry = plan.selectEntry("train_step", {});
+    ASSERT_NE(entry, nullptr);
+  }
+
+  mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  Plan plan;
+  const EntryPoint* entry = nullptr;
+};
+
+TEST_F(CollectivePlanTest, EveryCollectiveAndItsAdjointIsACollectiveStepOnItsAxis) {
+  std::map<std::string, int> collectives;
+  for (const Step& step : entry->steps) {
+    if (step.kind != Step::Kind::Collective) {
+      EXPECT_TRUE(step.op != "broadcast" && step.op != "reduce_to_root" && step.op != "all_to_all") << step.op;
+      continue;
+    }
+    ++collectives[step.op];
+    if (step.op == "all_to_all") {
+      EXPECT_EQ(step.axis, "ep");
+      EXPECT_EQ(step.inputs.size(), 2u);
+      EXPECT_EQ(step.outputs.size(), 2u);
+      EXPECT_TRUE(step.attrs.empty()) << step.attrs.dump();
+    } else {
+      EXPECT_EQ(step.axis, "tp");
+      EXPECT_EQ(step.attrs.value("root", int64_t{-1}), 0);
+      EXPECT_EQ(step.outputs, step.inputs) << step.op << " works in place";
+    }
+  }
+  // The forward's three, and the backward's adjoints: all_to_all back, reduce_to_root of the
+  // broadcast and broadcast of the reduce_to_root.
+  EXPECT_EQ(collectives, (std::map<std::string, int>{{"all_to_all", 2}, {"broadcast", 2}, {"reduce_to_root", 2}}));
+}
+
+TEST_F(CollectivePlanTest, RunsAndDifferentiatesInAGroupOfOne) {
+  std::unique_ptr<Backend> backend = createBackend("cpu", 1);
+  CommunicatorSet communicators;
+  communicators.add("tp", std::make_unique<LocalCommunicator>(*backend));
+  communicators.add("ep", std::make_unique<LocalCommunicator>(*backend));
+  Executor executor(plan, *backend, communicators, "collectives.dgplan");
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6, 7, 8};
+  executor.setParameter("w", f32({4, 2}, w));
+  std::vector<float> c, c2;
+  for (int i = 0; i < 12; ++i) c.push_back(0.5f * float(i + 1));
+  for (int i = 0; i < 8; ++i) c2.push_back(-float(i));
+  auto outputs = executor.run(*entry, {{"counts", counts(3)}, {"c", f32({6, 2}, c)}, {"c2", f32({4, 2}, c2)}});
+
+  // Three rows sent to itself; the capacity's other three rows are zero.
+  EXPECT_EQ(values(outputs.at("rows")), (std::vector<float>{1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(outputs.at("received").as<int64_t>()[0], 3);
+  // d loss / d w: c on the three sent rows, nothing on the unsent one (the reverse exchange's
+  // zero tail), plus c2 through reduce_to_root and its broadcast adjoint.
+  std::vector<float> expected;
+  for (int i = 0; i < 8; ++i) expected.push_back((i < 6 ? c[i] : 0.0f) + c2[i]);
+  EXPECT_EQ(values(outputs.at("grad/w")), expected);
+
+  EXPECT_THROW(executor.run(*entry, {{"counts", counts(5)}, {"c", f32({6, 2}, c)}, {"c2", f32({4, 2}, c2)}}),
+               RuntimeError);
+}
+
+// A sole-use collective works in place, except on a parameter: writing there would change the
+// weights, so the plan copies the parameter into scratch first.
+TEST(CollectivePlanLoweringTest, InPlaceCollectivesNeverWriteIntoAParameter) {
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+module attributes {dg.mesh = {tp = 1 : i64}} {
+func.func @forward() attributes {dg.entry = "forward"} {
+  %w = dg.param "w" : tensor<4xf32>
+  %b = dg.broadcast %w axis = "tp" root = 0 : tensor<4xf32> -> tensor<4xf32>
+  %e = dg.exp %b : tensor<4xf32>
+  %r = dg.all_reduce %e axis = "tp" : tensor<4xf32> -> tensor<4xf32>
+  dg.output "r", %r : tensor<4xf32>
+  return
+}
+}
+)mlir", &context);
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, mlir::dg::PipelineOptions{})));
+  auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
+  ASSERT_TRUE(mlir::succeeded(plan));
+  const std::vector<Step>& steps = plan->entryPoints.at(0).steps;
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[0].op, "copy");
+  EXPECT_EQ(steps[0].inputs.at(0), plan->parameters.at(0).buffer);
+  EXPECT_EQ(steps[1].op, "broadcast");
+  EXPECT_EQ(steps[1].inputs, steps[0].outputs);
+  EXPECT_TRUE(plan->buffers.at(steps[1].inputs.at(0)).lifetime.has_value()) << "scratch, not the parameter";
+  // The all-reduce of a sole-use scratch value needs no copy: it reduces exp's result in place.
+  EXPECT_EQ(steps[2].op, "exp");
+  EXPECT_EQ(steps[3].op, "all_reduce");
+  EXPECT_EQ(steps[3].inputs, steps[2].outputs);
+}
+
+}  // namespace
+}  // namespace dgemma
