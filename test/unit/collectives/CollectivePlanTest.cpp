@@ -1,8 +1,13 @@
 // The collectives through the compiler's planning stage and DgToPlan, run by the executor. The plan
-// lowering takes single-rank meshes only until the partitioner exists, so the groups here have one
-// rank (LocalCommunicator); multi-rank behaviour of the same steps is tested over Gloo in
-// test/unit/exec and test/unit/comm.
+// lowering takes single-rank meshes only until the partitioner exists, so programs are compiled for
+// a group of one; the collectives whose shapes do not depend on the group size then also run on two
+// ranks over Gloo, which checks their derivative rules against finite differences across ranks.
+#include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
 #include "compiler/Pipeline/Pipeline.h"
@@ -10,6 +15,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "runtime/comm/GlooCommunicator.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
@@ -163,6 +169,111 @@ func.func @forward() attributes {dg.entry = "forward"} {
   EXPECT_EQ(steps[2].op, "exp");
   EXPECT_EQ(steps[3].op, "all_reduce");
   EXPECT_EQ(steps[3].inputs, steps[2].outputs);
+}
+
+// Every rank's loss L_r = sum(c_r * exp(all_reduce(w))) + sum(d_r * broadcast(w)^2)
+//   + sum(c_r * reduce_to_root(w * w)), each rank with its own w; autodiff differentiates the sum
+// over ranks of L_r. Its gradient on each rank must match central differences of that sum.
+constexpr const char* kMultiRankProgram = R"mlir(
+module attributes {dg.mesh = {tp = 1 : i64}} {
+func.func @train_step() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<3xf64>
+  %c = dg.input "c" : tensor<3xf64>
+  %d = dg.input "d" : tensor<3xf64>
+  %a = dg.all_reduce %w axis = "tp" : tensor<3xf64> -> tensor<3xf64>
+  %e = dg.exp %a : tensor<3xf64>
+  %b = dg.broadcast %w axis = "tp" root = 0 : tensor<3xf64> -> tensor<3xf64>
+  %bb = dg.mul %b, %b : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %ww = dg.mul %w, %w : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %r = dg.reduce_to_root %ww axis = "tp" root = 0 : tensor<3xf64> -> tensor<3xf64>
+  %t1 = dg.mul %e, %c : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %t2 = dg.mul %bb, %d : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %t3 = dg.mul %r, %c : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %s12 = dg.add %t1, %t2 : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %s = dg.add %s12, %t3 : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %l = dg.reduce_sum %s dims = [0] : tensor<3xf64> -> tensor<f64>
+  dg.output "loss", %l : tensor<f64>
+  return
+}
+}
+)mlir";
+
+HostTensor f64(std::vector<double> values) {
+  HostTensor tensor(DType::F64, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), tensor.as<double>());
+  return tensor;
+}
+
+TEST(CollectiveGradientTest, AllReduceBroadcastAndReduceToRootMatchFiniteDifferencesOverTwoRanks) {
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(kMultiRankProgram, &context);
+  ASSERT_TRUE(module);
+  mlir::dg::PipelineOptions pipeline;
+  pipeline.train = true;
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
+  auto compiled = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
+  ASSERT_TRUE(mlir::succeeded(compiled));
+
+  const int64_t ranks = 2, size = 3;
+  const double h = 1e-5;
+  auto valuesOf = [](int64_t rank, double scale, double shift) {
+    std::vector<double> values;
+    for (int64_t i = 0; i < 3; ++i) values.push_back(scale * std::sin(1.0 + double(i) + 2.0 * double(rank)) + shift);
+    return values;
+  };
+  // Run 0 is unperturbed; run 1 + 2 (size * s + j) + k moves w_s[j] by (k ? -h : +h).
+  const int64_t runs = 1 + 2 * ranks * size;
+  std::vector<std::vector<double>> losses(runs, std::vector<double>(ranks));
+  std::vector<std::vector<double>> gradients(ranks);
+  std::vector<std::string> failures(ranks);
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::thread> threads;
+  for (int64_t rank = 0; rank < ranks; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        Plan plan = *compiled;  // the group-of-one plan; these collectives' buffers do not depend on G
+        plan.mesh.at(0).size = ranks;
+        plan.mesh.at(0).coord = rank;
+        plan.worldSize = ranks;
+        plan.rank = rank;
+        std::unique_ptr<Backend> backend = createBackend("cpu", 1);
+        CommunicatorSet communicators;
+        communicators.add("tp", createGlooCommunicator(store, rank, ranks, std::chrono::seconds(10)));
+        Executor executor(plan, *backend, communicators, "rank.dgplan");
+        const EntryPoint* entry = plan.selectEntry("train_step", {});
+        const std::vector<double> w = valuesOf(rank, 0.3, 0.0);
+        const std::map<std::string, HostTensor> inputs = {{"c", f64(valuesOf(rank, 1.0, 0.5))},
+                                                          {"d", f64(valuesOf(rank + 7, 1.0, -0.25))}};
+        for (int64_t run = 0; run < runs; ++run) {
+          std::vector<double> moved = w;
+          if (run > 0) {
+            int64_t s = (run - 1) / (2 * size), j = (run - 1) / 2 % size;
+            if (s == rank) moved[j] += (run - 1) % 2 ? -h : h;
+          }
+          executor.setParameter("w", f64(moved));
+          auto outputs = executor.run(*entry, inputs);
+          losses[run][rank] = outputs.at("loss").as<double>()[0];
+          if (run == 0) {
+            const HostTensor& gradient = outputs.at("grad/w");
+            gradients[rank].assign(gradient.as<double>(), gradient.as<double>() + size);
+          }
+        }
+      } catch (const std::exception& error) {
+        failures[rank] = error.what();
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (int64_t rank = 0; rank < ranks; ++rank) ASSERT_EQ(failures[rank], "") << "rank " << rank;
+
+  auto totalLoss = [&](int64_t run) { return losses[run][0] + losses[run][1]; };
+  for (int64_t s = 0; s < ranks; ++s)
+    for (int64_t j = 0; j < size; ++j) {
+      int64_t run = 1 + 2 * (size * s + j);
+      double numeric = (totalLoss(run) - totalLoss(run + 1)) / (2 * h);
+      EXPECT_NEAR(gradients[s][j], numeric, 1e-7 * std::max(1.0, std::abs(numeric))) << "rank " << s << " w[" << j << "]";
+    }
 }
 
 }  // namespace
