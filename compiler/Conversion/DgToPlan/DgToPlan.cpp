@@ -77,7 +77,7 @@ std::vector<uint8_t> constantBytes(DenseElementsAttr value, DType dtype) {
 
 class PlanBuilder {
  public:
-  PlanBuilder(ModuleOp module, const PlanLoweringOptions& options) : module_(module) {
+  PlanBuilder(ModuleOp module, const PlanLoweringOptions& options) : module_(module), rank_(options.rank) {
     plan_.producer = options.producer;
     plan_.metadata = options.metadata;
     plan_.arenas = {{"persistent", true, 0, kAlignment}, {"scratch", false, 0, kAlignment}};
@@ -105,13 +105,23 @@ class PlanBuilder {
         plan_.mesh.push_back({axis.getName().str(), size, 0});
         worldSize *= size;
       }
-    if (worldSize != 1) {
+    if (!rank_) {
+      if (worldSize == 1) return success();
       module_.emitError() << "the mesh has " << worldSize
                           << " ranks, but per-rank plans need the partitioner, which is not built yet";
       return failure();
     }
-    plan_.worldSize = 1;
-    plan_.rank = 0;
+    if (*rank_ < 0 || *rank_ >= worldSize) {
+      module_.emitError() << "rank " << *rank_ << " is outside the mesh's " << worldSize << " ranks";
+      return failure();
+    }
+    plan_.worldSize = worldSize;
+    plan_.rank = *rank_;
+    int64_t remaining = *rank_;
+    for (auto axis = plan_.mesh.rbegin(); axis != plan_.mesh.rend(); ++axis) {
+      axis->coord = remaining % axis->size;
+      remaining /= axis->size;
+    }
     return success();
   }
 
@@ -317,6 +327,7 @@ class PlanBuilder {
   }
 
   ModuleOp module_;
+  std::optional<int64_t> rank_;  // PlanLoweringOptions::rank
   dgemma::Plan plan_;
   std::map<std::string, int64_t> parameterBuffers_;
 };

@@ -1,12 +1,13 @@
-// The collectives through the compiler's planning stage and DgToPlan, run by the executor. The plan
-// lowering takes single-rank meshes only until the partitioner exists, so programs are compiled for
-// a group of one; the collectives whose shapes do not depend on the group size then also run on two
-// ranks over Gloo, which checks their derivative rules against finite differences across ranks.
+// The collectives through the compiler's planning stage and DgToPlan, run by the executor: in a
+// group of one (LocalCommunicator), and as per-rank programs lowered for each rank
+// (PlanLoweringOptions::rank) and run on two or three ranks over Gloo, which checks every
+// derivative rule against finite differences across ranks.
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
@@ -171,58 +172,85 @@ func.func @forward() attributes {dg.entry = "forward"} {
   EXPECT_EQ(steps[3].inputs, steps[2].outputs);
 }
 
-// Every rank's loss L_r = sum(c_r * exp(all_reduce(w))) + sum(d_r * broadcast(w)^2)
-//   + sum(c_r * reduce_to_root(w * w)), each rank with its own w; autodiff differentiates the sum
-// over ranks of L_r. Its gradient on each rank must match central differences of that sum.
-constexpr const char* kMultiRankProgram = R"mlir(
-module attributes {dg.mesh = {tp = 1 : i64}} {
-func.func @train_step() attributes {dg.entry = "train_step"} {
-  %w = dg.param "w" : tensor<3xf64>
-  %c = dg.input "c" : tensor<3xf64>
-  %d = dg.input "d" : tensor<3xf64>
-  %a = dg.all_reduce %w axis = "tp" : tensor<3xf64> -> tensor<3xf64>
-  %e = dg.exp %a : tensor<3xf64>
-  %b = dg.broadcast %w axis = "tp" root = 0 : tensor<3xf64> -> tensor<3xf64>
-  %bb = dg.mul %b, %b : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
-  %ww = dg.mul %w, %w : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
-  %r = dg.reduce_to_root %ww axis = "tp" root = 0 : tensor<3xf64> -> tensor<3xf64>
-  %t1 = dg.mul %e, %c : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
-  %t2 = dg.mul %bb, %d : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
-  %t3 = dg.mul %r, %c : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
-  %s12 = dg.add %t1, %t2 : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
-  %s = dg.add %s12, %t3 : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
-  %l = dg.reduce_sum %s dims = [0] : tensor<3xf64> -> tensor<f64>
-  dg.output "loss", %l : tensor<f64>
+// A per-rank program lowers for any rank of its mesh, with row-major coordinates over the axes in
+// the plan's order; without a rank, a multi-rank mesh is refused.
+TEST(CollectivePlanLoweringTest, LowersAPerRankProgramForTheRankAsked) {
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+module attributes {dg.mesh = {dp = 2 : i64, tp = 3 : i64}} {
+func.func @forward() attributes {dg.entry = "forward"} {
+  %x = dg.input "x" : tensor<4xf32>
+  %r = dg.all_reduce %x axis = "tp" : tensor<4xf32> -> tensor<4xf32>
+  dg.output "r", %r : tensor<4xf32>
   return
 }
 }
-)mlir";
+)mlir", &context);
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, mlir::dg::PipelineOptions{})));
+  mlir::dg::PlanLoweringOptions options;
+  options.rank = 4;
+  auto plan = mlir::dg::lowerToPlan(*module, options);
+  ASSERT_TRUE(mlir::succeeded(plan));
+  EXPECT_EQ(plan->worldSize, 6);
+  EXPECT_EQ(plan->rank, 4);
+  ASSERT_EQ(plan->mesh.size(), 2u);
+  EXPECT_EQ(plan->mesh[0].name, "dp");
+  EXPECT_EQ(plan->mesh[0].coord, 1);
+  EXPECT_EQ(plan->mesh[1].coord, 1);
 
-HostTensor f64(std::vector<double> values) {
-  HostTensor tensor(DType::F64, {static_cast<int64_t>(values.size())});
+  context.getDiagEngine().registerHandler([](mlir::Diagnostic&) { return mlir::success(); });  // expected errors
+  options.rank = 6;
+  EXPECT_TRUE(mlir::failed(mlir::dg::lowerToPlan(*module, options)));
+  EXPECT_TRUE(mlir::failed(mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{})));
+}
+
+HostTensor f64(std::vector<int64_t> shape, std::vector<double> values) {
+  HostTensor tensor(DType::F64, std::move(shape));
   std::copy(values.begin(), values.end(), tensor.as<double>());
   return tensor;
 }
 
-TEST(CollectiveGradientTest, AllReduceBroadcastAndReduceToRootMatchFiniteDifferencesOverTwoRanks) {
-  mlir::MLIRContext context;
-  context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
-  auto module = mlir::parseSourceString<mlir::ModuleOp>(kMultiRankProgram, &context);
-  ASSERT_TRUE(module);
-  mlir::dg::PipelineOptions pipeline;
-  pipeline.train = true;
-  ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
-  ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
-  auto compiled = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
-  ASSERT_TRUE(mlir::succeeded(compiled));
+// Distinct smooth values per rank and salt.
+std::vector<double> drawn(int64_t count, int64_t rank, int64_t salt, double scale) {
+  std::vector<double> values;
+  for (int64_t i = 0; i < count; ++i)
+    values.push_back(scale * std::sin(1.0 + 0.7 * double(i) + 2.0 * double(rank) + 3.1 * double(salt)));
+  return values;
+}
 
-  const int64_t ranks = 2, size = 3;
+// Compiles `program` (one rank's program over a mesh of `ranks`, loss output "loss", one trainable
+// f64 parameter "w") for each rank, runs every rank on its own thread over Gloo, and compares each
+// rank's grad/w with central differences of the sum over ranks of the losses: what autodiff
+// differentiates (docs/architecture.md, "Interfaces").
+void expectGradientsMatchFiniteDifferences(const char* program, int64_t ranks,
+                                           const std::function<std::map<std::string, HostTensor>(int64_t)>& inputsOf) {
+  std::vector<Plan> plans;
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    mlir::MLIRContext context;
+    context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
+    auto module = mlir::parseSourceString<mlir::ModuleOp>(program, &context);
+    ASSERT_TRUE(module);
+    mlir::dg::PipelineOptions pipeline;
+    pipeline.train = true;
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
+    mlir::dg::PlanLoweringOptions options;
+    options.rank = rank;
+    auto plan = mlir::dg::lowerToPlan(*module, options);
+    ASSERT_TRUE(mlir::succeeded(plan));
+    ASSERT_EQ(plan->worldSize, ranks);
+    plans.push_back(std::move(*plan));
+  }
+  const Parameter* weight = nullptr;
+  for (const Parameter& parameter : plans[0].parameters) weight = parameter.name == "w" ? &parameter : weight;
+  ASSERT_NE(weight, nullptr);
+  const std::vector<int64_t> shape = weight->shardShape;
+  int64_t size = 1;
+  for (int64_t extent : shape) size *= extent;
+
   const double h = 1e-5;
-  auto valuesOf = [](int64_t rank, double scale, double shift) {
-    std::vector<double> values;
-    for (int64_t i = 0; i < 3; ++i) values.push_back(scale * std::sin(1.0 + double(i) + 2.0 * double(rank)) + shift);
-    return values;
-  };
   // Run 0 is unperturbed; run 1 + 2 (size * s + j) + k moves w_s[j] by (k ? -h : +h).
   const int64_t runs = 1 + 2 * ranks * size;
   std::vector<std::vector<double>> losses(runs, std::vector<double>(ranks));
@@ -233,26 +261,19 @@ TEST(CollectiveGradientTest, AllReduceBroadcastAndReduceToRootMatchFiniteDiffere
   for (int64_t rank = 0; rank < ranks; ++rank)
     threads.emplace_back([&, rank] {
       try {
-        Plan plan = *compiled;  // the group-of-one plan; these collectives' buffers do not depend on G
-        plan.mesh.at(0).size = ranks;
-        plan.mesh.at(0).coord = rank;
-        plan.worldSize = ranks;
-        plan.rank = rank;
+        const Plan& plan = plans[rank];
         std::unique_ptr<Backend> backend = createBackend("cpu", 1);
         CommunicatorSet communicators;
-        communicators.add("tp", createGlooCommunicator(store, rank, ranks, std::chrono::seconds(10)));
+        for (const MeshAxis& axis : plan.mesh)
+          communicators.add(axis.name, createGlooCommunicator(store, rank, ranks, std::chrono::seconds(10)));
         Executor executor(plan, *backend, communicators, "rank.dgplan");
         const EntryPoint* entry = plan.selectEntry("train_step", {});
-        const std::vector<double> w = valuesOf(rank, 0.3, 0.0);
-        const std::map<std::string, HostTensor> inputs = {{"c", f64(valuesOf(rank, 1.0, 0.5))},
-                                                          {"d", f64(valuesOf(rank + 7, 1.0, -0.25))}};
+        const std::vector<double> w = drawn(size, rank, 0, 0.3);
+        const std::map<std::string, HostTensor> inputs = inputsOf(rank);
         for (int64_t run = 0; run < runs; ++run) {
           std::vector<double> moved = w;
-          if (run > 0) {
-            int64_t s = (run - 1) / (2 * size), j = (run - 1) / 2 % size;
-            if (s == rank) moved[j] += (run - 1) % 2 ? -h : h;
-          }
-          executor.setParameter("w", f64(moved));
+          if (run > 0 && (run - 1) / (2 * size) == rank) moved[(run - 1) / 2 % size] += (run - 1) % 2 ? -h : h;
+          executor.setParameter("w", f64(shape, moved));
           auto outputs = executor.run(*entry, inputs);
           losses[run][rank] = outputs.at("loss").as<double>()[0];
           if (run == 0) {
@@ -267,13 +288,98 @@ TEST(CollectiveGradientTest, AllReduceBroadcastAndReduceToRootMatchFiniteDiffere
   for (std::thread& thread : threads) thread.join();
   for (int64_t rank = 0; rank < ranks; ++rank) ASSERT_EQ(failures[rank], "") << "rank " << rank;
 
-  auto totalLoss = [&](int64_t run) { return losses[run][0] + losses[run][1]; };
+  auto totalLoss = [&](int64_t run) {
+    double total = 0;
+    for (double loss : losses[run]) total += loss;
+    return total;
+  };
   for (int64_t s = 0; s < ranks; ++s)
     for (int64_t j = 0; j < size; ++j) {
       int64_t run = 1 + 2 * (size * s + j);
       double numeric = (totalLoss(run) - totalLoss(run + 1)) / (2 * h);
       EXPECT_NEAR(gradients[s][j], numeric, 1e-7 * std::max(1.0, std::abs(numeric))) << "rank " << s << " w[" << j << "]";
     }
+}
+
+TEST(CollectiveGradientTest, AllReduceBroadcastAndReduceToRootOverTwoRanks) {
+  // L_r = sum(c * exp(all_reduce(w))) + sum(d * broadcast(w)^2) + sum(c * reduce_to_root(w * w)).
+  expectGradientsMatchFiniteDifferences(R"mlir(
+module attributes {dg.mesh = {tp = 2 : i64}} {
+func.func @train_step() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<3xf64>
+  %c = dg.input "c" : tensor<3xf64>
+  %d = dg.input "d" : tensor<3xf64>
+  %a = dg.all_reduce %w axis = "tp" : tensor<3xf64> -> tensor<3xf64>
+  %e = dg.exp %a : tensor<3xf64>
+  %b = dg.broadcast %w axis = "tp" root = 1 : tensor<3xf64> -> tensor<3xf64>
+  %bb = dg.mul %b, %b : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %ww = dg.mul %w, %w : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %r = dg.reduce_to_root %ww axis = "tp" root = 1 : tensor<3xf64> -> tensor<3xf64>
+  %t1 = dg.mul %e, %c : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %t2 = dg.mul %bb, %d : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %t3 = dg.mul %r, %c : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %s12 = dg.add %t1, %t2 : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %s = dg.add %s12, %t3 : tensor<3xf64>, tensor<3xf64> -> tensor<3xf64>
+  %l = dg.reduce_sum %s dims = [0] : tensor<3xf64> -> tensor<f64>
+  dg.output "loss", %l : tensor<f64>
+  return
+}
+}
+)mlir", 2, [](int64_t rank) {
+    return std::map<std::string, HostTensor>{{"c", f64({3}, drawn(3, rank, 1, 1.0))}, {"d", f64({3}, drawn(3, rank, 2, 1.0))}};
+  });
+}
+
+TEST(CollectiveGradientTest, AllGatherAndReduceScatterOverThreeRanks) {
+  // L_r = sum(d * reduce_scatter(c * exp(all_gather(w)))) + sum(e * all_gather(w)^2).
+  expectGradientsMatchFiniteDifferences(R"mlir(
+module attributes {dg.mesh = {tp = 3 : i64}} {
+func.func @train_step() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<2x2xf64>
+  %c = dg.input "c" : tensor<6x2xf64>
+  %d = dg.input "d" : tensor<2x2xf64>
+  %g = dg.all_gather %w axis = "tp" : tensor<2x2xf64> -> tensor<6x2xf64>
+  %x = dg.exp %g : tensor<6x2xf64>
+  %cx = dg.mul %x, %c : tensor<6x2xf64>, tensor<6x2xf64> -> tensor<6x2xf64>
+  %s = dg.reduce_scatter %cx axis = "tp" : tensor<6x2xf64> -> tensor<2x2xf64>
+  %ds = dg.mul %s, %d : tensor<2x2xf64>, tensor<2x2xf64> -> tensor<2x2xf64>
+  %gg = dg.mul %g, %g : tensor<6x2xf64>, tensor<6x2xf64> -> tensor<6x2xf64>
+  %l1 = dg.reduce_sum %ds dims = [0, 1] : tensor<2x2xf64> -> tensor<f64>
+  %l2 = dg.reduce_sum %gg dims = [0, 1] : tensor<6x2xf64> -> tensor<f64>
+  %l = dg.add %l1, %l2 : tensor<f64>, tensor<f64> -> tensor<f64>
+  dg.output "loss", %l : tensor<f64>
+  return
+}
+}
+)mlir", 3, [](int64_t rank) {
+    return std::map<std::string, HostTensor>{{"c", f64({6, 2}, drawn(12, rank, 1, 1.0))},
+                                            {"d", f64({2, 2}, drawn(4, rank, 2, 1.0))}};
+  });
+}
+
+TEST(CollectiveGradientTest, RaggedAllToAllOverThreeRanksWithUnevenAndZeroCounts) {
+  // Rank r sends (r + p) % 3 rows to rank p: three of its four rows (the fourth gets no gradient),
+  // zero rows to one peer; it receives three rows into a capacity of six. L_r = sum(c * exp(rows
+  // received)), the zero tail included (a constant).
+  expectGradientsMatchFiniteDifferences(R"mlir(
+module attributes {dg.mesh = {ep = 3 : i64}} {
+func.func @train_step() attributes {dg.entry = "train_step"} {
+  %w = dg.param "w" : tensor<4x2xf64>
+  %counts = dg.input "counts" : tensor<3xi64>
+  %c = dg.input "c" : tensor<6x2xf64>
+  %y, %n = dg.all_to_all %w, %counts axis = "ep" : tensor<4x2xf64>, tensor<3xi64> -> tensor<6x2xf64>, tensor<3xi64>
+  %e = dg.exp %y : tensor<6x2xf64>
+  %ce = dg.mul %e, %c : tensor<6x2xf64>, tensor<6x2xf64> -> tensor<6x2xf64>
+  %l = dg.reduce_sum %ce dims = [0, 1] : tensor<6x2xf64> -> tensor<f64>
+  dg.output "loss", %l : tensor<f64>
+  return
+}
+}
+)mlir", 3, [](int64_t rank) {
+    HostTensor counts(DType::I64, {3});
+    for (int64_t peer = 0; peer < 3; ++peer) counts.as<int64_t>()[peer] = (rank + peer) % 3;
+    return std::map<std::string, HostTensor>{{"counts", counts}, {"c", f64({6, 2}, drawn(12, rank, 1, 1.0))}};
+  });
 }
 
 }  // namespace
