@@ -630,9 +630,9 @@ class Dg_CollectiveOp<string mnemonic> : Dg_CommunicationOp<mnemonic> {
 def Dg_AllReduceOp : Dg_CollectiveOp<"all_reduce"> {
   let summary = "Elementwise reduction (reduce = sum, max or min; sum when omitted) across the axis' ranks";
   let description = [{
-    Every rank's result is the reduction of every rank's input. The derivative of the sum (of the
-    sum over ranks of each rank's loss) is the all-reduced sum of the result cotangent; max and min
-    have no derivative rule.
+    Every rank's result is the reduction of every rank's input. With reduce = sum, the derivative
+    (of the sum over the ranks of each rank's loss) is the all-reduced sum of the result cotangent;
+    max and min have no derivative rule.
   }];
 }
 def Dg_AllGatherOp : Dg_CollectiveOp<"all_gather"> {
