@@ -15,10 +15,12 @@ struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
   void runOnOperation() override {
     getOperation().walk([](func::FuncOp function) {
       if (!function->hasAttr(kEntryAttr)) return;
-      int64_t flops = 0;
+      int64_t flops = 0, communicationBytes = 0;
       llvm::StringMap<int64_t> parameterBytes;
       function.walk([&](Operation* op) {
         if (auto cost = dyn_cast<CostOpInterface>(op)) flops += cost.getFlops();
+        if (auto collective = dyn_cast<CommunicationOpInterface>(op))
+          communicationBytes += collective.getCommunicationBytes();
         if (auto param = dyn_cast<ParamOp>(op)) {
           auto type = param.getType();
           parameterBytes[param.getName()] =
@@ -32,6 +34,7 @@ struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
                                   << " parameter_bytes=" << totalParameterBytes;
       if (auto scratch = function->getAttrOfType<IntegerAttr>(kScratchBytesAttr))
         remark << " scratch_bytes=" << scratch.getInt();
+      if (communicationBytes != 0) remark << " communication_bytes=" << communicationBytes;
     });
   }
 };

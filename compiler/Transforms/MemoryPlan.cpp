@@ -17,9 +17,13 @@ int64_t bytesOf(Type type) {
   return tensor.getNumElements() * std::max<int64_t>(elementBits / 8, 1);  // i1 is stored as a byte
 }
 
+bool isPersistent(Value root) { return root.getDefiningOp<ParamOp>() || root.getDefiningOp<ConstantOp>(); }
+
 // The storage behind a value: reshapes and stop_gradients are views of their input's storage, an
-// all-reduce works in place when nothing else reads the value it reduces, and an optimizer update
-// assigned straight back is written into its parameter (inPlaceAssignTarget).
+// in-place collective (all_reduce, broadcast, reduce_to_root) works in place when nothing else
+// reads its input and that input is not a parameter or constant (whose persistent bytes it would
+// overwrite), and an optimizer update assigned straight back is written into its parameter
+// (inPlaceAssignTarget).
 Value storageRoot(Value value) {
   for (;;) {
     if (Value target = inPlaceAssignTarget(value)) {
@@ -28,15 +32,16 @@ Value storageRoot(Value value) {
       value = reshape.getInput();
     } else if (auto barrier = value.getDefiningOp<StopGradientOp>()) {
       value = barrier.getInput();
-    } else if (auto allReduce = value.getDefiningOp<AllReduceOp>(); allReduce && allReduce.getInput().hasOneUse()) {
-      value = allReduce.getInput();
+    } else if (Operation* collective = value.getDefiningOp();
+               collective && isInPlaceCollective(collective) && collective->getOperand(0).hasOneUse() &&
+               !isPersistent(storageRoot(collective->getOperand(0)))) {
+      value = collective->getOperand(0);
     } else {
       return value;
     }
   }
 }
 
-bool isPersistent(Value root) { return root.getDefiningOp<ParamOp>() || root.getDefiningOp<ConstantOp>(); }
 
 struct Interval {
   Value root;

@@ -37,7 +37,8 @@ def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
   let description = [{
     Per entry point: a value is live from its definition (entry inputs: from the start) to its last
     use (entry outputs: to the end); a reshape is a view that shares its input's bytes and extends its
-    lifetime, and so is an all-reduce whose input has no other use (it reduces in place). Values are placed largest first at the lowest 64-byte aligned offset that overlaps no
+    lifetime, and so is an in-place collective (all_reduce, broadcast, reduce_to_root) whose input has
+    no other use. Values are placed largest first at the lowest 64-byte aligned offset that overlaps no
     already placed value with an intersecting lifetime. Parameters and constants live in the
     persistent arena and get no offset. Writes `dg.offsets` on each op with a scratch result and
     `dg.scratch_bytes` on the entry point; the plan lowering requires both.
@@ -84,10 +85,11 @@ def DgGradientBuffers : Pass<"dg-gradient-buffers", "::mlir::ModuleOp"> {
 }
 
 def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
-  let summary = "Reports FLOPs, parameter bytes and scratch bytes of each entry point as remarks";
+  let summary = "Reports FLOPs, parameter bytes, scratch bytes and communication bytes of each entry point as remarks";
   let description = [{
     Sums CostOpInterface over each entry point and the bytes of its distinct parameters; after
-    dg-memory-plan it adds the planned scratch arena size. Used by `dgemma-compile --report`.
+    dg-memory-plan it adds the planned scratch arena size, and when the entry point has collectives
+    the bytes one rank receives (CommunicationOpInterface). Used by `dgemma-compile --report`.
   }];
 }
 

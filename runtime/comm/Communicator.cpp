@@ -29,4 +29,20 @@ void LocalCommunicator::reduceScatter(ExecContext& context, const void* send, vo
   if (recv != send) backend_->copyOnDevice(context, recv, send, static_cast<uint64_t>(count) * dtypeSize(dtype));
 }
 
+// The one block this rank sends to itself.
+void LocalCommunicator::allToAllV(ExecContext& context, const void* send, const std::vector<int64_t>& sendCounts,
+                                  const std::vector<int64_t>& sendOffsets, void* recv,
+                                  const std::vector<int64_t>& recvCounts, const std::vector<int64_t>& recvOffsets,
+                                  DType dtype) {
+  if (sendCounts.size() != 1 || sendOffsets.size() != 1 || recvCounts.size() != 1 || recvOffsets.size() != 1)
+    throw std::invalid_argument("LocalCommunicator::allToAllV: expected one count and offset per side");
+  if (recvCounts[0] != sendCounts[0])
+    throw std::invalid_argument("LocalCommunicator::allToAllV: the receive count must equal the send count");
+  const uint64_t elementBytes = dtypeSize(dtype);
+  const auto* from = static_cast<const uint8_t*>(send) + static_cast<uint64_t>(sendOffsets[0]) * elementBytes;
+  auto* to = static_cast<uint8_t*>(recv) + static_cast<uint64_t>(recvOffsets[0]) * elementBytes;
+  if (sendCounts[0] != 0 && from != to)
+    backend_->copyOnDevice(context, to, from, static_cast<uint64_t>(sendCounts[0]) * elementBytes);
+}
+
 }  // namespace dgemma

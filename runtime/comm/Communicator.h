@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/kernel_api/Kernel.h"
 #include "support/DType.h"
@@ -28,7 +29,23 @@ class Communicator {
   // send holds size() * count elements; rank r receives the reduction of block r.
   virtual void reduceScatter(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype,
                              ReduceOp op) = 0;
+  // In place: every rank ends with rank `root`'s `data`.
   virtual void broadcast(ExecContext& context, void* data, int64_t count, DType dtype, int64_t root) = 0;
+  // In place, the adjoint of broadcast: rank `root` ends with the elementwise sum of all ranks'
+  // `data`, every other rank with zeros.
+  virtual void reduceToRoot(ExecContext& context, void* data, int64_t count, DType dtype, int64_t root) = 0;
+
+  // The counts exchange before a ragged all-to-all, on host memory: `sendCounts[p]` is what this
+  // rank sends to rank p; the result's entry p is what rank p sends to this rank. size() entries each.
+  virtual std::vector<int64_t> exchangeCounts(const std::vector<int64_t>& sendCounts) = 0;
+  // Ragged all-to-all. Counts and offsets are in elements, size() entries each: this rank's block
+  // for rank p is send[sendOffsets[p], sendOffsets[p] + sendCounts[p]), and rank p's block for this
+  // rank lands at recv[recvOffsets[p], recvOffsets[p] + recvCounts[p]). recvCounts must be what
+  // exchangeCounts returns for the same sendCounts; a zero count sends or receives nothing. Blocks
+  // may sit anywhere in their buffer, but the receive blocks must not overlap.
+  virtual void allToAllV(ExecContext& context, const void* send, const std::vector<int64_t>& sendCounts,
+                         const std::vector<int64_t>& sendOffsets, void* recv, const std::vector<int64_t>& recvCounts,
+                         const std::vector<int64_t>& recvOffsets, DType dtype) = 0;
   virtual void barrier() = 0;
 };
 
@@ -57,6 +74,11 @@ class LocalCommunicator : public Communicator {
   void reduceScatter(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype,
                      ReduceOp op) override;
   void broadcast(ExecContext&, void*, int64_t, DType, int64_t) override {}
+  void reduceToRoot(ExecContext&, void*, int64_t, DType, int64_t) override {}
+  std::vector<int64_t> exchangeCounts(const std::vector<int64_t>& sendCounts) override { return sendCounts; }
+  void allToAllV(ExecContext& context, const void* send, const std::vector<int64_t>& sendCounts,
+                 const std::vector<int64_t>& sendOffsets, void* recv, const std::vector<int64_t>& recvCounts,
+                 const std::vector<int64_t>& recvOffsets, DType dtype) override;
   void barrier() override {}
 
  private:

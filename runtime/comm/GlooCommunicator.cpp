@@ -2,6 +2,8 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -16,6 +18,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -116,9 +120,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void broadcast(ExecContext&, void* data, int64_t count, DType dtype, int64_t root) override {
-    if (root < 0 || root >= size())
-      throw InputError("gloo broadcast: root: expected a rank in [0, " + std::to_string(size()) + "), got " +
-                       std::to_string(root));
+    checkRoot("broadcast", root);
     if (count == 0) return;  // every rank has the same count, so all skip alike
     const size_t bytes = static_cast<size_t>(count) * dtypeSize(dtype);
     runCollective("broadcast", [&] {
@@ -130,6 +132,79 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  // Gloo has a true reduce, but the in-place all-reduce already handles every dtype and bf16
+  // rounding; this is (size() - 1) times the traffic the root needs, acceptable for CPU runs.
+  void reduceToRoot(ExecContext&, void* data, int64_t count, DType dtype, int64_t root) override {
+    checkRoot("reduceToRoot", root);
+    if (count == 0) return;
+    allReduceInPlace("reduceToRoot", data, count, dtype, ReduceOp::Sum);
+    if (rank() != root) std::memset(data, 0, static_cast<size_t>(count) * dtypeSize(dtype));
+  }
+
+  std::vector<int64_t> exchangeCounts(const std::vector<int64_t>& sendCounts) override {
+    checkPerRank("exchangeCounts", "sendCounts", sendCounts);
+    std::vector<int64_t> input = sendCounts;  // Gloo's API takes a mutable pointer for the input
+    std::vector<int64_t> received(static_cast<size_t>(size()));
+    runCollective("exchangeCounts", [&] {
+      gloo::AlltoallOptions options(context_);
+      options.setInput(input.data(), input.size());
+      options.setOutput(received.data(), received.size());
+      options.setTag(takeTag());
+      gloo::alltoall(options);
+    });
+    return received;
+  }
+
+  // gloo::alltoallv takes each side's blocks back to back in rank order; blocks laid out otherwise
+  // go through a staging copy on that side.
+  void allToAllV(ExecContext&, const void* send, const std::vector<int64_t>& sendCounts,
+                 const std::vector<int64_t>& sendOffsets, void* recv, const std::vector<int64_t>& recvCounts,
+                 const std::vector<int64_t>& recvOffsets, DType dtype) override {
+    for (const auto& [name, values] : {std::pair{"sendCounts", &sendCounts}, {"sendOffsets", &sendOffsets},
+                                       {"recvCounts", &recvCounts}, {"recvOffsets", &recvOffsets}})
+      checkPerRank("allToAllV", name, *values);
+    const size_t elementBytes = dtypeSize(dtype);
+    std::vector<int64_t> sendBytes = scaled(sendCounts, elementBytes), recvBytes = scaled(recvCounts, elementBytes);
+
+    std::vector<uint8_t> sendStage, recvStage;
+    std::optional<int64_t> sendBase = packedBase(sendCounts, sendOffsets);
+    auto* sendPointer = const_cast<uint8_t*>(static_cast<const uint8_t*>(send));  // Gloo only reads it
+    if (sendBase) {
+      sendPointer += static_cast<size_t>(*sendBase) * elementBytes;
+    } else {
+      for (int64_t peer = 0; peer < size(); ++peer) {
+        const uint8_t* block = static_cast<const uint8_t*>(send) + static_cast<size_t>(sendOffsets[peer]) * elementBytes;
+        sendStage.insert(sendStage.end(), block, block + sendBytes[peer]);
+      }
+      sendPointer = sendStage.data();
+    }
+    std::optional<int64_t> recvBase = packedBase(recvCounts, recvOffsets);
+    uint8_t* recvPointer = static_cast<uint8_t*>(recv);
+    if (recvBase) {
+      recvPointer += static_cast<size_t>(*recvBase) * elementBytes;
+    } else {
+      recvStage.resize(static_cast<size_t>(std::accumulate(recvBytes.begin(), recvBytes.end(), int64_t{0})));
+      recvPointer = recvStage.data();
+    }
+
+    runCollective("allToAllV", [&] {
+      gloo::AlltoallvOptions options(context_);
+      options.setInput(sendPointer, sendBytes);
+      options.setOutput(recvPointer, recvBytes);
+      options.setTag(takeTag());
+      gloo::alltoallv(options);
+    });
+
+    if (!recvBase) {
+      const uint8_t* block = recvStage.data();
+      for (int64_t peer = 0; peer < size(); ++peer) {
+        std::memcpy(static_cast<uint8_t*>(recv) + static_cast<size_t>(recvOffsets[peer]) * elementBytes, block,
+                    static_cast<size_t>(recvBytes[peer]));
+        block += recvBytes[peer];
+      }
+    }
+  }
+
   void barrier() override {
     runCollective("barrier", [&] {
       gloo::BarrierOptions options(context_);
@@ -139,6 +214,42 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  void checkRoot(const std::string& collective, int64_t root) const {
+    if (root < 0 || root >= size())
+      throw InputError("gloo " + collective + ": root: expected a rank in [0, " + std::to_string(size()) + "), got " +
+                       std::to_string(root));
+  }
+
+  void checkPerRank(const std::string& collective, const std::string& name, const std::vector<int64_t>& values) const {
+    if (static_cast<int64_t>(values.size()) != size())
+      throw InputError("gloo " + collective + ": " + name + ": expected " + std::to_string(size()) +
+                       " entries (one per rank), got " + std::to_string(values.size()));
+    for (int64_t value : values)
+      if (value < 0)
+        throw InputError("gloo " + collective + ": " + name + ": expected non-negative entries, got " +
+                         std::to_string(value));
+  }
+
+  static std::vector<int64_t> scaled(const std::vector<int64_t>& counts, size_t factor) {
+    std::vector<int64_t> result;
+    for (int64_t count : counts) result.push_back(count * static_cast<int64_t>(factor));
+    return result;
+  }
+
+  // The offset of the first block when the non-empty blocks sit back to back in rank order (what
+  // gloo::alltoallv reads and writes), none otherwise.
+  static std::optional<int64_t> packedBase(const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets) {
+    std::optional<int64_t> base;
+    int64_t next = 0;
+    for (size_t peer = 0; peer < counts.size(); ++peer) {
+      if (counts[peer] == 0) continue;
+      if (!base) base = next = offsets[peer];
+      if (offsets[peer] != next) return std::nullopt;
+      next += counts[peer];
+    }
+    return base.value_or(0);
+  }
+
   void allReduceInPlace(const std::string& collective, void* data, int64_t count, DType dtype, ReduceOp op) {
     ReduceFunction reduce = reduceFunctionFor(dtype, op, collective);
     // Gloo segments the buffer by element size; any type of the right size does, since `reduce`

@@ -1,9 +1,9 @@
 // Collectives over Gloo's TCP transport, for CPU runs and multi-rank tests without GPUs. Buffers are
 // host memory (the CPU backend's "device" memory); the ExecContext is not used.
 //
-// Element types: allReduce and reduceScatter take f32, f64, i64, i32 and bf16 (bf16 is reduced in f32
-// and rounded to nearest even after each pairwise step, as NCCL does); allGather and broadcast move
-// bytes and take every dtype. Other dtypes throw RuntimeError.
+// Element types: allReduce, reduceScatter and reduceToRoot take f32, f64, i64, i32 and bf16 (bf16 is
+// reduced in f32 and rounded to nearest even after each pairwise step, as NCCL does); allGather,
+// broadcast and allToAllV move bytes and take every dtype. Other dtypes throw RuntimeError.
 //
 // A communicator is used by one thread at a time. Every collective takes the next value of a
 // per-communicator tag counter, so all ranks must issue the same collectives in the same order

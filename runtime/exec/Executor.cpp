@@ -1,5 +1,6 @@
 #include "runtime/exec/Executor.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "support/Error.h"
@@ -13,6 +14,7 @@ struct Executor::PreparedStep {
   Communicator* communicator = nullptr;
   ReduceOp reduce = ReduceOp::Sum;
   int64_t root = 0;
+  std::string where;  // names the step in run-time errors
   std::vector<TensorRef> inputs;
   std::vector<TensorRef> outputs;
 };
@@ -50,6 +52,7 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
       PreparedStep preparedStep;
       preparedStep.step = &step;
       std::string where = stepWhere(source_, entry, i, step);
+      preparedStep.where = where;
       if (step.kind == Step::Kind::Kernel) {
         const KernelFactory* factory = registry.find(step.op);
         if (!factory) throw InputError(where + ": kernel \"" + step.op + "\" is not provided by the " + backend_.name() + " backend");
@@ -76,10 +79,30 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
           if (in.dtype != out.dtype || out.numElements() != expectedOut || (!gather && in.numElements() % groupSize != 0))
             throw InputError(where + ": buffer sizes do not match a group of " + std::to_string(groupSize) + " ranks");
           if (!gather) preparedStep.reduce = parseReduce(step, where);
-        } else if (step.op == "broadcast") {
+        } else if (step.op == "broadcast" || step.op == "reduce_to_root") {
           preparedStep.root = step.attrs.value("root", int64_t{0});
+          int64_t groupSize = preparedStep.communicator->size();
+          if (preparedStep.root < 0 || preparedStep.root >= groupSize)
+            throw InputError(where + ": attribute 'root': expected a rank in [0, " + std::to_string(groupSize) +
+                             "), got " + std::to_string(preparedStep.root));
           if (step.inputs.size() != 1 || step.outputs != step.inputs)
-            throw InputError(where + ": broadcast works in place: one buffer as input and output");
+            throw InputError(where + ": " + step.op + " works in place: one buffer as input and output");
+        } else if (step.op == "all_to_all") {
+          if (step.inputs.size() != 2 || step.outputs.size() != 2)
+            throw InputError(where + ": expected the rows and the send counts as inputs, the received rows and counts "
+                                     "as outputs");
+          const Buffer& in = plan_.buffers[step.inputs[0]];
+          const Buffer& out = plan_.buffers[step.outputs[0]];
+          int64_t groupSize = preparedStep.communicator->size();
+          if (in.dtype != out.dtype || in.shape.empty() || out.shape.size() != in.shape.size() ||
+              !std::equal(in.shape.begin() + 1, in.shape.end(), out.shape.begin() + 1))
+            throw InputError(where + ": the received rows must have the sent rows' dtype and trailing shape");
+          for (int64_t counts : {step.inputs[1], step.outputs[1]}) {
+            const Buffer& buffer = plan_.buffers[counts];
+            if (buffer.dtype != DType::I64 || buffer.shape != std::vector<int64_t>{groupSize})
+              throw InputError(where + ": buffer " + buffer.name + ": expected i64 [" + std::to_string(groupSize) +
+                               "] counts (one per rank of axis " + step.axis + ")");
+          }
         } else {
           throw InputError(where + ": unknown collective \"" + step.op + "\"");
         }
@@ -119,6 +142,52 @@ Executor::~Executor() {
       std::fprintf(stderr, "dgemma: warning: %s\n", error.what());
     }
   }
+}
+
+void Executor::runAllToAll(const PreparedStep& prepared, ExecContext& context) {
+  const TensorRef& rows = prepared.inputs[0];
+  const TensorRef& received = prepared.outputs[0];
+  Communicator& group = *prepared.communicator;
+  const int64_t peers = group.size();
+  const int64_t rowElements = rows.shape()[0] == 0 ? 0 : rows.numElements() / rows.shape()[0];
+  const uint64_t rowBytes = static_cast<uint64_t>(rowElements) * dtypeSize(rows.dtype());
+
+  // The counts were computed on the device by earlier steps.
+  backend_.synchronize();
+  std::vector<int64_t> sendCounts(static_cast<size_t>(peers));
+  backend_.copyToHost(sendCounts.data(), prepared.inputs[1].data, sendCounts.size() * sizeof(int64_t));
+  // A bad count on one rank leaves the others waiting in the exchange until their timeout.
+  auto placeBlocks = [&](const std::vector<int64_t>& counts, int64_t capacity, const char* what) {
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
+    for (int64_t count : counts) {
+      if (count < 0)
+        throw RuntimeError(prepared.where + ": " + what + " counts: expected non-negative counts, got " +
+                           std::to_string(count));
+      offsets.push_back(total * rowElements);
+      total += count;
+    }
+    if (total > capacity)
+      throw RuntimeError(prepared.where + ": " + what + " " + std::to_string(total) + " rows, more than the " +
+                         std::to_string(capacity) + " the buffer holds");
+    return std::pair{offsets, total};
+  };
+  std::vector<int64_t> sendOffsets = placeBlocks(sendCounts, rows.shape()[0], "send").first;
+  std::vector<int64_t> recvCounts = group.exchangeCounts(sendCounts);
+  auto [recvOffsets, total] = placeBlocks(recvCounts, received.shape()[0], "receive");
+
+  // The contract leaves the rows past the received ones zero.
+  const uint64_t usedBytes = static_cast<uint64_t>(total) * rowBytes;
+  const uint64_t capacityBytes = static_cast<uint64_t>(received.shape()[0]) * rowBytes;
+  if (capacityBytes > usedBytes) backend_.fillZero(static_cast<uint8_t*>(received.data) + usedBytes, capacityBytes - usedBytes);
+
+  auto elements = [&](std::vector<int64_t> counts) {
+    for (int64_t& count : counts) count *= rowElements;
+    return counts;
+  };
+  group.allToAllV(context, rows.data, elements(sendCounts), sendOffsets, received.data, elements(recvCounts),
+                  recvOffsets, rows.dtype());
+  backend_.copyToDevice(prepared.outputs[1].data, recvCounts.data(), recvCounts.size() * sizeof(int64_t));
 }
 
 void* Executor::address(int64_t bufferId) const {
@@ -189,8 +258,12 @@ std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry, const s
         group.allGather(context, in.data, out.data, in.numElements(), in.dtype());
       } else if (step.op == "reduce_scatter") {
         group.reduceScatter(context, in.data, out.data, out.numElements(), in.dtype(), prepared.reduce);
-      } else {
+      } else if (step.op == "broadcast") {
         group.broadcast(context, in.data, in.numElements(), in.dtype(), prepared.root);
+      } else if (step.op == "reduce_to_root") {
+        group.reduceToRoot(context, in.data, in.numElements(), in.dtype(), prepared.root);
+      } else {
+        runAllToAll(prepared, context);
       }
     }
     for (int64_t event : step.signalEvents) backend_.recordEvent(event, step.stream);

@@ -39,6 +39,9 @@ class Executor {
   struct PreparedStep;
   struct PreparedEntry;
 
+  // A ragged all_to_all step: reads the send counts, exchanges them, moves the rows, zeroes the
+  // result's unreceived tail and writes the received counts.
+  void runAllToAll(const PreparedStep& step, ExecContext& context);
   void* address(int64_t bufferId) const;
   HostTensor download(int64_t bufferId) const;
 

@@ -77,7 +77,7 @@ std::vector<uint8_t> constantBytes(DenseElementsAttr value, DType dtype) {
 
 class PlanBuilder {
  public:
-  PlanBuilder(ModuleOp module, const PlanLoweringOptions& options) : module_(module) {
+  PlanBuilder(ModuleOp module, const PlanLoweringOptions& options) : module_(module), rank_(options.rank) {
     plan_.producer = options.producer;
     plan_.metadata = options.metadata;
     plan_.arenas = {{"persistent", true, 0, kAlignment}, {"scratch", false, 0, kAlignment}};
@@ -105,13 +105,23 @@ class PlanBuilder {
         plan_.mesh.push_back({axis.getName().str(), size, 0});
         worldSize *= size;
       }
-    if (worldSize != 1) {
+    if (!rank_) {
+      if (worldSize == 1) return success();
       module_.emitError() << "the mesh has " << worldSize
                           << " ranks, but per-rank plans need the partitioner, which is not built yet";
       return failure();
     }
-    plan_.worldSize = 1;
-    plan_.rank = 0;
+    if (*rank_ < 0 || *rank_ >= worldSize) {
+      module_.emitError() << "rank " << *rank_ << " is outside the mesh's " << worldSize << " ranks";
+      return failure();
+    }
+    plan_.worldSize = worldSize;
+    plan_.rank = *rank_;
+    int64_t remaining = *rank_;
+    for (auto axis = plan_.mesh.rbegin(); axis != plan_.mesh.rend(); ++axis) {
+      axis->coord = remaining % axis->size;
+      remaining /= axis->size;
+    }
     return success();
   }
 
@@ -250,8 +260,7 @@ class PlanBuilder {
         }
       } else {
         dgemma::Step step;
-        step.kind = isa<AllReduceOp, AllGatherOp, ReduceScatterOp>(op) ? dgemma::Step::Kind::Collective
-                                                                        : dgemma::Step::Kind::Kernel;
+        step.kind = isa<CommunicationOpInterface>(op) ? dgemma::Step::Kind::Collective : dgemma::Step::Kind::Kernel;
         step.op = op.getName().stripDialect().str();
         step.attrs = attributesToJson(&op);
         if (step.kind == dgemma::Step::Kind::Collective) {
@@ -264,11 +273,11 @@ class PlanBuilder {
           step.inputs.push_back(bufferOf.lookup(operand));
           touch(step.inputs.back(), stepIndex);
         }
-        if (auto allReduce = dyn_cast<AllReduceOp>(op)) {
-          // Collectives reduce in place. When the pre-reduction value is still needed, the
-          // reduction works on a copy (the memory planner gave the result its own bytes then).
-          if (!allReduce.getInput().hasOneUse()) {
-            auto copyId = scratchBuffer(&op, allReduce.getResult(), "all_reduce");
+        if (isInPlaceCollective(&op)) {
+          // These collectives work in place. When their input is still needed, or is a parameter
+          // or constant, they work on a copy (the memory planner gave the result its own bytes).
+          if (!op.getOperand(0).hasOneUse() || plan_.buffers[step.inputs[0]].arena == kPersistentArena) {
+            auto copyId = scratchBuffer(&op, op.getResult(0), step.op);
             if (failed(copyId)) return failure();
             entry.steps.push_back(copyStep(step.inputs[0], *copyId, step.location));
             touch(*copyId, stepIndex);
@@ -277,7 +286,7 @@ class PlanBuilder {
             touch(*copyId, stepIndex);
           }
           step.outputs = step.inputs;
-          bufferOf[allReduce.getResult()] = step.inputs[0];
+          bufferOf[op.getResult(0)] = step.inputs[0];
           entry.steps.push_back(std::move(step));
           continue;
         }
@@ -318,6 +327,7 @@ class PlanBuilder {
   }
 
   ModuleOp module_;
+  std::optional<int64_t> rank_;  // PlanLoweringOptions::rank
   dgemma::Plan plan_;
   std::map<std::string, int64_t> parameterBuffers_;
 };

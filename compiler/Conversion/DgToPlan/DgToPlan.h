@@ -2,6 +2,8 @@
 #ifndef COMPILER_CONVERSION_DGTOPLAN_DGTOPLAN_H
 #define COMPILER_CONVERSION_DGTOPLAN_DGTOPLAN_H
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,12 +16,16 @@ namespace mlir::dg {
 struct PlanLoweringOptions {
   std::string producer = "dgemma-compile";
   nlohmann::json metadata = nlohmann::json::object();  // copied into the plan (config, flags)
+  // For a module that already is one rank's program (explicit collectives, as the partitioner will
+  // produce), the rank to lower it for: its mesh coordinates are row-major over the dg.mesh axes in
+  // the order the plan lists them. Unset, the mesh must have one rank.
+  std::optional<int64_t> rank;
 };
 
 // Every dg.entry function becomes an entry point: each compute op a kernel step (the op name without
 // "dg."; its attributes as the step's attributes), each collective a collective step, reshapes views,
 // params and constants persistent buffers. Emits an error on the op and fails for anything the plan
-// cannot express (missing dg.offsets, an unsupported element type, a multi-rank mesh).
+// cannot express (missing dg.offsets, an unsupported element type, a multi-rank mesh without a rank).
 FailureOr<dgemma::Plan> lowerToPlan(ModuleOp module, const PlanLoweringOptions& options);
 
 }  // namespace mlir::dg

@@ -102,3 +102,32 @@ int64_t MoeExpertsBackwardOp::getFlops() {
   int64_t hidden = getInput().getType().getDimSize(1), inner = getDown().getType().getDimSize(2);
   return pairs * (14 * hidden * inner + 16 * inner + 4 * hidden);
 }
+
+// Communication bytes (CommunicationOpInterface): what one rank receives, with the ring algorithms
+// (docs/kernels.md, "Collective steps"). G is the axis size; a group of one moves nothing.
+namespace {
+int64_t bytesOf(Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  return type.getNumElements() * std::max<int64_t>(type.getElementTypeBitWidth() / 8, 1);
+}
+int64_t groupOf(Operation* op) { return collectiveGroupSize(op).value_or(1); }
+}  // namespace
+
+// A ring reduce-scatter then a ring all-gather: each passes (G - 1) of the G blocks.
+int64_t AllReduceOp::getCommunicationBytes() {
+  int64_t group = groupOf(*this);
+  return 2 * (group - 1) * bytesOf(getInput()) / group;
+}
+// The other G - 1 ranks' blocks.
+int64_t AllGatherOp::getCommunicationBytes() { return (groupOf(*this) - 1) * bytesOf(getInput()); }
+// G - 1 partial blocks of this rank's result, one from each other rank.
+int64_t ReduceScatterOp::getCommunicationBytes() { return (groupOf(*this) - 1) * bytesOf(getResult()); }
+// Every rank but the root receives the whole tensor (the root's count, 0, is not the maximum).
+int64_t BroadcastOp::getCommunicationBytes() { return groupOf(*this) > 1 ? bytesOf(getInput()) : 0; }
+// The root receives a partial tensor from each other rank.
+int64_t ReduceToRootOp::getCommunicationBytes() { return (groupOf(*this) - 1) * bytesOf(getInput()); }
+// The worst case: the whole capacity from other peers, plus one count from each.
+int64_t AllToAllOp::getCommunicationBytes() {
+  int64_t group = groupOf(*this);
+  return group > 1 ? bytesOf(getResult()) + (group - 1) * 8 : 0;
+}

@@ -364,3 +364,71 @@ LogicalResult CrossEntropyOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotan
   grads.append(getNumOperands() - 1, Value());
   return success();
 }
+
+// Collectives. The function differentiated is the sum over the group's ranks of each rank's loss,
+// so a cotangent flows back to every rank whose input a result read. A rank's derivative rule emits
+// the adjoint collective, which every rank runs alike.
+namespace {
+LogicalResult requireSum(Operation* op, ReductionKind reduce) {
+  if (reduce == ReductionKind::Sum) return success();
+  return op->emitOpError() << "has no derivative rule for reduce = " << stringifyReductionKind(reduce)
+                           << " (only sum is differentiable)";
+}
+}  // namespace
+
+// Every rank's result sums every rank's input: each input's cotangent is the sum of the results'.
+LogicalResult AllReduceOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  if (failed(requireSum(*this, getReduce()))) return failure();
+  grads.push_back(builder.create<AllReduceOp>(getLoc(), getInput().getType(), cotangents[0], getAxisAttr(),
+                                              ReductionKindAttr::get(getContext(), ReductionKind::Sum)));
+  return success();
+}
+
+// Rank r's input is block r of every rank's result: its cotangent sums block r of theirs.
+LogicalResult AllGatherOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  grads.push_back(builder.create<ReduceScatterOp>(getLoc(), getInput().getType(), cotangents[0], getAxisAttr(),
+                                                  ReductionKindAttr::get(getContext(), ReductionKind::Sum)));
+  return success();
+}
+
+// Block r of every rank's input went into rank r's result alone.
+LogicalResult ReduceScatterOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents,
+                                        SmallVectorImpl<Value>& grads) {
+  if (failed(requireSum(*this, getReduce()))) return failure();
+  grads.push_back(builder.create<AllGatherOp>(getLoc(), getInput().getType(), cotangents[0], getAxisAttr(),
+                                              ReductionKindAttr::get(getContext(), ReductionKind::Sum)));
+  return success();
+}
+
+// Only the root's input reached the results, all of them: it gets their sum, the others zero.
+LogicalResult BroadcastOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  if (!isFloatValue(getInput())) {
+    grads.push_back(Value());
+    return success();
+  }
+  grads.push_back(builder.create<ReduceToRootOp>(getLoc(), getInput().getType(), cotangents[0], getAxisAttr(),
+                                                 getRootAttr()));
+  return success();
+}
+
+// Every rank's input reached the root's result alone.
+LogicalResult ReduceToRootOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents,
+                                       SmallVectorImpl<Value>& grads) {
+  grads.push_back(builder.create<BroadcastOp>(getLoc(), getInput().getType(), cotangents[0], getAxisAttr(),
+                                              getRootAttr()));
+  return success();
+}
+
+// Each received row goes back to where it came from: the reverse exchange, sending the result
+// cotangent's rows with the received counts. It lands in the input's layout (rows grouped by
+// destination peer), and the unsent rows' cotangent is its zero tail. The counts get none.
+LogicalResult AllToAllOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  if (!isFloatValue(getInput())) {
+    grads.append({Value(), Value()});
+    return success();
+  }
+  auto reverse = builder.create<AllToAllOp>(getLoc(), getInput().getType(), getSendCounts().getType(), cotangents[0],
+                                            getRecvCounts(), getAxisAttr());
+  grads.append({reverse.getResult(), Value()});
+  return success();
+}

@@ -67,4 +67,17 @@ def Dg_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def Dg_CommunicationOpInterface : OpInterface<"CommunicationOpInterface"> {
+  let cppNamespace = "::mlir::dg";
+  let description = [{
+    Bytes a collective moves, for reports and the scheduler: what one rank receives from the other
+    ranks of its group, counting the ring algorithms NCCL and Gloo use (docs/kernels.md,
+    "Collective steps"). A group of one moves nothing. For a ragged exchange, whose counts are known
+    only at run time, it is the worst case the op's static capacity allows.
+  }];
+  let methods = [
+    InterfaceMethod<"Bytes one rank receives in one execution.", "int64_t", "getCommunicationBytes", (ins)>,
+  ];
+}
+
 #endif // DG_INTERFACES_TD

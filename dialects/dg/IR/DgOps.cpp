@@ -85,27 +85,88 @@ LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
   return success();
 }
 
-LogicalResult mlir::dg::verifyCollectiveOp(Operation* op) {
-  auto axis = op->getAttrOfType<StringAttr>("axis").getValue();
+std::optional<int64_t> mlir::dg::collectiveGroupSize(Operation* op) {
+  auto axis = op->getAttrOfType<StringAttr>("axis");
   auto module = op->getParentOfType<ModuleOp>();
   auto mesh = module ? module->getAttrOfType<DictionaryAttr>(kMeshAttr) : DictionaryAttr();
-  auto size = mesh ? dyn_cast_or_null<IntegerAttr>(mesh.get(axis)) : IntegerAttr();
-  if (!size) return op->emitOpError() << "mesh axis '" << axis << "' is not declared in the module's dg.mesh";
+  auto size = mesh && axis ? dyn_cast_or_null<IntegerAttr>(mesh.get(axis.getValue())) : IntegerAttr();
+  if (!size) return std::nullopt;
+  return size.getInt();
+}
+
+bool mlir::dg::isInPlaceCollective(Operation* op) { return isa<AllReduceOp, BroadcastOp, ReduceToRootOp>(op); }
+
+namespace {
+// The size of the op's mesh axis, or an error naming the undeclared axis.
+FailureOr<int64_t> verifiedGroupSize(Operation* op) {
+  std::optional<int64_t> size = collectiveGroupSize(op);
+  if (!size)
+    return op->emitOpError() << "mesh axis '" << op->getAttrOfType<StringAttr>("axis").getValue()
+                             << "' is not declared in the module's dg.mesh";
+  return *size;
+}
+
+LogicalResult verifyRoot(Operation* op, int64_t root, int64_t groupSize) {
+  if (root < 0 || root >= groupSize)
+    return op->emitOpError() << "root " << root << " must be a rank of the axis, in [0, " << groupSize << ")";
+  return success();
+}
+}  // namespace
+
+LogicalResult mlir::dg::verifyCollectiveOp(Operation* op) {
+  FailureOr<int64_t> groupSize = verifiedGroupSize(op);
+  if (failed(groupSize)) return failure();
   auto input = tensorType(op->getOperand(0));
   auto result = tensorType(op->getResult(0));
   if (input.getElementType() != result.getElementType() || input.getRank() != result.getRank() || input.getRank() == 0)
     return op->emitOpError() << "input and result must have the same element type and rank >= 1";
-  int64_t groupSize = size.getInt();
   SmallVector<int64_t> expected(input.getShape());
-  if (isa<AllGatherOp>(op)) {
-    expected[0] *= groupSize;
+  if (auto gather = dyn_cast<AllGatherOp>(op)) {
+    if (gather.getReduce() != ReductionKind::Sum)
+      return op->emitOpError() << "reduces nothing: reduce must be omitted (sum)";
+    expected[0] *= *groupSize;
   } else if (isa<ReduceScatterOp>(op)) {
-    if (expected[0] % groupSize != 0)
-      return op->emitOpError() << "dim 0 (" << expected[0] << ") is not divisible by the axis size " << groupSize;
-    expected[0] /= groupSize;
+    if (expected[0] % *groupSize != 0)
+      return op->emitOpError() << "dim 0 (" << expected[0] << ") is not divisible by the axis size " << *groupSize;
+    expected[0] /= *groupSize;
   }
   if (ArrayRef<int64_t>(expected) != result.getShape())
     return op->emitOpError() << "result must be " << RankedTensorType::get(expected, input.getElementType());
+  return success();
+}
+
+LogicalResult BroadcastOp::verify() {
+  FailureOr<int64_t> groupSize = verifiedGroupSize(*this);
+  if (failed(groupSize)) return failure();
+  return verifyRoot(*this, getRoot(), *groupSize);
+}
+
+LogicalResult ReduceToRootOp::verify() {
+  FailureOr<int64_t> groupSize = verifiedGroupSize(*this);
+  if (failed(groupSize)) return failure();
+  return verifyRoot(*this, getRoot(), *groupSize);
+}
+
+LogicalResult AllToAllOp::verify() {
+  FailureOr<int64_t> groupSize = verifiedGroupSize(*this);
+  if (failed(groupSize)) return failure();
+  auto input = getInput().getType();
+  auto result = getResult().getType();
+  if (input.getRank() == 0) return emitOpError() << "input must have rank >= 1 (rows grouped by destination peer)";
+  if (result.getElementType() != input.getElementType() || result.getRank() != input.getRank() ||
+      result.getShape().drop_front() != input.getShape().drop_front()) {
+    SmallVector<int64_t> expected(input.getShape());
+    expected[0] = result.getRank() > 0 ? result.getDimSize(0) : 1;
+    return emitOpError() << "result must be " << RankedTensorType::get(expected, input.getElementType())
+                         << " (the input's rows and element type, any capacity), got " << result;
+  }
+  auto counts = RankedTensorType::get({*groupSize}, IntegerType::get(getContext(), 64));
+  if (getSendCounts().getType() != counts)
+    return emitOpError() << "send_counts must be " << counts << " (one count per rank of the axis), got "
+                         << getSendCounts().getType();
+  if (getRecvCounts().getType() != counts)
+    return emitOpError() << "recv_counts must be " << counts << " (one count per rank of the axis), got "
+                         << getRecvCounts().getType();
   return success();
 }
 

@@ -17,6 +17,12 @@ LogicalResult verifyBroadcastShape(Operation* op);
 LogicalResult verifyBroadcastBinaryOp(Operation* op);
 LogicalResult verifyReduceOp(Operation* op);
 LogicalResult verifyCollectiveOp(Operation* op);
+// The size of a collective's mesh axis (its `axis` attribute in the module's dg.mesh); none when
+// the axis is not declared, which the collectives' verifiers reject.
+std::optional<int64_t> collectiveGroupSize(Operation* op);
+// The collectives that work in place (all_reduce, broadcast, reduce_to_root): the result takes
+// the input's storage when nothing else reads the input, and a copy of it otherwise.
+bool isInPlaceCollective(Operation* op);
 
 // Result types inferred from the operands (InferTypeOpInterface) for op families; they fail, with an
 // error at `location` when there is one, on operands that the ops' verifiers reject.

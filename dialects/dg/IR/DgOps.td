@@ -604,14 +604,24 @@ def Dg_RandomIntOp : Dg_ComputeOp<"random_int",
 // Collectives (explicit after partitioning; the group is one axis of the module's dg.mesh)
 //===----------------------------------------------------------------------===//
 
-class Dg_CollectiveOp<string mnemonic> : Dg_Op<mnemonic, [MemoryEffects<[MemRead, MemWrite]>]> {
+// Every collective states how it shards, what it moves (CommunicationOpInterface) and its
+// derivative; the definitions are in DgShardingRules.cpp, DgCost.cpp and DgDerivatives.cpp. They
+// read and write memory other ranks see, so no pass may drop, merge or reorder them.
+class Dg_CommunicationOp<string mnemonic, list<Trait> traits = []>
+    : Dg_Op<mnemonic, !listconcat(traits, [MemoryEffects<[MemRead, MemWrite]>,
+        DeclareOpInterfaceMethods<Dg_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Dg_CommunicationOpInterface>,
+        DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>])> {
+  let hasVerifier = 1;
+}
+
+class Dg_CollectiveOp<string mnemonic> : Dg_CommunicationOp<mnemonic> {
   let arguments = (ins Dg_FloatTensor:$input, StrAttr:$axis,
                        DefaultValuedAttr<Dg_ReductionKindAttr, "::mlir::dg::ReductionKind::Sum">:$reduce);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = [{
     $input `axis` `=` $axis (`reduce` `=` `` $reduce^)? attr-dict `:` type($input) `->` type($result)
   }];
-  let hasVerifier = 1;
   let extraClassDefinition = [{
     ::mlir::LogicalResult $cppClass::verify() { return ::mlir::dg::verifyCollectiveOp(*this); }
   }];
@@ -619,12 +629,76 @@ class Dg_CollectiveOp<string mnemonic> : Dg_Op<mnemonic, [MemoryEffects<[MemRead
 
 def Dg_AllReduceOp : Dg_CollectiveOp<"all_reduce"> {
   let summary = "Elementwise reduction (reduce = sum, max or min; sum when omitted) across the axis' ranks";
+  let description = [{
+    Every rank's result is the reduction of every rank's input. With reduce = sum, the derivative
+    (of the sum over the ranks of each rank's loss) is the all-reduced sum of the result cotangent;
+    max and min have no derivative rule.
+  }];
 }
 def Dg_AllGatherOp : Dg_CollectiveOp<"all_gather"> {
   let summary = "Concatenation on dim 0 of every rank's input, in rank order";
+  let description = [{
+    `reduce` must be sum (the default): a gather reduces nothing. The derivative is the
+    reduce-scatter (sum) of the result cotangent.
+  }];
 }
 def Dg_ReduceScatterOp : Dg_CollectiveOp<"reduce_scatter"> {
   let summary = "Reduction across ranks, rank r keeping block r of dim 0";
+  let description = [{
+    The derivative of the sum is the all-gather of the result cotangent; max and min have no
+    derivative rule.
+  }];
+}
+
+def Dg_BroadcastOp : Dg_CommunicationOp<"broadcast", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Every rank's result is the input of rank `root` of the axis";
+  let description = [{
+    The other ranks' inputs are not read. The derivative is `dg.reduce_to_root` of the result
+    cotangent: the root's input influenced every rank's result, the others' inputs nothing.
+  }];
+  let arguments = (ins Dg_Tensor:$input, StrAttr:$axis, I64Attr:$root);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$input `axis` `=` $axis `root` `=` $root attr-dict `:` type($input) `->` type($result)";
+}
+
+def Dg_ReduceToRootOp : Dg_CommunicationOp<"reduce_to_root", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "The sum of every rank's input on rank `root` of the axis, zeros on the others";
+  let description = [{
+    The adjoint of `dg.broadcast`, and its derivative rule is a broadcast from the same root. Zeros
+    rather than an undefined value on the other ranks keep every rank's program the same dense
+    tensor program.
+  }];
+  let arguments = (ins Dg_FloatTensor:$input, StrAttr:$axis, I64Attr:$root);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` `=` $axis `root` `=` $root attr-dict `:` type($input) `->` type($result)";
+}
+
+def Dg_AllToAllOp : Dg_CommunicationOp<"all_to_all"> {
+  let summary = "Ragged all-to-all: rows grouped by destination peer, counts known only at run time";
+  let description = [{
+    The exchange of expert parallelism's dispatch and combine (docs/parallelism.md, "Expert
+    parallelism"). With G the axis size:
+
+    - `input` is `[C_in, ...]`: its first `sum(send_counts)` rows are grouped by destination, peer 0's
+      `send_counts[0]` rows first, then peer 1's, and so on; the rows after them are not sent.
+    - `send_counts` is `tensor<Gxi64>`, computed at run time; peer p gets `send_counts[p]` rows (this
+      rank's own block is a local copy).
+    - `result` is `[C_out, ...]` (the same trailing shape and element type): `C_out` is the declared
+      capacity, a worst case. Its first `sum(recv_counts)` rows are the received rows grouped by
+      source peer in peer order; the rows after them are zero.
+    - `recv_counts` is `tensor<Gxi64>`: how many rows each peer sent here (the counts are exchanged
+      first).
+
+    A negative count, `sum(send_counts) > C_in` or `sum(recv_counts) > C_out` is a run-time error of
+    the step. The derivative is the reverse exchange: the result cotangent sent back with
+    `recv_counts` as the send counts, into a buffer of capacity `C_in`; the unsent input rows get zero.
+  }];
+  let arguments = (ins Dg_Tensor:$input, Dg_KeyTensor:$send_counts, StrAttr:$axis);
+  let results = (outs Dg_Tensor:$result, Dg_KeyTensor:$recv_counts);
+  let assemblyFormat = [{
+    $input `,` $send_counts `axis` `=` $axis attr-dict `:` type($input) `,` type($send_counts) `->`
+    type($result) `,` type($recv_counts)
+  }];
 }
 
 #endif // DG_OPS_TD

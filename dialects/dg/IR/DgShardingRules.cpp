@@ -510,3 +510,49 @@ ShardingRuleAttr RmsNormBackwardOp::getShardingRule() {
   if (getGradWeight()) builder.result({dims.back()});
   return builder.take();
 }
+
+// Collectives. Their group is already one mesh axis; a rule says how another axis may still split
+// their operands. Elementwise collectives shard like any elementwise op.
+ShardingRuleAttr AllReduceOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr BroadcastOp::getShardingRule() { return sameShapeRule(*this); }
+ShardingRuleAttr ReduceToRootOp::getShardingRule() { return sameShapeRule(*this); }
+
+namespace {
+// Dim 0 is where the ranks' blocks (or the peers' rows) sit, so it stays whole, as its own factor on
+// the input and on the result (their sizes differ); the trailing dims are shared pass-through factors.
+Dims blockedRows(RuleBuilder& builder, Value input, Value result, Dims& resultDims) {
+  ArrayRef<int64_t> shape = shapeOf(input);
+  Dims inputDims{builder.addFactor(shape[0], FactorKind::NeedReplication)};
+  resultDims = {builder.addFactor(shapeOf(result)[0], FactorKind::NeedReplication)};
+  for (int64_t size : shape.drop_front()) {
+    int64_t factor = builder.addFactor(size, FactorKind::PassThrough);
+    inputDims.push_back(factor);
+    resultDims.push_back(factor);
+  }
+  return inputDims;
+}
+
+ShardingRuleAttr blockedRowsRule(Operation* op) {
+  RuleBuilder builder(op->getContext());
+  Dims result;
+  builder.operand(blockedRows(builder, op->getOperand(0), op->getResult(0), result));
+  builder.result(result);
+  return builder.take();
+}
+}  // namespace
+
+ShardingRuleAttr AllGatherOp::getShardingRule() { return blockedRowsRule(*this); }
+ShardingRuleAttr ReduceScatterOp::getShardingRule() { return blockedRowsRule(*this); }
+
+// The rows as for all_gather; both count vectors are whole (one factor: one entry per peer).
+ShardingRuleAttr AllToAllOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  Dims result;
+  Dims input = blockedRows(builder, getInput(), getResult(), result);
+  int64_t peers = builder.addFactor(getSendCounts().getType().getDimSize(0), FactorKind::NeedReplication);
+  builder.operand(input);
+  builder.operand({peers});
+  builder.result(result);
+  builder.result({peers});
+  return builder.take();
+}

@@ -100,6 +100,30 @@ func.func @in_place_all_reduce() attributes {dg.entry = "forward"} {
 
 // -----
 
+// A broadcast and a reduce_to_root work in place like an all-reduce, but never in a parameter's
+// persistent bytes: that result gets scratch of its own (the plan copies the parameter into it).
+module attributes {dg.mesh = {tp = 1 : i64}} {
+// CHECK-LABEL: func.func @in_place_broadcast
+func.func @in_place_broadcast() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
+  %x = dg.input "x" : tensor<16xf32>
+  %w = dg.param "w" : tensor<16xf32>
+  // CHECK: dg.exp {{.*}} {dg.offsets = array<i64: [[E:[0-9]+]]>}
+  %e = dg.exp %x : tensor<16xf32>
+  // CHECK: dg.broadcast {{.*}} {dg.offsets = array<i64: [[E]]>}
+  %b = dg.broadcast %e axis = "tp" root = 0 : tensor<16xf32> -> tensor<16xf32>
+  // CHECK: dg.reduce_to_root {{.*}} {dg.offsets = array<i64: [[E]]>}
+  %r = dg.reduce_to_root %b axis = "tp" root = 0 : tensor<16xf32> -> tensor<16xf32>
+  // CHECK: dg.broadcast {{.*}} {dg.offsets = array<i64: [[W:[0-9]+]]>}
+  %bw = dg.broadcast %w axis = "tp" root = 0 : tensor<16xf32> -> tensor<16xf32>
+  dg.output "r", %r : tensor<16xf32>
+  dg.output "bw", %bw : tensor<16xf32>
+  return
+}
+}
+
+// -----
+
 // An optimizer update assigned straight back is computed in its parameter's storage: no scratch for
 // those results (-1); a result also read elsewhere keeps its own bytes.
 // CHECK-LABEL: func.func @in_place_update

@@ -211,3 +211,26 @@ func.func @adamw(%p: tensor<4x2xf32>, %s: tensor<f32>) {
   %a, %b, %c = dg.adamw %p, %p, %p, %p, %s, %s, %s, %s {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<4x2xf32>, tensor<f32>
   return
 }
+
+// -----
+
+// Collectives. The elementwise ones shard like elementwise ops. Dim 0 of a gather, a scatter or an
+// all-to-all holds the ranks' blocks or the peers' rows: whole, its own factor on each side; the
+// counts of an all-to-all are whole too.
+module attributes {dg.mesh = {tp = 2 : i64, ep = 2 : i64}} {
+func.func @collectives(%x: tensor<8x16xf32>, %rows: tensor<6x4xbf16>, %counts: tensor<2xi64>) {
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j]) -> ([i, j]) {i=8, j=16}>}}
+  %ar = dg.all_reduce %x axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, k]) -> ([j, k]) {i=8, j=16, k=16} need_replication={i, j}>}}
+  %ag = dg.all_gather %x axis = "tp" : tensor<8x16xf32> -> tensor<16x16xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, k]) -> ([j, k]) {i=8, j=4, k=16} need_replication={i, j}>}}
+  %rs = dg.reduce_scatter %x axis = "tp" : tensor<8x16xf32> -> tensor<4x16xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j]) -> ([i, j]) {i=8, j=16}>}}
+  %bc = dg.broadcast %x axis = "tp" root = 1 : tensor<8x16xf32> -> tensor<8x16xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j]) -> ([i, j]) {i=8, j=16}>}}
+  %rr = dg.reduce_to_root %x axis = "tp" root = 1 : tensor<8x16xf32> -> tensor<8x16xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, k], [l]) -> ([j, k], [l]) {i=6, j=10, k=4, l=2} need_replication={i, j, l}>}}
+  %y, %n = dg.all_to_all %rows, %counts axis = "ep" : tensor<6x4xbf16>, tensor<2xi64> -> tensor<10x4xbf16>, tensor<2xi64>
+  return
+}
+}

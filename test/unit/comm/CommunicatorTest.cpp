@@ -82,6 +82,28 @@ TEST(LocalCommunicatorTest, InPlaceCollectivesCopyNothing) {
   EXPECT_EQ(data, (std::vector<float>{1, 2}));
 }
 
+TEST(LocalCommunicatorTest, AllToAllVCopiesTheOwnBlockBetweenItsOffsets) {
+  RecordingBackend backend;
+  LocalCommunicator communicator(backend);
+  ExecContext context = backend.context(2);
+  EXPECT_EQ(communicator.exchangeCounts({3}), (std::vector<int64_t>{3}));
+  const std::vector<float> send = {9, 1, 2, 3};
+  std::vector<float> recv(5, 0);
+  communicator.allToAllV(context, send.data(), {3}, {1}, recv.data(), {3}, {2}, DType::F32);
+  EXPECT_EQ(recv, (std::vector<float>{0, 0, 1, 2, 3}));
+  ASSERT_EQ(backend.copies.size(), 1u);
+  EXPECT_EQ(backend.copies[0].stream, 2);
+  // Nothing to send copies nothing; counts that disagree are a caller's bug.
+  communicator.allToAllV(context, send.data(), {0}, {0}, recv.data(), {0}, {0}, DType::F32);
+  EXPECT_EQ(backend.copies.size(), 1u);
+  EXPECT_THROW(communicator.allToAllV(context, send.data(), {2}, {0}, recv.data(), {3}, {0}, DType::F32),
+               std::invalid_argument);
+  // The root of a group of one is the group: its sum is its own data.
+  std::vector<float> data = {4, 5};
+  communicator.reduceToRoot(context, data.data(), 2, DType::F32, 0);
+  EXPECT_EQ(data, (std::vector<float>{4, 5}));
+}
+
 TEST(CommunicatorSetTest, FindsCommunicatorsByAxisAndNamesAMissingAxis) {
   RecordingBackend backend;
   CommunicatorSet communicators;

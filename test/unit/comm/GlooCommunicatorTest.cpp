@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -218,7 +219,189 @@ TEST_P(GlooRanksTest, ReductionsOfUnsupportedDTypesThrowOnEveryRank) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GlooRanksTest, ::testing::Values(2, 4),
+TEST_P(GlooRanksTest, ReduceToRootSumsOnTheRootAndZeroesTheOthers) {
+  runRanks(size(), [&](Communicator& communicator) {
+    ExecContext context;
+    const int64_t root = size() - 1, rank = communicator.rank();
+    std::vector<double> values = {double(rank + 1), -2.0 * double(rank)};
+    communicator.reduceToRoot(context, values.data(), 2, DType::F64, root);
+    const double n = double(size());
+    if (rank == root) EXPECT_EQ(values, (std::vector<double>{n * (n + 1) / 2, -n * (n - 1)}));
+    else EXPECT_EQ(values, (std::vector<double>{0, 0}));
+    EXPECT_THROW(communicator.reduceToRoot(context, values.data(), 2, DType::F64, -1), InputError);
+  });
+}
+
+// A ragged exchange in which rank r sends `count(r, p)` rows of two f32 to rank p; row i of that
+// block holds (100 r + 10 p + i, -i). Counts come from the counts exchange.
+struct RaggedPattern {
+  std::function<int64_t(int64_t source, int64_t destination)> count;
+
+  static float cell(int64_t source, int64_t destination, int64_t row, int64_t column) {
+    return column == 0 ? float(100 * source + 10 * destination + row) : -float(row);
+  }
+
+  // Sends with the given layout (offsets in rows; blocks back to back when `gap` is 0), checks the
+  // exchanged counts and every received row, and that the bytes outside the blocks stay untouched.
+  void run(Communicator& communicator, int64_t gap) const {
+    ExecContext context;
+    const int64_t size = communicator.size(), rank = communicator.rank(), columns = 2;
+    std::vector<int64_t> sendCounts, sendOffsets;
+    int64_t rows = 0;
+    for (int64_t peer = 0; peer < size; ++peer) {
+      sendOffsets.push_back(rows);
+      sendCounts.push_back(count(rank, peer));
+      rows += count(rank, peer) + gap;
+    }
+    std::vector<float> send(static_cast<size_t>(rows * columns), 7.0f);
+    for (int64_t peer = 0; peer < size; ++peer)
+      for (int64_t row = 0; row < sendCounts[peer]; ++row)
+        for (int64_t column = 0; column < columns; ++column)
+          send[(sendOffsets[peer] + row) * columns + column] = cell(rank, peer, row, column);
+
+    std::vector<int64_t> recvCounts = communicator.exchangeCounts(sendCounts);
+    std::vector<int64_t> recvOffsets;
+    int64_t received = 0;
+    for (int64_t peer = 0; peer < size; ++peer) {
+      ASSERT_EQ(recvCounts[peer], count(peer, rank)) << "from rank " << peer;
+      recvOffsets.push_back(received);
+      received += recvCounts[peer] + gap;
+    }
+    const float untouched = -99.0f;
+    std::vector<float> recv(static_cast<size_t>(received * columns), untouched);
+    auto elements = [&](std::vector<int64_t> values) {
+      for (int64_t& value : values) value *= columns;
+      return values;
+    };
+    communicator.allToAllV(context, send.data(), elements(sendCounts), elements(sendOffsets), recv.data(),
+                           elements(recvCounts), elements(recvOffsets), DType::F32);
+    for (int64_t peer = 0; peer < size; ++peer) {
+      for (int64_t row = 0; row < recvCounts[peer]; ++row)
+        for (int64_t column = 0; column < columns; ++column)
+          ASSERT_EQ(recv[(recvOffsets[peer] + row) * columns + column], cell(peer, rank, row, column))
+              << "rank " << rank << " from " << peer << " row " << row;
+      for (int64_t row = recvCounts[peer]; row < recvCounts[peer] + gap; ++row)
+        ASSERT_EQ(recv[(recvOffsets[peer] + row) * columns], untouched) << "gap after rank " << peer << "'s block";
+    }
+  }
+};
+
+TEST_P(GlooRanksTest, AllToAllVWithUnevenAndZeroCounts) {
+  // (source + 2 destination) mod 3 rows: uneven, with zero blocks, including some to itself.
+  RaggedPattern pattern{[](int64_t source, int64_t destination) { return (source + 2 * destination) % 3; }};
+  runRanks(size(), [&](Communicator& communicator) {
+    pattern.run(communicator, 0);
+    pattern.run(communicator, 1);  // blocks with gaps between them go through the staging copies
+  });
+}
+
+TEST_P(GlooRanksTest, AllToAllVWithARankThatSendsNothing) {
+  RaggedPattern pattern{[](int64_t source, int64_t destination) { return source == 0 ? 0 : destination + 1; }};
+  runRanks(size(), [&](Communicator& communicator) { pattern.run(communicator, 0); });
+}
+
+TEST_P(GlooRanksTest, AllToAllVWhereNobodySendsAnything) {
+  RaggedPattern pattern{[](int64_t, int64_t) { return int64_t{0}; }};
+  runRanks(size(), [&](Communicator& communicator) {
+    pattern.run(communicator, 0);
+    communicator.barrier();  // still in step
+  });
+}
+
+TEST_P(GlooRanksTest, AllToAllVRejectsCountsOfTheWrongLength) {
+  runRanks(size(), [&](Communicator& communicator) {
+    ExecContext context;
+    std::vector<int64_t> tooFew(static_cast<size_t>(size() - 1), 0), right(static_cast<size_t>(size()), 0);
+    EXPECT_THROW(communicator.exchangeCounts(tooFew), InputError);
+    EXPECT_THROW(communicator.exchangeCounts({-1, 0}), InputError);
+    float dummy = 0;
+    EXPECT_THROW(communicator.allToAllV(context, &dummy, tooFew, right, &dummy, right, right, DType::F32), InputError);
+    communicator.barrier();
+  });
+}
+
+// The derivative rules pair each collective with its adjoint A^T (docs/architecture.md,
+// "Interfaces"): summed over the ranks, <g, A x> must equal <A^T g, x> for any x and g. Each rank
+// draws its own x and g; the sums over ranks go through an f64 all-reduce.
+class AdjointCheck {
+ public:
+  explicit AdjointCheck(Communicator& communicator) : communicator_(communicator) {}
+
+  std::vector<double> draw(int64_t count, int64_t salt) const {
+    std::vector<double> values(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i)
+      values[i] = std::sin(double(1 + i) * 0.7 + double(communicator_.rank()) * 1.3 + double(salt) * 2.1);
+    return values;
+  }
+
+  // <a, b> on this rank, summed over the group.
+  double groupDot(const std::vector<double>& a, const std::vector<double>& b) {
+    double local = 0;
+    for (size_t i = 0; i < a.size(); ++i) local += a[i] * b[i];
+    communicator_.allReduce(context_, &local, 1, DType::F64, ReduceOp::Sum);
+    return local;
+  }
+
+  ExecContext& context() { return context_; }
+
+ private:
+  Communicator& communicator_;
+  ExecContext context_;
+};
+
+TEST_P(GlooRanksTest, EachCollectivesDerivativeRuleIsItsAdjoint) {
+  runRanks(size(), [&](Communicator& communicator) {
+    AdjointCheck check(communicator);
+    ExecContext& context = check.context();
+    const int64_t n = size(), block = 3;
+    const double tolerance = 1e-12;
+
+    // all_gather ⇄ reduce_scatter (sum).
+    std::vector<double> x = check.draw(block, 1), gathered(static_cast<size_t>(n * block));
+    std::vector<double> g = check.draw(n * block, 2), scattered(static_cast<size_t>(block));
+    communicator.allGather(context, x.data(), gathered.data(), block, DType::F64);
+    communicator.reduceScatter(context, g.data(), scattered.data(), block, DType::F64, ReduceOp::Sum);
+    EXPECT_NEAR(check.groupDot(g, gathered), check.groupDot(scattered, x), tolerance);
+
+    // all_reduce (sum) is its own adjoint.
+    std::vector<double> reduced = x, g3 = check.draw(block, 3), g3Reduced = g3;
+    communicator.allReduce(context, reduced.data(), block, DType::F64, ReduceOp::Sum);
+    communicator.allReduce(context, g3Reduced.data(), block, DType::F64, ReduceOp::Sum);
+    EXPECT_NEAR(check.groupDot(g3, reduced), check.groupDot(g3Reduced, x), tolerance);
+
+    // broadcast ⇄ reduce_to_root.
+    const int64_t root = n - 1;
+    std::vector<double> broadcasted = x, g4 = check.draw(block, 4), g4Reduced = g4;
+    communicator.broadcast(context, broadcasted.data(), block, DType::F64, root);
+    communicator.reduceToRoot(context, g4Reduced.data(), block, DType::F64, root);
+    EXPECT_NEAR(check.groupDot(g4, broadcasted), check.groupDot(g4Reduced, x), tolerance);
+
+    // all_to_all → the reverse all_to_all with the received counts as send counts. Rank r sends
+    // (r + p) % 3 rows of one element to p from a capacity of 3n; the rows it does not send have
+    // a zero cotangent, which the check's inner product sees through the reverse's zero tail.
+    const int64_t capacity = 3 * n;
+    std::vector<int64_t> sendCounts;
+    for (int64_t peer = 0; peer < n; ++peer) sendCounts.push_back((communicator.rank() + peer) % 3);
+    std::vector<int64_t> recvCounts = communicator.exchangeCounts(sendCounts);
+    auto packedOffsets = [](const std::vector<int64_t>& counts) {
+      std::vector<int64_t> offsets(counts.size(), 0);
+      for (size_t p = 1; p < counts.size(); ++p) offsets[p] = offsets[p - 1] + counts[p - 1];
+      return offsets;
+    };
+    std::vector<double> rows = check.draw(capacity, 5), exchanged(static_cast<size_t>(capacity), 0.0);
+    communicator.allToAllV(context, rows.data(), sendCounts, packedOffsets(sendCounts), exchanged.data(), recvCounts,
+                           packedOffsets(recvCounts), DType::F64);
+    std::vector<double> g5 = check.draw(capacity, 6), returned(static_cast<size_t>(capacity), 0.0);
+    // The forward's result is zero past its received rows, so only those rows of g5 matter.
+    std::vector<int64_t> reverseCounts = communicator.exchangeCounts(recvCounts);
+    EXPECT_EQ(reverseCounts, sendCounts);
+    communicator.allToAllV(context, g5.data(), recvCounts, packedOffsets(recvCounts), returned.data(), reverseCounts,
+                           packedOffsets(reverseCounts), DType::F64);
+    EXPECT_NEAR(check.groupDot(g5, exchanged), check.groupDot(returned, rows), tolerance);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooRanksTest, ::testing::Values(2, 3, 4),
                          [](const ::testing::TestParamInfo<int64_t>& info) { return std::to_string(info.param); });
 
 TEST(GlooCommunicatorTest, RejectsRankOutsideTheGroup) {

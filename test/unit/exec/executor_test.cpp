@@ -1,7 +1,12 @@
+#include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
+#include "runtime/comm/GlooCommunicator.h"
 #include "runtime/exec/Executor.h"
 
 namespace dgemma {
@@ -134,6 +139,113 @@ TEST_F(ExecutorTest, CollectivesNeedACommunicatorForTheirAxis) {
   executor.setParameter("w", tensorOf({3}, {0, 0, 0}));
   auto outputs = executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
   EXPECT_NEAR(outputs["probs"].as<float>()[4], 1.0 / 3, 1e-7);  // a group of one leaves values alone
+}
+
+// One ragged all_to_all step over an axis of `peers` ranks: rows f32 [4, 2] and send counts in,
+// the received rows (capacity rows) and counts out.
+Plan allToAllPlan(int64_t peers, int64_t capacity) {
+  Plan plan;
+  plan.producer = "test";
+  plan.mesh = {{"ep", peers, 0}};
+  plan.arenas = {{"persistent", true, 64, 64}, {"scratch", false, 1024, 64}};
+  auto scratch = [&](int64_t id, const char* name, DType dtype, std::vector<int64_t> shape, uint64_t offset) {
+    return Buffer{id, name, dtype, std::move(shape), 1, offset, Lifetime{kEntry, 0, 0}, std::nullopt};
+  };
+  plan.buffers = {scratch(0, "rows", DType::F32, {4, 2}, 0), scratch(1, "send_counts", DType::I64, {peers}, 64),
+                  scratch(2, "received", DType::F32, {capacity, 2}, 128),
+                  scratch(3, "recv_counts", DType::I64, {peers}, 512)};
+  EntryPoint entry;
+  entry.name = kEntry;
+  entry.inputs = {{"rows", 0}, {"send_counts", 1}};
+  entry.outputs = {{"received", 2}, {"recv_counts", 3}};
+  Step exchange;
+  exchange.kind = Step::Kind::Collective;
+  exchange.op = "all_to_all";
+  exchange.axis = "ep";
+  exchange.inputs = {0, 1};
+  exchange.outputs = {2, 3};
+  entry.steps = {exchange};
+  plan.entryPoints = {entry};
+  return plan;
+}
+
+HostTensor countsOf(std::vector<int64_t> counts) {
+  HostTensor tensor(DType::I64, {static_cast<int64_t>(counts.size())});
+  std::copy(counts.begin(), counts.end(), tensor.as<int64_t>());
+  return tensor;
+}
+
+TEST_F(ExecutorTest, AllToAllInAGroupOfOneKeepsTheSentRowsAndZeroesTheRest) {
+  Plan plan = allToAllPlan(1, 5);
+  communicators.add("ep", std::make_unique<LocalCommunicator>(*backend));
+  Executor executor(plan, *backend, communicators, "test.dgplan");
+  HostTensor rows = tensorOf({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  // A first run fills four rows, so the second's zero tail is written, not left over.
+  executor.run(plan.entryPoints[0], {{"rows", rows}, {"send_counts", countsOf({4})}});
+  auto outputs = executor.run(plan.entryPoints[0], {{"rows", rows}, {"send_counts", countsOf({3})}});
+  const float* received = outputs["received"].as<float>();
+  EXPECT_EQ(std::vector<float>(received, received + 10), (std::vector<float>{1, 2, 3, 4, 5, 6, 0, 0, 0, 0}));
+  EXPECT_EQ(outputs["recv_counts"].as<int64_t>()[0], 3);
+  try {
+    executor.run(plan.entryPoints[0], {{"rows", rows}, {"send_counts", countsOf({5})}});
+    FAIL() << "sending more rows than the input holds must fail";
+  } catch (const RuntimeError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "test.dgplan: entry forward: step 0 (all_to_all): send 5 rows, more than the 4 the buffer holds");
+  }
+  EXPECT_THROW(executor.run(plan.entryPoints[0], {{"rows", rows}, {"send_counts", countsOf({-1})}}), RuntimeError);
+}
+
+TEST_F(ExecutorTest, AllToAllRejectsCountBuffersThatDoNotMatchTheGroup) {
+  Plan plan = allToAllPlan(2, 5);  // counts for two ranks, but a group of one
+  communicators.add("ep", std::make_unique<LocalCommunicator>(*backend));
+  EXPECT_THROW(Executor(plan, *backend, communicators, "test.dgplan"), InputError);
+}
+
+// Rank r sends (r + p) % 3 rows to rank p, row i of the block holding (10 r + p, i), over Gloo.
+TEST(ExecutorGlooTest, AllToAllStepsExchangeUnevenCountsOverTwoAndThreeRanks) {
+  for (int64_t peers : {2, 3}) {
+    const int64_t capacity = 6;
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    std::vector<std::string> failures(static_cast<size_t>(peers));
+    std::vector<std::thread> ranks;
+    for (int64_t rank = 0; rank < peers; ++rank)
+      ranks.emplace_back([&, rank] {
+        try {
+          Plan plan = allToAllPlan(peers, capacity);
+          plan.worldSize = peers;
+          plan.rank = rank;
+          plan.mesh[0].coord = rank;
+          std::unique_ptr<Backend> backend = createBackend("cpu", 1);
+          CommunicatorSet communicators;
+          communicators.add("ep", createGlooCommunicator(store, rank, peers, std::chrono::seconds(10)));
+          Executor executor(plan, *backend, communicators, "rank.dgplan");
+          std::vector<int64_t> sendCounts;
+          HostTensor rows = tensorOf({4, 2}, std::vector<float>(8, -1));
+          int64_t row = 0;
+          for (int64_t peer = 0; peer < peers; ++peer) {
+            sendCounts.push_back((rank + peer) % 3);
+            for (int64_t i = 0; i < sendCounts.back(); ++i, ++row) {
+              rows.as<float>()[2 * row] = float(10 * rank + peer);
+              rows.as<float>()[2 * row + 1] = float(i);
+            }
+          }
+          auto outputs = executor.run(plan.entryPoints[0], {{"rows", rows}, {"send_counts", countsOf(sendCounts)}});
+          std::vector<float> expected;
+          for (int64_t peer = 0; peer < peers; ++peer) {
+            EXPECT_EQ(outputs["recv_counts"].as<int64_t>()[peer], (peer + rank) % 3) << "rank " << rank;
+            for (int64_t i = 0; i < (peer + rank) % 3; ++i) expected.insert(expected.end(), {float(10 * peer + rank), float(i)});
+          }
+          expected.resize(2 * capacity, 0.0f);
+          const float* received = outputs["received"].as<float>();
+          EXPECT_EQ(std::vector<float>(received, received + 2 * capacity), expected) << "rank " << rank;
+        } catch (const std::exception& error) {
+          failures[static_cast<size_t>(rank)] = error.what();
+        }
+      });
+    for (std::thread& rank : ranks) rank.join();
+    for (int64_t rank = 0; rank < peers; ++rank) EXPECT_EQ(failures[rank], "") << peers << " ranks, rank " << rank;
+  }
 }
 
 TEST_F(ExecutorTest, UnknownBackendIsAnInputError) {
