@@ -170,6 +170,32 @@ TEST(ShardedCheckpointTest, ThreeDimensionalTensorSplitOnTwoDims) {
   expectBoxesLoad(loaded, "model", "experts.gate_up_proj", experts, {box({1, 1, 1}, {2, 4, 3})});
 }
 
+TEST(ShardedCheckpointTest, EachRankSplitsItsFilesAtTheMaximumSize) {
+  TempDir dir;
+  HostTensor a = patterned(DType::F32, {4, 16}, 31), b = patterned(DType::F32, {4, 16}, 37);
+  std::string tmp = Checkpoint::beginSave(dir / "ckpt", 2);
+  std::vector<HostTensor> held;
+  held.reserve(4);
+  for (int rank = 0; rank < 2; ++rank) {
+    ShardBox half = box({2 * rank, 0}, {2, 16});  // 128 bytes of each tensor: one per 200-byte file
+    held.push_back(sliceOf(a, half));
+    held.push_back(sliceOf(b, half));
+    Checkpoint::saveRank(tmp, rank, 2,
+                         {{"model", "a", {4, 16}, half, &held[2 * rank]}, {"model", "b", {4, 16}, half, &held[2 * rank + 1]}},
+                         {.maxShardBytes = 200});
+  }
+  CheckpointSaveResult saved = Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(2), 2, {});
+  EXPECT_EQ(entriesOf(saved.directory),
+            (std::vector<std::string>{"manifest.json", "model-rank00000-00001-of-00002.safetensors",
+                                      "model-rank00000-00002-of-00002.safetensors", "model-rank00001-00001-of-00002.safetensors",
+                                      "model-rank00001-00002-of-00002.safetensors"}));
+  EXPECT_EQ(saved.files, 5);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  EXPECT_EQ(loaded.names("model"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(loaded.read("model", "a").data, a.data);
+  EXPECT_EQ(loaded.read("model", "b").data, b.data);
+}
+
 TEST(ShardedCheckpointTest, ReplicatedTensorsAreWrittenOnceByTheFirstReplica) {
   TempDir dir;
   HostTensor norm = patterned(DType::BF16, {6}, 1), expert = patterned(DType::F32, {4, 3}, 2);
