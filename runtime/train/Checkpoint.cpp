@@ -33,7 +33,7 @@ std::string stepDirectoryName(int64_t step) {
 }
 
 std::string shardName(const std::string& group, size_t index, size_t count) {
-  char suffix[40];
+  char suffix[64];
   std::snprintf(suffix, sizeof suffix, "-%05zu-of-%05zu.safetensors", index + 1, count);
   return group + suffix;
 }
@@ -128,6 +128,68 @@ std::optional<nlohmann::json> tryReadManifest(const fs::path& directory) {
   return std::nullopt;
 }
 
+std::string rankShardName(const std::string& group, int rank, int worldSize, size_t index, size_t count) {
+  if (worldSize == 1) return shardName(group, index, count);
+  char suffix[96];
+  std::snprintf(suffix, sizeof suffix, "-rank%05d-%05zu-of-%05zu.safetensors", rank, index + 1, count);
+  return group + suffix;
+}
+
+// The box list a rank leaves in the temporary directory for commitSave.
+std::string rankListName(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.json", rank);
+  return name;
+}
+
+std::string describeShape(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
+  return text + "]";
+}
+
+// Everything in `shards` that could make a rank's write fail half-way; the groups in order of first
+// appearance, each with its shards in caller order.
+std::vector<std::pair<std::string, std::vector<const CheckpointShard*>>> groupShards(const std::vector<CheckpointShard>& shards) {
+  std::vector<std::pair<std::string, std::vector<const CheckpointShard*>>> groups;
+  std::map<std::string, std::set<std::string>> namesByGroup;
+  for (const CheckpointShard& t : shards) {
+    std::string where = "checkpoint: group '" + t.group + "': tensor '" + t.name + "': ";
+    if (!validGroupName(t.group)) throw std::invalid_argument(where + "group names use [a-z0-9_] only");
+    if (!t.tensor) throw std::invalid_argument(where + "null tensor");
+    if (!boxFitsIn(t.box, t.globalShape))
+      throw std::invalid_argument(where + "box " + describeBox(t.box) + " does not lie inside the global shape " +
+                                  describeShape(t.globalShape));
+    if (t.tensor->shape != t.box.shape)
+      throw std::invalid_argument(where + "the tensor's shape " + describeShape(t.tensor->shape) + " is not its box's " +
+                                  describeShape(t.box.shape));
+    uint64_t bytes = static_cast<uint64_t>(t.tensor->numElements()) * dtypeSize(t.tensor->dtype);
+    if (t.tensor->data.size() != bytes)
+      throw std::invalid_argument(where + "holds " + std::to_string(t.tensor->data.size()) + " bytes, its shape needs " +
+                                  std::to_string(bytes));
+    if (!namesByGroup[t.group].insert(t.name).second) throw std::invalid_argument(where + "appears twice");
+    auto found = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == t.group; });
+    if (found == groups.end()) found = groups.insert(groups.end(), {t.group, {}});
+    found->second.push_back(&t);
+  }
+  return groups;
+}
+
+// One rank whole: every tensor is its own global tensor.
+std::vector<CheckpointShard> wholeTensors(const std::vector<CheckpointTensor>& tensors) {
+  std::vector<CheckpointShard> shards;
+  for (const CheckpointTensor& t : tensors) {
+    std::vector<int64_t> shape = t.tensor ? t.tensor->shape : std::vector<int64_t>{};
+    shards.push_back({t.group, t.name, shape, wholeBox(shape), t.tensor});
+  }
+  return shards;
+}
+
+template <typename Json>
+std::vector<int64_t> intsOf(const Json& value) {
+  return value.template get<std::vector<int64_t>>();
+}
+
 }  // namespace
 
 CheckpointSaveResult Checkpoint::save(const std::string& saveDir, const CheckpointState& state,
@@ -136,79 +198,207 @@ CheckpointSaveResult Checkpoint::save(const std::string& saveDir, const Checkpoi
   if (state.step < 0) throw std::invalid_argument("checkpoint: negative step " + std::to_string(state.step));
   if (options.maxShardBytes == 0) throw std::invalid_argument("checkpoint: max shard bytes must be positive");
   if (options.keep < 0) throw std::invalid_argument("checkpoint: keep must be >= 0");
+  std::vector<CheckpointShard> shards = wholeTensors(tensors);
+  groupShards(shards);  // refuses a bad list before the directory is created
 
-  // Group the tensors (groups in order of first appearance, tensors in caller order) and check
-  // everything that could make a write fail half-way.
-  std::vector<std::string> groupOrder;
-  std::map<std::string, std::vector<const CheckpointTensor*>> byGroup;
-  std::map<std::string, std::set<std::string>> namesByGroup;
-  for (const CheckpointTensor& t : tensors) {
-    std::string where = "checkpoint: group '" + t.group + "': tensor '" + t.name + "': ";
-    if (!validGroupName(t.group)) throw std::invalid_argument(where + "group names use [a-z0-9_] only");
-    if (!t.tensor) throw std::invalid_argument(where + "null tensor");
-    uint64_t bytes = static_cast<uint64_t>(t.tensor->numElements()) * dtypeSize(t.tensor->dtype);
-    if (t.tensor->data.size() != bytes)
-      throw std::invalid_argument(where + "holds " + std::to_string(t.tensor->data.size()) + " bytes, its shape needs " +
-                                  std::to_string(bytes));
-    if (!namesByGroup[t.group].insert(t.name).second) throw std::invalid_argument(where + "appears twice");
-    if (!byGroup.count(t.group)) groupOrder.push_back(t.group);
-    byGroup[t.group].push_back(&t);
+  std::string tmp = beginSave(saveDir, state.step);
+  try {
+    saveRank(tmp, 0, 1, shards, options);
+  } catch (...) {
+    abortSave(tmp);
+    throw;
   }
+  CheckpointSaveResult result = commitSave(saveDir, tmp, state, 1, options);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
 
-  CheckpointSaveResult result;
+std::string Checkpoint::beginSave(const std::string& saveDir, int64_t step) {
+  if (step < 0) throw std::invalid_argument("checkpoint: negative step " + std::to_string(step));
   const fs::path root(saveDir);
-  const fs::path final = root / stepDirectoryName(state.step);
-  const fs::path tmp = root / (std::string(kTmpPrefix) + "step-" + std::to_string(state.step) + "-" + std::to_string(::getpid()));
-  result.directory = final.string();
-
+  const fs::path tmp = root / (std::string(kTmpPrefix) + "step-" + std::to_string(step) + "-" + std::to_string(::getpid()));
   try {
     fs::create_directories(root);
     removeStaleTmpDirectories(root);  // what crashed saves left
     fs::create_directory(tmp);
+  } catch (const fs::filesystem_error& error) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw RuntimeError(saveDir + ": cannot save checkpoint " + stepDirectoryName(step) + ": " + error.what());
+  }
+  return tmp.string();
+}
 
+void Checkpoint::abortSave(const std::string& tmpDir) {
+  std::error_code ignored;
+  fs::remove_all(tmpDir, ignored);
+}
+
+void Checkpoint::saveRank(const std::string& tmpDir, int rank, int worldSize, const std::vector<CheckpointShard>& shards,
+                          const CheckpointSaveOptions& options) {
+  if (worldSize < 1 || rank < 0 || rank >= worldSize)
+    throw std::invalid_argument("checkpoint: rank " + std::to_string(rank) + " of " + std::to_string(worldSize) + " ranks");
+  if (options.maxShardBytes == 0) throw std::invalid_argument("checkpoint: max shard bytes must be positive");
+  const auto groups = groupShards(shards);
+  const fs::path tmp(tmpDir);
+  try {
     nlohmann::ordered_json files = nlohmann::ordered_json::array();
-    nlohmann::ordered_json groups = nlohmann::ordered_json::object();
-    auto record = [&](const std::string& name) {
-      std::string path = (tmp / name).string();
-      FileFacts facts = hashFile(path, /*loading=*/false);
-      files.push_back({{"name", name}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
-      result.bytesWritten += facts.size;
-      ++result.files;
-    };
-
-    for (const std::string& group : groupOrder) {
+    nlohmann::ordered_json boxes = nlohmann::ordered_json::object();
+    for (const auto& [group, members] : groups) {
       // Greedy shards: a tensor opens a new shard when it would push the current one past the limit.
-      std::vector<std::vector<const CheckpointTensor*>> shards(1);
+      std::vector<std::vector<const CheckpointShard*>> fileContents(1);
       uint64_t shardBytes = 0;
-      for (const CheckpointTensor* t : byGroup[group]) {
+      for (const CheckpointShard* t : members) {
         uint64_t bytes = t->tensor->data.size();
-        if (!shards.back().empty() && shardBytes + bytes > options.maxShardBytes) {
-          shards.emplace_back();
+        if (!fileContents.back().empty() && shardBytes + bytes > options.maxShardBytes) {
+          fileContents.emplace_back();
           shardBytes = 0;
         }
-        shards.back().push_back(t);
+        fileContents.back().push_back(t);
         shardBytes += bytes;
       }
-      nlohmann::ordered_json shardNames = nlohmann::ordered_json::array();
-      nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
-      uint64_t totalSize = 0;
-      for (size_t i = 0; i < shards.size(); ++i) {
-        std::string name = shardName(group, i, shards.size());
+      nlohmann::ordered_json groupBoxes = nlohmann::ordered_json::array();
+      for (size_t i = 0; i < fileContents.size(); ++i) {
+        std::string name = rankShardName(group, rank, worldSize, i, fileContents.size());
         std::vector<std::pair<std::string, const HostTensor*>> entries;
-        for (const CheckpointTensor* t : shards[i]) {
+        for (const CheckpointShard* t : fileContents[i]) {
           entries.emplace_back(t->name, t->tensor);
-          weightMap[t->name] = name;
-          totalSize += t->tensor->data.size();
+          groupBoxes.push_back({{"name", t->name},
+                                {"dtype", dtypeName(t->tensor->dtype)},
+                                {"global_shape", t->globalShape},
+                                {"offset", t->box.offset},
+                                {"shape", t->box.shape},
+                                {"file", name}});
         }
-        writeSafetensors((tmp / name).string(), entries, {{"format", "pt"}});
-        record(name);
-        shardNames.push_back(name);
+        std::string path = (tmp / name).string();
+        writeSafetensors(path, entries, {{"format", "pt"}});
+        FileFacts facts = hashFile(path, /*loading=*/false);
+        files.push_back({{"name", name}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
       }
-      std::string indexName = group + ".safetensors.index.json";
-      nlohmann::ordered_json index = {{"metadata", {{"total_size", totalSize}}}, {"weight_map", weightMap}};
-      writeFileAtomically((tmp / indexName).string(), index.dump(2) + "\n");
-      record(indexName);
-      groups[group] = {{"shards", shardNames}, {"index", indexName}};
+      boxes[group] = groupBoxes;
+    }
+    nlohmann::ordered_json list = {{"rank", rank}, {"world_size", worldSize}, {"groups", boxes}, {"files", files}};
+    writeFileAtomically((tmp / rankListName(rank)).string(), list.dump(1) + "\n");
+  } catch (const fs::filesystem_error& error) {
+    throw RuntimeError(tmpDir + ": rank " + std::to_string(rank) + ": cannot write its checkpoint shards: " + error.what());
+  }
+}
+
+CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const std::string& tmpDir, const CheckpointState& state,
+                                            int worldSize, const CheckpointSaveOptions& options) {
+  auto started = std::chrono::steady_clock::now();
+  CheckpointSaveResult result;
+  const fs::path root(saveDir);
+  const fs::path final = root / stepDirectoryName(state.step);
+  const fs::path tmp(tmpDir);
+  result.directory = final.string();
+
+  struct MergedTensor {
+    std::string dtype;
+    std::vector<int64_t> globalShape;
+    std::vector<ShardBox> boxes;
+    std::vector<int> ranks;
+    nlohmann::ordered_json boxList = nlohmann::ordered_json::array();
+  };
+  struct MergedGroup {
+    std::vector<std::string> order;
+    std::map<std::string, MergedTensor> tensors;
+    nlohmann::ordered_json shards = nlohmann::ordered_json::array();
+    uint64_t totalSize = 0;
+  };
+
+  try {
+    if (state.step < 0) throw std::invalid_argument("checkpoint: negative step " + std::to_string(state.step));
+    if (worldSize < 1) throw std::invalid_argument("checkpoint: world size " + std::to_string(worldSize));
+    if (options.keep < 0) throw std::invalid_argument("checkpoint: keep must be >= 0");
+
+    // Merge the ranks' box lists, in rank order.
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    std::vector<std::string> groupOrder;
+    std::map<std::string, MergedGroup> merged;
+    for (int rank = 0; rank < worldSize; ++rank) {
+      fs::path listPath = tmp / rankListName(rank);
+      if (!fs::exists(listPath))
+        throw RuntimeError(tmpDir + ": rank " + std::to_string(rank) + " of " + std::to_string(worldSize) +
+                           " has not written its shards (no " + rankListName(rank) + ")");
+      nlohmann::ordered_json list = nlohmann::ordered_json::parse(readWholeFile(listPath.string()));
+      if (list.at("rank") != rank || list.at("world_size") != worldSize)
+        throw RuntimeError(listPath.string() + ": written by rank " + list.at("rank").dump() + " of " +
+                           list.at("world_size").dump() + " ranks, the commit expects rank " + std::to_string(rank) + " of " +
+                           std::to_string(worldSize));
+      for (const nlohmann::ordered_json& file : list.at("files")) {
+        files.push_back(file);
+        result.bytesWritten += file.at("size").get<uint64_t>();
+        ++result.files;
+      }
+      for (const auto& [group, boxes] : list.at("groups").items()) {
+        if (!merged.count(group)) groupOrder.push_back(group);
+        MergedGroup& g = merged[group];
+        for (const nlohmann::ordered_json& box : boxes) {
+          std::string name = box.at("name").get<std::string>();
+          std::string where = "checkpoint: group '" + group + "': tensor '" + name + "': ";
+          auto [it, added] = g.tensors.try_emplace(name);
+          MergedTensor& t = it->second;
+          if (added) {
+            g.order.push_back(name);
+            t.dtype = box.at("dtype").get<std::string>();
+            t.globalShape = intsOf(box.at("global_shape"));
+          } else if (t.dtype != box.at("dtype").get<std::string>() || t.globalShape != intsOf(box.at("global_shape"))) {
+            throw std::invalid_argument(where + "rank " + std::to_string(rank) + " writes it as " +
+                                        box.at("dtype").get<std::string>() + " " + describeShape(intsOf(box.at("global_shape"))) +
+                                        ", rank " + std::to_string(t.ranks.front()) + " as " + t.dtype + " " +
+                                        describeShape(t.globalShape));
+          }
+          ShardBox shardBox{intsOf(box.at("offset")), intsOf(box.at("shape"))};
+          for (size_t other = 0; other < t.boxes.size(); ++other)
+            if (intersectBoxes(t.boxes[other], shardBox))
+              throw std::invalid_argument(where + "ranks " + std::to_string(t.ranks[other]) + " and " + std::to_string(rank) +
+                                          " both write elements of " + describeBox(shardBox) +
+                                          " (a box held by several ranks is written by its first replica only)");
+          std::string file = box.at("file").get<std::string>();
+          t.boxes.push_back(shardBox);
+          t.ranks.push_back(rank);
+          t.boxList.push_back({{"rank", rank}, {"file", file}, {"offset", shardBox.offset}, {"shape", shardBox.shape}});
+          if (g.shards.empty() || g.shards.back() != file) g.shards.push_back(file);
+          std::optional<DType> dtype = parseDType(t.dtype);
+          g.totalSize += static_cast<uint64_t>(boxVolume(shardBox)) * (dtype ? dtypeSize(*dtype) : 0);
+        }
+      }
+      fs::remove(listPath);
+    }
+
+    nlohmann::ordered_json groups = nlohmann::ordered_json::object();
+    for (const std::string& group : groupOrder) {
+      MergedGroup& g = merged[group];
+      nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+      nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
+      bool wholeTensors = true;  // every tensor one box: an HF directory
+      for (const std::string& name : g.order) {
+        const MergedTensor& t = g.tensors[name];
+        std::vector<ShardBox> gaps = uncoveredParts(wholeBox(t.globalShape), t.boxes);
+        if (!gaps.empty())
+          throw std::invalid_argument("checkpoint: group '" + group + "': tensor '" + name + "': no rank writes " +
+                                      describeBox(gaps.front()) + " of its global shape " + describeShape(t.globalShape));
+        tensors.push_back({{"name", name}, {"dtype", t.dtype}, {"shape", t.globalShape}, {"boxes", t.boxList}});
+        if (t.boxes.size() == 1)
+          weightMap[name] = t.boxList.front()["file"];
+        else
+          wholeTensors = false;
+      }
+      groups[group] = {{"shards", g.shards}};
+      if (wholeTensors) {
+        // HF's index makes the "model" group a --weights directory. Boxes have no place in it.
+        std::string indexName = group + ".safetensors.index.json";
+        nlohmann::ordered_json index = {{"metadata", {{"total_size", g.totalSize}}}, {"weight_map", weightMap}};
+        std::string path = (tmp / indexName).string();
+        writeFileAtomically(path, index.dump(2) + "\n");
+        FileFacts facts = hashFile(path, /*loading=*/false);
+        files.push_back({{"name", indexName}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
+        result.bytesWritten += facts.size;
+        ++result.files;
+        groups[group]["index"] = indexName;
+      }
+      groups[group]["tensors"] = tensors;
     }
 
     nlohmann::ordered_json manifest = {{"format", kFormatName},
@@ -219,6 +409,7 @@ CheckpointSaveResult Checkpoint::save(const std::string& saveDir, const Checkpoi
                                        {"data_order_state", state.dataOrderState},
                                        {"rng", state.rng},
                                        {"config", state.config},
+                                       {"world_size", worldSize},
                                        {"groups", groups},
                                        {"files", files}};
     std::string manifestText = manifest.dump(2) + "\n";
@@ -252,12 +443,10 @@ CheckpointSaveResult Checkpoint::save(const std::string& saveDir, const Checkpoi
       if (!result.removed.empty()) syncDirectory(root.string());
     }
   } catch (const fs::filesystem_error& error) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
+    abortSave(tmpDir);
     throw RuntimeError(saveDir + ": cannot save checkpoint " + final.filename().string() + ": " + error.what());
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
+    abortSave(tmpDir);
     throw;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -318,9 +507,17 @@ Checkpoint Checkpoint::load(const std::string& directory, const std::string& exp
   const nlohmann::json& format = field("format");
   if (format != kFormatName) throw bad("format", "expected \"" + std::string(kFormatName) + "\", got " + format.dump());
   const nlohmann::json& version = field("format_version");
+  if (version == 1)
+    throw bad("format_version", "1 is the whole-tensor format of earlier builds, which this build no longer reads (it reads "
+                                "version " + std::to_string(kCheckpointFormatVersion) +
+                                ", boxes of sharded tensors): resume with the build that saved it, or start afresh");
   if (!version.is_number_integer() || version.get<int64_t>() != kCheckpointFormatVersion)
     throw bad("format_version", version.dump() + " is not supported (this build reads version " +
                                     std::to_string(kCheckpointFormatVersion) + ")");
+  const nlohmann::json& worldSize = field("world_size");
+  if (!worldSize.is_number_integer() || worldSize.get<int64_t>() < 1 || worldSize.get<int64_t>() > (int64_t{1} << 20))
+    throw bad("world_size", "expected the number of ranks that saved the checkpoint, got " + worldSize.dump());
+  checkpoint.worldSize_ = worldSize.get<int>();
   const nlohmann::json& planHash = field("plan_hash");
   if (!planHash.is_string()) throw bad("plan_hash", "expected a string");
   if (planHash.get<std::string>() != expectedPlanHash)
@@ -375,24 +572,80 @@ Checkpoint Checkpoint::load(const std::string& directory, const std::string& exp
                        hash->get<std::string>() + " (a corrupted checkpoint)");
   }
 
-  // The groups and their shards.
+  // The groups: their shard files, and per tensor its dtype, global shape and saved boxes.
   const nlohmann::json& groups = field("groups");
   if (!groups.is_object()) throw bad("groups", "expected an object");
+  auto isShape = [](const nlohmann::json& value) {
+    if (!value.is_array()) return false;
+    for (const nlohmann::json& extent : value)
+      if (!extent.is_number_integer() || extent.get<int64_t>() < 0) return false;
+    return true;
+  };
   for (const auto& [group, entry] : groups.items()) {
     std::string where = "groups." + group;
     auto shards = entry.is_object() ? entry.find("shards") : entry.end();
     if (shards == entry.end() || !shards->is_array()) throw bad(where + ".shards", "expected an array of file names");
     Group& loaded = checkpoint.groups_[group];
+    std::map<std::string, size_t> fileByName;
     for (const nlohmann::json& shard : *shards) {
       if (!shard.is_string() || !listed.count(shard.get<std::string>()))
         throw bad(where + ".shards", shard.dump() + " is not among the files listed");
       checkpoint.files_.push_back(SafetensorsFile::open((root / shard.get<std::string>()).string()));
-      size_t fileIndex = checkpoint.files_.size() - 1;
-      const std::vector<SafetensorsEntry>& entries = checkpoint.files_.back().entries();
-      for (size_t e = 0; e < entries.size(); ++e) {
-        if (!loaded.byName.emplace(entries[e].name, Location{fileIndex, e}).second)
-          throw bad(where, "tensor '" + entries[e].name + "' appears in two shards");
-        loaded.names.push_back(entries[e].name);
+      fileByName[shard.get<std::string>()] = checkpoint.files_.size() - 1;
+    }
+    auto tensors = entry.find("tensors");
+    if (tensors == entry.end() || !tensors->is_array()) throw bad(where + ".tensors", "expected an array");
+    for (size_t i = 0; i < tensors->size(); ++i) {
+      const nlohmann::json& tensor = (*tensors)[i];
+      std::string at = where + ".tensors[" + std::to_string(i) + "]";
+      if (!tensor.is_object() || !tensor.contains("name") || !tensor["name"].is_string())
+        throw bad(at + ".name", "expected the tensor's name");
+      const std::string name = tensor["name"].get<std::string>();
+      std::optional<DType> dtype = tensor.contains("dtype") && tensor["dtype"].is_string()
+                                       ? parseDType(tensor["dtype"].get<std::string>())
+                                       : std::nullopt;
+      if (!dtype) throw bad(at + ".dtype", "expected a dtype name, tensor '" + name + "'");
+      if (!tensor.contains("shape") || !isShape(tensor["shape"]))
+        throw bad(at + ".shape", "expected the global shape, tensor '" + name + "'");
+      if (!tensor.contains("boxes") || !tensor["boxes"].is_array())
+        throw bad(at + ".boxes", "expected an array, tensor '" + name + "'");
+      auto [slot, added] = loaded.tensors.try_emplace(name);
+      if (!added) throw bad(at, "tensor '" + name + "' is listed twice");
+      loaded.names.push_back(name);
+      SavedTensor& savedTensor = slot->second;
+      savedTensor.dtype = *dtype;
+      savedTensor.globalShape = intsOf(tensor["shape"]);
+      const nlohmann::json& boxes = tensor["boxes"];
+      for (size_t b = 0; b < boxes.size(); ++b) {
+        const nlohmann::json& box = boxes[b];
+        std::string boxAt = at + ".boxes[" + std::to_string(b) + "]";
+        if (!box.is_object() || !box.contains("rank") || !box["rank"].is_number_integer() || box["rank"].get<int64_t>() < 0 ||
+            box["rank"].get<int64_t>() >= checkpoint.worldSize_)
+          throw bad(boxAt + ".rank", "expected a rank below world_size " + std::to_string(checkpoint.worldSize_));
+        auto file = box.contains("file") && box["file"].is_string() ? fileByName.find(box["file"].get<std::string>())
+                                                                     : fileByName.end();
+        if (file == fileByName.end()) throw bad(boxAt + ".file", "expected one of " + where + ".shards");
+        if (!box.contains("offset") || !isShape(box["offset"]) || !box.contains("shape") || !isShape(box["shape"]))
+          throw bad(boxAt, "expected integer arrays \"offset\" and \"shape\"");
+        SavedBox savedBox{{intsOf(box["offset"]), intsOf(box["shape"])}, file->second, 0};
+        if (!boxFitsIn(savedBox.box, savedTensor.globalShape))
+          throw bad(boxAt, "tensor '" + name + "': box " + describeBox(savedBox.box) + " does not lie inside its shape " +
+                               describeShape(savedTensor.globalShape));
+        for (const SavedBox& other : savedTensor.boxes)
+          if (intersectBoxes(other.box, savedBox.box))
+            throw bad(boxAt, "tensor '" + name + "': box " + describeBox(savedBox.box) + " overlaps box " +
+                                 describeBox(other.box));
+        const SafetensorsFile& shardFile = checkpoint.files_[file->second];
+        const SafetensorsEntry* stored = shardFile.find(name);
+        if (!stored)
+          throw InputError(shardFile.path() + ": tensor '" + name + "': missing (the manifest records its box " +
+                           describeBox(savedBox.box) + " there)");
+        if (stored->dtype != savedTensor.dtype || stored->shape != savedBox.box.shape)
+          throw InputError(shardFile.path() + ": tensor '" + name + "': " + std::string(dtypeName(stored->dtype)) + " " +
+                           describeShape(stored->shape) + ", the manifest records the " + std::string(dtypeName(savedTensor.dtype)) +
+                           " box " + describeBox(savedBox.box) + " of shape " + describeShape(savedBox.box.shape));
+        savedBox.entry = static_cast<size_t>(stored - shardFile.entries().data());
+        savedTensor.boxes.push_back(std::move(savedBox));
       }
     }
   }
@@ -412,19 +665,49 @@ std::vector<std::string> Checkpoint::names(const std::string& group) const {
 
 bool Checkpoint::contains(const std::string& group, const std::string& name) const {
   auto found = groups_.find(group);
-  return found != groups_.end() && found->second.byName.count(name) != 0;
+  return found != groups_.end() && found->second.tensors.count(name) != 0;
 }
 
-HostTensor Checkpoint::read(const std::string& group, const std::string& name) const {
+const Checkpoint::SavedTensor& Checkpoint::saved(const std::string& group, const std::string& name) const {
   auto found = groups_.find(group);
-  const Location* location = nullptr;
   if (found != groups_.end()) {
-    auto entry = found->second.byName.find(name);
-    if (entry != found->second.byName.end()) location = &entry->second;
+    auto tensor = found->second.tensors.find(name);
+    if (tensor != found->second.tensors.end()) return tensor->second;
   }
-  if (!location) throw InputError(directory_ + ": group '" + group + "': tensor '" + name + "': not found");
-  const SafetensorsFile& file = files_[location->file];
-  return file.read(file.entries()[location->entry].name);
+  throw InputError(directory_ + ": group '" + group + "': tensor '" + name + "': not found");
+}
+
+const std::vector<int64_t>& Checkpoint::globalShape(const std::string& group, const std::string& name) const {
+  return saved(group, name).globalShape;
+}
+
+DType Checkpoint::dtype(const std::string& group, const std::string& name) const { return saved(group, name).dtype; }
+
+HostTensor Checkpoint::read(const std::string& group, const std::string& name) const {
+  return readBox(group, name, wholeBox(saved(group, name).globalShape));
+}
+
+HostTensor Checkpoint::readBox(const std::string& group, const std::string& name, const ShardBox& box) const {
+  const SavedTensor& tensor = saved(group, name);
+  std::string where = directory_ + ": group '" + group + "': tensor '" + name + "': ";
+  if (!boxFitsIn(box, tensor.globalShape))
+    throw InputError(where + "the requested box " + describeBox(box) + " does not lie inside the saved shape " +
+                     describeShape(tensor.globalShape) + " (a checkpoint of another model)");
+  std::vector<ShardBox> savedBoxes;
+  for (const SavedBox& piece : tensor.boxes) savedBoxes.push_back(piece.box);
+  std::vector<ShardBox> gaps = uncoveredParts(box, savedBoxes);
+  if (!gaps.empty())
+    throw InputError(where + "the saved boxes do not cover " + describeBox(gaps.front()) + " of the requested box " +
+                     describeBox(box) + (gaps.size() > 1 ? " (and " + std::to_string(gaps.size() - 1) + " more parts)" : "") +
+                     " (a checkpoint without some rank's shards)");
+  HostTensor result(tensor.dtype, box.shape);
+  for (const SavedBox& piece : tensor.boxes) {
+    std::optional<ShardBox> common = intersectBoxes(piece.box, box);
+    if (!common) continue;
+    const SafetensorsFile& file = files_[piece.file];
+    copyRegion(file.data(file.entries()[piece.entry]), piece.box, result.data.data(), box, *common, dtypeSize(tensor.dtype));
+  }
+  return result;
 }
 
 }  // namespace dgemma

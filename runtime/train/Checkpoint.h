@@ -1,18 +1,28 @@
-// Training checkpoints (docs/training.md, "Run outputs"):
+// Training checkpoints (docs/training.md, "Checkpoints"; docs/parallelism.md, "Sharded checkpoints
+// and resume"):
 //
 //   SAVE_DIR/step-00000100/
-//     manifest.json                          written last; lists every other file with its size and XXH3-64
-//     model-00001-of-00002.safetensors       the tensors of group "model", in caller order, split into
-//     model-00002-of-00002.safetensors       shards of at most max_shard_bytes of tensor data
-//     model.safetensors.index.json           HF's index ({"metadata": {"total_size"}, "weight_map"}), so
-//                                            SafetensorsDirectory (--weights DIR) reads the "model" group
-//     optimizer-00001-of-00001.safetensors   group "optimizer", and so on per group
-//     optimizer.safetensors.index.json
+//     manifest.json                          written last by rank 0; every other file with its size and
+//                                            XXH3-64, and per tensor its global shape, dtype and boxes
+//     model-00001-of-00002.safetensors       one rank: group "model" in caller order, split into shards
+//     model-00002-of-00002.safetensors       of at most max_shard_bytes of tensor data
+//     model.safetensors.index.json           when no tensor of the group is split (always on one rank):
+//                                            HF's index, so SafetensorsDirectory (--weights DIR) reads
+//                                            the "model" group
+//     model-rank00001-00001-of-00001.safetensors   several ranks: each rank's boxes, under the HF names
+//     optimizer-...                          group "optimizer", and so on per group
 //
-// Commit protocol: everything is written into SAVE_DIR/.tmp-step-<step>-<pid>/, each file fsync'd,
-// then that directory fsync'd, renamed to step-<8-digit step>, and SAVE_DIR fsync'd. The rename is
-// the commit: a crash leaves either the complete step directory or a .tmp-* directory, which every
-// reader ignores and the next save deletes. One process saves into a SAVE_DIR at a time.
+// A tensor is saved as boxes of the global tensor (ShardBoxes.h) that tile it exactly; a box held by
+// several ranks is written by the first replica only (firstReplicaRank). Loading assembles any
+// requested box from the saved boxes that intersect it, so a checkpoint saved under one layout loads
+// under another.
+//
+// Commit protocol: rank 0 creates SAVE_DIR/.tmp-step-<step>-<pid>/ (beginSave); every rank writes
+// its files and a rank-<r>.json list of its boxes there, each file fsync'd (saveRank); once all have
+// (a barrier between processes), rank 0 merges the lists into the manifest, fsyncs the directory,
+// renames it to step-<8-digit step> and fsyncs SAVE_DIR (commitSave). The rename is the commit: a
+// crash leaves either the complete step directory or a .tmp-* directory, which every reader ignores
+// and the next save deletes. One run saves into a SAVE_DIR at a time.
 #pragma once
 
 #include <cstdint>
@@ -25,10 +35,11 @@
 
 #include "runtime/core/HostTensor.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/train/ShardBoxes.h"
 
 namespace dgemma {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
 
 // The run state besides the tensors. The JSON members are the caller's, stored verbatim.
 struct CheckpointState {
@@ -44,6 +55,15 @@ struct CheckpointTensor {
   std::string group;  // file prefix: [a-z0-9_]+, e.g. "model", "optimizer"
   std::string name;   // unique within its group
   const HostTensor* tensor = nullptr;
+};
+
+// One box of a global tensor that a rank writes (plan `Parameter`: globalShape, shardOffset, shardShape).
+struct CheckpointShard {
+  std::string group;                 // as in CheckpointTensor
+  std::string name;                  // the global tensor's (HF) name, unique within its group on a rank
+  std::vector<int64_t> globalShape;
+  ShardBox box;                      // the part of the global tensor `tensor` holds
+  const HostTensor* tensor = nullptr;  // box.shape, row-major
 };
 
 struct CheckpointSaveOptions {
@@ -78,6 +98,27 @@ class Checkpoint {
     return save(saveDir, state, tensors, CheckpointSaveOptions{});
   }
 
+  // The steps of a save by `worldSize` ranks (save() runs them for one rank holding whole tensors).
+  // Between processes, beginSave's directory goes to every rank and each step ends at a barrier; in
+  // one process (the tests) the ranks' saveRank calls simply follow each other.
+  //
+  // Rank 0, first: deletes what crashed saves left and creates the temporary directory it returns.
+  // Throws RuntimeError for I/O failures.
+  static std::string beginSave(const std::string& saveDir, int64_t step);
+  // Every rank: writes the shards it is the first replica of into `tmpDir`, then its box list.
+  // Throws std::invalid_argument for a bad group, a duplicate name, a tensor whose size disagrees
+  // with its box or a box outside its global shape (before writing anything); RuntimeError for I/O.
+  static void saveRank(const std::string& tmpDir, int rank, int worldSize, const std::vector<CheckpointShard>& shards,
+                       const CheckpointSaveOptions& options);
+  // Rank 0, after every rank's saveRank: checks that the boxes of every tensor tile its global shape
+  // (std::invalid_argument naming the tensor and the overlap or the gap otherwise), writes the
+  // manifest (and HF's index for a group of whole tensors), commits and applies `keep`. On any failure the
+  // temporary directory is removed.
+  static CheckpointSaveResult commitSave(const std::string& saveDir, const std::string& tmpDir, const CheckpointState& state,
+                                         int worldSize, const CheckpointSaveOptions& options);
+  // Removes a temporary directory of a save that failed on some rank.
+  static void abortSave(const std::string& tmpDir);
+
   // The complete checkpoints in `saveDir`, oldest first: step-<digits> directories whose
   // manifest.json is present, parses and names the same step. .tmp-* and other entries are ignored;
   // a missing saveDir has none.
@@ -85,8 +126,9 @@ class Checkpoint {
   // The newest of list(), or nothing.
   static std::optional<std::string> findLatest(const std::string& saveDir);
 
-  // Opens and verifies a checkpoint directory: the manifest's format version and plan hash, and
-  // every listed file's size and XXH3-64. Throws InputError naming the file and the fault, e.g.
+  // Opens and verifies a checkpoint directory: the manifest's format version and plan hash, every
+  // listed file's size and XXH3-64, and that every saved box is in its file with the recorded dtype
+  // and shape and overlaps no other box. Throws InputError naming the file and the fault, e.g.
   //   ".../step-00000004/model-00001-of-00001.safetensors: size: 1000 bytes, the manifest records 1024
   //    (a truncated or torn checkpoint)".
   static Checkpoint load(const std::string& directory, const std::string& expectedPlanHash);
@@ -98,26 +140,44 @@ class Checkpoint {
   const CheckpointState& state() const { return state_; }
   const nlohmann::json& manifest() const { return manifest_; }
   std::vector<std::string> groups() const;                        // sorted
-  std::vector<std::string> names(const std::string& group) const;  // shard by shard, in data order (the saved order)
+  std::vector<std::string> names(const std::string& group) const;  // the saved order (rank 0's first)
   bool contains(const std::string& group, const std::string& name) const;
-  // A copy of the tensor, bit-exact. Throws InputError "DIR: group 'G': tensor 'N': not found".
+  int worldSize() const { return worldSize_; }  // the ranks that saved it
+  // The global shape and dtype of a saved tensor. Throw InputError as read() does.
+  const std::vector<int64_t>& globalShape(const std::string& group, const std::string& name) const;
+  DType dtype(const std::string& group, const std::string& name) const;
+  // The whole tensor, bit-exact. Throws InputError "DIR: group 'G': tensor 'N': not found".
   HostTensor read(const std::string& group, const std::string& name) const;
+  // The elements `box` of the global tensor (this rank's box in the loading layout), assembled
+  // bit-exactly from the saved boxes that intersect it. Throws InputError naming the tensor when
+  // the box lies outside the global shape or the saved boxes leave part of it uncovered (naming
+  // that part).
+  HostTensor readBox(const std::string& group, const std::string& name, const ShardBox& box) const;
 
  private:
   Checkpoint() = default;
 
-  struct Location {
-    size_t file = 0;
-    size_t entry = 0;
+  struct SavedBox {
+    ShardBox box;
+    size_t file = 0;  // into files_
+    size_t entry = 0;  // into that file's entries()
+  };
+  struct SavedTensor {
+    DType dtype = DType::F32;
+    std::vector<int64_t> globalShape;
+    std::vector<SavedBox> boxes;
   };
   struct Group {
     std::vector<std::string> names;  // saved order
-    std::map<std::string, Location> byName;
+    std::map<std::string, SavedTensor> tensors;
   };
+
+  const SavedTensor& saved(const std::string& group, const std::string& name) const;
 
   std::string directory_;
   CheckpointState state_;
   nlohmann::json manifest_;
+  int worldSize_ = 1;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, Group> groups_;
 };

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "support/Error.h"
@@ -217,8 +218,18 @@ void Trainer::restore() {
   Checkpoint checkpoint = Checkpoint::load(*latest, planHash_);
   checkSameTrajectory(checkpoint);
   Executor& executor = *session_.executor;
-  for (const std::string& name : trainPlan_.modelParameters) executor.setParameter(name, checkpoint.read("model", name));
-  for (const std::string& name : trainPlan_.optimizerParameters) executor.setParameter(name, checkpoint.read("optimizer", name));
+  // Each parameter's box in this plan's layout, assembled from the boxes of whatever layout saved it.
+  std::map<std::string, const Parameter*> parameterByName;
+  for (const Parameter& parameter : executor.plan().parameters) parameterByName[parameter.name] = &parameter;
+  auto restoreBox = [&](const std::string& group, const std::string& name) {
+    const Parameter& parameter = *parameterByName.at(name);
+    if (checkpoint.contains(group, name) && checkpoint.globalShape(group, name) != parameter.globalShape)
+      throw InputError(checkpoint.directory() + ": group '" + group + "': tensor '" + name +
+                       "': the checkpoint's global shape differs from this plan's (a checkpoint of another model)");
+    executor.setParameter(name, checkpoint.readBox(group, name, ShardBox{parameter.shardOffset, parameter.shardShape}));
+  };
+  for (const std::string& name : trainPlan_.modelParameters) restoreBox("model", name);
+  for (const std::string& name : trainPlan_.optimizerParameters) restoreBox("optimizer", name);
   const HostTensor count = checkpoint.read("optimizer", kOptimizerStepCount);
   if (count.dtype != DType::I64 || count.numElements() != 1)
     throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': expected one i64");

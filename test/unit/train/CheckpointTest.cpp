@@ -275,10 +275,14 @@ TEST(CheckpointTest, UnknownFormatVersionIsRejected) {
   Fixture f;
   std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
-  manifest["format_version"] = 2;
+  manifest["format_version"] = 3;
   writeBytes(path + "/manifest.json", manifest.dump());
   EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
-                       "format_version: 2 is not supported (this build reads version 1)"));
+                       "format_version: 3 is not supported (this build reads version 2)"));
+  manifest["format_version"] = 1;
+  writeBytes(path + "/manifest.json", manifest.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+                       "format_version: 1 is the whole-tensor format of earlier builds, which this build no longer reads"));
   EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(dir / "ckpt/step-00000099", kPlan); }),
                        "no such checkpoint directory"));
 }

@@ -1,0 +1,387 @@
+// Sharded checkpoints (docs/parallelism.md, "Sharded checkpoints and resume"): several ranks'
+// writers run in one process into one temporary directory, and every load reassembles boxes of
+// another layout from the saved ones.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/io/Safetensors.h"
+#include "runtime/train/Checkpoint.h"
+#include "runtime/train/ShardBoxes.h"
+#include "support/DType.h"
+#include "support/Error.h"
+#include "test/unit/TestSupport.h"
+
+namespace dgemma {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expectInputError;
+using test::fileBytes;
+using test::mentions;
+using test::TempDir;
+using test::writeBytes;
+
+constexpr const char* kPlan = "plan-xxh3:0123456789abcdef";
+
+// Distinct bytes for every element, so a misplaced element shows.
+HostTensor patterned(DType dtype, std::vector<int64_t> shape, uint8_t seed) {
+  HostTensor t(dtype, std::move(shape));
+  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<uint8_t>(seed + i * 7 + i / 251);
+  return t;
+}
+
+// The elements `box` of `whole`, element by element from the row-major index (independent of
+// copyRegion, which the checkpoint uses).
+HostTensor sliceOf(const HostTensor& whole, const ShardBox& box) {
+  HostTensor part(whole.dtype, box.shape);
+  const size_t elementSize = dtypeSize(whole.dtype);
+  for (int64_t i = 0; i < part.numElements(); ++i) {
+    int64_t rest = i, global = 0, stride = 1;
+    for (size_t d = box.shape.size(); d-- > 0;) {
+      int64_t coordinate = rest % box.shape[d] + box.offset[d];
+      rest /= box.shape[d];
+      global += coordinate * stride;
+      stride *= whole.shape[d];
+    }
+    std::copy_n(whole.data.begin() + global * elementSize, elementSize, part.data.begin() + i * elementSize);
+  }
+  return part;
+}
+
+CheckpointState stateAt(int64_t step) {
+  CheckpointState state;
+  state.planHash = kPlan;
+  state.step = step;
+  state.consumedSamples = 4 * step;
+  return state;
+}
+
+// One global tensor and each rank's box of it in some layout.
+struct Placed {
+  std::string group;
+  std::string name;
+  const HostTensor* whole = nullptr;
+  std::vector<ShardBox> boxOfRank;
+};
+
+// What the trainer of every rank will do: each rank passes the boxes it is the first replica of.
+// Each rank's data is cut out of the whole tensor, as a rank holds only its box.
+CheckpointSaveResult saveLayout(const std::string& saveDir, int64_t step, const std::vector<Placed>& tensors, int worldSize) {
+  std::string tmp = Checkpoint::beginSave(saveDir, step);
+  std::vector<std::vector<HostTensor>> held(worldSize);
+  for (int rank = 0; rank < worldSize; ++rank) {
+    held[rank].reserve(tensors.size());
+    std::vector<CheckpointShard> shards;
+    for (const Placed& t : tensors) {
+      if (firstReplicaRank(t.boxOfRank, rank) != rank) continue;
+      held[rank].push_back(sliceOf(*t.whole, t.boxOfRank[rank]));
+      shards.push_back({t.group, t.name, t.whole->shape, t.boxOfRank[rank], &held[rank].back()});
+    }
+    Checkpoint::saveRank(tmp, rank, worldSize, shards, CheckpointSaveOptions{});
+  }
+  return Checkpoint::commitSave(saveDir, tmp, stateAt(step), worldSize, CheckpointSaveOptions{});
+}
+
+void expectBoxesLoad(const Checkpoint& checkpoint, const std::string& group, const std::string& name, const HostTensor& whole,
+                     const std::vector<ShardBox>& boxes) {
+  for (const ShardBox& box : boxes) {
+    HostTensor part = checkpoint.readBox(group, name, box);
+    HostTensor expected = sliceOf(whole, box);
+    EXPECT_EQ(part.dtype, expected.dtype) << name << " " << describeBox(box);
+    EXPECT_EQ(part.shape, expected.shape) << name << " " << describeBox(box);
+    EXPECT_EQ(part.data, expected.data) << name << " " << describeBox(box);
+  }
+}
+
+ShardBox box(std::vector<int64_t> offset, std::vector<int64_t> shape) { return {std::move(offset), std::move(shape)}; }
+
+std::vector<std::string> entriesOf(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(ShardBoxesTest, IntersectionAndUncoveredParts) {
+  EXPECT_EQ(intersectBoxes(box({0, 0}, {4, 6}), box({2, 3}, {4, 6})), box({2, 3}, {2, 3}));
+  EXPECT_FALSE(intersectBoxes(box({0, 0}, {4, 6}), box({4, 0}, {4, 6})));
+  EXPECT_EQ(intersectBoxes(box({}, {}), box({}, {})), box({}, {}));  // a scalar is one element
+  EXPECT_TRUE(uncoveredParts(box({0, 0}, {8, 6}), {box({0, 0}, {4, 6}), box({4, 0}, {4, 6})}).empty());
+  std::vector<ShardBox> gaps = uncoveredParts(box({0, 0}, {8, 6}), {box({0, 0}, {4, 6}), box({4, 0}, {4, 3})});
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_EQ(gaps[0], box({4, 3}, {4, 3}));
+  EXPECT_TRUE(uncoveredParts(box({0, 0}, {0, 4}), {}).empty());  // nothing to cover
+  EXPECT_EQ(describeBox(box({4, 3}, {4, 3})), "[4:8, 3:6]");
+  EXPECT_EQ(firstReplicaRank({box({0}, {4}), box({4}, {4}), box({0}, {4}), box({4}, {4})}, 2), 0);
+  EXPECT_EQ(firstReplicaRank({box({0}, {4}), box({4}, {4}), box({0}, {4}), box({4}, {4})}, 3), 1);
+  EXPECT_EQ(firstReplicaRank({box({0}, {4}), box({4}, {4})}, 1), 1);
+}
+
+TEST(ShardedCheckpointTest, ColumnSplitLoadsIntoOneTwoAndFourRanks) {
+  TempDir dir;
+  HostTensor w = patterned(DType::F32, {8, 6}, 3);
+  // TP=2 column-parallel: the output features (dim 0) split between the ranks.
+  CheckpointSaveResult saved =
+      saveLayout(dir / "ckpt", 5, {{"model", "model.layers.0.mlp.up_proj.weight", &w, {box({0, 0}, {4, 6}), box({4, 0}, {4, 6})}}}, 2);
+  EXPECT_EQ(entriesOf(saved.directory), (std::vector<std::string>{"manifest.json", "model-rank00000-00001-of-00001.safetensors",
+                                                                  "model-rank00001-00001-of-00001.safetensors"}));
+  EXPECT_EQ(saved.files, 3);
+
+  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  EXPECT_EQ(loaded.worldSize(), 2);
+  EXPECT_EQ(loaded.globalShape("model", "model.layers.0.mlp.up_proj.weight"), (std::vector<int64_t>{8, 6}));
+  EXPECT_EQ(loaded.dtype("model", "model.layers.0.mlp.up_proj.weight"), DType::F32);
+  const nlohmann::json& boxes = loaded.manifest()["groups"]["model"]["tensors"][0]["boxes"];
+  ASSERT_EQ(boxes.size(), 2u);
+  EXPECT_EQ(boxes[1], (nlohmann::json{{"rank", 1},
+                                      {"file", "model-rank00001-00001-of-00001.safetensors"},
+                                      {"offset", {4, 0}},
+                                      {"shape", {4, 6}}}));
+  // The saved boxes carry the HF name.
+  EXPECT_TRUE(SafetensorsFile::open(saved.directory + "/model-rank00001-00001-of-00001.safetensors")
+                  .find("model.layers.0.mlp.up_proj.weight"));
+
+  const std::string name = "model.layers.0.mlp.up_proj.weight";
+  EXPECT_EQ(loaded.read("model", name).data, w.data);                                                   // 1 rank
+  expectBoxesLoad(loaded, "model", name, w, {box({0, 0}, {8, 3}), box({0, 3}, {8, 3})});                  // 2 ranks, dim 1
+  expectBoxesLoad(loaded, "model", name, w,                                                               // 4 ranks, 2 x 2
+                  {box({0, 0}, {4, 3}), box({0, 3}, {4, 3}), box({4, 0}, {4, 3}), box({4, 3}, {4, 3})});
+  expectBoxesLoad(loaded, "model", name, w, {box({2, 1}, {4, 4}), box({3, 0}, {1, 6}), box({0, 0}, {0, 6})});  // across the seam
+}
+
+TEST(ShardedCheckpointTest, ThreeDimensionalTensorSplitOnTwoDims) {
+  TempDir dir;
+  HostTensor experts = patterned(DType::BF16, {4, 6, 5}, 11);
+  // EP=2 on dim 0 times TP=2 on dim 2 (an uneven 3 + 2 split).
+  std::vector<ShardBox> saved = {box({0, 0, 0}, {2, 6, 3}), box({0, 0, 3}, {2, 6, 2}), box({2, 0, 0}, {2, 6, 3}),
+                                 box({2, 0, 3}, {2, 6, 2})};
+  Checkpoint loaded =
+      Checkpoint::load(saveLayout(dir / "ckpt", 1, {{"model", "experts.gate_up_proj", &experts, saved}}, 4).directory, kPlan);
+  EXPECT_EQ(loaded.read("model", "experts.gate_up_proj").data, experts.data);
+  expectBoxesLoad(loaded, "model", "experts.gate_up_proj", experts,
+                  {box({0, 0, 0}, {4, 2, 5}), box({0, 2, 0}, {4, 2, 5}), box({0, 4, 0}, {4, 2, 5})});
+  expectBoxesLoad(loaded, "model", "experts.gate_up_proj", experts, {box({1, 1, 1}, {2, 4, 3})});
+}
+
+TEST(ShardedCheckpointTest, EachRankSplitsItsFilesAtTheMaximumSize) {
+  TempDir dir;
+  HostTensor a = patterned(DType::F32, {4, 16}, 31), b = patterned(DType::F32, {4, 16}, 37);
+  std::string tmp = Checkpoint::beginSave(dir / "ckpt", 2);
+  std::vector<HostTensor> held;
+  held.reserve(4);
+  for (int rank = 0; rank < 2; ++rank) {
+    ShardBox half = box({2 * rank, 0}, {2, 16});  // 128 bytes of each tensor: one per 200-byte file
+    held.push_back(sliceOf(a, half));
+    held.push_back(sliceOf(b, half));
+    Checkpoint::saveRank(tmp, rank, 2,
+                         {{"model", "a", {4, 16}, half, &held[2 * rank]}, {"model", "b", {4, 16}, half, &held[2 * rank + 1]}},
+                         {.maxShardBytes = 200});
+  }
+  CheckpointSaveResult saved = Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(2), 2, {});
+  EXPECT_EQ(entriesOf(saved.directory),
+            (std::vector<std::string>{"manifest.json", "model-rank00000-00001-of-00002.safetensors",
+                                      "model-rank00000-00002-of-00002.safetensors", "model-rank00001-00001-of-00002.safetensors",
+                                      "model-rank00001-00002-of-00002.safetensors"}));
+  EXPECT_EQ(saved.files, 5);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  EXPECT_EQ(loaded.names("model"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(loaded.read("model", "a").data, a.data);
+  EXPECT_EQ(loaded.read("model", "b").data, b.data);
+}
+
+TEST(ShardedCheckpointTest, ReplicatedTensorsAreWrittenOnceByTheFirstReplica) {
+  TempDir dir;
+  HostTensor norm = patterned(DType::BF16, {6}, 1), expert = patterned(DType::F32, {4, 3}, 2);
+  HostTensor step = patterned(DType::I64, {}, 9);
+  // EP=2 x DP=2: ranks 0 and 2 hold experts 0-1, ranks 1 and 3 experts 2-3; norm and the step
+  // count are on every rank.
+  std::vector<ShardBox> everywhere(4, box({0}, {6}));
+  std::vector<ShardBox> experts = {box({0, 0}, {2, 3}), box({2, 0}, {2, 3}), box({0, 0}, {2, 3}), box({2, 0}, {2, 3})};
+  CheckpointSaveResult saved = saveLayout(dir / "ckpt", 2,
+                                          {{"model", "norm.weight", &norm, everywhere},
+                                           {"model", "experts.down_proj", &expert, experts},
+                                           {"optimizer", "step", &step, std::vector<ShardBox>(4, box({}, {}))}},
+                                          4);
+  // Ranks 2 and 3 replicate ranks 0 and 1 and write nothing.
+  EXPECT_EQ(entriesOf(saved.directory),
+            (std::vector<std::string>{"manifest.json", "model-rank00000-00001-of-00001.safetensors",
+                                      "model-rank00001-00001-of-00001.safetensors",
+                                      "optimizer-rank00000-00001-of-00001.safetensors", "optimizer.safetensors.index.json"}));
+  EXPECT_FALSE(SafetensorsFile::open(saved.directory + "/model-rank00001-00001-of-00001.safetensors").find("norm.weight"));
+  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  const nlohmann::json& tensors = loaded.manifest()["groups"]["model"]["tensors"];
+  EXPECT_EQ(tensors[0]["name"], "norm.weight");
+  EXPECT_EQ(tensors[0]["boxes"].size(), 1u);
+  EXPECT_EQ(tensors[0]["boxes"][0]["rank"], 0);
+  EXPECT_EQ(tensors[1]["boxes"].size(), 2u);
+  EXPECT_EQ(loaded.read("model", "norm.weight").data, norm.data);
+  EXPECT_EQ(loaded.read("model", "experts.down_proj").data, expert.data);
+  EXPECT_EQ(loaded.read("optimizer", "step").data, step.data);
+  // A group of whole tensors keeps HF's index; a split group has none, and --weights refuses it
+  // (SafetensorsDirectory sees the split tensor in two files).
+  EXPECT_FALSE(fs::exists(saved.directory + "/model.safetensors.index.json"));
+  EXPECT_TRUE(mentions(expectInputError([&] { SafetensorsDirectory::open(saved.directory); }), "experts.down_proj"));
+}
+
+TEST(ShardedCheckpointTest, OverlappingOrMissingBoxesAreRefusedAtCommit) {
+  TempDir dir;
+  HostTensor w = patterned(DType::F32, {8, 6}, 5);
+  HostTensor top = sliceOf(w, box({0, 0}, {4, 6})), bottom = sliceOf(w, box({4, 0}, {4, 6}));
+  auto shardOf = [&](const HostTensor& part, ShardBox b) { return CheckpointShard{"model", "w", {8, 6}, std::move(b), &part}; };
+
+  // Both replicas of a replicated tensor write it.
+  std::string tmp = Checkpoint::beginSave(dir / "ckpt", 1);
+  Checkpoint::saveRank(tmp, 0, 2, {shardOf(w, box({0, 0}, {8, 6}))}, {});
+  Checkpoint::saveRank(tmp, 1, 2, {shardOf(w, box({0, 0}, {8, 6}))}, {});
+  try {
+    Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {});
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_TRUE(mentions(error.what(), "group 'model': tensor 'w': ranks 0 and 1 both write elements of [0:8, 0:6]"));
+  }
+  EXPECT_FALSE(fs::exists(tmp));
+
+  // A rank leaves its box out.
+  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
+  Checkpoint::saveRank(tmp, 0, 2, {shardOf(top, box({0, 0}, {4, 6}))}, {});
+  Checkpoint::saveRank(tmp, 1, 2, {}, {});
+  try {
+    Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {});
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_TRUE(mentions(error.what(), "tensor 'w': no rank writes [4:8, 0:6] of its global shape [8, 6]"));
+  }
+
+  // A rank that never wrote (the barrier was skipped).
+  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
+  Checkpoint::saveRank(tmp, 0, 2, {shardOf(top, box({0, 0}, {4, 6}))}, {});
+  EXPECT_THROW(
+      try { Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {}); } catch (const RuntimeError& error) {
+        EXPECT_TRUE(mentions(error.what(), "rank 1 of 2 has not written its shards"));
+        throw;
+      },
+      RuntimeError);
+
+  // A rank that was told another world size.
+  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
+  Checkpoint::saveRank(tmp, 0, 3, {shardOf(top, box({0, 0}, {4, 6}))}, {});
+  EXPECT_THROW(Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {}), RuntimeError);
+  EXPECT_FALSE(fs::exists(tmp));
+
+  // A box that does not fit its tensor, before anything is written.
+  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
+  EXPECT_THROW(Checkpoint::saveRank(tmp, 1, 2, {shardOf(bottom, box({5, 0}, {4, 6}))}, {}), std::invalid_argument);
+  EXPECT_THROW(Checkpoint::saveRank(tmp, 1, 2, {shardOf(bottom, box({0, 0}, {4, 3}))}, {}), std::invalid_argument);
+  EXPECT_THROW(Checkpoint::saveRank(tmp, 2, 2, {shardOf(bottom, box({4, 0}, {4, 6}))}, {}), std::invalid_argument);
+  EXPECT_EQ(entriesOf(tmp), std::vector<std::string>{});
+  Checkpoint::abortSave(tmp);
+  EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{});
+}
+
+TEST(ShardedCheckpointTest, UncoveredRequestNamesTheTensorAndTheRegion) {
+  TempDir dir;
+  HostTensor w = patterned(DType::F32, {8, 6}, 7);
+  std::string path = saveLayout(dir / "ckpt", 3, {{"model", "w", &w, {box({0, 0}, {4, 6}), box({4, 0}, {4, 6})}}}, 2).directory;
+  // A manifest that lost rank 1's box.
+  nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
+  manifest["groups"]["model"]["tensors"][0]["boxes"].erase(1);
+  writeBytes(path + "/manifest.json", manifest.dump());
+  Checkpoint loaded = Checkpoint::load(path, kPlan);
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.read("model", "w"); }),
+                       "group 'model': tensor 'w': the saved boxes do not cover [4:8, 0:6] of the requested box [0:8, 0:6]"));
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", box({2, 3}, {4, 3})); }),
+                       "tensor 'w': the saved boxes do not cover [4:6, 3:6] of the requested box [2:6, 3:6]"));
+  expectBoxesLoad(loaded, "model", "w", w, {box({0, 0}, {4, 6}), box({1, 2}, {3, 2})});  // what is there still loads
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", box({6, 0}, {4, 6})); }),
+                       "tensor 'w': the requested box [6:10, 0:6] does not lie inside the saved shape [8, 6]"));
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "v", box({0, 0}, {4, 6})); }),
+                       "group 'model': tensor 'v': not found"));
+}
+
+TEST(ShardedCheckpointTest, CorruptedOrMisshapenShardsNameTheFile) {
+  TempDir dir;
+  HostTensor w = patterned(DType::F32, {8, 6}, 13);
+  std::string path = saveLayout(dir / "ckpt", 3, {{"model", "w", &w, {box({0, 0}, {4, 6}), box({4, 0}, {4, 6})}}}, 2).directory;
+  const std::string rank1 = path + "/model-rank00001-00001-of-00001.safetensors";
+  const std::string original = fileBytes(rank1);
+
+  std::string flipped = original;
+  flipped[flipped.size() - 5] ^= 0x10;
+  writeBytes(rank1, flipped);
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+                       rank1 + ": xxh3_64: the file hashes to"));
+  writeBytes(rank1, original);
+
+  // The manifest records a box whose shape is not the stored tensor's.
+  const std::string manifestText = fileBytes(path + "/manifest.json");
+  nlohmann::json manifest = nlohmann::json::parse(manifestText);
+  manifest["groups"]["model"]["tensors"][0]["boxes"][1]["shape"] = {3, 6};
+  writeBytes(path + "/manifest.json", manifest.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+                       rank1 + ": tensor 'w': f32 [4, 6], the manifest records the f32 box [4:7, 0:6] of shape [3, 6]"));
+  // Or boxes that overlap.
+  manifest = nlohmann::json::parse(manifestText);
+  manifest["groups"]["model"]["tensors"][0]["boxes"][1]["offset"] = {2, 0};
+  writeBytes(path + "/manifest.json", manifest.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+                       "groups.model.tensors[0].boxes[1]: tensor 'w': box [2:6, 0:6] overlaps box [0:4, 0:6]"));
+  writeBytes(path + "/manifest.json", manifestText);
+  EXPECT_EQ(Checkpoint::load(path, kPlan).read("model", "w").data, w.data);
+}
+
+TEST(ShardedCheckpointTest, RoundTripAcrossLayoutsIsBitExact) {
+  TempDir dir;
+  HostTensor up = patterned(DType::F32, {8, 6}, 17), moment = patterned(DType::F32, {8, 6}, 19);
+  HostTensor norm = patterned(DType::BF16, {6}, 23), step = patterned(DType::I64, {}, 29);
+  std::vector<ShardBox> rowsA = {box({0, 0}, {4, 6}), box({4, 0}, {4, 6})};          // layout A: TP=2 on dim 0
+  std::vector<ShardBox> colsB = {box({0, 0}, {8, 2}), box({0, 2}, {8, 2}), box({0, 4}, {8, 2})};  // layout B: 3 ranks on dim 1
+  auto placedA = [&](const HostTensor& u, const HostTensor& m, const HostTensor& n, const HostTensor& s) {
+    return std::vector<Placed>{{"model", "up.weight", &u, rowsA},
+                               {"model", "norm.weight", &n, std::vector<ShardBox>(2, box({0}, {6}))},
+                               {"optimizer", "exp_avg/up.weight", &m, rowsA},
+                               {"optimizer", "step", &s, std::vector<ShardBox>(2, box({}, {}))}};
+  };
+  std::string a = saveLayout(dir / "a", 4, placedA(up, moment, norm, step), 2).directory;
+
+  // Load A into B: each B rank assembles its boxes; then B saves them (rebuilt whole here only to
+  // feed saveLayout's slicing, which cuts each rank's box out again).
+  Checkpoint fromA = Checkpoint::load(a, kPlan);
+  auto assemble = [&](const Checkpoint& checkpoint, const std::string& group, const std::string& name,
+                      const std::vector<ShardBox>& boxes) {
+    HostTensor whole(checkpoint.dtype(group, name), checkpoint.globalShape(group, name));
+    for (const ShardBox& b : boxes) {
+      HostTensor part = checkpoint.readBox(group, name, b);
+      copyRegion(part.data.data(), b, whole.data.data(), wholeBox(whole.shape), b, dtypeSize(whole.dtype));
+    }
+    return whole;
+  };
+  HostTensor upB = assemble(fromA, "model", "up.weight", colsB), momentB = assemble(fromA, "optimizer", "exp_avg/up.weight", colsB);
+  HostTensor normB = fromA.readBox("model", "norm.weight", box({0}, {6})), stepB = fromA.readBox("optimizer", "step", box({}, {}));
+  std::string b = saveLayout(dir / "b", 4,
+                             {{"model", "up.weight", &upB, colsB},
+                              {"model", "norm.weight", &normB, std::vector<ShardBox>(3, box({0}, {6}))},
+                              {"optimizer", "exp_avg/up.weight", &momentB, colsB},
+                              {"optimizer", "step", &stepB, std::vector<ShardBox>(3, box({}, {}))}},
+                             3)
+                      .directory;
+
+  // B loads back into A's boxes, and A's files come out byte for byte.
+  Checkpoint fromB = Checkpoint::load(b, kPlan);
+  expectBoxesLoad(fromB, "model", "up.weight", up, rowsA);
+  expectBoxesLoad(fromB, "optimizer", "exp_avg/up.weight", moment, rowsA);
+  HostTensor upA = assemble(fromB, "model", "up.weight", rowsA), momentA = assemble(fromB, "optimizer", "exp_avg/up.weight", rowsA);
+  HostTensor normA = fromB.read("model", "norm.weight"), stepA = fromB.read("optimizer", "step");
+  std::string again = saveLayout(dir / "again", 4, placedA(upA, momentA, normA, stepA), 2).directory;
+  for (const std::string& file : entriesOf(a)) EXPECT_EQ(fileBytes(again + "/" + file), fileBytes(a + "/" + file)) << file;
+  EXPECT_EQ(entriesOf(again), entriesOf(a));
+}
+
+}  // namespace
+}  // namespace dgemma
