@@ -22,9 +22,7 @@ struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
         if (auto collective = dyn_cast<CommunicationOpInterface>(op))
           communicationBytes += collective.getCommunicationBytes();
         if (auto param = dyn_cast<ParamOp>(op)) {
-          auto type = param.getType();
-          parameterBytes[param.getName()] =
-              type.getNumElements() * std::max<int64_t>(type.getElementType().getIntOrFloatBitWidth() / 8, 1);
+          parameterBytes[param.getName()] = storageBytes(param.getType());
         }
       });
       int64_t totalParameterBytes = 0;

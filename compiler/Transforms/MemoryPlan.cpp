@@ -11,38 +11,6 @@ using namespace mlir::dg;
 
 namespace {
 
-int64_t bytesOf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  int64_t elementBits = tensor.getElementType().getIntOrFloatBitWidth();
-  return tensor.getNumElements() * std::max<int64_t>(elementBits / 8, 1);  // i1 is stored as a byte
-}
-
-bool isPersistent(Value root) { return root.getDefiningOp<ParamOp>() || root.getDefiningOp<ConstantOp>(); }
-
-// The storage behind a value: reshapes and stop_gradients are views of their input's storage, an
-// in-place collective (all_reduce, broadcast, reduce_to_root) works in place when nothing else
-// reads its input and that input is not a parameter or constant (whose persistent bytes it would
-// overwrite), and an optimizer update assigned straight back is written into its parameter
-// (inPlaceAssignTarget).
-Value storageRoot(Value value) {
-  for (;;) {
-    if (Value target = inPlaceAssignTarget(value)) {
-      value = target;
-    } else if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
-      value = reshape.getInput();
-    } else if (auto barrier = value.getDefiningOp<StopGradientOp>()) {
-      value = barrier.getInput();
-    } else if (Operation* collective = value.getDefiningOp();
-               collective && isInPlaceCollective(collective) && collective->getOperand(0).hasOneUse() &&
-               !isPersistent(storageRoot(collective->getOperand(0)))) {
-      value = collective->getOperand(0);
-    } else {
-      return value;
-    }
-  }
-}
-
-
 struct Interval {
   Value root;
   int64_t first = 0;
@@ -74,13 +42,13 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
     for (Operation& op : body) {
       for (Value result : op.getResults()) {
         Value root = storageRoot(result);
-        if (isPersistent(root)) continue;
+        if (isPersistentStorage(root)) continue;
         Interval& interval = intervals[root];
         if (!interval.root) {
           interval.root = root;
           interval.first = isa<InputOp>(op) ? 0 : position;
           interval.last = interval.first;
-          interval.bytes = bytesOf(root.getType());
+          interval.bytes = storageBytes(cast<RankedTensorType>(root.getType()));
         }
       }
       for (Value operand : op.getOperands()) {

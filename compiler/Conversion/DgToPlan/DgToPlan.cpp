@@ -276,7 +276,7 @@ class PlanBuilder {
         if (isInPlaceCollective(&op)) {
           // These collectives work in place. When their input is still needed, or is a parameter
           // or constant, they work on a copy (the memory planner gave the result its own bytes).
-          if (!op.getOperand(0).hasOneUse() || plan_.buffers[step.inputs[0]].arena == kPersistentArena) {
+          if (!collectiveWorksInPlace(&op)) {
             auto copyId = scratchBuffer(&op, op.getResult(0), step.op);
             if (failed(copyId)) return failure();
             entry.steps.push_back(copyStep(step.inputs[0], *copyId, step.location));

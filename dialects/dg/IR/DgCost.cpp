@@ -106,10 +106,7 @@ int64_t MoeExpertsBackwardOp::getFlops() {
 // Communication bytes (CommunicationOpInterface): what one rank receives, with the ring algorithms
 // (docs/kernels.md, "Collective steps"). G is the axis size; a group of one moves nothing.
 namespace {
-int64_t bytesOf(Value value) {
-  auto type = cast<RankedTensorType>(value.getType());
-  return type.getNumElements() * std::max<int64_t>(type.getElementTypeBitWidth() / 8, 1);
-}
+int64_t bytesOf(Value value) { return storageBytes(cast<RankedTensorType>(value.getType())); }
 int64_t groupOf(Operation* op) { return collectiveGroupSize(op).value_or(1); }
 }  // namespace
 

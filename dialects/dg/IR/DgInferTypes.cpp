@@ -14,21 +14,28 @@ LogicalResult notRanked(std::optional<Location> location, StringRef op) {
   return emitOptionalError(location, "'dg.", op, "' needs ranked tensor operands to infer its result types");
 }
 
+// One result per value in `sources`, each of that value's type.
+LogicalResult inferSameTypesAs(std::optional<Location> location, ValueRange sources, StringRef op,
+                               SmallVectorImpl<Type>& inferred) {
+  for (Value source : sources) {
+    auto type = rankedType(source);
+    if (!type) return notRanked(location, op);
+    inferred.push_back(type);
+  }
+  return success();
+}
+
 }  // namespace
 
 LogicalResult mlir::dg::inferBroadcastType(std::optional<Location> location, ValueRange operands, Value elementOf,
                                            SmallVectorImpl<Type>& inferred) {
-  SmallVector<int64_t> shape;
-  for (Value operand : operands) {
-    auto type = rankedType(operand);
-    if (!type) return emitOptionalError(location, "broadcasting needs ranked tensor operands");
-    auto broadcast = broadcastShapes(shape, type.getShape());
-    if (failed(broadcast)) return emitOptionalError(location, "operand shapes do not broadcast");
-    shape = std::move(*broadcast);
-  }
+  for (Value operand : operands)
+    if (!rankedType(operand)) return emitOptionalError(location, "broadcasting needs ranked tensor operands");
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapeOf(operands.getTypes());
+  if (failed(shape)) return emitOptionalError(location, "operand shapes do not broadcast");
   auto element = rankedType(elementOf);
   if (!element) return emitOptionalError(location, "broadcasting needs ranked tensor operands");
-  inferred.push_back(RankedTensorType::get(shape, element.getElementType()));
+  inferred.push_back(RankedTensorType::get(*shape, element.getElementType()));
   return success();
 }
 
@@ -36,12 +43,7 @@ LogicalResult mlir::dg::inferReduceType(std::optional<Location> location, Value 
                                         bool keepDims, SmallVectorImpl<Type>& inferred) {
   auto type = rankedType(input);
   if (!type) return emitOptionalError(location, "a reduction needs a ranked tensor input");
-  SmallVector<int64_t> shape;
-  for (int64_t d = 0; d < type.getRank(); ++d) {
-    if (!llvm::is_contained(dims, d)) shape.push_back(type.getDimSize(d));
-    else if (keepDims) shape.push_back(1);
-  }
-  inferred.push_back(RankedTensorType::get(shape, type.getElementType()));
+  inferred.push_back(RankedTensorType::get(reducedShape(type.getShape(), dims, keepDims), type.getElementType()));
   return success();
 }
 
@@ -87,10 +89,7 @@ bool MatmulOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) { r
 
 LogicalResult RmsNormOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
                                           SmallVectorImpl<Type>& inferred) {
-  auto input = rankedType(adaptor.getInput());
-  if (!input) return notRanked(location, "rms_norm");
-  inferred.push_back(input);
-  return success();
+  return inferSameTypesAs(location, adaptor.getInput(), "rms_norm", inferred);
 }
 
 LogicalResult TransposeOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
@@ -137,10 +136,7 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext*, std::optional<Location> l
 
 LogicalResult RopeOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
                                        SmallVectorImpl<Type>& inferred) {
-  auto input = rankedType(adaptor.getInput());
-  if (!input) return notRanked(location, "rope");
-  inferred.push_back(input);
-  return success();
+  return inferSameTypesAs(location, adaptor.getInput(), "rope", inferred);
 }
 
 namespace {
@@ -165,12 +161,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext*, std::optional<Location
 // dq, dk and dv have the types of q, k and v.
 LogicalResult AttentionBackwardOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
                                                     SmallVectorImpl<Type>& inferred) {
-  for (Value operand : {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}) {
-    auto type = rankedType(operand);
-    if (!type) return notRanked(location, "attention_backward");
-    inferred.push_back(type);
-  }
-  return success();
+  return inferSameTypesAs(location, {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}, "attention_backward",
+                          inferred);
 }
 
 // weights [N, k] in the logits' element type, indices [N, k] i64.
@@ -187,10 +179,7 @@ LogicalResult MoeRouteOp::inferReturnTypes(MLIRContext* context, std::optional<L
 
 LogicalResult MoeExpertsOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
                                              SmallVectorImpl<Type>& inferred) {
-  auto input = rankedType(adaptor.getInput());
-  if (!input) return notRanked(location, "moe_experts");
-  inferred.push_back(input);
-  return success();
+  return inferSameTypesAs(location, adaptor.getInput(), "moe_experts", inferred);
 }
 
 // One loss per position: the logits' shape without the vocabulary, in their element type.
@@ -205,8 +194,5 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext*, std::optional<Locat
 
 LogicalResult CrossEntropyBackwardOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
                                                        SmallVectorImpl<Type>& inferred) {
-  auto logits = rankedType(adaptor.getLogits());
-  if (!logits) return notRanked(location, "cross_entropy_backward");
-  inferred.push_back(logits);
-  return success();
+  return inferSameTypesAs(location, adaptor.getLogits(), "cross_entropy_backward", inferred);
 }

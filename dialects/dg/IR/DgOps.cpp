@@ -28,19 +28,35 @@ FailureOr<SmallVector<int64_t>> mlir::dg::broadcastShapes(ArrayRef<int64_t> lhs,
   return shape;
 }
 
-LogicalResult mlir::dg::verifyBroadcastShape(Operation* op) {
-  auto result = tensorType(op->getResult(0));
+FailureOr<SmallVector<int64_t>> mlir::dg::broadcastShapeOf(TypeRange types) {
   SmallVector<int64_t> shape;
-  for (Value operand : op->getOperands()) {
-    auto broadcast = broadcastShapes(shape, tensorType(operand).getShape());
-    if (failed(broadcast)) {
-      InFlightDiagnostic diagnostic = op->emitOpError() << "shapes ";
-      for (auto [index, other] : llvm::enumerate(op->getOperands()))
-        diagnostic << (index == 0 ? "" : index + 1 == op->getNumOperands() ? " and " : ", ") << other.getType();
-      return diagnostic << " do not broadcast";
-    }
+  for (Type type : types) {
+    auto broadcast = broadcastShapes(shape, cast<RankedTensorType>(type).getShape());
+    if (failed(broadcast)) return failure();
     shape = std::move(*broadcast);
   }
+  return shape;
+}
+
+SmallVector<int64_t> mlir::dg::reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> dims, bool keepDims) {
+  SmallVector<int64_t> reduced;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (!llvm::is_contained(dims, d)) reduced.push_back(shape[d]);
+    else if (keepDims) reduced.push_back(1);
+  }
+  return reduced;
+}
+
+LogicalResult mlir::dg::verifyBroadcastShape(Operation* op) {
+  auto result = tensorType(op->getResult(0));
+  FailureOr<SmallVector<int64_t>> broadcast = broadcastShapeOf(op->getOperandTypes());
+  if (failed(broadcast)) {
+    InFlightDiagnostic diagnostic = op->emitOpError() << "shapes ";
+    for (auto [index, other] : llvm::enumerate(op->getOperands()))
+      diagnostic << (index == 0 ? "" : index + 1 == op->getNumOperands() ? " and " : ", ") << other.getType();
+    return diagnostic << " do not broadcast";
+  }
+  const SmallVector<int64_t>& shape = *broadcast;
   if (ArrayRef<int64_t>(shape) != result.getShape())
     return op->emitOpError() << "result shape must be the broadcast shape "
                              << RankedTensorType::get(shape, result.getElementType()) << ", got " << result;
@@ -73,12 +89,7 @@ LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
       return op->emitOpError() << "dim " << dims[i] << " is outside the input's rank " << input.getRank();
     if (i > 0 && dims[i] <= dims[i - 1]) return op->emitOpError() << "dims must be sorted and unique";
   }
-  SmallVector<int64_t> expected;
-  for (int64_t d = 0; d < input.getRank(); ++d) {
-    bool reduced = llvm::is_contained(dims, d);
-    if (!reduced) expected.push_back(input.getDimSize(d));
-    else if (keepDims) expected.push_back(1);
-  }
+  SmallVector<int64_t> expected = reducedShape(input.getShape(), dims, keepDims);
   if (ArrayRef<int64_t>(expected) != result.getShape() || !isWideningResult(input.getElementType(), result.getElementType()))
     return op->emitOpError() << "result must be " << RankedTensorType::get(expected, input.getElementType())
                              << " (or f32 for a 16-bit input), got " << result;
@@ -229,6 +240,36 @@ Value mlir::dg::inPlaceAssignTarget(Value result) {
   const Value updated[] = {update.getParam(), update.getExpAvg(), update.getExpAvgSq()};
   Value target = updated[cast<OpResult>(result).getResultNumber()];
   return assign && assign.getValue() == result && assign.getTarget() == target ? target : Value();
+}
+
+int64_t mlir::dg::storageBytes(RankedTensorType type) {
+  return type.getNumElements() * std::max<int64_t>(type.getElementTypeBitWidth() / 8, 1);
+}
+
+bool mlir::dg::isPersistentStorage(Value root) { return root.getDefiningOp<ParamOp>() || root.getDefiningOp<ConstantOp>(); }
+
+bool mlir::dg::collectiveWorksInPlace(Operation* op) {
+  Value input = op->getOperand(0);
+  return input.hasOneUse() && !isPersistentStorage(storageRoot(input));
+}
+
+Value mlir::dg::storageRoot(Value value) {
+  for (;;) {
+    if (Value target = inPlaceAssignTarget(value)) {
+      value = target;
+    } else if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
+      value = reshape.getInput();
+    } else if (auto barrier = value.getDefiningOp<StopGradientOp>()) {
+      value = barrier.getInput();
+    } else if (Operation* collective = value.getDefiningOp(); collective && isInPlaceCollective(collective)) {
+      Value input = collective->getOperand(0);
+      if (!input.hasOneUse()) return value;
+      Value inputRoot = storageRoot(input);
+      return isPersistentStorage(inputRoot) ? value : inputRoot;
+    } else {
+      return value;
+    }
+  }
 }
 
 LogicalResult RmsNormBackwardOp::verify() {

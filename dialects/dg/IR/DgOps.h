@@ -21,7 +21,7 @@ LogicalResult verifyCollectiveOp(Operation* op);
 // the axis is not declared, which the collectives' verifiers reject.
 std::optional<int64_t> collectiveGroupSize(Operation* op);
 // The collectives that work in place (all_reduce, broadcast, reduce_to_root): the result takes
-// the input's storage when nothing else reads the input, and a copy of it otherwise.
+// the input's storage when collectiveWorksInPlace, and a copy of the input otherwise.
 bool isInPlaceCollective(Operation* op);
 
 // Result types inferred from the operands (InferTypeOpInterface) for op families; they fail, with an
@@ -38,6 +38,12 @@ bool isSameOrWidened(TypeRange inferred, TypeRange actual);
 
 // NumPy broadcast of two shapes; failure if incompatible.
 FailureOr<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs);
+// NumPy broadcast of every ranked tensor type in `types`; failure if incompatible. The one rule the
+// broadcasting ops' verifier and their type inference share.
+FailureOr<SmallVector<int64_t>> broadcastShapeOf(TypeRange types);
+// `shape` without the reduced `dims` (size 1 with keepDims): the reductions' result shape, shared by
+// their verifier and their type inference.
+SmallVector<int64_t> reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> dims, bool keepDims);
 
 // Whether an op computing from `operandElement` may produce `resultElement`: the same type, or f32
 // from a 16-bit float (a result computed in f32 and not rounded: dg-f32-gradient-accumulation). Allowed
@@ -49,6 +55,19 @@ bool isWideningResult(Type operandElement, Type resultElement);
 // writes it, so updating in place is exact). The memory planner gives such a result no scratch and
 // the plan drops the assign's copy. Null for any other value.
 Value inPlaceAssignTarget(Value result);
+
+// Storage, as the memory planner and the plan lowering share it. A value's storage root: reshapes
+// and stop_gradients are views of their input's storage, an in-place collective whose input
+// collectiveWorksInPlace shares its input's, and an optimizer update assigned straight back is
+// written into its parameter (inPlaceAssignTarget).
+Value storageRoot(Value value);
+// The bytes a tensor of `type` occupies (i1 is stored as a byte).
+int64_t storageBytes(RankedTensorType type);
+// Whether a root lives in the persistent arena (a parameter or a constant).
+bool isPersistentStorage(Value root);
+// Whether in-place collective `op` may reduce into its input's storage: nothing else reads the
+// input, and that storage is not persistent (it would overwrite a parameter's or constant's bytes).
+bool collectiveWorksInPlace(Operation* op);
 
 }  // namespace mlir::dg
 
