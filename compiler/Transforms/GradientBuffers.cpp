@@ -64,9 +64,12 @@ struct DgGradientBuffersPass : mlir::dg::impl::DgGradientBuffersBase<DgGradientB
       return signalPassFailure();
     }
     // The buffers, in optimizer_step's input order: the gradient types it takes.
+    SmallVector<InputOp> gradientInputs;
     llvm::MapVector<StringRef, RankedTensorType> gradients;
     optimizerStep.walk([&](InputOp input) {
-      if (isGradientName(input.getName())) gradients[input.getName()] = cast<RankedTensorType>(input.getType());
+      if (!isGradientName(input.getName())) return;
+      gradientInputs.push_back(input);
+      gradients[input.getName()] = cast<RankedTensorType>(input.getType());
     });
     if (gradients.empty()) {
       optimizerStep.emitError() << "dg-gradient-buffers: optimizer_step takes no " << dgemma::kGradientPrefix << " input";
@@ -76,7 +79,7 @@ struct DgGradientBuffersPass : mlir::dg::impl::DgGradientBuffersBase<DgGradientB
     for (auto function : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
       if (function != optimizerStep && function->hasAttr(kEntryAttr) && failed(accumulateOutputs(builder, function, gradients)))
         return signalPassFailure();
-    readBuffersIn(builder, optimizerStep, gradients);
+    readBuffersIn(builder, optimizerStep, gradientInputs);
     addGradientCheck(builder, module, gradients);
     addZeroGradients(builder, module, gradients);
   }
@@ -105,11 +108,7 @@ struct DgGradientBuffersPass : mlir::dg::impl::DgGradientBuffersBase<DgGradientB
   }
 
   // optimizer_step's grad/<name> inputs become reads of the buffers, zeroed after the update.
-  void readBuffersIn(OpBuilder& builder, func::FuncOp optimizerStep, const llvm::MapVector<StringRef, RankedTensorType>& gradients) {
-    SmallVector<InputOp> inputs;
-    optimizerStep.walk([&](InputOp input) {
-      if (isGradientName(input.getName())) inputs.push_back(input);
-    });
+  void readBuffersIn(OpBuilder& builder, func::FuncOp optimizerStep, ArrayRef<InputOp> inputs) {
     SmallVector<std::pair<Location, Value>> buffers;
     for (InputOp input : inputs) {
       builder.setInsertionPoint(input);
