@@ -1,5 +1,4 @@
-// Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): the float dtypes they compute in,
-// the serial fallback for parallel loops, a strided walk over row-major index spaces (broadcasting,
+// Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): the serial fallback for parallel loops, a strided walk over row-major index spaces (broadcasting,
 // transposes and reductions all read one tensor in another tensor's order), and the gelu_tanh formula
 // that more than one kernel evaluates.
 #pragma once
@@ -10,7 +9,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <string>
 #include <vector>
 
 #include "runtime/kernel_api/Kernel.h"
@@ -75,11 +73,6 @@ inline T dotProduct(const T* a, const T* b, int64_t n) {
   T sum = 0;
   for (int64_t lane = 0; lane < kLanes; ++lane) sum += partial[lane];
   return sum;
-}
-
-// The float dtypes the CPU kernels compute in (16-bit floats arrive widened, runtime/backends/cpu/ReducedPrecision.h).
-inline void expectFloat(const KernelSignature& signature, const Buffer& buffer, const std::string& role) {
-  expectDType(signature, buffer, {DType::F32, DType::F64}, role);
 }
 
 inline std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape) {

@@ -7,7 +7,6 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "support/Error.h"
-#include "runtime/core/HostTensor.h"
 #include "runtime/kernels/CudaKernels.h"
 
 namespace dgemma {

@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -4,7 +4,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 
 #include "runtime/kernels/CpuKernelSupport.h"

@@ -8,7 +8,6 @@
 // index into a's and b's offsets with one div/mod per remaining dim (32-bit arithmetic when the
 // output has fewer than 2^32 elements). Same-shape operands take a kernel without index math.
 // The accurate libdevice functions are used (no fast math); rsqrt is 1/sqrtf, as on the CPU.
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>

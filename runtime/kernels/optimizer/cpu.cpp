@@ -12,7 +12,7 @@ namespace {
 template <typename T>
 class AdamwKernel final : public Kernel {
  public:
-  explicit AdamwKernel(AdamwContract settings) : count_(settings.count), settings_(settings) {}
+  explicit AdamwKernel(AdamwContract settings) : settings_(settings) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* param = inputs[0].as<const T>();
@@ -27,7 +27,7 @@ class AdamwKernel final : public Kernel {
     const T beta1 = static_cast<T>(settings_.beta1), beta2 = static_cast<T>(settings_.beta2);
     const T keep1 = static_cast<T>(1.0 - settings_.beta1), keep2 = static_cast<T>(1.0 - settings_.beta2);
     const T epsilon = static_cast<T>(settings_.epsilon), weightDecay = static_cast<T>(settings_.weightDecay);
-    cpu::parallelFor(context, count_, cpu::kElementGrain, [&](int64_t begin, int64_t end) {
+    cpu::parallelFor(context, settings_.count, cpu::kElementGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const T g = grad[i] * gradScale;
         const T m = beta1 * firstMoment[i] + keep1 * g;
@@ -41,7 +41,6 @@ class AdamwKernel final : public Kernel {
   }
 
  private:
-  int64_t count_;
   AdamwContract settings_;
 };
 

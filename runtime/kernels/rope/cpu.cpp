@@ -15,7 +15,7 @@ template <typename T>
 class RopeKernel final : public Kernel {
  public:
   RopeKernel(RopeContract geometry, std::vector<T> frequencies)
-      : geometry_(geometry), frequencies_(std::move(frequencies)), inverse_(geometry.inverse) {}
+      : geometry_(geometry), frequencies_(std::move(frequencies)) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* x = inputs[0].as<const T>();
@@ -30,7 +30,7 @@ class RopeKernel final : public Kernel {
         for (int64_t i = 0; i < rotated; ++i) {
           const T angle = position * frequencies_[i];
           cosines[i] = std::cos(angle);
-          sines[i] = inverse_ ? -std::sin(angle) : std::sin(angle);  // sin(-a) = -sin(a) exactly
+          sines[i] = geometry_.inverse ? -std::sin(angle) : std::sin(angle);  // sin(-a) = -sin(a) exactly
         }
         for (int64_t head = 0; head < heads; ++head) {
           const T* xHead = x + (row * heads + head) * headDim;
@@ -55,7 +55,6 @@ class RopeKernel final : public Kernel {
  private:
   RopeContract geometry_;
   std::vector<T> frequencies_;  // f_i for the rotated pairs i < rotatedPairs
-  bool inverse_;                // rotate by -angle (the transpose)
 };
 
 // f_i = 1 / theta^(2i / frequency_dim), every step in T, as the contract and the reference model
