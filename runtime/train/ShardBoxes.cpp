@@ -4,17 +4,15 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "support/Shape.h"
+
 namespace dgemma {
 
 ShardBox wholeBox(const std::vector<int64_t>& globalShape) {
   return ShardBox{std::vector<int64_t>(globalShape.size(), 0), globalShape};
 }
 
-int64_t boxVolume(const ShardBox& box) {
-  int64_t volume = 1;
-  for (int64_t extent : box.shape) volume *= extent;
-  return volume;
-}
+int64_t boxVolume(const ShardBox& box) { return numElementsOf(box.shape); }
 
 bool boxFitsIn(const ShardBox& box, const std::vector<int64_t>& globalShape) {
   if (box.offset.size() != globalShape.size() || box.shape.size() != globalShape.size()) return false;
