@@ -3,12 +3,12 @@
 #include <xxhash.h>
 
 #include <cmath>
-#include <cstring>
 #include <set>
 #include <sstream>
 
 #include "support/Error.h"
 #include "runtime/core/Philox.h"
+#include "runtime/core/ShardBoxes.h"
 #include "runtime/io/Safetensors.h"
 
 namespace dgemma {
@@ -19,23 +19,8 @@ namespace {
 HostTensor sliceBox(const HostTensor& global, const std::vector<int64_t>& offset, const std::vector<int64_t>& shape) {
   if (offset == std::vector<int64_t>(offset.size(), 0) && shape == global.shape) return global;
   HostTensor shard(global.dtype, shape);
-  const size_t elementBytes = dtypeSize(global.dtype);
-  const size_t rank = shape.size();
-  std::vector<int64_t> globalStrides(rank, 1);
-  for (size_t d = rank; d-- > 1;) globalStrides[d - 1] = globalStrides[d] * global.shape[d];
-  const int64_t rowElements = rank ? shape[rank - 1] : 1;
-  const int64_t rows = rowElements ? shard.numElements() / rowElements : 0;
-  std::vector<int64_t> index(rank, 0);  // position of the current row within the shard
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t source = 0;
-    for (size_t d = 0; d < rank; ++d) source += (offset[d] + index[d]) * globalStrides[d];
-    std::memcpy(shard.data.data() + row * rowElements * elementBytes, global.data.data() + source * elementBytes,
-                rowElements * elementBytes);
-    for (size_t d = rank - 1; d-- > 0;) {
-      if (++index[d] < shape[d]) break;
-      index[d] = 0;
-    }
-  }
+  const ShardBox box{offset, shape};
+  copyRegion(global.data.data(), wholeBox(global.shape), shard.data.data(), box, box, dtypeSize(global.dtype));
   return shard;
 }
 

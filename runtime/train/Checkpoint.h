@@ -35,7 +35,7 @@
 
 #include "runtime/core/HostTensor.h"
 #include "runtime/io/Safetensors.h"
-#include "runtime/train/ShardBoxes.h"
+#include "runtime/core/ShardBoxes.h"
 
 namespace dgemma {
 

@@ -13,7 +13,7 @@
 
 #include "runtime/io/Safetensors.h"
 #include "runtime/train/Checkpoint.h"
-#include "runtime/train/ShardBoxes.h"
+#include "runtime/core/ShardBoxes.h"
 #include "support/DType.h"
 #include "support/Error.h"
 #include "test/unit/TestSupport.h"

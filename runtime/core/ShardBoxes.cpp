@@ -1,4 +1,4 @@
-#include "runtime/train/ShardBoxes.h"
+#include "runtime/core/ShardBoxes.h"
 
 #include <algorithm>
 #include <cstring>
