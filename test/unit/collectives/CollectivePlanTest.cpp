@@ -2,13 +2,11 @@
 // group of one (LocalCommunicator), and as per-rank programs lowered for each rank
 // (PlanLoweringOptions::rank) and run on two or three ranks over Gloo, which checks every
 // derivative rule against finite differences across ranks.
-#include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <thread>
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
 #include "compiler/Pipeline/Pipeline.h"
@@ -17,6 +15,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "runtime/comm/GlooCommunicator.h"
+#include "test/unit/comm/GlooRanks.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
@@ -255,12 +254,8 @@ void expectGradientsMatchFiniteDifferences(const char* program, int64_t ranks,
   const int64_t runs = 1 + 2 * ranks * size;
   std::vector<std::vector<double>> losses(runs, std::vector<double>(ranks));
   std::vector<std::vector<double>> gradients(ranks);
-  std::vector<std::string> failures(ranks);
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  std::vector<std::thread> threads;
-  for (int64_t rank = 0; rank < ranks; ++rank)
-    threads.emplace_back([&, rank] {
-      try {
+  const std::vector<std::string> failures =
+      test::runOnRanks(ranks, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
         const Plan& plan = plans[rank];
         std::unique_ptr<Backend> backend = createBackend("cpu", 1);
         CommunicatorSet communicators;
@@ -281,11 +276,7 @@ void expectGradientsMatchFiniteDifferences(const char* program, int64_t ranks,
             gradients[rank].assign(gradient.as<double>(), gradient.as<double>() + size);
           }
         }
-      } catch (const std::exception& error) {
-        failures[rank] = error.what();
-      }
-    });
-  for (std::thread& thread : threads) thread.join();
+      });
   for (int64_t rank = 0; rank < ranks; ++rank) ASSERT_EQ(failures[rank], "") << "rank " << rank;
 
   auto totalLoss = [&](int64_t run) {

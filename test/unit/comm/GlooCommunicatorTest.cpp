@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/comm/GlooCommunicator.h"
+#include "test/unit/comm/GlooRanks.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -25,20 +26,11 @@ using namespace std::chrono_literals;
 // Runs `body` on `size` ranks, each a thread with its own communicator, meeting through one
 // HashStore. A rank's exception fails the test with that rank's message.
 void runRanks(int64_t size, const std::function<void(Communicator&)>& body) {
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  std::vector<std::string> failures(static_cast<size_t>(size));
-  std::vector<std::thread> ranks;
-  for (int64_t rank = 0; rank < size; ++rank) {
-    ranks.emplace_back([&, rank] {
-      try {
+  const std::vector<std::string> failures =
+      test::runOnRanks(size, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
         std::unique_ptr<Communicator> communicator = createGlooCommunicator(store, rank, size, 10s);
         body(*communicator);
-      } catch (const std::exception& error) {
-        failures[static_cast<size_t>(rank)] = error.what();
-      }
-    });
-  }
-  for (std::thread& rank : ranks) rank.join();
+      });
   for (int64_t rank = 0; rank < size; ++rank) EXPECT_EQ(failures[static_cast<size_t>(rank)], "") << "rank " << rank;
 }
 

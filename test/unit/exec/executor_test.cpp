@@ -1,12 +1,11 @@
-#include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <thread>
 
 #include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
 #include "runtime/comm/GlooCommunicator.h"
+#include "test/unit/comm/GlooRanks.h"
 #include "runtime/exec/Executor.h"
 
 namespace dgemma {
@@ -206,12 +205,8 @@ TEST_F(ExecutorTest, AllToAllRejectsCountBuffersThatDoNotMatchTheGroup) {
 TEST(ExecutorGlooTest, AllToAllStepsExchangeUnevenCountsOverTwoAndThreeRanks) {
   for (int64_t peers : {2, 3}) {
     const int64_t capacity = 6;
-    auto store = std::make_shared<gloo::rendezvous::HashStore>();
-    std::vector<std::string> failures(static_cast<size_t>(peers));
-    std::vector<std::thread> ranks;
-    for (int64_t rank = 0; rank < peers; ++rank)
-      ranks.emplace_back([&, rank] {
-        try {
+    const std::vector<std::string> failures =
+        test::runOnRanks(peers, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
           Plan plan = allToAllPlan(peers, capacity);
           plan.worldSize = peers;
           plan.rank = rank;
@@ -239,11 +234,7 @@ TEST(ExecutorGlooTest, AllToAllStepsExchangeUnevenCountsOverTwoAndThreeRanks) {
           expected.resize(2 * capacity, 0.0f);
           const float* received = outputs["received"].as<float>();
           EXPECT_EQ(std::vector<float>(received, received + 2 * capacity), expected) << "rank " << rank;
-        } catch (const std::exception& error) {
-          failures[static_cast<size_t>(rank)] = error.what();
-        }
-      });
-    for (std::thread& rank : ranks) rank.join();
+        });
     for (int64_t rank = 0; rank < peers; ++rank) EXPECT_EQ(failures[rank], "") << peers << " ranks, rank " << rank;
   }
 }
