@@ -3,6 +3,7 @@
 
 #include "dialects/dg/IR/DgDialect.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -264,4 +265,121 @@ LogicalResult ShardingRuleAttr::verifyShapes(Operation* op) const {
   };
   return failure(failed(check(getOperands(), op->getOperandTypes(), "operand")) ||
                  failed(check(getResults(), op->getResultTypes(), "result")));
+}
+
+//===----------------------------------------------------------------------===//
+// #dg.sharding
+//===----------------------------------------------------------------------===//
+
+ShardingAttr ShardingAttr::replicated(MLIRContext* context, int64_t rank) {
+  SmallVector<ArrayAttr> dims(rank, ArrayAttr::get(context, {}));
+  return ShardingAttr::get(context, dims, ArrayRef<StringAttr>());
+}
+
+ShardingAttr ShardingAttr::get(MLIRContext* context, ArrayRef<SmallVector<StringRef>> dims, ArrayRef<StringRef> partial) {
+  auto axisList = [&](ArrayRef<StringRef> names) {
+    SmallVector<Attribute> axes;
+    for (StringRef name : names) axes.push_back(StringAttr::get(context, name));
+    return ArrayAttr::get(context, axes);
+  };
+  SmallVector<ArrayAttr> dimAttrs;
+  for (const SmallVector<StringRef>& dim : dims) dimAttrs.push_back(axisList(dim));
+  SmallVector<StringAttr> partialAttrs;
+  for (StringRef name : partial) partialAttrs.push_back(StringAttr::get(context, name));
+  return ShardingAttr::get(context, dimAttrs, partialAttrs);
+}
+
+SmallVector<StringRef> ShardingAttr::getDimAxes(int64_t dim) const {
+  SmallVector<StringRef> axes;
+  for (Attribute axis : getDims()[dim]) axes.push_back(llvm::cast<StringAttr>(axis).getValue());
+  return axes;
+}
+
+SmallVector<StringRef> ShardingAttr::getPartialAxes() const {
+  SmallVector<StringRef> axes;
+  for (StringAttr axis : getPartial()) axes.push_back(axis.getValue());
+  return axes;
+}
+
+SmallVector<StringRef> ShardingAttr::getUsedAxes() const {
+  SmallVector<StringRef> axes;
+  for (int64_t dim = 0; dim < getRank(); ++dim) llvm::append_range(axes, getDimAxes(dim));
+  llvm::append_range(axes, getPartialAxes());
+  return axes;
+}
+
+bool ShardingAttr::isReplicated() const {
+  return getPartial().empty() && llvm::all_of(getDims(), [](ArrayAttr dim) { return dim.empty(); });
+}
+
+namespace {
+void printAxisList(AsmPrinter& printer, ArrayRef<StringRef> axes) {
+  printer << "[";
+  llvm::interleaveComma(axes, printer, [&](StringRef axis) { printer.printKeywordOrString(axis); });
+  printer << "]";
+}
+
+ParseResult parseAxisList(AsmParser& parser, SmallVectorImpl<std::string>& names) {
+  return parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
+    return parser.parseKeywordOrString(&names.emplace_back());
+  });
+}
+}  // namespace
+
+void ShardingAttr::print(AsmPrinter& printer) const {
+  printer << "<[";
+  for (int64_t dim = 0; dim < getRank(); ++dim) {
+    if (dim) printer << ", ";
+    printAxisList(printer, getDimAxes(dim));
+  }
+  printer << "]";
+  if (!getPartial().empty()) {
+    printer << ", partial = ";
+    printAxisList(printer, getPartialAxes());
+  }
+  printer << ">";
+}
+
+Attribute ShardingAttr::parse(AsmParser& parser, Type) {
+  SMLoc start = parser.getCurrentLocation();
+  MLIRContext* context = parser.getContext();
+  auto toAttr = [&](ArrayRef<std::string> names) {
+    SmallVector<Attribute> axes;
+    for (const std::string& name : names) axes.push_back(StringAttr::get(context, name));
+    return axes;
+  };
+  SmallVector<ArrayAttr> dims;
+  if (parser.parseLess() || parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
+        SmallVector<std::string> names;
+        if (parseAxisList(parser, names)) return failure();
+        dims.push_back(ArrayAttr::get(context, toAttr(names)));
+        return success();
+      }))
+    return {};
+  SmallVector<StringAttr> partial;
+  if (succeeded(parser.parseOptionalComma())) {
+    SmallVector<std::string> names;
+    if (parser.parseKeyword("partial") || parser.parseEqual() || parseAxisList(parser, names)) return {};
+    for (const std::string& name : names) partial.push_back(StringAttr::get(context, name));
+  }
+  if (parser.parseGreater()) return {};
+  return parser.getChecked<ShardingAttr>(start, context, dims, partial);
+}
+
+LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError, ArrayRef<ArrayAttr> dims,
+                                   ArrayRef<StringAttr> partial) {
+  llvm::StringSet<> seen;
+  auto use = [&](Attribute axis) -> LogicalResult {
+    auto name = llvm::dyn_cast<StringAttr>(axis);
+    if (!name) return emitError() << "sharding axes must be names, got " << axis;
+    if (!seen.insert(name.getValue()).second)
+      return emitError() << "sharding uses mesh axis '" << name.getValue() << "' twice";
+    return success();
+  };
+  for (ArrayAttr dim : dims)
+    for (Attribute axis : dim)
+      if (failed(use(axis))) return failure();
+  for (StringAttr axis : partial)
+    if (failed(use(axis))) return failure();
+  return success();
 }

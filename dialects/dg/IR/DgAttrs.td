@@ -106,4 +106,40 @@ def Dg_ShardingRuleAttr : AttrDef<Dg_Dialect, "ShardingRule"> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Shardings (docs/parallelism.md, "How the passes shard")
+//===----------------------------------------------------------------------===//
+
+def Dg_ShardingAttr : AttrDef<Dg_Dialect, "Sharding"> {
+  let mnemonic = "sharding";
+  let summary = "How one tensor is laid out over the module's dg.mesh axes";
+  let description = [{
+    One list of mesh axes per dimension, major to minor: a dimension split over axes of total size
+    n holds, on each rank, the contiguous block that the rank's coordinates on those axes select
+    (row-major over the listed axes). `partial` lists the axes over which every rank's value is a
+    pending sum: the tensor is the sum of the ranks' values along them. An axis is used at most
+    once per sharding.
+
+        #dg.sharding<[[dp], [], [ep, tp]]>            // dim 0 over dp, dim 2 over ep then tp
+        #dg.sharding<[[], []], partial = [tp]>        // whole shape, a sum over tp pending
+        #dg.sharding<[]>                              // a replicated scalar
+  }];
+  let parameters = (ins OptionalArrayRefParameter<"::mlir::ArrayAttr", "mesh axes per dimension">:$dims,
+                        OptionalArrayRefParameter<"::mlir::StringAttr", "axes of a pending sum">:$partial);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    static ShardingAttr replicated(::mlir::MLIRContext* context, int64_t rank);
+    static ShardingAttr get(::mlir::MLIRContext* context, ::llvm::ArrayRef<::llvm::SmallVector<::llvm::StringRef>> dims,
+                            ::llvm::ArrayRef<::llvm::StringRef> partial = {});
+    int64_t getRank() const { return getDims().size(); }
+    // The axes dimension `dim` is split over, major to minor.
+    ::llvm::SmallVector<::llvm::StringRef> getDimAxes(int64_t dim) const;
+    ::llvm::SmallVector<::llvm::StringRef> getPartialAxes() const;
+    // Every axis the sharding uses, on a dimension or as a pending sum.
+    ::llvm::SmallVector<::llvm::StringRef> getUsedAxes() const;
+    bool isReplicated() const;  // no split dimension and no pending sum
+  }];
+}
+
 #endif // DG_ATTRS_TD

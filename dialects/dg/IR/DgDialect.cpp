@@ -1,4 +1,5 @@
 #include "dialects/dg/IR/DgDialect.h"
+#include "dialects/dg/IR/DgMesh.h"
 
 #include "dialects/dg/IR/DgOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -109,6 +110,20 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
     for (auto [offset, result] : llvm::zip(offsets.asArrayRef(), op->getResults()))
       if (offset < 0 && !(offset == -1 && inPlaceAssignTarget(result)))
         return op->emitOpError() << "'" << name << "' must hold offsets >= 0, or -1 for a result stored in a parameter";
+    return success();
+  }
+  if (name == kShardingsAttr) {
+    auto shardings = dyn_cast<ArrayAttr>(attribute.getValue());
+    if (!shardings || shardings.size() != op->getNumResults())
+      return op->emitOpError() << "'" << name << "' must hold one #dg.sharding per result";
+    Mesh mesh = Mesh::of(op->getParentOfType<ModuleOp>());
+    for (auto [index, entry, result] : llvm::enumerate(shardings, op->getResults())) {
+      auto sharding = dyn_cast<ShardingAttr>(entry);
+      auto type = dyn_cast<RankedTensorType>(result.getType());
+      if (!sharding || !type) return op->emitOpError() << "'" << name << "' entry " << index << " must be a #dg.sharding of a tensor";
+      if (failed(mesh.verify(sharding, type, [&]() { return op->emitOpError() << "result " << index << ": "; })))
+        return failure();
+    }
     return success();
   }
   if (name == kScratchBytesAttr) {

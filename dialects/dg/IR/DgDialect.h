@@ -19,6 +19,9 @@ inline constexpr llvm::StringLiteral kMeshAttr = "dg.mesh";      // on the modul
 // inPlaceAssignTarget); on each entry point, its scratch arena's size in bytes.
 inline constexpr llvm::StringLiteral kOffsetsAttr = "dg.offsets";
 inline constexpr llvm::StringLiteral kScratchBytesAttr = "dg.scratch_bytes";
+// Written by the sharding passes: on an op, one #dg.sharding per result (docs/parallelism.md, "How
+// the passes shard").
+inline constexpr llvm::StringLiteral kShardingsAttr = "dg.shardings";
 
 }  // namespace mlir::dg
 

@@ -1,0 +1,83 @@
+// The mesh geometry of DgMesh.h.
+#include "dialects/dg/IR/DgMesh.h"
+
+#include "dialects/dg/IR/DgDialect.h"
+
+using namespace mlir;
+using namespace mlir::dg;
+
+Mesh Mesh::of(ModuleOp module) {
+  Mesh mesh;
+  if (auto attr = module ? module->getAttrOfType<DictionaryAttr>(kMeshAttr) : DictionaryAttr())
+    for (NamedAttribute axis : attr)
+      mesh.axes_.push_back({axis.getName().str(), cast<IntegerAttr>(axis.getValue()).getInt()});
+  return mesh;
+}
+
+int64_t Mesh::worldSize() const {
+  int64_t size = 1;
+  for (const auto& axis : axes_) size *= axis.second;
+  return size;
+}
+
+std::optional<int64_t> Mesh::axisSize(StringRef axis) const {
+  for (const auto& [name, size] : axes_)
+    if (name == axis) return size;
+  return std::nullopt;
+}
+
+SmallVector<int64_t> Mesh::coordinates(int64_t rank) const {
+  SmallVector<int64_t> coords(axes_.size(), 0);
+  for (int64_t i = static_cast<int64_t>(axes_.size()) - 1; i >= 0; --i) {
+    coords[i] = rank % axes_[i].second;
+    rank /= axes_[i].second;
+  }
+  return coords;
+}
+
+std::optional<int64_t> Mesh::coordinate(int64_t rank, StringRef axis) const {
+  SmallVector<int64_t> coords = coordinates(rank);
+  for (auto [index, entry] : llvm::enumerate(axes_))
+    if (entry.first == axis) return coords[index];
+  return std::nullopt;
+}
+
+int64_t Mesh::splitOf(ShardingAttr sharding, int64_t dim) const {
+  int64_t split = 1;
+  for (StringRef axis : sharding.getDimAxes(dim)) split *= axisSize(axis).value_or(1);
+  return split;
+}
+
+LogicalResult Mesh::verify(ShardingAttr sharding, RankedTensorType type,
+                           function_ref<InFlightDiagnostic()> emitError) const {
+  if (sharding.getRank() != type.getRank())
+    return emitError() << "sharding " << sharding << " has rank " << sharding.getRank() << ", the value's type is "
+                       << type;
+  for (StringRef axis : sharding.getUsedAxes())
+    if (!axisSize(axis)) return emitError() << "sharding " << sharding << " names mesh axis '" << axis
+                                            << "', which the module's dg.mesh does not declare";
+  for (int64_t dim = 0; dim < type.getRank(); ++dim) {
+    int64_t split = splitOf(sharding, dim);
+    if (type.getDimSize(dim) % split != 0)
+      return emitError() << "sharding " << sharding << " splits dimension " << dim << " of " << type << " " << split
+                         << " ways, which does not divide it";
+  }
+  return success();
+}
+
+SmallVector<int64_t> Mesh::localShape(ShardingAttr sharding, ArrayRef<int64_t> globalShape) const {
+  SmallVector<int64_t> shape(globalShape);
+  for (int64_t dim = 0; dim < sharding.getRank(); ++dim) shape[dim] /= splitOf(sharding, dim);
+  return shape;
+}
+
+SmallVector<int64_t> Mesh::shardOffset(ShardingAttr sharding, ArrayRef<int64_t> globalShape, int64_t rank) const {
+  SmallVector<int64_t> local = localShape(sharding, globalShape);
+  SmallVector<int64_t> offset(globalShape.size(), 0);
+  for (int64_t dim = 0; dim < sharding.getRank(); ++dim) {
+    int64_t block = 0;
+    for (StringRef axis : sharding.getDimAxes(dim)) block = block * *axisSize(axis) + *coordinate(rank, axis);
+    offset[dim] = block * local[dim];
+  }
+  return offset;
+}

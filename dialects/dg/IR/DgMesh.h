@@ -1,0 +1,50 @@
+// The module's device mesh (dg.mesh) and the geometry of a #dg.sharding over it: which block of a
+// global tensor a rank holds. The mesh's axes are orthogonal "base" axes, row-major in the order the
+// attribute lists them (a dictionary, so alphabetical), the last axis fastest; the logical groups
+// of a parallel layout (dense DP, TP, EP, expert DP) are unions of them (docs/parallelism.md,
+// "Meshes").
+#ifndef DIALECTS_DG_IR_DGMESH_H
+#define DIALECTS_DG_IR_DGMESH_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "dialects/dg/IR/DgAttrs.h"
+#include "llvm/ADT/SmallVector.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+namespace mlir::dg {
+
+class Mesh {
+ public:
+  Mesh() = default;
+  // The module's dg.mesh; a module without one is a mesh of one rank.
+  static Mesh of(ModuleOp module);
+
+  ArrayRef<std::pair<std::string, int64_t>> axes() const { return axes_; }
+  int64_t worldSize() const;
+  std::optional<int64_t> axisSize(StringRef axis) const;
+  // Rank r's coordinate on every axis, in the mesh's order.
+  SmallVector<int64_t> coordinates(int64_t rank) const;
+  std::optional<int64_t> coordinate(int64_t rank, StringRef axis) const;
+
+  // How many blocks `sharding` cuts dimension `dim` into (the product of its axes' sizes).
+  int64_t splitOf(ShardingAttr sharding, int64_t dim) const;
+  // Whether every axis of `sharding` is a mesh axis, its rank is the type's and each split
+  // dimension divides evenly; emits an error naming what does not fit.
+  LogicalResult verify(ShardingAttr sharding, RankedTensorType type, function_ref<InFlightDiagnostic()> emitError) const;
+  // The shape one rank holds.
+  SmallVector<int64_t> localShape(ShardingAttr sharding, ArrayRef<int64_t> globalShape) const;
+  // Where rank `rank`'s block starts in the global tensor.
+  SmallVector<int64_t> shardOffset(ShardingAttr sharding, ArrayRef<int64_t> globalShape, int64_t rank) const;
+
+ private:
+  SmallVector<std::pair<std::string, int64_t>> axes_;
+};
+
+}  // namespace mlir::dg
+
+#endif
