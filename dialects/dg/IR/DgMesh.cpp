@@ -2,6 +2,7 @@
 #include "dialects/dg/IR/DgMesh.h"
 
 #include "dialects/dg/IR/DgDialect.h"
+#include "mlir/IR/Builders.h"
 
 using namespace mlir;
 using namespace mlir::dg;
@@ -80,4 +81,33 @@ SmallVector<int64_t> Mesh::shardOffset(ShardingAttr sharding, ArrayRef<int64_t> 
     offset[dim] = block * local[dim];
   }
   return offset;
+}
+
+std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64_t dataParallel,
+                                                   int64_t expertParallel) {
+  if (tensorParallel < 1 || dataParallel < 1 || expertParallel < 1) return std::nullopt;
+  if (dataParallel % expertParallel != 0) return std::nullopt;
+  if (expertParallel > 1 && expertParallel % tensorParallel != 0) return std::nullopt;
+  int64_t epInner = expertParallel > 1 ? expertParallel / tensorParallel : 1;
+  LayoutGroups groups;
+  auto add = [&](StringRef name, int64_t size) {
+    if (size > 1) groups.axes.push_back({name.str(), size});
+    return size > 1;
+  };
+  bool hasDp = add("dp", dataParallel / epInner), hasEp = add("ep", epInner), hasTp = add("tp", tensorParallel);
+  if (hasDp) groups.data.push_back("dp");
+  if (hasEp) groups.data.push_back("ep");
+  if (hasTp) groups.tensor.push_back("tp");
+  if (hasEp) groups.expert.push_back("ep");
+  if (expertParallel > 1 && hasTp) groups.expert.push_back("tp");
+  if (hasDp) groups.expertData.push_back("dp");
+  if (expertParallel == 1 && hasTp) groups.expertData.push_back("tp");
+  return groups;
+}
+
+DictionaryAttr mlir::dg::meshAttr(MLIRContext* context, ArrayRef<std::pair<std::string, int64_t>> axes) {
+  Builder builder(context);
+  SmallVector<NamedAttribute> entries;
+  for (const auto& [name, size] : axes) entries.push_back(builder.getNamedAttr(name, builder.getI64IntegerAttr(size)));
+  return builder.getDictionaryAttr(entries);
 }

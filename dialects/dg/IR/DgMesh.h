@@ -45,6 +45,24 @@ class Mesh {
   SmallVector<std::pair<std::string, int64_t>> axes_;
 };
 
+// A Megatron-style parallel layout as base axes and the logical groups built from them (contract of
+// docs/parallelism.md, "Meshes"): world = TP x DP = EDP x EP, TP fastest, EP groups of consecutive
+// ranks. Base axes (size-1 ones dropped): `dp` (DP / epInner), `ep` (epInner: EP / TP
+// when TP > 1, else EP; absent when EP = 1) and `tp`. Requires TP to divide EP when EP > 1.
+struct LayoutGroups {
+  SmallVector<std::pair<std::string, int64_t>> axes;  // the dg.mesh, outer to inner
+  SmallVector<std::string> data;        // dense data parallel: {dp, ep}
+  SmallVector<std::string> tensor;      // {tp}
+  SmallVector<std::string> expert;      // {ep} plus {tp} when EP > 1 and TP > 1
+  SmallVector<std::string> expertData;  // {dp}, plus {tp} when EP = 1 and TP > 1
+};
+// Fails (nullopt) when the sizes are not positive, EP does not divide DP, or EP > 1 and TP does not
+// divide it.
+std::optional<LayoutGroups> layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel);
+
+// The dg.mesh attribute of these axes.
+DictionaryAttr meshAttr(MLIRContext* context, ArrayRef<std::pair<std::string, int64_t>> axes);
+
 }  // namespace mlir::dg
 
 #endif
