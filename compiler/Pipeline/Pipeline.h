@@ -1,6 +1,6 @@
-// The pass pipeline dgemma-compile runs, in the stages that `--emit` can stop at. The phases to come
-// slot in between (docs/architecture.md): sharding after differentiation, recomputation and fusion
-// before planning.
+// The pass pipeline dgemma-compile runs, in the stages that `--emit` can stop at: differentiation,
+// sharding (whole program, then one partition per rank), planning. The phases to come slot in
+// between (docs/architecture.md): recomputation and fusion before planning.
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "plan/OptimizerSettings.h"
 
 namespace mlir::dg {
@@ -23,6 +24,25 @@ struct PipelineOptions {
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options);
 // Stage "plan": the lowering-ready module (simplified, memory planned).
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options);
+
+// A parallel layout for the sharding stage (docs/parallelism.md): world = TP x DP = EDP x EP.
+struct ShardingOptions {
+  int64_t tensorParallel = 1;
+  int64_t dataParallel = 1;
+  int64_t expertParallel = 1;
+  bool sequenceParallel = false;
+  bool distributedOptimizer = true;  // ZeRO-1: optimizer state sharded over the data-parallel ranks
+
+  int64_t worldSize() const { return tensorParallel * dataParallel; }
+};
+
+// Stage "sharded", on the whole program: the layout's mesh, the parameters' and inputs' shardings
+// (dg-shard-annotate) and every value's (dg-shard-propagate). Every rank's program comes from this one
+// annotated module.
+LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options);
+// Rank `rank`'s program: a copy of the annotated module partitioned for that rank (dg-shard-partition),
+// with the expert all-gathers turned into all-to-all dispatch (dg-expert-dispatch).
+FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank);
 
 // Registers the stages as textual pipelines for dgemma-opt, so that lit can run exactly what
 // dgemma-compile runs: --dg-infer-pipeline (simplify), --dg-train-pipeline{loss=... optimizer=...

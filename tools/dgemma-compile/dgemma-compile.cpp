@@ -23,6 +23,7 @@
 #include "support/AtomicFile.h"
 #include "plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
+#include "tools/dgemma-compile/Report.h"
 
 namespace {
 
@@ -47,6 +48,7 @@ struct CompileFlags {
   int64_t vocabSize = 128;
   int64_t tp = 1, ep = 1, dp = 1;
   bool sequenceParallel = false;
+  bool distributedOptimizer = true;
   std::string recompute = "none";
   std::string precision = "fp32";
   std::string backend = "cpu";
@@ -79,11 +81,12 @@ dgemma::ParallelLayout parallelLayout(const CompileFlags& flags) {
   return dgemma::ParallelLayout{flags.tp, flags.dp, flags.ep, flags.sequenceParallel};
 }
 
-// A layout the model allows still needs the sharding passes; one it does not allow is named by the
-// constraint it breaks first (checkParallelLayout), so that the error says what to change.
-void rejectMultiRankLayout(const CompileFlags& flags) {
-  if (flags.tp != 1 || flags.ep != 1 || flags.dp != 1 || flags.sequenceParallel)
-    throw InputError("--tp/--ep/--dp/--sp: multi-rank layouts need the sharding passes, which are not built yet");
+mlir::dg::ShardingOptions shardingOptions(const CompileFlags& flags) {
+  return mlir::dg::ShardingOptions{flags.tp, flags.dp, flags.ep, flags.sequenceParallel, flags.distributedOptimizer};
+}
+
+bool isMultiRank(const CompileFlags& flags) {
+  return flags.tp != 1 || flags.ep != 1 || flags.dp != 1 || flags.sequenceParallel;
 }
 
 // Flags whose features later work adds are rejected now rather than silently ignored.
@@ -173,7 +176,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     options.train = flags.mode == "train";
     if (options.hiddenSize < 1 || options.vocabSize < 1)
       throw InputError("--hidden-size/--vocab-size: expected positive integers");
-    rejectMultiRankLayout(flags);
+    if (isMultiRank(flags))
+      throw InputError(std::string("--tp/--ep/--dp/--sp: ") + mlir::dg::kRmsNormMatmulSoftmaxName +
+                       " has no parallel mapping; multi-rank layouts are for DiffusionGemma configs");
     return mlir::dg::buildRmsNormMatmulSoftmax(context, options);
   }
 
@@ -189,7 +194,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));
   dgemma::checkParallelLayout(config, parallelLayout(flags), parseLengths(flags.promptLengths), config.canvasLength);
-  rejectMultiRankLayout(flags);
+  metadata["layout"] = {{"tp", flags.tp}, {"dp", flags.dp}, {"ep", flags.ep}, {"sp", flags.sequenceParallel},
+                        {"distributed_optimizer", flags.distributedOptimizer}};
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = dgemma::ModelFamily::DiffusionGemma;
   fields.modelConfig = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
@@ -200,9 +206,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
       "prompt_len", 1, {{"input_ids", config.padTokenId}, {"attention_mask", 0}}, {"encoder_hidden", "encoder_k.", "encoder_v."}};
   const mlir::dg::Precision precision = *mlir::dg::parsePrecision(flags.precision);  // CLI11 checked the name
   metadata["precision"] = mlir::dg::precisionName(precision);
+  // --micro-batch is per data-parallel rank (Megatron's micro_batch_size): the program is built for
+  // the global micro-batch and the partitioner gives each rank its share.
+  const int64_t globalMicroBatch = flags.microBatch * flags.dp;
   if (flags.mode == "train") {
     mlir::dg::DiffusionGemmaTrainOptions options;
-    options.microBatch = flags.microBatch;
+    options.microBatch = globalMicroBatch;
     options.promptLengths = parseLengths(flags.promptLengths);
     options.objective = trainingObjective(flags);
     options.precision = precision;
@@ -210,31 +219,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     return mlir::dg::buildDiffusionGemmaTrain(context, config, options);
   }
   mlir::dg::DiffusionGemmaForwardOptions options;
-  options.microBatch = flags.microBatch;
+  options.microBatch = globalMicroBatch;
   options.promptLengths = parseLengths(flags.promptLengths);
   options.precision = precision;
   return mlir::dg::buildDiffusionGemmaForward(context, config, options);
 }
 
-void printReport(mlir::ModuleOp module, const dgemma::Plan& plan) {
-  uint64_t parameterBytes = 0;
-  for (const dgemma::Parameter& parameter : plan.parameters) parameterBytes += plan.buffers[parameter.buffer].bytes();
-  std::printf("%-44s %14s %14s\n", "entry point", "flops", "scratch_bytes");
-  for (auto function : module.getOps<mlir::func::FuncOp>()) {
-    if (!function->hasAttr(mlir::dg::kEntryAttr)) continue;
-    dgemma::EntryPoint entry;  // only for its key
-    entry.name = function->getAttrOfType<mlir::StringAttr>(mlir::dg::kEntryAttr).getValue().str();
-    if (auto bucket = function->getAttrOfType<mlir::DictionaryAttr>(mlir::dg::kBucketAttr))
-      for (mlir::NamedAttribute dimension : bucket)
-        entry.bucket[dimension.getName().str()] = mlir::cast<mlir::IntegerAttr>(dimension.getValue()).getInt();
-    int64_t flops = 0;
-    function.walk([&](mlir::dg::CostOpInterface op) { flops += op.getFlops(); });
-    int64_t scratch = function->getAttrOfType<mlir::IntegerAttr>(mlir::dg::kScratchBytesAttr).getInt();
-    std::printf("%-44s %14lld %14lld\n", entry.key().c_str(), static_cast<long long>(flops), static_cast<long long>(scratch));
-  }
-  std::printf("parameters: %zu (%llu bytes); arenas: persistent %llu bytes, scratch %llu bytes (shared by all entry points)\n",
-              plan.parameters.size(), static_cast<unsigned long long>(parameterBytes),
-              static_cast<unsigned long long>(plan.arenas[0].bytes), static_cast<unsigned long long>(plan.arenas[1].bytes));
+// The text model's hidden size, for the report's analytic minimum (0 for the built-in graph).
+int64_t modelHiddenSize(const RuntimeFields& fields) {
+  const nlohmann::json* config = &fields.modelConfig;
+  if (config->contains("text_config")) config = &(*config)["text_config"];
+  return config->value("hidden_size", int64_t{0});
 }
 
 // A preset's values fill the flags the command line left unset (explicit flags win), through
@@ -257,8 +252,8 @@ int compile(const CompileFlags& flags) {
   if (flags.mode != "train" && flags.mode != "infer") throw InputError("--mode: expected train or infer");
   rejectUnbuiltFeatures(flags);
   if (flags.emit.empty() && flags.output.empty()) throw InputError("-o: an output plan directory is required (or --emit)");
-  if (flags.emit == "sharded" || flags.emit == "recompute")
-    throw InputError("--emit " + flags.emit + ": that stage does not exist yet (sharding and recomputation passes are not built)");
+  if (flags.emit == "recompute")
+    throw InputError("--emit recompute: that stage does not exist yet (the recomputation pass is not built)");
 
   mlir::MLIRContext context;
   // Diagnostics go to stderr as "loc: error: message"; a failed stage is bad input (exit 2).
@@ -291,26 +286,53 @@ int compile(const CompileFlags& flags) {
     llvm::outs() << "\n";
     return 0;
   }
-  if (mlir::failed(mlir::dg::runPlanningStage(*module, pipeline))) throw InputError("memory planning failed (see above)");
-
-  mlir::dg::PlanLoweringOptions lowering;
-  lowering.producer = "dgemma-compile";
-  lowering.metadata = metadata;
-  auto plan = mlir::dg::lowerToPlan(*module, lowering);
-  if (mlir::failed(plan)) throw InputError("lowering to a plan failed (see above)");
-  fields.copyInto(*plan);
-  dgemma::validatePlan(*plan, "<compiled plan>");
-
-  if (flags.emit == "plan-json") {
-    std::cout << dgemma::planToJson(*plan).dump(2) << "\n";
+  const bool multiRank = isMultiRank(flags);
+  if (multiRank && mlir::failed(mlir::dg::runShardingStage(*module, shardingOptions(flags))))
+    throw InputError("sharding failed (see above)");
+  if (flags.emit == "sharded") {
+    module->print(llvm::outs());
+    llvm::outs() << "\n";
     return 0;
   }
-  if (flags.report) printReport(*module, *plan);
+
+  // One plan per rank, each from its own partition of the annotated module.
+  const int64_t worldSize = multiRank ? shardingOptions(flags).worldSize() : 1;
+  std::vector<dgemma::Plan> plans;
+  std::vector<RankReport> reports;
+  for (int64_t rank = 0; rank < worldSize; ++rank) {
+    mlir::OwningOpRef<mlir::ModuleOp> partition;
+    if (multiRank) {
+      auto partitioned = mlir::dg::partitionForRank(*module, rank);
+      if (mlir::failed(partitioned)) throw InputError("partitioning for rank " + std::to_string(rank) + " failed (see above)");
+      partition = std::move(*partitioned);
+    }
+    mlir::ModuleOp program = multiRank ? *partition : *module;
+    if (mlir::failed(mlir::dg::runPlanningStage(program, pipeline))) throw InputError("memory planning failed (see above)");
+    mlir::dg::PlanLoweringOptions lowering;
+    lowering.producer = "dgemma-compile";
+    lowering.metadata = metadata;
+    if (multiRank) lowering.rank = rank;
+    auto plan = mlir::dg::lowerToPlan(program, lowering);
+    if (mlir::failed(plan)) throw InputError("lowering to a plan failed (see above)");
+    fields.copyInto(*plan);
+    dgemma::validatePlan(*plan, "<compiled plan of rank " + std::to_string(rank) + ">");
+    if (flags.emit == "plan-json") {
+      std::cout << dgemma::planToJson(*plan).dump(2) << "\n";
+      return 0;
+    }
+    if (flags.report) {
+      if (rank == 0) printEntryReport(program);
+      reports.push_back(rankReport(program, *plan));
+    }
+    plans.push_back(std::move(*plan));
+  }
+  if (flags.report) printRankReport(reports, analyticMinimum(*module, shardingOptions(flags), modelHiddenSize(fields)));
 
   std::filesystem::create_directories(flags.output);
-  dgemma::writePlanFile(*plan, dgemma::planFileForRank(flags.output, plan->rank));
-  std::cerr << "dgemma-compile: wrote " << dgemma::planFileForRank(flags.output, plan->rank) << " ("
-            << plan->entryPoints.size() << " entry points, " << plan->parameters.size() << " parameters)\n";
+  for (const dgemma::Plan& plan : plans) dgemma::writePlanFile(plan, dgemma::planFileForRank(flags.output, plan.rank));
+  std::cerr << "dgemma-compile: wrote " << plans.size() << " plan" << (plans.size() == 1 ? "" : "s") << " to "
+            << flags.output << " (" << plans.front().entryPoints.size() << " entry points, "
+            << plans.front().parameters.size() << " parameters per rank)\n";
   return 0;
 }
 
@@ -346,12 +368,14 @@ int main(int argc, char** argv) {
   app.add_option("--ep", flags.ep, "expert-parallel size");
   app.add_option("--dp", flags.dp, "data-parallel size");
   app.add_flag("--sp", flags.sequenceParallel, "sequence parallelism");
+  app.add_flag("--distributed-optimizer,!--no-distributed-optimizer", flags.distributedOptimizer,
+               "ZeRO-1: optimizer state sharded over the data-parallel ranks (default on)");
   app.add_option("--recompute", flags.recompute, "none | full | selective")->check(CLI::IsMember({"none", "full", "selective"}));
   app.add_option("--precision", flags.precision, "fp32 | bf16 (mixed: bf16 compute, f32 masters, docs/training.md, 'Mixed precision')")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", flags.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
       ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));
-  app.add_flag("--report", flags.report, "print per-entry FLOPs and memory");
+  app.add_flag("--report", flags.report, "print per-entry FLOPs and, per rank, memory and communication per step");
   app.add_option("-o,--output", flags.output, "plan directory to write");
 
   int exitCode = 0;

@@ -1,0 +1,178 @@
+// dgemma-compile --report (Report.h).
+#include "tools/dgemma-compile/Report.h"
+
+#include <cstdio>
+
+#include "dialects/dg/IR/DgDialect.h"
+#include "dialects/dg/IR/DgMesh.h"
+#include "dialects/dg/IR/DgOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringSet.h"
+#include "plan/Names.h"
+
+namespace {
+
+using namespace mlir;
+
+std::string entryName(func::FuncOp function) {
+  auto name = function->getAttrOfType<StringAttr>(dg::kEntryAttr);
+  return name ? name.getValue().str() : std::string();
+}
+
+int64_t bucketSize(func::FuncOp function, StringRef dimension) {
+  auto bucket = function->getAttrOfType<DictionaryAttr>(dg::kBucketAttr);
+  auto size = bucket ? dyn_cast_or_null<IntegerAttr>(bucket.get(dimension)) : IntegerAttr();
+  return size ? size.getInt() : 0;
+}
+
+// The entry points one optimizer step of one micro-batch runs: every entry except the train_step
+// and forward buckets but the largest (by prompt length).
+SmallVector<func::FuncOp> stepEntries(ModuleOp module) {
+  SmallVector<func::FuncOp> entries;
+  std::map<std::string, func::FuncOp> largestBucket;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    std::string name = entryName(function);
+    if (name.empty()) continue;
+    if (name != "train_step" && name != "forward") {
+      entries.push_back(function);
+      continue;
+    }
+    auto [slot, inserted] = largestBucket.try_emplace(name, function);
+    if (!inserted && bucketSize(function, "prompt_len") > bucketSize(slot->second, "prompt_len")) slot->second = function;
+  }
+  for (auto& [name, function] : largestBucket) entries.push_back(function);
+  return entries;
+}
+
+uint64_t bytesOf(RankedTensorType type) {
+  return static_cast<uint64_t>(type.getNumElements()) * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
+dg::ShardingAttr resultSharding(Value value) {
+  Operation* producer = value.getDefiningOp();
+  auto shardings = producer ? producer->getAttrOfType<ArrayAttr>(dg::kShardingsAttr) : ArrayAttr();
+  if (!shardings) return {};
+  return dyn_cast<dg::ShardingAttr>(shardings[cast<OpResult>(value).getResultNumber()]);
+}
+
+// How many ways `value`'s dim `dim` is split in the annotated module (1 when not annotated).
+int64_t splitOf(const dg::Mesh& mesh, Value value, int64_t dim) {
+  dg::ShardingAttr sharding = resultSharding(value);
+  return sharding ? mesh.splitOf(sharding, dim) : 1;
+}
+
+// The ring factor of a collective over g ranks: each rank receives (g - 1) / g of the buffer.
+double ringShare(int64_t groupSize) { return groupSize > 1 ? double(groupSize - 1) / double(groupSize) : 0.0; }
+
+// Bytes with a binary unit that keeps three significant digits or more: "11.7 GiB", "412 KiB".
+std::string human(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = double(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+}  // namespace
+
+void printEntryReport(ModuleOp program) {
+  std::printf("%-44s %14s %14s\n", "entry point (rank 0)", "flops", "scratch_bytes");
+  for (auto function : program.getOps<func::FuncOp>()) {
+    if (!function->hasAttr(dg::kEntryAttr)) continue;
+    dgemma::EntryPoint entry;  // only for its key
+    entry.name = entryName(function);
+    if (auto bucket = function->getAttrOfType<DictionaryAttr>(dg::kBucketAttr))
+      for (NamedAttribute dimension : bucket)
+        entry.bucket[dimension.getName().str()] = cast<IntegerAttr>(dimension.getValue()).getInt();
+    int64_t flops = 0;
+    function.walk([&](dg::CostOpInterface op) { flops += op.getFlops(); });
+    int64_t scratch = function->getAttrOfType<IntegerAttr>(dg::kScratchBytesAttr).getInt();
+    std::printf("%-44s %14lld %14lld\n", entry.key().c_str(), static_cast<long long>(flops), static_cast<long long>(scratch));
+  }
+}
+
+RankReport rankReport(ModuleOp program, const dgemma::Plan& plan) {
+  RankReport report;
+  report.rank = plan.rank;
+  for (const dgemma::Parameter& parameter : plan.parameters) {
+    uint64_t bytes = plan.buffers[parameter.buffer].bytes();
+    if (parameter.name.rfind(dgemma::kGradientPrefix, 0) == 0) report.gradientBytes += bytes;
+    else if (parameter.name.rfind(dgemma::kOptimizerStatePrefix, 0) == 0) report.optimizerBytes += bytes;
+    else report.parameterBytes += bytes;
+  }
+  for (const dgemma::Arena& arena : plan.arenas)
+    if (!arena.persistent) report.scratchBytes += arena.bytes;
+  for (func::FuncOp function : stepEntries(program))
+    function.walk([&](dg::CommunicationOpInterface op) { report.communicationBytes += op.getCommunicationBytes(); });
+  return report;
+}
+
+AnalyticMinimum analyticMinimum(ModuleOp annotated, const dg::ShardingOptions& layout, int64_t hiddenSize) {
+  AnalyticMinimum minimum;
+  dg::Mesh mesh = dg::Mesh::of(annotated);
+  const int64_t world = mesh.worldSize();
+
+  // Each trainable parameter's gradient is reduce-scattered and the update all-gathered over the
+  // ranks that hold the same block of it.
+  llvm::StringSet<> counted;
+  annotated.walk([&](dg::ParamOp param) {
+    StringRef name = param.getName();
+    if (!param.getTrainable() || name.starts_with(dgemma::kGradientPrefix) ||
+        name.starts_with(dgemma::kOptimizerStatePrefix) || !counted.insert(name).second)
+      return;
+    auto type = cast<RankedTensorType>(param.getType());
+    int64_t blocks = 1;
+    for (int64_t dim = 0; dim < type.getRank(); ++dim) blocks *= splitOf(mesh, param.getResult(), dim);
+    uint64_t localBytes = bytesOf(type) / blocks;
+    minimum.parameterBytes += static_cast<uint64_t>(2.0 * ringShare(world / blocks) * double(localBytes));
+  });
+
+  for (func::FuncOp function : stepEntries(annotated)) {
+    // Dispatch and combine move every routed (token, slot) row of this rank once each way, in the
+    // forward and again in the backward; (EP - 1) / EP of them leave the rank.
+    function.walk([&](Operation* op) {
+      if (!isa<dg::MoeExpertsOp, dg::MoeExpertsBackwardOp>(op)) return;
+      Value input = op->getOperand(0), weights = op->getOperand(1);
+      auto inputType = cast<RankedTensorType>(input.getType());
+      int64_t localTokens = inputType.getDimSize(0) / splitOf(mesh, input, 0);
+      int64_t slots = cast<RankedTensorType>(weights.getType()).getDimSize(1);
+      uint64_t rowBytes = bytesOf(inputType) / inputType.getDimSize(0);
+      minimum.expertDispatchBytes += static_cast<uint64_t>(2.0 * ringShare(layout.expertParallel) *
+                                                           double(localTokens * slots) * double(rowBytes));
+    });
+    // Megatron's tensor parallelism exchanges the [tokens, hidden] activations twice per layer and
+    // direction (after the attention and the MLP; their input-gradient twins in the backward), each
+    // an all-reduce or, with sequence parallelism, an all-gather plus a reduce-scatter: the same bytes.
+    if (layout.tensorParallel > 1)
+      function.walk([&](Operation* op) {
+        if (!isa<dg::AttentionOp, dg::AttentionBackwardOp>(op)) return;
+        Value query = op->getOperand(0);
+        auto queryType = cast<RankedTensorType>(query.getType());
+        int64_t tokens = queryType.getDimSize(0) / splitOf(mesh, query, 0) * queryType.getDimSize(1);
+        uint64_t elementBytes = (queryType.getElementTypeBitWidth() + 7) / 8;
+        minimum.tensorParallelBytes += static_cast<uint64_t>(2.0 * 2.0 * ringShare(layout.tensorParallel) *
+                                                             double(tokens * hiddenSize) * double(elementBytes));
+      });
+  }
+  return minimum;
+}
+
+void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum) {
+  std::printf("\n%-6s %12s %12s %12s %12s %12s %14s\n", "rank", "parameters", "gradients", "optimizer", "static",
+              "activations", "comm/step");
+  for (const RankReport& rank : ranks) {
+    uint64_t staticBytes = rank.parameterBytes + rank.gradientBytes + rank.optimizerBytes;
+    std::printf("%-6lld %12s %12s %12s %12s %12s %14s\n", static_cast<long long>(rank.rank), human(rank.parameterBytes).c_str(),
+                human(rank.gradientBytes).c_str(), human(rank.optimizerBytes).c_str(), human(staticBytes).c_str(),
+                human(rank.scratchBytes).c_str(), human(rank.communicationBytes).c_str());
+  }
+  std::printf("analytic minimum per rank and step: %s (parameters %s, expert dispatch %s, tensor-parallel "
+              "activations %s)\n",
+              human(minimum.total()).c_str(), human(minimum.parameterBytes).c_str(), human(minimum.expertDispatchBytes).c_str(),
+              human(minimum.tensorParallelBytes).c_str());
+}
