@@ -93,4 +93,57 @@ def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
   }];
 }
 
+def DgShardAnnotate : Pass<"dg-shard-annotate", "::mlir::ModuleOp"> {
+  let summary = "Sets the module's dg.mesh for a parallel layout and the shardings of parameters and inputs";
+  let description = [{
+    The first sharding pass (docs/parallelism.md, "Annotation and propagation"). The mesh is the
+    layout's base axes (`dp`, `ep`, `tp`; DgMesh.h, layoutGroups). Each dg.param gets its role's split
+    (`dg.role`: vocab and column split dim 0 over the tensor group, row dim 1, experts dim 0 over the
+    expert group; replicated parameters and non-trainable buffers stay whole). `grad/<name>` has its
+    parameter's split and is partial over the data group (experts: the expert-data group), plus the
+    tensor group for a replicated parameter; `optimizer/<state>/<name>` has its parameter's split,
+    and under `zero1` also the data group (experts: expert-data) on the first dimension it divides.
+    A dg.input whose dim 0 is the bucket's micro_batch splits it over the data group.
+  }];
+  let options = [
+    Option<"tensorParallel", "tp", "int64_t", /*default=*/"1", "tensor-parallel size">,
+    Option<"dataParallel", "dp", "int64_t", /*default=*/"1", "data-parallel size">,
+    Option<"expertParallel", "ep", "int64_t", /*default=*/"1", "expert-parallel size (divides dp)">,
+    Option<"sequenceParallel", "sp", "bool", /*default=*/"false", "sequence parallelism (checked: needs tp > 1)">,
+    Option<"zero1", "zero1", "bool", /*default=*/"false", "shard the optimizer state over the data group">,
+  ];
+  let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
+def DgShardPropagate : Pass<"dg-shard-propagate", "::mlir::ModuleOp"> {
+  let summary = "Gives every op result shardings (dg.shardings) and operand shardings (dg.operand_shardings)";
+  let description = [{
+    One pass in program order over each entry point, from the sources dg-shard-annotate fixed,
+    through each op's sharding rule (docs/parallelism.md, "Annotation and propagation"): weights'
+    splits win over activations', a pending sum passes through the ops linear in it and is resolved
+    where an op is not (a gradient buffer into its Adam moments' layout; with `sp` a
+    [batch, sequence, hidden] activation summed over the tensor group into a sequence split; an
+    activation summed over data axes into its batch split; anything else into a whole value).
+    The result satisfies dg-shard-verify.
+  }];
+  let options = [
+    Option<"sequenceParallel", "sp", "bool", /*default=*/"false",
+           "resolve tensor-group sums of [batch, sequence, hidden] activations into sequence splits">,
+  ];
+}
+
+def DgShardVerify : Pass<"dg-shard-verify", "::mlir::ModuleOp"> {
+  let summary = "Checks that every op's shardings agree with its sharding rule";
+  let description = [{
+    Every op has dg.shardings (results) and dg.operand_shardings (operands); a factor is split alike
+    wherever it appears, major factors before minor ones, never a need-replication factor; a result is
+    partial exactly over the axes of the reduction factors it lacks and the pending sums of its linear
+    operands; pending sums reach only operands the op is linear in (add, sub, concat: alike; mul,
+    matmul: one operand; div: the numerator; neg, reshape, transpose, slice, reduce_sum, widening
+    casts); dg.gather's table rows and dg.scatter_add's result rows may be split (row offsets);
+    dg.assign consumes its value in the target's sharding; dg.output is never partial; a parameter
+    name has one sharding.
+  }];
+}
+
 #endif // DGEMMA_COMPILER_PASSES_TD

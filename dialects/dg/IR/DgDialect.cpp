@@ -82,6 +82,22 @@ LogicalResult verifyParameterTypes(ModuleOp module, func::FuncOp function) {
   return success();
 }
 
+// One #dg.sharding per value (result or operand), each fitting the value's type and the module's mesh.
+LogicalResult verifyShardings(Operation* op, StringRef name, Attribute attribute, ValueRange values, StringRef what) {
+  auto shardings = dyn_cast<ArrayAttr>(attribute);
+  if (!shardings || shardings.size() != values.size())
+    return op->emitOpError() << "'" << name << "' must hold one #dg.sharding per " << what;
+  Mesh mesh = Mesh::of(op->getParentOfType<ModuleOp>());
+  for (auto [index, entry, value] : llvm::enumerate(shardings, values)) {
+    auto sharding = dyn_cast<ShardingAttr>(entry);
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!sharding || !type) return op->emitOpError() << "'" << name << "' entry " << index << " must be a #dg.sharding of a tensor";
+    if (failed(mesh.verify(sharding, type, [&]() { return op->emitOpError() << what << " " << index << ": "; })))
+      return failure();
+  }
+  return success();
+}
+
 }  // namespace
 
 LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute attribute) {
@@ -112,18 +128,14 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
         return op->emitOpError() << "'" << name << "' must hold offsets >= 0, or -1 for a result stored in a parameter";
     return success();
   }
-  if (name == kShardingsAttr) {
-    auto shardings = dyn_cast<ArrayAttr>(attribute.getValue());
-    if (!shardings || shardings.size() != op->getNumResults())
-      return op->emitOpError() << "'" << name << "' must hold one #dg.sharding per result";
-    Mesh mesh = Mesh::of(op->getParentOfType<ModuleOp>());
-    for (auto [index, entry, result] : llvm::enumerate(shardings, op->getResults())) {
-      auto sharding = dyn_cast<ShardingAttr>(entry);
-      auto type = dyn_cast<RankedTensorType>(result.getType());
-      if (!sharding || !type) return op->emitOpError() << "'" << name << "' entry " << index << " must be a #dg.sharding of a tensor";
-      if (failed(mesh.verify(sharding, type, [&]() { return op->emitOpError() << "result " << index << ": "; })))
-        return failure();
-    }
+  if (name == kShardingsAttr) return verifyShardings(op, name, attribute.getValue(), op->getResults(), "result");
+  if (name == kOperandShardingsAttr)
+    return verifyShardings(op, name, attribute.getValue(), op->getOperands(), "operand");
+  if (name == kRoleAttr) {
+    auto role = dyn_cast<StringAttr>(attribute.getValue());
+    if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";
+    if (!role || !llvm::is_contained({kRoleVocab, kRoleColumn, kRoleRow, kRoleExperts, kRoleReplicated}, role.getValue()))
+      return op->emitOpError() << "'" << name << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
     return success();
   }
   if (name == kScratchBytesAttr) {

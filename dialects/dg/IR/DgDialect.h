@@ -22,6 +22,17 @@ inline constexpr llvm::StringLiteral kScratchBytesAttr = "dg.scratch_bytes";
 // Written by the sharding passes: on an op, one #dg.sharding per result (docs/parallelism.md, "How
 // the passes shard").
 inline constexpr llvm::StringLiteral kShardingsAttr = "dg.shardings";
+// Written by dg-shard-propagate: on an op, one #dg.sharding per operand, the layout in which the op
+// consumes it (the partitioner reshards a producer's result into it).
+inline constexpr llvm::StringLiteral kOperandShardingsAttr = "dg.operand_shardings";
+// Set by the model on each dg.param: how tensor and expert parallelism split it
+// (docs/parallelism.md, "Tensor-parallel mapping"); dg-shard-annotate reads it.
+inline constexpr llvm::StringLiteral kRoleAttr = "dg.role";
+inline constexpr llvm::StringLiteral kRoleVocab = "vocab";        // dim 0 over the tensor group
+inline constexpr llvm::StringLiteral kRoleColumn = "column";      // dim 0 (outputs) over the tensor group
+inline constexpr llvm::StringLiteral kRoleRow = "row";            // dim 1 (inputs) over the tensor group
+inline constexpr llvm::StringLiteral kRoleExperts = "experts";    // dim 0 over the expert group
+inline constexpr llvm::StringLiteral kRoleReplicated = "replicated";
 
 }  // namespace mlir::dg
 

@@ -1,0 +1,165 @@
+// dg-shard-annotate: the module's mesh and the shardings of the graph's sources for one parallel
+// layout (docs/parallelism.md, "Annotation and propagation"). Parameters follow the role the model
+// gave them (dg.role; "Tensor-parallel mapping"); gradient buffers and Adam moments follow their
+// parameter, the buffers as pending sums over the ranks whose contributions they collect, the moments
+// additionally split over the data group under ZeRO-1; batch inputs split their batch dimension over
+// the data group. Everything else is left to dg-shard-propagate.
+#include "compiler/Transforms/Passes.h"
+#include "compiler/Transforms/ShardingConsistency.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringMap.h"
+#include "plan/Names.h"
+
+namespace mlir::dg {
+#define GEN_PASS_DEF_DGSHARDANNOTATE
+#include "compiler/Transforms/Passes.h.inc"
+}  // namespace mlir::dg
+
+using namespace mlir;
+using namespace mlir::dg;
+
+namespace {
+
+using Axes = SmallVector<StringRef>;
+
+// What a parameter name denotes: a model parameter, the gradient buffer of one, or one of its
+// optimizer states.
+enum class ParameterKind { Model, Gradient, OptimizerState };
+struct ParameterName {
+  ParameterKind kind;
+  StringRef model;  // the model parameter's name
+};
+ParameterName parseParameterName(StringRef name) {
+  if (name.consume_front(dgemma::kGradientPrefix)) return {ParameterKind::Gradient, name};
+  if (name.consume_front(dgemma::kOptimizerStatePrefix)) return {ParameterKind::OptimizerState, name.split('/').second};
+  return {ParameterKind::Model, name};
+}
+
+struct ModelParameter {
+  StringRef role = kRoleReplicated;
+  bool trainable = false;
+};
+
+class Annotator {
+ public:
+  Annotator(ModuleOp module, const LayoutGroups& groups, bool zero1) : module_(module), groups_(groups), zero1_(zero1) {
+    module->setAttr(kMeshAttr, meshAttr(module.getContext(), groups.axes));
+    mesh_ = Mesh::of(module);
+  }
+
+  LogicalResult run() {
+    module_.walk([&](ParamOp param) {
+      if (parseParameterName(param.getName()).kind != ParameterKind::Model) return;
+      ModelParameter& model = models_[param.getName()];
+      if (auto role = param->getAttrOfType<StringAttr>(kRoleAttr)) model.role = role.getValue();
+      model.trainable = param.getTrainable();
+    });
+    WalkResult result = module_.walk([&](Operation* op) {
+      if (auto param = dyn_cast<ParamOp>(op)) return failed(annotate(param)) ? WalkResult::interrupt() : WalkResult::advance();
+      if (auto input = dyn_cast<InputOp>(op)) return failed(annotate(input)) ? WalkResult::interrupt() : WalkResult::advance();
+      return WalkResult::advance();
+    });
+    return failure(result.wasInterrupted());
+  }
+
+ private:
+  static Axes names(ArrayRef<std::string> axes) { return Axes(axes.begin(), axes.end()); }
+
+  void set(Operation* op, ArrayRef<Axes> dims, ArrayRef<StringRef> partial) {
+    ShardingAttr sharding = ShardingAttr::get(op->getContext(), dims, inMeshOrder(mesh_, partial));
+    op->setAttr(kShardingsAttr, ArrayAttr::get(op->getContext(), {sharding}));
+  }
+
+  LogicalResult annotate(ParamOp param) {
+    ParameterName name = parseParameterName(param.getName());
+    auto type = param.getType();
+    SmallVector<Axes> dims(type.getRank());
+    auto modelIt = models_.find(name.model);
+    // Buffers (non-trainable model parameters) and names without a model parameter stay whole.
+    if (modelIt == models_.end() || !modelIt->second.trainable) {
+      set(param, dims, {});
+      return success();
+    }
+    StringRef role = modelIt->second.role;
+    bool experts = role == kRoleExperts;
+    auto split = [&](int64_t dim, Axes axes) -> LogicalResult {
+      if (axes.empty()) return success();
+      if (dim >= type.getRank() || type.getDimSize(dim) % axesSize(mesh_, axes) != 0)
+        return param.emitOpError() << "parameter '" << param.getName() << "' (role \"" << role << "\") cannot split dim "
+                                   << dim << " over " << axesSize(mesh_, axes) << " ranks: its shape is " << type;
+      dims[dim] = axes;
+      return success();
+    };
+    LogicalResult roleSplit = success();
+    if (role == kRoleVocab || role == kRoleColumn) roleSplit = split(0, names(groups_.tensor));
+    else if (role == kRoleRow) roleSplit = split(1, names(groups_.tensor));
+    else if (experts) roleSplit = split(0, names(groups_.expert));
+    if (failed(roleSplit)) return failure();
+
+    Axes dataGroup = names(experts ? groups_.expertData : groups_.data);
+    Axes partial;
+    if (name.kind == ParameterKind::Gradient) {
+      // Every rank of the data group adds its own tokens' contribution; a whole parameter's gradient
+      // is in general also a sum over the tensor group, whose ranks see different heads or tokens.
+      partial = dataGroup;
+      if (role == kRoleReplicated) llvm::append_range(partial, names(groups_.tensor));
+    }
+    if (name.kind == ParameterKind::OptimizerState && zero1_ && !dataGroup.empty()) {
+      // ZeRO-1: the first dimension whose local block the data group divides.
+      int64_t groupSize = axesSize(mesh_, dataGroup);
+      for (int64_t d = 0; d < type.getRank(); ++d) {
+        int64_t local = type.getDimSize(d) / axesSize(mesh_, dims[d]);
+        if (local % groupSize != 0) continue;
+        llvm::append_range(dims[d], dataGroup);
+        break;
+      }
+    }
+    set(param, dims, partial);
+    return success();
+  }
+
+  // A batch field's leading dimension of the bucket's micro-batch size splits over the data group.
+  LogicalResult annotate(InputOp input) {
+    auto type = cast<RankedTensorType>(input.getType());
+    SmallVector<Axes> dims(type.getRank());
+    auto function = input->getParentOfType<func::FuncOp>();
+    auto bucket = function ? function->getAttrOfType<DictionaryAttr>(kBucketAttr) : DictionaryAttr();
+    auto micro = bucket ? bucket.getAs<IntegerAttr>("micro_batch") : IntegerAttr();
+    Axes data = names(groups_.data);
+    if (micro && type.getRank() > 0 && type.getDimSize(0) == micro.getInt() && !data.empty()) {
+      if (micro.getInt() % axesSize(mesh_, data) != 0)
+        return input.emitOpError() << "input '" << input.getName() << "': the bucket's micro_batch "
+                                   << micro.getInt() << " is not divisible by the data-parallel size "
+                                   << axesSize(mesh_, data);
+      dims[0] = data;
+    }
+    set(input, dims, {});
+    return success();
+  }
+
+  ModuleOp module_;
+  const LayoutGroups& groups_;
+  bool zero1_;
+  Mesh mesh_;
+  llvm::StringMap<ModelParameter> models_;
+};
+
+struct DgShardAnnotatePass : mlir::dg::impl::DgShardAnnotateBase<DgShardAnnotatePass> {
+  using DgShardAnnotateBase::DgShardAnnotateBase;
+  void runOnOperation() override {
+    std::optional<LayoutGroups> groups = layoutGroups(tensorParallel, dataParallel, expertParallel);
+    if (!groups) {
+      getOperation().emitError() << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue()
+                                 << " dp=" << dataParallel.getValue() << " ep=" << expertParallel.getValue()
+                                 << " has no mesh (sizes must be >= 1, ep must divide dp, and tp must divide ep when ep > 1)";
+      return signalPassFailure();
+    }
+    if (sequenceParallel && tensorParallel == 1) {
+      getOperation().emitError() << "dg-shard-annotate: sp needs tp > 1 (the sequence splits over the tensor group)";
+      return signalPassFailure();
+    }
+    if (failed(Annotator(getOperation(), *groups, zero1).run())) signalPassFailure();
+  }
+};
+
+}  // namespace
