@@ -22,6 +22,14 @@ inline constexpr llvm::StringLiteral kScratchBytesAttr = "dg.scratch_bytes";
 // Written by the sharding passes: on an op, one #dg.sharding per result (docs/parallelism.md, "How
 // the passes shard").
 inline constexpr llvm::StringLiteral kShardingsAttr = "dg.shardings";
+// Written by dg-shard-propagate: on an op, one #dg.sharding per operand, the layout in which the op
+// consumes it; dg-shard-partition reshards each operand whose producer's layout differs.
+inline constexpr llvm::StringLiteral kOperandShardingsAttr = "dg.operand_shardings";
+// Written by dg-shard-partition on dg.param, dg.input and dg.output of one rank's program: the
+// tensor's global shape and where this rank's box (the local type's shape) starts in it; the plan
+// lowering records them as the buffer's box.
+inline constexpr llvm::StringLiteral kGlobalShapeAttr = "dg.global_shape";
+inline constexpr llvm::StringLiteral kShardOffsetAttr = "dg.shard_offset";
 
 }  // namespace mlir::dg
 
