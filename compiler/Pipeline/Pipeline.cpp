@@ -3,7 +3,6 @@
 #include "compiler/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "mlir/Transforms/Passes.h"
 
 namespace mlir::dg {
@@ -69,20 +68,18 @@ LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions&) {
 
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) {
   PassManager passes(module.getContext());
-  std::string pipeline = llvm::formatv(
-      "builtin.module(dg-shard-annotate{{tp={0} dp={1} ep={2} sp={3} zero1={4}},dg-shard-propagate)",
-      options.tensorParallel, options.dataParallel, options.expertParallel, options.sequenceParallel,
-      options.distributedOptimizer);
-  if (failed(parsePassPipeline(pipeline, passes))) return failure();
+  passes.addPass(createDgShardAnnotate(DgShardAnnotateOptions{options.tensorParallel, options.dataParallel,
+                                                              options.expertParallel, options.sequenceParallel,
+                                                              options.distributedOptimizer}));
+  passes.addPass(createDgShardPropagate(DgShardPropagateOptions{options.sequenceParallel}));
   return passes.run(module);
 }
 
 FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank) {
   OwningOpRef<ModuleOp> program(annotated.clone());
   PassManager passes(annotated.getContext());
-  if (failed(parsePassPipeline(llvm::formatv("builtin.module(dg-shard-partition{{rank={0}})", rank).str(), passes)) ||
-      failed(passes.run(*program)))
-    return failure();
+  passes.addPass(createDgShardPartition(DgShardPartitionOptions{rank}));
+  if (failed(passes.run(*program))) return failure();
   return program;
 }
 

@@ -146,4 +146,22 @@ def DgShardVerify : Pass<"dg-shard-verify", "::mlir::ModuleOp"> {
   }];
 }
 
+def DgShardPartition : Pass<"dg-shard-partition", "::mlir::ModuleOp"> {
+  let summary = "Turns a sharding-annotated module into one rank's program";
+  let description = [{
+    Runs after dg-shard-propagate: every op with results carries `dg.shardings` and every op with
+    operands `dg.operand_shardings`. Each value gets the type of this rank's block; each operand
+    whose producer's sharding differs from the one its user consumes is resharded with collectives
+    over single mesh axes, local slices or zeros (docs/parallelism.md, "Partitioning"), once per
+    value and layout. Constants are cut at compile time, dg.gather and dg.scatter_add get the first
+    table row the rank holds (`row_offset`), dg.moe_experts(_backward) its first expert
+    (`expert_offset`), and dg.param, dg.input and dg.output record the global shape and this rank's
+    box (`dg.global_shape`, `dg.shard_offset`). The sharding attributes are removed.
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", /*default=*/"0", "the rank whose program to build (row-major over dg.mesh)">,
+  ];
+  let dependentDialects = ["::mlir::dg::DgDialect", "::mlir::func::FuncDialect"];
+}
+
 #endif // DGEMMA_COMPILER_PASSES_TD

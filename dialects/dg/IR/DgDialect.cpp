@@ -64,6 +64,45 @@ LogicalResult verifyEntryFunction(func::FuncOp function) {
 
 // A parameter name denotes one tensor across the module. Each entry point is checked against the
 // functions before it (and itself), so a conflict is reported once, at its later occurrence.
+// One #dg.sharding per value (results or operands), each fitting the value's type and the mesh.
+LogicalResult verifyShardings(Operation* op, StringRef name, Attribute attribute, ValueRange values, StringRef what) {
+  auto shardings = dyn_cast<ArrayAttr>(attribute);
+  if (!shardings || shardings.size() != values.size())
+    return op->emitOpError() << "'" << name << "' must hold one #dg.sharding per " << what;
+  Mesh mesh = Mesh::of(op->getParentOfType<ModuleOp>());
+  for (auto [index, entry, value] : llvm::enumerate(shardings, values)) {
+    auto sharding = dyn_cast<ShardingAttr>(entry);
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!sharding || !type) return op->emitOpError() << "'" << name << "' entry " << index << " must be a #dg.sharding of a tensor";
+    if (failed(mesh.verify(sharding, type, [&]() { return op->emitOpError() << what << " " << index << ": "; })))
+      return failure();
+  }
+  return success();
+}
+
+// dg.global_shape and dg.shard_offset: together, on the boundary ops, a box of the global tensor
+// that has the local type's shape.
+LogicalResult verifyBox(Operation* op, StringRef name) {
+  Value value;
+  if (auto param = dyn_cast<ParamOp>(op)) value = param.getResult();
+  else if (auto input = dyn_cast<InputOp>(op)) value = input.getResult();
+  else if (auto output = dyn_cast<OutputOp>(op)) value = output.getValue();
+  else return op->emitOpError() << "'" << name << "' belongs on dg.param, dg.input or dg.output";
+  auto globalShape = op->getAttrOfType<DenseI64ArrayAttr>(kGlobalShapeAttr);
+  auto offset = op->getAttrOfType<DenseI64ArrayAttr>(kShardOffsetAttr);
+  if (!globalShape || !offset)
+    return op->emitOpError() << "'" << kGlobalShapeAttr << "' and '" << kShardOffsetAttr
+                             << "' must both be present, as arrays of i64";
+  ArrayRef<int64_t> local = cast<RankedTensorType>(value.getType()).getShape();
+  if (globalShape.size() != static_cast<int64_t>(local.size()) || offset.size() != static_cast<int64_t>(local.size()))
+    return op->emitOpError() << "'" << name << "' must hold one entry per dimension (" << local.size() << ")";
+  for (auto [dim, size] : llvm::enumerate(local))
+    if (offset[dim] < 0 || offset[dim] + size > globalShape[dim])
+      return op->emitOpError() << "the box [" << offset[dim] << ", " << offset[dim] + size << ") of dimension " << dim
+                               << " does not fit its global size " << globalShape[dim];
+  return success();
+}
+
 LogicalResult verifyParameterTypes(ModuleOp module, func::FuncOp function) {
   llvm::StringMap<ParamOp> first;
   for (auto candidate : module.getOps<func::FuncOp>()) {
@@ -138,6 +177,7 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
       return op->emitOpError() << "'" << name << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
     return success();
   }
+  if (name == kGlobalShapeAttr || name == kShardOffsetAttr) return verifyBox(op, name);
   if (name == kScratchBytesAttr) {
     auto bytes = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!bytes || bytes.getInt() < 0) return op->emitOpError() << "'" << name << "' must be a non-negative integer";

@@ -33,6 +33,11 @@ inline constexpr llvm::StringLiteral kRoleColumn = "column";      // dim 0 (outp
 inline constexpr llvm::StringLiteral kRoleRow = "row";            // dim 1 (inputs) over the tensor group
 inline constexpr llvm::StringLiteral kRoleExperts = "experts";    // dim 0 over the expert group
 inline constexpr llvm::StringLiteral kRoleReplicated = "replicated";
+// Written by dg-shard-partition on dg.param, dg.input and dg.output of one rank's program: the
+// tensor's global shape and where this rank's box (the local type's shape) starts in it; the plan
+// lowering records them as the buffer's box.
+inline constexpr llvm::StringLiteral kGlobalShapeAttr = "dg.global_shape";
+inline constexpr llvm::StringLiteral kShardOffsetAttr = "dg.shard_offset";
 
 }  // namespace mlir::dg
 

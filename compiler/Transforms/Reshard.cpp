@@ -1,0 +1,150 @@
+// The resharding builders of dg-shard-partition (Reshard.h).
+#include "compiler/Transforms/Reshard.h"
+
+#include "dialects/dg/IR/DgOps.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <type_traits>
+
+using namespace mlir;
+using namespace mlir::dg;
+
+namespace {
+
+// The local value while it is being resharded, with the layout it has reached so far.
+class Reshard {
+ public:
+  Reshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank, Value local, ShardingAttr from)
+      : builder_(builder), user_(user), mesh_(mesh), rank_(rank), value_(local), pending_(from.getPartialAxes()) {
+    for (int64_t dim = 0; dim < from.getRank(); ++dim) dims_.push_back(from.getDimAxes(dim));
+  }
+
+  LogicalResult run(ShardingAttr to) {
+    SmallVector<StringRef> keptPending = to.getPartialAxes();
+    // 1. Keep each dimension's longest common prefix of axes; gather the rest, minor first.
+    for (int64_t dim = 0; dim < to.getRank(); ++dim) {
+      SmallVector<StringRef> target = to.getDimAxes(dim);
+      size_t common = 0;
+      while (common < dims_[dim].size() && common < target.size() && dims_[dim][common] == target[common]) ++common;
+      while (dims_[dim].size() > common) {
+        if (failed(collectiveOnDim<AllGatherOp>(dims_[dim].back(), dim))) return failure();
+        dims_[dim].pop_back();
+      }
+    }
+    // 2. Sums that end neither pending nor scattered into a dimension.
+    auto splitsOver = [&](StringRef axis) {
+      for (int64_t dim = 0; dim < to.getRank(); ++dim)
+        if (llvm::is_contained(to.getDimAxes(dim), axis)) return true;
+      return false;
+    };
+    for (StringRef axis : SmallVector<StringRef>(pending_))
+      if (!llvm::is_contained(keptPending, axis) && !splitsOver(axis)) {
+        if (failed(collectiveOnDim<AllReduceOp>(axis, 0))) return failure();
+        llvm::erase(pending_, axis);
+      }
+    // 3. The splits `to` adds, major first.
+    for (int64_t dim = 0; dim < to.getRank(); ++dim) {
+      SmallVector<StringRef> target = to.getDimAxes(dim);
+      for (size_t index = dims_[dim].size(); index < target.size(); ++index) {
+        StringRef axis = target[index];
+        if (llvm::is_contained(pending_, axis)) {
+          if (failed(collectiveOnDim<ReduceScatterOp>(axis, dim))) return failure();
+          llvm::erase(pending_, axis);
+        } else {
+          sliceOwnBlock(axis, dim);
+        }
+        dims_[dim].push_back(axis);
+      }
+    }
+    // 4. New pending sums: one rank of each group keeps the value.
+    bool keeps = true;
+    for (StringRef axis : keptPending)
+      if (!llvm::is_contained(pending_, axis)) {
+        keeps = keeps && *mesh_.coordinate(rank_, axis) == 0;
+        pending_.push_back(axis);
+      }
+    if (!keeps) {
+      if (!isa<FloatType>(type().getElementType()))
+        return user_->emitOpError() << "consumes an integer value as a pending sum, which has no zeros to stand for it";
+      value_ = builder_.create<FillOp>(user_->getLoc(), type(), builder_.getF64FloatAttr(0.0));
+    }
+    return success();
+  }
+
+  Value value() const { return value_; }
+
+ private:
+  RankedTensorType type() const { return cast<RankedTensorType>(value_.getType()); }
+
+  RankedTensorType withDim(RankedTensorType type, int64_t dim, int64_t size) {
+    SmallVector<int64_t> shape(type.getShape());
+    shape[dim] = size;
+    return RankedTensorType::get(shape, type.getElementType());
+  }
+
+  // The collective over `axis` applied to dimension `dim`, through a transpose when dim != 0.
+  template <typename CollectiveOp>
+  LogicalResult collectiveOnDim(StringRef axis, int64_t dim) {
+    if (!isa<FloatType>(type().getElementType()))
+      return user_->emitOpError() << "needs a " << CollectiveOp::getOperationName() << " over '" << axis
+                                  << "' of the integer value " << type() << ", which collectives do not move";
+    Location loc = user_->getLoc();
+    // Collectives take rank >= 1: a scalar (a loss) is reduced as one element.
+    if (type().getRank() == 0) {
+      RankedTensorType scalar = type();
+      value_ = builder_.create<ReshapeOp>(loc, RankedTensorType::get({1}, scalar.getElementType()), value_);
+      if (failed(collectiveOnDim<CollectiveOp>(axis, 0))) return failure();
+      value_ = builder_.create<ReshapeOp>(loc, scalar, value_);
+      return success();
+    }
+    int64_t groupSize = *mesh_.axisSize(axis);
+    SmallVector<int64_t> toFront{dim};
+    for (int64_t d = 0; d < type().getRank(); ++d)
+      if (d != dim) toFront.push_back(d);
+    // The inverse permutation puts the dimensions back.
+    SmallVector<int64_t> fromFront(toFront.size());
+    for (auto [position, source] : llvm::enumerate(toFront)) fromFront[source] = static_cast<int64_t>(position);
+    if (dim != 0) value_ = transpose(toFront);
+    int64_t front = type().getDimSize(0);
+    int64_t resultFront = front;
+    if constexpr (std::is_same_v<CollectiveOp, AllGatherOp>) resultFront = front * groupSize;
+    if constexpr (std::is_same_v<CollectiveOp, ReduceScatterOp>) resultFront = front / groupSize;
+    value_ = builder_.create<CollectiveOp>(loc, withDim(type(), 0, resultFront), value_, builder_.getStringAttr(axis),
+                                           ReductionKindAttr::get(builder_.getContext(), ReductionKind::Sum));
+    if (dim != 0) value_ = transpose(fromFront);
+    return success();
+  }
+
+  Value transpose(ArrayRef<int64_t> perm) {
+    SmallVector<int64_t> shape;
+    for (int64_t source : perm) shape.push_back(type().getDimSize(source));
+    return builder_.create<TransposeOp>(user_->getLoc(), RankedTensorType::get(shape, type().getElementType()), value_,
+                                        perm);
+  }
+
+  // This rank's block along `axis` of dimension `dim`: a compile-time slice.
+  void sliceOwnBlock(StringRef axis, int64_t dim) {
+    int64_t blockSize = type().getDimSize(dim) / *mesh_.axisSize(axis);
+    int64_t start = *mesh_.coordinate(rank_, axis) * blockSize;
+    value_ = builder_.create<SliceOp>(user_->getLoc(), withDim(type(), dim, blockSize), value_,
+                                      static_cast<uint64_t>(dim), static_cast<uint64_t>(start));
+  }
+
+  OpBuilder& builder_;
+  Operation* user_;
+  const Mesh& mesh_;
+  int64_t rank_;
+  Value value_;
+  SmallVector<SmallVector<StringRef>> dims_;
+  SmallVector<StringRef> pending_;
+};
+
+}  // namespace
+
+FailureOr<Value> mlir::dg::buildReshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank,
+                                        Value local, ShardingAttr from, ShardingAttr to) {
+  if (from == to) return local;
+  Reshard reshard(builder, user, mesh, rank, local, from);
+  if (failed(reshard.run(to))) return failure();
+  return reshard.value();
+}

@@ -1,0 +1,30 @@
+// Resharding for one rank's program: the ops that turn the local part of a value laid out as one
+// #dg.sharding into its local part under another (docs/parallelism.md, "Partitioning"). Every
+// offset is a compile-time constant because the rank is fixed.
+#ifndef COMPILER_TRANSFORMS_RESHARD_H
+#define COMPILER_TRANSFORMS_RESHARD_H
+
+#include <cstdint>
+
+#include "dialects/dg/IR/DgMesh.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::dg {
+
+// Builds, at the builder's insertion point, the ops that take `local` (this rank's part of a value
+// sharded as `from`) to this rank's part under `to`, in this order:
+//   1. un-split: all_gather of each dimension's axes that `to` does not keep, minor axis first (the
+//      block index is row-major over a dimension's axes, so the minor axis' blocks are adjacent);
+//   2. pending sums that `to` neither keeps nor splits a dimension over: all_reduce;
+//   3. split: for each axis `to` adds to a dimension, major first, a reduce_scatter when the value
+//      is a pending sum over that axis, a local dg.slice at this rank's block otherwise;
+//   4. pending sums that `to` adds: ranks with coordinate 0 on those axes keep the value, the others
+//      hold zeros (dg.fill), which keeps the sum exact.
+// Collectives act on dim 0; another dimension is moved to the front with dg.transpose and back.
+// Fails, with an error on `user`, when an integer value would need a collective or a pending sum.
+FailureOr<Value> buildReshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank, Value local,
+                              ShardingAttr from, ShardingAttr to);
+
+}  // namespace mlir::dg
+
+#endif
