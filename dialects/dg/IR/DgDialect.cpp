@@ -62,24 +62,6 @@ LogicalResult verifyEntryFunction(func::FuncOp function) {
   return failure(result.wasInterrupted());
 }
 
-// A parameter name denotes one tensor across the module. Each entry point is checked against the
-// functions before it (and itself), so a conflict is reported once, at its later occurrence.
-// One #dg.sharding per value (results or operands), each fitting the value's type and the mesh.
-LogicalResult verifyShardings(Operation* op, StringRef name, Attribute attribute, ValueRange values, StringRef what) {
-  auto shardings = dyn_cast<ArrayAttr>(attribute);
-  if (!shardings || shardings.size() != values.size())
-    return op->emitOpError() << "'" << name << "' must hold one #dg.sharding per " << what;
-  Mesh mesh = Mesh::of(op->getParentOfType<ModuleOp>());
-  for (auto [index, entry, value] : llvm::enumerate(shardings, values)) {
-    auto sharding = dyn_cast<ShardingAttr>(entry);
-    auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (!sharding || !type) return op->emitOpError() << "'" << name << "' entry " << index << " must be a #dg.sharding of a tensor";
-    if (failed(mesh.verify(sharding, type, [&]() { return op->emitOpError() << what << " " << index << ": "; })))
-      return failure();
-  }
-  return success();
-}
-
 // dg.global_shape and dg.shard_offset: together, on the boundary ops, a box of the global tensor
 // that has the local type's shape.
 LogicalResult verifyBox(Operation* op, StringRef name) {
@@ -103,6 +85,8 @@ LogicalResult verifyBox(Operation* op, StringRef name) {
   return success();
 }
 
+// A parameter name denotes one tensor across the module. Each entry point is checked against the
+// functions before it (and itself), so a conflict is reported once, at its later occurrence.
 LogicalResult verifyParameterTypes(ModuleOp module, func::FuncOp function) {
   llvm::StringMap<ParamOp> first;
   for (auto candidate : module.getOps<func::FuncOp>()) {
