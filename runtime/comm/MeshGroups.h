@@ -1,4 +1,4 @@
-// The communicator groups of a mesh (docs/parallelism.md, "The mesh"): a plan lists its base axes in
+// The communicator groups of a mesh (docs/parallelism.md, "Meshes"): a plan lists its base axes in
 // `plan.mesh`, and a rank's coordinates are row-major over them in that order, the last axis
 // fastest. The group of an axis is the ranks that differ from this rank only in that axis'
 // coordinate, ordered by it, so group position = coordinate.

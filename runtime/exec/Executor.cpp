@@ -268,7 +268,9 @@ std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry, const s
           runAllToAll(prepared, context);
         }
       } catch (const RuntimeError& error) {
-        throw RuntimeError(prepared.where + ": " + error.what());
+        const std::string message = error.what();
+        if (message.rfind(prepared.where, 0) == 0) throw;  // runAllToAll's own checks name the step already
+        throw RuntimeError(prepared.where + ": " + message);
       }
     }
     for (int64_t event : step.signalEvents) backend_.recordEvent(event, step.stream);

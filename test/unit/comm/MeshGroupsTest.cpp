@@ -1,4 +1,4 @@
-// The groups of the base mesh axes for the layouts of docs/parallelism.md ("The mesh"), and the
+// The groups of the base mesh axes for the layouts of docs/parallelism.md ("Meshes"), and the
 // communicators connected over them.
 #include <gtest/gtest.h>
 
