@@ -1,5 +1,6 @@
 #include "runtime/comm/Communicator.h"
 
+#include <cstring>
 #include <stdexcept>
 
 #include "runtime/kernel_api/Backend.h"
@@ -19,14 +20,19 @@ Communicator& CommunicatorSet::axis(const std::string& name, const std::string& 
   return *found->second;
 }
 
+void LocalCommunicator::copy(ExecContext& context, void* to, const void* from, uint64_t bytes) {
+  if (backend_) backend_->copyOnDevice(context, to, from, bytes);
+  else std::memcpy(to, from, bytes);
+}
+
 // With one rank the gathered output and this rank's reduced block are both the input itself.
 void LocalCommunicator::allGather(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype) {
-  if (recv != send) backend_->copyOnDevice(context, recv, send, static_cast<uint64_t>(count) * dtypeSize(dtype));
+  if (recv != send) copy(context, recv, send, static_cast<uint64_t>(count) * dtypeSize(dtype));
 }
 
 void LocalCommunicator::reduceScatter(ExecContext& context, const void* send, void* recv, int64_t count, DType dtype,
                                       ReduceOp) {
-  if (recv != send) backend_->copyOnDevice(context, recv, send, static_cast<uint64_t>(count) * dtypeSize(dtype));
+  if (recv != send) copy(context, recv, send, static_cast<uint64_t>(count) * dtypeSize(dtype));
 }
 
 // The one block this rank sends to itself.
@@ -42,7 +48,7 @@ void LocalCommunicator::allToAllV(ExecContext& context, const void* send, const 
   const auto* from = static_cast<const uint8_t*>(send) + static_cast<uint64_t>(sendOffsets[0]) * elementBytes;
   auto* to = static_cast<uint8_t*>(recv) + static_cast<uint64_t>(recvOffsets[0]) * elementBytes;
   if (sendCounts[0] != 0 && from != to)
-    backend_->copyOnDevice(context, to, from, static_cast<uint64_t>(sendCounts[0]) * elementBytes);
+    copy(context, to, from, static_cast<uint64_t>(sendCounts[0]) * elementBytes);
 }
 
 }  // namespace dgemma

@@ -63,9 +63,11 @@ class CommunicatorSet {
 
 class Backend;
 
-// A group of one rank: every collective is a copy on the backend's device (or nothing).
+// A group of one rank: every collective is a copy on the backend's device (or nothing); without a
+// backend, on host memory (the world group of a one-rank session).
 class LocalCommunicator : public Communicator {
  public:
+  LocalCommunicator() = default;
   explicit LocalCommunicator(Backend& backend) : backend_(&backend) {}
   int64_t rank() const override { return 0; }
   int64_t size() const override { return 1; }
@@ -82,7 +84,9 @@ class LocalCommunicator : public Communicator {
   void barrier() override {}
 
  private:
-  Backend* backend_;
+  void copy(ExecContext& context, void* to, const void* from, uint64_t bytes);
+
+  Backend* backend_ = nullptr;
 };
 
 }  // namespace dgemma

@@ -85,7 +85,8 @@ void translateGlooErrors(const std::string& what, Body&& body) {
 
 class GlooCommunicator final : public Communicator {
  public:
-  explicit GlooCommunicator(std::shared_ptr<gloo::Context> context) : context_(std::move(context)) {}
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, std::string label)
+      : context_(std::move(context)), label_(std::move(label)) {}
 
   int64_t rank() const override { return context_->rank; }
   int64_t size() const override { return context_->size; }
@@ -275,18 +276,21 @@ class GlooCommunicator final : public Communicator {
 
   template <typename Body>
   void runCollective(const std::string& collective, Body&& body) {
-    translateGlooErrors(
-        "gloo " + collective + " (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")", body);
+    translateGlooErrors("gloo " + collective + (label_.empty() ? "" : " over " + label_) + " (rank " +
+                            std::to_string(rank()) + " of " + std::to_string(size()) + ")",
+                        body);
   }
 
   uint32_t takeTag() { return nextTag_++; }
 
   std::shared_ptr<gloo::Context> context_;
+  std::string label_;
   uint32_t nextTag_ = 0;
 };
 
 std::unique_ptr<Communicator> connect(gloo::rendezvous::Store& store, int64_t rank, int64_t size,
-                                      std::chrono::milliseconds timeout, const std::string& hostname) {
+                                      std::chrono::milliseconds timeout, const std::string& hostname,
+                                      const std::string& label) {
   if (size < 1) throw InputError("gloo: size: expected at least 1 rank, got " + std::to_string(size));
   if (rank < 0 || rank >= size)
     throw InputError("gloo: rank: expected a rank in [0, " + std::to_string(size) + "), got " + std::to_string(rank));
@@ -301,14 +305,16 @@ std::unique_ptr<Communicator> connect(gloo::rendezvous::Store& store, int64_t ra
   ::freeaddrinfo(addresses);
 
   auto context = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank), static_cast<int>(size));
-  translateGlooErrors("gloo rendezvous (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")", [&] {
+  const std::string what = "gloo rendezvous" + (label.empty() ? "" : " of " + label) + " (rank " +
+                           std::to_string(rank) + " of " + std::to_string(size) + ")";
+  translateGlooErrors(what, [&] {
     gloo::transport::tcp::attr address;
     address.hostname = hostname;
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(address);
     context->setTimeout(timeout);
     context->connectFullMesh(store, device);
   });
-  return std::make_unique<GlooCommunicator>(std::move(context));
+  return std::make_unique<GlooCommunicator>(std::move(context), label);
 }
 
 }  // namespace
@@ -319,14 +325,19 @@ std::unique_ptr<Communicator> createGlooCommunicator(const GlooOptions& options)
   if (error)
     throw RuntimeError(options.storeDirectory + ": cannot create the gloo store directory: " + error.message());
   gloo::rendezvous::FileStore fileStore(options.storeDirectory);
-  if (options.prefix.empty()) return connect(fileStore, options.rank, options.size, options.timeout, options.hostname);
-  gloo::rendezvous::PrefixStore prefixedStore(options.prefix, fileStore);
-  return connect(prefixedStore, options.rank, options.size, options.timeout, options.hostname);
+  return createGlooCommunicator(fileStore, options);
+}
+
+std::unique_ptr<Communicator> createGlooCommunicator(gloo::rendezvous::Store& store, const GlooOptions& options) {
+  if (options.prefix.empty())
+    return connect(store, options.rank, options.size, options.timeout, options.hostname, options.label);
+  gloo::rendezvous::PrefixStore prefixedStore(options.prefix, store);
+  return connect(prefixedStore, options.rank, options.size, options.timeout, options.hostname, options.label);
 }
 
 std::unique_ptr<Communicator> createGlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, int64_t rank,
                                                      int64_t size, std::chrono::milliseconds timeout) {
-  return connect(*store, rank, size, timeout, "127.0.0.1");
+  return connect(*store, rank, size, timeout, "127.0.0.1", "");
 }
 
 }  // namespace dgemma

@@ -32,12 +32,17 @@ struct GlooOptions {
   int64_t size = 1;
   std::chrono::milliseconds timeout{30000};  // for the rendezvous and for each collective
   std::string hostname = "127.0.0.1";        // the address this rank listens on
+  std::string label;  // what the group is ("mesh axis 'tp'"), named in every error; may be empty
 };
 
 // Rendezvous through a FileStore in options.storeDirectory (created if missing): for ranks in
 // separate processes. Blocks until all options.size ranks have joined. Throws InputError for an
 // invalid rank or size, RuntimeError when the rendezvous fails or times out.
 std::unique_ptr<Communicator> createGlooCommunicator(const GlooOptions& options);
+
+// Rendezvous through any Gloo store (a TcpStore, a PrefixStore over one) with every field of
+// `options` but storeDirectory.
+std::unique_ptr<Communicator> createGlooCommunicator(gloo::rendezvous::Store& store, const GlooOptions& options);
 
 // Rendezvous through any Gloo store, e.g. a HashStore shared by ranks running as threads of one
 // process. Binds to 127.0.0.1.

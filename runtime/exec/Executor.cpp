@@ -252,18 +252,25 @@ std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry, const s
       const TensorRef& in = prepared.inputs[0];
       const TensorRef& out = prepared.outputs[0];
       Communicator& group = *prepared.communicator;
-      if (step.op == "all_reduce") {
-        group.allReduce(context, in.data, in.numElements(), in.dtype(), prepared.reduce);
-      } else if (step.op == "all_gather") {
-        group.allGather(context, in.data, out.data, in.numElements(), in.dtype());
-      } else if (step.op == "reduce_scatter") {
-        group.reduceScatter(context, in.data, out.data, out.numElements(), in.dtype(), prepared.reduce);
-      } else if (step.op == "broadcast") {
-        group.broadcast(context, in.data, in.numElements(), in.dtype(), prepared.root);
-      } else if (step.op == "reduce_to_root") {
-        group.reduceToRoot(context, in.data, in.numElements(), in.dtype(), prepared.root);
-      } else {
-        runAllToAll(prepared, context);
+      // A peer that died or hangs surfaces here (a Gloo I/O error or timeout): name the step.
+      try {
+        if (step.op == "all_reduce") {
+          group.allReduce(context, in.data, in.numElements(), in.dtype(), prepared.reduce);
+        } else if (step.op == "all_gather") {
+          group.allGather(context, in.data, out.data, in.numElements(), in.dtype());
+        } else if (step.op == "reduce_scatter") {
+          group.reduceScatter(context, in.data, out.data, out.numElements(), in.dtype(), prepared.reduce);
+        } else if (step.op == "broadcast") {
+          group.broadcast(context, in.data, in.numElements(), in.dtype(), prepared.root);
+        } else if (step.op == "reduce_to_root") {
+          group.reduceToRoot(context, in.data, in.numElements(), in.dtype(), prepared.root);
+        } else {
+          runAllToAll(prepared, context);
+        }
+      } catch (const RuntimeError& error) {
+        const std::string message = error.what();
+        if (message.rfind(prepared.where, 0) == 0) throw;  // runAllToAll's own checks name the step already
+        throw RuntimeError(prepared.where + ": " + message);
       }
     }
     for (int64_t event : step.signalEvents) backend_.recordEvent(event, step.stream);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "runtime/session/GlobalTensors.h"
 #include "support/Error.h"
 #include "support/Shape.h"
 
@@ -11,7 +12,8 @@ namespace dgemma {
 
 namespace {
 
-// The entry named `name` whose inputs have exactly the batch's shapes (plans are shape-specialised).
+// The entry named `name` whose inputs have exactly the batch's (global) shapes (plans are
+// shape-specialised).
 // Inputs the batch lacks do not decide; optional ones get defaults, the rest are reported missing.
 const EntryPoint& selectEntry(const Plan& plan, const std::string& name, const std::map<std::string, HostTensor>& inputs, const std::string& batchPath) {
   std::string available;
@@ -20,10 +22,10 @@ const EntryPoint& selectEntry(const Plan& plan, const std::string& name, const s
     available += "\n  " + entry.key() + ":";
     bool matches = true;
     for (const NamedBuffer& input : entry.inputs) {
-      const Buffer& buffer = plan.buffers[input.buffer];
-      available += " " + input.name + shapeToString(buffer.shape);
+      const std::vector<int64_t> shape = globalShapeOf(input, plan);
+      available += " " + input.name + shapeToString(shape);
       auto it = inputs.find(input.name);
-      matches &= it == inputs.end() || it->second.shape == buffer.shape;
+      matches &= it == inputs.end() || it->second.shape == shape;
     }
     if (matches) return entry;
   }
@@ -35,22 +37,42 @@ const EntryPoint& selectEntry(const Plan& plan, const std::string& name, const s
 // self-conditioning logits the signal is exactly zero (mask 0); with logits and no mask, every
 // example is conditioned.
 void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan) {
-  auto shapeOf = [&](const std::string& name) -> const Buffer* {
+  auto inputNamed = [&](const std::string& name) -> const NamedBuffer* {
     for (const NamedBuffer& input : entry.inputs)
-      if (input.name == name) return &plan.buffers[input.buffer];
+      if (input.name == name) return &input;
     return nullptr;
   };
-  if (shapeOf("noisy_canvas_ids") && !batch.count("noisy_canvas_ids") && batch.count("canvas_ids"))
+  if (inputNamed("noisy_canvas_ids") && !batch.count("noisy_canvas_ids") && batch.count("canvas_ids"))
     batch["noisy_canvas_ids"] = batch.at("canvas_ids");
-  const Buffer* logits = shapeOf("self_conditioning_logits");
-  const Buffer* mask = shapeOf("self_conditioning_mask");
+  const NamedBuffer* logits = inputNamed("self_conditioning_logits");
+  const NamedBuffer* mask = inputNamed("self_conditioning_mask");
   if (!logits || !mask) return;
   bool hasLogits = batch.count("self_conditioning_logits") != 0;
-  if (!hasLogits) batch["self_conditioning_logits"] = HostTensor(logits->dtype, logits->shape);
+  if (!hasLogits) batch["self_conditioning_logits"] = HostTensor(plan.buffers[logits->buffer].dtype, globalShapeOf(*logits, plan));
   if (!batch.count("self_conditioning_mask")) {
-    HostTensor fill(DType::F32, mask->shape);
+    HostTensor fill(DType::F32, globalShapeOf(*mask, plan));
     std::fill(fill.as<float>(), fill.as<float>() + fill.numElements(), hasLogits ? 1.0f : 0.0f);
-    batch["self_conditioning_mask"] = convertDType(fill, mask->dtype, "self_conditioning_mask");
+    batch["self_conditioning_mask"] = convertDType(fill, plan.buffers[mask->buffer].dtype, "self_conditioning_mask");
+  }
+}
+
+// This rank's box of every input that the plan shards.
+void cutInputBoxes(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan,
+                   const std::string& batchPath) {
+  for (const NamedBuffer& input : entry.inputs) {
+    auto it = batch.find(input.name);
+    if (it == batch.end() || input.isWhole()) continue;
+    it->second = cutBox(it->second, input.globalShape, boxOf(input, plan), batchPath + ": tensor " + input.name);
+  }
+}
+
+// Every sharded output assembled from the ranks' boxes; every rank takes part, in the plan's order.
+void assembleOutputs(std::map<std::string, HostTensor>& outputs, const EntryPoint& entry, Session& session) {
+  for (const NamedBuffer& output : entry.outputs) {
+    if (output.isWhole()) continue;
+    HostTensor& tensor = outputs.at(output.name);
+    tensor = assembleGlobal(*session.world, tensor, boxOf(output, session.plan), output.globalShape,
+                            "output " + output.name + " of " + entry.key());
   }
 }
 
@@ -115,7 +137,9 @@ std::map<std::string, HostTensor> runEntry(Session& session, const std::string& 
     bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
     it = used ? std::next(it) : batch.erase(it);
   }
+  cutInputBoxes(batch, entry, plan, batchPath);
   std::map<std::string, HostTensor> outputs = session.executor->run(entry, batch);
+  assembleOutputs(outputs, entry, session);
   if (chosen && bucketSize > requested)
     for (auto& [name, tensor] : outputs)
       for (const std::string& prefix : padding->outputPrefixes)

@@ -17,7 +17,9 @@ namespace dgemma {
 // Runs entry `entryName` on `batch` and returns its outputs. With the plan's padding contract
 // (Plan::bucketPadding) the batch runs in the smallest bucket that holds it, left-padded, and
 // prompt-length outputs are cropped back. Fields the entry does not take are dropped. `batchPath`
-// names the batch in messages.
+// names the batch in messages. On a sharded plan `batch` holds the global tensors on every rank,
+// each rank feeds its box of them, and every rank gets every output whole (assembled from the
+// ranks' boxes: a collective, so all ranks run the same entries in the same order).
 std::map<std::string, HostTensor> runEntry(Session& session, const std::string& entryName, std::map<std::string, HostTensor> batch,
                                            const std::string& batchPath);
 

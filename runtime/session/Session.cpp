@@ -38,12 +38,37 @@ void loadPlanWeights(Executor& executor, const std::string& weightsPath, const s
   });
 }
 
+// How many rank plans `planDir` holds: rank-0.dgplan, rank-1.dgplan, ... without a gap.
+int64_t rankPlansIn(const std::string& planDir) {
+  int64_t count = 0;
+  while (std::filesystem::exists(planFileForRank(planDir, count))) ++count;
+  return count;
+}
+
 }  // namespace
 
-Plan loadPlan(const SessionOptions& options) {
-  std::string path = planFileForRank(options.planDir, options.rank);
-  if (!std::filesystem::exists(path)) throw InputError("--plan: " + path + " does not exist (is " + options.planDir + " a plan directory?)");
+Plan readRankPlan(const std::string& planDir, int64_t rank) {
+  std::string path = planFileForRank(planDir, rank);
+  if (!std::filesystem::exists(path)) throw InputError("--plan: " + path + " does not exist (is " + planDir + " a plan directory?)");
   return readPlanFile(path);
+}
+
+void checkRankPlanCount(const std::string& planDir, int64_t worldSize) {
+  const int64_t rankPlans = rankPlansIn(planDir);
+  if (rankPlans != worldSize)
+    throw InputError("--plan: " + planDir + " holds " + std::to_string(rankPlans) + " rank plan" +
+                     (rankPlans == 1 ? "" : "s") + ", but the run has " + std::to_string(worldSize) + " rank" +
+                     (worldSize == 1 ? "" : "s") + " (WORLD_SIZE, --nproc-per-node)");
+}
+
+Plan loadPlan(const SessionOptions& options) {
+  if (std::filesystem::exists(planFileForRank(options.planDir, 0))) checkRankPlanCount(options.planDir, options.worldSize);
+  Plan plan = readRankPlan(options.planDir, options.rank);
+  if (plan.worldSize != options.worldSize || plan.rank != options.rank)
+    throw InputError(planFileForRank(options.planDir, options.rank) + ": the plan is rank " + std::to_string(plan.rank) +
+                     " of " + std::to_string(plan.worldSize) + ", this process is rank " + std::to_string(options.rank) +
+                     " of " + std::to_string(options.worldSize));
+  return plan;
 }
 
 std::string planContentHash(const std::string& planPath) {
@@ -66,9 +91,13 @@ std::unique_ptr<Session> openSession(const SessionOptions& options, Plan plan) {
   auto session = std::make_unique<Session>();
   session->plan = std::move(plan);
   session->planPath = planFileForRank(options.planDir, options.rank);
+  session->rank = options.rank;
+  session->worldSize = options.worldSize;
   session->backend = createBackend(options.backend, options.threads);
-  for (const MeshAxis& axis : session->plan.mesh)
-    session->communicators.add(axis.name, std::make_unique<LocalCommunicator>(*session->backend));
+  MeshCommunicators communicators =
+      connectMesh(session->plan.mesh, *session->backend, options.rank, options.worldSize, options.rendezvous, session->planPath);
+  session->communicators = std::move(communicators.axes);
+  session->world = std::move(communicators.world);
   session->executor =
       std::make_unique<Executor>(session->plan, *session->backend, session->communicators, session->planPath);
   if (!options.weights.empty()) loadPlanWeights(*session->executor, options.weights, session->planPath);

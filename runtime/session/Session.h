@@ -9,6 +9,7 @@
 #include "plan/Plan.h"
 #include "runtime/kernel_api/Backend.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/comm/MeshCommunicators.h"
 #include "runtime/exec/Executor.h"
 
 namespace dgemma {
@@ -22,24 +23,43 @@ struct SessionOptions {
   std::string backend = "cpu";
   int64_t threads = 0;  // CPU worker threads (0: one per core)
   int64_t rank = 0;
+  int64_t worldSize = 1;          // the plan directory must hold this many rank plans
+  RendezvousOptions rendezvous;   // how the ranks meet when worldSize > 1
 };
 
-// The plan file of this rank; InputError when `planDir` is not a plan directory.
+// Rank `rank`'s plan file of `planDir`; InputError when there is none.
+Plan readRankPlan(const std::string& planDir, int64_t rank);
+
+// InputError naming both numbers when `planDir` holds another number of rank plans
+// (rank-0.dgplan, rank-1.dgplan, ...) than the run has ranks.
+void checkRankPlanCount(const std::string& planDir, int64_t worldSize);
+
+// This rank's plan: readRankPlan after checkRankPlanCount; InputError when the plan is another
+// rank's or another world size's.
 Plan loadPlan(const SessionOptions& options);
 
 // The XXH3-64 content hash the plan file's preamble records (docs/plan-format.md), as 16 hex
 // digits: what a checkpoint names its plan by.
 std::string planContentHash(const std::string& planPath);
 
+// One rank's share of a run. With several ranks, every rank opens its session at the same point
+// (the communicators' rendezvous waits for all), runs the same entry points in the same order, and
+// rank 0 alone prints and writes files.
 struct Session {
   Plan plan;
   std::string planPath;
+  int64_t rank = 0;
+  int64_t worldSize = 1;
   std::unique_ptr<Backend> backend;
-  CommunicatorSet communicators;
+  CommunicatorSet communicators;        // one per plan.mesh axis: what the plan's collectives use
+  std::unique_ptr<Communicator> world;  // every rank, on host memory: barriers, assembling outputs
   std::unique_ptr<Executor> executor;
+
+  bool isRankZero() const { return rank == 0; }
 };
 
-// Loads the plan and fills its model parameters from `weights` or `init` (exactly one is given).
+// Loads the plan, connects the ranks (options.rendezvous) and fills its model parameters from
+// `weights` or `init` (exactly one is given).
 std::unique_ptr<Session> openSession(const SessionOptions& options);
 // The same for a plan already loaded with loadPlan(options).
 std::unique_ptr<Session> openSession(const SessionOptions& options, Plan plan);

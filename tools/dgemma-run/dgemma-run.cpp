@@ -4,11 +4,15 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
 #include "plan/PlanFile.h"
+#include "runtime/launch/LocalLauncher.h"
+#include "runtime/launch/RankEnvironment.h"
+#include "runtime/session/GlobalTensors.h"
 #include "runtime/session/RunEntry.h"
 #include "runtime/session/Session.h"
 #include "runtime/train/Trainer.h"
@@ -24,6 +28,54 @@ using dgemma::openSession;
 using dgemma::runEntry;
 using dgemma::Session;
 using dgemma::SessionOptions;
+
+// How the ranks of a plan-running command start: --nproc-per-node local ranks, or the environment's.
+struct RankFlags {
+  int64_t processesPerNode = 1;
+  double commTimeoutSeconds = 30;  // well under a minute: a rank whose peer died exits soon after
+};
+
+void addRankFlags(CLI::App& command, RankFlags& flags) {
+  command.add_option("--nproc-per-node", flags.processesPerNode, "local ranks to start (1: this process is the only rank)")
+      ->check(CLI::Range(1, 1024));
+  command.add_option("--comm-timeout", flags.commTimeoutSeconds,
+                     "seconds a rank waits for a peer in the rendezvous and in each collective")
+      ->check(CLI::PositiveNumber);
+}
+
+// This process as the rank its environment names: the session's rank, world size and rendezvous.
+void applyRankEnvironment(const dgemma::RankEnvironment& environment, const RankFlags& flags, SessionOptions& session) {
+  session.rank = environment.rank;
+  session.worldSize = environment.worldSize;
+  session.rendezvous.storeDirectory = environment.rendezvousDirectory;
+  session.rendezvous.masterAddress = environment.masterAddress;
+  session.rendezvous.masterPort = environment.masterPort;
+  session.rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.commTimeoutSeconds * 1000));
+}
+
+// With --nproc-per-node N in a process no launcher started, the exit code of running N local ranks
+// of this same command line (each of which comes back here as a rank of dgemma-run); nothing when
+// this process is a rank itself.
+std::optional<int> launchLocalRanksIfAsked(const RankFlags& flags, const dgemma::RankEnvironment& environment,
+                                           const std::string& planDir, int argc, char** argv) {
+  if (environment.launcher == dgemma::Launcher::DgemmaRun) {
+    if (environment.worldSize != flags.processesPerNode)
+      throw InputError("--nproc-per-node " + std::to_string(flags.processesPerNode) + ": this rank was started as one of " +
+                       std::to_string(environment.worldSize) + " (WORLD_SIZE)");
+    return std::nullopt;
+  }
+  if (flags.processesPerNode == 1) return std::nullopt;
+  if (environment.launcher != dgemma::Launcher::None)
+    throw InputError("--nproc-per-node: " + std::string(dgemma::launcherName(environment.launcher)) +
+                     " already started the ranks (rank " + std::to_string(environment.rank) + " of " +
+                     std::to_string(environment.worldSize) + "); leave the flag out");
+  dgemma::checkRankPlanCount(planDir, flags.processesPerNode);
+  dgemma::LocalLaunch launch;
+  launch.processes = flags.processesPerNode;
+  launch.command = {dgemma::currentExecutable()};
+  for (int i = 1; i < argc; ++i) launch.command.push_back(argv[i]);
+  return dgemma::runLocalRanks(launch, std::cerr);
+}
 
 // The flags of forward, grad and inspect: the session's, and the batch in and out.
 struct ExecutionFlags {
@@ -87,9 +139,13 @@ void writeOutputs(const std::string& path, const std::map<std::string, HostTenso
   dgemma::writeSafetensors(path, tensors);
 }
 
+// Every rank runs the entry on the whole batch file (feeding its box of each input); rank 0 writes
+// the assembled outputs.
 int runForward(const ExecutionFlags& flags) {
   std::unique_ptr<Session> session = openSession(flags.session);
-  writeOutputs(flags.output, runEntry(*session, "forward", readBatch(flags.input, session->plan, "forward"), flags.input));
+  std::map<std::string, HostTensor> outputs =
+      runEntry(*session, "forward", readBatch(flags.input, session->plan, "forward"), flags.input);
+  if (session->isRankZero()) writeOutputs(flags.output, outputs);
   return 0;
 }
 
@@ -137,16 +193,20 @@ int runGrad(const ExecutionFlags& flags) {
       written[name] = tensor;
     }
   }
+  // Gradient buffers are sharded like their parameters: every rank takes part in assembling each.
   for (const dgemma::Parameter& parameter : session->plan.parameters)
     if (parameter.name.rfind(gradientPrefix, 0) == 0)
-      written[parameter.name.substr(gradientPrefix.size())] = session->executor->parameter(parameter.name);
+      written[parameter.name.substr(gradientPrefix.size())] =
+          dgemma::assembleGlobal(*session->world, session->executor->parameter(parameter.name),
+                                 dgemma::ShardBox{parameter.shardOffset, parameter.shardShape}, parameter.globalShape,
+                                 "parameter " + parameter.name);
   if (!written.count("loss")) throw InputError("--plan: entry train_step has no \"loss\" output");
-  writeOutputs(flags.output, written);
+  if (session->isRankZero()) writeOutputs(flags.output, written);
   return 0;
 }
 
 int runInspect(const ExecutionFlags& flags) {
-  dgemma::Plan plan = loadPlan(flags.session);
+  dgemma::Plan plan = dgemma::readRankPlan(flags.session.planDir, flags.session.rank);
   std::cout << "plan " << dgemma::planFileForRank(flags.session.planDir, flags.session.rank) << ": format v" << plan.version << ", rank "
             << plan.rank << " of " << plan.worldSize << ", producer " << plan.producer << "\n";
   for (const dgemma::Arena& arena : plan.arenas)
@@ -213,6 +273,7 @@ int main(int argc, char** argv) {
     for (const char* name : names) command->add_flag(std::string("--") + name);
   };
 
+  RankFlags rankFlags;
   dgemma::TrainOptions trainFlags;
   CLI::App* train = app.add_subcommand("train", "fine-tune from a training plan (block-diffusion SFT, AdamW)");
   addPlanFlags(*train, trainFlags.session);
@@ -250,8 +311,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"abort", "skip"}));
   train->add_option("--log-every", trainFlags.logEvery, "off a terminal, a progress line every N steps as well as every 30 s")
       ->check(CLI::NonNegativeNumber);
-  train->add_option("--nproc-per-node", trainFlags.processesPerNode, "local ranks (1)");
   train->add_flag("--skip-bad-rows", trainFlags.skipBadRows, "skip, count and list bad rows instead of failing");
+  addRankFlags(*train, rankFlags);
 
   CLI::App* generate = app.add_subcommand("generate", "block-diffusion generation (not implemented yet)");
   addPlanFlags(*generate, flags.session);
@@ -286,6 +347,7 @@ int main(int argc, char** argv) {
     command->add_option("--seed", flags.session.seed, "seed for --init random");
     command->add_option("--input", flags.input, "BATCH.safetensors")->required();
     command->add_option("--out", flags.output, "OUT.safetensors")->required();
+    addRankFlags(*command, rankFlags);
   }
   grad->add_option("--step", flags.step, "step of the noise keys when the batch injects no noise");
   grad->add_option("--first-sample", flags.firstSample, "global sample index of the batch's first row (noise keys)")
@@ -297,13 +359,30 @@ int main(int argc, char** argv) {
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
-  return dgemma::runReportingErrors("dgemma-run", [&]() -> int {
+  // The plan-running commands run as one rank of several: started here (--nproc-per-node), or by
+  // dgemma-run, torchrun, Slurm or mpirun, whose environment names the rank.
+  const bool runsPlan = train->parsed() || forward->parsed() || grad->parsed();
+  SessionOptions& session = train->parsed() ? trainFlags.session : flags.session;
+  dgemma::RankEnvironment environment;
+  std::optional<int> launched;
+  exitCode = dgemma::runReportingErrors("dgemma-run", [&]() -> int {
+    if (!runsPlan) return 0;
+    environment = dgemma::detectRankEnvironment(dgemma::processEnvironment());
+    launched = launchLocalRanksIfAsked(rankFlags, environment, session.planDir, argc, argv);
+    applyRankEnvironment(environment, rankFlags, session);
+    return 0;
+  });
+  if (exitCode != 0) return exitCode;
+  if (launched) return *launched;
+  const std::string tool =
+      environment.worldSize > 1 ? "dgemma-run (rank " + std::to_string(environment.rank) + ")" : "dgemma-run";
+  return dgemma::runReportingErrors(tool, [&]() -> int {
     if (forward->parsed()) return runForward(flags);
     if (grad->parsed()) return runGrad(flags);
     if (inspect->parsed()) return runInspect(flags);
     if (train->parsed()) {
       dgemma::Plan plan = loadPlan(trainFlags.session);
-      dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.session.planDir, 0));
+      dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.session.planDir, trainFlags.session.rank));
       return dgemma::runTrain(trainFlags, std::move(plan));
     }
     if (generate->parsed()) return notYet("generate", "needs the DiffusionGemma model and the sampler");

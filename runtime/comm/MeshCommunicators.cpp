@@ -1,0 +1,87 @@
+#include "runtime/comm/MeshCommunicators.h"
+
+#include <gloo/rendezvous/file_store.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "runtime/comm/GlooCommunicator.h"
+#include "runtime/comm/LocalAddress.h"
+#include "runtime/comm/MeshGroups.h"
+#include "runtime/comm/TcpStore.h"
+#include "runtime/kernel_api/Backend.h"
+#include "support/Error.h"
+
+namespace dgemma {
+
+namespace {
+
+// Connects the world group, then the axes in mesh order: every rank does the same sequence, and
+// the groups of one axis partition the ranks, so each group's rendezvous completes.
+MeshCommunicators connectGroups(gloo::rendezvous::Store& store, const std::vector<MeshAxis>& mesh, Backend& backend,
+                                int64_t rank, int64_t worldSize, std::chrono::milliseconds timeout,
+                                const std::string& hostname, const std::string& where) {
+  const std::vector<AxisGroup> groups = meshAxisGroups(mesh, rank, where);
+  GlooOptions gloo;
+  gloo.timeout = timeout;
+  gloo.hostname = hostname;
+  MeshCommunicators communicators;
+  gloo.prefix = "world";
+  gloo.label = "the world group";
+  gloo.rank = rank;
+  gloo.size = worldSize;
+  communicators.world = createGlooCommunicator(store, gloo);
+  for (const AxisGroup& group : groups) {
+    if (group.ranks.size() == 1) {
+      communicators.axes.add(group.axis, std::make_unique<LocalCommunicator>(backend));
+      continue;
+    }
+    gloo.prefix = group.key;
+    gloo.label = "mesh axis '" + group.axis + "'";
+    gloo.rank = group.position;
+    gloo.size = static_cast<int64_t>(group.ranks.size());
+    communicators.axes.add(group.axis, createGlooCommunicator(store, gloo));
+  }
+  return communicators;
+}
+
+}  // namespace
+
+MeshCommunicators connectMesh(const std::vector<MeshAxis>& mesh, Backend& backend, int64_t rank, int64_t worldSize,
+                              const RendezvousOptions& options, const std::string& where) {
+  int64_t meshRanks = 1;
+  for (const MeshAxis& axis : mesh) meshRanks *= axis.size;
+  if (!mesh.empty() && meshRanks != worldSize)
+    throw InputError(where + ": the mesh has " + std::to_string(meshRanks) + " ranks, the run has " +
+                     std::to_string(worldSize) + " (WORLD_SIZE)");
+  if (worldSize == 1) {
+    MeshCommunicators communicators;
+    for (const MeshAxis& axis : mesh) communicators.axes.add(axis.name, std::make_unique<LocalCommunicator>(backend));
+    communicators.world = std::make_unique<LocalCommunicator>();
+    return communicators;
+  }
+  if (backend.name() != "cpu")
+    throw InputError("--backend " + backend.name() + ": a run of several ranks needs the cpu backend (the Gloo "
+                     "communicators move host memory; NCCL is not built yet)");
+  if (!options.storeDirectory.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options.storeDirectory, error);
+    if (error) throw RuntimeError(options.storeDirectory + ": cannot create the rendezvous directory: " + error.message());
+    gloo::rendezvous::FileStore store(options.storeDirectory);
+    return connectGroups(store, mesh, backend, rank, worldSize, options.timeout, "127.0.0.1", where);
+  }
+  if (options.masterAddress.empty() || options.masterPort <= 0)
+    throw InputError("a run of several ranks needs MASTER_ADDR and MASTER_PORT (or a local rendezvous directory)");
+  // Rank 0 serves the store until every rank has finished its rendezvous and let go of it.
+  std::optional<TcpStoreServer> server;
+  if (rank == 0) server.emplace(options.masterPort, worldSize, options.timeout);
+  MeshCommunicators communicators;
+  {
+    TcpStore store(options.masterAddress, options.masterPort, options.timeout);
+    communicators = connectGroups(store, mesh, backend, rank, worldSize, options.timeout,
+                                  localAddressTowards(options.masterAddress), where);
+  }
+  return communicators;
+}
+
+}  // namespace dgemma

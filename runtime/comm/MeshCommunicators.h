@@ -1,0 +1,42 @@
+// The communicators of one rank of a multi-rank run: one per base axis of the plan's mesh (the
+// group of runtime/comm/MeshGroups.h) and one over every rank, after a rendezvous through a store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plan/Plan.h"
+#include "runtime/comm/Communicator.h"
+
+namespace dgemma {
+
+class Backend;
+
+// How the ranks of one run find each other. Local ranks (dgemma-run --nproc-per-node) share a fresh
+// directory; ranks started by torchrun, Slurm or mpirun meet at the TcpStore rank 0 serves.
+struct RendezvousOptions {
+  std::string storeDirectory;  // set: a Gloo FileStore there, ranks bind to loopback
+  std::string masterAddress;   // otherwise: the TcpStore at masterAddress:masterPort
+  int masterPort = 0;
+  // For the rendezvous and for each collective: a rank waits this long for a peer that has gone
+  // silent, then fails naming the group.
+  std::chrono::milliseconds timeout{30000};
+};
+
+struct MeshCommunicators {
+  CommunicatorSet axes;                 // one per mesh axis: a LocalCommunicator for an axis of size 1
+  std::unique_ptr<Communicator> world;  // every rank, in rank order, on host memory
+};
+
+// A run of one rank: LocalCommunicators (the axes' on `backend`, the world's on host memory).
+// More: a Gloo communicator per axis of size > 1 and one over the world (CPU backend only: Gloo
+// moves host memory). Every rank must call this at the same point; it returns when all have.
+// InputError naming `where` for a mesh this rank does not fit, RuntimeError when the rendezvous
+// fails or times out.
+MeshCommunicators connectMesh(const std::vector<MeshAxis>& mesh, Backend& backend, int64_t rank, int64_t worldSize,
+                              const RendezvousOptions& options, const std::string& where);
+
+}  // namespace dgemma
