@@ -22,6 +22,7 @@ struct SplitOptions {
   int64_t maxEncoderLength = 0;  // the plan's largest prompt_len bucket: a longer context fits no bucket
   int64_t vocabSize = 0;
   bool skipBadRows = false;
+  bool quiet = false;  // no counts or skipped rows printed (every rank but 0 loads the same splits)
 };
 
 // `--train mock`: synthetic smoke-test data instead of a file (docs/training.md), not evidence of

@@ -103,4 +103,24 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   return trainPlan;
 }
 
+nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan) {
+  // The objective and precision live only in the plan's metadata, where dgemma-compile records the
+  // flags that chose them; the layout flags there are left out.
+  nlohmann::json identity = {{"model_config", plan.modelConfig},
+                             {"objective", plan.metadata.value("objective", nlohmann::json())},
+                             {"precision", plan.metadata.value("precision", nlohmann::json())},
+                             {"optimizer",
+                              {{"beta1", trainPlan.optimizer.beta1},
+                               {"beta2", trainPlan.optimizer.beta2},
+                               {"eps", trainPlan.optimizer.epsilon},
+                               {"weight_decay", trainPlan.optimizer.weightDecay},
+                               {"max_grad_norm", trainPlan.optimizer.maxGradNorm}}}};
+  nlohmann::json& parameters = identity["parameters"] = nlohmann::json::object();
+  for (const Parameter& parameter : plan.parameters) {
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0) continue;
+    parameters[parameter.name] = {{"shape", parameter.globalShape}, {"dtype", std::string(dtypeName(plan.buffers.at(parameter.buffer).dtype))}};
+  }
+  return identity;
+}
+
 }  // namespace dgemma

@@ -33,6 +33,12 @@ struct TrainPlan {
   std::vector<std::string> optimizerParameters;  // "optimizer/exp_avg/<name>", ...
 };
 
+// What a checkpoint of this training run records and a resumed run must match, whatever the layout
+// of either (docs/training.md, "Resume"): the model config, the objective and precision
+// dgemma-compile recorded, the optimizer settings and the global shape and dtype of every saved
+// parameter (model and optimizer state; the gradient buffers are not saved).
+nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan);
+
 // Throws InputError naming `planPath` and what is missing: a plan compiled with --mode infer, or one
 // without the optimizer_step, gradient_check and zero_gradients entries or the gradient buffers.
 TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath);

@@ -99,6 +99,44 @@ TEST_F(TrainPlanTest, NamesAMissingGradientEntryOrOutput) {
             "p.dgplan: no \"zero_gradients\" entry point (compiled before gradients were device buffers; recompile the plan)");
 }
 
+// Two ranks of a TP = 2 plan and the one-rank plan of the same model agree on the identity a
+// checkpoint records; a different optimizer setting or global shape does not.
+TEST_F(TrainPlanTest, CheckpointIdentityLeavesOutTheLayout) {
+  plan_.metadata = {{"precision", "bf16"}, {"objective", {{"variant", "uniform"}}}, {"tp", 1}};
+  plan_.buffers.push_back({0, "w", DType::F32, {8, 4}, 0, 0, std::nullopt, std::nullopt});
+  for (Parameter& parameter : plan_.parameters) {
+    parameter.globalShape = {8, 4};
+    parameter.shardOffset = {0, 0};
+    parameter.shardShape = {8, 4};
+  }
+  const nlohmann::json identity = checkpointIdentity(plan_, readTrainPlan(plan_, "p.dgplan"));
+  EXPECT_EQ(identity["precision"], "bf16");
+  EXPECT_EQ(identity["objective"], (nlohmann::json{{"variant", "uniform"}}));
+  EXPECT_EQ(identity["parameters"]["w"], (nlohmann::json{{"shape", {8, 4}}, {"dtype", "f32"}}));
+  EXPECT_TRUE(identity["parameters"].contains("optimizer/exp_avg/w"));
+  EXPECT_FALSE(identity["parameters"].contains("grad/w"));  // never saved
+  EXPECT_EQ(identity["optimizer"]["beta2"], OptimizerSettings{}.beta2);
+
+  Plan rank1 = plan_;
+  rank1.rank = 1;
+  rank1.worldSize = 2;
+  rank1.mesh = {{"tp", 2, 1}};
+  rank1.metadata["tp"] = 2;
+  rank1.buffers[0].shape = {4, 4};
+  for (Parameter& parameter : rank1.parameters) {
+    parameter.shardOffset = {4, 0};
+    parameter.shardShape = {4, 4};
+  }
+  EXPECT_EQ(checkpointIdentity(rank1, readTrainPlan(rank1, "p.dgplan")), identity);
+
+  Plan otherRecipe = plan_;
+  otherRecipe.optimizer->beta2 = 0.95;
+  EXPECT_NE(checkpointIdentity(otherRecipe, readTrainPlan(otherRecipe, "p.dgplan"))["optimizer"], identity["optimizer"]);
+  Plan otherModel = plan_;
+  otherModel.parameters[0].globalShape = {16, 4};
+  EXPECT_NE(checkpointIdentity(otherModel, readTrainPlan(otherModel, "p.dgplan"))["parameters"], identity["parameters"]);
+}
+
 TEST_F(TrainPlanTest, RejectsAPlanOfAnotherModelFamily) {
   plan_.modelFamily = ModelFamily::Builtin;
   EXPECT_EQ(errorOf(), "p.dgplan: not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
