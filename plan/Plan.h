@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -94,9 +95,19 @@ struct Step {
   std::string location;   // "file:line:col" of the IR op it came from, for diagnostics
 };
 
+// An entry point's input or output. On a sharded plan the buffer may be this rank's box of a larger
+// tensor: [shardOffset, shardOffset + the buffer's shape) of globalShape. Both empty: the buffer is
+// the whole tensor (every single-rank plan, and values that are whole on every rank).
 struct NamedBuffer {
+  NamedBuffer() = default;
+  NamedBuffer(std::string name, int64_t buffer) : name(std::move(name)), buffer(buffer) {}
+
   std::string name;
   int64_t buffer = 0;
+  std::vector<int64_t> globalShape;
+  std::vector<int64_t> shardOffset;
+
+  bool isWhole() const { return globalShape.empty(); }
 };
 
 // Plans are shape-specialised: an entry point is compiled for one bucket of dynamic sizes, and a

@@ -134,7 +134,14 @@ Step stepFromJson(const FieldReader& reader) {
 
 json namedBuffersToJson(const std::vector<NamedBuffer>& named) {
   json list = json::array();
-  for (const NamedBuffer& entry : named) list.push_back({{"name", entry.name}, {"buffer", entry.buffer}});
+  for (const NamedBuffer& entry : named) {
+    json node = {{"name", entry.name}, {"buffer", entry.buffer}};
+    if (!entry.isWhole()) {
+      node["global_shape"] = entry.globalShape;
+      node["shard_offset"] = entry.shardOffset;
+    }
+    list.push_back(node);
+  }
   return list;
 }
 
@@ -142,7 +149,13 @@ std::vector<NamedBuffer> namedBuffersFromJson(const FieldReader& reader, const s
   std::vector<NamedBuffer> named;
   for (size_t i = 0; i < reader.array(key).size(); ++i) {
     FieldReader item = reader.element(key, i);
-    named.push_back({item.string("name"), item.nonNegative("buffer")});
+    NamedBuffer entry(item.string("name"), item.nonNegative("buffer"));
+    // A box is both fields or neither: absent means the buffer is the whole tensor.
+    if (item.has("global_shape") || item.has("shard_offset")) {
+      entry.globalShape = item.integers("global_shape");
+      entry.shardOffset = item.integers("shard_offset");
+    }
+    named.push_back(std::move(entry));
   }
   return named;
 }

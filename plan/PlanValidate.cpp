@@ -147,6 +147,24 @@ class PlanChecker {
                       std::to_string(buffer.lifetime->first) + ", " + std::to_string(buffer.lifetime->last) + "]");
   }
 
+  // An input's or output's box lies inside its global shape, and its extent is the buffer's shape.
+  void checkBox(const NamedBuffer& named, const std::string& where) const {
+    const Buffer& buffer = plan_.buffers[named.buffer];
+    if (named.shardOffset.size() != named.globalShape.size())
+      fail(where + ".shard_offset", "has " + std::to_string(named.shardOffset.size()) + " dimensions, global_shape has " +
+                                        std::to_string(named.globalShape.size()));
+    if (named.isWhole()) return;
+    if (named.globalShape.size() != buffer.shape.size())
+      fail(where + ".global_shape", "has " + std::to_string(named.globalShape.size()) + " dimensions, buffer " +
+                                        std::to_string(buffer.id) + " has " + std::to_string(buffer.shape.size()));
+    for (size_t d = 0; d < buffer.shape.size(); ++d)
+      if (named.shardOffset[d] < 0 || named.shardOffset[d] + buffer.shape[d] > named.globalShape[d])
+        fail(where + ".shard_offset", "the box [" + std::to_string(named.shardOffset[d]) + ", " +
+                                          std::to_string(named.shardOffset[d] + buffer.shape[d]) + ") of buffer " +
+                                          std::to_string(buffer.id) + " leaves global_shape " +
+                                          std::to_string(named.globalShape[d]) + " in dimension " + std::to_string(d));
+  }
+
   void checkEntryPoints() {
     std::set<std::string> keys;
     std::set<std::string> axes;
@@ -157,9 +175,14 @@ class PlanChecker {
       if (!keys.insert(entry.key()).second) fail(where, "entry \"" + entry.key() + "\" appears twice");
       if (entry.numStreams < 1) fail(where + ".streams", "expected at least 1");
       int64_t lastStep = static_cast<int64_t>(entry.steps.size()) - 1;
-      for (size_t i = 0; i < entry.inputs.size(); ++i) checkOperand(entry, 0, entry.inputs[i].buffer, at(where + ".inputs", i));
-      for (size_t i = 0; i < entry.outputs.size(); ++i)
+      for (size_t i = 0; i < entry.inputs.size(); ++i) {
+        checkOperand(entry, 0, entry.inputs[i].buffer, at(where + ".inputs", i));
+        checkBox(entry.inputs[i], at(where + ".inputs", i));
+      }
+      for (size_t i = 0; i < entry.outputs.size(); ++i) {
         checkOperand(entry, std::max<int64_t>(lastStep, 0), entry.outputs[i].buffer, at(where + ".outputs", i));
+        checkBox(entry.outputs[i], at(where + ".outputs", i));
+      }
       for (size_t s = 0; s < entry.steps.size(); ++s) {
         const Step& step = entry.steps[s];
         std::string stepWhere = at(where + ".steps", s);

@@ -66,12 +66,26 @@ TEST(PlanFile, RoundTripsEveryField) {
   plan.entryPoints[0].steps[0].stream = 1;
   plan.entryPoints[0].steps[0].signalEvents = {0};
   plan.entryPoints[0].steps[0].attrs = {{"eps", 1e-6}, {"perm", {1, 0}}};
+  plan.entryPoints[0].inputs[0].globalShape = {8};
+  plan.entryPoints[0].inputs[0].shardOffset = {4};
   std::string bytes = serializePlan(plan);
   Plan back = deserializePlan(bytes, "plan.dgplan");
   EXPECT_EQ(planToJson(back), planToJson(plan));
   ASSERT_EQ(back.sections.size(), 1u);
   EXPECT_EQ(back.sections[0].data, plan.sections[0].data);
   EXPECT_EQ(serializePlan(back), bytes);  // deterministic
+}
+
+TEST(PlanFile, ReadsAnInputWithoutABoxAsWhole) {
+  Plan plan = deserializePlan(serializePlan(smallPlan()), "plan.dgplan");
+  EXPECT_TRUE(plan.entryPoints[0].inputs[0].isWhole());
+  EXPECT_FALSE(planToJson(plan)["entry_points"][0]["inputs"][0].contains("global_shape"));
+}
+
+TEST(PlanFile, RejectsAHalfWrittenBox) {
+  nlohmann::json header = nlohmann::json::parse(headerOf(smallPlan()));
+  header["entry_points"][0]["outputs"][0]["global_shape"] = {8};
+  EXPECT_EQ(errorOf(container(header.dump())), "plan.dgplan: entry_points[0].outputs[0].shard_offset: missing");
 }
 
 TEST(PlanFile, MatchesTheDocumentedLayout) {

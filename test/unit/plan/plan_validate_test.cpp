@@ -64,6 +64,30 @@ TEST(PlanValidate, RejectsParameterBoxOutsideGlobalShape) {
   EXPECT_EQ(validationError(plan), "p: parameters[0].shard_offset: the shard box leaves the global shape in dimension 0");
 }
 
+TEST(PlanValidate, AcceptsAnInputBoxInsideItsGlobalShape) {
+  Plan plan = smallPlan();
+  plan.entryPoints[0].inputs[0].globalShape = {8};
+  plan.entryPoints[0].inputs[0].shardOffset = {4};
+  EXPECT_EQ(validationError(plan), "accepted");
+}
+
+TEST(PlanValidate, RejectsAnOutputBoxOutsideItsGlobalShape) {
+  Plan plan = smallPlan();
+  plan.entryPoints[0].outputs[0].globalShape = {8};
+  plan.entryPoints[0].outputs[0].shardOffset = {6};
+  EXPECT_EQ(validationError(plan),
+            "p: entry_points[0].outputs[0].shard_offset: the box [6, 10) of buffer 2 leaves global_shape 8 in dimension 0");
+}
+
+TEST(PlanValidate, RejectsABoxWhoseDimensionsDifferFromItsBuffer) {
+  Plan plan = smallPlan();
+  plan.entryPoints[0].inputs[0].globalShape = {2, 4};
+  plan.entryPoints[0].inputs[0].shardOffset = {0, 0};
+  EXPECT_EQ(validationError(plan), "p: entry_points[0].inputs[0].global_shape: has 2 dimensions, buffer 1 has 1");
+  plan.entryPoints[0].inputs[0].shardOffset = {0};
+  EXPECT_EQ(validationError(plan), "p: entry_points[0].inputs[0].shard_offset: has 1 dimensions, global_shape has 2");
+}
+
 TEST(PlanValidate, RejectsParameterInScratch) {
   Plan plan = smallPlan();
   plan.parameters[0].buffer = 1;
