@@ -220,10 +220,17 @@ void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
 }
 
 void Trainer::restore() {
-  std::optional<std::string> latest = Checkpoint::findLatest(options_.saveDir);
-  if (!latest)
+  const std::vector<CheckpointEntry> complete = Checkpoint::list(options_.saveDir);
+  // Every rank must resume the same step: a --save-dir that the ranks do not share would not do.
+  const std::vector<int64_t> latestSteps = world_.allGather({complete.empty() ? int64_t{-1} : complete.back().step});
+  auto describe = [](int64_t step) { return step < 0 ? std::string("no checkpoint") : "step " + std::to_string(step); };
+  for (size_t rank = 1; rank < latestSteps.size(); ++rank)
+    if (latestSteps[rank] != latestSteps[0])
+      throw InputError("--resume: " + options_.saveDir + ": rank " + std::to_string(rank) + " finds " + describe(latestSteps[rank]) +
+                       ", rank 0 " + describe(latestSteps[0]) + " (every rank must see the same --save-dir)");
+  if (complete.empty())
     throw InputError("--resume: " + options_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
-  Checkpoint checkpoint = Checkpoint::load(*latest, identity_);
+  Checkpoint checkpoint = Checkpoint::load(complete.back().directory, identity_);
   checkSameTrajectory(checkpoint);
   // Each parameter's box in this plan's layout, assembled from the boxes of whatever layout saved it.
   restoreParameters(checkpoint, "model", trainPlan_.modelParameters, *session_.executor);
@@ -240,9 +247,10 @@ void Trainer::restore() {
   out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_ << "\n";
 }
 
-// corrupt then train_step on one micro-batch, its noise drawn from the keys of (seed, phase,
-// noiseStep, global sample index).
+// corrupt then train_step on this rank's rows of one micro-batch, their noise drawn from the keys of
+// (seed, phase, noiseStep, global sample index).
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
+  if (trainPlan_.rankRows.count != trainPlan_.microBatch) keepRows(batch, trainPlan_.rankRows.first, trainPlan_.rankRows.count);
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
   return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
 }

@@ -82,11 +82,17 @@ class TrainRanksTest : public ::testing::Test {
     return session;
   }
 
-  void trainOnTwoRanks(const TrainOptions& options) {
-    const std::vector<std::string> failures = runOnRanks(2, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
+  // What each rank threw ("" when it finished).
+  static std::vector<std::string> runTwoRanks(const TrainOptions& rank0, const TrainOptions& rank1) {
+    return runOnRanks(2, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
+      const TrainOptions& options = rank == 0 ? rank0 : rank1;
       std::unique_ptr<Session> session = replicatedRank(options, rank, store);
       EXPECT_EQ(runTrain(options, *session), 0) << "rank " << rank;
     });
+  }
+
+  static void trainOnTwoRanks(const TrainOptions& options) {
+    const std::vector<std::string> failures = runTwoRanks(options, options);
     for (size_t rank = 0; rank < failures.size(); ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
   }
 
@@ -135,6 +141,17 @@ TEST_F(TrainRanksTest, OneRankSavesWhatTwoRanksResumeWithTheSameLosses) {
   trainOnTwoRanks(options(6, "split", true));
   EXPECT_EQ(metricsLines(dir / "split.jsonl"), metricsLines(dir / "one.jsonl"));
   EXPECT_TRUE(std::filesystem::exists(dir / "split-checkpoints/step-00000006/manifest.json"));
+}
+
+// Ranks that would resume different steps (a --save-dir they do not share) stop together, naming both.
+TEST_F(TrainRanksTest, RanksThatSeeDifferentCheckpointsRefuseToResume) {
+  trainOnOneRank(options(2, "saved", false));
+  TrainOptions elsewhere = options(6, "elsewhere", true);
+  std::filesystem::create_directories(elsewhere.saveDir);
+  const std::vector<std::string> failures = runTwoRanks(options(6, "saved", true), elsewhere);
+  const std::string mismatch = ": rank 1 finds no checkpoint, rank 0 step 2 (every rank must see the same --save-dir)";
+  EXPECT_TRUE(test::mentions(failures[0], "--resume: " + (dir / "saved-checkpoints") + mismatch));
+  EXPECT_TRUE(test::mentions(failures[1], "--resume: " + elsewhere.saveDir + mismatch));
 }
 
 }  // namespace
