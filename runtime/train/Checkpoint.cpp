@@ -185,6 +185,37 @@ std::vector<CheckpointShard> wholeTensors(const std::vector<CheckpointTensor>& t
   return shards;
 }
 
+// The manifest's model_hash: XXH3-64 of the model identity's compact JSON (object keys sorted).
+std::string modelHash(const nlohmann::json& model) {
+  const std::string text = model.dump();
+  return hex64(XXH3_64bits(text.data(), text.size()));
+}
+
+std::string describeValue(const nlohmann::json* value) {
+  if (!value) return "nothing";
+  std::string text = value->dump();
+  return text.size() > 120 ? text.substr(0, 117) + "..." : text;
+}
+
+// "PATH.key: the checkpoint has A, this run B" for the first member (in key order, depth first)
+// where `saved` and `now` differ; arrays of numbers (shapes) are compared whole.
+std::string firstDifference(const std::string& path, const nlohmann::json& saved, const nlohmann::json& now) {
+  if (saved.is_object() && now.is_object()) {
+    std::set<std::string> keys;
+    for (const auto& [key, unused] : saved.items()) keys.insert(key);
+    for (const auto& [key, unused] : now.items()) keys.insert(key);
+    for (const std::string& key : keys) {
+      auto before = saved.find(key), after = now.find(key);
+      const nlohmann::json* savedValue = before == saved.end() ? nullptr : &*before;
+      const nlohmann::json* nowValue = after == now.end() ? nullptr : &*after;
+      if (savedValue && nowValue && *savedValue == *nowValue) continue;
+      if (savedValue && nowValue) return firstDifference(path + "." + key, *savedValue, *nowValue);
+      return path + "." + key + ": the checkpoint has " + describeValue(savedValue) + ", this run " + describeValue(nowValue);
+    }
+  }
+  return path + ": the checkpoint has " + describeValue(&saved) + ", this run " + describeValue(&now);
+}
+
 template <typename Json>
 std::vector<int64_t> intsOf(const Json& value) {
   return value.template get<std::vector<int64_t>>();
@@ -213,10 +244,18 @@ CheckpointSaveResult Checkpoint::save(const std::string& saveDir, const Checkpoi
   return result;
 }
 
+std::string Checkpoint::stepDirectory(const std::string& saveDir, int64_t step) {
+  return (fs::path(saveDir) / stepDirectoryName(step)).string();
+}
+
+std::string Checkpoint::temporaryDirectory(const std::string& saveDir, int64_t step, int64_t saveId) {
+  return (fs::path(saveDir) / (std::string(kTmpPrefix) + "step-" + std::to_string(step) + "-" + std::to_string(saveId))).string();
+}
+
 std::string Checkpoint::beginSave(const std::string& saveDir, int64_t step) {
   if (step < 0) throw std::invalid_argument("checkpoint: negative step " + std::to_string(step));
   const fs::path root(saveDir);
-  const fs::path tmp = root / (std::string(kTmpPrefix) + "step-" + std::to_string(step) + "-" + std::to_string(::getpid()));
+  const fs::path tmp = temporaryDirectory(saveDir, step, ::getpid());
   try {
     fs::create_directories(root);
     removeStaleTmpDirectories(root);  // what crashed saves left
@@ -403,7 +442,8 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
 
     nlohmann::ordered_json manifest = {{"format", kFormatName},
                                        {"format_version", kCheckpointFormatVersion},
-                                       {"plan_hash", state.planHash},
+                                       {"model_hash", modelHash(state.model)},
+                                       {"model", state.model},
                                        {"step", state.step},
                                        {"consumed_samples", state.consumedSamples},
                                        {"data_order_state", state.dataOrderState},
@@ -478,7 +518,7 @@ std::optional<std::string> Checkpoint::findLatest(const std::string& saveDir) {
   return entries.back().directory;
 }
 
-Checkpoint Checkpoint::load(const std::string& directory, const std::string& expectedPlanHash) {
+Checkpoint Checkpoint::load(const std::string& directory, const nlohmann::json& expectedModel) {
   const fs::path root(directory);
   const std::string manifestPath = (root / kManifestName).string();
   std::error_code error;
@@ -507,10 +547,11 @@ Checkpoint Checkpoint::load(const std::string& directory, const std::string& exp
   const nlohmann::json& format = field("format");
   if (format != kFormatName) throw bad("format", "expected \"" + std::string(kFormatName) + "\", got " + format.dump());
   const nlohmann::json& version = field("format_version");
-  if (version == 1)
-    throw bad("format_version", "1 is the whole-tensor format of earlier builds, which this build no longer reads (it reads "
-                                "version " + std::to_string(kCheckpointFormatVersion) +
-                                ", boxes of sharded tensors): resume with the build that saved it, or start afresh");
+  if (version == 1 || version == 2)
+    throw bad("format_version", version.dump() + " is the format of earlier builds (1: whole tensors; 2: a plan hash that "
+                                "ties it to one layout), which this build no longer reads (it reads version " +
+                                std::to_string(kCheckpointFormatVersion) +
+                                "): resume with the build that saved it, or start afresh");
   if (!version.is_number_integer() || version.get<int64_t>() != kCheckpointFormatVersion)
     throw bad("format_version", version.dump() + " is not supported (this build reads version " +
                                     std::to_string(kCheckpointFormatVersion) + ")");
@@ -518,14 +559,18 @@ Checkpoint Checkpoint::load(const std::string& directory, const std::string& exp
   if (!worldSize.is_number_integer() || worldSize.get<int64_t>() < 1 || worldSize.get<int64_t>() > (int64_t{1} << 20))
     throw bad("world_size", "expected the number of ranks that saved the checkpoint, got " + worldSize.dump());
   checkpoint.worldSize_ = worldSize.get<int>();
-  const nlohmann::json& planHash = field("plan_hash");
-  if (!planHash.is_string()) throw bad("plan_hash", "expected a string");
-  if (planHash.get<std::string>() != expectedPlanHash)
-    throw bad("plan_hash", "the checkpoint was saved for plan " + planHash.dump() + ", but this run's plan is \"" +
-                               expectedPlanHash + "\" (a different model, layout or objective)");
+  const nlohmann::json& model = field("model");
+  const nlohmann::json& recordedHash = field("model_hash");
+  if (!model.is_object()) throw bad("model", "expected an object");
+  if (recordedHash != modelHash(model))
+    throw bad("model_hash", recordedHash.dump() + " is not the hash of the recorded model (" + modelHash(model) +
+                                "; an edited or corrupted manifest)");
+  if (modelHash(model) != modelHash(expectedModel))
+    throw bad(firstDifference("model", model, expectedModel),
+              "a checkpoint of another model or recipe (the layout may differ, nothing else that decides the run)");
 
   CheckpointState& state = checkpoint.state_;
-  state.planHash = planHash.get<std::string>();
+  state.model = model;
   for (const char* name : {"step", "consumed_samples"}) {
     const nlohmann::json& value = field(name);
     if (!value.is_number_integer() || value.get<int64_t>() < 0) throw bad(name, "expected an integer >= 0");
@@ -684,12 +729,17 @@ const std::vector<int64_t>& Checkpoint::globalShape(const std::string& group, co
 DType Checkpoint::dtype(const std::string& group, const std::string& name) const { return saved(group, name).dtype; }
 
 HostTensor Checkpoint::read(const std::string& group, const std::string& name) const {
-  return readBox(group, name, wholeBox(saved(group, name).globalShape));
+  const std::vector<int64_t>& globalShape = saved(group, name).globalShape;
+  return readBox(group, name, globalShape, wholeBox(globalShape));
 }
 
-HostTensor Checkpoint::readBox(const std::string& group, const std::string& name, const ShardBox& box) const {
+HostTensor Checkpoint::readBox(const std::string& group, const std::string& name, const std::vector<int64_t>& globalShape,
+                               const ShardBox& box) const {
   const SavedTensor& tensor = saved(group, name);
   std::string where = directory_ + ": group '" + group + "': tensor '" + name + "': ";
+  if (tensor.globalShape != globalShape)
+    throw InputError(where + "the checkpoint holds it with the global shape " + describeShape(tensor.globalShape) +
+                     ", this run's is " + describeShape(globalShape) + " (a checkpoint of another model)");
   if (!boxFitsIn(box, tensor.globalShape))
     throw InputError(where + "the requested box " + describeBox(box) + " does not lie inside the saved shape " +
                      describeShape(tensor.globalShape) + " (a checkpoint of another model)");

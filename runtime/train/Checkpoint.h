@@ -3,7 +3,8 @@
 //
 //   SAVE_DIR/step-00000100/
 //     manifest.json                          written last by rank 0; every other file with its size and
-//                                            XXH3-64, and per tensor its global shape, dtype and boxes
+//                                            XXH3-64, per tensor its global shape, dtype and boxes, and
+//                                            the model identity a resume must match
 //     model-00001-of-00002.safetensors       one rank: group "model" in caller order, split into shards
 //     model-00002-of-00002.safetensors       of at most max_shard_bytes of tensor data
 //     model.safetensors.index.json           when no tensor of the group is split (always on one rank):
@@ -17,7 +18,8 @@
 // requested box from the saved boxes that intersect it, so a checkpoint saved under one layout loads
 // under another.
 //
-// Commit protocol: rank 0 creates SAVE_DIR/.tmp-step-<step>-<pid>/ (beginSave); every rank writes
+// Commit protocol: rank 0 creates SAVE_DIR/.tmp-step-<step>-<id>/ (beginSave; the id is rank 0's
+// process id, which every rank learns to name the directory: temporaryDirectory); every rank writes
 // its files and a rank-<r>.json list of its boxes there, each file fsync'd (saveRank); once all have
 // (a barrier between processes), rank 0 merges the lists into the manifest, fsyncs the directory,
 // renames it to step-<8-digit step> and fsyncs SAVE_DIR (commitSave). The rename is the commit: a
@@ -39,11 +41,14 @@
 
 namespace dgemma {
 
-inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kCheckpointFormatVersion = 3;
 
 // The run state besides the tensors. The JSON members are the caller's, stored verbatim.
 struct CheckpointState {
-  std::string planHash;          // compared on load
+  // What a run resuming from the checkpoint must match, whatever its layout (the trainer's: model
+  // config, objective, precision, optimizer settings, every saved tensor's global shape and dtype).
+  // Stored with its XXH3-64 as the manifest's "model" and "model_hash"; compared on load.
+  nlohmann::json model = nlohmann::json::object();
   int64_t step = 0;              // optimizer steps completed
   int64_t consumedSamples = 0;
   nlohmann::json dataOrderState = nlohmann::json::object();  // the sampler's state (docs/data.md, "Item order")
@@ -102,9 +107,14 @@ class Checkpoint {
   // Between processes, beginSave's directory goes to every rank and each step ends at a barrier; in
   // one process (the tests) the ranks' saveRank calls simply follow each other.
   //
-  // Rank 0, first: deletes what crashed saves left and creates the temporary directory it returns.
-  // Throws RuntimeError for I/O failures.
+  // Rank 0, first: deletes what crashed saves left and creates the temporary directory it returns,
+  // temporaryDirectory(saveDir, step, getpid()). Throws RuntimeError for I/O failures.
   static std::string beginSave(const std::string& saveDir, int64_t step);
+  // SAVE_DIR/step-<8-digit step>: where the save of `step` commits.
+  static std::string stepDirectory(const std::string& saveDir, int64_t step);
+  // The temporary directory of the save of `step` whose rank 0 has process id `saveId`: how the
+  // other ranks name beginSave's directory.
+  static std::string temporaryDirectory(const std::string& saveDir, int64_t step, int64_t saveId);
   // Every rank: writes the shards it is the first replica of into `tmpDir`, then its box list.
   // Throws std::invalid_argument for a bad group, a duplicate name, a tensor whose size disagrees
   // with its box or a box outside its global shape (before writing anything); RuntimeError for I/O.
@@ -126,12 +136,14 @@ class Checkpoint {
   // The newest of list(), or nothing.
   static std::optional<std::string> findLatest(const std::string& saveDir);
 
-  // Opens and verifies a checkpoint directory: the manifest's format version and plan hash, every
-  // listed file's size and XXH3-64, and that every saved box is in its file with the recorded dtype
-  // and shape and overlaps no other box. Throws InputError naming the file and the fault, e.g.
+  // Opens and verifies a checkpoint directory: the manifest's format version, its model identity
+  // against `expectedModel` (a difference is named by its path, e.g. "model.optimizer.beta2: the
+  // checkpoint has 0.999, this run 0.95"), every listed file's size and XXH3-64, and that every saved
+  // box is in its file with the recorded dtype and shape and overlaps no other box. Throws
+  // InputError naming the file and the fault, e.g.
   //   ".../step-00000004/model-00001-of-00001.safetensors: size: 1000 bytes, the manifest records 1024
   //    (a truncated or torn checkpoint)".
-  static Checkpoint load(const std::string& directory, const std::string& expectedPlanHash);
+  static Checkpoint load(const std::string& directory, const nlohmann::json& expectedModel);
 
   Checkpoint(Checkpoint&&) = default;
   Checkpoint& operator=(Checkpoint&&) = default;
@@ -148,11 +160,12 @@ class Checkpoint {
   DType dtype(const std::string& group, const std::string& name) const;
   // The whole tensor, bit-exact. Throws InputError "DIR: group 'G': tensor 'N': not found".
   HostTensor read(const std::string& group, const std::string& name) const;
-  // The elements `box` of the global tensor (this rank's box in the loading layout), assembled
-  // bit-exactly from the saved boxes that intersect it. Throws InputError naming the tensor when
-  // the box lies outside the global shape or the saved boxes leave part of it uncovered (naming
-  // that part).
-  HostTensor readBox(const std::string& group, const std::string& name, const ShardBox& box) const;
+  // The elements `box` of the global tensor of shape `globalShape` (this rank's box in the loading
+  // layout), assembled bit-exactly from the saved boxes that intersect it. Throws InputError naming
+  // the tensor when the saved global shape is not `globalShape` (naming both), when the box lies
+  // outside it or when the saved boxes leave part of it uncovered (naming that part).
+  HostTensor readBox(const std::string& group, const std::string& name, const std::vector<int64_t>& globalShape,
+                     const ShardBox& box) const;
 
  private:
   Checkpoint() = default;

@@ -15,7 +15,8 @@ Dataset loadSplit(const std::string& flag, const std::string& path, const Tokeni
   datasetOptions.skipBadRows = options.skipBadRows;
   Dataset dataset = buildDataset(path, gemma4RowTokenizer(tokenizer, options.vocabSize), datasetOptions);
   const int64_t rows = dataset.rows + static_cast<int64_t>(dataset.skipped.size());
-  for (const RowError& error : dataset.skipped) std::cerr << "skipped: " << error.text() << "\n";
+  if (!options.quiet)
+    for (const RowError& error : dataset.skipped) std::cerr << "skipped: " << error.text() << "\n";
   // A row with images is bad input for a plan without a vision tower: an error, or skipped and
   // listed like any bad row.
   std::vector<DatasetItem> textItems;
@@ -30,11 +31,12 @@ Dataset loadSplit(const std::string& flag, const std::string& path, const Tokeni
     if (item.row == lastImageRow) continue;  // a row's later blocks
     lastImageRow = item.row;
     --dataset.rows;
-    std::cerr << "skipped: " << problem << "\n";
+    if (!options.quiet) std::cerr << "skipped: " << problem << "\n";
   }
   dataset.items = std::move(textItems);
   if (dataset.items.empty()) throw InputError(flag + ": " + path + ": no item to train on (the file is empty or every row was skipped)");
-  std::cout << flag << " " << path << ": rows " << rows << ", kept " << dataset.rows << ", skipped " << rows - dataset.rows
+  if (!options.quiet)
+    std::cout << flag << " " << path << ": rows " << rows << ", kept " << dataset.rows << ", skipped " << rows - dataset.rows
             << ", items " << dataset.items.size() << "\n";
   return dataset;
 }
@@ -62,8 +64,9 @@ Dataset mockSplit(const SplitOptions& options, int64_t bosId, int64_t eosId, uin
     dataset.targetTokens += static_cast<int64_t>(row.completionIds.size());
   }
   dataset.rows = dataset.lines = kMockItems;
-  std::cout << "--train " << kMockSplit << ": " << dataset.items.size()
-            << " synthetic items (smoke-test data, not evidence of quality)\n";
+  if (!options.quiet)
+    std::cout << "--train " << kMockSplit << ": " << dataset.items.size()
+              << " synthetic items (smoke-test data, not evidence of quality)\n";
   return dataset;
 }
 
@@ -82,6 +85,21 @@ MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t 
   batch.fields = collate(items, options);
   batch.where = dataset.path + ": samples " + std::to_string(firstSample) + ".." + std::to_string(firstSample + size - 1);
   return batch;
+}
+
+void keepRows(MicroBatch& batch, int64_t first, int64_t count) {
+  const int64_t rows = static_cast<int64_t>(batch.samples.size());
+  for (auto& [name, field] : batch.fields) {
+    if (field.shape.empty() || field.shape.front() != rows)
+      throw InputError(batch.where + ": field " + name + ": expected " + std::to_string(rows) + " rows to keep rows of");
+    const size_t rowBytes = field.data.size() / static_cast<size_t>(rows);
+    std::vector<int64_t> shape = field.shape;
+    shape.front() = count;
+    HostTensor part(field.dtype, shape);
+    std::copy_n(field.data.begin() + static_cast<ptrdiff_t>(first * rowBytes), count * rowBytes, part.data.begin());
+    field = std::move(part);
+  }
+  batch.samples = std::vector<int64_t>(batch.samples.begin() + first, batch.samples.begin() + first + count);
 }
 
 }  // namespace dgemma

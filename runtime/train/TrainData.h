@@ -22,6 +22,7 @@ struct SplitOptions {
   int64_t maxEncoderLength = 0;  // the plan's largest prompt_len bucket: a longer context fits no bucket
   int64_t vocabSize = 0;
   bool skipBadRows = false;
+  bool quiet = false;  // no counts or skipped rows printed (every rank but 0 loads the same splits)
 };
 
 // `--train mock`: synthetic smoke-test data instead of a file (docs/training.md), not evidence of
@@ -54,5 +55,9 @@ struct MicroBatch {
 // Prompts are left-padded to the longest of them; running it picks the prompt bucket.
 MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t firstSample, int64_t size,
                               const CollateOptions& options);
+
+// Keeps the rows [first, first + count) of every field and of the sample list: a rank's part of a
+// micro-batch that every rank assembled whole. `tokens` and `where` stay the whole batch's.
+void keepRows(MicroBatch& batch, int64_t first, int64_t count);
 
 }  // namespace dgemma

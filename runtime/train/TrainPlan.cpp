@@ -1,6 +1,7 @@
 #include "runtime/train/TrainPlan.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "models/diffusion_gemma/Config.h"
@@ -28,6 +29,48 @@ size_t entryIndex(const Plan& plan, const std::string& name, const std::string& 
   for (size_t i = 0; i < plan.entryPoints.size(); ++i)
     if (plan.entryPoints[i].name == name) return i;
   throw InputError(planPath + ": no \"" + name + "\" entry point (compiled before gradients were device buffers; recompile the plan)");
+}
+
+std::string describeRows(const BatchRows& rows) {
+  return "rows [" + std::to_string(rows.first) + ", " + std::to_string(rows.first + rows.count) + ")";
+}
+
+// The rows of the global micro-batch that the boxes of `entries`' inputs hold. Every rank reads the
+// whole global batch and keeps its rows of every field (the noise keys follow the samples), so the
+// boxes must split the rows only, and all alike.
+BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& entries, int64_t microBatch,
+                     const std::string& planPath) {
+  std::optional<BatchRows> split;
+  std::string splitWhere, wholeWhere;
+  for (const EntryPoint* entry : entries)
+    for (const NamedBuffer& input : entry->inputs) {
+      const std::string where = planPath + ": entry " + entry->key() + ": input " + input.name;
+      if (input.isWhole()) {
+        if (wholeWhere.empty()) wholeWhere = where;
+        continue;
+      }
+      const Buffer& buffer = plan.buffers.at(input.buffer);
+      if (input.globalShape.front() != microBatch)
+        throw InputError(where + ": its global shape has " + std::to_string(input.globalShape.front()) +
+                         " rows, the global micro-batch " + std::to_string(microBatch));
+      for (size_t d = 1; d < buffer.shape.size(); ++d)
+        if (input.shardOffset[d] != 0 || buffer.shape[d] != input.globalShape[d])
+          throw InputError(where + ": split in dimension " + std::to_string(d) +
+                           " (the trainer splits a batch between ranks by rows only)");
+      const BatchRows rows{input.shardOffset.front(), buffer.shape.front()};
+      if (!split) {
+        split = rows;
+        splitWhere = where;
+      } else if (rows != *split) {
+        throw InputError(where + ": holds " + describeRows(rows) + ", " + splitWhere + " " + describeRows(*split) +
+                         " (every batch input of a rank holds the same rows)");
+      }
+    }
+  if (!split) return {0, microBatch};
+  if (!wholeWhere.empty())
+    throw InputError(wholeWhere + ": whole, while " + splitWhere + " holds " + describeRows(*split) +
+                     " (every batch input of a rank holds the same rows)");
+  return *split;
 }
 
 }  // namespace
@@ -68,6 +111,9 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
       throw InputError(planPath + ": entry " + entry->key() + ": expected the outputs loss and diffusion_loss");
   }
   std::sort(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end());
+  std::vector<const EntryPoint*> batchEntries = trainSteps;
+  batchEntries.insert(batchEntries.begin(), corrupt);
+  trainPlan.rankRows = rankRowsOf(plan, batchEntries, trainPlan.microBatch, planPath);
   trainPlan.hasEncoderLoss = hasName(trainSteps.front()->outputs, "encoder_loss");
 
   trainPlan.optimizerStep = static_cast<size_t>(optimizerStep - plan.entryPoints.data());
@@ -101,6 +147,26 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   trainPlan.optimizer = *plan.optimizer;
 
   return trainPlan;
+}
+
+nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan) {
+  // The objective and precision live only in the plan's metadata, where dgemma-compile records the
+  // flags that chose them; the layout flags there are left out.
+  nlohmann::json identity = {{"model_config", plan.modelConfig},
+                             {"objective", plan.metadata.value("objective", nlohmann::json())},
+                             {"precision", plan.metadata.value("precision", nlohmann::json())},
+                             {"optimizer",
+                              {{"beta1", trainPlan.optimizer.beta1},
+                               {"beta2", trainPlan.optimizer.beta2},
+                               {"eps", trainPlan.optimizer.epsilon},
+                               {"weight_decay", trainPlan.optimizer.weightDecay},
+                               {"max_grad_norm", trainPlan.optimizer.maxGradNorm}}}};
+  nlohmann::json& parameters = identity["parameters"] = nlohmann::json::object();
+  for (const Parameter& parameter : plan.parameters) {
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0) continue;
+    parameters[parameter.name] = {{"shape", parameter.globalShape}, {"dtype", std::string(dtypeName(plan.buffers.at(parameter.buffer).dtype))}};
+  }
+  return identity;
 }
 
 }  // namespace dgemma

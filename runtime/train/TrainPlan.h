@@ -12,8 +12,19 @@
 
 namespace dgemma {
 
+// The rows [first, first + count) of the global micro-batch that a rank's plan takes.
+struct BatchRows {
+  int64_t first = 0;
+  int64_t count = 0;
+
+  bool operator==(const BatchRows&) const = default;
+};
+
 struct TrainPlan {
-  int64_t microBatch = 0;
+  int64_t microBatch = 0;  // the global micro-batch (--micro-batch × DP): the rows every rank reads
+  // This rank's rows of it: all of them on one rank; on a data-parallel plan the rows its corrupt and
+  // train_step inputs' boxes hold (every batch input split by rows alike).
+  BatchRows rankRows;
   int64_t canvasLength = 0;
   std::vector<int64_t> promptLengths;  // the train_step buckets, ascending
   int64_t padId = 0;                   // the model config's text_config.pad_token_id
@@ -33,8 +44,16 @@ struct TrainPlan {
   std::vector<std::string> optimizerParameters;  // "optimizer/exp_avg/<name>", ...
 };
 
+// What a checkpoint of this training run records and a resumed run must match, whatever the layout
+// of either (docs/training.md, "Resume"): the model config, the objective and precision
+// dgemma-compile recorded, the optimizer settings and the global shape and dtype of every saved
+// parameter (model and optimizer state; the gradient buffers are not saved).
+nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan);
+
 // Throws InputError naming `planPath` and what is missing: a plan compiled with --mode infer, or one
-// without the optimizer_step, gradient_check and zero_gradients entries or the gradient buffers.
+// without the optimizer_step, gradient_check and zero_gradients entries or the gradient buffers; or
+// what the trainer cannot feed: batch inputs split on another dimension than the rows, or split
+// into different rows, or some split and some whole.
 TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath);
 
 }  // namespace dgemma

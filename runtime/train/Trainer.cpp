@@ -18,9 +18,11 @@
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
 #include "runtime/train/ProgressBar.h"
+#include "runtime/train/ShardedSave.h"
 #include "runtime/train/TensorBoardWriter.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/TrainPlan.h"
+#include "runtime/train/WorldGroup.h"
 
 namespace dgemma {
 
@@ -91,8 +93,10 @@ class Trainer {
         validation_(std::move(validation)),
         test_(std::move(test)),
         trainOrder_(SamplerKind::Cyclic, static_cast<int64_t>(train_.items.size()), options.session.seed),
-        planHash_(planContentHash(session.planPath)),
-        config_(runConfig()) {
+        world_(session.plan, *session.backend, session.communicators),
+        identity_(checkpointIdentity(session.plan, trainPlan)),
+        config_(runConfig()),
+        out_(world_.rank() == 0 ? std::cout.rdbuf() : nullptr) {
     collate_.canvasLength = trainPlan.canvasLength;
     collate_.padId = trainPlan.padId;
   }
@@ -127,8 +131,11 @@ class Trainer {
   std::optional<Dataset> test_;
   ItemOrder trainOrder_;
   CollateOptions collate_;
-  std::string planHash_;
+  WorldGroup world_;
+  nlohmann::json identity_;  // what a checkpoint must match to be resumed (checkpointIdentity)
   nlohmann::json config_;
+  // Rank 0 alone prints, writes metrics and TensorBoard; every other rank's lines go nowhere.
+  mutable std::ostream out_;
   std::optional<MetricsWriter> metrics_;
   std::optional<TensorBoardWriter> tensorboard_;
 
@@ -189,13 +196,14 @@ void Trainer::printSetup() const {
     buckets += std::to_string(length);
   }
   const OptimizerSettings& adam = trainPlan_.optimizer;
-  std::cout << "plan " << session_.planPath << " (" << planHash_ << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
-            << options_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
-            << trainPlan_.canvasLength << "\n"
-            << "AdamW beta1 " << adam.beta1 << " beta2 " << adam.beta2 << " eps " << adam.epsilon << " weight decay "
-            << adam.weightDecay << " clip " << adam.maxGradNorm << "; lr " << lrDecayStyleName(schedule_.config().style)
-            << " " << formatFloat(options_.lr) << " -> " << formatFloat(options_.minLr) << ", warmup "
-            << schedule_.config().warmupSteps << ", decay " << schedule_.config().decaySteps << " steps\n";
+  out_ << "plan " << session_.planPath << " (" << world_.size() << (world_.size() == 1 ? " rank" : " ranks")
+       << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
+       << options_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
+       << trainPlan_.canvasLength << "\n"
+       << "AdamW beta1 " << adam.beta1 << " beta2 " << adam.beta2 << " eps " << adam.epsilon << " weight decay "
+       << adam.weightDecay << " clip " << adam.maxGradNorm << "; lr " << lrDecayStyleName(schedule_.config().style)
+       << " " << formatFloat(options_.lr) << " -> " << formatFloat(options_.minLr) << ", warmup "
+       << schedule_.config().warmupSteps << ", decay " << schedule_.config().decaySteps << " steps\n";
 }
 
 void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
@@ -212,24 +220,21 @@ void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
 }
 
 void Trainer::restore() {
-  std::optional<std::string> latest = Checkpoint::findLatest(options_.saveDir);
-  if (!latest)
+  const std::vector<CheckpointEntry> complete = Checkpoint::list(options_.saveDir);
+  // Every rank must resume the same step: a --save-dir that the ranks do not share would not do.
+  const std::vector<int64_t> latestSteps = world_.allGather({complete.empty() ? int64_t{-1} : complete.back().step});
+  auto describe = [](int64_t step) { return step < 0 ? std::string("no checkpoint") : "step " + std::to_string(step); };
+  for (size_t rank = 1; rank < latestSteps.size(); ++rank)
+    if (latestSteps[rank] != latestSteps[0])
+      throw InputError("--resume: " + options_.saveDir + ": rank " + std::to_string(rank) + " finds " + describe(latestSteps[rank]) +
+                       ", rank 0 " + describe(latestSteps[0]) + " (every rank must see the same --save-dir)");
+  if (complete.empty())
     throw InputError("--resume: " + options_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
-  Checkpoint checkpoint = Checkpoint::load(*latest, planHash_);
+  Checkpoint checkpoint = Checkpoint::load(complete.back().directory, identity_);
   checkSameTrajectory(checkpoint);
-  Executor& executor = *session_.executor;
   // Each parameter's box in this plan's layout, assembled from the boxes of whatever layout saved it.
-  std::map<std::string, const Parameter*> parameterByName;
-  for (const Parameter& parameter : executor.plan().parameters) parameterByName[parameter.name] = &parameter;
-  auto restoreBox = [&](const std::string& group, const std::string& name) {
-    const Parameter& parameter = *parameterByName.at(name);
-    if (checkpoint.contains(group, name) && checkpoint.globalShape(group, name) != parameter.globalShape)
-      throw InputError(checkpoint.directory() + ": group '" + group + "': tensor '" + name +
-                       "': the checkpoint's global shape differs from this plan's (a checkpoint of another model)");
-    executor.setParameter(name, checkpoint.readBox(group, name, ShardBox{parameter.shardOffset, parameter.shardShape}));
-  };
-  for (const std::string& name : trainPlan_.modelParameters) restoreBox("model", name);
-  for (const std::string& name : trainPlan_.optimizerParameters) restoreBox("optimizer", name);
+  restoreParameters(checkpoint, "model", trainPlan_.modelParameters, *session_.executor);
+  restoreParameters(checkpoint, "optimizer", trainPlan_.optimizerParameters, *session_.executor);
   const HostTensor count = checkpoint.read("optimizer", kOptimizerStepCount);
   if (count.dtype != DType::I64 || count.numElements() != 1)
     throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': expected one i64");
@@ -239,13 +244,13 @@ void Trainer::restore() {
   // The token count is a function of the data order, so it is recounted rather than stored.
   for (int64_t sample = 0; sample < consumedSamples_; ++sample)
     consumedTokens_ += itemTokens(train_.items[trainOrder_.itemAt(sample)].block);
-  std::cout << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_
-            << "\n";
+  out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_ << "\n";
 }
 
-// corrupt then train_step on one micro-batch, its noise drawn from the keys of (seed, phase,
-// noiseStep, global sample index).
+// corrupt then train_step on this rank's rows of one micro-batch, their noise drawn from the keys of
+// (seed, phase, noiseStep, global sample index).
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
+  if (trainPlan_.rankRows.count != trainPlan_.microBatch) keepRows(batch, trainPlan_.rankRows.first, trainPlan_.rankRows.count);
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
   return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
 }
@@ -286,14 +291,18 @@ StepGradients Trainer::forwardBackward(int64_t step) {
   return result;
 }
 
-// The first gradient buffer, in plan order, with an element that is not finite; empty if none.
-// gradient_check looks on the device and hands out one scalar per buffer.
+// The first gradient buffer, in plan order, with an element that is not finite on some rank; empty
+// if none. gradient_check looks at this rank's shards on the device and hands out one scalar per
+// buffer; the ranks agree on the least index, so they skip or abort the step together.
 std::string Trainer::firstNonFiniteGradient() {
   const EntryPoint& entry = session_.plan.entryPoints[trainPlan_.gradientCheck];
   const std::map<std::string, HostTensor> flags = session_.executor->run(entry, {});
-  for (const std::string& gradient : trainPlan_.gradients)
-    if (!std::isfinite(scalarOutput(flags, kNonFinitePrefix + gradient, entry.key()))) return gradient;
-  return "";
+  const int64_t none = static_cast<int64_t>(trainPlan_.gradients.size());
+  int64_t first = none;
+  for (int64_t i = 0; i < none && first == none; ++i)
+    if (!std::isfinite(scalarOutput(flags, kNonFinitePrefix + trainPlan_.gradients[i], entry.key()))) first = i;
+  first = world_.minimum(first);
+  return first == none ? "" : trainPlan_.gradients[first];
 }
 
 // Discards what train_step added to the gradient buffers (a skipped step's, an evaluation's).
@@ -370,25 +379,16 @@ void Trainer::record(const MetricsRecord& line) {
   if (line.gradNorm) tensorboard_->addScalar(prefix + "grad_norm", line.step, *line.gradNorm);
 }
 
+// Every rank saves its boxes of the model and the optimizer state; the step count is whole on every
+// rank, so rank 0 writes it.
 CheckpointSaveResult Trainer::save(int64_t step) {
-  const Executor& executor = *session_.executor;
-  std::vector<HostTensor> values;
-  values.reserve(trainPlan_.modelParameters.size() + trainPlan_.optimizerParameters.size() + 1);  // the pointers below stay valid
-  std::vector<CheckpointTensor> tensors;
-  for (const std::string& name : trainPlan_.modelParameters) {
-    values.push_back(executor.parameter(name));
-    tensors.push_back({"model", name, &values.back()});
-  }
-  for (const std::string& name : trainPlan_.optimizerParameters) {
-    values.push_back(executor.parameter(name));
-    tensors.push_back({"optimizer", name, &values.back()});
-  }
-  HostTensor& count = values.emplace_back(DType::I64, std::vector<int64_t>{});
+  HostTensor count(DType::I64, std::vector<int64_t>{});
   count.as<int64_t>()[0] = optimizerSteps_;
-  tensors.push_back({"optimizer", kOptimizerStepCount, &count});
+  const std::vector<SavedGroup> groups = {{"model", trainPlan_.modelParameters, {}},
+                                          {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
 
   CheckpointState state;
-  state.planHash = planHash_;
+  state.model = identity_;
   state.step = step;
   state.consumedSamples = consumedSamples_;
   state.dataOrderState = {{"sampler", "cyclic"}, {"seed", options_.session.seed}};
@@ -396,7 +396,7 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   state.config = config_;
   CheckpointSaveOptions options;
   options.keep = options_.keep;
-  return Checkpoint::save(options_.saveDir, state, tensors, options);
+  return saveShardedCheckpoint(world_, *session_.executor, options_.saveDir, state, groups, options);
 }
 
 int Trainer::run() {
@@ -405,12 +405,12 @@ int Trainer::run() {
   if (step_ > options_.steps)
     throw InputError("--steps " + std::to_string(options_.steps) + ": the checkpoint is at step " + std::to_string(step_) + " already");
   if (step_ == options_.steps) {
-    std::cout << "the run is complete at step " << step_ << "; nothing to do\n";
+    out_ << "the run is complete at step " << step_ << "; nothing to do\n";
     return 0;
   }
-  if (!options_.metrics.empty())
+  if (world_.rank() == 0 && !options_.metrics.empty())
     metrics_ = options_.resume ? MetricsWriter::resume(options_.metrics, step_) : MetricsWriter::create(options_.metrics);
-  if (!options_.tensorboard.empty()) {
+  if (world_.rank() == 0 && !options_.tensorboard.empty()) {
     TensorBoardWriter::Options options;
     if (options_.resume) options.resumedStep = step_;
     tensorboard_ = TensorBoardWriter::open(options_.tensorboard, options);
@@ -418,9 +418,9 @@ int Trainer::run() {
   ProgressOptions progressOptions;
   progressOptions.totalSteps = options_.steps;
   progressOptions.firstStep = step_;
-  progressOptions.isTty = ::isatty(STDOUT_FILENO) != 0;
+  progressOptions.isTty = world_.rank() == 0 && ::isatty(STDOUT_FILENO) != 0;
   progressOptions.everySteps = options_.logEvery;
-  ProgressBar progress(std::cout, progressOptions);
+  ProgressBar progress(out_, progressOptions);
 
   const Clock::time_point start = Clock::now();
   int64_t tokensThisRun = 0, skippedSteps = 0;
@@ -480,8 +480,8 @@ int Trainer::run() {
   }
   progress.finish();
   if (tensorboard_) tensorboard_->flush();
-  std::cout << "trained to step " << step_ << " in " << formatFloat(secondsSince(start)) << " s, " << tokensThisRun
-            << " tokens, " << skippedSteps << " steps skipped\n";
+  out_ << "trained to step " << step_ << " in " << formatFloat(secondsSince(start)) << " s, " << tokensThisRun
+       << " tokens, " << skippedSteps << " steps skipped\n";
   return 0;
 }
 
@@ -505,28 +505,54 @@ void checkOptions(const TrainOptions& options) {
 
 }  // namespace
 
-int runTrain(const TrainOptions& options, Plan plan) {
-  checkOptions(options);
-  const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
+namespace {
+
+struct TrainSplits {
+  std::optional<Dataset> train, validation, test;
+};
+
+// Every rank builds the same splits (each reads the whole global batch); rank 0 reports them.
+TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, int64_t rank) {
   SplitOptions splitOptions;
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
   splitOptions.vocabSize = trainPlan.vocabSize;
   splitOptions.skipBadRows = options.skipBadRows;
-  std::optional<Dataset> train, validation, test;
+  splitOptions.quiet = rank != 0;
+  TrainSplits splits;
   if (options.train == kMockSplit) {
-    train = mockSplit(splitOptions, trainPlan.bosId, trainPlan.eosId, options.session.seed);
-  } else {
-    const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
-    tokenizer.checkVocabSize(trainPlan.vocabSize);
-    train = loadSplit("--train", options.train, tokenizer, splitOptions);
-    if (!options.validation.empty()) validation = loadSplit("--validation", options.validation, tokenizer, splitOptions);
-    if (!options.test.empty()) test = loadSplit("--test", options.test, tokenizer, splitOptions);
+    splits.train = mockSplit(splitOptions, trainPlan.bosId, trainPlan.eosId, options.session.seed);
+    return splits;
   }
-  // The data is checked before the weights load, which can take long for a large model.
-  std::unique_ptr<Session> session = openSession(options.session, std::move(plan));
-  Trainer trainer(options, *session, trainPlan, std::move(*train), std::move(validation), std::move(test));
+  const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
+  tokenizer.checkVocabSize(trainPlan.vocabSize);
+  splits.train = loadSplit("--train", options.train, tokenizer, splitOptions);
+  if (!options.validation.empty()) splits.validation = loadSplit("--validation", options.validation, tokenizer, splitOptions);
+  if (!options.test.empty()) splits.test = loadSplit("--test", options.test, tokenizer, splitOptions);
+  return splits;
+}
+
+int train(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, TrainSplits splits) {
+  Trainer trainer(options, session, trainPlan, std::move(*splits.train), std::move(splits.validation), std::move(splits.test));
   return trainer.run();
+}
+
+}  // namespace
+
+int runTrain(const TrainOptions& options, Plan plan) {
+  checkOptions(options);
+  const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
+  // The data is checked before the weights load, which can take long for a large model.
+  TrainSplits splits = loadSplits(options, trainPlan, plan.rank);
+  std::unique_ptr<Session> session = openSession(options.session, std::move(plan));
+  return train(options, *session, trainPlan, std::move(splits));
+}
+
+int runTrain(const TrainOptions& options, Session& session) {
+  checkOptions(options);
+  const TrainPlan trainPlan = readTrainPlan(session.plan, session.planPath);
+  TrainSplits splits = loadSplits(options, trainPlan, session.plan.rank);
+  return train(options, session, trainPlan, std::move(splits));
 }
 
 }  // namespace dgemma

@@ -2,7 +2,8 @@
 // N micro-batches of the global item order run the plan's corrupt and train_step entries, which sum
 // their gradients into the plan's device buffers; a NaN/Inf guard looks at the losses and, through
 // gradient_check, at the sums; optimizer_step applies AdamW at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
-// follow. Everything a step computes is a pure function of (seed, step, consumed samples, the state
+// follow. On several ranks every rank reads the same global batch and runs the same loop on its
+// plan; the losses come back whole, and the ranks agree on NaN decisions and checkpoint commits. Everything a step computes is a pure function of (seed, step, consumed samples, the state
 // in the checkpoint), so a resumed run continues bit-exactly.
 #pragma once
 
@@ -40,7 +41,14 @@ struct TrainOptions {
   bool skipBadRows = false;
 };
 
-// `plan` is the --plan directory's, its run defaults already applied to `options`.
+// `plan` is this rank's of the --plan directory, its run defaults already applied to `options`;
+// the session opened for it (openSession) gives the rank its communicators.
 int runTrain(const TrainOptions& options, Plan plan);
+
+// The same on a session already open: this rank's plan, its weights and one communicator per mesh
+// axis (how several ranks train in one process, e.g. a test's threads over Gloo). Every rank of the
+// plan's world runs it with the same options; rank 0 alone prints and writes metrics, TensorBoard
+// and checkpoint manifests.
+int runTrain(const TrainOptions& options, Session& session);
 
 }  // namespace dgemma

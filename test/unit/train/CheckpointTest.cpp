@@ -24,7 +24,8 @@ using test::mentions;
 using test::TempDir;
 using test::writeBytes;
 
-constexpr const char* kPlan = "plan-xxh3:0123456789abcdef";
+// The model identity a resume must match (the trainer's is the model config, recipe and shapes).
+const nlohmann::json kModel = {{"model_config", {{"hidden_size", 64}}}, {"optimizer", {{"beta1", 0.9}, {"beta2", 0.999}}}};
 
 HostTensor f32Tensor(std::vector<int64_t> shape, float seed) {
   HostTensor t(DType::F32, std::move(shape));
@@ -55,7 +56,7 @@ HostTensor i64Tensor(std::vector<int64_t> shape) {
 
 CheckpointState stateAt(int64_t step) {
   CheckpointState state;
-  state.planHash = kPlan;
+  state.model = kModel;
   state.step = step;
   state.consumedSamples = 8 * step;
   state.dataOrderState = {{"seed", 1234}, {"epoch", 0}, {"sampler", "random"}, {"position", 8 * step}};
@@ -122,9 +123,9 @@ TEST(CheckpointTest, SaveLoadRoundTripIsBitExact) {
   EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{"step-00000007"});  // no .tmp left
 
   ASSERT_EQ(Checkpoint::findLatest(dir / "ckpt"), saved.directory);
-  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
   CheckpointState expected = stateAt(7);
-  EXPECT_EQ(loaded.state().planHash, expected.planHash);
+  EXPECT_EQ(loaded.state().model, expected.model);
   EXPECT_EQ(loaded.state().step, 7);
   EXPECT_EQ(loaded.state().consumedSamples, 56);
   EXPECT_EQ(loaded.state().dataOrderState, expected.dataOrderState);
@@ -166,7 +167,7 @@ TEST(CheckpointTest, ShardsSplitAtTheMaximumSize) {
   EXPECT_EQ(index["weight_map"]["c"], "model-00003-of-00003.safetensors");
   EXPECT_EQ(index["metadata"]["total_size"], 4 * (64 + 64 + 300 + 10));
 
-  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
   EXPECT_EQ(loaded.names("model"), (std::vector<std::string>{"a", "b", "big", "c"}));
   expectBitEqual(loaded.read("model", "big"), big, "big");
   expectBitEqual(loaded.read("model", "c"), c, "c");
@@ -192,7 +193,7 @@ TEST(CheckpointTest, KeepDeletesTheOldestBeyondK) {
   CheckpointSaveResult again = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors(), {.keep = 1});
   EXPECT_EQ(again.removed, std::vector<std::string>{dir / "ckpt/step-00000005"});
   EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{"step-00000004"});
-  EXPECT_NO_THROW(Checkpoint::load(dir / "ckpt/step-00000004", kPlan));
+  EXPECT_NO_THROW(Checkpoint::load(dir / "ckpt/step-00000004", kModel));
 }
 
 TEST(CheckpointTest, TruncatedShardIsRejected) {
@@ -201,7 +202,7 @@ TEST(CheckpointTest, TruncatedShardIsRejected) {
   std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   std::string shard = shardOf(path, "model-00001");
   fs::resize_file(shard, fs::file_size(shard) - 24);
-  std::string message = expectInputError([&] { Checkpoint::load(path, kPlan); });
+  std::string message = expectInputError([&] { Checkpoint::load(path, kModel); });
   EXPECT_TRUE(mentions(message, shard + ": size: "));
   EXPECT_TRUE(mentions(message, "truncated or torn checkpoint"));
 }
@@ -214,7 +215,7 @@ TEST(CheckpointTest, FlippedByteIsRejected) {
   std::string bytes = fileBytes(shard);
   bytes[bytes.size() - 10] ^= 0x20;  // inside the tensor data: the safetensors header still parses
   writeBytes(shard, bytes);
-  std::string message = expectInputError([&] { Checkpoint::load(path, kPlan); });
+  std::string message = expectInputError([&] { Checkpoint::load(path, kModel); });
   EXPECT_TRUE(mentions(message, shard + ": xxh3_64: the file hashes to "));
   EXPECT_TRUE(mentions(message, "corrupted checkpoint"));
 }
@@ -225,12 +226,12 @@ TEST(CheckpointTest, MissingManifestIsRejectedAndSkipped) {
   Checkpoint::save(dir / "ckpt", stateAt(2), f.tensors());
   std::string newest = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   fs::remove(newest + "/manifest.json");
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kPlan); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kModel); }),
                        newest + "/manifest.json: missing: not a complete checkpoint"));
   EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000002");
 
   writeBytes(newest + "/manifest.json", "{\"format\": \"dgemma-chec");  // torn manifest
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kPlan); }), "manifest.json: invalid JSON"));
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kModel); }), "manifest.json: invalid JSON"));
   EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000002");
 }
 
@@ -239,7 +240,7 @@ TEST(CheckpointTest, MissingShardIsRejected) {
   Fixture f;
   std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   fs::remove(path + "/optimizer-00001-of-00001.safetensors");
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
                        path + "/optimizer-00001-of-00001.safetensors: missing"));
 }
 
@@ -261,13 +262,28 @@ TEST(CheckpointTest, InterruptedSaveIsIgnoredAndCleanedUp) {
   EXPECT_FALSE(Checkpoint::findLatest(dir / "nothing-here"));
 }
 
-TEST(CheckpointTest, PlanHashMismatchIsRejected) {
+// The identity is compared as a whole, and the first difference is named by its path.
+TEST(CheckpointTest, ModelMismatchNamesTheDifference) {
   TempDir dir;
   Fixture f;
   std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
-  std::string message = expectInputError([&] { Checkpoint::load(path, "plan-xxh3:fedcba9876543210"); });
-  EXPECT_TRUE(mentions(message, path + "/manifest.json: plan_hash: the checkpoint was saved for plan \"" +
-                                    std::string(kPlan) + "\", but this run's plan is \"plan-xxh3:fedcba9876543210\""));
+  nlohmann::json other = kModel;
+  other["optimizer"]["beta2"] = 0.95;
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, other); }),
+                       path + "/manifest.json: model.optimizer.beta2: the checkpoint has 0.999, this run 0.95"));
+  other = kModel;
+  other["parameters"] = {{"w", {{"shape", {4, 4}}}}};
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, other); }),
+                       "model.parameters: the checkpoint has nothing, this run {\"w\":{\"shape\":[4,4]}}"));
+  EXPECT_NO_THROW(Checkpoint::load(path, kModel));
+
+  // An edited identity no longer matches its recorded hash.
+  nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
+  manifest["model"]["optimizer"]["beta1"] = 0.8;
+  writeBytes(path + "/manifest.json", manifest.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+                       "manifest.json: model_hash: \"" + manifest["model_hash"].get<std::string>() +
+                           "\" is not the hash of the recorded model"));
 }
 
 TEST(CheckpointTest, UnknownFormatVersionIsRejected) {
@@ -275,15 +291,19 @@ TEST(CheckpointTest, UnknownFormatVersionIsRejected) {
   Fixture f;
   std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
-  manifest["format_version"] = 3;
+  manifest["format_version"] = 4;
   writeBytes(path + "/manifest.json", manifest.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
-                       "format_version: 3 is not supported (this build reads version 2)"));
-  manifest["format_version"] = 1;
-  writeBytes(path + "/manifest.json", manifest.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
-                       "format_version: 1 is the whole-tensor format of earlier builds, which this build no longer reads"));
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(dir / "ckpt/step-00000099", kPlan); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+                       "format_version: 4 is not supported (this build reads version 3)"));
+  for (int earlier : {1, 2}) {
+    manifest["format_version"] = earlier;
+    writeBytes(path + "/manifest.json", manifest.dump());
+    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+                         "format_version: " + std::to_string(earlier) +
+                             " is the format of earlier builds (1: whole tensors; 2: a plan hash that ties it to one layout), "
+                             "which this build no longer reads"));
+  }
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(dir / "ckpt/step-00000099", kModel); }),
                        "no such checkpoint directory"));
 }
 

@@ -28,7 +28,8 @@ using test::mentions;
 using test::TempDir;
 using test::writeBytes;
 
-constexpr const char* kPlan = "plan-xxh3:0123456789abcdef";
+// The model identity a resume must match (the trainer's is the model config, recipe and shapes).
+const nlohmann::json kModel = {{"model_config", {{"hidden_size", 64}}}, {"optimizer", {{"beta1", 0.9}, {"beta2", 0.999}}}};
 
 // Distinct bytes for every element, so a misplaced element shows.
 HostTensor patterned(DType dtype, std::vector<int64_t> shape, uint8_t seed) {
@@ -57,7 +58,7 @@ HostTensor sliceOf(const HostTensor& whole, const ShardBox& box) {
 
 CheckpointState stateAt(int64_t step) {
   CheckpointState state;
-  state.planHash = kPlan;
+  state.model = kModel;
   state.step = step;
   state.consumedSamples = 4 * step;
   return state;
@@ -92,7 +93,7 @@ CheckpointSaveResult saveLayout(const std::string& saveDir, int64_t step, const 
 void expectBoxesLoad(const Checkpoint& checkpoint, const std::string& group, const std::string& name, const HostTensor& whole,
                      const std::vector<ShardBox>& boxes) {
   for (const ShardBox& box : boxes) {
-    HostTensor part = checkpoint.readBox(group, name, box);
+    HostTensor part = checkpoint.readBox(group, name, whole.shape, box);
     HostTensor expected = sliceOf(whole, box);
     EXPECT_EQ(part.dtype, expected.dtype) << name << " " << describeBox(box);
     EXPECT_EQ(part.shape, expected.shape) << name << " " << describeBox(box);
@@ -134,7 +135,7 @@ TEST(ShardedCheckpointTest, ColumnSplitLoadsIntoOneTwoAndFourRanks) {
                                                                   "model-rank00001-00001-of-00001.safetensors"}));
   EXPECT_EQ(saved.files, 3);
 
-  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
   EXPECT_EQ(loaded.worldSize(), 2);
   EXPECT_EQ(loaded.globalShape("model", "model.layers.0.mlp.up_proj.weight"), (std::vector<int64_t>{8, 6}));
   EXPECT_EQ(loaded.dtype("model", "model.layers.0.mlp.up_proj.weight"), DType::F32);
@@ -163,7 +164,7 @@ TEST(ShardedCheckpointTest, ThreeDimensionalTensorSplitOnTwoDims) {
   std::vector<ShardBox> saved = {box({0, 0, 0}, {2, 6, 3}), box({0, 0, 3}, {2, 6, 2}), box({2, 0, 0}, {2, 6, 3}),
                                  box({2, 0, 3}, {2, 6, 2})};
   Checkpoint loaded =
-      Checkpoint::load(saveLayout(dir / "ckpt", 1, {{"model", "experts.gate_up_proj", &experts, saved}}, 4).directory, kPlan);
+      Checkpoint::load(saveLayout(dir / "ckpt", 1, {{"model", "experts.gate_up_proj", &experts, saved}}, 4).directory, kModel);
   EXPECT_EQ(loaded.read("model", "experts.gate_up_proj").data, experts.data);
   expectBoxesLoad(loaded, "model", "experts.gate_up_proj", experts,
                   {box({0, 0, 0}, {4, 2, 5}), box({0, 2, 0}, {4, 2, 5}), box({0, 4, 0}, {4, 2, 5})});
@@ -190,7 +191,7 @@ TEST(ShardedCheckpointTest, EachRankSplitsItsFilesAtTheMaximumSize) {
                                       "model-rank00000-00002-of-00002.safetensors", "model-rank00001-00001-of-00002.safetensors",
                                       "model-rank00001-00002-of-00002.safetensors"}));
   EXPECT_EQ(saved.files, 5);
-  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
   EXPECT_EQ(loaded.names("model"), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(loaded.read("model", "a").data, a.data);
   EXPECT_EQ(loaded.read("model", "b").data, b.data);
@@ -215,7 +216,7 @@ TEST(ShardedCheckpointTest, ReplicatedTensorsAreWrittenOnceByTheFirstReplica) {
                                       "model-rank00001-00001-of-00001.safetensors",
                                       "optimizer-rank00000-00001-of-00001.safetensors", "optimizer.safetensors.index.json"}));
   EXPECT_FALSE(SafetensorsFile::open(saved.directory + "/model-rank00001-00001-of-00001.safetensors").find("norm.weight"));
-  Checkpoint loaded = Checkpoint::load(saved.directory, kPlan);
+  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
   const nlohmann::json& tensors = loaded.manifest()["groups"]["model"]["tensors"];
   EXPECT_EQ(tensors[0]["name"], "norm.weight");
   EXPECT_EQ(tensors[0]["boxes"].size(), 1u);
@@ -293,16 +294,19 @@ TEST(ShardedCheckpointTest, UncoveredRequestNamesTheTensorAndTheRegion) {
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   manifest["groups"]["model"]["tensors"][0]["boxes"].erase(1);
   writeBytes(path + "/manifest.json", manifest.dump());
-  Checkpoint loaded = Checkpoint::load(path, kPlan);
+  Checkpoint loaded = Checkpoint::load(path, kModel);
   EXPECT_TRUE(mentions(expectInputError([&] { loaded.read("model", "w"); }),
                        "group 'model': tensor 'w': the saved boxes do not cover [4:8, 0:6] of the requested box [0:8, 0:6]"));
-  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", box({2, 3}, {4, 3})); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", {8, 6}, box({2, 3}, {4, 3})); }),
                        "tensor 'w': the saved boxes do not cover [4:6, 3:6] of the requested box [2:6, 3:6]"));
   expectBoxesLoad(loaded, "model", "w", w, {box({0, 0}, {4, 6}), box({1, 2}, {3, 2})});  // what is there still loads
-  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", box({6, 0}, {4, 6})); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", {8, 6}, box({6, 0}, {4, 6})); }),
                        "tensor 'w': the requested box [6:10, 0:6] does not lie inside the saved shape [8, 6]"));
-  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "v", box({0, 0}, {4, 6})); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "v", {8, 6}, box({0, 0}, {4, 6})); }),
                        "group 'model': tensor 'v': not found"));
+  // A box of a tensor of another global shape is refused even where it would fit the saved one.
+  EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", {8, 12}, box({0, 0}, {4, 6})); }),
+                       "group 'model': tensor 'w': the checkpoint holds it with the global shape [8, 6], this run's is [8, 12]"));
 }
 
 TEST(ShardedCheckpointTest, CorruptedOrMisshapenShardsNameTheFile) {
@@ -315,7 +319,7 @@ TEST(ShardedCheckpointTest, CorruptedOrMisshapenShardsNameTheFile) {
   std::string flipped = original;
   flipped[flipped.size() - 5] ^= 0x10;
   writeBytes(rank1, flipped);
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
                        rank1 + ": xxh3_64: the file hashes to"));
   writeBytes(rank1, original);
 
@@ -324,16 +328,16 @@ TEST(ShardedCheckpointTest, CorruptedOrMisshapenShardsNameTheFile) {
   nlohmann::json manifest = nlohmann::json::parse(manifestText);
   manifest["groups"]["model"]["tensors"][0]["boxes"][1]["shape"] = {3, 6};
   writeBytes(path + "/manifest.json", manifest.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
                        rank1 + ": tensor 'w': f32 [4, 6], the manifest records the f32 box [4:7, 0:6] of shape [3, 6]"));
   // Or boxes that overlap.
   manifest = nlohmann::json::parse(manifestText);
   manifest["groups"]["model"]["tensors"][0]["boxes"][1]["offset"] = {2, 0};
   writeBytes(path + "/manifest.json", manifest.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kPlan); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
                        "groups.model.tensors[0].boxes[1]: tensor 'w': box [2:6, 0:6] overlaps box [0:4, 0:6]"));
   writeBytes(path + "/manifest.json", manifestText);
-  EXPECT_EQ(Checkpoint::load(path, kPlan).read("model", "w").data, w.data);
+  EXPECT_EQ(Checkpoint::load(path, kModel).read("model", "w").data, w.data);
 }
 
 TEST(ShardedCheckpointTest, RoundTripAcrossLayoutsIsBitExact) {
@@ -352,18 +356,18 @@ TEST(ShardedCheckpointTest, RoundTripAcrossLayoutsIsBitExact) {
 
   // Load A into B: each B rank assembles its boxes; then B saves them (rebuilt whole here only to
   // feed saveLayout's slicing, which cuts each rank's box out again).
-  Checkpoint fromA = Checkpoint::load(a, kPlan);
+  Checkpoint fromA = Checkpoint::load(a, kModel);
   auto assemble = [&](const Checkpoint& checkpoint, const std::string& group, const std::string& name,
                       const std::vector<ShardBox>& boxes) {
     HostTensor whole(checkpoint.dtype(group, name), checkpoint.globalShape(group, name));
     for (const ShardBox& b : boxes) {
-      HostTensor part = checkpoint.readBox(group, name, b);
+      HostTensor part = checkpoint.readBox(group, name, whole.shape, b);
       copyRegion(part.data.data(), b, whole.data.data(), wholeBox(whole.shape), b, dtypeSize(whole.dtype));
     }
     return whole;
   };
   HostTensor upB = assemble(fromA, "model", "up.weight", colsB), momentB = assemble(fromA, "optimizer", "exp_avg/up.weight", colsB);
-  HostTensor normB = fromA.readBox("model", "norm.weight", box({0}, {6})), stepB = fromA.readBox("optimizer", "step", box({}, {}));
+  HostTensor normB = fromA.readBox("model", "norm.weight", {6}, box({0}, {6})), stepB = fromA.readBox("optimizer", "step", {}, box({}, {}));
   std::string b = saveLayout(dir / "b", 4,
                              {{"model", "up.weight", &upB, colsB},
                               {"model", "norm.weight", &normB, std::vector<ShardBox>(3, box({0}, {6}))},
@@ -373,7 +377,7 @@ TEST(ShardedCheckpointTest, RoundTripAcrossLayoutsIsBitExact) {
                       .directory;
 
   // B loads back into A's boxes, and A's files come out byte for byte.
-  Checkpoint fromB = Checkpoint::load(b, kPlan);
+  Checkpoint fromB = Checkpoint::load(b, kModel);
   expectBoxesLoad(fromB, "model", "up.weight", up, rowsA);
   expectBoxesLoad(fromB, "optimizer", "exp_avg/up.weight", moment, rowsA);
   HostTensor upA = assemble(fromB, "model", "up.weight", rowsA), momentA = assemble(fromB, "optimizer", "exp_avg/up.weight", rowsA);

@@ -99,6 +99,101 @@ TEST_F(TrainPlanTest, NamesAMissingGradientEntryOrOutput) {
             "p.dgplan: no \"zero_gradients\" entry point (compiled before gradients were device buffers; recompile the plan)");
 }
 
+// Two ranks of a TP = 2 plan and the one-rank plan of the same model agree on the identity a
+// checkpoint records; a different optimizer setting or global shape does not.
+TEST_F(TrainPlanTest, CheckpointIdentityLeavesOutTheLayout) {
+  plan_.metadata = {{"precision", "bf16"}, {"objective", {{"variant", "uniform"}}}, {"tp", 1}};
+  plan_.buffers.push_back({0, "w", DType::F32, {8, 4}, 0, 0, std::nullopt, std::nullopt});
+  for (Parameter& parameter : plan_.parameters) {
+    parameter.globalShape = {8, 4};
+    parameter.shardOffset = {0, 0};
+    parameter.shardShape = {8, 4};
+  }
+  const nlohmann::json identity = checkpointIdentity(plan_, readTrainPlan(plan_, "p.dgplan"));
+  EXPECT_EQ(identity["precision"], "bf16");
+  EXPECT_EQ(identity["objective"], (nlohmann::json{{"variant", "uniform"}}));
+  EXPECT_EQ(identity["parameters"]["w"], (nlohmann::json{{"shape", {8, 4}}, {"dtype", "f32"}}));
+  EXPECT_TRUE(identity["parameters"].contains("optimizer/exp_avg/w"));
+  EXPECT_FALSE(identity["parameters"].contains("grad/w"));  // never saved
+  EXPECT_EQ(identity["optimizer"]["beta2"], OptimizerSettings{}.beta2);
+
+  Plan rank1 = plan_;
+  rank1.rank = 1;
+  rank1.worldSize = 2;
+  rank1.mesh = {{"tp", 2, 1}};
+  rank1.metadata["tp"] = 2;
+  rank1.buffers[0].shape = {4, 4};
+  for (Parameter& parameter : rank1.parameters) {
+    parameter.shardOffset = {4, 0};
+    parameter.shardShape = {4, 4};
+  }
+  EXPECT_EQ(checkpointIdentity(rank1, readTrainPlan(rank1, "p.dgplan")), identity);
+
+  Plan otherRecipe = plan_;
+  otherRecipe.optimizer->beta2 = 0.95;
+  EXPECT_NE(checkpointIdentity(otherRecipe, readTrainPlan(otherRecipe, "p.dgplan"))["optimizer"], identity["optimizer"]);
+  Plan otherModel = plan_;
+  otherModel.parameters[0].globalShape = {16, 4};
+  EXPECT_NE(checkpointIdentity(otherModel, readTrainPlan(otherModel, "p.dgplan"))["parameters"], identity["parameters"]);
+}
+
+// An input holding the rows [first, first + count) of a global [2, width] batch field, its buffer new.
+void addRowsInput(Plan& plan, EntryPoint& entry, const std::string& name, int64_t width, int64_t first, int64_t count,
+                  int64_t column = 0) {
+  const int64_t id = static_cast<int64_t>(plan.buffers.size());
+  plan.buffers.push_back({id, name, DType::I64, {count, width - column}, 0, 0, std::nullopt, std::nullopt});
+  NamedBuffer input(name, id);
+  input.globalShape = {2, width};
+  input.shardOffset = {first, column};
+  entry.inputs.push_back(input);
+}
+
+TEST_F(TrainPlanTest, TakesTheRowsOfARankFromItsBatchInputBoxes) {
+  EXPECT_EQ(readTrainPlan(plan_, "p.dgplan").rankRows, (BatchRows{0, 2}));  // no box: every row
+  addRowsInput(plan_, entry("corrupt"), "canvas_ids", 16, 1, 1);
+  for (EntryPoint& step : plan_.entryPoints)
+    if (step.name == "train_step") addRowsInput(plan_, step, "input_ids", step.bucket.at("prompt_len"), 1, 1);
+  EXPECT_EQ(readTrainPlan(plan_, "p.dgplan").rankRows, (BatchRows{1, 1}));
+}
+
+TEST_F(TrainPlanTest, RefusesBatchInputsSplitOtherwiseThanByTheSameRows) {
+  addRowsInput(plan_, entry("corrupt"), "canvas_ids", 16, 1, 1);
+  const Plan rowsOfRank1 = plan_;
+  addRowsInput(plan_, plan_.entryPoints[1], "input_ids", 48, 0, 1);
+  EXPECT_EQ(errorOf(),
+            "p.dgplan: entry train_step[canvas_len=16,micro_batch=2,prompt_len=48]: input input_ids: holds rows [0, 1), "
+            "p.dgplan: entry corrupt[canvas_len=16,micro_batch=2]: input canvas_ids rows [1, 2) (every batch input of a "
+            "rank holds the same rows)");
+  plan_ = rowsOfRank1;
+  addRowsInput(plan_, plan_.entryPoints[1], "input_ids", 48, 1, 1, 24);
+  EXPECT_EQ(errorOf(),
+            "p.dgplan: entry train_step[canvas_len=16,micro_batch=2,prompt_len=48]: input input_ids: split in dimension 1 (the "
+            "trainer splits a batch between ranks by rows only)");
+  plan_.entryPoints[1].inputs.back() = NamedBuffer("input_ids", 0);  // whole, beside a split one
+  EXPECT_EQ(errorOf(),
+            "p.dgplan: entry train_step[canvas_len=16,micro_batch=2,prompt_len=48]: input input_ids: whole, while p.dgplan: "
+            "entry corrupt[canvas_len=16,micro_batch=2]: input canvas_ids holds rows [1, 2) (every batch input of a rank "
+            "holds the same rows)");
+}
+
+TEST(KeepRows, KeepsARanksRowsOfEveryFieldAndOfTheSamples) {
+  MicroBatch batch;
+  HostTensor ids(DType::I64, {4, 3});
+  for (int64_t i = 0; i < 12; ++i) ids.as<int64_t>()[i] = i;
+  HostTensor mask(DType::F32, {4});
+  for (int64_t i = 0; i < 4; ++i) mask.as<float>()[i] = 0.5f * static_cast<float>(i);
+  batch.fields = {{"input_ids", ids}, {"canvas_mask", mask}};
+  batch.samples = {8, 9, 10, 11};
+  batch.tokens = 40;
+  keepRows(batch, 2, 2);
+  const HostTensor& kept = batch.fields.at("input_ids");
+  EXPECT_EQ(kept.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::vector<int64_t>(kept.as<int64_t>(), kept.as<int64_t>() + 6), (std::vector<int64_t>{6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(batch.fields.at("canvas_mask").as<float>()[0], 1.0f);
+  EXPECT_EQ(batch.samples, (std::vector<int64_t>{10, 11}));  // the noise keys follow the global sample indices
+  EXPECT_EQ(batch.tokens, 40);                                 // the whole batch's, as the metrics count them
+}
+
 TEST_F(TrainPlanTest, RejectsAPlanOfAnotherModelFamily) {
   plan_.modelFamily = ModelFamily::Builtin;
   EXPECT_EQ(errorOf(), "p.dgplan: not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");

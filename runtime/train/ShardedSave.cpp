@@ -1,0 +1,135 @@
+#include "runtime/train/ShardedSave.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <map>
+
+#include "support/Error.h"
+
+namespace dgemma {
+
+namespace {
+
+const Parameter& parameterNamed(const Plan& plan, const std::string& name) {
+  for (const Parameter& parameter : plan.parameters)
+    if (parameter.name == name) return parameter;
+  throw InputError("checkpoint: the plan has no parameter " + name);
+}
+
+ShardBox boxOf(const Parameter& parameter) { return {parameter.shardOffset, parameter.shardShape}; }
+
+// The first rank whose flag is 0, or -1 when every rank's is 1.
+int64_t firstFailedRank(WorldGroup& world, bool succeeded) {
+  const std::vector<int64_t> flags = world.allGather({succeeded ? 1 : 0});
+  for (size_t rank = 0; rank < flags.size(); ++rank)
+    if (flags[rank] == 0) return static_cast<int64_t>(rank);
+  return -1;
+}
+
+// After a failed phase: the failing rank's own error on that rank, one naming it on the others.
+[[noreturn]] void failTogether(const std::exception_ptr& ownFailure, int64_t failedRank, const std::string& what) {
+  if (ownFailure) std::rethrow_exception(ownFailure);
+  throw RuntimeError(what + ": rank " + std::to_string(failedRank) + " failed (its own error says why); nothing was committed");
+}
+
+}  // namespace
+
+CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& executor, const std::string& saveDir,
+                                           const CheckpointState& state, const std::vector<SavedGroup>& groups,
+                                           const CheckpointSaveOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  const Plan& plan = executor.plan();
+  const std::string what = "checkpoint " + Checkpoint::stepDirectory(saveDir, state.step);
+
+  // Every rank's box of every parameter, in the callers' common order: who writes each box.
+  std::vector<const Parameter*> parameters;
+  std::vector<int64_t> packedBoxes;
+  for (const SavedGroup& group : groups)
+    for (const std::string& name : group.parameters) {
+      const Parameter& parameter = parameterNamed(plan, name);
+      parameters.push_back(&parameter);
+      packedBoxes.insert(packedBoxes.end(), parameter.shardOffset.begin(), parameter.shardOffset.end());
+      packedBoxes.insert(packedBoxes.end(), parameter.shardShape.begin(), parameter.shardShape.end());
+    }
+  const std::vector<int64_t> counts = world.allGather({static_cast<int64_t>(packedBoxes.size())});
+  for (size_t rank = 0; rank < counts.size(); ++rank)
+    if (counts[rank] != counts[0])
+      throw InputError(what + ": rank " + std::to_string(rank) + " saves " + std::to_string(counts[rank]) +
+                       " box extents, rank 0 " + std::to_string(counts[0]) +
+                       " (their plans hold different parameters: a plan directory of mixed models)");
+  const std::vector<int64_t> everyBox = world.allGather(packedBoxes);
+
+  std::vector<HostTensor> held;
+  held.reserve(parameters.size());  // the shards point into it
+  std::vector<CheckpointShard> shards;
+  size_t parameterIndex = 0, position = 0;
+  for (const SavedGroup& group : groups) {
+    for (size_t i = 0; i < group.parameters.size(); ++i, ++parameterIndex) {
+      const Parameter& parameter = *parameters[parameterIndex];
+      const size_t dims = parameter.shardOffset.size();
+      std::vector<ShardBox> boxOfRank;
+      for (int64_t rank = 0; rank < world.size(); ++rank) {
+        auto first = everyBox.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(rank) * packedBoxes.size() + position);
+        boxOfRank.push_back({std::vector<int64_t>(first, first + dims), std::vector<int64_t>(first + dims, first + 2 * dims)});
+      }
+      position += 2 * dims;
+      if (firstReplicaRank(boxOfRank, static_cast<int>(world.rank())) != world.rank()) continue;
+      held.push_back(executor.parameter(parameter.name));
+      shards.push_back({group.group, parameter.name, parameter.globalShape, boxOf(parameter), &held.back()});
+    }
+    if (world.rank() == 0)
+      for (const CheckpointTensor& tensor : group.replicated)
+        shards.push_back({group.group, tensor.name, tensor.tensor->shape, wholeBox(tensor.tensor->shape), tensor.tensor});
+  }
+
+  // Rank 0 creates the temporary directory; its process id names it on every rank.
+  std::exception_ptr failure;
+  int64_t saveId = -1;
+  if (world.rank() == 0) {
+    try {
+      Checkpoint::beginSave(saveDir, state.step);
+      saveId = ::getpid();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  saveId = world.fromRankZero(saveId);
+  if (saveId < 0) failTogether(failure, 0, what);
+  const std::string tmp = Checkpoint::temporaryDirectory(saveDir, state.step, saveId);
+
+  try {
+    Checkpoint::saveRank(tmp, static_cast<int>(world.rank()), static_cast<int>(world.size()), shards, options);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (const int64_t failed = firstFailedRank(world, !failure); failed >= 0) {
+    if (world.rank() == 0) Checkpoint::abortSave(tmp);
+    failTogether(failure, failed, what);
+  }
+
+  // Every rank's files are in place: rank 0 merges their box lists and commits.
+  CheckpointSaveResult result;
+  if (world.rank() == 0) {
+    try {
+      result = Checkpoint::commitSave(saveDir, tmp, state, static_cast<int>(world.size()), options);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (world.fromRankZero(failure ? 0 : 1) == 0) failTogether(failure, 0, what);
+  result.directory = Checkpoint::stepDirectory(saveDir, state.step);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+void restoreParameters(const Checkpoint& checkpoint, const std::string& group, const std::vector<std::string>& names,
+                       Executor& executor) {
+  for (const std::string& name : names) {
+    const Parameter& parameter = parameterNamed(executor.plan(), name);
+    executor.setParameter(name, checkpoint.readBox(group, name, parameter.globalShape, boxOf(parameter)));
+  }
+}
+
+}  // namespace dgemma
