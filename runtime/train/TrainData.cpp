@@ -87,19 +87,4 @@ MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t 
   return batch;
 }
 
-void keepRows(MicroBatch& batch, int64_t first, int64_t count) {
-  const int64_t rows = static_cast<int64_t>(batch.samples.size());
-  for (auto& [name, field] : batch.fields) {
-    if (field.shape.empty() || field.shape.front() != rows)
-      throw InputError(batch.where + ": field " + name + ": expected " + std::to_string(rows) + " rows to keep rows of");
-    const size_t rowBytes = field.data.size() / static_cast<size_t>(rows);
-    std::vector<int64_t> shape = field.shape;
-    shape.front() = count;
-    HostTensor part(field.dtype, shape);
-    std::copy_n(field.data.begin() + static_cast<ptrdiff_t>(first * rowBytes), count * rowBytes, part.data.begin());
-    field = std::move(part);
-  }
-  batch.samples = std::vector<int64_t>(batch.samples.begin() + first, batch.samples.begin() + first + count);
-}
-
 }  // namespace dgemma

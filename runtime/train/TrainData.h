@@ -56,8 +56,4 @@ struct MicroBatch {
 MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t firstSample, int64_t size,
                               const CollateOptions& options);
 
-// Keeps the rows [first, first + count) of every field and of the sample list: a rank's part of a
-// micro-batch that every rank assembled whole. `tokens` and `where` stay the whole batch's.
-void keepRows(MicroBatch& batch, int64_t first, int64_t count);
-
 }  // namespace dgemma

@@ -247,10 +247,9 @@ void Trainer::restore() {
   out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_ << "\n";
 }
 
-// corrupt then train_step on this rank's rows of one micro-batch, their noise drawn from the keys of
-// (seed, phase, noiseStep, global sample index).
+// corrupt then train_step on one global micro-batch, its noise drawn from the keys of (seed, phase,
+// noiseStep, global sample index); runEntry feeds this rank its box of every input.
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
-  if (trainPlan_.rankRows.count != trainPlan_.microBatch) keepRows(batch, trainPlan_.rankRows.first, trainPlan_.rankRows.count);
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
   return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
 }
@@ -488,8 +487,6 @@ int Trainer::run() {
 void checkOptions(const TrainOptions& options) {
   if (options.session.weights.empty() == options.session.init.empty())
     throw InputError("give exactly one of --weights DIR and --init random");
-  if (options.processesPerNode != 1)
-    throw InputError("--nproc-per-node: only 1 is supported yet (several ranks need the sharding passes)");
   if (options.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
   if (options.resume && options.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
   if (options.saveEvery > 0 && options.saveDir.empty()) throw InputError("--save-every: needs --save-dir");

@@ -37,7 +37,6 @@ struct TrainOptions {
   int64_t evalBatches = 0;   // 0: the whole split
   std::string nanPolicy = "abort";
   int64_t logEvery = 0;      // progress lines off a terminal: every this many steps too
-  int64_t processesPerNode = 1;
   bool skipBadRows = false;
 };
 

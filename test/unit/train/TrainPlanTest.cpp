@@ -176,24 +176,6 @@ TEST_F(TrainPlanTest, RefusesBatchInputsSplitOtherwiseThanByTheSameRows) {
             "holds the same rows)");
 }
 
-TEST(KeepRows, KeepsARanksRowsOfEveryFieldAndOfTheSamples) {
-  MicroBatch batch;
-  HostTensor ids(DType::I64, {4, 3});
-  for (int64_t i = 0; i < 12; ++i) ids.as<int64_t>()[i] = i;
-  HostTensor mask(DType::F32, {4});
-  for (int64_t i = 0; i < 4; ++i) mask.as<float>()[i] = 0.5f * static_cast<float>(i);
-  batch.fields = {{"input_ids", ids}, {"canvas_mask", mask}};
-  batch.samples = {8, 9, 10, 11};
-  batch.tokens = 40;
-  keepRows(batch, 2, 2);
-  const HostTensor& kept = batch.fields.at("input_ids");
-  EXPECT_EQ(kept.shape, (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(std::vector<int64_t>(kept.as<int64_t>(), kept.as<int64_t>() + 6), (std::vector<int64_t>{6, 7, 8, 9, 10, 11}));
-  EXPECT_EQ(batch.fields.at("canvas_mask").as<float>()[0], 1.0f);
-  EXPECT_EQ(batch.samples, (std::vector<int64_t>{10, 11}));  // the noise keys follow the global sample indices
-  EXPECT_EQ(batch.tokens, 40);                                 // the whole batch's, as the metrics count them
-}
-
 TEST_F(TrainPlanTest, RejectsAPlanOfAnotherModelFamily) {
   plan_.modelFamily = ModelFamily::Builtin;
   EXPECT_EQ(errorOf(), "p.dgplan: not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
