@@ -1,7 +1,13 @@
 // RUN: dgemma-opt %s --split-input-file --dg-expert-dispatch | FileCheck %s
+// RUN: dgemma-opt %s --split-input-file --dg-expert-dispatch --dg-cost-report 2>&1 >/dev/null | FileCheck %s --check-prefix=COST
 // dg-expert-dispatch: the all-gather form of expert parallelism (per-rank IR of rank 1 of
 // ep = 2: experts 2 and 3 of 4 local, 3 local tokens, top-2) becomes the ragged all-to-all form.
 
+// The costs count the 12 rows of capacity: local experts 12 (6·4·3 + 9·3 + 2·4) = 1284 FLOPs, their
+// backward 12 (14·12 + 16·3 + 4·4) = 2784, the combines 2·24 + 2·24 + 2·6; the exchanges receive
+// their capacity plus a count from the other rank: 32 + 192 + 96 forward, 192 + 48 + 96 + 24
+// backward, and 7·8 bytes of counts.
+// COST: cost: flops=4176 parameters=2 parameter_bytes=288 communication_bytes=736
 module attributes {dg.mesh = {ep = 2 : i64}} {
 // CHECK-LABEL: func.func @train_step
 func.func @train_step() attributes {dg.entry = "train_step"} {
