@@ -707,7 +707,7 @@ def Dg_AllToAllOp : Dg_CommunicationOp<"all_to_all"> {
 // and costs are in DgExpertDispatch.cpp.
 //===----------------------------------------------------------------------===//
 
-def Dg_MoeDispatchOp : Dg_ComputeOp<"moe_dispatch", [Pure]> {
+def Dg_MoeDispatchOp : Dg_ComputeOp<"moe_dispatch", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Routing table of the expert all-to-all: a slot per (token, j), grouped by destination rank and expert";
   let description = [{
     indices `[N, k]` (global expert ids in [0, num_experts)) over G peers holding E/G experts each
@@ -720,7 +720,7 @@ def Dg_MoeDispatchOp : Dg_ComputeOp<"moe_dispatch", [Pure]> {
     - `expert_counts` `[G, E/G]` i64: the routes per (destination peer, local expert); row p is what
       peer p's dg.moe_local_experts needs to find its experts' rows among the ones it receives.
 
-    An index outside [0, num_experts) is a run-time error.
+    An index outside [0, num_experts) is a run-time error. The routing is discrete: no gradient.
   }];
   let arguments = (ins RankedTensorOf<[I64]>:$indices, I64Attr:$num_experts);
   let results = (outs RankedTensorOf<[I64]>:$slots, RankedTensorOf<[I64]>:$send_counts,
@@ -732,13 +732,13 @@ def Dg_MoeDispatchOp : Dg_ComputeOp<"moe_dispatch", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_MoePermuteOp : Dg_ComputeOp<"moe_permute", [Pure]> {
+def Dg_MoePermuteOp : Dg_ComputeOp<"moe_permute", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Copies each token's row to its k slots: result[slots[m, j]] = input[m]";
   let description = [{
     input `[M, ...]`, slots `[M, k]` i64 (a permutation of [0, M·k), as dg.moe_dispatch makes it) ->
     `[M·k, ...]` of the input's element type. With M = N·k routes and k = 1 it permutes per-route
     values (the routing weights). Slots that are not a permutation are a run-time error. Its
-    adjoint is dg.moe_combine without weights.
+    derivative is its adjoint, dg.moe_combine without weights.
   }];
   let arguments = (ins Dg_Tensor:$input, RankedTensorOf<[I64]>:$slots);
   let results = (outs Dg_Tensor:$result);
@@ -746,14 +746,16 @@ def Dg_MoePermuteOp : Dg_ComputeOp<"moe_permute", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_MoeCombineOp : Dg_ComputeOp<"moe_combine", [Pure]> {
+def Dg_MoeCombineOp : Dg_ComputeOp<"moe_combine", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Unpermute and combine: result[m] = sum_j weights[m, j] * rows[slots[m, j]], summed in f32";
   let description = [{
     rows `[M·k, ...]`, slots `[M, k]` i64 (a permutation of [0, M·k)), optional weights `[M, k]` (the
     rows' element type, or f32 for 16-bit rows; without them every weight is 1) -> `[M, ...]` of the
     rows' type. The sum runs over j in order, in f32 (f64 for f64 rows), and is rounded once: the
     combine of docs/parallelism.md, "Expert parallelism". With k = 1 and no weights it is the
-    inverse permutation of dg.moe_permute.
+    inverse permutation of dg.moe_permute. Derivative: the rows get dg.moe_permute of the result
+    cotangent scaled by each route's weight, the weights the dot product of each route's row with
+    its token's cotangent, both computed in the weights' type.
   }];
   let arguments = (ins Dg_FloatTensor:$rows, RankedTensorOf<[I64]>:$slots, Optional<Dg_FloatTensor>:$weights);
   let results = (outs Dg_FloatTensor:$result);
@@ -763,7 +765,7 @@ def Dg_MoeCombineOp : Dg_ComputeOp<"moe_combine", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_MoeLocalExpertsOp : Dg_ComputeOp<"moe_local_experts", [Pure]> {
+def Dg_MoeLocalExpertsOp : Dg_ComputeOp<"moe_local_experts", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "A rank's experts on the rows it received: out[r] = Expert_e(r)(rows[r]), unweighted";
   let description = [{
     rows `[C, H]` as dg.all_to_all received them: grouped by source peer, and within each source by
@@ -771,7 +773,8 @@ def Dg_MoeLocalExpertsOp : Dg_ComputeOp<"moe_local_experts", [Pure]> {
     expert) -> `[C, H]`. gate_up `[E_l, 2I, H]` and down `[E_l, H, I]` are the local experts of
     dg.moe_experts. The rows after the `sum(expert_counts)` counted ones are capacity: their outputs
     are zero and cost nothing. Each expert runs one GEMM pair over all its rows. A negative count or
-    more counted rows than C is a run-time error.
+    more counted rows than C is a run-time error. The derivative is dg.moe_local_experts_backward
+    with every row's weight 1.
   }];
   let arguments = (ins Dg_FloatTensor:$rows, RankedTensorOf<[I64]>:$expert_counts, Dg_FloatTensor:$gate_up,
                        Dg_FloatTensor:$down);
