@@ -49,9 +49,8 @@ struct ExpertAxis {
   int64_t tokens = 0;       // N, this rank's rows
 };
 
-// The rank's own rows of a gathered value: the input of an all_gather over the axis, or block
-// `coordinate` of dim 0 of a value every rank holds whole.
-// The gathers it bypasses are added to `bypassed`.
+// The rank's own rows of a gathered value: the input of an all_gather over the axis (added to
+// `bypassed`), or block `coordinate` of dim 0 of a value every rank holds whole.
 Value localRowsOf(OpBuilder& builder, Location loc, Value gathered, const ExpertAxis& expert,
                 llvm::SetVector<Operation*>& bypassed) {
   if (auto gather = gathered.getDefiningOp<AllGatherOp>(); gather && gather.getAxisAttr() == expert.axis) {
