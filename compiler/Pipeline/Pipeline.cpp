@@ -79,6 +79,7 @@ FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t ra
   OwningOpRef<ModuleOp> program(annotated.clone());
   PassManager passes(annotated.getContext());
   passes.addPass(createDgShardPartition(DgShardPartitionOptions{rank}));
+  passes.addPass(createDgExpertDispatch());
   if (failed(passes.run(*program))) return failure();
   return program;
 }

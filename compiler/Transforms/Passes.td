@@ -164,4 +164,23 @@ def DgShardPartition : Pass<"dg-shard-partition", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect", "::mlir::func::FuncDialect"];
 }
 
+def DgExpertDispatch : Pass<"dg-expert-dispatch", "::mlir::ModuleOp"> {
+  let summary = "Rewrites expert parallelism's all-gather form into the ragged all-to-all dispatch";
+  let description = [{
+    On per-rank IR after partitioning (and after autodiff). The all-gather form of a
+    `dg.moe_experts {expert_offset = o}` gathers x, the routing weights and the indices over one mesh
+    axis A and reduce-scatters the partial result over A; its backward gathers the output gradient
+    too and reduce-scatters grad_input and grad_weights. Each becomes docs/parallelism.md's dispatch
+    on the rank's own tokens: dg.moe_dispatch (slots by destination rank and expert, counts), the
+    per-expert counts exchanged and the permuted rows sent with dg.all_to_all over A, dg.moe_local_experts
+    (or its backward) on the received rows, the reverse dg.all_to_all, and dg.moe_combine (in f32).
+    The backward reuses the forward's received rows when the forward of the same tokens was rewritten
+    earlier in the entry point. The receive capacity is the worst case of a dropless exchange: every
+    route of the axis' G ranks, G·N·k rows for N local tokens. A weights or indices operand that is
+    not gathered over A is cut to the rank's rows (block o / E_local of dim 0). Ops that do not match
+    the pattern stay as they are.
+  }];
+  let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
 #endif // DGEMMA_COMPILER_PASSES_TD

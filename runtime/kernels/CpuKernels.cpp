@@ -14,6 +14,7 @@ void registerCpuKernels(KernelRegistry& registry) {
   registerRopeCpuKernels(registry);
   registerAttentionCpuKernels(registry);
   registerMoeCpuKernels(registry);
+  registerMoeDispatchCpuKernels(registry);
   registerCrossEntropyCpuKernels(registry);
   registerOptimizerCpuKernels(registry);
 }

@@ -21,6 +21,8 @@ void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform
 void registerRopeCpuKernels(KernelRegistry& registry);         // rope
 void registerAttentionCpuKernels(KernelRegistry& registry);    // attention
 void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route, moe_experts
+// moe_dispatch, moe_permute, moe_combine, moe_local_experts, moe_local_experts_backward
+void registerMoeDispatchCpuKernels(KernelRegistry& registry);
 void registerCrossEntropyCpuKernels(KernelRegistry& registry); // cross_entropy, cross_entropy_backward
 void registerOptimizerCpuKernels(KernelRegistry& registry);    // adamw
 

@@ -7,6 +7,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerMatmulCudaKernels(registry);
   registerRmsNormCudaKernels(registry);
   registerSoftmaxCudaKernels(registry);
+  registerMoeDispatchCudaKernels(registry);
 }
 
 }  // namespace dgemma

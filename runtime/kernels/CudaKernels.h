@@ -11,6 +11,7 @@ void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minim
 void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLAS)
 void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
+void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_permute, moe_combine
 
 void registerCudaKernels(KernelRegistry& registry);
 

@@ -22,6 +22,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -285,7 +286,7 @@ TEST(CudaBackendCreation, SucceedsOrThrowsRuntimeErrorWithReason) {
 
 TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
-  for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax"})
+  for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -566,6 +567,47 @@ TEST(CudaVsCpu, Matmul) {
       }
     }
   }
+}
+
+// ---- the expert dispatch's permutations --------------------------------------------------------------
+
+// runBoth moves every input as raw bytes through a vector<float>: i64 slots ride in two floats each.
+std::vector<float> int64Bytes(const std::vector<int64_t>& values) {
+  std::vector<float> bytes(values.size() * 2);
+  std::memcpy(bytes.data(), values.data(), values.size() * sizeof(int64_t));
+  return bytes;
+}
+
+// (7 · route + 3) mod count: a permutation of [0, count) that mixes the rows, for counts 7 does not divide.
+std::vector<int64_t> mixedSlots(int64_t count) {
+  std::vector<int64_t> slots;
+  for (int64_t route = 0; route < count; ++route) slots.push_back((route * 7 + 3) % count);
+  return slots;
+}
+
+TEST(CudaVsCpu, MoePermuteAndCombine) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 300;
+  for (const auto& [tokens, topK, width] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{5, 2, 9}, {64, 8, 33}, {12, 1, 1}}) {
+    const std::string what = " of " + std::to_string(tokens) + " tokens, top-" + std::to_string(topK);
+    const std::vector<float> slots = int64Bytes(mixedSlots(tokens * topK));
+    StepSetup permute("moe_permute", {});
+    permute.in({tokens, width}).in({tokens, topK}, DType::I64).out({tokens * topK, width});
+    BothResults permuted = runBoth(permute, {randomFloats(tokens * width, seed++), slots});
+    expectRelative(permuted.cpu[0], permuted.gpu[0], 0.0, "moe_permute" + what);
+    // Same routes in the same order, no FMA contraction: the combine rounds exactly as on the CPU.
+    StepSetup combine("moe_combine", {});
+    combine.in({tokens * topK, width}).in({tokens, topK}, DType::I64).in({tokens, topK}).out({tokens, width});
+    BothResults combined =
+        runBoth(combine, {randomFloats(tokens * topK * width, seed++), slots, randomFloats(tokens * topK, seed++)});
+    expectRelative(combined.cpu[0], combined.gpu[0], 0.0, "moe_combine" + what);
+  }
+}
+
+TEST(CudaKernelFactories, MoePermuteRejectsOneByteElements) {
+  StepSetup setup("moe_permute", {});
+  setup.in({2, 3}, DType::I8).in({2, 1}, DType::I64).out({2, 3}, DType::I8);
+  EXPECT_THROW(makeKernel(cudaRegistry(), setup), InputError);
 }
 
 }  // namespace

@@ -128,3 +128,22 @@ int64_t AllToAllOp::getCommunicationBytes() {
   int64_t group = groupOf(*this);
   return group > 1 ? bytesOf(getResult()) + (group - 1) * 8 : 0;
 }
+
+// Expert-parallel dispatch: routing and permutations move data; the combine is a multiply-add per
+// element and route. The local experts count every row of their capacity, an upper bound (the
+// received rows are known only at run time), with dg.moe_experts' per-route cost.
+int64_t MoeDispatchOp::getFlops() { return 0; }
+int64_t MoePermuteOp::getFlops() { return 0; }
+int64_t MoeCombineOp::getFlops() { return 2 * elementsOf(getRows()); }
+
+int64_t MoeLocalExpertsOp::getFlops() {
+  int64_t rows = getRows().getType().getDimSize(0), hidden = getRows().getType().getDimSize(1);
+  int64_t inner = getDown().getType().getDimSize(2);
+  return rows * (6 * hidden * inner + 9 * inner + 2 * hidden);
+}
+
+int64_t MoeLocalExpertsBackwardOp::getFlops() {
+  int64_t rows = getRows().getType().getDimSize(0), hidden = getRows().getType().getDimSize(1);
+  int64_t inner = getDown().getType().getDimSize(2);
+  return rows * (14 * hidden * inner + 16 * inner + 4 * hidden);
+}

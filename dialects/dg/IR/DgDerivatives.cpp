@@ -432,3 +432,69 @@ LogicalResult AllToAllOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangent
   grads.append({reverse.getResult(), Value()});
   return success();
 }
+
+// Expert-parallel dispatch. The routing table is discrete; a permutation's derivative is its
+// adjoint; the combine's is the permutation of the cotangent, scaled per route.
+
+LogicalResult MoeDispatchOp::buildVjp(OpBuilder&, ArrayRef<Value>, SmallVectorImpl<Value>& grads) {
+  grads.push_back(Value());
+  return success();
+}
+
+LogicalResult MoePermuteOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // Each token row was copied to its k slots: its cotangent is the sum of theirs.
+  Value input = isFloatValue(getInput())
+                    ? builder.create<MoeCombineOp>(getLoc(), getInput().getType(), cotangents[0], getSlots(), Value()).getResult()
+                    : Value();
+  grads.append({input, Value()});
+  return success();
+}
+
+LogicalResult MoeCombineOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  Location loc = getLoc();
+  Value tokenRows = builder.create<MoePermuteOp>(loc, getRows().getType(), cotangents[0], getSlots());
+  Value weights = getWeights();
+  if (!weights) {
+    grads.append({tokenRows, Value()});
+    return success();
+  }
+  // Per route r = slot of (m, j): d rows[r] = w[m, j] · dy[m] and d w[m, j] = dy[m] · rows[r], in the
+  // weights' type (f32 for 16-bit rows, as the forward sums).
+  auto rows = getRows().getType();
+  const int64_t routes = rows.getDimSize(0);
+  Type wide = typeOf(weights).getElementType();
+  auto castTo = [&](Value value, Type element) -> Value {
+    if (typeOf(value).getElementType() == element) return value;
+    return builder.create<CastOp>(loc, RankedTensorType::get(typeOf(value).getShape(), element), value);
+  };
+  Value routeSlots = reshape(builder, loc, getSlots(), {routes, 1});
+  Value routeWeights = builder.create<MoePermuteOp>(loc, RankedTensorType::get({routes}, wide),
+                                                    reshape(builder, loc, weights, {routes}), routeSlots);
+  SmallVector<int64_t> perRow(rows.getRank(), 1);
+  perRow[0] = routes;
+  Value cotangentRows = castTo(tokenRows, wide);
+  Value gradRows = castTo(mul(builder, loc, cotangentRows, reshape(builder, loc, routeWeights, perRow)), rows.getElementType());
+  Value products = mul(builder, loc, cotangentRows, castTo(getRows(), wide));
+  if (rows.getRank() > 1) {
+    SmallVector<int64_t> trailing;
+    for (int64_t d = 1; d < rows.getRank(); ++d) trailing.push_back(d);
+    products = builder.create<ReduceSumOp>(loc, RankedTensorType::get({routes}, wide), products,
+                                           builder.getDenseI64ArrayAttr(trailing), builder.getBoolAttr(false));
+  }
+  // Back from slot order to (m, j) order.
+  Value routeGrads = builder.create<MoeCombineOp>(loc, products.getType(), products, routeSlots, Value());
+  grads.append({gradRows, Value(), reshape(builder, loc, routeGrads, typeOf(weights).getShape())});
+  return success();
+}
+
+LogicalResult MoeLocalExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // The outputs are unweighted: the backward with every row's weight 1.
+  auto rows = getRows().getType();
+  Value ones = builder.create<FillOp>(getLoc(), RankedTensorType::get({rows.getDimSize(0)}, rows.getElementType()),
+                                      builder.getF64FloatAttr(1.0));
+  auto backward = builder.create<MoeLocalExpertsBackwardOp>(
+      getLoc(), TypeRange{rows, ones.getType(), getGateUp().getType(), getDown().getType()}, getRows(), ones, cotangents[0],
+      getExpertCounts(), getGateUp(), getDown());
+  grads.append({backward.getGradRows(), Value(), backward.getGradGateUp(), backward.getGradDown()});
+  return success();
+}

@@ -153,3 +153,121 @@ LogicalResult CrossEntropyBackwardOp::verify() {
   if (getGradLogits().getType() != getLogits().getType()) return emitOpError() << "grad_logits must have the logits' type";
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Expert-parallel dispatch
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoeDispatchOp::verify() {
+  auto indices = getIndices().getType();
+  if (indices.getRank() != 2) return emitOpError() << "indices must be [tokens, top_k], got " << indices;
+  if (getSlots().getType() != indices) return emitOpError() << "slots must be " << indices << " (one per route)";
+  auto sendCounts = getSendCounts().getType();
+  if (sendCounts.getRank() != 1 || sendCounts.getDimSize(0) < 1)
+    return emitOpError() << "send_counts must be [peers] with at least one peer, got " << sendCounts;
+  int64_t peers = sendCounts.getDimSize(0), experts = getNumExperts();
+  if (experts < 1 || experts % peers != 0)
+    return emitOpError() << "num_experts " << experts << " must be a positive multiple of the " << peers << " peers";
+  auto expected = RankedTensorType::get({peers, experts / peers}, sendCounts.getElementType());
+  if (getExpertCounts().getType() != expected)
+    return emitOpError() << "expert_counts must be " << expected << " (peers, experts per peer), got "
+                         << getExpertCounts().getType();
+  return success();
+}
+
+namespace {
+// slots `[M, k]`, the table of routes between M tokens (or routes) and their M·k permuted rows.
+FailureOr<std::pair<int64_t, int64_t>> verifySlots(Operation* op, Value slots) {
+  auto type = typeOf(slots);
+  if (type.getRank() != 2) {
+    op->emitOpError() << "slots must be [tokens, top_k], got " << type;
+    return failure();
+  }
+  return std::pair{type.getDimSize(0), type.getDimSize(1)};
+}
+
+// `shape` with dim 0 replaced by `rows`.
+RankedTensorType withRows(RankedTensorType type, int64_t rows) {
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] = rows;
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+// Routing weights stay f32 under 16-bit activations (the router is an fp32 island), as for
+// dg.moe_experts.
+bool isRoutingWeightElement(Type weight, Type rows) {
+  return weight == rows || (weight.isF32() && isa<FloatType>(rows) && rows.getIntOrFloatBitWidth() == 16);
+}
+
+// The local experts' operands shared by dg.moe_local_experts and its backward: rows [C, H],
+// expert_counts [G, E_l], gate_up [E_l, 2I, H] and down [E_l, H, I], one float element type.
+LogicalResult verifyLocalExperts(Operation* op, Value rowsValue, Value countsValue, Value gateUpValue, Value downValue) {
+  auto rows = typeOf(rowsValue), counts = typeOf(countsValue), gateUp = typeOf(gateUpValue), down = typeOf(downValue);
+  if (rows.getRank() != 2 || gateUp.getRank() != 3 || down.getRank() != 3)
+    return op->emitOpError() << "rows must be [rows, hidden], gate_up [experts, 2*inner, hidden], down [experts, hidden, inner]";
+  int64_t hidden = rows.getDimSize(1), experts = gateUp.getDimSize(0), inner = gateUp.getDimSize(1) / 2;
+  if (gateUp.getDimSize(1) % 2 != 0 || gateUp.getDimSize(2) != hidden)
+    return op->emitOpError() << "gate_up must be [experts, 2*inner, " << hidden << "], got " << gateUp;
+  if (down.getShape() != ArrayRef<int64_t>{experts, hidden, inner})
+    return op->emitOpError() << "down must be " << RankedTensorType::get({experts, hidden, inner}, rows.getElementType());
+  if (counts.getRank() != 2 || counts.getDimSize(1) != experts || counts.getDimSize(0) < 1)
+    return op->emitOpError() << "expert_counts must be [peers, " << experts << "] (one count per source peer and local expert), got "
+                             << counts;
+  if (gateUp.getElementType() != rows.getElementType() || down.getElementType() != rows.getElementType())
+    return op->emitOpError() << "gate_up and down must have the rows' element type";
+  return success();
+}
+}  // namespace
+
+LogicalResult MoePermuteOp::verify() {
+  auto slots = verifySlots(*this, getSlots());
+  if (failed(slots)) return failure();
+  auto [tokens, topK] = *slots;
+  auto input = getInput().getType();
+  if (input.getRank() < 1 || input.getDimSize(0) != tokens)
+    return emitOpError() << "input must have " << tokens << " rows (one per row of slots), got " << input;
+  RankedTensorType expected = withRows(input, tokens * topK);
+  if (getResult().getType() != expected) return emitOpError() << "result must be " << expected << ", got " << getResult().getType();
+  return success();
+}
+
+LogicalResult MoeCombineOp::verify() {
+  auto slots = verifySlots(*this, getSlots());
+  if (failed(slots)) return failure();
+  auto [tokens, topK] = *slots;
+  auto rows = getRows().getType();
+  if (rows.getRank() < 1 || rows.getDimSize(0) != tokens * topK)
+    return emitOpError() << "rows must have " << tokens * topK << " rows (one per slot), got " << rows;
+  if (Value weights = getWeights()) {
+    auto type = typeOf(weights);
+    if (type.getShape() != ArrayRef<int64_t>{tokens, topK} || !isRoutingWeightElement(type.getElementType(), rows.getElementType()))
+      return emitOpError() << "weights must be [" << tokens << ", " << topK << "] of the rows' element type (or f32 for 16-bit rows), got " << type;
+  }
+  RankedTensorType expected = withRows(rows, tokens);
+  if (getResult().getType() != expected) return emitOpError() << "result must be " << expected << ", got " << getResult().getType();
+  return success();
+}
+
+LogicalResult MoeLocalExpertsOp::verify() {
+  if (failed(verifyLocalExperts(*this, getRows(), getExpertCounts(), getGateUp(), getDown()))) return failure();
+  if (getResult().getType() != getRows().getType()) return emitOpError() << "result type must equal the rows' type";
+  return success();
+}
+
+LogicalResult MoeLocalExpertsBackwardOp::verify() {
+  if (failed(verifyLocalExperts(*this, getRows(), getExpertCounts(), getGateUp(), getDown()))) return failure();
+  auto rows = getRows().getType(), weights = getWeights().getType();
+  if (weights.getShape() != rows.getShape().take_front() || !isRoutingWeightElement(weights.getElementType(), rows.getElementType()))
+    return emitOpError() << "weights must be [" << rows.getDimSize(0) << "] (one per row) of the rows' element type (or f32 for 16-bit rows), got "
+                         << weights;
+  if (getGradOutput().getType() != rows || getGradRows().getType() != rows)
+    return emitOpError() << "grad_output and grad_rows must have the rows' type " << rows;
+  if (getGradWeights().getType() != weights) return emitOpError() << "grad_weights must have the weights' type " << weights;
+  for (auto [gradient, weight] : {std::pair{getGradGateUp(), getGateUp()}, std::pair{getGradDown(), getDown()}}) {
+    auto gradientType = typeOf(gradient), weightType = typeOf(weight);
+    if (gradientType.getShape() != weightType.getShape() ||
+        !isWideningResult(weightType.getElementType(), gradientType.getElementType()))
+      return emitOpError() << "expert weight gradients must have their weights' shape, in their element type or f32";
+  }
+  return success();
+}

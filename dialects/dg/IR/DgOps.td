@@ -701,4 +701,111 @@ def Dg_AllToAllOp : Dg_CommunicationOp<"all_to_all"> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Expert-parallel dispatch (docs/parallelism.md, "Expert parallelism"): the all-to-all form of
+// dg.moe_experts that dg-expert-dispatch builds from the all-gather form. Verifiers, sharding rules
+// and costs are in DgExpertDispatch.cpp.
+//===----------------------------------------------------------------------===//
+
+def Dg_MoeDispatchOp : Dg_ComputeOp<"moe_dispatch", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Routing table of the expert all-to-all: a slot per (token, j), grouped by destination rank and expert";
+  let description = [{
+    indices `[N, k]` (global expert ids in [0, num_experts)) over G peers holding E/G experts each
+    (global expert e lives on peer e / (E/G) as local expert e % (E/G)). Results:
+
+    - `slots` `[N, k]` i64: the row of route (n, j) among the N·k permuted rows. Rows are grouped by
+      global expert, which groups them by destination peer and, within a peer, by local expert;
+      within an expert, routes keep (n, j) order. So the permutation depends on the indices alone.
+    - `send_counts` `[G]` i64: the routes per destination peer (dg.all_to_all's send counts).
+    - `expert_counts` `[G, E/G]` i64: the routes per (destination peer, local expert); row p is what
+      peer p's dg.moe_local_experts needs to find its experts' rows among the ones it receives.
+
+    An index outside [0, num_experts) is a run-time error. The routing is discrete: no gradient.
+  }];
+  let arguments = (ins RankedTensorOf<[I64]>:$indices, I64Attr:$num_experts);
+  let results = (outs RankedTensorOf<[I64]>:$slots, RankedTensorOf<[I64]>:$send_counts,
+                      RankedTensorOf<[I64]>:$expert_counts);
+  let assemblyFormat = [{
+    $indices `num_experts` `=` $num_experts attr-dict `:` type($indices) `->` type($slots) `,` type($send_counts) `,`
+    type($expert_counts)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dg_MoePermuteOp : Dg_ComputeOp<"moe_permute", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Copies each token's row to its k slots: result[slots[m, j]] = input[m]";
+  let description = [{
+    input `[M, ...]`, slots `[M, k]` i64 (a permutation of [0, M·k), as dg.moe_dispatch makes it) ->
+    `[M·k, ...]` of the input's element type. With M = N·k routes and k = 1 it permutes per-route
+    values (the routing weights). Slots that are not a permutation are a run-time error. Its
+    derivative is its adjoint, dg.moe_combine without weights.
+  }];
+  let arguments = (ins Dg_Tensor:$input, RankedTensorOf<[I64]>:$slots);
+  let results = (outs Dg_Tensor:$result);
+  let assemblyFormat = "$input `,` $slots attr-dict `:` type($input) `,` type($slots) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dg_MoeCombineOp : Dg_ComputeOp<"moe_combine", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "Unpermute and combine: result[m] = sum_j weights[m, j] * rows[slots[m, j]], summed in f32";
+  let description = [{
+    rows `[M·k, ...]`, slots `[M, k]` i64 (a permutation of [0, M·k)), optional weights `[M, k]` (the
+    rows' element type, or f32 for 16-bit rows; without them every weight is 1) -> `[M, ...]` of the
+    rows' type. The sum runs over j in order, in f32 (f64 for f64 rows), and is rounded once: the
+    combine of docs/parallelism.md, "Expert parallelism". With k = 1 and no weights it is the
+    inverse permutation of dg.moe_permute. Derivative: the rows get dg.moe_permute of the result
+    cotangent scaled by each route's weight, the weights the dot product of each route's row with
+    its token's cotangent, both computed in the weights' type.
+  }];
+  let arguments = (ins Dg_FloatTensor:$rows, RankedTensorOf<[I64]>:$slots, Optional<Dg_FloatTensor>:$weights);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = [{
+    $rows `,` $slots (`weights` $weights^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dg_MoeLocalExpertsOp : Dg_ComputeOp<"moe_local_experts", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
+  let summary = "A rank's experts on the rows it received: out[r] = Expert_e(r)(rows[r]), unweighted";
+  let description = [{
+    rows `[C, H]` as dg.all_to_all received them: grouped by source peer, and within each source by
+    local expert, with `expert_counts` `[G, E_l]` i64 (row s: the rows source s sent to each local
+    expert) -> `[C, H]`. gate_up `[E_l, 2I, H]` and down `[E_l, H, I]` are the local experts of
+    dg.moe_experts. The rows after the `sum(expert_counts)` counted ones are capacity: their outputs
+    are zero and cost nothing. Each expert runs one GEMM pair over all its rows. A negative count or
+    more counted rows than C is a run-time error. The derivative is dg.moe_local_experts_backward
+    with every row's weight 1.
+  }];
+  let arguments = (ins Dg_FloatTensor:$rows, RankedTensorOf<[I64]>:$expert_counts, Dg_FloatTensor:$gate_up,
+                       Dg_FloatTensor:$down);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = [{
+    $rows `,` $expert_counts `,` $gate_up `,` $down attr-dict `:` type($rows) `,` type($expert_counts) `,`
+    type($gate_up) `,` type($down) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Dg_MoeLocalExpertsBackwardOp : Dg_ComputeOp<"moe_local_experts_backward", [Pure]> {
+  let summary = "Gradients of the received rows' experts, each row weighted by its routing weight";
+  let description = [{
+    The rows, counts and weights of dg.moe_local_experts, plus `weights` `[C]` (each row's routing
+    weight) and `grad_output` `[C, H]` (the gradient of the combined output at the row's token) ->
+    grad_rows `[C, H]` = w · J_e(rows)ᵀ grad_output, grad_weights `[C]` = grad_output · Expert_e(rows),
+    and the local experts' grad_gate_up and grad_down (f32 allowed for 16-bit weights). Per row this
+    is dg.moe_experts_backward's arithmetic for one route; uncounted rows get zero gradients and add
+    nothing.
+  }];
+  let arguments = (ins Dg_FloatTensor:$rows, Dg_FloatTensor:$weights, Dg_FloatTensor:$grad_output,
+                       RankedTensorOf<[I64]>:$expert_counts, Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down);
+  let results = (outs Dg_FloatTensor:$grad_rows, Dg_FloatTensor:$grad_weights, Dg_FloatTensor:$grad_gate_up,
+                      Dg_FloatTensor:$grad_down);
+  let assemblyFormat = [{
+    $rows `,` $weights `,` $grad_output `,` $expert_counts `,` $gate_up `,` $down attr-dict `:` type($rows) `,`
+    type($weights) `,` type($grad_output) `,` type($expert_counts) `,` type($gate_up) `,` type($down) `->`
+    type($grad_rows) `,` type($grad_weights) `,` type($grad_gate_up) `,` type($grad_down)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // DG_OPS_TD

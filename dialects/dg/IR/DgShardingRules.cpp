@@ -559,3 +559,82 @@ ShardingRuleAttr AllToAllOp::getShardingRule() {
   builder.result({peers});
   return builder.take();
 }
+
+// Expert-parallel dispatch. These ops exist only after partitioning, on one rank's rows: a slot,
+// a count or a received row is addressed by its position among all of them, so every such
+// dimension stays whole; the hidden dims pass through, and the experts' inner dim may be split
+// (a pending sum, as for dg.moe_experts).
+namespace {
+// Dim 0 of `rows` and of the result (their own whole factors, as their sizes differ), the trailing
+// dims shared pass-through factors; slots (and weights) whole.
+ShardingRuleAttr permutedRowsRule(Operation* op, Value rows, Value result) {
+  RuleBuilder builder(op->getContext());
+  Dims resultDims;
+  Dims rowDims = blockedRows(builder, rows, result, resultDims);
+  Dims slots = builder.addFactors(shapeOf(op->getOperand(1)), [](int64_t) { return FactorKind::NeedReplication; });
+  builder.operand(rowDims);
+  builder.operand(slots);
+  if (op->getNumOperands() > 2) builder.operand(slots);  // dg.moe_combine's weights
+  builder.result(resultDims);
+  return builder.take();
+}
+
+struct LocalExpertFactors {
+  int64_t rows, hidden, peers, experts, halves, inner;
+};
+LocalExpertFactors addLocalExpertFactors(RuleBuilder& builder, RankedTensorType rows, RankedTensorType counts,
+                                         RankedTensorType down) {
+  LocalExpertFactors f;
+  f.rows = builder.addFactor(rows.getDimSize(0), FactorKind::NeedReplication);
+  f.hidden = builder.addFactor(rows.getDimSize(1), FactorKind::NeedReplication);
+  f.peers = builder.addFactor(counts.getDimSize(0), FactorKind::NeedReplication);
+  f.experts = builder.addFactor(counts.getDimSize(1), FactorKind::NeedReplication);
+  f.halves = builder.addFactor(2, FactorKind::NeedReplication);
+  f.inner = builder.addFactor(down.getDimSize(2), FactorKind::Reduction);
+  return f;
+}
+}  // namespace
+
+ShardingRuleAttr MoeDispatchOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  auto whole = [](int64_t) { return FactorKind::NeedReplication; };
+  Dims routes = builder.addFactors(shapeOf(getIndices()), whole);
+  builder.operand(routes);
+  builder.result(routes);
+  Dims counts = builder.addFactors(shapeOf(getExpertCounts()), whole);
+  builder.result({counts[0]});
+  builder.result(counts);
+  return builder.take();
+}
+
+ShardingRuleAttr MoePermuteOp::getShardingRule() { return permutedRowsRule(*this, getInput(), getResult()); }
+ShardingRuleAttr MoeCombineOp::getShardingRule() { return permutedRowsRule(*this, getRows(), getResult()); }
+
+ShardingRuleAttr MoeLocalExpertsOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  LocalExpertFactors f = addLocalExpertFactors(builder, getRows().getType(), getExpertCounts().getType(), getDown().getType());
+  builder.operand({f.rows, f.hidden});
+  builder.operand({f.peers, f.experts});
+  builder.operand({f.experts, {f.halves, f.inner}, f.hidden});
+  builder.operand({f.experts, f.hidden, f.inner});
+  builder.result({f.rows, f.hidden});
+  return builder.take();
+}
+
+ShardingRuleAttr MoeLocalExpertsBackwardOp::getShardingRule() {
+  // The row gradients and the weights' gradients are partial over a split inner dim; the experts'
+  // weight gradients split with their weights.
+  RuleBuilder builder(getContext());
+  LocalExpertFactors f = addLocalExpertFactors(builder, getRows().getType(), getExpertCounts().getType(), getDown().getType());
+  builder.operand({f.rows, f.hidden});
+  builder.operand({f.rows});
+  builder.operand({f.rows, f.hidden});
+  builder.operand({f.peers, f.experts});
+  builder.operand({f.experts, {f.halves, f.inner}, f.hidden});
+  builder.operand({f.experts, f.hidden, f.inner});
+  builder.result({f.rows, f.hidden});
+  builder.result({f.rows});
+  builder.result({f.experts, {f.halves, f.inner}, f.hidden});
+  builder.result({f.experts, f.hidden, f.inner});
+  return builder.take();
+}

@@ -360,6 +360,24 @@ TEST(GradientCheck, MoeRouterAndExperts) {
   GradientChecker({{{4, 3}}, {{3, 3}}, {{3}, 0.5, 1.5}, {{3, 4, 3}}, {{3, 3, 2}}}, layer).check(kTolerance);
 }
 
+// The expert dispatch on one rank (docs/parallelism.md, "Expert parallelism"): the rows permuted
+// to their routes' slots, through the local experts, and combined with the weights.
+TEST(GradientCheck, MoeDispatchPermuteLocalExpertsAndCombine) {
+  auto dispatched = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    // Token 2 picks expert 1 twice; expert 3 is never used.
+    SmallVector<int64_t> chosen = {0, 1, 2, 0, 1, 1, 2, 0};
+    auto i64 = b.getI64Type();
+    auto indexType = RankedTensorType::get({4, 2}, i64);
+    Value indices = b.create<ConstantOp>(loc, DenseElementsAttr::get(indexType, ArrayRef<int64_t>(chosen)));
+    auto routing = b.create<MoeDispatchOp>(loc, indexType, RankedTensorType::get({1}, i64), RankedTensorType::get({1, 4}, i64),
+                                           indices, b.getI64IntegerAttr(4));
+    Value rows = b.create<MoePermuteOp>(loc, typeLike(p[0], {8, 3}), p[0], routing.getSlots());
+    Value outputs = b.create<MoeLocalExpertsOp>(loc, rows.getType(), rows, routing.getExpertCounts(), p[2], p[3]);
+    return b.create<MoeCombineOp>(loc, p[0].getType(), outputs, routing.getSlots(), p[1]);
+  };
+  GradientChecker({{{4, 3}}, {{4, 2}, 0.2, 1.0}, {{4, 4, 3}}, {{4, 3, 2}}}, dispatched).check(kTolerance);
+}
+
 // The embedding lookup: rows read several times sum their cotangents; unread rows get zero.
 TEST(GradientCheck, GatherEmbeddingRows) {
   auto gather = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {

@@ -17,7 +17,8 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
       "transpose", "reshape", "gather", "cast", "fill", "random_uniform", "random_int", "concat", "slice",
       "rope", "attention", "attention_backward", "moe_route", "moe_experts", "moe_route_backward",
       "moe_experts_backward", "scatter_add", "cross_entropy", "cross_entropy_backward", "adamw",
-      "rms_norm_backward"};
+      "rms_norm_backward", "moe_dispatch", "moe_permute", "moe_combine", "moe_local_experts",
+      "moe_local_experts_backward"};
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
 }
 

@@ -1,0 +1,402 @@
+// The expert-parallel dispatch on the CPU: the routing table (moe_dispatch), the permutation of
+// rows to their routes' slots and back with the weighted combine (moe_permute, moe_combine), and a
+// rank's experts on the rows it received (moe_local_experts and its backward), one GEMM pair per
+// expert over all its rows, as moe_experts runs them (runtime/kernels/moe/cpu.cpp).
+#include <cblas.h>
+
+#include <climits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <type_traits>
+
+#include "runtime/kernels/CpuKernelSupport.h"
+#include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/moe_dispatch/Contract.h"
+#include "support/DType.h"
+#include "support/Error.h"
+
+namespace dgemma {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// moe_dispatch: global expert e lives on peer e / E_local, so grouping the routes by global expert
+// groups them by destination peer and, within it, by local expert.
+
+class MoeDispatchKernel final : public Kernel {
+ public:
+  MoeDispatchKernel(std::string where, MoeDispatchContract contract) : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext&, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const int64_t* indices = inputs[0].as<const int64_t>();
+    int64_t* slots = outputs[0].as<int64_t>();
+    int64_t* sendCounts = outputs[1].as<int64_t>();
+    int64_t* expertCounts = outputs[2].as<int64_t>();
+    const int64_t routes = c_.tokens * c_.topK, experts = c_.peers * c_.localExperts;
+    // Serially and before any output is written, so the error names the first bad index.
+    for (int64_t route = 0; route < routes; ++route)
+      if (indices[route] < 0 || indices[route] >= experts)
+        throw RuntimeError(where_ + ": expert index " + std::to_string(indices[route]) + " at indices[" +
+                           std::to_string(route / c_.topK) + ", " + std::to_string(route % c_.topK) +
+                           "] is outside [0, num_experts = " + std::to_string(experts) + ")");
+    std::fill_n(expertCounts, experts, int64_t{0});
+    for (int64_t route = 0; route < routes; ++route) ++expertCounts[indices[route]];
+    // Slots in (token, j) order within each expert: the permutation depends on the indices alone.
+    std::vector<int64_t> nextSlot(static_cast<size_t>(experts));
+    std::exclusive_scan(expertCounts, expertCounts + experts, nextSlot.begin(), int64_t{0});
+    for (int64_t route = 0; route < routes; ++route) slots[route] = nextSlot[indices[route]]++;
+    for (int64_t peer = 0; peer < c_.peers; ++peer) {
+      const int64_t* perExpert = expertCounts + peer * c_.localExperts;
+      sendCounts[peer] = std::accumulate(perExpert, perExpert + c_.localExperts, int64_t{0});
+    }
+  }
+
+ private:
+  std::string where_;
+  MoeDispatchContract c_;
+};
+
+std::unique_ptr<Kernel> createMoeDispatchKernel(const KernelSignature& signature) {
+  return std::make_unique<MoeDispatchKernel>(signature.where, parseMoeDispatchContract(signature));
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_permute and moe_combine
+
+// Both read every slot, so both check that the slots are a permutation of [0, M·k) before touching
+// a row: a duplicate would leave a row unwritten, an outside slot address memory it does not own.
+void checkPermutation(const std::string& where, const int64_t* slots, int64_t count) {
+  std::vector<bool> taken(static_cast<size_t>(count), false);
+  for (int64_t route = 0; route < count; ++route) {
+    const int64_t slot = slots[route];
+    if (slot < 0 || slot >= count || taken[static_cast<size_t>(slot)])
+      throw RuntimeError(where + ": slots[" + std::to_string(route) + "] = " + std::to_string(slot) +
+                         (slot < 0 || slot >= count ? " is outside [0, " + std::to_string(count) + ")"
+                                                    : " repeats an earlier slot") +
+                         ": the slots must be a permutation, as moe_dispatch makes them");
+    taken[static_cast<size_t>(slot)] = true;
+  }
+}
+
+class MoePermuteKernel final : public Kernel {
+ public:
+  MoePermuteKernel(std::string where, MoePermutationContract contract) : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const auto* input = inputs[0].as<const uint8_t>();
+    const int64_t* slots = inputs[1].as<const int64_t>();
+    auto* result = outputs[0].as<uint8_t>();
+    checkPermutation(where_, slots, c_.tokens * c_.topK);
+    const size_t rowBytes = static_cast<size_t>(c_.rowElements) * dtypeSize(c_.dtype);
+    cpu::parallelFor(context, c_.tokens, cpu::rowGrain(c_.topK * c_.rowElements), [&](int64_t begin, int64_t end) {
+      for (int64_t token = begin; token < end; ++token)
+        for (int64_t j = 0; j < c_.topK; ++j)
+          std::memcpy(result + slots[token * c_.topK + j] * rowBytes, input + token * rowBytes, rowBytes);
+    });
+  }
+
+ private:
+  std::string where_;
+  MoePermutationContract c_;
+};
+
+std::unique_ptr<Kernel> createMoePermuteKernel(const KernelSignature& signature) {
+  return std::make_unique<MoePermuteKernel>(signature.where, parseMoePermuteContract(signature));
+}
+
+// Accumulates in f32 for f32 rows (the widened 16-bit ones too) and in f64 for f64 rows, starting
+// from zero and adding the routes in order of j, as moe_experts sums its routes.
+template <typename T>
+class MoeCombineKernel final : public Kernel {
+ public:
+  MoeCombineKernel(std::string where, MoePermutationContract contract) : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* rows = inputs[0].as<const T>();
+    const int64_t* slots = inputs[1].as<const int64_t>();
+    const T* weights = c_.weighted ? inputs[2].as<const T>() : nullptr;
+    T* result = outputs[0].as<T>();
+    checkPermutation(where_, slots, c_.tokens * c_.topK);
+    const int64_t width = c_.rowElements;
+    cpu::parallelFor(context, c_.tokens, cpu::rowGrain(c_.topK * width), [&](int64_t begin, int64_t end) {
+      for (int64_t token = begin; token < end; ++token) {
+        T* out = result + token * width;
+        std::fill_n(out, width, T(0));
+        for (int64_t j = 0; j < c_.topK; ++j) {
+          const int64_t route = token * c_.topK + j;
+          const T* row = rows + slots[route] * width;
+          if (weights) {
+            const T weight = weights[route];
+            for (int64_t e = 0; e < width; ++e) out[e] += weight * row[e];
+          } else {
+            for (int64_t e = 0; e < width; ++e) out[e] += row[e];
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  std::string where_;
+  MoePermutationContract c_;
+};
+
+std::unique_ptr<Kernel> createMoeCombineKernel(const KernelSignature& signature) {
+  const MoePermutationContract c = parseMoeCombineContract(signature, {DType::F32, DType::F64});
+  if (c.dtype == DType::F64) return std::make_unique<MoeCombineKernel<double>>(signature.where, c);
+  return std::make_unique<MoeCombineKernel<float>>(signature.where, c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_local_experts and its backward: the received rows are grouped by source peer, then by local
+// expert; each expert's rows from every source are gathered into one block ("slots" in expert
+// order), run through that expert's GEMMs, and scattered back to their rows.
+
+// Row-major C[m, n] = op(A) · op(B) (the expert weights are stored [out, in]).
+void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+          int ldc) {
+  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
+              lda, b, ldb, 0.0f, c, ldc);
+}
+
+void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+          double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a,
+              lda, b, ldb, 0.0, c, ldc);
+}
+
+template <typename T>
+T geluTanhDerivative(T x) {
+  constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
+  const T t = cpu::fastTanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
+}
+
+// Where each counted row goes in the expert-ordered blocks.
+struct ExpertBlocks {
+  std::vector<int64_t> firstSlot;  // expert e's rows take slots [firstSlot[e], firstSlot[e + 1])
+  std::vector<int64_t> rowOfSlot;
+  int64_t counted() const { return firstSlot.back(); }
+};
+
+// From expert_counts [G, E]: row r of source s and expert e lies at the row-major prefix of (s, e).
+// Negative counts or more counted rows than the capacity are a run-time error, checked before any
+// output is written.
+ExpertBlocks blocksOf(const std::string& where, const int64_t* counts, const MoeLocalExpertsContract& c) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < c.peers * c.experts; ++i) {
+    if (counts[i] < 0)
+      throw RuntimeError(where + ": expert_counts[" + std::to_string(i / c.experts) + ", " + std::to_string(i % c.experts) +
+                         "] = " + std::to_string(counts[i]) + " is negative");
+    total += counts[i];
+  }
+  if (total > c.rows)
+    throw RuntimeError(where + ": expert_counts count " + std::to_string(total) + " rows, more than the " +
+                       std::to_string(c.rows) + " received rows the buffer holds");
+  ExpertBlocks blocks;
+  blocks.firstSlot.assign(static_cast<size_t>(c.experts + 1), 0);
+  blocks.rowOfSlot.reserve(static_cast<size_t>(total));
+  for (int64_t expert = 0; expert < c.experts; ++expert) {
+    int64_t row = 0;  // the first row of (source, expert) in the received order
+    for (int64_t source = 0; source < c.peers; ++source) {
+      const int64_t* sourceCounts = counts + source * c.experts;
+      row += std::accumulate(sourceCounts, sourceCounts + expert, int64_t{0});
+      for (int64_t i = 0; i < sourceCounts[expert]; ++i) blocks.rowOfSlot.push_back(row + i);
+      row += std::accumulate(sourceCounts + expert, sourceCounts + c.experts, int64_t{0});
+    }
+    blocks.firstSlot[expert + 1] = static_cast<int64_t>(blocks.rowOfSlot.size());
+  }
+  return blocks;
+}
+
+// Calls body(expert, firstSlot, rows) for each expert with at least one row, in expert order.
+template <typename Body>
+void forEachUsedExpert(const ExpertBlocks& blocks, int64_t experts, Body&& body) {
+  for (int64_t expert = 0; expert < experts; ++expert) {
+    const int64_t first = blocks.firstSlot[expert], rows = blocks.firstSlot[expert + 1] - first;
+    if (rows > 0) body(expert, first, static_cast<int>(rows));
+  }
+}
+
+template <typename T>
+std::unique_ptr<T[]> uninitialised(int64_t count) {
+  return std::make_unique_for_overwrite<T[]>(static_cast<size_t>(count));
+}
+
+template <typename T>
+class MoeLocalExpertsKernel final : public Kernel {
+ public:
+  MoeLocalExpertsKernel(std::string where, MoeLocalExpertsContract contract) : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* rows = inputs[0].as<const T>();
+    const int64_t* counts = inputs[1].as<const int64_t>();
+    const T* gateUp = inputs[2].as<const T>();
+    const T* down = inputs[3].as<const T>();
+    T* result = outputs[0].as<T>();
+    const ExpertBlocks blocks = blocksOf(where_, counts, c_);
+    const int64_t hidden = c_.hidden, inner = c_.expertHidden, width = 2 * inner, counted = blocks.counted();
+    // The capacity's uncounted rows, and every row when an expert's output is an empty sum.
+    std::fill_n(result, c_.rows * hidden, T(0));
+    if (counted == 0 || hidden == 0 || inner == 0) return;
+
+    const auto input = uninitialised<T>(counted * hidden), gateUpOutput = uninitialised<T>(counted * width);
+    const auto output = uninitialised<T>(counted * hidden);
+    cpu::parallelFor(context, counted, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot)
+        std::copy_n(rows + blocks.rowOfSlot[slot] * hidden, hidden, input.get() + slot * hidden);
+    });
+    forEachUsedExpert(blocks, c_.experts, [&](int64_t e, int64_t first, int n) {
+      gemm(false, true, n, int(width), int(hidden), input.get() + first * hidden, int(hidden), gateUp + e * width * hidden,
+           int(hidden), gateUpOutput.get() + first * width, int(width));
+    });
+    // gelu_tanh(gate) ⊙ up overwrites the gate half of each row; the down GEMM reads it with
+    // leading dimension 2I.
+    cpu::parallelFor(context, counted, cpu::rowGrain(inner), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        T* row = gateUpOutput.get() + slot * width;
+        for (int64_t i = 0; i < inner; ++i) row[i] = cpu::geluTanh(row[i]) * row[inner + i];
+      }
+    });
+    forEachUsedExpert(blocks, c_.experts, [&](int64_t e, int64_t first, int n) {
+      gemm(false, true, n, int(hidden), int(inner), gateUpOutput.get() + first * width, int(width),
+           down + e * hidden * inner, int(inner), output.get() + first * hidden, int(hidden));
+    });
+    cpu::parallelFor(context, counted, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot)
+        std::copy_n(output.get() + slot * hidden, hidden, result + blocks.rowOfSlot[slot] * hidden);
+    });
+  }
+
+ private:
+  std::string where_;
+  MoeLocalExpertsContract c_;
+};
+
+// Per expert e over its block of R rows, X [R, H], output gradients dY [R, H] and row weights w,
+// recomputing GU = X [G_e; U_e]ᵀ and Hd = gelu(G) ⊙ U (moe_experts_backward's arithmetic):
+//   P = dY D_e,  dw = rowsum(Hd ⊙ P),  dD_e = dYᵀ (w ⊙ Hd),  dG = w P ⊙ U ⊙ gelu'(G),
+//   dU = w P ⊙ gelu(G),  d[G_e; U_e] = [dG dU]ᵀ X,  dX = [dG dU] [G_e; U_e].
+template <typename T>
+class MoeLocalExpertsBackwardKernel final : public Kernel {
+ public:
+  MoeLocalExpertsBackwardKernel(std::string where, MoeLocalExpertsContract contract)
+      : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const T* rows = inputs[0].as<const T>();
+    const T* weights = inputs[1].as<const T>();
+    const T* gradOutput = inputs[2].as<const T>();
+    const int64_t* counts = inputs[3].as<const int64_t>();
+    const T* gateUp = inputs[4].as<const T>();
+    const T* down = inputs[5].as<const T>();
+    T* gradRows = outputs[0].as<T>();
+    T* gradWeights = outputs[1].as<T>();
+    T* gradGateUp = outputs[2].as<T>();
+    T* gradDown = outputs[3].as<T>();
+    const ExpertBlocks blocks = blocksOf(where_, counts, c_);
+    const int64_t hidden = c_.hidden, inner = c_.expertHidden, width = 2 * inner, counted = blocks.counted();
+    std::fill_n(gradRows, c_.rows * hidden, T(0));
+    std::fill_n(gradWeights, c_.rows, T(0));
+    std::fill_n(gradGateUp, c_.experts * width * hidden, T(0));
+    std::fill_n(gradDown, c_.experts * hidden * inner, T(0));
+    if (counted == 0 || hidden == 0 || inner == 0) return;
+
+    const auto input = uninitialised<T>(counted * hidden), dOutput = uninitialised<T>(counted * hidden);
+    const auto dInput = uninitialised<T>(counted * hidden);
+    const auto gateUpOutput = uninitialised<T>(counted * width), dGateUpOutput = uninitialised<T>(counted * width);
+    const auto hiddenState = uninitialised<T>(counted * inner), weightedHidden = uninitialised<T>(counted * inner);
+    const auto dOutputDown = uninitialised<T>(counted * inner);
+    cpu::parallelFor(context, counted, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        const int64_t row = blocks.rowOfSlot[slot];
+        std::copy_n(rows + row * hidden, hidden, input.get() + slot * hidden);
+        std::copy_n(gradOutput + row * hidden, hidden, dOutput.get() + slot * hidden);
+      }
+    });
+    forEachUsedExpert(blocks, c_.experts, [&](int64_t e, int64_t first, int n) {
+      gemm(false, true, n, int(width), int(hidden), input.get() + first * hidden, int(hidden), gateUp + e * width * hidden,
+           int(hidden), gateUpOutput.get() + first * width, int(width));
+    });
+    cpu::parallelFor(context, counted, cpu::rowGrain(inner), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        const T* gate = gateUpOutput.get() + slot * width;
+        const T weight = weights[blocks.rowOfSlot[slot]];
+        for (int64_t i = 0; i < inner; ++i) {
+          const T state = cpu::geluTanh(gate[i]) * gate[inner + i];
+          hiddenState[slot * inner + i] = state;
+          weightedHidden[slot * inner + i] = weight * state;
+        }
+      }
+    });
+    forEachUsedExpert(blocks, c_.experts, [&](int64_t e, int64_t first, int n) {
+      gemm(true, false, int(hidden), int(inner), n, dOutput.get() + first * hidden, int(hidden),
+           weightedHidden.get() + first * inner, int(inner), gradDown + e * hidden * inner, int(inner));
+      gemm(false, false, n, int(inner), int(hidden), dOutput.get() + first * hidden, int(hidden), down + e * hidden * inner,
+           int(inner), dOutputDown.get() + first * inner, int(inner));
+    });
+    cpu::parallelFor(context, counted, cpu::rowGrain(hidden + inner), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot) {
+        const int64_t row = blocks.rowOfSlot[slot];
+        const T* p = dOutputDown.get() + slot * inner;
+        gradWeights[row] = cpu::dotProduct(hiddenState.get() + slot * inner, p, inner);
+        const T* gate = gateUpOutput.get() + slot * width;
+        T* dGate = dGateUpOutput.get() + slot * width;
+        const T weight = weights[row];
+        for (int64_t i = 0; i < inner; ++i) {
+          const T dState = weight * p[i];
+          dGate[i] = dState * gate[inner + i] * geluTanhDerivative(gate[i]);
+          dGate[inner + i] = dState * cpu::geluTanh(gate[i]);
+        }
+      }
+    });
+    forEachUsedExpert(blocks, c_.experts, [&](int64_t e, int64_t first, int n) {
+      gemm(true, false, int(width), int(hidden), n, dGateUpOutput.get() + first * width, int(width),
+           input.get() + first * hidden, int(hidden), gradGateUp + e * width * hidden, int(hidden));
+      gemm(false, false, n, int(hidden), int(width), dGateUpOutput.get() + first * width, int(width),
+           gateUp + e * width * hidden, int(hidden), dInput.get() + first * hidden, int(hidden));
+    });
+    cpu::parallelFor(context, counted, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+      for (int64_t slot = begin; slot < end; ++slot)
+        std::copy_n(dInput.get() + slot * hidden, hidden, gradRows + blocks.rowOfSlot[slot] * hidden);
+    });
+  }
+
+ private:
+  std::string where_;
+  MoeLocalExpertsContract c_;
+};
+
+// The GEMMs take int dimensions; an expert's block has at most C rows.
+void expectBlasRange(const KernelSignature& signature, const MoeLocalExpertsContract& c) {
+  if (c.rows > INT_MAX || 2 * c.expertHidden > INT_MAX || c.hidden > INT_MAX)
+    failSignature(signature, "matrix dimensions exceed the BLAS integer range");
+}
+
+std::unique_ptr<Kernel> createMoeLocalExpertsKernel(const KernelSignature& signature) {
+  const MoeLocalExpertsContract c = parseMoeLocalExpertsContract(signature, {DType::F32, DType::F64});
+  expectBlasRange(signature, c);
+  if (c.dtype == DType::F64) return std::make_unique<MoeLocalExpertsKernel<double>>(signature.where, c);
+  return std::make_unique<MoeLocalExpertsKernel<float>>(signature.where, c);
+}
+
+std::unique_ptr<Kernel> createMoeLocalExpertsBackwardKernel(const KernelSignature& signature) {
+  const MoeLocalExpertsContract c = parseMoeLocalExpertsBackwardContract(signature, {DType::F32, DType::F64});
+  expectBlasRange(signature, c);
+  if (c.dtype == DType::F64) return std::make_unique<MoeLocalExpertsBackwardKernel<double>>(signature.where, c);
+  return std::make_unique<MoeLocalExpertsBackwardKernel<float>>(signature.where, c);
+}
+
+}  // namespace
+
+void registerMoeDispatchCpuKernels(KernelRegistry& registry) {
+  // The routing table and the permutation move ids and bits; 16-bit rows are permuted as they are.
+  const KernelTraits movesBits{.movesBitsOnly = true};
+  registry.add("moe_dispatch", createMoeDispatchKernel, movesBits);
+  registry.add("moe_permute", createMoePermuteKernel, movesBits);
+  registry.add("moe_combine", createMoeCombineKernel);
+  registry.add("moe_local_experts", createMoeLocalExpertsKernel);
+  registry.add("moe_local_experts_backward", createMoeLocalExpertsBackwardKernel);
+}
+
+}  // namespace dgemma
