@@ -1,5 +1,8 @@
 #include "models/diffusion_gemma/GraphBuilder.h"
 
+#include "dialects/dg/IR/DgDialect.h"
+#include "models/diffusion_gemma/WeightSchema.h"
+
 namespace mlir::dg::diffusion_gemma {
 
 GraphBuilder::GraphBuilder(OpBuilder& builder, const dgemma::DiffusionGemmaConfig& config, int64_t batch,
@@ -18,9 +21,10 @@ void GraphBuilder::output(const std::string& name, Value value) { b_.create<Outp
 Value GraphBuilder::param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable) {
   SmallVector<NamedAttribute> fields{b_.getNamedAttr("kind", b_.getStringAttr(init))};
   if (init == "normal") fields.push_back(b_.getNamedAttr("std", b_.getF64FloatAttr(0.02)));
-  Value master = b_.create<ParamOp>(loc(name), f32Type(shape), b_.getStringAttr(name), b_.getDictionaryAttr(fields),
-                                    b_.getBoolAttr(trainable));
-  return mixedPrecision() ? castTo(master, activation_, name + ".bf16") : master;
+  auto master = b_.create<ParamOp>(loc(name), f32Type(shape), b_.getStringAttr(name), b_.getDictionaryAttr(fields),
+                                   b_.getBoolAttr(trainable));
+  master->setAttr(kRoleAttr, b_.getStringAttr(dgemma::tensorParallelRole(name)));
+  return mixedPrecision() ? castTo(master, activation_, name + ".bf16") : master.getResult();
 }
 
 Value GraphBuilder::islandParam(const std::string& name, ArrayRef<int64_t> shape, StringRef init) {

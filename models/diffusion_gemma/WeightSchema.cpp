@@ -157,3 +157,16 @@ ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, co
 }
 
 }  // namespace dgemma
+
+std::string_view dgemma::tensorParallelRole(std::string_view name) {
+  auto endsWith = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  if (name == std::string(kDecoderPrefix) + "embed_tokens.weight") return "vocab";
+  for (std::string_view column : {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
+                                  ".mlp.gate_proj.weight", ".mlp.up_proj.weight"})
+    if (endsWith(column)) return "column";
+  if (endsWith(".self_attn.o_proj.weight") || endsWith(".mlp.down_proj.weight")) return "row";
+  if (endsWith(".experts.gate_up_proj") || endsWith(".experts.down_proj")) return "experts";
+  return "replicated";
+}

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/diffusion_gemma/Config.h"
@@ -32,6 +33,12 @@ struct ExpectedTensor {
 // Every text tensor of the model in a fixed order: per layer (0..L-1) in the row order of
 // docs/model.md, "Text tensors", then the embedding, the final norm and the four self-conditioning tensors.
 std::vector<ExpectedTensor> expectedTextWeights(const DiffusionGemmaConfig& config);
+
+// How tensor and expert parallelism split a text tensor (docs/parallelism.md, "Tensor-parallel
+// mapping"), by its canonical name: "vocab" (the embedding: rows over TP), "column" (q/k/v and the
+// dense gate/up: dim 0 over TP), "row" (o_proj and the dense down: dim 1 over TP), "experts" (dim 0
+// over EP) or "replicated" (norms, router, layer_scalar, self-conditioning).
+std::string_view tensorParallelRole(std::string_view name);
 
 struct ResolvedCheckpoint {
   // Canonical name -> the checkpoint tensor to read for it (under either prefix). Valid while the

@@ -64,7 +64,25 @@ LogicalResult verifyEntryFunction(func::FuncOp function) {
 
 // A parameter name denotes one tensor across the module. Each entry point is checked against the
 // functions before it (and itself), so a conflict is reported once, at its later occurrence.
-// One #dg.sharding per value (results or operands), each fitting the value's type and the mesh.
+LogicalResult verifyParameterTypes(ModuleOp module, func::FuncOp function) {
+  llvm::StringMap<ParamOp> first;
+  for (auto candidate : module.getOps<func::FuncOp>()) {
+    WalkResult result = candidate.walk([&](ParamOp param) -> WalkResult {
+      auto [it, inserted] = first.try_emplace(param.getName(), param);
+      if (!inserted && it->second.getType() != param.getType() && candidate == function) {
+        param.emitOpError() << "parameter '" << param.getName() << "' has type " << param.getType()
+                            << " here but " << it->second.getType() << " elsewhere in the module";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted()) return failure();
+    if (candidate == function) break;
+  }
+  return success();
+}
+
+// One #dg.sharding per value (result or operand), each fitting the value's type and the module's mesh.
 LogicalResult verifyShardings(Operation* op, StringRef name, Attribute attribute, ValueRange values, StringRef what) {
   auto shardings = dyn_cast<ArrayAttr>(attribute);
   if (!shardings || shardings.size() != values.size())
@@ -103,24 +121,6 @@ LogicalResult verifyBox(Operation* op, StringRef name) {
   return success();
 }
 
-LogicalResult verifyParameterTypes(ModuleOp module, func::FuncOp function) {
-  llvm::StringMap<ParamOp> first;
-  for (auto candidate : module.getOps<func::FuncOp>()) {
-    WalkResult result = candidate.walk([&](ParamOp param) -> WalkResult {
-      auto [it, inserted] = first.try_emplace(param.getName(), param);
-      if (!inserted && it->second.getType() != param.getType() && candidate == function) {
-        param.emitOpError() << "parameter '" << param.getName() << "' has type " << param.getType()
-                            << " here but " << it->second.getType() << " elsewhere in the module";
-        return WalkResult::interrupt();
-      }
-      return WalkResult::advance();
-    });
-    if (result.wasInterrupted()) return failure();
-    if (candidate == function) break;
-  }
-  return success();
-}
-
 }  // namespace
 
 LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute attribute) {
@@ -155,6 +155,13 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
   if (name == kOperandShardingsAttr)
     return verifyShardings(op, name, attribute.getValue(), op->getOperands(), "operand");
   if (name == kGlobalShapeAttr || name == kShardOffsetAttr) return verifyBox(op, name);
+  if (name == kRoleAttr) {
+    auto role = dyn_cast<StringAttr>(attribute.getValue());
+    if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";
+    if (!role || !llvm::is_contained({kRoleVocab, kRoleColumn, kRoleRow, kRoleExperts, kRoleReplicated}, role.getValue()))
+      return op->emitOpError() << "'" << name << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
+    return success();
+  }
   if (name == kScratchBytesAttr) {
     auto bytes = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!bytes || bytes.getInt() < 0) return op->emitOpError() << "'" << name << "' must be a non-negative integer";

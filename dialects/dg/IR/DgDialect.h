@@ -23,8 +23,16 @@ inline constexpr llvm::StringLiteral kScratchBytesAttr = "dg.scratch_bytes";
 // the passes shard").
 inline constexpr llvm::StringLiteral kShardingsAttr = "dg.shardings";
 // Written by dg-shard-propagate: on an op, one #dg.sharding per operand, the layout in which the op
-// consumes it; dg-shard-partition reshards each operand whose producer's layout differs.
+// consumes it (the partitioner reshards a producer's result into it).
 inline constexpr llvm::StringLiteral kOperandShardingsAttr = "dg.operand_shardings";
+// Set by the model on each dg.param: how tensor and expert parallelism split it
+// (docs/parallelism.md, "Tensor-parallel mapping"); dg-shard-annotate reads it.
+inline constexpr llvm::StringLiteral kRoleAttr = "dg.role";
+inline constexpr llvm::StringLiteral kRoleVocab = "vocab";        // dim 0 over the tensor group
+inline constexpr llvm::StringLiteral kRoleColumn = "column";      // dim 0 (outputs) over the tensor group
+inline constexpr llvm::StringLiteral kRoleRow = "row";            // dim 1 (inputs) over the tensor group
+inline constexpr llvm::StringLiteral kRoleExperts = "experts";    // dim 0 over the expert group
+inline constexpr llvm::StringLiteral kRoleReplicated = "replicated";
 // Written by dg-shard-partition on dg.param, dg.input and dg.output of one rank's program: the
 // tensor's global shape and where this rank's box (the local type's shape) starts in it; the plan
 // lowering records them as the buffer's box.

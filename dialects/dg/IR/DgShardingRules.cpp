@@ -497,12 +497,15 @@ ShardingRuleAttr AdamwOp::getShardingRule() {
   return builder.take();
 }
 
-// The normalised dimension is reduced inside the op, and the weight's gradient sums over every row:
-// both need their dimensions whole. (A rule whose rows make grad_weight a pending sum would let
-// sequence parallelism keep rows split; the sharding passes do not use this op yet.)
+// The normalised dimension is reduced inside the op and must be whole. The weight's gradient sums
+// over every row, so the rows are reduction factors: split rows (sequence parallelism, split heads)
+// leave grad_weight a pending sum, while grad_input keeps the rows' split.
 ShardingRuleAttr RmsNormBackwardOp::getShardingRule() {
   RuleBuilder builder(getContext());
-  Dims dims = builder.addFactors(shapeOf(getInput()), [](int64_t) { return FactorKind::NeedReplication; });
+  int64_t last = getInput().getType().getRank() - 1;
+  Dims dims = builder.addFactors(shapeOf(getInput()), [&](int64_t d) {
+    return d == last ? FactorKind::NeedReplication : FactorKind::Reduction;
+  });
   builder.operand(dims);
   builder.operand(dims);
   if (getWeight()) builder.operand({dims.back()});

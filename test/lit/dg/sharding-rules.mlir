@@ -87,9 +87,9 @@ func.func @contractions(%a: tensor<2x4x8xf32>, %b: tensor<8x16xf32>, %w: tensor<
 
 // -----
 
-// The fused rms_norm gradient keeps rows whole: grad_weight sums over every row.
+// The fused rms_norm gradient: grad_weight sums over every row, so split rows leave it partial.
 func.func @rms_norm_backward(%x: tensor<2x8xf32>, %w: tensor<8xf32>) {
-  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [i, j], [j]) -> ([i, j], [j]) {i=2, j=8} need_replication={i, j}>}}
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [i, j], [j]) -> ([i, j], [j]) {i=2, j=8} reduction={i} need_replication={j}>}}
   %dx, %dw = dg.rms_norm_backward %x, %x, %w {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>) -> (tensor<2x8xf32>, tensor<8xf32>)
   return
 }
