@@ -108,7 +108,7 @@ class PlanBuilder {
     if (!rank_) {
       if (worldSize == 1) return success();
       module_.emitError() << "the mesh has " << worldSize
-                          << " ranks, but per-rank plans need the partitioner, which is not built yet";
+                          << " ranks: lower each rank's program (dg-shard-partition) with the rank it is for";
       return failure();
     }
     if (*rank_ < 0 || *rank_ >= worldSize) {
@@ -159,9 +159,10 @@ class PlanBuilder {
     dgemma::Parameter parameter;
     parameter.name = param.getName().str();
     parameter.buffer = *id;
-    parameter.globalShape = plan_.buffers[*id].shape;
-    parameter.shardOffset.assign(parameter.globalShape.size(), 0);
-    parameter.shardShape = parameter.globalShape;
+    parameter.shardShape = plan_.buffers[*id].shape;
+    Box box = boxOf(param, parameter.shardShape);
+    parameter.globalShape = box.globalShape;
+    parameter.shardOffset = box.shardOffset;
     parameter.trainable = param.getTrainable();
     parameter.init = nlohmann::json::object();
     if (auto init = param.getInitAttr())
@@ -172,6 +173,30 @@ class PlanBuilder {
     plan_.parameters.push_back(parameter);
     parameterBuffers_[parameter.name] = *id;
     return *id;
+  }
+
+  struct Box {
+    std::vector<int64_t> globalShape;
+    std::vector<int64_t> shardOffset;
+    bool isWhole(const std::vector<int64_t>& localShape) const { return globalShape == localShape; }
+  };
+  // The box dg-shard-partition recorded on a boundary op; without one the value is whole.
+  static Box boxOf(Operation* op, const std::vector<int64_t>& localShape) {
+    auto globalShape = op->getAttrOfType<DenseI64ArrayAttr>(kGlobalShapeAttr);
+    auto offset = op->getAttrOfType<DenseI64ArrayAttr>(kShardOffsetAttr);
+    if (!globalShape || !offset) return {localShape, std::vector<int64_t>(localShape.size(), 0)};
+    return {std::vector<int64_t>(globalShape.asArrayRef().begin(), globalShape.asArrayRef().end()),
+            std::vector<int64_t>(offset.asArrayRef().begin(), offset.asArrayRef().end())};
+  }
+  // An entry's input or output: a box only when it is part of a larger tensor (docs/plan-format.md).
+  dgemma::NamedBuffer namedBuffer(Operation* op, const std::string& name, int64_t id) const {
+    dgemma::NamedBuffer named(name, id);
+    Box box = boxOf(op, plan_.buffers[id].shape);
+    if (!box.isWhole(plan_.buffers[id].shape)) {
+      named.globalShape = box.globalShape;
+      named.shardOffset = box.shardOffset;
+    }
+    return named;
   }
 
   FailureOr<int64_t> constantBuffer(ConstantOp constant) {
@@ -233,11 +258,11 @@ class PlanBuilder {
       } else if (auto input = dyn_cast<InputOp>(op)) {
         id = scratchBuffer(&op, input.getResult(), input.getName().str());
         if (succeeded(id)) {
-          entry.inputs.push_back({input.getName().str(), *id});
+          entry.inputs.push_back(namedBuffer(input, input.getName().str(), *id));
           touch(*id, 0);
         }
       } else if (auto output = dyn_cast<OutputOp>(op)) {
-        entry.outputs.push_back({output.getName().str(), bufferOf.lookup(output.getValue())});
+        entry.outputs.push_back(namedBuffer(output, output.getName().str(), bufferOf.lookup(output.getValue())));
         outputBuffers.push_back(bufferOf.lookup(output.getValue()));
         continue;
       } else if (auto assign = dyn_cast<AssignOp>(op)) {

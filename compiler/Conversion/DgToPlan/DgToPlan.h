@@ -16,9 +16,11 @@ namespace mlir::dg {
 struct PlanLoweringOptions {
   std::string producer = "dgemma-compile";
   nlohmann::json metadata = nlohmann::json::object();  // copied into the plan (config, flags)
-  // For a module that already is one rank's program (explicit collectives, as the partitioner will
-  // produce), the rank to lower it for: its mesh coordinates are row-major over the dg.mesh axes in
-  // the order the plan lists them. Unset, the mesh must have one rank.
+  // For a module that already is one rank's program (explicit collectives, as dg-shard-partition
+  // produces), the rank to lower it for: its mesh coordinates are row-major over the dg.mesh axes in
+  // the order the plan lists them. Unset, the mesh must have one rank. The boxes the partitioner
+  // recorded (dg.global_shape, dg.shard_offset) become the parameters' and the entry inputs' and
+  // outputs' boxes.
   std::optional<int64_t> rank;
 };
 
