@@ -342,7 +342,7 @@ LogicalResult MoeRouteOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangent
 LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
   auto backward = builder.create<MoeExpertsBackwardOp>(
       getLoc(), getInput().getType(), getWeights().getType(), getGateUp().getType(), getDown().getType(), getInput(),
-      getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0]);
+      getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0], getExpertOffsetAttr());
   grads.append({backward.getGradInput(), backward.getGradWeights(), Value(), backward.getGradGateUp(),
                 backward.getGradDown()});
   return success();
@@ -350,8 +350,9 @@ LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotange
 
 LogicalResult GatherOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
   // Each looked-up row receives the cotangents of every position that read it, except the padding
-  // row; ids get none.
-  grads.push_back(builder.create<ScatterAddOp>(getLoc(), getTable().getType(), getIds(), cotangents[0], getPaddingIdxAttr()));
+  // row; ids get none. The gradient table holds the same global rows as the table.
+  grads.push_back(builder.create<ScatterAddOp>(getLoc(), getTable().getType(), getIds(), cotangents[0],
+                                               getPaddingIdxAttr(), getRowOffsetAttr()));
   grads.push_back(Value());
   return success();
 }

@@ -113,6 +113,16 @@ LogicalResult MoeExpertsOp::verify() {
   if (weightElement != input.getElementType() && !weightElement.isF32())
     return emitOpError() << "weights must be f32 or have the input's element type, got " << weightElement;
   if (getResult().getType() != input) return emitOpError() << "result type must equal the input type";
+  if (int64_t offset = getExpertOffset().getInt(); offset < 0)
+    return emitOpError() << "expert_offset " << offset << " must be >= 0";
+  return success();
+}
+
+// The operands are those of the dg.moe_experts whose derivative rule builds this op, whose verifier
+// checked them; the offset is what the partitioner sets per rank.
+LogicalResult MoeExpertsBackwardOp::verify() {
+  if (int64_t offset = getExpertOffset().getInt(); offset < 0)
+    return emitOpError() << "expert_offset " << offset << " must be >= 0";
   return success();
 }
 

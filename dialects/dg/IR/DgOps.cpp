@@ -484,9 +484,11 @@ LogicalResult GatherOp::verify() {
   auto table = getTable().getType();
   auto ids = getIds().getType();
   if (table.getRank() != 2) return emitOpError() << "table must be 2-D [rows, width]";
-  if (auto padding = getPaddingIdxAttr(); padding && (padding.getInt() < 0 || padding.getInt() >= table.getDimSize(0)))
-    return emitOpError() << "padding_idx " << padding.getInt() << " is outside the table's rows [0, " << table.getDimSize(0)
-                         << ")";
+  // padding_idx is a global row, which may lie in another rank's block of the table.
+  if (auto padding = getPaddingIdxAttr(); padding && padding.getInt() < 0)
+    return emitOpError() << "padding_idx " << padding.getInt() << " must be a row of the table (>= 0)";
+  if (int64_t offset = getRowOffset().getInt(); offset < 0)
+    return emitOpError() << "row_offset " << offset << " must be >= 0";
   SmallVector<int64_t> expected(ids.getShape());
   expected.push_back(table.getDimSize(1));
   if (ArrayRef<int64_t>(expected) != getResult().getType().getShape() ||
@@ -504,8 +506,11 @@ LogicalResult ScatterAddOp::verify() {
       !isWideningResult(getUpdates().getType().getElementType(), result.getElementType()))
     return emitOpError() << "updates must be " << RankedTensorType::get(expected, result.getElementType())
                          << " (or 16-bit for an f32 table)";
-  if (auto skip = getSkipIdAttr(); skip && (skip.getInt() < 0 || skip.getInt() >= result.getDimSize(0)))
-    return emitOpError() << "skip_id " << skip.getInt() << " is outside the table's rows [0, " << result.getDimSize(0) << ")";
+  // skip_id is a global row, which may lie in another rank's block of the table.
+  if (auto skip = getSkipIdAttr(); skip && skip.getInt() < 0)
+    return emitOpError() << "skip_id " << skip.getInt() << " must be a row of the table (>= 0)";
+  if (int64_t offset = getRowOffset().getInt(); offset < 0)
+    return emitOpError() << "row_offset " << offset << " must be >= 0";
   return success();
 }
 

@@ -17,6 +17,15 @@ def Dg_IdTensor : RankedTensorOf<[I32, I64]>;
 def Dg_Tensor : RankedTensorOf<[F32, F64, BF16, F16, I64, I32, I8, I1]>;
 def Dg_KeyTensor : RankedTensorOf<[I64]>;
 
+// The global index of a rank's first row or expert (row_offset, expert_offset; docs/kernels.md); absent
+// means 0. Read as the IntegerAttr itself so that ODS generates no builder taking a raw integer: that
+// builder would set an explicit 0 on every op built without an offset, and the 0 would reach every
+// plan.
+def Dg_OffsetAttr : SignlessIntegerAttrBase<I64, "64-bit signless integer offset"> {
+  let returnType = [{ ::mlir::IntegerAttr }];
+  let convertFromStorage = [{ $_self }];
+}
+
 // Every dg op states how it shards and what it costs; the definitions call shared C++ helpers.
 class Dg_ComputeOp<string mnemonic, list<Trait> traits = []>
     : Dg_Op<mnemonic, !listconcat(traits, [
@@ -327,18 +336,23 @@ def Dg_SliceOp : Dg_ComputeOp<"slice", [Pure, DeclareOpInterfaceMethods<Dg_Deriv
 
 def Dg_GatherOp : Dg_ComputeOp<"gather", [Pure, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
-  let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i], :]";
+  let summary = "Row gather (embedding lookup): result[i, :] = table[ids[i] - row_offset, :]";
   let description = [{
-    `padding_idx` (a row of the table) leaves the forward unchanged; the derivative gives that row no
-    gradient from lookups, as torch's `nn.Embedding(padding_idx=...)` does (the scatter_add of the
-    rule skips it).
+    The table holds the global rows `[row_offset, row_offset + rows)` (a rank's block of a table split
+    by rows; 0 when whole): an id inside looks up `table[id - row_offset]`, an id outside gives a row
+    of zeros, so the blocks' results summed over the ranks are the whole table's gather (a
+    vocab-parallel embedding).
+    `padding_idx` (a global row of the table) leaves the forward unchanged; the derivative gives that
+    row no gradient from lookups, as torch's `nn.Embedding(padding_idx=...)` does (the scatter_add of
+    the rule skips it and gets the same `row_offset`).
   }];
-  let arguments = (ins Dg_FloatTensor:$table, Dg_IdTensor:$ids, OptionalAttr<I64Attr>:$padding_idx);
+  let arguments = (ins Dg_FloatTensor:$table, Dg_IdTensor:$ids, OptionalAttr<I64Attr>:$padding_idx,
+                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$row_offset);
   let results = (outs Dg_FloatTensor:$result);
   // Without padding_idx: ODS gives an optional attribute no default in the generated builders.
   let builders = [
     OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$table, "::mlir::Value":$ids), [{
-      build($_builder, $_state, result, table, ids, ::mlir::IntegerAttr());
+      build($_builder, $_state, result, table, ids, ::mlir::IntegerAttr(), ::mlir::IntegerAttr());
     }]>,
   ];
   let assemblyFormat = "$table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->` type($result)";
@@ -441,9 +455,14 @@ def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, InferTypeOpAdaptor,
     x `[N, H]`, weights and indices `[N, k]`, gate_up `[E, 2I, H]` (gate rows 0..I-1, then up rows),
     down `[E, H, I]`. `Expert_e(x) = (gelu_tanh(x G_e^T) * (x U_e^T)) D_e^T`. The weights may be f32
     when x is a 16-bit float (the routing weights of an fp32 router island).
+    gate_up and down hold the global experts `[expert_offset, expert_offset + E)` (a rank's block of
+    experts under expert parallelism; 0 when whole): a routing entry whose index lies outside adds
+    nothing to y, one inside uses local expert `index - expert_offset`, so the blocks' results summed
+    over the ranks are the whole op's.
   }];
   let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
-                       Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down);
+                       Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down,
+                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $weights `,` $indices `,` $gate_up `,` $down attr-dict `:` type($input) `,` type($weights) `,`
@@ -465,8 +484,13 @@ def Dg_MoeRouteBackwardOp : Dg_ComputeOp<"moe_route_backward", [Pure]> {
 
 def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
   let summary = "Gradients of dg.moe_experts: input, routing weights, gate_up, down";
+  let description = [{
+    `expert_offset` as in dg.moe_experts: a routing entry to an expert this op does not hold gets a
+    zero weight gradient and adds nothing to the input gradient.
+  }];
   let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
-                       Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down, Dg_FloatTensor:$grad_output);
+                       Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down, Dg_FloatTensor:$grad_output,
+                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset);
   let results = (outs Dg_FloatTensor:$grad_input, Dg_FloatTensor:$grad_weights, Dg_FloatTensor:$grad_gate_up,
                       Dg_FloatTensor:$grad_down);
   let assemblyFormat = [{
@@ -474,20 +498,24 @@ def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
     type($weights) `,` type($indices) `,` type($gate_up) `,` type($down) `,` type($grad_output) `->`
     type($grad_input) `,` type($grad_weights) `,` type($grad_gate_up) `,` type($grad_down)
   }];
+  let hasVerifier = 1;
 }
 
 def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure]> {
   let summary = "Rows added into a table of zeros at the ids: table[ids[i], :] += updates[i, :] (gather's adjoint)";
   let description = [{
-    Positions whose id equals `skip_id` add nothing, so that row stays zero: the adjoint of a gather
-    with `padding_idx`.
+    The result holds the global rows `[row_offset, row_offset + rows)` (0 when whole): updates at ids
+    outside are dropped, the others added at `id - row_offset`: the adjoint of a gather with the same
+    `row_offset`. Positions whose id equals `skip_id` (a global row) add nothing, so that row stays
+    zero: the adjoint of a gather with `padding_idx`.
   }];
-  let arguments = (ins Dg_IdTensor:$ids, Dg_FloatTensor:$updates, OptionalAttr<I64Attr>:$skip_id);
+  let arguments = (ins Dg_IdTensor:$ids, Dg_FloatTensor:$updates, OptionalAttr<I64Attr>:$skip_id,
+                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$row_offset);
   let results = (outs Dg_FloatTensor:$result);
   // Without skip_id: ODS gives an optional attribute no default in the generated builders.
   let builders = [
     OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$ids, "::mlir::Value":$updates), [{
-      build($_builder, $_state, result, ids, updates, ::mlir::IntegerAttr());
+      build($_builder, $_state, result, ids, updates, ::mlir::IntegerAttr(), ::mlir::IntegerAttr());
     }]>,
   ];
   let assemblyFormat = "$updates `at` $ids attr-dict `:` type($updates) `,` type($ids) `->` type($result)";

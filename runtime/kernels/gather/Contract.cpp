@@ -19,6 +19,9 @@ GatherContract parseTableAndRows(const KernelSignature& signature, const Buffer&
   contract.idsDtype = ids.dtype;
   contract.vocabulary = table.shape[0];
   contract.width = table.shape[1];
+  contract.rowOffset = attrInt(signature, "row_offset", 0);
+  if (contract.rowOffset < 0)
+    failSignature(signature, "attribute 'row_offset': " + std::to_string(contract.rowOffset) + " must be >= 0");
   return contract;
 }
 
@@ -49,9 +52,9 @@ GatherContract parseScatterAddContract(const KernelSignature& signature, std::in
   GatherContract contract = parseTableAndRows(signature, ids, table, "output table", updates, "input updates");
   if (hasAttr(signature, "skip_id")) {
     contract.skipId = attrInt(signature, "skip_id");
-    if (*contract.skipId < 0 || *contract.skipId >= contract.vocabulary)
-      failSignature(signature, "attribute 'skip_id': " + std::to_string(*contract.skipId) +
-                                   " is outside the table's rows [0, " + std::to_string(contract.vocabulary) + ")");
+    // A global row, which may lie outside this table's block of rows (then nothing here is skipped).
+    if (*contract.skipId < 0)
+      failSignature(signature, "attribute 'skip_id': " + std::to_string(*contract.skipId) + " must be >= 0");
   }
   return contract;
 }

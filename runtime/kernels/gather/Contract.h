@@ -1,7 +1,9 @@
 // The contracts of gather and scatter_add (docs/kernels.md), parsed once for every backend:
 //   gather:      (table [V, H], ids of i32 or i64) -> y [ids..., H] of table's dtype
 //   scatter_add: (ids of i32 or i64, updates [ids..., H] of a float dtype) -> table [V, H] of updates'
-//                dtype; optional attribute `skip_id` in [0, V)
+//                dtype; optional attribute `skip_id` >= 0 (a global row)
+// Both take the optional attribute `row_offset` >= 0 (default 0): the table holds the global rows
+// [row_offset, row_offset + V).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,8 @@ struct GatherContract {
   DType idsDtype = DType::I64;
   int64_t vocabulary = 0;        // V
   int64_t width = 0;             // H
-  std::optional<int64_t> skipId;  // scatter_add only
+  int64_t rowOffset = 0;         // the global row of local row 0
+  std::optional<int64_t> skipId;  // scatter_add only; a global row
 };
 
 // Both throw InputError for anything their contract does not admit; `dtypes` are the float types the

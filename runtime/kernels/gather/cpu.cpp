@@ -1,5 +1,7 @@
 // gather: rows of a [V, H] table selected by integer ids (embedding lookup).
 // scatter_add: its adjoint, rows added into a [V, H] table of zeros at the ids, except at skip_id.
+// Both tables may be one block of a larger one, the global rows [row_offset, row_offset + V): an id
+// outside the block reads a zero row or adds nothing (a vocab-parallel embedding, docs/kernels.md).
 #include <cstring>
 #include <optional>
 
@@ -11,39 +13,57 @@
 namespace dgemma {
 namespace {
 
+// No table holds a negative row, so such an id is a bad input whatever block this rank holds. Checked
+// up front and serially: the thread pool cannot carry an exception out of a worker.
+template <typename Id>
+void checkIdsAreRows(const std::string& where, const Id* ids, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    if (ids[i] < 0)
+      throw RuntimeError(where + ": id " + std::to_string(static_cast<int64_t>(ids[i])) + " at flat index " +
+                         std::to_string(i) + " is negative, not a row of the table");
+}
+
+// The local row of a global id, or nullopt when the id lies outside this block of rows.
+template <typename Id>
+std::optional<int64_t> localRow(Id id, const GatherContract& block) {
+  const int64_t row = static_cast<int64_t>(id) - block.rowOffset;
+  if (row < 0 || row >= block.vocabulary) return std::nullopt;
+  return row;
+}
+
 template <typename Id>
 class GatherKernel final : public Kernel {
  public:
-  GatherKernel(std::string where, int64_t vocabulary, uint64_t rowBytes)
-      : where_(std::move(where)), vocabulary_(vocabulary), rowBytes_(rowBytes) {}
+  GatherKernel(std::string where, GatherContract block)
+      : where_(std::move(where)), block_(block), rowBytes_(static_cast<uint64_t>(block.width) * dtypeSize(block.dtype)) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const uint8_t* table = inputs[0].as<const uint8_t>();
     const Id* ids = inputs[1].as<const Id>();
     uint8_t* y = outputs[0].as<uint8_t>();
     const int64_t count = inputs[1].numElements();
-    // Checked up front and serially: the thread pool cannot carry an exception out of a worker.
-    for (int64_t i = 0; i < count; ++i)
-      if (ids[i] < 0 || ids[i] >= vocabulary_)
-        throw RuntimeError(where_ + ": id " + std::to_string(ids[i]) + " at flat index " + std::to_string(i) +
-                           " is outside the table's rows [0, " + std::to_string(vocabulary_) + ")");
+    checkIdsAreRows(where_, ids, count);
+    // All-zero bytes are the value 0 in every dtype the table may have.
     cpu::parallelFor(context, count, cpu::rowGrain(static_cast<int64_t>(rowBytes_)), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        std::memcpy(y + i * rowBytes_, table + static_cast<int64_t>(ids[i]) * rowBytes_, rowBytes_);
+      for (int64_t i = begin; i < end; ++i) {
+        if (const std::optional<int64_t> row = localRow(ids[i], block_))
+          std::memcpy(y + i * rowBytes_, table + *row * rowBytes_, rowBytes_);
+        else
+          std::memset(y + i * rowBytes_, 0, rowBytes_);
+      }
     });
   }
 
  private:
   std::string where_;  // run-time errors name the step as the plan loader does
-  int64_t vocabulary_;
+  GatherContract block_;
   uint64_t rowBytes_;
 };
 
 std::unique_ptr<Kernel> createGatherKernel(const KernelSignature& signature) {
   const GatherContract c = parseGatherContract(signature);
-  const uint64_t rowBytes = static_cast<uint64_t>(c.width) * dtypeSize(c.dtype);
-  if (c.idsDtype == DType::I32) return std::make_unique<GatherKernel<int32_t>>(signature.where, c.vocabulary, rowBytes);
-  return std::make_unique<GatherKernel<int64_t>>(signature.where, c.vocabulary, rowBytes);
+  if (c.idsDtype == DType::I32) return std::make_unique<GatherKernel<int32_t>>(signature.where, c);
+  return std::make_unique<GatherKernel<int64_t>>(signature.where, c);
 }
 
 // Serial over the ids, so rows hit by several ids add up in id order whatever the thread count; the
@@ -51,44 +71,39 @@ std::unique_ptr<Kernel> createGatherKernel(const KernelSignature& signature) {
 template <typename T, typename Id>
 class ScatterAddKernel final : public Kernel {
  public:
-  ScatterAddKernel(std::string where, int64_t vocabulary, int64_t width, std::optional<int64_t> skipId)
-      : where_(std::move(where)), vocabulary_(vocabulary), width_(width), skipId_(skipId) {}
+  ScatterAddKernel(std::string where, GatherContract block) : where_(std::move(where)), block_(block) {}
 
   void run(ExecContext&, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const Id* ids = inputs[0].as<const Id>();
     const T* updates = inputs[1].as<const T>();
     T* table = outputs[0].as<T>();
-    const int64_t count = inputs[0].numElements();
-    for (int64_t i = 0; i < count; ++i)
-      if (ids[i] < 0 || ids[i] >= vocabulary_)
-        throw RuntimeError(where_ + ": id " + std::to_string(static_cast<int64_t>(ids[i])) + " at flat index " +
-                           std::to_string(i) + " is outside the table's rows [0, " + std::to_string(vocabulary_) + ")");
-    std::fill(table, table + vocabulary_ * width_, T(0));
+    const int64_t count = inputs[0].numElements(), width = block_.width;
+    checkIdsAreRows(where_, ids, count);
+    std::fill(table, table + block_.vocabulary * width, T(0));
     for (int64_t i = 0; i < count; ++i) {
-      if (skipId_ == ids[i]) continue;
-      T* row = table + static_cast<int64_t>(ids[i]) * width_;
-      const T* update = updates + i * width_;
-      for (int64_t h = 0; h < width_; ++h) row[h] += update[h];
+      if (block_.skipId == ids[i]) continue;
+      const std::optional<int64_t> row = localRow(ids[i], block_);
+      if (!row) continue;
+      T* target = table + *row * width;
+      const T* update = updates + i * width;
+      for (int64_t h = 0; h < width; ++h) target[h] += update[h];
     }
   }
 
  private:
   std::string where_;
-  int64_t vocabulary_, width_;
-  std::optional<int64_t> skipId_;  // the row no position adds into (a gather's padding_idx)
+  GatherContract block_;  // skipId: the row no position adds into (a gather's padding_idx)
 };
 
 std::unique_ptr<Kernel> createScatterAddKernel(const KernelSignature& signature) {
   const GatherContract c = parseScatterAddContract(signature, {DType::F32, DType::F64});
   const std::string& where = signature.where;
   if (c.dtype == DType::F64) {
-    if (c.idsDtype == DType::I64)
-      return std::make_unique<ScatterAddKernel<double, int64_t>>(where, c.vocabulary, c.width, c.skipId);
-    return std::make_unique<ScatterAddKernel<double, int32_t>>(where, c.vocabulary, c.width, c.skipId);
+    if (c.idsDtype == DType::I64) return std::make_unique<ScatterAddKernel<double, int64_t>>(where, c);
+    return std::make_unique<ScatterAddKernel<double, int32_t>>(where, c);
   }
-  if (c.idsDtype == DType::I64)
-    return std::make_unique<ScatterAddKernel<float, int64_t>>(where, c.vocabulary, c.width, c.skipId);
-  return std::make_unique<ScatterAddKernel<float, int32_t>>(where, c.vocabulary, c.width, c.skipId);
+  if (c.idsDtype == DType::I64) return std::make_unique<ScatterAddKernel<float, int64_t>>(where, c);
+  return std::make_unique<ScatterAddKernel<float, int32_t>>(where, c);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 //       -> y [N, H]
 //   moe_experts_backward: moe_experts' inputs and dy [N, H] -> dx, dweights, dgate_up, ddown of the
 //       shapes of x, weights, gate_up and down
+//   Both experts kernels take the optional attribute `expert_offset` >= 0 (default 0): gate_up and down
+//   hold the global experts [expert_offset, expert_offset + E).
 // Every buffer but the indices has the float dtype of the first input.
 #pragma once
 
@@ -28,8 +30,9 @@ struct MoeExpertsContract {
   int64_t tokens = 0;        // N
   int64_t hidden = 0;        // H
   int64_t topK = 0;          // k
-  int64_t experts = 0;       // E
+  int64_t experts = 0;       // E, the experts this block holds
   int64_t expertHidden = 0;  // I
+  int64_t expertOffset = 0;  // the global index of local expert 0
 };
 
 // Each throws InputError for anything its contract does not admit; `dtypes` are the float types the

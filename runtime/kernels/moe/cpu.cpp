@@ -1,5 +1,7 @@
 // The mixture-of-experts block: moe_route (softmax over all experts, top-k, renormalise, per-expert
 // scale) and moe_experts (dropless routed experts, each a gated GELU MLP, combined by the weights).
+// The experts kernels may hold one block of the experts, [expert_offset, expert_offset + E): routes to
+// the other experts take no slot, so they add nothing to y or dx and get zero weight gradients.
 #include <cblas.h>
 
 #include <climits>
@@ -166,27 +168,39 @@ void gatedGeluBackwardRow(const T* gate, const T* up, const T* dHidden, T weight
     gatedGeluBackwardRowIn(gate, up, dHidden, weight, dGate, dUp, n);
 }
 
-// Which slot of the expert-sorted row blocks each route (token, j) takes.
+// Which slot of the expert-sorted row blocks each route (token, j) takes; only the routes to experts
+// of this block take one.
 struct RouteGrouping {
-  std::vector<int64_t> firstSlot;    // expert e's routes take slots [firstSlot[e], firstSlot[e + 1])
+  static constexpr int64_t kNoSlot = -1;  // a route to an expert another block holds
+  std::vector<int64_t> firstSlot;    // local expert e's routes take slots [firstSlot[e], firstSlot[e + 1])
   std::vector<int64_t> slotOfRoute;  // indexed by token * k + j
   std::vector<int64_t> tokenOfSlot;
+  int64_t slots() const { return firstSlot.back(); }
 };
 
-// Counts the routes per expert, then hands out slots in (token, j) order, so each expert's rows form
-// one contiguous block and the grouping depends on the indices alone.
-RouteGrouping groupRoutesByExpert(const int64_t* indices, int64_t routes, int64_t topK, int64_t experts) {
+// The local expert of a route, or -1 when another block holds it.
+int64_t localExpert(int64_t index, const MoeExpertsContract& block) {
+  const int64_t expert = index - block.expertOffset;
+  return expert >= 0 && expert < block.experts ? expert : -1;
+}
+
+// Counts the routes per local expert, then hands out slots in (token, j) order, so each expert's rows
+// form one contiguous block and the grouping depends on the indices alone.
+RouteGrouping groupRoutesByExpert(const int64_t* indices, int64_t routes, const MoeExpertsContract& block) {
   RouteGrouping grouping;
-  grouping.firstSlot.assign(experts + 1, 0);
-  for (int64_t route = 0; route < routes; ++route) ++grouping.firstSlot[indices[route] + 1];
+  grouping.firstSlot.assign(block.experts + 1, 0);
+  for (int64_t route = 0; route < routes; ++route)
+    if (const int64_t expert = localExpert(indices[route], block); expert >= 0) ++grouping.firstSlot[expert + 1];
   std::partial_sum(grouping.firstSlot.begin(), grouping.firstSlot.end(), grouping.firstSlot.begin());
   std::vector<int64_t> nextSlot(grouping.firstSlot.begin(), grouping.firstSlot.end() - 1);
-  grouping.slotOfRoute.resize(routes);
-  grouping.tokenOfSlot.resize(routes);
+  grouping.slotOfRoute.assign(routes, RouteGrouping::kNoSlot);
+  grouping.tokenOfSlot.resize(grouping.slots());
   for (int64_t route = 0; route < routes; ++route) {
-    const int64_t slot = nextSlot[indices[route]]++;
+    const int64_t expert = localExpert(indices[route], block);
+    if (expert < 0) continue;
+    const int64_t slot = nextSlot[expert]++;
     grouping.slotOfRoute[route] = slot;
-    grouping.tokenOfSlot[slot] = route / topK;
+    grouping.tokenOfSlot[slot] = route / block.topK;
   }
   return grouping;
 }
@@ -223,14 +237,15 @@ class MoeExpertsKernel final : public Kernel {
       return;
     }
 
-    const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g.topK, g.experts);
+    const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g);
+    const int64_t slots = grouping.slots();
     const int64_t hidden = g.hidden, expertHidden = g.expertHidden, gateUpWidth = 2 * g.expertHidden;
     // Every element of these blocks is written before it is read, so they start uninitialised.
-    const auto expertInput = std::make_unique_for_overwrite<T[]>(routes * hidden);
-    const auto gateUpOutput = std::make_unique_for_overwrite<T[]>(routes * gateUpWidth);
-    const auto expertOutput = std::make_unique_for_overwrite<T[]>(routes * hidden);
+    const auto expertInput = std::make_unique_for_overwrite<T[]>(slots * hidden);
+    const auto gateUpOutput = std::make_unique_for_overwrite<T[]>(slots * gateUpWidth);
+    const auto expertOutput = std::make_unique_for_overwrite<T[]>(slots * hidden);
 
-    cpu::parallelFor(context, routes, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+    cpu::parallelFor(context, slots, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot)
         std::copy_n(x + grouping.tokenOfSlot[slot] * hidden, hidden, expertInput.get() + slot * hidden);
     });
@@ -242,7 +257,7 @@ class MoeExpertsKernel final : public Kernel {
     });
     // gelu_tanh(gate) ⊙ up overwrites the gate half of each row; the down product reads it with
     // leading dimension 2I.
-    cpu::parallelFor(context, routes, cpu::rowGrain(expertHidden), [&](int64_t begin, int64_t end) {
+    cpu::parallelFor(context, slots, cpu::rowGrain(expertHidden), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         T* row = gateUpOutput.get() + slot * gateUpWidth;
         gatedGeluRow(row, expertHidden);
@@ -261,8 +276,10 @@ class MoeExpertsKernel final : public Kernel {
         std::fill(yRow, yRow + hidden, T(0));
         for (int64_t j = 0; j < g.topK; ++j) {
           const int64_t route = token * g.topK + j;
+          const int64_t slot = grouping.slotOfRoute[route];
+          if (slot == RouteGrouping::kNoSlot) continue;
           const T weight = weights[route];
-          const T* output = expertOutput.get() + grouping.slotOfRoute[route] * hidden;
+          const T* output = expertOutput.get() + slot * hidden;
           for (int64_t h = 0; h < hidden; ++h) yRow[h] += weight * output[h];
         }
       }
@@ -270,13 +287,14 @@ class MoeExpertsKernel final : public Kernel {
   }
 
  private:
-  // Serially and before any work, so the error names the first bad index in (token, j) order.
+  // Serially and before any work, so the error names the first bad index in (token, j) order. Only a
+  // negative index is no expert at all: one past this block's experts may be another block's.
   void checkIndices(const int64_t* indices, int64_t routes) const {
     for (int64_t route = 0; route < routes; ++route)
-      if (indices[route] < 0 || indices[route] >= geometry_.experts)
+      if (indices[route] < 0)
         throw RuntimeError(where_ + ": expert index " + std::to_string(indices[route]) + " at indices[" +
                            std::to_string(route / geometry_.topK) + ", " + std::to_string(route % geometry_.topK) +
-                           "] is outside [0, E = " + std::to_string(geometry_.experts) + ")");
+                           "] is negative, not an expert");
   }
 
   std::string where_;  // run-time errors name the step as the plan loader does
@@ -388,16 +406,24 @@ class MoeExpertsBackwardKernel final : public Kernel {
       std::fill_n(dWeights, routes, T(0));
       return;
     }
-    const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g.topK, g.experts);
-    std::vector<int64_t> routeOfSlot(routes);
-    for (int64_t route = 0; route < routes; ++route) routeOfSlot[grouping.slotOfRoute[route]] = route;
+    const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g);
+    const int64_t slots = grouping.slots();
+    std::vector<int64_t> routeOfSlot(slots);
+    // Routes to other blocks' experts keep a zero weight gradient: no slot below writes theirs.
+    for (int64_t route = 0; route < routes; ++route) {
+      const int64_t slot = grouping.slotOfRoute[route];
+      if (slot == RouteGrouping::kNoSlot)
+        dWeights[route] = T(0);
+      else
+        routeOfSlot[slot] = route;
+    }
 
     // Slot-ordered blocks: every element is written before it is read, so they start uninitialised.
     const auto block = [](int64_t count) { return std::make_unique_for_overwrite<T[]>(count); };
-    const auto input = block(routes * hidden), dOutput = block(routes * hidden), dInput = block(routes * hidden);
-    const auto gateUpOutput = block(routes * width), dGateUpOutput = block(routes * width);
-    const auto hiddenState = block(routes * inner), weightedHidden = block(routes * inner), dOutputDown = block(routes * inner);
-    cpu::parallelFor(context, routes, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
+    const auto input = block(slots * hidden), dOutput = block(slots * hidden), dInput = block(slots * hidden);
+    const auto gateUpOutput = block(slots * width), dGateUpOutput = block(slots * width);
+    const auto hiddenState = block(slots * inner), weightedHidden = block(slots * inner), dOutputDown = block(slots * inner);
+    cpu::parallelFor(context, slots, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         const int64_t token = grouping.tokenOfSlot[slot];
         std::copy_n(x + token * hidden, hidden, input.get() + slot * hidden);
@@ -408,7 +434,7 @@ class MoeExpertsBackwardKernel final : public Kernel {
       gemm(false, true, rows, int(width), int(hidden), input.get() + first * hidden, int(hidden), gateUp + e * width * hidden,
            int(hidden), gateUpOutput.get() + first * width, int(width));
     });
-    cpu::parallelFor(context, routes, cpu::rowGrain(inner), [&](int64_t begin, int64_t end) {
+    cpu::parallelFor(context, slots, cpu::rowGrain(inner), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         const T* gate = gateUpOutput.get() + slot * width;
         gatedGeluWeightedRow(gate, gate + inner, weights[routeOfSlot[slot]], hiddenState.get() + slot * inner,
@@ -422,7 +448,7 @@ class MoeExpertsBackwardKernel final : public Kernel {
       gemm(false, false, rows, int(inner), int(hidden), dOutput.get() + first * hidden, int(hidden), D, int(inner),
            dOutputDown.get() + first * inner, int(inner));
     });
-    cpu::parallelFor(context, routes, cpu::rowGrain(hidden + inner), [&](int64_t begin, int64_t end) {
+    cpu::parallelFor(context, slots, cpu::rowGrain(hidden + inner), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         const int64_t route = routeOfSlot[slot];
         dWeights[route] = cpu::dotProduct(hiddenState.get() + slot * inner, dOutputDown.get() + slot * inner, inner);
@@ -442,7 +468,9 @@ class MoeExpertsBackwardKernel final : public Kernel {
       for (int64_t token = begin; token < end; ++token) {
         T* dxRow = dx + token * hidden;
         for (int64_t j = 0; j < g.topK; ++j) {
-          const T* part = dInput.get() + grouping.slotOfRoute[token * g.topK + j] * hidden;
+          const int64_t slot = grouping.slotOfRoute[token * g.topK + j];
+          if (slot == RouteGrouping::kNoSlot) continue;
+          const T* part = dInput.get() + slot * hidden;
           for (int64_t h = 0; h < hidden; ++h) dxRow[h] += part[h];
         }
       }

@@ -163,6 +163,31 @@ func.func @padded_embedding() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// A rank's block of the table (global rows [5, 10)) and of the experts (global experts [2, 4)): the
+// rules hand the offsets on, so the gradients land in the same blocks.
+// CHECK-LABEL: func.func @blocks_keep_their_offsets
+func.func @blocks_keep_their_offsets() attributes {dg.entry = "train_step"} {
+  // CHECK: %[[IDS:.*]] = dg.input "ids" : tensor<3xi64>
+  %ids = dg.input "ids" : tensor<3xi64>
+  %w = dg.input "weights" : tensor<3x2xf32>
+  %i = dg.input "indices" : tensor<3x2xi64>
+  %e = dg.param "embed" : tensor<5x8xf32>
+  %gu = dg.param "gate_up" : tensor<2x6x8xf32>
+  %d = dg.param "down" : tensor<2x8x3xf32>
+  %x = dg.gather %e[%ids] {padding_idx = 0 : i64, row_offset = 5 : i64} : tensor<5x8xf32>, tensor<3xi64> -> tensor<3x8xf32>
+  %y = dg.moe_experts %x, %w, %i, %gu, %d {expert_offset = 2 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x6x8xf32>, tensor<2x8x3xf32> -> tensor<3x8xf32>
+  %l = dg.reduce_sum %y dims = [0, 1] : tensor<3x8xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: %[[DX:.*]], %{{.*}}, %[[DGU:.*]], %[[DD:.*]] = dg.moe_experts_backward {{.*}} {expert_offset = 2 : i64} : tensor<3x8xf32>
+  // CHECK: %[[DE:.*]] = dg.scatter_add %[[DX]] at %[[IDS]] {row_offset = 5 : i64, skip_id = 0 : i64} : tensor<3x8xf32>, tensor<3xi64> -> tensor<5x8xf32>
+  // CHECK-DAG: dg.output "grad/embed", %[[DE]]
+  // CHECK-DAG: dg.output "grad/gate_up", %[[DGU]]
+  // CHECK-DAG: dg.output "grad/down", %[[DD]]
+  return
+}
+
+// -----
+
 // Through slice, the block's cotangent goes back in place between zeros.
 // CHECK-LABEL: func.func @slice_block
 func.func @slice_block() attributes {dg.entry = "train_step"} {

@@ -113,15 +113,15 @@ func.func @gather_table(%t: tensor<4x8x2xf32>, %ids: tensor<3xi64>) {
 // -----
 
 func.func @gather_padding_idx(%t: tensor<4x8xf32>, %ids: tensor<3xi64>) {
-  // expected-error @+1 {{padding_idx 4 is outside the table's rows [0, 4)}}
-  %y = dg.gather %t[%ids] {padding_idx = 4 : i64} : tensor<4x8xf32>, tensor<3xi64> -> tensor<3x8xf32>
+  // expected-error @+1 {{padding_idx -1 must be a row of the table (>= 0)}}
+  %y = dg.gather %t[%ids] {padding_idx = -1 : i64} : tensor<4x8xf32>, tensor<3xi64> -> tensor<3x8xf32>
   return
 }
 
 // -----
 
 func.func @scatter_skip_id(%u: tensor<3x8xf32>, %ids: tensor<3xi64>) {
-  // expected-error @+1 {{skip_id -1 is outside the table's rows [0, 4)}}
+  // expected-error @+1 {{skip_id -1 must be a row of the table (>= 0)}}
   %t = dg.scatter_add %u at %ids {skip_id = -1 : i64} : tensor<3x8xf32>, tensor<3xi64> -> tensor<4x8xf32>
   return
 }

@@ -1,5 +1,6 @@
 // moe_route against hand-worked examples and a sort-based reference; moe_experts against a per-token
-// loop that evaluates each routed expert on its own; and both factories' checks.
+// loop that evaluates each routed expert on its own; moe_experts and its backward kernel over blocks
+// of the experts against the whole op; and the factories' checks.
 #include <cmath>
 #include <numbers>
 #include <numeric>
@@ -245,25 +246,109 @@ TEST(MoeExpertsKernel, ManyTokensAcrossThreadsGiveTheSerialResult) {
   EXPECT_EQ(runExperts(DType::F32, c, x, w, gu, d, &threads), runExperts(DType::F32, c, x, w, gu, d));
 }
 
-TEST(MoeExpertsKernel, OutOfRangeIndexIsARunTimeErrorNamingIt) {
-  for (int64_t badIndex : {int64_t{4}, int64_t{-1}}) {
-    const ExpertsCase c{.tokens = 3, .indices = {0, 1, 2, badIndex, 3, 0}};
-    const ExpertsInputs in = randomExpertsInputs(c, 107);
-    try {
-      runExperts(DType::F64, c, in.x, in.weights, in.gateUp, in.down);
-      ADD_FAILURE() << "index " << badIndex << " was accepted";
-    } catch (const RuntimeError& error) {
-      EXPECT_EQ(error.exitCode(), 1);
-      EXPECT_EQ(std::string(error.what()), "step 0 (moe_experts): expert index " + std::to_string(badIndex) +
-                                               " at indices[1, 1] is outside [0, E = 4)");
-    }
+TEST(MoeExpertsKernel, NegativeIndexIsARunTimeErrorNamingIt) {
+  const ExpertsCase c{.tokens = 3, .indices = {0, 1, 2, -1, 3, 0}};
+  const ExpertsInputs in = randomExpertsInputs(c, 107);
+  try {
+    runExperts(DType::F64, c, in.x, in.weights, in.gateUp, in.down);
+    ADD_FAILURE() << "index -1 was accepted";
+  } catch (const RuntimeError& error) {
+    EXPECT_EQ(error.exitCode(), 1);
+    EXPECT_EQ(std::string(error.what()), "step 0 (moe_experts): expert index -1 at indices[1, 1] is negative, not an expert");
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocks of experts (expert parallelism): gate_up and down hold the global experts
+// [expert_offset, expert_offset + E), and each block's results summed over the blocks are the whole op's.
+
+// The experts [first, first + count) of gate_up [E, 2I, H] or down [E, H, I], `perExpert` values each.
+std::vector<double> expertBlock(const std::vector<double>& all, int64_t perExpert, int64_t first, int64_t count) {
+  return std::vector<double>(all.begin() + first * perExpert, all.begin() + (first + count) * perExpert);
+}
+
+struct ExpertsGradients {
+  std::vector<double> dx, dWeights, dGateUp, dDown;
+};
+
+// moe_experts_backward in f64 over the block [expertOffset, expertOffset + experts) of the inputs'
+// experts (c.experts of them).
+ExpertsGradients runExpertsBackward(const ExpertsCase& c, const ExpertsInputs& in, const std::vector<double>& dy,
+                                    int64_t expertOffset, int64_t experts) {
+  const int64_t gateUpSize = 2 * c.expertHidden * c.hidden, downSize = c.hidden * c.expertHidden;
+  KernelCall call("moe_experts_backward", {{"expert_offset", expertOffset}});
+  call.input(DType::F64, {c.tokens, c.hidden}, in.x).input(DType::F64, {c.tokens, c.topK}, in.weights);
+  call.input(DType::I64, {c.tokens, c.topK}, c.indices);
+  call.input(DType::F64, {experts, 2 * c.expertHidden, c.hidden}, expertBlock(in.gateUp, gateUpSize, expertOffset, experts));
+  call.input(DType::F64, {experts, c.hidden, c.expertHidden}, expertBlock(in.down, downSize, expertOffset, experts));
+  call.input(DType::F64, {c.tokens, c.hidden}, dy);
+  call.output(DType::F64, {c.tokens, c.hidden}).output(DType::F64, {c.tokens, c.topK});
+  call.output(DType::F64, {experts, 2 * c.expertHidden, c.hidden}).output(DType::F64, {experts, c.hidden, c.expertHidden});
+  call.run();
+  return {call.result<double>(0), call.result<double>(1), call.result<double>(2), call.result<double>(3)};
+}
+
+std::vector<double> runExpertsBlock(const ExpertsCase& c, const ExpertsInputs& in, int64_t expertOffset, int64_t experts) {
+  const int64_t gateUpSize = 2 * c.expertHidden * c.hidden, downSize = c.hidden * c.expertHidden;
+  KernelCall call("moe_experts", {{"expert_offset", expertOffset}});
+  call.input(DType::F64, {c.tokens, c.hidden}, in.x).input(DType::F64, {c.tokens, c.topK}, in.weights);
+  call.input(DType::I64, {c.tokens, c.topK}, c.indices);
+  call.input(DType::F64, {experts, 2 * c.expertHidden, c.hidden}, expertBlock(in.gateUp, gateUpSize, expertOffset, experts));
+  call.input(DType::F64, {experts, c.hidden, c.expertHidden}, expertBlock(in.down, downSize, expertOffset, experts));
+  call.output(DType::F64, {c.tokens, c.hidden});
+  call.run();
+  return call.result<double>();
+}
+
+std::vector<double> sumOf(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> sum(a.size());
+  for (size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];
+  return sum;
+}
+
+std::vector<double> concatenated(std::vector<double> a, const std::vector<double>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Five experts cut unevenly into [0, 2) and [2, 5); token 1 routes to the first block only, token 3 to
+// the second only, and token 5 to expert 4 twice.
+const ExpertsCase kBlockCase{.tokens = 6, .experts = 5, .indices = {0, 3, 1, 0, 4, 2, 2, 4, 1, 3, 4, 4}};
+
+TEST(MoeExpertsKernel, BlocksOfExpertsSumToTheWholeOp) {
+  const ExpertsCase& c = kBlockCase;
+  const ExpertsInputs in = randomExpertsInputs(c, 108);
+  const std::vector<double> whole = runExpertsBlock(c, in, 0, 5);
+  expectClose(whole, expertsReference(c, in.x, in.weights, in.gateUp, in.down), 1e-12);
+  const std::vector<double> low = runExpertsBlock(c, in, 0, 2), high = runExpertsBlock(c, in, 2, 3);
+  expectClose(sumOf(low, high), whole, 1e-12);
+  // Token 3 routes to experts 2 and 4 only: the first block adds nothing to it.
+  EXPECT_EQ(std::vector<double>(low.begin() + 3 * c.hidden, low.begin() + 4 * c.hidden), std::vector<double>(c.hidden, 0.0));
+}
+
+TEST(MoeExpertsBackwardKernel, BlocksOfExpertsSumToTheWholeGradients) {
+  const ExpertsCase& c = kBlockCase;
+  const ExpertsInputs in = randomExpertsInputs(c, 109);
+  const std::vector<double> dy = randomValues<double>(c.tokens * c.hidden, 110, -1, 1);
+  const ExpertsGradients whole = runExpertsBackward(c, in, dy, 0, 5);
+  const ExpertsGradients low = runExpertsBackward(c, in, dy, 0, 2), high = runExpertsBackward(c, in, dy, 2, 3);
+  expectClose(sumOf(low.dx, high.dx), whole.dx, 1e-12);
+  // Each route's weight gradient comes from the one block holding its expert; the other gives 0.
+  expectClose(sumOf(low.dWeights, high.dWeights), whole.dWeights, 1e-12);
+  for (int64_t route = 0; route < c.tokens * c.topK; ++route) {
+    const bool inLow = c.indices[route] < 2;
+    EXPECT_EQ((inLow ? high : low).dWeights[route], 0.0) << "route " << route;
+  }
+  // The experts' gradients are the whole op's, block by block.
+  expectClose(concatenated(low.dGateUp, high.dGateUp), whole.dGateUp, 1e-12);
+  expectClose(concatenated(low.dDown, high.dDown), whole.dDown, 1e-12);
 }
 
 KernelCall expertsCall(std::vector<int64_t> xShape, std::vector<int64_t> weightsShape,
                        std::vector<int64_t> indicesShape, std::vector<int64_t> gateUpShape,
-                       std::vector<int64_t> downShape, std::vector<int64_t> yShape) {
-  KernelCall call("moe_experts");
+                       std::vector<int64_t> downShape, std::vector<int64_t> yShape,
+                       nlohmann::json attrs = nlohmann::json::object()) {
+  KernelCall call("moe_experts", std::move(attrs));
   call.input(DType::F32, xShape, std::vector<float>(elementCount(xShape)));
   call.input(DType::F32, weightsShape, std::vector<float>(elementCount(weightsShape)));
   call.input(DType::I64, indicesShape, std::vector<int64_t>(elementCount(indicesShape)));
@@ -289,6 +374,7 @@ TEST(MoeExpertsKernel, FactoryRejectsBadShapes) {
             "step 0 (moe_experts): input weights has shape [2,2], expected [3,2]");
   EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 6, 5}, {3, 5})),
             "step 0 (moe_experts): output y has shape [3,5], expected [3,6]");
+  EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 6, 5}, {3, 6}, {{"expert_offset", -1}})), "step 0 (moe_experts): attribute 'expert_offset': -1 must be >= 0");
 }
 
 }  // namespace

@@ -238,20 +238,41 @@ TEST(GatherKernel, SelectsTableRows) {
     for (size_t h = 0; h < 64; ++h) ASSERT_EQ(y[i * 64 + h], wide[ids[i] * 64 + h]) << "row " << i;
 }
 
-TEST(GatherKernel, OutOfRangeIdIsARunTimeErrorNamingIdAndIndex) {
-  for (int64_t badId : {int64_t{4}, int64_t{-1}}) {
-    KernelCall call("gather");
-    call.input<float>(DType::F32, {4, 1}, {0, 1, 2, 3}).input<int64_t>(DType::I64, {3}, {0, badId, 2});
-    call.output(DType::F32, {3, 1});
-    try {
-      call.run();
-      ADD_FAILURE() << "id " << badId << " was accepted";
-    } catch (const RuntimeError& error) {
-      EXPECT_EQ(error.exitCode(), 1);
-      EXPECT_EQ(std::string(error.what()),
-                "step 0 (gather): id " + std::to_string(badId) + " at flat index 1 is outside the table's rows [0, 4)");
-    }
+TEST(GatherKernel, NegativeIdIsARunTimeErrorNamingIdAndIndex) {
+  KernelCall call("gather");
+  call.input<float>(DType::F32, {4, 1}, {0, 1, 2, 3}).input<int64_t>(DType::I64, {3}, {0, -1, 2});
+  call.output(DType::F32, {3, 1});
+  try {
+    call.run();
+    ADD_FAILURE() << "id -1 was accepted";
+  } catch (const RuntimeError& error) {
+    EXPECT_EQ(error.exitCode(), 1);
+    EXPECT_EQ(std::string(error.what()), "step 0 (gather): id -1 at flat index 1 is negative, not a row of the table");
   }
+}
+
+// A [6, 2] table cut into the global rows [0, 2) and [2, 6): each block gives zero rows for the ids
+// it does not hold, and the blocks' results summed are the whole table's gather.
+TEST(GatherKernel, BlocksOfTheTableSumToTheWholeGather) {
+  const std::vector<float> table = {0, 1, 10, 11, 20, 21, 30, 31, 40, 41, 50, 51};
+  const std::vector<int32_t> ids = {5, 0, 2, 1, 4, 3, 1};
+  const auto gather = [&](int64_t rowOffset, int64_t rows) {
+    KernelCall call("gather", {{"row_offset", rowOffset}});
+    call.input(DType::F32, {rows, 2}, std::vector<float>(table.begin() + rowOffset * 2, table.begin() + (rowOffset + rows) * 2));
+    call.input(DType::I32, {7}, ids).output(DType::F32, {7, 2});
+    call.run();
+    return call.result<float>();
+  };
+  const std::vector<float> low = gather(0, 2), high = gather(2, 4), whole = gather(0, 6);
+  EXPECT_EQ(low, (std::vector<float>{0, 0, 0, 1, 0, 0, 10, 11, 0, 0, 0, 0, 10, 11}));
+  EXPECT_EQ(high, (std::vector<float>{50, 51, 0, 0, 20, 21, 0, 0, 40, 41, 30, 31, 0, 0}));
+  std::vector<float> sum(low.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = low[i] + high[i];
+  EXPECT_EQ(sum, whole);
+
+  KernelCall negative("gather", {{"row_offset", -1}});
+  negative.input(DType::F32, {6, 2}, table).input(DType::I32, {7}, ids).output(DType::F32, {7, 2});
+  EXPECT_EQ(factoryError(negative), "step 0 (gather): attribute 'row_offset': -1 must be >= 0");
 }
 
 // Table [4, 2], ids [2, 3]: rows hit twice add up, unread rows stay zero, and with skip_id = 0 (a
@@ -271,10 +292,33 @@ TEST(ScatterAddKernel, AddsRowsAtTheIdsAndSkipsThePaddingRow) {
   EXPECT_EQ(skipped.result<float>(), (std::vector<float>{0, 0, 0, 0, 101, 202, 1000, 2000}));
 }
 
-TEST(ScatterAddKernel, RejectsASkipIdOutsideTheTable) {
-  KernelCall call("scatter_add", {{"skip_id", 4}});
-  call.input<int64_t>(DType::I64, {1}, {0}).input<float>(DType::F32, {1, 2}, {1, 2}).output(DType::F32, {4, 2});
-  EXPECT_EQ(factoryError(call), "step 0 (scatter_add): attribute 'skip_id': 4 is outside the table's rows [0, 4)");
+// The global rows [0, 2) and [2, 5) of a [5, 2] table: each block's scatter_add is that block of the
+// whole one, with the skipped padding row (global row 3) skipped in the block that holds it only.
+TEST(ScatterAddKernel, BlocksOfTheTableAreBlocksOfTheWholeScatter) {
+  const std::vector<int64_t> ids = {4, 0, 3, 1, 4, 2, 0};
+  const std::vector<double> updates = randomValues<double>(7 * 2, 61);
+  const auto scatter = [&](int64_t rowOffset, int64_t rows) {
+    KernelCall call("scatter_add", {{"skip_id", 3}, {"row_offset", rowOffset}});
+    call.input(DType::I64, {7}, ids).input(DType::F64, {7, 2}, updates).output(DType::F64, {rows, 2});
+    call.run();
+    return call.result<double>();
+  };
+  const std::vector<double> whole = scatter(0, 5);
+  EXPECT_EQ(std::vector<double>(whole.begin() + 6, whole.begin() + 8), (std::vector<double>{0, 0})) << "padding row";
+  EXPECT_EQ(scatter(0, 2), std::vector<double>(whole.begin(), whole.begin() + 4));
+  EXPECT_EQ(scatter(2, 3), std::vector<double>(whole.begin() + 4, whole.end()));
+}
+
+TEST(ScatterAddKernel, RejectsNegativeSkipIdAndRowOffset) {
+  const auto call = [](nlohmann::json attrs) {
+    KernelCall scatter("scatter_add", std::move(attrs));
+    scatter.input<int64_t>(DType::I64, {1}, {0}).input<float>(DType::F32, {1, 2}, {1, 2}).output(DType::F32, {4, 2});
+    return scatter;
+  };
+  EXPECT_EQ(factoryError(call({{"skip_id", -1}})), "step 0 (scatter_add): attribute 'skip_id': -1 must be >= 0");
+  EXPECT_EQ(factoryError(call({{"row_offset", -2}})), "step 0 (scatter_add): attribute 'row_offset': -2 must be >= 0");
+  // A padding row beyond this block belongs to another rank's block.
+  EXPECT_NO_THROW(call({{"skip_id", 4}}).create());
 }
 
 }  // namespace
