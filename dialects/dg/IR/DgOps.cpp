@@ -248,9 +248,22 @@ int64_t mlir::dg::storageBytes(RankedTensorType type) {
 
 bool mlir::dg::isPersistentStorage(Value root) { return root.getDefiningOp<ParamOp>() || root.getDefiningOp<ConstantOp>(); }
 
+namespace {
+// Whether `value` is the only reader of its bytes: it has one use, and so has every value it is a
+// view of. An in-place collective on a reshape of a value that is read elsewhere would overwrite it.
+bool soleReaderOfStorage(Value value) {
+  for (;;) {
+    if (!value.hasOneUse()) return false;
+    if (auto reshape = value.getDefiningOp<ReshapeOp>()) value = reshape.getInput();
+    else if (auto barrier = value.getDefiningOp<StopGradientOp>()) value = barrier.getInput();
+    else return true;
+  }
+}
+}  // namespace
+
 bool mlir::dg::collectiveWorksInPlace(Operation* op) {
   Value input = op->getOperand(0);
-  return input.hasOneUse() && !isPersistentStorage(storageRoot(input));
+  return soleReaderOfStorage(input) && !isPersistentStorage(storageRoot(input));
 }
 
 Value mlir::dg::storageRoot(Value value) {
@@ -263,7 +276,7 @@ Value mlir::dg::storageRoot(Value value) {
       value = barrier.getInput();
     } else if (Operation* collective = value.getDefiningOp(); collective && isInPlaceCollective(collective)) {
       Value input = collective->getOperand(0);
-      if (!input.hasOneUse()) return value;
+      if (!soleReaderOfStorage(input)) return value;
       Value inputRoot = storageRoot(input);
       return isPersistentStorage(inputRoot) ? value : inputRoot;
     } else {

@@ -100,6 +100,26 @@ func.func @in_place_all_reduce() attributes {dg.entry = "forward"} {
 
 // -----
 
+// An all-reduce of a reshape (a view) of a value that is read elsewhere must not overwrite it: it
+// gets its own bytes.
+module attributes {dg.mesh = {tp = 1 : i64}} {
+// CHECK-LABEL: func.func @all_reduce_of_a_shared_view
+func.func @all_reduce_of_a_shared_view() attributes {dg.entry = "forward"} {
+  %x = dg.input "x" : tensor<16xf32>
+  %e = dg.exp %x : tensor<16xf32>
+  %v = dg.reshape %e : tensor<16xf32> -> tensor<4x4xf32>
+  // CHECK: dg.exp {{.*}} {dg.offsets = array<i64: 64>}
+  // CHECK: dg.all_reduce {{.*}} {dg.offsets = array<i64: 0>}
+  %r = dg.all_reduce %v axis = "tp" : tensor<4x4xf32> -> tensor<4x4xf32>
+  %n = dg.neg %e : tensor<16xf32>
+  dg.output "r", %r : tensor<4x4xf32>
+  dg.output "n", %n : tensor<16xf32>
+  return
+}
+}
+
+// -----
+
 // A broadcast and a reduce_to_root work in place like an all-reduce, but never in a parameter's
 // persistent bytes: that result gets scratch of its own (the plan copies the parameter into it).
 module attributes {dg.mesh = {tp = 1 : i64}} {
