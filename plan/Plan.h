@@ -64,6 +64,9 @@ struct Parameter {
   std::vector<int64_t> shardOffset;
   std::vector<int64_t> shardShape;
   bool trainable = true;
+  // The buffer holds this rank's share of a pending sum (a gradient buffer under data parallelism):
+  // the tensor is the sum over the ranks of the boxes they hold.
+  bool pendingSum = false;
   nlohmann::json init;  // {"kind": "normal", "std": 0.02} / {"kind": "ones"} / ...
 };
 

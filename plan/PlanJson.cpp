@@ -244,7 +244,7 @@ json planToJson(const Plan& plan) {
   root["buffers"] = buffers;
 
   json parameters = json::array();
-  for (const Parameter& parameter : plan.parameters)
+  for (const Parameter& parameter : plan.parameters) {
     parameters.push_back({{"name", parameter.name},
                           {"buffer", parameter.buffer},
                           {"global_shape", parameter.globalShape},
@@ -252,6 +252,8 @@ json planToJson(const Plan& plan) {
                           {"shard_shape", parameter.shardShape},
                           {"trainable", parameter.trainable},
                           {"init", parameter.init}});
+    if (parameter.pendingSum) parameters.back()["pending_sum"] = true;
+  }
   root["parameters"] = parameters;
 
   json constants = json::array();
@@ -334,6 +336,7 @@ Plan planFromJson(const json& header, const std::string& source) {
     parameter.shardOffset = node.integers("shard_offset");
     parameter.shardShape = node.integers("shard_shape");
     parameter.trainable = node.boolean("trainable");
+    parameter.pendingSum = node.has("pending_sum") && node.boolean("pending_sum");
     parameter.init = node.raw("init");
     plan.parameters.push_back(std::move(parameter));
   }

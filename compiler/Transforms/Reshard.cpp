@@ -85,9 +85,10 @@ class Reshard {
   // The collective over `axis` applied to dimension `dim`, through a transpose when dim != 0.
   template <typename CollectiveOp>
   LogicalResult collectiveOnDim(StringRef axis, int64_t dim) {
-    if (!isa<FloatType>(type().getElementType()))
+    // A gather moves bytes (integer routing indices too); the reductions need a float type.
+    if (!std::is_same_v<CollectiveOp, AllGatherOp> && !isa<FloatType>(type().getElementType()))
       return user_->emitOpError() << "needs a " << CollectiveOp::getOperationName() << " over '" << axis
-                                  << "' of the integer value " << type() << ", which collectives do not move";
+                                  << "' of the integer value " << type() << ", which collectives do not reduce";
     Location loc = user_->getLoc();
     // Collectives take rank >= 1: a scalar (a loss) is reduced as one element.
     if (type().getRank() == 0) {

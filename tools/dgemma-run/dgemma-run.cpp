@@ -193,13 +193,17 @@ int runGrad(const ExecutionFlags& flags) {
       written[name] = tensor;
     }
   }
-  // Gradient buffers are sharded like their parameters: every rank takes part in assembling each.
+  // Gradient buffers are sharded like their parameters, and under data parallelism each rank holds
+  // its share of their sum: every rank takes part in assembling each.
   for (const dgemma::Parameter& parameter : session->plan.parameters)
-    if (parameter.name.rfind(gradientPrefix, 0) == 0)
+    if (parameter.name.rfind(gradientPrefix, 0) == 0) {
+      const dgemma::ShardBox box{parameter.shardOffset, parameter.shardShape};
+      const HostTensor& local = session->executor->parameter(parameter.name);
+      const std::string what = "parameter " + parameter.name;
       written[parameter.name.substr(gradientPrefix.size())] =
-          dgemma::assembleGlobal(*session->world, session->executor->parameter(parameter.name),
-                                 dgemma::ShardBox{parameter.shardOffset, parameter.shardShape}, parameter.globalShape,
-                                 "parameter " + parameter.name);
+          parameter.pendingSum ? dgemma::sumGlobal(*session->world, local, box, parameter.globalShape, what)
+                               : dgemma::assembleGlobal(*session->world, local, box, parameter.globalShape, what);
+    }
   if (!written.count("loss")) throw InputError("--plan: entry train_step has no \"loss\" output");
   if (session->isRankZero()) writeOutputs(flags.output, written);
   return 0;

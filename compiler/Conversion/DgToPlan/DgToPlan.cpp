@@ -164,6 +164,7 @@ class PlanBuilder {
     parameter.globalShape = box.globalShape;
     parameter.shardOffset = box.shardOffset;
     parameter.trainable = param.getTrainable();
+    parameter.pendingSum = param->hasAttr(kPendingSumAttr);
     parameter.init = nlohmann::json::object();
     if (auto init = param.getInitAttr())
       for (NamedAttribute field : init) {

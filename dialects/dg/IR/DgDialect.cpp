@@ -162,6 +162,11 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
     return success();
   }
   if (name == kGlobalShapeAttr || name == kShardOffsetAttr) return verifyBox(op, name);
+  if (name == kPendingSumAttr) {
+    if (!isa<ParamOp>(op) || !isa<UnitAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << name << "' is a unit attribute of dg.param";
+    return success();
+  }
   if (name == kRoleAttr) {
     auto role = dyn_cast<StringAttr>(attribute.getValue());
     if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";

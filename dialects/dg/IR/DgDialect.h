@@ -38,6 +38,9 @@ inline constexpr llvm::StringLiteral kRoleReplicated = "replicated";
 // lowering records them as the buffer's box.
 inline constexpr llvm::StringLiteral kGlobalShapeAttr = "dg.global_shape";
 inline constexpr llvm::StringLiteral kShardOffsetAttr = "dg.shard_offset";
+// Written by dg-shard-partition on a dg.param whose storage holds one rank's share of a pending sum
+// (a gradient buffer): the tensor is the sum of the boxes every rank holds.
+inline constexpr llvm::StringLiteral kPendingSumAttr = "dg.pending_sum";
 
 }  // namespace mlir::dg
 

@@ -666,9 +666,13 @@ def Dg_AllReduceOp : Dg_CollectiveOp<"all_reduce"> {
 def Dg_AllGatherOp : Dg_CollectiveOp<"all_gather"> {
   let summary = "Concatenation on dim 0 of every rank's input, in rank order";
   let description = [{
-    `reduce` must be sum (the default): a gather reduces nothing. The derivative is the
-    reduce-scatter (sum) of the result cotangent.
+    `reduce` must be sum (the default): a gather reduces nothing. It moves bytes, so integer tensors
+    (expert routing indices) are gathered too. The derivative is the reduce-scatter (sum) of the
+    result cotangent.
   }];
+  let arguments = (ins Dg_Tensor:$input, StrAttr:$axis,
+                       DefaultValuedAttr<Dg_ReductionKindAttr, "::mlir::dg::ReductionKind::Sum">:$reduce);
+  let results = (outs Dg_Tensor:$result);
 }
 def Dg_ReduceScatterOp : Dg_CollectiveOp<"reduce_scatter"> {
   let summary = "Reduction across ranks, rank r keeping block r of dim 0";
