@@ -227,9 +227,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
 
 // The text model's hidden size, for the report's analytic minimum (0 for the built-in graph).
 int64_t modelHiddenSize(const RuntimeFields& fields) {
-  const nlohmann::json* config = &fields.modelConfig;
-  if (config->contains("text_config")) config = &(*config)["text_config"];
-  return config->value("hidden_size", int64_t{0});
+  if (!fields.modelConfig.is_object()) return 0;
+  const nlohmann::json& config = fields.modelConfig.contains("text_config") ? fields.modelConfig["text_config"] : fields.modelConfig;
+  return config.value("hidden_size", int64_t{0});
 }
 
 // A preset's values fill the flags the command line left unset (explicit flags win), through
