@@ -2,8 +2,6 @@
 // scale) and moe_experts (dropless routed experts, each a gated GELU MLP, combined by the weights).
 // The experts kernels may hold one block of the experts, [expert_offset, expert_offset + E): routes to
 // the other experts take no slot, so they add nothing to y or dx and get zero weight gradients.
-#include <cblas.h>
-
 #include <climits>
 #include <cmath>
 #include <memory>
@@ -14,9 +12,15 @@
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/moe/Contract.h"
+#include "runtime/kernels/moe/ExpertMath.h"
 
 namespace dgemma {
 namespace {
+
+using expert_math::gatedGeluBackwardRow;
+using expert_math::gatedGeluRow;
+using expert_math::gatedGeluWeightedRow;
+using expert_math::gemm;
 
 // ---------------------------------------------------------------------------------------------
 // moe_route
@@ -81,92 +85,6 @@ std::unique_ptr<Kernel> createMoeRouteKernel(const KernelSignature& signature) {
 
 // ---------------------------------------------------------------------------------------------
 // moe_experts
-
-// Row-major C[m, n] = op(A) · op(B), op a transpose where asked. Expert weight blocks are stored
-// [out, in], so the forward products read them transposed in place.
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-          int ldc) {
-  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
-              lda, b, ldb, 0.0f, c, ldc);
-}
-
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-          double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a,
-              lda, b, ldb, 0.0, c, ldc);
-}
-
-// The gated GELU of the expert MLPs row by row, and its derivative. These loops are the experts'
-// arithmetic outside the GEMMs (a tanh per element), so their f32 instances are compiled in AVX2
-// clones (see FastMath.h); the templates are always inlined so that each clone gets its own copy.
-
-template <typename T>
-[[gnu::always_inline]] inline T geluTanhDerivative(T x) {
-  constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
-  const T t = cpu::fastTanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
-}
-
-// row[c] = gelu_tanh(row[c]) · row[n + c]: the gate half of a [gate | up] row is overwritten. One
-// pointer, so the compiler sees the two halves n apart rather than two possibly equal pointers.
-template <typename T>
-[[gnu::always_inline]] inline void gatedGeluRowIn(T* row, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) row[c] = cpu::geluTanh(row[c]) * row[n + c];
-}
-
-// hidden[c] = gelu_tanh(gate[c]) · up[c] and weighted[c] = weight · hidden[c].
-template <typename T>
-[[gnu::always_inline]] inline void gatedGeluWeightedRowIn(const T* gate, const T* up, T weight, T* hidden, T* weighted,
-                                                          int64_t n) {
-  for (int64_t c = 0; c < n; ++c) {
-    const T state = cpu::geluTanh(gate[c]) * up[c];
-    hidden[c] = state;
-    weighted[c] = weight * state;
-  }
-}
-
-// With dState = weight · dHidden: dGate = dState · up · gelu_tanh'(gate), dUp = dState · gelu_tanh(gate).
-template <typename T>
-[[gnu::always_inline]] inline void gatedGeluBackwardRowIn(const T* gate, const T* up, const T* dHidden, T weight,
-                                                          T* dGate, T* dUp, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) {
-    const T dState = weight * dHidden[c];
-    dGate[c] = dState * up[c] * geluTanhDerivative(gate[c]);
-    dUp[c] = dState * cpu::geluTanh(gate[c]);
-  }
-}
-
-DGEMMA_CPU_CLONES_FOR_AVX2 void gatedGeluRowF32(float* row, int64_t n) { gatedGeluRowIn(row, n); }
-DGEMMA_CPU_CLONES_FOR_AVX2 void gatedGeluWeightedRowF32(const float* gate, const float* up, float weight, float* hidden,
-                                                        float* weighted, int64_t n) {
-  gatedGeluWeightedRowIn(gate, up, weight, hidden, weighted, n);
-}
-DGEMMA_CPU_CLONES_FOR_AVX2 void gatedGeluBackwardRowF32(const float* gate, const float* up, const float* dHidden,
-                                                        float weight, float* dGate, float* dUp, int64_t n) {
-  gatedGeluBackwardRowIn(gate, up, dHidden, weight, dGate, dUp, n);
-}
-
-template <typename T>
-void gatedGeluRow(T* row, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    gatedGeluRowF32(row, n);
-  else
-    gatedGeluRowIn(row, n);
-}
-template <typename T>
-void gatedGeluWeightedRow(const T* gate, const T* up, T weight, T* hidden, T* weighted, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    gatedGeluWeightedRowF32(gate, up, weight, hidden, weighted, n);
-  else
-    gatedGeluWeightedRowIn(gate, up, weight, hidden, weighted, n);
-}
-template <typename T>
-void gatedGeluBackwardRow(const T* gate, const T* up, const T* dHidden, T weight, T* dGate, T* dUp, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    gatedGeluBackwardRowF32(gate, up, dHidden, weight, dGate, dUp, n);
-  else
-    gatedGeluBackwardRowIn(gate, up, dHidden, weight, dGate, dUp, n);
-}
 
 // Which slot of the expert-sorted row blocks each route (token, j) takes; only the routes to experts
 // of this block take one.

@@ -2,8 +2,6 @@
 // rows to their routes' slots and back with the weighted combine (moe_permute, moe_combine), and a
 // rank's experts on the rows it received (moe_local_experts and its backward), one GEMM pair per
 // expert over all its rows, as moe_experts runs them (runtime/kernels/moe/cpu.cpp).
-#include <cblas.h>
-
 #include <climits>
 #include <memory>
 #include <numeric>
@@ -12,12 +10,16 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/moe/ExpertMath.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
 #include "support/DType.h"
 #include "support/Error.h"
 
 namespace dgemma {
 namespace {
+
+using expert_math::geluTanhDerivative;
+using expert_math::gemm;
 
 // ---------------------------------------------------------------------------------------------
 // moe_dispatch: global expert e lives on peer e / E_local, so grouping the routes by global expert
@@ -151,26 +153,6 @@ std::unique_ptr<Kernel> createMoeCombineKernel(const KernelSignature& signature)
 // moe_local_experts and its backward: the received rows are grouped by source peer, then by local
 // expert; each expert's rows from every source are gathered into one block ("slots" in expert
 // order), run through that expert's GEMMs, and scattered back to their rows.
-
-// Row-major C[m, n] = op(A) · op(B) (the expert weights are stored [out, in]).
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-          int ldc) {
-  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
-              lda, b, ldb, 0.0f, c, ldc);
-}
-
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-          double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a,
-              lda, b, ldb, 0.0, c, ldc);
-}
-
-template <typename T>
-T geluTanhDerivative(T x) {
-  constexpr T kSqrtTwoOverPi = T(0.7978845608028654), kCubic = T(0.044715);
-  const T t = cpu::fastTanh(kSqrtTwoOverPi * (x + kCubic * x * x * x));
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrtTwoOverPi * (T(1) + T(3) * kCubic * x * x);
-}
 
 // Where each counted row goes in the expert-ordered blocks.
 struct ExpertBlocks {
