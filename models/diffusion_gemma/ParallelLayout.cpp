@@ -42,9 +42,6 @@ void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayou
     if (tp == 1) throw InputError("--sp: sequence parallelism splits over the TP ranks and needs --tp 2");
     for (int64_t length : promptLengths) requireDivides(tp, length, "--tp", "the prompt bucket --prompt-len " + str(length));
     requireDivides(tp, canvasLength, "--tp", "the canvas length canvas_length");
-  } else if (tp > 1 && config.numExperts > 0) {
-    throw InputError("--tp " + str(tp) + ": the MoE layers need sequence parallelism under tensor parallelism (add --sp), " +
-                     "as Megatron Core requires");
   }
 }
 

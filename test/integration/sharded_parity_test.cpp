@@ -37,6 +37,7 @@ std::ostream& operator<<(std::ostream& out, const Layout& layout) { return out <
 
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> all = {
+      {"tp2", "--tp 2", 2, 1},
       {"tp2_sp", "--tp 2 --sp", 2, 1},
       {"dp2_zero1", "--dp 2", 2, 2},
       {"dp2_ep2", "--dp 2 --ep 2", 2, 2},
@@ -90,7 +91,7 @@ void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want) {
 // The gradient fixture's full-attention layer has one KV head, which TP 2 cannot split: its
 // layouts are the data- and expert-parallel ones (TP is checked by the training parity below).
 const std::vector<Layout>& gradientLayouts() {
-  static const std::vector<Layout> all = {layouts()[1], layouts()[2]};
+  static const std::vector<Layout> all = {layouts()[2], layouts()[3]};
   return all;
 }
 

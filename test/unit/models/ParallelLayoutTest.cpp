@@ -77,8 +77,9 @@ TEST(ParallelLayout, SequenceParallelNeedsTensorParallelAndDivisibleLengths) {
   expectRefused(oddCanvas, ParallelLayout{2, 1, 1, true}, "the canvas length canvas_length (15)");
 }
 
-TEST(ParallelLayout, MoeUnderTensorParallelNeedsSequenceParallel) {
-  expectRefused(tinyConfig(), ParallelLayout{2, 1, 1, false}, "need sequence parallelism under tensor parallelism (add --sp)");
+// Unlike Megatron Core, MoE layers run under TP without SP: every TP rank routes the whole tokens.
+TEST(ParallelLayout, MoeUnderTensorParallelRunsWithoutSequenceParallel) {
+  EXPECT_NO_THROW(checkParallelLayout(tinyConfig(), ParallelLayout{2, 1, 1, false}, {8}, 16));
 }
 
 }  // namespace
