@@ -167,13 +167,6 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
       return op->emitOpError() << "'" << name << "' is a unit attribute of dg.param";
     return success();
   }
-  if (name == kRoleAttr) {
-    auto role = dyn_cast<StringAttr>(attribute.getValue());
-    if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";
-    if (!role || !llvm::is_contained({kRoleVocab, kRoleColumn, kRoleRow, kRoleExperts, kRoleReplicated}, role.getValue()))
-      return op->emitOpError() << "'" << name << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
-    return success();
-  }
   if (name == kScratchBytesAttr) {
     auto bytes = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!bytes || bytes.getInt() < 0) return op->emitOpError() << "'" << name << "' must be a non-negative integer";
