@@ -82,6 +82,8 @@ TINY_VISION = dict(
 NEAR_TIE_LOGIT_GAP = 1e-3
 # An acceptance decision is called marginal when the position's exclusive entropy sum is this close to the bound.
 ACCEPT_MARGIN = 1e-4
+# Every row's mean entropy must be at least this far (relative) from the confidence threshold.
+STOP_MARGIN = 1e-3
 
 FIXTURES: dict[str, dict] = {
     # The model with a crossed sliding window (W = 4) and 2 full layers: every cache rule is exercised. Default
@@ -118,9 +120,9 @@ FIXTURES: dict[str, dict] = {
         description=(
             "hf_tester (sliding head_dim 256, W = 512: nothing trimmed), 3 left-padded prompts of 13/9/5 tokens in "
             "width 13, 64 new tokens = 4 canvases of 16, 8 denoising steps, entropy bound 0.5, stability_threshold 0 "
-            "and confidence_threshold 0.45: rows stop denoising at different steps (frozen rows), canvases end early. "
-            "No base EOS id (the config's id 2 would end every row in canvas 1); an extra EOS id ends one row inside "
-            "canvas 2."
+            "and confidence_threshold 0.46: rows stop denoising at different steps (frozen rows), canvases 0 and 3 end "
+            "after 5 and 6 steps. No base EOS id (the config's id 2 would end every row in canvas 1); the extra EOS id "
+            "ends row 0 inside canvas 2 and row 1 inside canvas 3; row 2 runs to the end."
         ),
         prompt_lengths=[13, 9, 5],
         prompt_width=13,
@@ -132,7 +134,7 @@ FIXTURES: dict[str, dict] = {
         t_min=0.4,
         t_max=0.8,
         stability_threshold=0,
-        confidence_threshold=0.45,
+        confidence_threshold=0.46,
         base_eos=[],
         eos_canvas=2,
         z_steps=[(0, 0), (0, 1), (1, 0)],
@@ -604,6 +606,12 @@ def check_trace(rec: Recorder, trace: dict, fx: dict, eos_ids: list[int], cfg) -
     checks["min_acceptance_margin"] = float(
         f"{min(acceptance_margins(st['entropy'], fx['entropy_bound']).min().item() for st in rec.steps):.3g}"
     )
+    # The stop rule compares the mean entropy of a row with the confidence threshold: keep the decisions away from it,
+    # so that an fp32 port (entropy within 1e-5 relative) decides the same.
+    means = trace["entropy"].double().mean(-1)
+    stop_margin = float(((means - fx["confidence_threshold"]).abs() / fx["confidence_threshold"]).min())
+    assert stop_margin >= STOP_MARGIN, f"a row's mean entropy is within {stop_margin:.2g} (relative) of the threshold"
+    checks["min_stop_margin_relative"] = float(f"{stop_margin:.3g}")
     # The initial canvases and renoise ids are uniform over all V ids (specials included): a loose sanity bound.
     assert int(trace["renoise"].max()) < V and int(trace["renoise"].min()) >= 0
     return checks
