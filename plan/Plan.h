@@ -152,6 +152,26 @@ struct RunDefaults {
   nlohmann::json trainFlags = nlohmann::json::object();  // flag name without "--" -> value
 };
 
+// The block-diffusion generation settings of an inference plan (`dgemma-compile --mode infer`):
+// the sizes the prefill, denoise and commit entries were compiled for and the sampler's defaults,
+// from the model's generation_config.json and the defaults of docs/generation.md. The host loop
+// (runtime/generate) reads them; docs/inference-plan.md describes the entries.
+struct GenerationSettings {
+  int64_t canvasLength = 0;   // L: the model's canvas_length, the denoise and commit width
+  int64_t maxNewTokens = 0;   // the largest max_new_tokens a run may ask (it sizes the cache)
+  // C: full-attention layers' cache slots, maxPromptBucket + ceil(maxNewTokens / L) * L - L (the
+  // last canvas is never encoded); sliding layers keep min(C, W - 1).
+  int64_t cacheLength = 0;
+  int64_t maxDenoisingSteps = 48;
+  double entropyBound = 0.1;
+  double tMin = 0.4;
+  double tMax = 0.8;
+  int64_t stabilityThreshold = 1;
+  double confidenceThreshold = 0.005;
+  std::vector<int64_t> eosTokenIds;  // generation_config's eos_token_id, else config.json's, as a list
+  int64_t padTokenId = 0;
+};
+
 struct Plan {
   uint32_t version = kPlanFormatVersion;
   std::string producer;
@@ -169,6 +189,7 @@ struct Plan {
   std::optional<BucketPadding> bucketPadding;  // absent: a batch must match a bucket exactly
   std::optional<OptimizerSettings> optimizer;  // training plans (the optimizer_step entry)
   std::optional<RunDefaults> runDefaults;      // plans compiled with --preset
+  std::optional<GenerationSettings> generation;  // inference plans (prefill, denoise, commit)
   // Compile flags and the like, for people: nothing reads it to decide what to do.
   nlohmann::json metadata = nlohmann::json::object();
 

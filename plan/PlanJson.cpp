@@ -206,6 +206,55 @@ OptimizerSettings optimizerFromJson(const FieldReader& reader) {
   return adam;
 }
 
+json generationToJson(const GenerationSettings& generation) {
+  return {{"canvas_length", generation.canvasLength},
+          {"max_new_tokens", generation.maxNewTokens},
+          {"cache_length", generation.cacheLength},
+          {"max_denoising_steps", generation.maxDenoisingSteps},
+          {"entropy_bound", generation.entropyBound},
+          {"t_min", generation.tMin},
+          {"t_max", generation.tMax},
+          {"stability_threshold", generation.stabilityThreshold},
+          {"confidence_threshold", generation.confidenceThreshold},
+          {"eos_token_ids", generation.eosTokenIds},
+          {"pad_token_id", generation.padTokenId}};
+}
+
+// The ranges are those HF's DiffusionGemmaGenerationConfig accepts (docs/plan-format.md), plus
+// the sizes the entries need to exist.
+GenerationSettings generationFromJson(const FieldReader& reader) {
+  GenerationSettings generation;
+  auto positive = [&](const char* field) {
+    int64_t value = reader.integer(field);
+    if (value < 1) reader.fail("expected a positive integer, got " + std::to_string(value), field);
+    return value;
+  };
+  generation.canvasLength = positive("canvas_length");
+  generation.maxNewTokens = positive("max_new_tokens");
+  generation.cacheLength = reader.nonNegative("cache_length");
+  generation.maxDenoisingSteps = positive("max_denoising_steps");
+  generation.entropyBound = reader.number("entropy_bound");
+  generation.tMin = reader.number("t_min");
+  generation.tMax = reader.number("t_max");
+  generation.stabilityThreshold = reader.nonNegative("stability_threshold");
+  generation.confidenceThreshold = reader.number("confidence_threshold");
+  generation.eosTokenIds = reader.integers("eos_token_ids");
+  generation.padTokenId = reader.nonNegative("pad_token_id");
+  if (!(generation.entropyBound > 0.0))
+    reader.fail("expected a positive number, got " + std::to_string(generation.entropyBound), "entropy_bound");
+  if (!(generation.tMin >= 0.0)) reader.fail("expected a number >= 0, got " + std::to_string(generation.tMin), "t_min");
+  if (!(generation.tMax > generation.tMin))
+    reader.fail("expected a number above t_min " + std::to_string(generation.tMin) + ", got " + std::to_string(generation.tMax),
+                "t_max");
+  if (!(generation.confidenceThreshold > 0.0))
+    reader.fail("expected a positive number, got " + std::to_string(generation.confidenceThreshold), "confidence_threshold");
+  for (size_t i = 0; i < generation.eosTokenIds.size(); ++i)
+    if (generation.eosTokenIds[i] < 0)
+      reader.fail("expected a non-negative token id, got " + std::to_string(generation.eosTokenIds[i]),
+                  "eos_token_ids[" + std::to_string(i) + "]");
+  return generation;
+}
+
 }  // namespace
 
 json planToJson(const Plan& plan) {
@@ -283,6 +332,7 @@ json planToJson(const Plan& plan) {
   if (plan.bucketPadding) root["bucket_padding"] = bucketPaddingToJson(*plan.bucketPadding);
   if (plan.optimizer) root["optimizer"] = optimizerToJson(*plan.optimizer);
   if (plan.runDefaults) root["run_defaults"] = {{"preset", plan.runDefaults->preset}, {"train", plan.runDefaults->trainFlags}};
+  if (plan.generation) root["generation"] = generationToJson(*plan.generation);
   root["metadata"] = plan.metadata;
   // "sections" (name, offset, bytes) is added by serializePlan, which knows the layout.
   return root;
@@ -376,6 +426,7 @@ Plan planFromJson(const json& header, const std::string& source) {
     FieldReader defaults = root.child("run_defaults");
     plan.runDefaults = RunDefaults{defaults.string("preset"), defaults.child("train").node()};
   }
+  if (root.has("generation")) plan.generation = generationFromJson(root.child("generation"));
   plan.metadata = root.has("metadata") ? root.raw("metadata") : json::object();
   return plan;
 }

@@ -33,6 +33,12 @@ class PlanChecker {
   void checkBehaviourFields() {
     if (plan_.modelFamily == ModelFamily::DiffusionGemma && !plan_.modelConfig.is_object())
       fail("model.config", "expected the DiffusionGemma config.json object");
+    // The host generation loop reads the canvas and cache sizes from `generation`.
+    for (size_t i = 0; i < plan_.entryPoints.size(); ++i) {
+      const std::string& name = plan_.entryPoints[i].name;
+      if (!plan_.generation && (name == "prefill" || name == "denoise" || name == "commit"))
+        fail(at("entry_points", i), "an inference entry (\"" + name + "\") needs the plan's generation field");
+    }
     if (!plan_.bucketPadding) return;
     const BucketPadding& padding = *plan_.bucketPadding;
     const bool bucketed = std::any_of(plan_.entryPoints.begin(), plan_.entryPoints.end(),

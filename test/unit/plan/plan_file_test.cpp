@@ -60,6 +60,7 @@ TEST(PlanFile, RoundTripsEveryField) {
   plan.modelConfig = {{"model_type", "toy"}};
   plan.bucketPadding = BucketPadding{"prompt_len", 1, {{"x", 7}}, {"y"}};
   plan.runDefaults = RunDefaults{"toy-preset", {{"lr", 0.5}, {"steps", 3}}};
+  plan.generation = GenerationSettings{4, 9, 14, 7, 0.25, 0.3, 0.9, 2, 0.01, {1, 106}, 3};
   plan.sections.push_back({"constants", {1, 2, 3, 4, 5}});
   plan.entryPoints[0].numStreams = 2;
   plan.entryPoints[0].numEvents = 1;
@@ -153,6 +154,24 @@ TEST(PlanFile, NamesTheFieldOfABadBehaviourField) {
             "plan.dgplan: optimizer.eps: missing");
   EXPECT_EQ(errorWith([](nlohmann::json& h) { h["run_defaults"] = {{"preset", "p"}, {"train", 3}}; }),
             "plan.dgplan: run_defaults.train: expected an object");
+  Plan withGeneration = smallPlan();
+  withGeneration.generation = GenerationSettings{4, 8, 12};
+  withGeneration.generation->eosTokenIds = {1};
+  const nlohmann::json generation = planToJson(withGeneration)["generation"];
+  auto generationError = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return errorWith([&](nlohmann::json& h) { h["generation"] = generation; edit(h["generation"]); });
+  };
+  EXPECT_EQ(generationError([](nlohmann::json& g) { g["canvas_length"] = 0; }),
+            "plan.dgplan: generation.canvas_length: expected a positive integer, got 0");
+  EXPECT_EQ(generationError([](nlohmann::json& g) { g.erase("cache_length"); }), "plan.dgplan: generation.cache_length: missing");
+  EXPECT_EQ(generationError([](nlohmann::json& g) { g["t_max"] = 0.4; }),
+            "plan.dgplan: generation.t_max: expected a number above t_min 0.400000, got 0.400000");
+  EXPECT_EQ(generationError([](nlohmann::json& g) { g["entropy_bound"] = 0; }),
+            "plan.dgplan: generation.entropy_bound: expected a positive number, got 0.000000");
+  EXPECT_EQ(generationError([](nlohmann::json& g) { g["eos_token_ids"] = {1, -2}; }),
+            "plan.dgplan: generation.eos_token_ids[1]: expected a non-negative token id, got -2");
+  EXPECT_EQ(generationError([](nlohmann::json& g) { g["eos_token_ids"] = 1; }),
+            "plan.dgplan: generation.eos_token_ids: expected an array of integers");
 }
 
 TEST(PlanFile, RejectsEditedContent) {

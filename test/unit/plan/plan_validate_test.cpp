@@ -51,6 +51,16 @@ TEST(PlanValidate, RejectsBufferOfAnotherEntry) {
   EXPECT_NE(validationError(plan).find("buffer 2 belongs to entry \"other\""), std::string::npos);
 }
 
+TEST(PlanValidate, RejectsAnInferenceEntryWithoutGenerationSettings) {
+  Plan plan = smallPlan();
+  plan.entryPoints[0].name = "denoise";
+  for (Buffer& buffer : plan.buffers)
+    if (buffer.lifetime) buffer.lifetime->entry = plan.entryPoints[0].key();
+  EXPECT_EQ(validationError(plan), "p: entry_points[0]: an inference entry (\"denoise\") needs the plan's generation field");
+  plan.generation = GenerationSettings{4, 8, 12};
+  EXPECT_EQ(validationError(plan), "accepted");
+}
+
 TEST(PlanValidate, RejectsDanglingIds) {
   Plan plan = smallPlan();
   plan.entryPoints[0].steps[0].inputs = {1, 9};

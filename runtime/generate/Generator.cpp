@@ -1,0 +1,280 @@
+#include "runtime/generate/Generator.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "models/diffusion_gemma/Config.h"
+#include "runtime/generate/CanvasFinalization.h"
+#include "runtime/generate/DenoisingBatch.h"
+#include "runtime/generate/Temperature.h"
+#include "support/Error.h"
+
+namespace dgemma {
+
+const char* finishReasonName(FinishReason reason) { return reason == FinishReason::Eos ? "eos" : "length"; }
+
+namespace {
+
+const EntryPoint& entryNamed(const Plan& plan, const std::string& name, const std::string& planPath) {
+  for (const EntryPoint& entry : plan.entryPoints)
+    if (entry.name == name) return entry;
+  throw InputError(planPath + ": no \"" + name + "\" entry point (compile the plan with dgemma-compile --mode infer)");
+}
+
+HostTensor i64Tensor(std::vector<int64_t> shape, const std::vector<int64_t>& values) {
+  HostTensor tensor(DType::I64, std::move(shape));
+  std::copy(values.begin(), values.end(), tensor.as<int64_t>());
+  return tensor;
+}
+
+HostTensor f32Tensor(std::vector<int64_t> shape, const std::vector<float>& values) {
+  HostTensor tensor(DType::F32, std::move(shape));
+  std::copy(values.begin(), values.end(), tensor.as<float>());
+  return tensor;
+}
+
+// Runs `entry` on the inputs it takes, each converted to the dtype of its buffer.
+std::map<std::string, HostTensor> runEntryPoint(Session& session, const EntryPoint& entry,
+                                                std::map<std::string, HostTensor> inputs) {
+  std::map<std::string, HostTensor> fed;
+  for (const NamedBuffer& input : entry.inputs) {
+    auto it = inputs.find(input.name);
+    if (it == inputs.end()) throw InputError(session.planPath + ": entry " + entry.key() + " takes input \"" + input.name +
+                                             "\", which generation does not provide (docs/inference-plan.md)");
+    fed[input.name] = convertDType(std::move(it->second), session.plan.buffers[input.buffer].dtype,
+                                   "input " + input.name + " of " + entry.key());
+  }
+  return session.executor->run(entry, fed);
+}
+
+const HostTensor& outputNamed(const std::map<std::string, HostTensor>& outputs, const std::string& name,
+                              const EntryPoint& entry, const std::string& planPath) {
+  auto it = outputs.find(name);
+  if (it == outputs.end()) throw InputError(planPath + ": entry " + entry.key() + " has no output \"" + name + "\"");
+  return it->second;
+}
+
+// positions[b, l] = first + l on every row (transformers' one shared arange).
+std::vector<int64_t> sharedPositions(int64_t rows, int64_t length, int64_t first) {
+  std::vector<int64_t> positions(rows * length);
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t l = 0; l < length; ++l) positions[row * length + l] = first + l;
+  return positions;
+}
+
+}  // namespace
+
+Generator::Generator(Session& session, const GeneratorOptions& options) : session_(session) {
+  const Plan& plan = session.plan;
+  const std::string& planPath = session.planPath;
+  if (!plan.generation) throw InputError(planPath + ": no generation settings (compile the plan with dgemma-compile --mode infer)");
+  if (session.worldSize != 1)
+    throw InputError("generation runs on one rank; the plan has " + std::to_string(session.worldSize));
+  settings_ = *plan.generation;
+  if (options.maxNewTokens < 0 || options.maxNewTokens > settings_.maxNewTokens)
+    throw InputError("max_new_tokens: expected 1 to " + std::to_string(settings_.maxNewTokens) +
+                     " (the plan's cache is sized for that; recompile for more), got " + std::to_string(options.maxNewTokens));
+  if (options.maxNewTokens > 0) settings_.maxNewTokens = options.maxNewTokens;
+  if (options.maxDenoisingSteps < 0 || static_cast<uint64_t>(options.maxDenoisingSteps) > (uint64_t{1} << 24))
+    throw InputError("max_denoising_steps: expected 1 to 2^24, got " + std::to_string(options.maxDenoisingSteps));
+  if (options.maxDenoisingSteps > 0) settings_.maxDenoisingSteps = options.maxDenoisingSteps;
+  if (settings_.maxDenoisingSteps < 1 || settings_.canvasLength < 1)
+    throw InputError(planPath + ": generation: expected max_denoising_steps and canvas_length >= 1");
+  vocabSize_ = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config").vocabSize;
+
+  denoise_ = &entryNamed(plan, "denoise", planPath);
+  commit_ = &entryNamed(plan, "commit", planPath);
+  entryNamed(plan, "prefill", planPath);
+  microBatch_ = denoise_->bucket.count("micro_batch") ? denoise_->bucket.at("micro_batch") : 0;
+  for (const EntryPoint& entry : plan.entryPoints) {
+    if (entry.name != "prefill") continue;
+    if (!entry.bucket.count("prompt_len") || entry.bucket.count("micro_batch") == 0 || entry.bucket.at("micro_batch") != microBatch_)
+      throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets {micro_batch: " +
+                       std::to_string(microBatch_) + ", prompt_len: P} (the denoise entry's micro-batch)");
+    maxPromptLength_ = std::max(maxPromptLength_, entry.bucket.at("prompt_len"));
+  }
+  if (microBatch_ < 1) throw InputError(planPath + ": entry " + denoise_->key() + ": expected a micro_batch bucket");
+  if (maxPromptLength_ > settings_.cacheLength)
+    throw InputError(planPath + ": generation: cache_length " + std::to_string(settings_.cacheLength) +
+                     " is below the largest prompt bucket " + std::to_string(maxPromptLength_));
+}
+
+int64_t Generator::canvases() const {
+  return (settings_.maxNewTokens + settings_.canvasLength - 1) / settings_.canvasLength;
+}
+
+std::vector<GenerationResult> Generator::generate(std::span<const GenerationRequest> requests, DrawSource& draws,
+                                                  GenerationObserver* observer) {
+  for (const GenerationRequest& request : requests) {
+    if (request.promptIds.empty()) throw InputError("request " + std::to_string(request.id) + ": the prompt is empty");
+    if (static_cast<int64_t>(request.promptIds.size()) > maxPromptLength_)
+      throw InputError("request " + std::to_string(request.id) + ": the prompt has " + std::to_string(request.promptIds.size()) +
+                       " tokens; the plan's largest prefill bucket holds " + std::to_string(maxPromptLength_) +
+                       " (dgemma-compile --prompt-len)");
+    for (int64_t id : request.promptIds)
+      if (id < 0 || id >= vocabSize_)
+        throw InputError("request " + std::to_string(request.id) + ": token id " + std::to_string(id) +
+                         " is out of range for vocab_size " + std::to_string(vocabSize_));
+  }
+  std::vector<GenerationResult> results;
+  results.reserve(requests.size());
+  for (size_t first = 0; first < requests.size(); first += microBatch_)
+    generateMicroBatch(requests.subspan(first, std::min<size_t>(microBatch_, requests.size() - first)), draws, observer, results);
+  return results;
+}
+
+void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, DrawSource& draws,
+                                   GenerationObserver* observer, std::vector<GenerationResult>& results) {
+  const int64_t B = microBatch_, L = settings_.canvasLength, C = settings_.cacheLength;
+  const int64_t N = settings_.maxDenoisingSteps, pad = settings_.padTokenId;
+  const int64_t real = static_cast<int64_t>(requests.size());
+  const std::string& planPath = session_.planPath;
+
+  // Prefill: the batch's prompts left-padded to its widest (positions 0 .. width-1, shared), and
+  // that to the bucket (negative positions, masked).
+  int64_t width = 0;
+  for (const GenerationRequest& request : requests) width = std::max<int64_t>(width, request.promptIds.size());
+  const EntryPoint* prefill = session_.plan.selectEntry("prefill", {{"micro_batch", B}, {"prompt_len", width}});
+  if (!prefill) throw InputError(planPath + ": no prefill bucket holds a prompt of " + std::to_string(width) + " tokens");
+  const int64_t P = prefill->bucket.at("prompt_len");
+  std::vector<int64_t> inputIds(B * P, pad), attentionMask(B * P, 0);
+  for (int64_t row = 0; row < B; ++row) {
+    // Rows that pad a short batch repeat the first prompt: real, finite inputs whose outputs are dropped.
+    const std::vector<int64_t>& prompt = requests[row < real ? row : 0].promptIds;
+    const int64_t start = P - static_cast<int64_t>(prompt.size());
+    std::copy(prompt.begin(), prompt.end(), inputIds.begin() + row * P + start);
+    std::fill(attentionMask.begin() + row * P + start, attentionMask.begin() + (row + 1) * P, 1);
+  }
+  runEntryPoint(session_, *prefill,
+                {{"input_ids", i64Tensor({B, P}, inputIds)},
+                 {"attention_mask", i64Tensor({B, P}, attentionMask)},
+                 {"positions", i64Tensor({B, P}, sharedPositions(B, P, width - P))}});
+  // cache_valid: the last P slots hold the prompt's mask; each commit shifts in L ones.
+  std::vector<int64_t> cacheValid(B * C, 0);
+  for (int64_t row = 0; row < B; ++row)
+    std::copy(attentionMask.begin() + row * P, attentionMask.begin() + (row + 1) * P, cacheValid.begin() + row * C + (C - P));
+
+  std::vector<int64_t> requestIds(real);
+  std::vector<GenerationResult> batchResults(real);
+  for (int64_t row = 0; row < real; ++row) {
+    requestIds[row] = requests[row].id;
+    batchResults[row].id = requests[row].id;
+  }
+  std::vector<uint8_t> finished(B, 0);
+  std::fill(finished.begin() + real, finished.end(), 1);  // padding rows take part in nothing
+  DenoisingBatch batch(settings_, B);
+  std::vector<int64_t> committed;
+  const int64_t canvasCount = canvases();
+  for (int64_t canvas = 0; canvas < canvasCount; ++canvas) {
+    const int64_t canvasStart = width + canvas * L;  // transformers' cur_len
+    if (canvas > 0) {
+      runEntryPoint(session_, *commit_,
+                    {{"block_ids", i64Tensor({B, L}, committed)},
+                     {"cache_valid", i64Tensor({B, C}, cacheValid)},
+                     {"positions", i64Tensor({B, L}, sharedPositions(B, L, canvasStart - L))}});
+      for (int64_t row = 0; row < B; ++row) {
+        auto rowBegin = cacheValid.begin() + row * C;
+        std::copy(rowBegin + L, rowBegin + C, rowBegin);
+        std::fill(rowBegin + (C - L), rowBegin + C, 1);
+      }
+    }
+    std::vector<uint8_t> takesPart(B);
+    std::vector<int64_t> initial(B * L, pad);
+    for (int64_t row = 0; row < B; ++row) {
+      takesPart[row] = finished[row] ? 0 : 1;
+      if (takesPart[row]) draws.initialCanvas(requestIds[row], canvas, std::span<int64_t>(initial.data() + row * L, L));
+    }
+    batch.startCanvas(takesPart, std::move(initial));
+    const std::vector<int64_t> positions = sharedPositions(B, L, canvasStart);
+    for (int64_t step = 0; step < N; ++step) {
+      const int64_t remaining = N - step;
+      const float temperature = scheduledTemperature(settings_.tMin, settings_.tMax, remaining, N);
+      const std::vector<uint8_t> frozenBefore = batch.frozen();
+      std::vector<float> frozenInput(B), selfConditioning(B, step > 0 ? 1.0f : 0.0f);
+      std::vector<int64_t> keys(B * 2, 0);
+      for (int64_t row = 0; row < B; ++row) {
+        frozenInput[row] = frozenBefore[row] ? 1.0f : 0.0f;
+        if (row < real) {
+          const std::array<int64_t, 2> key = draws.sampleKey({requestIds[row], canvas, step});
+          keys[2 * row] = key[0];
+          keys[2 * row + 1] = key[1];
+        }
+      }
+      std::map<std::string, HostTensor> outputs =
+          runEntryPoint(session_, *denoise_,
+                        {{"canvas_ids", i64Tensor({B, L}, batch.canvas())},
+                         {"cache_valid", i64Tensor({B, C}, cacheValid)},
+                         {"positions", i64Tensor({B, L}, positions)},
+                         {"self_conditioning_mask", f32Tensor({B}, selfConditioning)},
+                         {"frozen", f32Tensor({B}, frozenInput)},
+                         {"temperature", f32Tensor({B}, std::vector<float>(B, temperature))},
+                         {"sample_keys", i64Tensor({B, 2}, keys)}});
+      HostTensor sampled = convertDType(outputNamed(outputs, "sampled_ids", *denoise_, planPath), DType::I64, "sampled_ids");
+      HostTensor argmax = convertDType(outputNamed(outputs, "argmax_ids", *denoise_, planPath), DType::I64, "argmax_ids");
+      HostTensor entropy = convertDType(outputNamed(outputs, "entropy", *denoise_, planPath), DType::F32, "entropy");
+      if (sampled.numElements() != B * L || argmax.numElements() != B * L || entropy.numElements() != B * L)
+        throw InputError(planPath + ": entry " + denoise_->key() + ": expected outputs of [" + std::to_string(B) + ", " +
+                         std::to_string(L) + "]");
+      for (int64_t row = 0; row < real; ++row)
+        if (!frozenBefore[row])
+          draws.replaceSampled({requestIds[row], canvas, step}, std::span<int64_t>(sampled.as<int64_t>() + row * L, L));
+      const std::vector<uint8_t> accepted = batch.applyPass(
+          std::span<const int64_t>(sampled.as<int64_t>(), B * L), std::span<const int64_t>(argmax.as<int64_t>(), B * L),
+          std::span<const float>(entropy.as<float>(), B * L),
+          [&](int64_t row, std::span<int64_t> ids) { draws.renoiseIds({requestIds[row], canvas, step}, ids); });
+      if (observer) {
+        DenoisePassReport report;
+        report.canvas = canvas;
+        report.step = step;
+        report.remaining = remaining;
+        report.temperature = temperature;
+        report.canvasLength = L;
+        report.requests = requestIds;
+        report.sampled = std::span<const int64_t>(sampled.as<int64_t>(), real * L);
+        report.argmax = std::span<const int64_t>(argmax.as<int64_t>(), real * L);
+        report.entropy = std::span<const float>(entropy.as<float>(), real * L);
+        report.accepted = std::span<const uint8_t>(accepted.data(), real * L);
+        report.newCanvas = std::span<const int64_t>(batch.canvas().data(), real * L);
+        report.frozen = std::span<const uint8_t>(frozenBefore.data(), real);
+        report.done = std::span<const uint8_t>(batch.frozen().data(), real);
+        observer->onDenoisePass(report);
+      }
+      if (batch.allFrozen()) break;
+    }
+
+    // Commit the argmax canvas, after the EOS rule.
+    committed = batch.argmaxCanvas();
+    std::vector<int64_t> passes(real);
+    for (int64_t row = 0; row < B; ++row) {
+      const bool finishedBefore = finished[row] != 0;
+      std::span<int64_t> tokens(committed.data() + row * L, L);
+      finished[row] = finalizeCanvas(tokens, finishedBefore, settings_.eosTokenIds, pad) ? 1 : 0;
+      if (row >= real) continue;
+      passes[row] = batch.passes(row);
+      if (finishedBefore) continue;
+      GenerationResult& result = batchResults[row];
+      result.newTokens.insert(result.newTokens.end(), tokens.begin(), tokens.end());
+      result.stepsPerCanvas.push_back(batch.passes(row));
+      result.decoderPasses += batch.passes(row);
+      if (finished[row]) result.finishReason = FinishReason::Eos;
+    }
+    if (observer) {
+      CanvasCommitReport report;
+      report.canvas = canvas;
+      report.canvasLength = L;
+      report.requests = requestIds;
+      report.tokens = std::span<const int64_t>(committed.data(), real * L);
+      report.passes = passes;
+      report.finished = std::span<const uint8_t>(finished.data(), real);
+      observer->onCanvasCommitted(report);
+    }
+    if (std::all_of(finished.begin(), finished.end(), [](uint8_t done) { return done != 0; })) break;
+  }
+  for (GenerationResult& result : batchResults) {
+    result.tokensPerForward = tokensPerForward(result.newTokens, result.decoderPasses, pad);
+    results.push_back(std::move(result));
+  }
+}
+
+}  // namespace dgemma

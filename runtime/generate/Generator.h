@@ -1,0 +1,74 @@
+// Block-diffusion generation on an inference plan (docs/generation.md): the host loop that drives
+// the plan's prefill, denoise and commit entry points (docs/inference-plan.md) over micro-batches
+// of requests, with transformers' sampler semantics (DenoisingBatch, CanvasFinalization) and
+// counter-based randomness (DrawSource).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "plan/Plan.h"
+#include "runtime/generate/DrawSource.h"
+#include "runtime/generate/GenerationObserver.h"
+#include "runtime/session/Session.h"
+
+namespace dgemma {
+
+struct GenerationRequest {
+  int64_t id = 0;                   // keys the request's randomness: its index in the input
+  std::vector<int64_t> promptIds;   // the tokenized prompt (chat template included), at least one id
+};
+
+enum class FinishReason { Eos, Length };
+const char* finishReasonName(FinishReason reason);  // "eos" | "length"
+
+struct GenerationResult {
+  int64_t id = 0;
+  // transformers' output after the prompt for this request alone: every canvas up to the one that
+  // finished it (whole canvases, so pads follow the EOS), or all of them.
+  std::vector<int64_t> newTokens;
+  std::vector<int64_t> stepsPerCanvas;  // decoder passes of each canvas
+  int64_t decoderPasses = 0;
+  FinishReason finishReason = FinishReason::Length;
+  double tokensPerForward = 0;  // non-pad new tokens / decoder passes (transformers' figure)
+};
+
+struct GeneratorOptions {
+  int64_t maxNewTokens = 0;       // 0: the plan's; at most the plan's (the cache is sized for it)
+  int64_t maxDenoisingSteps = 0;  // 0: the plan's max_denoising_steps
+};
+
+class Generator {
+ public:
+  // Throws InputError when the session's plan is not a single-rank inference plan (its generation
+  // settings and the prefill, denoise and commit entries) or an option is out of range.
+  Generator(Session& session, const GeneratorOptions& options);
+
+  // The plan's settings with the options applied.
+  const GenerationSettings& settings() const { return settings_; }
+  int64_t microBatch() const { return microBatch_; }
+  int64_t maxPromptLength() const { return maxPromptLength_; }  // the largest prefill bucket
+  int64_t vocabSize() const { return vocabSize_; }
+  int64_t canvases() const;  // ceil(max_new_tokens / canvas_length)
+
+  // Generates every request, in micro-batches of consecutive requests (a short last batch is padded
+  // with rows whose outputs are dropped); results in request order. InputError naming the request
+  // when a prompt is empty or longer than every prefill bucket.
+  std::vector<GenerationResult> generate(std::span<const GenerationRequest> requests, DrawSource& draws,
+                                         GenerationObserver* observer = nullptr);
+
+ private:
+  void generateMicroBatch(std::span<const GenerationRequest> requests, DrawSource& draws, GenerationObserver* observer,
+                          std::vector<GenerationResult>& results);
+
+  Session& session_;
+  GenerationSettings settings_;
+  int64_t microBatch_ = 0;
+  int64_t maxPromptLength_ = 0;
+  int64_t vocabSize_ = 0;
+  const EntryPoint* denoise_ = nullptr;
+  const EntryPoint* commit_ = nullptr;
+};
+
+}  // namespace dgemma
