@@ -114,6 +114,36 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
   EXPECT_TRUE(contains(hf, "config.json: text_config: missing")) << hf.output;
 }
 
+// An inference plan reads the generation_config.json beside the model; like HF, dgemma-compile
+// refuses unknown keys and bad values, naming the file and the key.
+TEST_F(CliTest, BadGenerationConfigsAreRefusedNamingFileAndKey) {
+  std::filesystem::create_directories(dir / "hf");
+  std::filesystem::copy_file(std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/seven_layers/config.json",
+                             dir / "hf/config.json");
+  const std::string compile = std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode infer --prompt-len 4 -o " + (dir / "p");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"do_sample": true})", "generation_config.json: do_sample: unknown key"},
+      {R"({"max_denoising_steps": 0})", "generation_config.json: max_denoising_steps: expected an integer >= 1, got 0"},
+      {R"({"sampler_config": {"entropy_bound": -0.5, "_cls_name": "EntropyBoundSamplerConfig"}})",
+       "generation_config.json: sampler_config.entropy_bound: expected a number > 0"},
+      {"{", "generation_config.json: not valid JSON"},
+  };
+  for (const auto& [text, message] : cases) {
+    std::ofstream(dir / "hf/generation_config.json") << text;
+    ToolResult result = runTool(compile);
+    EXPECT_EQ(result.exitCode, 2) << text << "\n" << result.output;
+    EXPECT_TRUE(contains(result, message)) << text << "\n" << result.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "p")) << text;
+  }
+  std::filesystem::remove(dir / "hf/generation_config.json");
+  ToolResult flag = runTool(compile + " --max-new-tokens 0");
+  EXPECT_EQ(flag.exitCode, 2);
+  EXPECT_TRUE(contains(flag, "--max-new-tokens: expected a positive integer")) << flag.output;
+  ToolResult train = runTool(std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode train --max-new-tokens 8 -o " + (dir / "p"));
+  EXPECT_EQ(train.exitCode, 2);
+  EXPECT_TRUE(contains(train, "--max-new-tokens: only DiffusionGemma inference plans")) << train.output;
+}
+
 // The objective flags of a training plan are validated before anything is built (docs/training.md, "Uniform-state corruption", "The four objectives").
 TEST_F(CliTest, TrainingObjectiveFlagsAreValidated) {
   const std::string tiny = std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
