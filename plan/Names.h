@@ -3,6 +3,8 @@
 // passes and the runtime share one spelling.
 #pragma once
 
+#include <string_view>
+
 namespace dgemma {
 
 // dg-autodiff hands out the gradient of trainable parameter P as the output "grad/P". In a plan
@@ -22,5 +24,18 @@ inline constexpr const char* kZeroGradientsEntry = "zero_gradients";
 // "optimizer/exp_avg/<parameter>" (written by dg-optimizer-step). A model checkpoint does not carry
 // them: they start at zero unless a training checkpoint restores them.
 inline constexpr const char* kOptimizerStatePrefix = "optimizer/";
+
+// The run state of inference plans (docs/inference-plan.md): the K/V cache "cache/k.<layer>" and
+// "cache/v.<layer>", and "generate/self_conditioning_logits". Non-trainable parameters that the
+// entries assign; like gradient buffers they are no weights: zero when a session opens, never read
+// from or written to a checkpoint.
+inline constexpr const char* kCachePrefix = "cache/";
+inline constexpr const char* kGenerationStatePrefix = "generate/";
+
+// Whether parameter `name` is one of the above.
+inline bool isRunState(std::string_view name) {
+  return name.substr(0, std::string_view(kCachePrefix).size()) == kCachePrefix ||
+         name.substr(0, std::string_view(kGenerationStatePrefix).size()) == kGenerationStatePrefix;
+}
 
 }  // namespace dgemma

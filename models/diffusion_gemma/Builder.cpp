@@ -13,6 +13,8 @@ namespace mlir::dg {
 namespace {
 
 using dgemma::DiffusionGemmaConfig;
+using diffusion_gemma::addEntryFunction;
+using diffusion_gemma::createDiffusionGemmaModule;
 using diffusion_gemma::GraphBuilder;
 using diffusion_gemma::LayerKeyValues;
 using diffusion_gemma::ObjectiveBuilder;
@@ -42,28 +44,6 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength) {
   }
   Value signal = text.selfConditioningSignal(selfConditioningLogits, selfConditioningMask);
   g.output("logits", text.decoderLogits(text.decoderInput(canvasIds, signal), promptValid, keyValues));
-}
-
-// Adds an entry-point function `symbol` (entry `entry`, bucket `bucket`) and fills it with `body`.
-template <typename Body>
-void addEntry(OpBuilder& builder, ModuleOp module, const std::string& symbol, StringRef entry,
-              ArrayRef<std::pair<StringRef, int64_t>> bucket, Body body) {
-  OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPointToEnd(module.getBody());
-  Location loc = NameLoc::get(builder.getStringAttr("diffusion_gemma." + entry.str()));
-  auto function = builder.create<func::FuncOp>(loc, symbol, builder.getFunctionType({}, {}));
-  function->setAttr(kEntryAttr, builder.getStringAttr(entry));
-  SmallVector<NamedAttribute> dimensions;
-  for (auto [name, size] : bucket) dimensions.push_back(builder.getNamedAttr(name, builder.getI64IntegerAttr(size)));
-  function->setAttr(kBucketAttr, builder.getDictionaryAttr(dimensions));
-  builder.setInsertionPointToStart(function.addEntryBlock());
-  body();
-  builder.create<func::ReturnOp>(loc);
-}
-
-OwningOpRef<ModuleOp> createModule(MLIRContext& context) {
-  context.loadDialect<DgDialect, func::FuncDialect>();
-  return ModuleOp::create(NameLoc::get(StringAttr::get(&context, "diffusion_gemma")));
 }
 
 }  // namespace
@@ -97,10 +77,10 @@ const char* objectiveVariantName(DiffusionGemmaObjective::Variant variant) {
 
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const DiffusionGemmaConfig& config,
                                                  const DiffusionGemmaForwardOptions& options) {
-  OwningOpRef<ModuleOp> module = createModule(context);
+  OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
   for (int64_t promptLength : options.promptLengths)
-    addEntry(builder, *module, "forward_p" + std::to_string(promptLength), "forward",
+    addEntryFunction(builder, *module, "forward_p" + std::to_string(promptLength), "forward",
              {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
              [&] {
                GraphBuilder graph(builder, config, options.microBatch, options.precision);
@@ -112,16 +92,16 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const Dif
 
 OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const DiffusionGemmaConfig& config,
                                                const DiffusionGemmaTrainOptions& options) {
-  OwningOpRef<ModuleOp> module = createModule(context);
+  OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
-  addEntry(builder, *module, "corrupt", "corrupt", {{"micro_batch", options.microBatch}, {"canvas_len", config.canvasLength}},
+  addEntryFunction(builder, *module, "corrupt", "corrupt", {{"micro_batch", options.microBatch}, {"canvas_len", config.canvasLength}},
            [&] {
              GraphBuilder graph(builder, config, options.microBatch, options.precision);
              TextStack text(graph);
              ObjectiveBuilder(graph, text, options.objective).buildCorrupt();
            });
   for (int64_t promptLength : options.promptLengths)
-    addEntry(builder, *module, "train_step_p" + std::to_string(promptLength), "train_step",
+    addEntryFunction(builder, *module, "train_step_p" + std::to_string(promptLength), "train_step",
              {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
              [&] {
                GraphBuilder graph(builder, config, options.microBatch, options.precision);

@@ -27,6 +27,16 @@ Value GraphBuilder::param(const std::string& name, ArrayRef<int64_t> shape, Stri
   return mixedPrecision() ? castTo(master, activation_, name + ".bf16") : master.getResult();
 }
 
+Value GraphBuilder::state(const std::string& name, ArrayRef<int64_t> shape, Type element) {
+  auto state = b_.create<ParamOp>(loc(name), RankedTensorType::get(shape, element), b_.getStringAttr(name),
+                                  b_.getDictionaryAttr({b_.getNamedAttr("kind", b_.getStringAttr("zeros"))}),
+                                  b_.getBoolAttr(false));
+  state->setAttr(kRoleAttr, b_.getStringAttr("replicated"));
+  return state;
+}
+
+void GraphBuilder::assign(Value target, Value value, const std::string& name) { b_.create<AssignOp>(loc(name), target, value); }
+
 Value GraphBuilder::islandParam(const std::string& name, ArrayRef<int64_t> shape, StringRef init) {
   return toF32(param(name, shape, init), name);
 }
@@ -80,6 +90,17 @@ Value GraphBuilder::concat(ArrayRef<Value> values, int64_t dim, const std::strin
   return b_.create<ConcatOp>(loc(name), values, b_.getI64IntegerAttr(dim));
 }
 
+Value GraphBuilder::slice(Value value, int64_t dim, int64_t start, int64_t size, const std::string& name) {
+  SmallVector<int64_t> shape(shapeOf(value));
+  shape[dim] = size;
+  return b_.create<SliceOp>(loc(name), RankedTensorType::get(shape, elementTypeOf(value)), value, b_.getI64IntegerAttr(dim),
+                            b_.getI64IntegerAttr(start));
+}
+
+Value GraphBuilder::zeros(ArrayRef<int64_t> shape, Type element, const std::string& name) {
+  return b_.create<FillOp>(loc(name), RankedTensorType::get(shape, element), b_.getF64FloatAttr(0.0));
+}
+
 Value GraphBuilder::positions(int64_t start, int64_t count) {
   SmallVector<int64_t> values;
   for (int64_t row = 0; row < batch_; ++row)
@@ -107,6 +128,11 @@ Value GraphBuilder::rmsNorm(Value x, Value weight, const std::string& name) {
 
 Value GraphBuilder::rmsNorm(Value x, const std::string& weightName) {
   return rmsNorm(x, param(weightName, {shapeOf(x).back()}, "ones"), weightName);
+}
+
+OwningOpRef<ModuleOp> createDiffusionGemmaModule(MLIRContext& context) {
+  context.loadDialect<DgDialect, func::FuncDialect>();
+  return ModuleOp::create(NameLoc::get(StringAttr::get(&context, "diffusion_gemma")));
 }
 
 }  // namespace mlir::dg::diffusion_gemma

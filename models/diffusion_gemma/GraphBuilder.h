@@ -9,8 +9,12 @@
 
 #include <string>
 
+#include "dialects/dg/IR/DgDialect.h"
 #include "dialects/dg/IR/DgOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/Config.h"
 
@@ -40,6 +44,11 @@ class GraphBuilder {
   // A parameter as the forward uses it: the f32 master (HF's initialisation: linear and embedding
   // weights N(0, 0.02); norm weights and scales 1), cast to the activation dtype at this use.
   Value param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable = true);
+  // Run state kept between entry points (the K/V cache, the last step's logits): a persistent,
+  // non-trainable parameter stored in `element` itself (no f32 master), zero when a run starts.
+  Value state(const std::string& name, ArrayRef<int64_t> shape, Type element);
+  // The state `target` (from state()) takes `value` when this op runs.
+  void assign(Value target, Value value, const std::string& name);
   // A parameter read by an fp32 island: the value the forward uses (bf16-rounded in mixed
   // precision, as every parameter is), widened to f32.
   Value islandParam(const std::string& name, ArrayRef<int64_t> shape, StringRef init);
@@ -67,6 +76,10 @@ class GraphBuilder {
 
   Value reshape(Value value, ArrayRef<int64_t> shape, const std::string& name);
   Value concat(ArrayRef<Value> values, int64_t dim, const std::string& name);
+  // The block [start, start + size) of dimension `dim`.
+  Value slice(Value value, int64_t dim, int64_t start, int64_t size, const std::string& name);
+  // A float tensor of zeros.
+  Value zeros(ArrayRef<int64_t> shape, Type element, const std::string& name);
   // Positions start..start+count-1 on every row: [B, count] i64.
   Value positions(int64_t start, int64_t count);
   Value constantBool(ArrayRef<int64_t> shape, bool value, const std::string& name);
@@ -90,6 +103,27 @@ class GraphBuilder {
   Type f32_;
   Type activation_;
 };
+
+// A new module for DiffusionGemma entry points.
+OwningOpRef<ModuleOp> createDiffusionGemmaModule(MLIRContext& context);
+
+// Adds an entry-point function `symbol` (entry `entry`, bucket `bucket`) to `module` and fills it
+// with `body`, which builds its ops at the builder's insertion point.
+template <typename Body>
+void addEntryFunction(OpBuilder& builder, ModuleOp module, const std::string& symbol, StringRef entry,
+                      ArrayRef<std::pair<StringRef, int64_t>> bucket, Body body) {
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(module.getBody());
+  Location loc = NameLoc::get(builder.getStringAttr("diffusion_gemma." + entry.str()));
+  auto function = builder.create<func::FuncOp>(loc, symbol, builder.getFunctionType({}, {}));
+  function->setAttr(kEntryAttr, builder.getStringAttr(entry));
+  SmallVector<NamedAttribute> dimensions;
+  for (auto [name, size] : bucket) dimensions.push_back(builder.getNamedAttr(name, builder.getI64IntegerAttr(size)));
+  function->setAttr(kBucketAttr, builder.getDictionaryAttr(dimensions));
+  builder.setInsertionPointToStart(function.addEntryBlock());
+  body();
+  builder.create<func::ReturnOp>(loc);
+}
 
 }  // namespace mlir::dg::diffusion_gemma
 

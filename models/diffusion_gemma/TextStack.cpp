@@ -59,6 +59,34 @@ Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::v
   return hidden;
 }
 
+// Like encoderStack, over a block that continues the cache: the block's tokens are all real, and each
+// layer's keys are [its cache ; the block], the block's queries being the last T of them.
+Value TextStack::encoderStackOverCache(Value ids, Value positions, const std::vector<LayerCache>& caches,
+                                       std::vector<LayerKeyValues>* keyValuesOut) {
+  const int64_t blockLength = shapeOf(ids)[1];
+  Value blockValid = g_.constantBool({batch_, blockLength}, true, "block.key_valid");
+  Value hidden = embed(ids);
+  for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer) {
+    const LayerCache& cache = caches[layer];
+    Value keyValid = g_.concat({cache.keyValid, blockValid}, 1, layerName(layer, "cached.key_valid"));
+    hidden = layerForward(layer, hidden, positions, EncoderAttention{keyValid, &cache, blockValid}, keyValuesOut);
+  }
+  return hidden;
+}
+
+// Like decoderLogits with the cache as the prefix. A sliding layer's cache keeps min(C, W - 1)
+// slots, so the last W - 1 prefix slots the window shows are exactly the slots the cache holds.
+Value TextStack::decoderLogitsOverCache(Value x, Value positions, const std::vector<LayerCache>& caches) {
+  Value canvasValid = g_.constantBool({batch_, canvasLength_}, true, "canvas.key_valid");
+  for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer) {
+    const LayerCache& cache = caches[layer];
+    const LayerKeyValues prefix{cache.keys, cache.values};
+    Value keyValid = g_.concat({cache.keyValid, canvasValid}, 1, layerName(layer, "decoder.key_valid"));
+    x = layerForward(layer, x, positions, DecoderAttention{keyValid, &prefix, shapeOf(cache.keyValid)[1]}, nullptr);
+  }
+  return head(x);
+}
+
 // The decoder over [prefix K/V ; canvas] from its input embedding; canvas positions continue after
 // the prompt, padding included (docs/model.md, "Decoder positions"). Returns the logits, soft-capped unless `capped` is false.
 Value TextStack::decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues, bool capped) {
@@ -108,7 +136,12 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
   Value attended;
   if constexpr (std::is_same_v<KeySet, EncoderAttention>) {
     if (keyValuesOut) keyValuesOut->push_back({keys, values});
-    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, keys, values, keySet.keyValid,
+    Value allKeys = keys, allValues = values;
+    if (keySet.cache) {
+      allKeys = g_.concat({keySet.cache->keys, keys}, 1, name("cached.keys"));
+      allValues = g_.concat({keySet.cache->values, values}, 1, name("cached.values"));
+    }
+    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues, keySet.keyValid,
                                       AttentionMaskAttr::get(b_.getContext(), AttentionMask::Causal),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
                                       b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0));
@@ -189,7 +222,7 @@ Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, cons
   Value residual = g_.add(hidden, g_.rmsNorm(attended, name("post_attention_layernorm.weight")), name("attention.residual"));
   // Encoder queries are its keys (padding included); every decoder query is a canvas token.
   Value tokenValid;
-  if constexpr (std::is_same_v<KeySet, EncoderAttention>) tokenValid = keySet.keyValid;
+  if constexpr (std::is_same_v<KeySet, EncoderAttention>) tokenValid = keySet.tokenValid ? keySet.tokenValid : keySet.keyValid;
   Value out = g_.add(residual, feedForward(layer, residual, tokenValid), name("ffn.residual"));
   return g_.mul(out, g_.param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
 }

@@ -18,6 +18,14 @@ struct LayerKeyValues {
   Value values;  // [B, P, Hkv, D], after the weightless v_norm
 };
 
+// One layer's K/V cache as an attention reads it (docs/inference-plan.md): C_l right-aligned slots
+// of earlier positions, the unfilled ones on the left and invalid.
+struct LayerCache {
+  Value keys;      // [B, C_l, Hkv, D]
+  Value values;    // [B, C_l, Hkv, D]
+  Value keyValid;  // [B, C_l] i1
+};
+
 class TextStack {
  public:
   explicit TextStack(GraphBuilder& graph);
@@ -34,9 +42,18 @@ class TextStack {
   // The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
   // state before the final norm and, if asked, every layer's K/V.
   Value encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut);
+  // The encoder stack over a block of ids [B, T] (every token real) that continues the cached
+  // positions: each layer attends causally over [its cache ; the block] (the window counts cache
+  // slots too). Returns the last hidden state before the final norm and, if asked, every layer's
+  // K/V of the block alone.
+  Value encoderStackOverCache(Value ids, Value positions, const std::vector<LayerCache>& caches,
+                              std::vector<LayerKeyValues>* keyValuesOut);
   // The decoder over [prefix K/V ; canvas] from its input; returns the logits, soft-capped unless
   // `capped` is false.
   Value decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues, bool capped = true);
+  // The decoder over [cache ; canvas] at the canvas positions [B, L]; returns the soft-capped logits.
+  // A sliding layer's cache holds at most W - 1 slots, all of which it sees.
+  Value decoderLogitsOverCache(Value x, Value positions, const std::vector<LayerCache>& caches);
   // Final norm and tied head of hidden states [B, L, H]: f32 logits, soft-capped unless `capped`
   // is false (a cross-entropy that caps itself).
   Value head(Value x, bool capped = true);
@@ -47,7 +64,10 @@ class TextStack {
  private:
   // Where a layer's attention reads its keys from.
   struct EncoderAttention {
-    Value keyValid;  // [B, P] i1
+    Value keyValid;              // [B, P] i1, or [B, C_l + T] over [cache ; block]
+    const LayerCache* cache = nullptr;  // keys before the block's own
+    // The tokens that are real (the load-balancing loss counts only them); null: keyValid.
+    Value tokenValid;
   };
   struct DecoderAttention {
     Value keyValid;  // [B, P + L] i1: the prompt mask, then the (always valid) canvas

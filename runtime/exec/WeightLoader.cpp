@@ -29,8 +29,9 @@ HostTensor sliceBox(const HostTensor& global, const std::vector<int64_t>& offset
 void loadWeights(Executor& executor, const std::string& source, const TensorSource& read, std::vector<std::string> otherProblems) {
   std::vector<std::string> problems;
   for (const Parameter& parameter : executor.plan().parameters) {
-    // Gradient buffers are no weights: zero at every step boundary, never read from a checkpoint.
-    if (parameter.name.rfind(kGradientPrefix, 0) == 0) {
+    // Gradient buffers and inference run state are no weights: they start at zero and are never
+    // read from a checkpoint.
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) {
       executor.setParameter(parameter.name, HostTensor(executor.plan().buffers[parameter.buffer].dtype, parameter.shardShape));
       continue;
     }

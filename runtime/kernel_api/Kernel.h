@@ -65,6 +65,10 @@ struct KernelTraits {
   // The kernel copies, rearranges or converts element bits without arithmetic on them, so it is exact
   // for every dtype: the CPU backend runs it on 16-bit floats as they are instead of widening to f32.
   bool movesBitsOnly = false;
+  // The kernel reads and writes its 16-bit float buffers itself (rounding once, to nearest even), so
+  // the CPU backend hands them over as they are: widening would allocate the f32 twin that a fused
+  // kernel exists to avoid (canvas_sample's [B, L, V] scaled logits).
+  bool handlesReducedFloats = false;
 };
 
 class KernelRegistry {

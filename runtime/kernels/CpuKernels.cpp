@@ -16,6 +16,7 @@ void registerCpuKernels(KernelRegistry& registry) {
   registerMoeCpuKernels(registry);
   registerMoeDispatchCpuKernels(registry);
   registerCrossEntropyCpuKernels(registry);
+  registerCanvasSampleCpuKernels(registry);
   registerOptimizerCpuKernels(registry);
 }
 

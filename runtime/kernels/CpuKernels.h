@@ -25,5 +25,6 @@ void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route, moe
 void registerMoeDispatchCpuKernels(KernelRegistry& registry);
 void registerCrossEntropyCpuKernels(KernelRegistry& registry); // cross_entropy, cross_entropy_backward
 void registerOptimizerCpuKernels(KernelRegistry& registry);    // adamw
+void registerCanvasSampleCpuKernels(KernelRegistry& registry);  // canvas_sample
 
 }  // namespace dgemma

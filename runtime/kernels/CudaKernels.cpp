@@ -8,6 +8,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerRmsNormCudaKernels(registry);
   registerSoftmaxCudaKernels(registry);
   registerMoeDispatchCudaKernels(registry);
+  registerCanvasSampleCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -12,6 +12,7 @@ void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLA
 void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
 void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_permute, moe_combine
+void registerCanvasSampleCudaKernels(KernelRegistry& registry);  // canvas_sample
 
 void registerCudaKernels(KernelRegistry& registry);
 

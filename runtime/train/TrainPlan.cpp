@@ -133,7 +133,7 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   for (const Parameter& parameter : plan.parameters) {
     if (parameter.name.rfind(kGradientPrefix, 0) == 0) trainPlan.gradients.push_back(parameter.name);
     else if (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0) trainPlan.optimizerParameters.push_back(parameter.name);
-    else trainPlan.modelParameters.push_back(parameter.name);
+    else if (!isRunState(parameter.name)) trainPlan.modelParameters.push_back(parameter.name);
   }
   if (trainPlan.gradients.empty())
     throw InputError(planPath + ": no gradient buffer (a " + kGradientPrefix + "<name> parameter); recompile the plan with dgemma-compile");
@@ -163,7 +163,7 @@ nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan) 
                                {"max_grad_norm", trainPlan.optimizer.maxGradNorm}}}};
   nlohmann::json& parameters = identity["parameters"] = nlohmann::json::object();
   for (const Parameter& parameter : plan.parameters) {
-    if (parameter.name.rfind(kGradientPrefix, 0) == 0) continue;
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) continue;
     parameters[parameter.name] = {{"shape", parameter.globalShape}, {"dtype", std::string(dtypeName(plan.buffers.at(parameter.buffer).dtype))}};
   }
   return identity;

@@ -40,7 +40,7 @@ struct TrainPlan {
   // Parameters, each list in plan order. The gradient buffers ("grad/<name>") are summed into by
   // train_step, read and zeroed by optimizer_step: zero at every step boundary, so never saved.
   std::vector<std::string> gradients;
-  std::vector<std::string> modelParameters;      // every parameter not under "optimizer/" or "grad/"
+  std::vector<std::string> modelParameters;      // every parameter not under "optimizer/", "grad/" or run state
   std::vector<std::string> optimizerParameters;  // "optimizer/exp_avg/<name>", ...
 };
 

@@ -69,10 +69,41 @@ TEST_F(CliTest, BadUsageExitsTwo) {
   EXPECT_TRUE(contains(badLengths, "--prompt-len: expected positive integers")) << badLengths.output;
 }
 
+// Every bad flag of generate and eval exits 2 naming the flag, before any plan is loaded where the
+// flag alone is wrong (docs/generation.md).
+TEST_F(CliTest, GenerateAndEvalFlagsAreValidated) {
+  const std::string plan = compilePlan();
+  const std::string tokenizer = std::string(" --tokenizer ") + DGEMMA_SOURCE_DIR + "/data/tokenizer";
+  const std::string generate = std::string(DGEMMA_RUN) + " generate --plan " + plan + " --weights " + (dir / "w") + tokenizer;
+  const std::string eval = std::string(DGEMMA_RUN) + " eval --plan " + plan + " --weights " + (dir / "w") + tokenizer;
+  std::ofstream(dir / "rows.jsonl") << "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {generate + " --prompt hi --max-new-tokens 0", "--max-new-tokens"},
+      {generate + " --prompt hi --max-new-tokens x", "--max-new-tokens"},
+      {generate + " --prompt hi --steps 0", "--steps"},
+      {generate + " --prompt hi --steps 99999999", "--steps"},
+      {generate + " --prompt hi --seed x", "--seed"},
+      {generate + " --prompt hi --backend tpu", "--backend"},
+      {generate + " --prompt hi --json --visual", "--visual"},
+      {generate, "--prompt / --input: give exactly one"},
+      {generate + " --prompt hi --input " + (dir / "rows.jsonl"), "--prompt / --input: give exactly one"},
+      {generate + " --input " + (dir / "rows.jsonl") + " --image cat.png", "--image: goes with --prompt"},
+      {generate + " --prompt hi --image cat.png", "--image cat.png: the plan is text-only"},
+      {generate + " --prompt hi", "--plan: " + plan + "/rank-0.dgplan is not an inference plan"},
+      {std::string(DGEMMA_RUN) + " generate --plan " + plan + " --prompt hi", "--weights is required"},
+      {std::string(DGEMMA_RUN) + " generate --plan " + plan + " --weights " + (dir / "w") + " --prompt hi", "--tokenizer: required"},
+      {eval, "--test is required"},
+      {eval + " --test " + (dir / "rows.jsonl") + " --steps -3", "--steps"},
+      {eval + " --test " + (dir / "rows.jsonl"), "is not an inference plan"},
+  };
+  for (const auto& [command, message] : cases) {
+    ToolResult result = runTool(command);
+    EXPECT_EQ(result.exitCode, 2) << command << "\n" << result.output;
+    EXPECT_TRUE(contains(result, message)) << command << "\n" << result.output;
+  }
+}
+
 TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
-  ToolResult generate = runTool(std::string(DGEMMA_RUN) + " generate --plan p --weights w --prompt hi");
-  EXPECT_EQ(generate.exitCode, 2);
-  EXPECT_TRUE(contains(generate, "dgemma-run generate: not implemented yet")) << generate.output;
   ToolResult tp = runTool(std::string(DGEMMA_COMPILE) + " --model builtin:rmsnorm-matmul-softmax --mode infer --tp 2 -o " + (dir / "p"));
   EXPECT_EQ(tp.exitCode, 2);
   EXPECT_TRUE(contains(tp, "has no parallel mapping")) << tp.output;
@@ -81,6 +112,36 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
   ToolResult hf = runTool(std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode infer -o " + (dir / "p"));
   EXPECT_EQ(hf.exitCode, 2);
   EXPECT_TRUE(contains(hf, "config.json: text_config: missing")) << hf.output;
+}
+
+// An inference plan reads the generation_config.json beside the model; like HF, dgemma-compile
+// refuses unknown keys and bad values, naming the file and the key.
+TEST_F(CliTest, BadGenerationConfigsAreRefusedNamingFileAndKey) {
+  std::filesystem::create_directories(dir / "hf");
+  std::filesystem::copy_file(std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/seven_layers/config.json",
+                             dir / "hf/config.json");
+  const std::string compile = std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode infer --prompt-len 4 -o " + (dir / "p");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"do_sample": true})", "generation_config.json: do_sample: unknown key"},
+      {R"({"max_denoising_steps": 0})", "generation_config.json: max_denoising_steps: expected an integer >= 1, got 0"},
+      {R"({"sampler_config": {"entropy_bound": -0.5, "_cls_name": "EntropyBoundSamplerConfig"}})",
+       "generation_config.json: sampler_config.entropy_bound: expected a number > 0"},
+      {"{", "generation_config.json: not valid JSON"},
+  };
+  for (const auto& [text, message] : cases) {
+    std::ofstream(dir / "hf/generation_config.json") << text;
+    ToolResult result = runTool(compile);
+    EXPECT_EQ(result.exitCode, 2) << text << "\n" << result.output;
+    EXPECT_TRUE(contains(result, message)) << text << "\n" << result.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "p")) << text;
+  }
+  std::filesystem::remove(dir / "hf/generation_config.json");
+  ToolResult flag = runTool(compile + " --max-new-tokens 0");
+  EXPECT_EQ(flag.exitCode, 2);
+  EXPECT_TRUE(contains(flag, "--max-new-tokens: expected a positive integer")) << flag.output;
+  ToolResult train = runTool(std::string(DGEMMA_COMPILE) + " --model " + (dir / "hf") + " --mode train --max-new-tokens 8 -o " + (dir / "p"));
+  EXPECT_EQ(train.exitCode, 2);
+  EXPECT_TRUE(contains(train, "--max-new-tokens: only DiffusionGemma inference plans")) << train.output;
 }
 
 // The objective flags of a training plan are validated before anything is built (docs/training.md, "Uniform-state corruption", "The four objectives").

@@ -103,6 +103,8 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan) {
     uint64_t bytes = plan.buffers[parameter.buffer].bytes();
     if (parameter.name.rfind(dgemma::kGradientPrefix, 0) == 0) report.gradientBytes += bytes;
     else if (parameter.name.rfind(dgemma::kOptimizerStatePrefix, 0) == 0) report.optimizerBytes += bytes;
+    else if (parameter.name.rfind(dgemma::kCachePrefix, 0) == 0) report.cacheBytes += bytes;
+    else if (parameter.name.rfind(dgemma::kGenerationStatePrefix, 0) == 0) report.generationStateBytes += bytes;
     else report.parameterBytes += bytes;
   }
   for (const dgemma::Arena& arena : plan.arenas)
@@ -166,11 +168,17 @@ void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum
   std::printf("\n%-6s %12s %12s %12s %12s %12s %14s\n", "rank", "parameters", "gradients", "optimizer", "static",
               "activations", "comm/step");
   for (const RankReport& rank : ranks) {
-    uint64_t staticBytes = rank.parameterBytes + rank.gradientBytes + rank.optimizerBytes;
+    uint64_t staticBytes =
+        rank.parameterBytes + rank.gradientBytes + rank.optimizerBytes + rank.cacheBytes + rank.generationStateBytes;
     std::printf("%-6lld %12s %12s %12s %12s %12s %14s\n", static_cast<long long>(rank.rank), human(rank.parameterBytes).c_str(),
                 human(rank.gradientBytes).c_str(), human(rank.optimizerBytes).c_str(), human(staticBytes).c_str(),
                 human(rank.scratchBytes).c_str(), human(rank.communicationBytes).c_str());
   }
+  // Inference plans: the run state is part of "static"; its two parts, on their own line.
+  for (const RankReport& rank : ranks)
+    if (rank.cacheBytes + rank.generationStateBytes > 0)
+      std::printf("rank %lld run state (in static): K/V cache %s, self-conditioning logits %s\n",
+                  static_cast<long long>(rank.rank), human(rank.cacheBytes).c_str(), human(rank.generationStateBytes).c_str());
   std::printf("analytic minimum per rank and step: %s (parameters %s, expert dispatch %s, tensor-parallel "
               "activations %s)\n",
               human(minimum.total()).c_str(), human(minimum.parameterBytes).c_str(), human(minimum.expertDispatchBytes).c_str(),

@@ -1,5 +1,5 @@
 // dgemma-compile --report: per entry point the FLOPs and scratch of rank 0's program, and per rank
-// the static memory (parameters, gradient buffers, optimizer state), the activation arena and the
+// the static memory (parameters, gradient buffers, optimizer state, inference run state), the activation arena and the
 // communication of one optimizer step, next to the analytic minimum for the layout.
 #pragma once
 
@@ -17,6 +17,8 @@ struct RankReport {
   uint64_t parameterBytes = 0;  // the model's parameters (f32 masters)
   uint64_t gradientBytes = 0;   // grad/ buffers
   uint64_t optimizerBytes = 0;  // optimizer/ state (AdamW moments)
+  uint64_t cacheBytes = 0;      // cache/: the K/V cache of an inference plan
+  uint64_t generationStateBytes = 0;  // generate/: the stored self-conditioning logits
   uint64_t scratchBytes = 0;    // the activation arena, shared by the entry points
   // Bytes this rank receives in one step of one micro-batch: corrupt, the largest train_step
   // bucket, gradient_check and optimizer_step (forward alone in mode infer).

@@ -18,6 +18,8 @@
 #include "models/builtin/RmsNormMatmulSoftmax.h"
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/GenerationConfig.h"
+#include "models/diffusion_gemma/Inference.h"
 #include "models/diffusion_gemma/ParallelLayout.h"
 #include "models/diffusion_gemma/Presets.h"
 #include "support/AtomicFile.h"
@@ -44,6 +46,7 @@ struct CompileFlags {
   int64_t microBatch = 2;
   std::string promptLengths = "8";
   int64_t canvasLength = 0;  // 0: the model config's canvas_length
+  std::optional<int64_t> maxNewTokens;  // unset: generation_config.json's max_new_tokens, else 256
   int64_t hiddenSize = 64;
   int64_t vocabSize = 128;
   int64_t tp = 1, ep = 1, dp = 1;
@@ -152,6 +155,7 @@ struct RuntimeFields {
   std::optional<dgemma::BucketPadding> bucketPadding;
   std::optional<dgemma::OptimizerSettings> optimizer;
   std::optional<dgemma::RunDefaults> runDefaults;
+  std::optional<dgemma::GenerationSettings> generation;
 
   void copyInto(dgemma::Plan& plan) const {
     plan.modelFamily = family;
@@ -159,14 +163,39 @@ struct RuntimeFields {
     plan.bucketPadding = bucketPadding;
     plan.optimizer = optimizer;
     plan.runDefaults = runDefaults;
+    plan.generation = generation;
   }
 };
+
+// The generation settings of an inference plan (docs/inference-plan.md): the model's
+// generation_config.json (beside --model) over HF's defaults; --max-new-tokens sizes the cache.
+dgemma::GenerationSettings generationSettings(const CompileFlags& flags, const dgemma::DiffusionGemmaConfig& config,
+                                              int64_t maxPromptLength) {
+  const dgemma::DiffusionGemmaGenerationConfig file = dgemma::loadGenerationConfigBeside(flags.model).value_or(
+      dgemma::DiffusionGemmaGenerationConfig{});
+  dgemma::GenerationSettings settings;
+  settings.canvasLength = config.canvasLength;
+  settings.maxNewTokens = flags.maxNewTokens.value_or(file.maxNewTokens);
+  if (settings.maxNewTokens < 1) throw InputError("--max-new-tokens: expected a positive integer");
+  settings.cacheLength = mlir::dg::inferenceCacheLength(maxPromptLength, settings.maxNewTokens, config.canvasLength);
+  settings.maxDenoisingSteps = file.maxDenoisingSteps;
+  settings.entropyBound = file.entropyBound;
+  settings.tMin = file.tMin;
+  settings.tMax = file.tMax;
+  settings.stabilityThreshold = file.stabilityThreshold;
+  settings.confidenceThreshold = file.confidenceThreshold;
+  settings.eosTokenIds = file.eosTokenIds.value_or(config.eosTokenIds);
+  settings.padTokenId = file.padTokenId.value_or(config.padTokenId);
+  return settings;
+}
 
 // Builds the module; records in `fields` what the runtime needs to know about the model and in
 // `metadata` what is informational.
 mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, RuntimeFields& fields,
                                              nlohmann::json& metadata) {
   if (flags.microBatch < 1) throw InputError("--micro-batch: expected a positive integer");
+  if (flags.maxNewTokens && (flags.mode != "infer" || flags.model == mlir::dg::kRmsNormMatmulSoftmaxName))
+    throw InputError("--max-new-tokens: only DiffusionGemma inference plans (--mode infer) generate");
   if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName) {
     mlir::dg::RmsNormMatmulSoftmaxOptions options;
     options.microBatch = flags.microBatch;
@@ -202,8 +231,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
   // occupies positions, and RoPE, the window and the decoder's prefix truncation all depend on
   // distances, so the result is the same up to rounding. The runtime crops prompt-length outputs back.
-  fields.bucketPadding = dgemma::BucketPadding{
-      "prompt_len", 1, {{"input_ids", config.padTokenId}, {"attention_mask", 0}}, {"encoder_hidden", "encoder_k.", "encoder_v."}};
+  // prefill's positions pad with -1: bucket padding lies left of every prompt position.
+  fields.bucketPadding = dgemma::BucketPadding{"prompt_len",
+                                               1,
+                                               {{"input_ids", config.padTokenId}, {"attention_mask", 0}, {"positions", -1}},
+                                               {"encoder_hidden", "encoder_k.", "encoder_v."}};
   const mlir::dg::Precision precision = *mlir::dg::parsePrecision(flags.precision);  // CLI11 checked the name
   metadata["precision"] = mlir::dg::precisionName(precision);
   // --micro-batch is per data-parallel rank (Megatron's micro_batch_size): the program is built for
@@ -218,11 +250,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     metadata["objective"] = objectiveMetadata(options.objective);
     return mlir::dg::buildDiffusionGemmaTrain(context, config, options);
   }
-  mlir::dg::DiffusionGemmaForwardOptions options;
+  if (isMultiRank(flags))
+    throw InputError("--mode infer: the inference entries (prefill, denoise, commit) are built for one rank only; "
+                     "drop --tp/--ep/--dp/--sp (sharded inference is later work)");
+  mlir::dg::DiffusionGemmaInferenceOptions options;
   options.microBatch = globalMicroBatch;
   options.promptLengths = parseLengths(flags.promptLengths);
   options.precision = precision;
-  return mlir::dg::buildDiffusionGemmaForward(context, config, options);
+  fields.generation = generationSettings(flags, config, options.promptLengths.back());
+  options.cacheLength = fields.generation->cacheLength;
+  metadata["max_new_tokens"] = fields.generation->maxNewTokens;
+  return mlir::dg::buildDiffusionGemmaInference(context, config, options);
 }
 
 // The text model's hidden size, for the report's analytic minimum (0 for the built-in graph).
@@ -362,6 +400,9 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch");
   app.add_option("--prompt-len", flags.promptLengths, "prompt-length buckets, e.g. 128,256,512");
   app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length (default: the config's canvas_length)");
+  app.add_option("--max-new-tokens", flags.maxNewTokens,
+                 "infer: the most tokens a generation may ask for; sizes the K/V cache (default: generation_config.json's "
+                 "max_new_tokens, else 256)");
   app.add_option("--hidden-size", flags.hiddenSize, "hidden size of the built-in graph");
   app.add_option("--vocab-size", flags.vocabSize, "output size of the built-in graph");
   app.add_option("--tp", flags.tp, "tensor-parallel size");

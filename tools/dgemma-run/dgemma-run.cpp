@@ -17,6 +17,8 @@
 #include "runtime/session/Session.h"
 #include "runtime/train/Trainer.h"
 #include "tools/common/CliSupport.h"
+#include "tools/dgemma-run/EvalCommand.h"
+#include "tools/dgemma-run/GenerateCommand.h"
 #include "tools/dgemma-run/RunDefaults.h"
 
 namespace {
@@ -257,26 +259,12 @@ int runCheckData(const CheckDataFlags& flags) {
   return 0;
 }
 
-// Subcommands whose machinery later work builds: they parse their contract flags and say so.
-int notYet(const std::string& command, const std::string& missing) {
-  throw InputError("dgemma-run " + command + ": not implemented yet (" + missing + ")");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dgemma-run: execute a dgemma plan", "dgemma-run"};
   app.require_subcommand(1);
   ExecutionFlags flags;
-  // Contract flags of the subcommands later work implements: parsed and validated for shape now.
-  std::map<std::string, std::string> reserved;
-  auto addReserved = [&](CLI::App* command, std::initializer_list<const char*> names) {
-    for (const char* name : names) command->add_option(std::string("--") + name, reserved[command->get_name() + name]);
-  };
-  auto addReservedFlags = [&](CLI::App* command, std::initializer_list<const char*> names) {
-    for (const char* name : names) command->add_flag(std::string("--") + name);
-  };
-
   RankFlags rankFlags;
   dgemma::TrainOptions trainFlags;
   CLI::App* train = app.add_subcommand("train", "fine-tune from a training plan (block-diffusion SFT, AdamW)");
@@ -318,17 +306,28 @@ int main(int argc, char** argv) {
   train->add_flag("--skip-bad-rows", trainFlags.skipBadRows, "skip, count and list bad rows instead of failing");
   addRankFlags(*train, rankFlags);
 
-  CLI::App* generate = app.add_subcommand("generate", "block-diffusion generation (not implemented yet)");
-  addPlanFlags(*generate, flags.session);
-  generate->add_option("--weights", flags.session.weights)->required();
-  addReserved(generate, {"prompt", "input", "image", "max-new-tokens", "steps", "seed"});
-  addReservedFlags(generate, {"json"});
-
-  CLI::App* eval = app.add_subcommand("eval", "exact-match evaluation on a test split (not implemented yet)");
-  addPlanFlags(*eval, flags.session);
-  eval->add_option("--weights", flags.session.weights)->required();
-  eval->add_option("--test", reserved["eval.test"])->required();
-  addReserved(eval, {"out"});
+  dgemma::tool::GenerateFlags generateFlags;
+  dgemma::tool::EvalFlags evalFlags;
+  CLI::App* generate = app.add_subcommand("generate", "block-diffusion generation from a prompt or JSONL rows");
+  CLI::App* eval = app.add_subcommand("eval", "generate a test split and score it against its completions (exact match)");
+  for (auto [command, run] : {std::pair{generate, &generateFlags.run}, std::pair{eval, &evalFlags.run}}) {
+    addPlanFlags(*command, run->session);
+    command->add_option("--weights", run->session.weights, "HF or dgemma checkpoint directory")->required();
+    command->add_option("--tokenizer", run->tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
+    command->add_option("--max-new-tokens", run->maxNewTokens, "new tokens to generate, in whole canvases (default: the plan's)")
+        ->check(CLI::PositiveNumber);
+    command->add_option("--steps", run->steps, "max_denoising_steps: decoder passes per canvas at most (default: the plan's)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+    command->add_option("--seed", run->seed, "seed of every draw (the same seed gives the same text in any batch)");
+    command->add_flag("--skip-bad-rows", run->skipBadRows, "skip, count and list bad rows instead of failing");
+  }
+  generate->add_option("--prompt", generateFlags.prompt, "one user message, chat-formatted with the model's template");
+  generate->add_option("--input", generateFlags.input, "JSONL rows (docs/data.md); a row's completion is ignored");
+  generate->add_option("--image", generateFlags.image, "an image for --prompt");
+  CLI::Option* json = generate->add_flag("--json", generateFlags.json, "one JSON object per request on stdout");
+  generate->add_flag("--visual", generateFlags.visual, "redraw the canvas at every denoising step (on a terminal)")->excludes(json);
+  eval->add_option("--test", evalFlags.test, "JSONL rows with completions")->required();
+  eval->add_option("--out", evalFlags.out, "per-row results, JSON Lines (written atomically)");
 
   CheckDataFlags checkDataFlags;
   CLI::App* checkData = app.add_subcommand("check-data", "validate a JSONL data file as training would and print its counts");
@@ -389,8 +388,8 @@ int main(int argc, char** argv) {
       dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.session.planDir, trainFlags.session.rank));
       return dgemma::runTrain(trainFlags, std::move(plan));
     }
-    if (generate->parsed()) return notYet("generate", "needs the DiffusionGemma model and the sampler");
-    if (eval->parsed()) return notYet("eval", "needs the DiffusionGemma model and the sampler");
+    if (generate->parsed()) return dgemma::tool::runGenerate(generateFlags);
+    if (eval->parsed()) return dgemma::tool::runEval(evalFlags);
     return runCheckData(checkDataFlags);
   });
 }

@@ -281,3 +281,31 @@ LogicalResult MoeLocalExpertsBackwardOp::verify() {
   }
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Generation
+//===----------------------------------------------------------------------===//
+
+LogicalResult CanvasSampleOp::verify() {
+  auto logits = getLogits().getType();
+  if (logits.getRank() != 3) return emitOpError() << "logits must be [batch, canvas, vocab], got " << logits;
+  int64_t batch = logits.getDimSize(0), canvas = logits.getDimSize(1), vocab = logits.getDimSize(2);
+  if (vocab < 1) return emitOpError() << "the vocabulary must not be empty";
+  auto temperature = getTemperature().getType();
+  if (temperature.getShape() != ArrayRef<int64_t>{batch})
+    return emitOpError() << "temperature must be [" << batch << "] (one per row), got " << temperature;
+  auto key = getKey().getType();
+  if (key.getShape() != ArrayRef<int64_t>{batch, 2})
+    return emitOpError() << "key must be [" << batch << ", 2] (seed, offset per row), got " << key;
+  auto positions = [&](Type element) { return RankedTensorType::get({batch, canvas}, element); };
+  Type i64 = IntegerType::get(getContext(), 64);
+  if (getSampled().getType() != positions(i64) || getArgmax().getType() != positions(i64))
+    return emitOpError() << "sampled and argmax must be " << positions(i64);
+  if (getEntropy().getType() != positions(logits.getElementType()))
+    return emitOpError() << "entropy must be " << positions(logits.getElementType()) << ", got " << getEntropy().getType();
+  auto scaled = getScaled().getType();
+  if (scaled.getShape() != logits.getShape())
+    return emitOpError() << "scaled must have the logits' shape [" << batch << ", " << canvas << ", " << vocab << "], got "
+                         << scaled;
+  return success();
+}

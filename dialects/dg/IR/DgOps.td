@@ -629,6 +629,37 @@ def Dg_RandomIntOp : Dg_ComputeOp<"random_int",
 }
 
 //===----------------------------------------------------------------------===//
+// Generation
+//===----------------------------------------------------------------------===//
+
+def Dg_CanvasSampleOp : Dg_ComputeOp<"canvas_sample", [Pure]> {
+  let summary = "The block-diffusion sampler's per-step statistics in one pass over the vocabulary";
+  let description = [{
+    logits `[B, L, V]` f32, temperature `[B]` f32 (> 0), key `[B, 2]` i64 (seed, offset) -> per row b
+    and canvas position l, with `z = logits[b, l, :] / temperature[b]` (an f32 division):
+
+    - `sampled` `[B, L]` i64: the Gumbel-max draw `argmax_v (z_v + g_v)`, `g = -log(-log u)`, u in
+      (0, 1) from the Philox words dg.random_uniform would read for key[b] (stream 0) at element
+      `l * V + v`: a categorical draw from softmax(z), stateless, the same id on every backend.
+    - `argmax` `[B, L]` i64: the lowest index of the largest z.
+    - `entropy` `[B, L]` f32: `-sum p log p` of `p = softmax(z)`, natural log.
+    - `scaled` `[B, L, V]` f32 or bf16: z rounded once to the element type (the self-conditioning
+      input of the next denoising step).
+
+    Fused and streamed over V (docs/kernels.md, "canvas_sample"): no `[B, L, V]` f32 temporaries
+    besides `scaled`. The draw is discrete, so there is no derivative; no dimension may be sharded.
+  }];
+  let arguments = (ins RankedTensorOf<[F32]>:$logits, RankedTensorOf<[F32]>:$temperature, Dg_KeyTensor:$key);
+  let results = (outs RankedTensorOf<[I64]>:$sampled, RankedTensorOf<[I64]>:$argmax,
+                      RankedTensorOf<[F32]>:$entropy, RankedTensorOf<[F32, BF16]>:$scaled);
+  let assemblyFormat = [{
+    $logits `,` $temperature `,` $key attr-dict `:` type($logits) `,` type($temperature) `,` type($key) `->`
+    type($sampled) `,` type($argmax) `,` type($entropy) `,` type($scaled)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Collectives (explicit after partitioning; the group is one axis of the module's dg.mesh)
 //===----------------------------------------------------------------------===//
 

@@ -638,3 +638,18 @@ ShardingRuleAttr MoeLocalExpertsBackwardOp::getShardingRule() {
   builder.result({f.experts, f.hidden, f.inner});
   return builder.take();
 }
+
+// The sampler reduces over the whole vocabulary and keys its draws by row and position: every
+// dimension stays whole (a vocabulary-parallel sampler would reduce its statistics across ranks).
+ShardingRuleAttr CanvasSampleOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  auto whole = [](int64_t) { return FactorKind::NeedReplication; };
+  Dims logits = builder.addFactors(shapeOf(getLogits()), whole);
+  Dim keyWords = builder.addFactor(2, FactorKind::NeedReplication);
+  builder.operand(logits);
+  builder.operand({logits[0]});
+  builder.operand({logits[0], keyWords});
+  for (int i = 0; i < 3; ++i) builder.result({logits[0], logits[1]});
+  builder.result(logits);
+  return builder.take();
+}

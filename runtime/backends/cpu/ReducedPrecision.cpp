@@ -122,7 +122,7 @@ KernelRegistry withReducedPrecisionFloats(const KernelRegistry& f32Kernels) {
   for (const std::string& name : f32Kernels.names()) {
     const KernelFactory& factory = *f32Kernels.find(name);
     const KernelTraits& traits = f32Kernels.traits(name);
-    registry.add(name, traits.movesBitsOnly ? factory : widening(factory), traits);
+    registry.add(name, traits.movesBitsOnly || traits.handlesReducedFloats ? factory : widening(factory), traits);
   }
   return registry;
 }

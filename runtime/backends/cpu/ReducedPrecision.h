@@ -9,8 +9,8 @@
 namespace dgemma {
 
 // Returns a registry with every kernel of `f32Kernels` and its traits; kernels registered with
-// KernelTraits::movesBitsOnly (copy, fill, cast and the layout ops) already handle 16-bit floats and
-// are kept as they are, the others run as described above when a step has a 16-bit float buffer.
+// KernelTraits::movesBitsOnly (copy, fill, cast and the layout ops) or handlesReducedFloats
+// (canvas_sample) already handle 16-bit floats and are kept as they are, the others run as described above when a step has a 16-bit float buffer.
 KernelRegistry withReducedPrecisionFloats(const KernelRegistry& f32Kernels);
 
 }  // namespace dgemma

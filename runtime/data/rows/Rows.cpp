@@ -65,8 +65,8 @@ bool isBlank(const std::string& text) {
 // Validates one row; the first error wins.
 class RowParser {
  public:
-  RowParser(const std::string& file, int64_t line, const std::string& directory)
-      : file_(file), line_(line), directory_(directory) {}
+  RowParser(const std::string& file, int64_t line, const std::string& directory, bool requireCompletion)
+      : file_(file), line_(line), directory_(directory), requireCompletion_(requireCompletion) {}
 
   JsonlRowReader::Result parse(const std::string& text) {
     if (auto bad = findInvalidUtf8(text)) {
@@ -96,9 +96,11 @@ class RowParser {
     }
 
     auto completion = doc.find("completion");
+    if (completion == doc.end() && !requireCompletion_) return row;
     if (completion == doc.end()) return error("completion", std::string("expected a string, got ") + kMissing);
     if (!completion->is_string()) return error("completion", "expected a string, got " + describe(*completion));
     row.completion = completion->get<std::string>();
+    row.hasCompletion = true;
     return row;
   }
 
@@ -204,13 +206,14 @@ class RowParser {
   const std::string& file_;
   int64_t line_;
   const std::string& directory_;
+  bool requireCompletion_;
 };
 
 }  // namespace
 
-JsonlRowReader::Result parseRowLine(const std::string& text, const std::string& file, int64_t line,
-                                    const std::string& directory) {
-  return RowParser(file, line, directory).parse(text);
+JsonlRowReader::Result parseRowLine(const std::string& text, const std::string& file, int64_t line, const std::string& directory,
+                                    bool requireCompletion) {
+  return RowParser(file, line, directory, requireCompletion).parse(text);
 }
 
 JsonlRowReader::~JsonlRowReader() {
@@ -293,7 +296,7 @@ std::optional<JsonlRowReader::Result> JsonlRowReader::next() {
       ++blank_;
       continue;
     }
-    return parseRowLine(text, path_, line_, directory_);
+    return parseRowLine(text, path_, line_, directory_, options_.requireCompletion);
   }
   return std::nullopt;
 }

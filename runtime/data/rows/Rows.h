@@ -41,6 +41,7 @@ struct Row {
   int64_t line = 0;  // 1-based line number in the JSONL file
   std::vector<Message> messages;
   std::string completion;  // may be empty (the target is then just EOS)
+  bool hasCompletion = false;  // false only when the reader did not require one
 };
 
 struct RowError {
@@ -57,6 +58,8 @@ struct JsonlReaderOptions {
   // Longer lines are an error (the rest of the line is read and dropped, so the next line is still
   // read correctly).
   int64_t maxLineBytes = int64_t{64} << 20;
+  // A row without "completion" is an error; generation (dgemma-run generate) reads prompts only.
+  bool requireCompletion = true;
 };
 
 class JsonlRowReader {
@@ -100,7 +103,7 @@ class JsonlRowReader {
 // Validates one line's text (without its line terminator) as a row. `directory` is where relative
 // image paths resolve. Exposed for tests and for producers that do not read files.
 JsonlRowReader::Result parseRowLine(const std::string& text, const std::string& file, int64_t line,
-                                    const std::string& directory);
+                                    const std::string& directory, bool requireCompletion = true);
 
 struct RowScan {
   std::vector<Row> rows;

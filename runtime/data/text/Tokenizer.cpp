@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/Error.h"
+#include "runtime/data/rows/Utf8.h"
 #include "runtime/data/text/TokenizerJson.h"
 
 namespace dgemma {
@@ -34,6 +35,29 @@ size_t decodeAt(std::string_view text, size_t pos, uint32_t& cp) {
     cp = (cp << 6) | (b & 0x3F);
   }
   return len;
+}
+
+constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";  // U+FFFD
+
+// The byte of a byte-fallback piece "<0xXX>"; nothing for any other piece.
+std::optional<char> byteFallbackValue(const std::string& piece) {
+  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return std::nullopt;
+  auto hex = [](char c) -> int { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+  const int high = hex(piece[3]), low = hex(piece[4]);
+  if (high < 0 || low < 0) return std::nullopt;
+  return static_cast<char>(high * 16 + low);
+}
+
+// `bytes` with every byte where well-formed UTF-8 breaks replaced by U+FFFD.
+std::string withReplacementCharacters(std::string_view bytes) {
+  std::string text;
+  while (std::optional<Utf8Problem> problem = findInvalidUtf8(bytes)) {
+    text.append(bytes.substr(0, problem->offset));
+    text.append(kReplacementCharacter);
+    bytes.remove_prefix(problem->offset + 1);
+  }
+  text.append(bytes);
+  return text;
 }
 
 std::string readConfigToken(const nlohmann::json& config, const char* key, std::string fallback) {
@@ -221,6 +245,45 @@ void Tokenizer::loadSentencePiece(const std::string& modelPath) {
   for (auto& group : byFirstByte_)
     std::stable_sort(group.begin(), group.end(),
                      [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+std::string Tokenizer::decode(std::span<const int64_t> ids) const {
+  static const std::string kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's word boundary
+  std::string text, byteRun;
+  // ByteFallback: a run of byte pieces is one UTF-8 string, or one U+FFFD per byte if it is not one.
+  auto flushBytes = [&] {
+    if (findInvalidUtf8(byteRun)) {
+      for (size_t i = 0; i < byteRun.size(); ++i) text.append(kReplacementCharacter);
+    } else {
+      text.append(byteRun);
+    }
+    byteRun.clear();
+  };
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocabSize_) {
+      flushBytes();
+      text.append(kReplacementCharacter);
+      continue;
+    }
+    const std::string piece = json_ ? json_->idToToken(static_cast<int32_t>(id)) : sp_->IdToPiece(static_cast<int>(id));
+    if (std::optional<char> byte = byteFallbackValue(piece); byte && (json_ || sp_->IsByte(static_cast<int>(id)))) {
+      byteRun.push_back(*byte);
+      continue;
+    }
+    flushBytes();
+    for (size_t pos = 0; pos < piece.size();) {
+      if (piece.compare(pos, kMetaspace.size(), kMetaspace) == 0) {
+        text.push_back(' ');
+        pos += kMetaspace.size();
+      } else {
+        text.push_back(piece[pos++]);
+      }
+    }
+  }
+  flushBytes();
+  // A piece itself is valid UTF-8, so this only guards a malformed vocabulary.
+  text = withReplacementCharacters(text);
+  return json_ ? json_->applyDecoderStrip(std::move(text)) : text;
 }
 
 Tokenizer::~Tokenizer() = default;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -69,6 +70,14 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
   // encode(text) followed by EOS unless it already ends with EOS (docs/data.md, "Tokenization").
   std::vector<int32_t> completionTokens(std::string_view text) const;
+
+  // Ids to text as the Gemma tokenizer.json decoder does (Replace "▁" with " ", ByteFallback,
+  // Fuse; transformers' decode with skip_special_tokens=False): every id becomes its piece, special
+  // ones included ("<eos>"), "▁" a space; a run of byte pieces "<0xXX>" becomes its bytes, or one
+  // U+FFFD per byte when they are not valid UTF-8; an id outside the tokenizer's pieces becomes
+  // U+FFFD. A tokenizer.json's Strip decoder step is applied too; InputError when its decoder has
+  // another step (TokenizerJson::applyDecoderStrip).
+  std::string decode(std::span<const int64_t> ids) const;
 
   // The id of a special token by its string ("<eos>", "<|turn>"); nullopt / InputError if the model
   // has no such special piece.

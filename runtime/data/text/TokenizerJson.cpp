@@ -226,6 +226,9 @@ struct TokenizerJson::Impl {
   };
 
   std::vector<AddedToken> added;
+  std::vector<std::string> tokens;  // by id: the added token's content, else the vocabulary entry
+  int64_t decoderStripStart = 0, decoderStripStop = 0;  // the decoder's Strip of " "
+  std::string unsupportedDecoder;                       // why decode() cannot follow the decoder
   std::unordered_map<std::string, int32_t> addedIds;
   // Added tokens matched in the raw text (normalized=false) and in normalized text (their content
   // normalized), grouped by first byte, longest first.
@@ -542,6 +545,29 @@ TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<I
   };
   if (auto it = root.find("pre_tokenizer"); it != root.end()) addPreTokenizer(*it, "pre_tokenizer");
 
+  // decoder: only read for decode(); a file whose decoder dgemma does not implement still encodes.
+  auto readDecoderStep = [&](const json& step, const std::string& at) {
+    const std::string type = step.is_object() && step.contains("type") && step["type"].is_string() ? step["type"].get<std::string>() : "";
+    const bool metaspaceToSpace = type == "Replace" && step.value("content", json()) == " " &&
+                                  step.value("pattern", json()).value("String", json()) == "\u2581";
+    if (type == "Strip" && step.value("content", json()) == " " && step.value("start", json()).is_number_unsigned() &&
+        step.value("stop", json()).is_number_unsigned()) {
+      d.decoderStripStart = step["start"].get<int64_t>();
+      d.decoderStripStop = step["stop"].get<int64_t>();
+    } else if (!metaspaceToSpace && type != "ByteFallback" && type != "Fuse") {
+      d.unsupportedDecoder = path + ": " + at + ": the decoder step " + (type.empty() ? step.dump() : "\"" + type + "\"") +
+                             " is not supported by dgemma (supported: Replace \"\u2581\" with \" \", ByteFallback, Fuse, Strip of \" \")";
+    }
+  };
+  if (auto it = root.find("decoder"); it != root.end() && !it->is_null()) {
+    if (it->is_object() && it->value("type", json()) == "Sequence" && it->value("decoders", json()).is_array()) {
+      const json& steps = (*it)["decoders"];
+      for (size_t i = 0; i < steps.size(); ++i) readDecoderStep(steps[i], "decoder.decoders[" + std::to_string(i) + "]");
+    } else {
+      readDecoderStep(*it, "decoder");
+    }
+  }
+
   // added_tokens
   d.rawTrie.resize(256);
   d.normTrie.resize(256);
@@ -581,6 +607,11 @@ TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<I
     for (auto& group : *trie)
       std::stable_sort(group.begin(), group.end(),
                        [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  // Ids back to tokens, for decoding: added tokens win over a vocabulary entry of the same id, as
+  // in tokenizers.
+  d.tokens.assign(d.vocabSize, "");
+  for (const auto& [piece, id] : d.vocab) d.tokens[id] = piece;
+  for (const AddedToken& token : d.added) d.tokens[token.id] = token.content;
 }
 
 TokenizerJson::~TokenizerJson() = default;
@@ -622,5 +653,21 @@ int32_t TokenizerJson::tokenToId(std::string_view token) const {
 }
 
 int64_t TokenizerJson::vocabSize() const { return impl_->vocabSize; }
+
+std::string TokenizerJson::applyDecoderStrip(std::string text) const {
+  if (!impl_->unsupportedDecoder.empty()) throw InputError(impl_->unsupportedDecoder);
+  int64_t start = 0, stop = 0;
+  while (start < impl_->decoderStripStart && start < static_cast<int64_t>(text.size()) && text[start] == ' ') ++start;
+  text.erase(0, start);
+  while (stop < impl_->decoderStripStop && !text.empty() && text.back() == ' ') {
+    text.pop_back();
+    ++stop;
+  }
+  return text;
+}
+
+std::string TokenizerJson::idToToken(int32_t id) const {
+  return id >= 0 && id < static_cast<int64_t>(impl_->tokens.size()) ? impl_->tokens[id] : std::string();
+}
 
 }  // namespace dgemma

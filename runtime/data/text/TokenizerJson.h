@@ -16,7 +16,8 @@
 //
 // Anything else (other normalizer, pre-tokenizer or model types, regex patterns, BPE dropout,
 // continuing_subword_prefix / end_of_word_suffix, Split invert) is rejected with an InputError that
-// names the file and the JSON path. post_processor, decoder, truncation and padding are not used.
+// names the file and the JSON path. post_processor, decoder, truncation and padding are not read: Tokenizer::decode maps ids back
+// through idToToken with the Gemma decoder's rules (Tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,12 @@ class TokenizerJson {
   int32_t tokenToId(std::string_view token) const;
   // 1 + the largest id of the vocabulary and the added tokens.
   int64_t vocabSize() const;
+  // The token string of an id: an added token's content, else the vocabulary entry; "" if none.
+  std::string idToToken(int32_t id) const;
+  // The last step of decoding, after Tokenizer::decode's Replace / ByteFallback / Fuse: the
+  // decoder's Strip of leading and trailing spaces, if it has one. InputError "PATH:
+  // decoder...: ..." when the file's decoder has a step dgemma does not implement.
+  std::string applyDecoderStrip(std::string text) const;
 
  private:
   struct Impl;

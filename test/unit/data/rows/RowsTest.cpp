@@ -356,5 +356,24 @@ TEST_F(RowsTest, ParseRowLineResolvesAgainstTheGivenDirectory) {
   EXPECT_EQ(std::get<Row>(result).messages[0].content[0].imagePath, (dir_ / "pics/p.png").string());
 }
 
+// Generation reads prompts: without requireCompletion a row may leave "completion" out, and a
+// completion that is there is still checked.
+TEST_F(RowsTest, ACompletionIsOptionalWhenTheReaderDoesNotRequireOne) {
+  const std::string prompt = R"({"messages": [{"role": "user", "content": "hi"}]})";
+  auto required = parseRowLine(prompt, "mem", 1, dir_.string());
+  ASSERT_TRUE(std::holds_alternative<RowError>(required));
+  EXPECT_EQ(std::get<RowError>(required).text(), "mem:1: completion: expected a string, got nothing (the key is missing)");
+  auto optional = parseRowLine(prompt, "mem", 1, dir_.string(), /*requireCompletion=*/false);
+  ASSERT_TRUE(std::holds_alternative<Row>(optional));
+  EXPECT_FALSE(std::get<Row>(optional).hasCompletion);
+  auto given = parseRowLine(kGoodRow, "mem", 2, dir_.string(), false);
+  ASSERT_TRUE(std::holds_alternative<Row>(given));
+  EXPECT_TRUE(std::get<Row>(given).hasCompletion);
+  EXPECT_EQ(std::get<Row>(given).completion, "hello");
+  auto wrong = parseRowLine(R"({"messages": [{"role": "user", "content": "hi"}], "completion": 3})", "mem", 3, dir_.string(), false);
+  ASSERT_TRUE(std::holds_alternative<RowError>(wrong));
+  EXPECT_EQ(std::get<RowError>(wrong).text(), "mem:3: completion: expected a string, got number");
+}
+
 }  // namespace
 }  // namespace dgemma

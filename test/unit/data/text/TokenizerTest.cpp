@@ -289,3 +289,42 @@ TEST(Tokenizer, StripsPythonWhitespace) {
 
 }  // namespace
 }  // namespace dgemma
+
+namespace dgemma {
+namespace {
+
+// Golden strings: transformers' GemmaTokenizer on data/tokenizer, decode(ids, skip_special_tokens=False).
+TEST_P(Backends, DecodesAsTransformersDoes) {
+  const Tokenizer& tok = loaded(GetParam());
+  auto decode = [&](std::vector<int64_t> ids) { return tok.decode(ids); };
+  EXPECT_EQ(decode({136, 55, 42, 60, 35, 24, 63, 65, 70, 54, 78, 85, 50, 54, 101, 77, 54, 86, 54, 90, 85, 67}),
+            "Hello world, 12 + 30 = 42.");
+  EXPECT_EQ(decode({7, 66, 58, 23, 12, 121, 64, 25, 38, 54, 170, 85, 50, 54, 102, 77, 79, 8, 12}),
+            "<|turn>user\nWhat is 82 + 50?<turn|>\n");
+  EXPECT_EQ(decode({59, 57, 3, 83, 55, 22, 57, 74, 88, 54, 3}), "na<unk>ve café <unk>");
+  EXPECT_EQ(decode({2, 1, 0, 3, 12}), "<bos><eos><pad><unk>\n");
+  EXPECT_EQ(decode({136, 100000, -1}), "H\xEF\xBF\xBD\xEF\xBF\xBD");  // ids without a piece
+}
+
+// Golden strings: tokenizers.Tokenizer.decode(ids, skip_special_tokens=False) of the file, whose
+// decoder ends with Strip(" ", 1, 0) (its normalizer prepends "▁").
+TEST(Tokenizer, DecodesBytePiecesAndReplacesBrokenUtf8) {
+  const Tokenizer tok(std::string(DGEMMA_TOKENIZER_JSON_DIR) + "/byte_fallback");
+  EXPECT_EQ(tok.decode(std::vector<int64_t>{318, 314, 230, 134, 176, 309}), "é€x");  // encode("é€x")
+  // The byte run <0xC3> <0x61> (ids 4 + byte) is not UTF-8: one U+FFFD per byte.
+  EXPECT_EQ(tok.decode(std::vector<int64_t>{4 + 0xC3, 4 + 'a'}), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST(Tokenizer, DecodeRefusesADecoderItDoesNotImplement) {
+  TempDir dir;
+  nlohmann::json file = nlohmann::json::parse(std::ifstream(std::string(DGEMMA_TOKENIZER_JSON_DIR) + "/tokenizer.json"));
+  file["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
+  std::ofstream(dir.path / "tokenizer.json") << file.dump();
+  const Tokenizer tok(dir.path.string());
+  EXPECT_FALSE(tok.encode("hi").empty());  // encoding does not read the decoder
+  const std::string message = expectInputError([&] { tok.decode(std::vector<int64_t>{136}); });
+  EXPECT_NE(message.find("decoder: the decoder step \"Metaspace\" is not supported"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace dgemma

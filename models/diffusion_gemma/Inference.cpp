@@ -1,0 +1,174 @@
+// The inference entries (Inference.h, docs/inference-plan.md) over the text stack of TextStack.h.
+#include "models/diffusion_gemma/Inference.h"
+
+#include <algorithm>
+
+#include "models/diffusion_gemma/GraphBuilder.h"
+#include "models/diffusion_gemma/TextStack.h"
+#include "plan/Names.h"
+
+namespace mlir::dg {
+
+using dgemma::DiffusionGemmaConfig;
+using diffusion_gemma::GraphBuilder;
+using diffusion_gemma::LayerCache;
+using diffusion_gemma::LayerKeyValues;
+using diffusion_gemma::shapeOf;
+using diffusion_gemma::TextStack;
+
+std::string cacheKeysName(int64_t layer) { return std::string(dgemma::kCachePrefix) + "k." + std::to_string(layer); }
+std::string cacheValuesName(int64_t layer) { return std::string(dgemma::kCachePrefix) + "v." + std::to_string(layer); }
+
+int64_t inferenceCacheLength(int64_t maxPromptLength, int64_t maxNewTokens, int64_t canvasLength) {
+  const int64_t canvases = (maxNewTokens + canvasLength - 1) / canvasLength;
+  return maxPromptLength + (canvases - 1) * canvasLength;
+}
+
+int64_t layerCacheLength(const DiffusionGemmaConfig& config, int64_t layer, int64_t cacheLength) {
+  return config.isFullAttention(layer) ? cacheLength : std::min(cacheLength, config.slidingWindow - 1);
+}
+
+namespace {
+
+// The cache as run state: every layer's K/V parameters, with the slots `cacheValid` [B, C] i1 marks
+// (a sliding layer's C_l slots are the last C_l columns).
+class CacheState {
+ public:
+  CacheState(GraphBuilder& g, int64_t cacheLength, Value cacheValid) : g_(g) {
+    const DiffusionGemmaConfig& config = g.config();
+    for (int64_t layer = 0; layer < config.numHiddenLayers; ++layer) {
+      const int64_t slots = layerCacheLength(config, layer, cacheLength);
+      const dgemma::LayerGeometry& geometry = config.layer(layer);
+      const SmallVector<int64_t> shape{g.batch(), slots, geometry.numKeyValueHeads, geometry.headDim};
+      LayerCache cache;
+      cache.keys = g.state(cacheKeysName(layer), shape, g.activation());
+      cache.values = g.state(cacheValuesName(layer), shape, g.activation());
+      if (cacheValid)
+        cache.keyValid = slots == cacheLength
+                             ? cacheValid
+                             : g.slice(cacheValid, 1, cacheLength - slots, slots, "cache_valid.last" + std::to_string(slots));
+      layers_.push_back(cache);
+    }
+  }
+
+  const std::vector<LayerCache>& layers() const { return layers_; }
+
+  // Every layer's cache := the last C_l slots of [old cache, if `append` ; new K/V], zeros on the
+  // left when that is shorter than C_l. The assigns come after every read of the cache.
+  void write(const std::vector<LayerKeyValues>& newKeyValues, bool append) {
+    for (size_t layer = 0; layer < layers_.size(); ++layer) {
+      const LayerCache& cache = layers_[layer];
+      const std::string keys = cacheKeysName(layer), values = cacheValuesName(layer);
+      g_.assign(cache.keys, lastSlots(append ? cache.keys : Value(), newKeyValues[layer].keys, shapeOf(cache.keys)[1], keys),
+                keys + ".assign");
+      g_.assign(cache.values,
+                lastSlots(append ? cache.values : Value(), newKeyValues[layer].values, shapeOf(cache.values)[1], values),
+                values + ".assign");
+    }
+  }
+
+ private:
+  // The last `slots` positions of [old ; fresh] (old may be null: zeros).
+  Value lastSlots(Value old, Value fresh, int64_t slots, const std::string& name) {
+    const int64_t freshLength = shapeOf(fresh)[1];
+    if (freshLength >= slots) return freshLength == slots ? fresh : g_.slice(fresh, 1, freshLength - slots, slots, name + ".last");
+    Value earlier = old ? g_.slice(old, 1, freshLength, slots - freshLength, name + ".kept")
+                        : g_.zeros({shapeOf(fresh)[0], slots - freshLength, shapeOf(fresh)[2], shapeOf(fresh)[3]},
+                                   diffusion_gemma::elementTypeOf(fresh), name + ".unfilled");
+    return g_.concat({earlier, fresh}, 1, name + ".shifted");
+  }
+
+  GraphBuilder& g_;
+  std::vector<LayerCache> layers_;
+};
+
+// prefill: the causal encoder over the prompt; its K/V right-aligned into the cache.
+void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_t cacheLength) {
+  OpBuilder& b = g.builder();
+  const int64_t batch = g.batch();
+  Value inputIds = g.input("input_ids", {batch, promptLength}, b.getI64Type());
+  Value attentionMask = g.input("attention_mask", {batch, promptLength}, b.getI64Type());
+  Value positions = g.input("positions", {batch, promptLength}, b.getI64Type());
+  Value promptValid = g.castTo(attentionMask, b.getI1Type(), "attention_mask");
+  std::vector<LayerKeyValues> keyValues;
+  text.encoderStack(inputIds, promptValid, positions, &keyValues);
+  CacheState(g, cacheLength, Value()).write(keyValues, /*append=*/false);
+}
+
+// denoise: one decoder step over [cache ; canvas], the fused sampler, and the next step's
+// self-conditioning state.
+void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
+  const DiffusionGemmaConfig& config = g.config();
+  OpBuilder& b = g.builder();
+  const int64_t batch = g.batch(), canvasLength = config.canvasLength;
+  Value canvasIds = g.input("canvas_ids", {batch, canvasLength}, b.getI64Type());
+  Value cacheValid = g.castTo(g.input("cache_valid", {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
+  Value positions = g.input("positions", {batch, canvasLength}, b.getI64Type());
+  Value selfConditioningMask = g.input("self_conditioning_mask", {batch}, g.f32());
+  Value frozen = g.input("frozen", {batch}, g.f32());
+  Value temperature = g.input("temperature", {batch}, g.f32());
+  Value sampleKeys = g.input("sample_keys", {batch, 2}, b.getI64Type());
+
+  // The stored z is in the activation dtype (HF keeps it in the embedding's dtype); the
+  // self-conditioning softmax reads it widened to f32, as forward reads its f32 input.
+  Value stored = g.state(kSelfConditioningStateName, {batch, canvasLength, config.vocabSize}, g.activation());
+  Value signal = text.selfConditioningSignal(g.toF32(stored, "sc.stored"), selfConditioningMask);
+  CacheState cache(g, cacheLength, cacheValid);
+  Value logits = text.decoderLogitsOverCache(text.decoderInput(canvasIds, signal), positions, cache.layers());
+
+  auto idsType = RankedTensorType::get({batch, canvasLength}, b.getI64Type());
+  auto sample = b.create<CanvasSampleOp>(g.loc("sample"),
+                                         TypeRange{idsType, idsType, g.f32Type({batch, canvasLength}),
+                                                   g.activationType({batch, canvasLength, config.vocabSize})},
+                                         logits, temperature, sampleKeys);
+  g.output("sampled_ids", sample.getSampled());
+  g.output("argmax_ids", sample.getArgmax());
+  g.output("entropy", sample.getEntropy());
+  // A row that finished denoising keeps its state (HF freezes its processed logits).
+  Value frozenRows = g.reshape(g.compare(frozen, g.scalar(0.0, "frozen.zero"), ComparePredicate::Ne, "frozen"),
+                               {batch, 1, 1}, "frozen.rows");
+  g.assign(stored, b.create<SelectOp>(g.loc("sc.next"), frozenRows, stored, sample.getScaled()), "sc.assign");
+}
+
+// commit: the accepted block encoded causally over [cache ; block]; the cache shifts by L.
+void buildCommit(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
+  OpBuilder& b = g.builder();
+  const int64_t batch = g.batch(), canvasLength = g.config().canvasLength;
+  Value blockIds = g.input("block_ids", {batch, canvasLength}, b.getI64Type());
+  Value cacheValid = g.castTo(g.input("cache_valid", {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
+  Value positions = g.input("positions", {batch, canvasLength}, b.getI64Type());
+  CacheState cache(g, cacheLength, cacheValid);
+  std::vector<LayerKeyValues> keyValues;
+  text.encoderStackOverCache(blockIds, positions, cache.layers(), &keyValues);
+  cache.write(keyValues, /*append=*/true);
+}
+
+}  // namespace
+
+OwningOpRef<ModuleOp> buildDiffusionGemmaInference(MLIRContext& context, const DiffusionGemmaConfig& config,
+                                                   const DiffusionGemmaInferenceOptions& options) {
+  DiffusionGemmaForwardOptions forward{options.microBatch, options.promptLengths, options.precision};
+  OwningOpRef<ModuleOp> module = buildDiffusionGemmaForward(context, config, forward);
+  OpBuilder builder(&context);
+  auto body = [&](auto build) {
+    return [&, build] {
+      GraphBuilder graph(builder, config, options.microBatch, options.precision);
+      TextStack text(graph);
+      build(graph, text);
+    };
+  };
+  for (int64_t promptLength : options.promptLengths)
+    diffusion_gemma::addEntryFunction(
+        builder, *module, "prefill_p" + std::to_string(promptLength), "prefill",
+        {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}},
+        body([&, promptLength](GraphBuilder& g, TextStack& text) { buildPrefill(g, text, promptLength, options.cacheLength); }));
+  diffusion_gemma::addEntryFunction(
+      builder, *module, "denoise", "denoise", {{"micro_batch", options.microBatch}},
+      body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength); }));
+  diffusion_gemma::addEntryFunction(
+      builder, *module, "commit", "commit", {{"micro_batch", options.microBatch}},
+      body([&](GraphBuilder& g, TextStack& text) { buildCommit(g, text, options.cacheLength); }));
+  return module;
+}
+
+}  // namespace mlir::dg

@@ -1,0 +1,194 @@
+// canvas_sample on the CPU (docs/kernels.md, "canvas_sample"): per (b, l) one streaming pass over the
+// vocabulary, in chunks that stay in L1. Each chunk is divided by the temperature and stored as the
+// scaled output, then folds into the running statistics (RunningSoftmax: the max, with the rescaling
+// of an online softmax when it grows), the first index of the max, and the Gumbel-max key z + g.
+// Nothing of size V is allocated. Threads split the B·L positions.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "runtime/core/Philox.h"
+#include "runtime/kernels/CpuKernelSupport.h"
+#include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/canvas_sample/Contract.h"
+#include "runtime/kernels/canvas_sample/GumbelNoise.h"
+#include "support/DType.h"
+#include "support/Error.h"
+
+namespace dgemma {
+namespace {
+
+using canvas_sample::gumbelNoise;
+using canvas_sample::kGumbelNoiseBound;
+
+// Vocabulary entries per chunk: the chunk's z (1 KiB) is reread from L1 by the later folds.
+constexpr int64_t kChunk = 256;
+// Independent partial sums, so that the f64 accumulation maps onto SIMD lanes (see dotProduct).
+constexpr int64_t kLanes = 8;
+// Below this, e^(z−m) is 0 in f32; clamping z − m there keeps 0 · (z − m) from becoming 0 · −inf.
+constexpr float kLowestExponent = -104.0f;
+
+// The softmax statistics of the entries seen so far, relative to their max m: `ties` entries equal
+// m (each e^0 = 1), `rest` = Σ e^(z−m) over the others, `weighted` = Σ e^(z−m)·(z−m), in f64. The
+// entropy −Σ p log p with p = e^(z−m) / s, s = ties + rest, is H = log s − weighted / s: both terms
+// are non-negative (z − m <= 0), so nothing cancels, and log s = log ties + log1p(rest / ties) keeps
+// a nearly one-hot position's tiny entropy (s = 1 + 1e-20) to full relative precision, which
+// Σ e^(z−m) with the max's 1 inside could not.
+struct RunningSoftmax {
+  float maximum = -std::numeric_limits<float>::infinity();
+  double ties = 0, rest = 0, weighted = 0;
+
+  // A new, larger max: the old entries' terms shrink by e^(old − new); the old ties join the rest.
+  void raiseMaximum(float larger) {
+    const double count = ties + rest;
+    if (count > 0) {
+      const double shift = static_cast<double>(maximum) - larger;
+      const double scale = std::exp(shift);
+      weighted = scale * (weighted + shift * count);
+      rest = scale * count;
+      ties = 0;
+    }
+    maximum = larger;
+  }
+  double entropy() const { return std::log(ties) + std::log1p(rest / ties) - weighted / (ties + rest); }
+};
+
+// Element `index`'s Philox word of one row's stream, one block of four words computed at a time.
+class RowWords {
+ public:
+  RowWords(uint64_t seed, uint64_t offset) : seed_(seed), offset_(offset) {}
+  uint32_t at(uint64_t index) {
+    const uint64_t block = index / 4;
+    if (block != block_) {
+      words_ = philoxUniformBlock(seed_, 0, offset_, block);
+      block_ = block;
+    }
+    return words_[index % 4];
+  }
+
+ private:
+  uint64_t seed_, offset_;
+  uint64_t block_ = std::numeric_limits<uint64_t>::max();
+  PhiloxCounter words_{};
+};
+
+struct PositionResult {
+  int64_t sampled = 0, argmax = 0;
+  float entropy = 0;
+};
+
+// One position: logits[0, V) -> its results, the scaled row stored through `store(start, z, count)`.
+template <typename Store>
+[[gnu::always_inline]] inline PositionResult samplePositionIn(const float* logits, int64_t vocab, float temperature,
+                                                              RowWords& words, uint64_t firstIndex, Store&& store) {
+  RunningSoftmax softmax;
+  float bestKey = -std::numeric_limits<float>::infinity();
+  PositionResult result;
+  float z[kChunk];
+  for (int64_t start = 0; start < vocab; start += kChunk) {
+    const int64_t count = std::min(kChunk, vocab - start);
+    float chunkMax = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < count; ++i) {
+      z[i] = logits[start + i] / temperature;
+      chunkMax = std::max(chunkMax, z[i]);
+    }
+    store(start, z, count);
+    if (chunkMax > softmax.maximum) {  // strict: an equal max in a later chunk keeps the lower index
+      result.argmax = start + (std::find(z, z + count, chunkMax) - z);
+      softmax.raiseMaximum(chunkMax);
+    }
+    if (softmax.maximum != -std::numeric_limits<float>::infinity()) {  // all -inf so far: nothing to add
+      const float maximum = softmax.maximum;
+      double tieLanes[kLanes] = {}, restLanes[kLanes] = {}, weightedLanes[kLanes] = {};
+      for (int64_t i = 0; i < count; ++i) {
+        const float shifted = std::max(z[i] - maximum, kLowestExponent);
+        const bool tie = shifted == 0.0f;
+        const float e = cpu::fastExp(shifted);
+        tieLanes[i % kLanes] += tie ? 1.0 : 0.0;
+        restLanes[i % kLanes] += tie ? 0.0f : e;
+        weightedLanes[i % kLanes] += e * shifted;
+      }
+      for (int64_t lane = 0; lane < kLanes; ++lane) {
+        softmax.ties += tieLanes[lane];
+        softmax.rest += restLanes[lane];
+        softmax.weighted += weightedLanes[lane];
+      }
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (z[i] + kGumbelNoiseBound < bestKey) continue;  // cannot win, whatever its noise
+      const float key = z[i] + gumbelNoise(words.at(firstIndex + static_cast<uint64_t>(start + i)));
+      if (key > bestKey) {
+        bestKey = key;
+        result.sampled = start + i;
+      }
+    }
+  }
+  result.entropy = static_cast<float>(softmax.entropy());
+  return result;
+}
+
+// The two instances in AVX2 clones (see FastMath.h): the exps, the divisions and the noise's fmas.
+DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionF32(const float* logits, int64_t vocab, float temperature,
+                                                            RowWords& words, uint64_t firstIndex, float* scaled) {
+  return samplePositionIn(logits, vocab, temperature, words, firstIndex, [&](int64_t start, const float* z, int64_t count) {
+    std::copy(z, z + count, scaled + start);
+  });
+}
+
+DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionBf16(const float* logits, int64_t vocab, float temperature,
+                                                             RowWords& words, uint64_t firstIndex, uint16_t* scaled) {
+  return samplePositionIn(logits, vocab, temperature, words, firstIndex, [&](int64_t start, const float* z, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) scaled[start + i] = f32ToBf16Bits(z[i]);
+  });
+}
+
+class CanvasSampleKernel final : public Kernel {
+ public:
+  CanvasSampleKernel(std::string where, CanvasSampleContract contract) : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const float* logits = inputs[0].as<const float>();
+    const float* temperature = inputs[1].as<const float>();
+    const int64_t* keys = inputs[2].as<const int64_t>();
+    for (int64_t b = 0; b < c_.batch; ++b)
+      if (!(temperature[b] > 0.0f) || !std::isfinite(temperature[b]))
+        throw RuntimeError(where_ + ": temperature[" + std::to_string(b) + "] = " + std::to_string(temperature[b]) +
+                           " is not a positive finite number");
+    int64_t* sampled = outputs[0].as<int64_t>();
+    int64_t* argmax = outputs[1].as<int64_t>();
+    float* entropy = outputs[2].as<float>();
+    const int64_t positions = c_.batch * c_.canvas, vocab = c_.vocab;
+    cpu::parallelFor(context, positions, cpu::rowGrain(vocab), [&](int64_t begin, int64_t end) {
+      for (int64_t position = begin; position < end; ++position) {
+        const int64_t b = position / c_.canvas, l = position % c_.canvas;
+        RowWords words(static_cast<uint64_t>(keys[2 * b]), static_cast<uint64_t>(keys[2 * b + 1]));
+        const uint64_t firstIndex = static_cast<uint64_t>(l) * static_cast<uint64_t>(vocab);
+        const float* row = logits + position * vocab;
+        const PositionResult result =
+            c_.scaledDType == DType::BF16
+                ? samplePositionBf16(row, vocab, temperature[b], words, firstIndex, outputs[3].as<uint16_t>() + position * vocab)
+                : samplePositionF32(row, vocab, temperature[b], words, firstIndex, outputs[3].as<float>() + position * vocab);
+        sampled[position] = result.sampled;
+        argmax[position] = result.argmax;
+        entropy[position] = result.entropy;
+      }
+    });
+  }
+
+ private:
+  std::string where_;
+  CanvasSampleContract c_;
+};
+
+std::unique_ptr<Kernel> createCanvasSampleKernel(const KernelSignature& signature) {
+  return std::make_unique<CanvasSampleKernel>(signature.where, parseCanvasSampleContract(signature));
+}
+
+}  // namespace
+
+void registerCanvasSampleCpuKernels(KernelRegistry& registry) {
+  registry.add("canvas_sample", createCanvasSampleKernel, KernelTraits{.handlesReducedFloats = true});
+}
+
+}  // namespace dgemma

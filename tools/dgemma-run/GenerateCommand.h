@@ -1,0 +1,21 @@
+// `dgemma-run generate` (docs/generation.md, "dgemma-run generate").
+#pragma once
+
+#include <string>
+
+#include "tools/dgemma-run/GenerationRun.h"
+
+namespace dgemma::tool {
+
+struct GenerateFlags {
+  GenerationFlags run;
+  std::string prompt;  // --prompt TEXT: one user message ...
+  std::string input;   // ... or --input FILE.jsonl
+  std::string image;   // --image PATH (with --prompt)
+  bool json = false;   // --json: one JSON object per request
+  bool visual = false; // --visual: redraw the canvas every denoising step (on a terminal)
+};
+
+int runGenerate(const GenerateFlags& flags);
+
+}  // namespace dgemma::tool
