@@ -1,5 +1,6 @@
 // Times CPU kernels through the same registry the executor uses and prints a table:
-// effective GFLOP/s for GEMMs, GB/s (bytes read + written) for memory-bound kernels.
+// effective GFLOP/s for GEMMs, GB/s (bytes read + written) for memory-bound kernels, and million
+// vocabulary entries per second for the sampler (its cost is the noise and the exps, not the bytes).
 //   dgemma-bench-cpu-kernels [--threads N] [--repeats R]
 #include <chrono>
 #include <cstdio>
@@ -15,42 +16,56 @@ namespace {
 
 using namespace dgemma;
 
+// A buffer of the case; f32 inputs are filled uniformly from [low, high), i64 inputs with small
+// non-negative integers.
+struct Tensor {
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  float low = -1.0f, high = 1.0f;
+};
+
+enum class Rate { Flops, Bytes, Entries };
+
 struct Case {
   std::string label;
   std::string kernel;
   nlohmann::json attrs;
-  std::vector<std::vector<int64_t>> inputShapes;
-  std::vector<int64_t> outputShape;
-  double flops;  // 0 for memory-bound kernels
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  Rate rate = Rate::Bytes;
+  double work = 0;  // FLOPs or entries; the bytes are counted from the buffers
 };
 
 double timeCase(Backend& backend, const Case& spec, int repeats, double& bytesMoved) {
   Step step;
   step.op = spec.kernel;
   step.attrs = spec.attrs;
+  std::vector<Tensor> tensors = spec.inputs;
+  tensors.insert(tensors.end(), spec.outputs.begin(), spec.outputs.end());
   std::vector<Buffer> buffers;
-  for (const auto& shape : spec.inputShapes) buffers.push_back({int64_t(buffers.size()), "in", DType::F32, shape, 0, 0, {}, {}});
-  buffers.push_back({int64_t(buffers.size()), "out", DType::F32, spec.outputShape, 0, 0, {}, {}});
+  for (const Tensor& tensor : tensors) buffers.push_back({int64_t(buffers.size()), "buffer", tensor.dtype, tensor.shape, 0, 0, {}, {}});
 
   KernelSignature signature;
   signature.step = &step;
   signature.where = spec.label;
-  for (size_t i = 0; i + 1 < buffers.size(); ++i) signature.inputs.push_back(&buffers[i]);
-  signature.outputs.push_back(&buffers.back());
+  for (size_t i = 0; i < buffers.size(); ++i) (i < spec.inputs.size() ? signature.inputs : signature.outputs).push_back(&buffers[i]);
   std::unique_ptr<Kernel> kernel = (*backend.kernels().find(spec.kernel))(signature);
 
   std::mt19937 rng(0);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<HostTensor> storage;
   std::vector<TensorRef> inputs, outputs;
   bytesMoved = 0;
-  for (const Buffer& buffer : buffers) {
-    storage.emplace_back(DType::F32, buffer.shape);
-    for (int64_t i = 0; i < storage.back().numElements(); ++i) storage.back().as<float>()[i] = uniform(rng);
-    bytesMoved += static_cast<double>(buffer.bytes());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    storage.emplace_back(tensors[t].dtype, tensors[t].shape);
+    std::uniform_real_distribution<float> uniform(tensors[t].low, tensors[t].high);
+    for (int64_t i = 0; i < storage.back().numElements(); ++i) {
+      if (tensors[t].dtype == DType::F32) storage.back().as<float>()[i] = uniform(rng);
+      else if (tensors[t].dtype == DType::I64) storage.back().as<int64_t>()[i] = static_cast<int64_t>(rng() % 1024);
+    }
+    bytesMoved += static_cast<double>(buffers[t].bytes());
   }
   for (size_t i = 0; i < buffers.size(); ++i)
-    (i + 1 < buffers.size() ? inputs : outputs).push_back({storage[i].data.data(), &buffers[i]});
+    (i < spec.inputs.size() ? inputs : outputs).push_back({storage[i].data.data(), &buffers[i]});
 
   ExecContext context = backend.context(0);
   kernel->run(context, inputs, outputs);  // warm-up: page in, spin up threads
@@ -69,21 +84,33 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--repeats")) repeats = std::stoi(argv[i + 1]);
   }
   std::unique_ptr<Backend> backend = createBackend("cpu", threads);
+  const nlohmann::json none = nlohmann::json::object();
+  // canvas_sample at one canvas of L = 256 over V = 4096: logits in [-8, 8) (flat enough that few
+  // entries' noise is skipped), temperatures in the schedule's [0.4, 0.8].
+  const Case canvasSample{"canvas_sample [1,256,4096] ->bf16", "canvas_sample", none,
+                          {{{1, 256, 4096}, DType::F32, -8.0f, 8.0f}, {{1}, DType::F32, 0.4f, 0.8f}, {{1, 2}, DType::I64}},
+                          {{{1, 256}, DType::I64}, {{1, 256}, DType::I64}, {{1, 256}}, {{1, 256, 4096}, DType::BF16}},
+                          Rate::Entries, 256.0 * 4096};
   const std::vector<Case> cases = {
-      {"matmul 512x512x512", "matmul", nlohmann::json::object(), {{512, 512}, {512, 512}}, {512, 512}, 2.0 * 512 * 512 * 512},
-      {"matmul [4,256,1024]x[1024,1024]", "matmul", nlohmann::json::object(), {{4, 256, 1024}, {1024, 1024}}, {4, 256, 1024},
+      {"matmul 512x512x512", "matmul", none, {{{512, 512}}, {{512, 512}}}, {{{512, 512}}}, Rate::Flops, 2.0 * 512 * 512 * 512},
+      {"matmul [4,256,1024]x[1024,1024]", "matmul", none, {{{4, 256, 1024}}, {{1024, 1024}}}, {{{4, 256, 1024}}}, Rate::Flops,
        2.0 * 4 * 256 * 1024 * 1024},
-      {"rms_norm 4096x2816 +w", "rms_norm", {{"eps", 1e-6}}, {{4096, 2816}, {2816}}, {4096, 2816}, 0},
-      {"softmax 1024x4096", "softmax", {{"axis", -1}}, {{1024, 4096}}, {1024, 4096}, 0},
-      {"gelu_tanh 4M", "gelu_tanh", nlohmann::json::object(), {{4 << 20}}, {4 << 20}, 0},
-      {"add [4096,2816]+[2816]", "add", nlohmann::json::object(), {{4096, 2816}, {2816}}, {4096, 2816}, 0},
+      {"rms_norm 4096x2816 +w", "rms_norm", {{"eps", 1e-6}}, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},
+      {"softmax 1024x4096", "softmax", {{"axis", -1}}, {{{1024, 4096}}}, {{{1024, 4096}}}},
+      {"gelu_tanh 4M", "gelu_tanh", none, {{{4 << 20}}}, {{{4 << 20}}}},
+      {"add [4096,2816]+[2816]", "add", none, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},
+      canvasSample,
   };
-  std::printf("%-34s %12s %12s\n", "kernel (f32, cpu)", "ms", "rate");
+  std::printf("%-34s %12s %12s\n", "kernel (cpu)", "ms", "rate");
   for (const Case& spec : cases) {
     double bytes = 0;
     double seconds = timeCase(*backend, spec, repeats, bytes);
-    if (spec.flops > 0) std::printf("%-34s %12.3f %8.1f GFLOP/s\n", spec.label.c_str(), seconds * 1e3, spec.flops / seconds / 1e9);
-    else std::printf("%-34s %12.3f %8.1f GB/s\n", spec.label.c_str(), seconds * 1e3, bytes / seconds / 1e9);
+    if (spec.rate == Rate::Flops)
+      std::printf("%-34s %12.3f %8.1f GFLOP/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e9);
+    else if (spec.rate == Rate::Entries)
+      std::printf("%-34s %12.3f %8.1f M entries/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e6);
+    else
+      std::printf("%-34s %12.3f %8.1f GB/s\n", spec.label.c_str(), seconds * 1e3, bytes / seconds / 1e9);
   }
   return 0;
 }

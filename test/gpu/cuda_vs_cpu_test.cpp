@@ -14,6 +14,7 @@
 //    summation orders differs by about sqrt(cols) ulps (measured: ~1e-6 at 257 columns);
 //  - matmul: 1e-5 of sum_k |a_ik| |b_kj| (the natural scale of a dot product's rounding error), with
 //    cuBLAS in pedantic math mode (no TF32; the test also checks the backend did not enable TF32).
+//  - canvas_sample: the ids and the scaled logits exactly, the entropy 1e-6.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -161,6 +162,8 @@ SharedBackend& sharedBackend() {
   } while (0)
 
 // Runs one step on the CPU and on the GPU with the same inputs; returns {cpu outputs, gpu outputs}.
+// Every buffer travels as raw bytes in a vector<float> (an f32 buffer's elements; an i64 or bf16
+// buffer's bytes, rounded up to whole floats).
 struct BothResults {
   std::vector<std::vector<float>> cpu;
   std::vector<std::vector<float>> gpu;
@@ -179,7 +182,7 @@ BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>
     for (size_t i = 0; i < inputs.size(); ++i) inRefs.push_back(TensorRef{inputCopies[i].data(), setup.inputs[i]});
     results.cpu.resize(setup.outputs.size());
     for (size_t i = 0; i < setup.outputs.size(); ++i) {
-      results.cpu[i].assign(static_cast<size_t>(setup.outputs[i]->numElements()), std::nanf(""));
+      results.cpu[i].assign(static_cast<size_t>((setup.outputs[i]->bytes() + 3) / 4), std::nanf(""));
       outRefs.push_back(TensorRef{results.cpu[i].data(), setup.outputs[i]});
     }
     ExecContext context;
@@ -198,7 +201,7 @@ BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>
   };
   std::vector<TensorRef> inRefs, outRefs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    void* device = allocate(inputs[i].size() * sizeof(float));
+    void* device = allocate(std::max<uint64_t>(inputs[i].size() * sizeof(float), setup.inputs[i]->bytes()));
     backend.copyToDevice(device, inputs[i].data(), inputs[i].size() * sizeof(float));
     inRefs.push_back(TensorRef{device, setup.inputs[i]});
   }
@@ -215,7 +218,7 @@ BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>
   backend.synchronize();
   results.gpu.resize(setup.outputs.size());
   for (size_t i = 0; i < setup.outputs.size(); ++i) {
-    results.gpu[i].resize(static_cast<size_t>(setup.outputs[i]->numElements()));
+    results.gpu[i].resize(static_cast<size_t>((setup.outputs[i]->bytes() + 3) / 4));
     backend.copyToHost(results.gpu[i].data(), outRefs[i].data, setup.outputs[i]->bytes());
   }
   for (void* pointer : allocations) backend.deallocate(pointer);
@@ -286,7 +289,8 @@ TEST(CudaBackendCreation, SucceedsOrThrowsRuntimeErrorWithReason) {
 
 TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
-  for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine"})
+  for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
+                              "canvas_sample"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -601,6 +605,44 @@ TEST(CudaVsCpu, MoePermuteAndCombine) {
     BothResults combined =
         runBoth(combine, {randomFloats(tokens * topK * width, seed++), slots, randomFloats(tokens * topK, seed++)});
     expectRelative(combined.cpu[0], combined.gpu[0], 0.0, "moe_combine" + what);
+  }
+}
+
+// ---- the sampler ---------------------------------------------------------------------------------------
+
+std::vector<int64_t> int64Values(const std::vector<float>& bytes) {
+  std::vector<int64_t> values(bytes.size() / 2);
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(int64_t));
+  return values;
+}
+
+// The ids and the scaled logits bit for bit (the same IEEE division and the same portable Gumbel
+// noise on both sides, runtime/kernels/canvas_sample/GumbelNoise.h); the entropy to 1e-6 relative
+// (libdevice's expf against the CPU's fastExp, each within an ulp or two).
+TEST(CudaVsCpu, CanvasSample) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 700;
+  for (const auto& [batch, canvas, vocab] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{2, 3, 1003}, {1, 256, 4096}, {3, 5, 1}, {2, 2, 70001}}) {
+    for (DType scaled : {DType::F32, DType::BF16}) {
+      const std::string what = " of " + shapeToString({batch, canvas, vocab}) + " to " + std::string(dtypeName(scaled));
+      StepSetup setup("canvas_sample", {});
+      setup.in({batch, canvas, vocab}).in({batch}).in({batch, 2}, DType::I64);
+      setup.out({batch, canvas}, DType::I64).out({batch, canvas}, DType::I64).out({batch, canvas}).out({batch, canvas, vocab}, scaled);
+      std::vector<float> temperature;
+      std::vector<int64_t> keys;
+      for (int64_t b = 0; b < batch; ++b) {
+        temperature.push_back(0.8f - 0.13f * static_cast<float>(b));
+        keys.push_back(static_cast<int64_t>(seed) * 7919 + b);
+        keys.push_back(b);
+      }
+      BothResults results =
+          runBoth(setup, {randomFloats(batch * canvas * vocab, seed++, -8.0f, 8.0f), temperature, int64Bytes(keys)});
+      EXPECT_EQ(int64Values(results.cpu[0]), int64Values(results.gpu[0])) << "sampled" << what;
+      EXPECT_EQ(int64Values(results.cpu[1]), int64Values(results.gpu[1])) << "argmax" << what;
+      expectRelative(results.cpu[2], results.gpu[2], 1e-6, "entropy" + what);
+      EXPECT_EQ(std::memcmp(results.cpu[3].data(), results.gpu[3].data(), setup.outputs[3]->bytes()), 0) << "scaled" << what;
+    }
   }
 }
 

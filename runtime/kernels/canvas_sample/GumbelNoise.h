@@ -37,14 +37,14 @@ DGEMMA_HOST_DEVICE inline float fusedMultiplyAdd(float a, float b, float c) {
 DGEMMA_HOST_DEVICE inline float portableLog(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
-  int32_t exponent = static_cast<int32_t>(bits >> 23) - 127;
-  const uint32_t mantissaBits = (bits & 0x007fffffu) | 0x3f800000u;  // m in [1, 2)
+  uint32_t mantissaBits = (bits & 0x007fffffu) | 0x3f800000u;  // m in [1, 2)
+  // m > √2 (0x3FB504F3 as f32; positive floats order like their bits) halves m and bumps e. Integer
+  // arithmetic rather than a branch, so that a loop over this vectorises.
+  const uint32_t aboveRootTwo = mantissaBits > 0x3fb504f3u ? 1u : 0u;
+  mantissaBits -= aboveRootTwo << 23;
+  const int32_t exponent = static_cast<int32_t>(bits >> 23) - 127 + static_cast<int32_t>(aboveRootTwo);
   float mantissa;
   std::memcpy(&mantissa, &mantissaBits, sizeof mantissa);
-  if (mantissa > 1.41421356f) {
-    mantissa = mantissa * 0.5f;  // exact
-    exponent += 1;
-  }
   const float s = (mantissa - 1.0f) / (mantissa + 1.0f);
   const float s2 = s * s;
   float series = fusedMultiplyAdd(s2, 1.0f / 9.0f, 1.0f / 7.0f);

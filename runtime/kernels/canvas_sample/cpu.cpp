@@ -3,6 +3,11 @@
 // scaled output, then folds into the running statistics (RunningSoftmax: the max, with the rescaling
 // of an online softmax when it grows), the first index of the max, and the Gumbel-max key z + g.
 // Nothing of size V is allocated. Threads split the B·L positions.
+//
+// The noise is most of the cost (a Philox block per four entries, two logs per entry). An entry with
+// z + 17 below the best key so far cannot win whatever its noise (GumbelNoise.h), so a chunk with
+// few entries left in the race computes just theirs; otherwise the whole chunk's noise runs as one
+// loop that vectorises. Both ways choose the same id.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -54,6 +59,9 @@ struct RunningSoftmax {
   double entropy() const { return std::log(ties) + std::log1p(rest / ties) - weighted / (ties + rest); }
 };
 
+// The chunk computes all its noise when at least this share of its entries can still win.
+constexpr int64_t kWholeChunkNoiseDivisor = 4;
+
 // Element `index`'s Philox word of one row's stream, one block of four words computed at a time.
 class RowWords {
  public:
@@ -66,12 +74,43 @@ class RowWords {
     }
     return words_[index % 4];
   }
+  // The words of elements [first, first + count).
+  void fill(uint64_t first, int64_t count, uint32_t* words) {
+    for (int64_t i = 0; i < count; ++i) words[i] = at(first + static_cast<uint64_t>(i));
+  }
 
  private:
   uint64_t seed_, offset_;
   uint64_t block_ = std::numeric_limits<uint64_t>::max();
   PhiloxCounter words_{};
 };
+
+// max(x[0, count)) in kLanes running maxima (exact in any order, and vectorisable).
+[[gnu::always_inline]] inline float maximumOf(const float* x, int64_t count) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] = std::max(lanes[lane], x[i + lane]);
+  for (; i < count; ++i) lanes[0] = std::max(lanes[0], x[i]);
+  return *std::max_element(lanes, lanes + kLanes);
+}
+
+// Entry i's terms relative to the max: ties[i] (1 when z = m), rests[i] = e^(z−m) for the others
+// and weights[i] = e^(z−m)·(z−m).
+[[gnu::always_inline]] inline void softmaxTerms(const float* z, int64_t count, float maximum, float* ties, float* rests,
+                                                float* weights) {
+  for (int64_t i = 0; i < count; ++i) {
+    // Selects rather than std::max and a bool conversion, whose branches keep GCC from vectorising.
+    const float difference = z[i] - maximum;
+    const float shifted = cpu::fastmath_detail::select(difference < kLowestExponent, kLowestExponent, difference);
+    const float e = cpu::fastExp(shifted);
+    const float tie = cpu::fastmath_detail::select(shifted == 0.0f, 1.0f, 0.0f);
+    ties[i] = tie;
+    rests[i] = e * (1.0f - tie);
+    weights[i] = e * shifted;
+  }
+}
 
 struct PositionResult {
   int64_t sampled = 0, argmax = 0;
@@ -88,26 +127,30 @@ template <typename Store>
   float z[kChunk];
   for (int64_t start = 0; start < vocab; start += kChunk) {
     const int64_t count = std::min(kChunk, vocab - start);
-    float chunkMax = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < count; ++i) {
-      z[i] = logits[start + i] / temperature;
-      chunkMax = std::max(chunkMax, z[i]);
-    }
+    for (int64_t i = 0; i < count; ++i) z[i] = logits[start + i] / temperature;
+    const float chunkMax = maximumOf(z, count);
     store(start, z, count);
     if (chunkMax > softmax.maximum) {  // strict: an equal max in a later chunk keeps the lower index
       result.argmax = start + (std::find(z, z + count, chunkMax) - z);
       softmax.raiseMaximum(chunkMax);
     }
     if (softmax.maximum != -std::numeric_limits<float>::infinity()) {  // all -inf so far: nothing to add
-      const float maximum = softmax.maximum;
+      // Each entry's terms in f32 (one vectorised loop), then summed in f64 lanes: a tie counts 1
+      // and adds nothing to the others.
+      float ties[kChunk], rests[kChunk], weights[kChunk];
+      softmaxTerms(z, count, softmax.maximum, ties, rests, weights);
       double tieLanes[kLanes] = {}, restLanes[kLanes] = {}, weightedLanes[kLanes] = {};
-      for (int64_t i = 0; i < count; ++i) {
-        const float shifted = std::max(z[i] - maximum, kLowestExponent);
-        const bool tie = shifted == 0.0f;
-        const float e = cpu::fastExp(shifted);
-        tieLanes[i % kLanes] += tie ? 1.0 : 0.0;
-        restLanes[i % kLanes] += tie ? 0.0f : e;
-        weightedLanes[i % kLanes] += e * shifted;
+      int64_t i = 0;
+      for (; i + kLanes <= count; i += kLanes)
+        for (int64_t lane = 0; lane < kLanes; ++lane) {
+          tieLanes[lane] += ties[i + lane];
+          restLanes[lane] += rests[i + lane];
+          weightedLanes[lane] += weights[i + lane];
+        }
+      for (; i < count; ++i) {
+        tieLanes[0] += ties[i];
+        restLanes[0] += rests[i];
+        weightedLanes[0] += weights[i];
       }
       for (int64_t lane = 0; lane < kLanes; ++lane) {
         softmax.ties += tieLanes[lane];
@@ -115,12 +158,26 @@ template <typename Store>
         softmax.weighted += weightedLanes[lane];
       }
     }
-    for (int64_t i = 0; i < count; ++i) {
-      if (z[i] + kGumbelNoiseBound < bestKey) continue;  // cannot win, whatever its noise
-      const float key = z[i] + gumbelNoise(words.at(firstIndex + static_cast<uint64_t>(start + i)));
-      if (key > bestKey) {
-        bestKey = key;
-        result.sampled = start + i;
+    int64_t contenders = 0;
+    for (int64_t i = 0; i < count; ++i) contenders += z[i] + kGumbelNoiseBound >= bestKey ? 1 : 0;
+    if (contenders * kWholeChunkNoiseDivisor >= count) {
+      uint32_t chunkWords[kChunk];
+      float keys[kChunk];
+      words.fill(firstIndex + static_cast<uint64_t>(start), count, chunkWords);
+      for (int64_t i = 0; i < count; ++i) keys[i] = z[i] + gumbelNoise(chunkWords[i]);
+      for (int64_t i = 0; i < count; ++i)
+        if (keys[i] > bestKey) {
+          bestKey = keys[i];
+          result.sampled = start + i;
+        }
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        if (z[i] + kGumbelNoiseBound < bestKey) continue;  // cannot win, whatever its noise
+        const float key = z[i] + gumbelNoise(words.at(firstIndex + static_cast<uint64_t>(start + i)));
+        if (key > bestKey) {
+          bestKey = key;
+          result.sampled = start + i;
+        }
       }
     }
   }
