@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <string>
 
@@ -41,6 +42,14 @@ double relativeError(const HostTensor& actual, const HostTensor& expected) {
     maxRef = std::max(maxRef, std::abs(double(expected.as<float>()[i])));
   }
   return maxRef > 0 ? maxAbs / maxRef : maxAbs;
+}
+
+// Expects max|Δ| / max|ref| within the tolerance and prints it, as the parity tests do.
+void expectClose(const HostTensor& actual, const HostTensor& expected, const std::string& what) {
+  const double error = relativeError(actual, expected);
+  EXPECT_LE(error, kTolerance) << what;
+  std::cout << "[ inference ] " << ::testing::UnitTest::GetInstance()->current_test_info()->value_param() << " " << what
+            << ": " << error << "\n";
 }
 
 HostTensor filled(DType dtype, std::vector<int64_t> shape, double value) {
@@ -169,7 +178,7 @@ TEST_P(InferenceEntries, PrefillAndDenoiseReproduceForward) {
   prefill();
   std::map<std::string, HostTensor> step = denoise(noisyCanvasIds_, prefilledValidity(), promptLength_, 0.0, noneFrozen());
   HostTensor reference = forward(inputIds_, attentionMask_, noisyCanvasIds_, nullptr).at("logits");
-  EXPECT_LE(relativeError(storedLogits(), reference), kTolerance) << "no self-conditioning";
+  expectClose(storedLogits(), reference, "denoise vs forward, no self-conditioning");
   // The sampler's argmax is the logits' (lowest index among ties).
   HostTensor argmax = step.at("argmax_ids");
   const int64_t vocab = reference.shape[2];
@@ -183,7 +192,7 @@ TEST_P(InferenceEntries, PrefillAndDenoiseReproduceForward) {
   session_->executor->setParameter("generate/self_conditioning_logits", selfConditioningLogits_);
   denoise(noisyCanvasIds_, prefilledValidity(), promptLength_, 1.0, noneFrozen());
   HostTensor conditioned = forward(inputIds_, attentionMask_, noisyCanvasIds_, &selfConditioningLogits_).at("logits");
-  EXPECT_LE(relativeError(storedLogits(), conditioned), kTolerance) << "with self-conditioning";
+  expectClose(storedLogits(), conditioned, "denoise vs forward, with self-conditioning");
   EXPECT_GT(relativeError(conditioned, reference), 1e-2) << "the signal must matter for the check to mean something";
 }
 
@@ -209,7 +218,7 @@ TEST_P(InferenceEntries, CommitAppendsTheBlocksCausalKeyValues) {
       const bool sliding = text.at("layer_types")[layer] == "sliding_attention";
       EXPECT_EQ(slots, sliding ? std::min(cacheLength_, window - 1) : cacheLength_) << suffix;
       truncated += slots < promptLength_ + canvasLength_;
-      EXPECT_LE(relativeError(cache, rightAligned(longer.at("encoder_" + suffix), slots)), kTolerance) << suffix;
+      expectClose(cache, rightAligned(longer.at("encoder_" + suffix), slots), "cache/" + suffix + " after commit");
     }
   }
   if (GetParam() == "seven_layers") {
@@ -219,7 +228,7 @@ TEST_P(InferenceEntries, CommitAppendsTheBlocksCausalKeyValues) {
   // The host's cache_valid after a commit: shifted left by L, L ones appended.
   const HostTensor validity = rightAligned(longerMask, cacheLength_);
   denoise(noisyCanvasIds_, validity, promptLength_ + canvasLength_, 0.0, noneFrozen());
-  EXPECT_LE(relativeError(storedLogits(), longer.at("logits")), kTolerance) << "denoise after the commit";
+  expectClose(storedLogits(), longer.at("logits"), "denoise after the commit vs forward on prompt + block");
 }
 
 // (d) a frozen row's stored logits stay exactly; the others take the step's.
