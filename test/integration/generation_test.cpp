@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "runtime/generate/RecordedDraws.h"
 #include "runtime/generate/Temperature.h"
 #include "runtime/session/Session.h"
+#include "support/Error.h"
 
 namespace dgemma {
 namespace {
@@ -33,25 +35,37 @@ constexpr int64_t kSteps = 12;
 
 std::string fixture() { return std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/seven_layers"; }
 
-class GenerationTest : public ::testing::Test {
+// Two plans of the fixture's weights: "defaults" (its generation_config.json: every row runs all
+// its passes, as the random model is never confident) and "eager" (a generation config under which
+// every canvas is confident and EOS is likely, so rows stop at different passes, freeze while the
+// others go on, and finish in different canvases).
+class GenerationTest : public ::testing::TestWithParam<std::string> {
  protected:
+  // The plans for the suite (no test is running yet, so no per-test ScratchDirectory).
   static void SetUpTestSuite() {
-    scratch_ = new ScratchDirectory();
-    planDir_ = *scratch_ / "plan";
-    const ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + fixture() +
-                                        " --mode infer --micro-batch 2 --prompt-len 8,16,64 --max-new-tokens " +
-                                        std::to_string(kMaxNewTokens) + " -o " + planDir_);
-    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+    suiteDir_ = std::filesystem::temp_directory_path() / ("dgemma-it-" + std::to_string(::getpid()) + "-generation");
+    std::filesystem::remove_all(suiteDir_);
+    std::filesystem::create_directories(suiteDir_ / "eager");
+    std::filesystem::copy_file(fixture() + "/config.json", suiteDir_ / "eager/config.json");
+    std::ofstream(suiteDir_ / "eager/generation_config.json")
+        << R"({"confidence_threshold": 1.0, "stability_threshold": 0, "eos_token_id": [1, 20, 30, 40, 50, 60, 70, 80]})";
+    for (const auto& [name, model] : {std::pair<std::string, std::string>{"defaults", fixture()},
+                                      std::pair<std::string, std::string>{"eager", (suiteDir_ / "eager").string()}}) {
+      const ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + model +
+                                          " --mode infer --micro-batch 2 --prompt-len 8,16,64 --max-new-tokens " +
+                                          std::to_string(kMaxNewTokens) + " -o " + (suiteDir_ / name).string() + "-plan");
+      ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+    }
   }
-  static void TearDownTestSuite() {
-    delete scratch_;
-    scratch_ = nullptr;
-  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(suiteDir_); }
+
+  static std::string planDir(const std::string& name) { return (suiteDir_ / name).string() + "-plan"; }
 
   void SetUp() override {
+    planDir_ = planDir(GetParam());
     SessionOptions options;
     options.planDir = planDir_;
-    options.weights = fixture();
+    options.weights = fixture() + "/model.safetensors";
     session_ = openSession(options);
   }
 
@@ -76,15 +90,15 @@ class GenerationTest : public ::testing::Test {
     return all;
   }
 
-  static ScratchDirectory* scratch_;
-  static std::string planDir_;
+  static std::filesystem::path suiteDir_;
+  std::string planDir_;
   std::unique_ptr<Session> session_;
 };
 
-ScratchDirectory* GenerationTest::scratch_ = nullptr;
-std::string GenerationTest::planDir_;
+std::filesystem::path GenerationTest::suiteDir_;
+INSTANTIATE_TEST_SUITE_P(Plans, GenerationTest, ::testing::Values("defaults", "eager"));
 
-TEST_F(GenerationTest, TheSameSeedGivesTheSameTokensInAnyBatch) {
+TEST_P(GenerationTest, TheSameSeedGivesTheSameTokensInAnyBatch) {
   CounterDrawSource draws(7, 128);
   const std::vector<GenerationResult> batched = generate(requests(), draws);  // micro-batches {0, 1} and {2, padding}
   ASSERT_EQ(batched.size(), 3u);
@@ -107,16 +121,19 @@ TEST_F(GenerationTest, TheSameSeedGivesTheSameTokensInAnyBatch) {
   EXPECT_TRUE(anyDiffers);
 }
 
-TEST_F(GenerationTest, ResultsFollowTheEosAndLengthRules) {
+TEST_P(GenerationTest, ResultsFollowTheEosAndLengthRules) {
   CounterDrawSource draws(3, 128);
   const GenerationSettings& settings = *session_->plan.generation;
   const int64_t L = settings.canvasLength;
+  int64_t finishedByEos = 0;
   for (const GenerationResult& result : generate(requests(), draws)) {
+    finishedByEos += result.finishReason == FinishReason::Eos ? 1 : 0;
     ASSERT_FALSE(result.stepsPerCanvas.empty());
     EXPECT_EQ(static_cast<int64_t>(result.newTokens.size()), static_cast<int64_t>(result.stepsPerCanvas.size()) * L);
     int64_t passes = 0;
     for (int64_t steps : result.stepsPerCanvas) {
-      EXPECT_GE(steps, 2);  // the first pass of a canvas is never stable
+      // The history starts at -1: stability_threshold passes are never stable.
+      EXPECT_GE(steps, std::min<int64_t>(settings.stabilityThreshold + 1, kSteps));
       EXPECT_LE(steps, kSteps);
       passes += steps;
     }
@@ -134,6 +151,7 @@ TEST_F(GenerationTest, ResultsFollowTheEosAndLengthRules) {
     const auto nonPad = std::count_if(result.newTokens.begin(), result.newTokens.end(), [&](int64_t id) { return id != settings.padTokenId; });
     EXPECT_DOUBLE_EQ(result.tokensPerForward, static_cast<double>(nonPad) / result.decoderPasses);
   }
+  if (GetParam() == "eager") EXPECT_GT(finishedByEos, 0);
 }
 
 // Checks every pass against the sampler's rules, and records its draws for a replay.
@@ -151,20 +169,30 @@ class CheckingObserver : public GenerationObserver {
       std::vector<int64_t> canvas(report.newCanvas.begin() + row * L, report.newCanvas.begin() + (row + 1) * L);
       const auto key = std::make_tuple(request, report.canvas);
       if (report.frozen[row]) {
-        EXPECT_EQ(canvas, lastCanvas_[key]) << "a frozen row keeps its canvas";
+        auto last = lastCanvas_.find(key);
+        if (last == lastCanvas_.end()) {
+          // Finished by an earlier canvas: frozen from the start, on a pad canvas.
+          EXPECT_EQ(canvas, std::vector<int64_t>(L, 0));
+        } else {
+          ++frozenRowPasses;
+          EXPECT_EQ(canvas, last->second) << "a frozen row keeps its canvas";
+        }
         continue;
       }
       const std::vector<uint8_t> accepted = entropyBoundAccept(report.entropy.subspan(row * L, L), 0.1);
       EXPECT_EQ(std::vector<uint8_t>(report.accepted.begin() + row * L, report.accepted.begin() + (row + 1) * L), accepted);
       std::vector<int64_t> sampled(report.sampled.begin() + row * L, report.sampled.begin() + (row + 1) * L);
       for (int64_t l = 0; l < L; ++l)
-        if (accepted[l]) EXPECT_EQ(canvas[l], sampled[l]);
+        if (accepted[l]) {
+          EXPECT_EQ(canvas[l], sampled[l]);
+        }
       recordedSamples[{request, report.canvas, report.step}] = sampled;
       lastCanvas_[key] = canvas;
     }
   }
 
   int64_t passes = 0;
+  int64_t frozenRowPasses = 0;  // passes a row sat out after stopping, while another row of its batch went on
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> recordedSamples;
 
  private:
@@ -187,11 +215,12 @@ class RecordingDraws : public CounterDrawSource {
   RecordedDraws recorded;
 };
 
-TEST_F(GenerationTest, EveryPassFollowsTheSamplerAndARecordedRunReplays) {
+TEST_P(GenerationTest, EveryPassFollowsTheSamplerAndARecordedRunReplays) {
   RecordingDraws draws(5, 128);
   CheckingObserver observer(kSteps);
   const std::vector<GenerationResult> original = generate(requests(), draws, &observer);
   EXPECT_GT(observer.passes, 0);
+  if (GetParam() == "eager") EXPECT_GT(observer.frozenRowPasses, 0);
   for (const auto& [site, sampled] : observer.recordedSamples)
     draws.recorded.setSampled({std::get<0>(site), std::get<1>(site), std::get<2>(site)}, sampled);
   // The replay's device draws are made under another key and replaced by the recorded ones.
@@ -202,11 +231,11 @@ TEST_F(GenerationTest, EveryPassFollowsTheSamplerAndARecordedRunReplays) {
   }
 }
 
-TEST_F(GenerationTest, OptionsBeyondThePlanAreRefused) {
-  EXPECT_THROW(Generator(*session_, GeneratorOptions{kMaxNewTokens + 1, 0}), InputError);
+TEST_P(GenerationTest, OptionsBeyondThePlanAreRefused) {
+  EXPECT_THROW(Generator(*session_, (GeneratorOptions{kMaxNewTokens + 1, 0})), InputError);
   Generator generator(*session_, GeneratorOptions{});
   EXPECT_EQ(generator.settings().maxNewTokens, kMaxNewTokens);
-  EXPECT_EQ(generator.settings().maxDenoisingSteps, 48);  // the fixture's generation_config leaves the default
+  EXPECT_EQ(generator.settings().maxDenoisingSteps, 48);  // neither generation config sets it
   EXPECT_EQ(generator.maxPromptLength(), 64);
   CounterDrawSource draws(1, 128);
   GenerationRequest tooLong{0, std::vector<int64_t>(65, 20)};
@@ -215,20 +244,38 @@ TEST_F(GenerationTest, OptionsBeyondThePlanAreRefused) {
   EXPECT_THROW(generator.generate(std::vector<GenerationRequest>{outOfRange}, draws), InputError);
 }
 
-// The commands: stdout alone (stderr to a file) so that its lines can be parsed.
-class GenerationCommandTest : public GenerationTest {
+// The commands, on the "defaults" plan: stdout alone (stderr to a file) so that its lines can be
+// parsed.
+class GenerationCommandTest : public ::testing::Test {
  protected:
+  static void SetUpTestSuite() {
+    suiteDir_ = std::filesystem::temp_directory_path() / ("dgemma-it-" + std::to_string(::getpid()) + "-generation-commands");
+    std::filesystem::remove_all(suiteDir_);
+    std::filesystem::create_directories(suiteDir_);
+    planDir_ = (suiteDir_ / "plan").string();
+    const ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + fixture() +
+                                        " --mode infer --micro-batch 2 --prompt-len 8,16,64 --max-new-tokens " +
+                                        std::to_string(kMaxNewTokens) + " -o " + planDir_);
+    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(suiteDir_); }
+
   ToolResult run(const std::string& arguments, std::string& errors) {
     const std::string errorFile = dir / "stderr.txt";
     ToolResult result = runTool("( " + std::string(DGEMMA_RUN) + " " + arguments + " --plan " + planDir_ + " --weights " +
-                                fixture() + " --tokenizer " + DGEMMA_SOURCE_DIR + "/test/fixtures/generate/char_tokenizer 2> " +
+                                fixture() + "/model.safetensors --tokenizer " + DGEMMA_SOURCE_DIR + "/test/fixtures/generate/char_tokenizer 2> " +
                                 errorFile + " )");
     std::ifstream in(errorFile);
     errors.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     return result;
   }
+  static std::filesystem::path suiteDir_;
+  static std::string planDir_;
   ScratchDirectory dir;
 };
+
+std::filesystem::path GenerationCommandTest::suiteDir_;
+std::string GenerationCommandTest::planDir_;
 
 std::vector<nlohmann::json> jsonLines(const std::string& text) {
   std::vector<nlohmann::json> lines;
