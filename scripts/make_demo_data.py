@@ -4,9 +4,12 @@
 Two small tasks a tiny model can learn on a CPU in minutes:
   * shapes: a 48x48 PNG with two coloured shapes, one above the other or side by side, captioned
     exactly, e.g. "A blue square above a red circle.";
-  * arithmetic: "What is 23 + 45?" -> "68", with both numbers in 0..99. The 10,000 pairs are
-    dealt out without replacement, so no pair of the test or validation split is in train: the
-    test split measures addition learned, not pairs memorised.
+  * arithmetic: "What is 23 + 05?" -> "028", both numbers in 0..99 written with two digits and the
+    sum with three. The fixed widths put every digit at a fixed place: with natural widths ("5",
+    "28") the demo model did not learn the sum in minutes (0% exact match after 1500 steps, against
+    83% with fixed widths). The 10,000 pairs are dealt out without replacement, so no pair of the
+    test or validation split is in train: the test split measures addition learned, not pairs
+    memorised.
 Splits go to train.jsonl, validation.jsonl and test.jsonl (distinct files, never mixed) with the
 images under images/, referenced by paths relative to the JSONL files.
 
@@ -68,7 +71,7 @@ def shape_row(rng, image_path):
 
 
 def arithmetic_row(a, b):
-    return {"messages": [{"role": "user", "content": f"What is {a} + {b}?"}], "completion": str(a + b)}
+    return {"messages": [{"role": "user", "content": f"What is {a:02d} + {b:02d}?"}], "completion": f"{a + b:03d}"}
 
 
 def main():
