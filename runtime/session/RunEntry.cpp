@@ -34,8 +34,9 @@ const EntryPoint& selectEntry(const Plan& plan, const std::string& name, const s
 }
 
 // The forward contract's optional fields (cli.md): the decoder input defaults to canvas_ids; without
-// self-conditioning logits the signal is exactly zero (mask 0); with logits and no mask, every
-// example is conditioned.
+// self-conditioning logits the signal is exactly zero, as in transformers, whatever mask the batch
+// carries (the mask only selects rows of given logits); with logits and no mask, every example is
+// conditioned.
 void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan) {
   auto inputNamed = [&](const std::string& name) -> const NamedBuffer* {
     for (const NamedBuffer& input : entry.inputs)
@@ -49,7 +50,7 @@ void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const EntryP
   if (!logits || !mask) return;
   bool hasLogits = batch.count("self_conditioning_logits") != 0;
   if (!hasLogits) batch["self_conditioning_logits"] = HostTensor(plan.buffers[logits->buffer].dtype, globalShapeOf(*logits, plan));
-  if (!batch.count("self_conditioning_mask")) {
+  if (!hasLogits || !batch.count("self_conditioning_mask")) {
     HostTensor fill(DType::F32, globalShapeOf(*mask, plan));
     std::fill(fill.as<float>(), fill.as<float>() + fill.numElements(), hasLogits ? 1.0f : 0.0f);
     batch["self_conditioning_mask"] = convertDType(fill, plan.buffers[mask->buffer].dtype, "self_conditioning_mask");

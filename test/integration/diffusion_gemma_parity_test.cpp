@@ -252,3 +252,58 @@ TEST(DiffusionGemmaBuckets, ShorterPromptsRunLeftPaddedInALargerBucket) {
 
 }  // namespace
 }  // namespace dgemma
+
+namespace dgemma {
+namespace {
+
+// The forward contract's masks (docs/cli.md) may come in any numeric dtype, and a batch that carries
+// self_conditioning_mask = 1 but no self_conditioning_logits gets an exactly zero signal, as in
+// transformers: its logits are the reference's without self-conditioning.
+TEST(DiffusionGemmaForwardContract, MaskWithoutLogitsGivesNoSignalAndMasksTakeAnyDType) {
+  const std::string fixture = std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/seven_layers";
+  ScratchDirectory dir;
+  SafetensorsFile batchFile = SafetensorsFile::open(fixture + "/batch.safetensors");
+  std::vector<std::string> names;
+  std::vector<HostTensor> tensors;
+  for (const SafetensorsEntry& entry : batchFile.entries()) {
+    if (entry.name == "self_conditioning_logits" || entry.name == "self_conditioning_mask") continue;
+    names.push_back(entry.name);
+    HostTensor tensor = batchFile.read(entry.name);
+    tensors.push_back(entry.name == "attention_mask" ? convertDType(tensor, DType::F32, "attention_mask") : tensor);
+  }
+  const int64_t batch = batchFile.read("input_ids").shape[0];
+  HostTensor conditioned(DType::I32, {batch});
+  for (int64_t row = 0; row < batch; ++row) conditioned.as<int32_t>()[row] = 1;
+  names.push_back("self_conditioning_mask");
+  tensors.push_back(conditioned);
+  std::vector<std::pair<std::string, const HostTensor*>> refs;
+  for (size_t i = 0; i < names.size(); ++i) refs.push_back({names[i], &tensors[i]});
+  writeSafetensors(dir / "batch.safetensors", refs);
+
+  testing::ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + fixture +
+                                         " --mode infer --micro-batch 4 --prompt-len 11 -o " + (dir / "plan"));
+  ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  testing::ToolResult ran = runTool(std::string(DGEMMA_RUN) + " forward --plan " + (dir / "plan") + " --weights " + fixture +
+                                    "/model.safetensors --input " + (dir / "batch.safetensors") + " --out " + (dir / "out.safetensors"));
+  ASSERT_EQ(ran.exitCode, 0) << ran.output;
+  HostTensor logits = SafetensorsFile::open(dir / "out.safetensors").read("logits");
+  HostTensor reference = SafetensorsFile::open(fixture + "/expected.safetensors").read("logits");
+  ASSERT_EQ(logits.shape, reference.shape);
+  Error error;
+  for (int64_t i = 0; i < logits.numElements(); ++i) accumulate(error, logits.as<float>()[i], reference.as<float>()[i]);
+  EXPECT_LE(error.relative(), kTolerance);
+
+  // A mask value other than 0 or 1 is bad input, in any dtype.
+  HostTensor half(DType::F32, {batch});
+  for (int64_t row = 0; row < batch; ++row) half.as<float>()[row] = 0.5f;
+  tensors.back() = half;
+  writeSafetensors(dir / "bad.safetensors", refs);
+  testing::ToolResult rejected = runTool(std::string(DGEMMA_RUN) + " forward --plan " + (dir / "plan") + " --weights " + fixture +
+                                         "/model.safetensors --input " + (dir / "bad.safetensors") + " --out " + (dir / "bad-out.safetensors"));
+  EXPECT_EQ(rejected.exitCode, 2) << rejected.output;
+  EXPECT_NE(rejected.output.find("self_conditioning_mask: element 0: expected 0 or 1, got 0.5"), std::string::npos) << rejected.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad-out.safetensors"));
+}
+
+}  // namespace
+}  // namespace dgemma

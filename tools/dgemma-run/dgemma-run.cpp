@@ -1,6 +1,7 @@
 // dgemma-run: executes a plan (train / generate / eval / check-data, and the verification
 // subcommands forward / grad), or inspects one.
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -94,25 +95,34 @@ void addPlanFlags(CLI::App& command, SessionOptions& flags) {
   command.add_option("--threads", flags.threads, "CPU worker threads (0: one per core)");
 }
 
-// cli.md lets 0/1 masks (e.g. self_conditioning_mask) come as integers or booleans where the plan
-// takes floats.
-bool isZeroOneMask(const std::string& name, const HostTensor& tensor, dgemma::DType wanted) {
+// cli.md names no dtype for the 0/1 masks (attention_mask, canvas_mask, self_conditioning_mask):
+// any numeric dtype is accepted and converted to the one the plan takes, after checking that every
+// element is exactly 0 or 1.
+bool isMaskField(const std::string& name) {
   const std::string suffix = "_mask";
-  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-         dgemma::isFloating(wanted) && !dgemma::isFloating(tensor.dtype);
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-HostTensor maskToFloat(const HostTensor& tensor, dgemma::DType wanted, const std::string& what) {
-  HostTensor values(dgemma::DType::F32, tensor.shape);
-  HostTensor wide = tensor.dtype == dgemma::DType::Bool || tensor.dtype == dgemma::DType::U8
-                        ? tensor
-                        : dgemma::convertDType(tensor, dgemma::DType::I64, what);
-  for (int64_t i = 0; i < tensor.numElements(); ++i) {
-    const int64_t flag = wide.dtype == dgemma::DType::I64 ? wide.as<int64_t>()[i] : wide.as<uint8_t>()[i];
-    if (flag != 0 && flag != 1) throw InputError(what + ": element " + std::to_string(i) + ": expected 0 or 1, got " + std::to_string(flag));
-    values.as<float>()[i] = static_cast<float>(flag);
+HostTensor convertMask(const HostTensor& tensor, dgemma::DType wanted, const std::string& what) {
+  if (tensor.dtype == wanted) return tensor;
+  // Every mask value is 0 or 1, so f64 holds it exactly whatever the two dtypes are.
+  HostTensor wide = dgemma::isFloating(tensor.dtype) ? dgemma::convertDType(tensor, dgemma::DType::F64, what)
+                                                     : HostTensor(dgemma::DType::F64, tensor.shape);
+  if (!dgemma::isFloating(tensor.dtype)) {
+    HostTensor integers = dgemma::convertDType(tensor, dgemma::DType::I64, what);
+    for (int64_t i = 0; i < tensor.numElements(); ++i) wide.as<double>()[i] = static_cast<double>(integers.as<int64_t>()[i]);
   }
-  return dgemma::convertDType(values, wanted, what);
+  HostTensor flags(dgemma::DType::I64, tensor.shape);
+  for (int64_t i = 0; i < tensor.numElements(); ++i) {
+    const double flag = wide.as<double>()[i];
+    if (flag != 0.0 && flag != 1.0) {
+      char shown[64];
+      std::snprintf(shown, sizeof shown, "%.17g", flag);
+      throw InputError(what + ": element " + std::to_string(i) + ": expected 0 or 1, got " + shown);
+    }
+    flags.as<int64_t>()[i] = static_cast<int64_t>(flag);
+  }
+  return dgemma::isFloating(wanted) ? dgemma::convertDType(wide, wanted, what) : dgemma::convertDType(flags, wanted, what);
 }
 
 std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemma::Plan& plan, const std::string& entryName) {
@@ -127,8 +137,8 @@ std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemm
       if (it == batch.end()) continue;
       const dgemma::DType wanted = plan.buffers[input.buffer].dtype;
       const std::string what = path + ": tensor " + input.name;
-      it->second = isZeroOneMask(input.name, it->second, wanted) ? maskToFloat(it->second, wanted, what)
-                                                                 : dgemma::convertDType(it->second, wanted, what);
+      it->second = isMaskField(input.name) ? convertMask(it->second, wanted, what)
+                                           : dgemma::convertDType(it->second, wanted, what);
     }
     break;
   }
