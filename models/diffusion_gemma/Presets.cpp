@@ -49,17 +49,17 @@ const std::vector<Preset>& presets() {
         {"eval-batches", 4},
         {"save-every", 25}}},
       {"demo",
-       "the bundled demo task from scratch on CPU in minutes: micro-batch 8, lr 3e-3 -> 3e-4, 300 steps",
-       with(recipeCompileFlags(), {{"micro-batch", 8}, {"prompt-len", "32,48,64"}}),
+       "the bundled demo task from scratch on CPU in minutes: micro-batch 16, lr 3e-3 -> 3e-4, 1500 steps",
+       with(recipeCompileFlags(), {{"micro-batch", 16}, {"prompt-len", "32,48,64"}}),
        {{"lr", 3e-3},
         {"min-lr", 3e-4},
         {"warmup", 20},
-        {"decay-steps", 300},
-        {"steps", 300},
+        {"decay-steps", 1500},
+        {"steps", 1500},
         {"accumulation", 1},
-        {"eval-every", 50},
+        {"eval-every", 500},
         {"eval-batches", 8},
-        {"save-every", 100}}},
+        {"save-every", 500}}},
   };
   return all;
 }
