@@ -269,7 +269,12 @@ TEST(DiffusionGemmaForwardContract, MaskWithoutLogitsGivesNoSignalAndMasksTakeAn
     if (entry.name == "self_conditioning_logits" || entry.name == "self_conditioning_mask") continue;
     names.push_back(entry.name);
     HostTensor tensor = batchFile.read(entry.name);
-    tensors.push_back(entry.name == "attention_mask" ? convertDType(tensor, DType::F32, "attention_mask") : tensor);
+    if (entry.name == "attention_mask") {  // the same 0/1 values as f32
+      HostTensor asFloat(DType::F32, tensor.shape);
+      for (int64_t i = 0; i < tensor.numElements(); ++i) asFloat.as<float>()[i] = static_cast<float>(tensor.as<int64_t>()[i]);
+      tensor = asFloat;
+    }
+    tensors.push_back(tensor);
   }
   const int64_t batch = batchFile.read("input_ids").shape[0];
   HostTensor conditioned(DType::I32, {batch});

@@ -104,7 +104,6 @@ bool isMaskField(const std::string& name) {
 }
 
 HostTensor convertMask(const HostTensor& tensor, dgemma::DType wanted, const std::string& what) {
-  if (tensor.dtype == wanted) return tensor;
   // Every mask value is 0 or 1, so f64 holds it exactly whatever the two dtypes are.
   HostTensor wide = dgemma::isFloating(tensor.dtype) ? dgemma::convertDType(tensor, dgemma::DType::F64, what)
                                                      : HostTensor(dgemma::DType::F64, tensor.shape);

@@ -25,7 +25,7 @@ namespace {
 constexpr int64_t kBatch = 2, kCanvas = 3, kVocab = 37;
 
 constexpr const char* kDenoiseTail = R"mlir(
-func.func @denoise() attributes {dg.entry = "denoise"} {
+func.func @sample_step() attributes {dg.entry = "sample_step"} {
   %logits = dg.input "logits" : tensor<2x3x37xf32>
   %t = dg.input "temperature" : tensor<2xf32>
   %key = dg.input "sample_keys" : tensor<2x2xi64>
@@ -48,7 +48,7 @@ TEST(CanvasSamplePlan, LowersToOneKernelStepThatRunsOnTheCpuBackend) {
   ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
   auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
   ASSERT_TRUE(mlir::succeeded(plan));
-  const EntryPoint* denoise = plan->selectEntry("denoise", {});
+  const EntryPoint* denoise = plan->selectEntry("sample_step", {});
   ASSERT_NE(denoise, nullptr);
   int64_t samplerSteps = 0;
   for (const Step& step : denoise->steps) {
