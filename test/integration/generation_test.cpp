@@ -151,7 +151,9 @@ TEST_P(GenerationTest, ResultsFollowTheEosAndLengthRules) {
     const auto nonPad = std::count_if(result.newTokens.begin(), result.newTokens.end(), [&](int64_t id) { return id != settings.padTokenId; });
     EXPECT_DOUBLE_EQ(result.tokensPerForward, static_cast<double>(nonPad) / result.decoderPasses);
   }
-  if (GetParam() == "eager") EXPECT_GT(finishedByEos, 0);
+  if (GetParam() == "eager") {
+    EXPECT_GT(finishedByEos, 0);
+  }
 }
 
 // Checks every pass against the sampler's rules, and records its draws for a replay.
@@ -220,7 +222,9 @@ TEST_P(GenerationTest, EveryPassFollowsTheSamplerAndARecordedRunReplays) {
   CheckingObserver observer(kSteps);
   const std::vector<GenerationResult> original = generate(requests(), draws, &observer);
   EXPECT_GT(observer.passes, 0);
-  if (GetParam() == "eager") EXPECT_GT(observer.frozenRowPasses, 0);
+  if (GetParam() == "eager") {
+    EXPECT_GT(observer.frozenRowPasses, 0);
+  }
   for (const auto& [site, sampled] : observer.recordedSamples)
     draws.recorded.setSampled({std::get<0>(site), std::get<1>(site), std::get<2>(site)}, sampled);
   // The replay's device draws are made under another key and replaced by the recorded ones.
