@@ -60,22 +60,15 @@ import transformers  # noqa: E402
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, Gemma4VisionConfig  # noqa: E402
 from transformers.models.diffusion_gemma import generation_diffusion_gemma as hf_gen  # noqa: E402
 
+# HF always builds a vision tower; the fixtures have none, so the forward fixtures' tiny one will do (README,
+# "No vision-less model"). This script's directory is on sys.path when it runs.
+from make_diffusion_gemma_fixtures import TINY_VISION  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path("test/fixtures/generation")
 MODEL_ROOT = Path("test/fixtures/diffusion_gemma")
 VERSIONS_JSON = Path("tools/reference/generation_versions.json")
 
-# HF always builds a vision tower; the fixtures have none, so any tiny one will do (README, "No vision-less model").
-TINY_VISION = dict(
-    hidden_size=16,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    head_dim=8,
-    intermediate_size=16,
-    patch_size=4,
-    position_embedding_size=8,
-)
 
 # The argmax at a position is called a near-tie when HF's top two raw logits are closer than this
 # (docs/generation-parity.md): an fp32 port at 1e-5 relative error can legitimately pick the other one.
