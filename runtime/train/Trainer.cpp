@@ -99,6 +99,7 @@ class Trainer {
         out_(world_.rank() == 0 ? std::cout.rdbuf() : nullptr) {
     collate_.canvasLength = trainPlan.canvasLength;
     collate_.padId = trainPlan.padId;
+    if (options.canvasTail == "eos_fill") collate_.scoredCanvasFill = trainPlan.eosId;
   }
 
   int run();
@@ -164,6 +165,7 @@ nlohmann::json Trainer::runConfig() const {
            {{"seed", f.session.seed},
             {"micro_batch", trainPlan_.microBatch},
             {"accumulation", f.accumulation},
+            {"canvas_tail", f.canvasTail},
             {"train_items", train_.items.size()},
             {"lr_schedule", schedule_.toJson()}}},
           {"plan", f.session.planDir},

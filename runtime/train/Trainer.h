@@ -38,6 +38,9 @@ struct TrainOptions {
   std::string nanPolicy = "abort";
   int64_t logEvery = 0;      // progress lines off a terminal: every this many steps too
   bool skipBadRows = false;
+  // What fills a last block's canvas after its EOS (docs/training.md, "Canvas tail"): "pad"
+  // (Megatron Bridge: pad ids, attended, not scored) or "eos_fill" (Google's recipe: EOS, scored).
+  std::string canvasTail = "pad";
 };
 
 // `plan` is this rank's of the --plan directory, its run defaults already applied to `options`;

@@ -200,6 +200,30 @@ TEST_F(TrainLoopTest, OverfitsOneBatch) { expectOverfitsOneBatch(data("plan"), d
 // --train mock: synthetic smoke-test data, no file and no tokenizer. Every step writes its line with
 // a finite loss, and the loss falls (the mean of the last 10 of 100 steps below 0.6 times that of
 // the first 5; 0.48 measured): 64 items and four fixed answers are learnable.
+// --canvas-tail eos_fill scores the EOS-filled positions after a last block's EOS, so the first
+// step's decoder loss differs from the pad run's; a resume must repeat the choice.
+TEST_F(TrainLoopTest, CanvasTailEosFillScoresTheTailAndIsPartOfTheTrajectory) {
+  auto firstDiffusionLoss = [&](const std::string& tail) {
+    const std::string metrics = dir / ("metrics-" + tail + ".jsonl");
+    ToolResult run = runTool(train("--steps 1 --decay-steps 2 --canvas-tail " + tail + " --metrics " + metrics +
+                                   " --save-dir " + (dir / tail)));
+    EXPECT_EQ(run.exitCode, 0) << run.output;
+    return nlohmann::json::parse(readLines(metrics).at(0)).at("diffusion_loss").get<double>();
+  };
+  const double padLoss = firstDiffusionLoss("pad");
+  const double eosFillLoss = firstDiffusionLoss("eos_fill");
+  EXPECT_TRUE(std::isfinite(padLoss) && std::isfinite(eosFillLoss));
+  EXPECT_NE(padLoss, eosFillLoss);
+
+  ToolResult switched = runTool(train("--steps 2 --decay-steps 2 --canvas-tail pad --save-dir " + (dir / "eos_fill") + " --resume"));
+  EXPECT_EQ(switched.exitCode, 2);
+  EXPECT_TRUE(contains(switched, "config.trajectory.canvas_tail")) << switched.output;
+
+  ToolResult unknown = runTool(train("--steps 1 --canvas-tail zeros"));
+  EXPECT_EQ(unknown.exitCode, 2);
+  EXPECT_TRUE(contains(unknown, "--canvas-tail")) << unknown.output;
+}
+
 TEST_F(TrainLoopTest, MockDataTrains) {
   ToolResult run = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("plan") +
                            " --init random --seed 7 --train mock --steps 100 --lr 3e-3 --warmup 10 --metrics " + (dir / "mock.jsonl"));

@@ -297,6 +297,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   train->add_option("--lr-decay-style", trainFlags.decayStyle, "cosine | linear | constant")
       ->check(CLI::IsMember({"cosine", "linear", "constant"}));
+  train->add_option("--canvas-tail", trainFlags.canvasTail,
+                    "a last block's canvas after its EOS: pad (not scored) | eos_fill (EOS, scored)")
+      ->check(CLI::IsMember({"pad", "eos_fill"}));
   train->add_option("--save-dir", trainFlags.saveDir, "checkpoint directory (a checkpoint at the end, and every --save-every)");
   train->add_option("--save-every", trainFlags.saveEvery, "steps between checkpoints (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
