@@ -16,6 +16,9 @@ Json parseBounded(std::string_view text, const std::string& source) {
     }
     return true;
   };
+  // nlohmann's lexer takes a NUL byte for the end of the input and ignores the rest of the text.
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw InputError(source + ": invalid JSON at byte " + std::to_string(nul + 1) + ": a NUL byte");
   try {
     return Json::parse(text.begin(), text.end(), refuseDeepNesting);
   } catch (const typename Json::parse_error& error) {

@@ -15,7 +15,7 @@ namespace dgemma {
 // Deeper than any file dgemma reads needs (a plan header is 5 levels, a tokenizer.json 6).
 constexpr int kMaxJsonDepth = 64;
 
-// Throws InputError "SOURCE: invalid JSON at byte N: <reason>" or
+// Throws InputError "SOURCE: invalid JSON at byte N: <reason>" (a NUL byte anywhere included) or
 // "SOURCE: JSON nested deeper than 64 levels (at byte N)". `source` names the file (and line).
 nlohmann::json parseJson(std::string_view text, const std::string& source);
 nlohmann::ordered_json parseOrderedJson(std::string_view text, const std::string& source);

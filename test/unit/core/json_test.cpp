@@ -39,6 +39,10 @@ TEST(Json, ParseErrorsNameTheByte) {
   EXPECT_TRUE(parseOrderedJson("{\"b\": 1, \"a\": 2}", "x").begin().key() == "b");
 }
 
+TEST(Json, RefusesANulByteInsteadOfEndingTheTextThere) {
+  EXPECT_EQ(messageOf(std::string("{\"a\": 1}\0{garbage", 17)), "config.json: invalid JSON at byte 9: a NUL byte");
+}
+
 TEST(Json, QuotesEscapeAndCut) {
   EXPECT_EQ(quoteForMessage("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\x01\"");
   const std::string huge(1 << 20, '\x07');
