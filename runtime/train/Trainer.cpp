@@ -216,7 +216,9 @@ void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
   const nlohmann::json& saved = checkpoint.state().config;
   const nlohmann::json& now = config_.at("trajectory");
   for (const auto& [field, value] : now.items()) {
-    const nlohmann::json before = saved.contains("trajectory") ? saved["trajectory"].value(field, nlohmann::json()) : nlohmann::json();
+    const auto recorded = saved.find("trajectory");
+    const nlohmann::json before = recorded != saved.end() && recorded->is_object() ? recorded->value(field, nlohmann::json())
+                                                                                 : nlohmann::json();
     if (before != value)
       throw InputError(checkpoint.directory() + "/manifest.json: config.trajectory." + field + ": the checkpoint's run used " +
                        describeJsonValue(before) + ", this run " + value.dump() +

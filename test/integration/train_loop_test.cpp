@@ -389,6 +389,10 @@ TEST_F(TrainLoopTest, EditedManifestIsRefused) {
   expectRefused(test::resealedManifestText(edited),
                 manifestPath + ": data_order_state.position: the checkpoint records 3, the restore recomputes 4");
   edited = original;
+  edited["config"]["trajectory"] = 5;  // the trainer's own member, of the wrong type
+  expectRefused(test::resealedManifestText(edited),
+                manifestPath + ": config.trajectory.accumulation: the checkpoint's run used null, this run 1");
+  edited = original;
   edited["consumed_samples"] = int64_t{1} << 62;
   expectRefused(test::resealedManifestText(edited), manifestPath + ": consumed_samples: 4611686018427387904, but step 2 x global batch 2 = 4");
   expectRefused("{\"step\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
