@@ -13,8 +13,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "support/Error.h"
+#include "runtime/train/CheckpointManifest.h"
 #include "support/AtomicFile.h"
+#include "support/Error.h"
+#include "support/Json.h"
 
 namespace dgemma {
 
@@ -23,7 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kManifestName = "manifest.json";
-constexpr const char* kFormatName = "dgemma-checkpoint";
 constexpr const char* kTmpPrefix = ".tmp-";
 
 std::string stepDirectoryName(int64_t step) {
@@ -115,17 +116,31 @@ void removeStaleTmpDirectories(const fs::path& saveDir) {
   }
 }
 
-// The manifest, or nothing when it is missing or does not parse (list() skips such directories).
-std::optional<nlohmann::json> tryReadManifest(const fs::path& directory) {
+// A manifest lists every tensor and file; even a large model's stays far below this.
+constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+
+// The bytes of a manifest: a regular file of at most kMaxManifestBytes (a device or a FIFO would
+// never end).
+std::string readManifestBytes(const std::string& path) {
   std::error_code error;
-  fs::path path = directory / kManifestName;
-  if (!fs::is_regular_file(path, error)) return std::nullopt;
+  if (!fs::is_regular_file(path, error)) throw InputError(path + ": not a regular file");
+  const uint64_t size = fs::file_size(path, error);
+  if (error) throw InputError(path + ": cannot stat: " + error.message());
+  if (size > kMaxManifestBytes)
+    throw InputError(path + ": " + std::to_string(size) + " bytes, more than any manifest (at most " +
+                     std::to_string(kMaxManifestBytes) + ")");
+  return readWholeFile(path);
+}
+
+// Whether `directory` holds a manifest that parses, validates and names `step`: a complete
+// checkpoint for list() and `keep`. The shards are not hashed here; load() does that.
+bool hasValidManifest(const fs::path& directory, int64_t step) {
+  const std::string path = (directory / kManifestName).string();
   try {
-    nlohmann::json manifest = nlohmann::json::parse(readWholeFile(path.string()));
-    if (manifest.is_object()) return manifest;
-  } catch (const std::exception&) {
+    return parseCheckpointManifest(readManifestBytes(path), path).state.step == step;
+  } catch (const InputError&) {
+    return false;
   }
-  return std::nullopt;
 }
 
 std::string rankShardName(const std::string& group, int rank, int worldSize, size_t index, size_t count) {
@@ -185,20 +200,28 @@ std::vector<CheckpointShard> wholeTensors(const std::vector<CheckpointTensor>& t
   return shards;
 }
 
-// The manifest's model_hash: XXH3-64 of the model identity's compact JSON (object keys sorted).
-std::string modelHash(const nlohmann::json& model) {
-  const std::string text = model.dump();
-  return hex64(XXH3_64bits(text.data(), text.size()));
+// A key of a path in a message: as it is when it is a plain name, quoted otherwise.
+std::string quoteKey(const std::string& key) {
+  bool plain = !key.empty() && key.size() <= 80;
+  for (char c : key)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '/' || c == '.'))
+      plain = false;
+  return plain ? key : quoteForMessage(key);
 }
 
-std::string describeValue(const nlohmann::json* value) {
+// A value of this run's own identity (bounded: the trainer builds it), cut for a message.
+std::string describeOwnValue(const nlohmann::json* value) {
   if (!value) return "nothing";
   std::string text = value->dump();
   return text.size() > 120 ? text.substr(0, 117) + "..." : text;
 }
 
+// A value of the checkpoint's identity: from the manifest, so never walked for a message.
+std::string describeSavedValue(const nlohmann::json* value) { return value ? describeJsonValue(*value) : "nothing"; }
+
 // "PATH.key: the checkpoint has A, this run B" for the first member (in key order, depth first)
-// where `saved` and `now` differ; arrays of numbers (shapes) are compared whole.
+// where `saved` and `now` differ; arrays of numbers (shapes) are compared whole. The recursion
+// follows `saved`, which parseJson bounded to kMaxJsonDepth levels.
 std::string firstDifference(const std::string& path, const nlohmann::json& saved, const nlohmann::json& now) {
   if (saved.is_object() && now.is_object()) {
     std::set<std::string> keys;
@@ -209,11 +232,12 @@ std::string firstDifference(const std::string& path, const nlohmann::json& saved
       const nlohmann::json* savedValue = before == saved.end() ? nullptr : &*before;
       const nlohmann::json* nowValue = after == now.end() ? nullptr : &*after;
       if (savedValue && nowValue && *savedValue == *nowValue) continue;
-      if (savedValue && nowValue) return firstDifference(path + "." + key, *savedValue, *nowValue);
-      return path + "." + key + ": the checkpoint has " + describeValue(savedValue) + ", this run " + describeValue(nowValue);
+      if (savedValue && nowValue) return firstDifference(path + "." + quoteKey(key), *savedValue, *nowValue);
+      return path + "." + quoteKey(key) + ": the checkpoint has " + describeSavedValue(savedValue) + ", this run " +
+             describeOwnValue(nowValue);
     }
   }
-  return path + ": the checkpoint has " + describeValue(&saved) + ", this run " + describeValue(&now);
+  return path + ": the checkpoint has " + describeSavedValue(&saved) + ", this run " + describeOwnValue(&now);
 }
 
 template <typename Json>
@@ -360,11 +384,16 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
       if (!fs::exists(listPath))
         throw RuntimeError(tmpDir + ": rank " + std::to_string(rank) + " of " + std::to_string(worldSize) +
                            " has not written its shards (no " + rankListName(rank) + ")");
-      nlohmann::ordered_json list = nlohmann::ordered_json::parse(readWholeFile(listPath.string()));
+      nlohmann::ordered_json list;
+      try {
+        list = parseOrderedJson(readWholeFile(listPath.string()), listPath.string());
+      } catch (const InputError& damaged) {
+        throw RuntimeError(std::string(damaged.what()) + " (a rank's box list, written during this save)");
+      }
       if (list.at("rank") != rank || list.at("world_size") != worldSize)
-        throw RuntimeError(listPath.string() + ": written by rank " + list.at("rank").dump() + " of " +
-                           list.at("world_size").dump() + " ranks, the commit expects rank " + std::to_string(rank) + " of " +
-                           std::to_string(worldSize));
+        throw RuntimeError(listPath.string() + ": written by rank " + describeJsonValue(list.at("rank")) + " of " +
+                           describeJsonValue(list.at("world_size")) + " ranks, the commit expects rank " +
+                           std::to_string(rank) + " of " + std::to_string(worldSize));
       for (const nlohmann::ordered_json& file : list.at("files")) {
         files.push_back(file);
         result.bytesWritten += file.at("size").get<uint64_t>();
@@ -440,9 +469,10 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
       groups[group]["tensors"] = tensors;
     }
 
-    nlohmann::ordered_json manifest = {{"format", kFormatName},
+    nlohmann::ordered_json manifest = {{"format", kCheckpointFormatName},
                                        {"format_version", kCheckpointFormatVersion},
-                                       {"model_hash", modelHash(state.model)},
+                                       {kManifestChecksumField, ""},
+                                       {"model_hash", modelIdentityHash(state.model)},
                                        {"model", state.model},
                                        {"step", state.step},
                                        {"consumed_samples", state.consumedSamples},
@@ -452,6 +482,9 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
                                        {"world_size", worldSize},
                                        {"groups", groups},
                                        {"files", files}};
+    // The checksum is over the manifest as a reader parses it (keys sorted), so it is computed on
+    // the text's parse rather than on the ordered object.
+    manifest[kManifestChecksumField] = manifestChecksum(nlohmann::json::parse(manifest.dump()));
     std::string manifestText = manifest.dump(2) + "\n";
     writeFileAtomically((tmp / kManifestName).string(), manifestText);
     result.bytesWritten += manifestText.size();
@@ -485,6 +518,10 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
   } catch (const fs::filesystem_error& error) {
     abortSave(tmpDir);
     throw RuntimeError(saveDir + ": cannot save checkpoint " + final.filename().string() + ": " + error.what());
+  } catch (const nlohmann::json::exception& error) {
+    abortSave(tmpDir);
+    throw RuntimeError(saveDir + ": cannot save checkpoint " + final.filename().string() +
+                       ": a rank's box list is damaged: " + quoteForMessage(error.what(), 160));
   } catch (...) {
     abortSave(tmpDir);
     throw;
@@ -502,20 +539,30 @@ std::vector<CheckpointEntry> Checkpoint::list(const std::string& saveDir) {
   for (const fs::directory_entry& entry : it) {
     std::optional<int64_t> step = stepOfDirectoryName(entry.path().filename().string());
     if (!step || !entry.is_directory(error)) continue;
-    std::optional<nlohmann::json> manifest = tryReadManifest(entry.path());
-    if (!manifest) continue;
-    auto recorded = manifest->find("step");
-    if (recorded == manifest->end() || !recorded->is_number_integer() || recorded->get<int64_t>() != *step) continue;
+    if (!hasValidManifest(entry.path(), *step)) continue;
     entries.push_back({*step, entry.path().string()});
   }
   std::sort(entries.begin(), entries.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
   return entries;
 }
 
+std::optional<CheckpointEntry> Checkpoint::newest(const std::string& saveDir) {
+  std::optional<CheckpointEntry> newest;
+  std::error_code error;
+  if (!fs::is_directory(saveDir, error)) return newest;
+  fs::directory_iterator it(saveDir, error);
+  if (error) throw RuntimeError(saveDir + ": cannot list: " + error.message());
+  for (const fs::directory_entry& entry : it) {
+    std::optional<int64_t> step = stepOfDirectoryName(entry.path().filename().string());
+    if (step && entry.is_directory(error) && (!newest || *step > newest->step)) newest = CheckpointEntry{*step, entry.path().string()};
+  }
+  return newest;
+}
+
 std::optional<std::string> Checkpoint::findLatest(const std::string& saveDir) {
-  std::vector<CheckpointEntry> entries = list(saveDir);
-  if (entries.empty()) return std::nullopt;
-  return entries.back().directory;
+  std::optional<CheckpointEntry> entry = newest(saveDir);
+  if (!entry) return std::nullopt;
+  return entry->directory;
 }
 
 Checkpoint Checkpoint::load(const std::string& directory, const nlohmann::json& expectedModel) {
@@ -528,172 +575,67 @@ Checkpoint Checkpoint::load(const std::string& directory, const nlohmann::json& 
 
   Checkpoint checkpoint;
   checkpoint.directory_ = directory;
-  try {
-    checkpoint.manifest_ = nlohmann::json::parse(readWholeFile(manifestPath));
-  } catch (const nlohmann::json::exception& parseError) {
-    throw InputError(manifestPath + ": invalid JSON (a torn or corrupted checkpoint): " + parseError.what());
-  }
-  const nlohmann::json& manifest = checkpoint.manifest_;
+  CheckpointManifest manifest = parseCheckpointManifest(readManifestBytes(manifestPath), manifestPath);
   auto bad = [&](const std::string& field, const std::string& what) -> InputError {
     return InputError(manifestPath + ": " + field + ": " + what);
   };
-  if (!manifest.is_object()) throw bad("(top level)", "expected an object");
-  auto field = [&](const char* name) -> const nlohmann::json& {
-    auto found = manifest.find(name);
-    if (found == manifest.end()) throw bad(name, "missing");
-    return *found;
-  };
-
-  const nlohmann::json& format = field("format");
-  if (format != kFormatName) throw bad("format", "expected \"" + std::string(kFormatName) + "\", got " + format.dump());
-  const nlohmann::json& version = field("format_version");
-  if (version == 1 || version == 2)
-    throw bad("format_version", version.dump() + " is the format of earlier builds (1: whole tensors; 2: a plan hash that "
-                                "ties it to one layout), which this build no longer reads (it reads version " +
-                                std::to_string(kCheckpointFormatVersion) +
-                                "): resume with the build that saved it, or start afresh");
-  if (!version.is_number_integer() || version.get<int64_t>() != kCheckpointFormatVersion)
-    throw bad("format_version", version.dump() + " is not supported (this build reads version " +
-                                    std::to_string(kCheckpointFormatVersion) + ")");
-  const nlohmann::json& worldSize = field("world_size");
-  if (!worldSize.is_number_integer() || worldSize.get<int64_t>() < 1 || worldSize.get<int64_t>() > (int64_t{1} << 20))
-    throw bad("world_size", "expected the number of ranks that saved the checkpoint, got " + worldSize.dump());
-  checkpoint.worldSize_ = worldSize.get<int>();
-  const nlohmann::json& model = field("model");
-  const nlohmann::json& recordedHash = field("model_hash");
-  if (!model.is_object()) throw bad("model", "expected an object");
-  if (recordedHash != modelHash(model))
-    throw bad("model_hash", recordedHash.dump() + " is not the hash of the recorded model (" + modelHash(model) +
-                                "; an edited or corrupted manifest)");
-  if (modelHash(model) != modelHash(expectedModel))
-    throw bad(firstDifference("model", model, expectedModel),
+  if (modelIdentityHash(manifest.state.model) != modelIdentityHash(expectedModel))
+    throw bad(firstDifference("model", manifest.state.model, expectedModel),
               "a checkpoint of another model or recipe (the layout may differ, nothing else that decides the run)");
-
-  CheckpointState& state = checkpoint.state_;
-  state.model = model;
-  for (const char* name : {"step", "consumed_samples"}) {
-    const nlohmann::json& value = field(name);
-    if (!value.is_number_integer() || value.get<int64_t>() < 0) throw bad(name, "expected an integer >= 0");
-  }
-  state.step = field("step").get<int64_t>();
-  state.consumedSamples = field("consumed_samples").get<int64_t>();
-  for (const char* name : {"data_order_state", "rng", "config"})
-    if (!field(name).is_object()) throw bad(name, "expected an object");
-  state.dataOrderState = field("data_order_state");
-  state.rng = field("rng");
-  state.config = field("config");
+  // The directory's name is the step a listing shows and a resume continues from.
+  std::optional<int64_t> named = stepOfDirectoryName(root.filename().string());
+  if (named && *named != manifest.state.step)
+    throw bad("step", std::to_string(manifest.state.step) + ", but the directory is " + root.filename().string() +
+                          " (an edited manifest, or a directory renamed by hand)");
+  checkpoint.state_ = manifest.state;
+  checkpoint.worldSize_ = manifest.worldSize;
 
   // Every listed file: present, of the recorded size, with the recorded hash.
-  const nlohmann::json& files = field("files");
-  if (!files.is_array()) throw bad("files", "expected an array");
-  std::set<std::string> listed;
-  for (size_t i = 0; i < files.size(); ++i) {
-    const nlohmann::json& file = files[i];
-    std::string where = "files[" + std::to_string(i) + "]";
-    if (!file.is_object()) throw bad(where, "expected an object");
-    auto name = file.find("name"), size = file.find("size"), hash = file.find("xxh3_64");
-    if (name == file.end() || !name->is_string() || name->get<std::string>().empty() ||
-        name->get<std::string>().find('/') != std::string::npos || name->get<std::string>()[0] == '.')
-      throw bad(where + ".name", "expected a file name in the checkpoint directory");
-    if (size == file.end() || !size->is_number_unsigned()) throw bad(where + ".size", "expected a byte count");
-    if (hash == file.end() || !hash->is_string() || hash->get<std::string>().size() != 16)
-      throw bad(where + ".xxh3_64", "expected 16 hex digits");
-    listed.insert(name->get<std::string>());
-
-    std::string path = (root / name->get<std::string>()).string();
+  for (const ManifestFile& file : manifest.files) {
+    const std::string path = (root / file.name).string();
     if (!fs::is_regular_file(path, error)) throw InputError(path + ": missing (the manifest lists it; a torn checkpoint)");
-    uint64_t expectedSize = size->get<uint64_t>();
-    uint64_t actualSize = fs::file_size(path, error);
+    const uint64_t actualSize = fs::file_size(path, error);
     if (error) throw InputError(path + ": cannot stat: " + error.message());
-    if (actualSize != expectedSize)
+    if (actualSize != file.size)
       throw InputError(path + ": size: " + std::to_string(actualSize) + " bytes, the manifest records " +
-                       std::to_string(expectedSize) + " (a truncated or torn checkpoint)");
+                       std::to_string(file.size) + " (a truncated or torn checkpoint)");
     FileFacts facts = hashFile(path, /*loading=*/true);
-    if (facts.size != expectedSize)
+    if (facts.size != file.size)
       throw InputError(path + ": size: " + std::to_string(facts.size) + " bytes read, the manifest records " +
-                       std::to_string(expectedSize) + " (the file changed while being read)");
-    if (hex64(facts.hash) != hash->get<std::string>())
-      throw InputError(path + ": xxh3_64: the file hashes to " + hex64(facts.hash) + ", the manifest records " +
-                       hash->get<std::string>() + " (a corrupted checkpoint)");
+                       std::to_string(file.size) + " (the file changed while being read)");
+    if (hex64(facts.hash) != file.xxh3)
+      throw InputError(path + ": xxh3_64: the file hashes to " + hex64(facts.hash) + ", the manifest records " + file.xxh3 +
+                       " (a corrupted checkpoint)");
   }
 
-  // The groups: their shard files, and per tensor its dtype, global shape and saved boxes.
-  const nlohmann::json& groups = field("groups");
-  if (!groups.is_object()) throw bad("groups", "expected an object");
-  auto isShape = [](const nlohmann::json& value) {
-    if (!value.is_array()) return false;
-    for (const nlohmann::json& extent : value)
-      if (!extent.is_number_integer() || extent.get<int64_t>() < 0) return false;
-    return true;
-  };
-  for (const auto& [group, entry] : groups.items()) {
-    std::string where = "groups." + group;
-    auto shards = entry.is_object() ? entry.find("shards") : entry.end();
-    if (shards == entry.end() || !shards->is_array()) throw bad(where + ".shards", "expected an array of file names");
-    Group& loaded = checkpoint.groups_[group];
+  // The groups: every box in its shard file with the recorded dtype and shape.
+  for (const ManifestGroup& group : manifest.groups) {
+    Group& loaded = checkpoint.groups_[group.name];
     std::map<std::string, size_t> fileByName;
-    for (const nlohmann::json& shard : *shards) {
-      if (!shard.is_string() || !listed.count(shard.get<std::string>()))
-        throw bad(where + ".shards", shard.dump() + " is not among the files listed");
-      checkpoint.files_.push_back(SafetensorsFile::open((root / shard.get<std::string>()).string()));
-      fileByName[shard.get<std::string>()] = checkpoint.files_.size() - 1;
+    for (const std::string& shard : group.shards) {
+      checkpoint.files_.push_back(SafetensorsFile::open((root / shard).string()));
+      fileByName[shard] = checkpoint.files_.size() - 1;
     }
-    auto tensors = entry.find("tensors");
-    if (tensors == entry.end() || !tensors->is_array()) throw bad(where + ".tensors", "expected an array");
-    for (size_t i = 0; i < tensors->size(); ++i) {
-      const nlohmann::json& tensor = (*tensors)[i];
-      std::string at = where + ".tensors[" + std::to_string(i) + "]";
-      if (!tensor.is_object() || !tensor.contains("name") || !tensor["name"].is_string())
-        throw bad(at + ".name", "expected the tensor's name");
-      const std::string name = tensor["name"].get<std::string>();
-      std::optional<DType> dtype = tensor.contains("dtype") && tensor["dtype"].is_string()
-                                       ? parseDType(tensor["dtype"].get<std::string>())
-                                       : std::nullopt;
-      if (!dtype) throw bad(at + ".dtype", "expected a dtype name, tensor '" + name + "'");
-      if (!tensor.contains("shape") || !isShape(tensor["shape"]))
-        throw bad(at + ".shape", "expected the global shape, tensor '" + name + "'");
-      if (!tensor.contains("boxes") || !tensor["boxes"].is_array())
-        throw bad(at + ".boxes", "expected an array, tensor '" + name + "'");
-      auto [slot, added] = loaded.tensors.try_emplace(name);
-      if (!added) throw bad(at, "tensor '" + name + "' is listed twice");
-      loaded.names.push_back(name);
-      SavedTensor& savedTensor = slot->second;
-      savedTensor.dtype = *dtype;
-      savedTensor.globalShape = intsOf(tensor["shape"]);
-      const nlohmann::json& boxes = tensor["boxes"];
-      for (size_t b = 0; b < boxes.size(); ++b) {
-        const nlohmann::json& box = boxes[b];
-        std::string boxAt = at + ".boxes[" + std::to_string(b) + "]";
-        if (!box.is_object() || !box.contains("rank") || !box["rank"].is_number_integer() || box["rank"].get<int64_t>() < 0 ||
-            box["rank"].get<int64_t>() >= checkpoint.worldSize_)
-          throw bad(boxAt + ".rank", "expected a rank below world_size " + std::to_string(checkpoint.worldSize_));
-        auto file = box.contains("file") && box["file"].is_string() ? fileByName.find(box["file"].get<std::string>())
-                                                                     : fileByName.end();
-        if (file == fileByName.end()) throw bad(boxAt + ".file", "expected one of " + where + ".shards");
-        if (!box.contains("offset") || !isShape(box["offset"]) || !box.contains("shape") || !isShape(box["shape"]))
-          throw bad(boxAt, "expected integer arrays \"offset\" and \"shape\"");
-        SavedBox savedBox{{intsOf(box["offset"]), intsOf(box["shape"])}, file->second, 0};
-        if (!boxFitsIn(savedBox.box, savedTensor.globalShape))
-          throw bad(boxAt, "tensor '" + name + "': box " + describeBox(savedBox.box) + " does not lie inside its shape " +
-                               describeShape(savedTensor.globalShape));
-        for (const SavedBox& other : savedTensor.boxes)
-          if (intersectBoxes(other.box, savedBox.box))
-            throw bad(boxAt, "tensor '" + name + "': box " + describeBox(savedBox.box) + " overlaps box " +
-                                 describeBox(other.box));
-        const SafetensorsFile& shardFile = checkpoint.files_[file->second];
-        const SafetensorsEntry* stored = shardFile.find(name);
-        if (!stored)
-          throw InputError(shardFile.path() + ": tensor '" + name + "': missing (the manifest records its box " +
-                           describeBox(savedBox.box) + " there)");
-        if (stored->dtype != savedTensor.dtype || stored->shape != savedBox.box.shape)
-          throw InputError(shardFile.path() + ": tensor '" + name + "': " + std::string(dtypeName(stored->dtype)) + " " +
-                           describeShape(stored->shape) + ", the manifest records the " + std::string(dtypeName(savedTensor.dtype)) +
-                           " box " + describeBox(savedBox.box) + " of shape " + describeShape(savedBox.box.shape));
-        savedBox.entry = static_cast<size_t>(stored - shardFile.entries().data());
-        savedTensor.boxes.push_back(std::move(savedBox));
+    for (const ManifestTensor& tensor : group.tensors) {
+      loaded.names.push_back(tensor.name);
+      SavedTensor& savedTensor = loaded.tensors[tensor.name];
+      savedTensor.dtype = tensor.dtype;
+      savedTensor.globalShape = tensor.globalShape;
+      for (const ManifestBox& box : tensor.boxes) {
+        const size_t file = fileByName.at(box.file);
+        const SafetensorsFile& shardFile = checkpoint.files_[file];
+        const SafetensorsEntry* stored = shardFile.find(tensor.name);
+        const std::string where = shardFile.path() + ": tensor " + quoteForMessage(tensor.name) + ": ";
+        if (!stored) throw InputError(where + "missing (the manifest records its box " + describeBox(box.box) + " there)");
+        if (stored->dtype != tensor.dtype || stored->shape != box.box.shape)
+          throw InputError(where + std::string(dtypeName(stored->dtype)) + " " + describeShape(stored->shape) +
+                           ", the manifest records the " + std::string(dtypeName(tensor.dtype)) + " box " +
+                           describeBox(box.box) + " of shape " + describeShape(box.box.shape));
+        savedTensor.boxes.push_back({box.box, file, static_cast<size_t>(stored - shardFile.entries().data())});
       }
     }
   }
+  checkpoint.manifest_ = std::move(manifest.json);
   return checkpoint;
 }
 

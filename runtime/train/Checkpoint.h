@@ -3,8 +3,9 @@
 //
 //   SAVE_DIR/step-00000100/
 //     manifest.json                          written last by rank 0; every other file with its size and
-//                                            XXH3-64, per tensor its global shape, dtype and boxes, and
-//                                            the model identity a resume must match
+//                                            XXH3-64, per tensor its global shape, dtype and boxes, the
+//                                            model identity a resume must match, and a checksum of all
+//                                            of it (CheckpointManifest.h)
 //     model-00001-of-00002.safetensors       one rank: group "model" in caller order, split into shards
 //     model-00002-of-00002.safetensors       of at most max_shard_bytes of tensor data
 //     model.safetensors.index.json           when no tensor of the group is split (always on one rank):
@@ -41,7 +42,9 @@
 
 namespace dgemma {
 
-inline constexpr int kCheckpointFormatVersion = 3;
+inline constexpr const char* kCheckpointFormatName = "dgemma-checkpoint";
+// 4: the manifest carries manifest_xxh3_64, a checksum of every other member (CheckpointManifest.h).
+inline constexpr int kCheckpointFormatVersion = 4;
 
 // The run state besides the tensors. The JSON members are the caller's, stored verbatim.
 struct CheckpointState {
@@ -130,13 +133,18 @@ class Checkpoint {
   static void abortSave(const std::string& tmpDir);
 
   // The complete checkpoints in `saveDir`, oldest first: step-<digits> directories whose
-  // manifest.json is present, parses and names the same step. .tmp-* and other entries are ignored;
-  // a missing saveDir has none.
+  // manifest.json is present, passes parseCheckpointManifest and names the same step (what `keep`
+  // counts and deletes). .tmp-* and other entries are ignored; a missing saveDir has none.
   static std::vector<CheckpointEntry> list(const std::string& saveDir);
-  // The newest of list(), or nothing.
-  static std::optional<std::string> findLatest(const std::string& saveDir);
+  // The step-<digits> directory of the highest step, complete or not: what --resume loads, so that
+  // a damaged newest checkpoint is reported rather than skipped for an older one. Nothing when
+  // there is no such directory.
+  static std::optional<CheckpointEntry> newest(const std::string& saveDir);
+  static std::optional<std::string> findLatest(const std::string& saveDir);  // newest()'s directory
 
-  // Opens and verifies a checkpoint directory: the manifest's format version, its model identity
+  // Opens and verifies a checkpoint directory: the manifest (parseCheckpointManifest: its format
+  // version, its checksum, every member's type and range), the step against a step-<digits>
+  // directory name, its model identity
   // against `expectedModel` (a difference is named by its path, e.g. "model.optimizer.beta2: the
   // checkpoint has 0.999, this run 0.95"), every listed file's size and XXH3-64, and that every saved
   // box is in its file with the recorded dtype and shape and overlaps no other box. Throws

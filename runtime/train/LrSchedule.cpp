@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "support/Error.h"
+#include "support/Json.h"
 
 namespace dgemma {
 
@@ -96,7 +97,7 @@ LrSchedule LrSchedule::fromJson(const nlohmann::json& json, const std::string& w
   try {
     config.style = parseLrDecayStyle(style.get<std::string>());
   } catch (const InputError&) {
-    reject(what, "style", "expected constant, linear or cosine, got " + style.dump());
+    reject(what, "style", "expected constant, linear or cosine, got " + quoteForMessage(style.get<std::string>()));
   }
   config.maxLr = number("max_lr");
   config.minLr = number("min_lr");

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/Error.h"
+#include "support/Json.h"
 #include "support/AtomicFile.h"
 
 namespace dgemma {
@@ -100,6 +101,9 @@ MetricsWriter MetricsWriter::resume(const std::string& path, int64_t resumedStep
   std::error_code error;
   uint64_t keep = 0;
   if (std::filesystem::exists(path, error)) {
+    // The file is read whole: a device or a FIFO would never end.
+    if (!std::filesystem::is_regular_file(path, error))
+      throw InputError(path + ": not a regular file (a metrics file to resume)");
     std::string contents = readWholeFile(path);
     size_t start = 0;
     int64_t lineNumber = 0;
@@ -107,11 +111,16 @@ MetricsWriter MetricsWriter::resume(const std::string& path, int64_t resumedStep
     for (size_t end; (end = contents.find('\n', start)) != std::string::npos; start = end + 1) {
       ++lineNumber;
       std::string_view text(contents.data() + start, end - start);
-      nlohmann::json object = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      const std::string where = path + ":" + std::to_string(lineNumber);
+      nlohmann::json object;
+      try {
+        object = parseJson(text, where);  // bounded nesting: a line is the user's file
+      } catch (const InputError&) {
+        object = nlohmann::json();  // not an object: refused below as a foreign line
+      }
       auto step = object.is_object() ? object.find("step") : object.end();
       if (step == object.end() || !step->is_number_integer())
-        throw InputError(path + ":" + std::to_string(lineNumber) +
-                         ": expected a JSON object with an integer \"step\" (is this a dgemma metrics file?)");
+        throw InputError(where + ": expected a JSON object with an integer \"step\" (is this a dgemma metrics file?)");
       if (step->get<int64_t>() > resumedStep) break;
       keep = end + 1;
     }

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "support/Error.h"
+#include "support/Json.h"
 #include "runtime/core/NoiseKeys.h"
 #include "plan/PlanFile.h"
 #include "runtime/session/RunEntry.h"
@@ -109,7 +110,12 @@ class Trainer {
   int64_t globalBatch() const { return trainPlan_.microBatch * options_.accumulation; }
   nlohmann::json runConfig() const;
   void printSetup() const;
+  bool resuming() const { return options_.resume || !options_.resumeFrom.empty(); }
+  nlohmann::json rngState() const;
+  nlohmann::json dataOrderState(int64_t consumedSamples) const;
   void restore();
+  std::string olderCheckpointAdvice(const std::string& refused, int64_t refusedStep) const;
+  void checkResumable(const Checkpoint& checkpoint) const;
   void checkSameTrajectory(const Checkpoint& checkpoint) const;
   std::map<std::string, HostTensor> runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep);
   static void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
@@ -212,28 +218,64 @@ void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
   const nlohmann::json& saved = checkpoint.state().config;
   const nlohmann::json& now = config_.at("trajectory");
   for (const auto& [field, value] : now.items()) {
-    const nlohmann::json before = saved.contains("trajectory") ? saved["trajectory"].value(field, nlohmann::json()) : nlohmann::json();
+    const auto recorded = saved.find("trajectory");
+    const nlohmann::json before = recorded != saved.end() && recorded->is_object() ? recorded->value(field, nlohmann::json())
+                                                                                 : nlohmann::json();
     if (before != value)
       throw InputError(checkpoint.directory() + "/manifest.json: config.trajectory." + field + ": the checkpoint's run used " +
-                       before.dump() + ", this run " + value.dump() +
+                       describeJsonValue(before) + ", this run " + value.dump() +
                        " (a resumed run repeats the flags that decide its steps: --seed, --accumulation, the lr schedule "
                        "flags with --decay-steps for a changed --steps, and the same --train data)");
   }
 }
 
+// What the manifest's "rng" records: the one seed every draw derives from, and how the noise is
+// keyed (docs/training.md, "Noise keys"). A resume recomputes it and compares.
+nlohmann::json Trainer::rngState() const { return {{"seed", options_.session.seed}, {"noise", "per_sample"}}; }
+
+// What the manifest's "data_order_state" records: the sampler and its seed, and where in which
+// epoch `consumedSamples` leaves it (docs/data.md, "Item order"). All of it follows from the count,
+// so a resume recomputes it from consumed_samples and compares.
+nlohmann::json Trainer::dataOrderState(int64_t consumedSamples) const {
+  const int64_t items = trainOrder_.numItems();
+  return {{"sampler", "cyclic"},
+          {"seed", options_.session.seed},
+          {"items", items},
+          {"epoch", consumedSamples / items},
+          {"position", consumedSamples % items}};
+}
+
+// A resume continues from --resume-from's directory, or from the newest step directory in
+// --save-dir, and never from an older one in its place: a damaged newest checkpoint is an error
+// naming it, and the user chooses an older one explicitly (docs/training.md, "Checkpoints").
 void Trainer::restore() {
-  const std::vector<CheckpointEntry> complete = Checkpoint::list(options_.saveDir);
+  std::string directory = options_.resumeFrom;
+  int64_t chosenStep = -1;
+  if (directory.empty()) {
+    if (std::optional<CheckpointEntry> newest = Checkpoint::newest(options_.saveDir)) {
+      directory = newest->directory;
+      chosenStep = newest->step;
+    }
+  }
   // Every rank must resume the same step: a --save-dir that the ranks do not share would not do.
-  const std::vector<int64_t> latestSteps = world_.allGather({complete.empty() ? int64_t{-1} : complete.back().step});
+  const std::vector<int64_t> latestSteps = world_.allGather({chosenStep});
   auto describe = [](int64_t step) { return step < 0 ? std::string("no checkpoint") : "step " + std::to_string(step); };
   for (size_t rank = 1; rank < latestSteps.size(); ++rank)
     if (latestSteps[rank] != latestSteps[0])
       throw InputError("--resume: " + options_.saveDir + ": rank " + std::to_string(rank) + " finds " + describe(latestSteps[rank]) +
                        ", rank 0 " + describe(latestSteps[0]) + " (every rank must see the same --save-dir)");
-  if (complete.empty())
+  if (directory.empty())
     throw InputError("--resume: " + options_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
-  Checkpoint checkpoint = Checkpoint::load(complete.back().directory, identity_);
-  checkSameTrajectory(checkpoint);
+
+  std::optional<Checkpoint> loaded;
+  try {
+    loaded.emplace(Checkpoint::load(directory, identity_));
+    checkResumable(*loaded);
+  } catch (const InputError& error) {
+    if (!options_.resumeFrom.empty()) throw;
+    throw InputError(std::string(error.what()) + " " + olderCheckpointAdvice(directory, chosenStep));
+  }
+  const Checkpoint& checkpoint = *loaded;
   // Each parameter's box in this plan's layout, assembled from the boxes of whatever layout saved it.
   restoreParameters(checkpoint, "model", trainPlan_.modelParameters, *session_.executor);
   restoreParameters(checkpoint, "optimizer", trainPlan_.optimizerParameters, *session_.executor);
@@ -242,11 +284,73 @@ void Trainer::restore() {
     throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': expected one i64");
   optimizerSteps_ = count.as<int64_t>()[0];
   step_ = checkpoint.state().step;
+  // Applied steps are the steps taken less the skipped ones.
+  if (optimizerSteps_ < 0 || optimizerSteps_ > step_)
+    throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': " +
+                     std::to_string(optimizerSteps_) + " applied optimizer steps, expected 0.." + std::to_string(step_) +
+                     " (the manifest's step)");
   consumedSamples_ = checkpoint.state().consumedSamples;
-  // The token count is a function of the data order, so it is recounted rather than stored.
-  for (int64_t sample = 0; sample < consumedSamples_; ++sample)
+  // The token count is a function of the data order, so it is recounted rather than stored. Every
+  // whole epoch visits each item once, so only the current epoch's samples are walked: the restore
+  // costs O(items), whatever the count.
+  const int64_t items = trainOrder_.numItems();
+  int64_t epochTokens = 0;
+  for (const DatasetItem& item : train_.items) epochTokens += itemTokens(item.block);
+  const int64_t epochs = consumedSamples_ / items;
+  if (__builtin_mul_overflow(epochs, epochTokens, &consumedTokens_))
+    throw InputError(checkpoint.directory() + "/manifest.json: consumed_samples: " + std::to_string(consumedSamples_) +
+                     " samples of " + train_.path + " hold more than 2^63 tokens");
+  for (int64_t sample = epochs * items; sample < consumedSamples_; ++sample)
     consumedTokens_ += itemTokens(train_.items[trainOrder_.itemAt(sample)].block);
   out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_ << "\n";
+}
+
+// The rest of the message refusing the newest checkpoint `refused`: that --resume does not skip it,
+// and how to choose the newest complete one before it.
+std::string Trainer::olderCheckpointAdvice(const std::string& refused, int64_t refusedStep) const {
+  std::string older;
+  for (const CheckpointEntry& entry : Checkpoint::list(options_.saveDir))
+    if (entry.step < refusedStep) older = entry.directory;
+  return "(--resume: " + refused + " is the newest checkpoint in " + options_.saveDir +
+         "; --resume does not fall back to an older one: " +
+         (older.empty() ? std::string("there is no older complete checkpoint")
+                        : "to continue from the newest complete one before it, run with --resume-from " + older +
+                              " instead of --resume, which trains and saves its later steps again") +
+         ")";
+}
+
+// A checkpoint continues this run when it was saved by the same trajectory (config.trajectory),
+// and its counters and recorded states are the ones its step implies: every step, a skipped one
+// too, consumes one global batch, and rng and data_order_state are what this run recomputes. The
+// manifest's checksum catches an accidental edit; these catch one made with the checksum redone.
+void Trainer::checkResumable(const Checkpoint& checkpoint) const {
+  checkSameTrajectory(checkpoint);
+  const std::string manifest = checkpoint.directory() + "/manifest.json";
+  const CheckpointState& state = checkpoint.state();
+  if (state.step > options_.steps)
+    throw InputError("--steps " + std::to_string(options_.steps) + ": the checkpoint is at step " + std::to_string(state.step) +
+                     " already");
+  int64_t expected = 0;
+  const bool overflows = __builtin_mul_overflow(state.step, globalBatch(), &expected);
+  if (overflows || expected != state.consumedSamples)
+    throw InputError(manifest + ": consumed_samples: " + std::to_string(state.consumedSamples) + ", but step " +
+                     std::to_string(state.step) + " x global batch " + std::to_string(globalBatch()) + " = " +
+                     (overflows ? std::string("more than 2^63") : std::to_string(expected)) +
+                     " (every step consumes one global batch; an edited manifest)");
+  auto compare = [&](const std::string& name, const nlohmann::json& recorded, const nlohmann::json& recomputed) {
+    for (const auto& [key, value] : recomputed.items()) {
+      auto found = recorded.find(key);
+      if (found == recorded.end() || *found != value)
+        throw InputError(manifest + ": " + name + "." + key + ": the checkpoint records " +
+                         (found == recorded.end() ? std::string("nothing") : describeJsonValue(*found)) +
+                         ", the restore recomputes " + value.dump() + " (an edited manifest, or one of another run)");
+    }
+    for (const auto& [key, value] : recorded.items())
+      if (!recomputed.contains(key))
+        throw InputError(manifest + ": " + name + ": " + quoteForMessage(key) + ": not a member this build records");
+  };
+  compare("rng", state.rng, rngState());
+  compare("data_order_state", state.dataOrderState, dataOrderState(state.consumedSamples));
 }
 
 // corrupt then train_step on one global micro-batch, its noise drawn from the keys of (seed, phase,
@@ -392,8 +496,8 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   state.model = identity_;
   state.step = step;
   state.consumedSamples = consumedSamples_;
-  state.dataOrderState = {{"sampler", "cyclic"}, {"seed", options_.session.seed}};
-  state.rng = {{"seed", options_.session.seed}, {"noise", "per_sample"}};
+  state.dataOrderState = dataOrderState(consumedSamples_);
+  state.rng = rngState();
   state.config = config_;
   CheckpointSaveOptions options;
   options.keep = options_.keep;
@@ -402,18 +506,16 @@ CheckpointSaveResult Trainer::save(int64_t step) {
 
 int Trainer::run() {
   printSetup();
-  if (options_.resume) restore();
-  if (step_ > options_.steps)
-    throw InputError("--steps " + std::to_string(options_.steps) + ": the checkpoint is at step " + std::to_string(step_) + " already");
+  if (resuming()) restore();
   if (step_ == options_.steps) {
     out_ << "the run is complete at step " << step_ << "; nothing to do\n";
     return 0;
   }
   if (world_.rank() == 0 && !options_.metrics.empty())
-    metrics_ = options_.resume ? MetricsWriter::resume(options_.metrics, step_) : MetricsWriter::create(options_.metrics);
+    metrics_ = resuming() ? MetricsWriter::resume(options_.metrics, step_) : MetricsWriter::create(options_.metrics);
   if (world_.rank() == 0 && !options_.tensorboard.empty()) {
     TensorBoardWriter::Options options;
-    if (options_.resume) options.resumedStep = step_;
+    if (resuming()) options.resumedStep = step_;
     tensorboard_ = TensorBoardWriter::open(options_.tensorboard, options);
   }
   ProgressOptions progressOptions;
@@ -491,6 +593,8 @@ void checkOptions(const TrainOptions& options) {
     throw InputError("give exactly one of --weights DIR and --init random");
   if (options.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
   if (options.resume && options.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
+  if (options.resume && !options.resumeFrom.empty())
+    throw InputError("--resume-from: give it instead of --resume, not with it (--resume takes the newest checkpoint in --save-dir)");
   if (options.saveEvery > 0 && options.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
   if (options.train == kMockSplit) {
     if (!options.validation.empty() || !options.test.empty())

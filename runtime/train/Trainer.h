@@ -30,7 +30,8 @@ struct TrainOptions {
   std::string saveDir;
   int64_t saveEvery = 0;     // 0: only at the end
   int keep = 0;              // 0: keep every checkpoint
-  bool resume = false;
+  bool resume = false;        // continue from the newest checkpoint in saveDir, never an older one
+  std::string resumeFrom;    // --resume-from DIR: continue from this checkpoint directory instead
   std::string metrics;
   std::string tensorboard;
   int64_t evalEvery = 0;     // 0: only at the end

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ToolRunner.h"
+#include "test/unit/train/ResealManifest.h"
 
 namespace dgemma {
 namespace {
@@ -375,6 +376,118 @@ TEST_F(TrainLoopTest, BadInputExitsTwoNamingTheFile) {
   ToolResult corrupted = runTool(train("--steps 2 --save-dir " + (dir / "saved") + " --resume"));
   EXPECT_EQ(corrupted.exitCode, 2);
   EXPECT_TRUE(contains(corrupted, shard + ": xxh3_64: ")) << corrupted.output;
+}
+
+void writeText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary | std::ios::trunc) << text; }
+
+// An edited manifest is refused before anything is restored: without its checksum redone, naming
+// the checksum; with it redone (a crafted manifest), naming the field that disagrees with what the
+// resume recomputes. A crafted count of 2^62 samples is refused within seconds, not replayed.
+TEST_F(TrainLoopTest, EditedManifestIsRefused) {
+  ASSERT_EQ(runTool(train("--steps 2 --decay-steps 4 --save-dir " + (dir / "saved"))).exitCode, 0);
+  const std::string checkpoint = dir / "saved/step-00000002";
+  const std::string manifestPath = checkpoint + "/manifest.json";
+  const std::string originalText = readFile(manifestPath);
+  const nlohmann::json original = nlohmann::json::parse(originalText);
+  const std::string resume = train("--steps 4 --decay-steps 4 --save-dir " + (dir / "saved") + " --resume");
+  auto expectRefused = [&](const std::string& text, const std::string& message) {
+    writeText(manifestPath, text);
+    ToolResult refused = runTool(resume);
+    EXPECT_EQ(refused.exitCode, 2) << refused.output;
+    EXPECT_TRUE(contains(refused, message)) << refused.output;
+    EXPECT_TRUE(contains(refused, "--resume: " + checkpoint + " is the newest checkpoint in " + (dir / "saved"))) << refused.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "saved/step-00000003"));
+  };
+  for (int64_t consumed : {0, 9, 1400}) {
+    nlohmann::json edited = original;
+    edited["consumed_samples"] = consumed;
+    expectRefused(edited.dump(2), manifestPath + ": manifest_xxh3_64: the checksum does not match");
+    expectRefused(test::resealedManifestText(edited),
+                  manifestPath + ": consumed_samples: " + std::to_string(consumed) + ", but step 2 x global batch 2 = 4");
+  }
+  nlohmann::json edited = original;
+  edited["rng"]["seed"] = 8;
+  expectRefused(test::resealedManifestText(edited), manifestPath + ": rng.seed: the checkpoint records 8, the restore recomputes 7");
+  edited = original;
+  edited["data_order_state"]["position"] = 3;
+  expectRefused(test::resealedManifestText(edited),
+                manifestPath + ": data_order_state.position: the checkpoint records 3, the restore recomputes 4");
+  edited = original;
+  edited["config"]["trajectory"] = 5;  // the trainer's own member, of the wrong type
+  expectRefused(test::resealedManifestText(edited),
+                manifestPath + ": config.trajectory.accumulation: the checkpoint's run used null, this run 1");
+  edited = original;
+  edited["consumed_samples"] = int64_t{1} << 62;
+  expectRefused(test::resealedManifestText(edited), manifestPath + ": consumed_samples: 4611686018427387904, but step 2 x global batch 2 = 4");
+  expectRefused("{\"step\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+                manifestPath + ": JSON nested deeper than 64 levels");
+
+  // Consistent in every field, 2^62 samples in: the token recount walks one epoch, not 2^62 samples.
+  std::filesystem::copy(checkpoint, dir / "crafted");
+  edited = original;
+  const int64_t samples = int64_t{1} << 62, items = original["data_order_state"]["items"].get<int64_t>();
+  edited["step"] = samples / 2;
+  edited["consumed_samples"] = samples;
+  edited["data_order_state"]["epoch"] = samples / items;
+  edited["data_order_state"]["position"] = samples % items;
+  writeText(dir / "crafted/manifest.json", test::resealedManifestText(edited));
+  const auto started = std::chrono::steady_clock::now();
+  ToolResult crafted = runTool(train("--steps 4 --decay-steps 4 --resume-from " + (dir / "crafted")));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(crafted.exitCode, 2) << crafted.output;
+  EXPECT_TRUE(contains(crafted, "--steps 4: the checkpoint is at step 2305843009213693952 already")) << crafted.output;
+  EXPECT_LT(seconds, 10.0);
+
+  writeText(manifestPath, originalText);
+  ToolResult resumed = runTool(resume);
+  EXPECT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed, "resumed from " + checkpoint + ": step 2, consumed samples 4")) << resumed.output;
+}
+
+// A deleted, truncated, invalid or step-edited newest manifest stops --resume naming that
+// checkpoint, leaves it as it is, and says how to choose the older one; --resume-from DIR does.
+TEST_F(TrainLoopTest, DamagedNewestCheckpointIsAnErrorNotAFallback) {
+  ASSERT_EQ(runTool(train("--steps 2 --decay-steps 3 --save-every 1 --save-dir " + (dir / "saved"))).exitCode, 0);
+  const std::string newest = dir / "saved/step-00000002", older = dir / "saved/step-00000001";
+  const std::string manifestPath = newest + "/manifest.json";
+  const std::string originalText = readFile(manifestPath);
+  nlohmann::json stepEdited = nlohmann::json::parse(originalText);
+  stepEdited["step"] = 1;
+  const std::vector<std::pair<std::string, std::string>> damages = {
+      {"", manifestPath + ": missing: not a complete checkpoint"},
+      {originalText.substr(0, originalText.size() / 2), manifestPath + ": invalid JSON at byte "},
+      {"not a manifest", manifestPath + ": invalid JSON"},
+      {stepEdited.dump(2), manifestPath + ": manifest_xxh3_64: the checksum does not match"},
+      {test::resealedManifestText(stepEdited), manifestPath + ": step: 1, but the directory is step-00000002"},
+  };
+  for (const auto& [text, message] : damages) {
+    if (text.empty())
+      std::filesystem::remove(manifestPath);
+    else
+      writeText(manifestPath, text);
+    ToolResult refused = runTool(train("--steps 3 --decay-steps 3 --save-dir " + (dir / "saved") + " --resume"));
+    EXPECT_EQ(refused.exitCode, 2) << refused.output;
+    EXPECT_TRUE(contains(refused, message)) << refused.output;
+    EXPECT_TRUE(contains(refused, "--resume: " + newest + " is the newest checkpoint in " + (dir / "saved") +
+                                      "; --resume does not fall back to an older one: to continue from the newest complete "
+                                      "one before it, run with --resume-from " + older + " instead of --resume"))
+        << refused.output;
+    // Nothing was trained or saved: the damaged checkpoint is as it was.
+    EXPECT_FALSE(contains(refused, "resumed from")) << refused.output;
+    EXPECT_EQ(std::filesystem::exists(manifestPath) ? readFile(manifestPath) : "", text);
+    EXPECT_FALSE(std::filesystem::exists(dir / "saved/step-00000003"));
+  }
+  ToolResult both = runTool(train("--steps 3 --save-dir " + (dir / "saved") + " --resume --resume-from " + older));
+  EXPECT_EQ(both.exitCode, 2) << both.output;
+  EXPECT_TRUE(contains(both, "--resume-from: give it instead of --resume, not with it")) << both.output;
+
+  ToolResult chosen =
+      runTool(train("--steps 3 --decay-steps 3 --save-every 1 --save-dir " + (dir / "saved") + " --resume-from " + older));
+  EXPECT_EQ(chosen.exitCode, 0) << chosen.output;
+  EXPECT_TRUE(contains(chosen, "resumed from " + older + ": step 1, consumed samples 2")) << chosen.output;
+  // The user's choice trains step 2 again, replacing the damaged directory with a complete one.
+  EXPECT_TRUE(std::filesystem::exists(dir / "saved/step-00000003/manifest.json"));
+  EXPECT_EQ(nlohmann::json::parse(readFile(manifestPath)).at("step"), 2);
 }
 
 }  // namespace

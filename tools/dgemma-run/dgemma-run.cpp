@@ -304,7 +304,8 @@ int main(int argc, char** argv) {
   train->add_option("--save-every", trainFlags.saveEvery, "steps between checkpoints (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--keep", trainFlags.keep, "keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber);
-  train->add_flag("--resume", trainFlags.resume, "continue from the newest checkpoint in --save-dir");
+  train->add_flag("--resume", trainFlags.resume, "continue from the newest checkpoint in --save-dir (an error if it is damaged)");
+  train->add_option("--resume-from", trainFlags.resumeFrom, "continue from this checkpoint directory (e.g. an older one)");
   train->add_option("--metrics", trainFlags.metrics, "JSON Lines metrics file");
   train->add_option("--tensorboard", trainFlags.tensorboard, "TensorBoard log directory");
   train->add_option("--eval-every", trainFlags.evalEvery, "steps between validations (0: only at the end)")

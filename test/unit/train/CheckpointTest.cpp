@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -12,7 +13,9 @@
 #include "support/DType.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointManifest.h"
 #include "test/unit/TestSupport.h"
+#include "test/unit/train/ResealManifest.h"
 
 namespace dgemma {
 namespace {
@@ -220,19 +223,139 @@ TEST(CheckpointTest, FlippedByteIsRejected) {
   EXPECT_TRUE(mentions(message, "corrupted checkpoint"));
 }
 
-TEST(CheckpointTest, MissingManifestIsRejectedAndSkipped) {
+// A damaged newest checkpoint stays the newest: findLatest reports it for the load to refuse, and
+// only list() (what `keep` counts) leaves it out. Nothing falls back to step 2 silently.
+TEST(CheckpointTest, DamagedNewestManifestIsReportedNotSkipped) {
   TempDir dir;
   Fixture f;
   Checkpoint::save(dir / "ckpt", stateAt(2), f.tensors());
   std::string newest = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const std::string manifestText = fileBytes(newest + "/manifest.json");
+  auto expectReportedAndRefused = [&](const std::string& message) {
+    EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), newest);
+    EXPECT_EQ(Checkpoint::list(dir / "ckpt").size(), 1u);
+    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kModel); }), message));
+  };
   fs::remove(newest + "/manifest.json");
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kModel); }),
-                       newest + "/manifest.json: missing: not a complete checkpoint"));
-  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000002");
+  expectReportedAndRefused(newest + "/manifest.json: missing: not a complete checkpoint");
+  writeBytes(newest + "/manifest.json", manifestText.substr(0, manifestText.size() / 2));  // torn
+  expectReportedAndRefused(newest + "/manifest.json: invalid JSON at byte ");
+  writeBytes(newest + "/manifest.json", "[1, 2");
+  expectReportedAndRefused(newest + "/manifest.json: invalid JSON");
+  writeBytes(newest + "/manifest.json", "[1, 2]");
+  expectReportedAndRefused(newest + "/manifest.json: (top level): expected an object, got an array of 2 elements");
+  // The step edited, checksum and all: the directory's name disagrees.
+  nlohmann::json manifest = nlohmann::json::parse(manifestText);
+  manifest["step"] = 5;
+  writeBytes(newest + "/manifest.json", test::resealedManifestText(manifest));
+  expectReportedAndRefused(newest + "/manifest.json: step: 5, but the directory is step-00000004");
+  writeBytes(newest + "/manifest.json", manifestText);
+  EXPECT_NO_THROW(Checkpoint::load(newest, kModel));
+  EXPECT_EQ(Checkpoint::list(dir / "ckpt").size(), 2u);
+}
 
-  writeBytes(newest + "/manifest.json", "{\"format\": \"dgemma-chec");  // torn manifest
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kModel); }), "manifest.json: invalid JSON"));
-  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000002");
+// Every member is under the checksum: an edit of any field a resume uses is refused naming the
+// manifest, while re-indenting it is not an edit.
+TEST(CheckpointTest, ManifestChecksumCoversEveryField) {
+  TempDir dir;
+  Fixture f;
+  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const std::string manifestPath = path + "/manifest.json";
+  const nlohmann::json original = nlohmann::json::parse(fileBytes(manifestPath));
+  ASSERT_TRUE(original.contains(kManifestChecksumField));
+  const std::vector<std::pair<std::string, nlohmann::json>> edits = {
+      {"/consumed_samples", 0},
+      {"/consumed_samples", 9},
+      {"/consumed_samples", 1400},
+      {"/step", 3},
+      {"/rng/seed", 43},
+      {"/rng/noise_seeding", "per-batch"},
+      {"/data_order_state/position", 0},
+      {"/data_order_state/epoch", 1},
+      {"/config/lr_schedule/warmup_steps", 0},
+      {"/world_size", 2},
+      {"/files/0/size", 1},
+      {"/groups/model/tensors/0/shape/0", 17},
+      {"/model/optimizer/beta1", 0.8},
+  };
+  for (const auto& [pointer, value] : edits) {
+    nlohmann::json edited = original;
+    edited[nlohmann::json::json_pointer(pointer)] = value;
+    writeBytes(manifestPath, edited.dump(2));
+    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+                         manifestPath + ": manifest_xxh3_64: the checksum does not match"))
+        << pointer;
+  }
+  nlohmann::json added = original;
+  added["note"] = "hand-written";
+  writeBytes(manifestPath, added.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }), "the checksum does not match"));
+  writeBytes(manifestPath, original.dump(4));
+  EXPECT_EQ(Checkpoint::load(path, kModel).state().consumedSamples, 32);
+}
+
+// A manifest of format 3 has no checksum: it is refused as an earlier build's format (no upgrade:
+// an unchecked manifest cannot be vouched for after the fact).
+TEST(CheckpointTest, ManifestWithoutChecksumIsAnEarlierFormat) {
+  TempDir dir;
+  Fixture f;
+  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
+  manifest.erase(kManifestChecksumField);
+  writeBytes(path + "/manifest.json", manifest.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }), "manifest_xxh3_64: missing"));
+  manifest["format_version"] = 3;
+  writeBytes(path + "/manifest.json", manifest.dump());
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+                       path + "/manifest.json: format_version: 3 is the format of earlier builds (1: whole tensors; 2: a plan "
+                              "hash that ties it to one layout; 3: no manifest checksum), which this build no longer reads"));
+}
+
+// Nesting far beyond any manifest is refused while it is read, wherever it is: no stack overflow
+// in the parser, a listing or a message.
+TEST(CheckpointTest, DeeplyNestedManifestIsRefusedWithoutRecursion) {
+  TempDir dir;
+  Fixture f;
+  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& text : {deep, "{\"format\": \"dgemma-checkpoint\", \"config\": " + deep + "}",
+                                  "{\"format\": " + deep + "}"}) {
+    writeBytes(path + "/manifest.json", text);
+    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+                         path + "/manifest.json: JSON nested deeper than 64 levels"));
+    EXPECT_TRUE(Checkpoint::list(dir / "ckpt").empty());
+    EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), path);
+  }
+}
+
+// parseCheckpointManifest on its own (the fuzz target's entry): each member's type and range,
+// named by its path, before anything walks it.
+TEST(CheckpointTest, ManifestFieldsAreValidatedByPath) {
+  TempDir dir;
+  Fixture f;
+  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const nlohmann::json original = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
+  EXPECT_NO_THROW(parseCheckpointManifest(test::resealedManifestText(original), "m.json"));
+  const std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases = {
+      {"/consumed_samples", -1, "m.json: consumed_samples: expected an integer >= 0, got -1"},
+      {"/consumed_samples", std::numeric_limits<uint64_t>::max(), "m.json: consumed_samples: expected an integer >= 0, got 18446744073709551615"},
+      {"/step", 1.5, "m.json: step: expected an integer >= 0, got 1.5"},
+      {"/rng", nlohmann::json::array(), "m.json: rng: expected an object, got an array of 0 elements"},
+      {"/world_size", 0, "m.json: world_size: expected the number of ranks that saved the checkpoint, got 0"},
+      {"/files/0/name", "../escape", "m.json: files[0].name: expected a file name in the checkpoint directory, got \"../escape\""},
+      {"/files/0/xxh3_64", std::string(200, '\x01'), "m.json: files[0].xxh3_64: expected 16 lowercase hex digits, got \"\\x01"},
+      {"/groups/model/tensors/0/shape/0", int64_t{1} << 60, "m.json: groups.model.tensors[0].shape[0]: expected an integer in [0, "},
+      {"/groups/model/tensors/0/boxes/0/rank", 1, "m.json: groups.model.tensors[0].boxes[0].rank: expected a rank below world_size 1, got 1"},
+      {"/groups/model/tensors/0/boxes/0/offset/0", 1, "m.json: groups.model.tensors[0].boxes[0]: tensor \"model.decoder.embed_tokens.weight\": box [1:17, 0:8] does not lie inside its shape [16, 8]"},
+      {"/groups/model/shards/0", "nowhere.safetensors", "m.json: groups.model.shards[0]: \"nowhere.safetensors\" is not among the files listed"},
+      {"/model_hash", nlohmann::json::array({nlohmann::json::array({1})}), "m.json: model_hash: an array of 1 element is not the hash of the recorded model"},
+  };
+  for (const auto& [pointer, value, message] : cases) {
+    nlohmann::json edited = original;
+    edited[nlohmann::json::json_pointer(pointer)] = value;
+    EXPECT_TRUE(mentions(expectInputError([&] { parseCheckpointManifest(test::resealedManifestText(edited), "m.json"); }), message))
+        << pointer;
+  }
 }
 
 TEST(CheckpointTest, MissingShardIsRejected) {
@@ -251,13 +374,12 @@ TEST(CheckpointTest, InterruptedSaveIsIgnoredAndCleanedUp) {
   std::string first = Checkpoint::save(dir / "ckpt", stateAt(3), f.tensors()).directory;
   fs::copy(first, dir / "ckpt/.tmp-step-6-99999");  // complete-looking, manifest and all
   fs::create_directories(dir / "ckpt/.tmp-step-7-99999");
-  fs::create_directories(dir / "ckpt/step-00000009");  // no manifest: not complete
   fs::create_directories(dir / "ckpt/notes");
   EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), first);
   EXPECT_EQ(Checkpoint::list(dir / "ckpt").size(), 1u);
 
   Checkpoint::save(dir / "ckpt", stateAt(6), f.tensors());
-  EXPECT_EQ(entriesOf(dir / "ckpt"), (std::vector<std::string>{"notes", "step-00000003", "step-00000006", "step-00000009"}));
+  EXPECT_EQ(entriesOf(dir / "ckpt"), (std::vector<std::string>{"notes", "step-00000003", "step-00000006"}));
   EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000006");
   EXPECT_FALSE(Checkpoint::findLatest(dir / "nothing-here"));
 }
@@ -280,7 +402,7 @@ TEST(CheckpointTest, ModelMismatchNamesTheDifference) {
   // An edited identity no longer matches its recorded hash.
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   manifest["model"]["optimizer"]["beta1"] = 0.8;
-  writeBytes(path + "/manifest.json", manifest.dump());
+  writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
   EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
                        "manifest.json: model_hash: \"" + manifest["model_hash"].get<std::string>() +
                            "\" is not the hash of the recorded model"));
@@ -291,16 +413,17 @@ TEST(CheckpointTest, UnknownFormatVersionIsRejected) {
   Fixture f;
   std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
-  manifest["format_version"] = 4;
+  manifest["format_version"] = 5;
   writeBytes(path + "/manifest.json", manifest.dump());
   EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
-                       "format_version: 4 is not supported (this build reads version 3)"));
-  for (int earlier : {1, 2}) {
+                       "format_version: 5 is not supported (this build reads version 4)"));
+  for (int earlier : {1, 2, 3}) {
     manifest["format_version"] = earlier;
     writeBytes(path + "/manifest.json", manifest.dump());
     EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
                          "format_version: " + std::to_string(earlier) +
-                             " is the format of earlier builds (1: whole tensors; 2: a plan hash that ties it to one layout), "
+                             " is the format of earlier builds (1: whole tensors; 2: a plan hash that ties it to one layout; 3: no "
+                             "manifest checksum), "
                              "which this build no longer reads"));
   }
   EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(dir / "ckpt/step-00000099", kModel); }),

@@ -203,6 +203,10 @@ TEST(MetricsWriterTest, ResumeCreatesAMissingFileAndRejectsForeignLines) {
   EXPECT_TRUE(mentions(expectInputError([&] { MetricsWriter::resume(path, 7); }), path + ":2: expected a JSON object"));
   writeBytes(path, "{\"step\": \"one\"}\n");
   EXPECT_TRUE(mentions(expectInputError([&] { MetricsWriter::resume(path, 7); }), path + ":1:"));
+  // Nesting far beyond any metrics line is refused while it is read, not walked.
+  writeBytes(path, formatMetricsLine(trainRecord(1)) + std::string(100000, '[') + std::string(100000, ']') + "\n");
+  EXPECT_TRUE(mentions(expectInputError([&] { MetricsWriter::resume(path, 7); }), path + ":2: expected a JSON object"));
+  EXPECT_TRUE(mentions(expectInputError([&] { MetricsWriter::resume("/dev/zero", 7); }), "/dev/zero: not a regular file"));
 }
 
 TEST(MetricsWriterTest, OpenFailureIsARuntimeError) {

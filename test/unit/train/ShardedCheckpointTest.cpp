@@ -17,6 +17,7 @@
 #include "support/DType.h"
 #include "support/Error.h"
 #include "test/unit/TestSupport.h"
+#include "test/unit/train/ResealManifest.h"
 
 namespace dgemma {
 namespace {
@@ -293,7 +294,7 @@ TEST(ShardedCheckpointTest, UncoveredRequestNamesTheTensorAndTheRegion) {
   // A manifest that lost rank 1's box.
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   manifest["groups"]["model"]["tensors"][0]["boxes"].erase(1);
-  writeBytes(path + "/manifest.json", manifest.dump());
+  writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
   Checkpoint loaded = Checkpoint::load(path, kModel);
   EXPECT_TRUE(mentions(expectInputError([&] { loaded.read("model", "w"); }),
                        "group 'model': tensor 'w': the saved boxes do not cover [4:8, 0:6] of the requested box [0:8, 0:6]"));
@@ -327,15 +328,15 @@ TEST(ShardedCheckpointTest, CorruptedOrMisshapenShardsNameTheFile) {
   const std::string manifestText = fileBytes(path + "/manifest.json");
   nlohmann::json manifest = nlohmann::json::parse(manifestText);
   manifest["groups"]["model"]["tensors"][0]["boxes"][1]["shape"] = {3, 6};
-  writeBytes(path + "/manifest.json", manifest.dump());
+  writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
   EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
-                       rank1 + ": tensor 'w': f32 [4, 6], the manifest records the f32 box [4:7, 0:6] of shape [3, 6]"));
+                       rank1 + ": tensor \"w\": f32 [4, 6], the manifest records the f32 box [4:7, 0:6] of shape [3, 6]"));
   // Or boxes that overlap.
   manifest = nlohmann::json::parse(manifestText);
   manifest["groups"]["model"]["tensors"][0]["boxes"][1]["offset"] = {2, 0};
-  writeBytes(path + "/manifest.json", manifest.dump());
+  writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
   EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
-                       "groups.model.tensors[0].boxes[1]: tensor 'w': box [2:6, 0:6] overlaps box [0:4, 0:6]"));
+                       "groups.model.tensors[0].boxes[1]: tensor \"w\": box [2:6, 0:6] overlaps box [0:4, 0:6]"));
   writeBytes(path + "/manifest.json", manifestText);
   EXPECT_EQ(Checkpoint::load(path, kModel).read("model", "w").data, w.data);
 }
