@@ -1,26 +1,54 @@
 #include "support/AtomicFile.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "support/Error.h"
+#include "support/InputFile.h"
 
 namespace dgemma {
 
-std::string readWholeFile(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) throw InputError(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream contents;
-  contents << stream.rdbuf();
-  if (stream.bad()) throw InputError(path + ": cannot read: I/O error");
-  return std::move(contents).str();
+std::string readWholeFile(const std::string& path) { return readRegularFile(path); }
+
+namespace {
+
+// Refuses an existing target that rename would replace but that is no regular file.
+void checkWritableTarget(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) return;  // a new path (or a dangling link): rename creates it
+  if (!S_ISREG(status.st_mode)) {
+    throw InputError(path + ": expected a regular file or a new path to write, got " + describeFileType(status.st_mode));
+  }
+}
+
+}  // namespace
+
+void createOutputDirectory(const std::string& directory, const std::string& what) {
+  namespace fs = std::filesystem;
+  const fs::path wanted = fs::path(directory).lexically_normal();
+  // The deepest existing ancestor (or the directory itself) must be a directory.
+  for (fs::path existing = wanted; !existing.empty(); existing = existing.parent_path()) {
+    struct stat status {};
+    if (::stat(existing.c_str(), &status) == 0) {
+      if (S_ISDIR(status.st_mode)) break;
+      if (existing == wanted) {
+        throw InputError(what + ": " + directory + ": expected a directory or a new path, got " +
+                         describeFileType(status.st_mode));
+      }
+      throw InputError(what + ": " + directory + ": cannot create the directory: " + existing.string() + " is " +
+                       describeFileType(status.st_mode));
+    }
+    if (existing == existing.parent_path()) break;
+  }
+  std::error_code error;
+  fs::create_directories(wanted, error);
+  if (error) throw RuntimeError(what + ": " + directory + ": cannot create the directory: " + error.message());
 }
 
 void syncDirectory(const std::string& directory) {
@@ -34,6 +62,7 @@ void syncDirectory(const std::string& directory) {
 
 void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
   namespace fs = std::filesystem;
+  checkWritableTarget(path);
   fs::path target(path);
   fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::random_device entropy;

@@ -9,15 +9,24 @@
 
 namespace dgemma {
 
-// Throws InputError "PATH: cannot read: <reason>".
+// The contents of the regular file `path` (support/InputFile.h: a device, FIFO or directory is
+// refused). Throws InputError "PATH: cannot read: <reason>" or "PATH: expected a regular file, got
+// ..."; RuntimeError "PATH: cannot read: <reason>".
 std::string readWholeFile(const std::string& path);
-// Throws RuntimeError "PATH: cannot write: <reason>"; on failure the target is untouched and the
-// temporary file removed.
+// Replaces `path` by a regular file. The target must not exist or be a regular file (a symbolic link
+// is followed for the check and then replaced itself, as rename does): renaming over `/dev/null` or a
+// FIFO would replace the node, so anything else is InputError "PATH: expected a regular file or a new
+// path to write, got a character device". Throws RuntimeError "PATH: cannot write: <reason>"; on
+// failure the target is untouched and the temporary file removed.
 void writeFileAtomically(const std::string& path, std::string_view bytes);
 // The same for `pieces` written back to back, without first concatenating them (a checkpoint shard
 // can be as large as memory).
 void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
 // fsync a directory (after renames into it). Throws RuntimeError.
 void syncDirectory(const std::string& directory);
+// Creates `directory` and its missing parents, for an output directory named by `what` ("-o"). An
+// existing directory is fine. Throws InputError "WHAT: PATH: expected a directory or a new path, got
+// a regular file" when it or a parent is not a directory; RuntimeError for other failures.
+void createOutputDirectory(const std::string& directory, const std::string& what);
 
 }  // namespace dgemma

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "support/Error.h"
+#include "support/Json.h"
 #include "runtime/core/Philox.h"
 #include "runtime/core/ShardBoxes.h"
 #include "runtime/io/Safetensors.h"
@@ -82,14 +83,34 @@ void loadWeights(Executor& executor, const std::string& weightsPath) {
       std::move(unexpected));
 }
 
+namespace {
+
+// A parameter's init spec as the plan file gives it ({"kind": "normal", "std": 0.02}). A plan edited
+// by hand (its hash recomputed) can hold any JSON there: each field is checked, since json::value
+// would throw a bare type_error ("internal error").
+const nlohmann::json* initField(const Parameter& parameter, const char* key, bool (nlohmann::json::*isType)() const noexcept,
+                                const char* expected) {
+  const std::string where = "--plan: parameter " + parameter.name + ": init";
+  if (parameter.init.is_null()) return nullptr;
+  if (!parameter.init.is_object()) throw InputError(where + ": expected an object, got " + describeJsonValue(parameter.init));
+  auto field = parameter.init.find(key);
+  if (field == parameter.init.end()) return nullptr;
+  if (!((*field).*isType)()) throw InputError(where + "." + key + ": expected " + expected + ", got " + describeJsonValue(*field));
+  return &*field;
+}
+
+}  // namespace
+
 void initializeWeights(Executor& executor, uint64_t seed) {
   for (const Parameter& parameter : executor.plan().parameters) {
-    const std::string kind = parameter.init.value("kind", std::string("zeros"));
+    const nlohmann::json* kindField = initField(parameter, "kind", &nlohmann::json::is_string, "a string");
+    const std::string kind = kindField ? kindField->get<std::string>() : std::string("zeros");
     HostTensor global(DType::F64, parameter.globalShape);
     double* values = global.as<double>();
     const int64_t count = global.numElements();
     if (kind == "normal") {
-      const double stddev = parameter.init.value("std", 0.02);
+      const nlohmann::json* stdField = initField(parameter, "std", &nlohmann::json::is_number, "a number");
+      const double stddev = stdField ? stdField->get<double>() : 0.02;
       // The parameter's name picks its Philox counter range (the full 64-bit hash as the offset), so
       // adding a parameter never shifts another one's numbers. Box-Muller turns two uniforms into
       // one normal; 1 - u keeps log's argument in (0, 1].
@@ -105,7 +126,8 @@ void initializeWeights(Executor& executor, uint64_t seed) {
     } else if (kind == "ones" || kind == "zeros") {
       std::fill(values, values + count, kind == "ones" ? 1.0 : 0.0);
     } else {
-      throw InputError("parameter " + parameter.name + ": init: unknown kind \"" + kind + "\"");
+      throw InputError("--plan: parameter " + parameter.name + ": init.kind: expected \"normal\", \"ones\" or \"zeros\", got " +
+                       quoteForMessage(kind));
     }
     const Buffer& buffer = executor.plan().buffers[parameter.buffer];
     HostTensor converted = convertDType(global, buffer.dtype, "parameter " + parameter.name);

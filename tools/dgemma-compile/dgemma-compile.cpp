@@ -366,7 +366,7 @@ int compile(const CompileFlags& flags) {
   }
   if (flags.report) printRankReport(reports, analyticMinimum(*module, shardingOptions(flags), modelHiddenSize(fields)));
 
-  std::filesystem::create_directories(flags.output);
+  dgemma::createOutputDirectory(flags.output, "-o");
   for (const dgemma::Plan& plan : plans) dgemma::writePlanFile(plan, dgemma::planFileForRank(flags.output, plan.rank));
   std::cerr << "dgemma-compile: wrote " << plans.size() << " plan" << (plans.size() == 1 ? "" : "s") << " to "
             << flags.output << " (" << plans.front().entryPoints.size() << " entry points, "

@@ -47,7 +47,9 @@ int runEval(const EvalFlags& flags) {
                                  {"steps_per_canvas", result.stepsPerCanvas},
                                  {"tokens_per_step", result.tokensPerForward},
                                  {"finish_reason", finishReasonName(result.finishReason)}};
-    perRow += line.dump() + "\n";
+    // Generated text can end inside a multi-byte character (or hold bytes a byte-fallback piece
+    // made): JSON needs UTF-8, so invalid bytes become U+FFFD rather than an exception.
+    perRow += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   if (!flags.out.empty()) writeFileAtomically(flags.out, perRow);
   std::cerr << summaryLine(stats) << "\n";

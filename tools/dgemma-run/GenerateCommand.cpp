@@ -54,7 +54,8 @@ int runGenerate(const GenerateFlags& flags) {
                                    {"steps_per_canvas", result.stepsPerCanvas},
                                    {"tokens_per_step", result.tokensPerForward},
                                    {"finish_reason", finishReasonName(result.finishReason)}};
-      std::cout << line.dump() << "\n";
+      // Generated text need not be valid UTF-8; JSON must be: invalid bytes become U+FFFD.
+      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << text << "\n";
     }

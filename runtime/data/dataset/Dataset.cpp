@@ -51,6 +51,12 @@ Dataset buildDataset(const std::string& path, const RowTokenizer& tokenize, cons
         reject(field, std::string("expected a decodable image: ") + error.what());
         good = false;
         break;
+      } catch (const RuntimeError& error) {
+        // A read that failed (EIO): still the row's image, located, and exit 1 as an I/O failure.
+        if (!options.skipBadRows) throw RuntimeError(RowError{path, row.line, field, error.what()}.text());
+        reject(field, std::string("expected a readable image: ") + error.what());
+        good = false;
+        break;
       }
     }
     if (!good) continue;

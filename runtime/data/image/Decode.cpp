@@ -1,24 +1,24 @@
-// Image decoding: PNG (libpng), JPEG (libjpeg), other formats (stb_image), converted to RGB as PIL's
-// convert("RGB") does. libpng and libjpeg report errors by longjmp; the functions that call setjmp
-// hold only trivially destructible locals, so no destructor is skipped.
-#include <cerrno>
+// Image decoding: PNG (libpng) and JPEG (libjpeg) only, converted to RGB as PIL's convert("RGB")
+// does. Both libraries check the whole stream (CRCs, premature end of data), so an image that
+// decodes has every pixel; the size from the header is checked against kMaxImagePixels before any
+// pixel buffer is allocated. Other formats are named and refused: stb_image, used before, read
+// dimensions it then allocated unchecked and filled truncated files with uninitialised pixels.
+// libpng and libjpeg report errors by longjmp; the functions that call setjmp hold only trivially
+// destructible locals, so no destructor is skipped.
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include <jpeglib.h>
 #include <png.h>
-#include <stb/stb_image.h>
 
 #include "support/Error.h"
+#include "support/InputFile.h"
 #include "runtime/data/image/Image.h"
 
 namespace dgemma {
 namespace {
 
-constexpr int64_t kMaxPixels = int64_t(1) << 28;  // refuses absurd sizes before allocating
 
 // Pixels with `channels` interleaved 8-bit samples (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) into RGB.
 void toRgb(const uint8_t* src, int channels, int64_t count, uint8_t* dst) {
@@ -46,20 +46,20 @@ RgbImage rgbImageFrom(const uint8_t* samples, int channels, int64_t width, int64
 // ---- PNG ----
 
 struct PngState {
-  const std::vector<uint8_t>* bytes = nullptr;
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
   size_t position = 0;
   char message[256] = {0};
   std::vector<uint8_t> raw;           // decoded rows, `channels` samples per pixel
   std::vector<png_bytep> rows;
   png_uint_32 width = 0, height = 0;
   int channels = 0;
-  bool tooLarge = false;
 };
 
 void pngRead(png_structp png, png_bytep out, png_size_t length) {
   auto* state = static_cast<PngState*>(png_get_io_ptr(png));
-  if (state->bytes->size() - state->position < length) png_error(png, "unexpected end of file (truncated image)");
-  std::memcpy(out, state->bytes->data() + state->position, length);
+  if (state->size - state->position < length) png_error(png, "unexpected end of file (truncated image)");
+  std::memcpy(out, state->bytes + state->position, length);
   state->position += length;
 }
 
@@ -92,9 +92,11 @@ bool decodePngRaw(PngState* state) {
   png_read_info(png, info);
   state->width = png_get_image_width(png, info);
   state->height = png_get_image_height(png, info);
-  if (int64_t(state->width) * int64_t(state->height) > kMaxPixels) {
-    state->tooLarge = true;
-    png_error(png, "image too large");
+  if (int64_t(state->width) * int64_t(state->height) > kMaxImagePixels) {
+    std::snprintf(state->message, sizeof(state->message), "%u x %u pixels; expected at most %lld pixels",
+                  unsigned(state->width), unsigned(state->height), static_cast<long long>(kMaxImagePixels));
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
   }
   int colorType = png_get_color_type(png, info);
   int bitDepth = png_get_bit_depth(png, info);
@@ -117,12 +119,11 @@ bool decodePngRaw(PngState* state) {
   return true;
 }
 
-RgbImage decodePng(const std::vector<uint8_t>& bytes, const std::string& path) {
+RgbImage decodePng(std::string_view bytes, const std::string& source) {
   PngState state;
-  state.bytes = &bytes;
-  if (!decodePngRaw(&state)) {
-    throw InputError(path + ": expected a PNG or JPEG image: invalid PNG: " + state.message);
-  }
+  state.bytes = reinterpret_cast<const uint8_t*>(bytes.data());
+  state.size = bytes.size();
+  if (!decodePngRaw(&state)) throw InputError(source + ": invalid PNG image: " + state.message);
   return rgbImageFrom(state.raw.data(), state.channels, state.width, state.height);
 }
 
@@ -154,7 +155,7 @@ void jpegEmitMessage(j_common_ptr cinfo, int level) {
   if (level < 0) jpegErrorExit(cinfo);
 }
 
-bool decodeJpegRaw(const std::vector<uint8_t>* bytes, JpegState* state) {
+bool decodeJpegRaw(std::string_view bytes, JpegState* state) {
   jpeg_decompress_struct cinfo;
   cinfo.err = jpeg_std_error(&state->error.manager);
   state->error.manager.error_exit = jpegErrorExit;
@@ -164,8 +165,15 @@ bool decodeJpegRaw(const std::vector<uint8_t>* bytes, JpegState* state) {
     return false;
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, bytes->data(), static_cast<unsigned long>(bytes->size()));
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
+  // Before jpeg_start_decompress, which allocates by the header's size.
+  if (int64_t(cinfo.image_width) * int64_t(cinfo.image_height) > kMaxImagePixels) {
+    std::snprintf(state->message, sizeof(state->error.message), "%u x %u pixels; expected at most %lld pixels",
+                  unsigned(cinfo.image_width), unsigned(cinfo.image_height), static_cast<long long>(kMaxImagePixels));
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
   if (cinfo.jpeg_color_space == JCS_GRAYSCALE) {
     cinfo.out_color_space = JCS_GRAYSCALE;
   } else if (cinfo.jpeg_color_space == JCS_YCbCr || cinfo.jpeg_color_space == JCS_RGB) {
@@ -179,8 +187,8 @@ bool decodeJpegRaw(const std::vector<uint8_t>* bytes, JpegState* state) {
   state->width = cinfo.output_width;
   state->height = cinfo.output_height;
   state->channels = cinfo.output_components;
-  if (int64_t(state->width) * int64_t(state->height) > kMaxPixels || state->channels < 1 || state->channels > 4) {
-    std::snprintf(state->message, sizeof(state->error.message), "image too large or unsupported component count");
+  if (state->channels < 1 || state->channels > 4) {
+    std::snprintf(state->message, sizeof(state->error.message), "unsupported component count %d", state->channels);
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
@@ -195,55 +203,59 @@ bool decodeJpegRaw(const std::vector<uint8_t>* bytes, JpegState* state) {
   return true;
 }
 
-RgbImage decodeJpeg(const std::vector<uint8_t>& bytes, const std::string& path) {
+RgbImage decodeJpeg(std::string_view bytes, const std::string& source) {
   JpegState state;
-  if (!decodeJpegRaw(&bytes, &state)) {
-    throw InputError(path + ": expected a PNG or JPEG image: invalid JPEG: " + state.message);
-  }
+  if (!decodeJpegRaw(bytes, &state)) throw InputError(source + ": invalid JPEG image: " + state.message);
   return rgbImageFrom(state.raw.data(), state.channels, state.width, state.height);
 }
 
 // ---- other formats ----
 
-RgbImage decodeStb(const std::vector<uint8_t>& bytes, const std::string& path) {
-  if (bytes.size() > size_t(INT32_MAX)) throw InputError(path + ": expected a PNG or JPEG image: file too large");
-  int width = 0, height = 0, channels = 0;
-  stbi_uc* data = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &width, &height, &channels, 3);
-  if (data == nullptr) {
-    const char* reason = stbi_failure_reason();
-    throw InputError(path + ": expected a PNG or JPEG image: unsupported or corrupt image (stb_image: " +
-                     std::string(reason != nullptr ? reason : "unknown error") + ")");
+bool startsWith(std::string_view bytes, std::string_view magic) { return bytes.substr(0, magic.size()) == magic; }
+
+// What a file that is neither PNG nor JPEG is, from its first bytes, for the message.
+std::string describeOtherFormat(std::string_view bytes) {
+  if (startsWith(bytes, "GIF87a") || startsWith(bytes, "GIF89a")) return "a GIF image";
+  if (startsWith(bytes, "BM")) return "a BMP image";
+  if (bytes.size() >= 2 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '7') {
+    static const char* kNetpbm[] = {"PBM", "PGM", "PPM", "PBM", "PGM", "PPM", "PAM"};
+    return std::string("a Netpbm (") + kNetpbm[bytes[1] - '1'] + ") image";
   }
-  RgbImage image;
-  image.width = width;
-  image.height = height;
-  image.pixels.assign(data, data + size_t(width) * size_t(height) * 3);
-  stbi_image_free(data);
-  return image;
+  if (startsWith(bytes, std::string_view("II*\0", 4)) || startsWith(bytes, std::string_view("MM\0*", 4))) return "a TIFF image";
+  if (startsWith(bytes, "RIFF") && bytes.substr(8, 4) == "WEBP") return "a WebP image";
+  if (bytes.substr(4, 4) == "ftyp") return "an ISO media file (HEIF, AVIF or video)";
+  if (startsWith(bytes, "8BPS")) return "a Photoshop (PSD) image";
+  if (startsWith(bytes, "#?RADIANCE") || startsWith(bytes, "#?RGBE")) return "a Radiance HDR image";
+  if (startsWith(bytes, "qoif")) return "a QOI image";
+  std::string text = "a file of unknown format (it starts with";
+  for (size_t i = 0; i < bytes.size() && i < 8; ++i) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, " %02x", static_cast<unsigned char>(bytes[i]));
+    text += hex;
+  }
+  return text + ")";
 }
 
 }  // namespace
 
-RgbImage decodeImage(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    throw InputError(path + ": expected a PNG or JPEG image: cannot open file: " + std::strerror(errno));
-  }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (file.bad()) throw InputError(path + ": expected a PNG or JPEG image: read error");
-  if (bytes.empty()) throw InputError(path + ": expected a PNG or JPEG image: empty file");
-
-  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+RgbImage decodeImageBytes(std::string_view bytes, const std::string& source) {
+  if (bytes.empty()) throw InputError(source + ": expected a PNG or JPEG image, got an empty file");
+  static const char kPng[8] = {'\x89', 'P', 'N', 'G', '\r', '\n', '\x1a', '\n'};
   RgbImage image;
-  if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPng, 8) == 0) {
-    image = decodePng(bytes, path);
-  } else if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
-    image = decodeJpeg(bytes, path);
+  if (startsWith(bytes, std::string_view(kPng, 8))) {
+    image = decodePng(bytes, source);
+  } else if (startsWith(bytes, "\xFF\xD8\xFF")) {
+    image = decodeJpeg(bytes, source);
   } else {
-    image = decodeStb(bytes, path);
+    throw InputError(source + ": expected a PNG or JPEG image, got " + describeOtherFormat(bytes) +
+                     "; convert it to PNG (docs/data.md, \"JSONL rows\")");
   }
-  if (image.width <= 0 || image.height <= 0) throw InputError(path + ": expected a PNG or JPEG image: empty image");
+  if (image.width <= 0 || image.height <= 0) throw InputError(source + ": expected a non-empty image, got 0 pixels");
   return image;
+}
+
+RgbImage decodeImage(const std::string& path) {
+  return decodeImageBytes(readRegularFile(path, kMaxImageFileBytes), path);
 }
 
 }  // namespace dgemma

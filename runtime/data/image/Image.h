@@ -1,8 +1,9 @@
 // Image loading and the Gemma 4 image processor (docs/data.md, "JSONL rows", "Image preprocessing").
 //
-// decodeImage reads PNG through libpng, JPEG through libjpeg and anything else stb_image knows, and
-// converts to 8-bit RGB the way PIL's Image.convert("RGB") does: grayscale is replicated to three
-// channels, alpha is dropped without compositing, palettes are expanded.
+// decodeImage reads PNG through libpng and JPEG through libjpeg, and converts to 8-bit RGB the way
+// PIL's Image.convert("RGB") does: grayscale is replicated to three channels, alpha is dropped
+// without compositing, palettes are expanded. Other formats are refused by name (docs/data.md,
+// "JSONL rows").
 //
 // processGemma4Image reproduces HF transformers' default Gemma4ImageProcessor (the torchvision
 // backend): aspect-preserving target size, torchvision resize(BICUBIC, antialias=True) on the uint8
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,8 +29,20 @@ struct RgbImage {
   std::vector<uint8_t> pixels;  // height * width * 3, row-major, RGB interleaved
 };
 
-// Throws InputError "PATH: expected a PNG or JPEG image: REASON" for a missing, unreadable, truncated,
-// corrupt or unsupported file.
+// PIL's MAX_IMAGE_PIXELS (above it PIL warns of a decompression bomb): 268 MB as RGB. Checked
+// against the header's size before any pixel is allocated.
+constexpr int64_t kMaxImagePixels = 89'478'485;
+// An image file larger than this is refused before it is read.
+constexpr uint64_t kMaxImageFileBytes = uint64_t{512} << 20;
+
+// Decodes the bytes of an image file; `source` names it in messages. Throws InputError
+// "SOURCE: invalid PNG image: REASON" (truncated, corrupt, over kMaxImagePixels), "SOURCE: invalid
+// JPEG image: REASON", or "SOURCE: expected a PNG or JPEG image, got a GIF image; ..." for anything
+// else.
+RgbImage decodeImageBytes(std::string_view bytes, const std::string& source);
+// decodeImageBytes of the regular file `path` (at most kMaxImageFileBytes). Throws InputError as
+// above or as support/InputFile.h's readRegularFile for a file that cannot be read ("PATH: cannot
+// read: REASON", "PATH: expected a regular file, got a FIFO"); RuntimeError when reading fails.
 RgbImage decodeImage(const std::string& path);
 
 struct Gemma4ImageOptions {

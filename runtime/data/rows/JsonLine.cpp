@@ -1,5 +1,7 @@
 #include "runtime/data/rows/JsonLine.h"
 
+#include <algorithm>
+#include <cctype>
 #include <set>
 #include <utility>
 #include <vector>
@@ -7,6 +9,12 @@
 namespace dgemma {
 
 std::string jsonChildPath(const std::string& parentPath, const std::string& key) {
+  // A key of the row's author lands in messages: plain names as they are, anything else quoted.
+  constexpr size_t kMaxPlainKey = 60;
+  const bool plain = !key.empty() && key.size() <= kMaxPlainKey && std::all_of(key.begin(), key.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+  if (!plain) return (parentPath.empty() ? std::string("row") : parentPath) + "[" + quoteForMessage(key) + "]";
   return parentPath.empty() ? key : parentPath + "." + key;
 }
 
@@ -50,16 +58,21 @@ class StrictDomBuilder {
     Frame& frame = stack_.back();
     if (!frame.keys.insert(name).second) {
       error_ = JsonLineError{jsonChildPath(frame.path, name),
-                             "expected each key once in an object, got \"" + name + "\" twice"};
+                             "expected each key once in an object, got " + quoteForMessage(name) + " twice"};
       return false;
     }
     frame.pendingKey = std::move(name);
     return true;
   }
 
-  bool parse_error(std::size_t /*position*/, const std::string& /*lastToken*/,
-                   const nlohmann::detail::exception& ex) {
+  bool parse_error(std::size_t /*position*/, const std::string& lastToken, const nlohmann::detail::exception& ex) {
     std::string message = ex.what();
+    // nlohmann ends the message with the raw token it read last ("; last read: '...'"), which can be
+    // megabytes of the line, control characters included: quote it escaped and cut instead.
+    if (auto lastRead = message.find("; last read: "); lastRead != std::string::npos) {
+      message.erase(lastRead);
+      message += "; last read: " + quoteForMessage(lastToken);
+    }
     // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> "parse error at column 5: ..."
     if (auto close = message.find("] "); !message.empty() && message[0] == '[' && close != std::string::npos) {
       message.erase(0, close + 2);
@@ -107,7 +120,7 @@ class StrictDomBuilder {
 
   bool open(json container) {
     std::string path = nextPath();
-    if (stack_.size() >= kMaxJsonDepth) {
+    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
       error_ = JsonLineError{path.empty() ? "row" : path,
                              "expected at most " + std::to_string(kMaxJsonDepth) +
                                  " levels of nested arrays and objects, got more"};

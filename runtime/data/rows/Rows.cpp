@@ -1,5 +1,6 @@
 #include "runtime/data/rows/Rows.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "support/Error.h"
+#include "support/InputFile.h"
+#include "support/Json.h"
 #include "runtime/data/rows/JsonLine.h"
 #include "runtime/data/rows/Utf8.h"
 
@@ -36,23 +39,23 @@ constexpr const char* kMissing = "nothing (the key is missing)";
 constexpr const char* kRoles = "\"system\", \"user\" or \"assistant\"";
 constexpr const char* kPartTypes = "\"text\" or \"image\"";
 
-// A JSON string as it would be written, ASCII only, shortened when long.
-std::string quoted(const std::string& value) {
-  std::string text = json(value).dump(-1, ' ', /*ensure_ascii=*/true);
-  constexpr size_t kMax = 80;
-  if (text.size() > kMax) text = text.substr(0, kMax - 4) + "...\"";
-  return text;
-}
-
 // What a value is, for "got ...": the JSON type, or the string itself for strings.
 std::string describe(const json& value) {
-  if (value.is_string()) return quoted(value.get_ref<const std::string&>());
+  if (value.is_string()) return quoteForMessage(value.get_ref<const std::string&>());
   return value.type_name();
 }
 
 std::string hexByte(unsigned char byte) {
   static const char* digits = "0123456789ABCDEF";
   return std::string("0x") + digits[byte >> 4] + digits[byte & 15];
+}
+
+// A resolved path for a message: as it is when short and printable, otherwise quoted and cut.
+std::string shownPath(const fs::path& path) {
+  const std::string& text = path.native();
+  constexpr size_t kMaxShown = 200;
+  const bool printable = std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f; });
+  return printable && text.size() <= kMaxShown ? text : quoteForMessage(text, kMaxShown);
 }
 
 bool isBlank(const std::string& text) {
@@ -69,6 +72,11 @@ class RowParser {
       : file_(file), line_(line), directory_(directory), requireCompletion_(requireCompletion) {}
 
   JsonlRowReader::Result parse(const std::string& text) {
+    // Before anything else: nlohmann's lexer ends the input at a NUL, silently dropping the rest of
+    // the line (even a whole second row).
+    if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+      return error("row", "expected a line without NUL bytes, got one at byte column " + std::to_string(nul + 1));
+    }
     if (auto bad = findInvalidUtf8(text)) {
       return error("row", "expected UTF-8 text, got the invalid byte " + hexByte(bad->byte) + " at column " +
                               std::to_string(bad->offset + 1));
@@ -175,8 +183,13 @@ class RowParser {
     }
     part.kind = ContentPart::Image;
     if (text.empty()) return error(keyPath, "expected a local image file path, got an empty string");
+    // The OS reads a path up to its first NUL: "x.png\u0000.txt" would open x.png.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+      return error(keyPath, "expected a file path without NUL bytes, got " + quoteForMessage(text) + " (a NUL at byte " +
+                                std::to_string(nul + 1) + ")");
+    }
     if (text.find("://") != std::string::npos) {
-      return error(keyPath, "expected a local image file path (remote images are not supported), got " + quoted(text));
+      return error(keyPath, "expected a local image file path (remote images are not supported), got " + quoteForMessage(text));
     }
     fs::path resolved(text);
     if (resolved.is_relative()) resolved = fs::path(directory_) / resolved;
@@ -184,19 +197,19 @@ class RowParser {
     std::error_code ec;
     const fs::file_status status = fs::status(resolved, ec);
     if (status.type() == fs::file_type::not_found) {
-      return error(keyPath, "expected an existing image file, got " + quoted(text) + " (" + resolved.string() +
+      return error(keyPath, "expected an existing image file, got " + quoteForMessage(text) + " (" + shownPath(resolved) +
                                 " does not exist)");
     }
     if (ec) {
-      return error(keyPath, "expected an existing image file, got " + quoted(text) + " (" + resolved.string() +
+      return error(keyPath, "expected an existing image file, got " + quoteForMessage(text) + " (" + shownPath(resolved) +
                                 ": " + ec.message() + ")");
     }
     if (status.type() == fs::file_type::directory) {
-      return error(keyPath, "expected an image file, got " + quoted(text) + " (" + resolved.string() +
+      return error(keyPath, "expected an image file, got " + quoteForMessage(text) + " (" + shownPath(resolved) +
                                 " is a directory)");
     }
     if (status.type() != fs::file_type::regular) {
-      return error(keyPath, "expected an image file, got " + quoted(text) + " (" + resolved.string() +
+      return error(keyPath, "expected an image file, got " + quoteForMessage(text) + " (" + shownPath(resolved) +
                                 " is not a regular file)");
     }
     part.imagePath = resolved.string();
@@ -216,6 +229,13 @@ JsonlRowReader::Result parseRowLine(const std::string& text, const std::string& 
   return RowParser(file, line, directory, requireCompletion).parse(text);
 }
 
+Row parseRowOrThrow(const std::string& text, const std::string& file, int64_t line, const std::string& directory,
+                    bool requireCompletion) {
+  JsonlRowReader::Result result = parseRowLine(text, file, line, directory, requireCompletion);
+  if (auto* failure = std::get_if<RowError>(&result)) throw InputError(failure->text());
+  return std::get<Row>(std::move(result));
+}
+
 JsonlRowReader::~JsonlRowReader() {
   if (file_ != nullptr) std::fclose(file_);
 }
@@ -225,13 +245,14 @@ void JsonlRowReader::open(const std::string& path) {
     std::fclose(file_);
     file_ = nullptr;
   }
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw InputError(path + ": expected a readable JSONL file, got a directory");
-  file_ = std::fopen(path.c_str(), "rb");
-  if (file_ == nullptr) {
-    throw InputError(path + ": expected a readable JSONL file, got " + std::strerror(errno));
-  }
+  // A regular file only: a device or FIFO could be endless (/dev/zero) and the reader would never
+  // return.
+  RegularFile regular(path, "a regular JSONL file");
+  file_ = ::fdopen(regular.fd(), "rb");
+  if (file_ == nullptr) throw RuntimeError(path + ": cannot read: " + std::strerror(errno));
+  regular.release();
   path_ = path;
+  std::error_code ec;
   fs::path absolute = fs::absolute(fs::path(path), ec);
   directory_ = (ec ? fs::path(path) : absolute).parent_path().lexically_normal().string();
   buffer_.assign(size_t{1} << 20, '\0');

@@ -72,7 +72,7 @@ class JsonlRowReader {
   JsonlRowReader(const JsonlRowReader&) = delete;
   JsonlRowReader& operator=(const JsonlRowReader&) = delete;
 
-  // Opens `path`; throws InputError ("PATH: expected a readable JSONL file, ...") if it cannot.
+  // Opens `path`; throws InputError ("PATH: cannot read: REASON", "PATH: expected a regular JSONL file, got a FIFO") if it cannot (support/InputFile.h: only regular files).
   void open(const std::string& path);
   // The next non-blank line as a valid row or as the first error found in it; nothing at the end of
   // the file. Throws RuntimeError on a read error.
@@ -104,6 +104,11 @@ class JsonlRowReader {
 // image paths resolve. Exposed for tests and for producers that do not read files.
 JsonlRowReader::Result parseRowLine(const std::string& text, const std::string& file, int64_t line,
                                     const std::string& directory, bool requireCompletion = true);
+
+// parseRowLine for callers that want an exception (the JSONL fuzz target): the row, or InputError
+// with the error's text ("FILE:LINE: field: expected ...").
+Row parseRowOrThrow(const std::string& text, const std::string& file, int64_t line, const std::string& directory,
+                    bool requireCompletion = true);
 
 struct RowScan {
   std::vector<Row> rows;

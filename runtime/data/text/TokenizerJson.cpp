@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "support/Error.h"
+#include "support/InputFile.h"
+#include "support/Json.h"
 
 namespace dgemma {
 namespace {
@@ -163,11 +165,8 @@ struct Checker {
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
     throw InputError(file + ": " + path + ": " + what);
   }
-  static std::string describe(const json& j) {
-    std::string s = j.dump();
-    if (s.size() > 60) s = s.substr(0, 57) + "...";
-    return std::string(j.type_name()) + " " + s;
-  }
+  // Never dumps the value: a file's value can be large (support/Json.h, describeJsonValue).
+  static std::string describe(const json& j) { return std::string(j.type_name()) + " " + describeJsonValue(j); }
   const json& field(const json& obj, const std::string& path, const char* key) const {
     auto it = obj.find(key);
     if (it == obj.end()) fail(path + "." + key, "expected a value, but the key is missing");
@@ -412,22 +411,15 @@ TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<I
   Impl& d = *impl_;
   const Checker c{path};
   json root;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(path + ": cannot read the file");
-    try {
-      root = json::parse(in);
-    } catch (const json::exception& e) {
-      throw InputError(path + ": expected JSON: " + e.what());
-    }
-  }
+  // A regular file, nesting bounded (support/InputFile.h, support/Json.h).
+  root = parseJson(readRegularFile(path), path);
   if (!root.is_object()) c.fail("(root)", "expected an object, got " + Checker::describe(root));
 
   // model
   const json& model = c.object(root, "(root)", "model");
   const std::string modelType = model.contains("type") ? c.string(model, "model", "type") : "BPE";
   if (modelType != "BPE")
-    c.fail("model.type", "the model type \"" + modelType + "\" is not supported by dgemma (only BPE)");
+    c.fail("model.type", "the model type " + quoteForMessage(modelType) + " is not supported by dgemma (only BPE)");
   if (auto it = model.find("dropout"); it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0))
     c.fail("model.dropout", "BPE dropout is not supported by dgemma (expected null), got " + Checker::describe(*it));
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})

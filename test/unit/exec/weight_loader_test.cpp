@@ -130,5 +130,26 @@ TEST_F(WeightLoaderTest, RandomInitOfAShardIsTheSliceOfTheGlobalDraw) {
     for (int c = 0; c < 3; ++c) EXPECT_EQ(part.as<float>()[r * 3 + c], all.as<float>()[(r + 1) * 6 + c + 2]);
 }
 
+// A plan edited by hand (hash recomputed) can hold any JSON as init: a wrong type was a bare
+// nlohmann type_error ("internal error"); it names the parameter and the field.
+TEST_F(WeightLoaderTest, WrongTypedInitSpecsNameTheParameterAndField) {
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"kind", "normal"}, {"std", "0.02"}}, "--plan: parameter w: init.std: expected a number, got \"0.02\""},
+      {{{"kind", 3}}, "--plan: parameter w: init.kind: expected a string, got 3"},
+      {nlohmann::json::array({1, 2}), "--plan: parameter w: init: expected an object, got an array of 2 elements"},
+      {{{"kind", "uniform"}}, "--plan: parameter w: init.kind: expected \"normal\", \"ones\" or \"zeros\", got \"uniform\""},
+  };
+  for (const auto& [init, message] : cases) {
+    Plan plan = parameterPlan({{"w", {2}, {0}, {2}, init}});
+    Executor executor(plan, *backend, communicators, "p");
+    try {
+      initializeWeights(executor, 1);
+      ADD_FAILURE() << "no error for " << message;
+    } catch (const InputError& error) {
+      EXPECT_EQ(std::string(error.what()), message);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dgemma

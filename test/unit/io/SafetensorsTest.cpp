@@ -386,9 +386,10 @@ TEST_F(SafetensorsTest, FailedWriteLeavesNoTemporaryFile) {
   HostTensor tensor = patterned(DType::F32, {2}, 1);
   // Missing directory: the temporary file cannot even be created.
   EXPECT_THROW(writeSafetensors(pathOf("missing/out.safetensors"), {{"t", &tensor}}), RuntimeError);
-  // The target is a directory: everything is written, then the rename fails.
+  // The target is a directory: refused before anything is written (support/AtomicFile.h: only
+  // regular files are replaced).
   fs::create_directory(pathOf("occupied.safetensors"));
-  EXPECT_THROW(writeSafetensors(pathOf("occupied.safetensors"), {{"t", &tensor}}), RuntimeError);
+  EXPECT_THROW(writeSafetensors(pathOf("occupied.safetensors"), {{"t", &tensor}}), InputError);
   EXPECT_TRUE(fs::is_directory(pathOf("occupied.safetensors")));
   EXPECT_EQ(filesInDirectory(), std::vector<std::string>{"occupied.safetensors"});
 

@@ -104,6 +104,39 @@ TEST_F(DatasetTest, BadRowsFailFastOrAreListed) {
                                                   "max_encoder_length 16 (dgemma never truncates)");
 }
 
+// An image that passes the row checks but cannot be read (EIO) gave "internal error" with a
+// library's text; a format other than PNG or JPEG is named.
+TEST_F(DatasetTest, UnreadableAndUnsupportedImagesAreLocated) {
+  const std::string unreadable =
+      R"({"messages": [{"role": "user", "content": [{"type": "image", "image": "/proc/self/mem"}]}], "completion": "x"})";
+  std::string path = write("train.jsonl", {kTextRow, unreadable});
+  DatasetOptions options;
+  try {
+    buildDataset(path, byteTokenizer, options);
+    FAIL();
+  } catch (const RuntimeError& error) {
+    EXPECT_EQ(std::string(error.what()), path + ":2: messages[0].content[0].image: /proc/self/mem: cannot read: Input/output error");
+    EXPECT_EQ(error.exitCode(), 1);
+  }
+  options.skipBadRows = true;
+  Dataset dataset = buildDataset(path, byteTokenizer, options);
+  EXPECT_EQ(dataset.rows, 1);
+  ASSERT_EQ(dataset.skipped.size(), 1u);
+  EXPECT_EQ(dataset.skipped[0].field, "messages[0].content[0].image");
+
+  std::ofstream(dir / "gray.pgm", std::ios::binary) << "P5\n4 4\n255\n" << std::string(5, '\x10');
+  path = write("pgm.jsonl", {R"({"messages": [{"role": "user", "content": [{"type": "image", "image": "gray.pgm"}]}], "completion": "x"})"});
+  options.skipBadRows = false;
+  try {
+    buildDataset(path, byteTokenizer, options);
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()), path + ":1: messages[0].content[0].image: expected a decodable image: " + (dir / "gray.pgm").string() +
+                                             ": expected a PNG or JPEG image, got a Netpbm (PGM) image; convert it to PNG "
+                                             "(docs/data.md, \"JSONL rows\")");
+  }
+}
+
 TEST_F(DatasetTest, SplitsMustBeDistinctFiles) {
   std::string train = write("train.jsonl", {kTextRow});
   std::string validation = write("validation.jsonl", {kTextRow});

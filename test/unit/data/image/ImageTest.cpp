@@ -1,6 +1,7 @@
 // dgemma_data_image against PIL's RGB conversion and HF's Gemma4ImageProcessor (torchvision backend);
 // expected values come from tools/reference/make_image_fixtures.py.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -122,40 +123,116 @@ void expectDecodeError(const std::string& path, const std::string& fragment) {
     FAIL() << "no error for " << path;
   } catch (const InputError& e) {
     const std::string message = e.what();
-    EXPECT_EQ(message.rfind(path + ": expected a PNG or JPEG image: ", 0), 0u) << message;
+    EXPECT_EQ(message.rfind(path + ": ", 0), 0u) << message;
     EXPECT_NE(message.find(fragment), std::string::npos) << message;
     EXPECT_EQ(e.exitCode(), 2);
   }
 }
 
-TEST(DecodeImage, MissingFile) { expectDecodeError(kDir + "/does_not_exist.png", "cannot open"); }
+void writeAll(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
-TEST(DecodeImage, TruncatedPng) { expectDecodeError(kDir + "/truncated.png", "invalid PNG"); }
+std::string readAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
-TEST(DecodeImage, TextFileIsUnsupported) { expectDecodeError(kDir + "/not_an_image.txt", "unsupported"); }
+TEST(DecodeImage, MissingFile) { expectDecodeError(kDir + "/does_not_exist.png", "cannot read: No such file or directory"); }
+
+TEST(DecodeImage, TruncatedPng) { expectDecodeError(kDir + "/truncated.png", ": invalid PNG image: "); }
+
+TEST(DecodeImage, TextFileIsUnsupported) {
+  expectDecodeError(kDir + "/not_an_image.txt", ": expected a PNG or JPEG image, got a file of unknown format (it starts with ");
+}
+
+// stb_image decoded a truncated PGM with uninitialised pixels, and allocated 2.2 GB for a 19-byte PPM
+// header claiming 26754 x 26754: formats other than PNG and JPEG are named and refused unread.
+TEST(DecodeImage, OtherFormatsAreNamedAndRefused) {
+  const std::string dir = ::testing::TempDir();
+  writeAll(dir + "/truncated.pgm", std::string("P5\n4 4\n255\n") + std::string(5, '\x10'));
+  expectDecodeError(dir + "/truncated.pgm", ": expected a PNG or JPEG image, got a Netpbm (PGM) image; convert it to PNG");
+  writeAll(dir + "/huge.ppm", "P6\n26754 26754\n255\n");
+  expectDecodeError(dir + "/huge.ppm", ": expected a PNG or JPEG image, got a Netpbm (PPM) image");
+  writeAll(dir + "/a.gif", "GIF89a\x01\x00\x01\x00");
+  expectDecodeError(dir + "/a.gif", "got a GIF image");
+  writeAll(dir + "/a.bmp", "BM\x00\x00");
+  expectDecodeError(dir + "/a.bmp", "got a BMP image");
+}
+
+// The size in the header is checked before anything is allocated.
+TEST(DecodeImage, HeadersOverThePixelCapAreRefused) {
+  // A PNG signature, an IHDR of 30000 x 30000 and an empty IDAT (png_read_info reads up to it).
+  auto chunk = [](const std::string& type, const std::string& data) {
+    const std::string body = type + data;
+    uint32_t crc = 0xffffffffu;
+    for (unsigned char c : body) {
+      crc ^= c;
+      for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    }
+    crc ^= 0xffffffffu;
+    std::string out;
+    for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((data.size() >> shift) & 0xff);
+    out += body;
+    for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((crc >> shift) & 0xff);
+    return out;
+  };
+  const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) +
+                          chunk("IHDR", std::string("\x00\x00\x75\x30\x00\x00\x75\x30\x08\x02\x00\x00\x00", 13)) +
+                          chunk("IDAT", "");
+  try {
+    decodeImageBytes(png, "huge.png");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "huge.png: invalid PNG image: 30000 x 30000 pixels; expected at most 89478485 pixels");
+  }
+  // photo.jpg with its frame header (SOF0/SOF2) claiming 60000 x 60000.
+  std::string jpg = readAll(kDir + "/photo.jpg");
+  size_t sof = std::string::npos;
+  for (size_t i = 2; i + 9 < jpg.size(); ++i)
+    if (static_cast<unsigned char>(jpg[i]) == 0xFF && (static_cast<unsigned char>(jpg[i + 1]) == 0xC0 || static_cast<unsigned char>(jpg[i + 1]) == 0xC2)) {
+      sof = i;
+      break;
+    }
+  ASSERT_NE(sof, std::string::npos);
+  jpg.replace(sof + 5, 4, std::string("\xea\x60\xea\x60", 4));
+  try {
+    decodeImageBytes(jpg, "huge.jpg");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "huge.jpg: invalid JPEG image: 60000 x 60000 pixels; expected at most 89478485 pixels");
+  }
+}
+
+// Reading a FIFO would block and a device could be endless; /proc/self/mem fails to read (EIO).
+TEST(DecodeImage, UnreadableFilesAreLocatedErrors) {
+  const std::string fifo = ::testing::TempDir() + "/image.fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expectDecodeError(fifo, ": expected a regular file, got a FIFO");
+  std::remove(fifo.c_str());
+  expectDecodeError("/dev/zero", "/dev/zero: expected a regular file, got a character device");
+  try {
+    decodeImage("/proc/self/mem");
+    FAIL() << "no error";
+  } catch (const RuntimeError& e) {
+    EXPECT_EQ(std::string(e.what()), "/proc/self/mem: cannot read: Input/output error");
+  }
+}
 
 TEST(DecodeImage, CorruptPngAndTruncatedJpeg) {
   const std::string dir = ::testing::TempDir();
-  auto readAll = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
-  auto writeAll = [](const std::string& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
-  };
   std::string png = readAll(kDir + "/rgb.png");
   ASSERT_GT(png.size(), 100u);
   std::string corrupt = png;
   for (size_t i = 60; i < 90; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);  // IDAT bytes: CRC fails
   writeAll(dir + "/corrupt.png", corrupt);
-  expectDecodeError(dir + "/corrupt.png", "invalid PNG");
+  expectDecodeError(dir + "/corrupt.png", ": invalid PNG image: ");
   writeAll(dir + "/signature_only.png", png.substr(0, 8));
-  expectDecodeError(dir + "/signature_only.png", "invalid PNG");
+  expectDecodeError(dir + "/signature_only.png", ": invalid PNG image: ");
   std::string jpg = readAll(kDir + "/photo.jpg");
   writeAll(dir + "/truncated.jpg", jpg.substr(0, jpg.size() / 2));
-  expectDecodeError(dir + "/truncated.jpg", "invalid JPEG");
+  expectDecodeError(dir + "/truncated.jpg", ": invalid JPEG image: ");
   writeAll(dir + "/empty.png", "");
-  expectDecodeError(dir + "/empty.png", "empty file");
+  expectDecodeError(dir + "/empty.png", ": expected a PNG or JPEG image, got an empty file");
 }
 
 TEST(Gemma4TargetSize, WorkedExampleOfTheSpec) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -141,14 +142,14 @@ TEST_F(RowsTest, UnopenableFilesAreInputErrors) {
     readRows(missing, false);
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), missing + ": expected a readable JSONL file, got No such file or directory");
+    EXPECT_EQ(std::string(e.what()), missing + ": cannot read: No such file or directory");
     EXPECT_EQ(e.exitCode(), 2);
   }
   try {
     readRows(dir_.string(), true);
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), dir_.string() + ": expected a readable JSONL file, got a directory");
+    EXPECT_EQ(std::string(e.what()), dir_.string() + ": expected a regular JSONL file, got a directory");
   }
 }
 
@@ -233,6 +234,14 @@ std::vector<BadRowCase> badRowCases() {
        R"(completion: expected each key once in an object, got "completion" twice)"},
       {"DuplicateNestedKey", row(R"([{"role": "user", "content": "q", "role": "assistant"}])"),
        R"(messages[0].role: expected each key once in an object, got "role" twice)"},
+      // nlohmann's lexer takes a NUL for the end of the input: the second row after it was ignored.
+      {"NulByteInTheLine", kGoodRow + std::string(1, '\0') + kGoodRow,
+       "row: expected a line without NUL bytes, got one at byte column " + std::to_string(kGoodRow.size() + 1)},
+      // The OS would open "x.png" for "x.png\0.txt".
+      {"NulByteInAnImagePath", parts(R"([{"type": "image", "image": "x.png\u0000.txt"}])"),
+       R"(messages[0].content[0].image: expected a file path without NUL bytes, got "x.png\x00.txt" (a NUL at byte 6))"},
+      {"DuplicateKeyOfControlCharacters", row("[" + user + "]", R"(, "\u0001": 1, "\u0001": 2)"),
+       R"(row["\x01"]: expected each key once in an object, got "\x01" twice)"},
   };
 }
 
@@ -316,6 +325,53 @@ TEST_F(RowsTest, OverlongLinesAreErrorsAndReadingContinues) {
   EXPECT_EQ(scan.rows[0].line, 2);
   // The default limit takes the same line.
   EXPECT_EQ(readRows(file, false).rows.size(), 2u);
+}
+
+// A device or FIFO is refused when it is opened: /dev/zero has no line end, and reading it never ended.
+TEST_F(RowsTest, NonRegularFilesAreRefusedAtOnce) {
+  try {
+    readRows("/dev/zero", false);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "/dev/zero: expected a regular JSONL file, got a character device");
+  }
+  const std::string fifo = (dir_ / "rows.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    readRows(fifo, false);  // no writer: opening it must not wait for one
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), fifo + ": expected a regular JSONL file, got a FIFO");
+  }
+}
+
+// Megabytes of control characters in a row reach a message only escaped and cut.
+TEST_F(RowsTest, HugeStringsAreQuotedEscapedAndCut) {
+  std::string escaped;
+  for (int i = 0; i < 100000; ++i) escaped += "\\u0007";
+  const std::string raw(1 << 20, '\x07');  // unescaped control characters: invalid JSON
+  const std::string file = write("huge.jsonl", R"({"messages": [{"role": ")" + escaped + R"(", "content": "q"}], "completion": "c"})" + "\n" +
+                                                   R"({"messages": [{"role": "user", "content": ")" + raw + R"("}], "completion": "c"})" + "\n");
+  RowScan scan = readRows(file, true);
+  ASSERT_EQ(scan.skipped.size(), 2u);
+  const std::string role = scan.skipped[0].text();
+  EXPECT_NE(role.find(R"(messages[0].role: expected "system", "user" or "assistant", got "\x07\x07)"), std::string::npos) << role;
+  EXPECT_NE(role.find("… (100000 bytes)"), std::string::npos) << role;
+  const std::string report = skippedRowsReport(scan);
+  EXPECT_LT(report.size(), 1000u) << report;
+  EXPECT_EQ(report.find('\x07'), std::string::npos);
+  EXPECT_NE(scan.skipped[1].text().find("row: expected valid JSON, got parse error at column 44"), std::string::npos)
+      << scan.skipped[1].text();
+}
+
+TEST_F(RowsTest, ParseRowOrThrowThrowsTheLocatedError) {
+  EXPECT_EQ(parseRowOrThrow(kGoodRow, "mem", 4, dir_.string()).completion, "hello");
+  try {
+    parseRowOrThrow("[]", "mem", 4, dir_.string());
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "mem:4: row: expected a JSON object, got array");
+  }
 }
 
 TEST_F(RowsTest, LinesLongerThanTheReadBufferAreReadWhole) {

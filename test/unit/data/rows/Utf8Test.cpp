@@ -76,7 +76,7 @@ TEST(JsonLine, RefusesDeepNesting) {
   auto parsed = parseJsonLine(tooDeep);
   ASSERT_TRUE(std::holds_alternative<JsonLineError>(parsed));
   EXPECT_EQ(std::get<JsonLineError>(parsed).expected,
-            "expected at most 256 levels of nested arrays and objects, got more");
+            "expected at most 64 levels of nested arrays and objects, got more");
 }
 
 TEST(JsonLine, ReportsParseErrorsWithTheirColumn) {
