@@ -25,6 +25,9 @@ Json parseBounded(std::string_view text, const std::string& source) {
     // nlohmann's message repeats the offending text; the byte offset is enough to find it.
     throw InputError(source + ": invalid JSON at byte " + std::to_string(error.byte) + ": " +
                      quoteForMessage(error.what(), 160));
+  } catch (const typename Json::out_of_range& error) {
+    // A number too large for a double (1e400) is reported as out_of_range, not as a parse error.
+    throw InputError(source + ": invalid JSON: " + quoteForMessage(error.what(), 160));
   }
 }
 

@@ -43,6 +43,11 @@ TEST(Json, RefusesANulByteInsteadOfEndingTheTextThere) {
   EXPECT_EQ(messageOf(std::string("{\"a\": 1}\0{garbage", 17)), "config.json: invalid JSON at byte 9: a NUL byte");
 }
 
+TEST(Json, RefusesANumberTooLargeForADouble) {
+  const std::string message = messageOf("{\"rope_theta\": 1e400}");
+  EXPECT_EQ(message.rfind("config.json: invalid JSON: ", 0), 0u) << message;
+}
+
 TEST(Json, QuotesEscapeAndCut) {
   EXPECT_EQ(quoteForMessage("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\x01\"");
   const std::string huge(1 << 20, '\x07');
