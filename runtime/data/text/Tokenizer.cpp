@@ -8,7 +8,9 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "support/AtomicFile.h"
 #include "support/Error.h"
+#include "support/Json.h"
 #include "runtime/data/rows/Utf8.h"
 #include "runtime/data/text/TokenizerJson.h"
 
@@ -164,13 +166,7 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
 
   const fs::path configPath = dir / "tokenizer_config.json";
   if (fs::exists(configPath, ec)) {
-    std::ifstream in(configPath);
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(configPath.string() + ": expected JSON: " + e.what());
-    }
+    const nlohmann::json config = parseJson(readWholeFile(configPath.string()), configPath.string());
     if (config.is_object()) {
       imageToken_ = readConfigToken(config, "image_token", imageToken_);
       boiToken_ = readConfigToken(config, "boi_token", boiToken_);
@@ -193,13 +189,7 @@ void Tokenizer::loadTokenizerJson(const std::string& path) {
     const fs::path p = dir / name;
     std::error_code ec;
     if (!fs::exists(p, ec)) continue;
-    std::ifstream in(p);
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(p.string() + ": expected JSON: " + e.what());
-    }
+    const nlohmann::json config = parseJson(readWholeFile(p.string()), p.string());
     if (!config.is_object()) continue;
     eos = readConfigToken(config, "eos_token", eos);
     bos = readConfigToken(config, "bos_token", bos);
