@@ -43,7 +43,8 @@ constexpr int64_t kMaxKeep = 1 << 20;
 constexpr int64_t kMaxLength = int64_t{1} << 20;     // token counts: new tokens, canvas, encoder context
 constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // as a config's vocab_size (docs/model.md)
 constexpr int64_t kMaxRank = (int64_t{1} << 20) - 1;  // below the largest world size a plan may have
-constexpr double kMaxLearningRate = 1e3;
+// Finite; a huge rate is how the NaN guard is tested (it makes the step overflow on purpose).
+constexpr double kMaxLearningRate = 1e30;
 constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
 
 // How the ranks of a plan-running command start: --nproc-per-node local ranks, or the environment's.
