@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "support/Error.h"
+#include "support/Json.h"
 #include "support/AtomicFile.h"
 #include "plan/PlanFile.h"
 
@@ -95,18 +96,20 @@ Plan deserializePlan(const std::string& bytes, const std::string& source) {
   if (sectionsStart + sectionBytes != bytes.size())
     fail("truncated or extended: the preamble declares " + std::to_string(sectionsStart + sectionBytes) + " bytes, the file has " +
          std::to_string(bytes.size()));
+  // Written as 0 and kept for later formats: a reader of this version knows no meaning for
+  // another value, so it must not guess one.
+  if (const uint64_t flags = getUnsigned(bytes, 12, 4); flags != 0)
+    fail("preamble flags (byte 12): expected 0, got " + std::to_string(flags));
+  if (const uint64_t reserved = getUnsigned(bytes, 40, 8); reserved != 0)
+    fail("preamble reserved field (byte 40): expected 0, got " + std::to_string(reserved));
   uint64_t storedHash = getUnsigned(bytes, 32, 8);
   uint64_t actualHash = XXH3_64bits(bytes.data() + kPreambleBytes, bytes.size() - kPreambleBytes);
   if (storedHash != actualHash)
     fail("content hash mismatch (stored " + hex(storedHash) + ", computed " + hex(actualHash) +
          "): the file is corrupted or was edited");
 
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.begin() + kPreambleBytes, bytes.begin() + kPreambleBytes + headerBytes);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(source + ": header: invalid JSON: " + error.what());
-  }
+  const nlohmann::json header =
+      parseJson(std::string_view(bytes).substr(kPreambleBytes, headerBytes), source + ": header");
   Plan plan = planFromJson(header, source);
 
   if (!header.contains("sections") || !header["sections"].is_array()) fail("sections: missing");

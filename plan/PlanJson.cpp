@@ -1,7 +1,10 @@
 // JSON header <-> Plan. Reading reports the exact field path of the first problem.
+#include <cstdint>
+#include <set>
 #include <sstream>
 
 #include "support/Error.h"
+#include "support/Json.h"
 #include "plan/PlanFile.h"
 
 namespace dgemma {
@@ -9,6 +12,15 @@ namespace dgemma {
 using nlohmann::json;
 
 namespace {
+
+// A larger standard deviation has no use in any init and lets f32 parameters overflow.
+constexpr double kMaxInitStd = 1.0;
+
+// Every key planToJson and serializePlan write at the top level.
+const std::set<std::string> kHeaderFields = {
+    "format",      "version",        "producer", "rank",   "world_size",     "mesh",      "arenas",
+    "buffers",     "parameters",     "constants", "entry_points", "model",    "bucket_padding", "optimizer",
+    "run_defaults", "generation",    "metadata", "sections"};
 
 // Reads typed fields out of a JSON object, naming "SOURCE: path.to.field" in every error.
 class FieldReader {
@@ -32,9 +44,12 @@ class FieldReader {
     return *it;
   }
 
-  int64_t integer(const std::string& key) const {
-    const json& value = raw(key);
-    if (!value.is_number_integer()) fail("expected an integer", key);
+  int64_t integer(const std::string& key) const { return integerValue(raw(key), key); }
+  // An unsigned value above int64's range would wrap to a negative one in get<int64_t>.
+  int64_t integerValue(const json& value, const std::string& field) const {
+    if (!value.is_number_integer()) fail("expected an integer, got " + describeJsonValue(value), field);
+    if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail("expected an integer below 2^63, got " + describeJsonValue(value), field);
     return value.get<int64_t>();
   }
   int64_t nonNegative(const std::string& key) const {
@@ -61,10 +76,7 @@ class FieldReader {
     const json& value = raw(key);
     if (!value.is_array()) fail("expected an array of integers", key);
     std::vector<int64_t> out;
-    for (size_t i = 0; i < value.size(); ++i) {
-      if (!value[i].is_number_integer()) fail("expected an integer", key + "[" + std::to_string(i) + "]");
-      out.push_back(value[i].get<int64_t>());
-    }
+    for (size_t i = 0; i < value.size(); ++i) out.push_back(integerValue(value[i], key + "[" + std::to_string(i) + "]"));
     return out;
   }
   std::vector<std::string> strings(const std::string& key) const {
@@ -197,12 +209,12 @@ OptimizerSettings optimizerFromJson(const FieldReader& reader) {
   adam.weightDecay = reader.number("weight_decay");
   adam.maxGradNorm = reader.number("max_grad_norm");
   for (auto [field, beta] : {std::pair{"beta1", adam.beta1}, std::pair{"beta2", adam.beta2}})
-    if (!(beta >= 0.0 && beta < 1.0)) reader.fail("expected a value in [0, 1), got " + std::to_string(beta), field);
-  if (!(adam.epsilon > 0.0)) reader.fail("expected a positive number, got " + std::to_string(adam.epsilon), "eps");
+    if (!(beta >= 0.0 && beta < 1.0)) reader.fail("expected a value in [0, 1), got " + describeJsonValue(json(beta)), field);
+  if (!(adam.epsilon > 0.0)) reader.fail("expected a positive number, got " + describeJsonValue(json(adam.epsilon)), "eps");
   if (!(adam.weightDecay >= 0.0))
-    reader.fail("expected a number >= 0, got " + std::to_string(adam.weightDecay), "weight_decay");
+    reader.fail("expected a number >= 0, got " + describeJsonValue(json(adam.weightDecay)), "weight_decay");
   if (!(adam.maxGradNorm > 0.0))
-    reader.fail("expected a positive number, got " + std::to_string(adam.maxGradNorm), "max_grad_norm");
+    reader.fail("expected a positive number, got " + describeJsonValue(json(adam.maxGradNorm)), "max_grad_norm");
   return adam;
 }
 
@@ -241,18 +253,37 @@ GenerationSettings generationFromJson(const FieldReader& reader) {
   generation.eosTokenIds = reader.integers("eos_token_ids");
   generation.padTokenId = reader.nonNegative("pad_token_id");
   if (!(generation.entropyBound > 0.0))
-    reader.fail("expected a positive number, got " + std::to_string(generation.entropyBound), "entropy_bound");
-  if (!(generation.tMin >= 0.0)) reader.fail("expected a number >= 0, got " + std::to_string(generation.tMin), "t_min");
+    reader.fail("expected a positive number, got " + describeJsonValue(json(generation.entropyBound)), "entropy_bound");
+  if (!(generation.tMin >= 0.0)) reader.fail("expected a number >= 0, got " + describeJsonValue(json(generation.tMin)), "t_min");
   if (!(generation.tMax > generation.tMin))
-    reader.fail("expected a number above t_min " + std::to_string(generation.tMin) + ", got " + std::to_string(generation.tMax),
+    reader.fail("expected a number above t_min " + describeJsonValue(json(generation.tMin)) + ", got " + describeJsonValue(json(generation.tMax)),
                 "t_max");
   if (!(generation.confidenceThreshold > 0.0))
-    reader.fail("expected a positive number, got " + std::to_string(generation.confidenceThreshold), "confidence_threshold");
+    reader.fail("expected a positive number, got " + describeJsonValue(json(generation.confidenceThreshold)), "confidence_threshold");
   for (size_t i = 0; i < generation.eosTokenIds.size(); ++i)
     if (generation.eosTokenIds[i] < 0)
       reader.fail("expected a non-negative token id, got " + std::to_string(generation.eosTokenIds[i]),
                   "eos_token_ids[" + std::to_string(i) + "]");
   return generation;
+}
+
+// What initializeWeights draws a parameter from (docs/plan-format.md, "Parameters"): the kind,
+// and for "normal" a standard deviation that yields finite, usable values.
+json initFromJson(const FieldReader& reader) {
+  const std::string kind = reader.string("kind");
+  const std::set<std::string> allowed = kind == "normal" ? std::set<std::string>{"kind", "std"} : std::set<std::string>{"kind"};
+  if (kind != "normal" && kind != "ones" && kind != "zeros")
+    reader.fail("expected \"normal\", \"ones\" or \"zeros\", got " + quoteForMessage(kind), "kind");
+  for (const auto& [key, value] : reader.node().items())
+    if (!allowed.count(key)) reader.fail("unknown field (init " + kind + " takes " + (kind == "normal" ? "kind and std)" : "kind only)"), key);
+  if (reader.has("std")) {  // absent: the runtime's 0.02
+    const double stddev = reader.number("std");
+    if (!(stddev > 0.0 && stddev <= kMaxInitStd))
+      reader.fail("expected a number in (0, " + describeJsonValue(json(kMaxInitStd)) + "], got " +
+                      describeJsonValue(reader.raw("std")),
+                  "std");
+  }
+  return reader.node();
 }
 
 }  // namespace
@@ -342,8 +373,13 @@ Plan planFromJson(const json& header, const std::string& source) {
   FieldReader root(header, source, "");
   if (root.string("format") != "dgemma-plan") root.fail("expected \"dgemma-plan\"", "format");
   Plan plan;
-  plan.version = static_cast<uint32_t>(root.nonNegative("version"));
-  if (plan.version != kPlanFormatVersion) root.fail(unreadVersionMessage(plan.version), "version");
+  for (const auto& [key, value] : header.items())
+    if (!kHeaderFields.count(key)) root.fail("unknown field (not written by any dgemma-compile of format version " +
+                                                 std::to_string(kPlanFormatVersion) + ")",
+                                             quoteForMessage(key, 40));
+  const int64_t version = root.nonNegative("version");
+  if (version != kPlanFormatVersion) root.fail(unreadVersionMessage(static_cast<uint64_t>(version)), "version");
+  plan.version = kPlanFormatVersion;
   plan.producer = root.string("producer");
   plan.rank = root.nonNegative("rank");
   plan.worldSize = root.nonNegative("world_size");
@@ -387,7 +423,7 @@ Plan planFromJson(const json& header, const std::string& source) {
     parameter.shardShape = node.integers("shard_shape");
     parameter.trainable = node.boolean("trainable");
     parameter.pendingSum = node.has("pending_sum") && node.boolean("pending_sum");
-    parameter.init = node.raw("init");
+    parameter.init = initFromJson(node.child("init"));
     plan.parameters.push_back(std::move(parameter));
   }
   for (size_t i = 0; i < root.array("constants").size(); ++i) {
@@ -424,7 +460,12 @@ Plan planFromJson(const json& header, const std::string& source) {
   if (root.has("optimizer")) plan.optimizer = optimizerFromJson(root.child("optimizer"));
   if (root.has("run_defaults")) {
     FieldReader defaults = root.child("run_defaults");
-    plan.runDefaults = RunDefaults{defaults.string("preset"), defaults.child("train").node()};
+    FieldReader train = defaults.child("train");
+    // Each becomes the text of a flag: a scalar, never a structure.
+    for (const auto& [flag, value] : train.node().items())
+      if (!value.is_string() && !value.is_number() && !value.is_boolean())
+        train.fail("expected a string, number or boolean, got " + describeJsonValue(value), flag);
+    plan.runDefaults = RunDefaults{defaults.string("preset"), train.node()};
   }
   if (root.has("generation")) plan.generation = generationFromJson(root.child("generation"));
   plan.metadata = root.has("metadata") ? root.raw("metadata") : json::object();

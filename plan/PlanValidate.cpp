@@ -2,12 +2,20 @@
 #include <algorithm>
 #include <set>
 
+#include "support/CheckedSize.h"
 #include "support/Error.h"
+#include "support/Shape.h"
 #include "plan/PlanFile.h"
 
 namespace dgemma {
 
 namespace {
+
+// Far above any real layout, and small enough that products and per-rank tables stay small.
+constexpr int64_t kMaxWorldSize = int64_t{1} << 20;
+constexpr int64_t kMaxStreams = 1024;
+constexpr int64_t kMaxEvents = int64_t{1} << 24;
+constexpr size_t kMaxRank = 16;  // dimensions of one tensor
 
 class PlanChecker {
  public:
@@ -44,12 +52,46 @@ class PlanChecker {
     const bool bucketed = std::any_of(plan_.entryPoints.begin(), plan_.entryPoints.end(),
                                       [&](const EntryPoint& entry) { return entry.bucket.count(padding.dimension) != 0; });
     if (!bucketed) fail("bucket_padding.dimension", "\"" + padding.dimension + "\" is no entry point's bucket dimension");
+    // The runtime pads the inputs and crops the outputs along `axis` in every bucketed entry, so
+    // each of those tensors must have that axis, at the bucket's size.
+    if (padding.axis < 0) fail("bucket_padding.axis", "expected a non-negative axis, got " + std::to_string(padding.axis));
+    for (size_t e = 0; e < plan_.entryPoints.size(); ++e) {
+      const EntryPoint& entry = plan_.entryPoints[e];
+      auto size = entry.bucket.find(padding.dimension);
+      if (size == entry.bucket.end()) continue;
+      auto checkAxis = [&](const NamedBuffer& named, const std::string& where) {
+        const std::vector<int64_t>& shape = named.isWhole() ? plan_.buffers[named.buffer].shape : named.globalShape;
+        if (padding.axis >= static_cast<int64_t>(shape.size()) || shape[padding.axis] != size->second)
+          fail("bucket_padding.axis", std::to_string(padding.axis) + ": " + where + " (\"" + named.name + "\", shape " +
+                                          shapeToString(shape) + ") has no axis " + std::to_string(padding.axis) +
+                                          " of the bucket's " + padding.dimension + " " + std::to_string(size->second));
+      };
+      for (size_t i = 0; i < entry.inputs.size(); ++i)
+        if (padding.inputs.count(entry.inputs[i].name)) checkAxis(entry.inputs[i], at(at("entry_points", e) + ".inputs", i));
+      for (size_t i = 0; i < entry.outputs.size(); ++i)
+        for (const std::string& prefix : padding.outputPrefixes)
+          if (entry.outputs[i].name.rfind(prefix, 0) == 0) {
+            checkAxis(entry.outputs[i], at(at("entry_points", e) + ".outputs", i));
+            break;
+          }
+    }
+  }
+
+  // A tensor the runtime may allocate: its size must not overflow and must fit kMaxTensorBytes.
+  void checkTensorSize(const std::vector<int64_t>& shape, int64_t elementBytes, const std::string& where) const {
+    if (shape.size() > kMaxRank)
+      fail(where, "has " + std::to_string(shape.size()) + " dimensions, expected at most " + std::to_string(kMaxRank));
+    const std::optional<int64_t> bytes = checkedTensorBytes(shape, elementBytes);
+    if (!bytes || *bytes > kMaxTensorBytes)
+      fail(where, shapeToString(shape) + " holds more than " + formatBytes(kMaxTensorBytes) +
+                      " (the bound on one tensor), or a negative dimension");
   }
 
   static std::string at(const std::string& list, size_t index) { return list + "[" + std::to_string(index) + "]"; }
 
   void checkMesh() {
-    if (plan_.worldSize < 1) fail("world_size", "expected at least 1");
+    if (plan_.worldSize < 1 || plan_.worldSize > kMaxWorldSize)
+      fail("world_size", "expected an integer in [1, " + std::to_string(kMaxWorldSize) + "], got " + std::to_string(plan_.worldSize));
     if (plan_.rank >= plan_.worldSize)
       fail("rank", std::to_string(plan_.rank) + " is not below world_size " + std::to_string(plan_.worldSize));
     int64_t product = 1;
@@ -57,10 +99,13 @@ class PlanChecker {
     for (size_t i = 0; i < plan_.mesh.size(); ++i) {
       const MeshAxis& axis = plan_.mesh[i];
       if (!names.insert(axis.name).second) fail(at("mesh", i), "axis \"" + axis.name + "\" appears twice");
-      if (axis.size < 1) fail(at("mesh", i) + ".size", "expected at least 1");
+      if (axis.size < 1 || axis.size > kMaxWorldSize)
+        fail(at("mesh", i) + ".size", "expected an integer in [1, " + std::to_string(kMaxWorldSize) + "], got " +
+                                          std::to_string(axis.size));
       if (axis.coord >= axis.size)
         fail(at("mesh", i) + ".coord", std::to_string(axis.coord) + " is outside the axis of size " + std::to_string(axis.size));
-      product *= axis.size;
+      product = checkedMultiply(product, axis.size).value_or(kMaxWorldSize + 1);
+      if (product > kMaxWorldSize) fail("mesh", "axis sizes multiply to more than " + std::to_string(kMaxWorldSize) + " ranks");
     }
     if (!plan_.mesh.empty() && product != plan_.worldSize)
       fail("mesh", "axis sizes multiply to " + std::to_string(product) + ", world_size is " + std::to_string(plan_.worldSize));
@@ -75,6 +120,10 @@ class PlanChecker {
   }
 
   void checkBuffers() {
+    // Sizes first: the checks below compute every buffer's bytes, views' targets included.
+    for (size_t i = 0; i < plan_.buffers.size(); ++i)
+      checkTensorSize(plan_.buffers[i].shape, static_cast<int64_t>(dtypeSize(plan_.buffers[i].dtype)),
+                      at("buffers", i) + ".shape");
     for (size_t i = 0; i < plan_.buffers.size(); ++i) {
       const Buffer& buffer = plan_.buffers[i];
       std::string where = at("buffers", i);
@@ -89,6 +138,9 @@ class PlanChecker {
       if (buffer.offset > arena.bytes || buffer.bytes() > arena.bytes - buffer.offset)
         fail(where + ".offset", std::to_string(buffer.offset) + " + " + std::to_string(buffer.bytes()) + " bytes exceeds arena \"" +
                                     arena.name + "\" of " + std::to_string(arena.bytes) + " bytes");
+      if (buffer.lifetime && buffer.lifetime->first > buffer.lifetime->last)
+        fail(where + ".lifetime", "first step " + std::to_string(buffer.lifetime->first) + " is after last step " +
+                                      std::to_string(buffer.lifetime->last));
       if (arena.persistent == buffer.lifetime.has_value())
         fail(where + ".lifetime", arena.persistent ? "a buffer in a persistent arena has no lifetime"
                                                    : "a buffer in a scratch arena needs a lifetime");
@@ -119,10 +171,13 @@ class PlanChecker {
       size_t rank = parameter.globalShape.size();
       if (parameter.shardOffset.size() != rank || parameter.shardShape.size() != rank)
         fail(where, "global_shape, shard_offset and shard_shape must have the same rank");
-      for (size_t d = 0; d < rank; ++d)
-        if (parameter.shardOffset[d] < 0 || parameter.shardShape[d] < 0 ||
-            parameter.shardOffset[d] + parameter.shardShape[d] > parameter.globalShape[d])
+      // initializeWeights draws the whole global tensor (in f64) before cutting this rank's box.
+      checkTensorSize(parameter.globalShape, 8, where + ".global_shape");
+      for (size_t d = 0; d < rank; ++d) {
+        const std::optional<int64_t> end = checkedAdd(parameter.shardOffset[d], parameter.shardShape[d]);
+        if (!end || *end > parameter.globalShape[d])
           fail(where + ".shard_offset", "the shard box leaves the global shape in dimension " + std::to_string(d));
+      }
       if (buffer.shape != parameter.shardShape) fail(where + ".shard_shape", "differs from the shape of its buffer");
     }
   }
@@ -160,13 +215,18 @@ class PlanChecker {
       fail(where + ".shard_offset", "has " + std::to_string(named.shardOffset.size()) + " dimensions, global_shape has " +
                                         std::to_string(named.globalShape.size()));
     if (named.isWhole()) return;
+    // The runtime assembles the whole tensor from the ranks' boxes.
+    checkTensorSize(named.globalShape, static_cast<int64_t>(dtypeSize(buffer.dtype)), where + ".global_shape");
     if (named.globalShape.size() != buffer.shape.size())
       fail(where + ".global_shape", "has " + std::to_string(named.globalShape.size()) + " dimensions, buffer " +
                                         std::to_string(buffer.id) + " has " + std::to_string(buffer.shape.size()));
     for (size_t d = 0; d < buffer.shape.size(); ++d)
-      if (named.shardOffset[d] < 0 || named.shardOffset[d] + buffer.shape[d] > named.globalShape[d])
+      if (const std::optional<int64_t> end = checkedAdd(named.shardOffset[d], buffer.shape[d]);
+          !end || *end > named.globalShape[d])
         fail(where + ".shard_offset", "the box [" + std::to_string(named.shardOffset[d]) + ", " +
-                                          std::to_string(named.shardOffset[d] + buffer.shape[d]) + ") of buffer " +
+                                          (end ? std::to_string(*end)
+                                               : std::to_string(named.shardOffset[d]) + " + " + std::to_string(buffer.shape[d])) +
+                                          ") of buffer " +
                                           std::to_string(buffer.id) + " leaves global_shape " +
                                           std::to_string(named.globalShape[d]) + " in dimension " + std::to_string(d));
   }
@@ -179,7 +239,12 @@ class PlanChecker {
       const EntryPoint& entry = plan_.entryPoints[e];
       std::string where = at("entry_points", e);
       if (!keys.insert(entry.key()).second) fail(where, "entry \"" + entry.key() + "\" appears twice");
-      if (entry.numStreams < 1) fail(where + ".streams", "expected at least 1");
+      if (entry.numStreams < 1 || entry.numStreams > kMaxStreams)
+        fail(where + ".streams", "expected an integer in [1, " + std::to_string(kMaxStreams) + "], got " +
+                                     std::to_string(entry.numStreams));
+      if (entry.numEvents > kMaxEvents)
+        fail(where + ".events", "expected an integer in [0, " + std::to_string(kMaxEvents) + "], got " +
+                                    std::to_string(entry.numEvents));
       int64_t lastStep = static_cast<int64_t>(entry.steps.size()) - 1;
       for (size_t i = 0; i < entry.inputs.size(); ++i) {
         checkOperand(entry, 0, entry.inputs[i].buffer, at(where + ".inputs", i));

@@ -10,7 +10,10 @@
 #include <set>
 #include <stdexcept>
 
+#include "support/AtomicFile.h"
+#include "support/CheckedSize.h"
 #include "support/Error.h"
+#include "support/Json.h"
 
 namespace dgemma {
 
@@ -47,6 +50,24 @@ constexpr int64_t kDefaultBoiTokenId = 255999;
 constexpr int64_t kDefaultEoiTokenId = 258882;
 constexpr int64_t kDefaultImageTokenId = 258880;
 
+// The largest value each size field may take (docs/model.md, "Field ranges"): far above any real
+// Gemma 4 geometry (the 26B-A4B values are 262144, 2816, 2112, 30, 16, 8, 512, 128, 704, 262144,
+// 1024, 256), and small enough that every weight shape and every product the builder forms stays
+// far from int64 overflow. What is still too large to hold is refused when the model is built
+// (kMaxTensorBytes).
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;
+constexpr int64_t kMaxMlpWidth = int64_t{1} << 20;  // intermediate_size, moe_intermediate_size
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;  // query and KV heads
+constexpr int64_t kMaxHeadDim = 8192;
+constexpr int64_t kMaxExperts = 4096;
+constexpr int64_t kMaxPositions = int64_t{1} << 24;  // max_position_embeddings, sliding_window
+constexpr int64_t kMaxCanvasLength = int64_t{1} << 16;
+constexpr double kMaxRmsNormEps = 1.0;
+constexpr double kMaxLogitSoftcapping = 1e6;
+constexpr double kMaxRopeTheta = 1e12;
+
 // Fields every HF config.json may carry that say nothing about the network.
 const std::set<std::string> kBookkeepingFields = {
     "model_type", "architectures", "transformers_version", "dtype", "torch_dtype", "_name_or_path", "initializer_range",
@@ -58,12 +79,8 @@ const std::set<std::string> kBookkeepingFields = {
 const std::vector<std::string> kAudioVideoFields = {"audio_config",    "audio_token_id", "boa_token_id",
                                                     "eoa_token_index", "eoa_token_id",   "video_token_id"};
 
-std::string describe(const json& value) {
-  constexpr size_t kMaxShown = 60;
-  std::string text = value.dump();
-  if (text.size() > kMaxShown) text = text.substr(0, kMaxShown - 3) + "...";
-  return text;
-}
+// Never walks the value: a config is untrusted, and a deep one would overflow the stack.
+std::string describe(const json& value) { return describeJsonValue(value); }
 
 std::optional<int64_t> asInteger(const json& value) {
   if (value.is_number_unsigned()) {
@@ -98,16 +115,21 @@ class FieldReader {
   }
 
   // An absent key takes `defaultValue`; without a default it is an error whose text is `whyRequired`.
-  int64_t integer(std::string_view key, std::optional<int64_t> defaultValue, int64_t minimum,
+  int64_t integer(std::string_view key, std::optional<int64_t> defaultValue, int64_t minimum, int64_t maximum,
                   const std::string& whyRequired = "") {
     const json* value = find(key);
     if (!value) {
       if (!defaultValue) fail(key, "missing; " + whyRequired);
       return *defaultValue;
     }
-    const std::optional<int64_t> parsed = asInteger(*value);
-    if (!parsed || *parsed < minimum)
-      fail(key, "expected an integer >= " + std::to_string(minimum) + ", got " + describe(*value));
+    return requireInteger(key, *value, minimum, maximum);
+  }
+
+  int64_t requireInteger(std::string_view key, const json& value, int64_t minimum, int64_t maximum) const {
+    const std::optional<int64_t> parsed = asInteger(value);
+    if (!parsed || *parsed < minimum || *parsed > maximum)
+      fail(key, "expected an integer in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "], got " +
+                    describe(value));
     return *parsed;
   }
 
@@ -120,15 +142,16 @@ class FieldReader {
 
   int64_t requireEven(std::string_view key, const json& value) const {
     const std::optional<int64_t> parsed = asInteger(value);
-    if (!parsed || *parsed < 2 || *parsed % 2 != 0) fail(key, "expected an even integer >= 2, got " + describe(value));
+    if (!parsed || *parsed < 2 || *parsed > kMaxHeadDim || *parsed % 2 != 0)
+      fail(key, "expected an even integer in [2, " + std::to_string(kMaxHeadDim) + "], got " + describe(value));
     return *parsed;
   }
 
-  double positiveNumber(std::string_view key, double defaultValue) {
+  double positiveNumber(std::string_view key, double defaultValue, double maximum) {
     const json* value = find(key);
     if (!value) return defaultValue;
-    if (!value->is_number() || !(value->get<double>() > 0.0) || !std::isfinite(value->get<double>()))
-      fail(key, "expected a finite number > 0, got " + describe(*value));
+    if (!value->is_number() || !(value->get<double>() > 0.0) || !(value->get<double>() <= maximum))
+      fail(key, "expected a number in (0, " + describeJsonValue(json(maximum)) + "], got " + describe(*value));
     return value->get<double>();
   }
 
@@ -216,7 +239,7 @@ RopeParameters readRopeEntry(const json& entry, FieldReader& text, const std::st
   }
   const json* theta = rope.find("rope_theta");
   if (!theta) rope.fail("rope_theta", "missing");
-  parameters.theta = rope.positiveNumber("rope_theta", 0.0);
+  parameters.theta = rope.positiveNumber("rope_theta", 0.0, kMaxRopeTheta);
   if (const json* factor = rope.find("partial_rotary_factor")) {
     const double value = factor->is_number() ? factor->get<double>() : 0.0;
     if (parameters.type == RopeType::Default && !(factor->is_number() && value == 1.0))
@@ -285,7 +308,7 @@ void applyPerLayerGeometry(FieldReader& text, std::vector<SourcedGeometry>& laye
   std::optional<int64_t> globalKeyValueHeads;
   if (globalHeadDimValue) globalHeadDim = text.requireEven("global_head_dim", *globalHeadDimValue);
   if (globalKeyValueHeadsValue && !globalKeyValueHeadsValue->is_null())
-    globalKeyValueHeads = text.integer("num_global_key_value_heads", std::nullopt, 1);
+    globalKeyValueHeads = text.integer("num_global_key_value_heads", std::nullopt, 1, kMaxHeads);
 
   const json* perLayerConfig = text.find("per_layer_config");
   if (!perLayerConfig) {
@@ -315,10 +338,10 @@ void applyPerLayerGeometry(FieldReader& text, std::vector<SourcedGeometry>& laye
       if (name == "head_dim") {
         layer.geometry.headDim = entry.requireEven(name, value);
       } else if (name == "num_key_value_heads") {
-        layer.geometry.numKeyValueHeads = entry.integer(name, std::nullopt, 1);
+        layer.geometry.numKeyValueHeads = entry.requireInteger(name, value, 1, kMaxHeads);
         layer.numKeyValueHeadsField = entry.fieldName(name);
       } else if (name == "num_attention_heads") {
-        layer.geometry.numQueryHeads = entry.integer(name, std::nullopt, 1);
+        layer.geometry.numQueryHeads = entry.requireInteger(name, value, 1, kMaxHeads);
         layer.numQueryHeadsField = entry.fieldName(name);
       } else {
         entry.fail(name,
@@ -373,7 +396,7 @@ std::optional<std::vector<int64_t>> readEosTokenIds(FieldReader& reader, int64_t
   std::vector<int64_t> ids;
   for (const json& element : list) {
     const std::optional<int64_t> parsed = asInteger(element);
-    if (!parsed || *parsed < 0 || *parsed >= vocabSize) reader.fail("eos_token_id", expectation + describe(*value));
+    if (!parsed || *parsed < 0 || *parsed >= vocabSize) reader.fail("eos_token_id", expectation + describe(element));
     ids.push_back(*parsed);
   }
   return ids;
@@ -389,20 +412,22 @@ void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
     config.imageTokensBidirectional = *bidirectional == "vision";
   }
 
-  config.vocabSize = text.integer("vocab_size", kDefaultVocabSize, 1);
-  config.hiddenSize = text.integer("hidden_size", kDefaultHiddenSize, 1);
-  config.intermediateSize = text.integer("intermediate_size", kDefaultIntermediateSize, 1);
-  config.numHiddenLayers = text.integer("num_hidden_layers", kDefaultNumHiddenLayers, 1);
-  const int64_t numAttentionHeads = text.integer("num_attention_heads", kDefaultNumAttentionHeads, 1);
-  const int64_t numKeyValueHeads = text.integer("num_key_value_heads", kDefaultNumKeyValueHeads, 1);
+  config.vocabSize = text.integer("vocab_size", kDefaultVocabSize, 1, kMaxVocabSize);
+  config.hiddenSize = text.integer("hidden_size", kDefaultHiddenSize, 1, kMaxHiddenSize);
+  config.intermediateSize = text.integer("intermediate_size", kDefaultIntermediateSize, 1, kMaxMlpWidth);
+  config.numHiddenLayers = text.integer("num_hidden_layers", kDefaultNumHiddenLayers, 1, kMaxLayers);
+  const int64_t numAttentionHeads = text.integer("num_attention_heads", kDefaultNumAttentionHeads, 1, kMaxHeads);
+  const int64_t numKeyValueHeads = text.integer("num_key_value_heads", kDefaultNumKeyValueHeads, 1, kMaxHeads);
   const int64_t headDim = text.evenInteger("head_dim", kDefaultHeadDim);
-  config.maxPositionEmbeddings = text.integer("max_position_embeddings", kDefaultMaxPositionEmbeddings, 1);
-  config.slidingWindow = text.integer("sliding_window", kDefaultSlidingWindow, 1);
-  config.rmsNormEps = text.positiveNumber("rms_norm_eps", kDefaultRmsNormEps);
-  config.finalLogitSoftcapping = text.positiveNumber("final_logit_softcapping", kDefaultFinalLogitSoftcapping);
+  config.maxPositionEmbeddings =
+      text.integer("max_position_embeddings", kDefaultMaxPositionEmbeddings, 1, kMaxPositions);
+  config.slidingWindow = text.integer("sliding_window", kDefaultSlidingWindow, 1, kMaxPositions);
+  config.rmsNormEps = text.positiveNumber("rms_norm_eps", kDefaultRmsNormEps, kMaxRmsNormEps);
+  config.finalLogitSoftcapping =
+      text.positiveNumber("final_logit_softcapping", kDefaultFinalLogitSoftcapping, kMaxLogitSoftcapping);
 
   const std::string dense = "DiffusionGemma has routed experts in every layer; a dense config cannot be built";
-  config.numExperts = text.integer("num_experts", std::nullopt, 1, dense);
+  config.numExperts = text.integer("num_experts", std::nullopt, 1, kMaxExperts, dense);
   const json* topKValue = text.find("top_k_experts");
   if (!topKValue) text.fail("top_k_experts", "missing; " + dense);
   const std::optional<int64_t> topK = asInteger(*topKValue);
@@ -410,7 +435,7 @@ void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
     text.fail("top_k_experts", "expected an integer in [1, " + std::to_string(config.numExperts) +
                                    "] (num_experts), got " + describe(*topKValue));
   config.topKExperts = *topK;
-  config.moeIntermediateSize = text.integer("moe_intermediate_size", std::nullopt, 1, dense);
+  config.moeIntermediateSize = text.integer("moe_intermediate_size", std::nullopt, 1, kMaxMlpWidth, dense);
 
   if (const json* activation = text.find("hidden_activation"); activation && *activation != "gelu_pytorch_tanh")
     text.fail("hidden_activation", "expected \"gelu_pytorch_tanh\", got " + describe(*activation));
@@ -458,13 +483,10 @@ void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
 }
 
 json readJsonFile(const std::string& path) {
-  std::ifstream stream(path);
-  if (!stream) throw InputError(path + ": cannot open the config file");
-  try {
-    return json::parse(stream);
-  } catch (const json::parse_error& error) {
-    throw InputError(path + ": not valid JSON: " + error.what());
-  }
+  // Not a regular file: a device or FIFO would never end (readWholeFile reads to the end).
+  if (!std::filesystem::exists(path)) throw InputError(path + ": cannot open the config file");
+  if (!std::filesystem::is_regular_file(path)) throw InputError(path + ": cannot open the config file: not a regular file");
+  return parseJson(readWholeFile(path), path);
 }
 
 }  // namespace
@@ -521,6 +543,10 @@ DiffusionGemmaConfig loadDiffusionGemmaConfig(const std::string& pathToConfigJso
   return parseDiffusionGemmaConfig(readJsonFile(path), path);
 }
 
+DiffusionGemmaConfig parseDiffusionGemmaConfigText(std::string_view text, const std::string& source) {
+  return parseDiffusionGemmaConfig(parseJson(text, source), source);
+}
+
 DiffusionGemmaConfig parseDiffusionGemmaConfig(const json& root, const std::string& path) {
   if (!root.is_object()) throw InputError(path + ": expected a JSON object at the top level, got " + describe(root));
   FieldReader top(root, path, "");
@@ -567,7 +593,7 @@ DiffusionGemmaConfig parseDiffusionGemmaConfig(const json& root, const std::stri
       top.fail("vision_config", "expected an object or null, got " + describe(*vision));
     config.hasVision = vision->is_object();
   }
-  config.canvasLength = top.integer("canvas_length", kDefaultCanvasLength, 1);
+  config.canvasLength = top.integer("canvas_length", kDefaultCanvasLength, 1, kMaxCanvasLength);
   config.boiTokenId = readTokenId(top, "boi_token_id", kDefaultBoiTokenId, config.vocabSize);
   config.eoiTokenId = readTokenId(top, "eoi_token_id", kDefaultEoiTokenId, config.vocabSize);
   config.imageTokenId = readTokenId(top, "image_token_id", kDefaultImageTokenId, config.vocabSize);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -94,5 +95,9 @@ DiffusionGemmaConfig loadDiffusionGemmaConfig(const std::string& pathToConfigJso
 // The same for a config already parsed (e.g. the copy a plan carries in its metadata); `source`
 // names it in messages.
 DiffusionGemmaConfig parseDiffusionGemmaConfig(const nlohmann::json& root, const std::string& source);
+
+// The text of a config.json, parsed with the nesting bound of support/Json.h and then as above:
+// every way the text can be wrong is an InputError naming `source` (the fuzz target's entry).
+DiffusionGemmaConfig parseDiffusionGemmaConfigText(std::string_view text, const std::string& source);
 
 }  // namespace dgemma

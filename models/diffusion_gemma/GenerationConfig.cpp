@@ -6,7 +6,9 @@
 #include <limits>
 #include <set>
 
+#include "support/AtomicFile.h"
 #include "support/Error.h"
+#include "support/Json.h"
 
 namespace dgemma {
 
@@ -21,11 +23,14 @@ const std::set<std::string> kOtherCaches = {"static",           "offloaded_stati
                                             "sliding_window",   "hybrid",           "hybrid_chunked",
                                             "offloaded_hybrid", "offloaded_hybrid_chunked"};
 
-std::string describe(const json& value) {
-  constexpr size_t kMaxShown = 60;
-  std::string text = value.dump();
-  return text.size() > kMaxShown ? text.substr(0, kMaxShown - 3) + "..." : text;
-}
+// Never walks the value (the file is untrusted).
+std::string describe(const json& value) { return describeJsonValue(value); }
+
+// The largest count a setting may give (docs/generation.md, "Defaults"): far above any real
+// generation, and small enough that the cache and canvas sizes built from it cannot overflow.
+constexpr int64_t kMaxCount = int64_t{1} << 24;
+// Token ids are checked against the vocabulary where the model is known; here only their size.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
 
 class Reader {
  public:
@@ -42,13 +47,20 @@ class Reader {
     return found == object_.end() || found->is_null() ? nullptr : &*found;
   }
 
-  std::optional<int64_t> integer(const std::string& key, int64_t minimum) const {
+  std::optional<int64_t> integer(const std::string& key, int64_t minimum, int64_t maximum = kMaxCount) const {
     const json* value = find(key);
     if (!value) return std::nullopt;
-    if (!value->is_number_integer() || (value->is_number_unsigned() && value->get<uint64_t>() > uint64_t{1} << 62) ||
-        value->get<int64_t>() < minimum)
-      fail(key, "expected an integer >= " + std::to_string(minimum) + ", got " + describe(*value));
-    return value->get<int64_t>();
+    return requireInteger(key, *value, minimum, maximum);
+  }
+
+  int64_t requireInteger(const std::string& key, const json& value, int64_t minimum, int64_t maximum) const {
+    const bool inRange = value.is_number_integer() &&
+                         !(value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(maximum)) &&
+                         value.get<int64_t>() >= minimum && value.get<int64_t>() <= maximum;
+    if (!inRange)
+      fail(key, "expected an integer in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "], got " +
+                    describe(value));
+    return value.get<int64_t>();
   }
 
   // HF checks these with isinstance(value, float): 1 is rejected where 1.0 is taken.
@@ -115,13 +127,13 @@ DiffusionGemmaGenerationConfig parseGenerationConfig(const json& root, const std
   if (const json* sampler = file.find("sampler_config")) config.entropyBound = readSamplerConfig(file, *sampler, source);
   config.tMin = file.number("t_min").value_or(config.tMin);
   config.tMax = file.number("t_max").value_or(config.tMax);
-  if (!(config.tMin >= 0)) file.fail("t_min", "expected a number >= 0, got " + std::to_string(config.tMin));
+  if (!(config.tMin >= 0)) file.fail("t_min", "expected a number >= 0, got " + describeJsonValue(json(config.tMin)));
   // Checked after the defaults fill in, as HF validates again before generating.
   if (!(config.tMax > config.tMin))
-    file.fail("t_max", "expected a number above t_min (" + std::to_string(config.tMin) + "), got " + std::to_string(config.tMax));
+    file.fail("t_max", "expected a number above t_min (" + describeJsonValue(json(config.tMin)) + "), got " + describeJsonValue(json(config.tMax)));
   config.stabilityThreshold = file.integer("stability_threshold", 0).value_or(config.stabilityThreshold);
   if (std::optional<double> threshold = file.decimal("confidence_threshold")) {
-    if (!(*threshold > 0)) file.fail("confidence_threshold", "expected a number > 0, got " + std::to_string(*threshold));
+    if (!(*threshold > 0)) file.fail("confidence_threshold", "expected a number > 0, got " + describeJsonValue(json(*threshold)));
     config.confidenceThreshold = *threshold;
   }
 
@@ -141,20 +153,17 @@ DiffusionGemmaGenerationConfig parseGenerationConfig(const json& root, const std
   file.requireType("_from_model_config", &json::is_boolean, "true or false");
   file.requireType("transformers_version", &json::is_string, "a string");
 
-  config.bosTokenId = file.integer("bos_token_id", 0);
-  config.padTokenId = file.integer("pad_token_id", 0);
+  config.bosTokenId = file.integer("bos_token_id", 0, kMaxTokenId);
+  config.padTokenId = file.integer("pad_token_id", 0, kMaxTokenId);
   if (const json* eos = file.find("eos_token_id")) {
     if (eos->is_array()) {
       std::vector<int64_t> ids;
       for (size_t i = 0; i < eos->size(); ++i) {
-        const json& id = (*eos)[i];
-        if (!id.is_number_integer() || id.get<int64_t>() < 0)
-          file.fail("eos_token_id[" + std::to_string(i) + "]", "expected a token id (an integer >= 0), got " + describe(id));
-        ids.push_back(id.get<int64_t>());
+        ids.push_back(file.requireInteger("eos_token_id[" + std::to_string(i) + "]", (*eos)[i], 0, kMaxTokenId));
       }
       config.eosTokenIds = ids;
     } else {
-      config.eosTokenIds = std::vector<int64_t>{*file.integer("eos_token_id", 0)};
+      config.eosTokenIds = std::vector<int64_t>{*file.integer("eos_token_id", 0, kMaxTokenId)};
     }
   }
   return config;
@@ -165,14 +174,9 @@ std::optional<DiffusionGemmaGenerationConfig> loadGenerationConfigBeside(const s
   const std::filesystem::path directory = std::filesystem::is_directory(model) ? model : model.parent_path();
   const std::filesystem::path path = (directory.empty() ? std::filesystem::path(".") : directory) / "generation_config.json";
   if (!std::filesystem::exists(path)) return std::nullopt;
-  std::ifstream stream(path);
-  if (!stream) throw InputError(path.string() + ": cannot open the generation config");
-  json root;
-  try {
-    root = json::parse(stream);
-  } catch (const json::parse_error& error) {
-    throw InputError(path.string() + ": not valid JSON: " + error.what());
-  }
+  if (!std::filesystem::is_regular_file(path))
+    throw InputError(path.string() + ": cannot open the generation config: not a regular file");
+  const json root = parseJson(readWholeFile(path.string()), path.string());
   return parseGenerationConfig(root, path.string());
 }
 

@@ -17,8 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/Error.h"
 #include "support/AtomicFile.h"
+#include "support/Error.h"
+#include "support/Json.h"
 
 namespace dgemma {
 
@@ -31,6 +32,7 @@ namespace {
 constexpr uint64_t kHeaderLengthBytes = 8;
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
+constexpr size_t kMaxRank = 16;  // dimensions of one tensor
 
 struct SafetensorsDType {
   std::string_view name;
@@ -67,8 +69,18 @@ std::string rangeToString(uint64_t begin, uint64_t end) {
   return std::string("[") + std::to_string(begin) + "," + std::to_string(end) + "]";
 }
 
+// A name from a file, as a message shows it: as written when it is short, printable ASCII, escaped
+// and cut otherwise (a header may hold megabytes of control characters in one key).
+std::string shownName(const std::string& name) {
+  constexpr size_t kMaxShown = 200;
+  const bool plain = name.size() <= kMaxShown && std::all_of(name.begin(), name.end(), [](char c) {
+                       return c >= 0x20 && c < 0x7f && c != '\'';
+                     });
+  return plain ? "'" + name + "'" : quoteForMessage(name, kMaxShown);
+}
+
 [[noreturn]] void failTensor(const std::string& path, const std::string& name, const std::string& what) {
-  throw InputError(path + ": tensor '" + name + "': " + what);
+  throw InputError(path + ": tensor " + shownName(name) + ": " + what);
 }
 
 // The writer's caller passed something that cannot be written: a bug, not bad input.
@@ -96,16 +108,26 @@ SafetensorsEntry parseEntry(const std::string& path, const std::string& name, co
   auto shapeField = value.find("shape");
   if (shapeField == value.end() || !shapeField->is_array())
     failTensor(path, name, "shape: expected an array of integers");
+  if (shapeField->size() > kMaxRank)
+    failTensor(path, name, "shape: " + std::to_string(shapeField->size()) + " dimensions, expected at most " +
+                               std::to_string(kMaxRank));
   uint64_t expectedBytes = dtypeSize(entry.dtype);
+  // The product of the non-zero dimensions: an empty tensor may not hide dimensions whose product
+  // overflows either, since code that walks a shape multiplies its extents.
+  uint64_t nonZeroBytes = dtypeSize(entry.dtype);
   for (size_t i = 0; i < shapeField->size(); ++i) {
     const nlohmann::json& dim = (*shapeField)[i];
     if (!dim.is_number_integer()) failTensor(path, name, "shape: expected an array of integers");
     if (!dim.is_number_unsigned())
       failTensor(path, name,
-                 "shape: dimension " + std::to_string(i) + " is " + dim.dump() + ", expected a non-negative integer");
+                 "shape: dimension " + std::to_string(i) + " is " + describeJsonValue(dim) +
+                     ", expected a non-negative integer");
     uint64_t extent = dim.get<uint64_t>();
-    if (extent > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(expectedBytes, extent, &expectedBytes))
-      failTensor(path, name, "shape: " + shapeField->dump() + " is too large");
+    if (extent > static_cast<uint64_t>(INT64_MAX) ||
+        (extent != 0 && __builtin_mul_overflow(nonZeroBytes, extent, &nonZeroBytes)))
+      failTensor(path, name, "shape: dimension " + std::to_string(i) + " (" + std::to_string(extent) +
+                                 ") makes the tensor larger than 2^64 bytes");
+    expectedBytes = extent == 0 ? 0 : expectedBytes * extent;  // cannot overflow: bounded by nonZeroBytes
     entry.shape.push_back(static_cast<int64_t>(extent));
   }
 
@@ -134,13 +156,76 @@ std::map<std::string, std::string> parseMetadata(const std::string& path, const 
   if (!value.is_object()) throw InputError(expectation);
   std::map<std::string, std::string> metadata;
   for (const auto& [key, text] : value.items()) {
-    if (!text.is_string()) throw InputError(expectation + " ('" + key + "' is " + text.type_name() + ")");
+    if (!text.is_string()) throw InputError(expectation + " (" + shownName(key) + " is " + text.type_name() + ")");
     metadata.emplace(key, text.get<std::string>());
   }
   return metadata;
 }
 
 }  // namespace
+
+SafetensorsHeader parseSafetensorsHeader(std::string_view fileBytes, const std::string& path) {
+  SafetensorsHeader parsed;
+  if (fileBytes.size() < kHeaderLengthBytes)
+    throw InputError(path + ": header: the file is " + std::to_string(fileBytes.size()) +
+                     " bytes, too short for the 8-byte header length");
+  uint64_t headerBytes;
+  std::memcpy(&headerBytes, fileBytes.data(), sizeof headerBytes);
+  if (headerBytes > fileBytes.size() - kHeaderLengthBytes)
+    throw InputError(path + ": header: length " + std::to_string(headerBytes) +
+                     " extends beyond the end of the file (" + std::to_string(fileBytes.size()) + " bytes)");
+  parsed.dataStart = kHeaderLengthBytes + headerBytes;
+  const uint64_t dataRegionBytes = fileBytes.size() - parsed.dataStart;
+
+  // JSON objects keep only the last of repeated keys; a repeated tensor name is ambiguous, so it is
+  // caught while parsing.
+  std::set<std::string> topLevelKeys;
+  // The nesting bound of support/Json.h holds here too: nothing below walks a deep value, but the
+  // parsed value's destructor recurses.
+  auto checkKeysAndDepth = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& value) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
+        !topLevelKeys.insert(value.get<std::string>()).second)
+      failTensor(path, value.get<std::string>(), "appears twice in the header");
+    if ((event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw InputError(path + ": header: JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return true;
+  };
+  const char* headerText = fileBytes.data() + kHeaderLengthBytes;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(headerText, headerText + headerBytes, checkKeysAndDepth);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw InputError(path + ": header: invalid JSON at byte " + std::to_string(error.byte) + ": " +
+                     quoteForMessage(error.what(), 160));
+  }
+  if (!header.is_object()) throw InputError(path + ": header: expected a JSON object, got " + describeJsonValue(header));
+
+  for (const auto& [name, value] : header.items()) {
+    if (name == kMetadataKey) {
+      parsed.metadata = parseMetadata(path, value);
+      continue;
+    }
+    parsed.entries.push_back(parseEntry(path, name, value, dataRegionBytes));
+  }
+
+  // Stable, so that empty tensors sharing an offset stay in name order (the JSON object's order).
+  std::stable_sort(parsed.entries.begin(), parsed.entries.end(),
+                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+                     return std::tie(a.offset, a.bytes) < std::tie(b.offset, b.bytes);
+                   });
+  // Empty tensors own no bytes, so they cannot overlap anything.
+  const SafetensorsEntry* previous = nullptr;
+  for (const SafetensorsEntry& entry : parsed.entries) {
+    if (entry.bytes == 0) continue;
+    if (previous && entry.offset < previous->offset + previous->bytes)
+      failTensor(path, entry.name,
+                 "data_offsets " + rangeToString(entry.offset, entry.offset + entry.bytes) + " overlap tensor " +
+                     shownName(previous->name) + " " + rangeToString(previous->offset, previous->offset + previous->bytes));
+    previous = &entry;
+  }
+  return parsed;
+}
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile file;
@@ -166,55 +251,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   file.mapping_ = static_cast<const uint8_t*>(mapping);
   file.mappingBytes_ = fileBytes;
 
-  uint64_t headerBytes;
-  std::memcpy(&headerBytes, file.mapping_, sizeof headerBytes);
-  if (headerBytes > fileBytes - kHeaderLengthBytes)
-    throw InputError(path + ": header: length " + std::to_string(headerBytes) +
-                     " extends beyond the end of the file (" + std::to_string(fileBytes) + " bytes)");
-  file.dataStart_ = kHeaderLengthBytes + headerBytes;
-  const uint64_t dataRegionBytes = fileBytes - file.dataStart_;
-
-  // JSON objects keep only the last of repeated keys; a repeated tensor name is ambiguous, so it is
-  // caught while parsing.
-  std::set<std::string> topLevelKeys;
-  auto rejectRepeatedTensorNames = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
-        !topLevelKeys.insert(parsed.get<std::string>()).second)
-      failTensor(path, parsed.get<std::string>(), "appears twice in the header");
-    return true;
-  };
-  const char* headerText = reinterpret_cast<const char*>(file.mapping_ + kHeaderLengthBytes);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(headerText, headerText + headerBytes, rejectRepeatedTensorNames);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(path + ": header: invalid JSON: " + error.what());
-  }
-  if (!header.is_object()) throw InputError(path + ": header: expected a JSON object");
-
-  for (const auto& [name, value] : header.items()) {
-    if (name == kMetadataKey) {
-      file.metadata_ = parseMetadata(path, value);
-      continue;
-    }
-    file.entries_.push_back(parseEntry(path, name, value, dataRegionBytes));
-  }
-
-  // Stable, so that empty tensors sharing an offset stay in name order (the JSON object's order).
-  std::stable_sort(file.entries_.begin(), file.entries_.end(),
-                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-                     return std::tie(a.offset, a.bytes) < std::tie(b.offset, b.bytes);
-                   });
-  // Empty tensors own no bytes, so they cannot overlap anything.
-  const SafetensorsEntry* previous = nullptr;
-  for (const SafetensorsEntry& entry : file.entries_) {
-    if (entry.bytes == 0) continue;
-    if (previous && entry.offset < previous->offset + previous->bytes)
-      failTensor(path, entry.name,
-                 "data_offsets " + rangeToString(entry.offset, entry.offset + entry.bytes) + " overlap tensor '" +
-                     previous->name + "' " + rangeToString(previous->offset, previous->offset + previous->bytes));
-    previous = &entry;
-  }
+  SafetensorsHeader header =
+      parseSafetensorsHeader(std::string_view(reinterpret_cast<const char*>(file.mapping_), fileBytes), path);
+  file.dataStart_ = header.dataStart;
+  file.entries_ = std::move(header.entries);
+  file.metadata_ = std::move(header.metadata);
   for (size_t i = 0; i < file.entries_.size(); ++i) file.indexByName_.emplace(file.entries_[i].name, i);
   return file;
 }
@@ -330,26 +371,27 @@ SafetensorsDirectory SafetensorsDirectory::open(const std::string& path) {
   const fs::path indexPath = fs::path(path) / kIndexFileName;
   if (fs::exists(indexPath)) {
     const std::string indexName = indexPath.string();
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(readWholeFile(indexName));
-    } catch (const nlohmann::json::exception& error) {
-      throw InputError(indexName + ": invalid JSON: " + error.what());
-    }
+    const nlohmann::json index = parseJson(readWholeFile(indexName), indexName);
     auto weightMap = index.is_object() ? index.find("weight_map") : index.end();
     if (weightMap == index.end() || !weightMap->is_object())
       throw InputError(indexName + ": weight_map: expected an object mapping tensor names to file names");
 
     std::map<std::string, size_t> fileIndexByShard;
     for (const auto& [name, shard] : weightMap->items()) {
-      if (!shard.is_string()) throw InputError(indexName + ": weight_map: tensor '" + name + "': expected a file name");
+      if (!shard.is_string())
+        throw InputError(indexName + ": weight_map: tensor " + shownName(name) + ": expected a file name, got " +
+                         describeJsonValue(shard));
       const std::string& shardName = shard.get_ref<const std::string&>();
+      // A shard is a file beside the index: a path elsewhere would read files the checkpoint does not hold.
+      if (shardName.empty() || shardName.find('/') != std::string::npos || shardName == "." || shardName == "..")
+        throw InputError(indexName + ": weight_map: tensor " + shownName(name) + ": expected a file name in " + path +
+                         ", got " + quoteForMessage(shardName, 120));
       auto [known, inserted] = fileIndexByShard.emplace(shardName, directory.files_.size());
       if (inserted) directory.files_.push_back(SafetensorsFile::open((fs::path(path) / shardName).string()));
       const SafetensorsFile& file = directory.files_[known->second];
       const SafetensorsEntry* entry = file.find(name);
       if (!entry)
-        throw InputError(indexName + ": weight_map: tensor '" + name + "': mapped to " + shardName +
+        throw InputError(indexName + ": weight_map: tensor " + shownName(name) + ": mapped to " + shownName(shardName) +
                          ", which does not contain it");
       directory.locationByName_.emplace(name,
                                         EntryIndex{known->second, static_cast<size_t>(entry - file.entries().data())});

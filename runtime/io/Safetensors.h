@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,20 @@ struct SafetensorsEntry {
   uint64_t offset = 0;  // from the start of the data region
   uint64_t bytes = 0;
 };
+
+// What a safetensors header says, checked against the file it came from.
+struct SafetensorsHeader {
+  uint64_t dataStart = 0;  // 8 + header length
+  std::vector<SafetensorsEntry> entries;  // in data order, as SafetensorsFile::entries
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and validates the header of a safetensors file whose bytes (all of them: the length, the
+// header and the data region) are `fileBytes`: nesting bounded as in support/Json.h, every entry's
+// dtype, shape (no overflow) and byte range, no repeated names, no overlaps. Throws InputError
+// naming `path`. SafetensorsFile::open runs exactly this on its mapping (and the fuzz target on
+// arbitrary bytes).
+SafetensorsHeader parseSafetensorsHeader(std::string_view fileBytes, const std::string& path);
 
 class SafetensorsFile {
  public:

@@ -23,13 +23,29 @@
 #include "models/diffusion_gemma/ParallelLayout.h"
 #include "models/diffusion_gemma/Presets.h"
 #include "support/AtomicFile.h"
+#include "support/CheckedSize.h"
+#include "support/Json.h"
+#include "support/Shape.h"
 #include "plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
+#include "tools/common/FlagRanges.h"
 #include "tools/dgemma-compile/Report.h"
 
 namespace {
 
 using dgemma::InputError;
+
+// The ranges of the numeric flags (docs/cli.md, "Flag ranges"): far beyond any real run, and small
+// enough that the sizes built from them cannot overflow.
+constexpr int64_t kMaxMicroBatch = 65536;
+constexpr int64_t kMaxLength = int64_t{1} << 20;  // --prompt-len, --canvas-len, --max-new-tokens
+constexpr int64_t kMaxBuiltinSize = 65536;        // --hidden-size, --vocab-size of the built-in graph
+constexpr int64_t kMaxParallel = 1024;            // --tp, --ep, --dp
+constexpr double kMaxWeight = 1e6;                // loss weights, coefficients, clips, weight decay
+constexpr double kMaxGradNorm = 1e30;
+// Tokens of one global micro-batch (micro-batch x DP x (longest prompt + canvas + cache)): the
+// builder lays out position tables of this many entries before any size is checked.
+constexpr int64_t kMaxTokensPerMicroBatch = int64_t{1} << 24;
 
 struct CompileFlags {
   std::string model;
@@ -68,10 +84,11 @@ std::vector<int64_t> parseLengths(const std::string& text) {
     try {
       size_t used = 0;
       int64_t value = std::stoll(item, &used);
-      if (used != item.size() || value < 1) throw std::invalid_argument(item);
+      if (used != item.size() || value < 1 || value > kMaxLength) throw std::invalid_argument(item);
       lengths.push_back(value);
     } catch (const std::logic_error&) {
-      throw InputError("--prompt-len: expected positive integers separated by commas, got \"" + text + "\"");
+      throw InputError("--prompt-len: expected integers in [1, " + std::to_string(kMaxLength) +
+                       "] separated by commas, got " + dgemma::quoteForMessage(text, 40));
     }
   }
   if (lengths.empty()) throw InputError("--prompt-len: expected at least one length");
@@ -104,12 +121,8 @@ void rejectUnbuiltFeatures(const CompileFlags& flags) {
 mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileFlags& flags) {
   mlir::dg::DiffusionGemmaObjective objective;
   objective.variant = *mlir::dg::parseObjectiveVariant(flags.objective);  // CLI11 checked the name
-  if (!(flags.selfCondProb >= 0 && flags.selfCondProb <= 1)) throw InputError("--self-cond-prob: expected a probability in [0, 1]");
-  if (!(flags.encoderLossWeight >= 0)) throw InputError("--encoder-loss-weight: expected a weight >= 0");
-  if (!(flags.decoderLossWeight >= 0)) throw InputError("--decoder-loss-weight: expected a weight >= 0");
-  if (!(flags.auxLossCoeff >= 0)) throw InputError("--aux-loss-coeff: expected a coefficient >= 0");
-  if (flags.weightClip && !(*flags.weightClip > 0)) throw InputError("--weight-clip: expected a positive clip");
-  if (!(0 <= flags.noiseMin && flags.noiseMin <= flags.noiseMax && flags.noiseMax <= 1))
+  // Each flag's own range is checked as it is parsed (docs/cli.md, "Flag ranges"); here only how they relate.
+  if (!(flags.noiseMin <= flags.noiseMax))
     throw InputError("--noise-min/--noise-max: expected 0 <= noise_min <= noise_max <= 1");
   objective.selfConditioningProb = flags.selfCondProb;
   objective.encoderLossWeight = flags.encoderLossWeight;
@@ -136,15 +149,6 @@ nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& object
           {"router_aux_loss_coeff", objective.routerAuxLossCoeff},
           {"noise_min", objective.noiseMin},
           {"noise_max", objective.noiseMax}};
-}
-
-dgemma::OptimizerSettings checkedOptimizer(const dgemma::OptimizerSettings& adam) {
-  if (!(adam.beta1 >= 0 && adam.beta1 < 1) || !(adam.beta2 >= 0 && adam.beta2 < 1))
-    throw InputError("--adam-beta1/--adam-beta2: expected values in [0, 1)");
-  if (!(adam.epsilon > 0)) throw InputError("--adam-eps: expected a positive epsilon");
-  if (!(adam.weightDecay >= 0)) throw InputError("--weight-decay: expected a value >= 0");
-  if (!(adam.maxGradNorm > 0)) throw InputError("--clip-grad: expected a positive global-norm bound");
-  return adam;
 }
 
 // The typed plan fields that drive the runtime (docs/plan-format.md), gathered while the model is
@@ -189,11 +193,51 @@ dgemma::GenerationSettings generationSettings(const CompileFlags& flags, const d
   return settings;
 }
 
+// The builder lays out position tables per token while it builds, so the token count of one
+// global micro-batch is bounded before anything is built.
+// `perExample` says what the tokens of one example are, for the message.
+void checkTokensPerMicroBatch(int64_t globalMicroBatch, int64_t tokensPerExample, const std::string& perExample,
+                              const CompileFlags& flags) {
+  const std::optional<int64_t> tokens = dgemma::checkedMultiply(globalMicroBatch, tokensPerExample);
+  if (!tokens || *tokens > kMaxTokensPerMicroBatch)
+    throw InputError("--micro-batch " + std::to_string(flags.microBatch) + (flags.dp > 1 ? " x --dp " + std::to_string(flags.dp) : "") +
+                     " with " + std::to_string(tokensPerExample) + " tokens per example (" + perExample +
+                     "): more than " + std::to_string(kMaxTokensPerMicroBatch) + " tokens per micro-batch");
+}
+
+// Every tensor of the built program must have a static shape whose bytes fit kMaxTensorBytes:
+// the memory planner and the runtime size arenas from them. Checked before any pass runs, so a
+// config or flags too large to hold end here, naming the tensor, and not in a verifier dump.
+void checkTensorSizes(mlir::ModuleOp module) {
+  auto check = [](mlir::Type type, mlir::Location location) {
+    auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(type);
+    if (!tensor) return;
+    std::string where;
+    llvm::raw_string_ostream stream(where);
+    location.print(stream);
+    const std::vector<int64_t> shape(tensor.getShape().begin(), tensor.getShape().end());
+    const mlir::Type element = tensor.getElementType();
+    const int64_t elementBytes = element.isIntOrFloat() ? (element.getIntOrFloatBitWidth() + 7) / 8 : 8;
+    const std::optional<int64_t> bytes =
+        tensor.hasStaticShape() ? dgemma::checkedTensorBytes(shape, elementBytes) : std::nullopt;
+    if (!bytes || *bytes > dgemma::kMaxTensorBytes)
+      throw InputError("the model config and flags give a tensor larger than " + dgemma::formatBytes(dgemma::kMaxTensorBytes) +
+                       " (the bound on one tensor): " + where +
+                       (tensor.hasStaticShape() ? " of shape " + dgemma::shapeToString(shape) : " (its size overflows)") +
+                       "; reduce the config's sizes, --micro-batch or --prompt-len");
+  };
+  module.walk([&](mlir::Operation* op) {
+    for (mlir::Value result : op->getResults()) check(result.getType(), op->getLoc());
+    for (mlir::Region& region : op->getRegions())
+      for (mlir::Block& block : region)
+        for (mlir::BlockArgument argument : block.getArguments()) check(argument.getType(), op->getLoc());
+  });
+}
+
 // Builds the module; records in `fields` what the runtime needs to know about the model and in
 // `metadata` what is informational.
 mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, RuntimeFields& fields,
                                              nlohmann::json& metadata) {
-  if (flags.microBatch < 1) throw InputError("--micro-batch: expected a positive integer");
   if (flags.maxNewTokens && (flags.mode != "infer" || flags.model == mlir::dg::kRmsNormMatmulSoftmaxName))
     throw InputError("--max-new-tokens: only DiffusionGemma inference plans (--mode infer) generate");
   if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName) {
@@ -203,8 +247,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     options.hiddenSize = flags.hiddenSize;
     options.vocabSize = flags.vocabSize;
     options.train = flags.mode == "train";
-    if (options.hiddenSize < 1 || options.vocabSize < 1)
-      throw InputError("--hidden-size/--vocab-size: expected positive integers");
+    checkTokensPerMicroBatch(flags.microBatch, options.sequenceLengths.back(), "longest --prompt-len", flags);
     if (isMultiRank(flags))
       throw InputError(std::string("--tp/--ep/--dp/--sp: ") + mlir::dg::kRmsNormMatmulSoftmaxName +
                        " has no parallel mapping; multi-rank layouts are for DiffusionGemma configs");
@@ -222,12 +265,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (flags.canvasLength != 0 && flags.canvasLength != config.canvasLength)
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));
+  const int64_t longestPrompt = parseLengths(flags.promptLengths).back();
   dgemma::checkParallelLayout(config, parallelLayout(flags), parseLengths(flags.promptLengths), config.canvasLength);
   metadata["layout"] = {{"tp", flags.tp}, {"dp", flags.dp}, {"ep", flags.ep}, {"sp", flags.sequenceParallel},
                         {"distributed_optimizer", flags.distributedOptimizer}};
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = dgemma::ModelFamily::DiffusionGemma;
-  fields.modelConfig = nlohmann::json::parse(dgemma::readWholeFile(configPath.string()));
+  fields.modelConfig = dgemma::parseJson(dgemma::readWholeFile(configPath.string()), configPath.string());
   // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
   // occupies positions, and RoPE, the window and the decoder's prefix truncation all depend on
   // distances, so the result is the same up to rounding. The runtime crops prompt-length outputs back.
@@ -242,6 +286,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   // the global micro-batch and the partitioner gives each rank its share.
   const int64_t globalMicroBatch = flags.microBatch * flags.dp;
   if (flags.mode == "train") {
+    checkTokensPerMicroBatch(globalMicroBatch, longestPrompt + config.canvasLength, "longest --prompt-len + canvas", flags);
     mlir::dg::DiffusionGemmaTrainOptions options;
     options.microBatch = globalMicroBatch;
     options.promptLengths = parseLengths(flags.promptLengths);
@@ -259,6 +304,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   options.precision = precision;
   fields.generation = generationSettings(flags, config, options.promptLengths.back());
   options.cacheLength = fields.generation->cacheLength;
+  checkTokensPerMicroBatch(globalMicroBatch, longestPrompt + options.cacheLength + config.canvasLength,
+                           "longest --prompt-len + cache + canvas", flags);
   metadata["max_new_tokens"] = fields.generation->maxNewTokens;
   return mlir::dg::buildDiffusionGemmaInference(context, config, options);
 }
@@ -305,6 +352,7 @@ int compile(const CompileFlags& flags) {
     fields.runDefaults = dgemma::RunDefaults{flags.preset, dgemma::findPreset(flags.preset).train};
   }
   mlir::OwningOpRef<mlir::ModuleOp> module = buildModel(context, flags, fields, metadata);
+  checkTensorSizes(*module);
   if (mlir::failed(mlir::verify(*module))) throw InputError("the built model IR does not verify (see above)");
   if (flags.emit == "dg") {
     module->print(llvm::outs());
@@ -315,7 +363,7 @@ int compile(const CompileFlags& flags) {
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = flags.mode == "train";
   if (pipeline.train) {
-    pipeline.optimizer = checkedOptimizer(flags.adam);
+    pipeline.optimizer = flags.adam;  // each setting's range is checked as its flag is parsed
     fields.optimizer = pipeline.optimizer;
   }
   if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed (see above)");
@@ -385,29 +433,33 @@ int main(int argc, char** argv) {
   app.add_option("--preset", flags.preset, "named recipe defaults: dg26b-sft, tiny-cpu, demo (explicit flags win)");
   app.add_option("--objective", flags.objective, "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce")
       ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce"}));
-  app.add_option("--self-cond-prob", flags.selfCondProb, "self-conditioning probability");
-  app.add_option("--encoder-loss-weight", flags.encoderLossWeight, "clean-target encoder loss weight");
-  app.add_option("--weight-clip", flags.weightClip, "clip of the reweighted objectives' weight (default: none)");
-  app.add_option("--decoder-loss-weight", flags.decoderLossWeight, "denoising decoder loss weight");
-  app.add_option("--aux-loss-coeff", flags.auxLossCoeff, "router load-balancing loss coefficient");
-  app.add_option("--noise-min", flags.noiseMin, "lower end of the diffusion time t");
-  app.add_option("--noise-max", flags.noiseMax, "upper end of the diffusion time t");
-  app.add_option("--adam-beta1", flags.adam.beta1, "AdamW beta1 (docs/training.md, 'AdamW and clipping')");
-  app.add_option("--adam-beta2", flags.adam.beta2, "AdamW beta2");
-  app.add_option("--adam-eps", flags.adam.epsilon, "AdamW epsilon");
-  app.add_option("--weight-decay", flags.adam.weightDecay, "decoupled weight decay");
-  app.add_option("--clip-grad", flags.adam.maxGradNorm, "global gradient-norm bound");
-  app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch");
+  app.add_option("--self-cond-prob", flags.selfCondProb, "self-conditioning probability")->check(dgemma::numberIn(0, 1));
+  app.add_option("--encoder-loss-weight", flags.encoderLossWeight, "clean-target encoder loss weight")->check(dgemma::numberIn(0, kMaxWeight));
+  app.add_option("--weight-clip", flags.weightClip, "clip of the reweighted objectives' weight (default: none)")
+      ->check(dgemma::numberIn(0, kMaxWeight, false));
+  app.add_option("--decoder-loss-weight", flags.decoderLossWeight, "denoising decoder loss weight")->check(dgemma::numberIn(0, kMaxWeight));
+  app.add_option("--aux-loss-coeff", flags.auxLossCoeff, "router load-balancing loss coefficient")->check(dgemma::numberIn(0, kMaxWeight));
+  app.add_option("--noise-min", flags.noiseMin, "lower end of the diffusion time t")->check(dgemma::numberIn(0, 1));
+  app.add_option("--noise-max", flags.noiseMax, "upper end of the diffusion time t")->check(dgemma::numberIn(0, 1));
+  app.add_option("--adam-beta1", flags.adam.beta1, "AdamW beta1 (docs/training.md, 'AdamW and clipping')")
+      ->check(dgemma::numberIn(0, 1, true, false));
+  app.add_option("--adam-beta2", flags.adam.beta2, "AdamW beta2")->check(dgemma::numberIn(0, 1, true, false));
+  app.add_option("--adam-eps", flags.adam.epsilon, "AdamW epsilon")->check(dgemma::numberIn(0, 1, false));
+  app.add_option("--weight-decay", flags.adam.weightDecay, "decoupled weight decay")->check(dgemma::numberIn(0, kMaxWeight));
+  app.add_option("--clip-grad", flags.adam.maxGradNorm, "global gradient-norm bound")->check(dgemma::numberIn(0, kMaxGradNorm, false));
+  app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch")->check(dgemma::integerIn(1, kMaxMicroBatch));
   app.add_option("--prompt-len", flags.promptLengths, "prompt-length buckets, e.g. 128,256,512");
-  app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length (default: the config's canvas_length)");
+  app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length (default: the config's canvas_length)")
+      ->check(dgemma::integerIn(1, kMaxLength));
   app.add_option("--max-new-tokens", flags.maxNewTokens,
                  "infer: the most tokens a generation may ask for; sizes the K/V cache (default: generation_config.json's "
-                 "max_new_tokens, else 256)");
-  app.add_option("--hidden-size", flags.hiddenSize, "hidden size of the built-in graph");
-  app.add_option("--vocab-size", flags.vocabSize, "output size of the built-in graph");
-  app.add_option("--tp", flags.tp, "tensor-parallel size");
-  app.add_option("--ep", flags.ep, "expert-parallel size");
-  app.add_option("--dp", flags.dp, "data-parallel size");
+                 "max_new_tokens, else 256)")
+      ->check(dgemma::integerIn(1, kMaxLength));
+  app.add_option("--hidden-size", flags.hiddenSize, "hidden size of the built-in graph")->check(dgemma::integerIn(1, kMaxBuiltinSize));
+  app.add_option("--vocab-size", flags.vocabSize, "output size of the built-in graph")->check(dgemma::integerIn(1, kMaxBuiltinSize));
+  app.add_option("--tp", flags.tp, "tensor-parallel size")->check(dgemma::integerIn(1, kMaxParallel));
+  app.add_option("--ep", flags.ep, "expert-parallel size")->check(dgemma::integerIn(1, kMaxParallel));
+  app.add_option("--dp", flags.dp, "data-parallel size")->check(dgemma::integerIn(1, kMaxParallel));
   app.add_flag("--sp", flags.sequenceParallel, "sequence parallelism");
   app.add_flag("--distributed-optimizer,!--no-distributed-optimizer", flags.distributedOptimizer,
                "ZeRO-1: optimizer state sharded over the data-parallel ranks (default on)");

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 
+#include "models/diffusion_gemma/Config.h"
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
@@ -18,6 +19,7 @@
 #include "runtime/session/Session.h"
 #include "runtime/train/Trainer.h"
 #include "tools/common/CliSupport.h"
+#include "tools/common/FlagRanges.h"
 #include "tools/dgemma-run/EvalCommand.h"
 #include "tools/dgemma-run/GenerateCommand.h"
 #include "tools/dgemma-run/RunDefaults.h"
@@ -32,6 +34,19 @@ using dgemma::runEntry;
 using dgemma::Session;
 using dgemma::SessionOptions;
 
+// The ranges of the numeric flags (docs/cli.md, "Flag ranges"): far beyond any real run, and small
+// enough that nothing computed from them overflows.
+constexpr int64_t kMaxThreads = 1024;
+constexpr int64_t kMaxSteps = int64_t{1} << 40;  // steps, and step counts between events
+constexpr int64_t kMaxAccumulation = int64_t{1} << 20;
+constexpr int64_t kMaxKeep = 1 << 20;
+constexpr int64_t kMaxLength = int64_t{1} << 20;     // token counts: new tokens, canvas, encoder context
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // as a config's vocab_size (docs/model.md)
+constexpr int64_t kMaxRank = (int64_t{1} << 20) - 1;  // below the largest world size a plan may have
+// Finite; a huge rate is how the NaN guard is tested (it makes the step overflow on purpose).
+constexpr double kMaxLearningRate = 1e30;
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
+
 // How the ranks of a plan-running command start: --nproc-per-node local ranks, or the environment's.
 struct RankFlags {
   int64_t processesPerNode = 1;
@@ -40,10 +55,10 @@ struct RankFlags {
 
 void addRankFlags(CLI::App& command, RankFlags& flags) {
   command.add_option("--nproc-per-node", flags.processesPerNode, "local ranks to start (1: this process is the only rank)")
-      ->check(CLI::Range(1, 1024));
+      ->check(dgemma::integerIn(1, 1024));
   command.add_option("--comm-timeout", flags.commTimeoutSeconds,
                      "seconds a rank waits for a peer in the rendezvous and in each collective")
-      ->check(CLI::PositiveNumber);
+      ->check(dgemma::numberIn(0, kMaxTimeoutSeconds, false));
 }
 
 // This process as the rank its environment names: the session's rank, world size and rendezvous.
@@ -92,7 +107,7 @@ struct ExecutionFlags {
 void addPlanFlags(CLI::App& command, SessionOptions& flags) {
   command.add_option("--plan", flags.planDir, "plan directory written by dgemma-compile")->required();
   command.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  command.add_option("--threads", flags.threads, "CPU worker threads (0: one per core)");
+  command.add_option("--threads", flags.threads, "CPU worker threads (0: one per core)")->check(dgemma::integerIn(0, kMaxThreads));
 }
 
 // cli.md names no dtype for the 0/1 masks (attention_mask, canvas_mask, self_conditioning_mask):
@@ -124,6 +139,34 @@ HostTensor convertMask(const HostTensor& tensor, dgemma::DType wanted, const std
   return dgemma::isFloating(wanted) ? dgemma::convertDType(wide, wanted, what) : dgemma::convertDType(flags, wanted, what);
 }
 
+// The batch fields that hold token ids (docs/cli.md, "Batch files"): every one must index the
+// embedding, so an id outside [0, vocab_size) is the batch's error, named by tensor and index,
+// not a failed gather in some plan step.
+void checkTokenIds(const std::map<std::string, HostTensor>& batch, const dgemma::Plan& plan, const std::string& path) {
+  if (plan.modelFamily != dgemma::ModelFamily::DiffusionGemma) return;
+  const int64_t vocabSize = dgemma::parseDiffusionGemmaConfig(plan.modelConfig, "--plan: model.config").vocabSize;
+  for (const char* field : {"input_ids", "canvas_ids", "noisy_canvas_ids"}) {
+    auto it = batch.find(field);
+    if (it == batch.end()) continue;
+    const std::string what = path + ": tensor " + field;
+    const HostTensor ids = dgemma::convertDType(it->second, dgemma::DType::I64, what);
+    for (int64_t i = 0; i < ids.numElements(); ++i) {
+      const int64_t id = ids.as<int64_t>()[i];
+      if (id < 0 || id >= vocabSize) {
+        std::string index;
+        for (size_t d = 0, rest = static_cast<size_t>(i); d < ids.shape.size(); ++d) {
+          int64_t stride = 1;
+          for (size_t e = d + 1; e < ids.shape.size(); ++e) stride *= ids.shape[e];
+          index += (d ? "," : "") + std::to_string(rest / stride);
+          rest %= stride;
+        }
+        throw InputError(what + ": element [" + index + "]: token id " + std::to_string(id) +
+                         " is outside the vocabulary [0, " + std::to_string(vocabSize) + ") (the plan's vocab_size)");
+      }
+    }
+  }
+}
+
 std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemma::Plan& plan, const std::string& entryName) {
   dgemma::SafetensorsFile file = dgemma::SafetensorsFile::open(path);
   std::map<std::string, HostTensor> batch;
@@ -141,6 +184,7 @@ std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemm
     }
     break;
   }
+  checkTokenIds(batch, plan, path);
   return batch;
 }
 
@@ -281,20 +325,21 @@ int main(int argc, char** argv) {
   train->add_option("--weights", trainFlags.session.weights, "HF or dgemma checkpoint directory to start from");
   train->add_option("--init", trainFlags.session.init, "random: start from the parameters' init distributions")
       ->check(CLI::IsMember({"random"}));
-  train->add_option("--seed", trainFlags.session.seed, "seed of the data order, the noise and --init random");
+  train->add_option("--seed", trainFlags.session.seed, "seed of the data order, the noise and --init random")
+      ->check(dgemma::anyUnsigned64());
   train->add_option("--train", trainFlags.train, "training JSONL, or mock: synthetic smoke-test data")->required();
   train->add_option("--validation", trainFlags.validation, "validation JSONL, evaluated every --eval-every steps and at the end");
   train->add_option("--test", trainFlags.test, "test JSONL, evaluated at the end");
   train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
   train->add_option("--steps", trainFlags.steps, "optimizer steps of the whole run (default: the plan's preset)")
-      ->check(CLI::PositiveNumber);
+      ->check(dgemma::integerIn(1, kMaxSteps));
   train->add_option("--accumulation", trainFlags.accumulation, "micro-batches per optimizer step (global batch = micro-batch x N)")
-      ->check(CLI::PositiveNumber);
-  train->add_option("--lr", trainFlags.lr, "peak learning rate");
-  train->add_option("--min-lr", trainFlags.minLr, "learning rate at the end of the decay");
-  train->add_option("--warmup", trainFlags.warmupSteps, "linear warmup steps from 0")->check(CLI::NonNegativeNumber);
+      ->check(dgemma::integerIn(1, kMaxAccumulation));
+  train->add_option("--lr", trainFlags.lr, "peak learning rate")->check(dgemma::numberIn(0, kMaxLearningRate));
+  train->add_option("--min-lr", trainFlags.minLr, "learning rate at the end of the decay")->check(dgemma::numberIn(0, kMaxLearningRate));
+  train->add_option("--warmup", trainFlags.warmupSteps, "linear warmup steps from 0")->check(dgemma::integerIn(0, kMaxSteps));
   train->add_option("--decay-steps", trainFlags.decaySteps, "step at which the decay reaches --min-lr (default: --steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dgemma::integerIn(0, kMaxSteps));
   train->add_option("--lr-decay-style", trainFlags.decayStyle, "cosine | linear | constant")
       ->check(CLI::IsMember({"cosine", "linear", "constant"}));
   train->add_option("--canvas-tail", trainFlags.canvasTail,
@@ -302,20 +347,20 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"pad", "eos_fill"}));
   train->add_option("--save-dir", trainFlags.saveDir, "checkpoint directory (a checkpoint at the end, and every --save-every)");
   train->add_option("--save-every", trainFlags.saveEvery, "steps between checkpoints (0: only at the end)")
-      ->check(CLI::NonNegativeNumber);
-  train->add_option("--keep", trainFlags.keep, "keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber);
+      ->check(dgemma::integerIn(0, kMaxSteps));
+  train->add_option("--keep", trainFlags.keep, "keep the newest K checkpoints (0: all)")->check(dgemma::integerIn(0, kMaxKeep));
   train->add_flag("--resume", trainFlags.resume, "continue from the newest checkpoint in --save-dir (an error if it is damaged)");
   train->add_option("--resume-from", trainFlags.resumeFrom, "continue from this checkpoint directory (e.g. an older one)");
   train->add_option("--metrics", trainFlags.metrics, "JSON Lines metrics file");
   train->add_option("--tensorboard", trainFlags.tensorboard, "TensorBoard log directory");
   train->add_option("--eval-every", trainFlags.evalEvery, "steps between validations (0: only at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dgemma::integerIn(0, kMaxSteps));
   train->add_option("--eval-batches", trainFlags.evalBatches, "micro-batches per evaluation (0: the whole split)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dgemma::integerIn(0, kMaxSteps));
   train->add_option("--nan-policy", trainFlags.nanPolicy, "abort | skip: a step with a NaN or Inf loss or gradient")
       ->check(CLI::IsMember({"abort", "skip"}));
   train->add_option("--log-every", trainFlags.logEvery, "off a terminal, a progress line every N steps as well as every 30 s")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dgemma::integerIn(0, kMaxSteps));
   train->add_flag("--skip-bad-rows", trainFlags.skipBadRows, "skip, count and list bad rows instead of failing");
   addRankFlags(*train, rankFlags);
 
@@ -328,10 +373,11 @@ int main(int argc, char** argv) {
     command->add_option("--weights", run->session.weights, "HF or dgemma checkpoint directory")->required();
     command->add_option("--tokenizer", run->tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
     command->add_option("--max-new-tokens", run->maxNewTokens, "new tokens to generate, in whole canvases (default: the plan's)")
-        ->check(CLI::PositiveNumber);
+        ->check(dgemma::integerIn(1, kMaxLength));
     command->add_option("--steps", run->steps, "max_denoising_steps: decoder passes per canvas at most (default: the plan's)")
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-    command->add_option("--seed", run->seed, "seed of every draw (the same seed gives the same text in any batch)");
+        ->check(dgemma::integerIn(1, int64_t{1} << 24));
+    command->add_option("--seed", run->seed, "seed of every draw (the same seed gives the same text in any batch)")
+        ->check(dgemma::anyUnsigned64());
     command->add_flag("--skip-bad-rows", run->skipBadRows, "skip, count and list bad rows instead of failing");
   }
   generate->add_option("--prompt", generateFlags.prompt, "one user message, chat-formatted with the model's template");
@@ -346,12 +392,13 @@ int main(int argc, char** argv) {
   CLI::App* checkData = app.add_subcommand("check-data", "validate a JSONL data file as training would and print its counts");
   checkData->add_option("--data", checkDataFlags.data, "JSONL file")->required();
   checkData->add_option("--tokenizer", checkDataFlags.tokenizer, "directory with tokenizer.model or tokenizer.json")->required();
-  checkData->add_option("--canvas-len", checkDataFlags.canvasLength, "block length")->check(CLI::PositiveNumber);
+  checkData->add_option("--canvas-len", checkDataFlags.canvasLength, "block length")->check(dgemma::integerIn(1, kMaxLength));
   checkData->add_option("--max-encoder-len", checkDataFlags.maxEncoderLength, "longest encoder context allowed")
-      ->check(CLI::PositiveNumber);
+      ->check(dgemma::integerIn(1, kMaxLength));
   checkData->add_option("--max-soft-tokens", checkDataFlags.maxSoftTokens, "image soft tokens: 70, 140, 280, 560 or 1120")
       ->check(CLI::IsMember({70, 140, 280, 560, 1120}));
-  checkData->add_option("--vocab-size", checkDataFlags.vocabSize, "model vocabulary size (default: the tokenizer's)");
+  checkData->add_option("--vocab-size", checkDataFlags.vocabSize, "model vocabulary size (default: the tokenizer's)")
+      ->check(dgemma::integerIn(1, kMaxVocabSize));
   checkData->add_flag("--skip-bad-rows", checkDataFlags.skipBadRows, "skip, count and list bad rows instead of failing");
 
   CLI::App* forward = app.add_subcommand("forward", "run the plan's forward entry on a batch (safetensors in, safetensors out)");
@@ -360,18 +407,19 @@ int main(int argc, char** argv) {
     addPlanFlags(*command, flags.session);
     command->add_option("--weights", flags.session.weights, "safetensors checkpoint directory or file");
     command->add_option("--init", flags.session.init, "random: draw parameters from their init distributions")->check(CLI::IsMember({"random"}));
-    command->add_option("--seed", flags.session.seed, "seed for --init random");
+    command->add_option("--seed", flags.session.seed, "seed for --init random")->check(dgemma::anyUnsigned64());
     command->add_option("--input", flags.input, "BATCH.safetensors")->required();
     command->add_option("--out", flags.output, "OUT.safetensors")->required();
     addRankFlags(*command, rankFlags);
   }
-  grad->add_option("--step", flags.step, "step of the noise keys when the batch injects no noise");
+  grad->add_option("--step", flags.step, "step of the noise keys when the batch injects no noise")
+      ->check(dgemma::anyUnsigned64());
   grad->add_option("--first-sample", flags.firstSample, "global sample index of the batch's first row (noise keys)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dgemma::integerIn(0, int64_t{1} << 62));
 
   CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
   addPlanFlags(*inspect, flags.session);
-  inspect->add_option("--rank", flags.session.rank, "which rank's plan");
+  inspect->add_option("--rank", flags.session.rank, "which rank's plan")->check(dgemma::integerIn(0, kMaxRank));
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;

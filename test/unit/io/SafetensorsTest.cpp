@@ -224,7 +224,14 @@ INSTANTIATE_TEST_SUITE_P(
                        "dimension 1 is -1"},
         RejectedHeader{"OverflowingShape",
                        R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 4, "x",
-                       "too large"},
+                       "dimension 1 (4294967296) makes the tensor larger than 2^64 bytes"},
+        // Issue 15: an empty tensor may not hide dimensions whose product overflows.
+        RejectedHeader{"EmptyTensorWithOverflowingDims",
+                       R"({"x":{"dtype":"F32","shape":[0,4611686018427387904,4611686018427387904],"data_offsets":[0,0]}})",
+                       0, "x", "dimension 1 (4611686018427387904) makes the tensor larger than 2^64 bytes"},
+        RejectedHeader{"TooManyDimensions",
+                       R"({"x":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", 1,
+                       "x", "shape: 17 dimensions, expected at most 16"},
         RejectedHeader{"MissingOffsets", R"({"x":{"dtype":"F32","shape":[1]}})", 4, "x", "data_offsets"},
         RejectedHeader{"OneOffset", R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4]}})", 4, "x",
                        "data_offsets: expected [begin, end]"},
@@ -334,7 +341,7 @@ TEST_F(SafetensorsTest, IndexMappingATensorToTheWrongShardIsRejected) {
   writeBytes(pathOf("model.safetensors.index.json"), R"({"weight_map": {"a": "shard2.safetensors"}})");
   std::string message = inputErrorMessage([&] { SafetensorsDirectory::open(directory_.string()); });
   EXPECT_TRUE(mentions(message, pathOf("model.safetensors.index.json")));
-  EXPECT_TRUE(mentions(message, "tensor 'a': mapped to shard2.safetensors, which does not contain it"));
+  EXPECT_TRUE(mentions(message, "tensor 'a': mapped to 'shard2.safetensors', which does not contain it"));
 }
 
 TEST_F(SafetensorsTest, DirectoryWithoutIndexReadsEverySafetensorsFile) {
@@ -395,6 +402,49 @@ TEST_F(SafetensorsTest, FailedWriteLeavesNoTemporaryFile) {
 
   writeSafetensors(pathOf("good.safetensors"), {{"t", &tensor}});
   EXPECT_EQ(filesInDirectory(), (std::vector<std::string>{"good.safetensors", "occupied.safetensors"}));
+}
+
+// Issue 15: headers and index files are parsed with the nesting bound of support/Json.h.
+TEST_F(SafetensorsTest, DeeplyNestedHeadersAndIndexesAreRefused) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string path = pathOf("deep.safetensors");
+  writeRawSafetensors(path, "{\"__metadata__\":" + deep + "}", "");
+  EXPECT_EQ(inputErrorMessage([&] { SafetensorsFile::open(path); }), path + ": header: JSON nested deeper than 64 levels");
+  fs::remove(path);
+  writeBytes(pathOf("model.safetensors.index.json"), "{\"weight_map\":" + deep + "}");
+  EXPECT_EQ(inputErrorMessage([&] { SafetensorsDirectory::open(directory_.string()); }),
+            pathOf("model.safetensors.index.json") + ": JSON nested deeper than 64 levels");
+}
+
+TEST_F(SafetensorsTest, IndexShardsMustBeFilesBesideTheIndex) {
+  HostTensor a = patterned(DType::F32, {2}, 1);
+  fs::create_directories(pathOf("model"));
+  writeSafetensors(pathOf("outside.safetensors"), {{"a", &a}});
+  writeBytes(pathOf("model/model.safetensors.index.json"), R"({"weight_map": {"a": "../outside.safetensors"}})");
+  EXPECT_EQ(inputErrorMessage([&] { SafetensorsDirectory::open(pathOf("model")); }),
+            pathOf("model/model.safetensors.index.json") + ": weight_map: tensor 'a': expected a file name in " +
+                pathOf("model") + ", got \"../outside.safetensors\"");
+}
+
+// Names from a file reach messages escaped and cut.
+TEST_F(SafetensorsTest, ControlCharactersInNamesAreEscaped) {
+  const std::string path = pathOf("names.safetensors");
+  writeRawSafetensors(path, "{\"a\\u001b[2J\":{\"dtype\":\"F8\",\"shape\":[1],\"data_offsets\":[0,1]}}", "x");
+  EXPECT_EQ(inputErrorMessage([&] { SafetensorsFile::open(path); }),
+            path + ": tensor \"a\\x1b[2J\": dtype: 'F8' is not supported (expected one of F64, F32, F16, BF16, I64, I32, "
+                   "I8, U8, BOOL)");
+}
+
+// The fuzz target's entry: the same checks on bytes in memory.
+TEST_F(SafetensorsTest, ParsesAHeaderFromBytes) {
+  HostTensor a = patterned(DType::F32, {2, 3}, 1);
+  writeSafetensors(pathOf("a.safetensors"), {{"a", &a}}, {{"step", "3"}});
+  const SafetensorsHeader header = parseSafetensorsHeader(fileBytes(pathOf("a.safetensors")), "memory");
+  ASSERT_EQ(header.entries.size(), 1u);
+  EXPECT_EQ(header.entries[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(header.metadata.at("step"), "3");
+  EXPECT_EQ(inputErrorMessage([&] { parseSafetensorsHeader(std::string("\x02\0\0\0\0\0\0\0[]", 10), "memory"); }),
+            "memory: header: expected a JSON object, got an array of 0 elements");
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ using testing::smallPlan;
 
 // Builds a container around arbitrary header text, independently of serializePlan, so that the
 // tests check the documented layout rather than the writer's own idea of it.
-std::string container(const std::string& header, const std::string& sections = "", uint32_t version = kPlanFormatVersion) {
+std::string container(const std::string& header, const std::string& sections = "", uint32_t version = kPlanFormatVersion,
+                      uint32_t flags = 0, uint64_t reserved = 0) {
   size_t sectionsStart = (48 + header.size() + 63) / 64 * 64;
   std::string out(sectionsStart + sections.size(), '\0');
   std::memcpy(out.data(), "DGEMMAPL", 8);
@@ -26,11 +27,13 @@ std::string container(const std::string& header, const std::string& sections = "
     for (int i = 0; i < bytes; ++i) out[at + i] = static_cast<char>((value >> (8 * i)) & 0xff);
   };
   put(8, version, 4);
+  put(12, flags, 4);
   put(16, header.size(), 8);
   put(24, sections.size(), 8);
   std::memcpy(out.data() + 48, header.data(), header.size());
   std::memcpy(out.data() + sectionsStart, sections.data(), sections.size());
   put(32, XXH3_64bits(out.data() + 48, out.size() - 48), 8);
+  put(40, reserved, 8);
   return out;
 }
 
@@ -58,7 +61,8 @@ TEST(PlanFile, RoundTripsEveryField) {
   plan.metadata = {{"model", "toy"}};
   plan.modelFamily = ModelFamily::DiffusionGemma;
   plan.modelConfig = {{"model_type", "toy"}};
-  plan.bucketPadding = BucketPadding{"prompt_len", 1, {{"x", 7}}, {"y"}};
+  // Names no input or output of the entry: its axis has nothing to check against here.
+  plan.bucketPadding = BucketPadding{"prompt_len", 1, {{"ids", 7}}, {"logits"}};
   plan.runDefaults = RunDefaults{"toy-preset", {{"lr", 0.5}, {"steps", 3}}};
   plan.generation = GenerationSettings{4, 9, 14, 7, 0.25, 0.3, 0.9, 2, 0.01, {1, 106}, 3};
   plan.sections.push_back({"constants", {1, 2, 3, 4, 5}});
@@ -141,7 +145,7 @@ TEST(PlanFile, NamesTheFieldOfABadBehaviourField) {
             "plan.dgplan: model.config: missing (a DiffusionGemma plan carries its config.json)");
   nlohmann::json padding = {{"dimension", "prompt_len"}, {"axis", 1}, {"inputs", {{"x", 0}}}, {"output_prefixes", {"y"}}};
   EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["bucket_padding"] = padding; h["bucket_padding"]["inputs"]["x"] = "zero"; }),
-            "plan.dgplan: bucket_padding.inputs.x: expected an integer");
+            "plan.dgplan: bucket_padding.inputs.x: expected an integer, got \"zero\"");
   EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["bucket_padding"] = padding; h["bucket_padding"].erase("output_prefixes"); }),
             "plan.dgplan: bucket_padding.output_prefixes: missing");
   EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["bucket_padding"] = padding; h["bucket_padding"]["dimension"] = "canvas_len"; }),
@@ -149,7 +153,7 @@ TEST(PlanFile, NamesTheFieldOfABadBehaviourField) {
   nlohmann::json adam = {{"kind", "adamw"}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1},
                          {"max_grad_norm", 1.0}};
   EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["optimizer"] = adam; h["optimizer"]["beta2"] = 1.0; }),
-            "plan.dgplan: optimizer.beta2: expected a value in [0, 1), got 1.000000");
+            "plan.dgplan: optimizer.beta2: expected a value in [0, 1), got 1.0");
   EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["optimizer"] = adam; h["optimizer"].erase("eps"); }),
             "plan.dgplan: optimizer.eps: missing");
   EXPECT_EQ(errorWith([](nlohmann::json& h) { h["run_defaults"] = {{"preset", "p"}, {"train", 3}}; }),
@@ -165,9 +169,9 @@ TEST(PlanFile, NamesTheFieldOfABadBehaviourField) {
             "plan.dgplan: generation.canvas_length: expected a positive integer, got 0");
   EXPECT_EQ(generationError([](nlohmann::json& g) { g.erase("cache_length"); }), "plan.dgplan: generation.cache_length: missing");
   EXPECT_EQ(generationError([](nlohmann::json& g) { g["t_max"] = 0.4; }),
-            "plan.dgplan: generation.t_max: expected a number above t_min 0.400000, got 0.400000");
+            "plan.dgplan: generation.t_max: expected a number above t_min 0.4, got 0.4");
   EXPECT_EQ(generationError([](nlohmann::json& g) { g["entropy_bound"] = 0; }),
-            "plan.dgplan: generation.entropy_bound: expected a positive number, got 0.000000");
+            "plan.dgplan: generation.entropy_bound: expected a positive number, got 0.0");
   EXPECT_EQ(generationError([](nlohmann::json& g) { g["eos_token_ids"] = {1, -2}; }),
             "plan.dgplan: generation.eos_token_ids[1]: expected a non-negative token id, got -2");
   EXPECT_EQ(generationError([](nlohmann::json& g) { g["eos_token_ids"] = 1; }),
@@ -195,7 +199,7 @@ TEST(PlanFile, NamesTheFieldOfASchemaError) {
   EXPECT_EQ(errorOf(container(header.dump())), "plan.dgplan: entry_points[0].steps[0].inputs: missing");
   header = nlohmann::json::parse(headerOf(smallPlan()));
   header["arenas"][0]["bytes"] = "many";
-  EXPECT_EQ(errorOf(container(header.dump())), "plan.dgplan: arenas[0].bytes: expected an integer");
+  EXPECT_EQ(errorOf(container(header.dump())), "plan.dgplan: arenas[0].bytes: expected an integer, got \"many\"");
 }
 
 TEST(PlanFile, RejectsOutOfRangeOffsets) {
@@ -242,6 +246,104 @@ TEST(PlanFile, EntryKeysAndBucketSelection) {
   EXPECT_EQ(plan.selectEntry("forward", {{"prompt_len", 5}}), &plan.entryPoints[1]);
   EXPECT_EQ(plan.selectEntry("forward", {{"prompt_len", 17}}), nullptr);
   EXPECT_EQ(plan.selectEntry("train_step", {{"prompt_len", 1}}), nullptr);
+}
+
+// Issue 15: the hash covers only the header and sections, so a plan with a correct hash and a
+// non-zero preamble flags or reserved field was accepted.
+TEST(PlanFile, RejectsNonZeroFlagsAndReservedFields) {
+  const std::string header = headerOf(smallPlan());
+  EXPECT_EQ(errorOf(container(header, "", kPlanFormatVersion, 1)), "plan.dgplan: preamble flags (byte 12): expected 0, got 1");
+  EXPECT_EQ(errorOf(container(header, "", kPlanFormatVersion, 0, 7)),
+            "plan.dgplan: preamble reserved field (byte 40): expected 0, got 7");
+}
+
+TEST(PlanFile, RefusesADeepHeaderWhileReadingIt) {
+  nlohmann::json header = nlohmann::json::parse(headerOf(smallPlan()));
+  std::string text = header.dump();
+  text.pop_back();
+  text += ",\"metadata\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_EQ(errorOf(container(text)).rfind("plan.dgplan: header: JSON nested deeper than 64 levels", 0), 0u);
+}
+
+// Issue 15: bucket_padding.axis was checked against the rank but not for sign; the runtime pads and
+// crops every bucketed input and output along it, so the validator checks it against them all.
+TEST(PlanFile, BucketPaddingAxisMustExistInEveryPaddedTensor) {
+  const nlohmann::json good = nlohmann::json::parse(headerOf(smallPlan()));
+  auto errorWithAxis = [&](const nlohmann::json& axis) {
+    nlohmann::json header = good;
+    header["bucket_padding"] = {{"dimension", "prompt_len"}, {"axis", axis}, {"inputs", {{"x", 0}}}, {"output_prefixes", {"y"}}};
+    return errorOf(container(header.dump()));
+  };
+  EXPECT_EQ(errorWithAxis(-1), "plan.dgplan: bucket_padding.axis: expected a non-negative integer, got -1");
+  EXPECT_EQ(errorWithAxis(UINT64_MAX), "plan.dgplan: bucket_padding.axis: expected an integer below 2^63, got 18446744073709551615");
+  EXPECT_EQ(errorWithAxis(1), "plan.dgplan: bucket_padding.axis: 1: entry_points[0].inputs[0] (\"x\", shape [4]) has no axis 1 "
+                              "of the bucket's prompt_len 4");
+  EXPECT_NO_THROW(deserializePlan(
+      [&] {
+        nlohmann::json header = good;
+        header["bucket_padding"] = {{"dimension", "prompt_len"}, {"axis", 0}, {"inputs", {{"x", 0}}}, {"output_prefixes", {"y"}}};
+        return container(header.dump());
+      }(),
+      "plan.dgplan"));
+}
+
+TEST(PlanFile, RejectsUnknownFieldsAndOutOfRangeNumbers) {
+  const nlohmann::json good = nlohmann::json::parse(headerOf(smallPlan()));
+  auto errorWith = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json header = good;
+    edit(header);
+    return errorOf(container(header.dump()));
+  };
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["flags"] = 1; }),
+            "plan.dgplan: \"flags\": unknown field (not written by any dgemma-compile of format version 2)");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["version"] = (uint64_t{1} << 32) + 2; }),
+            "plan.dgplan: version: plan format version 4294967298 is not supported (this dgemma reads version 2); "
+            "recompile the plan with this dgemma-compile");
+  // Shapes whose element count or byte size overflows, or exceeds what one tensor may hold.
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["buffers"][1]["shape"] = {int64_t{1} << 62, int64_t{1} << 62}; }),
+            "plan.dgplan: buffers[1].shape: [4611686018427387904,4611686018427387904] holds more than 1.0 TiB (the bound "
+            "on one tensor), or a negative dimension");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) {
+              h["parameters"][0]["global_shape"] = {INT64_MAX};
+              h["parameters"][0]["shard_offset"] = {INT64_MAX - 1};
+            }),
+            "plan.dgplan: parameters[0].global_shape: [9223372036854775807] holds more than 1.0 TiB (the bound on one "
+            "tensor), or a negative dimension");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) {
+              h["parameters"][0]["global_shape"] = {8};
+              h["parameters"][0]["shard_offset"] = {INT64_MAX};
+            }),
+            "plan.dgplan: parameters[0].shard_offset: the shard box leaves the global shape in dimension 0");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) {
+              h["world_size"] = 1;
+              h["mesh"] = {{{"name", "a"}, {"size", 1 << 20}, {"coord", 0}}, {{"name", "b"}, {"size", 1 << 20}, {"coord", 0}}};
+            }),
+            "plan.dgplan: mesh: axis sizes multiply to more than 1048576 ranks");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["entry_points"][0]["events"] = int64_t{1} << 40; }),
+            "plan.dgplan: entry_points[0].events: expected an integer in [0, 16777216], got 1099511627776");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["run_defaults"] = {{"preset", "p"}, {"train", {{"steps", {1, 2}}}}}; }),
+            "plan.dgplan: run_defaults.train.steps: expected a string, number or boolean, got an array of 2 elements");
+}
+
+// Issue 15: an init std of -1 or 1e308 was accepted (and a wrong-typed init was an internal error).
+TEST(PlanFile, ValidatesParameterInits) {
+  const nlohmann::json good = nlohmann::json::parse(headerOf(smallPlan()));
+  auto errorWithInit = [&](const nlohmann::json& init) {
+    nlohmann::json header = good;
+    header["parameters"][0]["init"] = init;
+    return errorOf(container(header.dump()));
+  };
+  EXPECT_EQ(errorWithInit({{"kind", "normal"}, {"std", -1}}),
+            "plan.dgplan: parameters[0].init.std: expected a number in (0, 1.0], got -1");
+  EXPECT_EQ(errorWithInit({{"kind", "normal"}, {"std", 1e308}}),
+            "plan.dgplan: parameters[0].init.std: expected a number in (0, 1.0], got 1e+308");
+  EXPECT_EQ(errorWithInit({{"kind", "normal"}, {"std", "wide"}}), "plan.dgplan: parameters[0].init.std: expected a number");
+  EXPECT_EQ(errorWithInit({{"kind", 3}}), "plan.dgplan: parameters[0].init.kind: expected a string");
+  EXPECT_EQ(errorWithInit({{"kind", "uniform"}}),
+            "plan.dgplan: parameters[0].init.kind: expected \"normal\", \"ones\" or \"zeros\", got \"uniform\"");
+  EXPECT_EQ(errorWithInit({{"kind", "ones"}, {"std", 0.1}}),
+            "plan.dgplan: parameters[0].init.std: unknown field (init ones takes kind only)");
+  EXPECT_EQ(errorWithInit("normal"), "plan.dgplan: parameters[0].init: expected an object");
 }
 
 }  // namespace
