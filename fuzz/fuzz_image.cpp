@@ -2,6 +2,8 @@
 // as an image file, decoded as the data pipeline does (PNG through libpng, JPEG through libjpeg,
 // anything else through stb_image), then the Gemma 4 soft-token count dataset validation asks for.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "fuzz/FuzzSupport.h"
 #include "runtime/data/image/Image.h"
