@@ -74,6 +74,9 @@ for target in "${targets[@]}"; do
   dict=()
   [[ -f $root/fuzz/dict/$target.dict ]] && dict=(-dict="$root/fuzz/dict/$target.dict")
   echo "fuzz.sh: $target (${runs:+$runs runs}${runs:-$seconds s}) ..."
+  # Findings of earlier runs stay in $findings; this run counts only what it adds.
+  started=$build/logs/$target.started
+  touch "$started"
   # The working corpus grows in the build directory; the seeds in fuzz/corpus stay as committed.
   rc=0
   "$binary" "${bound[@]}" "${dict[@]}" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 \
@@ -85,7 +88,7 @@ for target in "${targets[@]}"; do
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
-  found=$(find "$findings" -type f | wc -l)
+  found=$(find "$findings" -type f -newer "$started" | wc -l)
   if ((rc != 0 || found != 0)); then
     status=1
     echo "fuzz.sh: $target: FINDING (exit $rc); reproducer(s) in $findings, log $log:"
