@@ -5,12 +5,14 @@ set -euo pipefail
 
 # MLIR is pinned to 19: installing libmlir-22 silently removes libmlir-19 and mlir-19-tools (the two
 # declare Conflicts on each other), which breaks a build directory configured against 19.
+# clang 19 and its compiler-rt (libFuzzer, ASan, UBSan) build the fuzz targets (scripts/fuzz.sh).
 packages=(
   build-essential cmake ninja-build pkg-config python3
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
   nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
   libopenblas-dev libgloo-dev libsentencepiece-dev libxxhash-dev libzstd-dev
   libpng-dev libjpeg-dev libstb-dev
+  clang-19 libclang-rt-19-dev
 )
 
 missing=()

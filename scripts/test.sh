@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
 # Installs what is missing, configures (Release; the runtime keeps its assertions), builds and runs
 # every test through ctest (GoogleTest cases, the lit suite, end-to-end tests; GPU tests skip
-# without a device).   Usage: scripts/test.sh [BUILD_DIR]
+# without a device).
+#
+#   scripts/test.sh [BUILD_DIR]                 default build/
+#   scripts/test.sh --sanitize [BUILD_DIR]      default build-sanitize/: everything built with
+#                                               AddressSanitizer + UndefinedBehaviorSanitizer
+#                                               (-DDGEMMA_SANITIZE=ON, docs/fuzzing.md); any report
+#                                               fails its test
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+sanitize=0
+if [[ ${1:-} == --sanitize ]]; then sanitize=1; shift; fi
 build=${1:-$root/build}
+configure_flags=()
+if ((sanitize)); then
+  build=${1:-$root/build-sanitize}
+  configure_flags=(-DDGEMMA_SANITIZE=ON)
+  # Reports end the process with an error (UBSan does not recover; cmake/Sanitizers.cmake); leaks
+  # are reported at exit. Suppressions name leaks of libraries dgemma does not build.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/cmake/lsan.supp:print_suppressions=0}
+fi
+jobs=${DGEMMA_TEST_JOBS:-$(nproc)}
 
 bash "$root/scripts/install-deps.sh"
-bash "$root/scripts/configure.sh" "$build"
-cmake --build "$build" -j "$(nproc)"
+bash "$root/scripts/configure.sh" "$build" "${configure_flags[@]}"
+cmake --build "$build" -j "$jobs"
 cd "$build"
-ctest -j "$(nproc)" --output-on-failure
+ctest -j "$jobs" --output-on-failure
