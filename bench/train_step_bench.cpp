@@ -43,6 +43,7 @@
 #include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/TimingBackend.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
 
@@ -124,77 +125,6 @@ Flags parseFlags(int argc, char** argv) {
   if (flags.encoderLossWeight < 0) usage("--encoder-loss-weight: expected a value >= 0");
   return flags;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Per-kernel timing: a Backend that forwards everything and wraps each kernel it hands out.
-
-struct OpTime {
-  double seconds = 0;
-  int64_t calls = 0;
-};
-
-class TimedKernel : public Kernel {
- public:
-  TimedKernel(std::unique_ptr<Kernel> inner, OpTime* byOp, OpTime* byShape, const bool* enabled)
-      : inner_(std::move(inner)), byOp_(byOp), byShape_(byShape), enabled_(enabled) {}
-  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    if (!*enabled_) return inner_->run(context, inputs, outputs);
-    Clock::time_point start = Clock::now();
-    inner_->run(context, inputs, outputs);  // CPU kernels return when their work is done
-    const double seconds = secondsSince(start);
-    byOp_->seconds += seconds;
-    byOp_->calls += 1;
-    byShape_->seconds += seconds;
-    byShape_->calls += 1;
-  }
-
- private:
-  std::unique_ptr<Kernel> inner_;
-  OpTime* byOp_;
-  OpTime* byShape_;
-  const bool* enabled_;
-};
-
-class TimingBackend : public Backend {
- public:
-  explicit TimingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {
-    for (const std::string& name : inner_->kernels().names()) {
-      const KernelFactory* factory = inner_->kernels().find(name);
-      registry_.add(name, [this, factory, name](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-        std::string key = name;
-        for (const Buffer* input : signature.inputs) key.append(" ").append(shapeToString(input->shape));
-        return std::make_unique<TimedKernel>((*factory)(signature), &byOp_[name], &byShape_[key], &enabled_);
-      });
-    }
-  }
-
-  std::string name() const override { return inner_->name(); }
-  void* allocate(uint64_t bytes, uint64_t alignment) override { return inner_->allocate(bytes, alignment); }
-  void deallocate(void* pointer) override { inner_->deallocate(pointer); }
-  void copyToDevice(void* dst, const void* src, uint64_t bytes) override { inner_->copyToDevice(dst, src, bytes); }
-  void copyToHost(void* dst, const void* src, uint64_t bytes) override { inner_->copyToHost(dst, src, bytes); }
-  void fillZero(void* dst, uint64_t bytes) override { inner_->fillZero(dst, bytes); }
-  void copyOnDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override {
-    inner_->copyOnDevice(context, dst, src, bytes);
-  }
-  const KernelRegistry& kernels() const override { return registry_; }
-  void prepareStreams(int64_t streams, int64_t events) override { inner_->prepareStreams(streams, events); }
-  ExecContext context(int64_t stream) override { return inner_->context(stream); }
-  void recordEvent(int64_t event, int64_t stream) override { inner_->recordEvent(event, stream); }
-  void waitEvent(int64_t event, int64_t stream) override { inner_->waitEvent(event, stream); }
-  void synchronize() override { inner_->synchronize(); }
-
-  void setEnabled(bool enabled) { enabled_ = enabled; }
-  // std::map nodes never move, so the kernels' pointers into these stay valid.
-  const std::map<std::string, OpTime>& byOp() const { return byOp_; }
-  const std::map<std::string, OpTime>& byShape() const { return byShape_; }
-
- private:
-  std::unique_ptr<Backend> inner_;
-  KernelRegistry registry_;
-  std::map<std::string, OpTime> byOp_, byShape_;
-  bool enabled_ = false;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The batch.
@@ -308,28 +238,9 @@ void fillWeights(Executor& executor, const DiffusionGemmaConfig& config, const F
 }
 
 void printProfile(std::FILE* out, const TimingBackend& backend, int iters, double stepSeconds) {
-  auto sorted = [](const std::map<std::string, OpTime>& table) {
-    std::vector<std::pair<std::string, OpTime>> rows(table.begin(), table.end());
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-    return rows;
-  };
-  double kernelSeconds = 0;
-  for (const auto& [name, time] : backend.byOp()) kernelSeconds += time.seconds;
   std::fprintf(out, "\nprofile of train_step (%d step%s; kernel time %.4f s/step of %.4f s/step measured)\n", iters,
-              iters == 1 ? "" : "s", kernelSeconds / iters, stepSeconds);
-  std::fprintf(out, "%-28s %10s %8s %8s\n", "op", "ms/step", "share", "calls");
-  for (const auto& [name, time] : sorted(backend.byOp())) {
-    if (time.calls == 0) continue;
-    std::fprintf(out, "%-28s %10.3f %7.1f%% %8lld\n", name.c_str(), 1e3 * time.seconds / iters, 100 * time.seconds / kernelSeconds,
-                static_cast<long long>(time.calls / iters));
-  }
-  std::fprintf(out, "\ntop 25 (op, input shapes)\n%10s %8s %8s  %s\n", "ms/step", "share", "calls", "op and input shapes");
-  int shown = 0;
-  for (const auto& [key, time] : sorted(backend.byShape())) {
-    if (time.calls == 0 || shown++ == 25) break;
-    std::fprintf(out, "%10.3f %7.1f%% %8lld  %s\n", 1e3 * time.seconds / iters, 100 * time.seconds / kernelSeconds,
-                static_cast<long long>(time.calls / iters), key.c_str());
-  }
+               iters == 1 ? "" : "s", backend.totalSeconds() / iters, stepSeconds);
+  printKernelProfile(out, backend, iters, "step", 25);
 }
 
 int run(const Flags& flags) {
@@ -456,6 +367,7 @@ int run(const Flags& flags) {
   if (flags.profile) {
     auto timing = std::make_unique<TimingBackend>(createBackend("cpu", flags.threads));
     TimingBackend& timed = *timing;
+    timed.setEnabled(false);
     Executor profiled(plan, timed, communicators, "dgemma-bench-train-step (profile)");
     fillWeights(profiled, config, flags);
     profiled.run(trainStep, trainInputs);  // warm-up, untimed

@@ -1,6 +1,7 @@
 #include "runtime/generate/Generator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <string>
 
@@ -54,6 +55,19 @@ const HostTensor& outputNamed(const std::map<std::string, HostTensor>& outputs, 
   if (it == outputs.end()) throw InputError(planPath + ": entry " + entry.key() + " has no output \"" + name + "\"");
   return it->second;
 }
+
+// Adds the seconds from its construction to its end to `total`.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~PhaseTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // positions[b, l] = first + l on every row (transformers' one shared arange).
 std::vector<int64_t> sharedPositions(int64_t rows, int64_t length, int64_t first) {
@@ -146,10 +160,14 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
     std::copy(prompt.begin(), prompt.end(), inputIds.begin() + row * P + start);
     std::fill(attentionMask.begin() + row * P + start, attentionMask.begin() + (row + 1) * P, 1);
   }
-  runEntryPoint(session_, *prefill,
+  {
+    PhaseTimer timer(phaseTimes_.prefill);
+    ++phaseTimes_.prefills;
+    runEntryPoint(session_, *prefill,
                 {{"input_ids", i64Tensor({B, P}, inputIds)},
                  {"attention_mask", i64Tensor({B, P}, attentionMask)},
                  {"positions", i64Tensor({B, P}, sharedPositions(B, P, width - P))}});
+  }
   // cache_valid: the last P slots hold the prompt's mask; each commit shifts in L ones.
   std::vector<int64_t> cacheValid(B * C, 0);
   for (int64_t row = 0; row < B; ++row)
@@ -169,6 +187,8 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
   for (int64_t canvas = 0; canvas < canvasCount; ++canvas) {
     const int64_t canvasStart = width + canvas * L;  // transformers' cur_len
     if (canvas > 0) {
+      PhaseTimer timer(phaseTimes_.commit);
+      ++phaseTimes_.commits;
       runEntryPoint(session_, *commit_,
                     {{"block_ids", i64Tensor({B, L}, committed)},
                      {"cache_valid", i64Tensor({B, C}, cacheValid)},
@@ -201,15 +221,20 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
           keys[2 * row + 1] = key[1];
         }
       }
-      std::map<std::string, HostTensor> outputs =
-          runEntryPoint(session_, *denoise_,
-                        {{"canvas_ids", i64Tensor({B, L}, batch.canvas())},
-                         {"cache_valid", i64Tensor({B, C}, cacheValid)},
-                         {"positions", i64Tensor({B, L}, positions)},
-                         {"self_conditioning_mask", f32Tensor({B}, selfConditioning)},
-                         {"frozen", f32Tensor({B}, frozenInput)},
-                         {"temperature", f32Tensor({B}, std::vector<float>(B, temperature))},
-                         {"sample_keys", i64Tensor({B, 2}, keys)}});
+      std::map<std::string, HostTensor> outputs;
+      {
+        PhaseTimer timer(phaseTimes_.denoise);
+        ++phaseTimes_.denoisePasses;
+        outputs = runEntryPoint(session_, *denoise_,
+                                {{"canvas_ids", i64Tensor({B, L}, batch.canvas())},
+                                 {"cache_valid", i64Tensor({B, C}, cacheValid)},
+                                 {"positions", i64Tensor({B, L}, positions)},
+                                 {"self_conditioning_mask", f32Tensor({B}, selfConditioning)},
+                                 {"frozen", f32Tensor({B}, frozenInput)},
+                                 {"temperature", f32Tensor({B}, std::vector<float>(B, temperature))},
+                                 {"sample_keys", i64Tensor({B, 2}, keys)}});
+      }
+      PhaseTimer samplerTimer(phaseTimes_.samplerHost);
       HostTensor sampled = convertDType(outputNamed(outputs, "sampled_ids", *denoise_, planPath), DType::I64, "sampled_ids");
       HostTensor argmax = convertDType(outputNamed(outputs, "argmax_ids", *denoise_, planPath), DType::I64, "argmax_ids");
       HostTensor entropy = convertDType(outputNamed(outputs, "entropy", *denoise_, planPath), DType::F32, "entropy");
@@ -244,6 +269,7 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
     }
 
     // Commit the argmax canvas, after the EOS rule.
+    PhaseTimer eosTimer(phaseTimes_.samplerHost);
     committed = batch.argmaxCanvas();
     std::vector<int64_t> passes(real);
     for (int64_t row = 0; row < B; ++row) {

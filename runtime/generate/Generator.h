@@ -39,6 +39,17 @@ struct GeneratorOptions {
   int64_t maxDenoisingSteps = 0;  // 0: the plan's max_denoising_steps
 };
 
+// Wall-clock seconds of a generation's host phases, summed over every generate() call: the entry
+// runs (inputs fed, kernels run, outputs read back) and the sampler's host work between them
+// (acceptance, renoise draws, stop rule, observer, EOS rule). `dgemma-run generate --profile` prints them.
+struct GenerationPhaseTimes {
+  double prefill = 0;
+  double denoise = 0;
+  double samplerHost = 0;
+  double commit = 0;
+  int64_t prefills = 0, denoisePasses = 0, commits = 0;  // entry runs
+};
+
 class Generator {
  public:
   // Throws InputError when the session's plan is not a single-rank inference plan (its generation
@@ -51,6 +62,7 @@ class Generator {
   int64_t maxPromptLength() const { return maxPromptLength_; }  // the largest prefill bucket
   int64_t vocabSize() const { return vocabSize_; }
   int64_t canvases() const;  // ceil(max_new_tokens / canvas_length)
+  const GenerationPhaseTimes& phaseTimes() const { return phaseTimes_; }
 
   // Generates every request, in micro-batches of consecutive requests (a short last batch is padded
   // with rows whose outputs are dropped); results in request order. InputError naming the request
@@ -69,6 +81,7 @@ class Generator {
   int64_t vocabSize_ = 0;
   const EntryPoint* denoise_ = nullptr;
   const EntryPoint* commit_ = nullptr;
+  GenerationPhaseTimes phaseTimes_;
 };
 
 }  // namespace dgemma

@@ -9,6 +9,7 @@
 #include "models/diffusion_gemma/Config.h"
 #include "models/diffusion_gemma/WeightSchema.h"
 #include "plan/PlanFile.h"
+#include "runtime/exec/TimingBackend.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
 #include "support/Error.h"
@@ -94,6 +95,7 @@ std::unique_ptr<Session> openSession(const SessionOptions& options, Plan plan) {
   session->rank = options.rank;
   session->worldSize = options.worldSize;
   session->backend = createBackend(options.backend, options.threads);
+  if (options.timeKernels) session->backend = std::make_unique<TimingBackend>(std::move(session->backend));
   MeshCommunicators communicators =
       connectMesh(session->plan.mesh, *session->backend, options.rank, options.worldSize, options.rendezvous, session->planPath);
   session->communicators = std::move(communicators.axes);

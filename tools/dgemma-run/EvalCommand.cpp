@@ -21,6 +21,7 @@ int runEval(const EvalFlags& flags) {
 
   const GenerationSettings& settings = run.generator->settings();
   CounterDrawSource draws(flags.run.seed, run.generator->vocabSize());
+  startProfile(run);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<GenerationResult> results = run.generator->generate(requestsOf(read.rows), draws);
   GenerationStats stats;
@@ -52,6 +53,7 @@ int runEval(const EvalFlags& flags) {
     perRow += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   if (!flags.out.empty()) writeFileAtomically(flags.out, perRow);
+  printProfile(run, stats.seconds, stderr);  // before the summary line, which ends stderr
   std::cerr << summaryLine(stats) << "\n";
   const int64_t rows = static_cast<int64_t>(results.size());
   const nlohmann::json summary = {

@@ -37,6 +37,7 @@ int runGenerate(const GenerateFlags& flags) {
   CounterDrawSource draws(flags.run.seed, run.generator->vocabSize());
   const bool visual = flags.visual && ::isatty(STDOUT_FILENO);
   CanvasView view(*run.tokenizer, std::cout, settings.maxDenoisingSteps, settings.padTokenId);
+  startProfile(run);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<GenerationResult> results =
       run.generator->generate(requestsOf(rows), draws, visual ? &view : nullptr);
@@ -61,6 +62,7 @@ int runGenerate(const GenerateFlags& flags) {
     }
   }
   std::cout.flush();
+  printProfile(run, stats.seconds, stderr);  // before the summary line, which ends stderr
   std::cerr << summaryLine(stats) << "\n";
   return 0;
 }

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/data/text/Tokenizer.h"
+#include "runtime/exec/TimingBackend.h"
 #include "runtime/generate/GenerationStats.h"
 #include "runtime/generate/Generator.h"
 #include "runtime/session/Session.h"
@@ -22,6 +24,7 @@ struct GenerationFlags {
   int64_t steps = 0;        // --steps: max_denoising_steps (0: the plan's)
   uint64_t seed = 0;        // --seed
   bool skipBadRows = false; // --skip-bad-rows
+  bool profile = false;     // --profile: time every kernel and host phase, print where the time went
 };
 
 struct GenerationRun {
@@ -29,11 +32,18 @@ struct GenerationRun {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Generator> generator;
   PromptLimits limits;
+  TimingBackend* timing = nullptr;  // the session's backend with --profile (disabled until startProfile)
 };
 
 // Opens the session and the tokenizer and checks the flags against the plan: InputError naming
 // the flag (--max-new-tokens above the plan's, --tokenizer missing, ...).
 GenerationRun openGenerationRun(const GenerationFlags& flags);
+
+// With --profile: counts from now on (not the loading); without, does nothing.
+void startProfile(GenerationRun& run);
+// With --profile: the generation's host phases and its kernel time by op and by (op, input
+// shapes), per denoising pass, on `out` (docs/generation.md, "Performance"); without, nothing.
+void printProfile(const GenerationRun& run, double generationSeconds, std::FILE* out);
 
 // The requests of prompt rows (their ids are their row indices).
 std::vector<GenerationRequest> requestsOf(const std::vector<PromptRow>& rows);

@@ -11,6 +11,7 @@
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/kernels/matmul/OpenBlasCore.h"
 #include "plan/PlanFile.h"
 #include "runtime/launch/LocalLauncher.h"
 #include "runtime/launch/RankEnvironment.h"
@@ -379,6 +380,7 @@ int main(int argc, char** argv) {
     command->add_option("--seed", run->seed, "seed of every draw (the same seed gives the same text in any batch)")
         ->check(dgemma::anyUnsigned64());
     command->add_flag("--skip-bad-rows", run->skipBadRows, "skip, count and list bad rows instead of failing");
+    command->add_flag("--profile", run->profile, "time every kernel and host phase; print the profile on stderr at the end");
   }
   generate->add_option("--prompt", generateFlags.prompt, "one user message, chat-formatted with the model's template");
   generate->add_option("--input", generateFlags.input, "JSONL rows (docs/data.md); a row's completion is ignored");
@@ -423,6 +425,8 @@ int main(int argc, char** argv) {
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
+  // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
+  if (generate->parsed() || eval->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
   // The plan-running commands run as one rank of several: started here (--nproc-per-node), or by
   // dgemma-run, torchrun, Slurm or mpirun, whose environment names the rank.
   const bool runsPlan = train->parsed() || forward->parsed() || grad->parsed();

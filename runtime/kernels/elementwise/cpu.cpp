@@ -183,6 +183,15 @@ class SelectKernel final : public Kernel {
         const Word* runTrue = onTrue + offsets[1];
         const Word* runFalse = onFalse + offsets[2];
         Word* runY = y + index;
+        // A condition broadcast along the run (a per-row flag) picks one side for all of it: a copy.
+        if (strideCondition == 0) {
+          const Word* source = runCondition[0] != 0 ? runTrue : runFalse;
+          const int64_t stride = runCondition[0] != 0 ? strideTrue : strideFalse;
+          if (stride == 1) {
+            std::copy(source, source + length, runY);
+            return;
+          }
+        }
         for (int64_t k = 0; k < length; ++k)
           runY[k] = runCondition[k * strideCondition] != 0 ? runTrue[k * strideTrue] : runFalse[k * strideFalse];
       });
