@@ -425,8 +425,9 @@ int main(int argc, char** argv) {
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
-  // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
-  if (generate->parsed() || eval->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
+  // Training and generation spend their time in f32 GEMMs: not on OpenBLAS's Prescott fallback core
+  // (OpenBlasCore.h).
+  dgemma::reexecWithBetterOpenBlasCore(argv);
   // The plan-running commands run as one rank of several: started here (--nproc-per-node), or by
   // dgemma-run, torchrun, Slurm or mpirun, whose environment names the rank.
   const bool runsPlan = train->parsed() || forward->parsed() || grad->parsed();
