@@ -192,12 +192,19 @@ SafetensorsHeader parseSafetensorsHeader(std::string_view fileBytes, const std::
     return true;
   };
   const char* headerText = fileBytes.data() + kHeaderLengthBytes;
+  // nlohmann's lexer takes a NUL for the end of the input and would ignore the rest of the header.
+  if (const void* nul = std::memchr(headerText, '\0', headerBytes))
+    throw InputError(path + ": header: invalid JSON at byte " + std::to_string(static_cast<const char*>(nul) - headerText + 1) +
+                     ": a NUL byte");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(headerText, headerText + headerBytes, checkKeysAndDepth);
   } catch (const nlohmann::json::parse_error& error) {
     throw InputError(path + ": header: invalid JSON at byte " + std::to_string(error.byte) + ": " +
                      quoteForMessage(error.what(), 160));
+  } catch (const nlohmann::json::out_of_range& error) {
+    // A number too large for a double (1e400) is out_of_range, not a parse error.
+    throw InputError(path + ": header: invalid JSON: " + quoteForMessage(error.what(), 160));
   }
   if (!header.is_object()) throw InputError(path + ": header: expected a JSON object, got " + describeJsonValue(header));
 

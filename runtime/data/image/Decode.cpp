@@ -211,7 +211,11 @@ RgbImage decodeJpeg(std::string_view bytes, const std::string& source) {
 
 // ---- other formats ----
 
-bool startsWith(std::string_view bytes, std::string_view magic) { return bytes.substr(0, magic.size()) == magic; }
+// `magic` at `offset` (a file shorter than offset + magic never matches).
+bool hasAt(std::string_view bytes, size_t offset, std::string_view magic) {
+  return bytes.size() >= offset + magic.size() && bytes.compare(offset, magic.size(), magic) == 0;
+}
+bool startsWith(std::string_view bytes, std::string_view magic) { return hasAt(bytes, 0, magic); }
 
 // What a file that is neither PNG nor JPEG is, from its first bytes, for the message.
 std::string describeOtherFormat(std::string_view bytes) {
@@ -222,8 +226,8 @@ std::string describeOtherFormat(std::string_view bytes) {
     return std::string("a Netpbm (") + kNetpbm[bytes[1] - '1'] + ") image";
   }
   if (startsWith(bytes, std::string_view("II*\0", 4)) || startsWith(bytes, std::string_view("MM\0*", 4))) return "a TIFF image";
-  if (startsWith(bytes, "RIFF") && bytes.substr(8, 4) == "WEBP") return "a WebP image";
-  if (bytes.substr(4, 4) == "ftyp") return "an ISO media file (HEIF, AVIF or video)";
+  if (startsWith(bytes, "RIFF") && hasAt(bytes, 8, "WEBP")) return "a WebP image";
+  if (hasAt(bytes, 4, "ftyp")) return "an ISO media file (HEIF, AVIF or video)";
   if (startsWith(bytes, "8BPS")) return "a Photoshop (PSD) image";
   if (startsWith(bytes, "#?RADIANCE") || startsWith(bytes, "#?RGBE")) return "a Radiance HDR image";
   if (startsWith(bytes, "qoif")) return "a QOI image";

@@ -416,6 +416,16 @@ TEST_F(SafetensorsTest, DeeplyNestedHeadersAndIndexesAreRefused) {
             pathOf("model.safetensors.index.json") + ": JSON nested deeper than 64 levels");
 }
 
+// Found by fuzzing: nlohmann reports 1e400 as out_of_range, and a NUL would end the header early.
+TEST_F(SafetensorsTest, HugeNumbersAndNulBytesInTheHeaderAreInputErrors) {
+  const std::string path = pathOf("huge.safetensors");
+  writeRawSafetensors(path, "{\"__metadata__\": {\"x\": 1e400}}", "");
+  EXPECT_EQ(inputErrorMessage([&] { SafetensorsFile::open(path); }).rfind(path + ": header: invalid JSON: ", 0), 0u);
+  fs::remove(path);
+  writeRawSafetensors(path, std::string("{}\0{\"a\": 1}", 10), "");
+  EXPECT_EQ(inputErrorMessage([&] { SafetensorsFile::open(path); }), path + ": header: invalid JSON at byte 3: a NUL byte");
+}
+
 TEST_F(SafetensorsTest, IndexShardsMustBeFilesBesideTheIndex) {
   HostTensor a = patterned(DType::F32, {2}, 1);
   fs::create_directories(pathOf("model"));

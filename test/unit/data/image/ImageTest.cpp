@@ -156,6 +156,11 @@ TEST(DecodeImage, OtherFormatsAreNamedAndRefused) {
   expectDecodeError(dir + "/a.gif", "got a GIF image");
   writeAll(dir + "/a.bmp", "BM\x00\x00");
   expectDecodeError(dir + "/a.bmp", "got a BMP image");
+  // Shorter than the magic numbers that sit past the start (WebP at 8, ISO media at 4): found by fuzzing.
+  writeAll(dir + "/short.bin", "RIF");
+  expectDecodeError(dir + "/short.bin", "got a file of unknown format (it starts with 52 49 46");
+  writeAll(dir + "/riff.bin", "RIFFxx");
+  expectDecodeError(dir + "/riff.bin", "got a file of unknown format");
 }
 
 // The size in the header is checked before anything is allocated.
