@@ -8,8 +8,11 @@ namespace dgemma {
 namespace {
 
 template <typename Json>
-Json parseBounded(std::string_view text, const std::string& source) {
-  auto refuseDeepNesting = [&](int depth, typename Json::parse_event_t event, Json&) {
+Json parseBounded(std::string_view text, const std::string& source,
+                  const std::function<void(const std::string&)>& onTopLevelKey = {}) {
+  auto refuseDeepNesting = [&](int depth, typename Json::parse_event_t event, Json& value) {
+    if (onTopLevelKey && event == Json::parse_event_t::key && depth == 1)
+      onTopLevelKey(value.template get_ref<const std::string&>());
     if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
         depth >= kMaxJsonDepth) {
       throw InputError(source + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
@@ -48,6 +51,11 @@ std::string describeBounded(const Json& value, std::size_t maxChars) {
 
 nlohmann::json parseJson(std::string_view text, const std::string& source) {
   return parseBounded<nlohmann::json>(text, source);
+}
+
+nlohmann::json parseJson(std::string_view text, const std::string& source,
+                         const std::function<void(const std::string& key)>& onTopLevelKey) {
+  return parseBounded<nlohmann::json>(text, source, onTopLevelKey);
 }
 
 nlohmann::ordered_json parseOrderedJson(std::string_view text, const std::string& source) {

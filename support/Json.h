@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,11 @@ constexpr int kMaxJsonDepth = 64;
 // Throws InputError "SOURCE: invalid JSON at byte N: <reason>" (a NUL byte anywhere included) or
 // "SOURCE: JSON nested deeper than 64 levels (at byte N)". `source` names the file (and line).
 nlohmann::json parseJson(std::string_view text, const std::string& source);
+// The same, calling `onTopLevelKey` with each key of the top-level object as it is read, repeated
+// keys included (a parsed object keeps only the last of them; a caller to whom a repeat is an error
+// throws from the callback).
+nlohmann::json parseJson(std::string_view text, const std::string& source,
+                         const std::function<void(const std::string& key)>& onTopLevelKey);
 nlohmann::ordered_json parseOrderedJson(std::string_view text, const std::string& source);
 
 // `text` quoted for a message: control characters and non-ASCII bytes escaped, cut to `maxChars`

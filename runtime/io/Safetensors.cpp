@@ -178,34 +178,14 @@ SafetensorsHeader parseSafetensorsHeader(std::string_view fileBytes, const std::
   const uint64_t dataRegionBytes = fileBytes.size() - parsed.dataStart;
 
   // JSON objects keep only the last of repeated keys; a repeated tensor name is ambiguous, so it is
-  // caught while parsing.
+  // caught while parsing. parseJson bounds the nesting (the parsed value's destructor recurses) and
+  // refuses a NUL byte, which nlohmann's lexer would take for the end of the header.
   std::set<std::string> topLevelKeys;
-  // The nesting bound of support/Json.h holds here too: nothing below walks a deep value, but the
-  // parsed value's destructor recurses.
-  auto checkKeysAndDepth = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& value) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 &&
-        !topLevelKeys.insert(value.get<std::string>()).second)
-      failTensor(path, value.get<std::string>(), "appears twice in the header");
-    if ((event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start) &&
-        depth >= kMaxJsonDepth)
-      throw InputError(path + ": header: JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    return true;
-  };
-  const char* headerText = fileBytes.data() + kHeaderLengthBytes;
-  // nlohmann's lexer takes a NUL for the end of the input and would ignore the rest of the header.
-  if (const void* nul = std::memchr(headerText, '\0', headerBytes))
-    throw InputError(path + ": header: invalid JSON at byte " + std::to_string(static_cast<const char*>(nul) - headerText + 1) +
-                     ": a NUL byte");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(headerText, headerText + headerBytes, checkKeysAndDepth);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(path + ": header: invalid JSON at byte " + std::to_string(error.byte) + ": " +
-                     quoteForMessage(error.what(), 160));
-  } catch (const nlohmann::json::out_of_range& error) {
-    // A number too large for a double (1e400) is out_of_range, not a parse error.
-    throw InputError(path + ": header: invalid JSON: " + quoteForMessage(error.what(), 160));
-  }
+  const nlohmann::json header = parseJson(std::string_view(fileBytes.data() + kHeaderLengthBytes, headerBytes),
+                                          path + ": header", [&](const std::string& key) {
+                                            if (!topLevelKeys.insert(key).second)
+                                              failTensor(path, key, "appears twice in the header");
+                                          });
   if (!header.is_object()) throw InputError(path + ": header: expected a JSON object, got " + describeJsonValue(header));
 
   for (const auto& [name, value] : header.items()) {
