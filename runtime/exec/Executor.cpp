@@ -31,6 +31,26 @@ std::string stepWhere(const std::string& source, const EntryPoint& entry, size_t
   return where + ")";
 }
 
+std::string gib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+// Before anything is allocated: on Linux an oversized CPU arena is granted (overcommit) and the
+// process is killed when the arena is first touched, so the plan's total is checked against the
+// backend's memory up front (a RuntimeError: the plan is valid, this machine is too small for it).
+void refuseArenasLargerThanMemory(const Plan& plan, const Backend& backend, const std::string& source) {
+  uint64_t total = 0;
+  for (const Arena& arena : plan.arenas) total = arena.bytes > UINT64_MAX - total ? UINT64_MAX : total + arena.bytes;
+  const uint64_t capacity = backend.memoryCapacityBytes();
+  if (total > capacity)
+    throw RuntimeError(source + ": the plan's " + std::to_string(plan.arenas.size()) + " arenas need " +
+                       std::to_string(total) + " bytes (" + gib(total) + "), more than the " + gib(capacity) +
+                       " of memory of the " + backend.name() + " backend; compile for a smaller micro-batch or prompt "
+                       "length, or shard the plan over more ranks");
+}
+
 ReduceOp parseReduce(const Step& step, const std::string& where) {
   std::string name = step.attrs.value("reduce", std::string("sum"));
   if (name == "sum") return ReduceOp::Sum;
@@ -112,6 +132,7 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
     entries_[entry.key()] = std::move(prepared);
   }
 
+  refuseArenasLargerThanMemory(plan_, backend_, source_);
   for (const Arena& arena : plan_.arenas) {
     void* base = backend_.allocate(arena.bytes, arena.alignment);
     arenaBases_.push_back(base);

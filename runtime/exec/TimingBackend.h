@@ -26,6 +26,7 @@ class TimingBackend : public Backend {
   explicit TimingBackend(std::unique_ptr<Backend> inner);
 
   std::string name() const override { return inner_->name(); }
+  uint64_t memoryCapacityBytes() const override { return inner_->memoryCapacityBytes(); }
   void* allocate(uint64_t bytes, uint64_t alignment) override { return inner_->allocate(bytes, alignment); }
   void deallocate(void* pointer) override { inner_->deallocate(pointer); }
   void copyToDevice(void* dst, const void* src, uint64_t bytes) override;

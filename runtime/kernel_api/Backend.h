@@ -15,6 +15,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
+  // The memory allocate() draws from (the CPU's physical memory, the GPU's device memory): the
+  // executor refuses a plan whose arenas need more before it allocates anything.
+  virtual uint64_t memoryCapacityBytes() const = 0;
   virtual void* allocate(uint64_t bytes, uint64_t alignment) = 0;
   virtual void deallocate(void* pointer) = 0;
   virtual void copyToDevice(void* deviceDst, const void* hostSrc, uint64_t bytes) = 0;

@@ -1,5 +1,8 @@
 #include "runtime/backends/cpu/CpuBackend.h"
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -19,6 +22,13 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
 
+  // Physical memory: Linux overcommits, so an arena larger than this would be granted and the process
+  // killed when it is first touched, instead of refused.
+  uint64_t memoryCapacityBytes() const override {
+    const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || pageBytes <= 0) return UINT64_MAX;  // unknown: allocate() reports failures itself
+    return static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageBytes);
+  }
   void* allocate(uint64_t bytes, uint64_t alignment) override {
     if (bytes == 0) return nullptr;
     uint64_t rounded = (bytes + alignment - 1) / alignment * alignment;

@@ -29,6 +29,12 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
 
+  uint64_t memoryCapacityBytes() const override {
+    activate();
+    size_t freeBytes = 0, totalBytes = 0;
+    DGEMMA_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    return totalBytes;
+  }
   void* allocate(uint64_t bytes, uint64_t alignment) override {
     if (alignment == 0) alignment = 1;
     if ((alignment & (alignment - 1)) != 0)

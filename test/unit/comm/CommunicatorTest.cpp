@@ -22,6 +22,7 @@ class RecordingBackend : public Backend {
   };
 
   std::string name() const override { return "recording"; }
+  uint64_t memoryCapacityBytes() const override { return UINT64_MAX; }
   void* allocate(uint64_t bytes, uint64_t) override { return ::operator new(bytes); }
   void deallocate(void* pointer) override { ::operator delete(pointer); }
   void copyToDevice(void* dst, const void* src, uint64_t bytes) override { std::memcpy(dst, src, bytes); }

@@ -105,6 +105,20 @@ TEST_F(ExecutorTest, RejectsKernelSignatureMismatchAtLoad) {
   EXPECT_THROW(Executor(plan, *backend, communicators, "test.dgplan"), InputError);
 }
 
+TEST_F(ExecutorTest, RefusesArenasLargerThanTheMachinesMemoryBeforeAllocating) {
+  Plan plan = addSoftmaxPlan();
+  plan.arenas[1].bytes = uint64_t{1} << 60;  // an exbibyte of scratch: granted by overcommit, killed when touched
+  try {
+    Executor executor(plan, *backend, communicators, "test.dgplan");
+    FAIL();
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.rfind("test.dgplan: the plan's 2 arenas need 1152921504606847040 bytes (1073741824.00 GiB), more "
+                            "than the ", 0), 0u) << message;
+    EXPECT_NE(message.find("GiB of memory of the cpu backend"), std::string::npos) << message;
+  }
+}
+
 TEST_F(ExecutorTest, RejectsWrongInputsAndParameters) {
   Plan plan = addSoftmaxPlan();
   Executor executor(plan, *backend, communicators, "test.dgplan");
