@@ -7,7 +7,8 @@
 #   scripts/fuzz.sh [--ci | --seconds N | --minutes N | --runs N] [--build-dir DIR] [--only T1,T2]
 #     --ci          20 s per target (what .ci/run does; the default)
 #     --seconds N   N seconds per target;  --minutes N: N minutes per target
-#     --runs N      stop each target after N executions instead (no time bound besides that)
+#     --runs N      stop each target after N executions; with --seconds or --minutes as well, at
+#                   whichever bound comes first (a campaign: --runs 1000000 --minutes 30)
 #     --build-dir   default: build-fuzz in the repository
 #     --only        a comma-separated subset of the targets (names as in fuzz/: jsonl_row, plan, ...)
 #     --keep-going  run past findings (libFuzzer's fork mode, one job at a time): a campaign keeps
@@ -17,7 +18,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-fuzz
-seconds=20
+seconds=
 runs=
 only=
 keep_going=0
@@ -61,8 +62,11 @@ esac
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-bound=(-max_total_time="$seconds")
-[[ -n $runs ]] && bound=(-runs="$runs")
+# Without --runs the run is bounded by time (20 s unless told); with it, by time only when told.
+bound=()
+[[ -n $runs ]] && bound+=(-runs="$runs")
+[[ -z $runs && -z $seconds ]] && seconds=20
+[[ -n $seconds ]] && bound+=(-max_total_time="$seconds")
 ((keep_going)) && bound+=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
 status=0
 summary=()
@@ -73,7 +77,7 @@ for target in "${targets[@]}"; do
   mkdir -p "$corpus" "$findings" "$(dirname "$log")"
   dict=()
   [[ -f $root/fuzz/dict/$target.dict ]] && dict=(-dict="$root/fuzz/dict/$target.dict")
-  echo "fuzz.sh: $target (${runs:+$runs runs}${runs:-$seconds s}) ..."
+  echo "fuzz.sh: $target (${runs:+$runs runs}${runs:+${seconds:+, at most }}${seconds:+$seconds s}) ..."
   # Findings of earlier runs stay in $findings; this run counts only what it adds.
   started=$build/logs/$target.started
   touch "$started"
