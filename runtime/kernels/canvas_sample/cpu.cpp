@@ -1,7 +1,9 @@
 // canvas_sample on the CPU (docs/kernels.md, "canvas_sample"): per (b, l) one streaming pass over the
-// vocabulary, in chunks that stay in L1. Each chunk is divided by the temperature and stored as the
-// scaled output, then folds into the running statistics (RunningSoftmax: the max, with the rescaling
-// of an online softmax when it grows), the first index of the max, and the Gumbel-max key z + g.
+// vocabulary, in chunks that stay in L1. Each chunk is soft-capped when the kernel caps (the
+// arithmetic of the div, tanh and mul kernels it replaces, so the capped logits round as theirs did),
+// divided by the temperature and stored as the scaled output, then folds into the running statistics
+// (RunningSoftmax: the max, with the rescaling of an online softmax when it grows), the first index of
+// the max, and the Gumbel-max key z + g.
 // Nothing of size V is allocated. Threads split the B·L positions.
 //
 // The noise is most of the cost (a Philox block per four entries, two logs per entry). An entry with
@@ -161,17 +163,26 @@ struct PositionResult {
   float entropy = 0;
 };
 
+// z = cap(x) / temperature for a chunk; cap(x) = softcap · tanh(x / softcap) when softcap > 0.
+[[gnu::always_inline]] inline void scaleChunk(const float* x, int64_t count, float softcap, float temperature, float* z) {
+  if (softcap > 0)
+    for (int64_t i = 0; i < count; ++i) z[i] = cpu::fastTanh(x[i] / softcap) * softcap / temperature;
+  else
+    for (int64_t i = 0; i < count; ++i) z[i] = x[i] / temperature;
+}
+
 // One position: logits[0, V) -> its results, the scaled row stored through `store(start, z, count)`.
 template <typename Store>
-[[gnu::always_inline]] inline PositionResult samplePositionIn(const float* logits, int64_t vocab, float temperature,
-                                                              RowWords& words, uint64_t firstIndex, Store&& store) {
+[[gnu::always_inline]] inline PositionResult samplePositionIn(const float* logits, int64_t vocab, float softcap,
+                                                              float temperature, RowWords& words, uint64_t firstIndex,
+                                                              Store&& store) {
   RunningSoftmax softmax;
   float bestKey = -std::numeric_limits<float>::infinity();
   PositionResult result;
   float z[kChunk];
   for (int64_t start = 0; start < vocab; start += kChunk) {
     const int64_t count = std::min(kChunk, vocab - start);
-    for (int64_t i = 0; i < count; ++i) z[i] = logits[start + i] / temperature;
+    scaleChunk(logits + start, count, softcap, temperature, z);
     const float chunkMax = maximumOf(z, count);
     store(start, z, count);
     if (chunkMax > softmax.maximum) {  // strict: an equal max in a later chunk keeps the lower index
@@ -229,19 +240,22 @@ template <typename Store>
   return result;
 }
 
-// The two instances in AVX2 clones (see FastMath.h): the exps, the divisions and the noise's fmas.
-DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionF32(const float* logits, int64_t vocab, float temperature,
-                                                            RowWords& words, uint64_t firstIndex, float* scaled) {
-  return samplePositionIn(logits, vocab, temperature, words, firstIndex, [&](int64_t start, const float* z, int64_t count) {
-    std::copy(z, z + count, scaled + start);
-  });
+// The two instances in AVX2 clones (see FastMath.h): the exps, the divisions and the noise's fmas. The
+// soft-cap's tanh rounds as the tanh kernel's clone for the same target does (elementwise/cpu.cpp).
+DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionF32(const float* logits, int64_t vocab, float softcap,
+                                                            float temperature, RowWords& words, uint64_t firstIndex,
+                                                            float* scaled) {
+  return samplePositionIn(logits, vocab, softcap, temperature, words, firstIndex,
+                          [&](int64_t start, const float* z, int64_t count) { std::copy(z, z + count, scaled + start); });
 }
 
-DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionBf16(const float* logits, int64_t vocab, float temperature,
-                                                             RowWords& words, uint64_t firstIndex, uint16_t* scaled) {
-  return samplePositionIn(logits, vocab, temperature, words, firstIndex, [&](int64_t start, const float* z, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) scaled[start + i] = f32ToBf16Bits(z[i]);
-  });
+DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionBf16(const float* logits, int64_t vocab, float softcap,
+                                                             float temperature, RowWords& words, uint64_t firstIndex,
+                                                             uint16_t* scaled) {
+  return samplePositionIn(logits, vocab, softcap, temperature, words, firstIndex,
+                          [&](int64_t start, const float* z, int64_t count) {
+                            for (int64_t i = 0; i < count; ++i) scaled[start + i] = f32ToBf16Bits(z[i]);
+                          });
 }
 
 class CanvasSampleKernel final : public Kernel {
@@ -268,8 +282,10 @@ class CanvasSampleKernel final : public Kernel {
         const float* row = logits + position * vocab;
         const PositionResult result =
             c_.scaledDType == DType::BF16
-                ? samplePositionBf16(row, vocab, temperature[b], words, firstIndex, outputs[3].as<uint16_t>() + position * vocab)
-                : samplePositionF32(row, vocab, temperature[b], words, firstIndex, outputs[3].as<float>() + position * vocab);
+                ? samplePositionBf16(row, vocab, c_.softcap, temperature[b], words, firstIndex,
+                                     outputs[3].as<uint16_t>() + position * vocab)
+                : samplePositionF32(row, vocab, c_.softcap, temperature[b], words, firstIndex,
+                                    outputs[3].as<float>() + position * vocab);
         sampled[position] = result.sampled;
         argmax[position] = result.argmax;
         entropy[position] = result.entropy;
