@@ -8,8 +8,10 @@
 //
 // The noise is most of the cost (a Philox block per four entries, two logs per entry). An entry with
 // z + 17 below the best key so far cannot win whatever its noise (GumbelNoise.h), so a chunk with
-// few entries left in the race computes just theirs; otherwise the whole chunk's noise runs as one
-// loop that vectorises. Both ways choose the same id.
+// few entries left in the race computes just theirs; otherwise the chunk's Philox words run as one
+// loop that vectorises, and the logs are taken only for the words large enough to lift the chunk's
+// max above the best key (cellsThatCannotWin: after the first chunks, a fraction of a percent of
+// them), or for every word while no such bound exists. All ways choose the same id.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -61,8 +63,25 @@ struct RunningSoftmax {
   double entropy() const { return std::log(ties) + std::log1p(rest / ties) - weighted / (ties + rest); }
 };
 
-// The chunk computes all its noise when at least this share of its entries can still win.
+// The chunk computes all its Philox words when at least this share of its entries can still win.
 constexpr int64_t kWholeChunkNoiseDivisor = 4;
+
+// Words whose cell k = word >> 9 is below the result give no entry z <= chunkMax a key z + g above
+// bestKey. g(u) = −log(−log u) increases with u = (2k + 1) · 2^-24, and equals `gap` at
+// u = e^(−e^(−gap)); the gap keeps a margin (a quarter, plus 1e-6 of the magnitudes) far above
+// gumbelNoise's error (about 1e-6: two logs within a few ulp) and the rounding of the f32 sum z + g,
+// so a skipped entry's computed key would stay below bestKey: it could not have won. 0 when there is
+// no bound (no best key yet, or NaN and infinite keys).
+inline uint32_t cellsThatCannotWin(float bestKey, float chunkMax) {
+  const double best = bestKey, top = chunkMax;
+  const double gap = best - top - 0.25 - 1e-6 * (std::fabs(best) + std::fabs(top));
+  // Below −3 the bound e^(−e^3) ≈ 2e-9 is under the smallest u; NaN (from infinities) gives no bound.
+  if (!(gap > -3.0)) return 0;
+  constexpr double kCells = 1 << 23;
+  // k < (bound · 2^24 − 1) / 2 gives u(k) = (2k + 1) · 2^-24 < bound.
+  const double cells = std::floor((std::exp(-std::exp(-gap)) * (2 * kCells) - 1.0) / 2.0);
+  return cells <= 0 ? 0 : static_cast<uint32_t>(std::min(cells, kCells));
+}
 
 // The Philox blocks [firstBlock, firstBlock + blocks) of stream 0 under (seed, offset), word w of
 // block j into words[4j + w]: philox4x32x10 with the blocks in SIMD lanes (blocks <= kChunk / 4).
@@ -217,14 +236,26 @@ template <typename Store>
     for (int64_t i = 0; i < count; ++i) contenders += z[i] + kGumbelNoiseBound >= bestKey ? 1 : 0;
     if (contenders * kWholeChunkNoiseDivisor >= count) {
       uint32_t chunkWords[kChunk];
-      float keys[kChunk];
       words.fill(firstIndex + static_cast<uint64_t>(start), count, chunkWords);
-      for (int64_t i = 0; i < count; ++i) keys[i] = z[i] + gumbelNoise(chunkWords[i]);
-      for (int64_t i = 0; i < count; ++i)
-        if (keys[i] > bestKey) {
-          bestKey = keys[i];
-          result.sampled = start + i;
+      if (const uint32_t losingCells = cellsThatCannotWin(bestKey, chunkMax); losingCells > 0) {
+        // In index order, with the strict >, as the loop over all keys below: the same first winner.
+        for (int64_t i = 0; i < count; ++i) {
+          if ((chunkWords[i] >> 9) < losingCells) continue;  // its noise is too small to win
+          const float key = z[i] + gumbelNoise(chunkWords[i]);
+          if (key > bestKey) {
+            bestKey = key;
+            result.sampled = start + i;
+          }
         }
+      } else {
+        float keys[kChunk];
+        for (int64_t i = 0; i < count; ++i) keys[i] = z[i] + gumbelNoise(chunkWords[i]);
+        for (int64_t i = 0; i < count; ++i)
+          if (keys[i] > bestKey) {
+            bestKey = keys[i];
+            result.sampled = start + i;
+          }
+      }
     } else {
       for (int64_t i = 0; i < count; ++i) {
         if (z[i] + kGumbelNoiseBound < bestKey) continue;  // cannot win, whatever its noise
