@@ -114,13 +114,17 @@ void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
   Value stored = g.state(kSelfConditioningStateName, {batch, canvasLength, config.vocabSize}, g.activation());
   Value signal = text.selfConditioningSignal(g.toF32(stored, "sc.stored"), selfConditioningMask);
   CacheState cache(g, cacheLength, cacheValid);
-  Value logits = text.decoderLogitsOverCache(text.decoderInput(canvasIds, signal), positions, cache.layers());
+  // canvas_sample soft-caps the logits as it reads them: the capped [B, L, V] logits and the
+  // three passes of the div, tanh and mul ops over them are never made.
+  Value logits =
+      text.decoderLogitsOverCache(text.decoderInput(canvasIds, signal), positions, cache.layers(), /*capped=*/false);
+  const double softcap = std::max(config.finalLogitSoftcapping, 0.0);
 
   auto idsType = RankedTensorType::get({batch, canvasLength}, b.getI64Type());
   auto sample = b.create<CanvasSampleOp>(g.loc("sample"),
                                          TypeRange{idsType, idsType, g.f32Type({batch, canvasLength}),
                                                    g.activationType({batch, canvasLength, config.vocabSize})},
-                                         logits, temperature, sampleKeys);
+                                         logits, temperature, sampleKeys, b.getF64FloatAttr(softcap));
   g.output("sampled_ids", sample.getSampled());
   g.output("argmax_ids", sample.getArgmax());
   g.output("entropy", sample.getEntropy());

@@ -76,7 +76,7 @@ Value TextStack::encoderStackOverCache(Value ids, Value positions, const std::ve
 
 // Like decoderLogits with the cache as the prefix. A sliding layer's cache keeps min(C, W - 1)
 // slots, so the last W - 1 prefix slots the window shows are exactly the slots the cache holds.
-Value TextStack::decoderLogitsOverCache(Value x, Value positions, const std::vector<LayerCache>& caches) {
+Value TextStack::decoderLogitsOverCache(Value x, Value positions, const std::vector<LayerCache>& caches, bool capped) {
   Value canvasValid = g_.constantBool({batch_, canvasLength_}, true, "canvas.key_valid");
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer) {
     const LayerCache& cache = caches[layer];
@@ -84,7 +84,7 @@ Value TextStack::decoderLogitsOverCache(Value x, Value positions, const std::vec
     Value keyValid = g_.concat({cache.keyValid, canvasValid}, 1, layerName(layer, "decoder.key_valid"));
     x = layerForward(layer, x, positions, DecoderAttention{keyValid, &prefix, shapeOf(cache.keyValid)[1]}, nullptr);
   }
-  return head(x);
+  return head(x, capped);
 }
 
 // The decoder over [prefix K/V ; canvas] from its input embedding; canvas positions continue after

@@ -51,9 +51,10 @@ class TextStack {
   // The decoder over [prefix K/V ; canvas] from its input; returns the logits, soft-capped unless
   // `capped` is false.
   Value decoderLogits(Value x, Value promptValid, const std::vector<LayerKeyValues>& keyValues, bool capped = true);
-  // The decoder over [cache ; canvas] at the canvas positions [B, L]; returns the soft-capped logits.
-  // A sliding layer's cache holds at most W - 1 slots, all of which it sees.
-  Value decoderLogitsOverCache(Value x, Value positions, const std::vector<LayerCache>& caches);
+  // The decoder over [cache ; canvas] at the canvas positions [B, L]; returns the logits, soft-capped
+  // unless `capped` is false (a sampler that caps itself). A sliding layer's cache holds at most
+  // W - 1 slots, all of which it sees.
+  Value decoderLogitsOverCache(Value x, Value positions, const std::vector<LayerCache>& caches, bool capped = true);
   // Final norm and tied head of hidden states [B, L, H]: f32 logits, soft-capped unless `capped`
   // is false (a cross-entropy that caps itself).
   Value head(Value x, bool capped = true);

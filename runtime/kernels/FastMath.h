@@ -25,6 +25,15 @@
 #define DGEMMA_CPU_CLONES_FOR_AVX2
 #endif
 
+// Like DGEMMA_CPU_CLONES_FOR_AVX2, with AVX2's eight lanes but without FMA: GCC contracts a·b + c
+// into an fma only where FMA is enabled, so this clone rounds every operation exactly as the
+// baseline does. For loops whose results must stay bit-identical to the baseline's.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define DGEMMA_CPU_CLONES_FOR_AVX2_WITHOUT_FMA __attribute__((target_clones("avx2", "default")))
+#else
+#define DGEMMA_CPU_CLONES_FOR_AVX2_WITHOUT_FMA
+#endif
+
 namespace dgemma::cpu {
 
 namespace fastmath_detail {

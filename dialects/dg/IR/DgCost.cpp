@@ -53,8 +53,10 @@ int64_t CrossEntropyOp::getFlops() { return 5 * elementsOf(getLogits()); }
 // Per logit: the forward's five, then divide, subtract the one-hot and scale.
 int64_t CrossEntropyBackwardOp::getFlops() { return 8 * elementsOf(getLogits()); }
 // Per logit: divide, max, subtract, exp, sum, the entropy's multiply-add, and the Gumbel noise's two
-// logs and add.
-int64_t CanvasSampleOp::getFlops() { return 10 * elementsOf(getLogits()); }
+// logs and add; the soft-cap's divide, tanh and multiply when it caps.
+int64_t CanvasSampleOp::getFlops() {
+  return (getSoftcap().convertToDouble() > 0 ? 13 : 10) * elementsOf(getLogits());
+}
 int64_t AdamwOp::getFlops() { return 14 * elementsOf(getParam()); }
 int64_t RmsNormBackwardOp::getFlops() { return 10 * elementsOf(getInput()); }
 

@@ -291,6 +291,7 @@ LogicalResult CanvasSampleOp::verify() {
   if (logits.getRank() != 3) return emitOpError() << "logits must be [batch, canvas, vocab], got " << logits;
   int64_t batch = logits.getDimSize(0), canvas = logits.getDimSize(1), vocab = logits.getDimSize(2);
   if (vocab < 1) return emitOpError() << "the vocabulary must not be empty";
+  if (!(getSoftcap().convertToDouble() >= 0)) return emitOpError() << "softcap must be >= 0 (0: none)";
   auto temperature = getTemperature().getType();
   if (temperature.getShape() != ArrayRef<int64_t>{batch})
     return emitOpError() << "temperature must be [" << batch << "] (one per row), got " << temperature;

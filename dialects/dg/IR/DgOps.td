@@ -636,7 +636,9 @@ def Dg_CanvasSampleOp : Dg_ComputeOp<"canvas_sample", [Pure]> {
   let summary = "The block-diffusion sampler's per-step statistics in one pass over the vocabulary";
   let description = [{
     logits `[B, L, V]` f32, temperature `[B]` f32 (> 0), key `[B, 2]` i64 (seed, offset) -> per row b
-    and canvas position l, with `z = logits[b, l, :] / temperature[b]` (an f32 division):
+    and canvas position l, with `z = cap(logits[b, l, :]) / temperature[b]` (an f32 division), where
+    `cap(x) = softcap * tanh(x / softcap)` in f32 when `softcap` > 0 (Gemma's final-logit soft-cap,
+    rounded as the div, tanh and mul ops would round it), else `x`:
 
     - `sampled` `[B, L]` i64: the Gumbel-max draw `argmax_v (z_v + g_v)`, `g = -log(-log u)`, u in
       (0, 1) from the Philox words dg.random_uniform would read for key[b] (stream 0) at element
@@ -647,9 +649,11 @@ def Dg_CanvasSampleOp : Dg_ComputeOp<"canvas_sample", [Pure]> {
       input of the next denoising step).
 
     Fused and streamed over V (docs/kernels.md, "canvas_sample"): no `[B, L, V]` f32 temporaries
-    besides `scaled`. The draw is discrete, so there is no derivative; no dimension may be sharded.
+    besides `scaled`, the soft-capped logits included. The draw is discrete, so there is no
+    derivative; no dimension may be sharded.
   }];
-  let arguments = (ins RankedTensorOf<[F32]>:$logits, RankedTensorOf<[F32]>:$temperature, Dg_KeyTensor:$key);
+  let arguments = (ins RankedTensorOf<[F32]>:$logits, RankedTensorOf<[F32]>:$temperature, Dg_KeyTensor:$key,
+                       DefaultValuedAttr<F64Attr, "0.0">:$softcap);
   let results = (outs RankedTensorOf<[I64]>:$sampled, RankedTensorOf<[I64]>:$argmax,
                       RankedTensorOf<[F32]>:$entropy, RankedTensorOf<[F32, BF16]>:$scaled);
   let assemblyFormat = [{

@@ -1,13 +1,17 @@
 // canvas_sample on the CPU (docs/kernels.md, "canvas_sample"): per (b, l) one streaming pass over the
-// vocabulary, in chunks that stay in L1. Each chunk is divided by the temperature and stored as the
-// scaled output, then folds into the running statistics (RunningSoftmax: the max, with the rescaling
-// of an online softmax when it grows), the first index of the max, and the Gumbel-max key z + g.
+// vocabulary, in chunks that stay in L1. Each chunk is soft-capped when the kernel caps (the
+// arithmetic of the div, tanh and mul kernels it replaces, so the capped logits round as theirs did),
+// divided by the temperature and stored as the scaled output, then folds into the running statistics
+// (RunningSoftmax: the max, with the rescaling of an online softmax when it grows), the first index of
+// the max, and the Gumbel-max key z + g.
 // Nothing of size V is allocated. Threads split the B·L positions.
 //
 // The noise is most of the cost (a Philox block per four entries, two logs per entry). An entry with
 // z + 17 below the best key so far cannot win whatever its noise (GumbelNoise.h), so a chunk with
-// few entries left in the race computes just theirs; otherwise the whole chunk's noise runs as one
-// loop that vectorises. Both ways choose the same id.
+// few entries left in the race computes just theirs; otherwise the chunk's Philox words run as one
+// loop that vectorises, and the logs are taken only for the words large enough to lift the chunk's
+// max above the best key (cellsThatCannotWin: after the first chunks, a fraction of a percent of
+// them), or for every word while no such bound exists. All ways choose the same id.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -59,8 +63,25 @@ struct RunningSoftmax {
   double entropy() const { return std::log(ties) + std::log1p(rest / ties) - weighted / (ties + rest); }
 };
 
-// The chunk computes all its noise when at least this share of its entries can still win.
+// The chunk computes all its Philox words when at least this share of its entries can still win.
 constexpr int64_t kWholeChunkNoiseDivisor = 4;
+
+// Words whose cell k = word >> 9 is below the result give no entry z <= chunkMax a key z + g above
+// bestKey. g(u) = −log(−log u) increases with u = (2k + 1) · 2^-24, and equals `gap` at
+// u = e^(−e^(−gap)); the gap keeps a margin (a quarter, plus 1e-6 of the magnitudes) far above
+// gumbelNoise's error (about 1e-6: two logs within a few ulp) and the rounding of the f32 sum z + g,
+// so a skipped entry's computed key would stay below bestKey: it could not have won. 0 when there is
+// no bound (no best key yet, or NaN and infinite keys).
+inline uint32_t cellsThatCannotWin(float bestKey, float chunkMax) {
+  const double best = bestKey, top = chunkMax;
+  const double gap = best - top - 0.25 - 1e-6 * (std::fabs(best) + std::fabs(top));
+  // Below −3 the bound e^(−e^3) ≈ 2e-9 is under the smallest u; NaN (from infinities) gives no bound.
+  if (!(gap > -3.0)) return 0;
+  constexpr double kCells = 1 << 23;
+  // k < (bound · 2^24 − 1) / 2 gives u(k) = (2k + 1) · 2^-24 < bound.
+  const double cells = std::floor((std::exp(-std::exp(-gap)) * (2 * kCells) - 1.0) / 2.0);
+  return cells <= 0 ? 0 : static_cast<uint32_t>(std::min(cells, kCells));
+}
 
 // The Philox blocks [firstBlock, firstBlock + blocks) of stream 0 under (seed, offset), word w of
 // block j into words[4j + w]: philox4x32x10 with the blocks in SIMD lanes (blocks <= kChunk / 4).
@@ -161,17 +182,26 @@ struct PositionResult {
   float entropy = 0;
 };
 
+// z = cap(x) / temperature for a chunk; cap(x) = softcap · tanh(x / softcap) when softcap > 0.
+[[gnu::always_inline]] inline void scaleChunk(const float* x, int64_t count, float softcap, float temperature, float* z) {
+  if (softcap > 0)
+    for (int64_t i = 0; i < count; ++i) z[i] = cpu::fastTanh(x[i] / softcap) * softcap / temperature;
+  else
+    for (int64_t i = 0; i < count; ++i) z[i] = x[i] / temperature;
+}
+
 // One position: logits[0, V) -> its results, the scaled row stored through `store(start, z, count)`.
 template <typename Store>
-[[gnu::always_inline]] inline PositionResult samplePositionIn(const float* logits, int64_t vocab, float temperature,
-                                                              RowWords& words, uint64_t firstIndex, Store&& store) {
+[[gnu::always_inline]] inline PositionResult samplePositionIn(const float* logits, int64_t vocab, float softcap,
+                                                              float temperature, RowWords& words, uint64_t firstIndex,
+                                                              Store&& store) {
   RunningSoftmax softmax;
   float bestKey = -std::numeric_limits<float>::infinity();
   PositionResult result;
   float z[kChunk];
   for (int64_t start = 0; start < vocab; start += kChunk) {
     const int64_t count = std::min(kChunk, vocab - start);
-    for (int64_t i = 0; i < count; ++i) z[i] = logits[start + i] / temperature;
+    scaleChunk(logits + start, count, softcap, temperature, z);
     const float chunkMax = maximumOf(z, count);
     store(start, z, count);
     if (chunkMax > softmax.maximum) {  // strict: an equal max in a later chunk keeps the lower index
@@ -206,14 +236,26 @@ template <typename Store>
     for (int64_t i = 0; i < count; ++i) contenders += z[i] + kGumbelNoiseBound >= bestKey ? 1 : 0;
     if (contenders * kWholeChunkNoiseDivisor >= count) {
       uint32_t chunkWords[kChunk];
-      float keys[kChunk];
       words.fill(firstIndex + static_cast<uint64_t>(start), count, chunkWords);
-      for (int64_t i = 0; i < count; ++i) keys[i] = z[i] + gumbelNoise(chunkWords[i]);
-      for (int64_t i = 0; i < count; ++i)
-        if (keys[i] > bestKey) {
-          bestKey = keys[i];
-          result.sampled = start + i;
+      if (const uint32_t losingCells = cellsThatCannotWin(bestKey, chunkMax); losingCells > 0) {
+        // In index order, with the strict >, as the loop over all keys below: the same first winner.
+        for (int64_t i = 0; i < count; ++i) {
+          if ((chunkWords[i] >> 9) < losingCells) continue;  // its noise is too small to win
+          const float key = z[i] + gumbelNoise(chunkWords[i]);
+          if (key > bestKey) {
+            bestKey = key;
+            result.sampled = start + i;
+          }
         }
+      } else {
+        float keys[kChunk];
+        for (int64_t i = 0; i < count; ++i) keys[i] = z[i] + gumbelNoise(chunkWords[i]);
+        for (int64_t i = 0; i < count; ++i)
+          if (keys[i] > bestKey) {
+            bestKey = keys[i];
+            result.sampled = start + i;
+          }
+      }
     } else {
       for (int64_t i = 0; i < count; ++i) {
         if (z[i] + kGumbelNoiseBound < bestKey) continue;  // cannot win, whatever its noise
@@ -229,19 +271,22 @@ template <typename Store>
   return result;
 }
 
-// The two instances in AVX2 clones (see FastMath.h): the exps, the divisions and the noise's fmas.
-DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionF32(const float* logits, int64_t vocab, float temperature,
-                                                            RowWords& words, uint64_t firstIndex, float* scaled) {
-  return samplePositionIn(logits, vocab, temperature, words, firstIndex, [&](int64_t start, const float* z, int64_t count) {
-    std::copy(z, z + count, scaled + start);
-  });
+// The two instances in AVX2 clones (see FastMath.h): the exps, the divisions and the noise's fmas. The
+// soft-cap's tanh rounds as the tanh kernel's clone for the same target does (elementwise/cpu.cpp).
+DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionF32(const float* logits, int64_t vocab, float softcap,
+                                                            float temperature, RowWords& words, uint64_t firstIndex,
+                                                            float* scaled) {
+  return samplePositionIn(logits, vocab, softcap, temperature, words, firstIndex,
+                          [&](int64_t start, const float* z, int64_t count) { std::copy(z, z + count, scaled + start); });
 }
 
-DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionBf16(const float* logits, int64_t vocab, float temperature,
-                                                             RowWords& words, uint64_t firstIndex, uint16_t* scaled) {
-  return samplePositionIn(logits, vocab, temperature, words, firstIndex, [&](int64_t start, const float* z, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) scaled[start + i] = f32ToBf16Bits(z[i]);
-  });
+DGEMMA_CPU_CLONES_FOR_AVX2 PositionResult samplePositionBf16(const float* logits, int64_t vocab, float softcap,
+                                                             float temperature, RowWords& words, uint64_t firstIndex,
+                                                             uint16_t* scaled) {
+  return samplePositionIn(logits, vocab, softcap, temperature, words, firstIndex,
+                          [&](int64_t start, const float* z, int64_t count) {
+                            for (int64_t i = 0; i < count; ++i) scaled[start + i] = f32ToBf16Bits(z[i]);
+                          });
 }
 
 class CanvasSampleKernel final : public Kernel {
@@ -268,8 +313,10 @@ class CanvasSampleKernel final : public Kernel {
         const float* row = logits + position * vocab;
         const PositionResult result =
             c_.scaledDType == DType::BF16
-                ? samplePositionBf16(row, vocab, temperature[b], words, firstIndex, outputs[3].as<uint16_t>() + position * vocab)
-                : samplePositionF32(row, vocab, temperature[b], words, firstIndex, outputs[3].as<float>() + position * vocab);
+                ? samplePositionBf16(row, vocab, c_.softcap, temperature[b], words, firstIndex,
+                                     outputs[3].as<uint16_t>() + position * vocab)
+                : samplePositionF32(row, vocab, c_.softcap, temperature[b], words, firstIndex,
+                                    outputs[3].as<float>() + position * vocab);
         sampled[position] = result.sampled;
         argmax[position] = result.argmax;
         entropy[position] = result.entropy;

@@ -6,9 +6,12 @@
 // cpu.cpp), the first index of the max, and the best Gumbel-max key. A shared-memory tree then
 // combines the threads' statistics.
 //
-// The chosen ids equal the CPU kernel's: z = x / T is an IEEE division (no fast math), the noise is
+// The chosen ids equal the CPU kernel's when the kernel does not soft-cap: z = x / T is an IEEE
+// division (no fast math), the noise is
 // GumbelNoise.h's portable arithmetic (FMA contraction is off for these kernels, see CMakeLists.txt),
-// and both sides keep the lowest index among equal maxima. The entropy uses libdevice's expf where
+// and both sides keep the lowest index among equal maxima. The soft-cap uses tanhf, as the CUDA tanh
+// kernel does, where the CPU uses fastTanh: capped logits (like the unfused ops' on the two
+// backends) may differ in their last bit, and an id at such an edge with them. The entropy uses libdevice's expf where
 // the CPU uses fastExp, so it agrees to about 1e-6 relative rather than bit for bit. A non-positive
 // temperature, which the CPU kernel rejects, is not checked here (checking would need a host round
 // trip); the caller computes temperatures from its schedule.
@@ -84,8 +87,8 @@ __device__ void storeScaled(uint16_t* scaled, int64_t at, float z) { scaled[at] 
 
 template <typename Scaled>
 __global__ void canvasSampleKernel(const float* logits, const float* temperature, const int64_t* keys, int64_t* sampled,
-                                   int64_t* argmax, float* entropy, Scaled* scaled, int64_t canvas, int64_t vocab,
-                                   int64_t positions) {
+                                   int64_t* argmax, float* entropy, Scaled* scaled, float softcap, int64_t canvas,
+                                   int64_t vocab, int64_t positions) {
   __shared__ Partial partials[kThreads];
   for (int64_t position = blockIdx.x; position < positions; position += gridDim.x) {
     const int64_t b = position / canvas, l = position % canvas;
@@ -103,7 +106,8 @@ __global__ void canvasSampleKernel(const float* logits, const float* temperature
         const uint64_t index = 4 * block + j;
         if (index < firstIndex || index >= endIndex) continue;
         const int64_t v = static_cast<int64_t>(index - firstIndex);
-        const float z = row[v] / t;
+        // cap(x) / T, the cap as the div, tanh and mul kernels compute it.
+        const float z = (softcap > 0.0f ? tanhf(row[v] / softcap) * softcap : row[v]) / t;
         storeScaled(scaledRow, v, z);
         if (z > mine.maximum) {
           Partial raised = mine;
@@ -165,10 +169,12 @@ class CanvasSampleCudaKernel final : public Kernel {
     float* entropy = outputs[2].as<float>();
     if (c_.scaledDType == DType::BF16)
       canvasSampleKernel<<<blocks, kThreads, 0, stream>>>(logits, temperature, keys, sampled, argmax, entropy,
-                                                          outputs[3].as<uint16_t>(), c_.canvas, c_.vocab, positions);
+                                                          outputs[3].as<uint16_t>(), c_.softcap, c_.canvas, c_.vocab,
+                                                          positions);
     else
       canvasSampleKernel<<<blocks, kThreads, 0, stream>>>(logits, temperature, keys, sampled, argmax, entropy,
-                                                          outputs[3].as<float>(), c_.canvas, c_.vocab, positions);
+                                                          outputs[3].as<float>(), c_.softcap, c_.canvas, c_.vocab,
+                                                          positions);
     DGEMMA_CUDA_CHECK_LAUNCH("canvasSampleKernel");
   }
 

@@ -1,5 +1,13 @@
 // softmax along one axis, max-subtracted so that exp never overflows.
+//
+// A contiguous line (the last axis, inner = 1) runs as four loops: the max in lanes, the exps into
+// y (which vectorises), their sum in index order, the division. The sum is one f32 running sum, in
+// the order a single loop over the line adds, so the result does not depend on how the exps were
+// computed; the exps themselves are the same IEEE operations in every lane (the clone has no FMA).
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
@@ -7,6 +15,42 @@
 
 namespace dgemma {
 namespace {
+
+constexpr int64_t kLanes = 8;
+
+// The max of x[0, length) in kLanes running maxima: the same value in any order (up to the sign of
+// a zero max, which leaves every x − max and so every exp unchanged).
+template <typename T>
+[[gnu::always_inline]] inline T maximumOf(const T* x, int64_t length) {
+  T lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<T>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= length; j += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] = std::max(lanes[lane], x[j + lane]);
+  for (; j < length; ++j) lanes[0] = std::max(lanes[0], x[j]);
+  return *std::max_element(lanes, lanes + kLanes);
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void softmaxRowIn(const T* x, T* y, int64_t length) {
+  const T maximum = maximumOf(x, length);
+  for (int64_t j = 0; j < length; ++j) y[j] = cpu::fastExp(x[j] - maximum);
+  T sum = 0;
+  for (int64_t j = 0; j < length; ++j) sum += y[j];
+  for (int64_t j = 0; j < length; ++j) y[j] /= sum;
+}
+
+DGEMMA_CPU_CLONES_FOR_AVX2_WITHOUT_FMA void softmaxRowF32(const float* x, float* y, int64_t length) {
+  softmaxRowIn(x, y, length);
+}
+
+template <typename T>
+void softmaxRow(const T* x, T* y, int64_t length) {
+  if constexpr (std::is_same_v<T, float>)
+    softmaxRowF32(x, y, length);
+  else
+    softmaxRowIn(x, y, length);
+}
 
 // Lines as softmax/Contract.h describes them.
 template <typename T>
@@ -24,6 +68,10 @@ class SoftmaxKernel final : public Kernel {
         const int64_t start = (line / inner) * length * inner + line % inner;
         const T* xLine = x + start;
         T* yLine = y + start;
+        if (inner == 1) {
+          softmaxRow(xLine, yLine, length);
+          continue;
+        }
         T maximum = xLine[0];
         for (int64_t j = 1; j < length; ++j) maximum = std::max(maximum, xLine[j * inner]);
         T sum = 0;

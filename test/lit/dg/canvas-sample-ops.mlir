@@ -78,3 +78,11 @@ func.func @scaled_dtype(%logits: tensor<2x3x5xf32>, %t: tensor<2xf32>, %key: ten
   %s, %a, %h, %z = dg.canvas_sample %logits, %t, %key : tensor<2x3x5xf32>, tensor<2xf32>, tensor<2x2xi64> -> tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xf32>, tensor<2x3x5xf16>
   return
 }
+
+// -----
+
+func.func @softcap_non_negative(%logits: tensor<2x3x5xf32>, %t: tensor<2xf32>, %key: tensor<2x2xi64>) {
+  // expected-error @+1 {{softcap must be >= 0 (0: none)}}
+  %s, %a, %h, %z = dg.canvas_sample %logits, %t, %key {softcap = -1.0 : f64} : tensor<2x3x5xf32>, tensor<2xf32>, tensor<2x2xi64> -> tensor<2x3xi64>, tensor<2x3xi64>, tensor<2x3xf32>, tensor<2x3x5xf32>
+  return
+}

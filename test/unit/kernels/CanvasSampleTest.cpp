@@ -1,9 +1,11 @@
 // canvas_sample (docs/kernels.md, "canvas_sample"): the scaled logits bit for bit (the f32 quotient
 // and its bf16 rounding), the entropy and argmax against an f64 reference computed here, the
 // sampled id against the documented Philox/Gumbel recipe evaluated here element by element, its
-// determinism per key, and a chi-square test that the draws follow softmax(z).
+// determinism per key, a chi-square test that the draws follow softmax(z), and the fused soft-cap
+// against the div, tanh and mul kernels it replaces, bit for bit.
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "KernelTestSupport.h"
 #include "runtime/core/Philox.h"
@@ -31,8 +33,8 @@ struct Outcome {
   std::vector<uint16_t> scaledBf16;  // bf16 runs
 };
 
-Outcome sample(const Problem& p, DType scaled = DType::F32, ThreadPool* threads = nullptr) {
-  KernelCall call("canvas_sample");
+Outcome sample(const Problem& p, DType scaled = DType::F32, ThreadPool* threads = nullptr, double softcap = 0) {
+  KernelCall call("canvas_sample", {{"softcap", softcap}});
   call.input(DType::F32, {p.batch, p.canvas, p.vocab}, p.logits)
       .input(DType::F32, {p.batch}, p.temperature)
       .input(DType::I64, {p.batch, 2}, p.keys);
@@ -175,13 +177,19 @@ TEST(CanvasSampleKernel, EntropyAndArgmaxMatchAnF64Reference) {
 }
 
 // Peaked rows let the kernel skip the noise of hopeless entries; flat rows leave nothing to skip.
-// Either way the id is the Gumbel-max of the documented words.
+// Either way the id is the Gumbel-max of the documented words. The large vocabularies run many chunks
+// after the best key has a lead, where the kernel takes the logs of the few words that could still
+// win only; the offset logits check its margin at magnitudes where an f32 ulp is large.
 TEST(CanvasSampleKernel, SampledIdIsTheGumbelMaxOfTheDocumentedPhiloxWords) {
-  for (double spread : {0.5, 4.0, 40.0}) {
-    const Problem p = randomProblem(3, 5, 517, 21, spread);
+  for (const auto& [vocab, spread, offset] : std::vector<std::tuple<int64_t, double, float>>{
+           {517, 0.5, 0}, {517, 4.0, 0}, {517, 40.0, 0}, {16384, 0.05, 0}, {16384, 0.5, 0}, {16384, 4.0, 0},
+           {9001, 1.0, 3.0e5f}, {9001, 1.0, -7.0e5f}}) {
+    Problem p = randomProblem(3, 5, vocab, 21, spread);
+    for (float& logit : p.logits) logit += offset;
     const Outcome out = sample(p);
     for (int64_t position = 0; position < p.batch * p.canvas; ++position)
-      EXPECT_EQ(out.sampled[position], referenceSample(p, position)) << "spread " << spread << ", position " << position;
+      EXPECT_EQ(out.sampled[position], referenceSample(p, position))
+          << "V " << vocab << ", spread " << spread << ", offset " << offset << ", position " << position;
   }
 }
 
@@ -245,6 +253,41 @@ TEST(CanvasSampleKernel, ANonPositiveTemperatureIsARunTimeErrorNamingTheRow) {
   }
 }
 
+// `softcap` c fuses what the unfused graph computes before the sampler: x / c, tanh, · c, each a CPU
+// kernel of its own. The fused kernel must give every output bit for bit as the sampler over those
+// kernels' capped logits does (generation's tokens do not change with the fusion).
+TEST(CanvasSampleKernel, SoftcapIsTheDivTanhAndMulKernelsBitForBit) {
+  ThreadPool threads(2);
+  const float cap = 30.0f;
+  // Logits out to ±120, so the cap's tanh runs through its small, large and saturated ranges.
+  const Problem raw = randomProblem(2, 3, 1037, 17, 120.0);
+  const std::vector<int64_t> shape{raw.batch, raw.canvas, raw.vocab};
+  auto binary = [&](const std::string& op, const std::vector<float>& x) {
+    KernelCall call(op);
+    call.input(DType::F32, shape, x).input(DType::F32, {}, std::vector<float>{cap}).output(DType::F32, shape);
+    call.run(&threads);
+    return call.result<float>();
+  };
+  KernelCall tanh("tanh");
+  tanh.input(DType::F32, shape, binary("div", raw.logits)).output(DType::F32, shape);
+  tanh.run(&threads);
+  Problem capped = raw;
+  capped.logits = binary("mul", tanh.result<float>());
+  for (const DType scaled : {DType::F32, DType::BF16}) {
+    const Outcome fused = sample(raw, scaled, &threads, cap);
+    const Outcome unfused = sample(capped, scaled, &threads);
+    EXPECT_EQ(fused.sampled, unfused.sampled);
+    EXPECT_EQ(fused.argmax, unfused.argmax);
+    ASSERT_EQ(fused.entropy.size(), unfused.entropy.size());
+    EXPECT_EQ(std::memcmp(fused.entropy.data(), unfused.entropy.data(), fused.entropy.size() * sizeof(float)), 0);
+    ASSERT_EQ(fused.scaledF32.size(), unfused.scaledF32.size());
+    EXPECT_EQ(std::memcmp(fused.scaledF32.data(), unfused.scaledF32.data(), fused.scaledF32.size() * sizeof(float)), 0);
+    EXPECT_EQ(fused.scaledBf16, unfused.scaledBf16);
+  }
+  // The cap did something: the capped logits differ from the raw ones.
+  EXPECT_NE(capped.logits, raw.logits);
+}
+
 TEST(CanvasSampleKernel, FactoryRejectsShapesAndTypesOutsideTheContract) {
   KernelCall key("canvas_sample");
   key.input(DType::F32, {2, 3, 5}, std::vector<float>(30)).input(DType::F32, {2}, std::vector<float>(2));
@@ -257,6 +300,12 @@ TEST(CanvasSampleKernel, FactoryRejectsShapesAndTypesOutsideTheContract) {
   scaled.input(DType::I64, {2, 2}, std::vector<int64_t>(4));
   scaled.output(DType::I64, {2, 3}).output(DType::I64, {2, 3}).output(DType::F32, {2, 3}).output(DType::F16, {2, 3, 5});
   EXPECT_NE(factoryError(scaled).find("output scaled"), std::string::npos);
+
+  KernelCall softcap("canvas_sample", {{"softcap", -1.0}});
+  softcap.input(DType::F32, {2, 3, 5}, std::vector<float>(30)).input(DType::F32, {2}, std::vector<float>(2));
+  softcap.input(DType::I64, {2, 2}, std::vector<int64_t>(4));
+  softcap.output(DType::I64, {2, 3}).output(DType::I64, {2, 3}).output(DType::F32, {2, 3}).output(DType::F32, {2, 3, 5});
+  EXPECT_NE(factoryError(softcap).find("softcap"), std::string::npos);
 }
 
 }  // namespace

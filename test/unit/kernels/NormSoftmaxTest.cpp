@@ -1,7 +1,9 @@
 // rms_norm and softmax against the formulas evaluated in double.
 #include <cmath>
+#include <cstring>
 
 #include "KernelTestSupport.h"
+#include "runtime/kernels/FastMath.h"
 
 namespace dgemma::test {
 namespace {
@@ -166,6 +168,34 @@ TEST(SoftmaxKernel, LargeLogitsDoNotOverflow) {
   // exp(1000) overflows; the max-subtracted form sees 0, 0, -1.
   const double e = std::exp(-1.0);
   expectClose(call.result<float>(), {1 / (2 + e), 1 / (2 + e), e / (2 + e)}, 1e-7);
+}
+
+// The f32 last-axis kernel computes its exps in SIMD lanes, apart from their sum; the result must stay
+// the one a single scalar loop gives (generation's self-conditioning softmax is pinned bit for bit):
+// the same max, each exp of x − max, their running sum in index order, each exp divided by it.
+TEST(SoftmaxKernel, LastAxisF32IsTheScalarLoopBitForBit) {
+  ThreadPool threads(2);
+  for (const int64_t length : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{16387}}) {
+    const int64_t rows = 5;
+    std::vector<float> x = randomValues<float>(static_cast<size_t>(rows * length), 31, -30, 30);
+    x[0] = 30.0f;  // a tie with itself is the max; the exps of far-off entries underflow
+    KernelCall call("softmax", {{"axis", -1}});
+    call.input(DType::F32, {rows, length}, x).output(DType::F32, {rows, length});
+    call.run(&threads);
+    std::vector<float> expected(x.size());
+    for (int64_t row = 0; row < rows; ++row) {
+      const float* xRow = x.data() + row * length;
+      float* yRow = expected.data() + row * length;
+      float maximum = xRow[0];
+      for (int64_t j = 1; j < length; ++j) maximum = std::max(maximum, xRow[j]);
+      float sum = 0;
+      for (int64_t j = 0; j < length; ++j) sum += (yRow[j] = cpu::fastExp(xRow[j] - maximum));
+      for (int64_t j = 0; j < length; ++j) yRow[j] /= sum;
+    }
+    const std::vector<float> actual = call.result<float>();
+    ASSERT_EQ(actual.size(), expected.size());
+    EXPECT_EQ(std::memcmp(actual.data(), expected.data(), expected.size() * sizeof(float)), 0) << "length " << length;
+  }
 }
 
 }  // namespace
