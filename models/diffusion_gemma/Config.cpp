@@ -38,6 +38,7 @@ constexpr int64_t kDefaultMaxPositionEmbeddings = 131072;
 constexpr int64_t kDefaultSlidingWindow = 512;
 constexpr double kDefaultRmsNormEps = 1e-6;
 constexpr double kDefaultFinalLogitSoftcapping = 30.0;
+constexpr double kDefaultInitializerRange = 0.02;  // HF Gemma 4's
 constexpr int64_t kDefaultPadTokenId = 0;
 constexpr int64_t kDefaultEosTokenId = 1;
 constexpr int64_t kDefaultBosTokenId = 2;
@@ -67,6 +68,7 @@ constexpr int64_t kMaxCanvasLength = int64_t{1} << 16;
 constexpr double kMaxRmsNormEps = 1.0;
 constexpr double kMaxLogitSoftcapping = 1e6;
 constexpr double kMaxRopeTheta = 1e12;
+constexpr double kMaxInitializerRange = 1.0;
 
 // Fields every HF config.json may carry that say nothing about the network.
 const std::set<std::string> kBookkeepingFields = {
@@ -425,6 +427,7 @@ void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
   config.rmsNormEps = text.positiveNumber("rms_norm_eps", kDefaultRmsNormEps, kMaxRmsNormEps);
   config.finalLogitSoftcapping =
       text.positiveNumber("final_logit_softcapping", kDefaultFinalLogitSoftcapping, kMaxLogitSoftcapping);
+  config.initializerRange = text.positiveNumber("initializer_range", kDefaultInitializerRange, kMaxInitializerRange);
 
   const std::string dense = "DiffusionGemma has routed experts in every layer; a dense config cannot be built";
   config.numExperts = text.integer("num_experts", std::nullopt, 1, kMaxExperts, dense);

@@ -50,6 +50,9 @@ struct DiffusionGemmaConfig {
   int64_t maxPositionEmbeddings = 0;
   double rmsNormEps = 0.0;
   double finalLogitSoftcapping = 0.0;
+  // The std of the normal init of every weight `--init random` draws from a normal (HF's
+  // _init_weights reads the same field); it does not change a loaded checkpoint.
+  double initializerRange = 0.02;
   // use_bidirectional_attention == "vision": image tokens attend bidirectionally inside their image
   // in the encoder. false means null (everything causal); "all" is rejected.
   bool imageTokensBidirectional = false;

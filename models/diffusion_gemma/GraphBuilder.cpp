@@ -20,7 +20,7 @@ void GraphBuilder::output(const std::string& name, Value value) { b_.create<Outp
 
 Value GraphBuilder::param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable) {
   SmallVector<NamedAttribute> fields{b_.getNamedAttr("kind", b_.getStringAttr(init))};
-  if (init == "normal") fields.push_back(b_.getNamedAttr("std", b_.getF64FloatAttr(0.02)));
+  if (init == "normal") fields.push_back(b_.getNamedAttr("std", b_.getF64FloatAttr(config_.initializerRange)));
   auto master = b_.create<ParamOp>(loc(name), f32Type(shape), b_.getStringAttr(name), b_.getDictionaryAttr(fields),
                                    b_.getBoolAttr(trainable));
   master->setAttr(kRoleAttr, b_.getStringAttr(dgemma::tensorParallelRole(name)));

@@ -119,6 +119,7 @@ TEST_F(DiffusionGemmaConfigTest, EmbeddingScaleIsSqrtHiddenRoundedToTheEmbedding
   EXPECT_EQ(config.embeddingScale(DType::F16), 53.0625);  // f16 spacing at 53 is 1/32
   config.hiddenSize = 48;                                 // √48 = 6.9282
   EXPECT_EQ(config.embeddingScale(DType::BF16), 6.9375);
+  EXPECT_EQ(config.initializerRange, 0.02);  // HF's default: the file does not set it
   EXPECT_EQ(config.embeddingScale(DType::F32), static_cast<double>(std::sqrt(48.0f)));
   EXPECT_NEAR(config.embeddingScale(DType::F32), 6.92820323, 1e-6);
   // HF's scale is a float32 tensor, so a float64 model sees the float32 value, not √48 in float64.
@@ -455,6 +456,8 @@ INSTANTIATE_TEST_SUITE_P(
                        "text_config.hidden_activation: expected \"gelu_pytorch_tanh\", got \"silu\""},
         RejectedConfig{"AttentionBias", [](json& v) { v["text_config"]["attention_bias"] = true; },
                        "text_config.attention_bias: expected false (the projections have no bias), got true"},
+        RejectedConfig{"InitializerRangeNotPositive", [](json& v) { v["text_config"]["initializer_range"] = -0.02; },
+                       "text_config.initializer_range: expected a number in (0, 1.0], got -0.02"},
         RejectedConfig{"ZeroNormEps", [](json& v) { v["text_config"]["rms_norm_eps"] = 0; },
                        "text_config.rms_norm_eps: expected a number in (0, 1.0], got 0"},
         // Issue 15: 2^62 heads made autodiff divide by zero (SIGFPE); head_dim 2^32 compiled and

@@ -56,6 +56,18 @@ TEST_F(GraphBuilderTest, InfersResultTypesFromOperands) {
   EXPECT_TRUE(verifies());
 }
 
+// `--init random` draws every normal-initialised weight with the config's initializer_range, as
+// HF's _init_weights does.
+TEST_F(GraphBuilderTest, NormalInitUsesTheConfigsInitializerRange) {
+  config_.initializerRange = 0.125;
+  GraphBuilder g(builder_, config_, /*batch=*/1, Precision::Fp32);
+  Value weight = g.param("proj.weight", {4, 8}, "normal", /*trainable=*/true);
+  DictionaryAttr init = cast<ParamOp>(weight.getDefiningOp()).getInitAttr();
+  ASSERT_TRUE(init);
+  EXPECT_EQ(cast<StringAttr>(init.get("kind")).getValue(), "normal");
+  EXPECT_EQ(cast<FloatAttr>(init.get("std")).getValueAsDouble(), 0.125);
+}
+
 TEST_F(GraphBuilderTest, InfersModelOpResultTypes) {
   GraphBuilder g(builder_, config_, /*batch=*/1, Precision::Fp32);
   Type f32 = builder_.getF32Type();
