@@ -26,8 +26,8 @@ done
 run=$build/demo-run
 rm -rf "$run"
 mkdir -p "$run"
-echo "== train: the demo model from scratch (preset demo: 1500 steps, micro-batch 16, AdamW, cosine lr 3e-3)"
-"$bin/dgemma-compile" --model "$root/models/diffusion_gemma/configs/demo.json" --mode train --preset demo --report \
+echo "== train: the demo model from scratch (preset demo: 3000 steps, micro-batch 16, AdamW, cosine lr 3e-3)"
+"$bin/dgemma-compile" --model "$root/models/diffusion_gemma/configs/demo" --mode train --preset demo --report \
   -o "$run/plan"
 # The vision tower is not built yet: the image rows of the demo task are skipped (listed in
 # skipped-rows.txt) and the model learns the arithmetic rows.
@@ -43,7 +43,7 @@ echo "skipped $(grep -c '^skipped: ' "$run/skipped-rows.txt" || true) rows with 
 
 echo "== eval: block-diffusion generation on the held-out test split (one 8-token canvas per answer)"
 weights=$(ls -d "$run"/checkpoints/step-* | tail -n 1)
-"$bin/dgemma-compile" --model "$root/models/diffusion_gemma/configs/demo.json" --mode infer --micro-batch 20 \
+"$bin/dgemma-compile" --model "$root/models/diffusion_gemma/configs/demo" --mode infer --micro-batch 20 \
   --prompt-len 32,48,64 --max-new-tokens 8 -o "$run/infer-plan"
 # The image rows are skipped until the vision tower lands; the summary counts them.
 "$bin/dgemma-run" eval --plan "$run/infer-plan" --weights "$weights" --tokenizer "$root/data/tokenizer" --seed 1 \

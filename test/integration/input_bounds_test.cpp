@@ -19,7 +19,7 @@ using testing::runTool;
 using testing::ScratchDirectory;
 using testing::ToolResult;
 
-const std::string kDemoConfig = std::string(DGEMMA_SOURCE_DIR) + "/models/diffusion_gemma/configs/demo.json";
+const std::string kDemoConfig = std::string(DGEMMA_SOURCE_DIR) + "/models/diffusion_gemma/configs/demo/config.json";
 
 class InputBoundsTest : public ::testing::Test {
  protected:

@@ -49,6 +49,17 @@ TEST(GenerationConfig, ReadsEveryHfKey) {
   EXPECT_EQ(config.bosTokenId, 2);
 }
 
+// The demo model's directory carries its own sampler budget (docs/generation.md, "A model's own
+// settings"); dgemma-compile --mode infer --model DIR finds it beside config.json.
+TEST(GenerationConfig, DemoModelDirectoryCarriesItsEntropyBound) {
+  const std::optional<DiffusionGemmaGenerationConfig> config =
+      loadGenerationConfigBeside(DGEMMA_DIFFUSION_GEMMA_CONFIGS "/demo");
+  ASSERT_TRUE(config.has_value());
+  EXPECT_EQ(config->entropyBound, 1e-4);
+  EXPECT_EQ(config->maxNewTokens, 8);
+  EXPECT_EQ(config->maxDenoisingSteps, 48);
+}
+
 TEST(GenerationConfig, NullAndAbsentKeysTakeHfDefaults) {
   json root = {{"max_new_tokens", nullptr}, {"sampler_config", nullptr}, {"t_min", nullptr}, {"eos_token_id", 7}};
   DiffusionGemmaGenerationConfig config = parseGenerationConfig(root, "g.json");
