@@ -243,6 +243,10 @@ TEST(ShardedSaveTest, TwoRanksSplitByRowsLoadIntoOneRankAndIntoTwoRanksSplitByCo
     EXPECT_EQ(rank.executor.parameter("w").data, sliceOf(tensors.w, columns).data) << "rank " << r;
     EXPECT_EQ(rank.executor.parameter("optimizer/exp_avg/w").data, sliceOf(tensors.moment, columns).data) << "rank " << r;
     EXPECT_EQ(rank.executor.parameter("norm").data, tensors.norm.data) << "rank " << r;
+    // Restoring runs no collective. A gloo rendezvous can return on one rank before its peer has
+    // finished, so without this a rank could tear its pairs down under a peer that is still
+    // connecting ("Connection closed by peer", seen under ASan's slower start-up).
+    rank.world.barrier();
   }));
 }
 
