@@ -1,6 +1,6 @@
 // Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): the serial fallback for parallel loops, a strided walk over row-major index spaces (broadcasting,
-// transposes and reductions all read one tensor in another tensor's order), and the gelu_tanh formula
-// that more than one kernel evaluates.
+// transposes and reductions all read one tensor in another tensor's order), the gelu_tanh formula
+// that more than one kernel evaluates, and lane-parallel max and dot-product loops.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "runtime/kernel_api/Kernel.h"
@@ -57,6 +58,21 @@ inline T geluTanh(T x) {
   const T sqrtTwoOverPi = static_cast<T>(0.79788456080286535587989211986876);  // sqrt(2 / pi)
   const T inner = sqrtTwoOverPi * (x + static_cast<T>(0.044715) * x * x * x);
   return static_cast<T>(0.5) * x * (T(1) + fastTanh(inner));
+}
+
+// max(x[0, count)) in eight running maxima, so the loop maps onto SIMD lanes: the same value in any
+// order (up to the sign of a zero max). Always inlined, so it compiles for its caller's target (the
+// AVX2 clones of canvas_sample and softmax).
+template <typename T>
+[[gnu::always_inline]] inline T laneMaximum(const T* x, int64_t count) {
+  constexpr int64_t kLanes = 8;
+  T lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<T>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] = std::max(lanes[lane], x[i + lane]);
+  for (; i < count; ++i) lanes[0] = std::max(lanes[0], x[i]);
+  return *std::max_element(lanes, lanes + kLanes);
 }
 
 // Σ a[i]·b[i] in eight interleaved partial sums. A single running sum is a chain the compiler may

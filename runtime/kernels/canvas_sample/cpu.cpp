@@ -150,17 +150,6 @@ class RowWords {
   PhiloxCounter words_{};
 };
 
-// max(x[0, count)) in kLanes running maxima (exact in any order, and vectorisable).
-[[gnu::always_inline]] inline float maximumOf(const float* x, int64_t count) {
-  float lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
-  int64_t i = 0;
-  for (; i + kLanes <= count; i += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] = std::max(lanes[lane], x[i + lane]);
-  for (; i < count; ++i) lanes[0] = std::max(lanes[0], x[i]);
-  return *std::max_element(lanes, lanes + kLanes);
-}
-
 // Entry i's terms relative to the max: ties[i] (1 when z = m), rests[i] = e^(z−m) for the others
 // and weights[i] = e^(z−m)·(z−m).
 [[gnu::always_inline]] inline void softmaxTerms(const float* z, int64_t count, float maximum, float* ties, float* rests,
@@ -202,7 +191,7 @@ template <typename Store>
   for (int64_t start = 0; start < vocab; start += kChunk) {
     const int64_t count = std::min(kChunk, vocab - start);
     scaleChunk(logits + start, count, softcap, temperature, z);
-    const float chunkMax = maximumOf(z, count);
+    const float chunkMax = cpu::laneMaximum(z, count);
     store(start, z, count);
     if (chunkMax > softmax.maximum) {  // strict: an equal max in a later chunk keeps the lower index
       result.argmax = start + (std::find(z, z + count, chunkMax) - z);

@@ -6,7 +6,6 @@
 // computed; the exps themselves are the same IEEE operations in every lane (the clone has no FMA).
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <type_traits>
 
 #include "runtime/kernels/CpuKernelSupport.h"
@@ -16,24 +15,9 @@
 namespace dgemma {
 namespace {
 
-constexpr int64_t kLanes = 8;
-
-// The max of x[0, length) in kLanes running maxima: the same value in any order (up to the sign of
-// a zero max, which leaves every x − max and so every exp unchanged).
-template <typename T>
-[[gnu::always_inline]] inline T maximumOf(const T* x, int64_t length) {
-  T lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, -std::numeric_limits<T>::infinity());
-  int64_t j = 0;
-  for (; j + kLanes <= length; j += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] = std::max(lanes[lane], x[j + lane]);
-  for (; j < length; ++j) lanes[0] = std::max(lanes[0], x[j]);
-  return *std::max_element(lanes, lanes + kLanes);
-}
-
 template <typename T>
 [[gnu::always_inline]] inline void softmaxRowIn(const T* x, T* y, int64_t length) {
-  const T maximum = maximumOf(x, length);
+  const T maximum = cpu::laneMaximum(x, length);
   for (int64_t j = 0; j < length; ++j) y[j] = cpu::fastExp(x[j] - maximum);
   T sum = 0;
   for (int64_t j = 0; j < length; ++j) sum += y[j];
