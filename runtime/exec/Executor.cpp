@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "support/CheckedSize.h"
 #include "support/Error.h"
 #include "plan/PlanFile.h"
 
@@ -31,12 +32,6 @@ std::string stepWhere(const std::string& source, const EntryPoint& entry, size_t
   return where + ")";
 }
 
-std::string gib(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return text;
-}
-
 // Before anything is allocated: on Linux an oversized CPU arena is granted (overcommit) and the
 // process is killed when the arena is first touched, so the plan's total is checked against the
 // backend's memory up front (a RuntimeError: the plan is valid, this machine is too small for it).
@@ -46,7 +41,7 @@ void refuseArenasLargerThanMemory(const Plan& plan, const Backend& backend, cons
   const uint64_t capacity = backend.memoryCapacityBytes();
   if (total > capacity)
     throw RuntimeError(source + ": the plan's " + std::to_string(plan.arenas.size()) + " arenas need " +
-                       std::to_string(total) + " bytes (" + gib(total) + "), more than the " + gib(capacity) +
+                       std::to_string(total) + " bytes (" + formatBytes(total) + "), more than the " + formatBytes(capacity) +
                        " of memory of the " + backend.name() + " backend; compile for a smaller micro-batch or prompt "
                        "length, or shard the plan over more ranks");
 }
