@@ -28,7 +28,17 @@ void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& optio
   addSimplification(passes);
 }
 
+void addRecomputationStage(OpPassManager& passes, const RecomputePolicy& policy) {
+  if (policy.kind != RecomputePolicy::Kind::None) passes.addPass(createDgRecompute(DgRecomputeOptions{policy.name()}));
+}
+
 void addPlanningStage(OpPassManager& passes) { passes.addPass(createDgMemoryPlan()); }
+
+// The textual form of the plan stage's options: the recomputation that comes before planning.
+struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
+  Option<std::string> recompute{*this, "recompute", llvm::cl::desc("dg-recompute's policy: none | full | full:N | selective"),
+                                llvm::cl::init("none")};
+};
 
 // The textual form of the train stage's options (defaults: the 26B recipe).
 struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
@@ -57,6 +67,12 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
   addDifferentiationStage(passes, options);
+  return passes.run(module);
+}
+
+LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& options) {
+  PassManager passes(module.getContext());
+  addRecomputationStage(passes, options.recompute);
   return passes.run(module);
 }
 
@@ -94,7 +110,13 @@ void registerDgemmaPipelines() {
       [](OpPassManager& passes, const TrainPipelineOptions& options) {
         addDifferentiationStage(passes, options.toPipelineOptions());
       });
-  PassPipelineRegistration<>("dg-plan-pipeline", "dgemma-compile's planning stage (dg-memory-plan)", addPlanningStage);
+  PassPipelineRegistration<PlanPipelineOptions>(
+      "dg-plan-pipeline", "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-memory-plan)",
+      [](OpPassManager& passes, const PlanPipelineOptions& options) {
+        // A policy the parser refuses goes to dg-recompute as written, which reports it.
+        if (options.recompute != "none") passes.addPass(createDgRecompute(DgRecomputeOptions{options.recompute}));
+        addPlanningStage(passes);
+      });
 }
 
 }  // namespace mlir::dg

@@ -1,6 +1,6 @@
 // The pass pipeline dgemma-compile runs, in the stages that `--emit` can stop at: differentiation,
-// sharding (whole program, then one partition per rank), planning. The phases to come slot in
-// between (docs/architecture.md): recomputation and fusion before planning.
+// sharding (whole program, then one partition per rank), recomputation, planning. Fusion is to come
+// before planning (docs/architecture.md).
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 
@@ -9,6 +9,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "compiler/Transforms/RecomputePolicy.h"
 #include "plan/OptimizerSettings.h"
 
 namespace mlir::dg {
@@ -17,11 +18,14 @@ struct PipelineOptions {
   bool train = false;             // differentiate the loss (mode train)
   std::string lossName = "loss";  // the dg.output to differentiate
   std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
+  RecomputePolicy recompute;      // train: what the backward recomputes (dg-recompute)
 };
 
 // Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,
 // and simplify again.
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options);
+// Stage "recompute", on one rank's program: dg-recompute with the options' policy (none: nothing).
+LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& options);
 // Stage "plan": the lowering-ready module (simplified, memory planned).
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options);
 
@@ -47,7 +51,7 @@ FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t ra
 // Registers the stages as textual pipelines for dgemma-opt, so that lit can run exactly what
 // dgemma-compile runs: --dg-infer-pipeline (simplify), --dg-train-pipeline{loss=... optimizer=...
 // beta1=...} (simplify, autodiff, fp32 gradient accumulation, the optimizer entry, simplify) and
-// --dg-plan-pipeline (memory planning).
+// --dg-plan-pipeline{recompute=none|full|full:N|selective} (recomputation, memory planning).
 void registerDgemmaPipelines();
 
 }  // namespace mlir::dg

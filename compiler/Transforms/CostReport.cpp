@@ -1,4 +1,5 @@
 #include "compiler/Transforms/Passes.h"
+#include "dialects/dg/IR/DgRecompute.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace mlir::dg {
@@ -15,10 +16,13 @@ struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
   void runOnOperation() override {
     getOperation().walk([](func::FuncOp function) {
       if (!function->hasAttr(kEntryAttr)) return;
-      int64_t flops = 0, communicationBytes = 0;
+      int64_t flops = 0, recomputeFlops = 0, communicationBytes = 0;
       llvm::StringMap<int64_t> parameterBytes;
       function.walk([&](Operation* op) {
-        if (auto cost = dyn_cast<CostOpInterface>(op)) flops += cost.getFlops();
+        if (auto cost = dyn_cast<CostOpInterface>(op)) {
+          flops += cost.getFlops();
+          if (op->hasAttr(kRecomputedAttr)) recomputeFlops += cost.getFlops();
+        }
         if (auto collective = dyn_cast<CommunicationOpInterface>(op))
           communicationBytes += collective.getCommunicationBytes();
         if (auto param = dyn_cast<ParamOp>(op)) {
@@ -33,6 +37,8 @@ struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
       if (auto scratch = function->getAttrOfType<IntegerAttr>(kScratchBytesAttr))
         remark << " scratch_bytes=" << scratch.getInt();
       if (communicationBytes != 0) remark << " communication_bytes=" << communicationBytes;
+      // dg-recompute's clones, included in flops: the forward computed a second time.
+      if (recomputeFlops != 0) remark << " recompute_flops=" << recomputeFlops;
     });
   }
 };

@@ -89,7 +89,8 @@ def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
   let description = [{
     Sums CostOpInterface over each entry point and the bytes of its distinct parameters; after
     dg-memory-plan it adds the planned scratch arena size, and when the entry point has collectives
-    the bytes one rank receives (CommunicationOpInterface). Used by `dgemma-compile --report`.
+    the bytes one rank receives (CommunicationOpInterface), and after dg-recompute the FLOPs of its
+    clones (`recompute_flops`, part of `flops`). Used by `dgemma-compile --report`.
   }];
 }
 
@@ -181,6 +182,28 @@ def DgExpertDispatch : Pass<"dg-expert-dispatch", "::mlir::ModuleOp"> {
     the pattern stay as they are.
   }];
   let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
+def DgRecompute : Pass<"dg-recompute", "::mlir::ModuleOp"> {
+  let summary = "Recomputes layer activations before the backward instead of keeping them (none, full[:N], selective)";
+  let description = [{
+    On one rank's program after autodiff, sharding and the expert dispatch, before dg-memory-plan
+    (docs/training.md, "Recomputation"). The model marks each layer's forward with
+    `dg.layer_begin` / `dg.layer_end` (its first and last op); a train entry's backward is what
+    follows its `loss` output. For each region of the policy, the region's values that the backward
+    reads are cloned (marked `dg.recomputed`) right before their first backward reader, which reads
+    the clones; the forward's values then die with their last forward reader. `full`: chunks of N
+    consecutive layers of one stack (`full` is `full:1`), all recomputed from the chunk's input except
+    the chunk's output; `selective`: per layer, the attention core and the MoE intermediates (the
+    experts' outputs and, under expert parallelism, the exchanged rows) and their reshapes. Every op
+    is a pure function of its operands (random ops of their key and stream), so the clones compute
+    the same bits; collectives are cloned in the same order on every rank. Parameters, constants and
+    inputs are read, never cloned. Entry points without the loss are left alone.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"none\"", "none | full | full:N | selective">,
+    Option<"lossName", "loss", "std::string", /*default=*/"\"loss\"", "the dg.output the backward follows">,
+  ];
 }
 
 #endif // DGEMMA_COMPILER_PASSES_TD

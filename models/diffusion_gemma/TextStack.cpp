@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "dialects/dg/IR/DgRecompute.h"
+
 namespace mlir::dg::diffusion_gemma {
 
 TextStack::TextStack(GraphBuilder& graph)
@@ -218,13 +220,18 @@ template <typename KeySet>
 Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, const KeySet& keySet,
                               std::vector<LayerKeyValues>* keyValuesOut) {
   auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
-  Value attended = attention(layer, g_.rmsNorm(hidden, name("input_layernorm.weight")), positions, keySet, keyValuesOut);
+  Value normed = g_.rmsNorm(hidden, name("input_layernorm.weight"));
+  Value attended = attention(layer, normed, positions, keySet, keyValuesOut);
   Value residual = g_.add(hidden, g_.rmsNorm(attended, name("post_attention_layernorm.weight")), name("attention.residual"));
   // Encoder queries are its keys (padding included); every decoder query is a canvas token.
   Value tokenValid;
   if constexpr (std::is_same_v<KeySet, EncoderAttention>) tokenValid = keySet.tokenValid ? keySet.tokenValid : keySet.keyValid;
   Value out = g_.add(residual, feedForward(layer, residual, tokenValid), name("ffn.residual"));
-  return g_.mul(out, g_.param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
+  Value scaled = g_.mul(out, g_.param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
+  // The span dg-recompute may replay from the layer's input (docs/training.md, "Recomputation").
+  normed.getDefiningOp()->setAttr(kLayerBeginAttr, b_.getI64IntegerAttr(layer));
+  scaled.getDefiningOp()->setAttr(kLayerEndAttr, b_.getI64IntegerAttr(layer));
+  return scaled;
 }
 
 // docs/model.md, "Head and soft-cap": final norm, tied head (the unscaled embedding), soft-cap c * tanh(x / c) unless

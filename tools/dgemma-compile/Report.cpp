@@ -6,6 +6,7 @@
 #include "dialects/dg/IR/DgDialect.h"
 #include "dialects/dg/IR/DgMesh.h"
 #include "dialects/dg/IR/DgOps.h"
+#include "dialects/dg/IR/DgRecompute.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringSet.h"
 #include "plan/Names.h"
@@ -89,10 +90,16 @@ void printEntryReport(ModuleOp program) {
     if (auto bucket = function->getAttrOfType<DictionaryAttr>(dg::kBucketAttr))
       for (NamedAttribute dimension : bucket)
         entry.bucket[dimension.getName().str()] = cast<IntegerAttr>(dimension.getValue()).getInt();
-    int64_t flops = 0;
-    function.walk([&](dg::CostOpInterface op) { flops += op.getFlops(); });
+    int64_t flops = 0, recomputeFlops = 0;
+    function.walk([&](dg::CostOpInterface op) {
+      flops += op.getFlops();
+      if (op->hasAttr(dg::kRecomputedAttr)) recomputeFlops += op.getFlops();
+    });
     int64_t scratch = function->getAttrOfType<IntegerAttr>(dg::kScratchBytesAttr).getInt();
     std::printf("%-44s %14lld %14lld\n", entry.key().c_str(), static_cast<long long>(flops), static_cast<long long>(scratch));
+    if (recomputeFlops != 0)  // dg-recompute's clones, part of the flops above
+      std::printf("  of which recomputed: %lld (%.1f%% more than without recomputation)\n",
+                  static_cast<long long>(recomputeFlops), 100.0 * double(recomputeFlops) / double(flops - recomputeFlops));
   }
 }
 

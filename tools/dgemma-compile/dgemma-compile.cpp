@@ -111,7 +111,6 @@ bool isMultiRank(const CompileFlags& flags) {
 
 // Flags whose features later work adds are rejected now rather than silently ignored.
 void rejectUnbuiltFeatures(const CompileFlags& flags) {
-  if (flags.recompute != "none") throw InputError("--recompute: only \"none\" is available until the recomputation pass exists");
   if (flags.precision != "fp32" && flags.model == mlir::dg::kRmsNormMatmulSoftmaxName)
     throw InputError("--precision " + flags.precision + ": only DiffusionGemma configs build mixed precision; " +
                      mlir::dg::kRmsNormMatmulSoftmaxName + " is fp32 only");
@@ -337,14 +336,17 @@ int compile(const CompileFlags& flags) {
   if (flags.mode != "train" && flags.mode != "infer") throw InputError("--mode: expected train or infer");
   rejectUnbuiltFeatures(flags);
   if (flags.emit.empty() && flags.output.empty()) throw InputError("-o: an output plan directory is required (or --emit)");
-  if (flags.emit == "recompute")
-    throw InputError("--emit recompute: that stage does not exist yet (the recomputation pass is not built)");
+  // CLI11 checked the policy's form.
+  const mlir::dg::RecomputePolicy recompute = *mlir::dg::parseRecomputePolicy(flags.recompute);
+  if (recompute.kind != mlir::dg::RecomputePolicy::Kind::None && flags.mode != "train")
+    throw InputError("--recompute " + flags.recompute + ": only --mode train has a backward that recomputes (use none)");
 
   mlir::MLIRContext context;
   // Diagnostics go to stderr as "loc: error: message"; a failed stage is bad input (exit 2).
   llvm::SourceMgr sourceManager;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());
-  nlohmann::json metadata = {{"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}};
+  nlohmann::json metadata = {
+      {"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}, {"recompute", recompute.name()}};
   RuntimeFields fields;
   if (!flags.preset.empty()) {
     // dgemma-run train takes its defaults (rate, schedule, steps, ...) from here.
@@ -362,6 +364,7 @@ int compile(const CompileFlags& flags) {
 
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = flags.mode == "train";
+  pipeline.recompute = recompute;
   if (pipeline.train) {
     pipeline.optimizer = flags.adam;  // each setting's range is checked as its flag is parsed
     fields.optimizer = pipeline.optimizer;
@@ -393,6 +396,12 @@ int compile(const CompileFlags& flags) {
       partition = std::move(*partitioned);
     }
     mlir::ModuleOp program = multiRank ? *partition : *module;
+    if (mlir::failed(mlir::dg::runRecomputationStage(program, pipeline))) throw InputError("recomputation failed (see above)");
+    if (flags.emit == "recompute") {  // rank 0's program
+      program.print(llvm::outs());
+      llvm::outs() << "\n";
+      return 0;
+    }
     if (mlir::failed(mlir::dg::runPlanningStage(program, pipeline))) throw InputError("memory planning failed (see above)");
     mlir::dg::PlanLoweringOptions lowering;
     lowering.producer = "dgemma-compile";
@@ -463,7 +472,16 @@ int main(int argc, char** argv) {
   app.add_flag("--sp", flags.sequenceParallel, "sequence parallelism");
   app.add_flag("--distributed-optimizer,!--no-distributed-optimizer", flags.distributedOptimizer,
                "ZeRO-1: optimizer state sharded over the data-parallel ranks (default on)");
-  app.add_option("--recompute", flags.recompute, "none | full | selective")->check(CLI::IsMember({"none", "full", "selective"}));
+  app.add_option("--recompute", flags.recompute,
+                 "what the backward recomputes: none | full[:N] (every layer, or chunks of N, from its input) | selective "
+                 "(attention core and MoE intermediates); docs/training.md, 'Recomputation'")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return mlir::dg::parseRecomputePolicy(text) ? std::string()
+                                                        : std::string("expected ") + mlir::dg::kRecomputePolicyExpected +
+                                                              ", got " + dgemma::quoteForMessage(text, 40);
+          },
+          "POLICY"));
   app.add_option("--precision", flags.precision, "fp32 | bf16 (mixed: bf16 compute, f32 masters, docs/training.md, 'Mixed precision')")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", flags.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")

@@ -1,5 +1,6 @@
 #include "dialects/dg/IR/DgDialect.h"
 #include "dialects/dg/IR/DgMesh.h"
+#include "dialects/dg/IR/DgRecompute.h"
 
 #include "dialects/dg/IR/DgOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -32,6 +33,19 @@ LogicalResult verifyPositiveSizes(Operation* op, StringRef attrName, Attribute a
   return success();
 }
 
+// A clone dg-recompute made of `original` (marked dg.recomputed, the same op on the same operands):
+// it draws the same numbers again, which is what recomputation must do.
+bool isRecomputedCopy(Operation* op, Operation* original) {
+  if (!op->hasAttr(kRecomputedAttr) || op->getName() != original->getName() ||
+      !llvm::equal(op->getOperands(), original->getOperands()) ||
+      !llvm::equal(op->getResultTypes(), original->getResultTypes()))
+    return false;
+  std::optional<RegisteredOperationName> name = op->getRegisteredInfo();
+  return name && llvm::all_of(name->getAttributeNames(), [&](StringAttr attribute) {
+           return op->getInherentAttr(attribute) == original->getInherentAttr(attribute);
+         });
+}
+
 // An entry point takes nothing and returns nothing (dg.input / dg.output carry its interface), hands
 // each output out once, and draws each random stream once.
 LogicalResult verifyEntryFunction(func::FuncOp function) {
@@ -51,7 +65,7 @@ LogicalResult verifyEntryFunction(func::FuncOp function) {
     }
     if (auto random = dyn_cast<RandomOpInterface>(op)) {
       auto [it, inserted] = randomStreams.try_emplace({random.getRandomKey(), random.getStreamId()}, op);
-      if (!inserted) {
+      if (!inserted && !isRecomputedCopy(op, it->second)) {
         op->emitOpError() << "draws the same numbers as an earlier random op (same key and stream "
                           << random.getStreamId() << ")";
         return WalkResult::interrupt();
@@ -165,6 +179,17 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
   if (name == kPendingSumAttr) {
     if (!isa<ParamOp>(op) || !isa<UnitAttr>(attribute.getValue()))
       return op->emitOpError() << "'" << name << "' is a unit attribute of dg.param";
+    return success();
+  }
+  if (name == kLayerBeginAttr || name == kLayerEndAttr) {
+    auto layer = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!layer || !layer.getType().isInteger(64) || layer.getInt() < 0)
+      return op->emitOpError() << "'" << name << "' must be a layer index (an i64 >= 0)";
+    if (op->getNumResults() == 0) return op->emitOpError() << "'" << name << "' belongs on an op with results";
+    return success();
+  }
+  if (name == kRecomputedAttr) {
+    if (!isa<UnitAttr>(attribute.getValue())) return op->emitOpError() << "'" << name << "' is a unit attribute";
     return success();
   }
   if (name == kScratchBytesAttr) {
