@@ -1,6 +1,6 @@
 // dgemma-compile --recompute (docs/training.md, "Recomputation"): with every policy the loss terms
 // and every gradient of `dgemma-run grad` are bit-identical to the plan without recomputation, on
-// one rank and in multi-rank layouts (EP dispatch under DP, TP with SP) on Gloo, with
+// one rank (fp32 and bf16) and in multi-rank layouts (EP dispatch under DP, TP with SP) on Gloo, with
 // self-conditioning and the encoder loss on; and the scratch arena shrinks.
 #include <gtest/gtest.h>
 
@@ -104,6 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, Recompute,
     ::testing::Values(Case{"one_rank", kSevenLayers, kSevenLayers + "/model.safetensors", kSevenLayersBatch,
                            "--prompt-len 12 --micro-batch 4", 1, {"full", "full:3", "selective"}},
+                      Case{"one_rank_bf16", kSevenLayers, kSevenLayers + "/model.safetensors", kSevenLayersBatch,
+                           "--prompt-len 12 --micro-batch 4 --precision bf16", 1, {"full", "selective"}},
                       Case{"dp2_ep2", kSevenLayers, kSevenLayers + "/model.safetensors", kSevenLayersBatch,
                            "--prompt-len 12 --micro-batch 2 --dp 2 --ep 2", 2, {"full", "selective"}},
                       Case{"tp2_sp", "models/diffusion_gemma/configs/tiny-cpu.json", "", kSevenLayersBatch,
