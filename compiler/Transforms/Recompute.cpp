@@ -33,9 +33,7 @@ FailureOr<SmallVector<LayerSpan>> layerSpans(Block& body) {
   for (Operation& op : body) {
     auto begin = op.getAttrOfType<IntegerAttr>(kLayerBeginAttr);
     auto end = op.getAttrOfType<IntegerAttr>(kLayerEndAttr);
-    if (begin) {
-      open = LayerSpan{begin.getInt(), &op, nullptr};
-    }
+    if (begin) open = LayerSpan{begin.getInt(), &op, nullptr};
     if (end) {
       if (!open || end.getInt() != open->layer) {
         op.emitOpError() << "ends layer " << end.getInt() << ", but "
@@ -51,8 +49,8 @@ FailureOr<SmallVector<LayerSpan>> layerSpans(Block& body) {
   return spans;
 }
 
-// A value the recomputed forward reads rather than recomputes: stored elsewhere (parameters,
-// constants, inputs), or an op whose effect is not a value (outputs, assignments).
+// Whether a recomputed region clones `op`. What is stored elsewhere (parameters, constants, inputs)
+// it reads instead, and ops without a value (outputs, assignments) it leaves alone.
 bool isClonable(Operation* op) {
   return op->getNumResults() > 0 && op->getNumRegions() == 0 && !isa<ParamOp, InputOp, ConstantOp, AssignOp>(op);
 }
