@@ -102,6 +102,8 @@ LayerActivations layerActivations(const DiffusionGemmaConfig& config, int64_t la
 // as the all-gather form's dg.moe_experts does; a rank computes only its own experts' routes.
 struct PassFlops {
   double layers = 0, attentionCore = 0, experts = 0, expertsBound = 0, head = 0;
+  // What an attention kernel that skips the blocks outside a sliding layer's window computes.
+  double attentionCoreWindowed = 0;
 };
 
 PassFlops passFlops(const DiffusionGemmaConfig& config, const Pass& pass, int64_t microBatch, const Splits& splits) {
@@ -123,6 +125,8 @@ PassFlops passFlops(const DiffusionGemmaConfig& config, const Pass& pass, int64_
     flops.layers += 2 * localTokens * hidden * double(config.numExperts);                          // router
     const double rows = tokens * double(geometry.numQueryHeads) / double(splits.tp);
     flops.attentionCore += rows * double(pass.keys) * double(4 * geometry.headDim + 5);
+    const int64_t visibleKeys = geometry.type == AttentionLayerType::Sliding ? std::min(pass.keys, config.slidingWindow) : pass.keys;
+    flops.attentionCoreWindowed += rows * double(visibleKeys) * double(4 * geometry.headDim + 5);
   }
   const double routes = localTokens * double(config.topKExperts) * double(pass.wholeLayers(config));
   flops.experts = routes * (6 * hidden * double(config.moeIntermediateSize));
@@ -270,15 +274,15 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
   for (const Pass& pass : passes) {
     const PassFlops flops = passFlops(config, pass, shape.microBatch, splits);
     const double directions = pass.backward ? 3 : 1;
-    const double forward = flops.layers + flops.attentionCore + flops.experts + flops.head;
+    const double forward = flops.layers + flops.attentionCoreWindowed + flops.experts + flops.head;
     prediction.flops += directions * forward;
-    prediction.flopsBound += directions * (forward - flops.experts + flops.expertsBound);
+    prediction.flopsBound += directions * (flops.layers + flops.attentionCore + flops.expertsBound + flops.head);
     if (pass.backward && candidate.recompute == RecomputePolicy::Full) {
-      prediction.flops += flops.layers + flops.attentionCore + flops.experts;
+      prediction.flops += flops.layers + flops.attentionCoreWindowed + flops.experts;
       prediction.flopsBound += flops.layers + flops.attentionCore + flops.expertsBound;
     }
     if (pass.backward && candidate.recompute == RecomputePolicy::Selective) {
-      prediction.flops += flops.attentionCore;
+      prediction.flops += flops.attentionCoreWindowed;
       prediction.flopsBound += flops.attentionCore;
     }
     // Full recomputation re-runs each layer's forward collectives in the backward.
