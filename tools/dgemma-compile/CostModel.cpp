@@ -13,6 +13,8 @@ namespace {
 constexpr double kTera = 1e12, kGiga = 1e9;
 
 // Datasheet peaks; the efficiency factors are documented in docs/parallelism.md, "Layout search".
+// Fields: name, dense bf16 FLOP/s, fp32 FLOP/s, HBM bytes/s, memory, NVLink and inter-node bytes/s
+// per direction, GPUs per node, compute efficiency, link (and HBM) efficiency.
 const std::vector<Accelerator>& accelerators() {
   static const std::vector<Accelerator> all = {
       {"h200", 989 * kTera, 67 * kTera, 4.8 * kTera, uint64_t{141} << 30, 450 * kGiga, 50 * kGiga, 8, 0.45, 0.7},
@@ -24,8 +26,8 @@ const std::vector<Accelerator>& accelerators() {
 // The fraction of a buffer each rank receives in a ring collective over g ranks.
 double ringShare(int64_t group) { return group > 1 ? double(group - 1) / double(group) : 0.0; }
 
-// What one pass of the text stack runs over, per data-parallel rank: `tokens` query tokens
-// (micro-batch x length), `keys` attended positions per query, `scored` positions reaching the head.
+// What one pass of the text stack runs over, per example (a data-parallel rank runs micro-batch
+// examples): query positions, attended key positions per query, positions reaching the head.
 struct Pass {
   int64_t length = 0;   // query positions per example
   int64_t keys = 0;     // key positions per example (the IR's attention counts every key)

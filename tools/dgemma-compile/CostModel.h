@@ -2,9 +2,9 @@
 // from the model config, the step's shapes and one candidate layout, the per-rank memory pools, the
 // FLOPs and collective bytes of one training step, and a step time on a target accelerator. It counts
 // what the compiler builds: the train_step's passes (prompt K/V pass, self-conditioning pass 1,
-// pass 2, the clean encoder pass), the TP/SP/EP collectives of docs/parallelism.md, the dropless
-// expert capacity, and the plan's pools (f32 masters, f32 gradient buffers, AdamW moments sharded
-// by ZeRO-1). Where CostOpInterface counts a bound (the experts over every token of the EP group,
+// pass 2, the clean encoder pass), the TP/SP collectives of docs/parallelism.md, expert
+// parallelism in the all-gather form the train step is compiled to, and the plan's pools (f32
+// masters, f32 gradient buffers, AdamW moments sharded by ZeRO-1). Where CostOpInterface counts a bound (the experts over every token of the EP group,
 // of which a rank computes its own experts' routes), the model gives the bound too, so that it can
 // be checked against a compiled report; the step time uses the balanced-routing expectation.
 #pragma once
@@ -30,7 +30,7 @@ struct Accelerator {
   double networkBytesPerSecond = 0;  // one direction per GPU between nodes (InfiniBand)
   int64_t gpusPerNode = 8;
   double computeEfficiency = 0;   // sustained / peak FLOP/s of the step's GEMMs and attention
-  double linkEfficiency = 0;      // sustained / peak bandwidth of the collectives
+  double linkEfficiency = 0;      // sustained / peak bandwidth of the collectives (and of HBM)
 };
 
 // "h200", "h100"; throws InputError naming --gpu and the known names.
