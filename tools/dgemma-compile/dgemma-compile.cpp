@@ -252,8 +252,9 @@ std::filesystem::path diffusionGemmaConfigPath(const CompileFlags& flags) {
 }
 
 // --auto-layout: ranks every legal layout and recompute policy of --gpus ranks by the cost model,
-// prints the table and sets the chosen layout into `flags` (nullopt when none fits).
-std::optional<dgemma::CostPrediction> searchLayout(CompileFlags& flags) {
+// prints the table, sets the chosen layout into `flags` and returns its prediction; throws
+// InputError when no candidate this build compiles fits.
+dgemma::CostPrediction searchLayout(CompileFlags& flags) {
   if (flags.mode != "train") throw InputError("--auto-layout: only --mode train plans are sharded (inference is single-rank)");
   if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName)
     throw InputError(std::string("--auto-layout: ") + mlir::dg::kRmsNormMatmulSoftmaxName + " has no parallel mapping");
