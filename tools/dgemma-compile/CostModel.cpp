@@ -183,8 +183,8 @@ ParameterShard parameterShard(const DiffusionGemmaConfig& config, const Splits& 
   return shard;
 }
 
-// How many ranks apart a group's members are and whether it spans nodes: TP is innermost, the EP
-// ranks are data-parallel ranks of one TP coordinate, the data-parallel groups span the world.
+// The sustained bandwidth of a group that spans `span` consecutive ranks (TP is innermost): the
+// intra-node link within gpusPerNode, the network beyond.
 double bandwidth(const Accelerator& accelerator, int64_t span) {
   const double peak = span > accelerator.gpusPerNode ? accelerator.networkBytesPerSecond : accelerator.linkBytesPerSecond;
   return peak * accelerator.linkEfficiency;
@@ -324,7 +324,9 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
   const double memorySeconds =
       (parameterReads + stateTraffic + 2.0 * double(prediction.activationBytes)) / (accelerator.memoryBytesPerSecond * accelerator.linkEfficiency);
   prediction.computeSeconds = std::max(computeSeconds, memorySeconds);
-  const int64_t tensorSpan = splits.tp, expertSpan = splits.tp * splits.ep, worldSpan = candidate.layout.worldSize();
+  // The expert gathers of the compiled all-gather form span the data-parallel group, so the world.
+  const int64_t worldSpan = candidate.layout.worldSize(), tensorSpan = splits.tp,
+                expertSpan = splits.expertGather > 1 ? worldSpan : 1;
   prediction.communicationSeconds = tensorParallelBytes / bandwidth(accelerator, tensorSpan) +
                                     expertBytes / bandwidth(accelerator, expertSpan) +
                                     (denseGradientBytes + expertGradientBytes) / bandwidth(accelerator, worldSpan);
