@@ -121,6 +121,13 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan) {
   return report;
 }
 
+uint64_t stepFlops(ModuleOp program) {
+  uint64_t flops = 0;
+  for (func::FuncOp function : stepEntries(program))
+    function.walk([&](dg::CostOpInterface op) { flops += static_cast<uint64_t>(op.getFlops()); });
+  return flops;
+}
+
 AnalyticMinimum analyticMinimum(ModuleOp annotated, const dg::ShardingOptions& layout, int64_t hiddenSize) {
   AnalyticMinimum minimum;
   dg::Mesh mesh = dg::Mesh::of(annotated);

@@ -41,3 +41,6 @@ RankReport rankReport(mlir::ModuleOp program, const dgemma::Plan& plan);
 // From the annotated whole-program module (dg.shardings on every op) and the layout.
 AnalyticMinimum analyticMinimum(mlir::ModuleOp annotated, const mlir::dg::ShardingOptions& layout, int64_t hiddenSize);
 void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum);
+// CostOpInterface's FLOPs of the entry points one optimizer step of one micro-batch runs (the
+// entries rankReport counts communication over).
+uint64_t stepFlops(mlir::ModuleOp program);

@@ -29,6 +29,7 @@
 #include "plan/PlanFile.h"
 #include "tools/common/CliSupport.h"
 #include "tools/common/FlagRanges.h"
+#include "tools/dgemma-compile/AutoLayout.h"
 #include "tools/dgemma-compile/Report.h"
 
 namespace {
@@ -74,6 +75,12 @@ struct CompileFlags {
   std::string emit;
   bool report = false;
   std::string output;
+  // --auto-layout (docs/parallelism.md, "Layout search"): the layout and recompute policy are searched.
+  bool autoLayout = false;
+  int64_t gpus = 0;  // 0: not given
+  std::string gpuMemory;
+  std::string gpu;  // empty: h200
+  std::vector<std::string> explicitLayoutFlags;  // the layout flags given on the command line
 };
 
 std::vector<int64_t> parseLengths(const std::string& text) {
@@ -233,6 +240,66 @@ void checkTensorSizes(mlir::ModuleOp module) {
   });
 }
 
+// The config.json --model names (an HF checkpoint directory or the file itself).
+std::filesystem::path diffusionGemmaConfigPath(const CompileFlags& flags) {
+  std::filesystem::path path(flags.model);
+  std::filesystem::path configPath = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  if (!std::filesystem::exists(configPath))
+    throw InputError("--model: " + configPath.string() + " does not exist (expected an HF checkpoint directory, a config.json or " +
+                     mlir::dg::kRmsNormMatmulSoftmaxName + ")");
+  return configPath;
+}
+
+// --auto-layout: ranks every legal layout and recompute policy of --gpus ranks by the cost model,
+// prints the table, sets the chosen layout into `flags` and returns its prediction; throws
+// InputError when no candidate this build compiles fits.
+dgemma::CostPrediction searchLayout(CompileFlags& flags) {
+  if (flags.mode != "train") throw InputError("--auto-layout: only --mode train plans are sharded (inference is single-rank)");
+  if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName)
+    throw InputError(std::string("--auto-layout: ") + mlir::dg::kRmsNormMatmulSoftmaxName + " has no parallel mapping");
+  if (!flags.explicitLayoutFlags.empty())
+    throw InputError("--auto-layout: " + flags.explicitLayoutFlags.front() + " is chosen by the layout search; drop it (or drop --auto-layout)");
+  if (flags.gpus == 0) throw InputError("--auto-layout: --gpus N is required (the number of ranks to lay out)");
+  const dgemma::DiffusionGemmaConfig config = dgemma::loadDiffusionGemmaConfig(diffusionGemmaConfigPath(flags).string());
+  dgemma::LayoutSearchRequest request;
+  request.gpus = flags.gpus;
+  request.accelerator = &dgemma::findAccelerator(flags.gpu.empty() ? "h200" : flags.gpu);
+  request.memoryBytesPerGpu =
+      flags.gpuMemory.empty() ? request.accelerator->memoryBytes : dgemma::parseByteSize(flags.gpuMemory, "--gpu-memory");
+  request.promptLengths = parseLengths(flags.promptLengths);
+  request.shape.microBatch = flags.microBatch;
+  request.shape.promptLength = request.promptLengths.back();
+  request.shape.canvasLength = config.canvasLength;
+  request.shape.bf16 = flags.precision == "bf16";
+  request.shape.selfConditioning = flags.selfCondProb > 0;
+  request.shape.encoderLoss = flags.encoderLossWeight > 0;
+  request.shape.distributedOptimizer = flags.distributedOptimizer;
+  // A policy is built when the compiler takes it as an explicit --recompute.
+  auto unbuiltReason = [&](dgemma::RecomputePolicy policy) -> std::string {
+    CompileFlags trial = flags;
+    trial.recompute = dgemma::recomputeName(policy);
+    try {
+      rejectUnbuiltFeatures(trial);
+    } catch (const InputError& error) {
+      return error.what();
+    }
+    return "";
+  };
+  const dgemma::LayoutSearch search = dgemma::searchLayouts(config, request, unbuiltReason);
+  // With --emit, stdout carries the IR; the table goes to stderr.
+  dgemma::printLayoutSearch(search, request, flags.emit.empty() ? std::cout : std::cerr);
+  if (!search.chosen)
+    throw InputError("--auto-layout: no layout of --gpus " + std::to_string(flags.gpus) + " that this build compiles fits --gpu-memory " +
+                     dgemma::formatBytes(request.memoryBytesPerGpu) + " (see the table above)");
+  const dgemma::RankedCandidate& chosen = search.ranked[*search.chosen];
+  flags.tp = chosen.candidate.layout.tensorParallel;
+  flags.dp = chosen.candidate.layout.dataParallel;
+  flags.ep = chosen.candidate.layout.expertParallel;
+  flags.sequenceParallel = chosen.candidate.layout.sequenceParallel;
+  flags.recompute = dgemma::recomputeName(chosen.candidate.recompute);
+  return chosen.prediction;
+}
+
 // Builds the module; records in `fields` what the runtime needs to know about the model and in
 // `metadata` what is informational.
 mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, RuntimeFields& fields,
@@ -253,11 +320,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     return mlir::dg::buildRmsNormMatmulSoftmax(context, options);
   }
 
-  std::filesystem::path path(flags.model);
-  std::filesystem::path configPath = std::filesystem::is_directory(path) ? path / "config.json" : path;
-  if (!std::filesystem::exists(configPath))
-    throw InputError("--model: " + configPath.string() + " does not exist (expected an HF checkpoint directory, a config.json or " +
-                     mlir::dg::kRmsNormMatmulSoftmaxName + ")");
+  const std::filesystem::path configPath = diffusionGemmaConfigPath(flags);
   dgemma::DiffusionGemmaConfig config = dgemma::loadDiffusionGemmaConfig(configPath.string());
   for (const std::string& warning : config.warnings) std::cerr << "dgemma-compile: warning: " << warning << "\n";
   if (config.hasVision) std::cerr << "dgemma-compile: warning: " << configPath.string() << ": the vision tower is not built yet; the plan is text-only\n";
@@ -332,8 +395,16 @@ void applyPreset(CLI::App& app, const std::string& name) {
   }
 }
 
-int compile(const CompileFlags& flags) {
+int compile(CompileFlags flags) {
   if (flags.mode != "train" && flags.mode != "infer") throw InputError("--mode: expected train or infer");
+  if (!flags.autoLayout && (flags.gpus != 0 || !flags.gpuMemory.empty() || !flags.gpu.empty()))
+    throw InputError(std::string(flags.gpus != 0 ? "--gpus" : !flags.gpuMemory.empty() ? "--gpu-memory" : "--gpu") +
+                     ": only with --auto-layout");
+  std::optional<dgemma::CostPrediction> predicted;
+  if (flags.autoLayout) {
+    predicted = searchLayout(flags);
+    if (flags.emit.empty() && flags.output.empty()) return 0;  // the table alone
+  }
   rejectUnbuiltFeatures(flags);
   if (flags.emit.empty() && flags.output.empty()) throw InputError("-o: an output plan directory is required (or --emit)");
   // CLI11 checked the policy's form.
@@ -419,6 +490,7 @@ int compile(const CompileFlags& flags) {
       if (rank == 0) printEntryReport(program);
       reports.push_back(rankReport(program, *plan));
     }
+    if (predicted && rank == 0) dgemma::printPredictionCheck(*predicted, dgemma::compiledRankCost(program, *plan), std::cout);
     plans.push_back(std::move(*plan));
   }
   if (flags.report) printRankReport(reports, analyticMinimum(*module, shardingOptions(flags), modelHiddenSize(fields)));
@@ -488,11 +560,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));
   app.add_flag("--report", flags.report, "print per-entry FLOPs and, per rank, memory and communication per step");
   app.add_option("-o,--output", flags.output, "plan directory to write");
+  app.add_flag("--auto-layout", flags.autoLayout,
+               "search the TP/SP/EP/DP layout and recompute policy of --gpus ranks by the cost model, print the ranked "
+               "table and compile the chosen one (without -o: the table only)");
+  app.add_option("--gpus", flags.gpus, "--auto-layout: the number of ranks")->check(dgemma::integerIn(1, kMaxParallel));
+  app.add_option("--gpu-memory", flags.gpuMemory, "--auto-layout: memory per rank, e.g. 141GiB (default: the --gpu's)");
+  app.add_option("--gpu", flags.gpu, "--auto-layout: the accelerator of the cost model: " + dgemma::acceleratorNames() + " (default h200)");
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
   return dgemma::runReportingErrors("dgemma-compile", [&] {
     if (!flags.preset.empty()) applyPreset(app, flags.preset);
+    for (const char* name : {"--tp", "--dp", "--ep", "--sp", "--recompute"})
+      if (app.get_option(name)->count() > 0) flags.explicitLayoutFlags.push_back(name);
     return compile(flags);
   });
 }
