@@ -96,15 +96,18 @@ void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
 }
 
 // denoise: one decoder step over [cache ; canvas], the fused sampler, and the next step's
-// self-conditioning state.
-void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
+// self-conditioning state. denoise_first (`selfConditioned` false) is the step a canvas starts
+// with: its self-conditioning mask is 0 on every row, so the signal is exactly zero and the
+// softmax over the stored [B, L, V] state, its product with the embedding and the
+// self-conditioning MLP are left out (TextStack::decoderInput without a signal).
+void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength, bool selfConditioned) {
   const DiffusionGemmaConfig& config = g.config();
   OpBuilder& b = g.builder();
   const int64_t batch = g.batch(), canvasLength = config.canvasLength;
   Value canvasIds = g.input("canvas_ids", {batch, canvasLength}, b.getI64Type());
   Value cacheValid = g.castTo(g.input("cache_valid", {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
   Value positions = g.input("positions", {batch, canvasLength}, b.getI64Type());
-  Value selfConditioningMask = g.input("self_conditioning_mask", {batch}, g.f32());
+  Value selfConditioningMask = selfConditioned ? g.input("self_conditioning_mask", {batch}, g.f32()) : Value();
   Value frozen = g.input("frozen", {batch}, g.f32());
   Value temperature = g.input("temperature", {batch}, g.f32());
   Value sampleKeys = g.input("sample_keys", {batch, 2}, b.getI64Type());
@@ -112,7 +115,8 @@ void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
   // The stored z is in the activation dtype (HF keeps it in the embedding's dtype); the
   // self-conditioning softmax reads it widened to f32, as forward reads its f32 input.
   Value stored = g.state(kSelfConditioningStateName, {batch, canvasLength, config.vocabSize}, g.activation());
-  Value signal = text.selfConditioningSignal(g.toF32(stored, "sc.stored"), selfConditioningMask);
+  Value signal =
+      selfConditioned ? text.selfConditioningSignal(g.toF32(stored, "sc.stored"), selfConditioningMask) : Value();
   CacheState cache(g, cacheLength, cacheValid);
   // canvas_sample soft-caps the logits as it reads them: the capped [B, L, V] logits and the
   // three passes of the div, tanh and mul ops over them are never made.
@@ -168,7 +172,10 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaInference(MLIRContext& context, const D
         body([&, promptLength](GraphBuilder& g, TextStack& text) { buildPrefill(g, text, promptLength, options.cacheLength); }));
   diffusion_gemma::addEntryFunction(
       builder, *module, "denoise", "denoise", {{"micro_batch", options.microBatch}},
-      body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength); }));
+      body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/true); }));
+  diffusion_gemma::addEntryFunction(
+      builder, *module, "denoise_first", "denoise_first", {{"micro_batch", options.microBatch}},
+      body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/false); }));
   diffusion_gemma::addEntryFunction(
       builder, *module, "commit", "commit", {{"micro_batch", options.microBatch}},
       body([&](GraphBuilder& g, TextStack& text) { buildCommit(g, text, options.cacheLength); }));

@@ -47,6 +47,9 @@ struct DiffusionGemmaInferenceOptions {
 //       outputs  sampled_ids, argmax_ids [B, L] i64, entropy [B, L] f32 (dg.canvas_sample of the
 //                logits at that temperature);
 //       effect   generate/self_conditioning_logits := the step's z = logits / T, except on frozen rows.
+//   "denoise_first" (bucket: micro_batch)
+//       "denoise" with self_conditioning_mask 0 on every row (a canvas's first step), without that
+//       input and without the self-conditioning work a zero mask makes exactly nothing.
 //   "commit" (bucket: micro_batch)
 //       inputs   block_ids [B, L] i64, cache_valid [B, C] i64 (before this block), positions [B, L] i64;
 //       effect   cache/{k,v}.<l> := the last C_l slots of [cache ; the block's causal K/V].

@@ -99,6 +99,11 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
 
   denoise_ = &entryNamed(plan, "denoise", planPath);
   commit_ = &entryNamed(plan, "commit", planPath);
+  denoiseFirst_ = denoise_;
+  for (const EntryPoint& entry : plan.entryPoints)
+    if (entry.name == "denoise_first") denoiseFirst_ = &entry;
+  if (denoiseFirst_->bucket != denoise_->bucket)
+    throw InputError(planPath + ": entry " + denoiseFirst_->key() + ": expected the buckets of " + denoise_->key());
   entryNamed(plan, "prefill", planPath);
   microBatch_ = denoise_->bucket.count("micro_batch") ? denoise_->bucket.at("micro_batch") : 0;
   for (const EntryPoint& entry : plan.entryPoints) {
@@ -221,11 +226,13 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
           keys[2 * row + 1] = key[1];
         }
       }
+      // The first pass has no signal: the entry without the self-conditioning work.
+      const EntryPoint& denoise = step == 0 ? *denoiseFirst_ : *denoise_;
       std::map<std::string, HostTensor> outputs;
       {
         PhaseTimer timer(phaseTimes_.denoise);
         ++phaseTimes_.denoisePasses;
-        outputs = runEntryPoint(session_, *denoise_,
+        outputs = runEntryPoint(session_, denoise,
                                 {{"canvas_ids", i64Tensor({B, L}, batch.canvas())},
                                  {"cache_valid", i64Tensor({B, C}, cacheValid)},
                                  {"positions", i64Tensor({B, L}, positions)},
@@ -235,11 +242,11 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
                                  {"sample_keys", i64Tensor({B, 2}, keys)}});
       }
       PhaseTimer samplerTimer(phaseTimes_.samplerHost);
-      HostTensor sampled = convertDType(outputNamed(outputs, "sampled_ids", *denoise_, planPath), DType::I64, "sampled_ids");
-      HostTensor argmax = convertDType(outputNamed(outputs, "argmax_ids", *denoise_, planPath), DType::I64, "argmax_ids");
-      HostTensor entropy = convertDType(outputNamed(outputs, "entropy", *denoise_, planPath), DType::F32, "entropy");
+      HostTensor sampled = convertDType(outputNamed(outputs, "sampled_ids", denoise, planPath), DType::I64, "sampled_ids");
+      HostTensor argmax = convertDType(outputNamed(outputs, "argmax_ids", denoise, planPath), DType::I64, "argmax_ids");
+      HostTensor entropy = convertDType(outputNamed(outputs, "entropy", denoise, planPath), DType::F32, "entropy");
       if (sampled.numElements() != B * L || argmax.numElements() != B * L || entropy.numElements() != B * L)
-        throw InputError(planPath + ": entry " + denoise_->key() + ": expected outputs of [" + std::to_string(B) + ", " +
+        throw InputError(planPath + ": entry " + denoise.key() + ": expected outputs of [" + std::to_string(B) + ", " +
                          std::to_string(L) + "]");
       for (int64_t row = 0; row < real; ++row)
         if (!frozenBefore[row])

@@ -80,6 +80,9 @@ class Generator {
   int64_t maxPromptLength_ = 0;
   int64_t vocabSize_ = 0;
   const EntryPoint* denoise_ = nullptr;
+  // A canvas's first pass (no self-conditioning signal); `denoise_` with a zero mask when the plan
+  // predates the entry.
+  const EntryPoint* denoiseFirst_ = nullptr;
   const EntryPoint* commit_ = nullptr;
   GenerationPhaseTimes phaseTimes_;
 };

@@ -6,7 +6,8 @@
 //   (b) after committing a block X, each cache = the last C_l slots of forward's encoder K/V for the
 //       prompt + X as one longer prompt (zeros where nothing was written);
 //   (c) a denoise after that commit = forward on the longer prompt (positions moved on by L);
-//   (d) frozen rows keep their stored self-conditioning logits bit for bit.
+//   (d) frozen rows keep their stored self-conditioning logits bit for bit;
+//   (e) denoise_first = denoise with self-conditioning mask 0, bit for bit.
 // Tolerance: max|Δ| / max|ref| <= 1e-5 (fp32).
 #include <gtest/gtest.h>
 
@@ -255,6 +256,35 @@ TEST_P(InferenceEntries, FrozenRowsKeepTheirSelfConditioningLogits) {
     }
     EXPECT_LE(maxAbs / maxRef, kTolerance) << "row " << b;
   }
+}
+
+// (e) denoise_first (a canvas's first step) gives the bytes of denoise with self-conditioning mask 0:
+// the outputs and the stored state, whatever the state held before.
+TEST_P(InferenceEntries, DenoiseFirstIsDenoiseWithoutSignalBitForBit) {
+  prefill();
+  HostTensor frozen = noneFrozen();
+  frozen.as<float>()[0] = 1.0f;  // a frozen row keeps its state in both entries
+  session_->executor->setParameter("generate/self_conditioning_logits", selfConditioningLogits_);
+  std::map<std::string, HostTensor> reference = denoise(noisyCanvasIds_, prefilledValidity(), promptLength_, 0.0, frozen);
+  const HostTensor referenceState = storedLogits();
+
+  session_->executor->setParameter("generate/self_conditioning_logits", selfConditioningLogits_);
+  HostTensor keys(DType::I64, {batch_, 2});
+  for (int64_t i = 0; i < keys.numElements(); ++i) keys.as<int64_t>()[i] = 1000 + i;
+  std::map<std::string, HostTensor> first = run("denoise_first", {{"canvas_ids", noisyCanvasIds_},
+                                                                  {"cache_valid", prefilledValidity()},
+                                                                  {"positions", positions(batch_, promptLength_, canvasLength_)},
+                                                                  {"frozen", frozen},
+                                                                  {"temperature", filled(DType::F32, {batch_}, 1.0)},
+                                                                  {"sample_keys", keys}});
+  for (const char* name : {"sampled_ids", "argmax_ids", "entropy"}) {
+    const HostTensor& expected = reference.at(name);
+    const HostTensor& actual = first.at(name);
+    ASSERT_EQ(actual.shape, expected.shape) << name;
+    EXPECT_EQ(actual.data, expected.data) << name;
+  }
+  const HostTensor state = storedLogits();
+  EXPECT_EQ(state.data, referenceState.data) << "the stored self-conditioning logits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, InferenceEntries, ::testing::Values("seven_layers", "hf_tester", "all_experts"),

@@ -11,6 +11,7 @@
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/kernels/matmul/OpenBlasCore.h"
 #include "plan/PlanFile.h"
 #include "runtime/launch/LocalLauncher.h"
@@ -428,7 +429,11 @@ int main(int argc, char** argv) {
   // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
   // Training keeps OpenBLAS's own choice for now: the demo recipe's outcome depends on the GEMMs'
   // summation order (docs/generation.md, "OpenBLAS's core").
-  if (generate->parsed() || eval->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
+  if (generate->parsed() || eval->parsed()) {
+    dgemma::reexecWithBetterOpenBlasCore(argv);
+    // A pass is many small products next to the pool's own kernels: the pool threads them (BlasThreading.h).
+    dgemma::threadProductsOnPool();
+  }
   // The plan-running commands run as one rank of several: started here (--nproc-per-node), or by
   // dgemma-run, torchrun, Slurm or mpirun, whose environment names the rank.
   const bool runsPlan = train->parsed() || forward->parsed() || grad->parsed();

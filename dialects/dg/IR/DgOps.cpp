@@ -233,13 +233,53 @@ LogicalResult AssignOp::verify() {
   return success();
 }
 
+namespace {
+// The parameter `value` reads, through reshapes and stop_gradients (views of its bytes), or null.
+ParamOp parameterRead(Value value) {
+  for (;;) {
+    if (auto reshape = value.getDefiningOp<ReshapeOp>()) value = reshape.getInput();
+    else if (auto barrier = value.getDefiningOp<StopGradientOp>()) value = barrier.getInput();
+    else return value.getDefiningOp<ParamOp>();
+  }
+}
+
+// Whether `op` reads the parameter named `name` (through any dg.param of that name).
+bool readsParameter(Operation* op, StringRef name) {
+  return llvm::any_of(op->getOperands(), [&](Value operand) {
+    ParamOp param = parameterRead(operand);
+    return param && param.getName() == name;
+  });
+}
+
+// A select that keeps `target`'s elements on one side may write target's bytes when it has
+// target's type, its other operands read no other view of the parameter, and nothing between the
+// select and `assign` reads the parameter: each element is read before it is written, at its own index.
+bool selectWorksInPlace(SelectOp select, AssignOp assign, Value target) {
+  if (target != select.getOnTrue() && target != select.getOnFalse()) return false;
+  if (target.getType() != select.getResult().getType() || select->getBlock() != assign->getBlock()) return false;
+  const StringRef name = cast<ParamOp>(target.getDefiningOp()).getName();
+  for (Value operand : select->getOperands()) {
+    ParamOp param = parameterRead(operand);
+    if (operand != target && param && param.getName() == name) return false;
+  }
+  for (Operation* op = select->getNextNode(); op && op != assign.getOperation(); op = op->getNextNode())
+    if (readsParameter(op, name)) return false;
+  return true;
+}
+}  // namespace
+
 Value mlir::dg::inPlaceAssignTarget(Value result) {
-  auto update = result.getDefiningOp<AdamwOp>();
-  if (!update || !result.hasOneUse()) return {};
+  if (!result.hasOneUse()) return {};
   auto assign = dyn_cast<AssignOp>(*result.getUsers().begin());
-  const Value updated[] = {update.getParam(), update.getExpAvg(), update.getExpAvgSq()};
-  Value target = updated[cast<OpResult>(result).getResultNumber()];
-  return assign && assign.getValue() == result && assign.getTarget() == target ? target : Value();
+  if (!assign || assign.getValue() != result) return {};
+  Value target = assign.getTarget();
+  if (auto update = result.getDefiningOp<AdamwOp>()) {
+    const Value updated[] = {update.getParam(), update.getExpAvg(), update.getExpAvgSq()};
+    return updated[cast<OpResult>(result).getResultNumber()] == target ? target : Value();
+  }
+  if (auto select = result.getDefiningOp<SelectOp>(); select && target.getDefiningOp<ParamOp>())
+    return selectWorksInPlace(select, assign, target) ? target : Value();
+  return {};
 }
 
 int64_t mlir::dg::storageBytes(RankedTensorType type) {

@@ -50,16 +50,18 @@ SmallVector<int64_t> reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> dim
 // for matmul, the reductions and scatter_add.
 bool isWideningResult(Type operandElement, Type resultElement);
 
-// The parameter a dg.adamw result may be written into directly: the operand it updates, when the
-// result's only use is the dg.assign back to that operand (the kernel reads every element before it
-// writes it, so updating in place is exact). The memory planner gives such a result no scratch and
-// the plan drops the assign's copy. Null for any other value.
+// The parameter a result may be written into directly, when its only use is the dg.assign to that
+// parameter: a dg.adamw result assigned back to the operand it updates (the kernel reads every
+// element before it writes it, so updating in place is exact), or a dg.select that keeps the
+// parameter on one side (of the parameter's type, with no read of the parameter between the select
+// and the assign; the self-conditioning state of a denoise entry). The memory planner gives such a
+// result no scratch and the plan drops the assign's copy. Null for any other value.
 Value inPlaceAssignTarget(Value result);
 
 // Storage, as the memory planner and the plan lowering share it. A value's storage root: reshapes
 // and stop_gradients are views of their input's storage, an in-place collective whose input
-// collectiveWorksInPlace shares its input's, and an optimizer update assigned straight back is
-// written into its parameter (inPlaceAssignTarget).
+// collectiveWorksInPlace shares its input's, and an optimizer update or a select assigned straight
+// back is written into its parameter (inPlaceAssignTarget).
 Value storageRoot(Value value);
 // The bytes a tensor of `type` occupies (i1 is stored as a byte).
 int64_t storageBytes(RankedTensorType type);

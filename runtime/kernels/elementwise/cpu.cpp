@@ -188,7 +188,8 @@ class SelectKernel final : public Kernel {
           const Word* source = runCondition[0] != 0 ? runTrue : runFalse;
           const int64_t stride = runCondition[0] != 0 ? strideTrue : strideFalse;
           if (stride == 1) {
-            std::copy(source, source + length, runY);
+            // In place (y is that side's storage, dg::inPlaceAssignTarget): the run is already there.
+            if (source != runY) std::copy(source, source + length, runY);
             return;
           }
         }

@@ -1,11 +1,15 @@
-// matmul through OpenBLAS. OpenBLAS runs its own threads, so this kernel does not use the backend's
-// pool: splitting batches across both would oversubscribe the cores.
+// matmul through OpenBLAS. By default OpenBLAS runs its own threads, so this kernel does not use the
+// backend's pool: splitting batches across both would oversubscribe the cores. When the products are
+// threaded on the pool (BlasThreading.h), a large product is split into blocks of whole rows or
+// columns of C, each one single-threaded OpenBLAS call.
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/kernels/matmul/Contract.h"
 
 namespace dgemma {
@@ -24,12 +28,43 @@ void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a
               1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
+// Products of fewer multiply-adds run as one call: waking the pool would cost more than half of them.
+constexpr int64_t kPooledMultiplyAdds = int64_t{1} << 21;
+// Blocks start at multiples of this many rows or columns, a multiple of OpenBLAS's register tiles,
+// so every element is computed by the same tile kernel as in one call over all of C.
+constexpr int64_t kBlockAlignment = 64;
+
+// C = op(A) op(B), split over the pool when the products are threaded there and it is large. The
+// split is along C's rows when op(B) is the smaller operand (each call packs all of it) and along
+// its columns otherwise.
+template <typename T>
+void pooledGemm(ExecContext& context, bool transposeA, bool transposeB, int m, int n, int k, const T* a, int lda,
+                const T* b, int ldb, T* c, int ldc) {
+  const int64_t pool = context.threads != nullptr ? context.threads->size() : 1;
+  const int64_t multiplyAdds = int64_t{m} * n * k;
+  if (pool <= 1 || multiplyAdds < kPooledMultiplyAdds || !productsThreadedOnPool()) {
+    gemm(transposeA, transposeB, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  const bool splitRows = n <= m;
+  const int64_t extent = splitRows ? m : n;
+  const int64_t blocks = (extent + kBlockAlignment - 1) / kBlockAlignment;
+  cpu::parallelFor(context, blocks, 1, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kBlockAlignment;
+    const int count = static_cast<int>(std::min(end * kBlockAlignment, extent) - first);
+    if (splitRows)
+      gemm(transposeA, transposeB, count, n, k, transposeA ? a + first : a + first * lda, lda, b, ldb, c + first * ldc, ldc);
+    else
+      gemm(transposeA, transposeB, m, count, k, a, lda, transposeB ? b + first * ldb : b + first, ldb, c + first, ldc);
+  });
+}
+
 template <typename T>
 class MatmulKernel final : public Kernel {
  public:
   explicit MatmulKernel(MatmulContract dims) : dims_(dims) {}
 
-  void run(ExecContext&, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const T* a = inputs[0].as<const T>();
     const T* b = inputs[1].as<const T>();
     T* c = outputs[0].as<T>();
@@ -45,13 +80,13 @@ class MatmulKernel final : public Kernel {
     // With one b and untransposed a, the batches are consecutive rows of a single [batch*m, k] matrix:
     // one large GEMM keeps OpenBLAS's threads busier than many small ones.
     if (d.sharedB && !d.transposeA && d.batch * d.m <= INT_MAX) {
-      gemm(false, d.transposeB, static_cast<int>(d.batch * d.m), n, k, a, lda, b, ldb, c, n);
+      pooledGemm(context, false, d.transposeB, static_cast<int>(d.batch * d.m), n, k, a, lda, b, ldb, c, n);
       return;
     }
     const int64_t strideB = d.sharedB ? 0 : d.k * d.n;
     for (int64_t i = 0; i < d.batch; ++i)
-      gemm(d.transposeA, d.transposeB, static_cast<int>(d.m), n, k, a + i * d.m * d.k, lda, b + i * strideB, ldb,
-           c + i * d.m * d.n, n);
+      pooledGemm(context, d.transposeA, d.transposeB, static_cast<int>(d.m), n, k, a + i * d.m * d.k, lda,
+                 b + i * strideB, ldb, c + i * d.m * d.n, n);
   }
 
  private:

@@ -7,11 +7,13 @@
 #include <memory>
 #include <numeric>
 #include <type_traits>
+#include <vector>
 
 #include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/moe/Contract.h"
+#include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/kernels/moe/ExpertMath.h"
 
 namespace dgemma {
@@ -134,6 +136,26 @@ void forEachUsedExpert(const RouteGrouping& grouping, int64_t experts, Body&& bo
   }
 }
 
+// forEachUsedExpert with the experts spread over the pool when the products are threaded there
+// (BlasThreading.h): each expert's products are still one single-threaded call each, into its own
+// slots.
+template <typename Body>
+void forEachUsedExpertOnPool(ExecContext& context, const RouteGrouping& grouping, int64_t experts, Body&& body) {
+  if (!productsThreadedOnPool()) {
+    forEachUsedExpert(grouping, experts, body);
+    return;
+  }
+  std::vector<int64_t> used;
+  for (int64_t expert = 0; expert < experts; ++expert)
+    if (grouping.firstSlot[expert + 1] > grouping.firstSlot[expert]) used.push_back(expert);
+  cpu::parallelFor(context, static_cast<int64_t>(used.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t expert = used[i], firstSlot = grouping.firstSlot[expert];
+      body(expert, firstSlot, static_cast<int>(grouping.firstSlot[expert + 1] - firstSlot));
+    }
+  });
+}
+
 template <typename T>
 class MoeExpertsKernel final : public Kernel {
  public:
@@ -167,7 +189,7 @@ class MoeExpertsKernel final : public Kernel {
       for (int64_t slot = begin; slot < end; ++slot)
         std::copy_n(x + grouping.tokenOfSlot[slot] * hidden, hidden, expertInput.get() + slot * hidden);
     });
-    forEachUsedExpert(grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
+    forEachUsedExpertOnPool(context, grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
       gemm(false, true, rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden),
                       expertInput.get() + firstSlot * hidden, static_cast<int>(hidden),
                       gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden),
@@ -181,7 +203,7 @@ class MoeExpertsKernel final : public Kernel {
         gatedGeluRow(row, expertHidden);
       }
     });
-    forEachUsedExpert(grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
+    forEachUsedExpertOnPool(context, grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
       gemm(false, true, rows, static_cast<int>(hidden), static_cast<int>(expertHidden),
                       gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth),
                       down + expert * hidden * expertHidden, static_cast<int>(expertHidden),

@@ -162,3 +162,39 @@ func.func @in_place_update() attributes {dg.entry = "optimizer_step"} {
   dg.output "second_moment", %nv : tensor<16xf32>
   return
 }
+
+// -----
+
+// A select that keeps a parameter on one side and is assigned back to it is computed in the
+// parameter's bytes (the denoise entry's self-conditioning state): no scratch for it, so no offsets
+// (the inputs and the exp take 192 bytes; the select's own result would need 64 more).
+// CHECK-LABEL: func.func @in_place_select
+// CHECK-SAME: dg.scratch_bytes = 192
+func.func @in_place_select() attributes {dg.entry = "denoise"} {
+  %keep = dg.input "keep" : tensor<2x1xi1>
+  %x = dg.input "x" : tensor<2x8xf32>
+  %state = dg.param "state" : tensor<2x8xf32>
+  %read = dg.exp %state : tensor<2x8xf32>
+  // CHECK: dg.select %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}} : tensor<2x1xi1>
+  %next = dg.select %keep, %state, %x : tensor<2x1xi1>, tensor<2x8xf32>, tensor<2x8xf32> -> tensor<2x8xf32>
+  dg.output "read", %read : tensor<2x8xf32>
+  dg.assign %next to %state : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// The parameter is read after the select (before the assign): the select keeps scratch of its own.
+// CHECK-LABEL: func.func @select_read_before_assign
+func.func @select_read_before_assign() attributes {dg.entry = "denoise"} {
+  %keep = dg.input "keep" : tensor<2x1xi1>
+  %x = dg.input "x" : tensor<2x8xf32>
+  %state = dg.param "state" : tensor<2x8xf32>
+  // CHECK: dg.select {{.*}} {dg.offsets = array<i64: {{[0-9]+}}>}
+  %next = dg.select %keep, %state, %x : tensor<2x1xi1>, tensor<2x8xf32>, tensor<2x8xf32> -> tensor<2x8xf32>
+  %read = dg.exp %state : tensor<2x8xf32>
+  dg.output "read", %read : tensor<2x8xf32>
+  dg.assign %next to %state : tensor<2x8xf32>
+  return
+}
+
