@@ -1,5 +1,8 @@
 #include "compiler/Pipeline/Pipeline.h"
 
+#include <chrono>
+#include <vector>
+
 #include "compiler/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -30,6 +33,30 @@ void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& optio
 
 void addPlanningStage(OpPassManager& passes) { passes.addPass(createDgMemoryPlan()); }
 
+// Adds each pass's wall time to a PassTimes.
+class PassTimer : public PassInstrumentation {
+ public:
+  explicit PassTimer(PassTimes& times) : times_(times) {}
+  void runBeforePass(Pass*, Operation*) override { starts_.push_back(std::chrono::steady_clock::now()); }
+  void runAfterPass(Pass* pass, Operation*) override { stop(pass); }
+  void runAfterPassFailed(Pass* pass, Operation*) override { stop(pass); }
+
+ private:
+  void stop(Pass* pass) {
+    std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - starts_.back();
+    starts_.pop_back();
+    std::string name = pass->getArgument().empty() ? pass->getName().str() : pass->getArgument().str();
+    times_.seconds[name] += elapsed.count();
+    ++times_.runs[name];
+  }
+  PassTimes& times_;
+  std::vector<std::chrono::steady_clock::time_point> starts_;
+};
+
+void timePasses(PassManager& passes, PassTimes* times) {
+  if (times) passes.addInstrumentation(std::make_unique<PassTimer>(*times));
+}
+
 // The textual form of the train stage's options (defaults: the 26B recipe).
 struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> loss{*this, "loss", llvm::cl::desc("Name of the dg.output to differentiate"),
@@ -56,18 +83,21 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
+  timePasses(passes, options.passTimes);
   addDifferentiationStage(passes, options);
   return passes.run(module);
 }
 
-LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions&) {
+LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
+  timePasses(passes, options.passTimes);
   addPlanningStage(passes);
   return passes.run(module);
 }
 
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) {
   PassManager passes(module.getContext());
+  timePasses(passes, options.passTimes);
   passes.addPass(createDgShardAnnotate(DgShardAnnotateOptions{options.tensorParallel, options.dataParallel,
                                                               options.expertParallel, options.sequenceParallel,
                                                               options.distributedOptimizer}));
@@ -75,9 +105,10 @@ LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) 
   return passes.run(module);
 }
 
-FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank) {
+FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, PassTimes* passTimes) {
   OwningOpRef<ModuleOp> program(annotated.clone());
   PassManager passes(annotated.getContext());
+  timePasses(passes, passTimes);
   passes.addPass(createDgShardPartition(DgShardPartitionOptions{rank}));
   passes.addPass(createDgExpertDispatch());
   if (failed(passes.run(*program))) return failure();

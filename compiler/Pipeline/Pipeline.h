@@ -4,6 +4,7 @@
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -13,10 +14,18 @@
 
 namespace mlir::dg {
 
+// Wall-clock seconds per pass name, summed over every stage, rank and entry that ran it
+// (dgemma-compile --report).
+struct PassTimes {
+  std::map<std::string, double> seconds;
+  std::map<std::string, int64_t> runs;
+};
+
 struct PipelineOptions {
   bool train = false;             // differentiate the loss (mode train)
   std::string lossName = "loss";  // the dg.output to differentiate
   std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
+  PassTimes* passTimes = nullptr;  // when set, every stage adds its passes' times
 };
 
 // Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,
@@ -32,6 +41,7 @@ struct ShardingOptions {
   int64_t expertParallel = 1;
   bool sequenceParallel = false;
   bool distributedOptimizer = true;  // ZeRO-1: optimizer state sharded over the data-parallel ranks
+  PassTimes* passTimes = nullptr;    // when set, the sharding stage and the partitions add their passes' times
 
   int64_t worldSize() const { return tensorParallel * dataParallel; }
 };
@@ -42,7 +52,7 @@ struct ShardingOptions {
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options);
 // Rank `rank`'s program: a copy of the annotated module partitioned for that rank (dg-shard-partition),
 // with the expert all-gathers turned into all-to-all dispatch (dg-expert-dispatch).
-FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank);
+FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, PassTimes* passTimes = nullptr);
 
 // Registers the stages as textual pipelines for dgemma-opt, so that lit can run exactly what
 // dgemma-compile runs: --dg-infer-pipeline (simplify), --dg-train-pipeline{loss=... optimizer=...

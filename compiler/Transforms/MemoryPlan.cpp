@@ -1,5 +1,11 @@
+#include "compiler/Transforms/MemoryPlan.h"
+
+#include <map>
+#include <queue>
+#include <set>
+
 #include "compiler/Transforms/Passes.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/MapVector.h"
 
 namespace mlir::dg {
 #define GEN_PASS_DEF_DGMEMORYPLAN
@@ -11,13 +17,182 @@ using namespace mlir::dg;
 
 namespace {
 
+enum class Pool { Activations, Communication };
+
+// One storage root's lifetime [first, last] over op positions, inclusive: a value read by the op
+// that defines another overlaps it.
 struct Interval {
   Value root;
+  Pool pool = Pool::Activations;
   int64_t first = 0;
   int64_t last = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // rounded up to the alignment
   int64_t offset = -1;
 };
+
+// Placed intervals, found by time overlap in O(log n + k): a segment tree over op positions holds
+// each interval in the nodes that cover it exactly (a point query collects those that contain the
+// point), and a map by first position gives those that start inside the queried range. An
+// interval overlapping [a, b] either contains a or starts in (a, b], never both.
+class PlacedIntervals {
+ public:
+  explicit PlacedIntervals(int64_t positions) : positions_(std::max<int64_t>(positions, 1)), nodes_(4 * positions_) {}
+
+  void insert(Interval* interval) {
+    insert(1, 0, positions_ - 1, interval);
+    byFirst_.emplace(interval->first, interval);
+  }
+
+  template <typename Visit>
+  void forEachOverlapping(int64_t first, int64_t last, Visit visit) const {
+    int64_t node = 1, low = 0, high = positions_ - 1;
+    for (;;) {
+      for (Interval* interval : nodes_[node]) visit(interval);
+      if (low == high) break;
+      int64_t middle = (low + high) / 2;
+      if (first <= middle) {
+        node = 2 * node;
+        high = middle;
+      } else {
+        node = 2 * node + 1;
+        low = middle + 1;
+      }
+    }
+    for (auto it = byFirst_.upper_bound(first); it != byFirst_.end() && it->first <= last; ++it) visit(it->second);
+  }
+
+ private:
+  void insert(int64_t node, int64_t low, int64_t high, Interval* interval) {
+    if (interval->last < low || high < interval->first) return;
+    if (interval->first <= low && high <= interval->last) {
+      nodes_[node].push_back(interval);
+      return;
+    }
+    int64_t middle = (low + high) / 2;
+    insert(2 * node, low, middle, interval);
+    insert(2 * node + 1, middle + 1, high, interval);
+  }
+
+  int64_t positions_;
+  std::vector<std::vector<Interval*>> nodes_;
+  std::multimap<int64_t, Interval*> byFirst_;
+};
+
+// Largest first, each at the lowest aligned offset clear of every placed value it overlaps in
+// time. Returns the arena size; leaves each interval's offset.
+int64_t packLargestFirst(ArrayRef<Interval*> intervals, int64_t positions) {
+  SmallVector<Interval*> order(intervals.begin(), intervals.end());
+  llvm::stable_sort(order, [](const Interval* a, const Interval* b) { return a->bytes > b->bytes; });
+  PlacedIntervals placed(positions);
+  int64_t arenaBytes = 0;
+  std::vector<std::pair<int64_t, int64_t>> busy;  // byte ranges of overlapping placed values
+  for (Interval* interval : order) {
+    busy.clear();
+    placed.forEachOverlapping(interval->first, interval->last, [&](const Interval* other) {
+      busy.push_back({other->offset, other->offset + other->bytes});
+    });
+    llvm::sort(busy);
+    int64_t candidate = 0;
+    for (auto [begin, finish] : busy) {
+      if (candidate + interval->bytes <= begin) break;
+      candidate = std::max(candidate, finish);
+    }
+    interval->offset = candidate;
+    placed.insert(interval);
+    arenaBytes = std::max(arenaBytes, candidate + interval->bytes);
+  }
+  return arenaBytes;
+}
+
+// In program order (larger first among values born at the same op), each into the smallest free
+// block that holds it, else at the end of the arena (growing a free block that ends there). Blocks
+// are freed after their last use and merge with free neighbours. Returns the arena size.
+int64_t packBestFit(ArrayRef<Interval*> intervals) {
+  SmallVector<Interval*> order(intervals.begin(), intervals.end());
+  llvm::stable_sort(order, [](const Interval* a, const Interval* b) {
+    return a->first != b->first ? a->first < b->first : a->bytes > b->bytes;
+  });
+  std::map<int64_t, int64_t> freeByOffset;            // offset -> bytes
+  std::set<std::pair<int64_t, int64_t>> freeBySize;   // (bytes, offset)
+  auto addFree = [&](int64_t offset, int64_t bytes) {
+    auto next = freeByOffset.lower_bound(offset);
+    if (next != freeByOffset.end() && next->first == offset + bytes) {
+      bytes += next->second;
+      freeBySize.erase({next->second, next->first});
+      next = freeByOffset.erase(next);
+    }
+    if (next != freeByOffset.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first + previous->second == offset) {
+        offset = previous->first;
+        bytes += previous->second;
+        freeBySize.erase({previous->second, previous->first});
+        freeByOffset.erase(previous);
+      }
+    }
+    freeByOffset[offset] = bytes;
+    freeBySize.insert({bytes, offset});
+  };
+  auto removeFree = [&](int64_t offset, int64_t bytes) {
+    freeByOffset.erase(offset);
+    freeBySize.erase({bytes, offset});
+  };
+
+  using Ending = std::pair<int64_t, Interval*>;  // (last, interval), earliest first
+  std::priority_queue<Ending, std::vector<Ending>, std::greater<>> live;
+  int64_t end = 0;  // the arena's size so far
+  for (Interval* interval : order) {
+    while (!live.empty() && live.top().first < interval->first) {
+      addFree(live.top().second->offset, live.top().second->bytes);
+      live.pop();
+    }
+    auto fit = freeBySize.lower_bound({interval->bytes, 0});
+    if (fit != freeBySize.end()) {
+      auto [bytes, offset] = *fit;
+      removeFree(offset, bytes);
+      interval->offset = offset;
+      if (bytes > interval->bytes) addFree(offset + interval->bytes, bytes - interval->bytes);
+    } else if (!freeByOffset.empty() && std::prev(freeByOffset.end())->first + std::prev(freeByOffset.end())->second == end) {
+      auto [offset, bytes] = *std::prev(freeByOffset.end());
+      removeFree(offset, bytes);
+      interval->offset = offset;
+      end = offset + interval->bytes;
+    } else {
+      interval->offset = end;
+      end += interval->bytes;
+    }
+    live.push({interval->last, interval});
+  }
+  return end;
+}
+
+// The most bytes live at one op position.
+int64_t maxLiveBytes(ArrayRef<Interval*> intervals) {
+  std::map<int64_t, int64_t> change;  // position -> bytes born minus bytes freed there
+  for (const Interval* interval : intervals) {
+    change[interval->first] += interval->bytes;
+    change[interval->last + 1] -= interval->bytes;
+  }
+  int64_t live = 0, most = 0;
+  for (auto [position, delta] : change) most = std::max(most, live += delta);
+  return most;
+}
+
+// Packs one pool both ways and leaves the smaller packing's offsets in the intervals.
+PoolPacking packPool(ArrayRef<Interval*> intervals, int64_t positions) {
+  PoolPacking packing;
+  packing.values = static_cast<int64_t>(intervals.size());
+  packing.maxLiveBytes = maxLiveBytes(intervals);
+  packing.bestFitBytes = packBestFit(intervals);
+  std::vector<int64_t> bestFitOffsets;
+  for (const Interval* interval : intervals) bestFitOffsets.push_back(interval->offset);
+  packing.largestFirstBytes = packLargestFirst(intervals, positions);
+  if (packing.bestFitBytes < packing.largestFirstBytes)
+    for (auto [interval, offset] : llvm::zip(intervals, bestFitOffsets)) interval->offset = offset;
+  return packing;
+}
+
+int64_t alignTo(int64_t value, int64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
   using DgMemoryPlanBase::DgMemoryPlanBase;
@@ -27,78 +202,77 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
       getOperation().emitError() << "dg-memory-plan: alignment must be a power of two";
       return signalPassFailure();
     }
-    getOperation().walk([&](func::FuncOp function) {
-      if (function->hasAttr(kEntryAttr)) planFunction(function);
-    });
+    for (auto function : getOperation().getOps<func::FuncOp>()) {
+      if (!function->hasAttr(kEntryAttr)) continue;
+      EntryMemoryPlan plan = planEntryMemory(function, alignment, /*write=*/true);
+      if (!stats) continue;
+      InFlightDiagnostic remark = function.emitRemark() << "memory plan:";
+      auto print = [&](const char* name, const PoolPacking& pool) {
+        char fragmentation[16];
+        std::snprintf(fragmentation, sizeof fragmentation, "%.3f", pool.fragmentation());
+        remark << " " << name << " values=" << pool.values << " bytes=" << pool.plannedBytes()
+               << " largest_first=" << pool.largestFirstBytes << " best_fit=" << pool.bestFitBytes
+               << " max_live=" << pool.maxLiveBytes << " fragmentation=" << std::string(fragmentation) << ";";
+      };
+      print("activations", plan.activations);
+      print("communication", plan.communication);
+    }
   }
-
-  void planFunction(func::FuncOp function) {
-    Block& body = function.getBody().front();
-    const int64_t end = std::distance(body.begin(), body.end());
-
-    // Lifetimes over op positions in the block, gathered per storage root.
-    llvm::MapVector<Value, Interval> intervals;
-    int64_t position = 0;
-    for (Operation& op : body) {
-      for (Value result : op.getResults()) {
-        Value root = storageRoot(result);
-        if (isPersistentStorage(root)) continue;
-        Interval& interval = intervals[root];
-        if (!interval.root) {
-          interval.root = root;
-          interval.first = isa<InputOp>(op) ? 0 : position;
-          interval.last = interval.first;
-          interval.bytes = storageBytes(cast<RankedTensorType>(root.getType()));
-        }
-      }
-      for (Value operand : op.getOperands()) {
-        auto it = intervals.find(storageRoot(operand));
-        if (it == intervals.end()) continue;
-        it->second.last = std::max(it->second.last, isa<OutputOp>(op) ? end : position);
-      }
-      ++position;
-    }
-
-    // Largest first, each at the lowest aligned offset clear of every placed, overlapping value.
-    SmallVector<Interval*> order;
-    for (auto& entry : intervals) order.push_back(&entry.second);
-    llvm::stable_sort(order, [](const Interval* a, const Interval* b) { return a->bytes > b->bytes; });
-    SmallVector<Interval*> placed;
-    int64_t arenaBytes = 0;
-    for (Interval* interval : order) {
-      SmallVector<std::pair<int64_t, int64_t>> busy;  // byte ranges of overlapping placed values
-      for (Interval* other : placed)
-        if (other->first <= interval->last && interval->first <= other->last)
-          busy.push_back({other->offset, other->offset + other->bytes});
-      llvm::sort(busy);
-      int64_t candidate = 0;
-      for (auto [begin, finish] : busy) {
-        if (candidate + interval->bytes <= begin) break;
-        candidate = std::max(candidate, alignTo(finish));
-      }
-      interval->offset = candidate;
-      placed.push_back(interval);
-      arenaBytes = std::max(arenaBytes, candidate + interval->bytes);
-    }
-
-    Builder builder(function.getContext());
-    for (Operation& op : body) {
-      if (op.getNumResults() == 0) continue;
-      // -1 marks a result stored in a parameter (an in-place update); an op with no scratch result
-      // (a param, a constant) gets no offsets.
-      SmallVector<int64_t> offsets;
-      bool anyScratch = false;
-      for (Value result : op.getResults()) {
-        auto it = intervals.find(storageRoot(result));
-        offsets.push_back(it == intervals.end() ? -1 : it->second.offset);
-        anyScratch |= it != intervals.end();
-      }
-      if (anyScratch) op.setAttr(kOffsetsAttr, builder.getDenseI64ArrayAttr(offsets));
-    }
-    function->setAttr(kScratchBytesAttr, builder.getI64IntegerAttr(alignTo(arenaBytes)));
-  }
-
-  int64_t alignTo(int64_t value) const { return (value + alignment - 1) / alignment * alignment; }
 };
 
 }  // namespace
+
+EntryMemoryPlan mlir::dg::planEntryMemory(func::FuncOp function, int64_t alignment, bool write) {
+  Block& body = function.getBody().front();
+  const int64_t end = std::distance(body.begin(), body.end());
+
+  // Lifetimes over op positions in the block, gathered per storage root.
+  llvm::MapVector<Value, Interval> intervals;
+  int64_t position = 0;
+  for (Operation& op : body) {
+    for (Value result : op.getResults()) {
+      Value root = storageRoot(result);
+      if (isPersistentStorage(root)) continue;
+      Interval& interval = intervals[root];
+      if (!interval.root) {
+        interval.root = root;
+        interval.pool = isCommunicationBuffer(root) ? Pool::Communication : Pool::Activations;
+        interval.first = isa<InputOp>(op) ? 0 : position;
+        interval.last = interval.first;
+        interval.bytes = alignTo(storageBytes(cast<RankedTensorType>(root.getType())), alignment);
+      }
+    }
+    for (Value operand : op.getOperands()) {
+      auto it = intervals.find(storageRoot(operand));
+      if (it == intervals.end()) continue;
+      it->second.last = std::max(it->second.last, isa<OutputOp>(op) ? end : position);
+    }
+    ++position;
+  }
+
+  SmallVector<Interval*> activations, communication;
+  for (auto& entry : intervals)
+    (entry.second.pool == Pool::Communication ? communication : activations).push_back(&entry.second);
+  EntryMemoryPlan plan;
+  plan.activations = packPool(activations, end + 1);
+  plan.communication = packPool(communication, end + 1);
+  if (!write) return plan;
+
+  Builder builder(function.getContext());
+  for (Operation& op : body) {
+    if (op.getNumResults() == 0) continue;
+    // -1 marks a result stored in a parameter (an in-place update); an op with no scratch result
+    // (a param, a constant) gets no offsets.
+    SmallVector<int64_t> offsets;
+    bool anyScratch = false;
+    for (Value result : op.getResults()) {
+      auto it = intervals.find(storageRoot(result));
+      offsets.push_back(it == intervals.end() ? -1 : it->second.offset);
+      anyScratch |= it != intervals.end();
+    }
+    if (anyScratch) op.setAttr(kOffsetsAttr, builder.getDenseI64ArrayAttr(offsets));
+  }
+  function->setAttr(kScratchBytesAttr, builder.getI64IntegerAttr(plan.activations.plannedBytes()));
+  function->setAttr(kCommBufferBytesAttr, builder.getI64IntegerAttr(plan.communication.plannedBytes()));
+  return plan;
+}
