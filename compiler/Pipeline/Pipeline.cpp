@@ -91,7 +91,8 @@ LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& op
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
   timePasses(passes, options.passTimes);
-  addPlanningStage(passes);
+  if (options.memoryPlanObserver) passes.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
+  else addPlanningStage(passes);
   return passes.run(module);
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "compiler/Transforms/MemoryPlan.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "plan/OptimizerSettings.h"
@@ -26,6 +27,7 @@ struct PipelineOptions {
   std::string lossName = "loss";  // the dg.output to differentiate
   std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
   PassTimes* passTimes = nullptr;  // when set, every stage adds its passes' times
+  MemoryPlanObserver memoryPlanObserver;  // when set, the planning stage hands it each entry's numbers
 };
 
 // Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,

@@ -36,7 +36,8 @@ struct Interval {
 // interval overlapping [a, b] either contains a or starts in (a, b], never both.
 class PlacedIntervals {
  public:
-  explicit PlacedIntervals(int64_t positions) : positions_(std::max<int64_t>(positions, 1)), nodes_(4 * positions_) {}
+  explicit PlacedIntervals(int64_t positions)
+      : positions_(std::max<int64_t>(positions, 1)), firstEntry_(4 * positions_, kNone) {}
 
   void insert(Interval* interval) {
     insert(1, 0, positions_ - 1, interval);
@@ -47,7 +48,7 @@ class PlacedIntervals {
   void forEachOverlapping(int64_t first, int64_t last, Visit visit) const {
     int64_t node = 1, low = 0, high = positions_ - 1;
     for (;;) {
-      for (Interval* interval : nodes_[node]) visit(interval);
+      for (int32_t entry = firstEntry_[node]; entry != kNone; entry = entries_[entry].next) visit(entries_[entry].interval);
       if (low == high) break;
       int64_t middle = (low + high) / 2;
       if (first <= middle) {
@@ -65,7 +66,8 @@ class PlacedIntervals {
   void insert(int64_t node, int64_t low, int64_t high, Interval* interval) {
     if (interval->last < low || high < interval->first) return;
     if (interval->first <= low && high <= interval->last) {
-      nodes_[node].push_back(interval);
+      entries_.push_back({interval, firstEntry_[node]});
+      firstEntry_[node] = static_cast<int32_t>(entries_.size() - 1);
       return;
     }
     int64_t middle = (low + high) / 2;
@@ -73,8 +75,15 @@ class PlacedIntervals {
     insert(2 * node + 1, middle + 1, high, interval);
   }
 
+  // Each node's intervals as a singly linked list through one array (no allocation per node).
+  struct Entry {
+    Interval* interval;
+    int32_t next;
+  };
+  static constexpr int32_t kNone = -1;
   int64_t positions_;
-  std::vector<std::vector<Interval*>> nodes_;
+  std::vector<int32_t> firstEntry_;
+  std::vector<Entry> entries_;
   std::multimap<int64_t, Interval*> byFirst_;
 };
 
@@ -196,6 +205,7 @@ int64_t alignTo(int64_t value, int64_t alignment) { return (value + alignment - 
 
 struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
   using DgMemoryPlanBase::DgMemoryPlanBase;
+  explicit DgMemoryPlanPass(MemoryPlanObserver observe) : observe_(std::move(observe)) {}
 
   void runOnOperation() override {
     if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
@@ -205,6 +215,7 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
     for (auto function : getOperation().getOps<func::FuncOp>()) {
       if (!function->hasAttr(kEntryAttr)) continue;
       EntryMemoryPlan plan = planEntryMemory(function, alignment, /*write=*/true);
+      if (observe_) observe_(function, plan);
       if (!stats) continue;
       InFlightDiagnostic remark = function.emitRemark() << "memory plan:";
       auto print = [&](const char* name, const PoolPacking& pool) {
@@ -218,9 +229,15 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
       print("communication", plan.communication);
     }
   }
+
+  MemoryPlanObserver observe_;
 };
 
 }  // namespace
+
+std::unique_ptr<Pass> mlir::dg::createDgMemoryPlanObserved(MemoryPlanObserver observe) {
+  return std::make_unique<DgMemoryPlanPass>(std::move(observe));
+}
 
 EntryMemoryPlan mlir::dg::planEntryMemory(func::FuncOp function, int64_t alignment, bool write) {
   Block& body = function.getBody().front();

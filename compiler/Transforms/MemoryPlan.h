@@ -9,8 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/Pass.h"
 
 namespace mlir::dg {
 
@@ -35,5 +38,10 @@ struct EntryMemoryPlan {
 // dg.offsets on each op with scratch results and dg.scratch_bytes / dg.comm_buffer_bytes on the
 // function; without, only computes. `alignment` is a power of two.
 EntryMemoryPlan planEntryMemory(func::FuncOp function, int64_t alignment, bool write);
+
+// dg-memory-plan with default options that also hands each entry point's numbers to `observe`
+// (dgemma-compile --report reads them so, without planning twice).
+using MemoryPlanObserver = std::function<void(func::FuncOp, const EntryMemoryPlan&)>;
+std::unique_ptr<Pass> createDgMemoryPlanObserved(MemoryPlanObserver observe);
 
 }  // namespace mlir::dg

@@ -100,7 +100,7 @@ void printEntryReport(ModuleOp program) {
 // The attribute dg-recompute writes on an entry point: the FLOPs its recomputation adds (i64).
 constexpr llvm::StringLiteral kRecomputeFlopsAttr = "dg.recompute_flops";
 
-RankReport rankReport(ModuleOp program, const dgemma::Plan& plan) {
+RankReport rankReport(ModuleOp program, const dgemma::Plan& plan, const std::map<std::string, dg::EntryMemoryPlan>& memory) {
   RankReport report;
   report.rank = plan.rank;
   for (const dgemma::Parameter& parameter : plan.parameters) {
@@ -125,15 +125,17 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan) {
   int64_t largestActivations = -1, largestCommBuffers = -1;
   for (auto function : program.getOps<func::FuncOp>()) {
     if (!function->hasAttr(dg::kEntryAttr)) continue;
-    dg::EntryMemoryPlan memory = dg::planEntryMemory(function, 64, /*write=*/false);
-    if (memory.activations.plannedBytes() > largestActivations) {
-      largestActivations = memory.activations.plannedBytes();
-      report.activationPacking = memory.activations;
+    auto planned = memory.find(function.getSymName().str());
+    if (planned == memory.end()) continue;
+    const dg::EntryMemoryPlan& pools = planned->second;
+    if (pools.activations.plannedBytes() > largestActivations) {
+      largestActivations = pools.activations.plannedBytes();
+      report.activationPacking = pools.activations;
       report.largestEntry = entryName(function);
     }
-    if (memory.communication.plannedBytes() > largestCommBuffers) {
-      largestCommBuffers = memory.communication.plannedBytes();
-      report.commBufferPacking = memory.communication;
+    if (pools.communication.plannedBytes() > largestCommBuffers) {
+      largestCommBuffers = pools.communication.plannedBytes();
+      report.commBufferPacking = pools.communication;
     }
   }
   for (func::FuncOp function : stepEntries(program)) {

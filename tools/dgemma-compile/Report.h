@@ -62,7 +62,10 @@ struct AnalyticMinimum {
 };
 
 void printEntryReport(mlir::ModuleOp program);
-RankReport rankReport(mlir::ModuleOp program, const dgemma::Plan& plan);
+// `memory`: the planner's numbers per entry function (by symbol name), from the planning stage's
+// MemoryPlanObserver.
+RankReport rankReport(mlir::ModuleOp program, const dgemma::Plan& plan,
+                      const std::map<std::string, mlir::dg::EntryMemoryPlan>& memory);
 // From the annotated whole-program module (dg.shardings on every op) and the layout.
 AnalyticMinimum analyticMinimum(mlir::ModuleOp annotated, const mlir::dg::ShardingOptions& layout, int64_t hiddenSize);
 void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum);

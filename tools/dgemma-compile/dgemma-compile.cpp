@@ -370,7 +370,13 @@ int compile(const CompileFlags& flags) {
   };
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = flags.mode == "train";
-  if (flags.report) pipeline.passTimes = &passTimes;
+  std::map<std::string, mlir::dg::EntryMemoryPlan> rankMemory;  // --report: this rank's planner numbers per entry
+  if (flags.report) {
+    pipeline.passTimes = &passTimes;
+    pipeline.memoryPlanObserver = [&](mlir::func::FuncOp function, const mlir::dg::EntryMemoryPlan& memory) {
+      rankMemory[function.getSymName().str()] = memory;
+    };
+  }
   if (pipeline.train) {
     pipeline.optimizer = flags.adam;  // each setting's range is checked as its flag is parsed
     fields.optimizer = pipeline.optimizer;
@@ -404,6 +410,7 @@ int compile(const CompileFlags& flags) {
       partition = std::move(*partitioned);
     }
     mlir::ModuleOp program = multiRank ? *partition : *module;
+    rankMemory.clear();
     if (mlir::failed(mlir::dg::runPlanningStage(program, pipeline))) throw InputError("memory planning failed (see above)");
     mlir::dg::PlanLoweringOptions lowering;
     lowering.producer = "dgemma-compile";
@@ -420,7 +427,7 @@ int compile(const CompileFlags& flags) {
     }
     if (flags.report) {
       if (rank == 0) printEntryReport(program);
-      reports.push_back(rankReport(program, *plan));
+      reports.push_back(rankReport(program, *plan, rankMemory));
     }
     plans.push_back(std::move(*plan));
   }
