@@ -1,5 +1,6 @@
 #include "compiler/Transforms/MemoryPlan.h"
 
+#include <algorithm>
 #include <map>
 #include <queue>
 #include <set>
@@ -100,7 +101,7 @@ int64_t packLargestFirst(ArrayRef<Interval*> intervals, int64_t positions) {
     placed.forEachOverlapping(interval->first, interval->last, [&](const Interval* other) {
       busy.push_back({other->offset, other->offset + other->bytes});
     });
-    llvm::sort(busy);
+    std::sort(busy.begin(), busy.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     int64_t candidate = 0;
     for (auto [begin, finish] : busy) {
       if (candidate + interval->bytes <= begin) break;
