@@ -31,25 +31,41 @@ struct Interval {
   int64_t offset = -1;
 };
 
-// Placed intervals, found by time overlap in O(log n + k): a segment tree over op positions holds
-// each interval in the nodes that cover it exactly (a point query collects those that contain the
-// point), and a map by first position gives those that start inside the queried range. An
-// interval overlapping [a, b] either contains a or starts in (a, b], never both.
-class PlacedIntervals {
+// The byte ranges of placed intervals, found by time overlap. Only the union of the ranges that a
+// new interval overlaps decides its offset, so the index keeps unions: a segment tree over op
+// positions whose nodes each hold a coalesced set of byte ranges. Tree `covering` holds an
+// interval's range in the nodes that cover its lifetime exactly (the nodes on the path to a
+// position hold every interval alive there); tree `starting` holds it in every node whose span
+// contains its first position (the canonical nodes of (a, b] hold every interval that starts
+// there). An interval overlapping [a, b] either contains a or starts in (a, b]. Values placed
+// largest first pack densely, so the unions stay a few ranges where the intervals are thousands.
+class PlacedRanges {
  public:
-  explicit PlacedIntervals(int64_t positions)
-      : positions_(std::max<int64_t>(positions, 1)), firstEntry_(4 * positions_, kNone) {}
+  explicit PlacedRanges(int64_t positions)
+      : positions_(std::max<int64_t>(positions, 1)), covering_(4 * positions_), starting_(4 * positions_) {}
 
-  void insert(Interval* interval) {
-    insert(1, 0, positions_ - 1, interval);
-    byFirst_.emplace(interval->first, interval);
-  }
-
-  template <typename Visit>
-  void forEachOverlapping(int64_t first, int64_t last, Visit visit) const {
+  void insert(const Interval& interval) {
+    insertCovering(1, 0, positions_ - 1, interval);
     int64_t node = 1, low = 0, high = positions_ - 1;
     for (;;) {
-      for (int32_t entry = firstEntry_[node]; entry != kNone; entry = entries_[entry].next) visit(entries_[entry].interval);
+      addRange(starting_[node], interval.offset, interval.offset + interval.bytes);
+      if (low == high) break;
+      int64_t middle = (low + high) / 2;
+      if (interval.first <= middle) {
+        node = 2 * node;
+        high = middle;
+      } else {
+        node = 2 * node + 1;
+        low = middle + 1;
+      }
+    }
+  }
+
+  // Appends to `busy` byte ranges whose union is that of every placed interval overlapping [first, last].
+  void collect(int64_t first, int64_t last, std::vector<std::pair<int64_t, int64_t>>& busy) const {
+    int64_t node = 1, low = 0, high = positions_ - 1;
+    for (;;) {
+      busy.insert(busy.end(), covering_[node].begin(), covering_[node].end());
       if (low == high) break;
       int64_t middle = (low + high) / 2;
       if (first <= middle) {
@@ -60,32 +76,53 @@ class PlacedIntervals {
         low = middle + 1;
       }
     }
-    for (auto it = byFirst_.upper_bound(first); it != byFirst_.end() && it->first <= last; ++it) visit(it->second);
+    if (first < last) collectStarting(1, 0, positions_ - 1, first + 1, last, busy);
   }
 
  private:
-  void insert(int64_t node, int64_t low, int64_t high, Interval* interval) {
-    if (interval->last < low || high < interval->first) return;
-    if (interval->first <= low && high <= interval->last) {
-      entries_.push_back({interval, firstEntry_[node]});
-      firstEntry_[node] = static_cast<int32_t>(entries_.size() - 1);
+  using Ranges = std::map<int64_t, int64_t>;  // begin -> end, disjoint and not touching
+
+  static void addRange(Ranges& ranges, int64_t begin, int64_t end) {
+    auto it = ranges.upper_bound(begin);
+    if (it != ranges.begin() && std::prev(it)->second >= begin) {
+      --it;
+      begin = it->first;
+      end = std::max(end, it->second);
+      it = ranges.erase(it);
+    }
+    while (it != ranges.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = ranges.erase(it);
+    }
+    ranges.emplace_hint(it, begin, end);
+  }
+
+  void insertCovering(int64_t node, int64_t low, int64_t high, const Interval& interval) {
+    if (interval.last < low || high < interval.first) return;
+    if (interval.first <= low && high <= interval.last) {
+      addRange(covering_[node], interval.offset, interval.offset + interval.bytes);
       return;
     }
     int64_t middle = (low + high) / 2;
-    insert(2 * node, low, middle, interval);
-    insert(2 * node + 1, middle + 1, high, interval);
+    insertCovering(2 * node, low, middle, interval);
+    insertCovering(2 * node + 1, middle + 1, high, interval);
   }
 
-  // Each node's intervals as a singly linked list through one array (no allocation per node).
-  struct Entry {
-    Interval* interval;
-    int32_t next;
-  };
-  static constexpr int32_t kNone = -1;
+  void collectStarting(int64_t node, int64_t low, int64_t high, int64_t first, int64_t last,
+                       std::vector<std::pair<int64_t, int64_t>>& busy) const {
+    if (last < low || high < first || starting_[node].empty()) return;
+    if (first <= low && high <= last) {
+      busy.insert(busy.end(), starting_[node].begin(), starting_[node].end());
+      return;
+    }
+    int64_t middle = (low + high) / 2;
+    collectStarting(2 * node, low, middle, first, last, busy);
+    collectStarting(2 * node + 1, middle + 1, high, first, last, busy);
+  }
+
   int64_t positions_;
-  std::vector<int32_t> firstEntry_;
-  std::vector<Entry> entries_;
-  std::multimap<int64_t, Interval*> byFirst_;
+  std::vector<Ranges> covering_;
+  std::vector<Ranges> starting_;
 };
 
 // Largest first, each at the lowest aligned offset clear of every placed value it overlaps in
@@ -93,14 +130,12 @@ class PlacedIntervals {
 int64_t packLargestFirst(ArrayRef<Interval*> intervals, int64_t positions) {
   SmallVector<Interval*> order(intervals.begin(), intervals.end());
   llvm::stable_sort(order, [](const Interval* a, const Interval* b) { return a->bytes > b->bytes; });
-  PlacedIntervals placed(positions);
+  PlacedRanges placed(positions);
   int64_t arenaBytes = 0;
-  std::vector<std::pair<int64_t, int64_t>> busy;  // byte ranges of overlapping placed values
+  std::vector<std::pair<int64_t, int64_t>> busy;  // byte ranges covering every overlapping placed value
   for (Interval* interval : order) {
     busy.clear();
-    placed.forEachOverlapping(interval->first, interval->last, [&](const Interval* other) {
-      busy.push_back({other->offset, other->offset + other->bytes});
-    });
+    placed.collect(interval->first, interval->last, busy);
     std::sort(busy.begin(), busy.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     int64_t candidate = 0;
     for (auto [begin, finish] : busy) {
@@ -108,7 +143,7 @@ int64_t packLargestFirst(ArrayRef<Interval*> intervals, int64_t positions) {
       candidate = std::max(candidate, finish);
     }
     interval->offset = candidate;
-    placed.insert(interval);
+    placed.insert(*interval);
     arenaBytes = std::max(arenaBytes, candidate + interval->bytes);
   }
   return arenaBytes;
