@@ -1,6 +1,6 @@
 #include "compiler/Pipeline/Pipeline.h"
 
-#include <chrono>
+#include <ctime>
 #include <vector>
 
 #include "compiler/Transforms/Passes.h"
@@ -33,24 +33,25 @@ void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& optio
 
 void addPlanningStage(OpPassManager& passes) { passes.addPass(createDgMemoryPlan()); }
 
-// Adds each pass's wall time to a PassTimes.
+// Adds each pass's CPU time (the process's, so every thread's and none of another process's on a
+// loaded machine) to a PassTimes.
 class PassTimer : public PassInstrumentation {
  public:
   explicit PassTimer(PassTimes& times) : times_(times) {}
-  void runBeforePass(Pass*, Operation*) override { starts_.push_back(std::chrono::steady_clock::now()); }
+  void runBeforePass(Pass*, Operation*) override { starts_.push_back(std::clock()); }
   void runAfterPass(Pass* pass, Operation*) override { stop(pass); }
   void runAfterPassFailed(Pass* pass, Operation*) override { stop(pass); }
 
  private:
   void stop(Pass* pass) {
-    std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - starts_.back();
+    const double elapsed = double(std::clock() - starts_.back()) / CLOCKS_PER_SEC;
     starts_.pop_back();
     std::string name = pass->getArgument().empty() ? pass->getName().str() : pass->getArgument().str();
-    times_.seconds[name] += elapsed.count();
+    times_.seconds[name] += elapsed;
     ++times_.runs[name];
   }
   PassTimes& times_;
-  std::vector<std::chrono::steady_clock::time_point> starts_;
+  std::vector<std::clock_t> starts_;
 };
 
 void timePasses(PassManager& passes, PassTimes* times) {

@@ -15,8 +15,8 @@
 
 namespace mlir::dg {
 
-// Wall-clock seconds per pass name, summed over every stage, rank and entry that ran it
-// (dgemma-compile --report).
+// CPU seconds (the process's, std::clock) per pass name, summed over every stage and rank that ran
+// it (dgemma-compile --report).
 struct PassTimes {
   std::map<std::string, double> seconds;
   std::map<std::string, int64_t> runs;

@@ -237,6 +237,45 @@ PoolPacking packPool(ArrayRef<Interval*> intervals, int64_t positions) {
   return packing;
 }
 
+// Moves each parameter update `%p = dg.param; %v = op(%p, ...); dg.assign %v to %p` up to just
+// after the last of op's other operands, when nothing else in the entry reads or writes %p and %v
+// has no other use. dg-gradient-buffers appends a training step's buffer updates at the end of the
+// entry, so every weight gradient stayed live from the layer's backward to the end; moved, each
+// dies where it is added into its buffer. No value changes: the parameter's bytes are read by that
+// op alone, and the param op, which has no operands, moves with it.
+void scheduleUpdatesEarly(func::FuncOp function) {
+  Block& body = function.getBody().front();
+  llvm::DenseMap<Operation*, int64_t> position;
+  int64_t index = 0;
+  for (Operation& op : body) position[&op] = index++;
+  SmallVector<AssignOp> assigns(body.getOps<AssignOp>());
+  for (AssignOp assign : assigns) {
+    Operation* update = assign.getValue().getDefiningOp();
+    Value target = assign.getTarget();
+    auto param = target.getDefiningOp<ParamOp>();
+    if (!update || !param || update->getBlock() != &body || param->getBlock() != &body ||
+        !assign.getValue().hasOneUse() || update->getNumResults() != 1)
+      continue;
+    if (llvm::any_of(target.getUsers(), [&](Operation* user) { return user != update && user != assign.getOperation(); }))
+      continue;
+    Operation* lastOperand = nullptr;
+    bool movable = true;
+    for (Value operand : update->getOperands()) {
+      if (operand == target) continue;
+      Operation* producer = operand.getDefiningOp();
+      if (!producer || producer->getBlock() != &body) {
+        movable = false;
+        break;
+      }
+      if (!lastOperand || position.lookup(producer) > position.lookup(lastOperand)) lastOperand = producer;
+    }
+    if (!movable || !lastOperand || position.lookup(lastOperand) + 1 >= position.lookup(update)) continue;
+    param->moveAfter(lastOperand);
+    update->moveAfter(param);
+    assign->moveAfter(update);
+  }
+}
+
 int64_t alignTo(int64_t value, int64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
@@ -250,6 +289,7 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
     }
     for (auto function : getOperation().getOps<func::FuncOp>()) {
       if (!function->hasAttr(kEntryAttr)) continue;
+      scheduleUpdatesEarly(function);
       EntryMemoryPlan plan = planEntryMemory(function, alignment, /*write=*/true);
       if (observe_) observe_(function, plan);
       if (!stats) continue;

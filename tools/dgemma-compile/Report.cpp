@@ -244,7 +244,7 @@ void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum
 void printPassTimes(const dg::PassTimes& times) {
   double total = 0;
   for (const auto& [name, seconds] : times.seconds) total += seconds;
-  std::printf("\n%-32s %10s %6s %7s\n", "compiler pass (all ranks)", "seconds", "runs", "share");
+  std::printf("\n%-32s %10s %6s %7s\n", "compiler pass (all ranks)", "cpu s", "runs", "share");
   std::vector<std::pair<double, std::string>> order;
   for (const auto& [name, seconds] : times.seconds) order.push_back({seconds, name});
   std::sort(order.rbegin(), order.rend());

@@ -217,3 +217,26 @@ func.func @best_fit_wins() attributes {dg.entry = "forward"} {
   dg.output "f", %f : tensor<64xf32>
   return
 }
+
+// -----
+
+// A parameter update appended at the end of the entry (as dg-gradient-buffers appends the gradient
+// buffers' sums) moves up, with its param op, to just after the gradient it adds: the gradient dies
+// there instead of staying live through the tanh. Nothing else reads the buffer, so no value changes.
+// CHECK-LABEL: func.func @updates_move_up
+func.func @updates_move_up() attributes {dg.entry = "train_step"} {
+  // CHECK: dg.input "x"
+  // CHECK-NEXT: %[[G:.*]] = dg.exp
+  // CHECK-NEXT: %[[B:.*]] = dg.param "grad/w"
+  // CHECK-NEXT: %[[S:.*]] = dg.add %[[B]], %[[G]]
+  // CHECK-NEXT: dg.assign %[[S]] to %[[B]]
+  // CHECK-NEXT: dg.tanh
+  %x = dg.input "x" : tensor<16xf32>
+  %g = dg.exp %x : tensor<16xf32>
+  %y = dg.tanh %x : tensor<16xf32>
+  dg.output "y", %y : tensor<16xf32>
+  %b = dg.param "grad/w" : tensor<16xf32>
+  %s = dg.add %b, %g : tensor<16xf32>, tensor<16xf32> -> tensor<16xf32>
+  dg.assign %s to %b : tensor<16xf32>
+  return
+}
