@@ -38,7 +38,10 @@ def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
     Per entry point: a value is live from its definition (entry inputs: from the start) to its last
     use (entry outputs: to the end); a reshape is a view that shares its input's bytes and extends its
     lifetime, and so is an in-place collective (all_reduce, broadcast, reduce_to_root) whose input has
-    no other use, and an AdamW update assigned straight back is written into its parameter.
+    no other use, and an AdamW update assigned straight back is written into its parameter. First,
+    each parameter update `%v = op(%p, ...); dg.assign %v to %p` whose parameter nothing else in the
+    entry touches (the gradient buffers' sums) moves up, with its param op, to just after its last
+    other operand, so a weight gradient dies where it is added into its buffer.
     Parameters and constants live in the persistent arenas and get no offset. The scratch storage
     falls into two pools with an arena each: communication buffers (the results of the collectives
     that do not work in place) and activations (everything else). Each pool is packed twice, largest
