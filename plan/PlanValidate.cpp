@@ -1,6 +1,10 @@
 // Structural checks of a plan: everything the executor relies on without checking again.
 #include <algorithm>
+#include <climits>
+#include <map>
+#include <queue>
 #include <set>
+#include <tuple>
 
 #include "support/CheckedSize.h"
 #include "support/Error.h"
@@ -273,26 +277,46 @@ class PlanChecker {
 
   // Two buffers may share bytes only if they are never live together: persistent buffers never
   // share, scratch buffers share only across entry points or disjoint step ranges. Views share with
-  // the buffer they view.
+  // the buffer they view. Per arena and entry point, a sweep over the steps keeps the buffers live
+  // at the current step by offset; they must be disjoint, so a buffer that starts is checked
+  // against its two neighbours alone (n log n where comparing every pair in the same bytes was
+  // quadratic on large plans).
   void checkOverlaps() const {
-    std::vector<const Buffer*> owners;
+    std::map<std::pair<int64_t, std::string>, std::vector<const Buffer*>> groups;  // (arena, entry) -> owners
     for (const Buffer& buffer : plan_.buffers)
-      if (!buffer.aliasOf && buffer.bytes() > 0) owners.push_back(&buffer);
-    std::sort(owners.begin(), owners.end(), [](const Buffer* a, const Buffer* b) {
-      return std::tie(a->arena, a->offset) < std::tie(b->arena, b->offset);
-    });
-    for (size_t i = 0; i < owners.size(); ++i) {
-      const Buffer& a = *owners[i];
-      for (size_t j = i + 1; j < owners.size() && owners[j]->arena == a.arena && owners[j]->offset < a.offset + a.bytes(); ++j) {
-        const Buffer& b = *owners[j];
-        bool bothLive = !a.lifetime || !b.lifetime ||
-                        (a.lifetime->entry == b.lifetime->entry && a.lifetime->first <= b.lifetime->last &&
-                         b.lifetime->first <= a.lifetime->last);
-        if (bothLive)
-          fail("buffers[" + std::to_string(b.id) + "]",
-               "overlaps buffer " + std::to_string(a.id) + " in arena \"" + plan_.arenas[a.arena].name + "\" while both are live");
+      if (!buffer.aliasOf && buffer.bytes() > 0)
+        groups[{buffer.arena, buffer.lifetime ? buffer.lifetime->entry : std::string()}].push_back(&buffer);
+    auto first = [](const Buffer* buffer) { return buffer->lifetime ? buffer->lifetime->first : 0; };
+    auto last = [](const Buffer* buffer) { return buffer->lifetime ? buffer->lifetime->last : INT64_MAX; };
+    for (auto& [key, owners] : groups) {
+      std::sort(owners.begin(), owners.end(), [&](const Buffer* a, const Buffer* b) {
+        return std::make_tuple(first(a), a->offset, a->id) < std::make_tuple(first(b), b->offset, b->id);
+      });
+      std::map<uint64_t, const Buffer*> live;  // offset -> the live buffer there
+      using Ending = std::pair<int64_t, const Buffer*>;
+      std::priority_queue<Ending, std::vector<Ending>, std::greater<>> ending;
+      for (const Buffer* buffer : owners) {
+        while (!ending.empty() && ending.top().first < first(buffer)) {
+          auto it = live.find(ending.top().second->offset);
+          if (it != live.end() && it->second == ending.top().second) live.erase(it);
+          ending.pop();
+        }
+        auto next = live.lower_bound(buffer->offset);
+        if (next != live.end() && next->first < buffer->offset + buffer->bytes()) failOverlap(*buffer, *next->second);
+        if (next != live.begin() && std::prev(next)->first + std::prev(next)->second->bytes() > buffer->offset)
+          failOverlap(*buffer, *std::prev(next)->second);
+        live[buffer->offset] = buffer;
+        ending.push({last(buffer), buffer});
       }
     }
+  }
+
+  // Names the buffer at the higher (offset, id) as the one that overlaps the other.
+  [[noreturn]] void failOverlap(const Buffer& a, const Buffer& b) const {
+    const Buffer& lower = std::tie(a.offset, a.id) < std::tie(b.offset, b.id) ? a : b;
+    const Buffer& upper = &lower == &a ? b : a;
+    fail("buffers[" + std::to_string(upper.id) + "]", "overlaps buffer " + std::to_string(lower.id) + " in arena \"" +
+                                                           plan_.arenas[lower.arena].name + "\" while both are live");
   }
 
   const Plan& plan_;

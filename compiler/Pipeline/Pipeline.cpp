@@ -1,5 +1,8 @@
 #include "compiler/Pipeline/Pipeline.h"
 
+#include <ctime>
+#include <vector>
+
 #include "compiler/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -40,6 +43,31 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
                                 llvm::cl::init("none")};
 };
 
+// Adds each pass's CPU time (the process's, so every thread's and none of another process's on a
+// loaded machine) to a PassTimes.
+class PassTimer : public PassInstrumentation {
+ public:
+  explicit PassTimer(PassTimes& times) : times_(times) {}
+  void runBeforePass(Pass*, Operation*) override { starts_.push_back(std::clock()); }
+  void runAfterPass(Pass* pass, Operation*) override { stop(pass); }
+  void runAfterPassFailed(Pass* pass, Operation*) override { stop(pass); }
+
+ private:
+  void stop(Pass* pass) {
+    const double elapsed = double(std::clock() - starts_.back()) / CLOCKS_PER_SEC;
+    starts_.pop_back();
+    std::string name = pass->getArgument().empty() ? pass->getName().str() : pass->getArgument().str();
+    times_.seconds[name] += elapsed;
+    ++times_.runs[name];
+  }
+  PassTimes& times_;
+  std::vector<std::clock_t> starts_;
+};
+
+void timePasses(PassManager& passes, PassTimes* times) {
+  if (times) passes.addInstrumentation(std::make_unique<PassTimer>(*times));
+}
+
 // The textual form of the train stage's options (defaults: the 26B recipe).
 struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> loss{*this, "loss", llvm::cl::desc("Name of the dg.output to differentiate"),
@@ -66,24 +94,29 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
 
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
+  timePasses(passes, options.passTimes);
   addDifferentiationStage(passes, options);
   return passes.run(module);
 }
 
 LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
+  timePasses(passes, options.passTimes);
   addRecomputationStage(passes, options.recompute);
   return passes.run(module);
 }
 
-LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions&) {
+LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
-  addPlanningStage(passes);
+  timePasses(passes, options.passTimes);
+  if (options.memoryPlanObserver) passes.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
+  else addPlanningStage(passes);
   return passes.run(module);
 }
 
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) {
   PassManager passes(module.getContext());
+  timePasses(passes, options.passTimes);
   passes.addPass(createDgShardAnnotate(DgShardAnnotateOptions{options.tensorParallel, options.dataParallel,
                                                               options.expertParallel, options.sequenceParallel,
                                                               options.distributedOptimizer}));
@@ -91,9 +124,10 @@ LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) 
   return passes.run(module);
 }
 
-FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank) {
+FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, PassTimes* passTimes) {
   OwningOpRef<ModuleOp> program(annotated.clone());
   PassManager passes(annotated.getContext());
+  timePasses(passes, passTimes);
   passes.addPass(createDgShardPartition(DgShardPartitionOptions{rank}));
   passes.addPass(createDgExpertDispatch());
   if (failed(passes.run(*program))) return failure();

@@ -4,9 +4,11 @@
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 
+#include <map>
 #include <optional>
 #include <string>
 
+#include "compiler/Transforms/MemoryPlan.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "compiler/Transforms/RecomputePolicy.h"
@@ -14,11 +16,20 @@
 
 namespace mlir::dg {
 
+// CPU seconds (the process's, std::clock) per pass name, summed over every stage and rank that ran
+// it (dgemma-compile --report).
+struct PassTimes {
+  std::map<std::string, double> seconds;
+  std::map<std::string, int64_t> runs;
+};
+
 struct PipelineOptions {
   bool train = false;             // differentiate the loss (mode train)
   std::string lossName = "loss";  // the dg.output to differentiate
   std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
   RecomputePolicy recompute;      // train: what the backward recomputes (dg-recompute)
+  PassTimes* passTimes = nullptr;  // when set, every stage adds its passes' times
+  MemoryPlanObserver memoryPlanObserver;  // when set, the planning stage hands it each entry's numbers
 };
 
 // Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,
@@ -36,6 +47,7 @@ struct ShardingOptions {
   int64_t expertParallel = 1;
   bool sequenceParallel = false;
   bool distributedOptimizer = true;  // ZeRO-1: optimizer state sharded over the data-parallel ranks
+  PassTimes* passTimes = nullptr;    // when set, the sharding stage and the partitions add their passes' times
 
   int64_t worldSize() const { return tensorParallel * dataParallel; }
 };
@@ -46,7 +58,7 @@ struct ShardingOptions {
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options);
 // Rank `rank`'s program: a copy of the annotated module partitioned for that rank (dg-shard-partition),
 // with the expert all-gathers turned into all-to-all dispatch (dg-expert-dispatch).
-FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank);
+FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, PassTimes* passTimes = nullptr);
 
 // Registers the stages as textual pipelines for dgemma-opt, so that lit can run exactly what
 // dgemma-compile runs: --dg-infer-pipeline (simplify), --dg-train-pipeline{loss=... optimizer=...

@@ -36,6 +36,8 @@ struct DgCostReportPass : mlir::dg::impl::DgCostReportBase<DgCostReportPass> {
                                   << " parameter_bytes=" << totalParameterBytes;
       if (auto scratch = function->getAttrOfType<IntegerAttr>(kScratchBytesAttr))
         remark << " scratch_bytes=" << scratch.getInt();
+      if (auto commBuffers = function->getAttrOfType<IntegerAttr>(kCommBufferBytesAttr); commBuffers && commBuffers.getInt() != 0)
+        remark << " comm_buffer_bytes=" << commBuffers.getInt();
       if (communicationBytes != 0) remark << " communication_bytes=" << communicationBytes;
       // dg-recompute's clones, included in flops: the forward computed a second time.
       if (recomputeFlops != 0) remark << " recompute_flops=" << recomputeFlops;

@@ -33,18 +33,28 @@ def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::Mo
 }
 
 def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
-  let summary = "Assigns scratch-arena offsets from value lifetimes";
+  let summary = "Assigns scratch offsets per pool from value lifetimes";
   let description = [{
     Per entry point: a value is live from its definition (entry inputs: from the start) to its last
     use (entry outputs: to the end); a reshape is a view that shares its input's bytes and extends its
     lifetime, and so is an in-place collective (all_reduce, broadcast, reduce_to_root) whose input has
-    no other use. Values are placed largest first at the lowest 64-byte aligned offset that overlaps no
-    already placed value with an intersecting lifetime. Parameters and constants live in the
-    persistent arena and get no offset. Writes `dg.offsets` on each op with a scratch result and
-    `dg.scratch_bytes` on the entry point; the plan lowering requires both.
+    no other use, and an AdamW update assigned straight back is written into its parameter. First,
+    each parameter update `%v = op(%p, ...); dg.assign %v to %p` whose parameter nothing else in the
+    entry touches (the gradient buffers' sums) moves up, with its param op, to just after its last
+    other operand, so a weight gradient dies where it is added into its buffer.
+    Parameters and constants live in the persistent arenas and get no offset. The scratch storage
+    falls into two pools with an arena each: communication buffers (the results of the collectives
+    that do not work in place) and activations (everything else). Each pool is packed twice, largest
+    first at the lowest aligned offset clear of every placed value with an intersecting lifetime, and
+    best-fit in program order over the free blocks; the smaller arena wins
+    (compiler/Transforms/MemoryPlan.h). Writes `dg.offsets` (within the result's pool) on each op with
+    a scratch result, and `dg.scratch_bytes` (activations) and `dg.comm_buffer_bytes` on the entry
+    point; the plan lowering requires them. With `stats`, a remark per entry point gives both
+    packings, the most bytes live at one op and the fragmentation (arena / max live) per pool.
   }];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"64", "Byte alignment of every scratch buffer">,
+    Option<"stats", "stats", "bool", /*default=*/"false", "Remark the packings and the fragmentation per entry point">,
   ];
 }
 

@@ -1,6 +1,7 @@
 // dgemma-compile --report (Report.h).
 #include "tools/dgemma-compile/Report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "dialects/dg/IR/DgDialect.h"
@@ -103,7 +104,7 @@ void printEntryReport(ModuleOp program) {
   }
 }
 
-RankReport rankReport(ModuleOp program, const dgemma::Plan& plan) {
+RankReport rankReport(ModuleOp program, const dgemma::Plan& plan, const std::map<std::string, dg::EntryMemoryPlan>& memory) {
   RankReport report;
   report.rank = plan.rank;
   for (const dgemma::Parameter& parameter : plan.parameters) {
@@ -114,10 +115,41 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan) {
     else if (parameter.name.rfind(dgemma::kGenerationStatePrefix, 0) == 0) report.generationStateBytes += bytes;
     else report.parameterBytes += bytes;
   }
-  for (const dgemma::Arena& arena : plan.arenas)
-    if (!arena.persistent) report.scratchBytes += arena.bytes;
-  for (func::FuncOp function : stepEntries(program))
+  for (const dgemma::Constant& constant : plan.constants) report.constantBytes += plan.buffers[constant.buffer].bytes();
+  // The arenas are the truth the runtime allocates: alignment padding of the persistent pools goes
+  // to their pool (parameters for the model's).
+  uint64_t persistentArenas = 0;
+  for (const dgemma::Arena& arena : plan.arenas) {
+    if (arena.persistent) persistentArenas += arena.bytes;
+    else if (arena.name == "communication") report.commBufferBytes += arena.bytes;
+    else report.activationBytes += arena.bytes;
+  }
+  if (persistentArenas > report.staticBytes()) report.parameterBytes += persistentArenas - report.staticBytes();
+
+  int64_t largestActivations = -1, largestCommBuffers = -1;
+  for (auto function : program.getOps<func::FuncOp>()) {
+    if (!function->hasAttr(dg::kEntryAttr)) continue;
+    auto planned = memory.find(function.getSymName().str());
+    if (planned == memory.end()) continue;
+    const dg::EntryMemoryPlan& pools = planned->second;
+    if (pools.activations.plannedBytes() > largestActivations) {
+      largestActivations = pools.activations.plannedBytes();
+      report.activationPacking = pools.activations;
+      report.largestEntry = entryName(function);
+    }
+    if (pools.communication.plannedBytes() > largestCommBuffers) {
+      largestCommBuffers = pools.communication.plannedBytes();
+      report.commBufferPacking = pools.communication;
+    }
+  }
+  for (func::FuncOp function : stepEntries(program)) {
     function.walk([&](dg::CommunicationOpInterface op) { report.communicationBytes += op.getCommunicationBytes(); });
+    function.walk([&](dg::CostOpInterface op) {
+      report.flopsPerStep += op.getFlops();
+      // dg-recompute's clones: the forward work the backward does a second time.
+      if (op->hasAttr(dg::kRecomputedAttr)) report.recomputeFlops = report.recomputeFlops.value_or(0) + op.getFlops();
+    });
+  }
   return report;
 }
 
@@ -179,22 +211,58 @@ AnalyticMinimum analyticMinimum(ModuleOp annotated, const dg::ShardingOptions& l
 }
 
 void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum) {
-  std::printf("\n%-6s %12s %12s %12s %12s %12s %14s\n", "rank", "parameters", "gradients", "optimizer", "static",
-              "activations", "comm/step");
+  std::printf("\n%-5s %10s | %10s %10s %10s %10s %10s %11s %10s %9s | %11s %10s\n", "rank", "peak", "parameters",
+              "gradients", "optimizer", "run state", "constants", "activations", "comm bufs", "workspace", "flops/step",
+              "comm/step");
   for (const RankReport& rank : ranks) {
-    uint64_t staticBytes =
-        rank.parameterBytes + rank.gradientBytes + rank.optimizerBytes + rank.cacheBytes + rank.generationStateBytes;
-    std::printf("%-6lld %12s %12s %12s %12s %12s %14s\n", static_cast<long long>(rank.rank), human(rank.parameterBytes).c_str(),
-                human(rank.gradientBytes).c_str(), human(rank.optimizerBytes).c_str(), human(staticBytes).c_str(),
-                human(rank.scratchBytes).c_str(), human(rank.communicationBytes).c_str());
+    char flops[32];
+    std::snprintf(flops, sizeof flops, "%.3g", double(rank.flopsPerStep));
+    std::printf("%-5lld %10s | %10s %10s %10s %10s %10s %11s %10s %9s | %11s %10s\n", static_cast<long long>(rank.rank),
+                human(rank.peakBytes()).c_str(), human(rank.parameterBytes).c_str(), human(rank.gradientBytes).c_str(),
+                human(rank.optimizerBytes).c_str(), human(rank.cacheBytes + rank.generationStateBytes).c_str(),
+                human(rank.constantBytes).c_str(), human(rank.activationBytes).c_str(), human(rank.commBufferBytes).c_str(),
+                human(rank.workspaceBytes).c_str(), flops, human(rank.communicationBytes).c_str());
   }
-  // Inference plans: the run state is part of "static"; its two parts, on their own line.
+  // The planner's two packings of the largest entry, and how close the winner is to the bytes live at once.
+  for (const RankReport& rank : ranks) {
+    const dg::PoolPacking& a = rank.activationPacking;
+    const dg::PoolPacking& c = rank.commBufferPacking;
+    std::printf("rank %lld activations (%s): largest-first %s, best-fit %s, max live %s, fragmentation %.3f; "
+                "comm buffers: largest-first %s, best-fit %s, max live %s, fragmentation %.3f\n",
+                static_cast<long long>(rank.rank), rank.largestEntry.c_str(), human(a.largestFirstBytes).c_str(),
+                human(a.bestFitBytes).c_str(), human(a.maxLiveBytes).c_str(), a.fragmentation(),
+                human(c.largestFirstBytes).c_str(), human(c.bestFitBytes).c_str(), human(c.maxLiveBytes).c_str(),
+                c.fragmentation());
+  }
+  for (const RankReport& rank : ranks) {
+    if (!rank.recomputeFlops) {
+      std::printf("rank %lld recompute overhead: none (nothing recomputed)\n", static_cast<long long>(rank.rank));
+      continue;
+    }
+    double share = rank.flopsPerStep > 0 ? 100.0 * double(*rank.recomputeFlops) / double(rank.flopsPerStep) : 0.0;
+    std::printf("rank %lld recompute overhead: %.3g flops per step (%.1f%% of the step)\n", static_cast<long long>(rank.rank),
+                double(*rank.recomputeFlops), share);
+  }
+  // Inference plans: the run state's two parts, on their own line.
   for (const RankReport& rank : ranks)
     if (rank.cacheBytes + rank.generationStateBytes > 0)
-      std::printf("rank %lld run state (in static): K/V cache %s, self-conditioning logits %s\n",
+      std::printf("rank %lld run state: K/V cache %s, self-conditioning logits %s\n",
                   static_cast<long long>(rank.rank), human(rank.cacheBytes).c_str(), human(rank.generationStateBytes).c_str());
   std::printf("analytic minimum per rank and step: %s (parameters %s, expert dispatch %s, tensor-parallel "
               "activations %s)\n",
               human(minimum.total()).c_str(), human(minimum.parameterBytes).c_str(), human(minimum.expertDispatchBytes).c_str(),
               human(minimum.tensorParallelBytes).c_str());
+}
+
+void printPassTimes(const dg::PassTimes& times) {
+  double total = 0;
+  for (const auto& [name, seconds] : times.seconds) total += seconds;
+  std::printf("\n%-32s %10s %6s %7s\n", "compiler pass (all ranks)", "cpu s", "runs", "share");
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [name, seconds] : times.seconds) order.push_back({seconds, name});
+  std::sort(order.rbegin(), order.rend());
+  for (const auto& [seconds, name] : order)
+    std::printf("%-32s %10.3f %6lld %6.1f%%\n", name.c_str(), seconds, static_cast<long long>(times.runs.at(name)),
+                total > 0 ? 100.0 * seconds / total : 0.0);
+  std::printf("%-32s %10.3f\n", "total", total);
 }

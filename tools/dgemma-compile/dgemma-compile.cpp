@@ -1,5 +1,6 @@
 // dgemma-compile: model config + parallel layout -> executable plan (one file per rank).
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <fstream>
@@ -433,9 +434,23 @@ int compile(CompileFlags flags) {
     return 0;
   }
 
+  mlir::dg::PassTimes passTimes;  // --report: the time of each pass, and of the lowering and validation
+  auto timed = [&](const char* phase, auto work) {
+    const std::clock_t start = std::clock();
+    work();
+    passTimes.seconds[phase] += double(std::clock() - start) / CLOCKS_PER_SEC;
+    ++passTimes.runs[phase];
+  };
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = flags.mode == "train";
   pipeline.recompute = recompute;
+  std::map<std::string, mlir::dg::EntryMemoryPlan> rankMemory;  // --report: this rank's planner numbers per entry
+  if (flags.report) {
+    pipeline.passTimes = &passTimes;
+    pipeline.memoryPlanObserver = [&](mlir::func::FuncOp function, const mlir::dg::EntryMemoryPlan& memory) {
+      rankMemory[function.getSymName().str()] = memory;
+    };
+  }
   if (pipeline.train) {
     pipeline.optimizer = flags.adam;  // each setting's range is checked as its flag is parsed
     fields.optimizer = pipeline.optimizer;
@@ -447,7 +462,9 @@ int compile(CompileFlags flags) {
     return 0;
   }
   const bool multiRank = isMultiRank(flags);
-  if (multiRank && mlir::failed(mlir::dg::runShardingStage(*module, shardingOptions(flags))))
+  mlir::dg::ShardingOptions layout = shardingOptions(flags);
+  layout.passTimes = pipeline.passTimes;
+  if (multiRank && mlir::failed(mlir::dg::runShardingStage(*module, layout)))
     throw InputError("sharding failed (see above)");
   if (flags.emit == "sharded") {
     module->print(llvm::outs());
@@ -462,7 +479,7 @@ int compile(CompileFlags flags) {
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     mlir::OwningOpRef<mlir::ModuleOp> partition;
     if (multiRank) {
-      auto partitioned = mlir::dg::partitionForRank(*module, rank);
+      auto partitioned = mlir::dg::partitionForRank(*module, rank, pipeline.passTimes);
       if (mlir::failed(partitioned)) throw InputError("partitioning for rank " + std::to_string(rank) + " failed (see above)");
       partition = std::move(*partitioned);
     }
@@ -473,27 +490,32 @@ int compile(CompileFlags flags) {
       llvm::outs() << "\n";
       return 0;
     }
+    rankMemory.clear();
     if (mlir::failed(mlir::dg::runPlanningStage(program, pipeline))) throw InputError("memory planning failed (see above)");
     mlir::dg::PlanLoweringOptions lowering;
     lowering.producer = "dgemma-compile";
     lowering.metadata = metadata;
     if (multiRank) lowering.rank = rank;
-    auto plan = mlir::dg::lowerToPlan(program, lowering);
+    mlir::FailureOr<dgemma::Plan> plan = mlir::failure();
+    timed("(lowering to a plan)", [&] { plan = mlir::dg::lowerToPlan(program, lowering); });
     if (mlir::failed(plan)) throw InputError("lowering to a plan failed (see above)");
     fields.copyInto(*plan);
-    dgemma::validatePlan(*plan, "<compiled plan of rank " + std::to_string(rank) + ">");
+    timed("(plan validation)", [&] { dgemma::validatePlan(*plan, "<compiled plan of rank " + std::to_string(rank) + ">"); });
     if (flags.emit == "plan-json") {
       std::cout << dgemma::planToJson(*plan).dump(2) << "\n";
       return 0;
     }
     if (flags.report) {
       if (rank == 0) printEntryReport(program);
-      reports.push_back(rankReport(program, *plan));
+      reports.push_back(rankReport(program, *plan, rankMemory));
     }
     if (predicted && rank == 0) dgemma::printPredictionCheck(*predicted, dgemma::compiledRankCost(program, *plan), std::cout);
     plans.push_back(std::move(*plan));
   }
-  if (flags.report) printRankReport(reports, analyticMinimum(*module, shardingOptions(flags), modelHiddenSize(fields)));
+  if (flags.report) {
+    printRankReport(reports, analyticMinimum(*module, shardingOptions(flags), modelHiddenSize(fields)));
+    printPassTimes(passTimes);
+  }
 
   dgemma::createOutputDirectory(flags.output, "-o");
   for (const dgemma::Plan& plan : plans) dgemma::writePlanFile(plan, dgemma::planFileForRank(flags.output, plan.rank));
@@ -558,7 +580,9 @@ int main(int argc, char** argv) {
   app.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", flags.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
       ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));
-  app.add_flag("--report", flags.report, "print per-entry FLOPs and, per rank, memory and communication per step");
+  app.add_flag("--report", flags.report,
+               "print per-entry FLOPs; per rank the peak memory by pool, FLOPs, recompute and communication per step; "
+               "the time per compiler pass");
   app.add_option("-o,--output", flags.output, "plan directory to write");
   app.add_flag("--auto-layout", flags.autoLayout,
                "search the TP/SP/EP/DP layout and recompute policy of --gpus ranks by the cost model, print the ranked "

@@ -14,9 +14,27 @@ using dgemma::DType;
 
 namespace {
 
-constexpr int64_t kPersistentArena = 0;
-constexpr int64_t kScratchArena = 1;
+// The plan's memory pools, one arena each (docs/plan-format.md, "Arenas"); the empty ones are
+// dropped when the plan is complete.
+enum ArenaIndex : int64_t {
+  kParametersArena,     // the model's parameters (persistent)
+  kGradientsArena,      // grad/ buffers (persistent)
+  kOptimizerArena,      // optimizer/ state: the AdamW moments (persistent)
+  kRunStateArena,       // cache/ and generate/: an inference plan's run state (persistent)
+  kConstantsArena,      // dg.constant values (persistent)
+  kActivationsArena,    // every other value an entry computes (scratch, dg.scratch_bytes)
+  kCommunicationArena,  // the collectives' own results (scratch, dg.comm_buffer_bytes)
+  kArenaCount,
+};
 constexpr uint64_t kAlignment = 64;
+
+// The persistent pool a parameter's buffer belongs to, by its name (plan/Names.h).
+int64_t persistentArenaOf(StringRef name) {
+  if (name.starts_with(dgemma::kGradientPrefix)) return kGradientsArena;
+  if (name.starts_with(dgemma::kOptimizerStatePrefix)) return kOptimizerArena;
+  if (dgemma::isRunState(std::string_view(name.data(), name.size()))) return kRunStateArena;
+  return kParametersArena;
+}
 
 std::optional<DType> dtypeOf(Type elementType) {
   if (elementType.isF32()) return DType::F32;
@@ -80,7 +98,10 @@ class PlanBuilder {
   PlanBuilder(ModuleOp module, const PlanLoweringOptions& options) : module_(module), rank_(options.rank) {
     plan_.producer = options.producer;
     plan_.metadata = options.metadata;
-    plan_.arenas = {{"persistent", true, 0, kAlignment}, {"scratch", false, 0, kAlignment}};
+    plan_.arenas = {{"parameters", true, 0, kAlignment},  {"gradients", true, 0, kAlignment},
+                    {"optimizer", true, 0, kAlignment},   {"run_state", true, 0, kAlignment},
+                    {"constants", true, 0, kAlignment},   {"activations", false, 0, kAlignment},
+                    {"communication", false, 0, kAlignment}};
     plan_.sections.push_back({"constants", {}});
   }
 
@@ -92,6 +113,7 @@ class PlanBuilder {
       module_.emitError() << "no entry point (func.func with dg.entry) to lower";
       return failure();
     }
+    dropEmptyArenas();
     return std::move(plan_);
   }
 
@@ -125,6 +147,38 @@ class PlanBuilder {
     return success();
   }
 
+  // The runtime allocates exactly the plan's arenas: pools that hold no bytes are left out, and a
+  // zero-byte buffer of such a pool moves to offset 0 of a kept arena of the same kind (an empty
+  // pool is kept only when no arena of its kind is).
+  void dropEmptyArenas() {
+    const size_t count = plan_.arenas.size();
+    std::vector<bool> keep(count), used(count);
+    for (size_t i = 0; i < count; ++i) keep[i] = plan_.arenas[i].bytes > 0;
+    for (const Buffer& buffer : plan_.buffers) used[buffer.arena] = true;
+    auto keptOfKind = [&](bool persistent) -> std::optional<size_t> {
+      for (size_t i = 0; i < count; ++i)
+        if (keep[i] && plan_.arenas[i].persistent == persistent) return i;
+      return std::nullopt;
+    };
+    for (size_t i = 0; i < count; ++i)
+      if (used[i] && !keep[i] && !keptOfKind(plan_.arenas[i].persistent)) keep[i] = true;
+    std::vector<int64_t> newIndex(count, -1);
+    std::vector<dgemma::Arena> kept;
+    for (size_t i = 0; i < count; ++i)
+      if (keep[i]) {
+        newIndex[i] = static_cast<int64_t>(kept.size());
+        kept.push_back(plan_.arenas[i]);
+      }
+    for (Buffer& buffer : plan_.buffers) {
+      if (!keep[buffer.arena]) {
+        buffer.arena = static_cast<int64_t>(*keptOfKind(plan_.arenas[buffer.arena].persistent));
+        buffer.offset = 0;
+      }
+      buffer.arena = newIndex[buffer.arena];
+    }
+    plan_.arenas = std::move(kept);
+  }
+
   FailureOr<int64_t> addBuffer(Operation* op, Value value, const std::string& name, int64_t arena, uint64_t offset) {
     auto type = cast<RankedTensorType>(value.getType());
     auto dtype = dtypeOf(type.getElementType());
@@ -143,18 +197,18 @@ class PlanBuilder {
     return buffer.id;
   }
 
-  // Persistent buffers are appended to the persistent arena, each 64-byte aligned.
-  FailureOr<int64_t> addPersistent(Operation* op, Value value, const std::string& name) {
-    uint64_t offset = (plan_.arenas[kPersistentArena].bytes + kAlignment - 1) / kAlignment * kAlignment;
-    auto id = addBuffer(op, value, name, kPersistentArena, offset);
-    if (succeeded(id)) plan_.arenas[kPersistentArena].bytes = offset + plan_.buffers[*id].bytes();
+  // Persistent buffers are appended to their pool's arena, each 64-byte aligned.
+  FailureOr<int64_t> addPersistent(Operation* op, Value value, const std::string& name, int64_t arena) {
+    uint64_t offset = (plan_.arenas[arena].bytes + kAlignment - 1) / kAlignment * kAlignment;
+    auto id = addBuffer(op, value, name, arena, offset);
+    if (succeeded(id)) plan_.arenas[arena].bytes = offset + plan_.buffers[*id].bytes();
     return id;
   }
 
   FailureOr<int64_t> parameterBuffer(ParamOp param) {
     auto found = parameterBuffers_.find(param.getName().str());
     if (found != parameterBuffers_.end()) return found->second;
-    auto id = addPersistent(param, param.getResult(), param.getName().str());
+    auto id = addPersistent(param, param.getResult(), param.getName().str(), persistentArenaOf(param.getName()));
     if (failed(id)) return failure();
     dgemma::Parameter parameter;
     parameter.name = param.getName().str();
@@ -206,7 +260,7 @@ class PlanBuilder {
       constant.emitOpError() << "only dense constants can be stored in a plan";
       return failure();
     }
-    auto id = addPersistent(constant, constant.getResult(), "constant");
+    auto id = addPersistent(constant, constant.getResult(), "constant", kConstantsArena);
     if (failed(id)) return failure();
     std::vector<uint8_t>& section = plan_.sections[0].data;
     std::vector<uint8_t> bytes = constantBytes(dense, plan_.buffers[*id].dtype);
@@ -222,7 +276,8 @@ class PlanBuilder {
       return failure();
     }
     unsigned index = cast<OpResult>(value).getResultNumber();
-    return addBuffer(op, value, name, kScratchArena, offsets[index]);
+    return addBuffer(op, value, name, isCommunicationBuffer(value) ? kCommunicationArena : kActivationsArena,
+                     offsets[index]);
   }
 
   LogicalResult lowerEntry(func::FuncOp function) {
@@ -232,8 +287,13 @@ class PlanBuilder {
       for (NamedAttribute dimension : bucket) entry.bucket[dimension.getName().str()] = cast<IntegerAttr>(dimension.getValue()).getInt();
     const std::string key = entry.key();
     auto scratchBytes = function->getAttrOfType<IntegerAttr>(kScratchBytesAttr);
-    if (!scratchBytes) return function.emitOpError() << "has no dg.scratch_bytes: run dg-memory-plan before lowering";
-    plan_.arenas[kScratchArena].bytes = std::max<uint64_t>(plan_.arenas[kScratchArena].bytes, scratchBytes.getInt());
+    auto commBufferBytes = function->getAttrOfType<IntegerAttr>(kCommBufferBytesAttr);
+    if (!scratchBytes || !commBufferBytes)
+      return function.emitOpError() << "has no dg.scratch_bytes or dg.comm_buffer_bytes: run dg-memory-plan before lowering";
+    // Only one entry runs at a time: each scratch pool is as large as the largest entry's need.
+    plan_.arenas[kActivationsArena].bytes = std::max<uint64_t>(plan_.arenas[kActivationsArena].bytes, scratchBytes.getInt());
+    plan_.arenas[kCommunicationArena].bytes =
+        std::max<uint64_t>(plan_.arenas[kCommunicationArena].bytes, commBufferBytes.getInt());
 
     llvm::DenseMap<Value, int64_t> bufferOf;
     // Scratch storage (non-view buffers) and the steps that touch them, for lifetimes.
@@ -242,7 +302,7 @@ class PlanBuilder {
     auto touch = [&](int64_t id, int64_t step) {
       const Buffer& buffer = plan_.buffers[id];
       int64_t owner = buffer.aliasOf ? *buffer.aliasOf : id;
-      if (plan_.buffers[owner].arena != kScratchArena) return;
+      if (plan_.buffers[owner].arena != kActivationsArena && plan_.buffers[owner].arena != kCommunicationArena) return;
       auto [it, inserted] = liveSteps.try_emplace(owner, step, step);
       it->second.first = std::min(it->second.first, step);
       it->second.second = std::max(it->second.second, step);

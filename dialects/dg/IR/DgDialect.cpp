@@ -192,7 +192,7 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
     if (!isa<UnitAttr>(attribute.getValue())) return op->emitOpError() << "'" << name << "' is a unit attribute";
     return success();
   }
-  if (name == kScratchBytesAttr) {
+  if (name == kScratchBytesAttr || name == kCommBufferBytesAttr) {
     auto bytes = dyn_cast<IntegerAttr>(attribute.getValue());
     if (!bytes || bytes.getInt() < 0) return op->emitOpError() << "'" << name << "' must be a non-negative integer";
     return success();

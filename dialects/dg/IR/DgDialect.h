@@ -15,10 +15,13 @@ inline constexpr llvm::StringLiteral kEntryAttr = "dg.entry";    // on func.func
 inline constexpr llvm::StringLiteral kBucketAttr = "dg.bucket";  // on func.func: {dim = size : i64}
 inline constexpr llvm::StringLiteral kMeshAttr = "dg.mesh";      // on the module: {axis = size : i64}
 // Written by dg-memory-plan and read by the plan lowering: on each op with scratch results, one
-// scratch-arena byte offset per result (-1: the result lives in a parameter, see
-// inPlaceAssignTarget); on each entry point, its scratch arena's size in bytes.
+// byte offset per result within the result's scratch pool (-1: the result lives in a parameter, see
+// inPlaceAssignTarget); on each entry point, the bytes of its two scratch pools: activations
+// (dg.scratch_bytes) and communication buffers (dg.comm_buffer_bytes: the results of collectives
+// that do not work in place, isCommunicationBuffer).
 inline constexpr llvm::StringLiteral kOffsetsAttr = "dg.offsets";
 inline constexpr llvm::StringLiteral kScratchBytesAttr = "dg.scratch_bytes";
+inline constexpr llvm::StringLiteral kCommBufferBytesAttr = "dg.comm_buffer_bytes";
 // Written by the sharding passes: on an op, one #dg.sharding per result (docs/parallelism.md, "How
 // the passes shard").
 inline constexpr llvm::StringLiteral kShardingsAttr = "dg.shardings";

@@ -286,6 +286,11 @@ int64_t mlir::dg::storageBytes(RankedTensorType type) {
   return type.getNumElements() * std::max<int64_t>(type.getElementTypeBitWidth() / 8, 1);
 }
 
+bool mlir::dg::isCommunicationBuffer(Value root) {
+  Operation* producer = root.getDefiningOp();
+  return producer && isa<CommunicationOpInterface>(producer);
+}
+
 bool mlir::dg::isPersistentStorage(Value root) { return root.getDefiningOp<ParamOp>() || root.getDefiningOp<ConstantOp>(); }
 
 namespace {

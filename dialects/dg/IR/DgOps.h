@@ -67,6 +67,10 @@ Value storageRoot(Value value);
 int64_t storageBytes(RankedTensorType type);
 // Whether a root lives in the persistent arena (a parameter or a constant).
 bool isPersistentStorage(Value root);
+// Whether a scratch storage root belongs to the communication pool: a collective's own result
+// (an all_gather, a reduce_scatter, an all_to_all's rows and counts, or the copy an in-place
+// collective works on when its input is still read). Every other scratch root is an activation.
+bool isCommunicationBuffer(Value root);
 // Whether in-place collective `op` may reduce into its input's storage: nothing else reads the
 // input, and that storage is not persistent (it would overwrite a parameter's or constant's bytes).
 bool collectiveWorksInPlace(Operation* op);

@@ -1,7 +1,11 @@
 // RUN: dgemma-opt %s --dg-memory-plan --split-input-file | FileCheck %s
+// RUN: dgemma-opt %s --dg-memory-plan=stats=true --split-input-file 2>&1 >/dev/null | FileCheck %s --check-prefix=STATS
 
-// A chain: each value dies when the next op has read it, so buffers ping-pong.
+// A chain: each value dies when the next op has read it, so buffers ping-pong. Both packings need
+// two buffers, as many as are ever live at once: no fragmentation.
+// STATS: remark: memory plan: activations values=4 bytes=128 largest_first=128 best_fit=128 max_live=128 fragmentation=1.000; communication values=0 bytes=0 largest_first=0 best_fit=0 max_live=0 fragmentation=1.000;
 // CHECK-LABEL: func.func @chain
+// CHECK-SAME: dg.comm_buffer_bytes = 0
 // CHECK-SAME: dg.scratch_bytes = 128
 func.func @chain() attributes {dg.entry = "forward"} {
   // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
@@ -44,7 +48,9 @@ func.func @lifetimes() attributes {dg.entry = "forward"} {
 
 // Larger values are placed first, each at the lowest free offset: the fill reuses the input's
 // bytes (the input died at the reduction), the sum must avoid the fill (both live at the add), and
-// the scalar, live across all of them, goes last.
+// the scalar, live across all of them, goes last. Best-fit in program order needs as much (the
+// scalar takes the bytes after the input, the sum those after it), so largest-first's offsets stay.
+// STATS: remark: memory plan: activations values=4 bytes=1088 largest_first=1088 best_fit=1088 max_live=1088
 // CHECK-LABEL: func.func @largest_first
 // CHECK-SAME: dg.scratch_bytes = 1088
 func.func @largest_first() attributes {dg.entry = "forward"} {
@@ -145,7 +151,8 @@ func.func @in_place_broadcast() attributes {dg.entry = "forward"} {
 // -----
 
 // An optimizer update assigned straight back is computed in its parameter's storage: no scratch for
-// those results (-1); a result also read elsewhere keeps its own bytes.
+// those results (-1); a result also read elsewhere keeps its own bytes (above the two inputs: every
+// scratch value takes a whole 64-byte block, so the three tie and keep their program order).
 // CHECK-LABEL: func.func @in_place_update
 // CHECK-SAME: dg.scratch_bytes = 192
 func.func @in_place_update() attributes {dg.entry = "optimizer_step"} {
@@ -154,7 +161,7 @@ func.func @in_place_update() attributes {dg.entry = "optimizer_step"} {
   %w = dg.param "w" : tensor<16xf32>
   %m = dg.param "optimizer/exp_avg/w" : tensor<16xf32>
   %v = dg.param "optimizer/exp_avg_sq/w" : tensor<16xf32>
-  // CHECK: dg.adamw {{.*}} {beta1 = {{.*}}, dg.offsets = array<i64: -1, -1, 64>
+  // CHECK: dg.adamw {{.*}} {beta1 = {{.*}}, dg.offsets = array<i64: -1, -1, 128>
   %nw, %nm, %nv = dg.adamw %w, %g, %m, %v, %s, %s, %s, %s {beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, weight_decay = 0.0 : f64} : tensor<16xf32>, tensor<f32>
   dg.assign %nw to %w : tensor<16xf32>
   dg.assign %nm to %m : tensor<16xf32>
@@ -184,6 +191,54 @@ func.func @in_place_select() attributes {dg.entry = "denoise"} {
 
 // -----
 
+// A collective's own result (an all_gather, which cannot work in place) lives in the communication
+// pool, at offsets of its own: the gathered rows take the communication arena, and the neg reuses
+// the bytes of the input and the exp, both dead by then.
+module attributes {dg.mesh = {tp = 2 : i64}} {
+// STATS: remark: memory plan: activations values=3 bytes=128 largest_first=128 best_fit=128 max_live=128 fragmentation=1.000; communication values=1 bytes=128 largest_first=128 best_fit=128 max_live=128 fragmentation=1.000;
+// CHECK-LABEL: func.func @communication_pool
+// CHECK-SAME: dg.comm_buffer_bytes = 128
+// CHECK-SAME: dg.scratch_bytes = 128
+func.func @communication_pool() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
+  %x = dg.input "x" : tensor<16xf32>
+  // CHECK: dg.exp {{.*}} {dg.offsets = array<i64: 64>}
+  %e = dg.exp %x : tensor<16xf32>
+  // CHECK: dg.all_gather {{.*}} {dg.offsets = array<i64: 0>}
+  %g = dg.all_gather %e axis = "tp" : tensor<16xf32> -> tensor<32xf32>
+  // CHECK: dg.neg {{.*}} {dg.offsets = array<i64: 0>}
+  %n = dg.neg %g : tensor<32xf32>
+  dg.output "n", %n : tensor<32xf32>
+  return
+}
+}
+
+// -----
+
+// Where the packings differ, the smaller arena wins. Largest first puts the input and the fill
+// (disjoint lifetimes, 256 bytes each) at offset 0, the slice above the input, and the exp, live
+// with both the slice and the fill, above those: 640 bytes. Best-fit in program order gives the exp
+// the input's freed bytes, and the fill the slice's freed bytes merged with the exp's leftover 64:
+// 448 bytes, what the exp and the fill hold live together.
+// STATS: remark: memory plan: activations values=4 bytes=448 largest_first=640 best_fit=448 max_live=448 fragmentation=1.000;
+// CHECK-LABEL: func.func @best_fit_wins
+// CHECK-SAME: dg.scratch_bytes = 448
+func.func @best_fit_wins() attributes {dg.entry = "forward"} {
+  // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
+  %x = dg.input "x" : tensor<64xf32>
+  // CHECK: dg.slice {{.*}} {dg.offsets = array<i64: 256>}
+  %s = dg.slice %x dim = 0 start = 0 : tensor<64xf32> -> tensor<48xf32>
+  // CHECK: dg.exp {{.*}} {dg.offsets = array<i64: 0>}
+  %e = dg.exp %s : tensor<48xf32>
+  // CHECK: dg.fill {{.*}} {dg.offsets = array<i64: 192>}
+  %f = dg.fill 1.0 : tensor<64xf32>
+  dg.output "e", %e : tensor<48xf32>
+  dg.output "f", %f : tensor<64xf32>
+  return
+}
+
+// -----
+
 // The parameter is read after the select (before the assign): the select keeps scratch of its own.
 // CHECK-LABEL: func.func @select_read_before_assign
 func.func @select_read_before_assign() attributes {dg.entry = "denoise"} {
@@ -198,3 +253,25 @@ func.func @select_read_before_assign() attributes {dg.entry = "denoise"} {
   return
 }
 
+// -----
+
+// A parameter update appended at the end of the entry (as dg-gradient-buffers appends the gradient
+// buffers' sums) moves up, with its param op, to just after the gradient it adds: the gradient dies
+// there instead of staying live through the tanh. Nothing else reads the buffer, so no value changes.
+// CHECK-LABEL: func.func @updates_move_up
+func.func @updates_move_up() attributes {dg.entry = "train_step"} {
+  // CHECK: dg.input "x"
+  // CHECK-NEXT: %[[G:.*]] = dg.exp
+  // CHECK-NEXT: %[[B:.*]] = dg.param "grad/w"
+  // CHECK-NEXT: %[[S:.*]] = dg.add %[[B]], %[[G]]
+  // CHECK-NEXT: dg.assign %[[S]] to %[[B]]
+  // CHECK-NEXT: dg.tanh
+  %x = dg.input "x" : tensor<16xf32>
+  %g = dg.exp %x : tensor<16xf32>
+  %y = dg.tanh %x : tensor<16xf32>
+  dg.output "y", %y : tensor<16xf32>
+  %b = dg.param "grad/w" : tensor<16xf32>
+  %s = dg.add %b, %g : tensor<16xf32>, tensor<16xf32> -> tensor<16xf32>
+  dg.assign %s to %b : tensor<16xf32>
+  return
+}

@@ -1,0 +1,69 @@
+// A Backend that forwards everything to another one and records memory use: every allocation
+// (the executor's arenas) and every byte range a kernel, a copy or a fill touches, in call order.
+// From that trace it gives, per allocation, the most bytes that were live at once: a range is live
+// from the call that writes it (or first touches it) to the last call that touches it before it is
+// written again. The memory planner's claim is that this never exceeds the arena it planned
+// (test/unit/models/PlannedMemoryTest.cpp). Collectives move bytes through a Communicator, which
+// this backend does not see; the kernels that read their results do.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel_api/Backend.h"
+
+namespace dgemma {
+
+class TrackingBackend : public Backend {
+ public:
+  explicit TrackingBackend(std::unique_ptr<Backend> inner);
+
+  std::string name() const override { return inner_->name(); }
+  uint64_t memoryCapacityBytes() const override { return inner_->memoryCapacityBytes(); }
+  void* allocate(uint64_t bytes, uint64_t alignment) override;
+  void deallocate(void* pointer) override;
+  void copyToDevice(void* dst, const void* src, uint64_t bytes) override;
+  void copyToHost(void* dst, const void* src, uint64_t bytes) override;
+  void fillZero(void* dst, uint64_t bytes) override;
+  void copyOnDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
+  const KernelRegistry& kernels() const override { return registry_; }
+  void prepareStreams(int64_t streams, int64_t events) override { inner_->prepareStreams(streams, events); }
+  ExecContext context(int64_t stream) override { return inner_->context(stream); }
+  void recordEvent(int64_t event, int64_t stream) override { inner_->recordEvent(event, stream); }
+  void waitEvent(int64_t event, int64_t stream) override { inner_->waitEvent(event, stream); }
+  void synchronize() override { inner_->synchronize(); }
+
+  struct Allocation {
+    const uint8_t* base = nullptr;
+    uint64_t bytes = 0;
+    bool live = true;  // not yet deallocated
+  };
+  // In allocation order (the executor allocates the plan's arenas in the plan's order).
+  const std::vector<Allocation>& allocations() const { return allocations_; }
+  // Per allocation, the most bytes live at once over the recorded trace.
+  std::vector<uint64_t> peakLiveBytes() const;
+  // Forgets the trace (not the allocations): the next peaks cover what runs after.
+  void clearTrace() { accesses_.clear(); }
+
+  // One touched byte range. Touching bytes outside every live allocation throws RuntimeError at once.
+  struct Access {
+    int64_t call = 0;
+    size_t allocation = 0;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+    bool write = false;
+  };
+  void record(const void* pointer, uint64_t bytes, bool write, const char* what);
+  void nextCall() { ++call_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  KernelRegistry registry_;
+  std::vector<Allocation> allocations_;
+  std::vector<Access> accesses_;
+  int64_t call_ = 0;
+};
+
+}  // namespace dgemma
