@@ -68,8 +68,8 @@ Value localRowsOf(OpBuilder& builder, Location loc, Value gathered, const Expert
 // of the row-major elements, and a reshape keeps their order, so the scattered block is the rank's
 // own rows of `value` whatever the reshapes. `reshapes` gets the reshapes in order.
 struct RowScatter {
-  ReduceScatterOp scatter;            // null when `value` is unused
-  SmallVector<ReshapeOp> reshapes;    // value -> ... -> scatter
+  ReduceScatterOp scatter;          // null when `value` is unused
+  SmallVector<ReshapeOp> reshapes;  // value -> ... -> scatter
 };
 
 FailureOr<RowScatter> soleReduceScatter(Value value, StringAttr axis) {
@@ -132,7 +132,8 @@ class ExpertDispatchRewriter {
     Value outputs = b_.create<MoeLocalExpertsOp>(loc, sent.receivedRows.getType(), sent.receivedRows,
                                                  sent.receivedExpertCounts, op.getGateUp(), op.getDown());
     Value returned = exchange(loc, outputs, sent.receivedCounts, routesOf(indices), expert->axis);
-    Value combined = b_.create<MoeCombineOp>(loc, typeOf(x), returned, sent.slots, weights);
+    Value combined =
+        b_.create<MoeCombineOp>(loc, withShape(op.getResult(), typeOf(x).getShape()), returned, sent.slots, weights);
     replaceScattered(loc, *scatter, combined);
     op.erase();
   }
