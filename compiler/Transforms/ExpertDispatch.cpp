@@ -62,14 +62,32 @@ Value localRowsOf(OpBuilder& builder, Location loc, Value gathered, const Expert
   return builder.create<SliceOp>(loc, withShape(gathered, shape), gathered, 0, expert.coordinate * expert.tokens);
 }
 
-// Whether `value` only feeds a sum reduce-scatter over the axis (or nothing): that reduce-scatter,
-// a null op when unused, or failure.
-FailureOr<ReduceScatterOp> soleReduceScatter(Value value, StringAttr axis) {
-  if (value.use_empty()) return ReduceScatterOp();
-  if (!value.hasOneUse()) return failure();
-  auto scatter = dyn_cast<ReduceScatterOp>(*value.getUsers().begin());
-  if (!scatter || scatter.getAxisAttr() != axis || scatter.getReduce() != ReductionKind::Sum) return failure();
-  return scatter;
+// The sum reduce-scatter over the axis that `value` alone feeds, directly or through reshapes that
+// have no other use (the model flattens [B, S, H] to the experts' [B·S, H] rows and the partitioner
+// scatters the unflattened partial sum). A reduce-scatter keeps block r of dim 0, a contiguous block
+// of the row-major elements, and a reshape keeps their order, so the scattered block is the rank's
+// own rows of `value` whatever the reshapes. `reshapes` gets the reshapes in order.
+struct RowScatter {
+  ReduceScatterOp scatter;          // null when `value` is unused
+  SmallVector<ReshapeOp> reshapes;  // value -> ... -> scatter
+};
+
+FailureOr<RowScatter> soleReduceScatter(Value value, StringAttr axis) {
+  RowScatter found;
+  if (value.use_empty()) return found;
+  while (value.hasOneUse()) {
+    Operation* user = *value.getUsers().begin();
+    if (auto reshape = dyn_cast<ReshapeOp>(user)) {
+      found.reshapes.push_back(reshape);
+      value = reshape.getResult();
+      continue;
+    }
+    auto scatter = dyn_cast<ReduceScatterOp>(user);
+    if (!scatter || scatter.getAxisAttr() != axis || scatter.getReduce() != ReductionKind::Sum) return failure();
+    found.scatter = scatter;
+    return found;
+  }
+  return failure();
 }
 
 // What an expert op of the all-gather form reads: the axis, from the all_gather of its input.
@@ -102,8 +120,8 @@ class ExpertDispatchRewriter {
   void rewrite(MoeExpertsOp op) {
     FailureOr<ExpertAxis> expert = matchExpertAxis(op, op.getInput(), op.getGateUp());
     if (failed(expert)) return;
-    FailureOr<ReduceScatterOp> scatter = soleReduceScatter(op.getResult(), expert->axis);
-    if (failed(scatter) || !*scatter) return;
+    FailureOr<RowScatter> scatter = soleReduceScatter(op.getResult(), expert->axis);
+    if (failed(scatter) || !scatter->scatter || !scattersLocalRows(scatter->scatter, op.getResult(), *expert)) return;
     Location loc = op.getLoc();
     b_.setInsertionPoint(op);
     Value x = localRows(loc, op.getInput(), *expert);
@@ -114,9 +132,9 @@ class ExpertDispatchRewriter {
     Value outputs = b_.create<MoeLocalExpertsOp>(loc, sent.receivedRows.getType(), sent.receivedRows,
                                                  sent.receivedExpertCounts, op.getGateUp(), op.getDown());
     Value returned = exchange(loc, outputs, sent.receivedCounts, routesOf(indices), expert->axis);
-    Value combined = b_.create<MoeCombineOp>(loc, scatter->getType(), returned, sent.slots, weights);
-    scatter->getResult().replaceAllUsesWith(combined);
-    scatter->erase();
+    Value combined =
+        b_.create<MoeCombineOp>(loc, withShape(op.getResult(), typeOf(x).getShape()), returned, sent.slots, weights);
+    replaceScattered(loc, *scatter, combined);
     op.erase();
   }
 
@@ -124,9 +142,11 @@ class ExpertDispatchRewriter {
     FailureOr<ExpertAxis> expert = matchExpertAxis(op, op.getInput(), op.getGateUp());
     if (failed(expert)) return;
     auto gradOutputGather = op.getGradOutput().getDefiningOp<AllGatherOp>();
-    FailureOr<ReduceScatterOp> gradInput = soleReduceScatter(op.getGradInput(), expert->axis);
-    FailureOr<ReduceScatterOp> gradWeights = soleReduceScatter(op.getGradWeights(), expert->axis);
-    if (!gradOutputGather || gradOutputGather.getAxisAttr() != expert->axis || failed(gradInput) || failed(gradWeights))
+    FailureOr<RowScatter> gradInput = soleReduceScatter(op.getGradInput(), expert->axis);
+    FailureOr<RowScatter> gradWeights = soleReduceScatter(op.getGradWeights(), expert->axis);
+    if (!gradOutputGather || gradOutputGather.getAxisAttr() != expert->axis || failed(gradInput) ||
+        failed(gradWeights) || !scattersLocalRows(gradInput->scatter, op.getGradInput(), *expert) ||
+        !scattersLocalRows(gradWeights->scatter, op.getGradWeights(), *expert))
       return;
     Location loc = op.getLoc();
     b_.setInsertionPoint(op);
@@ -148,18 +168,16 @@ class ExpertDispatchRewriter {
         loc, TypeRange{sent.receivedRows.getType(), weightRows.getType(), op.getGradGateUp().getType(),
                        op.getGradDown().getType()},
         sent.receivedRows, weightRows, gradRows, sent.receivedExpertCounts, op.getGateUp(), op.getDown());
-    if (*gradInput) {
+    if (gradInput->scatter) {
       Value returned = exchange(loc, backward.getGradRows(), sent.receivedCounts, routes, expert->axis);
-      Value combined = b_.create<MoeCombineOp>(loc, (*gradInput).getType(), returned, sent.slots, Value());
-      (*gradInput)->getResult(0).replaceAllUsesWith(combined);
-      (*gradInput)->erase();
+      Value combined = b_.create<MoeCombineOp>(loc, withShape(op.getGradInput(), typeOf(x).getShape()), returned,
+                                               sent.slots, Value());
+      replaceScattered(loc, *gradInput, combined);
     }
-    if (*gradWeights) {
+    if (gradWeights->scatter) {
       Value returned = exchange(loc, backward.getGradWeights(), sent.receivedCounts, routes, expert->axis);
       Value unpermuted = b_.create<MoeCombineOp>(loc, returned.getType(), returned, routeSlots, Value());
-      Value shaped = b_.create<ReshapeOp>(loc, (*gradWeights).getType(), unpermuted);
-      (*gradWeights)->getResult(0).replaceAllUsesWith(shaped);
-      (*gradWeights)->erase();
+      replaceScattered(loc, *gradWeights, unpermuted);
     }
     op.getGradGateUp().replaceAllUsesWith(backward.getGradGateUp());
     op.getGradDown().replaceAllUsesWith(backward.getGradDown());
@@ -168,6 +186,25 @@ class ExpertDispatchRewriter {
 
  private:
   static int64_t routesOf(Value indices) { return typeOf(indices).getNumElements(); }
+
+  // Whether the scatter (if any) keeps exactly the rank's N rows of the gathered `value`: the
+  // rewrite computes those rows only.
+  static bool scattersLocalRows(ReduceScatterOp scatter, Value value, const ExpertAxis& expert) {
+    if (!scatter) return true;
+    const int64_t rows = typeOf(value).getDimSize(0);
+    return rows == expert.size * expert.tokens &&
+           typeOf(scatter.getResult()).getNumElements() * expert.size == typeOf(value).getNumElements();
+  }
+
+  // The scatter's users read `local` (the rank's rows, in row-major order) in the scatter's shape;
+  // the scatter and the reshapes before it go.
+  void replaceScattered(Location loc, RowScatter& found, Value local) {
+    Value result = found.scatter.getResult();
+    if (local.getType() != result.getType()) local = b_.create<ReshapeOp>(loc, result.getType(), local);
+    result.replaceAllUsesWith(local);
+    found.scatter->erase();
+    for (ReshapeOp reshape : llvm::reverse(found.reshapes)) reshape->erase();
+  }
 
   // Routing, the counts exchange and the rows' exchange of the rank's tokens `x`, built once per
   // (x, indices, axis): a backward after its forward reuses the rows the forward received.

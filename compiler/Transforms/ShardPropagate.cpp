@@ -129,8 +129,14 @@ class Propagator {
       Axes axes;
       for (StringRef axis : group)
         if (llvm::is_contained(partial, axis)) axes.push_back(axis);
-      if (axes.empty() || !dims[dim].empty() || shape[dim] % axesSize(mesh_, axes) != 0) return;
-      dims[dim] = axes;
+      // Onto the minor end of the dim's split: an activation split over dp and summed over ep (the
+      // experts' result when EP < DP) becomes split over {dp, ep}.
+      if (axes.empty() || llvm::any_of(axes, [&](StringRef axis) { return llvm::is_contained(dims[dim], axis); }))
+        return;
+      Axes split = dims[dim];
+      llvm::append_range(split, axes);
+      if (shape[dim] % axesSize(mesh_, split) != 0) return;
+      dims[dim] = split;
     };
     if (!isWeight(value)) {
       if (sp_ && shape.size() == 3) onto(1, tensorAxes_);
@@ -189,9 +195,14 @@ class Propagator {
             if (existing->second != factorAxes) break;
             continue;
           }
-          if (llvm::any_of(factorAxes, [&](StringRef axis) { return used.contains(axis); })) break;
-          assigned[factor] = factorAxes;
-          for (StringRef axis : factorAxes) used.insert(axis);
+          // An axis another operand took ends the split: the factor keeps the major axes before it
+          // (tokens split over {dp, ep} meeting experts split over ep stay split over dp, so the
+          // experts gather over ep only).
+          auto taken = llvm::find_if(factorAxes, [&](StringRef axis) { return used.contains(axis); });
+          if (taken == factorAxes.begin()) break;
+          assigned[factor] = Axes(factorAxes.begin(), taken);
+          for (StringRef axis : assigned[factor]) used.insert(axis);
+          if (taken != factorAxes.end()) break;
         }
       }
     }

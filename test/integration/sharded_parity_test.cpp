@@ -91,7 +91,9 @@ void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want) {
 // The gradient fixture's full-attention layer has one KV head, which TP 2 cannot split: its
 // layouts are the data- and expert-parallel ones (TP is checked by the training parity below).
 const std::vector<Layout>& gradientLayouts() {
-  static const std::vector<Layout> all = {layouts()[2], layouts()[3]};
+  // EP < DP needs the fixture's 4 prompts (the training layouts' global batch is 2): the experts'
+  // tokens stay split over dp and move by the all-to-all over ep.
+  static const std::vector<Layout> all = {layouts()[2], layouts()[3], {"dp4_ep2", "--dp 4 --ep 2", 4, 4}};
   return all;
 }
 

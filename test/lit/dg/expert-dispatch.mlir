@@ -109,6 +109,57 @@ func.func @backward_only() attributes {dg.entry = "backward_only"} {
 
 // -----
 
+// The model's layout: [B, S, H] activations flattened to the experts' rows, and each partial sum
+// reshaped back to [B, S, H] before its reduce-scatter (as dg-shard-partition writes a train step).
+// A reduce-scatter keeps a contiguous block of the row-major elements, so the rank's combined rows
+// reshaped are that block: the reshapes before the reduce-scatters go with them, and the combined
+// rows are reshaped to the reduce-scatter's shape.
+module attributes {dg.mesh = {ep = 2 : i64}} {
+// CHECK-LABEL: func.func @reshaped_partials
+func.func @reshaped_partials() attributes {dg.entry = "train_step"} {
+  // CHECK-NOT: dg.all_gather
+  // CHECK: %[[SLOTS:.*]], %{{.*}}, %{{.*}} = dg.moe_dispatch
+  // CHECK: %[[YS:.*]], %{{.*}} = dg.all_to_all %{{.*}}, %{{.*}} axis = "ep" : tensor<8x4xf32>, tensor<2xi64> -> tensor<4x4xf32>, tensor<2xi64>
+  // CHECK: %[[Y:.*]] = dg.moe_combine %[[YS]], %[[SLOTS]] weights %{{.*}} : (tensor<4x4xf32>, tensor<2x2xi64>, tensor<2x2xf32>) -> tensor<2x4xf32>
+  // CHECK: %[[Y3:.*]] = dg.reshape %[[Y]] : tensor<2x4xf32> -> tensor<1x2x4xf32>
+  // CHECK: dg.output "y", %[[Y3]]
+  // CHECK: dg.moe_local_experts_backward
+  // CHECK: %[[DXS:.*]], %{{.*}} = dg.all_to_all
+  // CHECK: %[[DX:.*]] = dg.moe_combine %[[DXS]], %[[SLOTS]] : (tensor<4x4xf32>, tensor<2x2xi64>) -> tensor<2x4xf32>
+  // CHECK: %[[DX3:.*]] = dg.reshape %[[DX]] : tensor<2x4xf32> -> tensor<1x2x4xf32>
+  // CHECK: dg.output "dx", %[[DX3]]
+  // CHECK-NOT: dg.reduce_scatter
+  // CHECK-NOT: dg.all_gather
+  %x3 = dg.input "x" : tensor<1x2x4xf32>
+  %w = dg.input "w" : tensor<2x2xf32>
+  %i = dg.input "i" : tensor<2x2xi64>
+  %dy3 = dg.input "dy" : tensor<1x2x4xf32>
+  %gu = dg.param "gate_up" : tensor<2x6x4xf32>
+  %d = dg.param "down" : tensor<2x4x3xf32>
+  %x = dg.reshape %x3 : tensor<1x2x4xf32> -> tensor<2x4xf32>
+  %xg = dg.all_gather %x axis = "ep" : tensor<2x4xf32> -> tensor<4x4xf32>
+  %wg = dg.all_gather %w axis = "ep" : tensor<2x2xf32> -> tensor<4x2xf32>
+  %ig = dg.all_gather %i axis = "ep" : tensor<2x2xi64> -> tensor<4x2xi64>
+  %yg = dg.moe_experts %xg, %wg, %ig, %gu, %d {expert_offset = 0 : i64} : tensor<4x4xf32>, tensor<4x2xf32>, tensor<4x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<4x4xf32>
+  %yg3 = dg.reshape %yg : tensor<4x4xf32> -> tensor<2x2x4xf32>
+  %y = dg.reduce_scatter %yg3 axis = "ep" : tensor<2x2x4xf32> -> tensor<1x2x4xf32>
+  dg.output "y", %y : tensor<1x2x4xf32>
+  %dy = dg.reshape %dy3 : tensor<1x2x4xf32> -> tensor<2x4xf32>
+  %dyg = dg.all_gather %dy axis = "ep" : tensor<2x4xf32> -> tensor<4x4xf32>
+  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %wg, %ig, %gu, %d, %dyg {expert_offset = 0 : i64} : tensor<4x4xf32>, tensor<4x2xf32>, tensor<4x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<4x4xf32> -> tensor<4x4xf32>, tensor<4x2xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>
+  %dxg3 = dg.reshape %dxg : tensor<4x4xf32> -> tensor<2x2x4xf32>
+  %dx = dg.reduce_scatter %dxg3 axis = "ep" : tensor<2x2x4xf32> -> tensor<1x2x4xf32>
+  %dw = dg.reduce_scatter %dwg axis = "ep" : tensor<4x2xf32> -> tensor<2x2xf32>
+  dg.output "dx", %dx : tensor<1x2x4xf32>
+  dg.output "dw", %dw : tensor<2x2xf32>
+  dg.output "dgu", %dgu : tensor<2x6x4xf32>
+  dg.output "dd", %dd : tensor<2x4x3xf32>
+  return
+}
+}
+
+// -----
+
 // What is not the all-gather form stays: experts without an offset (all of them local), a partial
 // result read before its reduce-scatter, and a reduce-scatter over another axis.
 module attributes {dg.mesh = {ep = 2 : i64, tp = 2 : i64}} {

@@ -184,3 +184,29 @@ module attributes {dg.mesh = {ep = 2 : i64}} {
     return
   }
 }
+
+// -----
+
+// CHECK-LABEL: func.func @experts_ep_below_dp
+// CHECK: dg.moe_experts {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}dp], []]>, #dg.sharding<{{\[\[}}dp], []]>, #dg.sharding<{{\[\[}}dp], []]>, #dg.sharding<{{\[\[}}ep], [], []]>, #dg.sharding<{{\[\[}}ep], [], []]>], dg.shardings = [#dg.sharding<{{\[\[}}dp], []], partial = [ep]>]
+// CHECK: dg.reshape {{.*}}dg.shardings = [#dg.sharding<{{\[\[}}dp], [], []], partial = [ep]>]
+// CHECK: dg.rms_norm {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}dp, ep], [], []]>], dg.shardings = [#dg.sharding<{{\[\[}}dp, ep], [], []]>]
+
+// EP < DP: the tokens split over {dp, ep} meet experts split over ep. They keep the dp split (the
+// partitioner gathers them over ep only, which dg-expert-dispatch turns into the all-to-all), and
+// the pending sum over ep resolves onto the minor end of the batch split.
+module attributes {dg.mesh = {dp = 2 : i64, ep = 2 : i64}} {
+  func.func @experts_ep_below_dp() attributes {dg.bucket = {micro_batch = 4 : i64}, dg.entry = "forward"} {
+    %x = dg.input "x" {dg.shardings = [#dg.sharding<[[dp, ep], [], []]>]} : tensor<4x4x8xf32>
+    %w = dg.input "w" {dg.shardings = [#dg.sharding<[[dp, ep], []]>]} : tensor<16x2xf32>
+    %i = dg.input "i" {dg.shardings = [#dg.sharding<[[dp, ep], []]>]} : tensor<16x2xi64>
+    %gate_up = dg.param "experts.gate_up_proj" {dg.shardings = [#dg.sharding<[[ep], [], []]>]} : tensor<4x8x8xf32>
+    %down = dg.param "experts.down_proj" {dg.shardings = [#dg.sharding<[[ep], [], []]>]} : tensor<4x8x4xf32>
+    %tokens = dg.reshape %x : tensor<4x4x8xf32> -> tensor<16x8xf32>
+    %y = dg.moe_experts %tokens, %w, %i, %gate_up, %down : tensor<16x8xf32>, tensor<16x2xf32>, tensor<16x2xi64>, tensor<4x8x8xf32>, tensor<4x8x4xf32> -> tensor<16x8xf32>
+    %y1 = dg.reshape %y : tensor<16x8xf32> -> tensor<4x4x8xf32>
+    %n = dg.rms_norm %y1 {eps = 1.0e-6 : f64} : (tensor<4x4x8xf32>) -> tensor<4x4x8xf32>
+    dg.output "y", %n : tensor<4x4x8xf32>
+    return
+  }
+}
