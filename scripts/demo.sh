@@ -20,13 +20,13 @@ cmake --build "$build" -j "$(nproc)"
 
 echo "== data: validate the bundled demo splits with the bundled tokenizer"
 for split in train validation test; do
-  "$bin/dgemma-run" check-data --data "$root/data/demo/$split.jsonl" --tokenizer "$root/data/tokenizer" --canvas-len 8
+  "$bin/dgemma-run" check-data --data "$root/data/demo/$split.jsonl" --tokenizer "$root/data/tokenizer" --canvas-len 4
 done
 
 run=$build/demo-run
 rm -rf "$run"
 mkdir -p "$run"
-echo "== train: the demo model from scratch (preset demo: 3000 steps, micro-batch 16, AdamW, cosine lr 3e-3)"
+echo "== train: the demo model from scratch (preset demo: 8000 steps, micro-batch 16, no encoder loss, AdamW, cosine lr 3e-3)"
 "$bin/dgemma-compile" --model "$root/models/diffusion_gemma/configs/demo" --mode train --preset demo --report \
   -o "$run/plan"
 # The vision tower is not built yet: the image rows of the demo task are skipped (listed in
@@ -41,10 +41,10 @@ fi
 echo "skipped $(grep -c '^skipped: ' "$run/skipped-rows.txt" || true) rows with images or prompts longer than the largest bucket" \
   "(see $run/skipped-rows.txt); metrics in $run/metrics.jsonl, TensorBoard events in $run/tensorboard"
 
-echo "== eval: block-diffusion generation on the held-out test split (one 8-token canvas per answer)"
+echo "== eval: block-diffusion generation on the held-out test split (one 4-token canvas per answer: three digits and EOS)"
 weights=$(ls -d "$run"/checkpoints/step-* | tail -n 1)
 "$bin/dgemma-compile" --model "$root/models/diffusion_gemma/configs/demo" --mode infer --micro-batch 20 \
-  --prompt-len 32,48,64 --max-new-tokens 8 -o "$run/infer-plan"
+  --prompt-len 32,48,64 --max-new-tokens 4 -o "$run/infer-plan"
 # The image rows are skipped until the vision tower lands; the summary counts them.
 "$bin/dgemma-run" eval --plan "$run/infer-plan" --weights "$weights" --tokenizer "$root/data/tokenizer" --seed 1 \
   --test "$root/data/demo/test.jsonl" --out "$run/test-answers.jsonl" 2>"$run/eval-skipped-rows.txt" | tail -n 1

@@ -91,7 +91,7 @@ TEST_F(InputBoundsTest, CompileFlagsOutsideTheirRangesAreRefusedShortly) {
       {compileTrain(kDemoConfig, "--prompt-len 1099511627776"),
        "--prompt-len: expected integers in [1, 1048576] separated by commas, got \"1099511627776\""},
       {compileTrain(kDemoConfig, "--micro-batch 60000 --prompt-len 1000"),
-       "--micro-batch 60000 with 1008 tokens per example (longest --prompt-len + canvas): more than 16777216 tokens "
+       "--micro-batch 60000 with 1004 tokens per example (longest --prompt-len + canvas): more than 16777216 tokens "
        "per micro-batch"},
       {compileTrain(kDemoConfig, "--micro-batch 1" + std::string(300, '0')),
        "--micro-batch: expected an integer in [1, 65536], got \"1000000000000000000000000000000000000000\"… (301 bytes)"},
@@ -152,17 +152,17 @@ TEST_F(InputBoundsTest, APlanWithNonZeroPreambleFlagsIsRefused) {
 // Issue 15: an out-of-vocabulary id was exit 1 naming an internal plan step.
 TEST_F(InputBoundsTest, OutOfVocabularyBatchIdsNameTheBatchTensor) {
   ASSERT_EQ(runTool(compileTrain(kDemoConfig)).exitCode, 0);
-  HostTensor inputIds(DType::I64, {1, 4}), attention(DType::I64, {1, 4}), canvasIds(DType::I64, {1, 8}),
-      canvasMask(DType::F32, {1, 8});
+  HostTensor inputIds(DType::I64, {1, 4}), attention(DType::I64, {1, 4}), canvasIds(DType::I64, {1, 4}),
+      canvasMask(DType::F32, {1, 4});  // the demo config's canvas_length
   for (int64_t i = 0; i < 4; ++i) inputIds.as<int64_t>()[i] = 2 + i, attention.as<int64_t>()[i] = 1;
-  for (int64_t i = 0; i < 8; ++i) canvasIds.as<int64_t>()[i] = 7, canvasMask.as<float>()[i] = 1;
-  canvasIds.as<int64_t>()[5] = 256;  // the demo config's vocab_size
+  for (int64_t i = 0; i < 4; ++i) canvasIds.as<int64_t>()[i] = 7, canvasMask.as<float>()[i] = 1;
+  canvasIds.as<int64_t>()[2] = 256;  // the demo config's vocab_size
   const std::string batch = dir / "batch.safetensors";
   writeSafetensors(batch, {{"input_ids", &inputIds}, {"attention_mask", &attention}, {"canvas_ids", &canvasIds},
                            {"canvas_mask", &canvasMask}});
   expectRefused(std::string(DGEMMA_RUN) + " grad --plan " + (dir / "plan") + " --init random --input " + batch + " --out " +
                     (dir / "out.safetensors"),
-                batch + ": tensor canvas_ids: element [0,5]: token id 256 is outside the vocabulary [0, 256) (the plan's "
+                batch + ": tensor canvas_ids: element [0,2]: token id 256 is outside the vocabulary [0, 256) (the plan's "
                         "vocab_size)");
   EXPECT_FALSE(std::filesystem::exists(dir / "out.safetensors"));
 }

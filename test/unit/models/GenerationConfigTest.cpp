@@ -56,7 +56,7 @@ TEST(GenerationConfig, DemoModelDirectoryCarriesItsEntropyBound) {
       loadGenerationConfigBeside(DGEMMA_DIFFUSION_GEMMA_CONFIGS "/demo");
   ASSERT_TRUE(config.has_value());
   EXPECT_EQ(config->entropyBound, 1e-4);
-  EXPECT_EQ(config->maxNewTokens, 8);
+  EXPECT_EQ(config->maxNewTokens, 4);  // one canvas: three digits and EOS
   EXPECT_EQ(config->maxDenoisingSteps, 48);
 }
 
