@@ -108,15 +108,24 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
       executor.setParameter(parameter.name, HostTensor(buffer.dtype, parameter.shardShape));
       continue;
     }
-    // Only this rank's box leaves the mapping, in the stored dtype, then in the plan's: the bound on
-    // the loader's own memory is these two copies of one box (docs/training.md, "Export").
+    // Only this rank's box leaves the mapping: a whole tensor converted straight into the plan's
+    // dtype, a part of one cut out in the stored dtype first. The loader's own memory is thus one box
+    // in the plan's dtype, plus the stored one for a split tensor (docs/training.md, "Export").
     const SafetensorsEntry& entry = *location->entry;
+    const std::string what = location->file->path() + ": tensor " + entry.name;
     const ShardBox box{parameter.shardOffset, parameter.shardShape};
-    HostTensor stored(entry.dtype, parameter.shardShape);
-    copyRegion(location->file->data(entry), wholeBox(entry.shape), stored.data.data(), box, box, dtypeSize(entry.dtype));
+    HostTensor value(buffer.dtype, parameter.shardShape);
+    if (box == wholeBox(entry.shape)) {
+      convertElements(location->file->data(entry), entry.dtype, value.data.data(), buffer.dtype,
+                      static_cast<uint64_t>(value.numElements()), what);
+    } else {
+      HostTensor stored(entry.dtype, parameter.shardShape);
+      copyRegion(location->file->data(entry), wholeBox(entry.shape), stored.data.data(), box, box, dtypeSize(entry.dtype));
+      value = convertDType(std::move(stored), buffer.dtype, what);
+    }
     location->file->release(entry);
-    progress.advance(stored.data.size());
-    executor.setParameter(parameter.name, convertDType(std::move(stored), buffer.dtype, location->file->path() + ": tensor " + entry.name));
+    progress.advance(static_cast<uint64_t>(value.numElements()) * dtypeSize(entry.dtype));
+    executor.setParameter(parameter.name, value);
   }
   progress.finish();
 }

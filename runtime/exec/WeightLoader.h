@@ -28,8 +28,8 @@ using TensorLocator = std::function<std::optional<SafetensorsLocation>(const std
 
 // Loads every plan parameter by copying this rank's box straight out of the mapping (the global
 // tensor is never materialised) and converting it to the plan's dtype; the mapping's pages are then
-// dropped from the resident set (SafetensorsFile::release). Extra memory: one box in the stored
-// dtype and one in the plan's, at a time. Every missing, mis-shaped or unconvertible tensor (named
+// dropped from the resident set (SafetensorsFile::release). Extra memory: one box in the plan's
+// dtype at a time (plus its stored-dtype copy when the rank holds part of the tensor). Every missing, mis-shaped or unconvertible tensor (named
 // with its file) and the caller's `otherProblems` are checked first and reported together in one
 // InputError naming `source`, before anything is copied. A progress line goes to stderr on rank 0
 // when it is a terminal.

@@ -59,24 +59,6 @@ struct ExportedTensor {
   SafetensorsLocation source;
 };
 
-// Converts `count` elements from the (possibly unaligned) `source` into `target`, without a copy of
-// the whole tensor in between: f32 -> bf16 rounds to nearest even (support/DType.h); other floating
-// pairs go through HostTensor's conversion a block at a time.
-void convertElements(const uint8_t* source, DType from, uint8_t* target, DType to, uint64_t count, const std::string& what) {
-  if (from == to) {
-    std::memcpy(target, source, count * dtypeSize(from));
-    return;
-  }
-  constexpr uint64_t kBlock = 1 << 16;
-  for (uint64_t first = 0; first < count; first += kBlock) {
-    const uint64_t n = std::min(kBlock, count - first);
-    HostTensor block(from, {static_cast<int64_t>(n)});
-    std::memcpy(block.data.data(), source + first * dtypeSize(from), n * dtypeSize(from));
-    const HostTensor converted = convertDType(std::move(block), to, what);
-    std::memcpy(target + first * dtypeSize(to), converted.data.data(), converted.data.size());
-  }
-}
-
 std::string shardFileName(size_t index, size_t count) {
   if (count == 1) return "model.safetensors";
   char name[64];

@@ -92,7 +92,7 @@ class ExportTest : public ::testing::Test {
 TEST_F(ExportTest, DemoCheckpointAndItsExportsAreWhatSavePretrainedWrites) {
   const nlohmann::json listing = readJson(source("test/fixtures/export/demo_hf_listing.json"));
   compile(source("models/diffusion_gemma/configs/demo"), "--preset demo", dir / "plan");
-  expectRun("train --plan " + (dir / "plan") + " --init random --seed 1 --train mock --steps 1 --tokenizer " +
+  expectRun("train --plan " + (dir / "plan") + " --init random --seed 1 --train mock --steps 1 --warmup 0 --tokenizer " +
             source("data/tokenizer") + " --save-dir " + (dir / "ckpt"));
   const std::string checkpoint = dir / "ckpt/step-00000001";
   expectLikeSavePretrained(checkpoint, listing.at("fp32"));
@@ -151,7 +151,7 @@ TEST_F(ExportTest, HfToDgemmaToExportIsBitExactOnOneAndTwoRanks) {
 TEST_F(ExportTest, CorruptedCheckpointIsRefusedAndNothingIsWritten) {
   const std::string model = source("models/diffusion_gemma/configs/tiny-cpu.json");
   compile(model, "--preset tiny-cpu --micro-batch 2", dir / "plan");
-  expectRun("train --plan " + (dir / "plan") + " --init random --train mock --steps 1 --save-dir " + (dir / "ckpt"));
+  expectRun("train --plan " + (dir / "plan") + " --init random --train mock --steps 1 --warmup 0 --save-dir " + (dir / "ckpt"));
   const std::string shard = dir / "ckpt/step-00000001/model-00001-of-00001.safetensors";
   std::string bytes = readFile(shard);
   ASSERT_GT(bytes.size(), 4096u);

@@ -11,6 +11,7 @@
 #include "runtime/session/Session.h"
 #include "runtime/train/HfExport.h"
 #include "support/AtomicFile.h"
+#include "support/CheckedSize.h"
 #include "support/Error.h"
 #include "support/Json.h"
 
@@ -60,9 +61,9 @@ int runExport(const ExportFlags& flags) {
   }
   const HfExportResult result = exportHfDirectory(options);
   for (const std::string& note : result.notes) std::cerr << "dgemma-run: note: " << note << "\n";
-  std::printf("exported %d tensors (%s) in %d shard%s to %s: %.3f GB of weights, %.3f GB in all, %.2f s\n", result.tensors,
+  std::printf("exported %d tensors (%s) in %d shard%s to %s: %s of weights, %s in all, %.2f s\n", result.tensors,
               flags.dtype.c_str(), result.shards, result.shards == 1 ? "" : "s", flags.out.c_str(),
-              static_cast<double>(result.weightBytes) / 1e9, static_cast<double>(result.totalBytes) / 1e9, result.seconds);
+              formatBytes(result.weightBytes).c_str(), formatBytes(result.totalBytes).c_str(), result.seconds);
   return 0;
 }
 

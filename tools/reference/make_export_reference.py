@@ -11,6 +11,9 @@ Reference-data generation only (docs/training.md, "Export"); CI reads only the c
         the files written, and the keys of config.json, text_config and generation_config.json.
     python3 tools/reference/make_export_reference.py --check
         Recomputes the listing and compares it with the committed one (exit 1 on a difference).
+    python3 tools/reference/make_export_reference.py --write-batch BATCH [--batch-model DIR]
+        Writes a forward batch for the model (default: the demo): 3 left-padded prompts of width 12, canvas_length
+        noisy canvas ids, fixed seed; the input of the check below.
     python3 tools/reference/make_export_reference.py --check-export DIR --batch BATCH --dgemma-out OUT
         Loads DIR with from_pretrained (fp32, eager): no text tensor may be missing or unexpected (the vision
         tower's are missing by design: it is not built yet). Runs BATCH (docs/cli.md's forward fields) and
@@ -98,6 +101,32 @@ def make_listing() -> dict:
     return listing
 
 
+def write_batch(model_dir: Path, out: Path) -> None:
+    cfg = DiffusionGemmaConfig.from_pretrained(str(model_dir))
+    vocab, canvas = cfg.text_config.vocab_size, cfg.canvas_length
+    g = torch.Generator().manual_seed(5)
+    B, P = 3, 12
+    lengths = [12, 9, 4]
+    input_ids = torch.zeros(B, P, dtype=torch.int64)
+    attention_mask = torch.zeros(B, P, dtype=torch.int64)
+    for b, n in enumerate(lengths):  # left-padded, bos first, no special ids in the body
+        input_ids[b, P - n] = cfg.text_config.bos_token_id
+        input_ids[b, P - n + 1 :] = torch.randint(8, vocab, (n - 1,), generator=g)
+        attention_mask[b, P - n :] = 1
+    canvas_ids = torch.randint(0, vocab, (B, canvas), generator=g)
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": torch.arange(P).repeat(B, 1),
+        "canvas_ids": canvas_ids,
+        "noisy_canvas_ids": torch.randint(0, vocab, (B, canvas), generator=g),
+        "canvas_mask": torch.ones(B, canvas),
+    }
+    from safetensors.torch import save_file
+    save_file({k: v.contiguous() for k, v in batch.items()}, str(out), metadata={"format": "pt"})
+    print(f"wrote {out}: batch {B}, prompt width {P}, canvas {canvas}")
+
+
 def check_export(export_dir: Path, batch_path: Path, dgemma_out: Path) -> int:
     cfg = load_config(export_dir)
     model, info = DiffusionGemmaForBlockDiffusion.from_pretrained(
@@ -134,12 +163,17 @@ def check_export(export_dir: Path, batch_path: Path, dgemma_out: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare with the committed listing, write nothing")
+    parser.add_argument("--write-batch", type=Path, help="write a forward batch for --batch-model")
+    parser.add_argument("--batch-model", type=Path, default=DEMO_MODEL, help="--write-batch: the model directory")
     parser.add_argument("--check-export", type=Path, help="an export directory to load with transformers")
     parser.add_argument("--batch", type=Path, help="--check-export: the forward batch (safetensors)")
     parser.add_argument("--dgemma-out", type=Path, help="--check-export: dgemma-run forward's output on the same batch")
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
+    if args.write_batch:
+        write_batch(args.batch_model, args.write_batch)
+        return 0
     if args.check_export:
         if not args.batch or not args.dgemma_out:
             parser.error("--check-export needs --batch and --dgemma-out")

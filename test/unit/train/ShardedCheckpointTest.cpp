@@ -177,7 +177,7 @@ TEST(ShardedCheckpointTest, WholeGroupOfSplitTensorsBecomesAnHfDirectory) {
 TEST(ShardedCheckpointTest, ExtraFileNamesMayNotCollide) {
   TempDir dir;
   HostTensor w = patterned(DType::F32, {2}, 1);
-  for (const std::string& name : {"manifest.json", "model-00001-of-00001.safetensors", "a/b", ".tmp-x"}) {
+  for (const char* name : {"manifest.json", "model-00001-of-00001.safetensors", "a/b", ".tmp-x"}) {
     CheckpointSaveOptions options;
     options.extraFiles = {{name, "x"}};
     EXPECT_THROW(saveLayout(dir / "ckpt", 1, {{"model", "w", &w, {box({0}, {2})}}}, 1, options), std::invalid_argument) << name;
