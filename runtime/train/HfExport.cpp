@@ -2,11 +2,9 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <map>
 
 #include "models/diffusion_gemma/Config.h"
