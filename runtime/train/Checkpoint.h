@@ -6,8 +6,9 @@
 //                                            XXH3-64, per tensor its global shape, dtype and boxes, the
 //                                            model identity a resume must match, and a checksum of all
 //                                            of it (CheckpointManifest.h)
-//     model-00001-of-00002.safetensors       one rank: group "model" in caller order, split into shards
-//     model-00002-of-00002.safetensors       of at most max_shard_bytes of tensor data
+//     model-00001-of-00002.safetensors       one rank, or a group of CheckpointSaveOptions::wholeGroups
+//     model-00002-of-00002.safetensors       (assembled by the commit): group "model" in caller order,
+//                                            split into shards of at most max_shard_bytes of tensor data
 //     model.safetensors.index.json           when no tensor of the group is split (always on one rank):
 //                                            HF's index, so SafetensorsDirectory (--weights DIR) reads
 //                                            the "model" group
