@@ -186,6 +186,9 @@ struct Plan {
   std::vector<EntryPoint> entryPoints;
   ModelFamily modelFamily = ModelFamily::Builtin;
   nlohmann::json modelConfig;                  // DiffusionGemma: the HF config.json it was built from; else null
+  // DiffusionGemma: the generation_config.json beside --model, verbatim; null when there was none.
+  // Checkpoints copy it so that they are HF model directories (docs/training.md, "Checkpoints").
+  nlohmann::json modelGenerationConfig;
   std::optional<BucketPadding> bucketPadding;  // absent: a batch must match a bucket exactly
   std::optional<OptimizerSettings> optimizer;  // training plans (the optimizer_step entry)
   std::optional<RunDefaults> runDefaults;      // plans compiled with --preset

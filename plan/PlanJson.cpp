@@ -359,6 +359,7 @@ json planToJson(const Plan& plan) {
   root["entry_points"] = entries;
   json model = {{"family", modelFamilyName(plan.modelFamily)}};
   if (!plan.modelConfig.is_null()) model["config"] = plan.modelConfig;
+  if (!plan.modelGenerationConfig.is_null()) model["generation_config"] = plan.modelGenerationConfig;
   root["model"] = model;
   if (plan.bucketPadding) root["bucket_padding"] = bucketPaddingToJson(*plan.bucketPadding);
   if (plan.optimizer) root["optimizer"] = optimizerToJson(*plan.optimizer);
@@ -455,6 +456,11 @@ Plan planFromJson(const json& header, const std::string& source) {
     if (!plan.modelConfig.is_object()) model.fail("expected an object (the model's config.json)", "config");
   } else if (plan.modelFamily == ModelFamily::DiffusionGemma) {
     model.fail("missing (a DiffusionGemma plan carries its config.json)", "config");
+  }
+  if (model.has("generation_config")) {
+    plan.modelGenerationConfig = model.raw("generation_config");
+    if (!plan.modelGenerationConfig.is_object())
+      model.fail("expected an object (the model's generation_config.json)", "generation_config");
   }
   if (root.has("bucket_padding")) plan.bucketPadding = bucketPaddingFromJson(root.child("bucket_padding"));
   if (root.has("optimizer")) plan.optimizer = optimizerFromJson(root.child("optimizer"));

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <stdexcept>
 
 #include "support/Error.h"
 #include "support/InputFile.h"
@@ -60,43 +61,64 @@ void syncDirectory(const std::string& directory) {
   if (rc != 0) throw RuntimeError(directory + ": fsync failed: " + std::strerror(savedErrno));
 }
 
-void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
+AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
   namespace fs = std::filesystem;
   checkWritableTarget(path);
-  fs::path target(path);
-  fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path target(path);
+  const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::random_device entropy;
-  fs::path temporary = directory / (std::string(".") + target.filename().string() + ".tmp-" + std::to_string(::getpid()) +
-                                    "-" + std::to_string(entropy()));
+  temporary_ = (directory / (std::string(".") + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(entropy())))
+                   .string();
+  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("create " + temporary_);
+}
 
-  int fd = -1;
-  auto fail = [&](const std::string& what) {
-    std::string reason = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    std::error_code ignored;
-    fs::remove(temporary, ignored);
-    throw RuntimeError(path + ": cannot write: " + what + ": " + reason);
-  };
+AtomicFileWriter::~AtomicFileWriter() { discard(); }
 
-  fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) fail("create " + temporary.string());
-  for (std::string_view piece : pieces) {
-    size_t written = 0;
-    while (written < piece.size()) {
-      ssize_t n = ::write(fd, piece.data() + written, piece.size() - written);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        fail("write");
-      }
-      written += static_cast<size_t>(n);
+void AtomicFileWriter::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temporary_.empty()) ::unlink(temporary_.c_str());
+  temporary_.clear();
+}
+
+void AtomicFileWriter::fail(const std::string& what) {
+  const std::string reason = std::strerror(errno);
+  discard();
+  throw RuntimeError(path_ + ": cannot write: " + what + ": " + reason);
+}
+
+void AtomicFileWriter::append(std::string_view bytes) {
+  if (fd_ < 0) throw std::logic_error(path_ + ": AtomicFileWriter::append after commit or failure");
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = ::write(fd_, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
     }
+    written += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) fail("fsync");
-  int closeResult = ::close(fd);
-  fd = -1;
+}
+
+void AtomicFileWriter::commit() {
+  namespace fs = std::filesystem;
+  if (fd_ < 0) throw std::logic_error(path_ + ": AtomicFileWriter::commit after commit or failure");
+  if (::fsync(fd_) != 0) fail("fsync");
+  const int closeResult = ::close(fd_);
+  fd_ = -1;
   if (closeResult != 0) fail("close");
-  if (::rename(temporary.c_str(), target.c_str()) != 0) fail("rename");
-  syncDirectory(directory.string());
+  if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail("rename");
+  temporary_.clear();
+  const fs::path target(path_);
+  syncDirectory(target.has_parent_path() ? target.parent_path().string() : std::string("."));
+}
+
+void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
+  AtomicFileWriter file(path);
+  for (std::string_view piece : pieces) file.append(piece);
+  file.commit();
 }
 
 void writeFileAtomically(const std::string& path, std::string_view bytes) { writePiecesAtomically(path, {bytes}); }

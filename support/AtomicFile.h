@@ -22,6 +22,26 @@ void writeFileAtomically(const std::string& path, std::string_view bytes);
 // The same for `pieces` written back to back, without first concatenating them (a checkpoint shard
 // can be as large as memory).
 void writePiecesAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
+// A file written in pieces (a stream too large to hold whole) and committed as writePiecesAtomically
+// commits: nothing appears at `path` before commit(). A writer destroyed without commit() (an
+// exception on the way) removes its temporary file. Errors as writePiecesAtomically's.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+  void append(std::string_view bytes);
+  void commit();
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  void discard() noexcept;
+
+  std::string path_;
+  std::string temporary_;  // empty once committed or discarded
+  int fd_ = -1;
+};
 // fsync a directory (after renames into it). Throws RuntimeError.
 void syncDirectory(const std::string& directory);
 // Creates `directory` and its missing parents, for an output directory named by `what` ("-o"). An

@@ -31,10 +31,10 @@ std::optional<std::string> checkStoredTensor(const std::string& storedName, cons
                                              const ExpectedTensor& expected) {
   if (location.entry->shape != expected.shape)
     return "tensor " + storedName + ": expected shape " + shapeToString(expected.shape) + ", found " +
-           shapeToString(location.entry->shape);
+           shapeToString(location.entry->shape) + " (in " + location.file->path() + ")";
   if (!isFloating(location.entry->dtype))
     return "tensor " + storedName + ": expected a floating dtype, found " +
-           std::string(dtypeName(location.entry->dtype));
+           std::string(dtypeName(location.entry->dtype)) + " (in " + location.file->path() + ")";
   return std::nullopt;
 }
 
@@ -143,7 +143,7 @@ ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, co
     } else if (valueProjectionsOfFullLayers.count(name)) {
       problems.push_back("unexpected tensor " + name + " (a full-attention layer has no v_proj: V comes from k_proj)");
     } else {
-      problems.push_back("unexpected tensor " + name);
+      problems.push_back("unexpected tensor " + name + " (in " + checkpoint.find(name)->file->path() + ")");
     }
   }
 

@@ -1,5 +1,8 @@
 #include "runtime/core/HostTensor.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include <utility>
 
 #include "support/Error.h"
@@ -70,5 +73,21 @@ HostTensor convertDType(const HostTensor& tensor, DType target, const std::strin
   }
   return out;
 }
+
+void convertElements(const uint8_t* source, DType from, uint8_t* target, DType to, uint64_t count, const std::string& what) {
+  if (from == to) {
+    std::memcpy(target, source, count * dtypeSize(from));
+    return;
+  }
+  constexpr uint64_t kBlock = 1 << 16;
+  for (uint64_t first = 0; first < count; first += kBlock) {
+    const uint64_t n = std::min(kBlock, count - first);
+    HostTensor block(from, {static_cast<int64_t>(n)});
+    std::memcpy(block.data.data(), source + first * dtypeSize(from), n * dtypeSize(from));
+    const HostTensor converted = convertDType(std::move(block), to, what);
+    std::memcpy(target + first * dtypeSize(to), converted.data.data(), converted.data.size());
+  }
+}
+
 
 }  // namespace dgemma

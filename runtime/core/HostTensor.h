@@ -33,4 +33,9 @@ HostTensor convertDType(const HostTensor& tensor, DType target, const std::strin
 // training loop's per-step gradients, tens of MB each).
 HostTensor convertDType(HostTensor&& tensor, DType target, const std::string& what);
 
+// Converts `count` elements at `source` (possibly unaligned, e.g. inside a mapped file) into
+// `target` as convertDType does, a block of 64 Ki elements at a time: no copy of the whole tensor in
+// between. Throws InputError naming `what` as convertDType does.
+void convertElements(const uint8_t* source, DType from, uint8_t* target, DType to, uint64_t count, const std::string& what);
+
 }  // namespace dgemma

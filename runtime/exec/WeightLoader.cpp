@@ -11,6 +11,7 @@
 #include "runtime/core/Philox.h"
 #include "runtime/core/ShardBoxes.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/io/TransferProgress.h"
 
 namespace dgemma {
 
@@ -67,20 +68,77 @@ void loadWeights(Executor& executor, const std::string& source, const TensorSour
   }
 }
 
+void loadMappedWeights(Executor& executor, const std::string& source, const TensorLocator& locate,
+                       std::vector<std::string> otherProblems) {
+  const Plan& plan = executor.plan();
+  // Checked first, so that a checkpoint with a problem costs no copying.
+  std::vector<std::string> problems;
+  uint64_t totalBytes = 0;
+  for (const Parameter& parameter : plan.parameters) {
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) continue;
+    const std::optional<SafetensorsLocation> location = locate(parameter.name);
+    if (!location) {
+      if (parameter.name.rfind(kOptimizerStatePrefix, 0) != 0)
+        problems.push_back("missing tensor " + parameter.name + " " + shapeToString(parameter.globalShape));
+      continue;
+    }
+    const SafetensorsEntry& entry = *location->entry;
+    if (entry.shape != parameter.globalShape)
+      problems.push_back(location->file->path() + ": tensor " + entry.name + ": expected shape " +
+                         shapeToString(parameter.globalShape) + ", found " + shapeToString(entry.shape));
+    else if (isFloating(entry.dtype) != isFloating(plan.buffers[parameter.buffer].dtype))
+      problems.push_back(location->file->path() + ": tensor " + entry.name + ": dtype " + std::string(dtypeName(entry.dtype)) +
+                         " cannot be converted to " + std::string(dtypeName(plan.buffers[parameter.buffer].dtype)));
+    totalBytes += static_cast<uint64_t>(boxVolume({parameter.shardOffset, parameter.shardShape})) * dtypeSize(entry.dtype);
+  }
+  problems.insert(problems.end(), otherProblems.begin(), otherProblems.end());
+  if (!problems.empty()) {
+    std::ostringstream message;
+    message << source << ": " << problems.size() << " problem(s) with the weights:";
+    for (const std::string& problem : problems) message << "\n  " << problem;
+    throw InputError(message.str());
+  }
+
+  TransferProgress progress("loading " + source, totalBytes, plan.rank == 0 && transferProgressWanted());
+  for (const Parameter& parameter : plan.parameters) {
+    const Buffer& buffer = plan.buffers[parameter.buffer];
+    const std::optional<SafetensorsLocation> location =
+        parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name) ? std::nullopt : locate(parameter.name);
+    if (!location) {  // gradients, run state, optimizer state the checkpoint lacks: zeros
+      executor.setParameter(parameter.name, HostTensor(buffer.dtype, parameter.shardShape));
+      continue;
+    }
+    // Only this rank's box leaves the mapping: a whole tensor converted straight into the plan's
+    // dtype, a part of one cut out in the stored dtype first. The loader's own memory is thus one box
+    // in the plan's dtype, plus the stored one for a split tensor (docs/training.md, "Export").
+    const SafetensorsEntry& entry = *location->entry;
+    const std::string what = location->file->path() + ": tensor " + entry.name;
+    const ShardBox box{parameter.shardOffset, parameter.shardShape};
+    HostTensor value(buffer.dtype, parameter.shardShape);
+    if (box == wholeBox(entry.shape)) {
+      convertElements(location->file->data(entry), entry.dtype, value.data.data(), buffer.dtype,
+                      static_cast<uint64_t>(value.numElements()), what);
+    } else {
+      HostTensor stored(entry.dtype, parameter.shardShape);
+      copyRegion(location->file->data(entry), wholeBox(entry.shape), stored.data.data(), box, box, dtypeSize(entry.dtype));
+      value = convertDType(std::move(stored), buffer.dtype, what);
+    }
+    location->file->release(entry);
+    progress.advance(static_cast<uint64_t>(value.numElements()) * dtypeSize(entry.dtype));
+    executor.setParameter(parameter.name, value);
+  }
+  progress.finish();
+}
+
 void loadWeights(Executor& executor, const std::string& weightsPath) {
   SafetensorsDirectory weights = SafetensorsDirectory::open(weightsPath);
   std::set<std::string> expected;
   for (const Parameter& parameter : executor.plan().parameters) expected.insert(parameter.name);
   std::vector<std::string> unexpected;
   for (const std::string& name : weights.names())
-    if (!expected.count(name)) unexpected.push_back("unexpected tensor " + name);
-  loadWeights(
-      executor, weightsPath,
-      [&](const std::string& name) -> std::optional<HostTensor> {
-        if (!weights.contains(name)) return std::nullopt;
-        return weights.read(name);
-      },
-      std::move(unexpected));
+    if (!expected.count(name)) unexpected.push_back(weights.find(name)->file->path() + ": unexpected tensor " + name);
+  loadMappedWeights(
+      executor, weightsPath, [&](const std::string& name) { return weights.find(name); }, std::move(unexpected));
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/exec/Executor.h"
+#include "runtime/io/Safetensors.h"
 
 namespace dgemma {
 
@@ -20,6 +21,20 @@ using TensorSource = std::function<std::optional<HostTensor>(const std::string& 
 // found (unexpected tensors, ...), are all collected into one InputError naming `source`.
 void loadWeights(Executor& executor, const std::string& source, const TensorSource& read,
                  std::vector<std::string> otherProblems = {});
+
+// Where a plan parameter's global tensor lies in a memory-mapped checkpoint, or nullopt when the
+// checkpoint lacks it.
+using TensorLocator = std::function<std::optional<SafetensorsLocation>(const std::string& parameterName)>;
+
+// Loads every plan parameter by copying this rank's box straight out of the mapping (the global
+// tensor is never materialised) and converting it to the plan's dtype; the mapping's pages are then
+// dropped from the resident set (SafetensorsFile::release). Extra memory: one box in the plan's
+// dtype at a time (plus its stored-dtype copy when the rank holds part of the tensor). Every missing, mis-shaped or unconvertible tensor (named
+// with its file) and the caller's `otherProblems` are checked first and reported together in one
+// InputError naming `source`, before anything is copied. A progress line goes to stderr on rank 0
+// when it is a terminal.
+void loadMappedWeights(Executor& executor, const std::string& source, const TensorLocator& locate,
+                       std::vector<std::string> otherProblems = {});
 
 // The same for the safetensors under `weightsPath` (a directory or one file), whose tensor names are
 // the plan's parameter names; a tensor the plan does not use is a problem too.

@@ -287,6 +287,16 @@ const uint8_t* SafetensorsFile::data(const SafetensorsEntry& entry) const {
   return mapping_ + dataStart_ + entry.offset;
 }
 
+void SafetensorsFile::release(const SafetensorsEntry& entry) const {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = dataStart_ + entry.offset, end = begin + entry.bytes;
+  const uint64_t firstPage = (begin + page - 1) / page * page, lastPage = end / page * page;
+  // Pages shared with a neighbouring tensor stay: only whole pages inside the range are dropped.
+  // Advice that fails changes nothing but the resident set, so its result is not checked.
+  if (mapping_ && lastPage > firstPage)
+    ::madvise(const_cast<uint8_t*>(mapping_) + firstPage, lastPage - firstPage, MADV_DONTNEED);
+}
+
 HostTensor SafetensorsFile::read(const std::string& name) const {
   const SafetensorsEntry* entry = find(name);
   if (!entry) failTensor(path_, name, "not found");
@@ -295,47 +305,83 @@ HostTensor SafetensorsFile::read(const std::string& name) const {
   return tensor;
 }
 
-void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The length prefix and JSON header of a file holding `tensors` (name, dtype, shape) back to back in
+// the order given, padded with spaces to a multiple of 8 bytes so that the data region starts aligned
+// for 8-byte element types. Throws std::invalid_argument for a reserved or repeated name, a negative
+// extent or a name that is not UTF-8.
+std::string headerPrefix(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                         const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
-
   std::set<std::string> names;
-  std::vector<std::string_view> pieces(1);  // pieces[0] is the header, filled in below
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    if (name == kMetadataKey) rejectTensor(path, name, "the name is reserved for metadata");
-    if (!names.insert(name).second) rejectTensor(path, name, "the name appears twice");
-    if (!tensor) rejectTensor(path, name, "null tensor");
-    for (int64_t extent : tensor->shape)
-      if (extent < 0) rejectTensor(path, name, "negative dimension in shape " + shapeToString(tensor->shape));
-    uint64_t bytes = static_cast<uint64_t>(tensor->numElements()) * dtypeSize(tensor->dtype);
-    if (tensor->data.size() != bytes)
-      rejectTensor(
-          path, name,
-          "holds " + std::to_string(tensor->data.size()) + " bytes, but its shape needs " + std::to_string(bytes));
-    header[name] = {{"dtype", safetensorsNameOf(tensor->dtype)},
-                    {"shape", tensor->shape},
-                    {"data_offsets", {offset, offset + bytes}}};
-    pieces.emplace_back(reinterpret_cast<const char*>(tensor->data.data()), bytes);
+  for (const StreamedTensor& tensor : tensors) {
+    if (tensor.name == kMetadataKey) rejectTensor(path, tensor.name, "the name is reserved for metadata");
+    if (!names.insert(tensor.name).second) rejectTensor(path, tensor.name, "the name appears twice");
+    for (int64_t extent : tensor.shape)
+      if (extent < 0) rejectTensor(path, tensor.name, "negative dimension in shape " + shapeToString(tensor.shape));
+    const uint64_t bytes = streamedTensorBytes(tensor);
+    header[tensor.name] = {{"dtype", safetensorsNameOf(tensor.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-
   std::string headerText;
   try {
     headerText = header.dump();
   } catch (const nlohmann::json::type_error& error) {
-    throw std::invalid_argument("writeSafetensors " + path +
-                                ": a name or metadata value is not UTF-8: " + error.what());
+    throw std::invalid_argument("writeSafetensors " + path + ": a name or metadata value is not UTF-8: " + error.what());
   }
-  // Padding the header to a multiple of 8 aligns the data region for 8-byte element types.
   headerText.append((8 - headerText.size() % 8) % 8, ' ');
   std::string prefix(kHeaderLengthBytes, '\0');
-  uint64_t headerBytes = headerText.size();
+  const uint64_t headerBytes = headerText.size();
   std::memcpy(prefix.data(), &headerBytes, sizeof headerBytes);
-  prefix += headerText;
+  return prefix + headerText;
+}
+
+}  // namespace
+
+uint64_t streamedTensorBytes(const StreamedTensor& tensor) {
+  uint64_t elements = 1;
+  for (int64_t extent : tensor.shape) elements *= static_cast<uint64_t>(extent);
+  return elements * dtypeSize(tensor.dtype);
+}
+
+void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<StreamedTensor> layout;
+  std::vector<std::string_view> pieces(1);  // pieces[0] is the header, filled in below
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor) rejectTensor(path, name, "null tensor");
+    layout.push_back({name, tensor->dtype, tensor->shape, nullptr});
+    for (int64_t extent : tensor->shape)
+      if (extent < 0) rejectTensor(path, name, "negative dimension in shape " + shapeToString(tensor->shape));
+    const uint64_t bytes = streamedTensorBytes(layout.back());
+    if (tensor->data.size() != bytes)
+      rejectTensor(path, name,
+                   "holds " + std::to_string(tensor->data.size()) + " bytes, but its shape needs " + std::to_string(bytes));
+    pieces.emplace_back(reinterpret_cast<const char*>(tensor->data.data()), bytes);
+  }
+  const std::string prefix = headerPrefix(path, layout, metadata);
   pieces[0] = prefix;
   writePiecesAtomically(path, pieces);
+}
+
+void writeSafetensorsStreamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  for (const StreamedTensor& tensor : tensors)
+    if (!tensor.fill) rejectTensor(path, tensor.name, "no fill callback");
+  const std::string prefix = headerPrefix(path, tensors, metadata);
+  AtomicFileWriter file(path);
+  file.append(prefix);
+  for (const StreamedTensor& tensor : tensors) {
+    std::vector<uint8_t> bytes(streamedTensorBytes(tensor));
+    tensor.fill(bytes.data());
+    file.append(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  }
+  file.commit();
 }
 
 SafetensorsDirectory SafetensorsDirectory::open(const std::string& path) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,6 +60,11 @@ class SafetensorsFile {
   // The entry's bytes inside the mapping; valid while this object lives. Not necessarily aligned
   // for the element type: copy before reading elements in place.
   const uint8_t* data(const SafetensorsEntry& entry) const;
+  // Drops the entry's pages from this process's resident set (madvise MADV_DONTNEED on the whole
+  // pages inside its range): a streaming reader calls it once a tensor is copied out, so that reading
+  // a 52 GB checkpoint does not leave 52 GB of file pages counted as resident. The mapping stays
+  // valid (a later read pages the bytes in again).
+  void release(const SafetensorsEntry& entry) const;
   // A copy of the tensor. Throws InputError "PATH: tensor 'NAME': not found".
   HostTensor read(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -84,6 +90,24 @@ class SafetensorsFile {
 // shape throw std::invalid_argument before anything is written.
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// A tensor of writeSafetensorsStreamed: its header entry, and what produces its bytes.
+struct StreamedTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  // Fills exactly streamedTensorBytes() bytes when the writer reaches the tensor.
+  std::function<void(uint8_t* bytes)> fill;
+};
+uint64_t streamedTensorBytes(const StreamedTensor& tensor);
+
+// The same file as writeSafetensors, with the tensors produced one at a time: the header first
+// (from the names, dtypes and shapes), then each tensor's bytes as its `fill` writes them into a
+// buffer of that one tensor's size, freed before the next. At most one tensor's bytes are in memory,
+// so a 5 GB shard of a 52 GB checkpoint costs no more than its largest tensor. Atomic as
+// writeSafetensors (an exception from `fill` leaves nothing at `path`).
+void writeSafetensorsStreamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 
 // Where a tensor lives in a SafetensorsDirectory; both pointers stay valid while it lives.
 struct SafetensorsLocation {

@@ -32,10 +32,10 @@ void loadPlanWeights(Executor& executor, const std::string& weightsPath, const s
   if (!resolved.visionTensorNames.empty())
     std::cerr << "dgemma-run: warning: " << weightsPath << ": " << resolved.visionTensorNames.size()
               << " vision tensors ignored (the vision tower is not built yet)\n";
-  loadWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<HostTensor> {
+  loadMappedWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<SafetensorsLocation> {
     auto found = resolved.textTensors.find(name);
     if (found == resolved.textTensors.end()) return std::nullopt;
-    return found->second.file->read(found->second.entry->name);
+    return found->second;
   });
 }
 

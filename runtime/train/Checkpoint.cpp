@@ -435,18 +435,97 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
       fs::remove(listPath);
     }
 
+    // A whole group whose tensors some rank split: assembled into whole-tensor shards, one tensor
+    // in memory at a time, and the ranks' files of it dropped.
+    auto consolidate = [&](const std::string& group, MergedGroup& g) {
+      std::set<std::string> rankFiles;
+      for (const nlohmann::ordered_json& file : g.shards) rankFiles.insert(file.get<std::string>());
+      std::map<std::string, SafetensorsFile> opened;
+      for (const std::string& file : rankFiles) opened.emplace(file, SafetensorsFile::open((tmp / file).string()));
+      std::vector<std::vector<std::string>> contents(1);
+      uint64_t shardBytes = 0;
+      for (const std::string& name : g.order) {
+        const MergedTensor& t = g.tensors[name];
+        const uint64_t bytes = static_cast<uint64_t>(boxVolume(wholeBox(t.globalShape))) * dtypeSize(*parseDType(t.dtype));
+        if (!contents.back().empty() && shardBytes + bytes > options.maxShardBytes) {
+          contents.emplace_back();
+          shardBytes = 0;
+        }
+        contents.back().push_back(name);
+        shardBytes += bytes;
+      }
+      std::vector<std::string> shardNames;
+      for (size_t i = 0; i < contents.size(); ++i) {
+        const std::string fileName = shardName(group, i, contents.size());
+        std::vector<StreamedTensor> streamed;
+        for (const std::string& name : contents[i]) {
+          const MergedTensor& t = g.tensors[name];
+          const DType dtype = *parseDType(t.dtype);
+          streamed.push_back({name, dtype, t.globalShape, [&, name, dtype](uint8_t* out) {
+                                const MergedTensor& saved = g.tensors[name];
+                                for (size_t b = 0; b < saved.boxes.size(); ++b) {
+                                  const SafetensorsFile& file = opened.at(saved.boxList[b]["file"].get<std::string>());
+                                  const SafetensorsEntry* entry = file.find(name);
+                                  if (!entry) throw RuntimeError(file.path() + ": tensor '" + name + "': missing from its rank's file");
+                                  copyRegion(file.data(*entry), saved.boxes[b], out, wholeBox(saved.globalShape), saved.boxes[b],
+                                             dtypeSize(dtype));
+                                  file.release(*entry);
+                                }
+                              }});
+        }
+        const std::string path = (tmp / fileName).string();
+        writeSafetensorsStreamed(path, streamed, {{"format", "pt"}});
+        FileFacts facts = hashFile(path, /*loading=*/false);
+        files.push_back({{"name", fileName}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
+        result.bytesWritten += facts.size;
+        ++result.files;
+        shardNames.push_back(fileName);
+        for (const std::string& name : contents[i]) {
+          MergedTensor& t = g.tensors[name];
+          t.boxes = {wholeBox(t.globalShape)};
+          t.ranks = {0};
+          t.boxList = nlohmann::ordered_json::array();
+          t.boxList.push_back({{"rank", 0},
+                               {"file", fileName},
+                               {"offset", std::vector<int64_t>(t.globalShape.size(), 0)},
+                               {"shape", t.globalShape}});
+        }
+      }
+      opened.clear();
+      nlohmann::ordered_json kept = nlohmann::ordered_json::array();
+      for (const nlohmann::ordered_json& file : files) {
+        const std::string name = file.at("name").get<std::string>();
+        if (!rankFiles.count(name)) {
+          kept.push_back(file);
+          continue;
+        }
+        fs::remove(tmp / name);
+        result.bytesWritten -= file.at("size").get<uint64_t>();
+        --result.files;
+      }
+      files = kept;
+      g.shards = nlohmann::ordered_json(shardNames);
+    };
+
     nlohmann::ordered_json groups = nlohmann::ordered_json::object();
     for (const std::string& group : groupOrder) {
       MergedGroup& g = merged[group];
-      nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
-      nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
-      bool wholeTensors = true;  // every tensor one box: an HF directory
+      bool split = false;
       for (const std::string& name : g.order) {
         const MergedTensor& t = g.tensors[name];
         std::vector<ShardBox> gaps = uncoveredParts(wholeBox(t.globalShape), t.boxes);
         if (!gaps.empty())
           throw std::invalid_argument("checkpoint: group '" + group + "': tensor '" + name + "': no rank writes " +
                                       describeBox(gaps.front()) + " of its global shape " + describeShape(t.globalShape));
+        split = split || t.boxes.size() > 1;
+      }
+      if (split && std::find(options.wholeGroups.begin(), options.wholeGroups.end(), group) != options.wholeGroups.end())
+        consolidate(group, g);
+      nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+      nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
+      bool wholeTensors = true;  // every tensor one box: an HF directory
+      for (const std::string& name : g.order) {
+        const MergedTensor& t = g.tensors[name];
         tensors.push_back({{"name", name}, {"dtype", t.dtype}, {"shape", t.globalShape}, {"boxes", t.boxList}});
         if (t.boxes.size() == 1)
           weightMap[name] = t.boxList.front()["file"];
@@ -467,6 +546,22 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
         groups[group]["index"] = indexName;
       }
       groups[group]["tensors"] = tensors;
+    }
+
+    for (const auto& [name, bytes] : options.extraFiles) {
+      const bool plain = !name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
+                         name != kManifestName && name.compare(0, std::strlen(kTmpPrefix), kTmpPrefix) != 0;
+      bool taken = false;
+      for (const nlohmann::ordered_json& file : files) taken = taken || file.at("name") == name;
+      if (!plain || taken)
+        throw std::invalid_argument("checkpoint: extra file " + quoteForMessage(name) +
+                                    ": expected a plain file name that no other checkpoint file uses");
+      const std::string path = (tmp / name).string();
+      writeFileAtomically(path, bytes);
+      FileFacts facts = hashFile(path, /*loading=*/false);
+      files.push_back({{"name", name}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
+      result.bytesWritten += facts.size;
+      ++result.files;
     }
 
     nlohmann::ordered_json manifest = {{"format", kCheckpointFormatName},

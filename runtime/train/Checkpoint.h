@@ -6,13 +6,16 @@
 //                                            XXH3-64, per tensor its global shape, dtype and boxes, the
 //                                            model identity a resume must match, and a checksum of all
 //                                            of it (CheckpointManifest.h)
-//     model-00001-of-00002.safetensors       one rank: group "model" in caller order, split into shards
-//     model-00002-of-00002.safetensors       of at most max_shard_bytes of tensor data
+//     model-00001-of-00002.safetensors       one rank, or a group of CheckpointSaveOptions::wholeGroups
+//     model-00002-of-00002.safetensors       (assembled by the commit): group "model" in caller order,
+//                                            split into shards of at most max_shard_bytes of tensor data
 //     model.safetensors.index.json           when no tensor of the group is split (always on one rank):
 //                                            HF's index, so SafetensorsDirectory (--weights DIR) reads
 //                                            the "model" group
 //     model-rank00001-00001-of-00001.safetensors   several ranks: each rank's boxes, under the HF names
 //     optimizer-...                          group "optimizer", and so on per group
+//     config.json, generation_config.json,   CheckpointSaveOptions::extraFiles (the trainer's: what
+//     tokenizer files                        makes the directory an HF model directory)
 //
 // A tensor is saved as boxes of the global tensor (ShardBoxes.h) that tile it exactly; a box held by
 // several ranks is written by the first replica only (firstReplicaRank). Loading assembles any
@@ -32,6 +35,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -77,6 +81,15 @@ struct CheckpointShard {
 struct CheckpointSaveOptions {
   uint64_t maxShardBytes = uint64_t{2} << 30;  // tensor data per shard; a larger tensor gets a shard alone
   int keep = 0;                                // keep the newest K complete checkpoints; 0 keeps all
+  // Groups saved as whole tensors whatever the layout: when a tensor of one is split across ranks,
+  // the commit assembles each tensor from the ranks' boxes (one tensor in memory at a time) into
+  // GROUP-0000i-of-0000n.safetensors with HF's index, and drops the rank files. The trainer names
+  // "model", so that every checkpoint is an HF model directory (docs/training.md, "Checkpoints").
+  std::vector<std::string> wholeGroups;
+  // Files the commit writes beside the tensors (file name, bytes), listed in the manifest with their
+  // size and hash like every other: the trainer's config.json, generation_config.json and tokenizer
+  // files (runtime/train/HfExport.h). Plain names that no checkpoint file uses.
+  std::vector<std::pair<std::string, std::string>> extraFiles;
 };
 
 struct CheckpointSaveResult {

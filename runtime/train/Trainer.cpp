@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "plan/PlanFile.h"
 #include "runtime/session/RunEntry.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/HfExport.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
 #include "runtime/train/ProgressBar.h"
@@ -111,6 +113,7 @@ class Trainer {
   nlohmann::json runConfig() const;
   void printSetup() const;
   bool resuming() const { return options_.resume || !options_.resumeFrom.empty(); }
+  std::string checkpointTokenizerDir() const;
   nlohmann::json rngState() const;
   nlohmann::json dataOrderState(int64_t consumedSamples) const;
   void restore();
@@ -484,13 +487,38 @@ void Trainer::record(const MetricsRecord& line) {
   if (line.gradNorm) tensorboard_->addScalar(prefix + "grad_norm", line.step, *line.gradNorm);
 }
 
+// The tokenizer files a checkpoint carries: --tokenizer's, else those beside --weights (a checkpoint
+// or HF directory that has them); none for --train mock from --init random.
+std::string Trainer::checkpointTokenizerDir() const {
+  if (!options_.tokenizer.empty()) return options_.tokenizer;
+  const std::filesystem::path weights(options_.session.weights);
+  if (!options_.session.weights.empty() && std::filesystem::is_directory(weights))
+    for (const char* file : {"tokenizer.json", "tokenizer.model"})
+      if (std::filesystem::is_regular_file(weights / file)) return options_.session.weights;
+  return "";
+}
+
 // Every rank saves its boxes of the model and the optimizer state; the step count is whole on every
 // rank, so rank 0 writes it.
 CheckpointSaveResult Trainer::save(int64_t step) {
   HostTensor count(DType::I64, std::vector<int64_t>{});
   count.as<int64_t>()[0] = optimizerSteps_;
-  const std::vector<SavedGroup> groups = {{"model", trainPlan_.modelParameters, {}},
-                                          {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
+  std::vector<SavedGroup> groups = {{"model", trainPlan_.modelParameters, {}},
+                                    {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
+  // The checkpoint is an HF model directory too (docs/training.md, "Checkpoints"): HF stores the
+  // encoder's layer_scalar buffers beside the decoder's, so rank 0 adds those copies (replicated
+  // parameters: whole on every rank), and its commit writes config.json, generation_config.json and
+  // the tokenizer files.
+  const Plan& plan = session_.executor->plan();
+  std::vector<HostTensor> encoderCopies;
+  std::vector<std::string> encoderCopyNames;
+  if (plan.modelFamily == ModelFamily::DiffusionGemma)
+    for (const std::string& name : trainPlan_.modelParameters)
+      if (std::optional<std::string> copy = untiedEncoderCopyName(name)) {
+        encoderCopies.push_back(session_.executor->parameter(name));
+        encoderCopyNames.push_back(*copy);
+      }
+  for (size_t i = 0; i < encoderCopies.size(); ++i) groups[0].replicated.push_back({"model", encoderCopyNames[i], &encoderCopies[i]});
 
   CheckpointState state;
   state.model = identity_;
@@ -501,6 +529,9 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   state.config = config_;
   CheckpointSaveOptions options;
   options.keep = options_.keep;
+  options.wholeGroups = {"model"};
+  if (world_.rank() == 0 && plan.modelFamily == ModelFamily::DiffusionGemma)
+    options.extraFiles = hfSideFiles(plan.modelConfig, plan.modelGenerationConfig, checkpointTokenizerDir());
   return saveShardedCheckpoint(world_, *session_.executor, options_.saveDir, state, groups, options);
 }
 

@@ -163,6 +163,7 @@ nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& object
 struct RuntimeFields {
   dgemma::ModelFamily family = dgemma::ModelFamily::Builtin;
   nlohmann::json modelConfig;
+  nlohmann::json modelGenerationConfig;
   std::optional<dgemma::BucketPadding> bucketPadding;
   std::optional<dgemma::OptimizerSettings> optimizer;
   std::optional<dgemma::RunDefaults> runDefaults;
@@ -171,6 +172,7 @@ struct RuntimeFields {
   void copyInto(dgemma::Plan& plan) const {
     plan.modelFamily = family;
     plan.modelConfig = modelConfig;
+    plan.modelGenerationConfig = modelGenerationConfig;
     plan.bucketPadding = bucketPadding;
     plan.optimizer = optimizer;
     plan.runDefaults = runDefaults;
@@ -335,6 +337,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = dgemma::ModelFamily::DiffusionGemma;
   fields.modelConfig = dgemma::parseJson(dgemma::readWholeFile(configPath.string()), configPath.string());
+  // Checkpoints carry it (docs/training.md, "Checkpoints"); parsed here so that a bad one fails now.
+  if (dgemma::loadGenerationConfigBeside(configPath.string())) {
+    const std::filesystem::path generationPath = configPath.parent_path() / "generation_config.json";
+    fields.modelGenerationConfig = dgemma::parseJson(dgemma::readWholeFile(generationPath.string()), generationPath.string());
+  }
   // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
   // occupies positions, and RoPE, the window and the decoder's prefix truncation all depend on
   // distances, so the result is the same up to rounding. The runtime crops prompt-length outputs back.

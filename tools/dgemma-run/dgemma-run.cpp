@@ -23,6 +23,7 @@
 #include "tools/common/CliSupport.h"
 #include "tools/common/FlagRanges.h"
 #include "tools/dgemma-run/EvalCommand.h"
+#include "tools/dgemma-run/ExportCommand.h"
 #include "tools/dgemma-run/GenerateCommand.h"
 #include "tools/dgemma-run/RunDefaults.h"
 
@@ -420,6 +421,18 @@ int main(int argc, char** argv) {
   grad->add_option("--first-sample", flags.firstSample, "global sample index of the batch's first row (noise keys)")
       ->check(dgemma::integerIn(0, int64_t{1} << 62));
 
+  dgemma::tool::ExportFlags exportFlags;
+  CLI::App* exportCommand = app.add_subcommand("export", "write a checkpoint as an HF model directory (fp32 or bf16, sharded)");
+  exportCommand->add_option("--weights", exportFlags.weights, "dgemma checkpoint directory, or an HF directory or file")->required();
+  exportCommand->add_option("--out", exportFlags.out, "the HF directory to create (must not exist)")->required();
+  exportCommand->add_option("--dtype", exportFlags.dtype, "fp32 | bf16 (round to nearest even)")->check(CLI::IsMember({"fp32", "bf16"}));
+  exportCommand->add_option("--max-shard-size", exportFlags.maxShardSize, "tensor data per shard, e.g. 5GB (default), 500MB, 64KiB");
+  CLI::Option* exportModel =
+      exportCommand->add_option("--model", exportFlags.model, "HF directory or config.json to take the config from (default: --weights)");
+  exportCommand->add_option("--plan", exportFlags.planDir, "plan directory whose recorded config to use (default: --weights)")
+      ->excludes(exportModel);
+  exportCommand->add_option("--tokenizer", exportFlags.tokenizer, "directory with tokenizer.json or tokenizer.model (default: --weights)");
+
   CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
   addPlanFlags(*inspect, flags.session);
   inspect->add_option("--rank", flags.session.rank, "which rank's plan")->check(dgemma::integerIn(0, kMaxRank));
@@ -462,6 +475,7 @@ int main(int argc, char** argv) {
     }
     if (generate->parsed()) return dgemma::tool::runGenerate(generateFlags);
     if (eval->parsed()) return dgemma::tool::runEval(evalFlags);
+    if (exportCommand->parsed()) return dgemma::tool::runExport(exportFlags);
     return runCheckData(checkDataFlags);
   });
 }

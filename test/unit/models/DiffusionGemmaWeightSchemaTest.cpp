@@ -277,10 +277,11 @@ TEST_F(CheckpointResolutionTest, MisShapedMistypedAndStrayTensorsAreListedTogeth
   EXPECT_EQ(resolutionError(tensors),
             checkpointPath() +
                 ": 4 problem(s) with the text weights:"
-                "\n  tensor model.decoder.layers.0.layer_scalar: expected a floating dtype, found i64"
-                "\n  tensor model.decoder.layers.1.self_attn.q_proj.weight: expected shape [128,48], found [64,48]"
-                "\n  unexpected tensor model.decoder.layers.2.layer_scalar"
-                "\n  unexpected tensor model.encoder.language_model.self_conditioning.pre_norm.weight");
+                "\n  tensor model.decoder.layers.0.layer_scalar: expected a floating dtype, found i64 (in " + checkpointPath() +
+                "/model.safetensors)\n  tensor model.decoder.layers.1.self_attn.q_proj.weight: expected shape [128,48], found [64,48] (in " +
+                checkpointPath() + "/model.safetensors)\n  unexpected tensor model.decoder.layers.2.layer_scalar (in " + checkpointPath() +
+                "/model.safetensors)\n  unexpected tensor model.encoder.language_model.self_conditioning.pre_norm.weight (in " +
+                checkpointPath() + "/model.safetensors)");
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ TEST(PlanFile, RoundTripsEveryField) {
   plan.metadata = {{"model", "toy"}};
   plan.modelFamily = ModelFamily::DiffusionGemma;
   plan.modelConfig = {{"model_type", "toy"}};
+  plan.modelGenerationConfig = {{"t_min", 0.4}, {"sampler_config", nullptr}};
   // Names no input or output of the entry: its axis has nothing to check against here.
   plan.bucketPadding = BucketPadding{"prompt_len", 1, {{"ids", 7}}, {"logits"}};
   plan.runDefaults = RunDefaults{"toy-preset", {{"lr", 0.5}, {"steps", 3}}};
@@ -143,6 +144,8 @@ TEST(PlanFile, NamesTheFieldOfABadBehaviourField) {
             "plan.dgplan: model.family: expected \"builtin\" or \"diffusion_gemma\", got \"llama\"");
   EXPECT_EQ(errorWith([](nlohmann::json& h) { h["model"] = {{"family", "diffusion_gemma"}}; }),
             "plan.dgplan: model.config: missing (a DiffusionGemma plan carries its config.json)");
+  EXPECT_EQ(errorWith([](nlohmann::json& h) { h["model"]["generation_config"] = "gen.json"; }),
+            "plan.dgplan: model.generation_config: expected an object (the model's generation_config.json)");
   nlohmann::json padding = {{"dimension", "prompt_len"}, {"axis", 1}, {"inputs", {{"x", 0}}}, {"output_prefixes", {"y"}}};
   EXPECT_EQ(errorWith([&](nlohmann::json& h) { h["bucket_padding"] = padding; h["bucket_padding"]["inputs"]["x"] = "zero"; }),
             "plan.dgplan: bucket_padding.inputs.x: expected an integer, got \"zero\"");

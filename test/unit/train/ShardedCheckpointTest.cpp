@@ -75,7 +75,8 @@ struct Placed {
 
 // What the trainer of every rank will do: each rank passes the boxes it is the first replica of.
 // Each rank's data is cut out of the whole tensor, as a rank holds only its box.
-CheckpointSaveResult saveLayout(const std::string& saveDir, int64_t step, const std::vector<Placed>& tensors, int worldSize) {
+CheckpointSaveResult saveLayout(const std::string& saveDir, int64_t step, const std::vector<Placed>& tensors, int worldSize,
+                                const CheckpointSaveOptions& options = CheckpointSaveOptions{}) {
   std::string tmp = Checkpoint::beginSave(saveDir, step);
   std::vector<std::vector<HostTensor>> held(worldSize);
   for (int rank = 0; rank < worldSize; ++rank) {
@@ -86,9 +87,9 @@ CheckpointSaveResult saveLayout(const std::string& saveDir, int64_t step, const 
       held[rank].push_back(sliceOf(*t.whole, t.boxOfRank[rank]));
       shards.push_back({t.group, t.name, t.whole->shape, t.boxOfRank[rank], &held[rank].back()});
     }
-    Checkpoint::saveRank(tmp, rank, worldSize, shards, CheckpointSaveOptions{});
+    Checkpoint::saveRank(tmp, rank, worldSize, shards, options);
   }
-  return Checkpoint::commitSave(saveDir, tmp, stateAt(step), worldSize, CheckpointSaveOptions{});
+  return Checkpoint::commitSave(saveDir, tmp, stateAt(step), worldSize, options);
 }
 
 void expectBoxesLoad(const Checkpoint& checkpoint, const std::string& group, const std::string& name, const HostTensor& whole,
@@ -124,6 +125,64 @@ TEST(ShardBoxesTest, IntersectionAndUncoveredParts) {
   EXPECT_EQ(firstReplicaRank({box({0}, {4}), box({4}, {4}), box({0}, {4}), box({4}, {4})}, 2), 0);
   EXPECT_EQ(firstReplicaRank({box({0}, {4}), box({4}, {4}), box({0}, {4}), box({4}, {4})}, 3), 1);
   EXPECT_EQ(firstReplicaRank({box({0}, {4}), box({4}, {4})}, 1), 1);
+}
+
+// The trainer's "model" group is saved whole whatever the layout, so that every checkpoint is an HF
+// directory: the commit assembles the split tensors into HF-named shards with HF's index, the rank
+// files go, the boxes still load into any layout, and the extra files are listed and hashed.
+TEST(ShardedCheckpointTest, WholeGroupOfSplitTensorsBecomesAnHfDirectory) {
+  TempDir dir;
+  HostTensor up = patterned(DType::F32, {8, 6}, 3), down = patterned(DType::BF16, {6, 8}, 5), norm = patterned(DType::F32, {6}, 9);
+  HostTensor moment = patterned(DType::F32, {8, 6}, 11);
+  CheckpointSaveOptions options;
+  options.wholeGroups = {"model"};
+  options.maxShardBytes = 200;  // up (192 bytes) alone, then down and norm
+  options.extraFiles = {{"config.json", "{\"model_type\": \"diffusion_gemma\"}\n"}, {"tokenizer.model", "pieces"}};
+  const std::vector<Placed> tensors = {
+      {"model", "model.layers.0.mlp.up_proj.weight", &up, {box({0, 0}, {4, 6}), box({4, 0}, {4, 6})}},
+      {"model", "model.layers.0.mlp.down_proj.weight", &down, {box({0, 0}, {6, 4}), box({0, 4}, {6, 4})}},
+      {"model", "model.norm.weight", &norm, {box({0}, {6}), box({0}, {6})}},
+      {"optimizer", "model.layers.0.mlp.up_proj.weight", &moment, {box({0, 0}, {4, 6}), box({4, 0}, {4, 6})}}};
+  CheckpointSaveResult saved = saveLayout(dir / "ckpt", 3, tensors, 2, options);
+  EXPECT_EQ(entriesOf(saved.directory),
+            (std::vector<std::string>{"config.json", "manifest.json", "model-00001-of-00002.safetensors",
+                                      "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                                      "optimizer-rank00000-00001-of-00001.safetensors",
+                                      "optimizer-rank00001-00001-of-00001.safetensors", "tokenizer.model"}));
+  EXPECT_EQ(saved.files, 8);
+  uint64_t onDisk = 0;
+  for (const auto& entry : fs::directory_iterator(saved.directory)) onDisk += entry.file_size();
+  EXPECT_EQ(saved.bytesWritten, onDisk);
+
+  // HF's reader sees the model group whole; the optimizer group keeps its boxes.
+  SafetensorsDirectory hf = SafetensorsDirectory::open(saved.directory);
+  EXPECT_EQ(hf.names(), (std::vector<std::string>{"model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                                                  "model.norm.weight"}));
+  EXPECT_EQ(hf.read("model.layers.0.mlp.up_proj.weight").data, up.data);
+  EXPECT_EQ(hf.read("model.layers.0.mlp.down_proj.weight").data, down.data);
+  EXPECT_EQ(hf.read("model.layers.0.mlp.down_proj.weight").dtype, DType::BF16);
+  EXPECT_EQ(hf.read("model.norm.weight").data, norm.data);
+  EXPECT_EQ(hf.find("model.layers.0.mlp.up_proj.weight")->file->path(), saved.directory + "/model-00001-of-00002.safetensors");
+
+  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
+  expectBoxesLoad(loaded, "model", "model.layers.0.mlp.down_proj.weight", down, {box({0, 0}, {3, 8}), box({0, 3}, {6, 5})});
+  expectBoxesLoad(loaded, "optimizer", "model.layers.0.mlp.up_proj.weight", moment, {box({0, 0}, {8, 6})});
+  EXPECT_EQ(fileBytes(saved.directory + "/tokenizer.model"), "pieces");
+
+  // The extra files are checked like every other: an edited one fails the load.
+  writeBytes(saved.directory + "/config.json", "{}\n");
+  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(saved.directory, kModel); }), "config.json: size"));
+}
+
+TEST(ShardedCheckpointTest, ExtraFileNamesMayNotCollide) {
+  TempDir dir;
+  HostTensor w = patterned(DType::F32, {2}, 1);
+  for (const char* name : {"manifest.json", "model-00001-of-00001.safetensors", "a/b", ".tmp-x"}) {
+    CheckpointSaveOptions options;
+    options.extraFiles = {{name, "x"}};
+    EXPECT_THROW(saveLayout(dir / "ckpt", 1, {{"model", "w", &w, {box({0}, {2})}}}, 1, options), std::invalid_argument) << name;
+    EXPECT_TRUE(Checkpoint::list(dir / "ckpt").empty()) << name;
+  }
 }
 
 TEST(ShardedCheckpointTest, ColumnSplitLoadsIntoOneTwoAndFourRanks) {
