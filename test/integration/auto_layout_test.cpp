@@ -67,16 +67,23 @@ TEST(AutoLayoutTest, SeedLayoutPredictionMatchesItsCompiledReport) {
   ToolResult report = runTool(kTinyTrain + " --tp 1 --dp 8 --ep 8 --report -o " + (dir / "explicit"));
   ASSERT_EQ(report.exitCode, 0) << report.output;
   std::smatch match;
-  const std::regex rankZero("\\n0 +" + kSize + " +" + kSize + " +" + kSize + " +" + kSize + " +" + kSize + " +" + kSize);
+  // Rank 0's row: peak | parameters gradients optimizer run-state constants activations
+  // comm-buffers workspace | flops/step comm/step.
+  const std::regex rankZero("\\n0 +" + kSize + " \\| +" + kSize + " +" + kSize + " +" + kSize + " +" + kSize + " +" + kSize +
+                            " +" + kSize + " +" + kSize + " +" + kSize + " \\| +[0-9.e+]+ +" + kSize);
   ASSERT_TRUE(std::regex_search(report.output, match, rankZero)) << report.output;
-  // The pools come from the weight schema and the ZeRO-1 rule: exact up to the printed digits.
-  EXPECT_LT(relativeError(predicted->parameters, bytesOf(match[1])), 0.002) << search.output << report.output;
-  EXPECT_LT(relativeError(predicted->gradients, bytesOf(match[2])), 0.002);
-  EXPECT_LT(relativeError(predicted->optimizer, bytesOf(match[3])), 0.01);
-  // The activation arena and the communication are modelled, not planned: docs/parallelism.md,
-  // "Layout search", gives the errors measured on the tiny and 26B configs.
-  EXPECT_LT(relativeError(predicted->activations, bytesOf(match[5])), kActivationTolerance) << search.output << report.output;
-  EXPECT_LT(relativeError(predicted->communication, bytesOf(match[6])), kCommunicationTolerance) << search.output << report.output;
+  // The pools come from the weight schema and the ZeRO-1 rule: exact up to the printed digits, but
+  // for the parameters' pool, which also holds each tensor's 64-byte alignment padding (about 1%
+  // for the tiny model's 190 small tensors, nothing at 26B).
+  EXPECT_LT(relativeError(predicted->parameters, bytesOf(match[2])), 0.015) << search.output << report.output;
+  EXPECT_LT(relativeError(predicted->gradients, bytesOf(match[3])), 0.002);
+  EXPECT_LT(relativeError(predicted->optimizer, bytesOf(match[4])), 0.01);
+  // The activations (both scratch pools: activations and communication buffers) and the
+  // communication are modelled, not planned: docs/parallelism.md, "Layout search", gives the errors
+  // measured on the tiny and 26B configs.
+  const double scratch = bytesOf(match[7]) + bytesOf(match[8]);
+  EXPECT_LT(relativeError(predicted->activations, scratch), kActivationTolerance) << search.output << report.output;
+  EXPECT_LT(relativeError(predicted->communication, bytesOf(match[10])), kCommunicationTolerance) << search.output << report.output;
 }
 
 TEST(AutoLayoutTest, WritesTheChosenPlanAndChecksItsPrediction) {
@@ -90,7 +97,7 @@ TEST(AutoLayoutTest, WritesTheChosenPlanAndChecksItsPrediction) {
   for (int rank = 0; rank < world; ++rank)
     EXPECT_TRUE(std::filesystem::exists(dir / ("plan/rank-" + std::to_string(rank) + ".dgplan"))) << rank;
   EXPECT_FALSE(std::filesystem::exists(dir / "plan/rank-4.dgplan"));
-  const std::map<std::string, double> tolerance = {{"parameters", 0.2},  {"gradients", 0.2},
+  const std::map<std::string, double> tolerance = {{"parameters", 1.5},  {"gradients", 0.2},
                                                    {"optimizer", 1.0},   {"activations", 100.0 * kActivationTolerance},
                                                    {"flops/step", 100.0 * kFlopTolerance}, {"comm/step", 100.0 * kCommunicationTolerance}};
   for (const auto& [name, percent] : tolerance) {
@@ -113,7 +120,7 @@ TEST(AutoLayoutTest, BadFlagsAreLocatedErrors) {
       {" --auto-layout", "--auto-layout: --gpus N is required"},
       {" --gpus 8 -o /nonexistent/plan", "--gpus: only with --auto-layout"},
       {" --auto-layout --gpus 8 --gpu tpu", "--gpu: unknown accelerator \"tpu\" (known: h200, h100)"},
-      {" --auto-layout --gpus 8 --gpu-memory 1MiB", "--auto-layout: no layout of --gpus 8 that this build compiles fits --gpu-memory 1.0 MiB"},
+      {" --auto-layout --gpus 8 --gpu-memory 512KiB", "--auto-layout: no layout of --gpus 8 that this build compiles fits --gpu-memory 512.0 KiB"},
   };
   for (const auto& [flags, message] : cases) {
     ToolResult result = runTool(kTinyTrain + flags);

@@ -147,12 +147,13 @@ uint64_t parseByteSize(const std::string& text, const std::string& flag) {
 }
 
 CompiledRankCost compiledRankCost(mlir::ModuleOp program, const Plan& plan) {
-  const RankReport report = rankReport(program, plan);
+  const RankReport report = rankReport(program, plan, /*memory=*/{});  // the pools only, not the packings
   CompiledRankCost cost;
   cost.parameterBytes = report.parameterBytes;
   cost.gradientBytes = report.gradientBytes;
   cost.optimizerBytes = report.optimizerBytes;
-  cost.activationBytes = report.scratchBytes;
+  // The cost model's activations are all of the step's scratch: the planner's two scratch pools.
+  cost.activationBytes = report.activationBytes + report.commBufferBytes;
   cost.communicationBytes = double(report.communicationBytes);
   cost.flops = double(stepFlops(program));
   return cost;

@@ -78,11 +78,12 @@ LayerActivations layerActivations(const DiffusionGemmaConfig& config, int64_t la
   LayerActivations bytes;
   bytes.layerInput = localTokens * hidden * activation;
   // Raw q, k, (v) projections, the o_proj and dense down outputs, gate and up, the router logits,
-  // and with EP the experts' input, routing weights and indices gathered over the EP group (the
-  // all-gather form the compiled train step keeps; docs/parallelism.md, "Expert parallelism").
+  // and with EP the dispatch's receive buffers: dg-expert-dispatch's dropless all-to-all sizes the
+  // rows a rank can receive for the worst routing (every route of the EP group's tokens to its
+  // experts), kept for the experts' backward (docs/parallelism.md, "Expert parallelism").
   bytes.matmulOutputs = tokens * (queryWidth + (1 + valueProjection) * kvWidth) * activation + 2 * localTokens * hidden * activation +
                         2 * tokens * inner * activation + localTokens * double(config.numExperts) * f32;
-  if (splits.ep > 1) bytes.matmulOutputs += double(splits.expertGather) * localTokens * (hidden * activation + double(config.topKExperts) * (f32 + index));
+  if (splits.ep > 1) bytes.matmulOutputs += double(splits.ep) * routes * hidden * activation;
   // With SP the q/k/v and dense MLP inputs are all-gathered: the gathered copies are what they read.
   const double normOutputs = splits.sequence > 1 ? 2 * tokens * hidden * activation : 2 * localTokens * hidden * activation;
   bytes.recomputable = normOutputs +

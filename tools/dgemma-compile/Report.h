@@ -37,8 +37,8 @@ struct RankReport {
   // One step of one micro-batch: corrupt, the largest train_step bucket, gradient_check and
   // optimizer_step (mode infer: every entry, the largest forward bucket).
   int64_t flopsPerStep = 0;
-  // FLOPs dg-recompute adds to those entries (the dg.recompute_flops attribute it writes on an
-  // entry point); absent until a program has been through it.
+  // FLOPs dg-recompute adds to those entries (its clones, marked dg.recomputed); absent when
+  // nothing is recomputed.
   std::optional<int64_t> recomputeFlops;
   // Bytes this rank receives in that step.
   uint64_t communicationBytes = 0;

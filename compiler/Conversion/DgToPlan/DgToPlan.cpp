@@ -107,6 +107,7 @@ class PlanBuilder {
 
   FailureOr<dgemma::Plan> build() {
     if (failed(lowerMesh())) return failure();
+    if (failed(declareParameters())) return failure();
     for (auto function : module_.getOps<func::FuncOp>())
       if (function->hasAttr(kEntryAttr) && failed(lowerEntry(function))) return failure();
     if (plan_.entryPoints.empty()) {
@@ -118,6 +119,19 @@ class PlanBuilder {
   }
 
  private:
+  // Every parameter of the entry points, in name order. The ranks of a sharded plan walk the
+  // parameter list together when they assemble gradients and checkpoints, so its order must not
+  // follow op positions: passes may schedule a rank's ops differently from another's (dg-memory-plan
+  // moves each update to just after its operands), and a rank's program need not match rank 0's.
+  LogicalResult declareParameters() {
+    std::map<std::string, ParamOp> byName;
+    for (auto function : module_.getOps<func::FuncOp>())
+      if (function->hasAttr(kEntryAttr)) function.walk([&](ParamOp param) { byName.try_emplace(param.getName().str(), param); });
+    for (auto& [name, param] : byName)
+      if (failed(parameterBuffer(param))) return failure();
+    return success();
+  }
+
   LogicalResult lowerMesh() {
     auto mesh = module_->getAttrOfType<DictionaryAttr>(kMeshAttr);
     int64_t worldSize = 1;

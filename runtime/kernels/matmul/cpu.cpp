@@ -1,7 +1,7 @@
 // matmul through OpenBLAS. By default OpenBLAS runs its own threads, so this kernel does not use the
 // backend's pool: splitting batches across both would oversubscribe the cores. When the products are
 // threaded on the pool (BlasThreading.h), a large product is split into blocks of whole rows or
-// columns of C, each one single-threaded OpenBLAS call.
+// columns of C, each one single-threaded OpenBLAS call, the same blocks whatever the pool's size.
 #include <cblas.h>
 
 #include <algorithm>
@@ -30,32 +30,36 @@ void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a
 
 // Products of fewer multiply-adds run as one call: waking the pool would cost more than half of them.
 constexpr int64_t kPooledMultiplyAdds = int64_t{1} << 21;
-// Blocks start at multiples of this many rows or columns, a multiple of OpenBLAS's register tiles,
-// so every element is computed by the same tile kernel as in one call over all of C.
-constexpr int64_t kBlockAlignment = 64;
+// The rows or columns of C per OpenBLAS call of a split product.
+constexpr int64_t kBlockExtent = 64;
 
-// C = op(A) op(B), split over the pool when the products are threaded there and it is large. The
-// split is along C's rows when op(B) is the smaller operand (each call packs all of it) and along
-// its columns otherwise.
+// C = op(A) op(B), split into blocks spread over the pool when the products are threaded there and
+// it is large. The split is along C's rows when op(B) is the smaller operand (each call packs all of
+// it) and along its columns otherwise. The blocks depend on the shape alone, never on the pool's
+// size: some of OpenBLAS's tile kernels (Haswell's) compute an element by where it sits in C, so a
+// block's elements can differ in the last bits from one call over all of C, but every thread count
+// gives the same bytes (test/unit/kernels/PooledProductsTest.cpp).
 template <typename T>
 void pooledGemm(ExecContext& context, bool transposeA, bool transposeB, int m, int n, int k, const T* a, int lda,
                 const T* b, int ldb, T* c, int ldc) {
-  const int64_t pool = context.threads != nullptr ? context.threads->size() : 1;
   const int64_t multiplyAdds = int64_t{m} * n * k;
-  if (pool <= 1 || multiplyAdds < kPooledMultiplyAdds || !productsThreadedOnPool()) {
+  if (multiplyAdds < kPooledMultiplyAdds || !productsThreadedOnPool()) {
     gemm(transposeA, transposeB, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
   const bool splitRows = n <= m;
   const int64_t extent = splitRows ? m : n;
-  const int64_t blocks = (extent + kBlockAlignment - 1) / kBlockAlignment;
+  const int64_t blocks = (extent + kBlockExtent - 1) / kBlockExtent;
   cpu::parallelFor(context, blocks, 1, [&](int64_t begin, int64_t end) {
-    const int64_t first = begin * kBlockAlignment;
-    const int count = static_cast<int>(std::min(end * kBlockAlignment, extent) - first);
-    if (splitRows)
-      gemm(transposeA, transposeB, count, n, k, transposeA ? a + first : a + first * lda, lda, b, ldb, c + first * ldc, ldc);
-    else
-      gemm(transposeA, transposeB, m, count, k, a, lda, transposeB ? b + first * ldb : b + first, ldb, c + first, ldc);
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t first = block * kBlockExtent;
+      const int count = static_cast<int>(std::min(first + kBlockExtent, extent) - first);
+      if (splitRows)
+        gemm(transposeA, transposeB, count, n, k, transposeA ? a + first : a + first * lda, lda, b, ldb, c + first * ldc,
+             ldc);
+      else
+        gemm(transposeA, transposeB, m, count, k, a, lda, transposeB ? b + first * ldb : b + first, ldb, c + first, ldc);
+    }
   });
 }
 
