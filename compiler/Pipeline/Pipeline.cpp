@@ -124,12 +124,12 @@ LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) 
   return passes.run(module);
 }
 
-FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, PassTimes* passTimes) {
+FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, const ShardingOptions& options) {
   OwningOpRef<ModuleOp> program(annotated.clone());
   PassManager passes(annotated.getContext());
-  timePasses(passes, passTimes);
+  timePasses(passes, options.passTimes);
   passes.addPass(createDgShardPartition(DgShardPartitionOptions{rank}));
-  passes.addPass(createDgExpertDispatch());
+  if (options.expertAllToAll) passes.addPass(createDgExpertDispatch());
   if (failed(passes.run(*program))) return failure();
   return program;
 }

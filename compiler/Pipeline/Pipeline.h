@@ -47,6 +47,9 @@ struct ShardingOptions {
   int64_t expertParallel = 1;
   bool sequenceParallel = false;
   bool distributedOptimizer = true;  // ZeRO-1: optimizer state sharded over the data-parallel ranks
+  // Expert parallelism's token exchange: the all-gather form the partitioner builds (false), or
+  // dg-expert-dispatch's all-to-all dispatch (true). docs/parallelism.md, "Expert parallelism".
+  bool expertAllToAll = false;
   PassTimes* passTimes = nullptr;    // when set, the sharding stage and the partitions add their passes' times
 
   int64_t worldSize() const { return tensorParallel * dataParallel; }
@@ -57,8 +60,9 @@ struct ShardingOptions {
 // annotated module.
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options);
 // Rank `rank`'s program: a copy of the annotated module partitioned for that rank (dg-shard-partition),
-// with the expert all-gathers turned into all-to-all dispatch (dg-expert-dispatch).
-FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, PassTimes* passTimes = nullptr);
+// with the expert all-gathers turned into all-to-all dispatch (dg-expert-dispatch) when the options
+// ask for it.
+FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, const ShardingOptions& options);
 
 // Registers the stages as textual pipelines for dgemma-opt, so that lit can run exactly what
 // dgemma-compile runs: --dg-infer-pipeline (simplify), --dg-train-pipeline{loss=... optimizer=...

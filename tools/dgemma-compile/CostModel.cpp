@@ -46,13 +46,13 @@ struct Pass {
 struct Splits {
   int64_t tp, sequence, ep, dp, edp;
   // The ranks whose tokens the compiled all-gather form of expert parallelism gathers to every
-  // rank: the EP group, and then the expert-data-parallel replicas too (the partitioner chains the
-  // gathers over the whole data-parallel group, and over TP with SP); 1 without EP.
+  // rank: the EP group (the experts' tokens keep their split over the expert-data-parallel
+  // replicas), and over TP with SP; 1 without EP.
   int64_t expertGather;
   explicit Splits(const ParallelLayout& layout)
       : tp(layout.tensorParallel), sequence(layout.sequenceParallel ? layout.tensorParallel : 1), ep(layout.expertParallel),
         dp(layout.dataParallel), edp(layout.expertDataParallel()),
-        expertGather(layout.expertParallel > 1 ? layout.dataParallel * sequence : 1) {}
+        expertGather(layout.expertParallel > 1 ? layout.expertParallel * sequence : 1) {}
 };
 
 struct LayerActivations {
@@ -78,12 +78,11 @@ LayerActivations layerActivations(const DiffusionGemmaConfig& config, int64_t la
   LayerActivations bytes;
   bytes.layerInput = localTokens * hidden * activation;
   // Raw q, k, (v) projections, the o_proj and dense down outputs, gate and up, the router logits,
-  // and with EP the dispatch's receive buffers: dg-expert-dispatch's dropless all-to-all sizes the
-  // rows a rank can receive for the worst routing (every route of the EP group's tokens to its
-  // experts), kept for the experts' backward (docs/parallelism.md, "Expert parallelism").
+  // and with EP the experts' input, routing weights and indices gathered over the expert group (the
+  // all-gather form, dgemma-compile's default; docs/parallelism.md, "Expert parallelism").
   bytes.matmulOutputs = tokens * (queryWidth + (1 + valueProjection) * kvWidth) * activation + 2 * localTokens * hidden * activation +
                         2 * tokens * inner * activation + localTokens * double(config.numExperts) * f32;
-  if (splits.ep > 1) bytes.matmulOutputs += double(splits.ep) * routes * hidden * activation;
+  if (splits.ep > 1) bytes.matmulOutputs += double(splits.expertGather) * localTokens * (hidden * activation + double(config.topKExperts) * (f32 + index));
   // With SP the q/k/v and dense MLP inputs are all-gathered: the gathered copies are what they read.
   const double normOutputs = splits.sequence > 1 ? 2 * tokens * hidden * activation : 2 * localTokens * hidden * activation;
   bytes.recomputable = normOutputs +

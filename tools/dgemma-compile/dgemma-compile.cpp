@@ -70,6 +70,7 @@ struct CompileFlags {
   int64_t tp = 1, ep = 1, dp = 1;
   bool sequenceParallel = false;
   bool distributedOptimizer = true;
+  std::string expertExchange = "all-gather";  // all-gather | all-to-all
   std::string recompute = "none";
   std::string precision = "fp32";
   std::string backend = "cpu";
@@ -110,7 +111,9 @@ dgemma::ParallelLayout parallelLayout(const CompileFlags& flags) {
 }
 
 mlir::dg::ShardingOptions shardingOptions(const CompileFlags& flags) {
-  return mlir::dg::ShardingOptions{flags.tp, flags.dp, flags.ep, flags.sequenceParallel, flags.distributedOptimizer};
+  mlir::dg::ShardingOptions options{flags.tp, flags.dp, flags.ep, flags.sequenceParallel, flags.distributedOptimizer};
+  options.expertAllToAll = flags.expertExchange == "all-to-all";
+  return options;
 }
 
 bool isMultiRank(const CompileFlags& flags) {
@@ -333,7 +336,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   const int64_t longestPrompt = parseLengths(flags.promptLengths).back();
   dgemma::checkParallelLayout(config, parallelLayout(flags), parseLengths(flags.promptLengths), config.canvasLength);
   metadata["layout"] = {{"tp", flags.tp}, {"dp", flags.dp}, {"ep", flags.ep}, {"sp", flags.sequenceParallel},
-                        {"distributed_optimizer", flags.distributedOptimizer}};
+                        {"distributed_optimizer", flags.distributedOptimizer}, {"expert_exchange", flags.expertExchange}};
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = dgemma::ModelFamily::DiffusionGemma;
   fields.modelConfig = dgemma::parseJson(dgemma::readWholeFile(configPath.string()), configPath.string());
@@ -486,7 +489,7 @@ int compile(CompileFlags flags) {
   for (int64_t rank = 0; rank < worldSize; ++rank) {
     mlir::OwningOpRef<mlir::ModuleOp> partition;
     if (multiRank) {
-      auto partitioned = mlir::dg::partitionForRank(*module, rank, pipeline.passTimes);
+      auto partitioned = mlir::dg::partitionForRank(*module, rank, layout);
       if (mlir::failed(partitioned)) throw InputError("partitioning for rank " + std::to_string(rank) + " failed (see above)");
       partition = std::move(*partitioned);
     }
@@ -573,6 +576,10 @@ int main(int argc, char** argv) {
   app.add_flag("--sp", flags.sequenceParallel, "sequence parallelism");
   app.add_flag("--distributed-optimizer,!--no-distributed-optimizer", flags.distributedOptimizer,
                "ZeRO-1: optimizer state sharded over the data-parallel ranks (default on)");
+  app.add_option("--expert-exchange", flags.expertExchange,
+                 "how expert parallelism moves tokens: all-gather (default: every token to every EP rank) | all-to-all "
+                 "(dropless dispatch; docs/parallelism.md, 'Expert parallelism')")
+      ->check(CLI::IsMember({"all-gather", "all-to-all"}));
   app.add_option("--recompute", flags.recompute,
                  "what the backward recomputes: none | full[:N] (every layer, or chunks of N, from its input) | selective "
                  "(attention core and MoE intermediates); docs/training.md, 'Recomputation'")
