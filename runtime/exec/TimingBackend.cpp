@@ -46,7 +46,7 @@ std::vector<std::pair<std::string, OpTime>> slowestFirst(const std::map<std::str
 
 }  // namespace
 
-TimingBackend::TimingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {
+TimingBackend::TimingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {
   for (const std::string& name : inner_->kernels().names()) {
     const KernelFactory* factory = inner_->kernels().find(name);
     registry_.add(name, [this, factory, name](const KernelSignature& signature) -> std::unique_ptr<Kernel> {

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/kernel_api/Backend.h"
+#include "runtime/exec/ForwardingBackend.h"
 
 namespace dgemma {
 
@@ -21,24 +21,14 @@ struct OpTime {
   int64_t calls = 0;
 };
 
-class TimingBackend : public Backend {
+class TimingBackend : public ForwardingBackend {
  public:
   explicit TimingBackend(std::unique_ptr<Backend> inner);
 
-  std::string name() const override { return inner_->name(); }
-  uint64_t memoryCapacityBytes() const override { return inner_->memoryCapacityBytes(); }
-  void* allocate(uint64_t bytes, uint64_t alignment) override { return inner_->allocate(bytes, alignment); }
-  void deallocate(void* pointer) override { inner_->deallocate(pointer); }
   void copyToDevice(void* dst, const void* src, uint64_t bytes) override;
   void copyToHost(void* dst, const void* src, uint64_t bytes) override;
   void fillZero(void* dst, uint64_t bytes) override;
   void copyOnDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
-  const KernelRegistry& kernels() const override { return registry_; }
-  void prepareStreams(int64_t streams, int64_t events) override { inner_->prepareStreams(streams, events); }
-  ExecContext context(int64_t stream) override { return inner_->context(stream); }
-  void recordEvent(int64_t event, int64_t stream) override { inner_->recordEvent(event, stream); }
-  void waitEvent(int64_t event, int64_t stream) override { inner_->waitEvent(event, stream); }
-  void synchronize() override { inner_->synchronize(); }
 
   // Nothing is counted while disabled (a warm-up); a new TimingBackend starts enabled.
   void setEnabled(bool enabled) { enabled_ = enabled; }
@@ -55,8 +45,6 @@ class TimingBackend : public Backend {
   template <typename Work>
   void timeCopy(const char* what, uint64_t bytes, Work work);
 
-  std::unique_ptr<Backend> inner_;
-  KernelRegistry registry_;
   std::map<std::string, OpTime> byOp_, byShape_;
   bool enabled_ = true;
 };

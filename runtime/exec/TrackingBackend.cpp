@@ -29,7 +29,7 @@ class TrackedKernel : public Kernel {
 
 }  // namespace
 
-TrackingBackend::TrackingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {
+TrackingBackend::TrackingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {
   for (const std::string& name : inner_->kernels().names()) {
     const KernelFactory* factory = inner_->kernels().find(name);
     registry_.add(

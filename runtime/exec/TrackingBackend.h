@@ -12,28 +12,20 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernel_api/Backend.h"
+#include "runtime/exec/ForwardingBackend.h"
 
 namespace dgemma {
 
-class TrackingBackend : public Backend {
+class TrackingBackend : public ForwardingBackend {
  public:
   explicit TrackingBackend(std::unique_ptr<Backend> inner);
 
-  std::string name() const override { return inner_->name(); }
-  uint64_t memoryCapacityBytes() const override { return inner_->memoryCapacityBytes(); }
   void* allocate(uint64_t bytes, uint64_t alignment) override;
   void deallocate(void* pointer) override;
   void copyToDevice(void* dst, const void* src, uint64_t bytes) override;
   void copyToHost(void* dst, const void* src, uint64_t bytes) override;
   void fillZero(void* dst, uint64_t bytes) override;
   void copyOnDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
-  const KernelRegistry& kernels() const override { return registry_; }
-  void prepareStreams(int64_t streams, int64_t events) override { inner_->prepareStreams(streams, events); }
-  ExecContext context(int64_t stream) override { return inner_->context(stream); }
-  void recordEvent(int64_t event, int64_t stream) override { inner_->recordEvent(event, stream); }
-  void waitEvent(int64_t event, int64_t stream) override { inner_->waitEvent(event, stream); }
-  void synchronize() override { inner_->synchronize(); }
 
   struct Allocation {
     const uint8_t* base = nullptr;
@@ -59,8 +51,6 @@ class TrackingBackend : public Backend {
   void nextCall() { ++call_; }
 
  private:
-  std::unique_ptr<Backend> inner_;
-  KernelRegistry registry_;
   std::vector<Allocation> allocations_;
   std::vector<Access> accesses_;
   int64_t call_ = 0;

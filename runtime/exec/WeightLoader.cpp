@@ -26,6 +26,17 @@ HostTensor sliceBox(const HostTensor& global, const std::vector<int64_t>& offset
   return shard;
 }
 
+// One error listing every problem found with `source`'s weights (the checks' own and those the
+// caller found), so that a user fixes a checkpoint in one round; nothing when there are none.
+void throwIfProblems(const std::string& source, std::vector<std::string> problems, const std::vector<std::string>& otherProblems) {
+  problems.insert(problems.end(), otherProblems.begin(), otherProblems.end());
+  if (problems.empty()) return;
+  std::ostringstream message;
+  message << source << ": " << problems.size() << " problem(s) with the weights:";
+  for (const std::string& problem : problems) message << "\n  " << problem;
+  throw InputError(message.str());
+}
+
 }  // namespace
 
 void loadWeights(Executor& executor, const std::string& source, const TensorSource& read, std::vector<std::string> otherProblems) {
@@ -59,13 +70,7 @@ void loadWeights(Executor& executor, const std::string& source, const TensorSour
       problems.push_back(error.what());
     }
   }
-  problems.insert(problems.end(), otherProblems.begin(), otherProblems.end());
-  if (!problems.empty()) {
-    std::ostringstream message;
-    message << source << ": " << problems.size() << " problem(s) with the weights:";
-    for (const std::string& problem : problems) message << "\n  " << problem;
-    throw InputError(message.str());
-  }
+  throwIfProblems(source, std::move(problems), otherProblems);
 }
 
 void loadMappedWeights(Executor& executor, const std::string& source, const TensorLocator& locate,
@@ -91,13 +96,7 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
                          " cannot be converted to " + std::string(dtypeName(plan.buffers[parameter.buffer].dtype)));
     totalBytes += static_cast<uint64_t>(boxVolume({parameter.shardOffset, parameter.shardShape})) * dtypeSize(entry.dtype);
   }
-  problems.insert(problems.end(), otherProblems.begin(), otherProblems.end());
-  if (!problems.empty()) {
-    std::ostringstream message;
-    message << source << ": " << problems.size() << " problem(s) with the weights:";
-    for (const std::string& problem : problems) message << "\n  " << problem;
-    throw InputError(message.str());
-  }
+  throwIfProblems(source, std::move(problems), otherProblems);
 
   TransferProgress progress("loading " + source, totalBytes, plan.rank == 0 && transferProgressWanted());
   for (const Parameter& parameter : plan.parameters) {
