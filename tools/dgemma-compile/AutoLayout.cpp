@@ -98,7 +98,7 @@ void printLayoutSearch(const LayoutSearch& search, const LayoutSearchRequest& re
     const CostPrediction& cost = ranked.prediction;
     const std::string note = search.chosen == index ? "chosen" : ranked.unbuilt.empty() ? "" : "not built yet";
     std::snprintf(line, sizeof line, "%-3zu %-16s %-10s %11s %11s %11s %11s %11s %-4s %12s %10s %11s  %s\n", index + 1,
-                  layoutName(ranked.candidate.layout).c_str(), recomputeName(ranked.candidate.recompute),
+                  layoutName(ranked.candidate.layout).c_str(), recomputeName(ranked.candidate.recompute).c_str(),
                   formatBytes(cost.parameterBytes).c_str(), formatBytes(cost.gradientBytes).c_str(),
                   formatBytes(cost.optimizerBytes).c_str(), formatBytes(cost.activationBytes).c_str(),
                   formatBytes(cost.peakBytes()).c_str(), ranked.fits ? "yes" : "no",

@@ -204,14 +204,7 @@ std::string acceleratorNames() {
   return names;
 }
 
-const char* recomputeName(RecomputePolicy policy) {
-  switch (policy) {
-    case RecomputePolicy::None: return "none";
-    case RecomputePolicy::Selective: return "selective";
-    case RecomputePolicy::Full: return "full";
-  }
-  return "none";
-}
+std::string recomputeName(RecomputePolicy policy) { return mlir::dg::RecomputePolicy{policy, 1}.name(); }
 
 CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingShape& shape, const Candidate& candidate,
                            const Accelerator& accelerator) {

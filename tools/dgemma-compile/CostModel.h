@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/Transforms/RecomputePolicy.h"
 #include "models/diffusion_gemma/Config.h"
 #include "models/diffusion_gemma/ParallelLayout.h"
 
@@ -37,8 +38,10 @@ struct Accelerator {
 const Accelerator& findAccelerator(const std::string& name);
 std::string acceleratorNames();
 
-enum class RecomputePolicy { None, Selective, Full };
-const char* recomputeName(RecomputePolicy policy);
+// The policies the search ranks: dg-recompute's kinds, full as every layer (full:1).
+using RecomputePolicy = mlir::dg::RecomputePolicy::Kind;
+// The policy's `--recompute` text.
+std::string recomputeName(RecomputePolicy policy);
 inline constexpr RecomputePolicy kRecomputePolicies[] = {RecomputePolicy::None, RecomputePolicy::Selective,
                                                          RecomputePolicy::Full};
 
