@@ -1,6 +1,8 @@
 // cross_entropy and cross_entropy_backward on CUDA (docs/kernels.md), f32 or bf16 logits;
-// runtime/kernels/cross_entropy/cpu.cpp is the CPU twin and cross_entropy/CrossEntropyMath.h the
-// arithmetic both share in order and precision (checked on the host by the CPU unit test).
+// runtime/kernels/cross_entropy/cpu.cpp is the CPU twin. What a block does for one row is
+// cross_entropy/CrossEntropyMath.h (the CPU kernel's arithmetic in its order and precision), which
+// the CPU unit test runs on the host against the CPU kernel; this file holds the block reductions,
+// the __global__ wrappers, the id check and the launches.
 //
 // One block per row (grid-stride over rows). Each thread walks the columns j = threadIdx.x + n ·
 // blockDim.x, recomputing the soft-cap and the bonus on the fly, so no [N, V] tensor other than the
@@ -20,7 +22,6 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
-#include "runtime/kernels/DeviceFloats.cuh"
 #include "runtime/kernels/cross_entropy/Contract.h"
 #include "runtime/kernels/cross_entropy/CrossEntropyMath.h"
 
@@ -28,9 +29,7 @@ namespace dgemma {
 namespace {
 
 using cross_entropy::IdTensor;
-using cross_entropy::RowBonus;
-using cuda::loadFloat;
-using cuda::storeFloat;
+using cross_entropy::RowInputs;
 
 constexpr unsigned kMaxThreads = 256;
 constexpr unsigned long long kNoBadRow = ~0ull;
@@ -55,86 +54,48 @@ __device__ double blockReduceDouble(double value, Combine combine, double identi
   return result;
 }
 
-struct MaxOp {
-  __device__ double operator()(double a, double b) const { return cross_entropy::combineMaximum(a, b); }
-};
-struct SumOp {
-  __device__ double operator()(double a, double b) const { return cross_entropy::combineSum(a, b); }
-};
-
-// The inputs both kernels read.
-template <typename T>
-struct Rows {
-  const T* logits;
-  int64_t rows;
-  int64_t vocabulary;
-  IdTensor targets;
-  IdTensor bonusIds;  // data null when there is no bonus
-  const T* bonus;
-  float cap;  // 0: none
-
-  __device__ RowBonus bonusOf(int64_t r) const {
-    if (bonus == nullptr) return {};
-    return {bonusIds[r], static_cast<double>(loadFloat(bonus, r))};
+// The CUDA block as CrossEntropyMath.h's row bodies see it (host-device, as the bodies are).
+struct CudaBlock {
+  DGEMMA_HOST_DEVICE int thread() const {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int>(threadIdx.x);
+#else
+    return 0;
+#endif
   }
-  // z_j of row r, and tanh(x / c) for the backward (0 without a cap).
-  __device__ double z(int64_t r, int64_t j, RowBonus rowBonus, float* squashed = nullptr) const {
-    float logit = loadFloat(logits, r * vocabulary + j);
-    if (cap > 0.0f) {
-      const float s = cross_entropy::squash(logit, cap);
-      if (squashed != nullptr) *squashed = s;
-      logit = cross_entropy::cappedFromSquashed(s, cap);
-    }
-    return cross_entropy::zOf(logit, j, rowBonus);
+  DGEMMA_HOST_DEVICE int threads() const {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int>(blockDim.x);
+#else
+    return 1;
+#endif
+  }
+  DGEMMA_HOST_DEVICE double reduceMaximum(double value) const {
+#if defined(__CUDA_ARCH__)
+    return blockReduceDouble(value, [](double a, double b) { return cross_entropy::combineMaximum(a, b); }, -INFINITY);
+#else
+    return value;
+#endif
+  }
+  DGEMMA_HOST_DEVICE double reduceSum(double value) const {
+#if defined(__CUDA_ARCH__)
+    return blockReduceDouble(value, [](double a, double b) { return cross_entropy::combineSum(a, b); }, 0.0);
+#else
+    return value;
+#endif
   }
 };
 
-// The row's max and Σ exp(z − max), every thread of the block getting both.
+// One block per row, grid-stride over the rows.
 template <typename T>
-__device__ void rowStatistics(const Rows<T>& in, int64_t r, RowBonus rowBonus, double& maximum, double& sum) {
-  double partialMax = -INFINITY;
-  for (int64_t j = threadIdx.x; j < in.vocabulary; j += blockDim.x)
-    partialMax = cross_entropy::combineMaximum(partialMax, in.z(r, j, rowBonus));
-  maximum = blockReduceDouble(partialMax, MaxOp{}, -INFINITY);
-  double partialSum = 0.0;
-  for (int64_t j = threadIdx.x; j < in.vocabulary; j += blockDim.x)
-    partialSum += cross_entropy::expTerm(in.z(r, j, rowBonus), maximum);
-  sum = blockReduceDouble(partialSum, SumOp{}, 0.0);
+__global__ void crossEntropyKernel(RowInputs<T> in, T* loss) {
+  for (int64_t r = blockIdx.x; r < in.rows; r += gridDim.x) cross_entropy::lossRow(CudaBlock{}, in, r, loss);
 }
 
 template <typename T>
-__global__ void crossEntropyKernel(Rows<T> in, T* loss) {
-  for (int64_t r = blockIdx.x; r < in.rows; r += gridDim.x) {
-    const RowBonus rowBonus = in.bonusOf(r);
-    double maximum, sum;
-    rowStatistics(in, r, rowBonus, maximum, sum);
-    if (threadIdx.x == 0) {
-      const int64_t target = in.targets[r];
-      DGEMMA_CUDA_BOUNDS(target, in.vocabulary);
-      storeFloat(loss, r, static_cast<float>(cross_entropy::lossOf(maximum, sum, in.z(r, target, rowBonus))));
-    }
-  }
-}
-
-template <typename T>
-__global__ void crossEntropyBackwardKernel(Rows<T> in, const T* gradOutput, T* gradLogits) {
-  for (int64_t r = blockIdx.x; r < in.rows; r += gridDim.x) {
-    const RowBonus rowBonus = in.bonusOf(r);
-    double maximum, sum;
-    rowStatistics(in, r, rowBonus, maximum, sum);
-    const double g = static_cast<double>(loadFloat(gradOutput, r));
-    const double gradOverSum = g / sum;
-    const int64_t target = in.targets[r];
-    DGEMMA_CUDA_BOUNDS(target, in.vocabulary);
-    for (int64_t j = threadIdx.x; j < in.vocabulary; j += blockDim.x) {
-      float squashed = 0.0f;
-      const double z = in.z(r, j, rowBonus, &squashed);
-      float gradient = j == target ? cross_entropy::targetGradientOf(g, z, maximum, sum)
-                                   : cross_entropy::gradientOf(cross_entropy::expTerm(z, maximum), gradOverSum);
-      if (in.cap > 0.0f) gradient = cross_entropy::throughCap(gradient, squashed);
-      storeFloat(gradLogits, r * in.vocabulary + j, gradient);
-    }
-  }
+__global__ void crossEntropyBackwardKernel(RowInputs<T> in, const T* gradOutput, T* gradLogits) {
+  for (int64_t r = blockIdx.x; r < in.rows; r += gridDim.x)
+    cross_entropy::gradientRow(CudaBlock{}, in, r, gradOutput, gradLogits);
 }
 
 // Records the lowest row whose id lies outside [0, V).
@@ -198,7 +159,7 @@ class CrossEntropyCudaKernel final : public Kernel {
       return;
     }
     cudaStream_t stream = cuda::streamState(context).stream;
-    Rows<T> in{inputs[0].as<const T>(),
+    RowInputs<T> in{inputs[0].as<const T>(),
                c_.rows,
                c_.vocabulary,
                IdTensor{inputs[1].data, c_.wideTargets},

@@ -1,12 +1,17 @@
 // runtime/kernels/attention/AttentionMath.h, the arithmetic of the CUDA attention kernels, against
 // the CPU kernel without a GPU: the visibility predicate equals the CPU kernel's key sets for every
-// (query, key) in every mask mode, the candidate key ranges cover them, and host emulations of the
-// tiled forward and backward kernels (attention/cuda.cu's phases, in its order, through the same
-// functions) give the CPU kernel's outputs.
+// (query, key) in every mask mode, the candidate key ranges cover them, and the CUDA kernels' task
+// bodies (attention/AttentionTiles.h) run on the host with a block of one thread give the CPU
+// kernel's outputs for several tile shapes.
+// The bodies' bounds assertions (KernelElements.h) are compiled in: a bad index aborts the test.
+#define DGEMMA_CUDA_DEBUG_BOUNDS 1
+
 #include <cmath>
 
 #include "KernelTestSupport.h"
+#include "support/DType.h"
 #include "runtime/kernels/attention/AttentionMath.h"
+#include "runtime/kernels/attention/AttentionTiles.h"
 
 namespace dgemma::test {
 namespace {
@@ -156,167 +161,65 @@ TEST(AttentionMath, VisibilityEqualsTheCpuKernelsForEveryQueryAndKey) {
   }
 }
 
-float hostDot(const float* a, const float* b, int64_t length) {
-  float sum = 0.0f;
-  for (int64_t c = 0; c < length; ++c) sum += a[c] * b[c];
-  return sum;
-}
+// A CUDA block of one thread: every phase loop of AttentionTiles.h covers all its items in order and
+// the barriers have nothing to wait for, a legal schedule of the kernel.
+struct SerialBlock {
+  int thread() const { return 0; }
+  int threads() const { return 1; }
+  void sync() const {}
+};
 
-// attentionForwardKernel's phases for one (b, head, query tile), in its order.
+// A task body's shared memory: exactly `floats` floats, NaN-filled so that a read of an element no
+// phase wrote shows up, followed by a guard region that must stay untouched.
+class SharedMemory {
+ public:
+  explicit SharedMemory(int64_t floats) : floats_(floats), data_(floats + kGuard, std::nanf("")) {
+    std::fill(data_.begin() + floats, data_.end(), kGuardValue);
+  }
+  float* data() { return data_.data(); }
+  bool guardIntact() const {
+    return std::all_of(data_.begin() + floats_, data_.end(), [](float value) { return value == kGuardValue; });
+  }
+
+ private:
+  static constexpr int64_t kGuard = 64;
+  static constexpr float kGuardValue = 12345.0f;
+  int64_t floats_;
+  std::vector<float> data_;
+};
+
+// attentionForwardKernel on the host: every task's body in turn.
 std::vector<float> emulateForward(const Case& c, TileShape tiles, const std::vector<float>& q,
                                   const std::vector<float>& k, const std::vector<float>& v) {
   const AttentionContract& g = c.g;
-  const int br = tiles.queryTile, bc = tiles.keyTile;
-  const int64_t d = g.headDim, dv = g.valueDim;
-  const float scale = static_cast<float>(g.scale);
-  std::vector<float> o(g.batch * g.queries * g.queryHeads * dv, std::nanf(""));
-  for (int64_t b = 0; b < g.batch; ++b)
-    for (int64_t head = 0; head < g.queryHeads; ++head)
-      for (int64_t q0 = 0; q0 < g.queries; q0 += br) {
-        const int rows = static_cast<int>(std::min<int64_t>(br, g.queries - q0));
-        const int64_t kvHead = attention::kvHeadOf(g, head);
-        std::vector<OnlineSoftmax> state(br);
-        std::vector<float> acc(br * dv, 0.0f), scores(br * bc), factor(br);
-        const KeyRange range = attention::candidateKeysOfQueries(g, q0, q0 + rows - 1);
-        for (int64_t k0 = range.begin; k0 < range.end; k0 += bc) {
-          const int keysHere = static_cast<int>(std::min<int64_t>(bc, range.end - k0));
-          for (int i = 0; i < br; ++i)
-            for (int j = 0; j < bc; ++j) {
-              float score = -INFINITY;
-              if (i < rows && j < keysHere &&
-                  attention::keyVisible(g, c.keyValid[b * g.keys + k0 + j] != 0, q0 + i, k0 + j))
-                score = scale * hostDot(&q[attention::queryRowOf(g, b, q0 + i, head) * d],
-                                        &k[attention::keyRowOf(g, b, k0 + j, kvHead) * d], d);
-              scores[i * bc + j] = score;
-            }
-          for (int i = 0; i < rows; ++i) factor[i] = attention::takeInTile(state[i], &scores[i * bc], keysHere);
-          for (int i = 0; i < rows; ++i)
-            for (int64_t col = 0; col < dv; ++col) {
-              float value = acc[i * dv + col] * factor[i];
-              for (int j = 0; j < keysHere; ++j)
-                value += scores[i * bc + j] * v[attention::keyRowOf(g, b, k0 + j, kvHead) * dv + col];
-              acc[i * dv + col] = value;
-            }
-        }
-        for (int i = 0; i < rows; ++i)
-          for (int64_t col = 0; col < dv; ++col)
-            o[attention::queryRowOf(g, b, q0 + i, head) * dv + col] =
-                attention::normalizedOutput(acc[i * dv + col], state[i].sum);
-      }
+  std::vector<float> o(g.batch * g.queries * g.queryHeads * g.valueDim, std::nanf(""));
+  const attention::AttentionBuffers<float> t{q.data(), k.data(), v.data(), c.keyValid.data(), nullptr,
+                                             o.data(), nullptr,  nullptr,  nullptr};
+  SharedMemory shared(attention::forwardSharedFloats(tiles, g.headDim, g.valueDim));
+  for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
+    attention::forwardTask(SerialBlock{}, shared.data(), g, tiles, t, task);
+  EXPECT_TRUE(shared.guardIntact()) << describe(g) << ": the forward wrote past its shared memory";
   return o;
 }
 
-// The backward kernels' phases: the query kernel's two passes (statistics and delta, then dq) and
-// the key kernel's walk over the query tiles of the KV head's query heads (dk, dv).
+// The backward's two kernels on the host: every query task, then every key task.
 Gradients emulateBackward(const Case& c, TileShape tiles, const std::vector<float>& q, const std::vector<float>& k,
                           const std::vector<float>& v, const std::vector<float>& dOut) {
   const AttentionContract& g = c.g;
-  const int br = tiles.queryTile, bc = tiles.keyTile;
-  const int64_t d = g.headDim, dv = g.valueDim;
-  const float scale = static_cast<float>(g.scale);
-  const int64_t queryRows = g.batch * g.queries * g.queryHeads;
-  std::vector<float> maximum(queryRows), sum(queryRows), delta(queryRows);
-  Gradients out{std::vector<float>(queryRows * d, std::nanf("")),
-                std::vector<float>(g.batch * g.keys * g.kvHeads * d, std::nanf("")),
-                std::vector<float>(g.batch * g.keys * g.kvHeads * dv, std::nanf(""))};
-  auto visible = [&](int64_t b, int64_t query, int64_t key) {
-    return attention::keyVisible(g, c.keyValid[b * g.keys + key] != 0, query, key);
-  };
-  auto score = [&](int64_t b, int64_t query, int64_t head, int64_t key) {
-    return scale * hostDot(&q[attention::queryRowOf(g, b, query, head) * d],
-                           &k[attention::keyRowOf(g, b, key, attention::kvHeadOf(g, head)) * d], d);
-  };
-  auto dp = [&](int64_t b, int64_t query, int64_t head, int64_t key) {
-    return hostDot(&dOut[attention::queryRowOf(g, b, query, head) * dv],
-                   &v[attention::keyRowOf(g, b, key, attention::kvHeadOf(g, head)) * dv], dv);
-  };
-  // The query kernel.
-  for (int64_t b = 0; b < g.batch; ++b)
-    for (int64_t head = 0; head < g.queryHeads; ++head)
-      for (int64_t q0 = 0; q0 < g.queries; q0 += br) {
-        const int rows = static_cast<int>(std::min<int64_t>(br, g.queries - q0));
-        const KeyRange range = attention::candidateKeysOfQueries(g, q0, q0 + rows - 1);
-        std::vector<OnlineSoftmax> state(br);
-        std::vector<float> weightedDp(br, 0.0f), scores(bc), dps(bc), dqAcc(br * d, 0.0f);
-        for (int64_t k0 = range.begin; k0 < range.end; k0 += bc) {
-          const int keysHere = static_cast<int>(std::min<int64_t>(bc, range.end - k0));
-          for (int i = 0; i < rows; ++i) {
-            for (int j = 0; j < keysHere; ++j) {
-              const bool seen = visible(b, q0 + i, k0 + j);
-              scores[j] = seen ? score(b, q0 + i, head, k0 + j) : -INFINITY;
-              dps[j] = seen ? dp(b, q0 + i, head, k0 + j) : 0.0f;
-            }
-            attention::takeInTileWithDp(state[i], weightedDp[i], scores.data(), dps.data(), keysHere);
-          }
-        }
-        for (int i = 0; i < rows; ++i) {
-          const int64_t row = attention::queryRowOf(g, b, q0 + i, head);
-          maximum[row] = state[i].maximum;
-          sum[row] = state[i].sum;
-          delta[row] = attention::normalizedOutput(weightedDp[i], state[i].sum);
-        }
-        for (int64_t k0 = range.begin; k0 < range.end; k0 += bc) {
-          const int keysHere = static_cast<int>(std::min<int64_t>(bc, range.end - k0));
-          std::vector<float> ds(br * bc, 0.0f);
-          for (int i = 0; i < rows; ++i)
-            for (int j = 0; j < keysHere; ++j) {
-              const int64_t row = attention::queryRowOf(g, b, q0 + i, head);
-              if (visible(b, q0 + i, k0 + j))
-                ds[i * bc + j] = attention::scoreGradient(
-                    scale, attention::probability(score(b, q0 + i, head, k0 + j), maximum[row], sum[row]),
-                    dp(b, q0 + i, head, k0 + j), delta[row]);
-            }
-          for (int i = 0; i < rows; ++i)
-            for (int64_t col = 0; col < d; ++col) {
-              float value = dqAcc[i * d + col];
-              for (int j = 0; j < keysHere; ++j)
-                value += ds[i * bc + j] * k[attention::keyRowOf(g, b, k0 + j, attention::kvHeadOf(g, head)) * d + col];
-              dqAcc[i * d + col] = value;
-            }
-        }
-        for (int i = 0; i < rows; ++i)
-          std::copy_n(&dqAcc[i * d], d, &out.dq[attention::queryRowOf(g, b, q0 + i, head) * d]);
-      }
-  // The key kernel.
-  const int64_t headsPerKv = g.queryHeads / g.kvHeads;
-  for (int64_t b = 0; b < g.batch; ++b)
-    for (int64_t kvHead = 0; kvHead < g.kvHeads; ++kvHead)
-      for (int64_t k0 = 0; k0 < g.keys; k0 += bc) {
-        const int keysHere = static_cast<int>(std::min<int64_t>(bc, g.keys - k0));
-        std::vector<float> dkAcc(bc * d, 0.0f), dvAcc(bc * dv, 0.0f);
-        for (int64_t head = kvHead * headsPerKv; head < (kvHead + 1) * headsPerKv; ++head)
-          for (int64_t q0 = 0; q0 < g.queries; q0 += br) {
-            const int rows = static_cast<int>(std::min<int64_t>(br, g.queries - q0));
-            const KeyRange range = attention::candidateKeysOfQueries(g, q0, q0 + rows - 1);
-            if (range.end <= k0 || range.begin >= k0 + keysHere) continue;
-            std::vector<float> p(br * bc, 0.0f), ds(br * bc, 0.0f);
-            for (int i = 0; i < rows; ++i)
-              for (int j = 0; j < keysHere; ++j) {
-                if (!visible(b, q0 + i, k0 + j)) continue;
-                const int64_t row = attention::queryRowOf(g, b, q0 + i, head);
-                p[i * bc + j] = attention::probability(score(b, q0 + i, head, k0 + j), maximum[row], sum[row]);
-                ds[i * bc + j] = attention::scoreGradient(scale, p[i * bc + j], dp(b, q0 + i, head, k0 + j), delta[row]);
-              }
-            for (int j = 0; j < keysHere; ++j) {
-              for (int64_t col = 0; col < dv; ++col) {
-                float value = dvAcc[j * dv + col];
-                for (int i = 0; i < rows; ++i)
-                  value += p[i * bc + j] * dOut[attention::queryRowOf(g, b, q0 + i, head) * dv + col];
-                dvAcc[j * dv + col] = value;
-              }
-              for (int64_t col = 0; col < d; ++col) {
-                float value = dkAcc[j * d + col];
-                for (int i = 0; i < rows; ++i)
-                  value += ds[i * bc + j] * q[attention::queryRowOf(g, b, q0 + i, head) * d + col];
-                dkAcc[j * d + col] = value;
-              }
-            }
-          }
-        for (int j = 0; j < keysHere; ++j) {
-          std::copy_n(&dkAcc[j * d], d, &out.dk[attention::keyRowOf(g, b, k0 + j, kvHead) * d]);
-          std::copy_n(&dvAcc[j * dv], dv, &out.dv[attention::keyRowOf(g, b, k0 + j, kvHead) * dv]);
-        }
-      }
+  Gradients out{std::vector<float>(g.batch * g.queries * g.queryHeads * g.headDim, std::nanf("")),
+                std::vector<float>(g.batch * g.keys * g.kvHeads * g.headDim, std::nanf("")),
+                std::vector<float>(g.batch * g.keys * g.kvHeads * g.valueDim, std::nanf(""))};
+  std::vector<float> statistics(g.batch * g.queries * g.queryHeads * attention::kStatistics, std::nanf(""));
+  const attention::AttentionBuffers<float> t{q.data(),      k.data(),      v.data(),      c.keyValid.data(), dOut.data(),
+                                             out.dq.data(), out.dk.data(), out.dv.data(), statistics.data()};
+  SharedMemory queryShared(attention::backwardQuerySharedFloats(tiles, g.headDim, g.valueDim));
+  for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
+    attention::backwardQueryTask(SerialBlock{}, queryShared.data(), g, tiles, t, task);
+  SharedMemory keyShared(attention::backwardKeySharedFloats(tiles, g.headDim, g.valueDim));
+  for (int64_t task = 0; task < attention::keyTileTasks(g, tiles); ++task)
+    attention::backwardKeyTask(SerialBlock{}, keyShared.data(), g, tiles, t, task);
+  EXPECT_TRUE(queryShared.guardIntact() && keyShared.guardIntact())
+      << describe(g) << ": the backward wrote past its shared memory";
   return out;
 }
 
@@ -340,7 +243,7 @@ std::vector<TileShape> tileShapes(const AttentionContract& g) {
           TileShape{3, 5}, TileShape{1, 1}, TileShape{4, 32}};
 }
 
-TEST(AttentionMath, TiledForwardEmulationMatchesTheCpuKernel) {
+TEST(AttentionMath, ForwardTaskBodiesMatchTheCpuKernel) {
   uint32_t seed = 500;
   for (const Case& c : cases()) {
     const AttentionContract& g = c.g;
@@ -354,7 +257,7 @@ TEST(AttentionMath, TiledForwardEmulationMatchesTheCpuKernel) {
   }
 }
 
-TEST(AttentionMath, TiledBackwardEmulationMatchesTheCpuKernel) {
+TEST(AttentionMath, BackwardTaskBodiesMatchTheCpuKernel) {
   uint32_t seed = 900;
   for (const Case& c : cases()) {
     const AttentionContract& g = c.g;
@@ -405,6 +308,63 @@ TEST(AttentionMath, TilesFitTheSharedMemoryBudget) {
       EXPECT_LE(shared(t, dim, dim) * 4, budget) << dim;
     }
     EXPECT_EQ(attention::chooseTiles(1 << 14, 1 << 14, budget, shared).queryTile, 0);  // not even 1 x 1
+  }
+}
+
+// The bf16 instantiation: bf16 buffers read and written by the bodies themselves equal the CPU
+// kernel in f32 on the same values, rounded once to bf16 (what the CPU backend's widening computes),
+// within one bf16 ulp.
+TEST(AttentionMath, Bf16BodiesMatchTheCpuKernelRoundedOnce) {
+  uint32_t seed = 1700;
+  for (const Case& c : cases()) {
+    const AttentionContract& g = c.g;
+    auto bf16Bits = [&](int64_t count) {
+      std::vector<uint16_t> bits;
+      for (float value : randomValues<float>(count, seed++)) bits.push_back(f32ToBf16Bits(value));
+      return bits;
+    };
+    auto widened = [](const std::vector<uint16_t>& bits) {
+      std::vector<float> values;
+      for (uint16_t b : bits) values.push_back(bf16BitsToF32(b));
+      return values;
+    };
+    const auto q = bf16Bits(g.batch * g.queries * g.queryHeads * g.headDim);
+    const auto k = bf16Bits(g.batch * g.keys * g.kvHeads * g.headDim);
+    const auto v = bf16Bits(g.batch * g.keys * g.kvHeads * g.valueDim);
+    const std::vector<float> cpu = runCpuAttention(c, widened(q), widened(k), widened(v));
+    const TileShape tiles = tileShapes(g)[0];
+    std::vector<uint16_t> o(cpu.size(), 0xffff);
+    const attention::AttentionBuffers<uint16_t> t{q.data(), k.data(), v.data(), c.keyValid.data(), nullptr,
+                                                  o.data(), nullptr,  nullptr,  nullptr};
+    SharedMemory shared(attention::forwardSharedFloats(tiles, g.headDim, g.valueDim));
+    for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
+      attention::forwardTask(SerialBlock{}, shared.data(), g, tiles, t, task);
+    for (size_t e = 0; e < cpu.size(); ++e) {
+      const float expected = bf16BitsToF32(f32ToBf16Bits(cpu[e]));
+      ASSERT_NEAR(bf16BitsToF32(o[e]), expected, std::ldexp(std::fabs(expected), -7) + 1e-6)
+          << describe(g) << ": element " << e;
+    }
+  }
+}
+
+TEST(KernelElements, Bf16StoreRoundsAsTheCpuBackend) {
+  std::mt19937 generator(3);
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, INFINITY, -INFINITY, std::nanf(""), 1.00390625f, 1.01171875f,
+                               3.4e38f, 1e-40f};
+  for (int n = 0; n < 100000; ++n) {
+    const uint32_t bits = generator();
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    values.push_back(value);
+  }
+  for (float value : values) {
+    uint16_t stored = 0;
+    kernels::storeFloat(&stored, 0, value);
+    ASSERT_EQ(stored, f32ToBf16Bits(value)) << value;
+    const float loaded = kernels::loadFloat(&stored, 0);
+    if (!std::isnan(loaded)) {
+      ASSERT_EQ(loaded, bf16BitsToF32(stored)) << value;
+    }
   }
 }
 

@@ -1,8 +1,11 @@
 // runtime/kernels/cross_entropy/CrossEntropyMath.h, the arithmetic of the CUDA cross-entropy
-// kernels, against the CPU kernel without a GPU: a host emulation of the kernels (each of a block's
-// threads walking the columns j = t + n · threads, then the f64 block reductions, then the loss or
-// the gradient per element) through the same functions gives the CPU kernel's loss and gradient, with
-// and without the soft-cap and the bonus, up to the model's vocabulary of 262144.
+// kernels, against the CPU kernel without a GPU: the kernels' row bodies run on the host with a block
+// of one thread, and an emulation of a 256-thread block's strided partials and reductions through the
+// same functions, give the CPU kernel's loss and gradient, with and without the soft-cap and the
+// bonus, i32 and i64 ids, up to the model's vocabulary of 262144.
+// The bodies' bounds assertions (KernelElements.h) are compiled in: a bad index aborts the test.
+#define DGEMMA_CUDA_DEBUG_BOUNDS 1
+
 #include <cmath>
 
 #include "KernelTestSupport.h"
@@ -13,6 +16,7 @@ namespace {
 
 using cross_entropy::IdTensor;
 using cross_entropy::RowBonus;
+using cross_entropy::RowInputs;
 
 struct Case {
   int64_t rows, vocabulary;
@@ -58,39 +62,50 @@ void addInputs(KernelCall& call, const Case& c, const Inputs& in) {
   call.input(DType::F32, {c.rows}, in.bonus);
 }
 
-// The kernels' pieces for one row, as a block of `threads` threads computes them.
-struct EmulatedRow {
-  const Case& c;
-  const Inputs& in;
-  int64_t r;
-  int threads;
+// The row bodies' inputs over host vectors (the ids as i64 or i32, as the case says).
+struct HostRows {
+  std::vector<int32_t> narrowTargets, narrowBonusIds;
+  RowInputs<float> in;
 
-  RowBonus bonus() const { return c.bonus ? RowBonus{in.bonusIds[r], static_cast<double>(in.bonus[r])} : RowBonus{}; }
-  double z(int64_t j, float* squashed = nullptr) const {
-    float logit = in.logits[r * c.vocabulary + j];
-    if (c.softcap > 0) {
-      const float s = cross_entropy::squash(logit, static_cast<float>(c.softcap));
-      if (squashed != nullptr) *squashed = s;
-      logit = cross_entropy::cappedFromSquashed(s, static_cast<float>(c.softcap));
-    }
-    return cross_entropy::zOf(logit, j, bonus());
-  }
-  // Per-thread partials over the strided columns, then the block's combine.
-  void statistics(double& maximum, double& sum) const {
-    std::vector<double> partial(threads, -INFINITY);
-    for (int t = 0; t < threads; ++t)
-      for (int64_t j = t; j < c.vocabulary; j += threads) partial[t] = cross_entropy::combineMaximum(partial[t], z(j));
-    maximum = -INFINITY;
-    for (double p : partial) maximum = cross_entropy::combineMaximum(maximum, p);
-    std::fill(partial.begin(), partial.end(), 0.0);
-    for (int t = 0; t < threads; ++t)
-      for (int64_t j = t; j < c.vocabulary; j += threads) partial[t] += cross_entropy::expTerm(z(j), maximum);
-    // The warp butterflies, then the warps' results: a pairwise tree.
-    for (int width = threads / 2; width > 0; width /= 2)
-      for (int t = 0; t < width; ++t) partial[t] = cross_entropy::combineSum(partial[t], partial[t + width]);
-    sum = partial[0];
+  HostRows(const Case& c, const Inputs& inputs)
+      : narrowTargets(narrow(inputs.targets)), narrowBonusIds(narrow(inputs.bonusIds)) {
+    in = {inputs.logits.data(),
+          c.rows,
+          c.vocabulary,
+          IdTensor{c.wideIds ? static_cast<const void*>(inputs.targets.data()) : narrowTargets.data(), c.wideIds},
+          IdTensor{c.bonus ? (c.wideIds ? static_cast<const void*>(inputs.bonusIds.data()) : narrowBonusIds.data())
+                           : nullptr,
+                   c.wideIds},
+          c.bonus ? inputs.bonus.data() : nullptr,
+          static_cast<float>(c.softcap)};
   }
 };
+
+// A CUDA block of one thread: its reductions return the thread's own partials.
+struct SerialBlock {
+  int thread() const { return 0; }
+  int threads() const { return 1; }
+  double reduceMaximum(double value) const { return value; }
+  double reduceSum(double value) const { return value; }
+};
+
+// A 256-thread block's statistics of row r: each thread's partials over its strided columns, the
+// maxima combined in any order, the sums as the warp butterflies and the warps' combine pair them.
+void stridedStatistics(const RowInputs<float>& in, int64_t r, int threads, double& maximum, double& sum) {
+  const RowBonus bonus = in.bonusOf(r);
+  std::vector<double> partial(threads, -INFINITY);
+  for (int t = 0; t < threads; ++t)
+    for (int64_t j = t; j < in.vocabulary; j += threads)
+      partial[t] = cross_entropy::combineMaximum(partial[t], in.z(r, j, bonus));
+  maximum = -INFINITY;
+  for (double p : partial) maximum = cross_entropy::combineMaximum(maximum, p);
+  std::fill(partial.begin(), partial.end(), 0.0);
+  for (int t = 0; t < threads; ++t)
+    for (int64_t j = t; j < in.vocabulary; j += threads) partial[t] += cross_entropy::expTerm(in.z(r, j, bonus), maximum);
+  for (int width = threads / 2; width > 0; width /= 2)
+    for (int t = 0; t < width; ++t) partial[t] = cross_entropy::combineSum(partial[t], partial[t + width]);
+  sum = partial[0];
+}
 
 std::string describe(const Case& c) {
   return std::to_string(c.rows) + "x" + std::to_string(c.vocabulary) + " softcap " + std::to_string(c.softcap) +
@@ -103,56 +118,48 @@ const std::vector<Case> kCases = {
     {3, 70001, 30.0, true, true}, {2, 262144, 30.0, true, true}, {2, 262144, 0.0, false, true},
 };
 
-int threadsFor(int64_t vocabulary) { return vocabulary >= 256 ? 256 : static_cast<int>((vocabulary + 31) / 32 * 32); }
-
-TEST(CrossEntropyMath, BlockEmulationMatchesTheCpuLoss) {
+TEST(CrossEntropyMath, RowBodiesMatchTheCpuLoss) {
   uint32_t seed = 40;
   for (const Case& c : kCases) {
-    const Inputs in = randomInputs(c, seed += 10);
+    const Inputs inputs = randomInputs(c, seed += 10);
     KernelCall call("cross_entropy", {{"softcap", c.softcap}});
-    addInputs(call, c, in);
+    addInputs(call, c, inputs);
     call.output(DType::F32, {c.rows});
     call.run();
     const std::vector<float> cpu = call.result<float>();
+    const HostRows rows(c, inputs);
+    std::vector<float> loss(c.rows, std::nanf(""));
+    for (int64_t r = 0; r < c.rows; ++r) cross_entropy::lossRow(SerialBlock{}, rows.in, r, loss.data());
     for (int64_t r = 0; r < c.rows; ++r) {
-      const EmulatedRow row{c, in, r, threadsFor(c.vocabulary)};
-      double maximum, sum;
-      row.statistics(maximum, sum);
-      const float loss = static_cast<float>(cross_entropy::lossOf(maximum, sum, row.z(in.targets[r])));
       // libm's expf against the CPU kernel's fastExp (2 ulp), summed over V: ~1e-7 relative.
-      EXPECT_NEAR(loss, cpu[r], 1e-6 * std::max(1.0f, std::fabs(cpu[r]))) << describe(c) << " row " << r;
+      const double tolerance = 1e-6 * std::max(1.0f, std::fabs(cpu[r]));
+      EXPECT_NEAR(loss[r], cpu[r], tolerance) << describe(c) << " row " << r;
+      double maximum, sum;
+      stridedStatistics(rows.in, r, 256, maximum, sum);
+      const double strided = cross_entropy::lossOf(maximum, sum, rows.in.z(r, inputs.targets[r], rows.in.bonusOf(r)));
+      EXPECT_NEAR(strided, cpu[r], tolerance) << describe(c) << " row " << r << " (256 threads)";
     }
   }
 }
 
-TEST(CrossEntropyMath, BlockEmulationMatchesTheCpuGradient) {
+TEST(CrossEntropyMath, RowBodiesMatchTheCpuGradient) {
   uint32_t seed = 140;
   for (const Case& c : kCases) {
-    const Inputs in = randomInputs(c, seed += 10);
+    const Inputs inputs = randomInputs(c, seed += 10);
     KernelCall call("cross_entropy_backward", {{"softcap", c.softcap}});
-    addInputs(call, c, in);
-    call.input(DType::F32, {c.rows}, in.gradOutput);
+    addInputs(call, c, inputs);
+    call.input(DType::F32, {c.rows}, inputs.gradOutput);
     call.output(DType::F32, {c.rows, c.vocabulary});
     call.run();
     const std::vector<float> cpu = call.result<float>();
-    for (int64_t r = 0; r < c.rows; ++r) {
-      const EmulatedRow row{c, in, r, threadsFor(c.vocabulary)};
-      double maximum, sum;
-      row.statistics(maximum, sum);
-      const double g = in.gradOutput[r];
-      const int64_t target = in.targets[r];
-      for (int64_t j = 0; j < c.vocabulary; ++j) {
-        float squashed = 0.0f;
-        const double z = row.z(j, &squashed);
-        float gradient = j == target ? cross_entropy::targetGradientOf(g, z, maximum, sum)
-                                     : cross_entropy::gradientOf(cross_entropy::expTerm(z, maximum), g / sum);
-        if (c.softcap > 0) gradient = cross_entropy::throughCap(gradient, squashed);
-        const float expected = cpu[r * c.vocabulary + j];
-        // Relative to the element (an exp's 2 ulp and the sum's 1e-7), with a floor far below 1/V.
-        ASSERT_NEAR(gradient, expected, 2e-6 * std::fabs(expected) + 1e-12)
-            << describe(c) << " row " << r << " column " << j << (j == target ? " (target)" : "");
-      }
-    }
+    const HostRows rows(c, inputs);
+    std::vector<float> gradient(c.rows * c.vocabulary, std::nanf(""));
+    for (int64_t r = 0; r < c.rows; ++r)
+      cross_entropy::gradientRow(SerialBlock{}, rows.in, r, inputs.gradOutput.data(), gradient.data());
+    for (size_t e = 0; e < cpu.size(); ++e)
+      // Relative to the element (an exp's 2 ulp and the sum's 1e-7), with a floor far below 1/V.
+      ASSERT_NEAR(gradient[e], cpu[e], 2e-6 * std::fabs(cpu[e]) + 1e-12)
+          << describe(c) << " row " << e / c.vocabulary << " column " << e % c.vocabulary;
   }
 }
 
