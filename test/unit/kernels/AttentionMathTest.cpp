@@ -6,7 +6,9 @@
 // The bodies' bounds assertions (KernelElements.h) are compiled in: a bad index aborts the test.
 #define DGEMMA_CUDA_DEBUG_BOUNDS 1
 
+#include <barrier>
 #include <cmath>
+#include <thread>
 
 #include "KernelTestSupport.h"
 #include "support/DType.h"
@@ -188,23 +190,58 @@ class SharedMemory {
   std::vector<float> data_;
 };
 
-// attentionForwardKernel on the host: every task's body in turn.
+// A CUDA block of `threads` host threads: each runs the body with its own index, and a barrier stands
+// for __syncthreads. With several threads a phase's items are split as on the device, so a missing
+// barrier or an item written by two threads shows up as a wrong result.
+class ThreadedBlocks {
+ public:
+  explicit ThreadedBlocks(int threads) : threads_(threads), barrier_(threads) {}
+
+  struct Block {
+    ThreadedBlocks* group;
+    int index;
+    int thread() const { return index; }
+    int threads() const { return group->threads_; }
+    void sync() const { group->barrier_.arrive_and_wait(); }
+  };
+
+  // Runs `body(block)` on every thread of the block and waits for all.
+  template <typename Body>
+  void run(const Body& body) {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads_; ++t) workers.emplace_back([&, t] { body(Block{this, t}); });
+    for (std::thread& worker : workers) worker.join();
+  }
+
+ private:
+  int threads_;
+  std::barrier<> barrier_;
+};
+
+// attentionForwardKernel on the host: one block (of `threads` threads) walks every task, as a
+// grid-stride loop does.
 std::vector<float> emulateForward(const Case& c, TileShape tiles, const std::vector<float>& q,
-                                  const std::vector<float>& k, const std::vector<float>& v) {
+                                  const std::vector<float>& k, const std::vector<float>& v, int threads = 1) {
   const AttentionContract& g = c.g;
   std::vector<float> o(g.batch * g.queries * g.queryHeads * g.valueDim, std::nanf(""));
   const attention::AttentionBuffers<float> t{q.data(), k.data(), v.data(), c.keyValid.data(), nullptr,
                                              o.data(), nullptr,  nullptr,  nullptr};
   SharedMemory shared(attention::forwardSharedFloats(tiles, g.headDim, g.valueDim));
-  for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
-    attention::forwardTask(SerialBlock{}, shared.data(), g, tiles, t, task);
+  auto body = [&](const auto& block) {
+    for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
+      attention::forwardTask(block, shared.data(), g, tiles, t, task);
+  };
+  if (threads == 1)
+    body(SerialBlock{});
+  else
+    ThreadedBlocks(threads).run(body);
   EXPECT_TRUE(shared.guardIntact()) << describe(g) << ": the forward wrote past its shared memory";
   return o;
 }
 
 // The backward's two kernels on the host: every query task, then every key task.
 Gradients emulateBackward(const Case& c, TileShape tiles, const std::vector<float>& q, const std::vector<float>& k,
-                          const std::vector<float>& v, const std::vector<float>& dOut) {
+                          const std::vector<float>& v, const std::vector<float>& dOut, int threads = 1) {
   const AttentionContract& g = c.g;
   Gradients out{std::vector<float>(g.batch * g.queries * g.queryHeads * g.headDim, std::nanf("")),
                 std::vector<float>(g.batch * g.keys * g.kvHeads * g.headDim, std::nanf("")),
@@ -213,11 +250,22 @@ Gradients emulateBackward(const Case& c, TileShape tiles, const std::vector<floa
   const attention::AttentionBuffers<float> t{q.data(),      k.data(),      v.data(),      c.keyValid.data(), dOut.data(),
                                              out.dq.data(), out.dk.data(), out.dv.data(), statistics.data()};
   SharedMemory queryShared(attention::backwardQuerySharedFloats(tiles, g.headDim, g.valueDim));
-  for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
-    attention::backwardQueryTask(SerialBlock{}, queryShared.data(), g, tiles, t, task);
   SharedMemory keyShared(attention::backwardKeySharedFloats(tiles, g.headDim, g.valueDim));
-  for (int64_t task = 0; task < attention::keyTileTasks(g, tiles); ++task)
-    attention::backwardKeyTask(SerialBlock{}, keyShared.data(), g, tiles, t, task);
+  auto queryKernel = [&](const auto& block) {
+    for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
+      attention::backwardQueryTask(block, queryShared.data(), g, tiles, t, task);
+  };
+  auto keyKernel = [&](const auto& block) {
+    for (int64_t task = 0; task < attention::keyTileTasks(g, tiles); ++task)
+      attention::backwardKeyTask(block, keyShared.data(), g, tiles, t, task);
+  };
+  if (threads == 1) {
+    queryKernel(SerialBlock{});
+    keyKernel(SerialBlock{});
+  } else {
+    ThreadedBlocks(threads).run(queryKernel);
+    ThreadedBlocks(threads).run(keyKernel);
+  }
   EXPECT_TRUE(queryShared.guardIntact() && keyShared.guardIntact())
       << describe(g) << ": the backward wrote past its shared memory";
   return out;
@@ -274,6 +322,27 @@ TEST(AttentionMath, BackwardTaskBodiesMatchTheCpuKernel) {
       expectMatches(emulated.dk, cpu.dk, 2e-6, "dk " + what);
       expectMatches(emulated.dv, cpu.dv, 2e-6, "dv " + what);
     }
+  }
+}
+
+// Blocks of several threads (5: the phase loops split their items unevenly) give the one-thread
+// block's results exactly: every item is computed by one thread in the same order either way, so
+// any difference is a race between phases.
+TEST(AttentionMath, ThreadedBlocksEqualTheSerialBlock) {
+  uint32_t seed = 2100;
+  for (const Case& c : cases()) {
+    const AttentionContract& g = c.g;
+    const auto q = randomValues<float>(g.batch * g.queries * g.queryHeads * g.headDim, seed++);
+    const auto k = randomValues<float>(g.batch * g.keys * g.kvHeads * g.headDim, seed++);
+    const auto v = randomValues<float>(g.batch * g.keys * g.kvHeads * g.valueDim, seed++);
+    const auto dOut = randomValues<float>(g.batch * g.queries * g.queryHeads * g.valueDim, seed++);
+    const TileShape tiles{3, 5};
+    EXPECT_EQ(emulateForward(c, tiles, q, k, v, 5), emulateForward(c, tiles, q, k, v)) << describe(g);
+    const Gradients threaded = emulateBackward(c, tiles, q, k, v, dOut, 5);
+    const Gradients serial = emulateBackward(c, tiles, q, k, v, dOut);
+    EXPECT_EQ(threaded.dq, serial.dq) << describe(g);
+    EXPECT_EQ(threaded.dk, serial.dk) << describe(g);
+    EXPECT_EQ(threaded.dv, serial.dv) << describe(g);
   }
 }
 

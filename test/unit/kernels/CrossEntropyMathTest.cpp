@@ -1,12 +1,14 @@
 // runtime/kernels/cross_entropy/CrossEntropyMath.h, the arithmetic of the CUDA cross-entropy
 // kernels, against the CPU kernel without a GPU: the kernels' row bodies run on the host with a block
-// of one thread, and an emulation of a 256-thread block's strided partials and reductions through the
-// same functions, give the CPU kernel's loss and gradient, with and without the soft-cap and the
-// bonus, i32 and i64 ids, up to the model's vocabulary of 262144.
+// of one thread and with a block of four host threads (a barrier for each reduction) give the CPU
+// kernel's loss and gradient, with and without the soft-cap and the bonus, i32 and i64 ids, up to the
+// model's vocabulary of 262144.
 // The bodies' bounds assertions (KernelElements.h) are compiled in: a bad index aborts the test.
 #define DGEMMA_CUDA_DEBUG_BOUNDS 1
 
+#include <barrier>
 #include <cmath>
+#include <thread>
 
 #include "KernelTestSupport.h"
 #include "runtime/kernels/cross_entropy/CrossEntropyMath.h"
@@ -89,23 +91,46 @@ struct SerialBlock {
   double reduceSum(double value) const { return value; }
 };
 
-// A 256-thread block's statistics of row r: each thread's partials over its strided columns, the
-// maxima combined in any order, the sums as the warp butterflies and the warps' combine pair them.
-void stridedStatistics(const RowInputs<float>& in, int64_t r, int threads, double& maximum, double& sum) {
-  const RowBonus bonus = in.bonusOf(r);
-  std::vector<double> partial(threads, -INFINITY);
-  for (int t = 0; t < threads; ++t)
-    for (int64_t j = t; j < in.vocabulary; j += threads)
-      partial[t] = cross_entropy::combineMaximum(partial[t], in.z(r, j, bonus));
-  maximum = -INFINITY;
-  for (double p : partial) maximum = cross_entropy::combineMaximum(maximum, p);
-  std::fill(partial.begin(), partial.end(), 0.0);
-  for (int t = 0; t < threads; ++t)
-    for (int64_t j = t; j < in.vocabulary; j += threads) partial[t] += cross_entropy::expTerm(in.z(r, j, bonus), maximum);
-  for (int width = threads / 2; width > 0; width /= 2)
-    for (int t = 0; t < width; ++t) partial[t] = cross_entropy::combineSum(partial[t], partial[t + width]);
-  sum = partial[0];
-}
+// A CUDA block of `threads` host threads: each runs the row body with its own index; the reductions
+// gather every thread's partial through a barrier and combine them in thread order.
+class ThreadedBlock {
+ public:
+  explicit ThreadedBlock(int threads) : threads_(threads), barrier_(threads), slots_(threads) {}
+
+  struct Block {
+    ThreadedBlock* group;
+    int index;
+    int thread() const { return index; }
+    int threads() const { return group->threads_; }
+    double reduceMaximum(double value) const {
+      return reduce(value, -INFINITY, [](double a, double b) { return cross_entropy::combineMaximum(a, b); });
+    }
+    double reduceSum(double value) const {
+      return reduce(value, 0.0, [](double a, double b) { return cross_entropy::combineSum(a, b); });
+    }
+    template <typename Combine>
+    double reduce(double value, double identity, Combine combine) const {
+      group->slots_[index] = value;
+      group->barrier_.arrive_and_wait();
+      double result = identity;
+      for (double slot : group->slots_) result = combine(result, slot);
+      group->barrier_.arrive_and_wait();  // every thread has read the slots before they are reused
+      return result;
+    }
+  };
+
+  template <typename Body>
+  void run(const Body& body) {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads_; ++t) workers.emplace_back([&, t] { body(Block{this, t}); });
+    for (std::thread& worker : workers) worker.join();
+  }
+
+ private:
+  int threads_;
+  std::barrier<> barrier_;
+  std::vector<double> slots_;
+};
 
 std::string describe(const Case& c) {
   return std::to_string(c.rows) + "x" + std::to_string(c.vocabulary) + " softcap " + std::to_string(c.softcap) +
@@ -128,16 +153,16 @@ TEST(CrossEntropyMath, RowBodiesMatchTheCpuLoss) {
     call.run();
     const std::vector<float> cpu = call.result<float>();
     const HostRows rows(c, inputs);
-    std::vector<float> loss(c.rows, std::nanf(""));
+    std::vector<float> loss(c.rows, std::nanf("")), threadedLoss(c.rows, std::nanf(""));
     for (int64_t r = 0; r < c.rows; ++r) cross_entropy::lossRow(SerialBlock{}, rows.in, r, loss.data());
+    ThreadedBlock(4).run([&](const auto& block) {
+      for (int64_t r = 0; r < c.rows; ++r) cross_entropy::lossRow(block, rows.in, r, threadedLoss.data());
+    });
     for (int64_t r = 0; r < c.rows; ++r) {
       // libm's expf against the CPU kernel's fastExp (2 ulp), summed over V: ~1e-7 relative.
       const double tolerance = 1e-6 * std::max(1.0f, std::fabs(cpu[r]));
       EXPECT_NEAR(loss[r], cpu[r], tolerance) << describe(c) << " row " << r;
-      double maximum, sum;
-      stridedStatistics(rows.in, r, 256, maximum, sum);
-      const double strided = cross_entropy::lossOf(maximum, sum, rows.in.z(r, inputs.targets[r], rows.in.bonusOf(r)));
-      EXPECT_NEAR(strided, cpu[r], tolerance) << describe(c) << " row " << r << " (256 threads)";
+      EXPECT_NEAR(threadedLoss[r], cpu[r], tolerance) << describe(c) << " row " << r << " (4 threads)";
     }
   }
 }
@@ -153,13 +178,21 @@ TEST(CrossEntropyMath, RowBodiesMatchTheCpuGradient) {
     call.run();
     const std::vector<float> cpu = call.result<float>();
     const HostRows rows(c, inputs);
-    std::vector<float> gradient(c.rows * c.vocabulary, std::nanf(""));
+    std::vector<float> gradient(c.rows * c.vocabulary, std::nanf("")), threaded(gradient);
     for (int64_t r = 0; r < c.rows; ++r)
       cross_entropy::gradientRow(SerialBlock{}, rows.in, r, inputs.gradOutput.data(), gradient.data());
-    for (size_t e = 0; e < cpu.size(); ++e)
+    ThreadedBlock(4).run([&](const auto& block) {
+      for (int64_t r = 0; r < c.rows; ++r)
+        cross_entropy::gradientRow(block, rows.in, r, inputs.gradOutput.data(), threaded.data());
+    });
+    for (size_t e = 0; e < cpu.size(); ++e) {
       // Relative to the element (an exp's 2 ulp and the sum's 1e-7), with a floor far below 1/V.
-      ASSERT_NEAR(gradient[e], cpu[e], 2e-6 * std::fabs(cpu[e]) + 1e-12)
-          << describe(c) << " row " << e / c.vocabulary << " column " << e % c.vocabulary;
+      const double tolerance = 2e-6 * std::fabs(cpu[e]) + 1e-12;
+      ASSERT_NEAR(gradient[e], cpu[e], tolerance) << describe(c) << " row " << e / c.vocabulary << " column "
+                                                  << e % c.vocabulary;
+      ASSERT_NEAR(threaded[e], cpu[e], tolerance) << describe(c) << " row " << e / c.vocabulary << " column "
+                                                  << e % c.vocabulary << " (4 threads)";
+    }
   }
 }
 
