@@ -1,8 +1,9 @@
 // attention and attention_backward on CUDA (docs/kernels.md), f32 or bf16 buffers with f32
 // arithmetic; runtime/kernels/attention/cpu.cpp is the CPU twin. The visibility rules, index maps,
 // tile geometry and the online softmax are attention/AttentionMath.h, and what a block does for one
-// task is attention/AttentionTiles.h: the CPU unit test runs those same bodies on the host (a block
-// of one thread) against the CPU kernel. This file holds the __global__ wrappers and the launches.
+// task is attention/AttentionTiles.h: the CPU unit test runs those same bodies on the host (blocks of
+// one and of five host threads) against the CPU kernel. This file holds the __global__ wrappers and
+// the launches.
 //
 // Forward (flash-style): a block takes a tile of queries of one (b, head) and streams over the key
 // tiles their candidate keys span, keeping K, V, the scores and the output accumulators in shared
