@@ -9,6 +9,8 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerSoftmaxCudaKernels(registry);
   registerMoeDispatchCudaKernels(registry);
   registerCanvasSampleCudaKernels(registry);
+  registerAttentionCudaKernels(registry);
+  registerCrossEntropyCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -1,5 +1,6 @@
 // The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp), f32 only for
-// now: their factories reject other dtypes when the plan is loaded. Plain C++ header.
+// now except attention and cross-entropy (f32 and bf16): their factories reject other dtypes when
+// the plan is loaded. Plain C++ header.
 #pragma once
 
 #include "runtime/kernel_api/Kernel.h"
@@ -13,6 +14,8 @@ void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
 void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_permute, moe_combine
 void registerCanvasSampleCudaKernels(KernelRegistry& registry);  // canvas_sample
+void registerAttentionCudaKernels(KernelRegistry& registry);     // attention, attention_backward (f32, bf16)
+void registerCrossEntropyCudaKernels(KernelRegistry& registry);  // cross_entropy[_backward] (f32, bf16)
 
 void registerCudaKernels(KernelRegistry& registry);
 

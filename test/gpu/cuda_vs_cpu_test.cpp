@@ -15,6 +15,15 @@
 //  - matmul: 1e-5 of sum_k |a_ik| |b_kj| (the natural scale of a dot product's rounding error), with
 //    cuBLAS in pedantic math mode (no TF32; the test also checks the backend did not enable TF32).
 //  - canvas_sample: the ids and the scaled logits exactly, the entropy 1e-6.
+//  - attention (f32): 1e-5 of max(1, |cpu|) for o, 2e-5 for dq, dk, dv: the same f32 operations as
+//    the CPU kernel in another order (online softmax over key tiles, sums over tiles), plus libdevice
+//    expf against the CPU's fastExp; the host emulation of the tiles (AttentionMathTest) agrees with
+//    the CPU kernel to 1e-6 and 2e-6;
+//  - cross_entropy (f32): the loss 2e-6 of max(1, |cpu|), grad_logits 4e-6 of |cpu| (+1e-12): f64
+//    sums on both sides, each exp and the soft-cap's tanhf within an ulp or two of the CPU's;
+//  - bf16 (attention, cross_entropy): against the CPU kernel in f32 on the bf16-rounded inputs, its
+//    results rounded to bf16 (what the CPU backend's widening computes): one bf16 ulp (2^-7 relative)
+//    plus the f32 tolerance, as the two f32 results may straddle a rounding boundary.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,6 +43,7 @@
 #include "runtime/kernel_api/Kernel.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/backends/cuda/CudaCommon.h"
+#include "support/DType.h"
 #include "support/Error.h"
 #include "runtime/core/HostTensor.h"
 #include "runtime/core/ThreadPool.h"
@@ -169,34 +179,40 @@ struct BothResults {
   std::vector<std::vector<float>> gpu;
 };
 
-BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
+// The step's outputs on the CPU kernel.
+std::vector<std::vector<float>> runCpu(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
   EXPECT_EQ(inputs.size(), setup.inputs.size());
-  BothResults results;
-
-  // CPU.
   static ThreadPool pool(2);
-  {
-    std::unique_ptr<Kernel> kernel = makeKernel(cpuRegistry(), setup);
-    std::vector<std::vector<float>> inputCopies = inputs;
-    std::vector<TensorRef> inRefs, outRefs;
-    for (size_t i = 0; i < inputs.size(); ++i) inRefs.push_back(TensorRef{inputCopies[i].data(), setup.inputs[i]});
-    results.cpu.resize(setup.outputs.size());
-    for (size_t i = 0; i < setup.outputs.size(); ++i) {
-      results.cpu[i].assign(static_cast<size_t>((setup.outputs[i]->bytes() + 3) / 4), std::nanf(""));
-      outRefs.push_back(TensorRef{results.cpu[i].data(), setup.outputs[i]});
-    }
-    ExecContext context;
-    context.threads = &pool;
-    kernel->run(context, inRefs, outRefs);
+  std::unique_ptr<Kernel> kernel = makeKernel(cpuRegistry(), setup);
+  std::vector<std::vector<float>> inputCopies = inputs;
+  std::vector<TensorRef> inRefs, outRefs;
+  for (size_t i = 0; i < inputs.size(); ++i) inRefs.push_back(TensorRef{inputCopies[i].data(), setup.inputs[i]});
+  std::vector<std::vector<float>> outputs(setup.outputs.size());
+  for (size_t i = 0; i < setup.outputs.size(); ++i) {
+    outputs[i].assign(static_cast<size_t>((setup.outputs[i]->bytes() + 3) / 4), std::nanf(""));
+    outRefs.push_back(TensorRef{outputs[i].data(), setup.outputs[i]});
   }
+  ExecContext context;
+  context.threads = &pool;
+  kernel->run(context, inRefs, outRefs);
+  return outputs;
+}
 
-  // GPU.
+// The step's outputs on the CUDA kernel (the device buffers are freed also when the kernel throws).
+std::vector<std::vector<float>> runGpu(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
+  EXPECT_EQ(inputs.size(), setup.inputs.size());
   Backend& backend = *sharedBackend().backend;
   std::unique_ptr<Kernel> kernel = makeKernel(cudaRegistry(), setup);
-  std::vector<void*> allocations;
+  struct Allocations {
+    Backend& backend;
+    std::vector<void*> pointers;
+    ~Allocations() {
+      for (void* pointer : pointers) backend.deallocate(pointer);
+    }
+  } allocations{backend, {}};
   auto allocate = [&](uint64_t bytes) {
     void* pointer = backend.allocate(bytes, 256);
-    allocations.push_back(pointer);
+    allocations.pointers.push_back(pointer);
     return pointer;
   };
   std::vector<TensorRef> inRefs, outRefs;
@@ -216,13 +232,16 @@ BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>
   ExecContext context = backend.context(0);
   kernel->run(context, inRefs, outRefs);
   backend.synchronize();
-  results.gpu.resize(setup.outputs.size());
+  std::vector<std::vector<float>> outputs(setup.outputs.size());
   for (size_t i = 0; i < setup.outputs.size(); ++i) {
-    results.gpu[i].resize(static_cast<size_t>((setup.outputs[i]->bytes() + 3) / 4));
-    backend.copyToHost(results.gpu[i].data(), outRefs[i].data, setup.outputs[i]->bytes());
+    outputs[i].resize(static_cast<size_t>((setup.outputs[i]->bytes() + 3) / 4));
+    backend.copyToHost(outputs[i].data(), outRefs[i].data, setup.outputs[i]->bytes());
   }
-  for (void* pointer : allocations) backend.deallocate(pointer);
-  return results;
+  return outputs;
+}
+
+BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
+  return {runCpu(setup, inputs), runGpu(setup, inputs)};
 }
 
 // Compares element by element: |gpu - cpu| <= tolerance(i) (and both NaN, or both the same inf).
@@ -650,6 +669,253 @@ TEST(CudaKernelFactories, MoePermuteRejectsOneByteElements) {
   StepSetup setup("moe_permute", {});
   setup.in({2, 3}, DType::I8).in({2, 1}, DType::I64).out({2, 3}, DType::I8);
   EXPECT_THROW(makeKernel(cudaRegistry(), setup), InputError);
+}
+
+// ---- attention and cross-entropy: f32 and bf16 -------------------------------------------------------
+
+// A bf16 buffer travels as its 16-bit patterns packed into floats' bytes.
+std::vector<float> bf16Bytes(const std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = f32ToBf16Bits(values[i]);
+  std::vector<float> bytes((values.size() + 1) / 2);
+  std::memcpy(bytes.data(), bits.data(), bits.size() * sizeof(uint16_t));
+  return bytes;
+}
+std::vector<float> bf16Values(const std::vector<float>& bytes, size_t count) {
+  std::vector<uint16_t> bits(count);
+  std::memcpy(bits.data(), bytes.data(), count * sizeof(uint16_t));
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = bf16BitsToF32(bits[i]);
+  return values;
+}
+std::vector<float> roundedToBf16(const std::vector<float>& values) { return bf16Values(bf16Bytes(values), values.size()); }
+
+std::vector<float> int32Bytes(const std::vector<int64_t>& values) {
+  std::vector<int32_t> narrow(values.begin(), values.end());
+  std::vector<float> bytes(narrow.size());  // an i32 fills one float's bytes
+  std::memcpy(bytes.data(), narrow.data(), narrow.size() * sizeof(int32_t));
+  return bytes;
+}
+
+// One bf16 ulp of the reference plus the f32 tolerance.
+double bf16Tolerance(float reference, double f32Tolerance) { return std::ldexp(std::fabs(reference), -7) + f32Tolerance; }
+
+struct AttentionGpuCase {
+  int64_t batch, queries, keys, queryHeads, kvHeads, headDim, valueDim;
+  std::string mask;
+  int64_t window, prefixLen;
+};
+
+std::string describe(const AttentionGpuCase& c) {
+  return c.mask + " B=" + std::to_string(c.batch) + " Tq=" + std::to_string(c.queries) + " Tk=" + std::to_string(c.keys) +
+         " Hq=" + std::to_string(c.queryHeads) + " Hkv=" + std::to_string(c.kvHeads) + " D=" + std::to_string(c.headDim) +
+         " Dv=" + std::to_string(c.valueDim) + " window=" + std::to_string(c.window) +
+         " prefix=" + std::to_string(c.prefixLen);
+}
+
+const std::vector<AttentionGpuCase>& attentionGpuCases() {
+  static const std::vector<AttentionGpuCase> cases = {
+      {2, 9, 9, 4, 2, 8, 6, "causal", 0, 0},        {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0},
+      {3, 5, 13, 2, 1, 16, 24, "causal", 3, 0},     {2, 33, 33, 4, 4, 32, 32, "bidirectional", 0, 0},
+      {2, 24, 88, 4, 2, 64, 64, "prefix", 16, 64},  {2, 16, 40, 2, 2, 8, 8, "prefix", 0, 0},
+      {1, 130, 300, 4, 1, 256, 256, "causal", 0, 0},  // 256-wide heads: shared memory past 48 KiB
+      {1, 40, 40, 2, 1, 512, 512, "bidirectional", 0, 0},
+  };
+  return cases;
+}
+
+// key_valid with padded keys (every fifth key, and the last batch row's last third).
+std::vector<float> keyValidBytes(const AttentionGpuCase& c) {
+  std::vector<uint8_t> valid(c.batch * c.keys);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t j = 0; j < c.keys; ++j)
+      valid[b * c.keys + j] = !(j % 5 == 3 || (b == c.batch - 1 && j >= 2 * c.keys / 3));
+  std::vector<float> bytes((valid.size() + 3) / 4);
+  std::memcpy(bytes.data(), valid.data(), valid.size());
+  return bytes;
+}
+
+StepSetup attentionSetup(const AttentionGpuCase& c, DType dtype, bool backward) {
+  StepSetup setup(backward ? "attention_backward" : "attention",
+                  {{"mask", c.mask}, {"window", c.window}, {"prefix_len", c.prefixLen}, {"scale", 0.125}});
+  setup.in({c.batch, c.queries, c.queryHeads, c.headDim}, dtype)
+      .in({c.batch, c.keys, c.kvHeads, c.headDim}, dtype)
+      .in({c.batch, c.keys, c.kvHeads, c.valueDim}, dtype)
+      .in({c.batch, c.keys}, DType::U8);
+  if (backward) {
+    setup.in({c.batch, c.queries, c.queryHeads, c.valueDim}, dtype);
+    setup.out({c.batch, c.queries, c.queryHeads, c.headDim}, dtype)
+        .out({c.batch, c.keys, c.kvHeads, c.headDim}, dtype)
+        .out({c.batch, c.keys, c.kvHeads, c.valueDim}, dtype);
+  } else {
+    setup.out({c.batch, c.queries, c.queryHeads, c.valueDim}, dtype);
+  }
+  return setup;
+}
+
+// f32: the CUDA kernel against the CPU kernel on the same inputs. bf16: the CUDA kernel on bf16
+// buffers against the CPU kernel in f32 on the same (rounded) values, its results rounded to bf16.
+void checkAttention(bool backward) {
+  const double tolerance = backward ? 2e-5 : 1e-5;
+  uint32_t seed = backward ? 1300 : 1200;
+  for (const AttentionGpuCase& c : attentionGpuCases()) {
+    std::vector<std::vector<float>> values = {
+        roundedToBf16(randomFloats(c.batch * c.queries * c.queryHeads * c.headDim, seed++)),
+        roundedToBf16(randomFloats(c.batch * c.keys * c.kvHeads * c.headDim, seed++)),
+        roundedToBf16(randomFloats(c.batch * c.keys * c.kvHeads * c.valueDim, seed++))};
+    if (backward) values.push_back(roundedToBf16(randomFloats(c.batch * c.queries * c.queryHeads * c.valueDim, seed++)));
+    std::vector<std::vector<float>> inputs = {values[0], values[1], values[2], keyValidBytes(c)};
+    if (backward) inputs.push_back(values[3]);
+    const StepSetup f32 = attentionSetup(c, DType::F32, backward);
+    const BothResults results = runBoth(f32, inputs);
+    std::vector<std::vector<float>> bf16Inputs = {bf16Bytes(values[0]), bf16Bytes(values[1]), bf16Bytes(values[2]),
+                                                  keyValidBytes(c)};
+    if (backward) bf16Inputs.push_back(bf16Bytes(values[3]));
+    const std::vector<std::vector<float>> bf16 = runGpu(attentionSetup(c, DType::BF16, backward), bf16Inputs);
+    const char* names[] = {backward ? "dq" : "o", "dk", "dv"};
+    for (size_t i = 0; i < results.cpu.size(); ++i) {
+      const std::vector<float>& cpu = results.cpu[i];
+      const std::string what = std::string(names[i]) + " of " + describe(c);
+      expectClose(cpu, results.gpu[i], [&](size_t e) { return tolerance * std::max(1.0f, std::fabs(cpu[e])); },
+                  what + " (f32)");
+      const std::vector<float> cpuRounded = roundedToBf16(cpu);
+      expectClose(cpuRounded, bf16Values(bf16[i], cpu.size()),
+                  [&](size_t e) { return bf16Tolerance(cpuRounded[e], tolerance * std::max(1.0f, std::fabs(cpu[e]))); },
+                  what + " (bf16)");
+    }
+  }
+}
+
+TEST(CudaVsCpu, Attention) {
+  REQUIRE_CUDA_BACKEND();
+  checkAttention(false);
+}
+
+TEST(CudaVsCpu, AttentionBackward) {
+  REQUIRE_CUDA_BACKEND();
+  checkAttention(true);
+}
+
+struct CrossEntropyGpuCase {
+  int64_t rows, vocabulary;
+  double softcap;
+  bool bonus;
+  bool wideIds;
+};
+
+std::string describe(const CrossEntropyGpuCase& c) {
+  return std::to_string(c.rows) + "x" + std::to_string(c.vocabulary) + " softcap " + std::to_string(c.softcap) +
+         (c.bonus ? " with bonus" : "") + (c.wideIds ? " i64 ids" : " i32 ids");
+}
+
+StepSetup crossEntropySetup(const CrossEntropyGpuCase& c, DType dtype, bool backward) {
+  StepSetup setup(backward ? "cross_entropy_backward" : "cross_entropy", {{"softcap", c.softcap}});
+  const DType ids = c.wideIds ? DType::I64 : DType::I32;
+  setup.in({c.rows, c.vocabulary}, dtype).in({c.rows}, ids);
+  if (c.bonus) setup.in({c.rows}, ids).in({c.rows}, dtype);
+  if (backward) setup.in({c.rows}, dtype);
+  setup.out(backward ? std::vector<int64_t>{c.rows, c.vocabulary} : std::vector<int64_t>{c.rows}, dtype);
+  return setup;
+}
+
+void checkCrossEntropy(bool backward) {
+  const std::vector<CrossEntropyGpuCase> cases = {
+      {6, 1000, 0.0, false, true}, {6, 1000, 30.0, true, false}, {5, 7, 2.0, true, true},
+      {300, 4099, 30.0, true, true}, {3, 262144, 30.0, true, false}, {2, 262144, 0.0, false, true},
+  };
+  uint32_t seed = backward ? 1500 : 1400;
+  for (const CrossEntropyGpuCase& c : cases) {
+    std::mt19937 generator(seed);
+    std::vector<int64_t> targets, bonusIds;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      targets.push_back(generator() % c.vocabulary);
+      bonusIds.push_back(r % 3 == 0 ? targets.back() : static_cast<int64_t>(generator() % c.vocabulary));
+    }
+    std::vector<float> logits = roundedToBf16(randomFloats(c.rows * c.vocabulary, seed++, -8.0f, 8.0f));
+    for (int64_t r = 1; r < c.rows; r += 4) logits[r * c.vocabulary + targets[r]] = 30.0f;  // p near 1
+    const std::vector<float> bonus = roundedToBf16(randomFloats(c.rows, seed++, 0.0f, 3.0f));
+    const std::vector<float> gradOutput = roundedToBf16(randomFloats(c.rows, seed++, -1.5f, 1.5f));
+    auto idBytes = [&](const std::vector<int64_t>& ids) { return c.wideIds ? int64Bytes(ids) : int32Bytes(ids); };
+    std::vector<std::vector<float>> inputs = {logits, idBytes(targets)}, bf16Inputs = {bf16Bytes(logits), idBytes(targets)};
+    if (c.bonus) {
+      inputs.push_back(idBytes(bonusIds));
+      inputs.push_back(bonus);
+      bf16Inputs.push_back(idBytes(bonusIds));
+      bf16Inputs.push_back(bf16Bytes(bonus));
+    }
+    if (backward) {
+      inputs.push_back(gradOutput);
+      bf16Inputs.push_back(bf16Bytes(gradOutput));
+    }
+    const BothResults results = runBoth(crossEntropySetup(c, DType::F32, backward), inputs);
+    const std::vector<float>& cpu = results.cpu[0];
+    auto tolerance = [&](size_t e) {
+      return backward ? 4e-6 * std::fabs(cpu[e]) + 1e-12 : 2e-6 * std::max(1.0f, std::fabs(cpu[e]));
+    };
+    const std::string what = (backward ? "grad_logits of " : "loss of ") + describe(c);
+    expectClose(cpu, results.gpu[0], tolerance, what + " (f32)");
+    const std::vector<float> bf16 = runGpu(crossEntropySetup(c, DType::BF16, backward), bf16Inputs)[0];
+    const std::vector<float> cpuRounded = roundedToBf16(cpu);
+    expectClose(cpuRounded, bf16Values(bf16, cpu.size()), [&](size_t e) { return bf16Tolerance(cpuRounded[e], tolerance(e)); },
+                what + " (bf16)");
+  }
+}
+
+TEST(CudaVsCpu, CrossEntropy) {
+  REQUIRE_CUDA_BACKEND();
+  checkCrossEntropy(false);
+}
+
+TEST(CudaVsCpu, CrossEntropyBackward) {
+  REQUIRE_CUDA_BACKEND();
+  checkCrossEntropy(true);
+}
+
+// An id outside [0, V) is the CPU kernel's RuntimeError, word for word, before any output is written.
+TEST(CudaVsCpu, CrossEntropyIdsOutsideTheVocabulary) {
+  REQUIRE_CUDA_BACKEND();
+  const CrossEntropyGpuCase c{5, 10, 0.0, true, false};
+  const std::vector<float> logits = randomFloats(c.rows * c.vocabulary, 9), bonus = randomFloats(c.rows, 10);
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> idSets = {
+      {{1, 2, 10, 3, -1}, {0, 0, 0, 0, 0}},   // targets 10 (row 2) and -1: the first is named
+      {{1, 2, 3, 4, 5}, {0, 11, 0, -7, 0}},   // bonus ids
+      {{1, 2, 3, 4, -3}, {0, 0, 12, 0, 0}},   // both: the targets are checked first
+  };
+  for (const auto& [targets, bonusIds] : idSets) {
+    const std::vector<std::vector<float>> inputs = {logits, int32Bytes(targets), int32Bytes(bonusIds), bonus};
+    const StepSetup setup = crossEntropySetup(c, DType::F32, false);
+    std::string cpuMessage, gpuMessage;
+    try {
+      runCpu(setup, inputs);
+    } catch (const RuntimeError& error) {
+      cpuMessage = error.what();
+    }
+    try {
+      runGpu(setup, inputs);
+    } catch (const RuntimeError& error) {
+      gpuMessage = error.what();
+    }
+    EXPECT_FALSE(cpuMessage.empty());
+    EXPECT_EQ(gpuMessage, cpuMessage);
+  }
+}
+
+TEST(CudaKernelFactories, AttentionAndCrossEntropyTakeF32AndBf16) {
+  const KernelRegistry& r = cudaRegistry();
+  const AttentionGpuCase a{1, 4, 4, 2, 1, 8, 8, "causal", 0, 0};
+  const CrossEntropyGpuCase ce{3, 17, 0.0, false, true};
+  for (bool backward : {false, true}) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      EXPECT_NO_THROW(makeKernel(r, attentionSetup(a, dtype, backward)));
+      EXPECT_NO_THROW(makeKernel(r, crossEntropySetup(ce, dtype, backward)));
+      EXPECT_TRUE(r.traits(backward ? "attention_backward" : "attention").handlesReducedFloats);
+    }
+    EXPECT_THROW(makeKernel(r, attentionSetup(a, DType::F64, backward)), InputError);
+    EXPECT_THROW(makeKernel(r, crossEntropySetup(ce, DType::F16, backward)), InputError);
+  }
+  // Heads too wide for the shared memory of even one query and one key: a plan error, not a launch failure.
+  EXPECT_THROW(makeKernel(r, attentionSetup({1, 4, 4, 1, 1, 1 << 14, 1 << 14, "causal", 0, 0}, DType::F32, false)),
+               InputError);
 }
 
 }  // namespace

@@ -63,4 +63,10 @@ CrossEntropyContract parseCrossEntropyBackwardContract(const KernelSignature& si
   return parseRowsAndOutput(signature, dtypes, true);
 }
 
+std::string idOutsideVocabularyMessage(const std::string& where, const std::string& role, int64_t id, int64_t index,
+                                       int64_t vocabulary) {
+  return where + ": " + role + " id " + std::to_string(id) + " at flat index " + std::to_string(index) +
+         " is outside the vocabulary [0, " + std::to_string(vocabulary) + ")";
+}
+
 }  // namespace dgemma

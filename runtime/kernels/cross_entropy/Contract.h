@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "runtime/kernel_api/Kernel.h"
 
@@ -29,5 +30,10 @@ struct CrossEntropyContract {
 CrossEntropyContract parseCrossEntropyContract(const KernelSignature& signature, std::initializer_list<DType> dtypes);
 CrossEntropyContract parseCrossEntropyBackwardContract(const KernelSignature& signature,
                                                        std::initializer_list<DType> dtypes);
+
+// The run-time error of a target or bonus id (`role`: "target", "bonus") outside [0, V) at flat
+// index `index`, in the same words on every backend.
+std::string idOutsideVocabularyMessage(const std::string& where, const std::string& role, int64_t id, int64_t index,
+                                       int64_t vocabulary);
 
 }  // namespace dgemma

@@ -176,8 +176,7 @@ BonusedRow<T> rowOf(const CrossEntropyRows<T>& rows, int64_t r, const CrossEntro
 void checkIds(const std::string& where, const CrossEntropyContract& geometry, const Ids& ids, const char* role) {
   for (int64_t r = 0; r < geometry.rows; ++r)
     if (ids[r] < 0 || ids[r] >= geometry.vocabulary)
-      throw RuntimeError(where + ": " + role + " id " + std::to_string(ids[r]) + " at flat index " + std::to_string(r) +
-                         " is outside the vocabulary [0, " + std::to_string(geometry.vocabulary) + ")");
+      throw RuntimeError(idOutsideVocabularyMessage(where, role, ids[r], r, geometry.vocabulary));
 }
 
 // Checks every id serially, before any output is written.
