@@ -7,12 +7,13 @@
 
 namespace dgemma {
 
-std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThreads) {
+std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThreads, int64_t deviceIndex) {
   if (name == "cpu") return createCpuBackend(numThreads);
   if (name == "cuda") {
 #ifdef DGEMMA_HAVE_CUDA
-    return createCudaBackend(0);
+    return createCudaBackend(deviceIndex);
 #else
+    (void)deviceIndex;
     throw RuntimeError("backend \"cuda\": this dgemma was built without CUDA (nvcc was not found at configure time)");
 #endif
   }
