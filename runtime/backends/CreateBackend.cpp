@@ -11,10 +11,16 @@ std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThrea
   if (name == "cpu") return createCpuBackend(numThreads);
   if (name == "cuda") {
 #ifdef DGEMMA_HAVE_CUDA
-    return createCudaBackend(deviceIndex);
+    // Named as the user asked for it, so that a machine without a GPU or a driver reads
+    // "--backend cuda: cuda backend: no usable CUDA device: ...".
+    try {
+      return createCudaBackend(deviceIndex);
+    } catch (const RuntimeError& error) {
+      throw RuntimeError("--backend cuda: " + std::string(error.what()));
+    }
 #else
     (void)deviceIndex;
-    throw RuntimeError("backend \"cuda\": this dgemma was built without CUDA (nvcc was not found at configure time)");
+    throw RuntimeError("--backend cuda: this dgemma was built without CUDA (nvcc was not found at configure time)");
 #endif
   }
   throw InputError("--backend: expected cpu or cuda, got \"" + name + "\"");
