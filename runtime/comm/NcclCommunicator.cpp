@@ -240,39 +240,44 @@ class NcclCommunicator final : public Communicator {
   void* scratch_ = nullptr;            // 2 size i64 slots on the device
 };
 
-// Rank 0 publishes the unique id under options.key; the others wait for it.
-ncclUniqueId exchangeUniqueId(const NcclLibrary& nccl, gloo::rendezvous::Store& store, const NcclOptions& options,
-                              const std::string& what) {
-  ncclUniqueId id{};
-  try {
-    if (options.rank == 0) {
-      ncclResult_t status = nccl.getUniqueId(&id);
-      if (status != ncclSuccess) throw RuntimeError(what + ": ncclGetUniqueId: " + nccl.getErrorString(status));
-      store.set(options.key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
-      return id;
-    }
-    store.wait({options.key}, options.timeout);
-    std::vector<char> value = store.get(options.key);
-    if (value.size() != sizeof id.internal)
-      throw RuntimeError(what + ": the store's '" + options.key + "' holds " + std::to_string(value.size()) +
-                         " bytes, expected an NCCL unique id of " + std::to_string(sizeof id.internal));
-    std::memcpy(id.internal, value.data(), value.size());
-    return id;
-  } catch (const gloo::Exception& error) {
-    throw RuntimeError(what + ": waiting for rank 0's NCCL unique id: " + error.what());
-  }
-}
-
-}  // namespace
-
-std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& store, const NcclOptions& options) {
+// InputError for a rank or size NCCL cannot take; otherwise what errors of the rendezvous start with.
+std::string checkRendezvous(const NcclOptions& options) {
   if (options.size < 1 || options.size > INT_MAX)
     throw InputError("nccl: size: expected 1 to " + std::to_string(INT_MAX) + " ranks, got " + std::to_string(options.size));
   if (options.rank < 0 || options.rank >= options.size)
     throw InputError("nccl: rank: expected a rank in [0, " + std::to_string(options.size) + "), got " +
                      std::to_string(options.rank));
-  const std::string what = "nccl rendezvous" + (options.label.empty() ? "" : " of " + options.label) + " (rank " +
-                           std::to_string(options.rank) + " of " + std::to_string(options.size) + ")";
+  return "nccl rendezvous" + (options.label.empty() ? "" : " of " + options.label) + " (rank " +
+         std::to_string(options.rank) + " of " + std::to_string(options.size) + ")";
+}
+
+}  // namespace
+
+std::vector<char> exchangeNcclUniqueId(gloo::rendezvous::Store& store, const NcclOptions& options) {
+  const std::string what = checkRendezvous(options);
+  const NcclLibrary& nccl = ncclLibrary();
+  ncclUniqueId id{};
+  try {
+    if (options.rank == 0) {
+      ncclResult_t status = nccl.getUniqueId(&id);
+      if (status != ncclSuccess) throw RuntimeError(what + ": ncclGetUniqueId: " + nccl.getErrorString(status));
+      std::vector<char> bytes(id.internal, id.internal + sizeof id.internal);
+      store.set(options.key, bytes);
+      return bytes;
+    }
+    store.wait({options.key}, options.timeout);
+    std::vector<char> bytes = store.get(options.key);
+    if (bytes.size() != sizeof id.internal)
+      throw RuntimeError(what + ": the store's '" + options.key + "' holds " + std::to_string(bytes.size()) +
+                         " bytes, expected an NCCL unique id of " + std::to_string(sizeof id.internal));
+    return bytes;
+  } catch (const gloo::Exception& error) {
+    throw RuntimeError(what + ": waiting for rank 0's NCCL unique id ('" + options.key + "'): " + error.what());
+  }
+}
+
+std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& store, const NcclOptions& options) {
+  const std::string what = checkRendezvous(options);
   const NcclLibrary& nccl = ncclLibrary();
 
   int device = options.device;
@@ -283,7 +288,9 @@ std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& st
     throw RuntimeError(what + ": --backend cuda with several ranks needs a usable CUDA device: " + cudaErrorText(status));
   }
 
-  ncclUniqueId id = exchangeUniqueId(nccl, store, options, what);
+  const std::vector<char> idBytes = exchangeNcclUniqueId(store, options);
+  ncclUniqueId id{};
+  std::memcpy(id.internal, idBytes.data(), sizeof id.internal);
   ncclComm_t comm = nullptr;
   ncclResult_t result = nccl.commInitRank(&comm, static_cast<int>(options.size), id, static_cast<int>(options.rank));
   if (result != ncclSuccess) {

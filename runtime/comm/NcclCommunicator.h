@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/Communicator.h"
 
@@ -45,5 +46,11 @@ struct NcclOptions {
 // when NCCL or a CUDA device is missing, and RuntimeError naming the group when the id does not
 // arrive in time or NCCL fails.
 std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& store, const NcclOptions& options);
+
+// The first half of createNcclCommunicator, which needs NCCL but no GPU: rank 0 creates NCCL's
+// unique id and writes it to `store` under options.key; the other ranks wait for it (at most
+// options.timeout). Returns the id's bytes, the same on every rank of the group. RuntimeError
+// naming options.label and the key when the id does not arrive in time or is malformed.
+std::vector<char> exchangeNcclUniqueId(gloo::rendezvous::Store& store, const NcclOptions& options);
 
 }  // namespace dgemma
