@@ -52,9 +52,10 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const NcclLibrary& nccl, ncclComm_t comm, int device, int64_t rank, int64_t size, std::string label)
       : nccl_(nccl), comm_(comm), device_(device), rank_(rank), size_(size), label_(std::move(label)) {
     try {
-      activate("setup");
-      checkCuda("setup", cudaStreamCreateWithFlags(&hostStream_, cudaStreamNonBlocking));
-      checkCuda("setup", cudaMalloc(&scratch_, 2 * static_cast<size_t>(size_) * sizeof(int64_t)));
+      const std::string what = describe("setup");
+      activate(what);
+      checkCuda(what, cudaStreamCreateWithFlags(&hostStream_, cudaStreamNonBlocking));
+      checkCuda(what, cudaMalloc(&scratch_, 2 * static_cast<size_t>(size_) * sizeof(int64_t)));
     } catch (...) {
       release();
       throw;
