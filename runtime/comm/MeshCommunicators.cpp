@@ -8,6 +8,9 @@
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/LocalAddress.h"
 #include "runtime/comm/MeshGroups.h"
+#ifdef DGEMMA_HAVE_NCCL
+#include "runtime/comm/NcclCommunicator.h"
+#endif
 #include "runtime/comm/TcpStore.h"
 #include "runtime/kernel_api/Backend.h"
 #include "support/Error.h"
@@ -15,6 +18,29 @@
 namespace dgemma {
 
 namespace {
+
+// The communicator of an axis group of several ranks: Gloo for the CPU backend's host memory, NCCL
+// for the CUDA backend's device memory (on the device the backend made current on this thread).
+std::unique_ptr<Communicator> connectAxisGroup(gloo::rendezvous::Store& store, const AxisGroup& group,
+                                               const Backend& backend, GlooOptions gloo) {
+  gloo.prefix = group.key;
+  gloo.label = "mesh axis '" + group.axis + "'";
+  gloo.rank = group.position;
+  gloo.size = static_cast<int64_t>(group.ranks.size());
+  if (backend.name() == "cpu") return createGlooCommunicator(store, gloo);
+#ifdef DGEMMA_HAVE_NCCL
+  NcclOptions nccl;
+  nccl.rank = gloo.rank;
+  nccl.size = gloo.size;
+  nccl.key = "nccl-unique-id/" + group.key;
+  nccl.timeout = gloo.timeout;
+  nccl.label = gloo.label;
+  return createNcclCommunicator(store, nccl);
+#else
+  throw RuntimeError("--backend " + backend.name() + ": a run of several ranks needs the NCCL communicator, and this "
+                     "dgemma was built without it (no nccl.h in the CUDA toolkit at configure time)");
+#endif
+}
 
 // Connects the world group, then the axes in mesh order: every rank does the same sequence, and
 // the groups of one axis partition the ranks, so each group's rendezvous completes.
@@ -36,11 +62,7 @@ MeshCommunicators connectGroups(gloo::rendezvous::Store& store, const std::vecto
       communicators.axes.add(group.axis, std::make_unique<LocalCommunicator>(backend));
       continue;
     }
-    gloo.prefix = group.key;
-    gloo.label = "mesh axis '" + group.axis + "'";
-    gloo.rank = group.position;
-    gloo.size = static_cast<int64_t>(group.ranks.size());
-    communicators.axes.add(group.axis, createGlooCommunicator(store, gloo));
+    communicators.axes.add(group.axis, connectAxisGroup(store, group, backend, gloo));
   }
   return communicators;
 }
@@ -60,9 +82,9 @@ MeshCommunicators connectMesh(const std::vector<MeshAxis>& mesh, Backend& backen
     communicators.world = std::make_unique<LocalCommunicator>();
     return communicators;
   }
-  if (backend.name() != "cpu")
-    throw InputError("--backend " + backend.name() + ": a run of several ranks needs the cpu backend (the Gloo "
-                     "communicators move host memory; NCCL is not built yet)");
+  if (backend.name() != "cpu" && backend.name() != "cuda")
+    throw InputError("--backend " + backend.name() + ": a run of several ranks needs the cpu backend (Gloo) or the "
+                     "cuda backend (NCCL)");
   if (!options.storeDirectory.empty()) {
     std::error_code error;
     std::filesystem::create_directories(options.storeDirectory, error);

@@ -32,10 +32,11 @@ struct MeshCommunicators {
 };
 
 // A run of one rank: LocalCommunicators (the axes' on `backend`, the world's on host memory).
-// More: a Gloo communicator per axis of size > 1 and one over the world (CPU backend only: Gloo
-// moves host memory). Every rank must call this at the same point; it returns when all have.
+// More: per axis of size > 1 a Gloo communicator (cpu backend: host memory) or an NCCL one (cuda
+// backend: device memory, on the device the backend made current), and a Gloo one over the world
+// (host memory for either backend). Every rank must call this at the same point; it returns when all have.
 // InputError naming `where` for a mesh this rank does not fit, RuntimeError when the rendezvous
-// fails or times out.
+// fails or times out, or (naming --backend cuda) when NCCL or a usable device is missing.
 MeshCommunicators connectMesh(const std::vector<MeshAxis>& mesh, Backend& backend, int64_t rank, int64_t worldSize,
                               const RendezvousOptions& options, const std::string& where);
 

@@ -39,6 +39,7 @@ class Backend {
 
 // "cpu" always exists; "cuda" exists when built with CUDA and a device is usable. Throws
 // RuntimeError naming the reason otherwise (no driver, no device, not built with CUDA).
-std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThreads = 0);
+// `deviceIndex` is the GPU of "cuda" (a rank of a multi-rank run uses its LOCAL_RANK).
+std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThreads = 0, int64_t deviceIndex = 0);
 
 }  // namespace dgemma

@@ -94,7 +94,7 @@ std::unique_ptr<Session> openSession(const SessionOptions& options, Plan plan) {
   session->planPath = planFileForRank(options.planDir, options.rank);
   session->rank = options.rank;
   session->worldSize = options.worldSize;
-  session->backend = createBackend(options.backend, options.threads);
+  session->backend = createBackend(options.backend, options.threads, options.device);
   if (options.timeKernels) session->backend = std::make_unique<TimingBackend>(std::move(session->backend));
   MeshCommunicators communicators =
       connectMesh(session->plan.mesh, *session->backend, options.rank, options.worldSize, options.rendezvous, session->planPath);

@@ -22,6 +22,7 @@ struct SessionOptions {
   uint64_t seed = 0;    // of --init random
   std::string backend = "cpu";
   int64_t threads = 0;  // CPU worker threads (0: one per core)
+  int64_t device = 0;   // --backend cuda: the GPU index (a rank's LOCAL_RANK: one GPU per local rank)
   bool timeKernels = false;  // wrap the backend in a TimingBackend (runtime/exec/TimingBackend.h): --profile
   int64_t rank = 0;
   int64_t worldSize = 1;          // the plan directory must hold this many rank plans

@@ -114,6 +114,23 @@ TEST_F(CliTest, UnbuiltFeaturesSaySoAndExitTwo) {
   EXPECT_TRUE(contains(hf, "config.json: text_config: missing")) << hf.output;
 }
 
+// Without a GPU driver the binaries still start (nothing links libcuda or libnccl); a run on
+// --backend cuda, one rank or several (which would use NCCL), fails with exit 1 naming the flag.
+// On a machine with a GPU the GPU tests and scripts/gpu-check.sh cover that backend instead.
+TEST_F(CliTest, CudaRunsWithoutAGpuNameTheBackendAndExitOne) {
+  if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  const std::string plan = dir / "tp2";
+  ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
+                                "/models/diffusion_gemma/configs/tiny-cpu.json --mode train --tp 2 --micro-batch 2"
+                                " --prompt-len 16 -o " + plan);
+  ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  const std::string train = std::string(DGEMMA_RUN) + " train --plan " + plan +
+                            " --init random --seed 1 --train mock --steps 1 --backend cuda --nproc-per-node 2";
+  ToolResult ranks = runTool(train);
+  EXPECT_EQ(ranks.exitCode, 1) << ranks.output;
+  EXPECT_TRUE(contains(ranks, "error: --backend cuda: ")) << ranks.output;
+}
+
 // An inference plan reads the generation_config.json beside the model; like HF, dgemma-compile
 // refuses unknown keys and bad values, naming the file and the key.
 TEST_F(CliTest, BadGenerationConfigsAreRefusedNamingFileAndKey) {

@@ -68,6 +68,7 @@ void addRankFlags(CLI::App& command, RankFlags& flags) {
 void applyRankEnvironment(const dgemma::RankEnvironment& environment, const RankFlags& flags, SessionOptions& session) {
   session.rank = environment.rank;
   session.worldSize = environment.worldSize;
+  session.device = environment.localRank;  // --backend cuda: one GPU per local rank
   session.rendezvous.storeDirectory = environment.rendezvousDirectory;
   session.rendezvous.masterAddress = environment.masterAddress;
   session.rendezvous.masterPort = environment.masterPort;
