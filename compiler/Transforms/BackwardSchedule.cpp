@@ -97,7 +97,7 @@ constexpr int64_t kExpansion = 2;
 //   gradient from a few tokens); it runs just before its first user, or
 // - ordered: everything else. An ordered op is ready when the ordered ops it depends on (through
 //   deferred ops too) have run; among ready ops the least depth (the longest chain of ordered ops
-//   from the backward's start) runs first, then the earlier one in the old order.
+//   from the backward's start, in bands) runs first, then the earlier one in the old order.
 // By depth, the encoder pass's backward of a layer runs beside the decoder pass's backward of the
 // layer below, as soon as the decoder's gradient for the encoder's K/V of that layer exists, so a
 // shared weight's two contributions meet, and die, one layer at a time instead of after the whole
@@ -109,8 +109,8 @@ constexpr int64_t kExpansion = 2;
 class RegionScheduler {
  public:
   // Schedules `ops` (a run of the block in order) and puts them, in their new order, before `end`.
-  RegionScheduler(ArrayRef<Operation*> ops, Operation* end, const llvm::StringSet<>& assigned)
-      : ops_(ops.begin(), ops.end()), end_(end) {
+  RegionScheduler(ArrayRef<Operation*> ops, Operation* end, const llvm::StringSet<>& assigned, int64_t depthBand)
+      : ops_(ops.begin(), ops.end()), end_(end), depthBand_(depthBand) {
     for (auto [i, op] : llvm::enumerate(ops_)) index_[op] = i;
     const size_t n = ops_.size();
     deferred_.assign(n, false);
@@ -215,9 +215,12 @@ class RegionScheduler {
 
  private:
   // Ready ops run least key first: those that free a value of their result's type (they read its
-  // last use) before the others, then by depth, then in the old order.
+  // last use) before the others, then by depth in bands of kDepthBand, then in the old order. Within
+  // a band autodiff's order stands, which finishes one branch of a layer's backward before the next:
+  // by exact depth every branch advanced at once and more of their intermediates were alive (the
+  // tiny plans grew; docs/performance.md, "Scheduling the backward").
   using Key = std::tuple<bool, int64_t, unsigned>;
-  Key key(unsigned i) const { return {!freesItsSize(i), depth_[i], i}; }
+  Key key(unsigned i) const { return {!freesItsSize(i), depth_[i] / depthBand_, i}; }
 
   // Whether op i reads the last use of a backward value with the type of one of its results: it
   // then ends a lifetime as large as the one it starts (a sum of two gradients, say).
@@ -248,6 +251,7 @@ class RegionScheduler {
   std::vector<Operation*> ops_;
   llvm::DenseMap<Operation*, unsigned> index_;
   Operation* end_;
+  int64_t depthBand_;
   std::vector<bool> deferred_;
   std::vector<SmallVector<unsigned>> orderedDeps_;  // ordered ops this op waits for, deferred ones seen through
   std::vector<int64_t> depth_;
@@ -261,6 +265,10 @@ struct DgBackwardSchedulePass : mlir::dg::impl::DgBackwardScheduleBase<DgBackwar
   using DgBackwardScheduleBase::DgBackwardScheduleBase;
 
   void runOnOperation() override {
+    if (depthBand < 1) {
+      getOperation().emitError() << "dg-backward-schedule: depth-band must be at least 1, got " << static_cast<int64_t>(depthBand);
+      return signalPassFailure();
+    }
     for (auto function : getOperation().getOps<func::FuncOp>()) {
       if (!function->hasAttr(kEntryAttr) || function.getBody().empty()) continue;
       Block& body = function.getBody().front();
@@ -275,7 +283,7 @@ struct DgBackwardSchedulePass : mlir::dg::impl::DgBackwardScheduleBase<DgBackwar
       SmallVector<Operation*> backward;
       for (Operation* op = lossOutput->getNextNode(); op != body.getTerminator(); op = op->getNextNode())
         backward.push_back(op);
-      RegionScheduler(backward, body.getTerminator(), assigned).run();
+      RegionScheduler(backward, body.getTerminator(), assigned, depthBand).run();
     }
   }
 };

@@ -38,7 +38,8 @@ def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::ModuleOp"> {
     In each entry point with the output `loss`, the ops after it (the backward) are list-scheduled;
     the forward keeps its order. An op that reads nothing the backward computed, or a dg-recompute
     clone, runs just before its first user; every other op runs once the ops it depends on have run, least depth first (the
-    longest chain of such ops from the backward's start), then in the old order. So the encoder
+    longest chain of such ops from the backward's start, in bands of `depth-band`), then in the old
+    order. So the encoder
     pass's backward of a layer runs beside the decoder pass's backward of the layer below, and a
     stack weight's two gradient contributions meet one layer at a time. An op whose results hold
     more than twice the elements it reads from the backward (a weight gradient) also runs just
@@ -53,6 +54,8 @@ def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"lossName", "loss", "std::string", /*default=*/"\"loss\"", "Name of the dg.output the backward differentiates">,
+    Option<"depthBand", "depth-band", "int64_t", /*default=*/"16",
+           "Depths within one band of this many count as equal (then the old order decides)">,
   ];
 }
 

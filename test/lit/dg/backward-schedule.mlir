@@ -1,5 +1,8 @@
-// RUN: dgemma-opt %s --split-input-file --dg-backward-schedule | FileCheck %s
-// RUN: dgemma-opt %s --split-input-file --dg-plan-pipeline | FileCheck %s --check-prefix=PLANNED
+// RUN: dgemma-opt %s --split-input-file --dg-backward-schedule=depth-band=1 | FileCheck %s
+// RUN: dgemma-opt %s --split-input-file --dg-backward-schedule | FileCheck %s --check-prefix=BANDED
+// RUN: dgemma-opt %s --split-input-file --dg-plan-pipeline | FileCheck %s --check-prefix=BANDED
+// RUN: not dgemma-opt %s --split-input-file --dg-backward-schedule=depth-band=0 2>&1 | FileCheck %s --check-prefix=BAD-BAND
+// BAD-BAND: dg-backward-schedule: depth-band must be at least 1, got 0
 
 // Two passes share the stack: the decoder's backward runs down d1, d2, d3, and the encoder's
 // backward of a layer (e1, e2) needs the decoder's gradient of that layer. Autodiff wrote the whole
@@ -18,11 +21,13 @@
 // CHECK-NEXT: %[[D3:.*]] = dg.tanh %[[D2]]
 // CHECK-NEXT: %[[E3:.*]] = dg.add %[[E2]], %[[D3]]
 // CHECK-NEXT: dg.output "grad", %[[E3]]
-// PLANNED-LABEL: func.func @interleave
-// PLANNED: dg.exp
-// PLANNED-NEXT: dg.tanh
-// PLANNED-NEXT: dg.tanh
-// PLANNED-NEXT: dg.neg
+// With the default band of 16 depths all these ops count as equally deep: autodiff's order stands.
+// BANDED-LABEL: func.func @interleave
+// BANDED: dg.exp
+// BANDED-NEXT: dg.tanh
+// BANDED-NEXT: dg.tanh
+// BANDED-NEXT: dg.tanh
+// BANDED-NEXT: dg.neg
 func.func @interleave() attributes {dg.entry = "train_step"} {
   %x = dg.input "x" : tensor<4xf32>
   %y = dg.neg %x : tensor<4xf32>
