@@ -3,6 +3,8 @@
 // (docs/performance.md, "Scheduling the backward"). No value changes: every op computes what it
 // computed before from the same operands; only the order of the ops and a cast's copies change.
 #include <queue>
+#include <tuple>
+#include <vector>
 
 #include "compiler/Transforms/Passes.h"
 #include "dialects/dg/IR/DgRecompute.h"
@@ -38,21 +40,21 @@ llvm::StringSet<> assignedParameters(Block& body) {
   return names;
 }
 
-// Gives every backward user of a bf16 (or any) cast of a parameter its own copy of the cast, made
-// just before it. The forward's copy then dies with the forward instead of living until the
-// backward's last use; a cast moves the same bits each time, so every copy is equal to the first.
-// Parameters that the entry writes are left alone (a later cast could read the new value).
+// Gives the backward users of a forward cast of a parameter (the bf16 copy of a weight) one copy of
+// the cast of their own, made just before the first of them. The forward's copy then dies with the
+// forward instead of living until the backward's last use; a cast moves the same bits each time, so
+// the copy is equal to the first. Parameters that the entry writes are left alone (a later cast
+// could read the new value).
 void recastParametersForBackward(Block& body, Operation* lossOutput, const llvm::StringSet<>& assigned) {
   llvm::DenseSet<Operation*> forward;
+  SmallVector<CastOp> casts;
   for (Operation& op : body) {
     forward.insert(&op);
-    if (&op == lossOutput) break;
-  }
-  SmallVector<CastOp> casts;
-  for (Operation* op : forward)
     if (auto cast = dyn_cast<CastOp>(op))
       if (ParamOp param = parameterBehindViews(cast->getOperand(0)); param && !assigned.contains(param.getName()))
         casts.push_back(cast);
+    if (&op == lossOutput) break;
+  }
   for (CastOp cast : casts) {
     SmallVector<Operation*> backwardUsers;
     for (Operation* user : cast->getUsers())
@@ -101,11 +103,11 @@ constexpr int64_t kExpansion = 2;
 // By depth, the encoder pass's backward of a layer runs beside the decoder pass's backward of the
 // layer below, as soon as the decoder's gradient for the encoder's K/V of that layer exists, so a
 // shared weight's two contributions meet, and die, one layer at a time instead of after the whole
-// decoder backward. Collectives move like any op: every rank runs this deterministic scheduler on
-// the same program (up to its shard's sizes, which decide nothing but the expansion test below), so
-// they stay in one order across ranks, which dgemma-compile checks on the plans. Other ops with
-// effects keep their order in one chain, outputs in another, and the readers and writers of each
-// assigned parameter in one chain each.
+// decoder backward. Every rank must issue its collectives in one order, and the ranks' programs may
+// differ in other ops, so the collectives run in a chain whose order depends only on which
+// collective feeds which (dgemma-compile checks the plans agree). Other ops with effects keep their
+// order in one chain, outputs in another, and the readers and writers of each assigned parameter in
+// one chain each. Collectives are never deferred.
 class RegionScheduler {
  public:
   // Schedules `ops` (a run of the block in order) and puts them, in their new order, before `end`.
@@ -215,7 +217,7 @@ class RegionScheduler {
 
  private:
   // Ready ops run least key first: those that free a value of their result's type (they read its
-  // last use) before the others, then by depth in bands of kDepthBand, then in the old order. Within
+  // last use) before the others, then by depth in bands of `depth-band`, then in the old order. Within
   // a band autodiff's order stands, which finishes one branch of a layer's backward before the next:
   // by exact depth every branch advanced at once and more of their intermediates were alive (the
   // tiny plans grew; docs/performance.md, "Scheduling the backward").
