@@ -35,7 +35,11 @@ void addRecomputationStage(OpPassManager& passes, const RecomputePolicy& policy)
   if (policy.kind != RecomputePolicy::Kind::None) passes.addPass(createDgRecompute(DgRecomputeOptions{policy.name()}));
 }
 
-void addPlanningStage(OpPassManager& passes) { passes.addPass(createDgMemoryPlan()); }
+void addPlanningStage(OpPassManager& passes, const PipelineOptions& options) {
+  if (options.scheduleBackward) passes.addPass(createDgBackwardSchedule(DgBackwardScheduleOptions{options.lossName}));
+  if (options.memoryPlanObserver) passes.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
+  else passes.addPass(createDgMemoryPlan());
+}
 
 // The textual form of the plan stage's options: the recomputation that comes before planning.
 struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
@@ -109,8 +113,7 @@ LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& opti
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
   timePasses(passes, options.passTimes);
-  if (options.memoryPlanObserver) passes.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
-  else addPlanningStage(passes);
+  addPlanningStage(passes, options);
   return passes.run(module);
 }
 
@@ -145,11 +148,12 @@ void registerDgemmaPipelines() {
         addDifferentiationStage(passes, options.toPipelineOptions());
       });
   PassPipelineRegistration<PlanPipelineOptions>(
-      "dg-plan-pipeline", "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-memory-plan)",
+      "dg-plan-pipeline",
+      "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-backward-schedule, dg-memory-plan)",
       [](OpPassManager& passes, const PlanPipelineOptions& options) {
         // A policy the parser refuses goes to dg-recompute as written, which reports it.
         if (options.recompute != "none") passes.addPass(createDgRecompute(DgRecomputeOptions{options.recompute}));
-        addPlanningStage(passes);
+        addPlanningStage(passes, PipelineOptions{});
       });
 }
 

@@ -28,6 +28,7 @@ struct PipelineOptions {
   std::string lossName = "loss";  // the dg.output to differentiate
   std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
   RecomputePolicy recompute;      // train: what the backward recomputes (dg-recompute)
+  bool scheduleBackward = true;   // train: dg-backward-schedule before planning (false: autodiff's order)
   PassTimes* passTimes = nullptr;  // when set, every stage adds its passes' times
   MemoryPlanObserver memoryPlanObserver;  // when set, the planning stage hands it each entry's numbers
 };

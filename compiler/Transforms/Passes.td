@@ -32,6 +32,33 @@ def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::Mo
   }];
 }
 
+def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::ModuleOp"> {
+  let summary = "Reorders the backward so the contributions to a shared weight's gradient meet early";
+  let description = [{
+    In each entry point with the output `loss`, the ops after it (the backward) are list-scheduled;
+    the forward keeps its order. An op that reads nothing the backward computed, or a dg-recompute
+    clone, runs just before its first user; every other op runs once the ops it depends on have run, least depth first (the
+    longest chain of such ops from the backward's start, in bands of `depth-band`), then in the old
+    order. So the encoder
+    pass's backward of a layer runs beside the decoder pass's backward of the layer below, and a
+    stack weight's two gradient contributions meet one layer at a time. An op whose results hold
+    more than twice the elements it reads from the backward (a weight gradient) also runs just
+    before its first user, and among ready ops one that reads the last use of a value of its result's
+    type goes first. Collectives move like other ops (each rank schedules its program alike;
+    dgemma-compile checks that the ranks' plans agree); other ops with effects keep their relative
+    order, so do the outputs, and so do the readers and writers of each parameter the entry assigns.
+    The parameter updates stay at the end (dg-memory-plan moves them up). The backward users of a
+    cast of a parameter that the forward also reads get one copy of the cast, made just before the
+    first of them, so the forward's copy dies with the forward. Every value is computed as before,
+    from the same operands (docs/performance.md, "Scheduling the backward").
+  }];
+  let options = [
+    Option<"lossName", "loss", "std::string", /*default=*/"\"loss\"", "Name of the dg.output the backward differentiates">,
+    Option<"depthBand", "depth-band", "int64_t", /*default=*/"16",
+           "Depths within one band of this many count as equal (then the old order decides)">,
+  ];
+}
+
 def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
   let summary = "Assigns scratch offsets per pool from value lifetimes";
   let description = [{

@@ -72,6 +72,7 @@ struct CompileFlags {
   bool distributedOptimizer = true;
   std::string expertExchange = "all-gather";  // all-gather | all-to-all
   std::string recompute = "none";
+  std::string backwardOrder = "scheduled";  // scheduled (dg-backward-schedule) | autodiff
   std::string precision = "fp32";
   std::string backend = "cpu";
   std::string emit;
@@ -84,6 +85,29 @@ struct CompileFlags {
   std::string gpu;  // empty: h200
   std::vector<std::string> explicitLayoutFlags;  // the layout flags given on the command line
 };
+
+// Every rank must run the same collectives in the same order, or they wait on each other forever.
+// The passes that order ops (dg-backward-schedule, dg-memory-plan) decide per rank from its own
+// program, so the compiled plans are compared before any is written.
+void checkCollectiveOrder(const std::vector<dgemma::Plan>& plans) {
+  for (size_t rank = 1; rank < plans.size(); ++rank)
+    for (size_t e = 0; e < plans[0].entryPoints.size(); ++e) {
+      auto collectives = [&](const dgemma::Plan& plan) {
+        std::vector<std::string> sequence;
+        for (const dgemma::Step& step : plan.entryPoints[e].steps)
+          if (step.kind == dgemma::Step::Kind::Collective) sequence.push_back(step.op + " over " + step.axis + " at " + step.location);
+        return sequence;
+      };
+      const std::vector<std::string> want = collectives(plans[0]), got = collectives(plans[rank]);
+      if (got == want) continue;
+      size_t at = 0;
+      while (at < want.size() && at < got.size() && want[at] == got[at]) ++at;
+      throw InputError("entry point " + plans[0].entryPoints[e].key() + ": rank " + std::to_string(rank) +
+                       "'s collective " + std::to_string(at) + " is " + (at < got.size() ? got[at] : "missing") +
+                       ", rank 0's is " + (at < want.size() ? want[at] : "missing") +
+                       " (a compiler bug; --backward-order autodiff keeps autodiff's order)");
+    }
+}
 
 std::vector<int64_t> parseLengths(const std::string& text) {
   std::vector<int64_t> lengths;
@@ -454,6 +478,7 @@ int compile(CompileFlags flags) {
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = flags.mode == "train";
   pipeline.recompute = recompute;
+  pipeline.scheduleBackward = flags.backwardOrder == "scheduled";
   std::map<std::string, mlir::dg::EntryMemoryPlan> rankMemory;  // --report: this rank's planner numbers per entry
   if (flags.report) {
     pipeline.passTimes = &passTimes;
@@ -527,6 +552,7 @@ int compile(CompileFlags flags) {
     printPassTimes(passTimes);
   }
 
+  checkCollectiveOrder(plans);
   dgemma::createOutputDirectory(flags.output, "-o");
   for (const dgemma::Plan& plan : plans) dgemma::writePlanFile(plan, dgemma::planFileForRank(flags.output, plan.rank));
   std::cerr << "dgemma-compile: wrote " << plans.size() << " plan" << (plans.size() == 1 ? "" : "s") << " to "
@@ -590,6 +616,10 @@ int main(int argc, char** argv) {
                                                               ", got " + dgemma::quoteForMessage(text, 40);
           },
           "POLICY"));
+  app.add_option("--backward-order", flags.backwardOrder,
+                 "scheduled (default: dg-backward-schedule, docs/performance.md) | autodiff (the order autodiff wrote); "
+                 "the same values either way")
+      ->check(CLI::IsMember({"scheduled", "autodiff"}));
   app.add_option("--precision", flags.precision, "fp32 | bf16 (mixed: bf16 compute, f32 masters, docs/training.md, 'Mixed precision')")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--backend", flags.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", flags.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
