@@ -231,9 +231,10 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
   // Activations: the arena's peak is the larger of two moments (docs/parallelism.md, "Layout
   // search"). At the turn from forward to backward it holds what every pass with a backward keeps
   // under the recompute policy, the embeddings and the f32 logits of the cross-entropies, and
-  // pass 1's self-conditioning signal. At the end of the backward it holds the tied embedding's
-  // three gradient contributions and what the prompt's K/V pass keeps, whose backward runs last
-  // (dg-backward-schedule adds each weight gradient into grad/ as soon as it is complete). With bf16 compute both hold the bf16 copies of the parameters the
+  // pass 1's self-conditioning signal. At the end of the backward it holds the f32 weight gradient
+  // of every trainable parameter (accumulated into grad/ only after the last one), the tied
+  // embedding's three gradient contributions, and what the prompt's K/V pass keeps, whose
+  // backward runs last. With bf16 compute both hold the bf16 copies of the parameters the
   // backward reads.
   auto keptBy = [&](const Pass& pass, double& largestLayer) {
     double kept = 0;
@@ -257,7 +258,7 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
     if (pass.keyValuesOnly) end += kept;
   }
   turn += double(shape.microBatch * canvas) * (double(config.hiddenSize) + vocabShard) * activation;
-  end += 3 * vocabShard * double(config.hiddenSize) * f32;
+  end += double(prediction.gradientBytes) + 3 * vocabShard * double(config.hiddenSize) * f32;
   // Recomputing a layer rebuilds its whole inventory once during the backward.
   const double recomputed = candidate.recompute != RecomputePolicy::None ? largestLayer : 0;
   const double parameterCopies = shape.bf16 ? shard.parameters * activation : 0;
