@@ -9,6 +9,8 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerSoftmaxCudaKernels(registry);
   registerMoeDispatchCudaKernels(registry);
   registerCanvasSampleCudaKernels(registry);
+  registerRandomCudaKernels(registry);
+  registerOptimizerCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -13,6 +13,8 @@ void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
 void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_permute, moe_combine
 void registerCanvasSampleCudaKernels(KernelRegistry& registry);  // canvas_sample
+void registerRandomCudaKernels(KernelRegistry& registry);        // random_uniform, random_int
+void registerOptimizerCudaKernels(KernelRegistry& registry);     // adamw
 
 void registerCudaKernels(KernelRegistry& registry);
 

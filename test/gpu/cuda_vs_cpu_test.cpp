@@ -15,6 +15,8 @@
 //  - matmul: 1e-5 of sum_k |a_ik| |b_kj| (the natural scale of a dot product's rounding error), with
 //    cuBLAS in pedantic math mode (no TF32; the test also checks the backend did not enable TF32).
 //  - canvas_sample: the ids and the scaled logits exactly, the entropy 1e-6.
+//  - random_uniform, random_int: exactly (both call runtime/core/Philox.h).
+//  - adamw: exactly (both evaluate runtime/kernels/optimizer/AdamwMath.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -290,7 +292,7 @@ TEST(CudaBackendCreation, SucceedsOrThrowsRuntimeErrorWithReason) {
 TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
-                              "canvas_sample"})
+                              "canvas_sample", "random_uniform", "random_int", "adamw"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -642,6 +644,59 @@ TEST(CudaVsCpu, CanvasSample) {
       EXPECT_EQ(int64Values(results.cpu[1]), int64Values(results.gpu[1])) << "argmax" << what;
       expectRelative(results.cpu[2], results.gpu[2], 1e-6, "entropy" + what);
       EXPECT_EQ(std::memcmp(results.cpu[3].data(), results.gpu[3].data(), setup.outputs[3]->bytes()), 0) << "scaled" << what;
+    }
+  }
+}
+
+// ---- random numbers ------------------------------------------------------------------------------
+
+// Bit for bit: both kernels call runtime/core/Philox.h. The shapes cover rows that end inside a
+// Philox block, [2] and [N, 2] keys, and for random_int a power of two, a small bound and one just
+// above 2^31, which rejects about half of the first words (the retries under offset + 1, ...).
+TEST(CudaVsCpu, RandomUniformAndInt) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<int64_t> keys = {int64_t{0x1234567890abcdef}, 17, -5, int64_t{1} << 40, 42, 0, 7, 3};
+  for (const auto& [shape, keyRows] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+           {{1003}, 0}, {{3, 517}, 3}, {{4, 2, 3}, 4}, {{1, 1}, 1}, {{1 << 20}, 0}}) {
+    const std::vector<int64_t> keyShape = keyRows == 0 ? std::vector<int64_t>{2} : std::vector<int64_t>{keyRows, 2};
+    const std::vector<float> key = int64Bytes(std::vector<int64_t>(keys.begin(), keys.begin() + numElementsOf(keyShape)));
+    for (int64_t stream : {int64_t{0}, int64_t{3}, int64_t{0xffffffff}}) {
+      const std::string what = " of " + shapeToString(shape) + " stream " + std::to_string(stream);
+      StepSetup uniform("random_uniform", {{"stream", stream}});
+      uniform.in(keyShape, DType::I64).out(shape);
+      BothResults uniforms = runBoth(uniform, {key});
+      EXPECT_EQ(std::memcmp(uniforms.cpu[0].data(), uniforms.gpu[0].data(), uniform.outputs[0]->bytes()), 0)
+          << "random_uniform" << what;
+      for (int64_t high : {int64_t{1}, int64_t{262144}, int64_t{3}, int64_t{1000003}, (int64_t{1} << 31) + 1,
+                           int64_t{1} << 32}) {
+        StepSetup integers("random_int", {{"stream", stream}, {"high", high}});
+        integers.in(keyShape, DType::I64).out(shape, DType::I64);
+        BothResults ints = runBoth(integers, {key});
+        EXPECT_EQ(int64Values(ints.cpu[0]), int64Values(ints.gpu[0])) << "random_int high " << high << what;
+      }
+    }
+  }
+}
+
+// ---- the optimizer -----------------------------------------------------------------------------------
+
+// Bit for bit: both kernels evaluate runtime/kernels/optimizer/AdamwMath.h's adamwUpdate, IEEE
+// operations only (no FMA contraction on the device).
+TEST(CudaVsCpu, Adamw) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 800;
+  for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1 << 20} + 3}) {
+    for (double weightDecay : {0.0, 0.1}) {
+      StepSetup setup("adamw", {{"beta1", 0.9}, {"beta2", 0.95}, {"epsilon", 1e-8}, {"weight_decay", weightDecay}});
+      for (int i = 0; i < 4; ++i) setup.in({count});
+      for (int i = 0; i < 4; ++i) setup.in({});
+      setup.out({count}).out({count}).out({count});
+      BothResults results = runBoth(setup, {randomFloats(count, seed++), randomFloats(count, seed++, -1e-2f, 1e-2f),
+                                            randomFloats(count, seed++, -1e-3f, 1e-3f),
+                                            randomFloats(count, seed++, 0.0f, 1e-5f), {0.5f}, {3e-4f}, {0.4095f}, {0.0975f}});
+      for (size_t output = 0; output < 3; ++output)
+        EXPECT_EQ(std::memcmp(results.cpu[output].data(), results.gpu[output].data(), count * sizeof(float)), 0)
+            << "adamw output " << output << " of " << count << " elements, weight decay " << weightDecay;
     }
   }
 }
