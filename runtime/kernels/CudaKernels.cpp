@@ -11,6 +11,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerCanvasSampleCudaKernels(registry);
   registerRandomCudaKernels(registry);
   registerOptimizerCudaKernels(registry);
+  registerReduceCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -15,6 +15,7 @@ void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_permute, 
 void registerCanvasSampleCudaKernels(KernelRegistry& registry);  // canvas_sample
 void registerRandomCudaKernels(KernelRegistry& registry);        // random_uniform, random_int
 void registerOptimizerCudaKernels(KernelRegistry& registry);     // adamw
+void registerReduceCudaKernels(KernelRegistry& registry);        // reduce_sum, reduce_max, reduce_mean
 
 void registerCudaKernels(KernelRegistry& registry);
 

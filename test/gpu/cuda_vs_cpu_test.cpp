@@ -17,6 +17,8 @@
 //  - canvas_sample: the ids and the scaled logits exactly, the entropy 1e-6.
 //  - random_uniform, random_int: exactly (both call runtime/core/Philox.h).
 //  - adamw: exactly (both evaluate runtime/kernels/optimizer/AdamwMath.h).
+//  - reduce_max exactly; reduce_sum, reduce_mean: 2^-23 of |y| plus 1e-12 of the summed |x| (both
+//    accumulate in f64 and round once, in different orders).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +43,7 @@
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/reduce/ReduceIndex.h"
 
 namespace dgemma {
 namespace {
@@ -292,7 +295,8 @@ TEST(CudaBackendCreation, SucceedsOrThrowsRuntimeErrorWithReason) {
 TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
-                              "canvas_sample", "random_uniform", "random_int", "adamw"})
+                              "canvas_sample", "random_uniform", "random_int", "adamw",
+                              "reduce_sum", "reduce_max", "reduce_mean"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -699,6 +703,62 @@ TEST(CudaVsCpu, Adamw) {
             << "adamw output " << output << " of " << count << " elements, weight decay " << weightDecay;
     }
   }
+}
+
+// ---- reductions -----------------------------------------------------------------------------------
+
+// Both sum in f64 and round once, in different orders: an output may differ by one f32 rounding step
+// (2^-23 relative) plus the f64 order's error (1e-12 of Σ|x| covers a million terms); max exactly.
+TEST(CudaVsCpu, Reduce) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{1024, 4096}, {1}}, {{1024, 4096}, {0}}, {{3, 4, 5}, {0, 2}}, {{3, 4, 5}, {1}}, {{1 << 20}, {0}},
+      {{2, 3, 4, 5, 6}, {1, 3}}, {{7, 1, 300}, {0, 1}}, {{4, 0, 3}, {1}}, {{0, 5}, {1}}, {{6}, {}}};
+  uint32_t seed = 900;
+  for (const auto& [shape, dims] : cases) {
+    std::vector<float> x = randomFloats(numElementsOf(shape), seed++);
+    if (x.size() > 10) x[10] = std::nanf("");
+    ReduceContract contract;
+    for (int64_t d = 0, next = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+      const bool reduced = next < static_cast<int64_t>(dims.size()) && dims[next] == d;
+      (reduced ? contract.reducedDims : contract.keptDims).push_back(d);
+      next += reduced;
+    }
+    reduce::ReduceGeometry geometry;
+    ASSERT_TRUE(reduce::makeReduceGeometry(shape, contract, geometry));
+    std::vector<double> absoluteSums(static_cast<size_t>(geometry.kept.count), 0.0);
+    for (int64_t o = 0; o < geometry.kept.count; ++o)
+      for (int64_t r = 0; r < geometry.reduced.count; ++r) {
+        const float value = x[reduce::offsetOf(geometry.kept, o) + reduce::offsetOf(geometry.reduced, r)];
+        if (!std::isnan(value)) absoluteSums[o] += std::fabs(value);
+      }
+    for (bool keepDims : {false, true}) {
+      std::vector<int64_t> yShape;
+      for (size_t d = 0, next = 0; d < shape.size(); ++d) {
+        const bool reduced = next < dims.size() && dims[next] == static_cast<int64_t>(d);
+        if (!reduced || keepDims) yShape.push_back(reduced ? 1 : shape[d]);
+        next += reduced;
+      }
+      for (const char* op : {"reduce_sum", "reduce_max", "reduce_mean"}) {
+        StepSetup setup(op, {{"dims", dims}, {"keep_dims", keepDims}});
+        setup.in(shape).out(yShape);
+        BothResults results = runBoth(setup, {x});
+        const bool mean = std::string(op) == "reduce_mean", max = std::string(op) == "reduce_max";
+        const double count = std::max<double>(1.0, static_cast<double>(geometry.reduced.count));
+        expectClose(results.cpu[0], results.gpu[0],
+                    [&](size_t i) {
+                      if (max) return 0.0;
+                      return std::ldexp(std::fabs(results.cpu[0][i]), -23) + 1e-12 * absoluteSums[i] / (mean ? count : 1.0);
+                    },
+                    std::string(op) + " of " + shapeToString(shape) + " over " + shapeToString(dims));
+      }
+    }
+  }
+}
+
+TEST(CudaKernelFactories, ReduceRejectsF64) {
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("reduce_sum", {{"dims", {0}}}).in({4}, DType::F64).out({}, DType::F64)),
+               InputError);
 }
 
 TEST(CudaKernelFactories, MoePermuteRejectsOneByteElements) {
