@@ -12,6 +12,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerRandomCudaKernels(registry);
   registerOptimizerCudaKernels(registry);
   registerReduceCudaKernels(registry);
+  registerRopeCudaKernels(registry);
 }
 
 }  // namespace dgemma

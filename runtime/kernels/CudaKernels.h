@@ -16,6 +16,7 @@ void registerCanvasSampleCudaKernels(KernelRegistry& registry);  // canvas_sampl
 void registerRandomCudaKernels(KernelRegistry& registry);        // random_uniform, random_int
 void registerOptimizerCudaKernels(KernelRegistry& registry);     // adamw
 void registerReduceCudaKernels(KernelRegistry& registry);        // reduce_sum, reduce_max, reduce_mean
+void registerRopeCudaKernels(KernelRegistry& registry);          // rope
 
 void registerCudaKernels(KernelRegistry& registry);
 

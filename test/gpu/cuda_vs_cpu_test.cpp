@@ -19,6 +19,7 @@
 //  - adamw: exactly (both evaluate runtime/kernels/optimizer/AdamwMath.h).
 //  - reduce_max exactly; reduce_sum, reduce_mean: 2^-23 of |y| plus 1e-12 of the summed |x| (both
 //    accumulate in f64 and round once, in different orders).
+//  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -296,7 +297,7 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
-                              "reduce_sum", "reduce_max", "reduce_mean"})
+                              "reduce_sum", "reduce_max", "reduce_mean", "rope"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -759,6 +760,44 @@ TEST(CudaVsCpu, Reduce) {
 TEST(CudaKernelFactories, ReduceRejectsF64) {
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("reduce_sum", {{"dims", {0}}}).in({4}, DType::F64).out({}, DType::F64)),
                InputError);
+}
+
+// ---- rope --------------------------------------------------------------------------------------------
+
+// The same frequencies and angles (computed alike on the host and the device) and the same rotation;
+// only libdevice's cosf and sinf differ from libm's, by a couple of ulp: an output is within 1e-6 of
+// |x_i| + |x_{i+D/2}| of its pair's inputs. Unrotated pairs are copied exactly.
+TEST(CudaVsCpu, Rope) {
+  REQUIRE_CUDA_BACKEND();
+  struct Case {
+    std::vector<int64_t> shape;  // [B, T, H, D]
+    int64_t rotatedPairs, frequencyDim, positionStep;
+    double theta;
+    bool inverse;
+  };
+  const std::vector<Case> cases = {{{2, 5, 3, 8}, 4, 8, 1, 10000.0, false},   {{2, 5, 3, 8}, 4, 8, 1, 10000.0, true},
+                                   {{1, 17, 2, 512}, 64, 512, 9973, 1e6, false}, {{3, 40, 8, 256}, 128, 256, 1, 10000.0, true},
+                                   {{1, 3, 1, 2}, 1, 2, 100000, 10000.0, false}, {{0, 4, 2, 8}, 4, 8, 1, 10000.0, false}};
+  uint32_t seed = 1000;
+  for (const Case& c : cases) {
+    StepSetup setup("rope", {{"theta", c.theta}, {"rotated_pairs", c.rotatedPairs}, {"frequency_dim", c.frequencyDim},
+                             {"inverse", c.inverse}});
+    setup.in(c.shape).in({c.shape[0], c.shape[1]}, DType::I64).out(c.shape);
+    const std::vector<float> x = randomFloats(numElementsOf(c.shape), seed++);
+    std::vector<int64_t> positions;
+    for (int64_t i = 0; i < c.shape[0] * c.shape[1]; ++i) positions.push_back((i * 7 % 23) * c.positionStep);
+    BothResults results = runBoth(setup, {x, int64Bytes(positions)});
+    const int64_t half = c.shape[3] / 2;
+    expectClose(results.cpu[0], results.gpu[0],
+                [&](size_t at) {
+                  const int64_t i = static_cast<int64_t>(at) % c.shape[3];
+                  if (i % half >= c.rotatedPairs) return 0.0;
+                  const size_t partner = i < half ? at + half : at - half;
+                  return 1e-6 * (std::fabs(x[at]) + std::fabs(x[partner]));
+                },
+                "rope " + shapeToString(c.shape) + " rotating " + std::to_string(c.rotatedPairs) +
+                    (c.inverse ? " inverse" : ""));
+  }
 }
 
 TEST(CudaKernelFactories, MoePermuteRejectsOneByteElements) {
