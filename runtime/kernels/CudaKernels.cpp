@@ -13,6 +13,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerOptimizerCudaKernels(registry);
   registerReduceCudaKernels(registry);
   registerRopeCudaKernels(registry);
+  registerGatherCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -17,6 +17,7 @@ void registerRandomCudaKernels(KernelRegistry& registry);        // random_unifo
 void registerOptimizerCudaKernels(KernelRegistry& registry);     // adamw
 void registerReduceCudaKernels(KernelRegistry& registry);        // reduce_sum, reduce_max, reduce_mean
 void registerRopeCudaKernels(KernelRegistry& registry);          // rope
+void registerGatherCudaKernels(KernelRegistry& registry);        // gather, scatter_add
 
 void registerCudaKernels(KernelRegistry& registry);
 

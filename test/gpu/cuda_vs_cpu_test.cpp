@@ -20,6 +20,7 @@
 //  - reduce_max exactly; reduce_sum, reduce_mean: 2^-23 of |y| plus 1e-12 of the summed |x| (both
 //    accumulate in f64 and round once, in different orders).
 //  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
+//  - gather, scatter_add: exactly (moved bits; each row summed from zero in id order on both).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -297,7 +298,7 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
-                              "reduce_sum", "reduce_max", "reduce_mean", "rope"})
+                              "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -797,6 +798,54 @@ TEST(CudaVsCpu, Rope) {
                 },
                 "rope " + shapeToString(c.shape) + " rotating " + std::to_string(c.rotatedPairs) +
                     (c.inverse ? " inverse" : ""));
+  }
+}
+
+// ---- gather and scatter_add ------------------------------------------------------------------------
+
+std::vector<float> int32Bytes(const std::vector<int64_t>& values) {
+  std::vector<int32_t> narrow(values.begin(), values.end());
+  std::vector<float> bytes(narrow.size());  // one float per i32
+  std::memcpy(bytes.data(), narrow.data(), narrow.size() * sizeof(int32_t));
+  return bytes;
+}
+
+// Exactly: gather moves bits; scatter_add sums each row's updates from zero in id order on both
+// backends (the CUDA kernel after a stable sort), so the f32 sums round alike.
+TEST(CudaVsCpu, GatherAndScatterAdd) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1100;
+  struct Case {
+    int64_t vocabulary, width, count, rowOffset, idHigh;  // ids drawn from [0, idHigh)
+  };
+  for (const Case& c : std::vector<Case>{{50, 16, 300, 0, 50}, {1000, 64, 4096, 200, 1500}, {7, 3, 1, 2, 9},
+                                          {3, 5, 20000, 0, 3}, {11, 1, 0, 0, 11}}) {
+    std::mt19937 generator(seed++);
+    std::uniform_int_distribution<int64_t> draw(0, c.idHigh - 1);
+    std::vector<int64_t> ids(static_cast<size_t>(c.count));
+    for (int64_t& id : ids) id = draw(generator);
+    for (DType idsDtype : {DType::I64, DType::I32}) {
+      const std::vector<float> idBytes = idsDtype == DType::I64 ? int64Bytes(ids) : int32Bytes(ids);
+      const std::string what = " of " + std::to_string(c.count) + " ids into " + std::to_string(c.vocabulary) + " rows of " +
+                               std::to_string(c.width) + " from row " + std::to_string(c.rowOffset) + ", " +
+                               std::string(dtypeName(idsDtype)) + " ids";
+      for (DType tableDtype : {DType::F32, DType::BF16}) {
+        StepSetup setup("gather", {{"row_offset", c.rowOffset}});
+        setup.in({c.vocabulary, c.width}, tableDtype).in({c.count}, idsDtype).out({c.count, c.width}, tableDtype);
+        BothResults results = runBoth(setup, {randomFloats(c.vocabulary * c.width, seed++), idBytes});
+        EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+            << "gather" << what << " to " << dtypeName(tableDtype);
+      }
+      for (bool skip : {false, true}) {
+        nlohmann::json attrs = {{"row_offset", c.rowOffset}};
+        if (skip) attrs["skip_id"] = c.rowOffset + 1;
+        StepSetup setup("scatter_add", attrs);
+        setup.in({c.count}, idsDtype).in({c.count, c.width}).out({c.vocabulary, c.width});
+        BothResults results = runBoth(setup, {idBytes, randomFloats(c.count * c.width, seed++)});
+        EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+            << "scatter_add" << what << (skip ? " skipping one" : "");
+      }
+    }
   }
 }
 
