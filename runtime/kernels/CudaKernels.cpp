@@ -14,6 +14,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerReduceCudaKernels(registry);
   registerRopeCudaKernels(registry);
   registerGatherCudaKernels(registry);
+  registerLayoutCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -18,6 +18,7 @@ void registerOptimizerCudaKernels(KernelRegistry& registry);     // adamw
 void registerReduceCudaKernels(KernelRegistry& registry);        // reduce_sum, reduce_max, reduce_mean
 void registerRopeCudaKernels(KernelRegistry& registry);          // rope
 void registerGatherCudaKernels(KernelRegistry& registry);        // gather, scatter_add
+void registerLayoutCudaKernels(KernelRegistry& registry);        // transpose, reshape, concat, slice
 
 void registerCudaKernels(KernelRegistry& registry);
 

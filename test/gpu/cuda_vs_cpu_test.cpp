@@ -21,6 +21,7 @@
 //    accumulate in f64 and round once, in different orders).
 //  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
 //  - gather, scatter_add: exactly (moved bits; each row summed from zero in id order on both).
+//  - transpose, reshape, concat, slice: exactly (moved bits).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -298,7 +299,8 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
-                              "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add"})
+                              "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
+                              "transpose", "reshape", "concat", "slice"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -845,6 +847,57 @@ TEST(CudaVsCpu, GatherAndScatterAdd) {
         EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
             << "scatter_add" << what << (skip ? " skipping one" : "");
       }
+    }
+  }
+}
+
+// ---- layout ------------------------------------------------------------------------------------------
+
+// Exactly, in every element size: transpose, reshape, concat and slice only move bits.
+TEST(CudaVsCpu, Layout) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1200;
+  auto same = [](const BothResults& results, const StepSetup& setup, const std::string& what) {
+    EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0) << what;
+  };
+  for (DType dtype : {DType::F32, DType::BF16, DType::I64, DType::U8}) {
+    const std::string in = std::string(" in ") + std::string(dtypeName(dtype));
+    for (const auto& [shape, perm] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {{256, 1000}, {1, 0}}, {{4, 33, 65}, {0, 2, 1}}, {{2, 3, 4, 5}, {3, 1, 2, 0}}, {{2, 1, 7}, {2, 1, 0}}, {{0, 3}, {1, 0}}}) {
+      std::vector<int64_t> yShape;
+      for (int64_t from : perm) yShape.push_back(shape[from]);
+      StepSetup setup("transpose", {{"perm", perm}});
+      setup.in(shape, dtype).out(yShape, dtype);
+      same(runBoth(setup, {randomFloats(numElementsOf(shape) * 2, seed++)}), setup,
+           "transpose " + shapeToString(shape) + " by " + shapeToString(perm) + in);
+    }
+    {
+      StepSetup setup("reshape", {});
+      setup.in({6, 35}, dtype).out({2, 3, 5, 7}, dtype);
+      same(runBoth(setup, {randomFloats(6 * 35 * 2, seed++)}), setup, "reshape" + in);
+    }
+    for (int64_t dim : {0, 1, 2}) {
+      const std::vector<int64_t> sizes = {3, 1, 5};
+      StepSetup setup("concat", {{"dim", dim}});
+      std::vector<std::vector<float>> inputs;
+      std::vector<int64_t> yShape = {4, 6, 2};
+      yShape[dim] = 9;
+      for (int64_t size : sizes) {
+        std::vector<int64_t> shape = {4, 6, 2};
+        shape[dim] = size;
+        setup.in(shape, dtype);
+        inputs.push_back(randomFloats(numElementsOf(shape) * 2, seed++));
+      }
+      setup.out(yShape, dtype);
+      same(runBoth(setup, inputs), setup, "concat along " + std::to_string(dim) + in);
+    }
+    for (const auto& [dim, start, size] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 2}, {1, 3, 4}, {2, 0, 1}, {1, 7, 0}}) {
+      std::vector<int64_t> yShape = {4, 11, 3};
+      yShape[dim] = size;
+      StepSetup setup("slice", {{"dim", dim}, {"start", start}});
+      setup.in({4, 11, 3}, dtype).out(yShape, dtype);
+      same(runBoth(setup, {randomFloats(4 * 11 * 3 * 2, seed++)}), setup,
+           "slice " + std::to_string(dim) + " from " + std::to_string(start) + in);
     }
   }
 }
