@@ -15,6 +15,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerRopeCudaKernels(registry);
   registerGatherCudaKernels(registry);
   registerLayoutCudaKernels(registry);
+  registerCastCudaKernels(registry);
 }
 
 }  // namespace dgemma

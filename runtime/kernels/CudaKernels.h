@@ -19,6 +19,7 @@ void registerReduceCudaKernels(KernelRegistry& registry);        // reduce_sum, 
 void registerRopeCudaKernels(KernelRegistry& registry);          // rope
 void registerGatherCudaKernels(KernelRegistry& registry);        // gather, scatter_add
 void registerLayoutCudaKernels(KernelRegistry& registry);        // transpose, reshape, concat, slice
+void registerCastCudaKernels(KernelRegistry& registry);          // cast
 
 void registerCudaKernels(KernelRegistry& registry);
 

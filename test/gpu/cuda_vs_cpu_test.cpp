@@ -21,7 +21,7 @@
 //    accumulate in f64 and round once, in different orders).
 //  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
 //  - gather, scatter_add: exactly (moved bits; each row summed from zero in id order on both).
-//  - transpose, reshape, concat, slice: exactly (moved bits).
+//  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -300,7 +300,7 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
-                              "transpose", "reshape", "concat", "slice"})
+                              "transpose", "reshape", "concat", "slice", "cast"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -898,6 +898,44 @@ TEST(CudaVsCpu, Layout) {
       setup.in({4, 11, 3}, dtype).out(yShape, dtype);
       same(runBoth(setup, {randomFloats(4 * 11 * 3 * 2, seed++)}), setup,
            "slice " + std::to_string(dim) + " from " + std::to_string(start) + in);
+    }
+  }
+}
+
+// ---- cast ----------------------------------------------------------------------------------------------
+
+// Exactly: the CUDA cast's conversions are runtime/kernels/elementwise/CastMath.h's, which equal the
+// CPU's bit for bit. The inputs are random bytes (NaNs, infinities and subnormals among the floats),
+// so every path runs.
+TEST(CudaVsCpu, Cast) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<DType> floats = {DType::F32, DType::F64, DType::BF16, DType::F16};
+  const std::vector<DType> integers = {DType::I64, DType::I32, DType::I8, DType::U8, DType::Bool};
+  std::mt19937 generator(1300);
+  const int64_t count = 70001;
+  for (DType from : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I64, DType::I32, DType::I8, DType::U8,
+                     DType::Bool}) {
+    std::vector<float> bytes(static_cast<size_t>(count) * 2);  // 8 bytes an element at most
+    std::vector<uint32_t> words(bytes.size());
+    for (uint32_t& word : words) word = static_cast<uint32_t>(generator());
+    if (from == DType::Bool)
+      for (uint32_t& word : words) word &= 0x01010101u;
+    if (from == DType::F32 || from == DType::F64)  // also ordinary magnitudes, not only huge and tiny ones
+      for (size_t i = 0; i < words.size(); i += 3) {
+        const float value = std::ldexp(static_cast<float>(words[i] % 100000) - 50000.0f, static_cast<int>(words[i] % 40) - 20);
+        std::memcpy(&words[i], &value, sizeof value);
+      }
+    std::memcpy(bytes.data(), words.data(), words.size() * sizeof(uint32_t));
+    const bool fromFloat = std::find(floats.begin(), floats.end(), from) != floats.end();
+    for (const std::vector<DType>* targets : {&floats, &integers}) {
+      if (fromFloat && targets == &integers) continue;  // float -> integer is not a cast
+      for (DType to : *targets) {
+        StepSetup setup("cast", {});
+        setup.in({count}, from).out({count}, to);
+        BothResults results = runBoth(setup, {bytes});
+        EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+            << "cast " << dtypeName(from) << " to " << dtypeName(to);
+      }
     }
   }
 }
