@@ -16,6 +16,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerGatherCudaKernels(registry);
   registerLayoutCudaKernels(registry);
   registerCastCudaKernels(registry);
+  registerFillCudaKernels(registry);
 }
 
 }  // namespace dgemma

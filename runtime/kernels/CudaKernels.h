@@ -20,6 +20,7 @@ void registerRopeCudaKernels(KernelRegistry& registry);          // rope
 void registerGatherCudaKernels(KernelRegistry& registry);        // gather, scatter_add
 void registerLayoutCudaKernels(KernelRegistry& registry);        // transpose, reshape, concat, slice
 void registerCastCudaKernels(KernelRegistry& registry);          // cast
+void registerFillCudaKernels(KernelRegistry& registry);          // fill
 
 void registerCudaKernels(KernelRegistry& registry);
 

@@ -21,12 +21,14 @@
 //    accumulate in f64 and round once, in different orders).
 //  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
 //  - gather, scatter_add: exactly (moved bits; each row summed from zero in id order on both).
-//  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h).
+//  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
+//    fill: exactly (elementwise/FillPattern.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -300,7 +302,7 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
-                              "transpose", "reshape", "concat", "slice", "cast"})
+                              "transpose", "reshape", "concat", "slice", "cast", "fill"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -936,6 +938,23 @@ TEST(CudaVsCpu, Cast) {
         EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
             << "cast " << dtypeName(from) << " to " << dtypeName(to);
       }
+    }
+  }
+}
+
+// Exactly: both fill FillPattern.h's bits, computed on the host.
+TEST(CudaVsCpu, Fill) {
+  REQUIRE_CUDA_BACKEND();
+  for (const auto& [dtype, value] : std::vector<std::pair<DType, double>>{
+           {DType::F32, 0.1}, {DType::F64, -2.5}, {DType::BF16, 1.0 + 0x1p-8 + 0x1p-40}, {DType::F16, 65504.0},
+           {DType::I64, -7.0}, {DType::I32, 123456.0}, {DType::I8, -3.0}, {DType::U8, 200.0}, {DType::Bool, 1.0},
+           {DType::F32, 1e-40}, {DType::F16, 1e-7}}) {
+    for (int64_t count : {int64_t{1}, int64_t{1001}, int64_t{1 << 20}}) {
+      StepSetup setup("fill", {{"value", value}});
+      setup.out({count}, dtype);
+      BothResults results = runBoth(setup, {});
+      EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+          << "fill " << value << " in " << dtypeName(dtype) << " of " << count;
     }
   }
 }
