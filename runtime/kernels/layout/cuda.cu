@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/backends/cuda/CudaCommon.h"
+#include "runtime/kernels/CudaBounds.h"
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/layout/Contract.h"
 #include "runtime/kernels/layout/TransposeIndex.h"
@@ -21,8 +22,11 @@ constexpr unsigned kThreads = 256;
 template <typename Word>
 __global__ void transposeKernel(const Word* x, Word* y, layout::TransposeMap map, int64_t count) {
   for (int64_t index = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; index < count;
-       index += int64_t(gridDim.x) * blockDim.x)
-    y[index] = x[layout::sourceOffset(map, index)];
+       index += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t source = layout::sourceOffset(map, index);
+    DGEMMA_CUDA_CHECK_BOUNDS(source >= 0 && source < count);
+    y[index] = x[source];
+  }
 }
 
 class TransposeCudaKernel final : public Kernel {

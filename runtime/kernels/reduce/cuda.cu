@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "runtime/backends/cuda/CudaCommon.h"
+#include "runtime/kernels/CudaBounds.h"
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/reduce/Contract.h"
 #include "runtime/kernels/reduce/ReduceIndex.h"
@@ -57,8 +58,11 @@ __global__ void reduceBlockPerOutput(const float* x, float* y, reduce::ReduceGeo
   for (int64_t output = blockIdx.x; output < geometry.kept.count; output += gridDim.x) {
     const float* base = x + reduce::offsetOf(geometry.kept, output);
     typename A::Value mine = A::start();
-    for (int64_t r = threadIdx.x; r < geometry.reduced.count; r += blockDim.x)
+    for (int64_t r = threadIdx.x; r < geometry.reduced.count; r += blockDim.x) {
+      DGEMMA_CUDA_CHECK_BOUNDS(base + reduce::offsetOf(geometry.reduced, r) - x <
+                               geometry.kept.count * geometry.reduced.count);
       mine = A::step(mine, base[reduce::offsetOf(geometry.reduced, r)]);
+    }
     partials[threadIdx.x] = mine;
     __syncthreads();
     for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -77,7 +81,11 @@ __global__ void reduceThreadPerOutput(const float* x, float* y, reduce::ReduceGe
        output += int64_t(gridDim.x) * blockDim.x) {
     const float* base = x + reduce::offsetOf(geometry.kept, output);
     typename A::Value value = A::start();
-    for (int64_t r = 0; r < geometry.reduced.count; ++r) value = A::step(value, base[reduce::offsetOf(geometry.reduced, r)]);
+    for (int64_t r = 0; r < geometry.reduced.count; ++r) {
+      DGEMMA_CUDA_CHECK_BOUNDS(base + reduce::offsetOf(geometry.reduced, r) - x <
+                               geometry.kept.count * geometry.reduced.count);
+      value = A::step(value, base[reduce::offsetOf(geometry.reduced, r)]);
+    }
     y[output] = A::result(value, geometry.reduced.count);
   }
 }
