@@ -7,7 +7,7 @@
 namespace dgemma {
 
 // Per group; registerCudaKernels calls them all.
-void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minimum, unary maps, gelu_tanh, copy
+void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minimum, compare, unary maps, gelu_tanh, copy
 void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLAS)
 void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)

@@ -22,7 +22,7 @@
 //  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
 //  - gather, scatter_add: exactly (moved bits; each row summed from zero in id order on both).
 //  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
-//    fill: exactly (elementwise/FillPattern.h).
+//    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -302,7 +302,7 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
-                              "transpose", "reshape", "concat", "slice", "cast", "fill"})
+                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -581,6 +581,27 @@ TEST(CudaVsCpu, Matmul) {
                     "matmul a " + shapeToString(aShape) + (transposeA ? "^T" : "") + " b " + shapeToString(bShape) +
                         (transposeB ? "^T" : ""));
       }
+    }
+  }
+}
+
+// Exactly: IEEE comparisons on both sides, NaN and signed zeros among the inputs.
+TEST(CudaVsCpu, Compare) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1400;
+  for (const char* predicate : {"lt", "le", "gt", "ge", "eq", "ne"}) {
+    for (const BinaryCase& c : std::vector<BinaryCase>{{{1000}, {1000}, {1000}}, {{2, 3, 4}, {4}, {2, 3, 4}},
+                                                       {{5, 1}, {1, 6}, {5, 6}}, {{}, {3, 4}, {3, 4}}}) {
+      std::vector<float> a = randomFloats(numElementsOf(c.a), seed++), b = randomFloats(numElementsOf(c.b), seed++);
+      for (size_t i = 0; i < a.size(); i += 5) a[i] = std::round(a[i]);  // equal pairs
+      for (size_t i = 0; i < b.size(); i += 3) b[i] = std::round(b[i]);
+      if (a.size() > 7) a[7] = std::nanf("");
+      if (b.size() > 2) b[2] = -0.0f;
+      StepSetup setup("compare", {{"predicate", predicate}});
+      setup.in(c.a).in(c.b).out(c.c, DType::Bool);
+      BothResults results = runBoth(setup, {a, b});
+      EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+          << "compare " << predicate << " " << shapeToString(c.a) << " with " << shapeToString(c.b);
     }
   }
 }
