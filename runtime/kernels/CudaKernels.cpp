@@ -17,6 +17,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerLayoutCudaKernels(registry);
   registerCastCudaKernels(registry);
   registerFillCudaKernels(registry);
+  registerSelectCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -21,6 +21,7 @@ void registerGatherCudaKernels(KernelRegistry& registry);        // gather, scat
 void registerLayoutCudaKernels(KernelRegistry& registry);        // transpose, reshape, concat, slice
 void registerCastCudaKernels(KernelRegistry& registry);          // cast
 void registerFillCudaKernels(KernelRegistry& registry);          // fill
+void registerSelectCudaKernels(KernelRegistry& registry);        // select
 
 void registerCudaKernels(KernelRegistry& registry);
 

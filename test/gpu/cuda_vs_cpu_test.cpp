@@ -22,7 +22,8 @@
 //  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
 //  - gather, scatter_add: exactly (moved bits; each row summed from zero in id order on both).
 //  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
-//    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both).
+//    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both);
+//    select: exactly (moved bits).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -302,7 +303,7 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
-                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare"})
+                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -602,6 +603,32 @@ TEST(CudaVsCpu, Compare) {
       BothResults results = runBoth(setup, {a, b});
       EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
           << "compare " << predicate << " " << shapeToString(c.a) << " with " << shapeToString(c.b);
+    }
+  }
+}
+
+// Exactly: the chosen values are copied as their bits.
+TEST(CudaVsCpu, Select) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1500;
+  struct Case {
+    std::vector<int64_t> condition, onTrue, onFalse, y;
+  };
+  for (const Case& c : std::vector<Case>{{{1000}, {1000}, {1000}, {1000}}, {{4, 1}, {4, 5}, {5}, {4, 5}},
+                                         {{}, {3, 2}, {3, 2}, {3, 2}}, {{2, 1, 3}, {1, 4, 1}, {3}, {2, 4, 3}},
+                                         {{64, 1}, {64, 300}, {}, {64, 300}}}) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::I64, DType::U8}) {
+      std::mt19937 generator(seed++);
+      std::vector<float> condition((numElementsOf(c.condition) + 3) / 4);
+      std::vector<uint8_t> flags(condition.size() * 4);
+      for (uint8_t& flag : flags) flag = static_cast<uint8_t>(generator() % 2);
+      std::memcpy(condition.data(), flags.data(), flags.size());
+      StepSetup setup("select", {});
+      setup.in(c.condition, DType::Bool).in(c.onTrue, dtype).in(c.onFalse, dtype).out(c.y, dtype);
+      BothResults results = runBoth(setup, {condition, randomFloats(numElementsOf(c.onTrue) * 2, seed++),
+                                            randomFloats(numElementsOf(c.onFalse) * 2, seed++)});
+      EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+          << "select to " << shapeToString(c.y) << " in " << dtypeName(dtype);
     }
   }
 }
