@@ -18,6 +18,7 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerCastCudaKernels(registry);
   registerFillCudaKernels(registry);
   registerSelectCudaKernels(registry);
+  registerMoeRouteCudaKernels(registry);
 }
 
 }  // namespace dgemma

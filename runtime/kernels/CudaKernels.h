@@ -22,6 +22,7 @@ void registerLayoutCudaKernels(KernelRegistry& registry);        // transpose, r
 void registerCastCudaKernels(KernelRegistry& registry);          // cast
 void registerFillCudaKernels(KernelRegistry& registry);          // fill
 void registerSelectCudaKernels(KernelRegistry& registry);        // select
+void registerMoeRouteCudaKernels(KernelRegistry& registry);      // moe_route
 
 void registerCudaKernels(KernelRegistry& registry);
 

@@ -24,6 +24,7 @@
 //  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
 //    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both);
 //    select: exactly (moved bits).
+//  - moe_route: the indices exactly, the weights 1e-6 (libdevice's expf against libm's).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -303,7 +304,7 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
-                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select"})
+                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select", "moe_route"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -674,6 +675,25 @@ std::vector<int64_t> int64Values(const std::vector<float>& bytes) {
   std::vector<int64_t> values(bytes.size() / 2);
   std::memcpy(values.data(), bytes.data(), values.size() * sizeof(int64_t));
   return values;
+}
+
+// The indices exactly (random logits, so no two probabilities tie within a few ulp, plus exact ties,
+// which tie on both backends); the weights 1e-6 relative (libdevice's expf against libm's).
+TEST(CudaVsCpu, MoeRoute) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1600;
+  for (const auto& [tokens, experts, topK] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 8, 2}, {1000, 128, 8}, {3, 4, 4}, {9, 1, 1}, {0, 8, 2}}) {
+    std::vector<float> logits = randomFloats(tokens * experts, seed++, -3.0f, 3.0f);
+    for (size_t i = 0; i < logits.size(); i += 3) logits[i] = 0.5f;
+    StepSetup setup("moe_route", {{"top_k", topK}});
+    setup.in({tokens, experts}).in({experts}).out({tokens, topK}).out({tokens, topK}, DType::I64);
+    BothResults results = runBoth(setup, {logits, randomFloats(experts, seed++, 0.5f, 1.5f)});
+    const std::string what = " of " + std::to_string(tokens) + " tokens, " + std::to_string(experts) + " experts, top-" +
+                             std::to_string(topK);
+    EXPECT_EQ(int64Values(results.cpu[1]), int64Values(results.gpu[1])) << "moe_route indices" << what;
+    expectRelative(results.cpu[0], results.gpu[0], 1e-6, "moe_route weights" + what);
+  }
 }
 
 // The ids and the scaled logits bit for bit (the same IEEE division and the same portable Gumbel
