@@ -24,7 +24,8 @@
 //  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
 //    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both);
 //    select: exactly (moved bits).
-//  - moe_route: the indices exactly, the weights 1e-6 (libdevice's expf against libm's).
+//  - moe_route: the indices exactly, the weights 1e-6 (libdevice's expf against libm's);
+//    moe_route_backward: dlogits 1e-5 of its token's Σ|dw|, dscale 1e-5 of Σ|dw|.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -304,7 +305,8 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
-                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select", "moe_route"})
+                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select", "moe_route",
+                              "moe_route_backward"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -693,6 +695,44 @@ TEST(CudaVsCpu, MoeRoute) {
                              std::to_string(topK);
     EXPECT_EQ(int64Values(results.cpu[1]), int64Values(results.gpu[1])) << "moe_route indices" << what;
     expectRelative(results.cpu[0], results.gpu[0], 1e-6, "moe_route weights" + what);
+  }
+}
+
+// The same algebra on both (moe/RouteMath.h) over probabilities that differ in their last bits
+// (expf): dlogits within 1e-5 of its token's Σ|dw| (which bounds the terms it is made of), dscale 1e-5
+// of Σ|dw| over all routes; the indices are the CPU forward's.
+TEST(CudaVsCpu, MoeRouteBackward) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1700;
+  for (const auto& [tokens, experts, topK] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 8, 2}, {1000, 128, 8}, {3, 4, 4}, {9, 1, 1}}) {
+    const std::vector<float> logits = randomFloats(tokens * experts, seed++, -3.0f, 3.0f);
+    const std::vector<float> scale = randomFloats(experts, seed++, 0.5f, 1.5f);
+    StepSetup forward("moe_route", {{"top_k", topK}});
+    forward.in({tokens, experts}).in({experts}).out({tokens, topK}).out({tokens, topK}, DType::I64);
+    const std::vector<float> indices = runBoth(forward, {logits, scale}).cpu[1];
+    const std::vector<float> dWeights = randomFloats(tokens * topK, seed++);
+    StepSetup setup("moe_route_backward", {{"top_k", topK}});
+    setup.in({tokens, experts}).in({experts}).in({tokens, topK}, DType::I64).in({tokens, topK});
+    setup.out({tokens, experts}).out({experts});
+    BothResults results = runBoth(setup, {logits, scale, indices, dWeights});
+    const std::string what = " of " + std::to_string(tokens) + " tokens, " + std::to_string(experts) + " experts, top-" +
+                             std::to_string(topK);
+    const std::vector<float>& dLogits = results.cpu[0];
+    expectClose(dLogits, results.gpu[0],
+                [&](size_t i) {
+                  // |P_e dP_e| and |P_e Σ P dP| are at most 3 Σ_j |dw_j| (scale <= 1.5, P/S <= 1): the size of
+                  // the terms whose last bits differ, whatever cancels between them.
+                  const size_t token = i / experts;
+                  double terms = 0.0;
+                  for (int64_t j = 0; j < topK; ++j) terms += std::fabs(dWeights[token * topK + j]);
+                  return 1e-5 * terms + 1e-12;
+                },
+                "moe_route_backward dlogits" + what);
+    double absoluteWeights = 0.0;
+    for (float dw : dWeights) absoluteWeights += std::fabs(dw);
+    expectClose(results.cpu[1], results.gpu[1], [&](size_t) { return 1e-5 * absoluteWeights; },
+                "moe_route_backward dscale" + what);
   }
 }
 

@@ -59,4 +59,27 @@ DGEMMA_HOST_DEVICE inline void topKWeights(const T* probabilities, const T* expe
   for (int64_t j = 0; j < topK; ++j) weights[j] = probabilities[indices[j]] / chosen * expertScale[indices[j]];
 }
 
+// moe_route_backward for one token whose softmax is `probabilities`: with S = Σ P over the chosen
+// experts, dP_j = dw_j scale_j / S − Σ_i dw_i scale_i P_i / S² (0 for the others) and dlogits =
+// P ⊙ (dP − Σ P dP); scaleTerms[j] = dw_j P_j / S, the token's term of dscale[idx_j] (the caller sums
+// them in route order). `dProbabilities` is scratch of `experts` values.
+template <typename T>
+DGEMMA_HOST_DEVICE inline void routeBackward(const T* probabilities, const T* expertScale, const int64_t* chosen,
+                                             const T* dw, int64_t experts, int64_t topK, T* dProbabilities,
+                                             T* dLogits, T* scaleTerms) {
+  T selected = 0;
+  for (int64_t j = 0; j < topK; ++j) selected += probabilities[chosen[j]];
+  T shared = 0;
+  for (int64_t j = 0; j < topK; ++j) shared += dw[j] * expertScale[chosen[j]] * probabilities[chosen[j]];
+  shared /= selected * selected;
+  for (int64_t e = 0; e < experts; ++e) dProbabilities[e] = 0;
+  for (int64_t j = 0; j < topK; ++j) {
+    dProbabilities[chosen[j]] += dw[j] * expertScale[chosen[j]] / selected - shared;
+    scaleTerms[j] = dw[j] * probabilities[chosen[j]] / selected;
+  }
+  T expected = 0;
+  for (int64_t e = 0; e < experts; ++e) expected += probabilities[e] * dProbabilities[e];
+  for (int64_t e = 0; e < experts; ++e) dLogits[e] = probabilities[e] * (dProbabilities[e] - expected);
+}
+
 }  // namespace dgemma::moe_route
