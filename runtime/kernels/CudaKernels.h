@@ -1,5 +1,6 @@
-// The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp), f32 only for
-// now: their factories reject other dtypes when the plan is loaded. Plain C++ header.
+// The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp). The arithmetic
+// kernels are f32 only for now (their factories reject other dtypes when the plan is loaded); the
+// kernels that move bits (layout, cast, fill, copy, select, gather) take any dtype. Plain C++ header.
 #pragma once
 
 #include "runtime/kernel_api/Kernel.h"
