@@ -11,6 +11,16 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerCanvasSampleCudaKernels(registry);
   registerAttentionCudaKernels(registry);
   registerCrossEntropyCudaKernels(registry);
+  registerRandomCudaKernels(registry);
+  registerOptimizerCudaKernels(registry);
+  registerReduceCudaKernels(registry);
+  registerRopeCudaKernels(registry);
+  registerGatherCudaKernels(registry);
+  registerLayoutCudaKernels(registry);
+  registerCastCudaKernels(registry);
+  registerFillCudaKernels(registry);
+  registerSelectCudaKernels(registry);
+  registerMoeRouteCudaKernels(registry);
 }
 
 }  // namespace dgemma

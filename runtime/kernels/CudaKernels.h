@@ -1,6 +1,7 @@
-// The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp), f32 only for
-// now except attention and cross-entropy (f32 and bf16): their factories reject other dtypes when
-// the plan is loaded. Plain C++ header.
+// The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp). The arithmetic
+// kernels are f32 only for now except attention and cross-entropy (f32 and bf16); their factories
+// reject other dtypes when the plan is loaded. The kernels that move bits (layout, cast, fill,
+// copy, select, gather) take any dtype. Plain C++ header.
 #pragma once
 
 #include "runtime/kernel_api/Kernel.h"
@@ -8,7 +9,7 @@
 namespace dgemma {
 
 // Per group; registerCudaKernels calls them all.
-void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minimum, unary maps, gelu_tanh, copy
+void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minimum, compare, unary maps, gelu_tanh, copy
 void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLAS)
 void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
@@ -16,6 +17,16 @@ void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_permute, 
 void registerCanvasSampleCudaKernels(KernelRegistry& registry);  // canvas_sample
 void registerAttentionCudaKernels(KernelRegistry& registry);     // attention, attention_backward (f32, bf16)
 void registerCrossEntropyCudaKernels(KernelRegistry& registry);  // cross_entropy[_backward] (f32, bf16)
+void registerRandomCudaKernels(KernelRegistry& registry);        // random_uniform, random_int
+void registerOptimizerCudaKernels(KernelRegistry& registry);     // adamw
+void registerReduceCudaKernels(KernelRegistry& registry);        // reduce_sum, reduce_max, reduce_mean
+void registerRopeCudaKernels(KernelRegistry& registry);          // rope
+void registerGatherCudaKernels(KernelRegistry& registry);        // gather, scatter_add
+void registerLayoutCudaKernels(KernelRegistry& registry);        // transpose, reshape, concat, slice
+void registerCastCudaKernels(KernelRegistry& registry);          // cast
+void registerFillCudaKernels(KernelRegistry& registry);          // fill
+void registerSelectCudaKernels(KernelRegistry& registry);        // select
+void registerMoeRouteCudaKernels(KernelRegistry& registry);      // moe_route
 
 void registerCudaKernels(KernelRegistry& registry);
 

@@ -24,11 +24,23 @@
 //  - bf16 (attention, cross_entropy): against the CPU kernel in f32 on the bf16-rounded inputs, its
 //    results rounded to bf16 (what the CPU backend's widening computes): one bf16 ulp (2^-7 relative)
 //    plus the f32 tolerance, as the two f32 results may straddle a rounding boundary.
+//  - random_uniform, random_int: exactly (both call runtime/core/Philox.h).
+//  - adamw: exactly (both evaluate runtime/kernels/optimizer/AdamwMath.h).
+//  - reduce_max exactly; reduce_sum, reduce_mean: 2^-23 of |y| plus 1e-12 of the summed |x| (both
+//    accumulate in f64 and round once, in different orders).
+//  - rope: 1e-6 of |x_i| + |x_{i+D/2}| (libdevice's cosf/sinf against libm's), unrotated pairs exactly.
+//  - gather, scatter_add: exactly (moved bits; each row summed from zero in id order on both).
+//  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
+//    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both);
+//    select: exactly (moved bits).
+//  - moe_route: the indices exactly, the weights 1e-6 (libdevice's expf against libm's);
+//    moe_route_backward: dlogits 1e-5 of its token's Σ|dw|, dscale 1e-5 of Σ|dw|.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,6 +61,7 @@
 #include "runtime/core/ThreadPool.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/reduce/ReduceIndex.h"
 
 namespace dgemma {
 namespace {
@@ -309,7 +322,10 @@ TEST(CudaBackendCreation, SucceedsOrThrowsRuntimeErrorWithReason) {
 TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
   std::vector<std::string> names = cudaRegistry().names();
   for (const char* expected : {"add", "mul", "gelu_tanh", "matmul", "rms_norm", "softmax", "moe_permute", "moe_combine",
-                              "canvas_sample"})
+                              "canvas_sample", "random_uniform", "random_int", "adamw",
+                              "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
+                              "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select", "moe_route",
+                              "moe_route_backward"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -592,6 +608,53 @@ TEST(CudaVsCpu, Matmul) {
   }
 }
 
+// Exactly: IEEE comparisons on both sides, NaN and signed zeros among the inputs.
+TEST(CudaVsCpu, Compare) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1400;
+  for (const char* predicate : {"lt", "le", "gt", "ge", "eq", "ne"}) {
+    for (const BinaryCase& c : std::vector<BinaryCase>{{{1000}, {1000}, {1000}}, {{2, 3, 4}, {4}, {2, 3, 4}},
+                                                       {{5, 1}, {1, 6}, {5, 6}}, {{}, {3, 4}, {3, 4}}}) {
+      std::vector<float> a = randomFloats(numElementsOf(c.a), seed++), b = randomFloats(numElementsOf(c.b), seed++);
+      for (size_t i = 0; i < a.size(); i += 5) a[i] = std::round(a[i]);  // equal pairs
+      for (size_t i = 0; i < b.size(); i += 3) b[i] = std::round(b[i]);
+      if (a.size() > 7) a[7] = std::nanf("");
+      if (b.size() > 2) b[2] = -0.0f;
+      StepSetup setup("compare", {{"predicate", predicate}});
+      setup.in(c.a).in(c.b).out(c.c, DType::Bool);
+      BothResults results = runBoth(setup, {a, b});
+      EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+          << "compare " << predicate << " " << shapeToString(c.a) << " with " << shapeToString(c.b);
+    }
+  }
+}
+
+// Exactly: the chosen values are copied as their bits.
+TEST(CudaVsCpu, Select) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1500;
+  struct Case {
+    std::vector<int64_t> condition, onTrue, onFalse, y;
+  };
+  for (const Case& c : std::vector<Case>{{{1000}, {1000}, {1000}, {1000}}, {{4, 1}, {4, 5}, {5}, {4, 5}},
+                                         {{}, {3, 2}, {3, 2}, {3, 2}}, {{2, 1, 3}, {1, 4, 1}, {3}, {2, 4, 3}},
+                                         {{64, 1}, {64, 300}, {}, {64, 300}}}) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::I64, DType::U8}) {
+      std::mt19937 generator(seed++);
+      std::vector<float> condition((numElementsOf(c.condition) + 3) / 4);
+      std::vector<uint8_t> flags(condition.size() * 4);
+      for (uint8_t& flag : flags) flag = static_cast<uint8_t>(generator() % 2);
+      std::memcpy(condition.data(), flags.data(), flags.size());
+      StepSetup setup("select", {});
+      setup.in(c.condition, DType::Bool).in(c.onTrue, dtype).in(c.onFalse, dtype).out(c.y, dtype);
+      BothResults results = runBoth(setup, {condition, randomFloats(numElementsOf(c.onTrue) * 2, seed++),
+                                            randomFloats(numElementsOf(c.onFalse) * 2, seed++)});
+      EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+          << "select to " << shapeToString(c.y) << " in " << dtypeName(dtype);
+    }
+  }
+}
+
 // ---- the expert dispatch's permutations --------------------------------------------------------------
 
 // runBoth moves every input as raw bytes through a vector<float>: i64 slots ride in two floats each.
@@ -635,6 +698,63 @@ std::vector<int64_t> int64Values(const std::vector<float>& bytes) {
   return values;
 }
 
+// The indices exactly (random logits, so no two probabilities tie within a few ulp, plus exact ties,
+// which tie on both backends); the weights 1e-6 relative (libdevice's expf against libm's).
+TEST(CudaVsCpu, MoeRoute) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1600;
+  for (const auto& [tokens, experts, topK] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 8, 2}, {1000, 128, 8}, {3, 4, 4}, {9, 1, 1}, {0, 8, 2}}) {
+    std::vector<float> logits = randomFloats(tokens * experts, seed++, -3.0f, 3.0f);
+    for (size_t i = 0; i < logits.size(); i += 3) logits[i] = 0.5f;
+    StepSetup setup("moe_route", {{"top_k", topK}});
+    setup.in({tokens, experts}).in({experts}).out({tokens, topK}).out({tokens, topK}, DType::I64);
+    BothResults results = runBoth(setup, {logits, randomFloats(experts, seed++, 0.5f, 1.5f)});
+    const std::string what = " of " + std::to_string(tokens) + " tokens, " + std::to_string(experts) + " experts, top-" +
+                             std::to_string(topK);
+    EXPECT_EQ(int64Values(results.cpu[1]), int64Values(results.gpu[1])) << "moe_route indices" << what;
+    expectRelative(results.cpu[0], results.gpu[0], 1e-6, "moe_route weights" + what);
+  }
+}
+
+// The same algebra on both (moe/RouteMath.h) over probabilities that differ in their last bits
+// (expf): dlogits within 1e-5 of its token's Σ|dw| (which bounds the terms it is made of), dscale 1e-5
+// of Σ|dw| over all routes; the indices are the CPU forward's.
+TEST(CudaVsCpu, MoeRouteBackward) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1700;
+  for (const auto& [tokens, experts, topK] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{37, 8, 2}, {1000, 128, 8}, {3, 4, 4}, {9, 1, 1}}) {
+    const std::vector<float> logits = randomFloats(tokens * experts, seed++, -3.0f, 3.0f);
+    const std::vector<float> scale = randomFloats(experts, seed++, 0.5f, 1.5f);
+    StepSetup forward("moe_route", {{"top_k", topK}});
+    forward.in({tokens, experts}).in({experts}).out({tokens, topK}).out({tokens, topK}, DType::I64);
+    const std::vector<float> indices = runBoth(forward, {logits, scale}).cpu[1];
+    const std::vector<float> dWeights = randomFloats(tokens * topK, seed++);
+    StepSetup setup("moe_route_backward", {{"top_k", topK}});
+    setup.in({tokens, experts}).in({experts}).in({tokens, topK}, DType::I64).in({tokens, topK});
+    setup.out({tokens, experts}).out({experts});
+    BothResults results = runBoth(setup, {logits, scale, indices, dWeights});
+    const std::string what = " of " + std::to_string(tokens) + " tokens, " + std::to_string(experts) + " experts, top-" +
+                             std::to_string(topK);
+    const std::vector<float>& dLogits = results.cpu[0];
+    expectClose(dLogits, results.gpu[0],
+                [&](size_t i) {
+                  // |P_e dP_e| and |P_e Σ P dP| are at most 3 Σ_j |dw_j| (scale <= 1.5, P/S <= 1): the size of
+                  // the terms whose last bits differ, whatever cancels between them.
+                  const size_t token = i / experts;
+                  double terms = 0.0;
+                  for (int64_t j = 0; j < topK; ++j) terms += std::fabs(dWeights[token * topK + j]);
+                  return 1e-5 * terms + 1e-12;
+                },
+                "moe_route_backward dlogits" + what);
+    double absoluteWeights = 0.0;
+    for (float dw : dWeights) absoluteWeights += std::fabs(dw);
+    expectClose(results.cpu[1], results.gpu[1], [&](size_t) { return 1e-5 * absoluteWeights; },
+                "moe_route_backward dscale" + what);
+  }
+}
+
 // The ids and the scaled logits bit for bit (the same IEEE division and the same portable Gumbel
 // noise on both sides, runtime/kernels/canvas_sample/GumbelNoise.h); the entropy to 1e-6 relative
 // (libdevice's expf against the CPU's fastExp, each within an ulp or two).
@@ -661,6 +781,307 @@ TEST(CudaVsCpu, CanvasSample) {
       EXPECT_EQ(int64Values(results.cpu[1]), int64Values(results.gpu[1])) << "argmax" << what;
       expectRelative(results.cpu[2], results.gpu[2], 1e-6, "entropy" + what);
       EXPECT_EQ(std::memcmp(results.cpu[3].data(), results.gpu[3].data(), setup.outputs[3]->bytes()), 0) << "scaled" << what;
+    }
+  }
+}
+
+// ---- random numbers ------------------------------------------------------------------------------
+
+// Bit for bit: both kernels call runtime/core/Philox.h. The shapes cover rows that end inside a
+// Philox block, [2] and [N, 2] keys, and for random_int a power of two, a small bound and one just
+// above 2^31, which rejects about half of the first words (the retries under offset + 1, ...).
+TEST(CudaVsCpu, RandomUniformAndInt) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<int64_t> keys = {int64_t{0x1234567890abcdef}, 17, -5, int64_t{1} << 40, 42, 0, 7, 3};
+  for (const auto& [shape, keyRows] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+           {{1003}, 0}, {{3, 517}, 3}, {{4, 2, 3}, 4}, {{1, 1}, 1}, {{1 << 20}, 0}}) {
+    const std::vector<int64_t> keyShape = keyRows == 0 ? std::vector<int64_t>{2} : std::vector<int64_t>{keyRows, 2};
+    const std::vector<float> key = int64Bytes(std::vector<int64_t>(keys.begin(), keys.begin() + numElementsOf(keyShape)));
+    for (int64_t stream : {int64_t{0}, int64_t{3}, int64_t{0xffffffff}}) {
+      const std::string what = " of " + shapeToString(shape) + " stream " + std::to_string(stream);
+      StepSetup uniform("random_uniform", {{"stream", stream}});
+      uniform.in(keyShape, DType::I64).out(shape);
+      BothResults uniforms = runBoth(uniform, {key});
+      EXPECT_EQ(std::memcmp(uniforms.cpu[0].data(), uniforms.gpu[0].data(), uniform.outputs[0]->bytes()), 0)
+          << "random_uniform" << what;
+      for (int64_t high : {int64_t{1}, int64_t{262144}, int64_t{3}, int64_t{1000003}, (int64_t{1} << 31) + 1,
+                           int64_t{1} << 32}) {
+        StepSetup integers("random_int", {{"stream", stream}, {"high", high}});
+        integers.in(keyShape, DType::I64).out(shape, DType::I64);
+        BothResults ints = runBoth(integers, {key});
+        EXPECT_EQ(int64Values(ints.cpu[0]), int64Values(ints.gpu[0])) << "random_int high " << high << what;
+      }
+    }
+  }
+}
+
+// ---- the optimizer -----------------------------------------------------------------------------------
+
+// Bit for bit: both kernels evaluate runtime/kernels/optimizer/AdamwMath.h's adamwUpdate, IEEE
+// operations only (no FMA contraction on the device).
+TEST(CudaVsCpu, Adamw) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 800;
+  for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1 << 20} + 3}) {
+    for (double weightDecay : {0.0, 0.1}) {
+      StepSetup setup("adamw", {{"beta1", 0.9}, {"beta2", 0.95}, {"epsilon", 1e-8}, {"weight_decay", weightDecay}});
+      for (int i = 0; i < 4; ++i) setup.in({count});
+      for (int i = 0; i < 4; ++i) setup.in({});
+      setup.out({count}).out({count}).out({count});
+      BothResults results = runBoth(setup, {randomFloats(count, seed++), randomFloats(count, seed++, -1e-2f, 1e-2f),
+                                            randomFloats(count, seed++, -1e-3f, 1e-3f),
+                                            randomFloats(count, seed++, 0.0f, 1e-5f), {0.5f}, {3e-4f}, {0.4095f}, {0.0975f}});
+      for (size_t output = 0; output < 3; ++output)
+        EXPECT_EQ(std::memcmp(results.cpu[output].data(), results.gpu[output].data(), count * sizeof(float)), 0)
+            << "adamw output " << output << " of " << count << " elements, weight decay " << weightDecay;
+    }
+  }
+}
+
+// ---- reductions -----------------------------------------------------------------------------------
+
+// Both sum in f64 and round once, in different orders: an output may differ by one f32 rounding step
+// (2^-23 relative) plus the f64 order's error (1e-12 of Σ|x| covers a million terms); max exactly.
+TEST(CudaVsCpu, Reduce) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{1024, 4096}, {1}}, {{1024, 4096}, {0}}, {{3, 4, 5}, {0, 2}}, {{3, 4, 5}, {1}}, {{1 << 20}, {0}},
+      {{2, 3, 4, 5, 6}, {1, 3}}, {{7, 1, 300}, {0, 1}}, {{4, 0, 3}, {1}}, {{0, 5}, {1}}, {{6}, {}}};
+  uint32_t seed = 900;
+  for (const auto& [shape, dims] : cases) {
+    std::vector<float> x = randomFloats(numElementsOf(shape), seed++);
+    if (x.size() > 10) x[10] = std::nanf("");
+    ReduceContract contract;
+    for (int64_t d = 0, next = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+      const bool reduced = next < static_cast<int64_t>(dims.size()) && dims[next] == d;
+      (reduced ? contract.reducedDims : contract.keptDims).push_back(d);
+      next += reduced;
+    }
+    reduce::ReduceGeometry geometry;
+    ASSERT_TRUE(reduce::makeReduceGeometry(shape, contract, geometry));
+    std::vector<double> absoluteSums(static_cast<size_t>(geometry.kept.count), 0.0);
+    for (int64_t o = 0; o < geometry.kept.count; ++o)
+      for (int64_t r = 0; r < geometry.reduced.count; ++r) {
+        const float value = x[reduce::offsetOf(geometry.kept, o) + reduce::offsetOf(geometry.reduced, r)];
+        if (!std::isnan(value)) absoluteSums[o] += std::fabs(value);
+      }
+    for (bool keepDims : {false, true}) {
+      std::vector<int64_t> yShape;
+      for (size_t d = 0, next = 0; d < shape.size(); ++d) {
+        const bool reduced = next < dims.size() && dims[next] == static_cast<int64_t>(d);
+        if (!reduced || keepDims) yShape.push_back(reduced ? 1 : shape[d]);
+        next += reduced;
+      }
+      for (const char* op : {"reduce_sum", "reduce_max", "reduce_mean"}) {
+        StepSetup setup(op, {{"dims", dims}, {"keep_dims", keepDims}});
+        setup.in(shape).out(yShape);
+        BothResults results = runBoth(setup, {x});
+        const bool mean = std::string(op) == "reduce_mean", max = std::string(op) == "reduce_max";
+        const double count = std::max<double>(1.0, static_cast<double>(geometry.reduced.count));
+        expectClose(results.cpu[0], results.gpu[0],
+                    [&](size_t i) {
+                      if (max) return 0.0;
+                      return std::ldexp(std::fabs(results.cpu[0][i]), -23) + 1e-12 * absoluteSums[i] / (mean ? count : 1.0);
+                    },
+                    std::string(op) + " of " + shapeToString(shape) + " over " + shapeToString(dims));
+      }
+    }
+  }
+}
+
+TEST(CudaKernelFactories, ReduceRejectsF64) {
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("reduce_sum", {{"dims", {0}}}).in({4}, DType::F64).out({}, DType::F64)),
+               InputError);
+}
+
+// ---- rope --------------------------------------------------------------------------------------------
+
+// The same frequencies and angles (computed alike on the host and the device) and the same rotation;
+// only libdevice's cosf and sinf differ from libm's, by a couple of ulp: an output is within 1e-6 of
+// |x_i| + |x_{i+D/2}| of its pair's inputs. Unrotated pairs are copied exactly.
+TEST(CudaVsCpu, Rope) {
+  REQUIRE_CUDA_BACKEND();
+  struct Case {
+    std::vector<int64_t> shape;  // [B, T, H, D]
+    int64_t rotatedPairs, frequencyDim, positionStep;
+    double theta;
+    bool inverse;
+  };
+  const std::vector<Case> cases = {{{2, 5, 3, 8}, 4, 8, 1, 10000.0, false},   {{2, 5, 3, 8}, 4, 8, 1, 10000.0, true},
+                                   {{1, 17, 2, 512}, 64, 512, 9973, 1e6, false}, {{3, 40, 8, 256}, 128, 256, 1, 10000.0, true},
+                                   {{1, 3, 1, 2}, 1, 2, 100000, 10000.0, false}, {{0, 4, 2, 8}, 4, 8, 1, 10000.0, false}};
+  uint32_t seed = 1000;
+  for (const Case& c : cases) {
+    StepSetup setup("rope", {{"theta", c.theta}, {"rotated_pairs", c.rotatedPairs}, {"frequency_dim", c.frequencyDim},
+                             {"inverse", c.inverse}});
+    setup.in(c.shape).in({c.shape[0], c.shape[1]}, DType::I64).out(c.shape);
+    const std::vector<float> x = randomFloats(numElementsOf(c.shape), seed++);
+    std::vector<int64_t> positions;
+    for (int64_t i = 0; i < c.shape[0] * c.shape[1]; ++i) positions.push_back((i * 7 % 23) * c.positionStep);
+    BothResults results = runBoth(setup, {x, int64Bytes(positions)});
+    const int64_t half = c.shape[3] / 2;
+    expectClose(results.cpu[0], results.gpu[0],
+                [&](size_t at) {
+                  const int64_t i = static_cast<int64_t>(at) % c.shape[3];
+                  if (i % half >= c.rotatedPairs) return 0.0;
+                  const size_t partner = i < half ? at + half : at - half;
+                  return 1e-6 * (std::fabs(x[at]) + std::fabs(x[partner]));
+                },
+                "rope " + shapeToString(c.shape) + " rotating " + std::to_string(c.rotatedPairs) +
+                    (c.inverse ? " inverse" : ""));
+  }
+}
+
+// ---- gather and scatter_add ------------------------------------------------------------------------
+
+std::vector<float> int32Bytes(const std::vector<int64_t>& values) {
+  std::vector<int32_t> narrow(values.begin(), values.end());
+  std::vector<float> bytes(narrow.size());  // one float per i32
+  std::memcpy(bytes.data(), narrow.data(), narrow.size() * sizeof(int32_t));
+  return bytes;
+}
+
+// Exactly: gather moves bits; scatter_add sums each row's updates from zero in id order on both
+// backends (the CUDA kernel after a stable sort), so the f32 sums round alike.
+TEST(CudaVsCpu, GatherAndScatterAdd) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1100;
+  struct Case {
+    int64_t vocabulary, width, count, rowOffset, idHigh;  // ids drawn from [0, idHigh)
+  };
+  for (const Case& c : std::vector<Case>{{50, 16, 300, 0, 50}, {1000, 64, 4096, 200, 1500}, {7, 3, 1, 2, 9},
+                                          {3, 5, 20000, 0, 3}, {11, 1, 0, 0, 11}}) {
+    std::mt19937 generator(seed++);
+    std::uniform_int_distribution<int64_t> draw(0, c.idHigh - 1);
+    std::vector<int64_t> ids(static_cast<size_t>(c.count));
+    for (int64_t& id : ids) id = draw(generator);
+    for (DType idsDtype : {DType::I64, DType::I32}) {
+      const std::vector<float> idBytes = idsDtype == DType::I64 ? int64Bytes(ids) : int32Bytes(ids);
+      const std::string what = " of " + std::to_string(c.count) + " ids into " + std::to_string(c.vocabulary) + " rows of " +
+                               std::to_string(c.width) + " from row " + std::to_string(c.rowOffset) + ", " +
+                               std::string(dtypeName(idsDtype)) + " ids";
+      for (DType tableDtype : {DType::F32, DType::BF16}) {
+        StepSetup setup("gather", {{"row_offset", c.rowOffset}});
+        setup.in({c.vocabulary, c.width}, tableDtype).in({c.count}, idsDtype).out({c.count, c.width}, tableDtype);
+        BothResults results = runBoth(setup, {randomFloats(c.vocabulary * c.width, seed++), idBytes});
+        EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+            << "gather" << what << " to " << dtypeName(tableDtype);
+      }
+      for (bool skip : {false, true}) {
+        nlohmann::json attrs = {{"row_offset", c.rowOffset}};
+        if (skip) attrs["skip_id"] = c.rowOffset + 1;
+        StepSetup setup("scatter_add", attrs);
+        setup.in({c.count}, idsDtype).in({c.count, c.width}).out({c.vocabulary, c.width});
+        BothResults results = runBoth(setup, {idBytes, randomFloats(c.count * c.width, seed++)});
+        EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+            << "scatter_add" << what << (skip ? " skipping one" : "");
+      }
+    }
+  }
+}
+
+// ---- layout ------------------------------------------------------------------------------------------
+
+// Exactly, in every element size: transpose, reshape, concat and slice only move bits.
+TEST(CudaVsCpu, Layout) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 1200;
+  auto same = [](const BothResults& results, const StepSetup& setup, const std::string& what) {
+    EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0) << what;
+  };
+  for (DType dtype : {DType::F32, DType::BF16, DType::I64, DType::U8}) {
+    const std::string in = std::string(" in ") + std::string(dtypeName(dtype));
+    for (const auto& [shape, perm] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {{256, 1000}, {1, 0}}, {{4, 33, 65}, {0, 2, 1}}, {{2, 3, 4, 5}, {3, 1, 2, 0}}, {{2, 1, 7}, {2, 1, 0}}, {{0, 3}, {1, 0}}}) {
+      std::vector<int64_t> yShape;
+      for (int64_t from : perm) yShape.push_back(shape[from]);
+      StepSetup setup("transpose", {{"perm", perm}});
+      setup.in(shape, dtype).out(yShape, dtype);
+      same(runBoth(setup, {randomFloats(numElementsOf(shape) * 2, seed++)}), setup,
+           "transpose " + shapeToString(shape) + " by " + shapeToString(perm) + in);
+    }
+    {
+      StepSetup setup("reshape", {});
+      setup.in({6, 35}, dtype).out({2, 3, 5, 7}, dtype);
+      same(runBoth(setup, {randomFloats(6 * 35 * 2, seed++)}), setup, "reshape" + in);
+    }
+    for (int64_t dim : {0, 1, 2}) {
+      const std::vector<int64_t> sizes = {3, 1, 5};
+      StepSetup setup("concat", {{"dim", dim}});
+      std::vector<std::vector<float>> inputs;
+      std::vector<int64_t> yShape = {4, 6, 2};
+      yShape[dim] = 9;
+      for (int64_t size : sizes) {
+        std::vector<int64_t> shape = {4, 6, 2};
+        shape[dim] = size;
+        setup.in(shape, dtype);
+        inputs.push_back(randomFloats(numElementsOf(shape) * 2, seed++));
+      }
+      setup.out(yShape, dtype);
+      same(runBoth(setup, inputs), setup, "concat along " + std::to_string(dim) + in);
+    }
+    for (const auto& [dim, start, size] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 2}, {1, 3, 4}, {2, 0, 1}, {1, 7, 0}}) {
+      std::vector<int64_t> yShape = {4, 11, 3};
+      yShape[dim] = size;
+      StepSetup setup("slice", {{"dim", dim}, {"start", start}});
+      setup.in({4, 11, 3}, dtype).out(yShape, dtype);
+      same(runBoth(setup, {randomFloats(4 * 11 * 3 * 2, seed++)}), setup,
+           "slice " + std::to_string(dim) + " from " + std::to_string(start) + in);
+    }
+  }
+}
+
+// ---- cast ----------------------------------------------------------------------------------------------
+
+// Exactly: the CUDA cast's conversions are runtime/kernels/elementwise/CastMath.h's, which equal the
+// CPU's bit for bit. The inputs are random bytes (NaNs, infinities and subnormals among the floats),
+// so every path runs.
+TEST(CudaVsCpu, Cast) {
+  REQUIRE_CUDA_BACKEND();
+  const std::vector<DType> floats = {DType::F32, DType::F64, DType::BF16, DType::F16};
+  const std::vector<DType> integers = {DType::I64, DType::I32, DType::I8, DType::U8, DType::Bool};
+  std::mt19937 generator(1300);
+  const int64_t count = 70001;
+  for (DType from : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I64, DType::I32, DType::I8, DType::U8,
+                     DType::Bool}) {
+    std::vector<float> bytes(static_cast<size_t>(count) * 2);  // 8 bytes an element at most
+    std::vector<uint32_t> words(bytes.size());
+    for (uint32_t& word : words) word = static_cast<uint32_t>(generator());
+    if (from == DType::Bool)
+      for (uint32_t& word : words) word &= 0x01010101u;
+    if (from == DType::F32 || from == DType::F64)  // also ordinary magnitudes, not only huge and tiny ones
+      for (size_t i = 0; i < words.size(); i += 3) {
+        const float value = std::ldexp(static_cast<float>(words[i] % 100000) - 50000.0f, static_cast<int>(words[i] % 40) - 20);
+        std::memcpy(&words[i], &value, sizeof value);
+      }
+    std::memcpy(bytes.data(), words.data(), words.size() * sizeof(uint32_t));
+    const bool fromFloat = std::find(floats.begin(), floats.end(), from) != floats.end();
+    for (const std::vector<DType>* targets : {&floats, &integers}) {
+      if (fromFloat && targets == &integers) continue;  // float -> integer is not a cast
+      for (DType to : *targets) {
+        StepSetup setup("cast", {});
+        setup.in({count}, from).out({count}, to);
+        BothResults results = runBoth(setup, {bytes});
+        EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+            << "cast " << dtypeName(from) << " to " << dtypeName(to);
+      }
+    }
+  }
+}
+
+// Exactly: both fill FillPattern.h's bits, computed on the host.
+TEST(CudaVsCpu, Fill) {
+  REQUIRE_CUDA_BACKEND();
+  for (const auto& [dtype, value] : std::vector<std::pair<DType, double>>{
+           {DType::F32, 0.1}, {DType::F64, -2.5}, {DType::BF16, 1.0 + 0x1p-8 + 0x1p-40}, {DType::F16, 65504.0},
+           {DType::I64, -7.0}, {DType::I32, 123456.0}, {DType::I8, -3.0}, {DType::U8, 200.0}, {DType::Bool, 1.0},
+           {DType::F32, 1e-40}, {DType::F16, 1e-7}}) {
+    for (int64_t count : {int64_t{1}, int64_t{1001}, int64_t{1 << 20}}) {
+      StepSetup setup("fill", {{"value", value}});
+      setup.out({count}, dtype);
+      BothResults results = runBoth(setup, {});
+      EXPECT_EQ(std::memcmp(results.cpu[0].data(), results.gpu[0].data(), setup.outputs[0]->bytes()), 0)
+          << "fill " << value << " in " << dtypeName(dtype) << " of " << count;
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/elementwise/Contract.h"
+#include "runtime/kernels/elementwise/FillPattern.h"
 
 namespace dgemma {
 namespace {
@@ -361,33 +362,9 @@ class FillKernel final : public Kernel {
   size_t elementSize_;
 };
 
-template <typename T>
-uint64_t bitsOf(T value) {
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof value);  // little-endian: the value's bytes land in the low bytes
-  return bits;
-}
-
-// The value's bits in the dtype; the contract checked that integers and bools represent it exactly.
-uint64_t fillPattern(const FillContract& contract) {
-  const double value = contract.value;
-  switch (contract.dtype) {
-    case DType::F32: return bitsOf(static_cast<float>(value));
-    case DType::F64: return bitsOf(value);
-    case DType::BF16: return f64ToBf16Bits(value);
-    case DType::F16: return f64ToF16Bits(value);
-    case DType::I64: return bitsOf(static_cast<int64_t>(value));
-    case DType::I32: return bitsOf(static_cast<int32_t>(value));
-    case DType::I8: return bitsOf(static_cast<int8_t>(value));
-    case DType::U8: return bitsOf(static_cast<uint8_t>(value));
-    case DType::Bool: break;
-  }
-  return value != 0.0;  // bool: 0 or 1
-}
-
 std::unique_ptr<Kernel> createFillKernel(const KernelSignature& signature) {
   const FillContract contract = parseFillContract(signature);
-  return std::make_unique<FillKernel>(fillPattern(contract), dtypeSize(contract.dtype));
+  return std::make_unique<FillKernel>(fill::fillPattern(contract), dtypeSize(contract.dtype));
 }
 
 // ---------------------------------------------------------------------------------------------

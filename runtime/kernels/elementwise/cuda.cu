@@ -1,5 +1,6 @@
-// Elementwise kernels on CUDA (f32): add sub mul div maximum minimum with NumPy broadcasting; neg exp log tanh sqrt
-// rsqrt gelu_tanh; copy (any dtype, a device-to-device memcpy).
+// Elementwise kernels on CUDA (f32): add sub mul div maximum minimum and compare (into bool, IEEE
+// comparisons as on the CPU: false against NaN except ne) with NumPy broadcasting; neg exp log tanh
+// sqrt rsqrt gelu_tanh; copy (any dtype, a device-to-device memcpy).
 //
 // All launches are 1-D grid-stride loops, 256 threads per block, one output element per iteration.
 // Binary ops: the broadcast is analysed once, at plan-load time: dims where the output has size 1
@@ -44,6 +45,26 @@ struct MaximumOp {
 };
 struct MinimumOp {
   __device__ float operator()(float a, float b) const { return (isnan(a) || a < b) ? a : b; }
+};
+
+// compare's predicates: one byte, 1 or 0.
+struct LessOp {
+  __device__ uint8_t operator()(float a, float b) const { return a < b; }
+};
+struct LessEqualOp {
+  __device__ uint8_t operator()(float a, float b) const { return a <= b; }
+};
+struct GreaterOp {
+  __device__ uint8_t operator()(float a, float b) const { return a > b; }
+};
+struct GreaterEqualOp {
+  __device__ uint8_t operator()(float a, float b) const { return a >= b; }
+};
+struct EqualOp {
+  __device__ uint8_t operator()(float a, float b) const { return a == b; }
+};
+struct NotEqualOp {
+  __device__ uint8_t operator()(float a, float b) const { return a != b; }
 };
 
 struct NegOp {
@@ -91,15 +112,15 @@ __global__ void unaryKernel(const float* x, float* y, uint64_t n, Op op) {
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = op(x[i]);
 }
 
-template <typename Op>
-__global__ void binarySameShapeKernel(const float* a, const float* b, float* c, uint64_t n, Op op) {
+template <typename Op, typename Out>
+__global__ void binarySameShapeKernel(const float* a, const float* b, Out* c, uint64_t n, Op op) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     c[i] = op(a[i], b[i]);
 }
 
-template <typename Op, typename Index>
-__global__ void binaryBroadcastKernel(const float* a, const float* b, float* c, uint64_t n,
+template <typename Op, typename Out, typename Index>
+__global__ void binaryBroadcastKernel(const float* a, const float* b, Out* c, uint64_t n,
                                       BroadcastLayout<Index> layout, Op op) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -194,8 +215,11 @@ class UnaryCudaKernel final : public Kernel {
   uint64_t n_;
 };
 
+// Out: float for the arithmetic maps, uint8_t (bool) for compare's predicates.
 template <typename Op>
 class BinaryCudaKernel final : public Kernel {
+  using Out = decltype(Op{}(0.0f, 0.0f));
+
  public:
   BinaryCudaKernel(uint64_t n, const CollapsedBroadcast& collapsed) : n_(n) {
     sameShape_ = collapsed.dims.size() <= 1 && (collapsed.dims.empty() ||
@@ -212,7 +236,7 @@ class BinaryCudaKernel final : public Kernel {
     cudaStream_t stream = cuda::streamState(context).stream;
     const float* a = inputs[0].as<const float>();
     const float* b = inputs[1].as<const float>();
-    float* c = outputs[0].as<float>();
+    Out* c = outputs[0].as<Out>();
     const unsigned blocks = cuda::gridFor(n_, kThreads);
     if (sameShape_) {
       binarySameShapeKernel<<<blocks, kThreads, 0, stream>>>(a, b, c, n_, Op{});
@@ -250,8 +274,7 @@ class CopyCudaKernel final : public Kernel {
 // ---- factories ----------------------------------------------------------------------------------
 
 template <typename Op>
-std::unique_ptr<Kernel> createBinaryKernel(const KernelSignature& signature) {
-  const BinaryContract contract = parseBinaryContract(signature, {DType::F32});
+std::unique_ptr<Kernel> makeBinaryKernel(const BinaryContract& contract, const KernelSignature& signature) {
   const std::vector<int64_t>& aShape = signature.inputs[0]->shape;
   const std::vector<int64_t>& bShape = signature.inputs[1]->shape;
   CollapsedBroadcast collapsed = collapseBroadcast(aShape, bShape, contract.shape);
@@ -260,6 +283,24 @@ std::unique_ptr<Kernel> createBinaryKernel(const KernelSignature& signature) {
                                  shapeToString(bShape) + " needs " + std::to_string(collapsed.dims.size()) +
                                  " index dims; the cuda kernel handles " + std::to_string(kMaxDims));
   return std::make_unique<BinaryCudaKernel<Op>>(static_cast<uint64_t>(numElementsOf(contract.shape)), collapsed);
+}
+
+template <typename Op>
+std::unique_ptr<Kernel> createBinaryKernel(const KernelSignature& signature) {
+  return makeBinaryKernel<Op>(parseBinaryContract(signature, {DType::F32}), signature);
+}
+
+std::unique_ptr<Kernel> createCompareKernel(const KernelSignature& signature) {
+  const CompareContract contract = parseCompareContract(signature, {DType::F32});
+  switch (contract.predicate) {
+    case ComparePredicate::Less: return makeBinaryKernel<LessOp>(contract.operands, signature);
+    case ComparePredicate::LessEqual: return makeBinaryKernel<LessEqualOp>(contract.operands, signature);
+    case ComparePredicate::Greater: return makeBinaryKernel<GreaterOp>(contract.operands, signature);
+    case ComparePredicate::GreaterEqual: return makeBinaryKernel<GreaterEqualOp>(contract.operands, signature);
+    case ComparePredicate::Equal: return makeBinaryKernel<EqualOp>(contract.operands, signature);
+    case ComparePredicate::NotEqual: break;
+  }
+  return makeBinaryKernel<NotEqualOp>(contract.operands, signature);
 }
 
 template <typename Op>
@@ -279,6 +320,7 @@ void registerElementwiseCudaKernels(KernelRegistry& registry) {
       registry, kBinaryMapNames, [](auto op) -> KernelFactory { return createBinaryKernel<decltype(op)>; });
   registerMapKernels<NegOp, ExpOp, LogOp, TanhOp, SqrtOp, RsqrtOp, GeluTanhOp>(
       registry, kUnaryMapNames, [](auto op) -> KernelFactory { return createUnaryKernel<decltype(op)>; });
+  registry.add("compare", createCompareKernel);
   registry.add("copy", createCopyKernel, KernelTraits{.movesBitsOnly = true});
 }
 

@@ -3,12 +3,12 @@
 // Both tables may be one block of a larger one, the global rows [row_offset, row_offset + V): an id
 // outside the block reads a zero row or adds nothing (a vocab-parallel embedding, docs/kernels.md).
 #include <cstring>
-#include <optional>
 
 #include "support/Error.h"
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/gather/Contract.h"
+#include "runtime/kernels/gather/RowMap.h"
 
 namespace dgemma {
 namespace {
@@ -21,14 +21,6 @@ void checkIdsAreRows(const std::string& where, const Id* ids, int64_t count) {
     if (ids[i] < 0)
       throw RuntimeError(where + ": id " + std::to_string(static_cast<int64_t>(ids[i])) + " at flat index " +
                          std::to_string(i) + " is negative, not a row of the table");
-}
-
-// The local row of a global id, or nullopt when the id lies outside this block of rows.
-template <typename Id>
-std::optional<int64_t> localRow(Id id, const GatherContract& block) {
-  const int64_t row = static_cast<int64_t>(id) - block.rowOffset;
-  if (row < 0 || row >= block.vocabulary) return std::nullopt;
-  return row;
 }
 
 template <typename Id>
@@ -46,8 +38,8 @@ class GatherKernel final : public Kernel {
     // All-zero bytes are the value 0 in every dtype the table may have.
     cpu::parallelFor(context, count, cpu::rowGrain(static_cast<int64_t>(rowBytes_)), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        if (const std::optional<int64_t> row = localRow(ids[i], block_))
-          std::memcpy(y + i * rowBytes_, table + *row * rowBytes_, rowBytes_);
+        if (const int64_t row = gather::localRowOf(ids[i], block_.rowOffset, block_.vocabulary); row != gather::kNoRow)
+          std::memcpy(y + i * rowBytes_, table + row * rowBytes_, rowBytes_);
         else
           std::memset(y + i * rowBytes_, 0, rowBytes_);
       }
@@ -81,10 +73,11 @@ class ScatterAddKernel final : public Kernel {
     checkIdsAreRows(where_, ids, count);
     std::fill(table, table + block_.vocabulary * width, T(0));
     for (int64_t i = 0; i < count; ++i) {
-      if (block_.skipId == ids[i]) continue;
-      const std::optional<int64_t> row = localRow(ids[i], block_);
-      if (!row) continue;
-      T* target = table + *row * width;
+      const int64_t row =
+          gather::scatterRowOf(ids[i], block_.skipId.has_value(), block_.skipId.value_or(0), block_.rowOffset,
+                               block_.vocabulary);
+      if (row == gather::kNoRow) continue;
+      T* target = table + row * width;
       const T* update = updates + i * width;
       for (int64_t h = 0; h < width; ++h) target[h] += update[h];
     }

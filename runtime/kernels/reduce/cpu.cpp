@@ -6,6 +6,7 @@
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/reduce/Contract.h"
+#include "runtime/kernels/reduce/ReduceIndex.h"
 
 namespace dgemma {
 namespace {
@@ -21,7 +22,7 @@ struct Accumulator {
 
   void add(T x) {
     if constexpr (kind == Reduction::Max)
-      value = (std::isnan(x) || x > value) ? x : value;  // NaN wins, as in maximum
+      value = reduce::maxStep(value, x);  // NaN wins, as in maximum
     else
       value += x;
   }

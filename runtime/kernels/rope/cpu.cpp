@@ -5,6 +5,7 @@
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/rope/Contract.h"
+#include "runtime/kernels/rope/RopeMath.h"
 
 namespace dgemma {
 namespace {
@@ -37,9 +38,9 @@ class RopeKernel final : public Kernel {
           T* yHead = y + (row * heads + head) * headDim;
           // Both elements of a pair are read before either is written, so y may alias x.
           for (int64_t i = 0; i < rotated; ++i) {
-            const T first = xHead[i], second = xHead[i + half];
-            yHead[i] = first * cosines[i] - second * sines[i];
-            yHead[i + half] = second * cosines[i] + first * sines[i];
+            const rope::RotatedPair<T> turned = rope::rotatePair(xHead[i], xHead[i + half], cosines[i], sines[i]);
+            yHead[i] = turned.first;
+            yHead[i + half] = turned.second;
           }
           // Pairs with frequency 0 turn by angle 0. Copying them keeps them bit-exact, where the
           // formula x·1 − x'·0 would turn −0 into +0 and make NaN from an infinite partner.
@@ -57,22 +58,11 @@ class RopeKernel final : public Kernel {
   std::vector<T> frequencies_;  // f_i for the rotated pairs i < rotatedPairs
 };
 
-// f_i = 1 / theta^(2i / frequency_dim), every step in T, as the contract and the reference model
-// compute it (an f32 exponent and an f32 power for f32 data).
-template <typename T>
-std::vector<T> ropeFrequencies(double theta, int64_t rotatedPairs, int64_t frequencyDim) {
-  std::vector<T> frequencies(rotatedPairs);
-  for (int64_t i = 0; i < rotatedPairs; ++i)
-    frequencies[i] =
-        T(1) / std::pow(static_cast<T>(theta), static_cast<T>(2 * i) / static_cast<T>(frequencyDim));
-  return frequencies;
-}
-
 std::unique_ptr<Kernel> createRopeKernel(const KernelSignature& signature) {
   const RopeContract c = parseRopeContract(signature, {DType::F32, DType::F64});
   if (c.dtype == DType::F64)
-    return std::make_unique<RopeKernel<double>>(c, ropeFrequencies<double>(c.theta, c.rotatedPairs, c.frequencyDim));
-  return std::make_unique<RopeKernel<float>>(c, ropeFrequencies<float>(c.theta, c.rotatedPairs, c.frequencyDim));
+    return std::make_unique<RopeKernel<double>>(c, rope::ropeFrequencies<double>(c.theta, c.rotatedPairs, c.frequencyDim));
+  return std::make_unique<RopeKernel<float>>(c, rope::ropeFrequencies<float>(c.theta, c.rotatedPairs, c.frequencyDim));
 }
 
 }  // namespace

@@ -137,6 +137,35 @@ KernelCall ropeCall(nlohmann::json attrs, std::vector<int64_t> shape = {1, 2, 1,
   return call;
 }
 
+// The CPU kernel's f32 bytes are the contract's steps written out in f32 (frequency, angle, libm's
+// cos and sin, the rotation one IEEE operation at a time): the CUDA kernel takes the same frequencies
+// and rotation from rope/RopeMath.h, so the two differ only where libdevice's cos and sin do.
+TEST(RopeKernel, EqualsTheStepsInF32BitForBit) {
+  RopeCase c;
+  c.batch = 2, c.tokens = 7, c.heads = 2, c.headDim = 16, c.rotatedPairs = 5, c.frequencyDim = 16, c.theta = 1e6;
+  const std::vector<float> x = randomValues<float>(c.batch * c.tokens * c.heads * c.headDim, 31);
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < c.batch * c.tokens; ++i) positions.push_back(i * 9973);
+  const std::vector<float> y = runRope<float>(DType::F32, c, x, positions);
+  const int64_t half = c.headDim / 2;
+  for (int64_t row = 0; row < c.batch * c.tokens; ++row)
+    for (int64_t head = 0; head < c.heads; ++head)
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t at = (row * c.heads + head) * c.headDim + i;
+        float first = x[at], second = x[at + half];
+        if (i < c.rotatedPairs) {
+          const float frequency = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / 16.0f);
+          const float angle = static_cast<float>(positions[row]) * frequency;
+          const float cosine = std::cos(angle), sine = std::sin(angle);
+          const float turnedFirst = first * cosine - second * sine;
+          second = second * cosine + first * sine;
+          first = turnedFirst;
+        }
+        ASSERT_EQ(y[at], first) << "row " << row << " head " << head << " pair " << i;
+        ASSERT_EQ(y[at + half], second) << "row " << row << " head " << head << " pair " << i;
+      }
+}
+
 TEST(RopeKernel, FactoryRejectsBadAttributesAndShapes) {
   const nlohmann::json good = {{"theta", 1e4}, {"rotated_pairs", 4}, {"frequency_dim", 8}};
   EXPECT_NO_THROW(ropeCall(good).create());

@@ -1,0 +1,72 @@
+// select on CUDA (docs/kernels.md, "select"), any value dtype; runtime/kernels/elementwise/cpu.cpp's
+// SelectKernel is its CPU twin. One thread per output element (grid-stride) reads the condition and
+// the chosen side through SelectIndex.h's broadcast map and copies the value as a word of its size,
+// so the output equals the CPU's bit for bit. An output that is one side's own storage (an in-place
+// select) is safe: each thread reads its element before writing it.
+#include <cstdint>
+#include <string>
+
+#include "runtime/backends/cuda/CudaCommon.h"
+#include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/elementwise/Contract.h"
+#include "runtime/kernels/elementwise/SelectIndex.h"
+#include "support/DType.h"
+#include "support/Shape.h"
+
+namespace dgemma {
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+template <typename Word>
+__global__ void selectKernel(const uint8_t* condition, const Word* onTrue, const Word* onFalse, Word* y,
+                             select::BroadcastMap map, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = condition[select::offsetOf(map, 0, i)] != 0 ? onTrue[select::offsetOf(map, 1, i)]
+                                                       : onFalse[select::offsetOf(map, 2, i)];
+}
+
+class SelectCudaKernel final : public Kernel {
+ public:
+  SelectCudaKernel(select::BroadcastMap map, int64_t count, size_t elementSize)
+      : map_(map), count_(count), elementSize_(elementSize) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    if (count_ == 0) return;
+    switch (elementSize_) {
+      case 1: return launch<uint8_t>(context, inputs, outputs);
+      case 2: return launch<uint16_t>(context, inputs, outputs);
+      case 4: return launch<uint32_t>(context, inputs, outputs);
+      default: return launch<uint64_t>(context, inputs, outputs);
+    }
+  }
+
+ private:
+  template <typename Word>
+  void launch(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) {
+    selectKernel<<<cuda::gridFor(static_cast<uint64_t>(count_), kThreads), kThreads, 0,
+                   cuda::streamState(context).stream>>>(inputs[0].as<const uint8_t>(), inputs[1].as<const Word>(),
+                                                        inputs[2].as<const Word>(), outputs[0].as<Word>(), map_, count_);
+    DGEMMA_CUDA_CHECK_LAUNCH("selectKernel");
+  }
+
+  select::BroadcastMap map_;
+  int64_t count_;
+  size_t elementSize_;
+};
+
+std::unique_ptr<Kernel> createSelectCudaKernel(const KernelSignature& signature) {
+  const SelectContract contract = parseSelectContract(signature);
+  select::BroadcastMap map;
+  if (!select::makeBroadcastMap({signature.inputs[0]->shape, signature.inputs[1]->shape, signature.inputs[2]->shape},
+                                contract.shape, map))
+    failSignature(signature, "output y " + shapeToString(contract.shape) + ": the CUDA select maps at most " +
+                                 std::to_string(select::BroadcastMap::kMaxRank) + " dims of size above 1");
+  return std::make_unique<SelectCudaKernel>(map, numElementsOf(contract.shape), dtypeSize(contract.dtype));
+}
+
+}  // namespace
+
+void registerSelectCudaKernels(KernelRegistry& registry) { registry.add("select", createSelectCudaKernel); }
+
+}  // namespace dgemma
