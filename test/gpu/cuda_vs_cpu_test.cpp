@@ -1111,13 +1111,6 @@ std::vector<float> bf16Values(const std::vector<float>& bytes, size_t count) {
 }
 std::vector<float> roundedToBf16(const std::vector<float>& values) { return bf16Values(bf16Bytes(values), values.size()); }
 
-std::vector<float> int32Bytes(const std::vector<int64_t>& values) {
-  std::vector<int32_t> narrow(values.begin(), values.end());
-  std::vector<float> bytes(narrow.size());  // an i32 fills one float's bytes
-  std::memcpy(bytes.data(), narrow.data(), narrow.size() * sizeof(int32_t));
-  return bytes;
-}
-
 // One bf16 ulp of the reference plus the f32 tolerance.
 double bf16Tolerance(float reference, double f32Tolerance) { return std::ldexp(std::fabs(reference), -7) + f32Tolerance; }
 
