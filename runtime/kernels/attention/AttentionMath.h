@@ -11,13 +11,7 @@
 
 #include "runtime/kernels/attention/Contract.h"
 
-#ifndef DGEMMA_HOST_DEVICE
-#if defined(__CUDACC__)
-#define DGEMMA_HOST_DEVICE __host__ __device__
-#else
-#define DGEMMA_HOST_DEVICE
-#endif
-#endif
+#include "runtime/kernels/HostDevice.h"
 
 namespace dgemma::attention {
 

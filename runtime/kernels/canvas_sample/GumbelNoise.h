@@ -10,11 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define DGEMMA_HOST_DEVICE __host__ __device__
-#else
-#define DGEMMA_HOST_DEVICE
-#endif
+#include "runtime/kernels/HostDevice.h"
 
 namespace dgemma::canvas_sample {
 

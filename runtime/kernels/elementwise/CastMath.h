@@ -9,13 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if !defined(DGEMMA_HOST_DEVICE)
-#if defined(__CUDACC__)
-#define DGEMMA_HOST_DEVICE __host__ __device__
-#else
-#define DGEMMA_HOST_DEVICE
-#endif
-#endif
+#include "runtime/kernels/HostDevice.h"
 
 namespace dgemma::cast {
 

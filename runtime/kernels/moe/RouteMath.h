@@ -10,13 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if !defined(DGEMMA_HOST_DEVICE)
-#if defined(__CUDACC__)
-#define DGEMMA_HOST_DEVICE __host__ __device__
-#else
-#define DGEMMA_HOST_DEVICE
-#endif
-#endif
+#include "runtime/kernels/HostDevice.h"
 
 namespace dgemma::moe_route {
 

@@ -7,13 +7,7 @@
 
 #include <cmath>
 
-#if !defined(DGEMMA_HOST_DEVICE)
-#if defined(__CUDACC__)
-#define DGEMMA_HOST_DEVICE __host__ __device__
-#else
-#define DGEMMA_HOST_DEVICE
-#endif
-#endif
+#include "runtime/kernels/HostDevice.h"
 
 namespace dgemma::optimizer {
 
