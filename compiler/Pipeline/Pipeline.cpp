@@ -41,6 +41,8 @@ void addPlanningStage(OpPassManager& passes) { passes.addPass(createDgMemoryPlan
 struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
   Option<std::string> recompute{*this, "recompute", llvm::cl::desc("dg-recompute's policy: none | full | full:N | selective"),
                                 llvm::cl::init("none")};
+  Option<bool> fusion{*this, "fusion", llvm::cl::desc("dg-fuse-elementwise before planning (dgemma-compile --fusion on)"),
+                      llvm::cl::init(false)};
 };
 
 // Adds each pass's CPU time (the process's, so every thread's and none of another process's on a
@@ -109,6 +111,7 @@ LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& opti
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options) {
   PassManager passes(module.getContext());
   timePasses(passes, options.passTimes);
+  if (options.fusion) passes.addPass(createDgFuseElementwise());
   if (options.memoryPlanObserver) passes.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
   else addPlanningStage(passes);
   return passes.run(module);
@@ -145,10 +148,11 @@ void registerDgemmaPipelines() {
         addDifferentiationStage(passes, options.toPipelineOptions());
       });
   PassPipelineRegistration<PlanPipelineOptions>(
-      "dg-plan-pipeline", "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-memory-plan)",
+      "dg-plan-pipeline", "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-fuse-elementwise when fusion=true, dg-memory-plan)",
       [](OpPassManager& passes, const PlanPipelineOptions& options) {
         // A policy the parser refuses goes to dg-recompute as written, which reports it.
         if (options.recompute != "none") passes.addPass(createDgRecompute(DgRecomputeOptions{options.recompute}));
+        if (options.fusion) passes.addPass(createDgFuseElementwise());
         addPlanningStage(passes);
       });
 }
