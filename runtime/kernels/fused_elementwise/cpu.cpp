@@ -159,7 +159,7 @@ void unaryTile(const C* x, C* out, int64_t length) {
 }
 
 template <typename C>
-void runInstruction(const fused::Instruction& instruction, C* const* args, C* out, int64_t length) {
+void runInstruction(const fused::Instruction& instruction, const C* const* args, C* out, int64_t length) {
   using fused::Opcode;
   switch (instruction.opcode) {
     case Opcode::Add: binaryTile<C, AddOp>(args[0], args[1], out, length); break;
@@ -200,27 +200,42 @@ class FusedElementwiseKernel final : public Kernel {
     const DType outputDType = contract_.valueDTypes.back();
     uint8_t* output = static_cast<uint8_t*>(outputs[0].data);
     const size_t outputSize = dtypeSize(outputDType);
+    // An input of the compute type read along the run is used where it lies, and the last value
+    // of the compute type is written straight into y: only the other values take tiles.
+    const DType computeDType = contract_.computesInF64 ? DType::F64 : DType::F32;
     parallelFor(context, count_, kElementGrain, [&](int64_t begin, int64_t end) {
-      std::vector<C> tiles(values * kTile);
-      std::vector<C*> args;
+      // Per thread and reused: a tile's elements are always written before they are read.
+      thread_local std::vector<C> tiles;
+      thread_local std::vector<const C*> valueData, args;
+      if (tiles.size() < values * kTile) tiles.resize(values * kTile);
+      valueData.resize(values);
       Cursor cursor(geometry_);
       cursor.seek(begin);
       for (int64_t index = begin; index < end;) {
         const int64_t length = std::min({end - index, cursor.runLength(), kTile});
-        for (size_t k = 0; k < inputs_; ++k)
-          loadTile(inputs[k].data, contract_.valueDTypes[k], cursor.offset(k), cursor.innerStride(k), length,
-                   tiles.data() + k * kTile);
+        for (size_t k = 0; k < inputs_; ++k) {
+          if (contract_.valueDTypes[k] == computeDType && cursor.innerStride(k) == 1) {
+            valueData[k] = inputs[k].as<const C>() + cursor.offset(k);
+            continue;
+          }
+          C* tile = tiles.data() + k * kTile;
+          loadTile(inputs[k].data, contract_.valueDTypes[k], cursor.offset(k), cursor.innerStride(k), length, tile);
+          valueData[k] = tile;
+        }
         for (size_t i = 0; i < contract_.program.instructions.size(); ++i) {
           const fused::Instruction& instruction = contract_.program.instructions[i];
           args.clear();
-          for (int64_t arg : instruction.args) args.push_back(tiles.data() + arg * kTile);
+          for (int64_t arg : instruction.args) args.push_back(valueData[arg]);
           const size_t value = inputs_ + i;
-          C* out = tiles.data() + value * kTile;
+          const bool last = value + 1 == values;
+          C* out = last && outputDType == computeDType ? reinterpret_cast<C*>(output + index * outputSize)
+                                                       : tiles.data() + value * kTile;
           runInstruction(instruction, args.data(), out, length);
           // The last value is rounded once, by the store.
-          if (value + 1 < values) roundTile(contract_.valueDTypes[value], length, out);
+          if (!last) roundTile(contract_.valueDTypes[value], length, out);
+          else if (outputDType != computeDType) storeTile(out, outputDType, length, output + index * outputSize);
+          valueData[value] = out;
         }
-        storeTile(tiles.data() + (values - 1) * kTile, outputDType, length, output + index * outputSize);
         cursor.advance(length);
         index += length;
       }
