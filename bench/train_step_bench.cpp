@@ -7,7 +7,7 @@
 //   dgemma-bench-train-step --model CONFIG.json --micro-batch B --prompt-len P
 //       [--objective base-sft|reweighted-ce|loo-ce|reweighted-loo-ce] [--self-cond-prob p]
 //       [--encoder-loss-weight w] [--threads N] [--warmup K] [--iters N] [--min-seconds T]
-//       [--seed S] [--weights FILE.safetensors] [--profile] [--json]
+//       [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--profile] [--json]
 //
 // Each entry runs K untimed steps, then timed steps until it has run N of them and they took at
 // least T seconds together (default 0); the mean and the minimum are over the timed steps.
@@ -70,6 +70,7 @@ struct Flags {
   std::string weights;
   bool profile = false;
   bool json = false;
+  bool fusion = true;  // dg-fuse-elementwise, as dgemma-compile --fusion
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -77,7 +78,8 @@ struct Flags {
                "dgemma-bench-train-step: %s\n"
                "usage: dgemma-bench-train-step --model CONFIG.json --micro-batch B --prompt-len P [--objective NAME]\n"
                "       [--self-cond-prob p] [--encoder-loss-weight w] [--threads N] [--warmup K] [--iters N]\n"
-               "       [--min-seconds T] [--seed S] [--weights FILE.safetensors] [--profile] [--json]\n",
+               "       [--min-seconds T] [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--profile]\n"
+               "       [--json]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -116,6 +118,10 @@ Flags parseFlags(int argc, char** argv) {
     else if (flag == "--min-seconds") flags.minSeconds = number("--min-seconds", value);
     else if (flag == "--seed") flags.seed = static_cast<uint64_t>(integer("--seed", value, 0));
     else if (flag == "--weights") flags.weights = value;
+    else if (flag == "--fusion") {
+      if (std::string(value) != "on" && std::string(value) != "off") usage("--fusion: expected on or off");
+      flags.fusion = std::string(value) == "on";
+    }
     else usage("unknown flag " + flag);
   }
   if (flags.model.empty()) usage("--model is required");
@@ -263,6 +269,7 @@ int run(const Flags& flags) {
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = true;
   pipeline.optimizer = dgemma::OptimizerSettings{};
+  pipeline.fusion = flags.fusion;
   if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed");
   if (mlir::failed(mlir::dg::runPlanningStage(*module, pipeline))) throw InputError("memory planning failed");
   mlir::dg::PlanLoweringOptions lowering;

@@ -37,6 +37,8 @@ void addRecomputationStage(OpPassManager& passes, const RecomputePolicy& policy)
 
 void addPlanningStage(OpPassManager& passes, const PipelineOptions& options) {
   if (options.scheduleBackward) passes.addPass(createDgBackwardSchedule(DgBackwardScheduleOptions{options.lossName}));
+  // After the schedule: fusion groups runs of ops that are contiguous in the final order.
+  if (options.fusion) passes.addPass(createDgFuseElementwise());
   if (options.memoryPlanObserver) passes.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
   else passes.addPass(createDgMemoryPlan());
 }
@@ -45,6 +47,8 @@ void addPlanningStage(OpPassManager& passes, const PipelineOptions& options) {
 struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
   Option<std::string> recompute{*this, "recompute", llvm::cl::desc("dg-recompute's policy: none | full | full:N | selective"),
                                 llvm::cl::init("none")};
+  Option<bool> fusion{*this, "fusion", llvm::cl::desc("dg-fuse-elementwise before planning (dgemma-compile --fusion on)"),
+                      llvm::cl::init(false)};
 };
 
 // Adds each pass's CPU time (the process's, so every thread's and none of another process's on a
@@ -149,11 +153,14 @@ void registerDgemmaPipelines() {
       });
   PassPipelineRegistration<PlanPipelineOptions>(
       "dg-plan-pipeline",
-      "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-backward-schedule, dg-memory-plan)",
+      "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-backward-schedule, "
+      "dg-fuse-elementwise when fusion=true, dg-memory-plan)",
       [](OpPassManager& passes, const PlanPipelineOptions& options) {
         // A policy the parser refuses goes to dg-recompute as written, which reports it.
         if (options.recompute != "none") passes.addPass(createDgRecompute(DgRecomputeOptions{options.recompute}));
-        addPlanningStage(passes, PipelineOptions{});
+        PipelineOptions planning;
+        planning.fusion = options.fusion;
+        addPlanningStage(passes, planning);
       });
 }
 

@@ -29,6 +29,7 @@ struct PipelineOptions {
   std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
   RecomputePolicy recompute;      // train: what the backward recomputes (dg-recompute)
   bool scheduleBackward = true;   // train: dg-backward-schedule before planning (false: autodiff's order)
+  bool fusion = true;             // dg-fuse-elementwise before memory planning
   PassTimes* passTimes = nullptr;  // when set, every stage adds its passes' times
   MemoryPlanObserver memoryPlanObserver;  // when set, the planning stage hands it each entry's numbers
 };
@@ -38,7 +39,8 @@ struct PipelineOptions {
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options);
 // Stage "recompute", on one rank's program: dg-recompute with the options' policy (none: nothing).
 LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& options);
-// Stage "plan": the lowering-ready module (simplified, memory planned).
+// Stage "plan": the lowering-ready module (elementwise chains fused unless options.fusion is off,
+// memory planned).
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options);
 
 // A parallel layout for the sharding stage (docs/parallelism.md): world = TP x DP = EDP x EP.
@@ -68,7 +70,8 @@ FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t ra
 // Registers the stages as textual pipelines for dgemma-opt, so that lit can run exactly what
 // dgemma-compile runs: --dg-infer-pipeline (simplify), --dg-train-pipeline{loss=... optimizer=...
 // beta1=...} (simplify, autodiff, fp32 gradient accumulation, the optimizer entry, simplify) and
-// --dg-plan-pipeline{recompute=none|full|full:N|selective} (recomputation, memory planning).
+// --dg-plan-pipeline{recompute=none|full|full:N|selective fusion=true|false} (recomputation, elementwise
+// fusion when asked: dgemma-compile's default, memory planning).
 void registerDgemmaPipelines();
 
 }  // namespace mlir::dg

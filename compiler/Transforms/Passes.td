@@ -243,4 +243,24 @@ def DgRecompute : Pass<"dg-recompute", "::mlir::ModuleOp"> {
   ];
 }
 
+def DgFuseElementwise : Pass<"dg-fuse-elementwise", "::mlir::ModuleOp"> {
+  let summary = "Groups chains of elementwise ops into one dg.fused_elementwise (one plan step, one kernel)";
+  let description = [{
+    On one rank's program after autodiff, sharding, the expert dispatch and dg-recompute, before
+    dg-memory-plan. From each elementwise op (add sub mul div maximum minimum, neg exp log tanh sqrt
+    rsqrt gelu_tanh, float-to-float cast, select of floats) backwards, its operands' producers join
+    its group when they are elementwise ops whose result has the group root's shape, whose every use
+    is in the group (the intermediate values have no other reader, so no tensor of theirs is needed)
+    and which the group follows without a gap: the group is a contiguous run of ops ending at the
+    root, so the fused op keeps no input alive longer than the chain did, and nothing moves past a
+    collective or a dg.assign. A group of two or more ops becomes one dg.fused_elementwise at the
+    root's place, its program listing the members in block order (docs/kernels.md, "Fused
+    elementwise chains"). f64 and 32/16-bit chains are not mixed; a select written in place into a
+    parameter and ops with a different `dg.recomputed` mark than the root stay as they are. The
+    fused kernel computes each member exactly as its own kernel does, so results are bit-identical
+    to the unfused program.
+  }];
+  let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
 #endif // DGEMMA_COMPILER_PASSES_TD

@@ -4,6 +4,7 @@ namespace dgemma {
 
 void registerCpuKernels(KernelRegistry& registry) {
   registerElementwiseCpuKernels(registry);
+  registerFusedElementwiseCpuKernels(registry);
   registerMatmulCpuKernels(registry);
   registerRmsNormCpuKernels(registry);
   registerSoftmaxCpuKernels(registry);

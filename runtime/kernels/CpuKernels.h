@@ -11,6 +11,7 @@ void registerCpuKernels(KernelRegistry& registry);
 
 // add, sub, mul, div, maximum, minimum, compare, select, the unary maps, gelu_tanh, copy, fill, cast
 void registerElementwiseCpuKernels(KernelRegistry& registry);
+void registerFusedElementwiseCpuKernels(KernelRegistry& registry);  // fused_elementwise
 void registerMatmulCpuKernels(KernelRegistry& registry);       // matmul
 void registerRmsNormCpuKernels(KernelRegistry& registry);      // rms_norm, rms_norm_backward
 void registerSoftmaxCpuKernels(KernelRegistry& registry);      // softmax

@@ -82,8 +82,8 @@ std::string human(uint64_t bytes) {
 
 }  // namespace
 
-void printEntryReport(ModuleOp program) {
-  std::printf("%-44s %14s %14s\n", "entry point (rank 0)", "flops", "scratch_bytes");
+void printEntryReport(ModuleOp program, const dgemma::Plan& plan) {
+  std::printf("%-44s %14s %14s %8s\n", "entry point (rank 0)", "flops", "scratch_bytes", "steps");
   for (auto function : program.getOps<func::FuncOp>()) {
     if (!function->hasAttr(dg::kEntryAttr)) continue;
     dgemma::EntryPoint entry;  // only for its key
@@ -97,7 +97,12 @@ void printEntryReport(ModuleOp program) {
       if (op->hasAttr(dg::kRecomputedAttr)) recomputeFlops += op.getFlops();
     });
     int64_t scratch = function->getAttrOfType<IntegerAttr>(dg::kScratchBytesAttr).getInt();
-    std::printf("%-44s %14lld %14lld\n", entry.key().c_str(), static_cast<long long>(flops), static_cast<long long>(scratch));
+    // The plan steps the runtime launches: what dg-fuse-elementwise reduces.
+    size_t steps = 0;
+    for (const dgemma::EntryPoint& lowered : plan.entryPoints)
+      if (lowered.key() == entry.key()) steps = lowered.steps.size();
+    std::printf("%-44s %14lld %14lld %8zu\n", entry.key().c_str(), static_cast<long long>(flops),
+                static_cast<long long>(scratch), steps);
     if (recomputeFlops != 0)  // dg-recompute's clones, part of the flops above
       std::printf("  of which recomputed: %lld (%.1f%% more than without recomputation)\n",
                   static_cast<long long>(recomputeFlops), 100.0 * double(recomputeFlops) / double(flops - recomputeFlops));

@@ -61,7 +61,8 @@ struct AnalyticMinimum {
   uint64_t total() const { return parameterBytes + expertDispatchBytes + tensorParallelBytes; }
 };
 
-void printEntryReport(mlir::ModuleOp program);
+// Per entry point of rank 0: FLOPs, the activations arena and the plan steps (`plan` is rank 0's).
+void printEntryReport(mlir::ModuleOp program, const dgemma::Plan& plan);
 // `memory`: the planner's numbers per entry function (by symbol name), from the planning stage's
 // MemoryPlanObserver.
 RankReport rankReport(mlir::ModuleOp program, const dgemma::Plan& plan,

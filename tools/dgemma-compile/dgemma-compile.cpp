@@ -73,6 +73,7 @@ struct CompileFlags {
   std::string expertExchange = "all-gather";  // all-gather | all-to-all
   std::string recompute = "none";
   std::string backwardOrder = "scheduled";  // scheduled (dg-backward-schedule) | autodiff
+  std::string fusion = "on";  // dg-fuse-elementwise
   std::string precision = "fp32";
   std::string backend = "cpu";
   std::string emit;
@@ -452,7 +453,8 @@ int compile(CompileFlags flags) {
   llvm::SourceMgr sourceManager;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());
   nlohmann::json metadata = {
-      {"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}, {"recompute", recompute.name()}};
+      {"model", flags.model}, {"mode", flags.mode}, {"backend", flags.backend}, {"recompute", recompute.name()},
+      {"fusion", flags.fusion}};
   RuntimeFields fields;
   if (!flags.preset.empty()) {
     // dgemma-run train takes its defaults (rate, schedule, steps, ...) from here.
@@ -479,6 +481,7 @@ int compile(CompileFlags flags) {
   pipeline.train = flags.mode == "train";
   pipeline.recompute = recompute;
   pipeline.scheduleBackward = flags.backwardOrder == "scheduled";
+  pipeline.fusion = flags.fusion == "on";
   std::map<std::string, mlir::dg::EntryMemoryPlan> rankMemory;  // --report: this rank's planner numbers per entry
   if (flags.report) {
     pipeline.passTimes = &passTimes;
@@ -541,7 +544,7 @@ int compile(CompileFlags flags) {
       return 0;
     }
     if (flags.report) {
-      if (rank == 0) printEntryReport(program);
+      if (rank == 0) printEntryReport(program, *plan);
       reports.push_back(rankReport(program, *plan, rankMemory));
     }
     if (predicted && rank == 0) dgemma::printPredictionCheck(*predicted, dgemma::compiledRankCost(program, *plan), std::cout);
@@ -606,6 +609,10 @@ int main(int argc, char** argv) {
                  "how expert parallelism moves tokens: all-gather (default: every token to every EP rank) | all-to-all "
                  "(dropless dispatch; docs/parallelism.md, 'Expert parallelism')")
       ->check(CLI::IsMember({"all-gather", "all-to-all"}));
+  app.add_option("--fusion", flags.fusion,
+                 "on (default) | off: fuse chains of elementwise ops into one step each (dg-fuse-elementwise; "
+                 "docs/kernels.md, 'Fused elementwise chains')")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--recompute", flags.recompute,
                  "what the backward recomputes: none | full[:N] (every layer, or chunks of N, from its input) | selective "
                  "(attention core and MoE intermediates); docs/training.md, 'Recomputation'")

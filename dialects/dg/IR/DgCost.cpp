@@ -1,6 +1,7 @@
 // FLOP counts of the dg ops (CostOpInterface). A multiply-add is 2 FLOPs; a transcendental
 // function counts as 1 (the count is for reports and scheduling, not a hardware model).
 #include "dialects/dg/IR/DgOps.h"
+#include "plan/FusedElementwiseProgram.h"
 
 using namespace mlir;
 using namespace mlir::dg;
@@ -56,6 +57,22 @@ int64_t CrossEntropyBackwardOp::getFlops() { return 8 * elementsOf(getLogits());
 // logs and add; the soft-cap's divide, tanh and multiply when it caps.
 int64_t CanvasSampleOp::getFlops() {
   return (getSoftcap().convertToDouble() > 0 ? 13 : 10) * elementsOf(getLogits());
+}
+// Each instruction as its op counts it (gelu_tanh 8, cast and select 0, the others 1) per element.
+int64_t FusedElementwiseOp::getFlops() {
+  std::string error;
+  const auto program = dgemma::fused::parseProgram(getProgram(), getInputs().size(), error);
+  if (!program) return 0;  // the verifier reports it
+  int64_t perElement = 0;
+  for (const dgemma::fused::Instruction& instruction : program->instructions) {
+    switch (instruction.opcode) {
+      case dgemma::fused::Opcode::GeluTanh: perElement += 8; break;
+      case dgemma::fused::Opcode::Cast:
+      case dgemma::fused::Opcode::Select: break;
+      default: perElement += 1;
+    }
+  }
+  return perElement * resultElements(*this);
 }
 int64_t AdamwOp::getFlops() { return 14 * elementsOf(getParam()); }
 int64_t RmsNormBackwardOp::getFlops() { return 10 * elementsOf(getInput()); }

@@ -4,6 +4,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Matchers.h"
+#include "plan/FusedElementwiseProgram.h"
 
 using namespace mlir;
 using namespace mlir::dg;
@@ -381,6 +382,39 @@ LogicalResult SelectOp::verify() {
                          << getOnTrue().getType().getElementType() << ", " << getOnFalse().getType().getElementType()
                          << " -> " << element;
   return verifyBroadcastShape(*this);
+}
+
+StringRef mlir::dg::fusedElementwiseDTypeName(Type element) {
+  if (element.isF32()) return "f32";
+  if (element.isF64()) return "f64";
+  if (element.isBF16()) return "bf16";
+  if (element.isF16()) return "f16";
+  if (element.isInteger(1)) return "bool";
+  return {};
+}
+
+LogicalResult FusedElementwiseOp::verify() {
+  std::string error;
+  const std::optional<dgemma::fused::Program> program =
+      dgemma::fused::parseProgram(getProgram(), getInputs().size(), error);
+  if (!program) return emitOpError() << "program: " << error;
+  ArrayRef<int64_t> shape = getResult().getType().getShape();
+  std::vector<std::string> inputDTypes;
+  for (auto [index, input] : llvm::enumerate(getInputs())) {
+    auto type = cast<RankedTensorType>(input.getType());
+    FailureOr<SmallVector<int64_t>> broadcast = broadcastShapes(type.getShape(), shape);
+    if (failed(broadcast) || ArrayRef<int64_t>(*broadcast) != shape)
+      return emitOpError() << "input " << index << " of type " << type << " does not broadcast to the result shape";
+    StringRef dtype = fusedElementwiseDTypeName(type.getElementType());
+    if (dtype.empty()) return emitOpError() << "input " << index << ": expected a float or i1 tensor, got " << type;
+    inputDTypes.push_back(dtype.str());
+  }
+  const auto dtypes = dgemma::fused::valueDTypes(*program, inputDTypes, error);
+  if (!dtypes) return emitOpError() << "program: " << error;
+  if (StringRef(dtypes->back()) != fusedElementwiseDTypeName(getResult().getType().getElementType()))
+    return emitOpError() << "program: the last value's dtype " << dtypes->back() << " is not the result's "
+                         << getResult().getType().getElementType();
+  return success();
 }
 
 LogicalResult MatmulOp::verify() {

@@ -50,6 +50,10 @@ SmallVector<int64_t> reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> dim
 // for matmul, the reductions and scatter_add.
 bool isWideningResult(Type operandElement, Type resultElement);
 
+// The plan dtype name of a fused_elementwise value of element type `element` (f32, f64, bf16, f16,
+// bool for i1), as its program spells it; empty for any other type.
+StringRef fusedElementwiseDTypeName(Type element);
+
 // The parameter a result may be written into directly, when its only use is the dg.assign to that
 // parameter: a dg.adamw result assigned back to the operand it updates (the kernel reads every
 // element before it writes it, so updating in place is exact), or a dg.select that keeps the

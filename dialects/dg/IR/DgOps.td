@@ -194,6 +194,24 @@ def Dg_SelectOp : Dg_ComputeOp<"select", [Pure, InferTypeOpAdaptor]> {
   let hasVerifier = 1;
 }
 
+def Dg_FusedElementwiseOp : Dg_Op<"fused_elementwise", [Pure,
+    DeclareOpInterfaceMethods<Dg_CostOpInterface>]> {
+  let summary = "A chain of elementwise ops evaluated per element in one kernel (dg-fuse-elementwise)";
+  let description = [{
+    `program` lists the chain's ops in the text of `plan/FusedElementwiseProgram.h`: values 0 … n−1
+    are the inputs, instruction i defines value n + i, and the last one is the result, e.g.
+    `"add f32 0 1; gelu_tanh f32 2"`. Each instruction computes exactly what its op's kernel computes,
+    rounded to its dtype, so the fused op equals the chain bit for bit. Every input broadcasts
+    (NumPy rules) to the result's shape, which every instruction's value has. Built only by
+    dg-fuse-elementwise, after autodiff, sharding and recomputation: it has no derivative or sharding
+    rule.
+  }];
+  let arguments = (ins Variadic<Dg_Tensor>:$inputs, StrAttr:$program);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = "$program `(` $inputs `)` attr-dict `:` functional-type($inputs, $result)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Autodiff barrier
 //===----------------------------------------------------------------------===//

@@ -10,38 +10,29 @@
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/elementwise/Contract.h"
 #include "runtime/kernels/elementwise/FillPattern.h"
+#include "runtime/kernels/elementwise/MapOps.h"
 
 namespace dgemma {
+
+namespace cpu {
+// The transcendental f32 maps, the ones whose arithmetic (not memory) bounds them, in AVX2 clones.
+DGEMMA_CPU_CLONES_FOR_AVX2 void mapExp(const float* x, float* y, int64_t begin, int64_t end) {
+  mapElements<float, ExpOp>(x, y, begin, end);
+}
+DGEMMA_CPU_CLONES_FOR_AVX2 void mapTanh(const float* x, float* y, int64_t begin, int64_t end) {
+  mapElements<float, TanhOp>(x, y, begin, end);
+}
+DGEMMA_CPU_CLONES_FOR_AVX2 void mapGeluTanh(const float* x, float* y, int64_t begin, int64_t end) {
+  mapElements<float, GeluTanhOp>(x, y, begin, end);
+}
+}  // namespace cpu
+
 namespace {
+
+using namespace cpu;  // the element functors of MapOps.h
 
 // ---------------------------------------------------------------------------------------------
 // Binary operations with broadcasting
-
-struct AddOp {
-  template <typename T>
-  T operator()(T a, T b) const { return a + b; }
-};
-struct SubOp {
-  template <typename T>
-  T operator()(T a, T b) const { return a - b; }
-};
-struct MulOp {
-  template <typename T>
-  T operator()(T a, T b) const { return a * b; }
-};
-struct DivOp {
-  template <typename T>
-  T operator()(T a, T b) const { return a / b; }
-};
-// NaN wins, as in NumPy: a NaN in an activation must not be hidden by a clamp.
-struct MaximumOp {
-  template <typename T>
-  T operator()(T a, T b) const { return (std::isnan(a) || a > b) ? a : b; }
-};
-struct MinimumOp {
-  template <typename T>
-  T operator()(T a, T b) const { return (std::isnan(a) || a < b) ? a : b; }
-};
 
 // Strides that read `operand` in the index space of the broadcast `result` shape: dimensions the
 // operand lacks or has as 1 get stride 0.
@@ -222,53 +213,6 @@ std::unique_ptr<Kernel> createSelectKernel(const KernelSignature& signature) {
 
 // ---------------------------------------------------------------------------------------------
 // Unary maps
-
-struct NegOp {
-  template <typename T>
-  T operator()(T x) const { return -x; }
-};
-struct ExpOp {
-  template <typename T>
-  T operator()(T x) const { return cpu::fastExp(x); }
-};
-struct LogOp {
-  template <typename T>
-  T operator()(T x) const { return std::log(x); }
-};
-struct TanhOp {
-  template <typename T>
-  T operator()(T x) const { return cpu::fastTanh(x); }
-};
-struct SqrtOp {
-  template <typename T>
-  T operator()(T x) const { return std::sqrt(x); }
-};
-struct RsqrtOp {
-  template <typename T>
-  T operator()(T x) const { return T(1) / std::sqrt(x); }
-};
-struct GeluTanhOp {
-  template <typename T>
-  T operator()(T x) const { return cpu::geluTanh(x); }
-};
-
-// y[i] = op(x[i]) over [begin, end).
-template <typename T, typename Op>
-void mapElements(const T* x, T* y, int64_t begin, int64_t end) {
-  const Op op;
-  for (int64_t i = begin; i < end; ++i) y[i] = op(x[i]);
-}
-
-// The transcendental f32 maps, the ones whose arithmetic (not memory) bounds them, in AVX2 clones.
-DGEMMA_CPU_CLONES_FOR_AVX2 void mapExp(const float* x, float* y, int64_t begin, int64_t end) {
-  mapElements<float, ExpOp>(x, y, begin, end);
-}
-DGEMMA_CPU_CLONES_FOR_AVX2 void mapTanh(const float* x, float* y, int64_t begin, int64_t end) {
-  mapElements<float, TanhOp>(x, y, begin, end);
-}
-DGEMMA_CPU_CLONES_FOR_AVX2 void mapGeluTanh(const float* x, float* y, int64_t begin, int64_t end) {
-  mapElements<float, GeluTanhOp>(x, y, begin, end);
-}
 
 template <typename T, typename Op>
 class UnaryKernel final : public Kernel {

@@ -18,7 +18,7 @@ TEST(KernelRegistry, CpuRegistryHoldsEveryContractKernel) {
       "rope", "attention", "attention_backward", "moe_route", "moe_experts", "moe_route_backward",
       "moe_experts_backward", "scatter_add", "cross_entropy", "cross_entropy_backward", "adamw",
       "rms_norm_backward", "moe_dispatch", "moe_permute", "moe_combine", "moe_local_experts",
-      "moe_local_experts_backward", "canvas_sample"};
+      "moe_local_experts_backward", "canvas_sample", "fused_elementwise"};
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected);
 }
 
