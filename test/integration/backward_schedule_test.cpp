@@ -7,20 +7,15 @@
 // passed that check too.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
-#include "ToolRunner.h"
-#include "plan/PlanFile.h"
-#include "runtime/io/Safetensors.h"
+#include "GradientParity.h"
 
 namespace dgemma {
 namespace {
 
-using testing::runTool;
+using testing::compileAndGrad;
+using testing::expectBitIdentical;
 using testing::ScratchDirectory;
-using testing::ToolResult;
-
-std::string source(const std::string& path) { return std::string(DGEMMA_SOURCE_DIR) + "/" + path; }
+using testing::scratchBytes;
 
 struct Case {
   std::string name;
@@ -32,62 +27,26 @@ struct Case {
 
 std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
 
-// Scratch bytes of rank 0's plan (its non-persistent arenas).
-uint64_t scratchBytes(const std::string& planDir) {
-  Plan plan = readPlanFile(planFileForRank(planDir, 0));
-  uint64_t bytes = 0;
-  for (const Arena& arena : plan.arenas)
-    if (!arena.persistent) bytes += arena.bytes;
-  return bytes;
-}
-
 class BackwardSchedule : public ::testing::TestWithParam<Case> {
  protected:
   // Compiles with `order` and runs grad on the batch; returns the plan dir.
-  std::string compileAndGrad(const Case& c, const std::string& order) {
-    const std::string plan = dir / ("plan-" + order);
-    ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + source(c.model) +
-                                  " --mode train --self-cond-prob 1 --encoder-loss-weight 1 --aux-loss-coeff 0.01 " + c.flags +
-                                  " --backward-order " + order + " -o " + plan);
-    EXPECT_EQ(compiled.exitCode, 0) << compiled.output;
-    const std::string weights = c.weights.empty() ? " --init random --seed 3" : " --weights " + source(c.weights);
-    ToolResult ran = runTool(std::string(DGEMMA_RUN) + " grad --plan " + plan + weights + " --input " +
-                             source("test/fixtures/diffusion_gemma_train/seven_layers/batch.safetensors") + " --out " +
-                             (dir / (order + ".safetensors")) + " --nproc-per-node " + std::to_string(c.ranks));
-    EXPECT_EQ(ran.exitCode, 0) << ran.output;
-    return plan;
+  std::string compileAndGradIn(const Case& c, const std::string& order) {
+    return compileAndGrad(dir, c.model, c.weights, c.flags + " --backward-order " + order, c.ranks, order);
   }
   ScratchDirectory dir;
 };
 
 TEST_P(BackwardSchedule, GradientsAreBitIdentical) {
   const Case& c = GetParam();
-  const uint64_t autodiffOrder = scratchBytes(compileAndGrad(c, "autodiff"));
-  const uint64_t scheduled = scratchBytes(compileAndGrad(c, "scheduled"));
+  const uint64_t autodiffOrder = scratchBytes(compileAndGradIn(c, "autodiff"));
+  const uint64_t scheduled = scratchBytes(compileAndGradIn(c, "scheduled"));
   if (HasFailure()) return;
   std::cout << "[ backward-order ] " << c.name << ": scratch " << scheduled << " bytes (autodiff's order: " << autodiffOrder
             << ")\n";
-  SafetensorsFile want = SafetensorsFile::open(dir / "autodiff.safetensors");
-  SafetensorsFile got = SafetensorsFile::open(dir / "scheduled.safetensors");
-  ASSERT_EQ(got.entries().size(), want.entries().size());
-  int64_t gradients = 0, nonZero = 0;
-  for (const SafetensorsEntry& entry : want.entries()) {
-    ASSERT_TRUE(got.find(entry.name)) << entry.name << ": missing";
-    HostTensor a = got.read(entry.name), b = want.read(entry.name);
-    ASSERT_EQ(a.shape, b.shape) << entry.name;
-    ASSERT_EQ(a.dtype, b.dtype) << entry.name;
-    EXPECT_EQ(0, std::memcmp(a.data.data(), b.data.data(), b.data.size())) << entry.name << ": not bit-identical";
-    if (entry.name.find("loss") == std::string::npos) {
-      ++gradients;
-      bool anyNonZero = false;
-      for (uint8_t byte : b.data) anyNonZero |= byte != 0;
-      nonZero += anyNonZero;
-      // The K/V projections get gradients from both passes: the decoder reads the encoder's K/V.
-      if (entry.name.find("k_proj") != std::string::npos) EXPECT_TRUE(anyNonZero) << entry.name;
-    }
-  }
-  EXPECT_GT(gradients, 40);
-  EXPECT_GT(nonZero, gradients / 2);
+  const testing::GradOutputCounts counts =
+      expectBitIdentical(dir / "autodiff.safetensors", dir / "scheduled.safetensors", /*kvProjectionsNonZero=*/true);
+  EXPECT_GT(counts.gradients, 40);
+  EXPECT_GT(counts.nonZeroGradients, counts.gradients / 2);
 }
 
 // seven_layers: 7 layers, 12-token prompts. TP 2 needs two KV heads in every layer: tiny-cpu, from
