@@ -65,6 +65,26 @@ DGEMMA_HOST_DEVICE inline void failBounds(const char* file, int line, const char
 #endif
 }
 
+// The running thread of a CUDA block as the kernels' host-device bodies see it: under nvcc on the
+// device threadIdx.x of blockDim.x, on the host one thread. A kernel's block type adds its barrier
+// or reductions to it.
+struct CudaThreadIndex {
+  DGEMMA_HOST_DEVICE int thread() const {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int>(threadIdx.x);
+#else
+    return 0;
+#endif
+  }
+  DGEMMA_HOST_DEVICE int threads() const {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int>(blockDim.x);
+#else
+    return 1;
+#endif
+  }
+};
+
 }  // namespace dgemma::kernels
 
 // DGEMMA_CUDA_BOUNDS(index, size): with -DDGEMMA_CUDA_DEBUG_BOUNDS=ON an index outside [0, size)

@@ -41,21 +41,7 @@ constexpr unsigned kThreads = 128;
 constexpr int64_t kSharedBudgetBytes = 96 * 1024;
 
 // The CUDA block as AttentionTiles.h's task bodies see it (host-device, as the bodies are).
-struct CudaBlock {
-  DGEMMA_HOST_DEVICE int thread() const {
-#if defined(__CUDA_ARCH__)
-    return static_cast<int>(threadIdx.x);
-#else
-    return 0;
-#endif
-  }
-  DGEMMA_HOST_DEVICE int threads() const {
-#if defined(__CUDA_ARCH__)
-    return static_cast<int>(blockDim.x);
-#else
-    return 1;
-#endif
-  }
+struct CudaBlock : kernels::CudaThreadIndex {
   DGEMMA_HOST_DEVICE void sync() const {
 #if defined(__CUDA_ARCH__)
     __syncthreads();

@@ -55,21 +55,7 @@ __device__ double blockReduceDouble(double value, Combine combine, double identi
 }
 
 // The CUDA block as CrossEntropyMath.h's row bodies see it (host-device, as the bodies are).
-struct CudaBlock {
-  DGEMMA_HOST_DEVICE int thread() const {
-#if defined(__CUDA_ARCH__)
-    return static_cast<int>(threadIdx.x);
-#else
-    return 0;
-#endif
-  }
-  DGEMMA_HOST_DEVICE int threads() const {
-#if defined(__CUDA_ARCH__)
-    return static_cast<int>(blockDim.x);
-#else
-    return 1;
-#endif
-  }
+struct CudaBlock : kernels::CudaThreadIndex {
   DGEMMA_HOST_DEVICE double reduceMaximum(double value) const {
 #if defined(__CUDA_ARCH__)
     return blockReduceDouble(value, [](double a, double b) { return cross_entropy::combineMaximum(a, b); }, -INFINITY);
