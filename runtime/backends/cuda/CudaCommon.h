@@ -35,6 +35,18 @@ StreamState& streamState(const ExecContext& context);
 // Kernel launch geometry: blocks for a grid-stride loop over `count` items (at least 1, at most 2^31-1).
 unsigned gridFor(uint64_t count, unsigned threadsPerBlock);
 
+// Calls launch(Word{}) with the unsigned integer type of an element of `bytes` bytes (1, 2, 4, else
+// 8): the kernels that move elements as their bits are instantiated once per element size.
+template <typename Launch>
+void withElementWord(uint64_t bytes, Launch&& launch) {
+  switch (bytes) {
+    case 1: return launch(uint8_t{});
+    case 2: return launch(uint16_t{});
+    case 4: return launch(uint32_t{});
+    default: return launch(uint64_t{});
+  }
+}
+
 }  // namespace dgemma::cuda
 
 #define DGEMMA_CUDA_CHECK(call)                                                  \

@@ -49,12 +49,7 @@ class GatherCudaKernel final : public Kernel {
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     const int64_t count = inputs[1].numElements();
     if (count == 0 || c_.width == 0) return;
-    switch (dtypeSize(c_.dtype)) {
-      case 1: return launch<uint8_t>(context, inputs, outputs, count);
-      case 2: return launch<uint16_t>(context, inputs, outputs, count);
-      case 4: return launch<uint32_t>(context, inputs, outputs, count);
-      default: return launch<uint64_t>(context, inputs, outputs, count);
-    }
+    cuda::withElementWord(dtypeSize(c_.dtype), [&](auto word) { launch<decltype(word)>(context, inputs, outputs, count); });
   }
 
  private:

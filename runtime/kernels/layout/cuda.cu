@@ -36,12 +36,7 @@ class TransposeCudaKernel final : public Kernel {
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
     if (count_ == 0) return;
-    switch (elementBytes_) {
-      case 1: return launch<uint8_t>(context, inputs, outputs);
-      case 2: return launch<uint16_t>(context, inputs, outputs);
-      case 4: return launch<uint32_t>(context, inputs, outputs);
-      default: return launch<uint64_t>(context, inputs, outputs);
-    }
+    cuda::withElementWord(elementBytes_, [&](auto word) { launch<decltype(word)>(context, inputs, outputs); });
   }
 
  private:
