@@ -20,7 +20,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/kernels/CudaBounds.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/gather/Contract.h"
 #include "runtime/kernels/gather/RowMap.h"
@@ -87,7 +87,7 @@ __global__ void scatterRowsKernel(const uint32_t* sortedKeys, const int32_t* sor
     if (row == noRow || (j > 0 && sortedKeys[j - 1] == row)) continue;
     float sum = 0.0f;
     for (int64_t k = j; k < count && sortedKeys[k] == row; ++k) {
-      DGEMMA_CUDA_CHECK_BOUNDS(sortedPositions[k] >= 0 && sortedPositions[k] < count);
+      DGEMMA_CUDA_BOUNDS(sortedPositions[k], count);
       sum += updates[sortedPositions[k] * width + h];
     }
     table[static_cast<int64_t>(row) * width + h] = sum;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/kernels/CudaBounds.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/layout/Contract.h"
 #include "runtime/kernels/layout/TransposeIndex.h"
@@ -24,7 +24,7 @@ __global__ void transposeKernel(const Word* x, Word* y, layout::TransposeMap map
   for (int64_t index = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; index < count;
        index += int64_t(gridDim.x) * blockDim.x) {
     const int64_t source = layout::sourceOffset(map, index);
-    DGEMMA_CUDA_CHECK_BOUNDS(source >= 0 && source < count);
+    DGEMMA_CUDA_BOUNDS(source, count);
     y[index] = x[source];
   }
 }

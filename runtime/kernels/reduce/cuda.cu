@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/kernels/CudaBounds.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/reduce/Contract.h"
 #include "runtime/kernels/reduce/ReduceIndex.h"
@@ -59,8 +59,7 @@ __global__ void reduceBlockPerOutput(const float* x, float* y, reduce::ReduceGeo
     const float* base = x + reduce::offsetOf(geometry.kept, output);
     typename A::Value mine = A::start();
     for (int64_t r = threadIdx.x; r < geometry.reduced.count; r += blockDim.x) {
-      DGEMMA_CUDA_CHECK_BOUNDS(base + reduce::offsetOf(geometry.reduced, r) - x <
-                               geometry.kept.count * geometry.reduced.count);
+      DGEMMA_CUDA_BOUNDS(base + reduce::offsetOf(geometry.reduced, r) - x, geometry.kept.count * geometry.reduced.count);
       mine = A::step(mine, base[reduce::offsetOf(geometry.reduced, r)]);
     }
     partials[threadIdx.x] = mine;
@@ -82,8 +81,7 @@ __global__ void reduceThreadPerOutput(const float* x, float* y, reduce::ReduceGe
     const float* base = x + reduce::offsetOf(geometry.kept, output);
     typename A::Value value = A::start();
     for (int64_t r = 0; r < geometry.reduced.count; ++r) {
-      DGEMMA_CUDA_CHECK_BOUNDS(base + reduce::offsetOf(geometry.reduced, r) - x <
-                               geometry.kept.count * geometry.reduced.count);
+      DGEMMA_CUDA_BOUNDS(base + reduce::offsetOf(geometry.reduced, r) - x, geometry.kept.count * geometry.reduced.count);
       value = A::step(value, base[reduce::offsetOf(geometry.reduced, r)]);
     }
     y[output] = A::result(value, geometry.reduced.count);
