@@ -7,6 +7,7 @@
 // one bf16 ulp in bf16.
 #include "KernelTestSupport.h"
 #include "runtime/kernels/fused_elementwise/FusedElementwiseMath.h"
+#include "support/Shape.h"
 
 namespace dgemma::test {
 namespace {
