@@ -1,8 +1,7 @@
 // The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp). The arithmetic
-// kernels are f32 only except attention, cross-entropy, canvas_sample and fused_elementwise (f32 and
-// bf16); their factories reject other dtypes when the plan is loaded, and the CUDA backend runs the
-// f32-only ones on bf16 steps widened (runtime/backends/cuda/ReducedPrecision.h). The kernels that
-// move bits (layout, cast, fill, copy, select, gather) take any dtype. Plain C++ header.
+// kernels are f32 only for now except attention and cross-entropy (f32 and bf16); their factories
+// reject other dtypes when the plan is loaded. The kernels that move bits (layout, cast, fill,
+// copy, select, gather) take any dtype. Plain C++ header.
 #pragma once
 
 #include "runtime/kernel_api/Kernel.h"
@@ -12,7 +11,7 @@ namespace dgemma {
 // Per group; registerCudaKernels calls them all.
 void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minimum, compare, unary maps, gelu_tanh, copy
 void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLAS)
-void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm, rms_norm_backward
+void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
 void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_permute, moe_combine
 void registerCanvasSampleCudaKernels(KernelRegistry& registry);  // canvas_sample
@@ -27,9 +26,7 @@ void registerLayoutCudaKernels(KernelRegistry& registry);        // transpose, r
 void registerCastCudaKernels(KernelRegistry& registry);          // cast
 void registerFillCudaKernels(KernelRegistry& registry);          // fill
 void registerSelectCudaKernels(KernelRegistry& registry);        // select
-void registerMoeRouteCudaKernels(KernelRegistry& registry);      // moe_route, moe_route_backward
-void registerMoeExpertsCudaKernels(KernelRegistry& registry);    // moe_experts, moe_experts_backward (cuBLAS)
-void registerFusedElementwiseCudaKernels(KernelRegistry& registry);  // fused_elementwise (f32, bf16)
+void registerMoeRouteCudaKernels(KernelRegistry& registry);      // moe_route
 
 void registerCudaKernels(KernelRegistry& registry);
 
