@@ -33,11 +33,12 @@
 //  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
 //    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both);
 //    select: exactly (moved bits).
+//  - moe_dispatch: exactly (DispatchTable.h on the host for both).
 //  - moe_route: the indices exactly, the weights 1e-6 (libdevice's expf against libm's);
 //    moe_route_backward: dlogits 1e-5 of its token's Σ|dw|, dscale 1e-5 of Σ|dw|.
 //  - rms_norm_backward: 2^-23 of |cpu| plus 1e-9 (f64 sums on both, rounded once, other orders).
-//  - moe_experts, moe_experts_backward: 1e-5 of max(1, |cpu|) (cuBLAS against OpenBLAS, libdevice
-//    tanhf against fastTanh); a negative index raises the CPU kernel's error.
+//  - moe_experts, moe_experts_backward, moe_local_experts[_backward]: 1e-5 of max(1, |cpu|) (cuBLAS
+//    against OpenBLAS, libdevice tanhf against fastTanh); a negative index raises the CPU kernel's error.
 //  - fused_elementwise: exactly for IEEE-only programs, 4e-6 of max(1, |cpu|) with tanh, exp or
 //    gelu_tanh; bf16 outputs one bf16 ulp more.
 //  - bf16 steps of the f32-only kernels (the backend's widening): one bf16 ulp plus the f32 tolerance.
@@ -334,7 +335,8 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
                               "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select", "moe_route",
-                              "moe_route_backward", "moe_experts", "moe_experts_backward", "rms_norm_backward", "fused_elementwise"})
+                              "moe_route_backward", "moe_experts", "moe_experts_backward", "rms_norm_backward", "fused_elementwise", "moe_local_experts",
+                              "moe_local_experts_backward", "moe_dispatch"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -1379,12 +1381,6 @@ std::vector<int64_t> expertIds(const ExpertsGpuCase& c, uint32_t seed) {
   return ids;
 }
 
-std::vector<float> int64BytesOf(const std::vector<int64_t>& values) {
-  std::vector<float> bytes(values.size() * 2);
-  std::memcpy(bytes.data(), values.data(), values.size() * sizeof(int64_t));
-  return bytes;
-}
-
 StepSetup expertsSetup(const ExpertsGpuCase& c, bool backward) {
   StepSetup setup(backward ? "moe_experts_backward" : "moe_experts", {{"expert_offset", c.offset}});
   setup.in({c.tokens, c.hidden}).in({c.tokens, c.topK}).in({c.tokens, c.topK}, DType::I64);
@@ -1407,7 +1403,7 @@ TEST(CudaVsCpu, MoeExpertsAndBackward) {
   uint32_t seed = 2200;
   for (const ExpertsGpuCase& c : std::vector<ExpertsGpuCase>{
            {9, 16, 2, 4, 8, 0}, {64, 64, 4, 8, 32, 0}, {33, 24, 2, 3, 16, 2}, {1, 8, 1, 1, 4, 0}, {0, 8, 2, 2, 4, 0}}) {
-    const std::vector<float> ids = int64BytesOf(expertIds(c, seed++));
+    const std::vector<float> ids = int64Bytes(expertIds(c, seed++));
     const std::vector<std::vector<float>> forwardInputs = {
         randomFloats(c.tokens * c.hidden, seed++, -1.0f, 1.0f), randomFloats(c.tokens * c.topK, seed++, 0.1f, 1.0f), ids,
         randomFloats(c.experts * 2 * c.inner * c.hidden, seed++, -0.5f, 0.5f),
@@ -1429,11 +1425,72 @@ TEST(CudaVsCpu, MoeExpertsAndBackward) {
   }
 }
 
+// The routing table exactly (DispatchTable.h on the host for both), and the CPU kernel's error for an
+// index outside the experts.
+TEST(CudaVsCpu, MoeDispatch) {
+  REQUIRE_CUDA_BACKEND();
+  const int64_t tokens = 37, topK = 3, peers = 4, localExperts = 2;
+  std::mt19937 generator(2260);
+  std::vector<int64_t> indices(tokens * topK);
+  for (int64_t& index : indices) index = static_cast<int64_t>(generator() % (peers * localExperts));
+  StepSetup setup("moe_dispatch", {{"num_experts", peers * localExperts}});
+  setup.in({tokens, topK}, DType::I64).out({tokens, topK}, DType::I64).out({peers}, DType::I64);
+  setup.out({peers, localExperts}, DType::I64);
+  BothResults results = runBoth(setup, {int64Bytes(indices)});
+  for (size_t output = 0; output < 3; ++output)
+    EXPECT_EQ(int64Values(results.cpu[output]), int64Values(results.gpu[output])) << "moe_dispatch output " << output;
+  indices[40] = peers * localExperts;
+  std::string cpuMessage, gpuMessage;
+  try {
+    runCpu(setup, {int64Bytes(indices)});
+  } catch (const RuntimeError& error) {
+    cpuMessage = error.what();
+  }
+  try {
+    runGpu(setup, {int64Bytes(indices)});
+  } catch (const RuntimeError& error) {
+    gpuMessage = error.what();
+  }
+  EXPECT_NE(cpuMessage.find("is outside [0, num_experts = 8)"), std::string::npos) << cpuMessage;
+  EXPECT_EQ(gpuMessage, cpuMessage);
+}
+
+// Expert parallelism's moe_local_experts and its backward: received rows from 3 sources with some
+// capacity uncounted (zeros on both), the tolerance of moe_experts.
+TEST(CudaVsCpu, MoeLocalExpertsAndBackward) {
+  REQUIRE_CUDA_BACKEND();
+  const int64_t peers = 3, experts = 4, capacity = 90, hidden = 32, inner = 16;
+  const std::vector<int64_t> counts = {5, 0, 7, 2, 9, 3, 0, 11, 6, 4, 8, 1};  // 56 rows counted
+  uint32_t seed = 2250;
+  const std::vector<float> rows = randomFloats(capacity * hidden, seed++, -1.0f, 1.0f);
+  const std::vector<float> gateUp = randomFloats(experts * 2 * inner * hidden, seed++, -0.5f, 0.5f);
+  const std::vector<float> down = randomFloats(experts * hidden * inner, seed++, -0.5f, 0.5f);
+  auto tolerance = [](const std::vector<float>& cpu) {
+    return [&cpu](size_t i) { return 1e-5 * std::max(1.0, std::fabs(static_cast<double>(cpu[i]))); };
+  };
+  StepSetup forward("moe_local_experts", {});
+  forward.in({capacity, hidden}).in({peers, experts}, DType::I64).in({experts, 2 * inner, hidden}).in({experts, hidden, inner});
+  forward.out({capacity, hidden});
+  BothResults y = runBoth(forward, {rows, int64Bytes(counts), gateUp, down});
+  expectClose(y.cpu[0], y.gpu[0], tolerance(y.cpu[0]), "moe_local_experts");
+  StepSetup backward("moe_local_experts_backward", {});
+  backward.in({capacity, hidden}).in({capacity}).in({capacity, hidden}).in({peers, experts}, DType::I64);
+  backward.in({experts, 2 * inner, hidden}).in({experts, hidden, inner});
+  backward.out({capacity, hidden}).out({capacity}).out({experts, 2 * inner, hidden}).out({experts, hidden, inner});
+  BothResults grads = runBoth(backward, {rows, randomFloats(capacity, seed++, 0.1f, 1.0f),
+                                         randomFloats(capacity * hidden, seed++, -1.0f, 1.0f), int64Bytes(counts),
+                                         gateUp, down});
+  const char* names[] = {"grad_rows", "grad_weights", "grad_gate_up", "grad_down"};
+  for (size_t output = 0; output < 4; ++output)
+    expectClose(grads.cpu[output], grads.gpu[output], tolerance(grads.cpu[output]),
+                std::string("moe_local_experts_backward ") + names[output]);
+}
+
 // A negative expert index: the CPU kernel's error, word for word, before y is written.
 TEST(CudaVsCpu, MoeExpertsNegativeIndex) {
   REQUIRE_CUDA_BACKEND();
   const ExpertsGpuCase c{3, 8, 2, 2, 4, 0};
-  const std::vector<std::vector<float>> inputs = {randomFloats(24, 1), randomFloats(6, 2), int64BytesOf({0, 1, 1, -3, 0, 0}),
+  const std::vector<std::vector<float>> inputs = {randomFloats(24, 1), randomFloats(6, 2), int64Bytes({0, 1, 1, -3, 0, 0}),
                                                   randomFloats(2 * 8 * 8, 3), randomFloats(2 * 8 * 4, 4)};
   std::string cpuMessage, gpuMessage;
   try {

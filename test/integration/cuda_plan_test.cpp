@@ -1,5 +1,6 @@
 // dgemma-compile --backend cuda, end to end without a GPU: the training plan and the inference
-// entries of tiny-cpu and small-20m, fp32 and bf16 (with elementwise fusion, the default), compiled
+// entries of tiny-cpu and small-20m, fp32 and bf16 (with elementwise fusion, the default), and an
+// expert-parallel training plan (--ep 2 with the all-to-all exchange, rank 0's plan), compiled
 // by the tool; then every kernel step of every entry is handed to the CUDA backend's kernel registry
 // (cudaBackendKernels(), which needs no device), whose factory must accept the step's dtypes, shapes
 // and attributes, as the executor's plan load does on a GPU. And dgemma-run --backend cuda on a
@@ -10,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ToolRunner.h"
 #include "plan/PlanFile.h"
@@ -28,6 +30,7 @@ struct PlanCase {
   std::string model;  // configs/<model>.json
   std::string mode;
   std::string precision;
+  std::string layout = "";  // layout flags
 };
 
 std::ostream& operator<<(std::ostream& out, const PlanCase& c) { return out << c.name; }
@@ -43,7 +46,7 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
   const testing::ToolResult compiled =
       runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR + "/models/diffusion_gemma/configs/" +
               c.model + ".json --mode " + c.mode + " --precision " + c.precision +
-              " --micro-batch 2 --prompt-len 32 --backend cuda -o " + planDir);
+              " --micro-batch 2 --prompt-len 32 --backend cuda " + c.layout + " -o " + planDir);
   ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
   const Plan plan = readPlanFile(planFileForRank(planDir, 0));
   EXPECT_EQ(plan.metadata.value("backend", ""), "cuda");
@@ -81,13 +84,17 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
   if (c.mode == "train") {
     EXPECT_TRUE(entries.count("train_step")) << "no train_step entry";
     // The training step's kernels that only the training plan has.
-    for (const char* op : {"adamw", "moe_experts_backward", "rms_norm_backward", "attention_backward",
-                           "cross_entropy_backward", "fused_elementwise"})
+    for (const char* op : {"adamw", "rms_norm_backward", "attention_backward", "cross_entropy_backward",
+                           "fused_elementwise"})
       EXPECT_TRUE(ops.count(op)) << op << " is not in the " << c.name << " plan";
   } else {
     EXPECT_TRUE(ops.count("canvas_sample")) << "no canvas_sample step in the " << c.name << " plan";
   }
-  EXPECT_TRUE(ops.count("moe_experts")) << "no moe_experts step in the " << c.name << " plan";
+  // The experts: expert parallelism's dispatch and local experts, or moe_experts.
+  std::vector<std::string> experts = {"moe_experts"};
+  if (!c.layout.empty()) experts = {"moe_dispatch", "moe_local_experts"};
+  if (c.mode == "train") experts.push_back(experts.back() + "_backward");
+  for (const std::string& op : experts) EXPECT_TRUE(ops.count(op)) << op << " is not in the " << c.name << " plan";
   std::cout << "[ cuda plan ] " << c.name << ": " << entries.size() << " entries, " << kernelSteps
             << " kernel steps of " << ops.size() << " kernels, all accepted by the cuda backend: "
             << (failures.empty() ? "yes" : "no") << "\n";
@@ -101,7 +108,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PlanCase{"tiny_cpu_infer_bf16", "tiny-cpu", "infer", "bf16"},
                       PlanCase{"small_20m_train_fp32", "small-20m", "train", "fp32"},
                       PlanCase{"small_20m_train_bf16", "small-20m", "train", "bf16"},
-                      PlanCase{"small_20m_infer_bf16", "small-20m", "infer", "bf16"}),
+                      PlanCase{"small_20m_infer_bf16", "small-20m", "infer", "bf16"},
+                      PlanCase{"tiny_cpu_train_bf16_ep2", "tiny-cpu", "train", "bf16",
+                               "--dp 2 --ep 2 --expert-exchange all-to-all"}),
     [](const ::testing::TestParamInfo<PlanCase>& info) { return info.param.name; });
 
 // One rank on --backend cuda without a GPU: exit 1, the flag and the reason named, no crash.

@@ -12,6 +12,7 @@
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/moe/ExpertMath.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
+#include "runtime/kernels/moe_dispatch/DispatchTable.h"
 #include "support/DType.h"
 #include "support/Error.h"
 
@@ -22,35 +23,16 @@ using expert_math::geluTanhDerivative;
 using expert_math::gemm;
 
 // ---------------------------------------------------------------------------------------------
-// moe_dispatch: global expert e lives on peer e / E_local, so grouping the routes by global expert
-// groups them by destination peer and, within it, by local expert.
+// moe_dispatch: the routing table of DispatchTable.h.
 
 class MoeDispatchKernel final : public Kernel {
  public:
   MoeDispatchKernel(std::string where, MoeDispatchContract contract) : where_(std::move(where)), c_(contract) {}
 
   void run(ExecContext&, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const int64_t* indices = inputs[0].as<const int64_t>();
-    int64_t* slots = outputs[0].as<int64_t>();
-    int64_t* sendCounts = outputs[1].as<int64_t>();
-    int64_t* expertCounts = outputs[2].as<int64_t>();
-    const int64_t routes = c_.tokens * c_.topK, experts = c_.peers * c_.localExperts;
-    // Serially and before any output is written, so the error names the first bad index.
-    for (int64_t route = 0; route < routes; ++route)
-      if (indices[route] < 0 || indices[route] >= experts)
-        throw RuntimeError(where_ + ": expert index " + std::to_string(indices[route]) + " at indices[" +
-                           std::to_string(route / c_.topK) + ", " + std::to_string(route % c_.topK) +
-                           "] is outside [0, num_experts = " + std::to_string(experts) + ")");
-    std::fill_n(expertCounts, experts, int64_t{0});
-    for (int64_t route = 0; route < routes; ++route) ++expertCounts[indices[route]];
-    // Slots in (token, j) order within each expert: the permutation depends on the indices alone.
-    std::vector<int64_t> nextSlot(static_cast<size_t>(experts));
-    std::exclusive_scan(expertCounts, expertCounts + experts, nextSlot.begin(), int64_t{0});
-    for (int64_t route = 0; route < routes; ++route) slots[route] = nextSlot[indices[route]]++;
-    for (int64_t peer = 0; peer < c_.peers; ++peer) {
-      const int64_t* perExpert = expertCounts + peer * c_.localExperts;
-      sendCounts[peer] = std::accumulate(perExpert, perExpert + c_.localExperts, int64_t{0});
-    }
+    moe_dispatch::buildDispatchTable(where_, inputs[0].as<const int64_t>(), c_.tokens, c_.topK, c_.peers,
+                                     c_.localExperts, outputs[0].as<int64_t>(), outputs[1].as<int64_t>(),
+                                     outputs[2].as<int64_t>());
   }
 
  private:

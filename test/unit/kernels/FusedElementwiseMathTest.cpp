@@ -43,6 +43,18 @@ std::vector<uint8_t> inputBytes(const Operand& operand, uint32_t seed) {
   return bytes;
 }
 
+// KernelCall takes a buffer's elements in a type of the dtype's size.
+void addInput(KernelCall& call, const Operand& operand, const std::vector<uint8_t>& bytes) {
+  auto typed = [&](auto element) {
+    std::vector<decltype(element)> values(bytes.size() / sizeof(element));
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    call.input(operand.dtype, operand.shape, values);
+  };
+  if (operand.dtype == DType::F32) typed(float{});
+  else if (operand.dtype == DType::BF16) typed(uint16_t{});
+  else typed(uint8_t{});
+}
+
 float elementOf(const std::vector<uint8_t>& bytes, DType dtype, int64_t i) {
   if (dtype == DType::BF16) {
     uint16_t bits;
@@ -61,7 +73,7 @@ void expectInterpreterMatchesCpu(const ProgramCase& c, uint32_t seed) {
   for (const Operand& operand : c.inputs) {
     inputs.push_back(inputBytes(operand, seed++));
     shapes.push_back(operand.shape);
-    call.input(operand.dtype, operand.shape, inputs.back());
+    addInput(call, operand, inputs.back());
   }
   call.output(c.output, c.shape);
   call.run();
