@@ -2,10 +2,6 @@
 
 namespace dgemma {
 
-// Declared here, the one caller, rather than in CudaKernels.h.
-void registerMoeExpertsCudaKernels(KernelRegistry& registry);        // moe_experts, moe_experts_backward (cuBLAS)
-void registerFusedElementwiseCudaKernels(KernelRegistry& registry);  // fused_elementwise (f32, bf16)
-
 void registerCudaKernels(KernelRegistry& registry) {
   registerElementwiseCudaKernels(registry);
   registerMatmulCudaKernels(registry);
