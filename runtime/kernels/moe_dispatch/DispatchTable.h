@@ -6,6 +6,7 @@
 // expert.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <string>
