@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an NVIDIA GPU, builds what the check needs, runs the GPU tests
 # (`ctest -L gpu`: the CUDA kernels against their CPU twins, the CUDA backend, the NCCL
-# communicator with one rank, and with two ranks when there are two GPUs), then trains small-20m
-# for a few steps from the same random init on the CPU and on the GPU and compares the losses step
-# by step; with two GPUs also with --tp 2, two ranks over NCCL against two over Gloo. Prints a
+# communicator with one rank, and with two ranks when there are two GPUs; every kernel of
+# docs/kernels.md "CUDA twins", the MoE experts, fused_elementwise and the bf16 widening included),
+# then trains small-20m for a few steps from the same random init on the CPU and on the GPU and
+# compares the losses step by step, in fp32 and in bf16 (elementwise fusion on, the default); with
+# two GPUs also with --tp 2, two ranks over NCCL against two over Gloo. Prints a
 # summary table last; exits non-zero when a check failed. Budget: under 8 minutes (each stage has
 # its own timeout, and a training stage that would start after 5 minutes is skipped, saying so).
 #   Usage: scripts/gpu-check.sh [BUILD_DIR]   (default: build)
@@ -14,6 +16,7 @@ build=${1:-$root/build}
 bin=$build/bin
 steps=4                 # optimizer steps of each training run
 loss_tolerance=1e-3     # relative: f32 sums in another order (cuBLAS, tree reductions) differ in the last bits
+bf16_loss_tolerance=2e-2  # relative: a bf16 rounding that falls the other way moves the loss by ~2^-8
 start_budget=300        # seconds: no training stage starts later (each takes at most 3 minutes)
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! gpus=$(nvidia-smi -L 2>/dev/null) || [[ -z $gpus ]]; then
@@ -32,13 +35,14 @@ record() { rows+=("$1|$2"); }
 # The train losses of a metrics file, one per line.
 losses() { grep '"split": *"train"' "$1" 2>/dev/null | sed -E 's/.*"loss": *([^,}]*).*/\1/'; }
 
-# train_on_both NAME MODEL RANKS [COMPILE FLAGS...]: compiles a train plan, trains $steps steps from
-# the same random init (--train mock, --seed 1) on cpu and on cuda, and compares the losses step
-# by step; records a row per run and one for the comparison, and appends the losses to $comparisons.
+# train_on_both NAME MODEL RANKS TOLERANCE [COMPILE FLAGS...]: compiles a train plan, trains $steps
+# steps from the same random init (--train mock, --seed 1) on cpu and on cuda, and compares the
+# losses step by step (relative TOLERANCE); records a row per run and one for the comparison, and
+# appends the losses to $comparisons.
 comparisons=""
 train_on_both() {
-  local name=$1 model=$2 ranks=$3
-  shift 3
+  local name=$1 model=$2 ranks=$3 loss_tolerance=$4
+  shift 4
   local plan=$work/$name-plan
   plan=${plan// /-}
   echo "== $name: $steps training steps on cpu and on cuda ($ranks rank(s), --train mock, --seed 1)"
@@ -113,10 +117,12 @@ if ((failed == 0)); then
     failed=1
   fi
 
-  train_on_both "small-20m" "$root/models/diffusion_gemma/configs/small-20m.json" 1
+  train_on_both "small-20m" "$root/models/diffusion_gemma/configs/small-20m.json" 1 "$loss_tolerance"
+  train_on_both "small-20m bf16" "$root/models/diffusion_gemma/configs/small-20m.json" 1 "$bf16_loss_tolerance" \
+    --precision bf16
   # Two ranks over NCCL (tensor parallel), against the same two ranks over Gloo.
   if (($(wc -l <<<"$gpus") >= 2)); then
-    train_on_both "small-20m tp2" "$root/models/diffusion_gemma/configs/small-20m.json" 2 --tp 2
+    train_on_both "small-20m tp2" "$root/models/diffusion_gemma/configs/small-20m.json" 2 "$loss_tolerance" --tp 2
   else
     record "small-20m tp2" "skipped: needs 2 GPUs (the NCCL tests ran with one rank)"
   fi

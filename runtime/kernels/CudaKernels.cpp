@@ -21,6 +21,8 @@ void registerCudaKernels(KernelRegistry& registry) {
   registerFillCudaKernels(registry);
   registerSelectCudaKernels(registry);
   registerMoeRouteCudaKernels(registry);
+  registerMoeExpertsCudaKernels(registry);
+  registerFusedElementwiseCudaKernels(registry);
 }
 
 }  // namespace dgemma

@@ -33,8 +33,15 @@
 //  - transpose, reshape, concat, slice: exactly (moved bits); cast: exactly (elementwise/CastMath.h);
 //    fill: exactly (elementwise/FillPattern.h); compare: exactly (IEEE comparisons on both);
 //    select: exactly (moved bits).
+//  - moe_dispatch: exactly (DispatchTable.h on the host for both).
 //  - moe_route: the indices exactly, the weights 1e-6 (libdevice's expf against libm's);
 //    moe_route_backward: dlogits 1e-5 of its token's Σ|dw|, dscale 1e-5 of Σ|dw|.
+//  - rms_norm_backward: 2^-23 of |cpu| plus 1e-9 (f64 sums on both, rounded once, other orders).
+//  - moe_experts, moe_experts_backward, moe_local_experts[_backward]: 1e-5 of max(1, |cpu|) (cuBLAS
+//    against OpenBLAS, libdevice tanhf against fastTanh); a negative index raises the CPU kernel's error.
+//  - fused_elementwise: exactly for IEEE-only programs, 4e-6 of max(1, |cpu|) with tanh, exp or
+//    gelu_tanh; bf16 outputs one bf16 ulp more.
+//  - bf16 steps of the f32-only kernels (the backend's widening): one bf16 ulp plus the f32 tolerance.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -53,6 +60,7 @@
 
 #include "runtime/kernel_api/Backend.h"
 #include "runtime/kernel_api/Kernel.h"
+#include "runtime/backends/cpu/ReducedPrecision.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "support/DType.h"
@@ -193,10 +201,11 @@ struct BothResults {
 };
 
 // The step's outputs on the CPU kernel.
-std::vector<std::vector<float>> runCpu(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
+std::vector<std::vector<float>> runCpu(const StepSetup& setup, const std::vector<std::vector<float>>& inputs,
+                                       const KernelRegistry& registry = cpuRegistry()) {
   EXPECT_EQ(inputs.size(), setup.inputs.size());
   static ThreadPool pool(2);
-  std::unique_ptr<Kernel> kernel = makeKernel(cpuRegistry(), setup);
+  std::unique_ptr<Kernel> kernel = makeKernel(registry, setup);
   std::vector<std::vector<float>> inputCopies = inputs;
   std::vector<TensorRef> inRefs, outRefs;
   for (size_t i = 0; i < inputs.size(); ++i) inRefs.push_back(TensorRef{inputCopies[i].data(), setup.inputs[i]});
@@ -212,10 +221,11 @@ std::vector<std::vector<float>> runCpu(const StepSetup& setup, const std::vector
 }
 
 // The step's outputs on the CUDA kernel (the device buffers are freed also when the kernel throws).
-std::vector<std::vector<float>> runGpu(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
+std::vector<std::vector<float>> runGpu(const StepSetup& setup, const std::vector<std::vector<float>>& inputs,
+                                       const KernelRegistry& registry = cudaRegistry()) {
   EXPECT_EQ(inputs.size(), setup.inputs.size());
   Backend& backend = *sharedBackend().backend;
-  std::unique_ptr<Kernel> kernel = makeKernel(cudaRegistry(), setup);
+  std::unique_ptr<Kernel> kernel = makeKernel(registry, setup);
   struct Allocations {
     Backend& backend;
     std::vector<void*> pointers;
@@ -325,7 +335,8 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwin) {
                               "canvas_sample", "random_uniform", "random_int", "adamw",
                               "reduce_sum", "reduce_max", "reduce_mean", "rope", "gather", "scatter_add",
                               "transpose", "reshape", "concat", "slice", "cast", "fill", "compare", "select", "moe_route",
-                              "moe_route_backward"})
+                              "moe_route_backward", "moe_experts", "moe_experts_backward", "rms_norm_backward", "fused_elementwise", "moe_local_experts",
+                              "moe_local_experts_backward", "moe_dispatch"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   for (const std::string& name : names) EXPECT_NE(cpuRegistry().find(name), nullptr) << name;
 }
@@ -1349,6 +1360,272 @@ TEST(CudaKernelFactories, AttentionAndCrossEntropyTakeF32AndBf16) {
   // Heads too wide for the shared memory of even one query and one key: a plan error, not a launch failure.
   EXPECT_THROW(makeKernel(r, attentionSetup({1, 4, 4, 1, 1, 1 << 14, 1 << 14, "causal", 0, 0}, DType::F32, false)),
                InputError);
+}
+
+// ---- rms_norm_backward, the experts, fused_elementwise, bf16 through the backend's widening -------------
+
+// dx and dw: f64 sums on both sides, rounded once to f32, in different orders (a tree over the block
+// against the CPU's sequential sum): 2^-23 of |cpu| plus 1e-9.
+TEST(CudaVsCpu, RmsNormBackward) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 2100;
+  for (const RmsNormCase& c : std::vector<RmsNormCase>{
+           {{3, 5, 64}, true}, {{7, 33}, false}, {{4, 1000}, true}, {{300, 96}, true}, {{2, 1}, true}, {{0, 16}, true}}) {
+    const int64_t cols = c.shape.back(), count = numElementsOf(c.shape);
+    StepSetup setup("rms_norm_backward", {{"eps", 1e-6}});
+    setup.in(c.shape).in(c.shape);
+    if (c.weight) setup.in({cols});
+    setup.out(c.shape);
+    if (c.weight) setup.out({cols});
+    std::vector<std::vector<float>> inputs = {randomFloats(count, seed++), randomFloats(count, seed++)};
+    if (c.weight) inputs.push_back(randomFloats(cols, seed++, 0.5f, 1.5f));
+    BothResults results = runBoth(setup, inputs);
+    const std::string what = "rms_norm_backward " + shapeToString(c.shape) + (c.weight ? " with weight" : "");
+    for (size_t output = 0; output < results.cpu.size(); ++output)
+      expectClose(results.cpu[output], results.gpu[output],
+                  [&](size_t i) { return std::ldexp(std::fabs(results.cpu[output][i]), -23) + 1e-9; },
+                  what + (output == 0 ? ": dx" : ": dw"));
+  }
+}
+
+struct ExpertsGpuCase {
+  int64_t tokens, hidden, topK, experts, inner, offset;
+};
+
+// Global expert ids for the case: repeated experts within a token, some outside the block.
+std::vector<int64_t> expertIds(const ExpertsGpuCase& c, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::vector<int64_t> ids(static_cast<size_t>(c.tokens * c.topK));
+  for (int64_t& id : ids) id = static_cast<int64_t>(generator() % static_cast<uint32_t>(c.experts + 2 * c.offset + 1));
+  return ids;
+}
+
+StepSetup expertsSetup(const ExpertsGpuCase& c, bool backward) {
+  StepSetup setup(backward ? "moe_experts_backward" : "moe_experts", {{"expert_offset", c.offset}});
+  setup.in({c.tokens, c.hidden}).in({c.tokens, c.topK}).in({c.tokens, c.topK}, DType::I64);
+  setup.in({c.experts, 2 * c.inner, c.hidden}).in({c.experts, c.hidden, c.inner});
+  if (backward) {
+    setup.in({c.tokens, c.hidden});
+    setup.out({c.tokens, c.hidden}).out({c.tokens, c.topK}).out({c.experts, 2 * c.inner, c.hidden});
+    setup.out({c.experts, c.hidden, c.inner});
+  } else {
+    setup.out({c.tokens, c.hidden});
+  }
+  return setup;
+}
+
+// One cuBLAS GEMM per used expert against OpenBLAS's, libdevice tanhf against the CPU's fastTanh:
+// 1e-5 of max(1, |cpu|) for y and every gradient (the GEMMs' sums of at most max(H, 2I, N·k) terms of
+// inputs in [-1, 1]).
+TEST(CudaVsCpu, MoeExpertsAndBackward) {
+  REQUIRE_CUDA_BACKEND();
+  uint32_t seed = 2200;
+  for (const ExpertsGpuCase& c : std::vector<ExpertsGpuCase>{
+           {9, 16, 2, 4, 8, 0}, {64, 64, 4, 8, 32, 0}, {33, 24, 2, 3, 16, 2}, {1, 8, 1, 1, 4, 0}, {0, 8, 2, 2, 4, 0}}) {
+    const std::vector<float> ids = int64Bytes(expertIds(c, seed++));
+    const std::vector<std::vector<float>> forwardInputs = {
+        randomFloats(c.tokens * c.hidden, seed++, -1.0f, 1.0f), randomFloats(c.tokens * c.topK, seed++, 0.1f, 1.0f), ids,
+        randomFloats(c.experts * 2 * c.inner * c.hidden, seed++, -0.5f, 0.5f),
+        randomFloats(c.experts * c.hidden * c.inner, seed++, -0.5f, 0.5f)};
+    const std::string what = " (" + std::to_string(c.tokens) + " tokens, " + std::to_string(c.experts) +
+                             " experts from " + std::to_string(c.offset) + ")";
+    auto tolerance = [](const std::vector<float>& cpu) {
+      return [&cpu](size_t i) { return 1e-5 * std::max(1.0, std::fabs(static_cast<double>(cpu[i]))); };
+    };
+    BothResults forward = runBoth(expertsSetup(c, false), forwardInputs);
+    expectClose(forward.cpu[0], forward.gpu[0], tolerance(forward.cpu[0]), "moe_experts y" + what);
+    std::vector<std::vector<float>> backwardInputs = forwardInputs;
+    backwardInputs.push_back(randomFloats(c.tokens * c.hidden, seed++, -1.0f, 1.0f));
+    BothResults backward = runBoth(expertsSetup(c, true), backwardInputs);
+    const char* names[] = {"dx", "dweights", "dgate_up", "ddown"};
+    for (size_t output = 0; output < 4; ++output)
+      expectClose(backward.cpu[output], backward.gpu[output], tolerance(backward.cpu[output]),
+                  std::string("moe_experts_backward ") + names[output] + what);
+  }
+}
+
+// The routing table exactly (DispatchTable.h on the host for both), and the CPU kernel's error for an
+// index outside the experts.
+TEST(CudaVsCpu, MoeDispatch) {
+  REQUIRE_CUDA_BACKEND();
+  const int64_t tokens = 37, topK = 3, peers = 4, localExperts = 2;
+  std::mt19937 generator(2260);
+  std::vector<int64_t> indices(tokens * topK);
+  for (int64_t& index : indices) index = static_cast<int64_t>(generator() % (peers * localExperts));
+  StepSetup setup("moe_dispatch", {{"num_experts", peers * localExperts}});
+  setup.in({tokens, topK}, DType::I64).out({tokens, topK}, DType::I64).out({peers}, DType::I64);
+  setup.out({peers, localExperts}, DType::I64);
+  BothResults results = runBoth(setup, {int64Bytes(indices)});
+  for (size_t output = 0; output < 3; ++output)
+    EXPECT_EQ(int64Values(results.cpu[output]), int64Values(results.gpu[output])) << "moe_dispatch output " << output;
+  indices[40] = peers * localExperts;
+  std::string cpuMessage, gpuMessage;
+  try {
+    runCpu(setup, {int64Bytes(indices)});
+  } catch (const RuntimeError& error) {
+    cpuMessage = error.what();
+  }
+  try {
+    runGpu(setup, {int64Bytes(indices)});
+  } catch (const RuntimeError& error) {
+    gpuMessage = error.what();
+  }
+  EXPECT_NE(cpuMessage.find("is outside [0, num_experts = 8)"), std::string::npos) << cpuMessage;
+  EXPECT_EQ(gpuMessage, cpuMessage);
+}
+
+// Expert parallelism's moe_local_experts and its backward: received rows from 3 sources with some
+// capacity uncounted (zeros on both), the tolerance of moe_experts.
+TEST(CudaVsCpu, MoeLocalExpertsAndBackward) {
+  REQUIRE_CUDA_BACKEND();
+  const int64_t peers = 3, experts = 4, capacity = 90, hidden = 32, inner = 16;
+  const std::vector<int64_t> counts = {5, 0, 7, 2, 9, 3, 0, 11, 6, 4, 8, 1};  // 56 rows counted
+  uint32_t seed = 2250;
+  const std::vector<float> rows = randomFloats(capacity * hidden, seed++, -1.0f, 1.0f);
+  const std::vector<float> gateUp = randomFloats(experts * 2 * inner * hidden, seed++, -0.5f, 0.5f);
+  const std::vector<float> down = randomFloats(experts * hidden * inner, seed++, -0.5f, 0.5f);
+  auto tolerance = [](const std::vector<float>& cpu) {
+    return [&cpu](size_t i) { return 1e-5 * std::max(1.0, std::fabs(static_cast<double>(cpu[i]))); };
+  };
+  StepSetup forward("moe_local_experts", {});
+  forward.in({capacity, hidden}).in({peers, experts}, DType::I64).in({experts, 2 * inner, hidden}).in({experts, hidden, inner});
+  forward.out({capacity, hidden});
+  BothResults y = runBoth(forward, {rows, int64Bytes(counts), gateUp, down});
+  expectClose(y.cpu[0], y.gpu[0], tolerance(y.cpu[0]), "moe_local_experts");
+  StepSetup backward("moe_local_experts_backward", {});
+  backward.in({capacity, hidden}).in({capacity}).in({capacity, hidden}).in({peers, experts}, DType::I64);
+  backward.in({experts, 2 * inner, hidden}).in({experts, hidden, inner});
+  backward.out({capacity, hidden}).out({capacity}).out({experts, 2 * inner, hidden}).out({experts, hidden, inner});
+  BothResults grads = runBoth(backward, {rows, randomFloats(capacity, seed++, 0.1f, 1.0f),
+                                         randomFloats(capacity * hidden, seed++, -1.0f, 1.0f), int64Bytes(counts),
+                                         gateUp, down});
+  const char* names[] = {"grad_rows", "grad_weights", "grad_gate_up", "grad_down"};
+  for (size_t output = 0; output < 4; ++output)
+    expectClose(grads.cpu[output], grads.gpu[output], tolerance(grads.cpu[output]),
+                std::string("moe_local_experts_backward ") + names[output]);
+}
+
+// A negative expert index: the CPU kernel's error, word for word, before y is written.
+TEST(CudaVsCpu, MoeExpertsNegativeIndex) {
+  REQUIRE_CUDA_BACKEND();
+  const ExpertsGpuCase c{3, 8, 2, 2, 4, 0};
+  const std::vector<std::vector<float>> inputs = {randomFloats(24, 1), randomFloats(6, 2), int64Bytes({0, 1, 1, -3, 0, 0}),
+                                                  randomFloats(2 * 8 * 8, 3), randomFloats(2 * 8 * 4, 4)};
+  std::string cpuMessage, gpuMessage;
+  try {
+    runCpu(expertsSetup(c, false), inputs);
+  } catch (const RuntimeError& error) {
+    cpuMessage = error.what();
+  }
+  try {
+    runGpu(expertsSetup(c, false), inputs);
+  } catch (const RuntimeError& error) {
+    gpuMessage = error.what();
+  }
+  EXPECT_NE(cpuMessage.find("is negative"), std::string::npos) << cpuMessage;
+  EXPECT_EQ(gpuMessage, cpuMessage);
+}
+
+// Programs of IEEE operations exactly (the same operations on both); with tanh, exp or gelu_tanh
+// 4e-6 of max(1, |cpu|) (libdevice against the CPU's fastTanh / fastExp); a bf16 output one bf16
+// ulp more.
+TEST(CudaVsCpu, FusedElementwise) {
+  REQUIRE_CUDA_BACKEND();
+  struct FusedCase {
+    std::string program;
+    std::vector<std::pair<std::vector<int64_t>, DType>> inputs;
+    std::vector<int64_t> shape;
+    DType output;
+    bool exact;
+  };
+  const DType f32 = DType::F32, bf16 = DType::BF16;
+  const std::vector<FusedCase> cases = {
+      {"add f32 0 1; mul f32 2 3; sub f32 4 0", {{{3, 5, 70}, f32}, {{70}, f32}, {{}, f32}}, {3, 5, 70}, f32, true},
+      {"maximum f32 0 1; minimum f32 2 1; div f32 3 0", {{{40, 9}, f32}, {{40, 1}, f32}}, {40, 9}, f32, true},
+      {"div f32 0 1; tanh f32 2; mul f32 3 1", {{{16, 1000}, f32}, {{}, f32}}, {16, 1000}, f32, false},
+      {"mul bf16 0 1; add bf16 2 0; cast f32 3", {{{6, 110}, bf16}, {{110}, bf16}}, {6, 110}, f32, true},
+      {"gelu_tanh bf16 0; mul bf16 2 1", {{{70, 16}, bf16}, {{70, 16}, bf16}}, {70, 16}, bf16, false},
+  };
+  uint32_t seed = 2300;
+  for (const FusedCase& c : cases) {
+    StepSetup setup("fused_elementwise", {{"program", c.program}});
+    std::vector<std::vector<float>> inputs;
+    for (const auto& [shape, dtype] : c.inputs) {
+      setup.in(shape, dtype);
+      std::vector<float> values = randomFloats(numElementsOf(shape), seed++, -4.0f, 4.0f);
+      if (shape.empty()) values[0] = 2.5f;  // a scale or cap away from zero
+      inputs.push_back(dtype == bf16 ? bf16Bytes(values) : values);
+    }
+    setup.out(c.shape, c.output);
+    BothResults results = runBoth(setup, inputs);
+    const size_t count = static_cast<size_t>(numElementsOf(c.shape));
+    const std::vector<float> cpu = c.output == bf16 ? bf16Values(results.cpu[0], count) : results.cpu[0];
+    const std::vector<float> gpu = c.output == bf16 ? bf16Values(results.gpu[0], count) : results.gpu[0];
+    expectClose(cpu, gpu,
+                [&](size_t i) {
+                  if (c.exact) return 0.0;
+                  const double f32Tolerance = 4e-6 * std::max(1.0, std::fabs(static_cast<double>(cpu[i])));
+                  return c.output == bf16 ? bf16Tolerance(cpu[i], f32Tolerance) : f32Tolerance;
+                },
+                "fused_elementwise '" + c.program + "'");
+  }
+}
+
+// The CUDA backend's kernels (cudaBackendKernels()) on bf16 steps of f32-only kernels, widened as the
+// CPU backend widens them: against the CPU backend's widened kernel on the same bf16 inputs, one bf16
+// ulp plus each kernel's f32 tolerance above (the two f32 results may straddle a rounding boundary).
+TEST(CudaVsCpu, Bf16ThroughTheBackendsWidening) {
+  REQUIRE_CUDA_BACKEND();
+  static const KernelRegistry cpuWidened = withReducedPrecisionFloats(cpuRegistry());
+  static const KernelRegistry cudaBackend = cudaBackendKernels();
+  // A deque: the setups' buffer pointers stay valid as cases are added.
+  std::deque<StepSetup> setups;
+  std::vector<double> f32Tolerances;  // relative to max(1, |cpu|)
+  auto add = [&](const std::string& op, nlohmann::json attrs, double f32Tolerance) -> StepSetup& {
+    f32Tolerances.push_back(f32Tolerance);
+    return setups.emplace_back(op, std::move(attrs));
+  };
+  const DType bf16 = DType::BF16;
+  add("add", {}, 0.0).in({7, 33}, bf16).in({33}, bf16).out({7, 33}, bf16);
+  add("gelu_tanh", {}, 1e-6).in({500}, bf16).out({500}, bf16);
+  add("matmul", {{"transpose_b", true}}, 1e-5).in({9, 64}, bf16).in({17, 64}, bf16).out({9, 17}, bf16);
+  add("rms_norm", {{"eps", 1e-6}}, 2e-6).in({5, 96}, bf16).in({96}, bf16).out({5, 96}, bf16);
+  add("softmax", {{"axis", -1}}, 1e-6).in({6, 40}, bf16).out({6, 40}, bf16);
+  add("rms_norm_backward", {{"eps", 1e-6}}, 1e-6).in({5, 96}, bf16).in({5, 96}, bf16).in({96}, bf16);
+  setups.back().out({5, 96}, bf16).out({96}, bf16);
+  uint32_t seed = 2400;
+  for (size_t k = 0; k < setups.size(); ++k) {
+    const StepSetup& setup = setups[k];
+    std::vector<std::vector<float>> inputs;
+    for (const Buffer* input : setup.inputs) inputs.push_back(bf16Bytes(randomFloats(input->numElements(), seed++)));
+    const std::vector<std::vector<float>> cpu = runCpu(setup, inputs, cpuWidened);
+    const std::vector<std::vector<float>> gpu = runGpu(setup, inputs, cudaBackend);
+    for (size_t output = 0; output < cpu.size(); ++output) {
+      const size_t count = static_cast<size_t>(setup.outputs[output]->numElements());
+      const std::vector<float> expected = bf16Values(cpu[output], count), actual = bf16Values(gpu[output], count);
+      expectClose(expected, actual,
+                  [&](size_t i) {
+                    return bf16Tolerance(expected[i], f32Tolerances[k] * std::max(1.0, std::fabs(double(expected[i]))));
+                  },
+                  setup.step.op + " in bf16, output " + std::to_string(output));
+    }
+  }
+}
+
+// The backend's registry keeps the kernels that handle bf16 themselves and widens the others; bf16
+// steps that the f32 factories reject are accepted there, f16 ones still are not.
+TEST(CudaKernelFactories, BackendRegistryTakesBf16ForEveryArithmeticKernel) {
+  const KernelRegistry backend = cudaBackendKernels();
+  EXPECT_EQ(backend.names(), cudaRegistry().names());
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)), InputError);
+  EXPECT_NO_THROW(makeKernel(backend, StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)));
+  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4}, DType::BF16)));
+  EXPECT_THROW(makeKernel(backend, StepSetup("gelu_tanh", {}).in({4}, DType::F16).out({4}, DType::F16)), InputError);
+  EXPECT_TRUE(backend.traits("fused_elementwise").handlesReducedFloats);
+  EXPECT_NO_THROW(makeKernel(backend, StepSetup("fused_elementwise", {{"program", "gelu_tanh bf16 0; mul bf16 2 1"}})
+                                          .in({3, 4}, DType::BF16)
+                                          .in({3, 4}, DType::BF16)
+                                          .out({3, 4}, DType::BF16)));
 }
 
 }  // namespace

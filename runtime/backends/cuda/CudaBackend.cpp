@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
+#include "runtime/backends/cuda/ReducedPrecision.h"
 #include "support/Error.h"
 #include "runtime/kernels/CudaKernels.h"
 
@@ -14,10 +15,9 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  explicit CudaBackend(int device) : device_(device), registry_(cudaBackendKernels()) {
     try {
       activate();
-      registerCudaKernels(registry_);
       growStreams(1);
     } catch (...) {
       release();
@@ -223,6 +223,12 @@ std::string errorText(cudaError_t error) {
 }
 
 }  // namespace
+
+KernelRegistry cudaBackendKernels() {
+  KernelRegistry f32Kernels;
+  registerCudaKernels(f32Kernels);
+  return cuda::withWidenedBf16(f32Kernels);
+}
 
 bool cudaDeviceAvailable(std::string* reason) {
   int count = 0;

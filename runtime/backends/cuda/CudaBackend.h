@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/kernel_api/Backend.h"
+#include "runtime/kernel_api/Kernel.h"
 
 namespace dgemma {
 
@@ -16,6 +17,11 @@ namespace dgemma {
 // CUDA runtime version"), when the index is out of range, or when this build's kernels have no image
 // for the device's architecture.
 std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex);
+
+// The kernels the backend runs plans with: registerCudaKernels() with bf16 widened for the f32-only
+// kernels (ReducedPrecision.h). Touches no device, so a machine without a GPU can check that a plan's
+// every step has a CUDA kernel that accepts it (test/integration/cuda_plan_test.cpp).
+KernelRegistry cudaBackendKernels();
 
 // True when the CUDA runtime reports at least one device. Otherwise false, and *reason (when given)
 // says why (the CUDA error string, or "no CUDA device found"). Never throws.

@@ -11,7 +11,9 @@
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/moe/ExpertMath.h"
+#include "runtime/kernels/moe/ExpertsMath.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
+#include "runtime/kernels/moe_dispatch/DispatchTable.h"
 #include "support/DType.h"
 #include "support/Error.h"
 
@@ -22,35 +24,16 @@ using expert_math::geluTanhDerivative;
 using expert_math::gemm;
 
 // ---------------------------------------------------------------------------------------------
-// moe_dispatch: global expert e lives on peer e / E_local, so grouping the routes by global expert
-// groups them by destination peer and, within it, by local expert.
+// moe_dispatch: the routing table of DispatchTable.h.
 
 class MoeDispatchKernel final : public Kernel {
  public:
   MoeDispatchKernel(std::string where, MoeDispatchContract contract) : where_(std::move(where)), c_(contract) {}
 
   void run(ExecContext&, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const int64_t* indices = inputs[0].as<const int64_t>();
-    int64_t* slots = outputs[0].as<int64_t>();
-    int64_t* sendCounts = outputs[1].as<int64_t>();
-    int64_t* expertCounts = outputs[2].as<int64_t>();
-    const int64_t routes = c_.tokens * c_.topK, experts = c_.peers * c_.localExperts;
-    // Serially and before any output is written, so the error names the first bad index.
-    for (int64_t route = 0; route < routes; ++route)
-      if (indices[route] < 0 || indices[route] >= experts)
-        throw RuntimeError(where_ + ": expert index " + std::to_string(indices[route]) + " at indices[" +
-                           std::to_string(route / c_.topK) + ", " + std::to_string(route % c_.topK) +
-                           "] is outside [0, num_experts = " + std::to_string(experts) + ")");
-    std::fill_n(expertCounts, experts, int64_t{0});
-    for (int64_t route = 0; route < routes; ++route) ++expertCounts[indices[route]];
-    // Slots in (token, j) order within each expert: the permutation depends on the indices alone.
-    std::vector<int64_t> nextSlot(static_cast<size_t>(experts));
-    std::exclusive_scan(expertCounts, expertCounts + experts, nextSlot.begin(), int64_t{0});
-    for (int64_t route = 0; route < routes; ++route) slots[route] = nextSlot[indices[route]]++;
-    for (int64_t peer = 0; peer < c_.peers; ++peer) {
-      const int64_t* perExpert = expertCounts + peer * c_.localExperts;
-      sendCounts[peer] = std::accumulate(perExpert, perExpert + c_.localExperts, int64_t{0});
-    }
+    moe_dispatch::buildDispatchTable(where_, inputs[0].as<const int64_t>(), c_.tokens, c_.topK, c_.peers,
+                                     c_.localExperts, outputs[0].as<int64_t>(), outputs[1].as<int64_t>(),
+                                     outputs[2].as<int64_t>());
   }
 
  private:
@@ -154,41 +137,13 @@ std::unique_ptr<Kernel> createMoeCombineKernel(const KernelSignature& signature)
 // expert; each expert's rows from every source are gathered into one block ("slots" in expert
 // order), run through that expert's GEMMs, and scattered back to their rows.
 
-// Where each counted row goes in the expert-ordered blocks.
-struct ExpertBlocks {
-  std::vector<int64_t> firstSlot;  // expert e's rows take slots [firstSlot[e], firstSlot[e + 1])
-  std::vector<int64_t> rowOfSlot;
-  int64_t counted() const { return firstSlot.back(); }
-};
+// Where each counted row goes in the expert-ordered blocks: moe/ExpertsMath.h's localBlocks, which
+// the CUDA kernels use too (negative counts, or more counted rows than the capacity, are a run-time
+// error raised before any output is written).
+using ExpertBlocks = moe_experts::LocalBlocks;
 
-// From expert_counts [G, E]: row r of source s and expert e lies at the row-major prefix of (s, e).
-// Negative counts or more counted rows than the capacity are a run-time error, checked before any
-// output is written.
 ExpertBlocks blocksOf(const std::string& where, const int64_t* counts, const MoeLocalExpertsContract& c) {
-  int64_t total = 0;
-  for (int64_t i = 0; i < c.peers * c.experts; ++i) {
-    if (counts[i] < 0)
-      throw RuntimeError(where + ": expert_counts[" + std::to_string(i / c.experts) + ", " + std::to_string(i % c.experts) +
-                         "] = " + std::to_string(counts[i]) + " is negative");
-    total += counts[i];
-  }
-  if (total > c.rows)
-    throw RuntimeError(where + ": expert_counts count " + std::to_string(total) + " rows, more than the " +
-                       std::to_string(c.rows) + " received rows the buffer holds");
-  ExpertBlocks blocks;
-  blocks.firstSlot.assign(static_cast<size_t>(c.experts + 1), 0);
-  blocks.rowOfSlot.reserve(static_cast<size_t>(total));
-  for (int64_t expert = 0; expert < c.experts; ++expert) {
-    int64_t row = 0;  // the first row of (source, expert) in the received order
-    for (int64_t source = 0; source < c.peers; ++source) {
-      const int64_t* sourceCounts = counts + source * c.experts;
-      row += std::accumulate(sourceCounts, sourceCounts + expert, int64_t{0});
-      for (int64_t i = 0; i < sourceCounts[expert]; ++i) blocks.rowOfSlot.push_back(row + i);
-      row += std::accumulate(sourceCounts + expert, sourceCounts + c.experts, int64_t{0});
-    }
-    blocks.firstSlot[expert + 1] = static_cast<int64_t>(blocks.rowOfSlot.size());
-  }
-  return blocks;
+  return moe_experts::localBlocks(where, counts, c.peers, c.experts, c.rows);
 }
 
 // Calls body(expert, firstSlot, rows) for each expert with at least one row, in expert order.
@@ -217,7 +172,7 @@ class MoeLocalExpertsKernel final : public Kernel {
     const T* down = inputs[3].as<const T>();
     T* result = outputs[0].as<T>();
     const ExpertBlocks blocks = blocksOf(where_, counts, c_);
-    const int64_t hidden = c_.hidden, inner = c_.expertHidden, width = 2 * inner, counted = blocks.counted();
+    const int64_t hidden = c_.hidden, inner = c_.expertHidden, width = 2 * inner, counted = blocks.slots();
     // The capacity's uncounted rows, and every row when an expert's output is an empty sum.
     std::fill_n(result, c_.rows * hidden, T(0));
     if (counted == 0 || hidden == 0 || inner == 0) return;
@@ -277,7 +232,7 @@ class MoeLocalExpertsBackwardKernel final : public Kernel {
     T* gradGateUp = outputs[2].as<T>();
     T* gradDown = outputs[3].as<T>();
     const ExpertBlocks blocks = blocksOf(where_, counts, c_);
-    const int64_t hidden = c_.hidden, inner = c_.expertHidden, width = 2 * inner, counted = blocks.counted();
+    const int64_t hidden = c_.hidden, inner = c_.expertHidden, width = 2 * inner, counted = blocks.slots();
     std::fill_n(gradRows, c_.rows * hidden, T(0));
     std::fill_n(gradWeights, c_.rows, T(0));
     std::fill_n(gradGateUp, c_.experts * width * hidden, T(0));

@@ -1,6 +1,7 @@
-// moe_permute and moe_combine on CUDA, the data movement of the expert dispatch around the
-// all-to-all (runtime/kernels/moe_dispatch/cpu.cpp is their CPU twin; the routing table and the
-// local experts' grouped GEMMs run on the CPU backend only, as the moe group does).
+// moe_dispatch, moe_permute and moe_combine on CUDA, the expert dispatch around the all-to-all
+// (runtime/kernels/moe_dispatch/cpu.cpp is their CPU twin; the local experts' GEMMs are
+// runtime/kernels/moe/experts.cu's). moe_dispatch copies the indices to the host (one stream
+// synchronisation), builds DispatchTable.h's table there, as the CPU kernel does, and copies it back.
 //
 // One thread per element of the token side, grid-stride: moe_permute copies the token's element to
 // each of its k slots (elements of 2, 4 or 8 bytes, so 16-bit rows move as they are); moe_combine
@@ -9,10 +10,12 @@
 // would need a host round trip, a slot outside [0, M·k) is skipped (never written or read out of
 // bounds) and the routing table that moe_dispatch builds is trusted to be a permutation.
 #include <cstdint>
+#include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
+#include "runtime/kernels/moe_dispatch/DispatchTable.h"
 #include "support/DType.h"
 
 namespace dgemma {
@@ -114,9 +117,43 @@ std::unique_ptr<Kernel> createMoeCombineCudaKernel(const KernelSignature& signat
   return std::make_unique<MoeCombineCudaKernel>(parseMoeCombineContract(signature, {DType::F32}));
 }
 
+class MoeDispatchCudaKernel final : public Kernel {
+ public:
+  MoeDispatchCudaKernel(std::string where, MoeDispatchContract contract) : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    cudaStream_t stream = cuda::streamState(context).stream;
+    const int64_t routes = c_.tokens * c_.topK, experts = c_.peers * c_.localExperts;
+    std::vector<int64_t> indices(static_cast<size_t>(routes)), slots(static_cast<size_t>(routes));
+    std::vector<int64_t> sendCounts(static_cast<size_t>(c_.peers)), expertCounts(static_cast<size_t>(experts));
+    if (routes > 0)
+      DGEMMA_CUDA_CHECK(cudaMemcpyAsync(indices.data(), inputs[0].data, routes * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                                        stream));
+    DGEMMA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    moe_dispatch::buildDispatchTable(where_, indices.data(), c_.tokens, c_.topK, c_.peers, c_.localExperts,
+                                     slots.data(), sendCounts.data(), expertCounts.data());
+    const std::vector<int64_t>* tables[] = {&slots, &sendCounts, &expertCounts};
+    for (size_t i = 0; i < 3; ++i)
+      if (!tables[i]->empty())
+        DGEMMA_CUDA_CHECK(cudaMemcpyAsync(outputs[i].data, tables[i]->data(), tables[i]->size() * sizeof(int64_t),
+                                          cudaMemcpyHostToDevice, stream));
+    // The host vectors die with this call: wait until the copies have read them.
+    DGEMMA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+ private:
+  std::string where_;
+  MoeDispatchContract c_;
+};
+
+std::unique_ptr<Kernel> createMoeDispatchCudaKernel(const KernelSignature& signature) {
+  return std::make_unique<MoeDispatchCudaKernel>(signature.where, parseMoeDispatchContract(signature));
+}
+
 }  // namespace
 
 void registerMoeDispatchCudaKernels(KernelRegistry& registry) {
+  registry.add("moe_dispatch", createMoeDispatchCudaKernel);
   registry.add("moe_permute", createMoePermuteCudaKernel, KernelTraits{.movesBitsOnly = true});
   registry.add("moe_combine", createMoeCombineCudaKernel);
 }

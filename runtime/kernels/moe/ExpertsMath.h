@@ -1,0 +1,194 @@
+// moe_experts, moe_experts_backward and the expert-parallel moe_local_experts[_backward] on CUDA
+// (moe/experts.cu), outside the GEMMs: the grouping of the rows by local expert (on the host: the
+// per-expert GEMMs need their row counts there) and the per-element bodies of the kernels between the
+// GEMMs (row gathers and scatters, the gated GELU and its derivative, the weighted combine and the
+// route-ordered sums). test/unit/kernels/MoeExpertsMathTest.cpp runs the whole CUDA pipelines on the
+// host with these functions and plain GEMMs against the CPU kernels. Plain C++ when not compiled by
+// nvcc.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/kernels/HostDevice.h"
+#include "support/Error.h"
+
+namespace dgemma::moe_experts {
+
+// Which slot of the expert-sorted row blocks each route (token, j) takes. Only the routes to the
+// experts [expertOffset, expertOffset + experts) take one; the slots are handed out in (token, j)
+// order within each expert, so the grouping depends on the indices alone (the CPU kernel's order).
+struct RouteGroups {
+  static constexpr int64_t kNoSlot = -1;
+  std::vector<int64_t> firstSlot;    // local expert e's routes take slots [firstSlot[e], firstSlot[e + 1])
+  std::vector<int64_t> slotOfRoute;  // per route (token * k + j), or kNoSlot
+  std::vector<int64_t> tokenOfSlot;
+  std::vector<int64_t> routeOfSlot;
+  int64_t slots() const { return firstSlot.back(); }
+};
+
+inline RouteGroups groupRoutes(const int64_t* indices, int64_t tokens, int64_t topK, int64_t experts,
+                               int64_t expertOffset) {
+  const int64_t routes = tokens * topK;
+  auto localExpert = [&](int64_t route) {
+    const int64_t expert = indices[route] - expertOffset;
+    return expert >= 0 && expert < experts ? expert : int64_t{-1};
+  };
+  RouteGroups groups;
+  groups.firstSlot.assign(static_cast<size_t>(experts + 1), 0);
+  for (int64_t route = 0; route < routes; ++route)
+    if (const int64_t expert = localExpert(route); expert >= 0) ++groups.firstSlot[expert + 1];
+  for (int64_t e = 0; e < experts; ++e) groups.firstSlot[e + 1] += groups.firstSlot[e];
+  std::vector<int64_t> nextSlot(groups.firstSlot.begin(), groups.firstSlot.end() - 1);
+  groups.slotOfRoute.assign(static_cast<size_t>(routes), RouteGroups::kNoSlot);
+  groups.tokenOfSlot.resize(static_cast<size_t>(groups.slots()));
+  groups.routeOfSlot.resize(static_cast<size_t>(groups.slots()));
+  for (int64_t route = 0; route < routes; ++route) {
+    const int64_t expert = localExpert(route);
+    if (expert < 0) continue;
+    const int64_t slot = nextSlot[expert]++;
+    groups.slotOfRoute[route] = slot;
+    groups.tokenOfSlot[slot] = route / topK;
+    groups.routeOfSlot[slot] = route;
+  }
+  return groups;
+}
+
+// moe_local_experts: the received rows [C, H] are grouped by source peer, then by local expert, as
+// expert_counts [G, E] says; slot s of expert e's block reads row rowOfSlot[s], the sources in order.
+// Negative counts, or more counted rows than the capacity C, are the CPU kernel's run-time errors.
+struct LocalBlocks {
+  std::vector<int64_t> firstSlot;  // expert e's rows take slots [firstSlot[e], firstSlot[e + 1])
+  std::vector<int64_t> rowOfSlot;
+  int64_t slots() const { return firstSlot.back(); }
+};
+
+inline LocalBlocks localBlocks(const std::string& where, const int64_t* counts, int64_t peers, int64_t experts,
+                               int64_t capacity) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < peers * experts; ++i) {
+    if (counts[i] < 0)
+      throw RuntimeError(where + ": expert_counts[" + std::to_string(i / experts) + ", " + std::to_string(i % experts) +
+                         "] = " + std::to_string(counts[i]) + " is negative");
+    total += counts[i];
+  }
+  if (total > capacity)
+    throw RuntimeError(where + ": expert_counts count " + std::to_string(total) + " rows, more than the " +
+                       std::to_string(capacity) + " received rows the buffer holds");
+  LocalBlocks blocks;
+  blocks.firstSlot.assign(static_cast<size_t>(experts + 1), 0);
+  blocks.rowOfSlot.reserve(static_cast<size_t>(total));
+  for (int64_t expert = 0; expert < experts; ++expert) {
+    int64_t row = 0;  // the first row of (source, expert) in the received order
+    for (int64_t source = 0; source < peers; ++source) {
+      const int64_t* sourceCounts = counts + source * experts;
+      for (int64_t e = 0; e < expert; ++e) row += sourceCounts[e];
+      for (int64_t i = 0; i < sourceCounts[expert]; ++i) blocks.rowOfSlot.push_back(row + i);
+      for (int64_t e = expert; e < experts; ++e) row += sourceCounts[e];
+    }
+    blocks.firstSlot[expert + 1] = static_cast<int64_t>(blocks.rowOfSlot.size());
+  }
+  return blocks;
+}
+
+DGEMMA_HOST_DEVICE inline float geluTanh(float x) {
+  constexpr float kSqrtTwoOverPi = 0.7978845608028654f, kCubic = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(kSqrtTwoOverPi * (x + kCubic * x * x * x)));
+}
+
+DGEMMA_HOST_DEVICE inline float geluTanhDerivative(float x) {
+  constexpr float kSqrtTwoOverPi = 0.7978845608028654f, kCubic = 0.044715f;
+  const float t = tanhf(kSqrtTwoOverPi * (x + kCubic * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrtTwoOverPi * (1.0f + 3.0f * kCubic * x * x);
+}
+
+// Element (slot, h) of a slot-ordered copy of rows: rows[slot, h] = source[rowOfSlot[slot], h].
+DGEMMA_HOST_DEVICE inline void gatherElement(const float* source, const int64_t* rowOfSlot, float* rows, int64_t hidden,
+                                             int64_t element) {
+  const int64_t slot = element / hidden, h = element - slot * hidden;
+  rows[element] = source[rowOfSlot[slot] * hidden + h];
+}
+
+// Its inverse: destination[rowOfSlot[slot], h] = rows[slot, h] (rowOfSlot is one to one).
+DGEMMA_HOST_DEVICE inline void scatterElement(const float* rows, const int64_t* rowOfSlot, float* destination,
+                                              int64_t hidden, int64_t element) {
+  const int64_t slot = element / hidden, h = element - slot * hidden;
+  destination[rowOfSlot[slot] * hidden + h] = rows[element];
+}
+
+// Element (slot, c < I) of a [gate | up] row of width 2I: the gate half becomes gelu(gate) ⊙ up.
+DGEMMA_HOST_DEVICE inline void gatedGeluElement(float* gateUp, int64_t inner, int64_t element) {
+  const int64_t slot = element / inner, c = element - slot * inner;
+  float* row = gateUp + slot * 2 * inner;
+  row[c] = geluTanh(row[c]) * row[inner + c];
+}
+
+// The backward's recomputed hidden state of element (slot, c): hidden = gelu(gate) ⊙ up and the
+// weighted hidden = w · hidden, w = weights[weightOfSlot[slot]] the slot's weight.
+DGEMMA_HOST_DEVICE inline void gatedGeluWeightedElement(const float* gateUp, const float* weights,
+                                                        const int64_t* weightOfSlot, float* hidden, float* weighted,
+                                                        int64_t inner, int64_t element) {
+  const int64_t slot = element / inner, c = element - slot * inner;
+  const float* row = gateUp + slot * 2 * inner;
+  const float state = geluTanh(row[c]) * row[inner + c];
+  hidden[element] = state;
+  weighted[element] = weights[weightOfSlot[slot]] * state;
+}
+
+// With dState = w · dHidden: dGate = dState · up · gelu'(gate), dUp = dState · gelu(gate), into the
+// slot's [dGate | dUp] row.
+DGEMMA_HOST_DEVICE inline void gatedGeluBackwardElement(const float* gateUp, const float* dHidden, const float* weights,
+                                                        const int64_t* weightOfSlot, float* dGateUp, int64_t inner,
+                                                        int64_t element) {
+  const int64_t slot = element / inner, c = element - slot * inner;
+  const float* row = gateUp + slot * 2 * inner;
+  float* dRow = dGateUp + slot * 2 * inner;
+  const float gate = row[c];
+  const float dState = weights[weightOfSlot[slot]] * dHidden[element];
+  dRow[c] = dState * row[inner + c] * geluTanhDerivative(gate);
+  dRow[inner + c] = dState * geluTanh(gate);
+}
+
+// Element (token, h) of y = Σ_j w[token, j] · out[slot of (token, j)], over j in order from zero;
+// routes without a slot add nothing.
+DGEMMA_HOST_DEVICE inline void combineElement(const float* expertOutput, const float* weights, const int64_t* slotOfRoute,
+                                              float* y, int64_t topK, int64_t hidden, int64_t element) {
+  const int64_t token = element / hidden, h = element - token * hidden;
+  float sum = 0.0f;
+  for (int64_t j = 0; j < topK; ++j) {
+    const int64_t route = token * topK + j, slot = slotOfRoute[route];
+    if (slot >= 0) sum += weights[route] * expertOutput[slot * hidden + h];
+  }
+  y[element] = sum;
+}
+
+// Element (token, h) of dx = Σ_j dInput[slot of (token, j)], over j in order from zero.
+DGEMMA_HOST_DEVICE inline void inputGradientElement(const float* dInput, const int64_t* slotOfRoute, float* dx,
+                                                    int64_t topK, int64_t hidden, int64_t element) {
+  const int64_t token = element / hidden, h = element - token * hidden;
+  float sum = 0.0f;
+  for (int64_t j = 0; j < topK; ++j) {
+    const int64_t slot = slotOfRoute[token * topK + j];
+    if (slot >= 0) sum += dInput[slot * hidden + h];
+  }
+  dx[element] = sum;
+}
+
+// dw of a slot: Σ_c hidden[slot, c] · (dy D)[slot, c], in order.
+DGEMMA_HOST_DEVICE inline void slotWeightGradient(const float* hidden, const float* dOutputDown, float* dWeights,
+                                                  int64_t inner, int64_t slot) {
+  float sum = 0.0f;
+  for (int64_t c = 0; c < inner; ++c) sum += hidden[slot * inner + c] * dOutputDown[slot * inner + c];
+  dWeights[slot] = sum;
+}
+
+// A route's value from its slot's, 0 for a route without a slot (moe_experts' dw).
+DGEMMA_HOST_DEVICE inline void routeValueElement(const float* slotValues, const int64_t* slotOfRoute, float* routeValues,
+                                                 int64_t route) {
+  const int64_t slot = slotOfRoute[route];
+  routeValues[route] = slot >= 0 ? slotValues[slot] : 0.0f;
+}
+
+}  // namespace dgemma::moe_experts

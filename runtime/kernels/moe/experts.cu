@@ -1,0 +1,433 @@
+// moe_experts and moe_experts_backward on CUDA (f32; bf16 plans run them widened, backends/cuda/
+// ReducedPrecision.h), and expert parallelism's moe_local_experts and its backward (docs/
+// parallelism.md): the rows grouped by local expert, one cuBLAS GEMM per used expert and product, and
+// small kernels in between (moe/ExpertsMath.h: row gathers and scatters, the gated GELU and its
+// derivative, the weighted combine, the route-ordered sums), the CPU kernels' algorithm step by step.
+//
+// The grouping needs each expert's row count on the host (it sizes the GEMMs), so a call copies the
+// indices (or expert_counts) to the host (one stream synchronisation), checks them as the CPU kernel
+// does (a bad one is a run-time error before any output is written) and uploads the slot maps with
+// the stream-ordered scratch (cudaMallocAsync) that holds the slot-ordered blocks. y sums each
+// token's routes in order of j from zero, dx too, and each expert's weight gradients come from one
+// GEMM over its rows in slot order: nothing depends on the launch geometry.
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/backends/cuda/CudaCommon.h"
+#include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/moe/Contract.h"
+#include "runtime/kernels/moe/ExpertsMath.h"
+#include "runtime/kernels/moe_dispatch/Contract.h"
+
+namespace dgemma {
+namespace {
+
+using moe_experts::RouteGroups;
+
+constexpr unsigned kThreads = 256;
+
+#define DGEMMA_FOR_EACH_ELEMENT(count) \
+  for (int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; element < (count); \
+       element += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__global__ void gatherRowsKernel(const float* source, const int64_t* rowOfSlot, float* rows, int64_t hidden,
+                                 int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::gatherElement(source, rowOfSlot, rows, hidden, element);
+}
+
+__global__ void scatterRowsKernel(const float* rows, const int64_t* rowOfSlot, float* destination, int64_t hidden,
+                                  int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::scatterElement(rows, rowOfSlot, destination, hidden, element);
+}
+
+__global__ void gatedGeluKernel(float* gateUp, int64_t inner, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::gatedGeluElement(gateUp, inner, element);
+}
+
+__global__ void combineKernel(const float* expertOutput, const float* weights, const int64_t* slotOfRoute, float* y,
+                              int64_t topK, int64_t hidden, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::combineElement(expertOutput, weights, slotOfRoute, y, topK, hidden, element);
+}
+
+__global__ void gatedGeluWeightedKernel(const float* gateUp, const float* weights, const int64_t* weightOfSlot,
+                                        float* hidden, float* weighted, int64_t inner, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count)
+  moe_experts::gatedGeluWeightedElement(gateUp, weights, weightOfSlot, hidden, weighted, inner, element);
+}
+
+__global__ void slotWeightGradientKernel(const float* hidden, const float* dOutputDown, float* dWeights, int64_t inner,
+                                         int64_t slots) {
+  DGEMMA_FOR_EACH_ELEMENT(slots) moe_experts::slotWeightGradient(hidden, dOutputDown, dWeights, inner, element);
+}
+
+__global__ void routeValueKernel(const float* slotValues, const int64_t* slotOfRoute, float* routeValues, int64_t routes) {
+  DGEMMA_FOR_EACH_ELEMENT(routes) moe_experts::routeValueElement(slotValues, slotOfRoute, routeValues, element);
+}
+
+__global__ void gatedGeluBackwardKernel(const float* gateUp, const float* dHidden, const float* weights,
+                                        const int64_t* weightOfSlot, float* dGateUp, int64_t inner, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count)
+  moe_experts::gatedGeluBackwardElement(gateUp, dHidden, weights, weightOfSlot, dGateUp, inner, element);
+}
+
+__global__ void inputGradientKernel(const float* dInput, const int64_t* slotOfRoute, float* dx, int64_t topK,
+                                    int64_t hidden, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::inputGradientElement(dInput, slotOfRoute, dx, topK, hidden, element);
+}
+
+#undef DGEMMA_FOR_EACH_ELEMENT
+
+template <typename KernelFunction, typename... Args>
+void launch(const char* name, cudaStream_t stream, int64_t count, KernelFunction kernel, Args... args) {
+  if (count <= 0) return;
+  kernel<<<cuda::gridFor(static_cast<uint64_t>(count), kThreads), kThreads, 0, stream>>>(args..., count);
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) cuda::throwCudaError(status, name, __FILE__, __LINE__);
+}
+
+// Row-major C[m, n] = op(A) · op(B) (see matmul/cuda.cpp: cuBLAS computes the column-major Cᵀ =
+// op(B)ᵀ op(A)ᵀ).
+void gemm(cublasHandle_t handle, bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  const float one = 1.0f, zero = 0.0f;
+  DGEMMA_CUBLAS_CHECK(cublasSgemm(handle, transposeB ? CUBLAS_OP_T : CUBLAS_OP_N, transposeA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, b,
+                                  static_cast<int>(ldb), a, static_cast<int>(lda), &zero, c, static_cast<int>(ldc)));
+}
+
+// Stream-ordered scratch, carved into the slot maps and the slot-ordered blocks; freed in stream
+// order when the call ends (also by an exception).
+class Scratch {
+ public:
+  Scratch(cudaStream_t stream, std::vector<std::pair<const std::vector<int64_t>*, int64_t**>> maps,
+          std::vector<std::pair<int64_t, float**>> blocks)
+      : stream_(stream) {
+    uint64_t bytes = 0;
+    for (const auto& [values, pointer] : maps) bytes += values->size() * sizeof(int64_t);
+    for (const auto& [count, pointer] : blocks) bytes += static_cast<uint64_t>(count) * sizeof(float);
+    if (bytes == 0) return;
+    DGEMMA_CUDA_CHECK(cudaMallocAsync(&base_, bytes, stream));
+    char* next = static_cast<char*>(base_);
+    for (const auto& [values, pointer] : maps) {
+      *pointer = reinterpret_cast<int64_t*>(next);
+      const uint64_t size = values->size() * sizeof(int64_t);
+      // From pageable memory: the copy has taken the bytes when it returns.
+      if (size > 0) DGEMMA_CUDA_CHECK(cudaMemcpyAsync(next, values->data(), size, cudaMemcpyHostToDevice, stream));
+      next += size;
+    }
+    for (const auto& [count, pointer] : blocks) {
+      *pointer = reinterpret_cast<float*>(next);
+      next += static_cast<uint64_t>(count) * sizeof(float);
+    }
+  }
+  ~Scratch() {
+    if (base_ != nullptr) cudaFreeAsync(base_, stream_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+ private:
+  cudaStream_t stream_;
+  void* base_ = nullptr;
+};
+
+// The experts' shapes and each local expert's block of slots (host), with the device map from a
+// slot to the row it reads.
+struct ExpertBlocksOnDevice {
+  int64_t experts = 0, hidden = 0, inner = 0;
+  const std::vector<int64_t>* firstSlot = nullptr;  // expert e's rows take slots [firstSlot[e], firstSlot[e + 1])
+  const int64_t* rowOfSlot = nullptr;              // device
+  int64_t slots() const { return firstSlot->back(); }
+  int64_t width() const { return 2 * inner; }
+
+  // Calls body(expert, firstSlot, rows) for each expert with at least one row.
+  template <typename Body>
+  void forEachUsedExpert(Body&& body) const {
+    for (int64_t expert = 0; expert < experts; ++expert) {
+      const int64_t first = (*firstSlot)[expert], rows = (*firstSlot)[expert + 1] - first;
+      if (rows > 0) body(expert, first, rows);
+    }
+  }
+};
+
+// The forward of every slot's row through its expert: output[slots, H]; input [slots, H] and
+// gateUpOutput [slots, 2I] are scratch.
+void expertsForward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
+                    const float* gateUp, const float* down, float* input, float* gateUpOutput, float* output) {
+  const int64_t hidden = b.hidden, inner = b.inner, width = b.width();
+  launch("gatherRowsKernel", state.stream, b.slots() * hidden, gatherRowsKernel, rows, b.rowOfSlot, input, hidden);
+  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
+    gemm(state.cublas, false, true, n, width, hidden, input + first * hidden, hidden, gateUp + e * width * hidden, hidden,
+         gateUpOutput + first * width, width);
+  });
+  // gelu(gate) ⊙ up overwrites the gate half; the down product reads it with leading dimension 2I.
+  launch("gatedGeluKernel", state.stream, b.slots() * inner, gatedGeluKernel, gateUpOutput, inner);
+  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
+    gemm(state.cublas, false, true, n, hidden, inner, gateUpOutput + first * width, width, down + e * hidden * inner,
+         inner, output + first * hidden, hidden);
+  });
+}
+
+// The backward's slot-ordered scratch blocks.
+struct BackwardBlocks {
+  float *input = nullptr, *dOutput = nullptr, *gateUpOutput = nullptr, *dGateUpOutput = nullptr;
+  float *hiddenState = nullptr, *weightedHidden = nullptr, *dOutputDown = nullptr;
+  float* dInput = nullptr;        // [slots, H]: each slot's row gradient
+  float* slotDWeights = nullptr;  // [slots]: each slot's weight gradient
+};
+
+// Per used expert e over its R rows (slot order), with X the rows, dY their output gradients, w the
+// weights (weights[weightOfSlot[slot]]) and GU = X [G_e; U_e]ᵀ recomputed: Hd = gelu(G) ⊙ U, P = dY
+// D_e, dw = rowsum(Hd ⊙ P), dD_e = dYᵀ (w ⊙ Hd), dG and dU from w ⊙ P, d[G_e; U_e] = [dG dU]ᵀ X,
+// dX = [dG dU] [G_e; U_e] (the CPU kernels' five GEMMs per expert). dGateUp and dDown must be zero
+// for the unused experts; the used ones' blocks are overwritten.
+void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
+                     const float* dRows, const float* weights, const int64_t* weightOfSlot, const float* gateUp,
+                     const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s) {
+  const int64_t hidden = b.hidden, inner = b.inner, width = b.width(), slots = b.slots();
+  cudaStream_t stream = state.stream;
+  launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, rows, b.rowOfSlot, s.input, hidden);
+  launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, dRows, b.rowOfSlot, s.dOutput, hidden);
+  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
+    gemm(state.cublas, false, true, n, width, hidden, s.input + first * hidden, hidden, gateUp + e * width * hidden,
+         hidden, s.gateUpOutput + first * width, width);
+  });
+  launch("gatedGeluWeightedKernel", stream, slots * inner, gatedGeluWeightedKernel,
+         static_cast<const float*>(s.gateUpOutput), weights, weightOfSlot, s.hiddenState, s.weightedHidden, inner);
+  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
+    gemm(state.cublas, true, false, hidden, inner, n, s.dOutput + first * hidden, hidden, s.weightedHidden + first * inner,
+         inner, dDown + e * hidden * inner, inner);
+    gemm(state.cublas, false, false, n, inner, hidden, s.dOutput + first * hidden, hidden, down + e * hidden * inner,
+         inner, s.dOutputDown + first * inner, inner);
+  });
+  launch("slotWeightGradientKernel", stream, slots, slotWeightGradientKernel, static_cast<const float*>(s.hiddenState),
+         static_cast<const float*>(s.dOutputDown), s.slotDWeights, inner);
+  launch("gatedGeluBackwardKernel", stream, slots * inner, gatedGeluBackwardKernel,
+         static_cast<const float*>(s.gateUpOutput), static_cast<const float*>(s.dOutputDown), weights, weightOfSlot,
+         s.dGateUpOutput, inner);
+  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
+    gemm(state.cublas, true, false, width, hidden, n, s.dGateUpOutput + first * width, width, s.input + first * hidden,
+         hidden, dGateUp + e * width * hidden, hidden);
+    gemm(state.cublas, false, false, n, hidden, width, s.dGateUpOutput + first * width, width, gateUp + e * width * hidden,
+         hidden, s.dInput + first * hidden, hidden);
+  });
+}
+
+std::vector<std::pair<int64_t, float**>> backwardScratch(int64_t slots, int64_t hidden, int64_t inner, BackwardBlocks& s) {
+  return {{slots * hidden, &s.input},         {slots * hidden, &s.dOutput},          {slots * hidden, &s.dInput},
+          {slots * 2 * inner, &s.gateUpOutput}, {slots * 2 * inner, &s.dGateUpOutput}, {slots * inner, &s.hiddenState},
+          {slots * inner, &s.weightedHidden}, {slots * inner, &s.dOutputDown},      {slots, &s.slotDWeights}};
+}
+
+// The indices to the host, checked (the CPU kernel's error, word for word), and grouped.
+RouteGroups groupOnHost(cudaStream_t stream, const std::string& where, const MoeExpertsContract& g,
+                        const int64_t* deviceIndices) {
+  const int64_t routes = g.tokens * g.topK;
+  std::vector<int64_t> indices(static_cast<size_t>(routes));
+  if (routes > 0) {
+    DGEMMA_CUDA_CHECK(
+        cudaMemcpyAsync(indices.data(), deviceIndices, routes * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+    DGEMMA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  for (int64_t route = 0; route < routes; ++route)
+    if (indices[route] < 0)
+      throw RuntimeError(where + ": expert index " + std::to_string(indices[route]) + " at indices[" +
+                         std::to_string(route / g.topK) + ", " + std::to_string(route % g.topK) +
+                         "] is negative, not an expert");
+  return moe_experts::groupRoutes(indices.data(), g.tokens, g.topK, g.experts, g.expertOffset);
+}
+
+// expert_counts to the host, checked and turned into blocks.
+moe_experts::LocalBlocks localBlocksOnHost(cudaStream_t stream, const std::string& where, const MoeLocalExpertsContract& c,
+                                           const int64_t* deviceCounts) {
+  std::vector<int64_t> counts(static_cast<size_t>(c.peers * c.experts));
+  if (!counts.empty()) {
+    DGEMMA_CUDA_CHECK(cudaMemcpyAsync(counts.data(), deviceCounts, counts.size() * sizeof(int64_t),
+                                      cudaMemcpyDeviceToHost, stream));
+    DGEMMA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  return moe_experts::localBlocks(where, counts.data(), c.peers, c.experts, c.rows);
+}
+
+class MoeExpertsCudaKernel final : public Kernel {
+ public:
+  MoeExpertsCudaKernel(std::string where, MoeExpertsContract geometry) : where_(std::move(where)), g_(geometry) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const cuda::StreamState& state = cuda::streamState(context);
+    cudaStream_t stream = state.stream;
+    float* y = outputs[0].as<float>();
+    const RouteGroups groups = groupOnHost(stream, where_, g_, inputs[2].as<const int64_t>());
+    const int64_t hidden = g_.hidden, inner = g_.expertHidden, slots = groups.slots();
+    if (hidden == 0) return;
+    if (inner == 0 || slots == 0) {  // every route's output is an empty sum, or no route is local
+      DGEMMA_CUDA_CHECK(cudaMemsetAsync(y, 0, g_.tokens * hidden * sizeof(float), stream));
+      return;
+    }
+    ExpertBlocksOnDevice blocks{g_.experts, hidden, inner, &groups.firstSlot, nullptr};
+    int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr;
+    float *input = nullptr, *gateUpOutput = nullptr, *expertOutput = nullptr;
+    Scratch scratch(stream, {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute}},
+                    {{slots * hidden, &input}, {slots * 2 * inner, &gateUpOutput}, {slots * hidden, &expertOutput}});
+    blocks.rowOfSlot = tokenOfSlot;
+    expertsForward(state, blocks, inputs[0].as<const float>(), inputs[3].as<const float>(), inputs[4].as<const float>(),
+                   input, gateUpOutput, expertOutput);
+    launch("combineKernel", stream, g_.tokens * hidden, combineKernel, static_cast<const float*>(expertOutput),
+           inputs[1].as<const float>(), static_cast<const int64_t*>(slotOfRoute), y, g_.topK, hidden);
+  }
+
+ private:
+  std::string where_;
+  MoeExpertsContract g_;
+};
+
+class MoeExpertsBackwardCudaKernel final : public Kernel {
+ public:
+  MoeExpertsBackwardCudaKernel(std::string where, MoeExpertsContract geometry)
+      : where_(std::move(where)), g_(geometry) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const cuda::StreamState& state = cuda::streamState(context);
+    cudaStream_t stream = state.stream;
+    const RouteGroups groups = groupOnHost(stream, where_, g_, inputs[2].as<const int64_t>());
+    const int64_t routes = g_.tokens * g_.topK, hidden = g_.hidden, inner = g_.expertHidden, slots = groups.slots();
+    for (const TensorRef& output : outputs)
+      DGEMMA_CUDA_CHECK(cudaMemsetAsync(output.data, 0, output.buffer->bytes(), stream));
+    if (routes == 0 || hidden == 0 || inner == 0 || slots == 0) return;
+    ExpertBlocksOnDevice blocks{g_.experts, hidden, inner, &groups.firstSlot, nullptr};
+    int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr, *routeOfSlot = nullptr;
+    BackwardBlocks s;
+    Scratch scratch(stream,
+                    {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute},
+                     {&groups.routeOfSlot, &routeOfSlot}},
+                    backwardScratch(slots, hidden, inner, s));
+    blocks.rowOfSlot = tokenOfSlot;
+    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[5].as<const float>(), inputs[1].as<const float>(),
+                    routeOfSlot, inputs[3].as<const float>(), inputs[4].as<const float>(), outputs[2].as<float>(),
+                    outputs[3].as<float>(), s);
+    launch("routeValueKernel", stream, routes, routeValueKernel, static_cast<const float*>(s.slotDWeights),
+           static_cast<const int64_t*>(slotOfRoute), outputs[1].as<float>());
+    launch("inputGradientKernel", stream, g_.tokens * hidden, inputGradientKernel, static_cast<const float*>(s.dInput),
+           static_cast<const int64_t*>(slotOfRoute), outputs[0].as<float>(), g_.topK, hidden);
+  }
+
+ private:
+  std::string where_;
+  MoeExpertsContract g_;
+};
+
+// moe_local_experts: (rows [C, H], expert_counts [G, E], gate_up, down) -> [C, H]; the capacity's
+// uncounted rows give zeros.
+class MoeLocalExpertsCudaKernel final : public Kernel {
+ public:
+  MoeLocalExpertsCudaKernel(std::string where, MoeLocalExpertsContract contract)
+      : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const cuda::StreamState& state = cuda::streamState(context);
+    cudaStream_t stream = state.stream;
+    const moe_experts::LocalBlocks local = localBlocksOnHost(stream, where_, c_, inputs[1].as<const int64_t>());
+    const int64_t hidden = c_.hidden, inner = c_.expertHidden, slots = local.slots();
+    float* result = outputs[0].as<float>();
+    DGEMMA_CUDA_CHECK(cudaMemsetAsync(result, 0, outputs[0].buffer->bytes(), stream));
+    if (slots == 0 || hidden == 0 || inner == 0) return;
+    ExpertBlocksOnDevice blocks{c_.experts, hidden, inner, &local.firstSlot, nullptr};
+    int64_t* rowOfSlot = nullptr;
+    float *input = nullptr, *gateUpOutput = nullptr, *expertOutput = nullptr;
+    Scratch scratch(stream, {{&local.rowOfSlot, &rowOfSlot}},
+                    {{slots * hidden, &input}, {slots * 2 * inner, &gateUpOutput}, {slots * hidden, &expertOutput}});
+    blocks.rowOfSlot = rowOfSlot;
+    expertsForward(state, blocks, inputs[0].as<const float>(), inputs[2].as<const float>(), inputs[3].as<const float>(),
+                   input, gateUpOutput, expertOutput);
+    launch("scatterRowsKernel", stream, slots * hidden, scatterRowsKernel, static_cast<const float*>(expertOutput),
+           static_cast<const int64_t*>(rowOfSlot), result, hidden);
+  }
+
+ private:
+  std::string where_;
+  MoeLocalExpertsContract c_;
+};
+
+// moe_local_experts_backward: (rows, weights [C], grad_output [C, H], expert_counts, gate_up, down)
+// -> grad_rows, grad_weights, grad_gate_up, grad_down; a row's weight is weights[row].
+class MoeLocalExpertsBackwardCudaKernel final : public Kernel {
+ public:
+  MoeLocalExpertsBackwardCudaKernel(std::string where, MoeLocalExpertsContract contract)
+      : where_(std::move(where)), c_(contract) {}
+
+  void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
+    const cuda::StreamState& state = cuda::streamState(context);
+    cudaStream_t stream = state.stream;
+    const moe_experts::LocalBlocks local = localBlocksOnHost(stream, where_, c_, inputs[3].as<const int64_t>());
+    const int64_t hidden = c_.hidden, inner = c_.expertHidden, slots = local.slots();
+    for (const TensorRef& output : outputs)
+      DGEMMA_CUDA_CHECK(cudaMemsetAsync(output.data, 0, output.buffer->bytes(), stream));
+    if (slots == 0 || hidden == 0 || inner == 0) return;
+    ExpertBlocksOnDevice blocks{c_.experts, hidden, inner, &local.firstSlot, nullptr};
+    int64_t* rowOfSlot = nullptr;
+    BackwardBlocks s;
+    Scratch scratch(stream, {{&local.rowOfSlot, &rowOfSlot}}, backwardScratch(slots, hidden, inner, s));
+    blocks.rowOfSlot = rowOfSlot;
+    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[2].as<const float>(), inputs[1].as<const float>(),
+                    rowOfSlot, inputs[4].as<const float>(), inputs[5].as<const float>(), outputs[2].as<float>(),
+                    outputs[3].as<float>(), s);
+    launch("scatterRowsKernel", stream, slots * hidden, scatterRowsKernel, static_cast<const float*>(s.dInput),
+           static_cast<const int64_t*>(rowOfSlot), outputs[0].as<float>(), hidden);
+    launch("scatterRowsKernel", stream, slots, scatterRowsKernel, static_cast<const float*>(s.slotDWeights),
+           static_cast<const int64_t*>(rowOfSlot), outputs[1].as<float>(), int64_t{1});
+  }
+
+ private:
+  std::string where_;
+  MoeLocalExpertsContract c_;
+};
+
+// The products are cuBLAS GEMMs of int dimensions; an expert's block has at most N·k rows.
+void expectCublasRange(const KernelSignature& signature, const MoeExpertsContract& c) {
+  if (c.tokens * c.topK > INT_MAX || 2 * c.expertHidden > INT_MAX || c.hidden > INT_MAX)
+    failSignature(signature, "matrix dimensions exceed the 32-bit limits of cuBLAS");
+}
+
+std::unique_ptr<Kernel> createMoeExpertsCudaKernel(const KernelSignature& signature) {
+  const MoeExpertsContract c = parseMoeExpertsContract(signature, {DType::F32});
+  expectCublasRange(signature, c);
+  return std::make_unique<MoeExpertsCudaKernel>(signature.where, c);
+}
+
+std::unique_ptr<Kernel> createMoeExpertsBackwardCudaKernel(const KernelSignature& signature) {
+  const MoeExpertsContract c = parseMoeExpertsBackwardContract(signature, {DType::F32});
+  expectCublasRange(signature, c);
+  return std::make_unique<MoeExpertsBackwardCudaKernel>(signature.where, c);
+}
+
+// An expert's block of received rows has at most C rows.
+void expectCublasRange(const KernelSignature& signature, const MoeLocalExpertsContract& c) {
+  if (c.rows > INT_MAX || 2 * c.expertHidden > INT_MAX || c.hidden > INT_MAX)
+    failSignature(signature, "matrix dimensions exceed the 32-bit limits of cuBLAS");
+}
+
+std::unique_ptr<Kernel> createMoeLocalExpertsCudaKernel(const KernelSignature& signature) {
+  const MoeLocalExpertsContract c = parseMoeLocalExpertsContract(signature, {DType::F32});
+  expectCublasRange(signature, c);
+  return std::make_unique<MoeLocalExpertsCudaKernel>(signature.where, c);
+}
+
+std::unique_ptr<Kernel> createMoeLocalExpertsBackwardCudaKernel(const KernelSignature& signature) {
+  const MoeLocalExpertsContract c = parseMoeLocalExpertsBackwardContract(signature, {DType::F32});
+  expectCublasRange(signature, c);
+  return std::make_unique<MoeLocalExpertsBackwardCudaKernel>(signature.where, c);
+}
+
+}  // namespace
+
+void registerMoeExpertsCudaKernels(KernelRegistry& registry) {
+  registry.add("moe_experts", createMoeExpertsCudaKernel);
+  registry.add("moe_experts_backward", createMoeExpertsBackwardCudaKernel);
+  registry.add("moe_local_experts", createMoeLocalExpertsCudaKernel);
+  registry.add("moe_local_experts_backward", createMoeLocalExpertsBackwardCudaKernel);
+}
+
+}  // namespace dgemma

@@ -1,0 +1,135 @@
+// dgemma-compile --backend cuda, end to end without a GPU: the training plan and the inference
+// entries of tiny-cpu and small-20m, fp32 and bf16 (with elementwise fusion, the default), and an
+// expert-parallel training plan (--ep 2 with the all-to-all exchange, rank 0's plan), compiled
+// by the tool; then every kernel step of every entry is handed to the CUDA backend's kernel registry
+// (cudaBackendKernels(), which needs no device), whose factory must accept the step's dtypes, shapes
+// and attributes, as the executor's plan load does on a GPU. And dgemma-run --backend cuda on a
+// machine without a GPU fails with exit 1 saying so.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ToolRunner.h"
+#include "plan/PlanFile.h"
+#include "runtime/backends/cuda/CudaBackend.h"
+#include "support/Error.h"
+
+namespace dgemma {
+namespace {
+
+using testing::contains;
+using testing::runTool;
+using testing::ScratchDirectory;
+
+struct PlanCase {
+  std::string name;
+  std::string model;  // configs/<model>.json
+  std::string mode;
+  std::string precision;
+  std::string layout = "";  // layout flags
+};
+
+std::ostream& operator<<(std::ostream& out, const PlanCase& c) { return out << c.name; }
+
+class CudaPlan : public ::testing::TestWithParam<PlanCase> {
+ protected:
+  ScratchDirectory dir;
+};
+
+TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
+  const PlanCase& c = GetParam();
+  const std::string planDir = dir / "plan";
+  const testing::ToolResult compiled =
+      runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR + "/models/diffusion_gemma/configs/" +
+              c.model + ".json --mode " + c.mode + " --precision " + c.precision +
+              " --micro-batch 2 --prompt-len 32 --backend cuda " + c.layout + " -o " + planDir);
+  ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  const Plan plan = readPlanFile(planFileForRank(planDir, 0));
+  EXPECT_EQ(plan.metadata.value("backend", ""), "cuda");
+  EXPECT_EQ(plan.metadata.value("fusion", ""), "on");
+
+  const KernelRegistry registry = cudaBackendKernels();
+  std::set<std::string> entries, ops;
+  int64_t kernelSteps = 0;
+  std::map<std::string, std::string> failures;  // op -> the first step's error
+  for (const EntryPoint& entry : plan.entryPoints) {
+    entries.insert(entry.name);
+    for (size_t i = 0; i < entry.steps.size(); ++i) {
+      const Step& step = entry.steps[i];
+      if (step.kind != Step::Kind::Kernel) continue;
+      ++kernelSteps;
+      ops.insert(step.op);
+      const KernelFactory* factory = registry.find(step.op);
+      if (factory == nullptr) {
+        failures.emplace(step.op, "no cuda kernel");
+        continue;
+      }
+      KernelSignature signature;
+      signature.step = &step;
+      signature.where = entry.name + " step " + std::to_string(i) + " (" + step.op + ")";
+      for (int64_t id : step.inputs) signature.inputs.push_back(&plan.buffers[id]);
+      for (int64_t id : step.outputs) signature.outputs.push_back(&plan.buffers[id]);
+      try {
+        EXPECT_NE((*factory)(signature), nullptr) << signature.where;
+      } catch (const InputError& error) {
+        failures.emplace(step.op, error.what());
+      }
+    }
+  }
+  for (const auto& [op, error] : failures) ADD_FAILURE() << c.name << ": " << op << ": " << error;
+  if (c.mode == "train") {
+    EXPECT_TRUE(entries.count("train_step")) << "no train_step entry";
+    // The training step's kernels that only the training plan has.
+    for (const char* op : {"adamw", "rms_norm_backward", "attention_backward", "cross_entropy_backward",
+                           "fused_elementwise"})
+      EXPECT_TRUE(ops.count(op)) << op << " is not in the " << c.name << " plan";
+  } else {
+    EXPECT_TRUE(ops.count("canvas_sample")) << "no canvas_sample step in the " << c.name << " plan";
+  }
+  // The experts: expert parallelism's dispatch and local experts, or moe_experts.
+  std::vector<std::string> experts = {"moe_experts"};
+  if (!c.layout.empty()) experts = {"moe_dispatch", "moe_local_experts"};
+  if (c.mode == "train") experts.push_back(experts.back() + "_backward");
+  for (const std::string& op : experts) EXPECT_TRUE(ops.count(op)) << op << " is not in the " << c.name << " plan";
+  std::cout << "[ cuda plan ] " << c.name << ": " << entries.size() << " entries, " << kernelSteps
+            << " kernel steps of " << ops.size() << " kernels, all accepted by the cuda backend: "
+            << (failures.empty() ? "yes" : "no") << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaPlan,
+    ::testing::Values(PlanCase{"tiny_cpu_train_fp32", "tiny-cpu", "train", "fp32"},
+                      PlanCase{"tiny_cpu_train_bf16", "tiny-cpu", "train", "bf16"},
+                      PlanCase{"tiny_cpu_infer_fp32", "tiny-cpu", "infer", "fp32"},
+                      PlanCase{"tiny_cpu_infer_bf16", "tiny-cpu", "infer", "bf16"},
+                      PlanCase{"small_20m_train_fp32", "small-20m", "train", "fp32"},
+                      PlanCase{"small_20m_train_bf16", "small-20m", "train", "bf16"},
+                      PlanCase{"small_20m_infer_bf16", "small-20m", "infer", "bf16"},
+                      PlanCase{"tiny_cpu_train_bf16_ep2", "tiny-cpu", "train", "bf16",
+                               "--dp 2 --ep 2 --expert-exchange all-to-all"}),
+    [](const ::testing::TestParamInfo<PlanCase>& info) { return info.param.name; });
+
+// One rank on --backend cuda without a GPU: exit 1, the flag and the reason named, no crash.
+TEST(CudaRun, WithoutAGpuFailsNamingTheBackend) {
+  std::string reason;
+  if (cudaDeviceAvailable(&reason)) GTEST_SKIP() << "this machine has a usable CUDA device";
+  ScratchDirectory dir;
+  const std::string plan = dir / "plan";
+  const testing::ToolResult compiled =
+      runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
+              "/models/diffusion_gemma/configs/tiny-cpu.json --mode train --micro-batch 2 --prompt-len 16 --backend cuda -o " +
+              plan);
+  ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  const testing::ToolResult ran = runTool(std::string(DGEMMA_RUN) + " train --plan " + plan +
+                                          " --init random --seed 1 --train mock --steps 1 --backend cuda");
+  EXPECT_EQ(ran.exitCode, 1) << ran.output;
+  EXPECT_TRUE(contains(ran, "error: --backend cuda: cuda backend: no usable CUDA device: ")) << ran.output;
+  EXPECT_TRUE(contains(ran, reason)) << ran.output;
+}
+
+}  // namespace
+}  // namespace dgemma

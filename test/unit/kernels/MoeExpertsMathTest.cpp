@@ -1,0 +1,259 @@
+// runtime/kernels/moe/ExpertsMath.h: the CUDA moe_experts, moe_experts_backward and
+// moe_local_experts[_backward] (moe/experts.cu) run on the host step by step (the grouping, each
+// element kernel's body over all its elements, and the per-expert GEMMs as plain loops) against the
+// CPU kernels, with repeated experts, a block of the experts (expert_offset; routes to other blocks),
+// an unused expert, and received rows from several sources with uncounted capacity. Tolerance 2e-5 of
+// max(1, |cpu|): the same f32 operations in other summation orders (BLAS against plain loops) and
+// libm's tanhf against the CPU's fastTanh.
+#include "KernelTestSupport.h"
+#include "runtime/kernels/moe/ExpertsMath.h"
+
+namespace dgemma::test {
+namespace {
+
+using moe_experts::RouteGroups;
+
+// Row-major C[m, n] = op(A) op(B), f32 sums in k order.
+void hostGemm(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += (transposeA ? a[p * lda + i] : a[i * lda + p]) * (transposeB ? b[j * ldb + p] : b[p * ldb + j]);
+      c[i * ldc + j] = sum;
+    }
+}
+
+struct Geometry {
+  int64_t tokens, hidden, topK, experts, inner, offset;
+  std::vector<int64_t> indices;  // global expert ids
+};
+
+template <typename Body>
+void forEachUsedExpert(const std::vector<int64_t>& firstSlot, int64_t experts, Body&& body) {
+  for (int64_t e = 0; e < experts; ++e)
+    if (const int64_t rows = firstSlot[e + 1] - firstSlot[e]; rows > 0) body(e, firstSlot[e], rows);
+}
+
+// The expert pipeline of moe/experts.cu (expertsForward) over slot-ordered blocks.
+std::vector<float> pipelineForward(const std::vector<int64_t>& firstSlot, const std::vector<int64_t>& rowOfSlot,
+                                   int64_t experts, int64_t hidden, int64_t inner, const std::vector<float>& rows,
+                                   const std::vector<float>& gateUp, const std::vector<float>& down) {
+  const int64_t slots = firstSlot.back(), width = 2 * inner;
+  std::vector<float> input(slots * hidden), gateUpOutput(slots * width), output(slots * hidden);
+  for (int64_t e = 0; e < slots * hidden; ++e) moe_experts::gatherElement(rows.data(), rowOfSlot.data(), input.data(), hidden, e);
+  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
+    hostGemm(false, true, n, width, hidden, input.data() + first * hidden, hidden, gateUp.data() + e * width * hidden,
+             hidden, gateUpOutput.data() + first * width, width);
+  });
+  for (int64_t e = 0; e < slots * inner; ++e) moe_experts::gatedGeluElement(gateUpOutput.data(), inner, e);
+  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
+    hostGemm(false, true, n, hidden, inner, gateUpOutput.data() + first * width, width, down.data() + e * hidden * inner,
+             inner, output.data() + first * hidden, hidden);
+  });
+  return output;
+}
+
+struct PipelineGradients {
+  std::vector<float> dInput, slotDWeights, dGateUp, dDown;
+};
+
+// expertsBackward of moe/experts.cu; weights[weightOfSlot[slot]] is a slot's weight.
+PipelineGradients pipelineBackward(const std::vector<int64_t>& firstSlot, const std::vector<int64_t>& rowOfSlot,
+                                   const std::vector<int64_t>& weightOfSlot, int64_t experts, int64_t hidden,
+                                   int64_t inner, const std::vector<float>& rows, const std::vector<float>& dRows,
+                                   const std::vector<float>& weights, const std::vector<float>& gateUp,
+                                   const std::vector<float>& down) {
+  const int64_t slots = firstSlot.back(), width = 2 * inner;
+  PipelineGradients out{std::vector<float>(slots * hidden), std::vector<float>(slots),
+                        std::vector<float>(experts * width * hidden), std::vector<float>(experts * hidden * inner)};
+  std::vector<float> input(slots * hidden), dOutput(slots * hidden), gateUpOutput(slots * width),
+      dGateUpOutput(slots * width), hiddenState(slots * inner), weightedHidden(slots * inner), dOutputDown(slots * inner);
+  for (int64_t e = 0; e < slots * hidden; ++e) {
+    moe_experts::gatherElement(rows.data(), rowOfSlot.data(), input.data(), hidden, e);
+    moe_experts::gatherElement(dRows.data(), rowOfSlot.data(), dOutput.data(), hidden, e);
+  }
+  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
+    hostGemm(false, true, n, width, hidden, input.data() + first * hidden, hidden, gateUp.data() + e * width * hidden,
+             hidden, gateUpOutput.data() + first * width, width);
+  });
+  for (int64_t e = 0; e < slots * inner; ++e)
+    moe_experts::gatedGeluWeightedElement(gateUpOutput.data(), weights.data(), weightOfSlot.data(), hiddenState.data(),
+                                          weightedHidden.data(), inner, e);
+  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
+    hostGemm(true, false, hidden, inner, n, dOutput.data() + first * hidden, hidden, weightedHidden.data() + first * inner,
+             inner, out.dDown.data() + e * hidden * inner, inner);
+    hostGemm(false, false, n, inner, hidden, dOutput.data() + first * hidden, hidden, down.data() + e * hidden * inner,
+             inner, dOutputDown.data() + first * inner, inner);
+  });
+  for (int64_t slot = 0; slot < slots; ++slot)
+    moe_experts::slotWeightGradient(hiddenState.data(), dOutputDown.data(), out.slotDWeights.data(), inner, slot);
+  for (int64_t e = 0; e < slots * inner; ++e)
+    moe_experts::gatedGeluBackwardElement(gateUpOutput.data(), dOutputDown.data(), weights.data(), weightOfSlot.data(),
+                                          dGateUpOutput.data(), inner, e);
+  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
+    hostGemm(true, false, width, hidden, n, dGateUpOutput.data() + first * width, width, input.data() + first * hidden,
+             hidden, out.dGateUp.data() + e * width * hidden, hidden);
+    hostGemm(false, false, n, hidden, width, dGateUpOutput.data() + first * width, width,
+             gateUp.data() + e * width * hidden, hidden, out.dInput.data() + first * hidden, hidden);
+  });
+  return out;
+}
+
+std::vector<float> emulateForward(const Geometry& g, const std::vector<float>& x, const std::vector<float>& weights,
+                                  const std::vector<float>& gateUp, const std::vector<float>& down) {
+  const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
+  const std::vector<float> expertOutput =
+      pipelineForward(groups.firstSlot, groups.tokenOfSlot, g.experts, g.hidden, g.inner, x, gateUp, down);
+  std::vector<float> y(g.tokens * g.hidden);
+  for (int64_t e = 0; e < g.tokens * g.hidden; ++e)
+    moe_experts::combineElement(expertOutput.data(), weights.data(), groups.slotOfRoute.data(), y.data(), g.topK,
+                                g.hidden, e);
+  return y;
+}
+
+struct Gradients {
+  std::vector<float> dx, dWeights, dGateUp, dDown;
+};
+
+Gradients emulateBackward(const Geometry& g, const std::vector<float>& x, const std::vector<float>& weights,
+                          const std::vector<float>& gateUp, const std::vector<float>& down, const std::vector<float>& dy) {
+  const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
+  const PipelineGradients p = pipelineBackward(groups.firstSlot, groups.tokenOfSlot, groups.routeOfSlot, g.experts,
+                                               g.hidden, g.inner, x, dy, weights, gateUp, down);
+  Gradients out{std::vector<float>(g.tokens * g.hidden), std::vector<float>(g.tokens * g.topK), p.dGateUp, p.dDown};
+  for (int64_t route = 0; route < g.tokens * g.topK; ++route)
+    moe_experts::routeValueElement(p.slotDWeights.data(), groups.slotOfRoute.data(), out.dWeights.data(), route);
+  for (int64_t e = 0; e < g.tokens * g.hidden; ++e)
+    moe_experts::inputGradientElement(p.dInput.data(), groups.slotOfRoute.data(), out.dx.data(), g.topK, g.hidden, e);
+  return out;
+}
+
+void expectNear(const std::vector<float>& emulated, const std::vector<float>& cpu, const std::string& what) {
+  ASSERT_EQ(emulated.size(), cpu.size()) << what;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    ASSERT_NEAR(emulated[i], cpu[i], 2e-5 * std::max(1.0f, std::fabs(cpu[i]))) << what << " at " << i;
+}
+
+std::vector<Geometry> geometries() {
+  // Repeated experts in a token, expert 3 unused (first case); a block [2, 5) of 8 experts with
+  // routes to other blocks (second); one expert, k = 1 (third).
+  return {{5, 12, 3, 4, 7, 0, {0, 1, 0, 2, 2, 1, 1, 0, 2, 0, 0, 0, 2, 1, 0}},
+          {6, 8, 2, 3, 5, 2, {0, 2, 3, 7, 4, 4, 1, 5, 2, 6, 3, 2}},
+          {4, 16, 1, 1, 9, 0, {0, 0, 0, 0}}};
+}
+
+TEST(MoeExpertsMath, GroupingSortsRoutesByExpertInTokenOrder) {
+  const std::vector<int64_t> indices = {3, 1, 1, 3, 0, 1};  // 3 tokens, k = 2; a block [1, 3) of experts
+  const RouteGroups groups = moe_experts::groupRoutes(indices.data(), 3, 2, 2, 1);
+  EXPECT_EQ(groups.firstSlot, (std::vector<int64_t>{0, 3, 3}));  // expert 1: three routes, expert 2: none
+  EXPECT_EQ(groups.routeOfSlot, (std::vector<int64_t>{1, 2, 5}));
+  EXPECT_EQ(groups.tokenOfSlot, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(groups.slotOfRoute, (std::vector<int64_t>{-1, 0, 1, -1, -1, 2}));
+}
+
+TEST(MoeExpertsMath, ForwardPipelineMatchesCpuKernel) {
+  uint32_t seed = 300;
+  for (const Geometry& g : geometries()) {
+    const auto x = randomValues<float>(g.tokens * g.hidden, seed++);
+    const auto weights = randomValues<float>(g.tokens * g.topK, seed++, 0.1, 1.0);
+    const auto gateUp = randomValues<float>(g.experts * 2 * g.inner * g.hidden, seed++, -0.5, 0.5);
+    const auto down = randomValues<float>(g.experts * g.hidden * g.inner, seed++, -0.5, 0.5);
+    KernelCall call("moe_experts", {{"expert_offset", g.offset}});
+    call.input(DType::F32, {g.tokens, g.hidden}, x).input(DType::F32, {g.tokens, g.topK}, weights);
+    call.input(DType::I64, {g.tokens, g.topK}, g.indices);
+    call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, down);
+    call.output(DType::F32, {g.tokens, g.hidden});
+    call.run();
+    expectNear(emulateForward(g, x, weights, gateUp, down), call.result<float>(0),
+               "y (" + std::to_string(g.experts) + " experts)");
+  }
+}
+
+TEST(MoeExpertsMath, BackwardPipelineMatchesCpuKernel) {
+  uint32_t seed = 400;
+  for (const Geometry& g : geometries()) {
+    const auto x = randomValues<float>(g.tokens * g.hidden, seed++);
+    const auto weights = randomValues<float>(g.tokens * g.topK, seed++, 0.1, 1.0);
+    const auto gateUp = randomValues<float>(g.experts * 2 * g.inner * g.hidden, seed++, -0.5, 0.5);
+    const auto down = randomValues<float>(g.experts * g.hidden * g.inner, seed++, -0.5, 0.5);
+    const auto dy = randomValues<float>(g.tokens * g.hidden, seed++);
+    KernelCall call("moe_experts_backward", {{"expert_offset", g.offset}});
+    call.input(DType::F32, {g.tokens, g.hidden}, x).input(DType::F32, {g.tokens, g.topK}, weights);
+    call.input(DType::I64, {g.tokens, g.topK}, g.indices);
+    call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, down);
+    call.input(DType::F32, {g.tokens, g.hidden}, dy);
+    call.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens, g.topK});
+    call.output(DType::F32, {g.experts, 2 * g.inner, g.hidden}).output(DType::F32, {g.experts, g.hidden, g.inner});
+    call.run();
+    const Gradients emulated = emulateBackward(g, x, weights, gateUp, down, dy);
+    const std::string experts = " (" + std::to_string(g.experts) + " experts)";
+    expectNear(emulated.dx, call.result<float>(0), "dx" + experts);
+    expectNear(emulated.dWeights, call.result<float>(1), "dweights" + experts);
+    expectNear(emulated.dGateUp, call.result<float>(2), "dgate_up" + experts);
+    expectNear(emulated.dDown, call.result<float>(3), "ddown" + experts);
+  }
+}
+
+// moe_local_experts[_backward]: 3 sources, 2 local experts, capacity 14 of which 11 rows are counted
+// (expert 1 gets nothing from source 2), against the CPU kernels; the uncounted rows stay zero.
+TEST(MoeExpertsMath, LocalExpertsPipelineMatchesCpuKernels) {
+  const int64_t peers = 3, experts = 2, capacity = 14, hidden = 10, inner = 6;
+  const std::vector<int64_t> counts = {2, 3, 1, 1, 4, 0};
+  const moe_experts::LocalBlocks blocks = moe_experts::localBlocks("test", counts.data(), peers, experts, capacity);
+  // Source 0's rows 0-4 (expert 0: 0-1, expert 1: 2-4), source 1's 5-6, source 2's 7-10.
+  EXPECT_EQ(blocks.firstSlot, (std::vector<int64_t>{0, 7, 11}));
+  EXPECT_EQ(blocks.rowOfSlot, (std::vector<int64_t>{0, 1, 5, 7, 8, 9, 10, 2, 3, 4, 6}));
+  const auto rows = randomValues<float>(capacity * hidden, 500);
+  const auto weights = randomValues<float>(capacity, 501, 0.1, 1.0);
+  const auto dRows = randomValues<float>(capacity * hidden, 502);
+  const auto gateUp = randomValues<float>(experts * 2 * inner * hidden, 503, -0.5, 0.5);
+  const auto down = randomValues<float>(experts * hidden * inner, 504, -0.5, 0.5);
+
+  KernelCall forward("moe_local_experts");
+  forward.input(DType::F32, {capacity, hidden}, rows).input(DType::I64, {peers, experts}, counts);
+  forward.input(DType::F32, {experts, 2 * inner, hidden}, gateUp).input(DType::F32, {experts, hidden, inner}, down);
+  forward.output(DType::F32, {capacity, hidden});
+  forward.run();
+  const std::vector<float> expertOutput =
+      pipelineForward(blocks.firstSlot, blocks.rowOfSlot, experts, hidden, inner, rows, gateUp, down);
+  std::vector<float> result(capacity * hidden, 0.0f);
+  for (int64_t e = 0; e < blocks.slots() * hidden; ++e)
+    moe_experts::scatterElement(expertOutput.data(), blocks.rowOfSlot.data(), result.data(), hidden, e);
+  expectNear(result, forward.result<float>(0), "moe_local_experts");
+
+  KernelCall backward("moe_local_experts_backward");
+  backward.input(DType::F32, {capacity, hidden}, rows).input(DType::F32, {capacity}, weights);
+  backward.input(DType::F32, {capacity, hidden}, dRows).input(DType::I64, {peers, experts}, counts);
+  backward.input(DType::F32, {experts, 2 * inner, hidden}, gateUp).input(DType::F32, {experts, hidden, inner}, down);
+  backward.output(DType::F32, {capacity, hidden}).output(DType::F32, {capacity});
+  backward.output(DType::F32, {experts, 2 * inner, hidden}).output(DType::F32, {experts, hidden, inner});
+  backward.run();
+  const PipelineGradients p = pipelineBackward(blocks.firstSlot, blocks.rowOfSlot, blocks.rowOfSlot, experts, hidden,
+                                               inner, rows, dRows, weights, gateUp, down);
+  std::vector<float> gradRows(capacity * hidden, 0.0f), gradWeights(capacity, 0.0f);
+  for (int64_t e = 0; e < blocks.slots() * hidden; ++e)
+    moe_experts::scatterElement(p.dInput.data(), blocks.rowOfSlot.data(), gradRows.data(), hidden, e);
+  for (int64_t slot = 0; slot < blocks.slots(); ++slot)
+    moe_experts::scatterElement(p.slotDWeights.data(), blocks.rowOfSlot.data(), gradWeights.data(), 1, slot);
+  expectNear(gradRows, backward.result<float>(0), "grad_rows");
+  expectNear(gradWeights, backward.result<float>(1), "grad_weights");
+  expectNear(p.dGateUp, backward.result<float>(2), "grad_gate_up");
+  expectNear(p.dDown, backward.result<float>(3), "grad_down");
+}
+
+TEST(MoeExpertsMath, LocalBlocksRejectBadCountsAsTheCpuKernelDoes) {
+  const std::vector<int64_t> negative = {1, -2}, tooMany = {3, 4};
+  EXPECT_THROW(moe_experts::localBlocks("step", negative.data(), 1, 2, 8), RuntimeError);
+  try {
+    moe_experts::localBlocks("step", tooMany.data(), 1, 2, 6);
+    FAIL() << "7 counted rows in a capacity of 6 accepted";
+  } catch (const RuntimeError& error) {
+    EXPECT_NE(std::string(error.what()).find("count 7 rows, more than the 6 received rows"), std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace dgemma::test
