@@ -10,7 +10,9 @@
 //       [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--profile] [--json]
 //
 // Each entry runs K untimed steps, then timed steps until it has run N of them and they took at
-// least T seconds together (default 0); the mean and the minimum are over the timed steps.
+// least T seconds together (default 0); the mean and the minimum are over the timed steps, and so
+// is the CPU time per step (user + system of every thread, from getrusage), which a shared machine's
+// other load moves much less than the wall-clock time.
 //
 // The batch (bench/train_step_vs_pytorch.py builds the same one): splitmix64 seeded with --seed
 // draws, in this order, the prompt ids (row-major; position 0 is BOS, the others are redrawn until
@@ -22,6 +24,7 @@
 // --profile runs the same steps once more through a backend wrapper that times every kernel call
 // and prints where train_step spends its time, by op and by (op, input shapes).
 #include <cblas.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -193,8 +196,18 @@ uint64_t batchChecksum(const Inputs& batch) {
 
 // ---------------------------------------------------------------------------------------------
 
+// The CPU seconds (user + system, every thread of the process) used so far: on a shared machine the
+// wall-clock time of a step moves with the other load, its CPU time much less.
+double processCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& time) { return static_cast<double>(time.tv_sec) + 1e-6 * static_cast<double>(time.tv_usec); };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 struct Timing {
   double mean = 0, min = 0;
+  double cpuMean = 0;  // CPU seconds per timed step (processCpuSeconds)
   int steps = 0;
 };
 
@@ -203,6 +216,7 @@ Timing timeRuns(int warmup, int iters, double minSeconds, const std::function<vo
   Timing timing;
   timing.min = 1e300;
   double total = 0;
+  const double cpuStart = processCpuSeconds();
   while (timing.steps < iters || total < minSeconds) {
     Clock::time_point start = Clock::now();
     body();
@@ -212,6 +226,7 @@ Timing timeRuns(int warmup, int iters, double minSeconds, const std::function<vo
     ++timing.steps;
   }
   timing.mean = total / timing.steps;
+  timing.cpuMean = (processCpuSeconds() - cpuStart) / timing.steps;
   return timing;
 }
 
@@ -348,9 +363,11 @@ int run(const Flags& flags) {
         {"arena_bytes", arenaBytes},
         {"train_step_mean_s", train.mean},
         {"train_step_min_s", train.min},
+        {"train_step_cpu_s", train.cpuMean},
         {"tokens_per_s", tokensPerSecond},
         {"optimizer_step_mean_s", optimizer.mean},
         {"optimizer_step_min_s", optimizer.min},
+        {"optimizer_step_cpu_s", optimizer.cpuMean},
         {"loss", loss},
         {"diffusion_loss", diffusionLoss},
         {"encoder_loss", encoderLoss},
@@ -362,13 +379,13 @@ int run(const Flags& flags) {
                 static_cast<long long>(flags.threads), flags.objective.c_str(), flags.selfCondProb, flags.encoderLossWeight);
     std::printf("compiled in %.2f s; arenas %.1f MiB; warmup %d, %d timed step(s); loss %.6g\n\n", compileSeconds,
                 static_cast<double>(arenaBytes) / (1 << 20), flags.warmup, train.steps, loss);
-    std::printf("%-40s %12s %14s %12s %12s %12s %14s\n", "config", "params", "tokens/step", "mean s/step", "min s/step",
-                "tokens/s", "optimizer s");
-    std::printf("%-40s %12lld %14s %12.4f %12.4f %12.1f %14.4f\n", flags.model.c_str(), static_cast<long long>(parameters),
+    std::printf("%-40s %12s %14s %12s %12s %12s %12s %14s\n", "config", "params", "tokens/step", "mean s/step", "min s/step",
+                "CPU s/step", "tokens/s", "optimizer s");
+    std::printf("%-40s %12lld %14s %12.4f %12.4f %12.4f %12.1f %14.4f\n", flags.model.c_str(), static_cast<long long>(parameters),
                 (std::to_string(flags.microBatch) + "x(" + std::to_string(flags.promptLength) + "+" +
                  std::to_string(config.canvasLength) + ")=" + std::to_string(tokens))
                     .c_str(),
-                train.mean, train.min, tokensPerSecond, optimizer.mean);
+                train.mean, train.min, train.cpuMean, tokensPerSecond, optimizer.mean);
   }
 
   if (flags.profile) {
