@@ -48,6 +48,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/TimingBackend.h"
 #include "runtime/exec/WeightLoader.h"
+#include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/io/Safetensors.h"
 
 namespace {
@@ -74,6 +75,7 @@ struct Flags {
   bool profile = false;
   bool json = false;
   bool fusion = true;  // dg-fuse-elementwise, as dgemma-compile --fusion
+  bool pooledProducts = false;  // --products pool: threadProductsOnPool(), as dgemma-run generate
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -121,7 +123,10 @@ Flags parseFlags(int argc, char** argv) {
     else if (flag == "--min-seconds") flags.minSeconds = number("--min-seconds", value);
     else if (flag == "--seed") flags.seed = static_cast<uint64_t>(integer("--seed", value, 0));
     else if (flag == "--weights") flags.weights = value;
-    else if (flag == "--fusion") {
+    else if (flag == "--products") {
+      if (std::string(value) != "openblas" && std::string(value) != "pool") usage("--products: expected openblas or pool");
+      flags.pooledProducts = std::string(value) == "pool";
+    } else if (flag == "--fusion") {
       if (std::string(value) != "on" && std::string(value) != "off") usage("--fusion: expected on or off");
       flags.fusion = std::string(value) == "on";
     }
@@ -266,6 +271,7 @@ void printProfile(std::FILE* out, const TimingBackend& backend, int iters, doubl
 
 int run(const Flags& flags) {
   openblas_set_num_threads(static_cast<int>(flags.threads));
+  if (flags.pooledProducts) threadProductsOnPool();
   DiffusionGemmaConfig config = loadDiffusionGemmaConfig(flags.model);
   auto variant = mlir::dg::parseObjectiveVariant(flags.objective);
   if (!variant) usage("--objective: unknown objective \"" + flags.objective + "\"");
