@@ -340,14 +340,20 @@ class MoeExpertsBackwardKernel final : public Kernel {
     T* dDown = outputs[3].as<T>();
     const MoeExpertsContract& g = geometry_;
     const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden, width = 2 * inner;
-    std::fill_n(dGateUp, g.experts * width * hidden, T(0));
-    std::fill_n(dDown, g.experts * hidden * inner, T(0));
     std::fill_n(dx, g.tokens * hidden, T(0));
     if (routes == 0 || hidden == 0 || inner == 0) {
+      std::fill_n(dGateUp, g.experts * width * hidden, T(0));
+      std::fill_n(dDown, g.experts * hidden * inner, T(0));
       std::fill_n(dWeights, routes, T(0));
       return;
     }
     const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g);
+    // A used expert's weight gradients are written whole by its products below; an unused one's are zero.
+    for (int64_t e = 0; e < g.experts; ++e)
+      if (grouping.firstSlot[e + 1] == grouping.firstSlot[e]) {
+        std::fill_n(dGateUp + e * width * hidden, width * hidden, T(0));
+        std::fill_n(dDown + e * hidden * inner, hidden * inner, T(0));
+      }
     const int64_t slots = grouping.slots();
     std::vector<int64_t> routeOfSlot(slots);
     // Routes to other blocks' experts keep a zero weight gradient: no slot below writes theirs.
