@@ -7,7 +7,10 @@
 //   dgemma-bench-train-step --model CONFIG.json --micro-batch B --prompt-len P
 //       [--objective base-sft|reweighted-ce|loo-ce|reweighted-loo-ce] [--self-cond-prob p]
 //       [--encoder-loss-weight w] [--threads N] [--warmup K] [--iters N] [--min-seconds T]
-//       [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--profile] [--json]
+//       [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--products openblas|pool] [--profile] [--json]
+//
+// --products pool threads the products on the backend's pool, as generation does
+// (runtime/kernels/matmul/BlasThreading.h); the default, openblas, leaves that to OpenBLAS, as training does.
 //
 // Each entry runs K untimed steps, then timed steps until it has run N of them and they took at
 // least T seconds together (default 0); the mean and the minimum are over the timed steps, and so
@@ -83,7 +86,8 @@ struct Flags {
                "dgemma-bench-train-step: %s\n"
                "usage: dgemma-bench-train-step --model CONFIG.json --micro-batch B --prompt-len P [--objective NAME]\n"
                "       [--self-cond-prob p] [--encoder-loss-weight w] [--threads N] [--warmup K] [--iters N]\n"
-               "       [--min-seconds T] [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--profile]\n"
+               "       [--min-seconds T] [--seed S] [--weights FILE.safetensors] [--fusion on|off]\n"
+               "       [--products openblas|pool] [--profile]\n"
                "       [--json]\n",
                problem.c_str());
   std::exit(2);
