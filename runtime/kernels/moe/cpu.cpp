@@ -137,7 +137,7 @@ constexpr int64_t kSideBySideMultiplyAdds = int64_t{1} << 21;
 // on the pool, each on one thread, the next expert going to the first free thread. OpenBLAS's own
 // threads would split each small product in two and spin between them, and its results would depend
 // on the thread count; here an expert's results are the same bytes whatever runs it, serially or on
-// a pool of any size (test/unit/kernels/PooledProductsTest.cpp).
+// a pool of any size (test/unit/kernels/MoeTest.cpp, PooledProductsTest.cpp).
 template <typename Body>
 void forEachUsedExpert(ExecContext& context, const RouteGrouping& grouping, int64_t experts, int64_t multiplyAddsPerRow,
                        Body&& body) {
