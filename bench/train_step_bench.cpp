@@ -7,10 +7,15 @@
 //   dgemma-bench-train-step --model CONFIG.json --micro-batch B --prompt-len P
 //       [--objective base-sft|reweighted-ce|loo-ce|reweighted-loo-ce] [--self-cond-prob p]
 //       [--encoder-loss-weight w] [--threads N] [--warmup K] [--iters N] [--min-seconds T]
-//       [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--profile] [--json]
+//       [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--products openblas|pool] [--profile] [--json]
+//
+// --products pool threads the products on the backend's pool, as generation does
+// (runtime/kernels/matmul/BlasThreading.h); the default, openblas, leaves that to OpenBLAS, as training does.
 //
 // Each entry runs K untimed steps, then timed steps until it has run N of them and they took at
-// least T seconds together (default 0); the mean and the minimum are over the timed steps.
+// least T seconds together (default 0); the mean and the minimum are over the timed steps, and so
+// is the CPU time per step (user + system of every thread, from getrusage), which a shared machine's
+// other load moves much less than the wall-clock time.
 //
 // The batch (bench/train_step_vs_pytorch.py builds the same one): splitmix64 seeded with --seed
 // draws, in this order, the prompt ids (row-major; position 0 is BOS, the others are redrawn until
@@ -22,6 +27,7 @@
 // --profile runs the same steps once more through a backend wrapper that times every kernel call
 // and prints where train_step spends its time, by op and by (op, input shapes).
 #include <cblas.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,6 +51,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/TimingBackend.h"
 #include "runtime/exec/WeightLoader.h"
+#include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/io/Safetensors.h"
 
 namespace {
@@ -71,6 +78,7 @@ struct Flags {
   bool profile = false;
   bool json = false;
   bool fusion = true;  // dg-fuse-elementwise, as dgemma-compile --fusion
+  bool pooledProducts = false;  // --products pool: threadProductsOnPool(), as dgemma-run generate
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -78,7 +86,8 @@ struct Flags {
                "dgemma-bench-train-step: %s\n"
                "usage: dgemma-bench-train-step --model CONFIG.json --micro-batch B --prompt-len P [--objective NAME]\n"
                "       [--self-cond-prob p] [--encoder-loss-weight w] [--threads N] [--warmup K] [--iters N]\n"
-               "       [--min-seconds T] [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--profile]\n"
+               "       [--min-seconds T] [--seed S] [--weights FILE.safetensors] [--fusion on|off]\n"
+               "       [--products openblas|pool] [--profile]\n"
                "       [--json]\n",
                problem.c_str());
   std::exit(2);
@@ -118,7 +127,10 @@ Flags parseFlags(int argc, char** argv) {
     else if (flag == "--min-seconds") flags.minSeconds = number("--min-seconds", value);
     else if (flag == "--seed") flags.seed = static_cast<uint64_t>(integer("--seed", value, 0));
     else if (flag == "--weights") flags.weights = value;
-    else if (flag == "--fusion") {
+    else if (flag == "--products") {
+      if (std::string(value) != "openblas" && std::string(value) != "pool") usage("--products: expected openblas or pool");
+      flags.pooledProducts = std::string(value) == "pool";
+    } else if (flag == "--fusion") {
       if (std::string(value) != "on" && std::string(value) != "off") usage("--fusion: expected on or off");
       flags.fusion = std::string(value) == "on";
     }
@@ -193,8 +205,18 @@ uint64_t batchChecksum(const Inputs& batch) {
 
 // ---------------------------------------------------------------------------------------------
 
+// The CPU seconds (user + system, every thread of the process) used so far: on a shared machine the
+// wall-clock time of a step moves with the other load, its CPU time much less.
+double processCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& time) { return static_cast<double>(time.tv_sec) + 1e-6 * static_cast<double>(time.tv_usec); };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 struct Timing {
   double mean = 0, min = 0;
+  double cpuMean = 0;  // CPU seconds per timed step (processCpuSeconds)
   int steps = 0;
 };
 
@@ -203,6 +225,7 @@ Timing timeRuns(int warmup, int iters, double minSeconds, const std::function<vo
   Timing timing;
   timing.min = 1e300;
   double total = 0;
+  const double cpuStart = processCpuSeconds();
   while (timing.steps < iters || total < minSeconds) {
     Clock::time_point start = Clock::now();
     body();
@@ -212,6 +235,7 @@ Timing timeRuns(int warmup, int iters, double minSeconds, const std::function<vo
     ++timing.steps;
   }
   timing.mean = total / timing.steps;
+  timing.cpuMean = (processCpuSeconds() - cpuStart) / timing.steps;
   return timing;
 }
 
@@ -251,6 +275,7 @@ void printProfile(std::FILE* out, const TimingBackend& backend, int iters, doubl
 
 int run(const Flags& flags) {
   openblas_set_num_threads(static_cast<int>(flags.threads));
+  if (flags.pooledProducts) threadProductsOnPool();
   DiffusionGemmaConfig config = loadDiffusionGemmaConfig(flags.model);
   auto variant = mlir::dg::parseObjectiveVariant(flags.objective);
   if (!variant) usage("--objective: unknown objective \"" + flags.objective + "\"");
@@ -348,9 +373,11 @@ int run(const Flags& flags) {
         {"arena_bytes", arenaBytes},
         {"train_step_mean_s", train.mean},
         {"train_step_min_s", train.min},
+        {"train_step_cpu_s", train.cpuMean},
         {"tokens_per_s", tokensPerSecond},
         {"optimizer_step_mean_s", optimizer.mean},
         {"optimizer_step_min_s", optimizer.min},
+        {"optimizer_step_cpu_s", optimizer.cpuMean},
         {"loss", loss},
         {"diffusion_loss", diffusionLoss},
         {"encoder_loss", encoderLoss},
@@ -362,13 +389,13 @@ int run(const Flags& flags) {
                 static_cast<long long>(flags.threads), flags.objective.c_str(), flags.selfCondProb, flags.encoderLossWeight);
     std::printf("compiled in %.2f s; arenas %.1f MiB; warmup %d, %d timed step(s); loss %.6g\n\n", compileSeconds,
                 static_cast<double>(arenaBytes) / (1 << 20), flags.warmup, train.steps, loss);
-    std::printf("%-40s %12s %14s %12s %12s %12s %14s\n", "config", "params", "tokens/step", "mean s/step", "min s/step",
-                "tokens/s", "optimizer s");
-    std::printf("%-40s %12lld %14s %12.4f %12.4f %12.1f %14.4f\n", flags.model.c_str(), static_cast<long long>(parameters),
+    std::printf("%-40s %12s %14s %12s %12s %12s %12s %14s\n", "config", "params", "tokens/step", "mean s/step", "min s/step",
+                "CPU s/step", "tokens/s", "optimizer s");
+    std::printf("%-40s %12lld %14s %12.4f %12.4f %12.4f %12.1f %14.4f\n", flags.model.c_str(), static_cast<long long>(parameters),
                 (std::to_string(flags.microBatch) + "x(" + std::to_string(flags.promptLength) + "+" +
                  std::to_string(config.canvasLength) + ")=" + std::to_string(tokens))
                     .c_str(),
-                train.mean, train.min, tokensPerSecond, optimizer.mean);
+                train.mean, train.min, train.cpuMean, tokensPerSecond, optimizer.mean);
   }
 
   if (flags.profile) {

@@ -11,6 +11,8 @@ HF model was initialised with, so the two losses must agree (the table says how 
 same splitmix64 stream on both sides and checked by checksum.
 
 Tokens per step = B * (P + L); tokens/s = that / mean seconds per step; ratio = dgemma tokens/s / PyTorch tokens/s.
+The second table also gives each side's CPU seconds (user + system, all threads) per timed step, which a shared machine's
+other load moves much less than the wall-clock time.
 The optimizer step (global-norm clip + AdamW over every parameter) is timed separately on both sides.
 
 Usage (from the repository root, after `ninja -C build dgemma-bench-train-step`):
@@ -242,16 +244,18 @@ def objective(model, batch, args):
     return loss
 
 
-def timed(body, warmup: int, args) -> list[float]:
-    """Seconds of each timed call: `warmup` untimed calls, then at least --iters calls and --min-seconds."""
+def timed(body, warmup: int, args) -> tuple[list[float], float]:
+    """Seconds of each timed call (`warmup` untimed calls, then at least --iters calls and --min-seconds), and the
+    process's CPU seconds (user + system, every thread) per timed call."""
     for _ in range(warmup):
         body()
     times: list[float] = []
+    cpu_start = time.process_time()
     while len(times) < args.iters or sum(times) < args.min_seconds:
         start = time.perf_counter()
         body()
         times.append(time.perf_counter() - start)
-    return times
+    return times, (time.process_time() - cpu_start) / len(times)
 
 
 def time_pytorch(model, batch, args) -> dict:
@@ -266,7 +270,7 @@ def time_pytorch(model, batch, args) -> dict:
         loss.backward()
         last["loss"] = loss.item()
 
-    times = timed(step, args.warmup, args)
+    times, cpu = timed(step, args.warmup, args)
 
     # The optimizer step dgemma's optimizer_step entry does: global-norm clip to 1.0, then AdamW (torch's default
     # implementation choice), on zero gradients.
@@ -278,11 +282,12 @@ def time_pytorch(model, batch, args) -> dict:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
 
-    opt_times = timed(optimizer_step, max(args.warmup, 1), args)
+    opt_times, _ = timed(optimizer_step, max(args.warmup, 1), args)
     return dict(
         steps=len(times),
         mean=sum(times) / len(times),
         min=min(times),
+        cpu=cpu,
         loss=last["loss"],
         optimizer_mean=sum(opt_times) / len(opt_times),
         params=sum(p.numel() for p in params),
@@ -383,6 +388,8 @@ def main() -> int:
                 ratio=pt["mean"] / dg["train_step_mean_s"],
                 dg_min=dg["train_step_min_s"],
                 pt_min=pt["min"],
+                dg_cpu=dg["train_step_cpu_s"],
+                pt_cpu=pt["cpu"],
                 dg_opt=dg["optimizer_step_mean_s"],
                 pt_opt=pt["optimizer_mean"],
                 dg_loss=dg["loss"],
@@ -413,13 +420,16 @@ def main() -> int:
         ]
         for r in rows
     ]
-    extra_header = ["config", "timed steps dgemma/PyTorch", "dgemma min s", "PyTorch min s", "dgemma optimizer s", "PyTorch optimizer s", "dgemma loss", "PyTorch loss"]
+    extra_header = ["config", "timed steps dgemma/PyTorch", "dgemma min s", "PyTorch min s", "dgemma CPU s", "PyTorch CPU s",
+                    "dgemma optimizer s", "PyTorch optimizer s", "dgemma loss", "PyTorch loss"]
     extra = [
         [
             r["config"],
             r["steps"],
             f"{r['dg_min']:.4f}",
             f"{r['pt_min']:.4f}",
+            f"{r['dg_cpu']:.4f}",
+            f"{r['pt_cpu']:.4f}",
             f"{r['dg_opt']:.4f}",
             f"{r['pt_opt']:.4f}",
             f"{r['dg_loss']:.6f}",

@@ -16,4 +16,12 @@ void threadProductsOnPool() {
 
 bool productsThreadedOnPool() { return pooledProducts.load(std::memory_order_acquire); }
 
+SingleThreadedProducts::SingleThreadedProducts() : previousThreads_(openblas_get_num_threads()) {
+  if (previousThreads_ != 1) openblas_set_num_threads(1);
+}
+
+SingleThreadedProducts::~SingleThreadedProducts() {
+  if (previousThreads_ != 1) openblas_set_num_threads(previousThreads_);
+}
+
 }  // namespace dgemma

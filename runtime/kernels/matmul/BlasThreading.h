@@ -4,7 +4,11 @@
 // and moe_experts runs its experts' products side by side. OpenBLAS's own threads would wake and
 // synchronise for each of a pass's small products and spin between them, next to the pool's threads
 // on the same cores. Each element of a product is the same single-threaded OpenBLAS sum either way,
-// so the results do not change (test/unit/kernels/pooled_products_test.cpp).
+// so the results do not change (test/unit/kernels/PooledProductsTest.cpp).
+//
+// Training keeps OpenBLAS's threads for its large products, but the MoE kernels take the choice per
+// call (SingleThreadedProducts): their many small per-expert products run side by side on the pool,
+// each one single-threaded OpenBLAS call, in every mode.
 #pragma once
 
 namespace dgemma {
@@ -16,5 +20,20 @@ void threadProductsOnPool();
 // Whether threadProductsOnPool() was called: the kernels may then call OpenBLAS from several pool
 // threads at once.
 bool productsThreadedOnPool();
+
+// For its lifetime OpenBLAS runs one thread per call, so a kernel may call it from several pool
+// threads at once; the thread count it had comes back at the end. OpenBLAS's count is one setting
+// for the process: this is sound because a process runs one kernel at a time (one rank per
+// process), so no other kernel's product runs meanwhile.
+class SingleThreadedProducts {
+ public:
+  SingleThreadedProducts();
+  ~SingleThreadedProducts();
+  SingleThreadedProducts(const SingleThreadedProducts&) = delete;
+  SingleThreadedProducts& operator=(const SingleThreadedProducts&) = delete;
+
+ private:
+  int previousThreads_;
+};
 
 }  // namespace dgemma

@@ -2,6 +2,8 @@
 // scale) and moe_experts (dropless routed experts, each a gated GELU MLP, combined by the weights).
 // The experts kernels may hold one block of the experts, [expert_offset, expert_offset + E): routes to
 // the other experts take no slot, so they add nothing to y or dx and get zero weight gradients.
+#include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <memory>
@@ -125,34 +127,40 @@ RouteGrouping groupRoutesByExpert(const int64_t* indices, int64_t routes, const 
   return grouping;
 }
 
-// Calls body(expert, firstSlot, rows) for each expert with at least one route, in expert order.
-// The products run one after the other: OpenBLAS threads each of them itself.
-template <typename Body>
-void forEachUsedExpert(const RouteGrouping& grouping, int64_t experts, Body&& body) {
-  for (int64_t expert = 0; expert < experts; ++expert) {
-    const int64_t firstSlot = grouping.firstSlot[expert];
-    const int64_t rows = grouping.firstSlot[expert + 1] - firstSlot;
-    if (rows > 0) body(expert, firstSlot, static_cast<int>(rows));
-  }
-}
+// Below this many multiply-adds in all the experts' products together, the experts run one after
+// the other: waking the pool would cost more than running them side by side saves.
+constexpr int64_t kSideBySideMultiplyAdds = int64_t{1} << 21;
 
-// forEachUsedExpert with the experts spread over the pool when the products are threaded there
-// (BlasThreading.h): each expert's products are still one single-threaded call each, into its own
-// slots.
+// Calls body(expert, firstSlot, rows) once for each expert with at least one route; `multiplyAddsPerRow`
+// is the products' work per slot. Each body runs all of its expert's work, whose products are
+// single-threaded OpenBLAS calls (SingleThreadedProducts) in every mode: the experts run side by side
+// on the pool, each on one thread, the next expert going to the first free thread. OpenBLAS's own
+// threads would split each small product in two and spin between them, and its results would depend
+// on the thread count; here an expert's results are the same bytes whatever runs it, serially or on
+// a pool of any size (test/unit/kernels/MoeTest.cpp, PooledProductsTest.cpp).
 template <typename Body>
-void forEachUsedExpertOnPool(ExecContext& context, const RouteGrouping& grouping, int64_t experts, Body&& body) {
-  if (!productsThreadedOnPool()) {
-    forEachUsedExpert(grouping, experts, body);
-    return;
-  }
+void forEachUsedExpert(ExecContext& context, const RouteGrouping& grouping, int64_t experts, int64_t multiplyAddsPerRow,
+                       Body&& body) {
   std::vector<int64_t> used;
   for (int64_t expert = 0; expert < experts; ++expert)
     if (grouping.firstSlot[expert + 1] > grouping.firstSlot[expert]) used.push_back(expert);
-  cpu::parallelFor(context, static_cast<int64_t>(used.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t expert = used[i], firstSlot = grouping.firstSlot[expert];
-      body(expert, firstSlot, static_cast<int>(grouping.firstSlot[expert + 1] - firstSlot));
-    }
+  const SingleThreadedProducts singleThreaded;
+  auto runExpert = [&](int64_t expert) {
+    const int64_t firstSlot = grouping.firstSlot[expert];
+    body(expert, firstSlot, static_cast<int>(grouping.firstSlot[expert + 1] - firstSlot));
+  };
+  const int64_t workers = context.threads == nullptr ? 1 : std::min<int64_t>(context.threads->size(), used.size());
+  if (workers <= 1 || grouping.slots() * multiplyAddsPerRow < kSideBySideMultiplyAdds) {
+    for (int64_t expert : used) runExpert(expert);
+    return;
+  }
+  // The largest experts first, so that the last ones to start are short.
+  std::stable_sort(used.begin(), used.end(), [&](int64_t a, int64_t b) {
+    return grouping.firstSlot[a + 1] - grouping.firstSlot[a] > grouping.firstSlot[b + 1] - grouping.firstSlot[b];
+  });
+  std::atomic<size_t> next{0};
+  cpu::parallelFor(context, workers, 1, [&](int64_t, int64_t) {
+    for (size_t i = next++; i < used.size(); i = next++) runExpert(used[i]);
   });
 }
 
@@ -189,25 +197,18 @@ class MoeExpertsKernel final : public Kernel {
       for (int64_t slot = begin; slot < end; ++slot)
         std::copy_n(x + grouping.tokenOfSlot[slot] * hidden, hidden, expertInput.get() + slot * hidden);
     });
-    forEachUsedExpertOnPool(context, grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
-      gemm(false, true, rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden),
-                      expertInput.get() + firstSlot * hidden, static_cast<int>(hidden),
-                      gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden),
-                      gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth));
-    });
-    // gelu_tanh(gate) ⊙ up overwrites the gate half of each row; the down product reads it with
-    // leading dimension 2I.
-    cpu::parallelFor(context, slots, cpu::rowGrain(expertHidden), [&](int64_t begin, int64_t end) {
-      for (int64_t slot = begin; slot < end; ++slot) {
-        T* row = gateUpOutput.get() + slot * gateUpWidth;
-        gatedGeluRow(row, expertHidden);
-      }
-    });
-    forEachUsedExpertOnPool(context, grouping, geometry_.experts, [&](int64_t expert, int64_t firstSlot, int rows) {
-      gemm(false, true, rows, static_cast<int>(hidden), static_cast<int>(expertHidden),
-                      gateUpOutput.get() + firstSlot * gateUpWidth, static_cast<int>(gateUpWidth),
-                      down + expert * hidden * expertHidden, static_cast<int>(expertHidden),
-                      expertOutput.get() + firstSlot * hidden, static_cast<int>(hidden));
+    // Per expert: the gate/up product, gelu_tanh(gate) ⊙ up over the gate half of each row (the down
+    // product reads it with leading dimension 2I), then the down product.
+    const int64_t multiplyAddsPerRow = hidden * (gateUpWidth + expertHidden);
+    forEachUsedExpert(context, grouping, g.experts, multiplyAddsPerRow, [&](int64_t expert, int64_t firstSlot, int rows) {
+      T* gateUpRows = gateUpOutput.get() + firstSlot * gateUpWidth;
+      gemm(false, true, rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden), expertInput.get() + firstSlot * hidden,
+           static_cast<int>(hidden), gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden), gateUpRows,
+           static_cast<int>(gateUpWidth));
+      for (int row = 0; row < rows; ++row) gatedGeluRow(gateUpRows + row * gateUpWidth, expertHidden);
+      gemm(false, true, rows, static_cast<int>(hidden), static_cast<int>(expertHidden), gateUpRows,
+           static_cast<int>(gateUpWidth), down + expert * hidden * expertHidden, static_cast<int>(expertHidden),
+           expertOutput.get() + firstSlot * hidden, static_cast<int>(hidden));
     });
     // Each token sums its own routes in order of j, so y does not depend on the thread count.
     cpu::parallelFor(context, g.tokens, cpu::rowGrain(g.topK * hidden), [&](int64_t begin, int64_t end) {
@@ -318,8 +319,8 @@ std::unique_ptr<Kernel> createMoeRouteBackwardKernel(const KernelSignature& sign
 //   dG = dHd ⊙ U ⊙ gelu'(G),  dU = dHd ⊙ A,  d[G_e; U_e] = [dG dU]ᵀ X,  dX = [dG dU] [G_e; U_e].
 // dw = rowsum(dY ⊙ O) = rowsum(Hd ⊙ dY D_e) needs no O, so the down product is not recomputed: five
 // GEMMs per expert instead of six.
-// The products are BLAS GEMMs, one expert after the other (OpenBLAS threads each); dx sums each
-// token's routes in order of j, so the result does not depend on the thread count.
+// The products are BLAS GEMMs, the experts side by side (forEachUsedExpert); dx sums each token's
+// routes in order of j, so the result does not depend on the thread count.
 
 template <typename T>
 class MoeExpertsBackwardKernel final : public Kernel {
@@ -339,14 +340,20 @@ class MoeExpertsBackwardKernel final : public Kernel {
     T* dDown = outputs[3].as<T>();
     const MoeExpertsContract& g = geometry_;
     const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden, width = 2 * inner;
-    std::fill_n(dGateUp, g.experts * width * hidden, T(0));
-    std::fill_n(dDown, g.experts * hidden * inner, T(0));
     std::fill_n(dx, g.tokens * hidden, T(0));
     if (routes == 0 || hidden == 0 || inner == 0) {
+      std::fill_n(dGateUp, g.experts * width * hidden, T(0));
+      std::fill_n(dDown, g.experts * hidden * inner, T(0));
       std::fill_n(dWeights, routes, T(0));
       return;
     }
     const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g);
+    // A used expert's weight gradients are written whole by its products below; an unused one's are zero.
+    for (int64_t e = 0; e < g.experts; ++e)
+      if (grouping.firstSlot[e + 1] == grouping.firstSlot[e]) {
+        std::fill_n(dGateUp + e * width * hidden, width * hidden, T(0));
+        std::fill_n(dDown + e * hidden * inner, hidden * inner, T(0));
+      }
     const int64_t slots = grouping.slots();
     std::vector<int64_t> routeOfSlot(slots);
     // Routes to other blocks' experts keep a zero weight gradient: no slot below writes theirs.
@@ -370,26 +377,23 @@ class MoeExpertsBackwardKernel final : public Kernel {
         std::copy_n(dy + token * hidden, hidden, dOutput.get() + slot * hidden);
       }
     });
-    forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
-      gemm(false, true, rows, int(width), int(hidden), input.get() + first * hidden, int(hidden), gateUp + e * width * hidden,
-           int(hidden), gateUpOutput.get() + first * width, int(width));
-    });
-    cpu::parallelFor(context, slots, cpu::rowGrain(inner), [&](int64_t begin, int64_t end) {
-      for (int64_t slot = begin; slot < end; ++slot) {
+    // Per expert, its five products and the gated GELU rows between them.
+    const int64_t multiplyAddsPerRow = hidden * (width + 2 * inner + 2 * width);
+    forEachUsedExpert(context, grouping, g.experts, multiplyAddsPerRow, [&](int64_t e, int64_t first, int rows) {
+      const T* GU = gateUp + e * width * hidden;
+      const T* D = down + e * hidden * inner;
+      gemm(false, true, rows, int(width), int(hidden), input.get() + first * hidden, int(hidden), GU, int(hidden),
+           gateUpOutput.get() + first * width, int(width));
+      for (int64_t slot = first; slot < first + rows; ++slot) {
         const T* gate = gateUpOutput.get() + slot * width;
         gatedGeluWeightedRow(gate, gate + inner, weights[routeOfSlot[slot]], hiddenState.get() + slot * inner,
                              weightedHidden.get() + slot * inner, inner);
       }
-    });
-    forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
-      const T* D = down + e * hidden * inner;
       gemm(true, false, int(hidden), int(inner), rows, dOutput.get() + first * hidden, int(hidden),
            weightedHidden.get() + first * inner, int(inner), dDown + e * hidden * inner, int(inner));
       gemm(false, false, rows, int(inner), int(hidden), dOutput.get() + first * hidden, int(hidden), D, int(inner),
            dOutputDown.get() + first * inner, int(inner));
-    });
-    cpu::parallelFor(context, slots, cpu::rowGrain(hidden + inner), [&](int64_t begin, int64_t end) {
-      for (int64_t slot = begin; slot < end; ++slot) {
+      for (int64_t slot = first; slot < first + rows; ++slot) {
         const int64_t route = routeOfSlot[slot];
         dWeights[route] = cpu::dotProduct(hiddenState.get() + slot * inner, dOutputDown.get() + slot * inner, inner);
         const T* gate = gateUpOutput.get() + slot * width;
@@ -397,12 +401,10 @@ class MoeExpertsBackwardKernel final : public Kernel {
         gatedGeluBackwardRow(gate, gate + inner, dOutputDown.get() + slot * inner, weights[route], dGate, dGate + inner,
                              inner);
       }
-    });
-    forEachUsedExpert(grouping, g.experts, [&](int64_t e, int64_t first, int rows) {
       gemm(true, false, int(width), int(hidden), rows, dGateUpOutput.get() + first * width, int(width),
            input.get() + first * hidden, int(hidden), dGateUp + e * width * hidden, int(hidden));
-      gemm(false, false, rows, int(hidden), int(width), dGateUpOutput.get() + first * width, int(width),
-           gateUp + e * width * hidden, int(hidden), dInput.get() + first * hidden, int(hidden));
+      gemm(false, false, rows, int(hidden), int(width), dGateUpOutput.get() + first * width, int(width), GU, int(hidden),
+           dInput.get() + first * hidden, int(hidden));
     });
     cpu::parallelFor(context, g.tokens, cpu::rowGrain(g.topK * hidden), [&](int64_t begin, int64_t end) {
       for (int64_t token = begin; token < end; ++token) {

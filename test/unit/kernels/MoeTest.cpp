@@ -344,6 +344,47 @@ TEST(MoeExpertsBackwardKernel, BlocksOfExpertsSumToTheWholeGradients) {
   expectClose(concatenated(low.dDown, high.dDown), whole.dDown, 1e-12);
 }
 
+// Products large enough that the experts run side by side on the pool (over 2^21 multiply-adds in
+// all), unevenly loaded, with OpenBLAS left to its own thread count: each kernel runs its experts'
+// products single-threaded whoever runs them, so pools of 2 and 3 threads give the serial bytes.
+// Expert 7 is unused: its weight gradients are zeros (the outputs start as 0xCD bytes).
+TEST(MoeExpertsKernels, ExpertsSideBySideGiveTheSerialBytes) {
+  ExpertsCase c{.tokens = 300, .hidden = 64, .topK = 2, .experts = 8, .expertHidden = 48};
+  for (int64_t route = 0; route < c.tokens * c.topK; ++route)
+    c.indices.push_back(route % 3 == 0 ? 5 : (route * 5 + route / 7) % 7);
+  const ExpertsInputs in = randomExpertsInputs(c, 111);
+  const std::vector<float> x = as<float>(in.x), w = as<float>(in.weights), gu = as<float>(in.gateUp),
+                           d = as<float>(in.down), dy = as<float>(randomValues<double>(c.tokens * c.hidden, 112, -1, 1));
+  auto backward = [&](ThreadPool* threads) {
+    KernelCall call("moe_experts_backward");
+    call.input(DType::F32, {c.tokens, c.hidden}, x).input(DType::F32, {c.tokens, c.topK}, w);
+    call.input(DType::I64, {c.tokens, c.topK}, c.indices);
+    call.input(DType::F32, {c.experts, 2 * c.expertHidden, c.hidden}, gu);
+    call.input(DType::F32, {c.experts, c.hidden, c.expertHidden}, d);
+    call.input(DType::F32, {c.tokens, c.hidden}, dy);
+    call.output(DType::F32, {c.tokens, c.hidden}).output(DType::F32, {c.tokens, c.topK});
+    call.output(DType::F32, {c.experts, 2 * c.expertHidden, c.hidden}).output(DType::F32, {c.experts, c.hidden, c.expertHidden});
+    call.run(threads);
+    return std::vector<std::vector<float>>{call.result<float>(0), call.result<float>(1), call.result<float>(2),
+                                           call.result<float>(3)};
+  };
+  const std::vector<float> serial = runExperts(DType::F32, c, x, w, gu, d);
+  expectClose(serial, expertsReference(c, x, w, gu, d), 1e-5);
+  const std::vector<std::vector<float>> serialGradients = backward(nullptr);
+  const int64_t gateUpBlock = 2 * c.expertHidden * c.hidden, downBlock = c.hidden * c.expertHidden;
+  EXPECT_EQ(std::vector<float>(serialGradients[2].end() - gateUpBlock, serialGradients[2].end()),
+            std::vector<float>(gateUpBlock, 0.0f));
+  EXPECT_EQ(std::vector<float>(serialGradients[3].end() - downBlock, serialGradients[3].end()),
+            std::vector<float>(downBlock, 0.0f));
+  EXPECT_NE(serialGradients[3][0], 0.0f);  // expert 0's, written by its product
+  ThreadPool two(2), three(3);
+  for (ThreadPool* threads : {&two, &three}) {
+    SCOPED_TRACE(::testing::Message() << threads->size() << " threads");
+    EXPECT_EQ(runExperts(DType::F32, c, x, w, gu, d, threads), serial);
+    EXPECT_EQ(backward(threads), serialGradients);
+  }
+}
+
 KernelCall expertsCall(std::vector<int64_t> xShape, std::vector<int64_t> weightsShape,
                        std::vector<int64_t> indicesShape, std::vector<int64_t> gateUpShape,
                        std::vector<int64_t> downShape, std::vector<int64_t> yShape,
