@@ -67,6 +67,7 @@ struct DiffusionGemmaTrainOptions {
   std::vector<int64_t> promptLengths;  // one train_step entry per length
   DiffusionGemmaObjective objective;
   Precision precision = Precision::Fp32;
+  int64_t imagesPerExample = 0;  // >= 1: the image twins too (dgemma-compile --images-per-example)
 };
 
 // Two kinds of entry points:

@@ -35,6 +35,7 @@ struct DiffusionGemmaInferenceOptions {
   std::vector<int64_t> promptLengths;  // one forward and one prefill entry per length
   Precision precision = Precision::Fp32;
   int64_t cacheLength = 0;  // C, from inferenceCacheLength
+  int64_t imagesPerExample = 0;  // >= 1: the image twins too (dgemma-compile --images-per-example)
 };
 
 // The forward entries of buildDiffusionGemmaForward and, with B = micro_batch, L = canvas_length:

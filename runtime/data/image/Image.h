@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/core/HostTensor.h"
 
 namespace dgemma {
@@ -48,8 +50,17 @@ RgbImage decodeImage(const std::string& path);
 struct Gemma4ImageOptions {
   int64_t patchSize = 16;
   int64_t poolingKernelSize = 3;
-  int64_t maxSoftTokens = 280;  // one of 70, 140, 280, 560, 1120
+  int64_t maxSoftTokens = 280;  // one of 70, 140, 280, 560, 1120, unless configuredSoftTokens
+  // The model config sets vision_soft_tokens_per_image: any positive budget is its to choose (a
+  // small model's, e.g. the demo's); the processor's own set applies otherwise.
+  bool configuredSoftTokens = false;
 };
+
+// The processor options of a model config.json (docs/data.md, "Image preprocessing"): patchSize and
+// poolingKernelSize from its vision_config (patch_size, pooling_kernel_size; defaults 16 and 3),
+// maxSoftTokens from vision_soft_tokens_per_image (default 280; configuredSoftTokens when set).
+// Throws InputError naming `where` and the field for a value that is not a positive integer.
+Gemma4ImageOptions gemma4ImageOptionsOfModel(const nlohmann::json& modelConfig, const std::string& where);
 
 struct ProcessedImage {
   HostTensor pixelValues;       // f32 [maxSoftTokens * k^2, 3 * p * p], values in [0, 1], zero padding
