@@ -303,17 +303,24 @@ void Trainer::restore() {
                      " (the manifest's step)");
   consumedSamples_ = checkpoint.state().consumedSamples;
   // The token count is a function of the data order, so it is recounted rather than stored. Every
-  // whole epoch visits each item once, so only the current epoch's samples are walked: the restore
-  // costs O(items), whatever the count.
-  const int64_t items = trainOrder_.numItems();
-  int64_t epochTokens = 0;
-  for (const DatasetItem& item : train_.items) epochTokens += itemTokens(item.block);
-  const int64_t epochs = consumedSamples_ / items;
-  if (__builtin_mul_overflow(epochs, epochTokens, &consumedTokens_))
-    throw InputError(checkpoint.directory() + "/manifest.json: consumed_samples: " + std::to_string(consumedSamples_) +
-                     " samples of " + train_.path + " hold more than 2^63 tokens");
-  for (int64_t sample = epochs * items; sample < consumedSamples_; ++sample)
-    consumedTokens_ += itemTokens(train_.items[trainOrder_.itemAt(sample)].block);
+  // whole epoch of a modality stream visits each of its items once, so only each stream's current
+  // epoch is walked: the restore costs O(items), whatever the count.
+  consumedTokens_ = 0;
+  const int64_t microBatches = consumedSamples_ / trainPlan_.microBatch;
+  for (const bool images : {false, true}) {
+    const std::vector<int64_t>& members = trainOrder_.streamItems(images);
+    if (members.empty()) continue;
+    const int64_t size = static_cast<int64_t>(members.size());
+    int64_t epochTokens = 0, wholeEpochs = 0;
+    for (int64_t item : members) epochTokens += itemTokens(train_.items[item].block);
+    const int64_t samples = trainOrder_.streamSamplesBefore(images, microBatches);
+    const int64_t epochs = samples / size;
+    if (__builtin_mul_overflow(epochs, epochTokens, &wholeEpochs) || __builtin_add_overflow(consumedTokens_, wholeEpochs, &consumedTokens_))
+      throw InputError(checkpoint.directory() + "/manifest.json: consumed_samples: " + std::to_string(consumedSamples_) +
+                       " samples of " + train_.path + " hold more than 2^63 tokens");
+    for (int64_t sample = epochs * size; sample < samples; ++sample)
+      consumedTokens_ += itemTokens(train_.items[trainOrder_.streamItemAt(images, sample)].block);
+  }
   out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_ << "\n";
 }
 

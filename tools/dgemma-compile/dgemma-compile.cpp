@@ -373,7 +373,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (flags.imagesPerExample > 0 && !config.hasVision)
     throw InputError("--images-per-example " + std::to_string(flags.imagesPerExample) + ": " + configPath.string() +
                      " has no vision_config (a text-only model takes no images; drop the flag)");
-  metadata["images_per_example"] = flags.imagesPerExample;
+  // A text-only plan stays byte-identical to one compiled before the flag existed.
+  if (flags.imagesPerExample > 0) metadata["images_per_example"] = flags.imagesPerExample;
   if (flags.canvasLength != 0 && flags.canvasLength != config.canvasLength)
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));

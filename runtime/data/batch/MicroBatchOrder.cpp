@@ -17,6 +17,11 @@ int64_t MicroBatchOrder::imageMicroBatchesBefore(int64_t count) const {
   return static_cast<int64_t>(static_cast<__int128>(count) * streams_[1].microBatches / perEpoch);
 }
 
+int64_t MicroBatchOrder::streamSamplesBefore(bool images, int64_t count) const {
+  const int64_t imageBatches = imageMicroBatchesBefore(count);
+  return (images ? imageBatches : count - imageBatches) * microBatch_;
+}
+
 bool MicroBatchOrder::imagesAt(int64_t index) const {
   if (index < 0) throw InputError("micro-batch index: expected a non-negative index, got " + std::to_string(index));
   return imageMicroBatchesBefore(index + 1) > imageMicroBatchesBefore(index);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+
 #include "runtime/data/batch/ItemOrder.h"
 
 namespace dgemma {
@@ -28,6 +29,13 @@ class MicroBatchOrder {
   bool imagesAt(int64_t index) const;
   // The B items of micro-batch `index`, in sample order.
   std::vector<int64_t> itemsAt(int64_t index);
+
+  // The items of a stream (images: the image stream, else the text stream).
+  const std::vector<int64_t>& streamItems(bool images) const { return streams_[images ? 1 : 0].members; }
+  // How many samples the stream has given in the first `count` micro-batches.
+  int64_t streamSamplesBefore(bool images, int64_t count) const;
+  // The item of the stream's sample `sample` (its epoch sample / |stream|).
+  int64_t streamItemAt(bool images, int64_t sample) { return streamItem(streams_[images ? 1 : 0], sample); }
 
   int64_t numItems() const { return order_.numItems(); }
   int64_t imageItems() const { return static_cast<int64_t>(streams_[1].members.size()); }
