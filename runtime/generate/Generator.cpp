@@ -10,6 +10,7 @@
 #include "runtime/generate/DenoisingBatch.h"
 #include "runtime/generate/Temperature.h"
 #include "runtime/data/dataset/Dataset.h"
+#include "runtime/data/image/ModelImageOptions.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -96,7 +97,8 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
   if (options.maxDenoisingSteps > 0) settings_.maxDenoisingSteps = options.maxDenoisingSteps;
   if (settings_.maxDenoisingSteps < 1 || settings_.canvasLength < 1)
     throw InputError(planPath + ": generation: expected max_denoising_steps and canvas_length >= 1");
-  vocabSize_ = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config").vocabSize;
+  const DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
+  vocabSize_ = config.vocabSize;
 
   denoise_ = &entryNamed(plan, "denoise", planPath);
   commit_ = &entryNamed(plan, "commit", planPath);
@@ -123,7 +125,7 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
       throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets of a prefill entry plus one images_per_example >= 1");
     imagesPerExample_ = images->second;
   }
-  if (imagesPerExample_ > 0) imageOptions_ = gemma4ImageOptionsOfModel(plan.modelConfig, planPath + ": model.config");
+  if (imagesPerExample_ > 0) imageOptions_ = imageOptionsOf(config);
   if (maxPromptLength_ > settings_.cacheLength)
     throw InputError(planPath + ": generation: cache_length " + std::to_string(settings_.cacheLength) +
                      " is below the largest prompt bucket " + std::to_string(maxPromptLength_));

@@ -22,7 +22,7 @@ struct SplitOptions {
   int64_t maxEncoderLength = 0;  // the plan's largest prompt_len bucket: a longer context fits no bucket
   int64_t vocabSize = 0;
   int64_t imagesPerExample = 0;  // the plan's (0: text-only; image rows are bad rows)
-  Gemma4ImageOptions image;      // the plan's model config's (gemma4ImageOptionsOfModel)
+  Gemma4ImageOptions image;      // the plan's model config's (imageOptionsOf)
   bool skipBadRows = false;
   bool quiet = false;  // no counts or skipped rows printed (every rank but 0 loads the same splits)
 };

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "models/diffusion_gemma/Config.h"
+#include "runtime/data/image/ModelImageOptions.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -136,7 +137,7 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   if (!imageTrainSteps.empty() && imageTrainSteps.size() != trainSteps.size())
     throw InputError(planPath + ": " + std::to_string(imageTrainSteps.size()) + " " + kImageTrainStep + " entries for " +
                      std::to_string(trainSteps.size()) + " train_step entries (expected one twin per prompt bucket)");
-  if (trainPlan.imagesPerExample > 0) trainPlan.image = gemma4ImageOptionsOfModel(plan.modelConfig, planPath + ": model.config");
+  if (trainPlan.imagesPerExample > 0) trainPlan.image = imageOptionsOf(config);
   std::vector<const EntryPoint*> batchEntries = trainSteps;
   batchEntries.insert(batchEntries.begin(), corrupt);
   batchEntries.insert(batchEntries.end(), imageTrainSteps.begin(), imageTrainSteps.end());

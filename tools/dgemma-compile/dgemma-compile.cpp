@@ -333,17 +333,6 @@ dgemma::CostPrediction searchLayout(CompileFlags& flags) {
   return chosen.prediction;
 }
 
-// T, the soft tokens of one image (docs/data.md, "Image preprocessing"): the config's
-// vision_soft_tokens_per_image, else the processor's default 280.
-int64_t imageSoftTokensPerImage(const nlohmann::json& modelConfig) {
-  const auto found = modelConfig.find("vision_soft_tokens_per_image");
-  if (found == modelConfig.end() || found->is_null()) return 280;
-  if (!found->is_number_integer() || found->get<int64_t>() < 1 || found->get<int64_t>() > kMaxLength)
-    throw InputError("config.json: vision_soft_tokens_per_image: expected an integer in [1, " + std::to_string(kMaxLength) +
-                     "], got " + found->dump());
-  return found->get<int64_t>();
-}
-
 // Builds the module; records in `fields` what the runtime needs to know about the model and in
 // `metadata` what is informational.
 mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const CompileFlags& flags, RuntimeFields& fields,
@@ -402,7 +391,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   // image token (index N·T, out of range) and no image run (segment 0).
   if (flags.imagesPerExample > 0)
     fields.bucketPadding->inputs.insert({{"image_token_index", flags.microBatch * flags.dp * flags.imagesPerExample *
-                                                                   imageSoftTokensPerImage(fields.modelConfig)},
+                                                                   config.maxSoftTokensPerImage},
                                          {"image_segment_ids", 0}});
   const mlir::dg::Precision precision = *mlir::dg::parsePrecision(flags.precision);  // CLI11 checked the name
   metadata["precision"] = mlir::dg::precisionName(precision);

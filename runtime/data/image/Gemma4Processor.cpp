@@ -79,25 +79,6 @@ uint8_t roundAndClamp(int32_t sum, int precision) {
 
 }  // namespace
 
-Gemma4ImageOptions gemma4ImageOptionsOfModel(const nlohmann::json& modelConfig, const std::string& where) {
-  auto positive = [&](const nlohmann::json& object, const char* field, const std::string& path, int64_t fallback) {
-    if (!object.is_object()) return fallback;
-    const auto found = object.find(field);
-    if (found == object.end() || found->is_null()) return fallback;
-    if (!found->is_number_integer() || found->get<int64_t>() < 1 || found->get<int64_t>() > (int64_t{1} << 20))
-      throw InputError(where + ": " + path + field + ": expected a positive integer, got " + found->dump());
-    return found->get<int64_t>();
-  };
-  Gemma4ImageOptions options;
-  const nlohmann::json vision = modelConfig.is_object() ? modelConfig.value("vision_config", nlohmann::json()) : nlohmann::json();
-  options.patchSize = positive(vision, "patch_size", "vision_config.", options.patchSize);
-  options.poolingKernelSize = positive(vision, "pooling_kernel_size", "vision_config.", options.poolingKernelSize);
-  options.maxSoftTokens = positive(modelConfig, "vision_soft_tokens_per_image", "", 0);
-  options.configuredSoftTokens = options.maxSoftTokens > 0;
-  if (!options.configuredSoftTokens) options.maxSoftTokens = Gemma4ImageOptions{}.maxSoftTokens;
-  return options;
-}
-
 std::pair<int64_t, int64_t> gemma4TargetSize(int64_t height, int64_t width, const Gemma4ImageOptions& options) {
   const int64_t soft = options.maxSoftTokens;
   if (options.configuredSoftTokens ? soft < 1 : soft != 70 && soft != 140 && soft != 280 && soft != 560 && soft != 1120) {

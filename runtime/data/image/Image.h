@@ -19,8 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/core/HostTensor.h"
 
 namespace dgemma {
@@ -51,16 +49,11 @@ struct Gemma4ImageOptions {
   int64_t patchSize = 16;
   int64_t poolingKernelSize = 3;
   int64_t maxSoftTokens = 280;  // one of 70, 140, 280, 560, 1120, unless configuredSoftTokens
-  // The model config sets vision_soft_tokens_per_image: any positive budget is its to choose (a
-  // small model's, e.g. the demo's); the processor's own set applies otherwise.
+  // The budget is a model config's vision_soft_tokens_per_image (docs/data.md, "Image
+  // preprocessing"): any positive count is the model's to choose (a small model's, e.g. the demo's
+  // 9); without it only the processor's own set is accepted.
   bool configuredSoftTokens = false;
 };
-
-// The processor options of a model config.json (docs/data.md, "Image preprocessing"): patchSize and
-// poolingKernelSize from its vision_config (patch_size, pooling_kernel_size; defaults 16 and 3),
-// maxSoftTokens from vision_soft_tokens_per_image (default 280; configuredSoftTokens when set).
-// Throws InputError naming `where` and the field for a value that is not a positive integer.
-Gemma4ImageOptions gemma4ImageOptionsOfModel(const nlohmann::json& modelConfig, const std::string& where);
 
 struct ProcessedImage {
   HostTensor pixelValues;       // f32 [maxSoftTokens * k^2, 3 * p * p], values in [0, 1], zero padding

@@ -262,37 +262,22 @@ TEST(Gemma4TargetSize, Errors) {
 // A model config that sets vision_soft_tokens_per_image chooses any positive budget: the demo's
 // 48 x 48 images at patch 8, pooling 2 and 9 soft tokens keep their size (3 x 3 pooled tokens).
 TEST(Gemma4TargetSize, AConfiguredBudgetNeedNotBeAStandardOne) {
-  const nlohmann::json config = {{"vision_soft_tokens_per_image", 9},
-                                 {"vision_config", {{"patch_size", 8}, {"pooling_kernel_size", 2}}}};
-  const Gemma4ImageOptions options = gemma4ImageOptionsOfModel(config, "config.json");
-  EXPECT_EQ(options.patchSize, 8);
-  EXPECT_EQ(options.poolingKernelSize, 2);
-  EXPECT_EQ(options.maxSoftTokens, 9);
-  EXPECT_TRUE(options.configuredSoftTokens);
+  Gemma4ImageOptions options;
+  options.patchSize = 8;
+  options.poolingKernelSize = 2;
+  options.maxSoftTokens = 9;
+  options.configuredSoftTokens = true;
   EXPECT_EQ(gemma4TargetSize(48, 48, options), (std::pair<int64_t, int64_t>{48, 48}));
   EXPECT_EQ(gemma4SoftTokenCount(48, 48, options), 9);
+  const ProcessedImage processed = processGemma4Image(RgbImage{48, 48, std::vector<uint8_t>(48 * 48 * 3, 255)}, options);
+  EXPECT_EQ(processed.pixelValues.shape, (std::vector<int64_t>{36, 192}));
+  EXPECT_EQ(processed.numSoftTokens, 9);
   Gemma4ImageOptions unset = options;
   unset.configuredSoftTokens = false;  // the processor's own set: 9 is none of it
   EXPECT_THROW(gemma4TargetSize(48, 48, unset), InputError);
   Gemma4ImageOptions zero = options;
   zero.maxSoftTokens = 0;
   EXPECT_THROW(gemma4TargetSize(48, 48, zero), InputError);
-}
-
-TEST(Gemma4ImageOptionsOfModel, DefaultsAndErrors) {
-  const Gemma4ImageOptions defaults = gemma4ImageOptionsOfModel({{"vision_config", nlohmann::json::object()}}, "c");
-  EXPECT_EQ(defaults.patchSize, 16);
-  EXPECT_EQ(defaults.poolingKernelSize, 3);
-  EXPECT_EQ(defaults.maxSoftTokens, 280);
-  EXPECT_FALSE(defaults.configuredSoftTokens);
-  try {
-    gemma4ImageOptionsOfModel({{"vision_config", {{"patch_size", -2}}}}, "config.json");
-    FAIL() << "expected an InputError";
-  } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("config.json: vision_config.patch_size: expected a positive integer"), std::string::npos)
-        << error.what();
-  }
-  EXPECT_THROW(gemma4ImageOptionsOfModel({{"vision_soft_tokens_per_image", "9"}}, "c"), InputError);
 }
 
 TEST(ResizeBicubicAntialias, ConstantImageStaysConstantAndSameSizeIsIdentity) {
