@@ -28,9 +28,9 @@ run=$build/demo-run
 rm -rf "$run"
 mkdir -p "$run"
 # One image per picture row (--images-per-example 1): image rows train through the image twins of
-# the entries, in micro-batches of their own (docs/data.md, "Item order"). A picture prompt is 25
-# tokens and its 9 soft tokens; with its earlier canvas blocks its encoder context reaches PROMPT_BUCKETS's last.
-prompt_buckets=32,48,64,80
+# the entries, in micro-batches of their own (docs/data.md, "Item order"). A picture prompt holds 9
+# soft tokens; with the earlier canvas blocks of its description its encoder context needs the 96 bucket.
+prompt_buckets=32,48,64,96
 echo "== train: the demo model from scratch (preset demo: micro-batch 16, no encoder loss, AdamW, cosine lr 3e-3), every row"
 "$bin/dgemma-compile" --model "$root/models/diffusion_gemma/configs/demo" --mode train --preset demo --images-per-example 1 \
   --prompt-len "$prompt_buckets" --report -o "$run/plan"
