@@ -473,11 +473,14 @@ def run_reference(model, cfg, batch) -> tuple[dict[str, torch.Tensor], dict]:
     return expected, dict(router_min_topk_gap=min(gaps))
 
 
-def hf_forward_causal(model, batch) -> torch.Tensor:
-    """HF's own forward() with the images (no mm_token_type_ids, 2-D masks), as its forward-pass tests call it."""
+def hf_forward(model, batch, *, with_mm_token_type_ids: bool) -> torch.Tensor:
+    """HF's own forward() with the images and 2-D masks. Without mm_token_type_ids (as HF's forward-pass tests call it)
+    it builds plain causal masks; with them, transformers 5.25 builds the overlay too (see README, "Vision fixtures")."""
     L = batch["noisy_canvas_ids"].shape[1]
+    extra = dict(mm_token_type_ids=batch["mm_token_type_ids"]) if with_mm_token_type_ids else {}
     with torch.no_grad():
         out = model(
+            **extra,
             input_ids=batch["input_ids"],
             attention_mask=batch["attention_mask"],
             pixel_values=batch["pixel_values"],
@@ -736,8 +739,11 @@ def verify_forward_case(name, d: Path, model, cfg, batch, expected, plan, log) -
     checks["reload_rerun_bit_identical"] = True
 
     # (b) HF's own forward() with the images is the overlay-off result
-    checks["hf_forward_equals_logits_causal"] = bool(torch.equal(hf_forward_causal(model, batch), expected["logits_causal"]))
+    checks["hf_forward_equals_logits_causal"] = bool(torch.equal(hf_forward(model, batch, with_mm_token_type_ids=False), expected["logits_causal"]))
     assert checks["hf_forward_equals_logits_causal"], f"{name}: HF forward() differs from the overlay-off logits"
+    e_mm = mdg.rel_err(hf_forward(model, batch, with_mm_token_type_ids=True), expected["logits"])
+    assert e_mm <= REL_TOL, f"{name}: HF forward() with mm_token_type_ids vs the generate() mask: {e_mm:.3g}"
+    checks["hf_forward_with_mm_token_type_ids_vs_logits_rel_err"] = float(f"{e_mm:.3g}")
 
     # (c) the independent re-implementation (fp32) and its fp64 twin
     errs = spec_errors(spec_all(d, batch, plan), expected, batch)
@@ -1003,6 +1009,30 @@ def check_float64_everywhere(model64, batch, case) -> int:
     return seen[0]
 
 
+def train_routing(model, batch, case) -> tuple[float, list[torch.Tensor]]:
+    """Smallest top-k router margin over the tokens whose routing reaches the loss (real prompt tokens of the K/V
+    passes, real prompt and canvas tokens of the clean pass, every canvas token of the decoder), and the chosen experts
+    of those tokens, call by call."""
+    B, P = batch["input_ids"].shape
+    kv_tokens = batch["attention_mask"].reshape(-1).bool()
+    clean_tokens = torch.cat([batch["attention_mask"].bool(), batch["canvas_mask"] > 0], dim=1).reshape(-1)
+    rec = mdg.RouterRecorder(model)
+    try:
+        with torch.no_grad():
+            train_objective(model, batch, case)
+    finally:
+        rec.remove()
+    k = model.config.text_config.top_k_experts
+    gap, chosen = math.inf, []
+    for part, _i, probs, idx in rec.calls:
+        n = probs.shape[0]
+        rel_tokens = torch.ones(n, dtype=torch.bool) if part == "decoder" else (kv_tokens if n == B * P else clean_tokens)
+        sp = probs.sort(dim=-1, descending=True).values
+        gap = min(gap, (sp[:, k - 1] - sp[:, k])[rel_tokens].min().item())
+        chosen.append(idx[rel_tokens].sort(dim=-1).values)
+    return gap, chosen
+
+
 def write_train_case(out_dir: Path, log) -> dict:
     src_dir = out_dir / TRAIN_SOURCE
     d = out_dir / TRAIN_CASE
@@ -1027,6 +1057,11 @@ def write_train_case(out_dir: Path, log) -> dict:
     assert not missing, missing
     assert fd["rel_err"] <= mtf.FD_TOL, f"finite-difference check {fd}"
     res32, g32, _ = grads_of(model32, params32, batch, case)
+    with all_float64_islands(collections.Counter()):
+        gap, chosen64 = train_routing(model64, batch, case)
+    _, chosen32 = train_routing(model32, batch, case)
+    mismatches = sum(int((a != b).any(-1).sum()) for a, b in zip(chosen64, chosen32))
+    assert gap >= MIN_ROUTER_GAP and mismatches == 0, (gap, mismatches)
 
     zero = [k for k, v in g64.items() if v.abs().max().item() == 0.0]
     assert not zero, f"parameters with an exactly zero gradient: {zero}"
@@ -1086,6 +1121,7 @@ def write_train_case(out_dir: Path, log) -> dict:
             )
         ],
         checks=dict(
+            router=dict(min_topk_gap=float(f"{gap:.3g}"), fp32_fp64_routing_mismatches=mismatches),
             float64_module_outputs_checked=module_outputs,
             float64_islands_promoted=dict(sorted(counts.items())),
             params_with_exactly_zero_grad=[],
