@@ -18,9 +18,10 @@ test/fixtures/diffusion_gemma_vision/<case>/:
     meta.json                seeds, image sources, shapes, the measured check values
 
 Besides writing, the script checks its own outputs (tools/reference/README.md, "Vision fixtures"):
-  * an independent re-implementation of docs/model.md's vision tower, 2-D RoPE, pooling, projector, merge and encoder
-    overlay (it reads only config.json, model.safetensors and the batch, and uses the image-contract host inputs
-    image_pool_slot / image_token_index / image_segment_ids) agrees with HF;
+  * an independent re-implementation of the vision tower and projector of issue 18 (2-D RoPE: docs/model.md,
+    "Rotary embedding"), the merge and the encoder overlay (it reads only config.json, model.safetensors and the
+    batch, and uses the image-contract host inputs image_pool_slot / image_token_index / image_segment_ids) agrees
+    with HF;
   * reloading the written fixture with from_pretrained and rerunning reproduces expected.safetensors bit for bit;
   * HF's fp32 outputs are close to the same math in fp64, the overlay changes the image positions (and only from the
     first image token on), and the router top-k margin is at least 1e-4 on every token that matters;
@@ -495,7 +496,7 @@ def hf_forward(model, batch, *, with_mm_token_type_ids: bool) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Independent implementation of docs/model.md, "Vision tower and projector" (reads config.json, model.safetensors, batch)
+# Independent implementation of the vision tower and projector (issue 18; reads config.json, model.safetensors, batch)
 # ------------------------------------------------------------------------------------------------------------------
 
 
