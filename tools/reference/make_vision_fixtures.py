@@ -66,11 +66,6 @@ import transformers  # noqa: E402
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DynamicCache  # noqa: E402
 from transformers.models.gemma4 import modeling_gemma4 as hf_g4  # noqa: E402
 
-try:  # the torchvision backend is the default Gemma4ImageProcessor (the one AutoImageProcessor gives)
-    from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor  # noqa: E402
-except ImportError as e:  # pragma: no cover
-    sys.exit(f"make_vision_fixtures.py needs torchvision for transformers' Gemma4ImageProcessor ({e}); see tools/reference/README.md")
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_diffusion_gemma_fixtures as mdg  # noqa: E402  (determinism, eager checks, recording cache, spec_forward)
 import make_training_fixtures as mtf  # noqa: E402  (float64 islands, the objective's loss terms)
@@ -212,7 +207,13 @@ def synthetic_image() -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def image_processor() -> Gemma4ImageProcessor:
+def image_processor():
+    """transformers' default Gemma4ImageProcessor (the torchvision backend, what AutoImageProcessor gives). Imported
+    here so that other scripts can import this module's config constants without torchvision."""
+    try:
+        from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
+    except ImportError as e:
+        sys.exit(f"make_vision_fixtures.py needs torchvision for transformers' Gemma4ImageProcessor ({e}); see tools/reference/README.md")
     vc = VISION_CONFIG
     return Gemma4ImageProcessor(patch_size=vc["patch_size"], pooling_kernel_size=vc["pooling_kernel_size"], max_soft_tokens=SOFT_TOKENS)
 
