@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate DiffusionGemma vision parity fixtures (images through the vision tower into the encoder) from HF transformers.
+"""Generate DiffusionGemma vision parity fixtures (images, vision tower, encoder, decoder) from HF transformers.
 
 Reference-data generation only: this script is not run by CI. It builds one tiny random DiffusionGemma model WITH a
 tiny Gemma 4 vision tower (the text part is models/diffusion_gemma/configs/tiny-cpu.json), feeds it real images
@@ -94,9 +94,13 @@ VISION_CONFIG = dict(
     standardize=True,
 )
 SOFT_TOKENS = 70
-TOP_CONFIG = dict(image_token_id=4, boi_token_id=5, eoi_token_id=6, canvas_length=16, vision_soft_tokens_per_image=SOFT_TOKENS)
+TOP_CONFIG = dict(
+    image_token_id=4, boi_token_id=5, eoi_token_id=6, canvas_length=16, vision_soft_tokens_per_image=SOFT_TOKENS
+)
 WEIGHT_SEED = 4000  # first weight seed tried (searched for a router margin, see write_case)
-SYNTHETIC = dict(height=24, width=72, seed=11)  # non-square: 32 x 112 after the resize, 224 of 280 patches, 56 soft tokens
+SYNTHETIC = dict(
+    height=24, width=72, seed=11
+)  # non-square: 32 x 112 after the resize, 224 of 280 patches, 56 soft tokens
 SC_MASK = [1.0, 0.0]
 SC_LOGIT_SCALE = 4.0
 
@@ -128,6 +132,8 @@ NOT_WRITTEN = ("encoder_k_untrimmed_causal.", "encoder_v_untrimmed_causal.")
 def written(expected: dict[str, torch.Tensor], case: dict) -> dict[str, torch.Tensor]:
     skip = NOT_WRITTEN + tuple(case.get("not_written", ()))
     return {k: v.contiguous() for k, v in expected.items() if not k.startswith(skip)}
+
+
 TRAIN_CASE = "train_one_image"
 TRAIN_SOURCE = "one_image"  # the training case uses this case's prompts and images
 TRAIN_OBJECTIVE = mtf.Case("reweighted-loo-ce", True, 1.0)
@@ -213,9 +219,14 @@ def image_processor():
     try:
         from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor
     except ImportError as e:
-        sys.exit(f"make_vision_fixtures.py needs torchvision for transformers' Gemma4ImageProcessor ({e}); see tools/reference/README.md")
+        sys.exit(
+            f"make_vision_fixtures.py needs torchvision for transformers' Gemma4ImageProcessor ({e}); "
+            "see tools/reference/README.md"
+        )
     vc = VISION_CONFIG
-    return Gemma4ImageProcessor(patch_size=vc["patch_size"], pooling_kernel_size=vc["pooling_kernel_size"], max_soft_tokens=SOFT_TOKENS)
+    return Gemma4ImageProcessor(
+        patch_size=vc["patch_size"], pooling_kernel_size=vc["pooling_kernel_size"], max_soft_tokens=SOFT_TOKENS
+    )
 
 
 def load_images(names: list[str], synthetic_png: Path | None) -> list[Image.Image]:
@@ -234,7 +245,14 @@ def make_batch(case: dict, cfg, d: Path) -> tuple[dict[str, torch.Tensor], dict]
     V, L = tc.vocab_size, cfg.canvas_length
     pad, bos = tc.pad_token_id, tc.bos_token_id
     img_id, boi, eoi = cfg.image_token_id, cfg.boi_token_id, cfg.eoi_token_id
-    specials = {pad, bos, img_id, boi, eoi, *([tc.eos_token_id] if isinstance(tc.eos_token_id, int) else tc.eos_token_id)}
+    specials = {
+        pad,
+        bos,
+        img_id,
+        boi,
+        eoi,
+        *([tc.eos_token_id] if isinstance(tc.eos_token_id, int) else tc.eos_token_id),
+    }
     ordinary = torch.tensor([i for i in range(V) if i not in specials], dtype=torch.int64)
     g = torch.Generator().manual_seed(case["batch_seed"])
 
@@ -337,7 +355,9 @@ def derive_image_plan_inputs(batch, images_per_example: int, k: int, T: int) -> 
     for b in range(B):
         rows = [n * T + r for n in range(b * I, (b + 1) * I) for r in range(ranks_per_image[n])]
         where = (mm[b] == 1).nonzero().flatten()
-        assert len(where) == len(rows), f"example {b}: {len(where)} image tokens but the images give {len(rows)} pooled tokens"
+        assert len(where) == len(
+            rows
+        ), f"example {b}: {len(where)} image tokens but the images give {len(rows)} pooled tokens"
         token_index[b, where] = torch.tensor(rows, dtype=torch.int64)
         is_img = mm[b] == 1
         starts = is_img & ~torch.cat([torch.zeros(1, dtype=torch.bool), is_img[:-1]])
@@ -358,7 +378,9 @@ class VisionProbe:
         enc = model.model.encoder
         self.seen: dict[str, list[torch.Tensor]] = collections.defaultdict(list)
         self.handles = [
-            enc.vision_tower.encoder.register_forward_hook(lambda m, a, o: self.seen["tower"].append(o.last_hidden_state)),
+            enc.vision_tower.encoder.register_forward_hook(
+                lambda m, a, o: self.seen["tower"].append(o.last_hidden_state)
+            ),
             enc.vision_tower.register_forward_hook(lambda m, a, o: self.seen["pooled"].append(o.last_hidden_state)),
             enc.embed_vision.register_forward_hook(lambda m, a, o: self.seen["features"].append(o)),
             enc.language_model.register_forward_pre_hook(
@@ -438,7 +460,9 @@ def run_reference(model, cfg, batch) -> tuple[dict[str, torch.Tensor], dict]:
                 input_ids=None,
                 cache=cache,
                 decoder_input_ids=batch["noisy_canvas_ids"],
-                decoder_attention_mask=F.pad(batch["attention_mask"].bool(), (0, batch["noisy_canvas_ids"].shape[1]), value=True),
+                decoder_attention_mask=F.pad(
+                    batch["attention_mask"].bool(), (0, batch["noisy_canvas_ids"].shape[1]), value=True
+                ),
                 self_conditioning_logits=sc,
                 self_conditioning_mask=scm,
             )
@@ -471,13 +495,19 @@ def run_reference(model, cfg, batch) -> tuple[dict[str, torch.Tensor], dict]:
         rec.clear()
     rec.remove()
     probe.remove()
-    expected["decoder_position_ids"] = (torch.arange(batch["noisy_canvas_ids"].shape[1], dtype=torch.int64) + P).unsqueeze(0).expand(B, -1).contiguous()
+    expected["decoder_position_ids"] = (
+        (torch.arange(batch["noisy_canvas_ids"].shape[1], dtype=torch.int64) + P)
+        .unsqueeze(0)
+        .expand(B, -1)
+        .contiguous()
+    )
     return expected, dict(router_min_topk_gap=min(gaps))
 
 
 def hf_forward(model, batch, *, with_mm_token_type_ids: bool) -> torch.Tensor:
     """HF's own forward() with the images and 2-D masks. Without mm_token_type_ids (as HF's forward-pass tests call it)
-    it builds plain causal masks; with them, transformers 5.25 builds the overlay too (see README, "Vision fixtures")."""
+    it builds plain causal masks; with them, transformers 5.25 builds the overlay too (see README, "Vision fixtures").
+    """
     L = batch["noisy_canvas_ids"].shape[1]
     extra = dict(mm_token_type_ids=batch["mm_token_type_ids"]) if with_mm_token_type_ids else {}
     with torch.no_grad():
@@ -547,12 +577,15 @@ def spec_vision(config_json: dict, w: dict, batch: dict, plan: dict, dtype=torch
         grp = nh // kk.shape[2]
         s = torch.einsum("nqhd,nkhd->nhqk", q, kk.repeat_interleave(grp, dim=2))  # scale 1
         s = s.masked_fill(~allowed, float("-inf"))
-        o = torch.einsum("nhqk,nkhd->nqhd", torch.softmax(s, dim=-1), v.repeat_interleave(grp, dim=2)).reshape(N, Np, nh * hd)
+        o = torch.einsum("nhqk,nkhd->nqhd", torch.softmax(s, dim=-1), v.repeat_interleave(grp, dim=2)).reshape(
+            N, Np, nh * hd
+        )
         x = x + mdg._rms(o @ W[p + "self_attn.o_proj.linear.weight"].T, W[p + "post_attention_layernorm.weight"], eps)
         m = mdg._rms(x, W[p + "pre_feedforward_layernorm.weight"], eps)
-        m = (F.gelu(m @ W[p + "mlp.gate_proj.linear.weight"].T, approximate="tanh") * (m @ W[p + "mlp.up_proj.linear.weight"].T)) @ W[
-            p + "mlp.down_proj.linear.weight"
-        ].T
+        m = (
+            F.gelu(m @ W[p + "mlp.gate_proj.linear.weight"].T, approximate="tanh")
+            * (m @ W[p + "mlp.up_proj.linear.weight"].T)
+        ) @ W[p + "mlp.down_proj.linear.weight"].T
         x = x + mdg._rms(m, W[p + "post_feedforward_layernorm.weight"], eps)
     tower = x
     # pool: scatter-add into the flat slot list [N T] (+1 dump row for padding patches), (1/k^2) sqrt(Hv)
@@ -608,7 +641,9 @@ def spec_errors(spec: dict, expected: dict, batch: dict) -> dict[str, float]:
     am = batch["attention_mask"].bool()
     vis = spec["vision"]
     errs = {
-        "vision_tower_hidden[valid]": mdg.rel_err(vis["tower"][vis["valid"]], expected["vision_tower_hidden"][vis["valid"]]),
+        "vision_tower_hidden[valid]": mdg.rel_err(
+            vis["tower"][vis["valid"]], expected["vision_tower_hidden"][vis["valid"]]
+        ),
         "vision_pooled": mdg.rel_err(vis["pooled"][vis["occupied"]], expected["vision_pooled"]),
         "vision_features": mdg.rel_err(vis["features"][vis["occupied"]], expected["vision_features"]),
         "inputs_embeds": mdg.rel_err(spec["inputs_embeds"], expected["inputs_embeds"]),
@@ -616,7 +651,9 @@ def spec_errors(spec: dict, expected: dict, batch: dict) -> dict[str, float]:
     for suffix in ("", "_causal"):
         ref = spec[suffix]
         errs[f"logits{suffix}"] = mdg.rel_err(ref["logits"], expected[f"logits{suffix}"])
-        errs[f"encoder_hidden{suffix}[valid]"] = mdg.rel_err(ref["encoder_hidden"][am], expected[f"encoder_hidden{suffix}"][am])
+        errs[f"encoder_hidden{suffix}[valid]"] = mdg.rel_err(
+            ref["encoder_hidden"][am], expected[f"encoder_hidden{suffix}"][am]
+        )
         kv = 0.0
         for li, (k, v) in ref["kv"].items():
             for nm, t in (("k", k), ("v", v)):
@@ -646,7 +683,9 @@ def save_model_files(model, d: Path) -> None:
 
 
 def reload_model(d: Path, dtype=torch.float32) -> DiffusionGemmaForBlockDiffusion:
-    model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(d), attn_implementation="eager", experts_implementation="eager")
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+        str(d), attn_implementation="eager", experts_implementation="eager"
+    )
     model = model.to(dtype).eval()
     mdg.check_implementations(model)
     stored = load_file(str(d / "model.safetensors"))
@@ -688,7 +727,9 @@ def write_forward_cases(out_dir: Path, log) -> None:
             link_model(d, first)
         batch, info = batches[name]
         expected, run_info = runs[name]
-        save_file({k: v.contiguous() for k, v in batch.items()}, str(d / "batch.safetensors"), metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in batch.items()}, str(d / "batch.safetensors"), metadata={"format": "pt"}
+        )
         vc = VISION_CONFIG
         plan = derive_image_plan_inputs(batch, info["images_per_example"], vc["pooling_kernel_size"], SOFT_TOKENS)
         expected.update(plan)
@@ -741,7 +782,9 @@ def verify_forward_case(name, d: Path, model, cfg, batch, expected, plan, log) -
     checks["reload_rerun_bit_identical"] = True
 
     # (b) HF's own forward() with the images is the overlay-off result
-    checks["hf_forward_equals_logits_causal"] = bool(torch.equal(hf_forward(model, batch, with_mm_token_type_ids=False), expected["logits_causal"]))
+    checks["hf_forward_equals_logits_causal"] = bool(
+        torch.equal(hf_forward(model, batch, with_mm_token_type_ids=False), expected["logits_causal"])
+    )
     assert checks["hf_forward_equals_logits_causal"], f"{name}: HF forward() differs from the overlay-off logits"
     e_mm = mdg.rel_err(hf_forward(model, batch, with_mm_token_type_ids=True), expected["logits"])
     assert e_mm <= REL_TOL, f"{name}: HF forward() with mm_token_type_ids vs the generate() mask: {e_mm:.3g}"
@@ -779,9 +822,14 @@ def verify_forward_case(name, d: Path, model, cfg, batch, expected, plan, log) -
     checks["inputs"] = dict(
         padding_patches_per_image=(~vis_valid).sum(1).tolist(),
         std_bias_abs_max=float(f"{model.model.encoder.vision_tower.std_bias.abs().max().item():.3g}"),
-        std_scale_range=[float(f"{model.model.encoder.vision_tower.std_scale.min().item():.3g}"), float(f"{model.model.encoder.vision_tower.std_scale.max().item():.3g}")],
+        std_scale_range=[
+            float(f"{model.model.encoder.vision_tower.std_scale.min().item():.3g}"),
+            float(f"{model.model.encoder.vision_tower.std_scale.max().item():.3g}"),
+        ],
         image_runs_per_example=plan["image_segment_ids"].max(1).values.tolist(),
-        image_run_longer_than_sliding_window=bool(max(batch["mm_token_type_ids"].sum(1).tolist()) > cfg.text_config.sliding_window),
+        image_run_longer_than_sliding_window=bool(
+            max(batch["mm_token_type_ids"].sum(1).tolist()) > cfg.text_config.sliding_window
+        ),
     )
     log(f"  [{name}] checks: {json.dumps(checks)}")
     return checks
@@ -864,7 +912,9 @@ def make_train_batch(src: dict, cfg) -> tuple[dict[str, torch.Tensor], dict]:
     g = torch.Generator().manual_seed(TRAIN_NOISE_SEED)
     canvas_mask = torch.ones((B, L), dtype=torch.float32)
     canvas_mask[1, L - 3 :] = 0.0
-    canvas_ids = torch.where(canvas_mask > 0, ordinary[torch.randint(len(ordinary), (B, L), generator=g)], torch.full((B, L), pad))
+    canvas_ids = torch.where(
+        canvas_mask > 0, ordinary[torch.randint(len(ordinary), (B, L), generator=g)], torch.full((B, L), pad)
+    )
     diffusion_t = torch.tensor(TRAIN_T[:B], dtype=torch.float32)
     u = torch.rand((B, L), generator=g, dtype=torch.float32)
     r = torch.randint(V, (B, L), generator=g, dtype=torch.int64)
@@ -872,7 +922,17 @@ def make_train_batch(src: dict, cfg) -> tuple[dict[str, torch.Tensor], dict]:
     noisy = torch.where(selected, r, canvas_ids)
     valid = canvas_mask == 1
     assert ((noisy == canvas_ids) & valid).any() and ((noisy != canvas_ids) & valid).any()
-    batch = {k: src[k] for k in ("input_ids", "attention_mask", "position_ids", "mm_token_type_ids", "pixel_values", "image_position_ids")}
+    batch = {
+        k: src[k]
+        for k in (
+            "input_ids",
+            "attention_mask",
+            "position_ids",
+            "mm_token_type_ids",
+            "pixel_values",
+            "image_position_ids",
+        )
+    }
     batch.update(
         canvas_ids=canvas_ids,
         canvas_mask=canvas_mask,
@@ -886,8 +946,9 @@ def make_train_batch(src: dict, cfg) -> tuple[dict[str, torch.Tensor], dict]:
         diffusion_t=TRAIN_T[:B],
         self_conditioning_mask=SC_MASK[:B],
         noise_seed=TRAIN_NOISE_SEED,
-        draws="g = torch.Generator().manual_seed(noise_seed); canvas = ordinary_ids[torch.randint(len(ordinary_ids), (B, L), "
-        "generator=g)] (pad where canvas_mask is 0); u = torch.rand((B, L), generator=g); r = torch.randint(V, (B, L), generator=g); "
+        draws="g = torch.Generator().manual_seed(noise_seed); "
+        "canvas = ordinary_ids[torch.randint(len(ordinary_ids), (B, L), generator=g)] (pad where canvas_mask is 0); "
+        "u = torch.rand((B, L), generator=g); r = torch.randint(V, (B, L), generator=g); "
         "noisy = where((u < t[:, None]) & (canvas_mask == 1), r, canvas_ids)",
         changed_positions_per_row=((noisy != canvas_ids) & valid).sum(1).tolist(),
         noisy_ids_equal_to_image_token_id=int((noisy == cfg.image_token_id).sum()),
@@ -919,7 +980,9 @@ def train_objective(model, batch, case: mtf.Case, pass1_logits=None) -> dict[str
         ids = torch.cat([batch["input_ids"], batch["canvas_ids"]], dim=1)
         am = torch.cat([batch["attention_mask"], batch["canvas_mask"].to(torch.int64)], dim=1)
         mm = torch.cat([batch["mm_token_type_ids"], torch.zeros((B, L), dtype=torch.int64)], dim=1)
-        h = encode(model, batch, overlay=True, cache=DynamicCache(config=tc), ids=ids, attention_mask=am, mm=mm).last_hidden_state
+        h = encode(
+            model, batch, overlay=True, cache=DynamicCache(config=tc), ids=ids, attention_mask=am, mm=mm
+        ).last_hidden_state
         logits_e = mtf.softcap(model.lm_head(h[:, P - 1 : P + L - 1]), model.final_logit_softcapping)
         M = batch["canvas_mask"].to(logits_e.dtype)
         ce = -torch.log_softmax(logits_e, dim=-1).gather(-1, batch["canvas_ids"].unsqueeze(-1)).squeeze(-1)
@@ -935,7 +998,11 @@ def trainable_params(model, d: Path) -> list[tuple[str, torch.nn.Parameter]]:
     name (named_parameters lists it under the encoder's), the vision tower and projector under their own names."""
     out = {}
     for n, p in model.named_parameters():
-        ck = "model.decoder." + n[len("model.encoder.language_model.") :] if n.startswith("model.encoder.language_model.") else n
+        ck = (
+            "model.decoder." + n[len("model.encoder.language_model.") :]
+            if n.startswith("model.encoder.language_model.")
+            else n
+        )
         assert p.requires_grad and ck not in out, n
         out[ck] = p
     stored = load_file(str(d / "model.safetensors"))
@@ -1028,7 +1095,9 @@ def train_routing(model, batch, case) -> tuple[float, list[torch.Tensor]]:
     gap, chosen = math.inf, []
     for part, _i, probs, idx in rec.calls:
         n = probs.shape[0]
-        rel_tokens = torch.ones(n, dtype=torch.bool) if part == "decoder" else (kv_tokens if n == B * P else clean_tokens)
+        rel_tokens = (
+            torch.ones(n, dtype=torch.bool) if part == "decoder" else (kv_tokens if n == B * P else clean_tokens)
+        )
         sp = probs.sort(dim=-1, descending=True).values
         gap = min(gap, (sp[:, k - 1] - sp[:, k])[rel_tokens].min().item())
         chosen.append(idx[rel_tokens].sort(dim=-1).values)
@@ -1093,13 +1162,17 @@ def write_train_case(out_dir: Path, log) -> dict:
         name=TRAIN_CASE,
         description="The block-diffusion SFT objective (docs/training.md, 'The objective'; make_training_fixtures.py's "
         "definition) on the one_image prompts and images: reweighted-loo-ce, self-conditioning on with mask [1, 0], "
-        "encoder loss weight 1. Every encoder call (both K/V passes and the clean pass over prompt ++ x0) runs the vision "
+        "encoder loss weight 1. Every encoder call (both K/V passes and the clean pass over prompt ++ x0) runs the "
+        "vision "
         "tower and the image-bidirectional overlay. Gradients of every parameter, vision tower and projector included, "
         "in float64 torch autograd.",
         generator=GENERATOR,
-        model=f"config.json + model.safetensors of this directory (model.safetensors: a symbolic link to ../{TRAIN_SOURCE}/model.safetensors)",
+        model="config.json + model.safetensors of this directory "
+        f"(model.safetensors: a symbolic link to ../{TRAIN_SOURCE}/model.safetensors)",
         versions=versions(),
-        settings=dict(settings(), reference_dtype="float64 (model.double(), HF float32 islands of text and vision in float64)"),
+        settings=dict(
+            settings(), reference_dtype="float64 (model.double(), HF float32 islands of text and vision in float64)"
+        ),
         batch=info,
         cases=[
             dict(
@@ -1111,7 +1184,9 @@ def write_train_case(out_dir: Path, log) -> dict:
                 diffusion_loss_per_example=res64["diffusion_loss_per_example"].tolist(),
                 fp32_vs_fp64=dict(
                     loss_rel_err=float(f"{rel(res32['loss'].item(), res64['loss'].item()):.3g}"),
-                    encoder_loss_rel_err=float(f"{rel(res32['encoder_loss'].item(), res64['encoder_loss'].item()):.3g}"),
+                    encoder_loss_rel_err=float(
+                        f"{rel(res32['encoder_loss'].item(), res64['encoder_loss'].item()):.3g}"
+                    ),
                     grad_max_param_rel_l2=float(f"{worst:.3g}"),
                     grad_max_param=worst_name,
                     grad_max_vision_param_rel_l2=float(f"{vision_worst:.3g}"),
@@ -1135,12 +1210,16 @@ def write_train_case(out_dir: Path, log) -> dict:
             "buffers: no gradient.",
             "The vision tower runs once per encoder call; the gradient of its parameters sums the K/V pass of pass 2 "
             "and the clean pass (pass 1 is a no_grad stop-gradient).",
-            "canvas_ids are ordinary ids (no image, boi, eoi, bos, eos or pad id at a real position): the clean encoder "
+            "canvas_ids are ordinary ids (no image, boi, eoi, bos, eos or pad id at a real position): "
+            "the clean encoder "
             "pass reads them, and HF would count an image id there as a placeholder.",
         ],
     )
     (d / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    log(f"  [{TRAIN_CASE}] loss {res64['loss'].item():.17g}  fd {fd['rel_err']:.3g}  fp32 grad {worst:.3g} ({worst_name})")
+    log(
+        f"  [{TRAIN_CASE}] loss {res64['loss'].item():.17g}  fd {fd['rel_err']:.3g}  "
+        f"fp32 grad {worst:.3g} ({worst_name})"
+    )
     return meta
 
 
@@ -1187,7 +1266,11 @@ def main() -> int:
     names = list(CASES) + [TRAIN_CASE]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help="fixture root, relative to the repo root")
-    ap.add_argument("--check", action="store_true", help="regenerate into a temporary directory and compare byte-for-byte with --out-dir (writes nothing)")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="regenerate into a temporary directory and compare byte-for-byte with --out-dir (writes nothing)",
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
 
