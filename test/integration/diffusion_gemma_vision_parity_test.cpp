@@ -19,6 +19,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "models/diffusion_gemma/Builder.h"
+#include "models/diffusion_gemma/Inference.h"
 #include "models/diffusion_gemma/WeightSchema.h"
 #include "runtime/data/batch/ImageInputs.h"
 #include "runtime/exec/Executor.h"
@@ -145,6 +146,10 @@ struct ForwardCase {
   std::string fixture;
   bool overlay;  // the config's use_bidirectional_attention "vision" (HF generate) or null (HF forward without mm ids)
 };
+
+std::ostream& operator<<(std::ostream& stream, const ForwardCase& forwardCase) {
+  return stream << forwardCase.fixture << (forwardCase.overlay ? " overlay" : " causal");
+}
 
 class VisionForwardParity : public ::testing::TestWithParam<ForwardCase> {};
 
@@ -302,6 +307,83 @@ TEST(VisionTrainParity, MatchesTorchAutograd) {
   EXPECT_GT(visionGradients, 0);
   std::cout << " worst gradient " << worst << " (" << worstName << ")\n";
 }
+
+// Image plans compile under every parallel layout (docs/parallelism.md): the vision tower's
+// parameters are replicated (whole on every rank), whatever the text stack's split.
+struct Layout {
+  std::string name;
+  mlir::dg::ShardingOptions options;
+};
+
+std::ostream& operator<<(std::ostream& stream, const Layout& layout) { return stream << layout.name; }
+
+class VisionShardedCompile : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(VisionShardedCompile, EveryRankPlansTheImageEntries) {
+  const std::string dir = fixtureDir("train_one_image");
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
+  const mlir::dg::ShardingOptions& layout = GetParam().options;
+  for (const bool train : {true, false}) {
+    SCOPED_TRACE(train ? "train" : "infer");
+    mlir::MLIRContext context;
+    mlir::OwningOpRef<mlir::ModuleOp> module;
+    mlir::dg::PipelineOptions pipeline;
+    pipeline.train = train;
+    if (train) {
+      mlir::dg::DiffusionGemmaTrainOptions options;
+      options.microBatch = 2;
+      options.promptLengths = {72};
+      options.objective.selfConditioningProb = 0.5;
+      options.imagesPerExample = 1;
+      module = mlir::dg::buildDiffusionGemmaTrain(context, config, options);
+    } else {
+      mlir::dg::DiffusionGemmaInferenceOptions options;
+      options.microBatch = 2;
+      options.promptLengths = {72};
+      options.cacheLength = mlir::dg::inferenceCacheLength(72, 32, config.canvasLength);
+      options.imagesPerExample = 1;
+      module = mlir::dg::buildDiffusionGemmaInference(context, config, options);
+    }
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runShardingStage(*module, layout)));
+    for (int64_t rank = 0; rank < layout.worldSize(); ++rank) {
+      SCOPED_TRACE("rank " + std::to_string(rank));
+      auto partition = mlir::dg::partitionForRank(*module, rank, layout);
+      ASSERT_TRUE(mlir::succeeded(partition));
+      ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(**partition, pipeline)));
+      mlir::dg::PlanLoweringOptions lowering;
+      lowering.rank = rank;
+      auto plan = mlir::dg::lowerToPlan(**partition, lowering);
+      ASSERT_TRUE(mlir::succeeded(plan));
+      std::set<std::string> entries;
+      for (const EntryPoint& entry : plan->entryPoints) entries.insert(entry.name);
+      for (const char* name : train ? std::vector<const char*>{"train_step", "train_step_images"}
+                                    : std::vector<const char*>{"forward_images", "prefill", "prefill_images"})
+        EXPECT_TRUE(entries.count(name)) << name;
+      int64_t visionParameters = 0;
+      for (const Parameter& parameter : plan->parameters) {
+        if (parameter.name.find("vision") == std::string::npos || parameter.name.rfind("grad/", 0) == 0) continue;
+        ++visionParameters;
+        EXPECT_EQ(parameter.shardShape, parameter.globalShape) << parameter.name << ": not replicated";
+      }
+      EXPECT_EQ(visionParameters, static_cast<int64_t>(expectedVisionWeights(config).size()));
+    }
+  }
+}
+
+mlir::dg::ShardingOptions layoutOf(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel, bool sequenceParallel) {
+  mlir::dg::ShardingOptions options;
+  options.tensorParallel = tensorParallel;
+  options.dataParallel = dataParallel;
+  options.expertParallel = expertParallel;
+  options.sequenceParallel = sequenceParallel;
+  return options;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, VisionShardedCompile,
+                         ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"tp2_sp", layoutOf(2, 1, 1, true)},
+                                           Layout{"dp2", layoutOf(1, 2, 1, false)}, Layout{"dp2_ep2", layoutOf(1, 2, 2, false)}),
+                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace dgemma
