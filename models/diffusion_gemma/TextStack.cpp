@@ -55,7 +55,12 @@ Value TextStack::decoderInput(Value canvasIds, Value signal) {
 // The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
 // state before the final norm and, if asked, every layer's K/V.
 Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut) {
-  Value hidden = embed(ids);
+  return encoderStackOverEmbeddings(embed(ids), keyValid, positions, keyValuesOut);
+}
+
+Value TextStack::encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
+                                            std::vector<LayerKeyValues>* keyValuesOut) {
+  Value hidden = embeddings;
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
     hidden = layerForward(layer, hidden, positions, EncoderAttention{keyValid}, keyValuesOut);
   return hidden;

@@ -42,6 +42,9 @@ class TextStack {
   // The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
   // state before the final norm and, if asked, every layer's K/V.
   Value encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut);
+  // The same from the encoder's input embedding [B, T, H] (an image prompt's merged input, VisionTower.h).
+  Value encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
+                                   std::vector<LayerKeyValues>* keyValuesOut);
   // The encoder stack over a block of ids [B, T] (every token real) that continues the cached
   // positions: each layer attends causally over [its cache ; the block] (the window counts cache
   // slots too). Returns the last hidden state before the final norm and, if asked, every layer's
