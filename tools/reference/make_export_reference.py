@@ -85,8 +85,8 @@ def make_listing() -> dict:
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "model": "models/diffusion_gemma/configs/demo",
-        "vision_config": dict(VISION_CONFIG),
-        "vision_soft_tokens_per_image": SOFT_TOKENS,
+        "vision_config": {key: getattr(cfg.vision_config, key) for key in VISION_CONFIG},
+        "vision_soft_tokens_per_image": cfg.vision_soft_tokens_per_image,
         "command": "python3 tools/reference/make_export_reference.py",
     }
     for dtype_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -101,7 +101,7 @@ def make_listing() -> dict:
             files = sorted(p.name for p in d.iterdir())
         text = {k: v for k, v in sorted(tensors.items()) if not k.startswith(VISION_PREFIXES)}
         vision = {k: v for k, v in sorted(tensors.items()) if k.startswith(VISION_PREFIXES)}
-        assert config["vision_config"]["hidden_size"] == VISION_CONFIG["hidden_size"]
+        assert config["vision_config"]["hidden_size"] == cfg.vision_config.hidden_size
         listing[dtype_name] = {
             "files": files,
             "text_tensors": text,
