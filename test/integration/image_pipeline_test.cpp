@@ -180,6 +180,27 @@ TEST_F(ImagePipelineTest, TrainsOnImagesAndResumesBitExactly) {
     EXPECT_TRUE(readFile(dir / "whole/step-00000006/" + file) == readFile(dir / "split/step-00000006/" + file)) << file;
 }
 
+// Two data-parallel ranks split an image micro-batch by examples, each with its examples' images
+// (rank r: images [r·B/2·I, (r+1)·B/2·I)): the first step's loss on image rows is the one rank's.
+TEST_F(ImagePipelineTest, DataParallelImageMicroBatchesMatchOneRank) {
+  const std::string split = dir / "images.jsonl";
+  writeLines(split, {imageRow({image(10)}, "A dot."), imageRow({image(11)}, "A red dot."), imageRow({image(12)}, "Two."),
+                     imageRow({image(13)}, "A cat.")});
+  std::vector<double> losses;
+  for (const auto& [layout, ranks] : {std::pair{std::string(" --micro-batch 4"), 1}, std::pair{std::string(" --micro-batch 2 --dp 2"), 2}}) {
+    const std::string plan = dir / ("plan-" + std::to_string(ranks));
+    ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + kDemo + " --mode train" + layout + kBuckets +
+                                  " --encoder-loss-weight 0 --images-per-example 1 -o " + plan);
+    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+    const std::string metrics = dir / ("metrics-" + std::to_string(ranks) + ".jsonl");
+    ToolResult trained = runTool(std::string(DGEMMA_RUN) + " train --plan " + plan + " --init random --seed 3 --tokenizer " + kTokenizer +
+                                 " --train " + split + " --steps 1 --metrics " + metrics + " --nproc-per-node " + std::to_string(ranks));
+    ASSERT_EQ(trained.exitCode, 0) << trained.output;
+    losses.push_back(nlohmann::json::parse(readFile(metrics).substr(0, readFile(metrics).find('\n'))).at("loss").get<double>());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+}
+
 // generate --image and eval over image rows on an inference plan with prefill_images, from a
 // checkpoint of the image plan; a text-only inference plan refuses --image, naming the flag.
 TEST_F(ImagePipelineTest, GenerateWithImagesAndEvalPerModality) {
