@@ -47,7 +47,8 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
     Value merged = vision.mergedEmbedding(text, inputIds, features, images.tokenIndex);
     g.output("vision_features", g.toF32(features, "vision_features"));
     g.output("encoder_input", g.toF32(merged, "encoder_input"));
-    hidden = text.encoderStackOverEmbeddings(merged, promptValid, positions, &keyValues);
+    hidden = text.encoderStackOverEmbeddings(merged, promptValid, positions, &keyValues,
+                                             vision.overlaySegmentIds(images.segmentIds));
   } else {
     hidden = text.encoderStack(inputIds, promptValid, positions, &keyValues);
   }

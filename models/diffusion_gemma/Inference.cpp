@@ -97,7 +97,7 @@ void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
     diffusion_gemma::VisionTower vision(g, imagesPerExample);
     const diffusion_gemma::ImageInputs images = vision.declareInputs(promptLength);
     Value merged = vision.mergedEmbedding(text, inputIds, vision.features(images), images.tokenIndex);
-    text.encoderStackOverEmbeddings(merged, promptValid, positions, &keyValues);
+    text.encoderStackOverEmbeddings(merged, promptValid, positions, &keyValues, vision.overlaySegmentIds(images.segmentIds));
   } else {
     text.encoderStack(inputIds, promptValid, positions, &keyValues);
   }

@@ -55,7 +55,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
   std::vector<LayerKeyValues> keyValues;
   if (vision)
     text_.encoderStackOverEmbeddings(vision->mergedEmbedding(text_, inputIds, features, images.tokenIndex), promptValid,
-                                     g_.positions(0, promptLength), &keyValues);
+                                     g_.positions(0, promptLength), &keyValues, vision->overlaySegmentIds(images.segmentIds));
   else
     text_.encoderStack(inputIds, promptValid, g_.positions(0, promptLength), &keyValues);
 
@@ -116,12 +116,19 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
     Value cleanPositions = g_.positions(0, promptLength + canvasLength_);
     Value hidden;
     if (vision) {
-      // The clean target holds no image token: its positions read no feature row (N·T).
+      // The clean target holds no image token: its positions read no feature row (N·T) and belong to
+      // no image run (segment 0).
       auto indexType = RankedTensorType::get({batch_, canvasLength_}, b_.getI64Type());
-      Value noFeature = b_.create<ConstantOp>(g_.loc("clean.no_feature"), DenseElementsAttr::get(indexType, vision->pooledRows()));
-      Value cleanIndex = g_.concat({images.tokenIndex, noFeature}, 1, "clean.image_token_index");
+      auto targetConstant = [&](int64_t value, const std::string& name) -> Value {
+        return b_.create<ConstantOp>(g_.loc(name), DenseElementsAttr::get(indexType, value));
+      };
+      Value cleanIndex = g_.concat({images.tokenIndex, targetConstant(vision->pooledRows(), "clean.no_feature")}, 1,
+                                   "clean.image_token_index");
+      Value cleanSegments = vision->overlaySegmentIds(images.segmentIds);
+      if (cleanSegments)
+        cleanSegments = g_.concat({cleanSegments, targetConstant(0, "clean.no_image")}, 1, "clean.image_segment_ids");
       hidden = text_.encoderStackOverEmbeddings(vision->mergedEmbedding(text_, cleanIds, features, cleanIndex), cleanValid,
-                                                cleanPositions, nullptr);
+                                                cleanPositions, nullptr, cleanSegments);
     } else {
       hidden = text_.encoderStack(cleanIds, cleanValid, cleanPositions, nullptr);
     }

@@ -52,17 +52,20 @@ Value TextStack::decoderInput(Value canvasIds, Value signal) {
   return g_.weightlessNorm(g_.add(tokens, mlp, "sc.residual"), "sc.post_norm");
 }
 
-// The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
-// state before the final norm and, if asked, every layer's K/V.
-Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut) {
-  return encoderStackOverEmbeddings(embed(ids), keyValid, positions, keyValuesOut);
+// The encoder stack over ids [B, T] (causal, key validity [B, T] i1, optionally the image overlay's
+// segment ids on every layer); returns the last hidden state before the final norm and, if asked,
+// every layer's K/V.
+Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut,
+                              Value segmentIds) {
+  return encoderStackOverEmbeddings(embed(ids), keyValid, positions, keyValuesOut, segmentIds);
 }
 
 Value TextStack::encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
-                                            std::vector<LayerKeyValues>* keyValuesOut) {
+                                            std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds) {
   Value hidden = embeddings;
+  const EncoderAttention keySet{keyValid, nullptr, Value(), segmentIds};
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
-    hidden = layerForward(layer, hidden, positions, EncoderAttention{keyValid}, keyValuesOut);
+    hidden = layerForward(layer, hidden, positions, keySet, keyValuesOut);
   return hidden;
 }
 
@@ -151,7 +154,7 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
     attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues, keySet.keyValid,
                                       AttentionMaskAttr::get(b_.getContext(), AttentionMask::Causal),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
-                                      b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0));
+                                      b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0), keySet.segmentIds);
   } else {
     // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
     Value allKeys = g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
@@ -159,7 +162,8 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
     attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues,
                                       keySet.keyValid, AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
-                                      b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0));
+                                      b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0),
+                                      /*segment_ids=*/Value());
   }
   Value merged = g_.reshape(attended, {outShape[0], outShape[1], queryHeads * headDim}, name("heads"));
   return g_.linear(merged, name("self_attn.o_proj.weight"), hidden_, queryHeads * headDim);

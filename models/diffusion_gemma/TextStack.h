@@ -40,11 +40,13 @@ class TextStack {
   // The decoder's input from the canvas ids [B, L] and a signal (null: self-conditioning pass 1).
   Value decoderInput(Value canvasIds, Value signal);
   // The encoder stack over ids [B, T] (causal, key validity [B, T] i1); returns the last hidden
-  // state before the final norm and, if asked, every layer's K/V.
-  Value encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut);
+  // state before the final norm and, if asked, every layer's K/V. `segmentIds` [B, T] i64 (null:
+  // none) are the image overlay of every layer's attention (docs/model.md, "Encoder attention mask").
+  Value encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut,
+                     Value segmentIds = {});
   // The same from the encoder's input embedding [B, T, H] (an image prompt's merged input, VisionTower.h).
   Value encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
-                                   std::vector<LayerKeyValues>* keyValuesOut);
+                                   std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds = {});
   // The encoder stack over a block of ids [B, T] (every token real) that continues the cached
   // positions: each layer attends causally over [its cache ; the block] (the window counts cache
   // slots too). Returns the last hidden state before the final norm and, if asked, every layer's
@@ -72,6 +74,7 @@ class TextStack {
     const LayerCache* cache = nullptr;  // keys before the block's own
     // The tokens that are real (the load-balancing loss counts only them); null: keyValid.
     Value tokenValid;
+    Value segmentIds;  // [B, P] i64, the image overlay; null: plain causal
   };
   struct DecoderAttention {
     Value keyValid;  // [B, P + L] i1: the prompt mask, then the (always valid) canvas

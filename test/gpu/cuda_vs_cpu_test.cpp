@@ -1118,10 +1118,12 @@ struct AttentionGpuCase {
   int64_t batch, queries, keys, queryHeads, kvHeads, headDim, valueDim;
   std::string mask;
   int64_t window, prefixLen;
+  bool segmented = false;  // with segment_ids (the causal mask's image overlay)
 };
 
 std::string describe(const AttentionGpuCase& c) {
-  return c.mask + " B=" + std::to_string(c.batch) + " Tq=" + std::to_string(c.queries) + " Tk=" + std::to_string(c.keys) +
+  return c.mask + (c.segmented ? " segmented" : "") + " B=" + std::to_string(c.batch) + " Tq=" +
+         std::to_string(c.queries) + " Tk=" + std::to_string(c.keys) +
          " Hq=" + std::to_string(c.queryHeads) + " Hkv=" + std::to_string(c.kvHeads) + " D=" + std::to_string(c.headDim) +
          " Dv=" + std::to_string(c.valueDim) + " window=" + std::to_string(c.window) +
          " prefix=" + std::to_string(c.prefixLen);
@@ -1134,6 +1136,8 @@ const std::vector<AttentionGpuCase>& attentionGpuCases() {
       {2, 24, 88, 4, 2, 64, 64, "prefix", 16, 64},  {2, 16, 40, 2, 2, 8, 8, "prefix", 0, 0},
       {1, 130, 300, 4, 1, 256, 256, "causal", 0, 0},  // 256-wide heads: shared memory past 48 KiB
       {1, 40, 40, 2, 1, 512, 512, "bidirectional", 0, 0},
+      {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0, true},   {3, 5, 13, 2, 1, 16, 24, "causal", 3, 0, true},
+      {1, 130, 300, 4, 1, 256, 256, "causal", 0, 0, true},
   };
   return cases;
 }
@@ -1149,6 +1153,18 @@ std::vector<float> keyValidBytes(const AttentionGpuCase& c) {
   return bytes;
 }
 
+// Segment ids in runs of 11 keys that alternate between text (0) and the next image (1, 2, ...), so
+// that images reach past the windows and into the future; batch row b starts its runs b keys later.
+std::vector<float> segmentIdBytes(const AttentionGpuCase& c) {
+  std::vector<int64_t> segments(c.batch * c.keys);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t j = 0; j < c.keys; ++j) {
+      const int64_t run = (j + b) / 11;
+      segments[b * c.keys + j] = run % 2 == 1 ? run / 2 + 1 : 0;
+    }
+  return int64Bytes(segments);
+}
+
 StepSetup attentionSetup(const AttentionGpuCase& c, DType dtype, bool backward) {
   StepSetup setup(backward ? "attention_backward" : "attention",
                   {{"mask", c.mask}, {"window", c.window}, {"prefix_len", c.prefixLen}, {"scale", 0.125}});
@@ -1156,8 +1172,9 @@ StepSetup attentionSetup(const AttentionGpuCase& c, DType dtype, bool backward) 
       .in({c.batch, c.keys, c.kvHeads, c.headDim}, dtype)
       .in({c.batch, c.keys, c.kvHeads, c.valueDim}, dtype)
       .in({c.batch, c.keys}, DType::U8);
+  if (backward) setup.in({c.batch, c.queries, c.queryHeads, c.valueDim}, dtype);
+  if (c.segmented) setup.in({c.batch, c.keys}, DType::I64);
   if (backward) {
-    setup.in({c.batch, c.queries, c.queryHeads, c.valueDim}, dtype);
     setup.out({c.batch, c.queries, c.queryHeads, c.headDim}, dtype)
         .out({c.batch, c.keys, c.kvHeads, c.headDim}, dtype)
         .out({c.batch, c.keys, c.kvHeads, c.valueDim}, dtype);
@@ -1180,11 +1197,13 @@ void checkAttention(bool backward) {
     if (backward) values.push_back(roundedToBf16(randomFloats(c.batch * c.queries * c.queryHeads * c.valueDim, seed++)));
     std::vector<std::vector<float>> inputs = {values[0], values[1], values[2], keyValidBytes(c)};
     if (backward) inputs.push_back(values[3]);
+    if (c.segmented) inputs.push_back(segmentIdBytes(c));
     const StepSetup f32 = attentionSetup(c, DType::F32, backward);
     const BothResults results = runBoth(f32, inputs);
     std::vector<std::vector<float>> bf16Inputs = {bf16Bytes(values[0]), bf16Bytes(values[1]), bf16Bytes(values[2]),
                                                   keyValidBytes(c)};
     if (backward) bf16Inputs.push_back(bf16Bytes(values[3]));
+    if (c.segmented) bf16Inputs.push_back(segmentIdBytes(c));
     const std::vector<std::vector<float>> bf16 = runGpu(attentionSetup(c, DType::BF16, backward), bf16Inputs);
     const char* names[] = {backward ? "dq" : "o", "dk", "dv"};
     for (size_t i = 0; i < results.cpu.size(); ++i) {

@@ -27,9 +27,10 @@ LogicalResult RopeOp::verify() {
 
 namespace {
 // The geometry and mask rules shared by dg.attention and dg.attention_backward; `output` has the
-// attention output's type (the result, or the output gradient).
+// attention output's type (the result, or the output gradient); `segmentIds` may be null.
 LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, Value valueValue, Value keyValid,
-                              RankedTensorType output, AttentionMask mask, int64_t window, int64_t prefixLength) {
+                              Value segmentIds, RankedTensorType output, AttentionMask mask, int64_t window,
+                              int64_t prefixLength) {
   auto query = typeOf(queryValue), key = typeOf(keyValue), value = typeOf(valueValue);
   if (query.getRank() != 4 || key.getRank() != 4 || value.getRank() != 4)
     return op->emitOpError() << "query, key and value must be [batch, tokens, heads, head_dim]";
@@ -58,18 +59,24 @@ LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, V
   if (mask == AttentionMask::Prefix && (prefixLength < 0 || prefixLength > keys))
     return op->emitOpError() << "prefix_len " << prefixLength << " must be in [0, " << keys << "]";
   if (mask != AttentionMask::Prefix && prefixLength != 0) return op->emitOpError() << "prefix_len is only meaningful with mask = prefix";
+  if (segmentIds) {
+    if (mask != AttentionMask::Causal)
+      return op->emitOpError() << "segment_ids overlay the causal mask only, got mask = " << stringifyAttentionMask(mask);
+    if (typeOf(segmentIds).getShape() != ArrayRef<int64_t>{batch, keys})
+      return op->emitOpError() << "segment_ids must be [" << batch << ", " << keys << "], got " << typeOf(segmentIds);
+  }
   return success();
 }
 }  // namespace
 
 LogicalResult AttentionOp::verify() {
-  return verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getResult().getType(), getMask(),
-                         getWindowAttr().getInt(), getPrefixLenAttr().getInt());
+  return verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(), getResult().getType(),
+                         getMask(), getWindowAttr().getInt(), getPrefixLenAttr().getInt());
 }
 
 LogicalResult AttentionBackwardOp::verify() {
-  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getGradOutput().getType(), getMask(),
-                             getWindowAttr().getInt(), getPrefixLenAttr().getInt())))
+  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(),
+                             getGradOutput().getType(), getMask(), getWindowAttr().getInt(), getPrefixLenAttr().getInt())))
     return failure();
   if (getGradQuery().getType() != getQuery().getType() || getGradKey().getType() != getKey().getType() ||
       getGradValue().getType() != getValue().getType())

@@ -414,15 +414,22 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, InferTypeOpAdaptor,
       block (the canvas). Every query sees the whole block and the valid prefix keys among the last
       `window` prefix slots (window 0: all of them).
     A row with no visible key produces zeros.
+
+    `segment_ids` `[B, Tk]` (optional, causal mask only) overlays bidirectional segments, the
+    encoder's image soft-token runs: query i (key position `Tk - Tq + i`) in segment s > 0 also sees
+    every valid key of segment s, past or future, inside or outside the window. Segment 0 takes no
+    part; without the operand the op is the plain causal mask.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
                        RankedTensorOf<[I1]>:$key_valid, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
-                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale,
+                       Optional<Dg_KeyTensor>:$segment_ids);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $key_valid `mask` `=` `` $mask attr-dict `:`
+    $query `,` $key `,` $value `,` $key_valid (`segment_ids` `(` $segment_ids^ `:` type($segment_ids) `)`)?
+    `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `->` type($result)
   }];
   let hasVerifier = 1;
@@ -433,16 +440,18 @@ def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure, InferType
   let description = [{
     Same operands and attributes as dg.attention plus `grad_output` (the output's shape). The
     probabilities are recomputed with the same visibility rules, so nothing of the forward pass has
-    to be kept alive for the backward pass.
+    to be kept alive for the backward pass. The segment ids, like key_valid, get no gradient.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
                        RankedTensorOf<[I1]>:$key_valid, Dg_FloatTensor:$grad_output, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
-                       DefaultValuedAttr<F64Attr, "1.0">:$scale);
+                       DefaultValuedAttr<F64Attr, "1.0">:$scale,
+                       Optional<Dg_KeyTensor>:$segment_ids);
   let results = (outs Dg_FloatTensor:$grad_query, Dg_FloatTensor:$grad_key, Dg_FloatTensor:$grad_value);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $key_valid `,` $grad_output `mask` `=` `` $mask attr-dict `:`
+    $query `,` $key `,` $value `,` $key_valid `,` $grad_output
+    (`segment_ids` `(` $segment_ids^ `:` type($segment_ids) `)`)? `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `,` type($grad_output) `->`
     type($grad_query) `,` type($grad_key) `,` type($grad_value)
   }];

@@ -378,6 +378,8 @@ ShardingRuleAttr AttentionOp::getShardingRule() {
   RuleBuilder builder(getContext());
   AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType(),
                                             FactorKind::PassThrough);
+  // The image overlay's segment ids are laid out like key_valid: each rank needs its rows' whole keys.
+  if (getSegmentIds()) builder.operand({f.batch, f.keys});
   builder.result({f.batch, f.queries, f.queryHeads(), f.valueDim});
   return builder.take();
 }
@@ -389,6 +391,7 @@ ShardingRuleAttr AttentionBackwardOp::getShardingRule() {
   AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType(),
                                             FactorKind::Reduction);
   builder.operand({f.batch, f.queries, f.queryHeads(), f.valueDim});
+  if (getSegmentIds()) builder.operand({f.batch, f.keys});
   builder.result({f.batch, f.queries, f.queryHeads(), f.headDim});
   builder.result({f.batch, f.keys, f.kvHeads, f.headDim});
   builder.result({f.batch, f.keys, f.kvHeads, f.valueDim});

@@ -1,5 +1,6 @@
 // The per-element and per-tile arithmetic of the CUDA attention kernels (attention/cuda.cu), written
-// once for the device and the host: the visibility rules of docs/kernels.md as a predicate, the
+// once for the device and the host: the visibility rules of docs/kernels.md as a predicate (which the
+// CPU kernel, attention/cpu.cpp, applies too), the
 // index maps of q, k, v and o, the tile geometry, and the online softmax (running max, running sum,
 // rescale) that the tiled forward and backward kernels apply per tile. The CPU unit test
 // (test/unit/kernels/AttentionMathTest.cpp) runs these same functions in a host emulation of the
@@ -23,13 +24,36 @@ DGEMMA_HOST_DEVICE inline int64_t diagonalKey(const AttentionContract& g, int64_
   return query + g.keys - g.queries;
 }
 
-// docs/kernels.md's visibility of key `key` for query `query`; `valid` is key_valid[b, key] != 0.
-DGEMMA_HOST_DEVICE inline bool keyVisible(const AttentionContract& g, bool valid, int64_t query, int64_t key) {
+// One batch row of the image overlay's segment_ids ([B, Tk] i64); null when the call has none, which
+// reads as segment 0 at every position: no overlay.
+struct SegmentRow {
+  const int64_t* ids = nullptr;
+  DGEMMA_HOST_DEVICE int64_t at(int64_t position) const { return ids == nullptr ? 0 : ids[position]; }
+};
+
+// Batch row `b` of `segmentIds` (null: the call has no segment ids).
+DGEMMA_HOST_DEVICE inline SegmentRow segmentRowOf(const AttentionContract& g, const int64_t* segmentIds, int64_t b) {
+  return {segmentIds == nullptr ? nullptr : segmentIds + b * g.keys};
+}
+
+// The overlay: a query whose own position is in segment s > 0 sees every key of segment s, past or
+// future, inside the window or not.
+DGEMMA_HOST_DEVICE inline bool inQuerySegment(const AttentionContract& g, SegmentRow segments, int64_t query,
+                                              int64_t key) {
+  const int64_t own = segments.at(diagonalKey(g, query));
+  return own > 0 && segments.at(key) == own;
+}
+
+// docs/kernels.md's visibility of key `key` for query `query`; `valid` is key_valid[b, key] != 0 and
+// `segments` the batch row's segment ids (the causal mask's overlay).
+DGEMMA_HOST_DEVICE inline bool keyVisible(const AttentionContract& g, bool valid, SegmentRow segments, int64_t query,
+                                          int64_t key) {
   switch (g.mask) {
     case AttentionMask::Causal: {
       const int64_t self = diagonalKey(g, query);
       if (key == self) return true;  // a pad query keeps its diagonal
-      return valid && key < self && (g.window == 0 || self - key < g.window);
+      if (!valid) return false;
+      return (key < self && (g.window == 0 || self - key < g.window)) || inQuerySegment(g, segments, query, key);
     }
     case AttentionMask::Bidirectional:
       return valid;
@@ -45,10 +69,12 @@ struct KeyRange {
   int64_t end;
 };
 
-// The candidate keys of one query (a superset of its visible keys).
+// The candidate keys of one query (a superset of its visible keys). With segment ids a query may see
+// any key of its segment, so every key is a candidate.
 DGEMMA_HOST_DEVICE inline KeyRange candidateKeys(const AttentionContract& g, int64_t query) {
   switch (g.mask) {
     case AttentionMask::Causal: {
+      if (g.segmented) return {0, g.keys};
       const int64_t self = diagonalKey(g, query);
       const int64_t first = g.window == 0 || self - g.window + 1 < 0 ? 0 : self - g.window + 1;
       return {first, self + 1};

@@ -56,6 +56,7 @@ struct AttentionBuffers {
   const T* k;
   const T* v;
   const uint8_t* keyValid;
+  const int64_t* segmentIds;  // null: no image overlay
   const T* dOut;
   T* out;  // o in the forward, dq in the backward
   T* dk;
@@ -91,6 +92,7 @@ DGEMMA_HOST_DEVICE void forwardTask(const Block& block, float* shared, const Att
   const int rows = static_cast<int>(kernels::smaller(br, g.queries - q0));
   const int64_t kvHead = kvHeadOf(g, head);
   const uint8_t* valid = t.keyValid + b * g.keys;
+  const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
 
   loadRows(block, qs, qStride, t.q, queryRows, d, rows, [&](int64_t r) { return queryRowOf(g, b, q0 + r, head); });
   fill(block, acc, br * dv, 0.0f);
@@ -108,7 +110,7 @@ DGEMMA_HOST_DEVICE void forwardTask(const Block& block, float* shared, const Att
     for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
       const int i = pair / bc, j = pair % bc;
       float score = -INFINITY;
-      if (i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, q0 + i, k0 + j))
+      if (i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, segments, q0 + i, k0 + j))
         score = scale * dot(qs + i * qStride, ks + j * qStride, d);
       ps[i * pStride + j] = score;
     }
@@ -163,6 +165,7 @@ DGEMMA_HOST_DEVICE void backwardQueryTask(const Block& block, float* shared, con
   const int rows = static_cast<int>(kernels::smaller(br, g.queries - q0));
   const int64_t kvHead = kvHeadOf(g, head);
   const uint8_t* valid = t.keyValid + b * g.keys;
+  const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
   auto queryRow = [&](int64_t r) { return queryRowOf(g, b, q0 + r, head); };
 
   loadRows(block, qs, qStride, t.q, queryRows, d, rows, queryRow);
@@ -183,7 +186,7 @@ DGEMMA_HOST_DEVICE void backwardQueryTask(const Block& block, float* shared, con
       block.sync();
       for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
         const int i = pair / bc, j = pair % bc;
-        const bool visible = i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, q0 + i, k0 + j);
+        const bool visible = i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, segments, q0 + i, k0 + j);
         const float score = visible ? scale * dot(qs + i * qStride, ks + j * qStride, d) : -INFINITY;
         const float dp = visible ? dot(dos + i * vStride, vs + j * vStride, dv) : 0.0f;
         if (pass == 0) {
@@ -259,6 +262,7 @@ DGEMMA_HOST_DEVICE void backwardKeyTask(const Block& block, float* shared, const
   const int64_t k0 = tile * bc;
   const int keysHere = static_cast<int>(kernels::smaller(bc, g.keys - k0));
   const uint8_t* valid = t.keyValid + b * g.keys;
+  const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
   auto keyRow = [&](int64_t r) { return keyRowOf(g, b, k0 + r, kvHead); };
 
   loadRows(block, ks, qStride, t.k, keyRows, d, keysHere, keyRow);
@@ -282,7 +286,7 @@ DGEMMA_HOST_DEVICE void backwardKeyTask(const Block& block, float* shared, const
       for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
         const int i = pair / bc, j = pair % bc;
         float p = 0.0f, ds = 0.0f;
-        if (i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, q0 + i, k0 + j)) {
+        if (i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, segments, q0 + i, k0 + j)) {
           const float* stats = rowStats + i * kStatistics;
           const float score = scale * dot(qs + i * qStride, ks + j * qStride, d);
           p = probability(score, stats[0], stats[1]);

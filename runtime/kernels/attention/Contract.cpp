@@ -13,10 +13,11 @@ AttentionMask maskAttribute(const KernelSignature& signature) {
   failSignature(signature, "attribute 'mask': expected causal, bidirectional or prefix, got '" + name + "'");
 }
 
-// Checks q, k, v, key_valid (inputs 0..3) and the attributes; `o` is a buffer of q's batch, queries
-// and heads with Dv values (the output, or the output gradient of the backward kernel).
+// Checks q, k, v, key_valid (inputs 0..3), the optional segment_ids (input `segmentInput`) and the
+// attributes; `o` is a buffer of q's batch, queries and heads with Dv values (the output, or the
+// output gradient of the backward kernel).
 AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std::initializer_list<DType> dtypes,
-                                            const Buffer& o, const std::string& oRole) {
+                                            const Buffer& o, const std::string& oRole, size_t segmentInput) {
   const Buffer& q = *signature.inputs[0];
   const Buffer& k = *signature.inputs[1];
   const Buffer& v = *signature.inputs[2];
@@ -61,20 +62,28 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
     failSignature(signature, "mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got Tq=" +
                                  std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
   g.scale = attrDouble(signature, "scale", 1.0);
+
+  g.segmented = signature.inputs.size() > segmentInput;
+  if (g.segmented) {
+    const Buffer& segmentIds = *signature.inputs[segmentInput];
+    expectDType(signature, segmentIds, {DType::I64}, "input segment_ids");
+    expectShape(signature, segmentIds, {g.batch, g.keys}, "input segment_ids");
+    if (g.mask != AttentionMask::Causal) failSignature(signature, "input segment_ids applies only to mask 'causal'");
+  }
   return g;
 }
 
 }  // namespace
 
 AttentionContract parseAttentionContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  expectArity(signature, 4, 1);
-  return parseInputsAndAttributes(signature, dtypes, *signature.outputs[0], "output o");
+  expectArityRange(signature, 4, 5, 1);
+  return parseInputsAndAttributes(signature, dtypes, *signature.outputs[0], "output o", 4);
 }
 
 AttentionContract parseAttentionBackwardContract(const KernelSignature& signature,
                                                  std::initializer_list<DType> dtypes) {
-  expectArity(signature, 5, 3);
-  const AttentionContract contract = parseInputsAndAttributes(signature, dtypes, *signature.inputs[4], "input do");
+  expectArityRange(signature, 5, 6, 3);
+  const AttentionContract contract = parseInputsAndAttributes(signature, dtypes, *signature.inputs[4], "input do", 5);
   expectShape(signature, *signature.outputs[0], signature.inputs[0]->shape, "output dq");
   expectShape(signature, *signature.outputs[1], signature.inputs[1]->shape, "output dk");
   expectShape(signature, *signature.outputs[2], signature.inputs[2]->shape, "output dv");

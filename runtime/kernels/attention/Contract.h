@@ -2,6 +2,8 @@
 //   attention {mask, window, prefix_len, scale}: (q [B, Tq, Hq, D], k [B, Tk, Hkv, D],
 //       v [B, Tk, Hkv, Dv], key_valid [B, Tk] of u8 or bool) -> o [B, Tq, Hq, Dv]; Hq a multiple of Hkv
 //   attention_backward: the same inputs and do (o's shape) -> dq, dk, dv of q's, k's and v's shapes
+//   Both take an optional last input segment_ids [B, Tk] i64 (mask causal only): the image overlay
+//   (input 4 of attention, input 5 of attention_backward).
 // q, k, v, o and the gradients share one float dtype.
 #pragma once
 
@@ -27,6 +29,7 @@ struct AttentionContract {
   int64_t window = 0;  // 0: unlimited
   int64_t prefixLen = 0;
   double scale = 1.0;
+  bool segmented = false;  // segment_ids given: the causal mask's image overlay
 };
 
 // Both throw InputError for anything their contract does not admit; `dtypes` are the float types the

@@ -1,6 +1,7 @@
 // attention: per query row, softmax(scale · q·kᵀ) over the keys its mask lets it see, times v. Grouped
 // query heads (GQA) read a shared KV head, and the masks are structural (causal with an optional
-// window, bidirectional, prefix) rather than a materialised [Tq, Tk] matrix.
+// window and an optional image overlay of segment ids, bidirectional, prefix) rather than a
+// materialised [Tq, Tk] matrix.
 // attention_backward: the gradients dq, dk, dv for an output gradient do, recomputing the
 // probabilities with the same visibility rules.
 #include <cmath>
@@ -8,37 +9,21 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/attention/AttentionMath.h"
 #include "runtime/kernels/attention/Contract.h"
 
 namespace dgemma {
 namespace {
 
 // Writes the keys that query `query` sees, in increasing order, to `visible` and returns how many.
-// `valid` is the batch row's key_valid. The cases transcribe the visibility rules of docs/kernels.md.
-int64_t collectVisibleKeys(const AttentionContract& geometry, const uint8_t* valid, int64_t query, int64_t* visible) {
+// `valid` is the batch row's key_valid and `segments` its segment ids. The visibility rules of
+// docs/kernels.md are AttentionMath.h's, shared with the CUDA kernels.
+int64_t collectVisibleKeys(const AttentionContract& geometry, const uint8_t* valid, attention::SegmentRow segments,
+                           int64_t query, int64_t* visible) {
   int64_t count = 0;
-  switch (geometry.mask) {
-    case AttentionMask::Causal: {
-      // The queries are the last Tq of the Tk positions; `self` is this query's own key.
-      const int64_t self = query + geometry.keys - geometry.queries;
-      const int64_t first = geometry.window == 0 ? 0 : std::max<int64_t>(0, self - geometry.window + 1);
-      for (int64_t key = first; key <= self; ++key)
-        if (valid[key] != 0 || key == self) visible[count++] = key;  // a pad query keeps its diagonal
-      break;
-    }
-    case AttentionMask::Bidirectional:
-      for (int64_t key = 0; key < geometry.keys; ++key)
-        if (valid[key] != 0) visible[count++] = key;
-      break;
-    case AttentionMask::Prefix: {
-      // The window keeps the last `window` prefix slots; block keys are visible even when padded.
-      const int64_t first = geometry.window == 0 ? 0 : std::max<int64_t>(0, geometry.prefixLen - geometry.window);
-      for (int64_t key = first; key < geometry.prefixLen; ++key)
-        if (valid[key] != 0) visible[count++] = key;
-      for (int64_t key = geometry.prefixLen; key < geometry.keys; ++key) visible[count++] = key;
-      break;
-    }
-  }
+  const attention::KeyRange candidates = attention::candidateKeys(geometry, query);
+  for (int64_t key = candidates.begin; key < candidates.end; ++key)
+    if (attention::keyVisible(geometry, valid[key] != 0, segments, query, key)) visible[count++] = key;
   return count;
 }
 
@@ -66,6 +51,7 @@ struct AttentionTensors {
   const T* k;
   const T* v;
   const uint8_t* keyValid;  // u8 and bool are both one byte, nonzero = valid
+  const int64_t* segmentIds;  // null: no image overlay
   const T* dOut;
   T* out;  // o in the forward, dq in the backward
   T* dk;
@@ -90,7 +76,8 @@ template <typename T>
     const T* qRow = t.q + row * g.headDim;
     T* oRow = t.out + row * g.valueDim;
     std::fill(oRow, oRow + g.valueDim, T(0));
-    const int64_t count = collectVisibleKeys(g, t.keyValid + b * g.keys, query, visible.data());
+    const int64_t count = collectVisibleKeys(g, t.keyValid + b * g.keys, attention::segmentRowOf(g, t.segmentIds, b),
+                                             query, visible.data());
     if (count == 0) continue;  // no visible key: the row stays zero instead of 0/0
 
     auto kvOffset = [&](int64_t key) { return (b * g.keys + key) * g.kvHeads + kvHead; };
@@ -129,7 +116,8 @@ template <typename T>
         const T* dOutRow = t.dOut + row * g.valueDim;
         T* dqRow = t.out + row * g.headDim;
         std::fill_n(dqRow, g.headDim, T(0));
-        const int64_t count = collectVisibleKeys(g, t.keyValid + b * g.keys, query, visible.data());
+        const int64_t count = collectVisibleKeys(g, t.keyValid + b * g.keys,
+                                                 attention::segmentRowOf(g, t.segmentIds, b), query, visible.data());
         if (count == 0) continue;  // the forward row was zero whatever q, k, v: no gradient
 
         visibleProbabilities(g, qRow, visible.data(), count,
@@ -173,8 +161,16 @@ class AttentionKernel final : public Kernel {
   explicit AttentionKernel(AttentionContract geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const AttentionTensors<T> tensors{inputs[0].as<const T>(), inputs[1].as<const T>(), inputs[2].as<const T>(),
-                                      inputs[3].as<const uint8_t>(), nullptr, outputs[0].as<T>(), nullptr, nullptr};
+    const int64_t* segmentIds = geometry_.segmented ? inputs[4].as<const int64_t>() : nullptr;
+    const AttentionTensors<T> tensors{inputs[0].as<const T>(),
+                                      inputs[1].as<const T>(),
+                                      inputs[2].as<const T>(),
+                                      inputs[3].as<const uint8_t>(),
+                                      segmentIds,
+                                      nullptr,
+                                      outputs[0].as<T>(),
+                                      nullptr,
+                                      nullptr};
     const AttentionContract& g = geometry_;
     const int64_t rows = g.batch * g.queries * g.queryHeads;
     cpu::parallelFor(context, rows, cpu::rowGrain(g.keys * (g.headDim + g.valueDim)), [&](int64_t begin, int64_t end) {
@@ -201,9 +197,16 @@ class AttentionBackwardKernel final : public Kernel {
   explicit AttentionBackwardKernel(AttentionContract geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const AttentionTensors<T> tensors{inputs[0].as<const T>(),     inputs[1].as<const T>(), inputs[2].as<const T>(),
-                                      inputs[3].as<const uint8_t>(), inputs[4].as<const T>(), outputs[0].as<T>(),
-                                      outputs[1].as<T>(),            outputs[2].as<T>()};
+    const int64_t* segmentIds = geometry_.segmented ? inputs[5].as<const int64_t>() : nullptr;
+    const AttentionTensors<T> tensors{inputs[0].as<const T>(),
+                                      inputs[1].as<const T>(),
+                                      inputs[2].as<const T>(),
+                                      inputs[3].as<const uint8_t>(),
+                                      segmentIds,
+                                      inputs[4].as<const T>(),
+                                      outputs[0].as<T>(),
+                                      outputs[1].as<T>(),
+                                      outputs[2].as<T>()};
     const AttentionContract& g = geometry_;
     cpu::parallelFor(context, g.batch * g.kvHeads, 1, [&](int64_t begin, int64_t end) {
       if constexpr (std::is_same_v<T, float>)

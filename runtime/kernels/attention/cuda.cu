@@ -6,10 +6,11 @@
 // the launches.
 //
 // Forward (flash-style): a block takes a tile of queries of one (b, head) and streams over the key
-// tiles their candidate keys span, keeping K, V, the scores and the output accumulators in shared
-// memory: per key tile, (1) every (query, key) pair's score, −inf when invisible, (2) per query row
-// takeInTile (raise the running max, rescale the running sum, weights exp(s − max)), (3) per output
-// element acc = acc · factor + Σ weight · v. At the end o = acc / sum, 0 for a row without visible keys.
+// tiles their candidate keys span (every key tile when segment ids overlay the causal mask), keeping
+// K, V, the scores and the output accumulators in shared memory: per key tile, (1) every (query, key)
+// pair's score, −inf when invisible, (2) per query row takeInTile (raise the running max, rescale the
+// running sum, weights exp(s − max)), (3) per output element acc = acc · factor + Σ weight · v. At the
+// end o = acc / sum, 0 for a row without visible keys.
 //
 // Backward: the query kernel (a block per query tile) recomputes each row's max, sum and
 // delta = Σ p · (do·v) in a first pass over the key tiles, then in a second pass
@@ -111,8 +112,17 @@ class AttentionCudaKernel final : public Kernel {
     cudaStream_t stream = cuda::streamState(context).stream;
     const int64_t bytes = forwardShared(tiles_, g_.headDim, g_.valueDim) * 4;
     allowSharedMemory(attentionForwardKernel<T>, bytes);
-    const AttentionBuffers<T> t{inputs[0].as<const T>(), inputs[1].as<const T>(), inputs[2].as<const T>(),
-                                inputs[3].as<const uint8_t>(), nullptr, outputs[0].as<T>(), nullptr, nullptr, nullptr};
+    const int64_t* segmentIds = g_.segmented ? inputs[4].as<const int64_t>() : nullptr;
+    const AttentionBuffers<T> t{inputs[0].as<const T>(),
+                                inputs[1].as<const T>(),
+                                inputs[2].as<const T>(),
+                                inputs[3].as<const uint8_t>(),
+                                segmentIds,
+                                nullptr,
+                                outputs[0].as<T>(),
+                                nullptr,
+                                nullptr,
+                                nullptr};
     attentionForwardKernel<T><<<cuda::gridFor(static_cast<uint64_t>(tasks), 1), kThreads, bytes, stream>>>(g_, tiles_, t);
     DGEMMA_CUDA_CHECK_LAUNCH("attentionForwardKernel");
   }
@@ -140,9 +150,17 @@ class AttentionBackwardCudaKernel final : public Kernel {
     DGEMMA_CUDA_CHECK(cudaMallocAsync(
         reinterpret_cast<void**>(&statistics),
         static_cast<size_t>(std::max<int64_t>(rows, 1) * attention::kStatistics) * sizeof(float), stream));
-    const AttentionBuffers<T> t{inputs[0].as<const T>(), inputs[1].as<const T>(),  inputs[2].as<const T>(),
-                                inputs[3].as<const uint8_t>(), inputs[4].as<const T>(), outputs[0].as<T>(),
-                                outputs[1].as<T>(),            outputs[2].as<T>(),      statistics};
+    const int64_t* segmentIds = g_.segmented ? inputs[5].as<const int64_t>() : nullptr;
+    const AttentionBuffers<T> t{inputs[0].as<const T>(),
+                                inputs[1].as<const T>(),
+                                inputs[2].as<const T>(),
+                                inputs[3].as<const uint8_t>(),
+                                segmentIds,
+                                inputs[4].as<const T>(),
+                                outputs[0].as<T>(),
+                                outputs[1].as<T>(),
+                                outputs[2].as<T>(),
+                                statistics};
     if (queryTasks > 0) {
       const int64_t bytes = backwardQueryShared(queryTiles_, g_.headDim, g_.valueDim) * 4;
       allowSharedMemory(attentionBackwardQueryKernel<T>, bytes);

@@ -240,3 +240,24 @@ func.func @rms_norm() attributes {dg.entry = "train_step"} {
   // CHECK: dg.output "grad/w", %[[GW]] : tensor<8xf32>
   return
 }
+
+// -----
+
+// The image overlay: the backward recomputes the probabilities with the same segment ids, which (like
+// key_valid) get no gradient.
+// CHECK-LABEL: func.func @attention_segments
+func.func @attention_segments() attributes {dg.entry = "train_step"} {
+  %q = dg.param "q" : tensor<1x4x2x8xf32>
+  %k = dg.param "k" : tensor<1x4x1x8xf32>
+  %valid = dg.input "valid" : tensor<1x4xi1>
+  // CHECK: %[[SEG:.*]] = dg.input "segments" : tensor<1x4xi64>
+  %seg = dg.input "segments" : tensor<1x4xi64>
+  %o = dg.attention %q, %k, %k, %valid segment_ids(%seg : tensor<1x4xi64>) mask = causal {window = 2} : tensor<1x4x2x8xf32>, tensor<1x4x1x8xf32>, tensor<1x4x1x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  %l = dg.reduce_sum %o dims = [0, 1, 2, 3] : tensor<1x4x2x8xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: dg.attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} segment_ids(%[[SEG]] : tensor<1x4xi64>) mask = causal {window = 2 : i64}
+  // CHECK-DAG: dg.output "grad/q"
+  // CHECK-DAG: dg.output "grad/k"
+  // CHECK-NOT: grad/segments
+  return
+}

@@ -393,6 +393,46 @@ func.func @attention_key_valid(%q: tensor<1x4x2x8xf32>, %m: tensor<1x3xi1>) {
 
 // -----
 
+func.func @attention_segments_need_causal(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %s: tensor<1x4xi64>) {
+  // expected-error @+1 {{segment_ids overlay the causal mask only, got mask = bidirectional}}
+  %o = dg.attention %q, %q, %q, %m segment_ids(%s : tensor<1x4xi64>) mask = bidirectional : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_segments_prefix(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %s: tensor<1x4xi64>) {
+  // expected-error @+1 {{segment_ids overlay the causal mask only, got mask = prefix}}
+  %o = dg.attention %q, %q, %q, %m segment_ids(%s : tensor<1x4xi64>) mask = prefix {prefix_len = 2} : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_segments_shape(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %s: tensor<1x3xi64>) {
+  // expected-error @+1 {{segment_ids must be [1, 4], got 'tensor<1x3xi64>'}}
+  %o = dg.attention %q, %q, %q, %m segment_ids(%s : tensor<1x3xi64>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_segments_type(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %s: tensor<1x4xi32>) {
+  // expected-error @+1 {{operand #4 must be ranked tensor of 64-bit signless integer values, but got 'tensor<1x4xi32>'}}
+  %o = dg.attention %q, %q, %q, %m segment_ids(%s : tensor<1x4xi32>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_backward_segments_shape(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %s: tensor<2x4xi64>) {
+  // expected-error @+1 {{segment_ids must be [1, 4], got 'tensor<2x4xi64>'}}
+  %dq, %dk, %dv = dg.attention_backward %q, %q, %q, %m, %q segment_ids(%s : tensor<2x4xi64>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1>, tensor<1x4x2x8xf32> -> tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
 func.func @route_top_k(%l: tensor<3x4xf32>, %s: tensor<4xf32>) {
   // expected-error @+1 {{top_k 5 must be in [1, 4]}}
   %w, %i = dg.moe_route %l, %s top_k = 5 : tensor<3x4xf32>, tensor<4xf32> -> tensor<3x5xf32>, tensor<3x5xi64>

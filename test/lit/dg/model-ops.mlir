@@ -26,6 +26,20 @@ func.func @decoder_prefix_attention(%q: tensor<1x4x4x32xf32>, %kv: tensor<1x10x2
 
 // -----
 
+// The encoder's image overlay: segment ids on a windowed causal attention and its backward.
+// CHECK-LABEL: func.func @image_overlay_attention
+func.func @image_overlay_attention(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %valid: tensor<2x6xi1>,
+                                   %seg: tensor<2x6xi64>, %dy: tensor<2x6x4x16xf32>) -> tensor<2x6x4x16xf32> {
+  // CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} segment_ids(%{{.*}} : tensor<2x6xi64>) mask = causal {window = 4 : i64}
+  // CHECK-SAME: tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  %o = dg.attention %q, %k, %k, %valid segment_ids(%seg : tensor<2x6xi64>) mask = causal {window = 4} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  // CHECK: dg.attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} segment_ids(%{{.*}} : tensor<2x6xi64>) mask = causal {window = 4 : i64}
+  %dq, %dk, %dv = dg.attention_backward %q, %k, %k, %valid, %dy segment_ids(%seg : tensor<2x6xi64>) mask = causal {window = 4} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1>, tensor<2x6x4x16xf32> -> tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>
+  return %o : tensor<2x6x4x16xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @moe
 func.func @moe(%r: tensor<12x48xf32>, %router: tensor<8x48xf32>, %scale: tensor<8xf32>, %gate_up: tensor<8x32x48xf32>,
                %down: tensor<8x48x16xf32>) -> tensor<12x48xf32> {

@@ -61,6 +61,24 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 // -----
 
+// CHECK-LABEL: func.func @attention_segments
+// CHECK: dg.attention {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}dp], [], [tp], []]>, #dg.sharding<{{\[\[}}dp], [], [tp], []]>, #dg.sharding<{{\[\[}}dp], [], [tp], []]>, #dg.sharding<{{\[\[}}dp], []]>, #dg.sharding<{{\[\[}}dp], []]>], dg.shardings = [#dg.sharding<{{\[\[}}dp], [], [tp], []]>]
+
+// The image overlay's segment ids are split like key_valid: by batch rows over dp, whole keys.
+module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
+  func.func @attention_segments() attributes {dg.entry = "forward"} {
+    %q = dg.input "q" {dg.shardings = [#dg.sharding<[[dp], [], [tp], []]>]} : tensor<2x4x4x4xf32>
+    %k = dg.input "k" {dg.shardings = [#dg.sharding<[[dp], [], [tp], []]>]} : tensor<2x4x2x4xf32>
+    %valid = dg.input "valid" {dg.shardings = [#dg.sharding<[[dp], []]>]} : tensor<2x4xi1>
+    %seg = dg.input "segments" {dg.shardings = [#dg.sharding<[[dp], []]>]} : tensor<2x4xi64>
+    %a = dg.attention %q, %k, %k, %valid segment_ids(%seg : tensor<2x4xi64>) mask = causal : tensor<2x4x4x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4xi1> -> tensor<2x4x4x4xf32>
+    dg.output "a", %a : tensor<2x4x4x4xf32>
+    return
+  }
+}
+
+// -----
+
 // CHECK-LABEL: func.func @embed_head
 // CHECK: dg.gather {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}tp], []]>, #dg.sharding<{{\[\[}}], []]>], dg.shardings = [#dg.sharding<{{\[\[}}], [], []], partial = [tp]>]
 // CHECK: dg.mul {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}], [], []], partial = [tp]>, #dg.sharding<[]>], dg.shardings = [#dg.sharding<{{\[\[}}], [], []], partial = [tp]>]

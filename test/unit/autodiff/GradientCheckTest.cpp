@@ -304,18 +304,25 @@ TEST(GradientCheck, RopeConcatAndSlice) {
   GradientChecker({{{2, 5, 3}}}, slice(2, 3)).check(kTolerance);
 }
 
-// Attention with each mask kind, GQA, a window, padded keys and a pad query (its diagonal), and K = V.
+// Attention with each mask kind, GQA, a window, padded keys and a pad query (its diagonal), K = V,
+// and the causal mask's image overlay (segment ids).
 TEST(GradientCheck, AttentionMasks) {
-  auto attention = [](AttentionMask mask, int64_t window, int64_t prefixLength, std::vector<bool> valid, bool sharedKeyValue) -> OpBody {
+  auto attention = [](AttentionMask mask, int64_t window, int64_t prefixLength, std::vector<bool> valid, bool sharedKeyValue,
+                      std::vector<int64_t> segments = {}) -> OpBody {
     return [=](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
       auto validType = RankedTensorType::get({1, static_cast<int64_t>(valid.size())}, b.getI1Type());
       SmallVector<bool> bits(valid.begin(), valid.end());
       Value keyValid = b.create<ConstantOp>(loc, DenseElementsAttr::get(validType, ArrayRef<bool>(bits)));
+      Value segmentIds;
+      if (!segments.empty()) {
+        auto segmentType = RankedTensorType::get({1, static_cast<int64_t>(segments.size())}, b.getI64Type());
+        segmentIds = b.create<ConstantOp>(loc, DenseElementsAttr::get(segmentType, ArrayRef<int64_t>(segments)));
+      }
       Value value = sharedKeyValue ? p[1] : p[2];
       auto q = shapeOf(p[0]);
       auto type = typeLike(p[0], {q[0], q[1], q[2], shapeOf(value)[3]});
       return b.create<AttentionOp>(loc, type, p[0], p[1], value, keyValid, AttentionMaskAttr::get(b.getContext(), mask), b.getI64IntegerAttr(window),
-                                   b.getI64IntegerAttr(prefixLength), b.getF64FloatAttr(0.7));
+                                   b.getI64IntegerAttr(prefixLength), b.getF64FloatAttr(0.7), segmentIds);
     };
   };
   // Causal, GQA 2:1, window 3, the first key padded (so query 0 sees only its own diagonal).
@@ -328,6 +335,16 @@ TEST(GradientCheck, AttentionMasks) {
   // The decoder's prefix mask: 4 prefix slots (one padded), the last 2 visible, then 3 block keys.
   GradientChecker({{{1, 3, 2, 3}}, {{1, 7, 1, 3}}, {{1, 7, 1, 3}}},
                   attention(AttentionMask::Prefix, 2, 4, {true, true, false, true, true, true, true}, false))
+      .check(kTolerance);
+  // The image overlay on a windowed causal mask: segment 1 spans the pad query 0 and keys 1..3 (query 1
+  // sees the future keys 2 and 3, query 3 sees key 1 outside its window of 2), segment 2 keys 5 and 6.
+  GradientChecker({{{1, 7, 2, 3}}, {{1, 7, 1, 3}}, {{1, 7, 1, 2}}},
+                  attention(AttentionMask::Causal, 2, 0, {false, true, true, true, true, true, true}, false,
+                            {1, 1, 1, 1, 0, 2, 2}))
+      .check(kTolerance);
+  // Queries as the last 3 of 5 positions, K = V: query 0 (key position 2) sees the future key 3 of its segment.
+  GradientChecker({{{1, 3, 2, 3}}, {{1, 5, 1, 3}}},
+                  attention(AttentionMask::Causal, 0, 0, {true, true, true, true, true}, true, {0, 1, 1, 1, 0}))
       .check(kTolerance);
 }
 

@@ -1,6 +1,6 @@
-// attention against a reference that builds each row's visible key set from the contract's
+// attention against a reference that materialises the [B, Tq, Tk] mask from the contract's
 // visibility formulas and takes the softmax in double: every mask, windows, padding, GQA, K = V,
-// Dv != D, empty rows, and the factory's checks.
+// Dv != D, empty rows, the causal mask's image overlay (segment ids), and the factory's checks.
 #include <cmath>
 
 #include "KernelTestSupport.h"
@@ -15,26 +15,42 @@ struct AttentionCase {
   int64_t prefixLen = 0;
   double scale = 1.0;
   std::vector<uint8_t> keyValid;  // [batch, keys]; empty: every key valid
+  std::vector<int64_t> segmentIds;  // [batch, keys]; empty: no segment_ids input
 };
 
 std::vector<uint8_t> keyValidOf(const AttentionCase& c) {
   return c.keyValid.empty() ? std::vector<uint8_t>(c.batch * c.keys, 1) : c.keyValid;
 }
 
-// docs/kernels.md's visibility of key j for query i, written out literally.
-bool visible(const AttentionCase& c, const uint8_t* valid, int64_t i, int64_t j) {
-  const int64_t off = c.keys - c.queries;
+// docs/kernels.md's visibility of key j for query i, written out literally; `segments` is the batch
+// row's segment ids or null.
+bool visible(const AttentionCase& c, const uint8_t* valid, const int64_t* segments, int64_t i, int64_t j) {
+  const int64_t position = c.keys - c.queries + i;  // the query's own key position (causal)
   const bool keyValid = valid[j] != 0;
-  if (c.mask == "causal")
-    return (keyValid && j <= i + off && (c.window == 0 || i + off - j < c.window)) || j == i + off;
+  if (c.mask == "causal") {
+    const bool causal = j <= position && (c.window == 0 || position - j < c.window);
+    const bool sameImage = segments != nullptr && segments[position] > 0 && segments[position] == segments[j];
+    return (keyValid && (causal || sameImage)) || j == position;
+  }
   if (c.mask == "bidirectional") return keyValid;
   return j >= c.prefixLen || (keyValid && (c.window == 0 || j >= c.prefixLen - c.window));
+}
+
+// mask[b][i][j]: whether query i of batch row b sees key j.
+std::vector<std::vector<std::vector<bool>>> materialisedMask(const AttentionCase& c) {
+  const std::vector<uint8_t> valid = keyValidOf(c);
+  std::vector<std::vector<std::vector<bool>>> mask(c.batch, std::vector<std::vector<bool>>(c.queries, std::vector<bool>(c.keys)));
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t i = 0; i < c.queries; ++i)
+      for (int64_t j = 0; j < c.keys; ++j)
+        mask[b][i][j] = visible(c, valid.data() + b * c.keys, c.segmentIds.empty() ? nullptr : c.segmentIds.data() + b * c.keys, i, j);
+  return mask;
 }
 
 template <typename T>
 std::vector<double> attentionReference(const AttentionCase& c, const std::vector<T>& q, const std::vector<T>& k,
                                        const std::vector<T>& v) {
-  const std::vector<uint8_t> valid = keyValidOf(c);
+  const auto mask = materialisedMask(c);
   std::vector<double> o(c.batch * c.queries * c.queryHeads * c.valueDim, 0.0);
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t i = 0; i < c.queries; ++i)
@@ -44,7 +60,7 @@ std::vector<double> attentionReference(const AttentionCase& c, const std::vector
         std::vector<int64_t> keys;
         std::vector<double> scores;
         for (int64_t j = 0; j < c.keys; ++j) {
-          if (!visible(c, valid.data() + b * c.keys, i, j)) continue;
+          if (!mask[b][i][j]) continue;
           const int64_t kBase = ((b * c.keys + j) * c.kvHeads + kvHead) * c.headDim;
           double dot = 0;
           for (int64_t d = 0; d < c.headDim; ++d) dot += static_cast<double>(q[qBase + d]) * k[kBase + d];
@@ -73,6 +89,7 @@ std::vector<T> runAttention(DType dtype, const AttentionCase& c, const std::vect
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.headDim}, k);
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.valueDim}, v);
   call.input(keyValidType, {c.batch, c.keys}, keyValidOf(c));
+  if (!c.segmentIds.empty()) call.input(DType::I64, {c.batch, c.keys}, c.segmentIds);
   call.output(dtype, {c.batch, c.queries, c.queryHeads, c.valueDim});
   call.run(threads);
   return call.result<T>();
@@ -193,6 +210,63 @@ TEST(AttentionKernel, ManyRowsAcrossThreads) {
                  89, DType::U8, &threads);
 }
 
+// Segment ids as the encoder's image overlay: batch row 0 holds image 1 at positions 2..6 and image 2
+// at 9..10; row 1 is left-padded by 3 (pad queries 0..2, the first two inside image 1) and holds
+// image 1 at 1..4 and image 2 at 8..11.
+std::vector<int64_t> imageSegments() {
+  return {0, 0, 1, 1, 1, 1, 1, 0, 0, 2, 2, 0,  //
+          0, 1, 1, 1, 1, 0, 0, 0, 2, 2, 2, 2};
+}
+
+TEST(AttentionKernel, CausalSegmentsSeeTheirWholeImage) {
+  // Window 3 is shorter than both images: their queries reach keys outside the window and in the future.
+  checkAttention({.queries = 12, .keys = 12, .window = 3, .keyValid = leftPadded(12, 3), .segmentIds = imageSegments()}, 91);
+  checkAttention({.queries = 12, .keys = 12, .keyValid = leftPadded(12, 3), .segmentIds = imageSegments()}, 92,
+                 DType::Bool);
+  // The queries are the last 5 positions: query 0 sits at key position 7.
+  checkAttention({.queries = 5, .keys = 12, .queryHeads = 4, .kvHeads = 2, .window = 2, .keyValid = leftPadded(12, 3),
+                  .segmentIds = imageSegments()},
+                 93);
+}
+
+TEST(AttentionKernel, SegmentOverlayOutputsByHand) {
+  // Window 1 leaves every query its diagonal alone; segments {1, 1, 0, 2}: queries 0 and 1 average
+  // the values of keys 0 and 1 (q = 0: equal scores), queries 2 and 3 copy their own value. Batch
+  // row 1 pads key 1: query 0 sees key 0 alone, pad query 1 keeps its diagonal and sees key 0.
+  const AttentionCase c{.batch = 2, .queries = 4, .keys = 4, .queryHeads = 1, .kvHeads = 1, .headDim = 2,
+                        .valueDim = 3, .window = 1, .keyValid = {1, 1, 1, 1, 1, 0, 1, 1},
+                        .segmentIds = {1, 1, 0, 2, 1, 1, 0, 2}};
+  const std::vector<double> q(2 * 4 * 2, 0.0), k = randomValues<double>(2 * 4 * 2, 94, -1, 1);
+  const std::vector<double> v = randomValues<double>(2 * 4 * 3, 95, -1, 1);
+  const std::vector<double> o = runAttention(DType::F64, c, q, k, v);
+  auto value = [&](int64_t b, int64_t key, int64_t d) { return v[(b * 4 + key) * 3 + d]; };
+  for (int64_t d = 0; d < 3; ++d) {
+    for (int64_t query : {0, 1}) EXPECT_DOUBLE_EQ(o[query * 3 + d], (value(0, 0, d) + value(0, 1, d)) / 2);
+    for (int64_t query : {2, 3}) EXPECT_DOUBLE_EQ(o[query * 3 + d], value(0, query, d));
+    EXPECT_DOUBLE_EQ(o[(4 + 0) * 3 + d], value(1, 0, d));
+    EXPECT_DOUBLE_EQ(o[(4 + 1) * 3 + d], (value(1, 0, d) + value(1, 1, d)) / 2);
+  }
+}
+
+// Segment ids that are all 0 overlay nothing: the output equals the op without them, bit for bit.
+TEST(AttentionKernel, ZeroSegmentIdsEqualNoSegmentIds) {
+  AttentionCase c{.queries = 9, .keys = 12, .queryHeads = 4, .kvHeads = 2, .window = 4, .keyValid = leftPadded(12, 3)};
+  const AttentionInputs inputs = randomInputs(c, 96);
+  const std::vector<float> q = as<float>(inputs.q), k = as<float>(inputs.k), v = as<float>(inputs.v);
+  const std::vector<float> plain = runAttention(DType::F32, c, q, k, v);
+  c.segmentIds.assign(2 * 12, 0);
+  EXPECT_EQ(runAttention(DType::F32, c, q, k, v), plain);
+}
+
+TEST(AttentionKernel, SegmentsAcrossThreads) {
+  ThreadPool threads(2);
+  std::vector<int64_t> segments(2 * 64, 0);
+  for (int64_t key = 10; key < 40; ++key) segments[key] = segments[64 + key + 5] = 1 + key / 20;
+  checkAttention({.batch = 2, .queries = 40, .keys = 64, .queryHeads = 4, .kvHeads = 2, .headDim = 16,
+                  .valueDim = 16, .window = 8, .keyValid = leftPadded(64, 9), .segmentIds = segments},
+                 97, DType::U8, &threads);
+}
+
 // K = V on Gemma 4's full layers: one buffer passed as both inputs. KernelCall gives every input its
 // own memory, so this test builds the call by hand.
 TEST(AttentionKernel, KeysAndValuesMayBeTheSameBuffer) {
@@ -293,6 +367,27 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
   EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8},
                                        DType::F32)),
             "step 0 (attention): input key_valid has dtype f32, expected u8 or bool");
+
+  // The optional segment_ids: [B, Tk] i64, with the causal mask only.
+  auto withSegments = [](KernelCall call, DType dtype, std::vector<int64_t> shape) {
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    if (dtype == DType::I64)
+      call.input(dtype, shape, std::vector<int64_t>(count));
+    else
+      call.input(dtype, shape, std::vector<int32_t>(count));
+    return call;
+  };
+  auto call = [&](nlohmann::json attrs) {
+    return attentionCall(std::move(attrs), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8});
+  };
+  EXPECT_NO_THROW(withSegments(call(causal), DType::I64, {1, 3}).create());
+  EXPECT_EQ(factoryError(withSegments(call({{"mask", "bidirectional"}}), DType::I64, {1, 3})),
+            "step 0 (attention): input segment_ids applies only to mask 'causal'");
+  EXPECT_EQ(factoryError(withSegments(call(causal), DType::I64, {1, 2})),
+            "step 0 (attention): input segment_ids has shape [1,2], expected [1,3]");
+  EXPECT_EQ(factoryError(withSegments(call(causal), DType::I32, {1, 3})),
+            "step 0 (attention): input segment_ids has dtype i32, expected i64");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "models/diffusion_gemma/Config.h"
+#include "support/Error.h"
 #include "test/unit/models/ModelTestSupport.h"
 
 namespace dgemma {
@@ -355,6 +358,28 @@ TEST_F(DiffusionGemmaConfigTest, VisionConfigReadsTheReleasedValues) {
   EXPECT_DOUBLE_EQ(axial.vision.ropeTheta, 50.0);
   ASSERT_EQ(axial.warnings.size(), 1u);
   EXPECT_NE(axial.warnings.front().find("vision_config.surprise: unknown field, ignored"), std::string::npos);
+}
+
+// The fuzz target's committed seeds (fuzz/corpus/config): each parses, or is refused with an
+// InputError; the vision seed parses with its vision_config.
+TEST(DiffusionGemmaConfigFuzzSeeds, ParseOrAreInputErrors) {
+  const std::filesystem::path corpus = std::filesystem::path(DGEMMA_DIFFUSION_GEMMA_CONFIGS) / "../../../fuzz/corpus/config";
+  int64_t seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
+    std::ifstream file(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    ++seeds;
+    try {
+      const DiffusionGemmaConfig config = parseDiffusionGemmaConfigText(text, entry.path().filename().string());
+      if (entry.path().filename() == "vision.json") {
+        EXPECT_TRUE(config.hasVision);
+        EXPECT_EQ(config.vision.hiddenSize, 16);
+        EXPECT_EQ(config.maxSoftTokensPerImage, 70);
+      }
+    } catch (const InputError&) {
+    }
+  }
+  EXPECT_GE(seeds, 8);
 }
 
 TEST_F(DiffusionGemmaConfigTest, UnreadableFilesAreInputErrors) {
