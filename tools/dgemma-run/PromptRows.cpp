@@ -9,13 +9,14 @@ namespace dgemma::tool {
 
 namespace {
 
-// Why the plan cannot run the prompt, if it cannot.
+// Why a prompt cannot run: the plan cannot take it, or it is malformed (an image that does not decode).
 struct Unrunnable {
   std::string reason;
+  bool malformed = false;
 };
 
 // Tokenizes `messages` into `prompt` (where: "FILE:LINE"), its images decoded and processed; the
-// reason the plan cannot run them, or nothing. InputError for an image that does not decode.
+// reason it cannot run, or nothing.
 std::optional<Unrunnable> tokenizePrompt(const std::vector<Message>& messages, const Tokenizer& tokenizer,
                                          const PromptLimits& limits, const std::string& where, PromptRow& prompt) {
   std::vector<std::string> imagePaths;
@@ -35,7 +36,7 @@ std::optional<Unrunnable> tokenizePrompt(const std::vector<Message>& messages, c
     try {
       image = processGemma4Image(decodeImage(path), limits.image);
     } catch (const InputError& error) {
-      throw InputError(where + ": images: expected a decodable image: " + error.what());
+      return Unrunnable{where + ": images: expected a decodable image: " + error.what(), true};
     }
     softTokens.push_back(image.numSoftTokens);
     prompt.images.push_back(std::move(image));
@@ -74,16 +75,9 @@ PromptRows readPromptRows(const std::string& path, const Tokenizer& tokenizer, c
     prompt.where = path + ":" + std::to_string(row.line);
     prompt.completion = row.completion;
     prompt.hasCompletion = row.hasCompletion;
-    std::optional<Unrunnable> problem;
-    try {
-      problem = tokenizePrompt(row.messages, tokenizer, limits, prompt.where, prompt);
-    } catch (const InputError& error) {
-      if (!skipMalformed) throw InputError(std::string(error.what()) + " (--skip-bad-rows skips such rows)");
-      prompts.skipped.push_back(error.what());
-      continue;
-    }
-    if (problem) {
-      if (!skipUnrunnable) throw InputError(problem->reason + " (--skip-bad-rows skips such rows)");
+    if (std::optional<Unrunnable> problem = tokenizePrompt(row.messages, tokenizer, limits, prompt.where, prompt)) {
+      if (!(problem->malformed ? skipMalformed : skipUnrunnable))
+        throw InputError(problem->reason + " (--skip-bad-rows skips such rows)");
       prompts.skipped.push_back(problem->reason);
       continue;
     }
