@@ -112,6 +112,7 @@ def config_seeds():
     for model in ["hf_tester", "all_experts", "seven_layers"]:
         copy("config", FIXTURES / "diffusion_gemma" / model / "config.json", model + ".json")
     copy("config", FIXTURES / "diffusion_gemma" / "seven_layers" / "config_legacy.json", "legacy.json")
+    copy("config", FIXTURES / "diffusion_gemma_vision" / "one_image" / "config.json", "vision.json")
     text = json.loads((FIXTURES / "diffusion_gemma" / "hf_tester" / "config.json").read_text())
     write("config", "bare-text-config.json", json.dumps(text.get("text_config", text)))
     for model in ["hf_tester", "seven_layers"]:

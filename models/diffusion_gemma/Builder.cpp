@@ -6,7 +6,9 @@
 #include "models/diffusion_gemma/GraphBuilder.h"
 #include "models/diffusion_gemma/Objective.h"
 #include "models/diffusion_gemma/TextStack.h"
+#include "models/diffusion_gemma/VisionTower.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "support/Error.h"
 
 namespace mlir::dg {
 
@@ -19,9 +21,12 @@ using diffusion_gemma::GraphBuilder;
 using diffusion_gemma::LayerKeyValues;
 using diffusion_gemma::ObjectiveBuilder;
 using diffusion_gemma::TextStack;
+using diffusion_gemma::VisionTower;
 
-// The body of a "forward" entry (Builder.h): the encoder, then one decoder step.
-void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength) {
+// The body of a "forward" entry (Builder.h): the encoder, then one decoder step; with images
+// (imagesPerExample >= 1, "forward_images") the encoder reads the prompt merged with the vision
+// features.
+void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_t imagesPerExample) {
   const DiffusionGemmaConfig& config = g.config();
   OpBuilder& b = g.builder();
   const int64_t batch = g.batch(), canvasLength = config.canvasLength;
@@ -32,8 +37,21 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength) {
   Value selfConditioningMask = g.input("self_conditioning_mask", {batch}, g.f32());
 
   Value promptValid = g.castTo(attentionMask, b.getI1Type(), "attention_mask");
+  Value positions = g.positions(0, promptLength);
   std::vector<LayerKeyValues> keyValues;
-  Value hidden = text.encoderStack(inputIds, promptValid, g.positions(0, promptLength), &keyValues);
+  Value hidden;
+  if (imagesPerExample > 0) {
+    VisionTower vision(g, imagesPerExample);
+    const diffusion_gemma::ImageInputs images = vision.declareInputs(promptLength);
+    Value features = vision.features(images);
+    Value merged = vision.mergedEmbedding(text, inputIds, features, images.tokenIndex);
+    g.output("vision_features", g.toF32(features, "vision_features"));
+    g.output("encoder_input", g.toF32(merged, "encoder_input"));
+    hidden = text.encoderStackOverEmbeddings(merged, promptValid, positions, &keyValues,
+                                             vision.overlaySegmentIds(images.segmentIds));
+  } else {
+    hidden = text.encoderStack(inputIds, promptValid, positions, &keyValues);
+  }
   g.output("encoder_hidden", g.toF32(g.rmsNorm(hidden, g.param(TextStack::top("norm.weight"), {config.hiddenSize}, "ones"),
                                                "encoder.norm"),
                                      "encoder_hidden"));
@@ -47,6 +65,14 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength) {
 }
 
 }  // namespace
+
+void checkImagesPerExample(const DiffusionGemmaConfig& config, int64_t imagesPerExample) {
+  if (imagesPerExample < 0)
+    throw dgemma::InputError("images per example: expected an integer >= 0, got " + std::to_string(imagesPerExample));
+  if (imagesPerExample > 0 && !config.hasVision)
+    throw dgemma::InputError("images per example " + std::to_string(imagesPerExample) +
+                             ": the model config has no vision_config, so it cannot read images");
+}
 
 std::optional<Precision> parsePrecision(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
@@ -77,21 +103,31 @@ const char* objectiveVariantName(DiffusionGemmaObjective::Variant variant) {
 
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const DiffusionGemmaConfig& config,
                                                  const DiffusionGemmaForwardOptions& options) {
+  checkImagesPerExample(config, options.imagesPerExample);
   OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
-  for (int64_t promptLength : options.promptLengths)
-    addEntryFunction(builder, *module, "forward_p" + std::to_string(promptLength), "forward",
-             {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
-             [&] {
-               GraphBuilder graph(builder, config, options.microBatch, options.precision);
-               TextStack text(graph);
-               buildForward(graph, text, promptLength);
-             });
+  for (int64_t promptLength : options.promptLengths) {
+    const std::vector<std::pair<StringRef, int64_t>> bucket{
+        {"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}};
+    auto body = [&, promptLength](int64_t imagesPerExample) {
+      return [&, promptLength, imagesPerExample] {
+        GraphBuilder graph(builder, config, options.microBatch, options.precision);
+        TextStack text(graph);
+        buildForward(graph, text, promptLength, imagesPerExample);
+      };
+    };
+    addEntryFunction(builder, *module, "forward_p" + std::to_string(promptLength), "forward", bucket, body(0));
+    if (options.imagesPerExample > 0)
+      addEntryFunction(builder, *module, "forward_images_p" + std::to_string(promptLength), "forward_images",
+                       diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
+                       body(options.imagesPerExample));
+  }
   return module;
 }
 
 OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const DiffusionGemmaConfig& config,
                                                const DiffusionGemmaTrainOptions& options) {
+  checkImagesPerExample(config, options.imagesPerExample);
   OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
   addEntryFunction(builder, *module, "corrupt", "corrupt", {{"micro_batch", options.microBatch}, {"canvas_len", config.canvasLength}},
@@ -100,14 +136,22 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
              TextStack text(graph);
              ObjectiveBuilder(graph, text, options.objective).buildCorrupt();
            });
-  for (int64_t promptLength : options.promptLengths)
-    addEntryFunction(builder, *module, "train_step_p" + std::to_string(promptLength), "train_step",
-             {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}},
-             [&] {
-               GraphBuilder graph(builder, config, options.microBatch, options.precision);
-               TextStack text(graph);
-               ObjectiveBuilder(graph, text, options.objective).buildTrainStep(promptLength);
-             });
+  for (int64_t promptLength : options.promptLengths) {
+    const std::vector<std::pair<StringRef, int64_t>> bucket{
+        {"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}};
+    auto body = [&, promptLength](int64_t imagesPerExample) {
+      return [&, promptLength, imagesPerExample] {
+        GraphBuilder graph(builder, config, options.microBatch, options.precision);
+        TextStack text(graph);
+        ObjectiveBuilder(graph, text, options.objective).buildTrainStep(promptLength, imagesPerExample);
+      };
+    };
+    addEntryFunction(builder, *module, "train_step_p" + std::to_string(promptLength), "train_step", bucket, body(0));
+    if (options.imagesPerExample > 0)
+      addEntryFunction(builder, *module, "train_step_images_p" + std::to_string(promptLength), "train_step_images",
+                       diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
+                       body(options.imagesPerExample));
+  }
   return module;
 }
 

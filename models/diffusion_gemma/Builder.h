@@ -30,7 +30,19 @@ struct DiffusionGemmaForwardOptions {
   int64_t microBatch = 1;
   std::vector<int64_t> promptLengths;  // one entry point per length
   Precision precision = Precision::Fp32;
+  // I >= 1 (a config with a vision_config) adds "forward_images" beside each "forward".
+  int64_t imagesPerExample = 0;
 };
+
+// The image inputs every image twin ("forward_images", "train_step_images", "prefill_images") adds to
+// its text entry's (docs/model.md, "Image inputs"), with N = B·I images (example b owns images
+// [b·I, (b+1)·I)), T = vision_soft_tokens_per_image, N_p = T·k², D_p = 3·p²:
+//   pixel_values [N, N_p, D_p] f32, image_position_ids [N, N_p, 2] i64, and the host-derived
+//   image_pool_slot [N, N_p], image_token_index [B, P], image_segment_ids [B, P] i64
+//   (runtime/data/batch/ImageInputs.h). The twin's bucket is its text entry's plus
+//   images_per_example I and image_patches N_p. Throws InputError for I < 0, or I >= 1 without a
+//   vision_config.
+void checkImagesPerExample(const dgemma::DiffusionGemmaConfig& config, int64_t imagesPerExample);
 
 // Entry "forward" (bucket: micro_batch, prompt_len, canvas_len), the contract of `dgemma-run
 // forward` (docs/cli.md):
@@ -40,6 +52,10 @@ struct DiffusionGemmaForwardOptions {
 //   outputs  logits [B, L, V] f32 (soft-capped), encoder_hidden [B, P, H] f32 (final-norm output of
 //            the encoder), and encoder_k.<layer> / encoder_v.<layer> [B, P, Hkv, D]: the K/V the
 //            decoder reads.
+// "forward_images" (bucket: those plus images_per_example, image_patches): the image inputs too;
+//   the prompt's image soft tokens take the projected vision features. Extra outputs
+//   vision_features [N·T, H] f32 (every pooled slot's projected feature; image_token_index names
+//   the rows the prompt reads) and encoder_input [B, P, H] f32 (the merged encoder input).
 // Parameters carry their canonical HF names (model.decoder.…); the encoder and the decoder use the
 // same tensors. Inputs, outputs and parameters are f32 in either precision.
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
@@ -67,6 +83,7 @@ struct DiffusionGemmaTrainOptions {
   std::vector<int64_t> promptLengths;  // one train_step entry per length
   DiffusionGemmaObjective objective;
   Precision precision = Precision::Fp32;
+  int64_t imagesPerExample = 0;  // I >= 1 adds "train_step_images" beside each "train_step"
 };
 
 // Two kinds of entry points:
@@ -81,6 +98,9 @@ struct DiffusionGemmaTrainOptions {
 //                (or a parity test's injected values);
 //       outputs  loss [] f32 = (dec_w Σ_b ℓ_b + enc_w enc_loss B) / B (+ aux), diffusion_loss = Σ_b ℓ_b / B,
 //                encoder_loss (when enc_w > 0); after dg-autodiff also grad/<parameter name>.
+//   "train_step_images" (bucket: those plus images_per_example, image_patches): the image inputs
+//       too. The vision tower runs once; its features feed the K/V pass and the clean encoder pass
+//       (whose canvas part has no image token), so the vision parameters get both passes' gradient.
 OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                const DiffusionGemmaTrainOptions& options);
 

@@ -50,6 +50,7 @@ constexpr int64_t kDefaultCanvasLength = 256;
 constexpr int64_t kDefaultBoiTokenId = 255999;
 constexpr int64_t kDefaultEoiTokenId = 258882;
 constexpr int64_t kDefaultImageTokenId = 258880;
+constexpr int64_t kDefaultSoftTokensPerImage = 280;  // vision_soft_tokens_per_image
 
 // The largest value each size field may take (docs/model.md, "Field ranges"): far above any real
 // Gemma 4 geometry (the 26B-A4B values are 262144, 2816, 2112, 30, 16, 8, 512, 128, 704, 262144,
@@ -69,13 +70,16 @@ constexpr double kMaxRmsNormEps = 1.0;
 constexpr double kMaxLogitSoftcapping = 1e6;
 constexpr double kMaxRopeTheta = 1e12;
 constexpr double kMaxInitializerRange = 1.0;
+// Vision sizes (docs/model.md, "Field ranges"): the 26B values are 16 (patch), 3 (pooling kernel),
+// 10240 (position table) and 280 (soft tokens per image).
+constexpr int64_t kMaxPatchSize = 256;
+constexpr int64_t kMaxPoolingKernel = 64;
+constexpr int64_t kMaxSoftTokensPerImage = int64_t{1} << 16;
 
 // Fields every HF config.json may carry that say nothing about the network.
 const std::set<std::string> kBookkeepingFields = {
     "model_type", "architectures", "transformers_version", "dtype", "torch_dtype", "_name_or_path", "initializer_range",
-    "use_cache",
-    // The processor's image token budget; the vision tower reads its own vision_config.
-    "vision_soft_tokens_per_image"};
+    "use_cache"};
 
 // Gemma 4 top-level fields for audio and video, which DiffusionGemma removed (docs/model.md, "Top-level config").
 const std::vector<std::string> kAudioVideoFields = {"audio_config",    "audio_token_id", "boa_token_id",
@@ -485,6 +489,60 @@ void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
   }
 }
 
+// docs/model.md, "Vision config": HF's Gemma4VisionConfig, class defaults for absent fields.
+VisionConfig readVisionConfig(FieldReader& vision) {
+  if (const json* modelType = vision.find("model_type"); modelType && *modelType != "gemma4_vision")
+    vision.fail("model_type", "expected \"gemma4_vision\", got " + describe(*modelType));
+  VisionConfig config;
+  config.hiddenSize = vision.integer("hidden_size", config.hiddenSize, 1, kMaxHiddenSize);
+  config.intermediateSize = vision.integer("intermediate_size", config.intermediateSize, 1, kMaxMlpWidth);
+  config.numHiddenLayers = vision.integer("num_hidden_layers", config.numHiddenLayers, 1, kMaxLayers);
+  config.numAttentionHeads = vision.integer("num_attention_heads", config.numAttentionHeads, 1, kMaxHeads);
+  config.numKeyValueHeads = vision.integer("num_key_value_heads", config.numKeyValueHeads, 1, kMaxHeads);
+  if (config.numAttentionHeads % config.numKeyValueHeads != 0)
+    vision.fail("num_key_value_heads", "expected a divisor of the " + std::to_string(config.numAttentionHeads) +
+                                           " query heads (num_attention_heads), got " +
+                                           std::to_string(config.numKeyValueHeads));
+  // 2-D RoPE rotates each half of the head with the rotate-half rule, so each half is even.
+  if (const json* headDim = vision.find("head_dim")) {
+    const std::optional<int64_t> parsed = asInteger(*headDim);
+    if (!parsed || *parsed < 4 || *parsed > kMaxHeadDim || *parsed % 4 != 0)
+      vision.fail("head_dim", "expected a multiple of 4 in [4, " + std::to_string(kMaxHeadDim) +
+                                  "] (2-D RoPE rotates each half of the head), got " + describe(*headDim));
+    config.headDim = *parsed;
+  }
+  config.rmsNormEps = vision.positiveNumber("rms_norm_eps", config.rmsNormEps, kMaxRmsNormEps);
+  if (const json* activation = vision.find("hidden_activation"); activation && *activation != "gelu_pytorch_tanh")
+    vision.fail("hidden_activation", "expected \"gelu_pytorch_tanh\", got " + describe(*activation));
+  if (vision.boolean("use_clipped_linears", false))
+    vision.fail("use_clipped_linears", "expected false (dgemma has no clipped vision linears), got true");
+  if (const json* bias = vision.find("attention_bias"); bias && !bias->is_null() && *bias != false)
+    vision.fail("attention_bias", "expected false (the projections have no bias), got " + describe(*bias));
+  if (const json* dropout = vision.find("attention_dropout");
+      dropout && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0.0))
+    vision.fail("attention_dropout", "expected 0 (dgemma has no attention dropout), got " + describe(*dropout));
+  if (const json* rope = vision.find("rope_parameters"); rope && !rope->is_null()) {
+    if (!rope->is_object()) vision.fail("rope_parameters", "expected an object with rope_type and rope_theta, got " + describe(*rope));
+    FieldReader entry(*rope, vision.filePath(), vision.fieldName("rope_parameters") + ".");
+    // Older HF versions call the vision RoPE "default", newer ones "axial": the same frequencies.
+    if (const json* type = entry.find("rope_type"); type && *type != "default" && *type != "axial")
+      entry.fail("rope_type", "expected \"default\" or \"axial\", got " + describe(*type));
+    config.ropeTheta = entry.positiveNumber("rope_theta", config.ropeTheta, kMaxRopeTheta);
+    for (const auto& [name, value] : rope->items())
+      if (name != "rope_type" && name != "rope_theta")
+        entry.fail(name, "not supported (the vision RoPE entry takes rope_type and rope_theta)");
+  }
+  config.patchSize = vision.integer("patch_size", config.patchSize, 1, kMaxPatchSize);
+  config.poolingKernelSize = vision.integer("pooling_kernel_size", config.poolingKernelSize, 1, kMaxPoolingKernel);
+  config.positionEmbeddingSize =
+      vision.integer("position_embedding_size", config.positionEmbeddingSize, 1, kMaxPositions);
+  config.standardize = vision.boolean("standardize", config.standardize);
+  // Read by HF but not by its vision tower: the pooler's length comes from the processor.
+  vision.find("max_position_embeddings");
+  vision.find("default_output_length");
+  return config;
+}
+
 json readJsonFile(const std::string& path) {
   // Not a regular file: a device or FIFO would never end (readWholeFile reads to the end).
   if (!std::filesystem::exists(path)) throw InputError(path + ": cannot open the config file");
@@ -595,7 +653,14 @@ DiffusionGemmaConfig parseDiffusionGemmaConfig(const json& root, const std::stri
     if (!vision->is_null() && !vision->is_object())
       top.fail("vision_config", "expected an object or null, got " + describe(*vision));
     config.hasVision = vision->is_object();
+    if (config.hasVision) {
+      FieldReader visionFields(*vision, path, "vision_config.");
+      config.vision = readVisionConfig(visionFields);
+      visionFields.warnAboutUnreadKeys(config.warnings);
+    }
   }
+  config.maxSoftTokensPerImage =
+      top.integer("vision_soft_tokens_per_image", kDefaultSoftTokensPerImage, 1, kMaxSoftTokensPerImage);
   config.canvasLength = top.integer("canvas_length", kDefaultCanvasLength, 1, kMaxCanvasLength);
   config.boiTokenId = readTokenId(top, "boi_token_id", kDefaultBoiTokenId, config.vocabSize);
   config.eoiTokenId = readTokenId(top, "eoi_token_id", kDefaultEoiTokenId, config.vocabSize);

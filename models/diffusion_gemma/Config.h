@@ -37,6 +37,26 @@ struct LayerGeometry {
   RopeParameters rope;
 };
 
+// The Gemma 4 vision tower (docs/model.md, "Vision config"): HF's Gemma4VisionConfig with its class
+// defaults for absent fields. Only what dgemma builds is representable: no clipped linears, the
+// gelu_pytorch_tanh MLP, 2-D RoPE over head halves (so head_dim is a multiple of 4).
+struct VisionConfig {
+  int64_t hiddenSize = 768;
+  int64_t intermediateSize = 3072;
+  int64_t numHiddenLayers = 16;
+  int64_t numAttentionHeads = 12;
+  int64_t numKeyValueHeads = 12;
+  int64_t headDim = 64;
+  double rmsNormEps = 1e-6;
+  double ropeTheta = 100.0;  // each head half rotates with f_i = theta^(-2i / (head_dim / 2))
+  int64_t patchSize = 16;
+  int64_t poolingKernelSize = 3;
+  int64_t positionEmbeddingSize = 10240;  // rows of each of the two position tables (x and y)
+  bool standardize = false;               // std_bias / std_scale after pooling
+
+  int64_t patchDim() const { return 3 * patchSize * patchSize; }  // D_p: RGB values of one patch
+};
+
 struct DiffusionGemmaConfig {
   // Text stack (docs/model.md, "Text config"), shared by encoder and decoder.
   int64_t vocabSize = 0;
@@ -69,7 +89,11 @@ struct DiffusionGemmaConfig {
   // Ties the LM head to the embedding and the encoder text stack to the decoder's. The loader
   // rejects false: the weight schema and the loader rules (docs/model.md, "Checkpoint loading rules") exist only for tied weights.
   bool tieWordEmbeddings = true;
-  bool hasVision = false;  // a non-null vision_config; its fields are the vision builder's business
+  bool hasVision = false;  // a non-null vision_config, parsed into `vision`
+  VisionConfig vision;     // meaningful only when hasVision
+  // vision_soft_tokens_per_image: T, the pooled tokens an image may give at most (the processor's
+  // budget and the pooler's output slots per image).
+  int64_t maxSoftTokensPerImage = 280;
 
   // Fields the loader ignored and rules it applied that change what the file says, one line each,
   // "PATH: FIELD: what happened". The caller decides whether to print them.
@@ -86,6 +110,8 @@ struct DiffusionGemmaConfig {
   int64_t ropeRotatedPairs(int64_t layerIndex) const;
   // √hidden_size rounded to the embedding dtype, as HF keeps it: 53.0 in bf16 for H = 2816.
   double embeddingScale(DType embeddingDType) const;
+  // N_p = T·k²: the patches an image is padded to (the processor's max_patches).
+  int64_t imagePatches() const { return maxSoftTokensPerImage * vision.poolingKernelSize * vision.poolingKernelSize; }
 };
 
 // Reads `pathToConfigJsonOrDir` (a config.json, or a directory holding one) and applies HF's

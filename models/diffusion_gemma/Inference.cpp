@@ -5,6 +5,7 @@
 
 #include "models/diffusion_gemma/GraphBuilder.h"
 #include "models/diffusion_gemma/TextStack.h"
+#include "models/diffusion_gemma/VisionTower.h"
 #include "plan/Names.h"
 
 namespace mlir::dg {
@@ -82,8 +83,9 @@ class CacheState {
   std::vector<LayerCache> layers_;
 };
 
-// prefill: the causal encoder over the prompt; its K/V right-aligned into the cache.
-void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_t cacheLength) {
+// prefill: the causal encoder over the prompt; its K/V right-aligned into the cache. With images
+// (prefill_images) the encoder reads the prompt merged with the vision features.
+void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_t cacheLength, int64_t imagesPerExample) {
   OpBuilder& b = g.builder();
   const int64_t batch = g.batch();
   Value inputIds = g.input("input_ids", {batch, promptLength}, b.getI64Type());
@@ -91,7 +93,14 @@ void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
   Value positions = g.input("positions", {batch, promptLength}, b.getI64Type());
   Value promptValid = g.castTo(attentionMask, b.getI1Type(), "attention_mask");
   std::vector<LayerKeyValues> keyValues;
-  text.encoderStack(inputIds, promptValid, positions, &keyValues);
+  if (imagesPerExample > 0) {
+    diffusion_gemma::VisionTower vision(g, imagesPerExample);
+    const diffusion_gemma::ImageInputs images = vision.declareInputs(promptLength);
+    Value merged = vision.mergedEmbedding(text, inputIds, vision.features(images), images.tokenIndex);
+    text.encoderStackOverEmbeddings(merged, promptValid, positions, &keyValues, vision.overlaySegmentIds(images.segmentIds));
+  } else {
+    text.encoderStack(inputIds, promptValid, positions, &keyValues);
+  }
   CacheState(g, cacheLength, Value()).write(keyValues, /*append=*/false);
 }
 
@@ -155,7 +164,8 @@ void buildCommit(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
 
 OwningOpRef<ModuleOp> buildDiffusionGemmaInference(MLIRContext& context, const DiffusionGemmaConfig& config,
                                                    const DiffusionGemmaInferenceOptions& options) {
-  DiffusionGemmaForwardOptions forward{options.microBatch, options.promptLengths, options.precision};
+  DiffusionGemmaForwardOptions forward{options.microBatch, options.promptLengths, options.precision,
+                                       options.imagesPerExample};
   OwningOpRef<ModuleOp> module = buildDiffusionGemmaForward(context, config, forward);
   OpBuilder builder(&context);
   auto body = [&](auto build) {
@@ -165,11 +175,19 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaInference(MLIRContext& context, const D
       build(graph, text);
     };
   };
-  for (int64_t promptLength : options.promptLengths)
+  for (int64_t promptLength : options.promptLengths) {
+    const std::vector<std::pair<StringRef, int64_t>> bucket{{"micro_batch", options.microBatch}, {"prompt_len", promptLength}};
     diffusion_gemma::addEntryFunction(
-        builder, *module, "prefill_p" + std::to_string(promptLength), "prefill",
-        {{"micro_batch", options.microBatch}, {"prompt_len", promptLength}},
-        body([&, promptLength](GraphBuilder& g, TextStack& text) { buildPrefill(g, text, promptLength, options.cacheLength); }));
+        builder, *module, "prefill_p" + std::to_string(promptLength), "prefill", bucket,
+        body([&, promptLength](GraphBuilder& g, TextStack& text) { buildPrefill(g, text, promptLength, options.cacheLength, 0); }));
+    if (options.imagesPerExample > 0)
+      diffusion_gemma::addEntryFunction(
+          builder, *module, "prefill_images_p" + std::to_string(promptLength), "prefill_images",
+          diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
+          body([&, promptLength](GraphBuilder& g, TextStack& text) {
+            buildPrefill(g, text, promptLength, options.cacheLength, options.imagesPerExample);
+          }));
+  }
   diffusion_gemma::addEntryFunction(
       builder, *module, "denoise", "denoise", {{"micro_batch", options.microBatch}},
       body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/true); }));

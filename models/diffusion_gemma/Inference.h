@@ -35,12 +35,15 @@ struct DiffusionGemmaInferenceOptions {
   std::vector<int64_t> promptLengths;  // one forward and one prefill entry per length
   Precision precision = Precision::Fp32;
   int64_t cacheLength = 0;  // C, from inferenceCacheLength
+  int64_t imagesPerExample = 0;  // I >= 1 adds "forward_images" and "prefill_images" per length
 };
 
 // The forward entries of buildDiffusionGemmaForward and, with B = micro_batch, L = canvas_length:
 //   "prefill" (bucket: micro_batch, prompt_len P)
 //       inputs   input_ids, attention_mask, positions [B, P] i64 (left padding: mask 0);
 //       effect   cache/{k,v}.<l> := the last C_l of the prompt's K/V, zeros on the left if P < C_l.
+//   "prefill_images" (bucket: those plus images_per_example, image_patches): "prefill" with the
+//       image inputs of Builder.h; the prompt's image soft tokens take the vision features.
 //   "denoise" (bucket: micro_batch)
 //       inputs   canvas_ids [B, L] i64, cache_valid [B, C] i64, positions [B, L] i64,
 //                self_conditioning_mask, frozen, temperature [B] f32, sample_keys [B, 2] i64;

@@ -1,6 +1,9 @@
 #include "models/diffusion_gemma/Objective.h"
 
 #include <algorithm>
+#include <optional>
+
+#include "models/diffusion_gemma/VisionTower.h"
 
 namespace mlir::dg::diffusion_gemma {
 
@@ -23,7 +26,7 @@ Value ObjectiveBuilder::uniform(Value keys, int64_t stream, ArrayRef<int64_t> sh
 }
 
 // The "train_step" entry (Builder.h; docs/training.md, "The objective").
-void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
+void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExample) {
   using Variant = DiffusionGemmaObjective::Variant;
   Value inputIds = g_.input("input_ids", {batch_, promptLength}, b_.getI64Type());
   Value attentionMask = g_.input("attention_mask", {batch_, promptLength}, b_.getI64Type());
@@ -36,11 +39,25 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
   std::vector<Value>* pass2AuxTerms = objective_.routerAuxLossCoeff > 0 ? &auxTerms : nullptr;
   text_.recordLoadBalancingLosses(pass2AuxTerms);
 
+  // With images the vision tower runs once: its features enter the K/V pass and the clean pass.
+  std::optional<VisionTower> vision;
+  ImageInputs images;
+  Value features;
+  if (imagesPerExample > 0) {
+    vision.emplace(g_, imagesPerExample);
+    images = vision->declareInputs(promptLength);
+    features = vision->features(images);
+  }
+
   // The prompt's K/V pass. Pass 1 would compute exactly the same values, so both passes read it;
   // pass 1's gradient is cut below, so the encoder gets gradient from pass 2 only.
   Value promptValid = g_.castTo(attentionMask, b_.getI1Type(), "attention_mask");
   std::vector<LayerKeyValues> keyValues;
-  text_.encoderStack(inputIds, promptValid, g_.positions(0, promptLength), &keyValues);
+  if (vision)
+    text_.encoderStackOverEmbeddings(vision->mergedEmbedding(text_, inputIds, features, images.tokenIndex), promptValid,
+                                     g_.positions(0, promptLength), &keyValues, vision->overlaySegmentIds(images.segmentIds));
+  else
+    text_.encoderStack(inputIds, promptValid, g_.positions(0, promptLength), &keyValues);
 
   // Pass 1 (docs/training.md, "Self-conditioning"): no self-conditioning signal, no gradient, run whenever p > 0.
   Value signal;
@@ -96,7 +113,25 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength) {
     Value cleanIds = g_.concat({inputIds, canvasIds}, 1, "clean.ids");
     Value canvasValid = g_.compare(canvasMask, g_.scalar(0.0, "clean.zero"), ComparePredicate::Gt, "clean.canvas_valid");
     Value cleanValid = g_.concat({promptValid, canvasValid}, 1, "clean.key_valid");
-    Value hidden = text_.encoderStack(cleanIds, cleanValid, g_.positions(0, promptLength + canvasLength_), nullptr);
+    Value cleanPositions = g_.positions(0, promptLength + canvasLength_);
+    Value hidden;
+    if (vision) {
+      // The clean target holds no image token: its positions read no feature row (N·T) and belong to
+      // no image run (segment 0).
+      auto indexType = RankedTensorType::get({batch_, canvasLength_}, b_.getI64Type());
+      auto targetConstant = [&](int64_t value, const std::string& name) -> Value {
+        return b_.create<ConstantOp>(g_.loc(name), DenseElementsAttr::get(indexType, value));
+      };
+      Value cleanIndex = g_.concat({images.tokenIndex, targetConstant(vision->pooledRows(), "clean.no_feature")}, 1,
+                                   "clean.image_token_index");
+      Value cleanSegments = vision->overlaySegmentIds(images.segmentIds);
+      if (cleanSegments)
+        cleanSegments = g_.concat({cleanSegments, targetConstant(0, "clean.no_image")}, 1, "clean.image_segment_ids");
+      hidden = text_.encoderStackOverEmbeddings(vision->mergedEmbedding(text_, cleanIds, features, cleanIndex), cleanValid,
+                                                cleanPositions, nullptr, cleanSegments);
+    } else {
+      hidden = text_.encoderStack(cleanIds, cleanValid, cleanPositions, nullptr);
+    }
     Value scored = b_.create<SliceOp>(g_.loc("clean.scored"), g_.activationType({batch_, canvasLength_, hidden_}), hidden,
                                       b_.getI64IntegerAttr(1), b_.getI64IntegerAttr(promptLength - 1));
     Value cleanLoss = crossEntropy(text_.head(scored, /*capped=*/false), canvasIds, Value(), Value(), "clean.ce", /*capped=*/false);

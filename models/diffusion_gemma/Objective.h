@@ -19,8 +19,9 @@ class ObjectiveBuilder {
 
   // The body of the "corrupt" entry.
   void buildCorrupt();
-  // The body of a "train_step" entry for prompts of `promptLength`.
-  void buildTrainStep(int64_t promptLength);
+  // The body of a "train_step" entry for prompts of `promptLength`; with imagesPerExample >= 1 the
+  // "train_step_images" twin.
+  void buildTrainStep(int64_t promptLength, int64_t imagesPerExample = 0);
 
  private:
   // The counter streams of one example's key (Builder.h).

@@ -57,7 +57,12 @@ Value TextStack::decoderInput(Value canvasIds, Value signal) {
 // every layer's K/V.
 Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut,
                               Value segmentIds) {
-  Value hidden = embed(ids);
+  return encoderStackOverEmbeddings(embed(ids), keyValid, positions, keyValuesOut, segmentIds);
+}
+
+Value TextStack::encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
+                                            std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds) {
+  Value hidden = embeddings;
   const EncoderAttention keySet{keyValid, nullptr, Value(), segmentIds};
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
     hidden = layerForward(layer, hidden, positions, keySet, keyValuesOut);

@@ -44,6 +44,9 @@ class TextStack {
   // none) are the image overlay of every layer's attention (docs/model.md, "Encoder attention mask").
   Value encoderStack(Value ids, Value keyValid, Value positions, std::vector<LayerKeyValues>* keyValuesOut,
                      Value segmentIds = {});
+  // The same from the encoder's input embedding [B, T, H] (an image prompt's merged input, VisionTower.h).
+  Value encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
+                                   std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds = {});
   // The encoder stack over a block of ids [B, T] (every token real) that continues the cached
   // positions: each layer attends causally over [its cache ; the block] (the window counts cache
   // slots too). Returns the last hidden state before the final norm and, if asked, every layer's

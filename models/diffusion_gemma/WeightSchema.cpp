@@ -81,6 +81,41 @@ std::vector<ExpectedTensor> expectedTextWeights(const DiffusionGemmaConfig& conf
   return tensors;
 }
 
+std::vector<ExpectedTensor> expectedVisionWeights(const DiffusionGemmaConfig& config) {
+  std::vector<ExpectedTensor> tensors;
+  if (!config.hasVision) return tensors;
+  const VisionConfig& vision = config.vision;
+  const int64_t hidden = vision.hiddenSize, inner = vision.intermediateSize;
+  const int64_t queryWidth = vision.numAttentionHeads * vision.headDim, keyValueWidth = vision.numKeyValueHeads * vision.headDim;
+  auto add = [&](const std::string& suffix, std::vector<int64_t> shape, bool isBuffer = false) {
+    tensors.push_back(ExpectedTensor{std::string(kVisionTowerPrefix) + suffix, std::move(shape), isBuffer});
+  };
+  for (int64_t i = 0; i < vision.numHiddenLayers; ++i) {
+    const std::string layer = "encoder.layers." + std::to_string(i) + ".";
+    add(layer + "self_attn.q_proj.linear.weight", {queryWidth, hidden});
+    add(layer + "self_attn.k_proj.linear.weight", {keyValueWidth, hidden});
+    add(layer + "self_attn.v_proj.linear.weight", {keyValueWidth, hidden});
+    add(layer + "self_attn.o_proj.linear.weight", {hidden, queryWidth});
+    add(layer + "self_attn.q_norm.weight", {vision.headDim});
+    add(layer + "self_attn.k_norm.weight", {vision.headDim});
+    add(layer + "mlp.gate_proj.linear.weight", {inner, hidden});
+    add(layer + "mlp.up_proj.linear.weight", {inner, hidden});
+    add(layer + "mlp.down_proj.linear.weight", {hidden, inner});
+    for (const char* norm :
+         {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+      add(layer + norm + ".weight", {hidden});
+  }
+  add("patch_embedder.input_proj.weight", {hidden, vision.patchDim()});
+  add("patch_embedder.position_embedding_table", {2, vision.positionEmbeddingSize, hidden});
+  if (vision.standardize) {
+    add("std_bias", {hidden}, /*isBuffer=*/true);
+    add("std_scale", {hidden}, /*isBuffer=*/true);
+  }
+  tensors.push_back(ExpectedTensor{std::string(kVisionEmbedderPrefix) + "embedding_projection.weight",
+                                   {config.hiddenSize, hidden}, false});
+  return tensors;
+}
+
 ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, const SafetensorsDirectory& checkpoint) {
   ResolvedCheckpoint resolved;
   std::vector<std::string> problems;
@@ -136,10 +171,22 @@ ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, co
     valueProjectionsOfFullLayers.insert(decoderName(suffix));
     valueProjectionsOfFullLayers.insert(std::string(kEncoderTextPrefix) + suffix);
   }
+  std::map<std::string, ExpectedTensor> visionSchema;
+  for (const ExpectedTensor& expected : expectedVisionWeights(config)) visionSchema.emplace(expected.name, expected);
   for (const std::string& name : checkpoint.names()) {
     if (accountedFor.count(name)) continue;
     if (startsWith(name, kVisionTowerPrefix) || startsWith(name, kVisionEmbedderPrefix)) {
       resolved.visionTensorNames.push_back(name);
+      if (!config.hasVision) continue;  // a text-only model ignores them
+      const auto expected = visionSchema.find(name);
+      const SafetensorsLocation location = *checkpoint.find(name);
+      if (expected == visionSchema.end())
+        problems.push_back("unexpected tensor " + name + " (not a vision tensor of this vision_config; in " +
+                           location.file->path() + ")");
+      else if (std::optional<std::string> problem = checkStoredTensor(name, location, expected->second))
+        problems.push_back(*problem);
+      else
+        resolved.visionTensors.emplace(name, location);
     } else if (valueProjectionsOfFullLayers.count(name)) {
       problems.push_back("unexpected tensor " + name + " (a full-attention layer has no v_proj: V comes from k_proj)");
     } else {
@@ -149,7 +196,7 @@ ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, co
 
   if (!problems.empty()) {
     std::ostringstream message;
-    message << checkpoint.path() << ": " << problems.size() << " problem(s) with the text weights:";
+    message << checkpoint.path() << ": " << problems.size() << " problem(s) with the " << (config.hasVision ? "" : "text ") << "weights:";
     for (const std::string& problem : problems) message << "\n  " << problem;
     throw InputError(message.str());
   }

@@ -17,7 +17,7 @@ namespace dgemma {
 // The canonical prefix of every text tensor, and the prefix of the encoder's tied copy.
 inline constexpr std::string_view kDecoderPrefix = "model.decoder.";
 inline constexpr std::string_view kEncoderTextPrefix = "model.encoder.language_model.";
-// Vision tensors live under these; they are not part of the text schema.
+// Vision tensors live under these (expectedVisionWeights); only image plans declare them.
 inline constexpr std::string_view kVisionTowerPrefix = "model.encoder.vision_tower.";
 inline constexpr std::string_view kVisionEmbedderPrefix = "model.encoder.embed_vision.";
 // Absent from the release; when present it must equal the embedding, which stands in for it.
@@ -34,6 +34,12 @@ struct ExpectedTensor {
 // docs/model.md, "Text tensors", then the embedding, the final norm and the four self-conditioning tensors.
 std::vector<ExpectedTensor> expectedTextWeights(const DiffusionGemmaConfig& config);
 
+// Every vision tensor of a config with a vision_config (docs/model.md, "Vision tensors"): per
+// vision layer the attention, norm and MLP weights, then the patch projection, the position tables,
+// std_bias and std_scale (buffers, when standardize) and the projector into the text width. Empty
+// without a vision_config.
+std::vector<ExpectedTensor> expectedVisionWeights(const DiffusionGemmaConfig& config);
+
 // How tensor and expert parallelism split a text tensor (docs/parallelism.md, "Tensor-parallel
 // mapping"), by its canonical name: "vocab" (the embedding: rows over TP), "column" (q/k/v and the
 // dense gate/up: dim 0 over TP), "row" (o_proj and the dense down: dim 1 over TP), "experts" (dim 0
@@ -44,8 +50,11 @@ struct ResolvedCheckpoint {
   // Canonical name -> the checkpoint tensor to read for it (under either prefix). Valid while the
   // SafetensorsDirectory lives.
   std::map<std::string, SafetensorsLocation> textTensors;
-  // Checkpoint names under the vision prefixes, sorted, for the vision loader.
+  // Checkpoint names under the vision prefixes, sorted.
   std::vector<std::string> visionTensorNames;
+  // With a vision_config: canonical vision name -> its checkpoint tensor, for those the checkpoint
+  // holds (an image plan's loader reports the missing ones; a text-only plan reads none).
+  std::map<std::string, SafetensorsLocation> visionTensors;
 };
 
 // Applies the loader rules of docs/model.md, "Checkpoint loading rules" to `checkpoint`:
@@ -56,7 +65,9 @@ struct ResolvedCheckpoint {
 //  - lm_head.weight is optional and, when present, must be bit-identical to the embedding;
 //  - text tensors must have a floating dtype and the shape of expectedTextWeights;
 //  - anything else that is not a vision tensor (including v_proj on a full-attention layer) is
-//    unexpected.
+//    unexpected;
+//  - with a vision_config, a tensor under the vision prefixes must be one of expectedVisionWeights,
+//    with its shape and a floating dtype.
 // Every missing, unexpected, mis-shaped or mismatched tensor goes into one InputError
 // "PATH: N problem(s) with the text weights:" with one line per problem.
 ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, const SafetensorsDirectory& checkpoint);

@@ -9,6 +9,8 @@
 #include "runtime/generate/CanvasFinalization.h"
 #include "runtime/generate/DenoisingBatch.h"
 #include "runtime/generate/Temperature.h"
+#include "runtime/data/dataset/Dataset.h"
+#include "runtime/data/image/ModelImageOptions.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -95,7 +97,8 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
   if (options.maxDenoisingSteps > 0) settings_.maxDenoisingSteps = options.maxDenoisingSteps;
   if (settings_.maxDenoisingSteps < 1 || settings_.canvasLength < 1)
     throw InputError(planPath + ": generation: expected max_denoising_steps and canvas_length >= 1");
-  vocabSize_ = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config").vocabSize;
+  const DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
+  vocabSize_ = config.vocabSize;
 
   denoise_ = &entryNamed(plan, "denoise", planPath);
   commit_ = &entryNamed(plan, "commit", planPath);
@@ -114,6 +117,15 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
     maxPromptLength_ = std::max(maxPromptLength_, entry.bucket.at("prompt_len"));
   }
   if (microBatch_ < 1) throw InputError(planPath + ": entry " + denoise_->key() + ": expected a micro_batch bucket");
+  for (const EntryPoint& entry : plan.entryPoints) {
+    if (entry.name != kImagePrefill) continue;
+    auto images = entry.bucket.find("images_per_example");
+    if (images == entry.bucket.end() || images->second < 1 || (imagesPerExample_ != 0 && images->second != imagesPerExample_) ||
+        entry.bucket.count("micro_batch") == 0 || entry.bucket.at("micro_batch") != microBatch_)
+      throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets of a prefill entry plus one images_per_example >= 1");
+    imagesPerExample_ = images->second;
+  }
+  if (imagesPerExample_ > 0) imageOptions_ = imageOptionsOf(config);
   if (maxPromptLength_ > settings_.cacheLength)
     throw InputError(planPath + ": generation: cache_length " + std::to_string(settings_.cacheLength) +
                      " is below the largest prompt bucket " + std::to_string(maxPromptLength_));
@@ -135,11 +147,34 @@ std::vector<GenerationResult> Generator::generate(std::span<const GenerationRequ
       if (id < 0 || id >= vocabSize_)
         throw InputError("request " + std::to_string(request.id) + ": token id " + std::to_string(id) +
                          " is out of range for vocab_size " + std::to_string(vocabSize_));
+    if (request.images.empty()) continue;
+    const int64_t images = static_cast<int64_t>(request.images.size());
+    if (imagesPerExample_ == 0)
+      throw InputError("request " + std::to_string(request.id) + ": " + std::to_string(images) +
+                       " image(s), but the plan is text-only (compile it with dgemma-compile --images-per-example " +
+                       std::to_string(images) + ")");
+    if (images != imagesPerExample_)
+      throw InputError("request " + std::to_string(request.id) + ": " + std::to_string(images) + " image(s); the plan takes " +
+                       std::to_string(imagesPerExample_) + " per prompt (its images_per_example)");
+    if (request.promptTokenTypes.size() != request.promptIds.size())
+      throw InputError("request " + std::to_string(request.id) + ": expected one token type per prompt token");
   }
-  std::vector<GenerationResult> results;
-  results.reserve(requests.size());
-  for (size_t first = 0; first < requests.size(); first += microBatch_)
-    generateMicroBatch(requests.subspan(first, std::min<size_t>(microBatch_, requests.size() - first)), draws, observer, results);
+  // A micro-batch runs one prefill entry: text prompts and prompts with images go separately.
+  std::vector<GenerationRequest> byModality[2];
+  std::vector<size_t> positions[2];
+  for (size_t index = 0; index < requests.size(); ++index) {
+    const int modality = requests[index].images.empty() ? 0 : 1;
+    byModality[modality].push_back(requests[index]);
+    positions[modality].push_back(index);
+  }
+  std::vector<GenerationResult> results(requests.size());
+  for (int modality = 0; modality < 2; ++modality) {
+    const std::span<const GenerationRequest> group(byModality[modality]);
+    std::vector<GenerationResult> groupResults;
+    for (size_t first = 0; first < group.size(); first += microBatch_)
+      generateMicroBatch(group.subspan(first, std::min<size_t>(microBatch_, group.size() - first)), draws, observer, groupResults);
+    for (size_t i = 0; i < groupResults.size(); ++i) results[positions[modality][i]] = std::move(groupResults[i]);
+  }
   return results;
 }
 
@@ -154,24 +189,37 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
   // that to the bucket (negative positions, masked).
   int64_t width = 0;
   for (const GenerationRequest& request : requests) width = std::max<int64_t>(width, request.promptIds.size());
-  const EntryPoint* prefill = session_.plan.selectEntry("prefill", {{"micro_batch", B}, {"prompt_len", width}});
+  const bool images = !requests.front().images.empty();
+  std::map<std::string, int64_t> sizes = {{"micro_batch", B}, {"prompt_len", width}};
+  if (images) sizes["images_per_example"] = imagesPerExample_;
+  const EntryPoint* prefill = session_.plan.selectEntry(images ? kImagePrefill : "prefill", sizes);
   if (!prefill) throw InputError(planPath + ": no prefill bucket holds a prompt of " + std::to_string(width) + " tokens");
   const int64_t P = prefill->bucket.at("prompt_len");
-  std::vector<int64_t> inputIds(B * P, pad), attentionMask(B * P, 0);
+  std::vector<int64_t> inputIds(B * P, pad), attentionMask(B * P, 0), tokenTypes(B * P, 0);
+  std::vector<std::vector<ProcessedImage>> rowImages;
   for (int64_t row = 0; row < B; ++row) {
     // Rows that pad a short batch repeat the first prompt: real, finite inputs whose outputs are dropped.
-    const std::vector<int64_t>& prompt = requests[row < real ? row : 0].promptIds;
+    const GenerationRequest& request = requests[row < real ? row : 0];
+    const std::vector<int64_t>& prompt = request.promptIds;
     const int64_t start = P - static_cast<int64_t>(prompt.size());
     std::copy(prompt.begin(), prompt.end(), inputIds.begin() + row * P + start);
     std::fill(attentionMask.begin() + row * P + start, attentionMask.begin() + (row + 1) * P, 1);
+    std::copy(request.promptTokenTypes.begin(), request.promptTokenTypes.end(), tokenTypes.begin() + row * P + start);
+    if (images) rowImages.push_back(request.images);
   }
   {
     PhaseTimer timer(phaseTimes_.prefill);
     ++phaseTimes_.prefills;
-    runEntryPoint(session_, *prefill,
-                {{"input_ids", i64Tensor({B, P}, inputIds)},
-                 {"attention_mask", i64Tensor({B, P}, attentionMask)},
-                 {"positions", i64Tensor({B, P}, sharedPositions(B, P, width - P))}});
+    std::map<std::string, HostTensor> inputs = {{"input_ids", i64Tensor({B, P}, inputIds)},
+                                                {"attention_mask", i64Tensor({B, P}, attentionMask)},
+                                                {"positions", i64Tensor({B, P}, sharedPositions(B, P, width - P))}};
+    if (images) {
+      inputs.merge(collateImages(rowImages));
+      inputs["mm_token_type_ids"] = i64Tensor({B, P}, tokenTypes);
+      addImagePlanInputs(inputs, imagesPerExample_, imageOptions_,
+                         "requests " + std::to_string(requests.front().id) + ".." + std::to_string(requests.back().id));
+    }
+    runEntryPoint(session_, *prefill, std::move(inputs));
   }
   // cache_valid: the last P slots hold the prompt's mask; each commit shifts in L ones.
   std::vector<int64_t> cacheValid(B * C, 0);

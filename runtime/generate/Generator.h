@@ -9,15 +9,23 @@
 #include <vector>
 
 #include "plan/Plan.h"
+#include "runtime/data/image/Image.h"
 #include "runtime/generate/DrawSource.h"
 #include "runtime/generate/GenerationObserver.h"
 #include "runtime/session/Session.h"
 
 namespace dgemma {
 
+// The prefill of prompts with images: prefill's image twin (dgemma-compile --images-per-example).
+inline constexpr const char* kImagePrefill = "prefill_images";
+
 struct GenerationRequest {
   int64_t id = 0;                   // keys the request's randomness: its index in the input
   std::vector<int64_t> promptIds;   // the tokenized prompt (chat template included), at least one id
+  // A prompt with images (docs/generation.md, "Images"): 1 on its image soft tokens (mm_token_type_ids),
+  // and its images, processed, in order of appearance. Empty for a text prompt.
+  std::vector<int64_t> promptTokenTypes;
+  std::vector<ProcessedImage> images;
 };
 
 enum class FinishReason { Eos, Length };
@@ -61,12 +69,16 @@ class Generator {
   int64_t microBatch() const { return microBatch_; }
   int64_t maxPromptLength() const { return maxPromptLength_; }  // the largest prefill bucket
   int64_t vocabSize() const { return vocabSize_; }
+  // The image twins' images_per_example (prefill_images); 0 for a text-only plan.
+  int64_t imagesPerExample() const { return imagesPerExample_; }
+  const Gemma4ImageOptions& imageOptions() const { return imageOptions_; }
   int64_t canvases() const;  // ceil(max_new_tokens / canvas_length)
   const GenerationPhaseTimes& phaseTimes() const { return phaseTimes_; }
 
-  // Generates every request, in micro-batches of consecutive requests (a short last batch is padded
-  // with rows whose outputs are dropped); results in request order. InputError naming the request
-  // when a prompt is empty or longer than every prefill bucket.
+  // Generates every request, in micro-batches of consecutive requests of one modality (text
+  // prompts, then prompts with images through prefill_images; a short last batch is padded with
+  // rows whose outputs are dropped); results in request order. InputError naming the request when a
+  // prompt is empty or longer than every prefill bucket, or has images the plan cannot take.
   std::vector<GenerationResult> generate(std::span<const GenerationRequest> requests, DrawSource& draws,
                                          GenerationObserver* observer = nullptr);
 
@@ -79,6 +91,8 @@ class Generator {
   int64_t microBatch_ = 0;
   int64_t maxPromptLength_ = 0;
   int64_t vocabSize_ = 0;
+  int64_t imagesPerExample_ = 0;
+  Gemma4ImageOptions imageOptions_;
   const EntryPoint* denoise_ = nullptr;
   // A canvas's first pass (no self-conditioning signal); `denoise_` with a zero mask when the plan
   // predates the entry.

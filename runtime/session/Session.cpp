@@ -1,5 +1,6 @@
 #include "runtime/session/Session.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,13 +30,17 @@ void loadPlanWeights(Executor& executor, const std::string& weightsPath, const s
   DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
   SafetensorsDirectory checkpoint = SafetensorsDirectory::open(weightsPath);
   ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
-  if (!resolved.visionTensorNames.empty())
+  // Only a plan with image entries declares the vision parameters (models/diffusion_gemma/Builder.h).
+  const bool readsImages = std::any_of(plan.parameters.begin(), plan.parameters.end(), [](const Parameter& parameter) {
+    return parameter.name.rfind(kVisionTowerPrefix, 0) == 0;
+  });
+  if (!resolved.visionTensorNames.empty() && !readsImages)
     std::cerr << "dgemma-run: warning: " << weightsPath << ": " << resolved.visionTensorNames.size()
-              << " vision tensors ignored (the vision tower is not built yet)\n";
+              << " vision tensors ignored (the plan has no image entries; dgemma-compile --images-per-example)\n";
   loadMappedWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<SafetensorsLocation> {
-    auto found = resolved.textTensors.find(name);
-    if (found == resolved.textTensors.end()) return std::nullopt;
-    return found->second;
+    for (const auto* tensors : {&resolved.textTensors, &resolved.visionTensors})
+      if (auto found = tensors->find(name); found != tensors->end()) return found->second;
+    return std::nullopt;
   });
 }
 

@@ -13,27 +13,12 @@ Dataset loadSplit(const std::string& flag, const std::string& path, const Tokeni
   datasetOptions.canvasLength = options.canvasLength;
   datasetOptions.maxEncoderLength = options.maxEncoderLength;
   datasetOptions.skipBadRows = options.skipBadRows;
+  datasetOptions.imagesPerExample = options.imagesPerExample;
+  datasetOptions.image = options.image;
   Dataset dataset = buildDataset(path, gemma4RowTokenizer(tokenizer, options.vocabSize), datasetOptions);
   const int64_t rows = dataset.rows + static_cast<int64_t>(dataset.skipped.size());
   if (!options.quiet)
     for (const RowError& error : dataset.skipped) std::cerr << "skipped: " << error.text() << "\n";
-  // A row with images is bad input for a plan without a vision tower: an error, or skipped and
-  // listed like any bad row.
-  std::vector<DatasetItem> textItems;
-  int64_t lastImageRow = -1;
-  for (DatasetItem& item : dataset.items) {
-    if (dataset.rowImages[item.row].empty()) {
-      textItems.push_back(std::move(item));
-      continue;
-    }
-    const std::string problem = item.block.where + ": images: the plan is text-only until the vision tower is built";
-    if (!options.skipBadRows) throw InputError(problem + " (--skip-bad-rows skips such rows)");
-    if (item.row == lastImageRow) continue;  // a row's later blocks
-    lastImageRow = item.row;
-    --dataset.rows;
-    if (!options.quiet) std::cerr << "skipped: " << problem << "\n";
-  }
-  dataset.items = std::move(textItems);
   if (dataset.items.empty()) throw InputError(flag + ": " + path + ": no item to train on (the file is empty or every row was skipped)");
   if (!options.quiet)
     std::cout << flag << " " << path << ": rows " << rows << ", kept " << dataset.rows << ", skipped " << rows - dataset.rows
@@ -72,18 +57,39 @@ Dataset mockSplit(const SplitOptions& options, int64_t bosId, int64_t eosId, uin
 
 int64_t itemTokens(const BlockItem& item) { return static_cast<int64_t>(item.inputIds.size() + item.canvasIds.size()); }
 
-MicroBatch assembleMicroBatch(const Dataset& dataset, ItemOrder& order, int64_t firstSample, int64_t size,
-                              const CollateOptions& options) {
+std::vector<bool> imageItems(const Dataset& dataset) {
+  std::vector<bool> isImage;
+  for (const DatasetItem& item : dataset.items) isImage.push_back(!dataset.rowImages[item.row].empty());
+  return isImage;
+}
+
+const std::vector<ProcessedImage>& RowImageCache::imagesOf(const Dataset& dataset, int64_t row) {
+  auto found = rows_.find(row);
+  if (found != rows_.end()) return found->second;
+  std::vector<ProcessedImage> images;
+  for (const std::string& path : dataset.rowImages[row]) images.push_back(processGemma4Image(decodeImage(path), options_));
+  return rows_.emplace(row, std::move(images)).first->second;
+}
+
+MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index, const CollateOptions& options,
+                              RowImageCache& images) {
   MicroBatch batch;
+  batch.images = order.imagesAt(index);
   std::vector<const BlockItem*> items;
-  for (int64_t sample = firstSample; sample < firstSample + size; ++sample) {
-    const BlockItem& item = dataset.items[order.itemAt(sample)].block;
-    items.push_back(&item);
-    batch.samples.push_back(sample);
-    batch.tokens += itemTokens(item);
+  std::vector<std::vector<ProcessedImage>> itemImages;
+  const int64_t firstSample = index * order.microBatch();
+  int64_t sample = firstSample;
+  for (int64_t item : order.itemsAt(index)) {
+    const DatasetItem& entry = dataset.items[item];
+    items.push_back(&entry.block);
+    batch.samples.push_back(sample++);
+    batch.tokens += itemTokens(entry.block);
+    if (batch.images) itemImages.push_back(images.imagesOf(dataset, entry.row));
   }
   batch.fields = collate(items, options);
-  batch.where = dataset.path + ": samples " + std::to_string(firstSample) + ".." + std::to_string(firstSample + size - 1);
+  batch.where = dataset.path + ": samples " + std::to_string(firstSample) + ".." + std::to_string(sample - 1);
+  if (batch.images)
+    for (auto& [name, tensor] : collateImages(itemImages)) batch.fields[name] = std::move(tensor);
   return batch;
 }
 

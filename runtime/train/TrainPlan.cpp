@@ -5,6 +5,7 @@
 #include <set>
 
 #include "models/diffusion_gemma/Config.h"
+#include "runtime/data/image/ModelImageOptions.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -35,11 +36,15 @@ std::string describeRows(const BatchRows& rows) {
   return "rows [" + std::to_string(rows.first) + ", " + std::to_string(rows.first + rows.count) + ")";
 }
 
+// The inputs of an image twin with one row per image, not per example (images of example b are rows
+// [b·I, (b+1)·I)).
+const std::set<std::string> kImageRowInputs = {"pixel_values", "image_position_ids", "image_pool_slot"};
+
 // The rows of the global micro-batch that the boxes of `entries`' inputs hold. Every rank reads the
 // whole global batch and keeps its rows of every field (the noise keys follow the samples), so the
-// boxes must split the rows only, and all alike.
+// boxes must split the rows only, and all alike (an image input's rows are its examples' images).
 BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& entries, int64_t microBatch,
-                     const std::string& planPath) {
+                     int64_t imagesPerExample, const std::string& planPath) {
   std::optional<BatchRows> split;
   std::string splitWhere, wholeWhere;
   for (const EntryPoint* entry : entries)
@@ -50,14 +55,18 @@ BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& ent
         continue;
       }
       const Buffer& buffer = plan.buffers.at(input.buffer);
-      if (input.globalShape.front() != microBatch)
+      const int64_t rowsPerExample = kImageRowInputs.count(input.name) ? imagesPerExample : 1;
+      if (input.globalShape.front() != microBatch * rowsPerExample)
         throw InputError(where + ": its global shape has " + std::to_string(input.globalShape.front()) +
-                         " rows, the global micro-batch " + std::to_string(microBatch));
+                         " rows, the global micro-batch " + std::to_string(microBatch) +
+                         (rowsPerExample == 1 ? std::string() : " x images per example " + std::to_string(rowsPerExample)));
       for (size_t d = 1; d < buffer.shape.size(); ++d)
         if (input.shardOffset[d] != 0 || buffer.shape[d] != input.globalShape[d])
           throw InputError(where + ": split in dimension " + std::to_string(d) +
                            " (the trainer splits a batch between ranks by rows only)");
-      const BatchRows rows{input.shardOffset.front(), buffer.shape.front()};
+      if (input.shardOffset.front() % rowsPerExample != 0 || buffer.shape.front() % rowsPerExample != 0)
+        throw InputError(where + ": splits the images of one example between ranks");
+      const BatchRows rows{input.shardOffset.front() / rowsPerExample, buffer.shape.front() / rowsPerExample};
       if (!split) {
         split = rows;
         splitWhere = where;
@@ -88,10 +97,11 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
 
   const EntryPoint* corrupt = nullptr;
   const EntryPoint* optimizerStep = nullptr;
-  std::vector<const EntryPoint*> trainSteps;
+  std::vector<const EntryPoint*> trainSteps, imageTrainSteps;
   for (const EntryPoint& entry : plan.entryPoints) {
     if (entry.name == "corrupt") corrupt = &entry;
     if (entry.name == "train_step") trainSteps.push_back(&entry);
+    if (entry.name == kImageTrainStep) imageTrainSteps.push_back(&entry);
     if (entry.name == "optimizer_step") optimizerStep = &entry;
   }
   if (!corrupt || trainSteps.empty())
@@ -111,9 +121,27 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
       throw InputError(planPath + ": entry " + entry->key() + ": expected the outputs loss and diffusion_loss");
   }
   std::sort(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end());
+  // Image twins (dgemma-compile --images-per-example): one per text bucket, all with one I.
+  for (const EntryPoint* entry : imageTrainSteps) {
+    const int64_t images = bucketSize(*entry, "images_per_example", planPath);
+    if (images < 1 || (trainPlan.imagesPerExample != 0 && images != trainPlan.imagesPerExample))
+      throw InputError(planPath + ": entry " + entry->key() + ": bucket: images_per_example " + std::to_string(images) +
+                       (images < 1 ? ", expected at least 1" : ", another twin has " + std::to_string(trainPlan.imagesPerExample)));
+    trainPlan.imagesPerExample = images;
+    if (bucketSize(*entry, "micro_batch", planPath) != trainPlan.microBatch ||
+        bucketSize(*entry, "canvas_len", planPath) != trainPlan.canvasLength ||
+        std::find(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end(), bucketSize(*entry, "prompt_len", planPath)) ==
+            trainPlan.promptLengths.end())
+      throw InputError(planPath + ": entry " + entry->key() + ": expected the buckets of a train_step entry plus images_per_example");
+  }
+  if (!imageTrainSteps.empty() && imageTrainSteps.size() != trainSteps.size())
+    throw InputError(planPath + ": " + std::to_string(imageTrainSteps.size()) + " " + kImageTrainStep + " entries for " +
+                     std::to_string(trainSteps.size()) + " train_step entries (expected one twin per prompt bucket)");
+  if (trainPlan.imagesPerExample > 0) trainPlan.image = imageOptionsOf(config);
   std::vector<const EntryPoint*> batchEntries = trainSteps;
   batchEntries.insert(batchEntries.begin(), corrupt);
-  trainPlan.rankRows = rankRowsOf(plan, batchEntries, trainPlan.microBatch, planPath);
+  batchEntries.insert(batchEntries.end(), imageTrainSteps.begin(), imageTrainSteps.end());
+  trainPlan.rankRows = rankRowsOf(plan, batchEntries, trainPlan.microBatch, std::max<int64_t>(trainPlan.imagesPerExample, 1), planPath);
   trainPlan.hasEncoderLoss = hasName(trainSteps.front()->outputs, "encoder_loss");
 
   trainPlan.optimizerStep = static_cast<size_t>(optimizerStep - plan.entryPoints.data());

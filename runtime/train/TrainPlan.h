@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "plan/Plan.h"
+#include "runtime/data/image/Image.h"
 
 namespace dgemma {
 
@@ -20,6 +21,9 @@ struct BatchRows {
   bool operator==(const BatchRows&) const = default;
 };
 
+// The entry an image micro-batch runs: train_step's image twin (dgemma-compile --images-per-example).
+inline constexpr const char* kImageTrainStep = "train_step_images";
+
 struct TrainPlan {
   int64_t microBatch = 0;  // the global micro-batch (--micro-batch × DP): the rows every rank reads
   // This rank's rows of it: all of them on one rank; on a data-parallel plan the rows its corrupt and
@@ -27,6 +31,9 @@ struct TrainPlan {
   BatchRows rankRows;
   int64_t canvasLength = 0;
   std::vector<int64_t> promptLengths;  // the train_step buckets, ascending
+  // The image twins' images_per_example; 0 for a text-only plan (no train_step_images entries).
+  int64_t imagesPerExample = 0;
+  Gemma4ImageOptions image;            // the model config's processor options (image plans)
   int64_t padId = 0;                   // the model config's text_config.pad_token_id
   int64_t bosId = 0;
   int64_t eosId = 0;                   // the first of the config's EOS ids

@@ -95,7 +95,10 @@ class Trainer {
         train_(std::move(train)),
         validation_(std::move(validation)),
         test_(std::move(test)),
-        trainOrder_(SamplerKind::Cyclic, static_cast<int64_t>(train_.items.size()), options.session.seed),
+        trainOrder_(SamplerKind::Cyclic, imageItems(train_), trainPlan.microBatch, options.session.seed),
+        trainImages_(trainPlan.image),
+        validationImages_(trainPlan.image),
+        testImages_(trainPlan.image),
         world_(session.plan, *session.backend, session.communicators),
         identity_(checkpointIdentity(session.plan, trainPlan)),
         config_(runConfig()),
@@ -127,8 +130,8 @@ class Trainer {
   std::string firstNonFiniteGradient();
   void zeroGradients();
   float applyOptimizer(double lr);
-  MetricsRecord evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite);
-  void evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress);
+  MetricsRecord evaluate(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step, std::string& nonFinite);
+  void evaluateAndRecord(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step, ProgressBar& progress);
   void record(const MetricsRecord& line);
   CheckpointSaveResult save(int64_t step);
 
@@ -139,7 +142,9 @@ class Trainer {
   Dataset train_;
   std::optional<Dataset> validation_;
   std::optional<Dataset> test_;
-  ItemOrder trainOrder_;
+  MicroBatchOrder trainOrder_;
+  // Each split's processed images, by row (the demo's fit in a few MB).
+  RowImageCache trainImages_, validationImages_, testImages_;
   CollateOptions collate_;
   WorldGroup world_;
   nlohmann::json identity_;  // what a checkpoint must match to be resumed (checkpointIdentity)
@@ -241,11 +246,15 @@ nlohmann::json Trainer::rngState() const { return {{"seed", options_.session.see
 // so a resume recomputes it from consumed_samples and compares.
 nlohmann::json Trainer::dataOrderState(int64_t consumedSamples) const {
   const int64_t items = trainOrder_.numItems();
-  return {{"sampler", "cyclic"},
-          {"seed", options_.session.seed},
-          {"items", items},
-          {"epoch", consumedSamples / items},
-          {"position", consumedSamples % items}};
+  nlohmann::json state = {{"sampler", "cyclic"},
+                          {"seed", options_.session.seed},
+                          {"items", items},
+                          {"epoch", consumedSamples / items},
+                          {"position", consumedSamples % items}};
+  // Image and text items are two streams of the order (docs/data.md, "Item order"); a text-only
+  // split records what it always did.
+  if (trainOrder_.imageItems() > 0) state["image_items"] = trainOrder_.imageItems();
+  return state;
 }
 
 // A resume continues from --resume-from's directory, or from the newest step directory in
@@ -294,17 +303,24 @@ void Trainer::restore() {
                      " (the manifest's step)");
   consumedSamples_ = checkpoint.state().consumedSamples;
   // The token count is a function of the data order, so it is recounted rather than stored. Every
-  // whole epoch visits each item once, so only the current epoch's samples are walked: the restore
-  // costs O(items), whatever the count.
-  const int64_t items = trainOrder_.numItems();
-  int64_t epochTokens = 0;
-  for (const DatasetItem& item : train_.items) epochTokens += itemTokens(item.block);
-  const int64_t epochs = consumedSamples_ / items;
-  if (__builtin_mul_overflow(epochs, epochTokens, &consumedTokens_))
-    throw InputError(checkpoint.directory() + "/manifest.json: consumed_samples: " + std::to_string(consumedSamples_) +
-                     " samples of " + train_.path + " hold more than 2^63 tokens");
-  for (int64_t sample = epochs * items; sample < consumedSamples_; ++sample)
-    consumedTokens_ += itemTokens(train_.items[trainOrder_.itemAt(sample)].block);
+  // whole epoch of a modality stream visits each of its items once, so only each stream's current
+  // epoch is walked: the restore costs O(items), whatever the count.
+  consumedTokens_ = 0;
+  const int64_t microBatches = consumedSamples_ / trainPlan_.microBatch;
+  for (const bool images : {false, true}) {
+    const std::vector<int64_t>& members = trainOrder_.streamItems(images);
+    if (members.empty()) continue;
+    const int64_t size = static_cast<int64_t>(members.size());
+    int64_t epochTokens = 0, wholeEpochs = 0;
+    for (int64_t item : members) epochTokens += itemTokens(train_.items[item].block);
+    const int64_t samples = trainOrder_.streamSamplesBefore(images, microBatches);
+    const int64_t epochs = samples / size;
+    if (__builtin_mul_overflow(epochs, epochTokens, &wholeEpochs) || __builtin_add_overflow(consumedTokens_, wholeEpochs, &consumedTokens_))
+      throw InputError(checkpoint.directory() + "/manifest.json: consumed_samples: " + std::to_string(consumedSamples_) +
+                       " samples of " + train_.path + " hold more than 2^63 tokens");
+    for (int64_t sample = epochs * size; sample < samples; ++sample)
+      consumedTokens_ += itemTokens(train_.items[trainOrder_.streamItemAt(images, sample)].block);
+  }
   out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_ << "\n";
 }
 
@@ -357,10 +373,13 @@ void Trainer::checkResumable(const Checkpoint& checkpoint) const {
 }
 
 // corrupt then train_step on one global micro-batch, its noise drawn from the keys of (seed, phase,
-// noiseStep, global sample index); runEntry feeds this rank its box of every input.
+// noiseStep, global sample index); runEntry feeds this rank its box of every input. An image
+// micro-batch runs train_step_images with the inputs derived from its images and prompts.
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
-  return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
+  if (!batch.images) return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
+  addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, batch.where);
+  return runEntry(session_, kImageTrainStep, std::move(batch.fields), batch.where);
 }
 
 void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
@@ -379,8 +398,7 @@ void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>&
 StepGradients Trainer::forwardBackward(int64_t step) {
   StepGradients result;
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
-    MicroBatch batch =
-        assembleMicroBatch(train_, trainOrder_, consumedSamples_ + micro * trainPlan_.microBatch, trainPlan_.microBatch, collate_);
+    MicroBatch batch = assembleMicroBatch(train_, trainOrder_, consumedSamples_ / trainPlan_.microBatch + micro, collate_, trainImages_);
     result.tokens += batch.tokens;
     const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
                               batch.where + ")";
@@ -431,20 +449,21 @@ float Trainer::applyOptimizer(double lr) {
   return scalarOutput(session_.executor->run(entry, inputs), "grad_norm", "optimizer_step");
 }
 
-// The objective on the first micro-batches of a split in file order (at most --eval-batches;
-// the last one wraps around to the split's first items to fill the bucket), with evaluation-phase
+// The objective on the first micro-batches of a split in file order (at most --eval-batches), text
+// and image items in turns as in training, each modality's last micro-batch wrapping around to its
+// first items to fill the bucket (docs/data.md, "Item order"), with evaluation-phase
 // noise. The gradients train_step also adds into the buffers are zeroed afterwards, so the next
 // step starts from zero. `nonFinite` names a NaN or Inf loss.
-MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t step, std::string& nonFinite) {
+MetricsRecord Trainer::evaluate(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step,
+                               std::string& nonFinite) {
   const Clock::time_point start = Clock::now();
-  const int64_t items = static_cast<int64_t>(data.items.size());
-  int64_t microBatches = (items + trainPlan_.microBatch - 1) / trainPlan_.microBatch;
+  MicroBatchOrder order(SamplerKind::Single, imageItems(data), trainPlan_.microBatch, options_.session.seed);
+  int64_t microBatches = order.microBatchesPerEpoch();
   if (options_.evalBatches > 0) microBatches = std::min(microBatches, options_.evalBatches);
-  ItemOrder order(SamplerKind::Single, items, options_.session.seed);
   LossSums sums;
   MetricsRecord line;
   for (int64_t micro = 0; micro < microBatches; ++micro) {
-    MicroBatch batch = assembleMicroBatch(data, order, micro * trainPlan_.microBatch, trainPlan_.microBatch, collate_);
+    MicroBatch batch = assembleMicroBatch(data, order, micro, collate_, images);
     line.tokens += batch.tokens;
     const std::string where = batch.where;
     addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), trainPlan_.hasEncoderLoss, where,
@@ -463,9 +482,10 @@ MetricsRecord Trainer::evaluate(const Dataset& data, MetricsSplit split, int64_t
 
 // A non-finite evaluation loss stops the run like a training one (docs/training.md), after its line;
 // with --nan-policy skip it is reported and the run goes on (there is no update to skip).
-void Trainer::evaluateAndRecord(const Dataset& data, MetricsSplit split, int64_t step, ProgressBar& progress) {
+void Trainer::evaluateAndRecord(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step,
+                                ProgressBar& progress) {
   std::string nonFinite;
-  const MetricsRecord line = evaluate(data, split, step, nonFinite);
+  const MetricsRecord line = evaluate(data, images, split, step, nonFinite);
   record(line);
   const std::string what = "step " + std::to_string(step) + ": " + metricsSplitName(split);
   if (nonFinite.empty()) {
@@ -602,8 +622,8 @@ int Trainer::run() {
     // Every line of a step goes out before its checkpoint (MetricsWriter::resume relies on it).
     const bool last = step == options_.steps;
     if (validation_ && (last || (options_.evalEvery > 0 && step % options_.evalEvery == 0)))
-      evaluateAndRecord(*validation_, MetricsSplit::Validation, step, progress);
-    if (test_ && last) evaluateAndRecord(*test_, MetricsSplit::Test, step, progress);
+      evaluateAndRecord(*validation_, validationImages_, MetricsSplit::Validation, step, progress);
+    if (test_ && last) evaluateAndRecord(*test_, testImages_, MetricsSplit::Test, step, progress);
     if (!options_.saveDir.empty() && (last || (options_.saveEvery > 0 && step % options_.saveEvery == 0))) {
       CheckpointSaveResult saved = save(step);
       std::string removed;
@@ -651,6 +671,8 @@ TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, 
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
   splitOptions.vocabSize = trainPlan.vocabSize;
+  splitOptions.imagesPerExample = trainPlan.imagesPerExample;
+  splitOptions.image = trainPlan.image;
   splitOptions.skipBadRows = options.skipBadRows;
   splitOptions.quiet = rank != 0;
   TrainSplits splits;

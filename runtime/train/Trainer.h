@@ -1,5 +1,6 @@
 // The training loop of `dgemma-run train` (docs/training.md, "The training loop"). Per optimizer step,
-// N micro-batches of the global item order run the plan's corrupt and train_step entries, which sum
+// N micro-batches of the global item order run the plan's corrupt and train_step entries (train_step_images for
+// an image micro-batch: docs/data.md, "Item order"), which sum
 // their gradients into the plan's device buffers; a NaN/Inf guard looks at the losses and, through
 // gradient_check, at the sums; optimizer_step applies AdamW at the step's learning rate. Metrics, TensorBoard, the progress line, evaluations and checkpoints
 // follow. On several ranks every rank reads the same global batch and runs the same loop on its

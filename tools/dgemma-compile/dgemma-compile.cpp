@@ -43,6 +43,7 @@ constexpr int64_t kMaxMicroBatch = 65536;
 constexpr int64_t kMaxLength = int64_t{1} << 20;  // --prompt-len, --canvas-len, --max-new-tokens
 constexpr int64_t kMaxBuiltinSize = 65536;        // --hidden-size, --vocab-size of the built-in graph
 constexpr int64_t kMaxParallel = 1024;            // --tp, --ep, --dp
+constexpr int64_t kMaxImagesPerExample = 1024;
 constexpr double kMaxWeight = 1e6;                // loss weights, coefficients, clips, weight decay
 constexpr double kMaxGradNorm = 1e30;
 // Tokens of one global micro-batch (micro-batch x DP x (longest prompt + canvas + cache)): the
@@ -62,6 +63,7 @@ struct CompileFlags {
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
   dgemma::OptimizerSettings adam;
   int64_t microBatch = 2;
+  int64_t imagesPerExample = 0;  // --images-per-example: 0 = a text-only plan (docs/cli.md)
   std::string promptLengths = "8";
   int64_t canvasLength = 0;  // 0: the model config's canvas_length
   std::optional<int64_t> maxNewTokens;  // unset: generation_config.json's max_new_tokens, else 256
@@ -338,6 +340,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (flags.maxNewTokens && (flags.mode != "infer" || flags.model == mlir::dg::kRmsNormMatmulSoftmaxName))
     throw InputError("--max-new-tokens: only DiffusionGemma inference plans (--mode infer) generate");
   if (flags.model == mlir::dg::kRmsNormMatmulSoftmaxName) {
+    if (flags.imagesPerExample > 0)
+      throw InputError("--images-per-example: " + std::string(mlir::dg::kRmsNormMatmulSoftmaxName) +
+                       " has no vision_config (images need a DiffusionGemma config with one)");
     mlir::dg::RmsNormMatmulSoftmaxOptions options;
     options.microBatch = flags.microBatch;
     options.sequenceLengths = parseLengths(flags.promptLengths);
@@ -354,7 +359,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   const std::filesystem::path configPath = diffusionGemmaConfigPath(flags);
   dgemma::DiffusionGemmaConfig config = dgemma::loadDiffusionGemmaConfig(configPath.string());
   for (const std::string& warning : config.warnings) std::cerr << "dgemma-compile: warning: " << warning << "\n";
-  if (config.hasVision) std::cerr << "dgemma-compile: warning: " << configPath.string() << ": the vision tower is not built yet; the plan is text-only\n";
+  if (flags.imagesPerExample > 0 && !config.hasVision)
+    throw InputError("--images-per-example " + std::to_string(flags.imagesPerExample) + ": " + configPath.string() +
+                     " has no vision_config (a text-only model takes no images; drop the flag)");
+  // A text-only plan stays byte-identical to one compiled before the flag existed.
+  if (flags.imagesPerExample > 0) metadata["images_per_example"] = flags.imagesPerExample;
   if (flags.canvasLength != 0 && flags.canvasLength != config.canvasLength)
     throw InputError("--canvas-len: " + std::to_string(flags.canvasLength) + " differs from the config's canvas_length " +
                      std::to_string(config.canvasLength));
@@ -378,6 +387,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                                                1,
                                                {{"input_ids", config.padTokenId}, {"attention_mask", 0}, {"positions", -1}},
                                                {"encoder_hidden", "encoder_k.", "encoder_v."}};
+  // Image twins' prompt-length inputs (CONTRACT of the image entries, docs/cli.md): padding holds no
+  // image token (index N·T, out of range) and no image run (segment 0).
+  if (flags.imagesPerExample > 0)
+    fields.bucketPadding->inputs.insert({{"image_token_index", flags.microBatch * flags.dp * flags.imagesPerExample *
+                                                                   config.maxSoftTokensPerImage},
+                                         {"image_segment_ids", 0}});
   const mlir::dg::Precision precision = *mlir::dg::parsePrecision(flags.precision);  // CLI11 checked the name
   metadata["precision"] = mlir::dg::precisionName(precision);
   // --micro-batch is per data-parallel rank (Megatron's micro_batch_size): the program is built for
@@ -390,6 +405,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     options.promptLengths = parseLengths(flags.promptLengths);
     options.objective = trainingObjective(flags);
     options.precision = precision;
+    options.imagesPerExample = flags.imagesPerExample;
     metadata["objective"] = objectiveMetadata(options.objective);
     return mlir::dg::buildDiffusionGemmaTrain(context, config, options);
   }
@@ -400,6 +416,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   options.microBatch = globalMicroBatch;
   options.promptLengths = parseLengths(flags.promptLengths);
   options.precision = precision;
+  options.imagesPerExample = flags.imagesPerExample;
   fields.generation = generationSettings(flags, config, options.promptLengths.back());
   options.cacheLength = fields.generation->cacheLength;
   checkTokensPerMicroBatch(globalMicroBatch, longestPrompt + options.cacheLength + config.canvasLength,
@@ -590,6 +607,10 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", flags.adam.weightDecay, "decoupled weight decay")->check(dgemma::numberIn(0, kMaxWeight));
   app.add_option("--clip-grad", flags.adam.maxGradNorm, "global gradient-norm bound")->check(dgemma::numberIn(0, kMaxGradNorm, false));
   app.add_option("--micro-batch", flags.microBatch, "examples per micro-batch")->check(dgemma::integerIn(1, kMaxMicroBatch));
+  app.add_option("--images-per-example", flags.imagesPerExample,
+                 "images in every example of an image micro-batch; >= 1 builds the image twins of the prompt entries "
+                 "(needs a vision_config; default 0: a text-only plan)")
+      ->check(dgemma::integerIn(0, kMaxImagesPerExample));
   app.add_option("--prompt-len", flags.promptLengths, "prompt-length buckets, e.g. 128,256,512");
   app.add_option("--canvas-len", flags.canvasLength, "decoder canvas length (default: the config's canvas_length)")
       ->check(dgemma::integerIn(1, kMaxLength));

@@ -28,6 +28,8 @@ int runEval(const EvalFlags& flags) {
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   int64_t exactMatches = 0, matchingTokens = 0, referenceTokens = 0;
+  // Per modality (text rows, image rows): rows and exact matches.
+  int64_t modalityRows[2] = {0, 0}, modalityMatches[2] = {0, 0};
   std::string perRow;
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerationResult& result = results[i];
@@ -36,6 +38,9 @@ int runEval(const EvalFlags& flags) {
     const std::string text = answerText(*run.tokenizer, result.newTokens, settings.eosTokenIds, settings.padTokenId);
     const CompletionScore score = scoreCompletion(*run.tokenizer, text, result.newTokens, row.completion);
     exactMatches += score.exactMatch ? 1 : 0;
+    const int modality = row.images.empty() ? 0 : 1;
+    ++modalityRows[modality];
+    modalityMatches[modality] += score.exactMatch ? 1 : 0;
     matchingTokens += score.matchingTokens;
     referenceTokens += score.referenceTokens;
     const nlohmann::json line = {{"id", row.id},
@@ -56,8 +61,13 @@ int runEval(const EvalFlags& flags) {
   printProfile(run, stats.seconds, stderr);  // before the summary line, which ends stderr
   std::cerr << summaryLine(stats) << "\n";
   const int64_t rows = static_cast<int64_t>(results.size());
+  auto share = [](int64_t part, int64_t whole) { return whole > 0 ? nlohmann::json(static_cast<double>(part) / whole) : nlohmann::json(); };
   const nlohmann::json summary = {
       {"exact_match", static_cast<double>(exactMatches) / rows},
+      {"text_rows", modalityRows[0]},
+      {"text_exact_match", share(modalityMatches[0], modalityRows[0])},
+      {"image_rows", modalityRows[1]},
+      {"image_exact_match", share(modalityMatches[1], modalityRows[1])},
       {"token_accuracy", referenceTokens > 0 ? static_cast<double>(matchingTokens) / referenceTokens : 0.0},
       {"rows", rows},
       {"skipped", static_cast<int64_t>(read.skipped.size())},

@@ -16,14 +16,12 @@ namespace dgemma::tool {
 int runGenerate(const GenerateFlags& flags) {
   if (flags.prompt.empty() == flags.input.empty())
     throw InputError("--prompt / --input: give exactly one (a prompt text, or a JSONL file of rows)");
-  if (!flags.image.empty()) {
-    if (flags.prompt.empty()) throw InputError("--image: goes with --prompt (JSONL rows name their images themselves)");
-    throw InputError("--image " + flags.image + ": the plan is text-only until the vision tower is built");
-  }
+  if (!flags.images.empty() && flags.prompt.empty())
+    throw InputError("--image: goes with --prompt (JSONL rows name their images themselves)");
   GenerationRun run = openGenerationRun(flags.run);
   std::vector<PromptRow> rows;
   if (!flags.prompt.empty()) {
-    rows.push_back(promptFromText(flags.prompt, *run.tokenizer, run.limits));
+    rows.push_back(promptFromText(flags.prompt, flags.images, *run.tokenizer, run.limits));
   } else {
     PromptRows read = readPromptRows(flags.input, *run.tokenizer, run.limits, /*requireCompletion=*/false, flags.run.skipBadRows,
                                      flags.run.skipBadRows);

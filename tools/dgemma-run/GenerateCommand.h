@@ -11,7 +11,7 @@ struct GenerateFlags {
   GenerationFlags run;
   std::string prompt;  // --prompt TEXT: one user message ...
   std::string input;   // ... or --input FILE.jsonl
-  std::string image;   // --image PATH (with --prompt)
+  std::vector<std::string> images;  // --image PATH, repeatable (with --prompt): the prompt's images, in order
   bool json = false;   // --json: one JSON object per request
   bool visual = false; // --visual: redraw the canvas every denoising step (on a terminal)
 };

@@ -40,6 +40,8 @@ GenerationRun openGenerationRun(const GenerationFlags& flags) {
   run.generator = std::make_unique<Generator>(*run.session, options);
   run.limits.maxPromptLength = run.generator->maxPromptLength();
   run.limits.vocabSize = run.generator->vocabSize();
+  run.limits.imagesPerExample = run.generator->imagesPerExample();
+  run.limits.image = run.generator->imageOptions();
   run.tokenizer->checkVocabSize(run.limits.vocabSize);
   return run;
 }
@@ -74,7 +76,7 @@ void printProfile(const GenerationRun& run, double generationSeconds, std::FILE*
 
 std::vector<GenerationRequest> requestsOf(const std::vector<PromptRow>& rows) {
   std::vector<GenerationRequest> requests;
-  for (const PromptRow& row : rows) requests.push_back({row.id, row.promptIds});
+  for (const PromptRow& row : rows) requests.push_back({row.id, row.promptIds, row.promptTokenTypes, row.images});
   return requests;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/data/image/Image.h"
 #include "runtime/data/rows/Rows.h"
 #include "runtime/data/text/Tokenizer.h"
 
@@ -16,6 +17,8 @@ struct PromptRow {
   int64_t id = 0;        // the row's index among the file's rows (blank lines not counted): its request id
   std::string where;     // "FILE:LINE", or "--prompt"
   std::vector<int64_t> promptIds;
+  std::vector<int64_t> promptTokenTypes;  // 1 on image soft tokens
+  std::vector<ProcessedImage> images;     // the prompt's images, processed, in order of appearance
   std::string completion;
   bool hasCompletion = false;
 };
@@ -26,20 +29,25 @@ struct PromptRows {
   int64_t total = 0;                 // rows read, skipped ones included
 };
 
-// What the plan can run: its largest prefill bucket and its vocabulary.
+// What the plan can run: its largest prefill bucket, its vocabulary, and its images per prompt
+// (0: text-only) with the model's image processor options.
 struct PromptLimits {
   int64_t maxPromptLength = 0;
   int64_t vocabSize = 0;
+  int64_t imagesPerExample = 0;
+  Gemma4ImageOptions image;
 };
 
-// Rows of `path`, tokenized. A row that is malformed (docs/data.md, "Row validation") is an error
-// unless `skipMalformed`; one the plan cannot run (images, without the vision tower; a prompt longer
-// than every prefill bucket) is an error unless `skipUnrunnable`. Skipped rows are listed with their
+// Rows of `path`, tokenized, their images decoded and processed. A row that is malformed (docs/data.md,
+// "Row validation") or has an image that does not decode is an error unless `skipMalformed`; one the
+// plan cannot run (images on a text-only plan, another image count than its images_per_example, a
+// prompt longer than every prefill bucket) is an error unless `skipUnrunnable`. Skipped rows are listed with their
 // reason. `requireCompletion`: a row without "completion" is malformed (eval), else it may have one.
 PromptRows readPromptRows(const std::string& path, const Tokenizer& tokenizer, const PromptLimits& limits,
                           bool requireCompletion, bool skipMalformed, bool skipUnrunnable);
 
-// One user message, as a row with id 0.
-PromptRow promptFromText(const std::string& text, const Tokenizer& tokenizer, const PromptLimits& limits);
+// One user message, as a row with id 0: the images at `imagePaths` (--image, in order), then the text.
+PromptRow promptFromText(const std::string& text, const std::vector<std::string>& imagePaths, const Tokenizer& tokenizer,
+                         const PromptLimits& limits);
 
 }  // namespace dgemma::tool

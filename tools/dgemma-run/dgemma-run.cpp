@@ -387,7 +387,8 @@ int main(int argc, char** argv) {
   }
   generate->add_option("--prompt", generateFlags.prompt, "one user message, chat-formatted with the model's template");
   generate->add_option("--input", generateFlags.input, "JSONL rows (docs/data.md); a row's completion is ignored");
-  generate->add_option("--image", generateFlags.image, "an image for --prompt");
+  generate->add_option("--image", generateFlags.images,
+                       "an image of --prompt, before its text (repeatable, in order; the plan's images_per_example of them)");
   CLI::Option* json = generate->add_flag("--json", generateFlags.json, "one JSON object per request on stdout");
   generate->add_flag("--visual", generateFlags.visual, "redraw the canvas at every denoising step (on a terminal)")->excludes(json);
   eval->add_option("--test", evalFlags.test, "JSONL rows with completions")->required();

@@ -662,10 +662,22 @@ def load_text_weights(model_path: Path) -> dict[str, torch.Tensor]:
 
 
 def spec_forward(
-    config_json: dict, w: dict, batch: dict, *, sc_logits=None, sc_mask=None, trim_sliding_prefix=True, dtype=torch.float32
+    config_json: dict,
+    w: dict,
+    batch: dict,
+    *,
+    sc_logits=None,
+    sc_mask=None,
+    trim_sliding_prefix=True,
+    dtype=torch.float32,
+    encoder_embeds=None,
+    image_segment_ids=None,
 ):
-    """The layer math, encoder and decoder of docs/model.md for a text-only batch. dtype=float64 evaluates the same
-    math in double precision."""
+    """The layer math, encoder and decoder of docs/model.md. dtype=float64 evaluates the same math in double precision.
+
+    For a batch with images (make_vision_fixtures.py), `encoder_embeds` [B, P, H] replaces the token embedding of the
+    prompt (the merged text + vision input), and `image_segment_ids` [B, P] (0 on text, r >= 1 on the r-th image run)
+    adds the image-bidirectional overlay of docs/model.md, "Encoder attention mask" to every encoder layer."""
     cfg = parse_text_config(config_json)
     w = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in w.items()}
     H, eps, W = cfg["H"], cfg["eps"], cfg["W"]
@@ -689,11 +701,15 @@ def spec_forward(
     def enc_kv(li, k, v):
         kv_cache[li] = (k, v)
         allowed = causal & (window if cfg["layers"][li]["type"] == "sliding_attention" else True)
-        allowed = allowed[None] & am[:, None, :]
+        allowed = allowed[None]
+        if image_segment_ids is not None:  # the overlay overrides causality and the window, not the key padding
+            seg = image_segment_ids
+            allowed = allowed | ((seg[:, :, None] > 0) & (seg[:, :, None] == seg[:, None, :]))
+        allowed = allowed & am[:, None, :]
         allowed = allowed | (torch.eye(P, dtype=torch.bool)[None] & ~am[:, :, None])
         return k, v, allowed
 
-    h = E[ids] * s_emb
+    h = E[ids] * s_emb if encoder_embeds is None else encoder_embeds.to(dtype)
     for li in range(n):
         h = _layer(w, f"layers.{li}.", cfg, li, h, pos, enc_kv)
     enc_hidden = _rms(h, w["norm.weight"], eps)

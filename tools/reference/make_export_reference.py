@@ -5,19 +5,21 @@ transformers loads a `dgemma-run export` directory and computes the same logits 
 Reference-data generation only (docs/training.md, "Export"); CI reads only the committed listing.
 
     python3 tools/reference/make_export_reference.py
-        Builds DiffusionGemmaForBlockDiffusion from models/diffusion_gemma/configs/demo (with a tiny vision tower:
-        HF always builds one), runs save_pretrained (fp32 and bf16) and writes the listing
-        test/fixtures/export/demo_hf_listing.json: the text tensors (name, shape, dtype), the vision tensor count,
-        the files written, and the keys of config.json, text_config and generation_config.json.
+        Builds DiffusionGemmaForBlockDiffusion from models/diffusion_gemma/configs/demo with the tiny vision tower of
+        the vision fixtures (make_vision_fixtures.py: vision_config and vision_soft_tokens_per_image), runs
+        save_pretrained (fp32 and bf16) and writes the listing test/fixtures/export/demo_hf_listing.json: the text
+        and the vision tensors (name, shape, dtype), the files written, and the keys of config.json, text_config,
+        vision_config and generation_config.json.
     python3 tools/reference/make_export_reference.py --check
         Recomputes the listing and compares it with the committed one (exit 1 on a difference).
     python3 tools/reference/make_export_reference.py --write-batch BATCH [--batch-model DIR]
         Writes a forward batch for the model (default: the demo): 3 left-padded prompts of width 12, canvas_length
         noisy canvas ids, fixed seed; the input of the check below.
     python3 tools/reference/make_export_reference.py --check-export DIR --batch BATCH --dgemma-out OUT
-        Loads DIR with from_pretrained (fp32, eager): no text tensor may be missing or unexpected (the vision
-        tower's are missing by design: it is not built yet). Runs BATCH (docs/cli.md's forward fields) and
-        compares HF's logits with OUT's `logits` (dgemma-run forward on the same DIR): max|d| / max|ref| <= 1e-5.
+        Loads DIR with from_pretrained (fp32, eager): no tensor may be missing or unexpected. A DIR whose config has no
+        vision_config (a text-only export) is loaded with the tiny vision tower, whose tensors are then missing by
+        design. Runs BATCH (docs/cli.md's forward fields) and compares HF's logits with OUT's `logits`
+        (dgemma-run forward on the same DIR): max|d| / max|ref| <= 1e-5.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_diffusion_gemma_fixtures import TINY_VISION, VISION_PREFIXES, hf_forward  # noqa: E402
+from make_diffusion_gemma_fixtures import VISION_PREFIXES, hf_forward  # noqa: E402
+from make_vision_fixtures import SOFT_TOKENS, VISION_CONFIG  # noqa: E402  (the tiny vision tower of issue 18)
 
 DEMO_MODEL = REPO_ROOT / "models/diffusion_gemma/configs/demo"
 LISTING = REPO_ROOT / "test/fixtures/export/demo_hf_listing.json"
@@ -51,8 +54,14 @@ REL_TOL = 1e-5
 
 
 def load_config(model_dir: Path) -> DiffusionGemmaConfig:
+    """The directory's config; where it has no vision_config (HF would build the full default tower) or no
+    vision_soft_tokens_per_image, the tiny ones of the vision fixtures."""
+    raw = json.loads((model_dir / "config.json").read_text())
     cfg = DiffusionGemmaConfig.from_pretrained(str(model_dir))
-    cfg.vision_config = DiffusionGemmaConfig(vision_config=dict(TINY_VISION)).vision_config
+    if raw.get("vision_config") is None:
+        cfg.vision_config = DiffusionGemmaConfig(vision_config=dict(VISION_CONFIG)).vision_config
+    if "vision_soft_tokens_per_image" not in raw:
+        cfg.vision_soft_tokens_per_image = SOFT_TOKENS
     for c in (cfg, cfg.text_config, cfg.vision_config):
         c._attn_implementation = "eager"
         c._experts_implementation = "eager"
@@ -76,6 +85,8 @@ def make_listing() -> dict:
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "model": "models/diffusion_gemma/configs/demo",
+        "vision_config": {key: getattr(cfg.vision_config, key) for key in VISION_CONFIG},
+        "vision_soft_tokens_per_image": cfg.vision_soft_tokens_per_image,
         "command": "python3 tools/reference/make_export_reference.py",
     }
     for dtype_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -89,13 +100,17 @@ def make_listing() -> dict:
             generation = json.loads((d / "generation_config.json").read_text())
             files = sorted(p.name for p in d.iterdir())
         text = {k: v for k, v in sorted(tensors.items()) if not k.startswith(VISION_PREFIXES)}
+        vision = {k: v for k, v in sorted(tensors.items()) if k.startswith(VISION_PREFIXES)}
+        assert config["vision_config"]["hidden_size"] == cfg.vision_config.hidden_size
         listing[dtype_name] = {
             "files": files,
             "text_tensors": text,
-            "vision_tensor_count": len(tensors) - len(text),
+            "vision_tensors": vision,
+            "vision_tensor_count": len(vision),
             "config_dtype": config.get("dtype"),
             "config_keys": sorted(config.keys()),
             "text_config_keys": sorted(config["text_config"].keys()),
+            "vision_config_keys": sorted(config["vision_config"].keys()),
             "generation_config_keys": sorted(generation.keys()),
         }
     return listing
@@ -129,11 +144,12 @@ def write_batch(model_dir: Path, out: Path) -> None:
 
 def check_export(export_dir: Path, batch_path: Path, dgemma_out: Path) -> int:
     cfg = load_config(export_dir)
+    text_only = json.loads((export_dir / "config.json").read_text()).get("vision_config") is None
     model, info = DiffusionGemmaForBlockDiffusion.from_pretrained(
         str(export_dir), config=cfg, dtype=torch.float32, output_loading_info=True,
         attn_implementation="eager", experts_implementation="eager")
     model = model.eval()
-    missing = [k for k in info["missing_keys"] if not k.startswith(VISION_PREFIXES)]
+    missing = [k for k in info["missing_keys"] if not (text_only and k.startswith(VISION_PREFIXES))]
     unexpected = list(info["unexpected_keys"])
     mismatched = list(info.get("mismatched_keys", []))
     vision_missing = len(info["missing_keys"]) - len(missing)

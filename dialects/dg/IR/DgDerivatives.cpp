@@ -359,6 +359,40 @@ LogicalResult GatherOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents,
   return success();
 }
 
+LogicalResult ScatterAddOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // The transpose of the scatter is the gather of the same rows: an update added at row r receives
+  // row r of the cotangent. Ids outside the block were dropped and gather gives them zeros; the
+  // skipped row never received anything, so its cotangent row is zeroed before the gather.
+  Value cotangent = cotangents[0];
+  auto table = typeOf(cotangent);
+  const int64_t rows = table.getDimSize(0), width = table.getDimSize(1);
+  if (auto skip = getSkipIdAttr()) {
+    const int64_t local = skip.getInt() - getRowOffset().getInt();
+    if (local >= 0 && local < rows) {
+      auto block = [&](int64_t start, int64_t size) {
+        return builder.create<SliceOp>(getLoc(), RankedTensorType::get({size, width}, table.getElementType()), cotangent,
+                                       builder.getI64IntegerAttr(0), builder.getI64IntegerAttr(start));
+      };
+      SmallVector<Value> pieces;
+      if (local > 0) pieces.push_back(block(0, local));
+      pieces.push_back(builder.create<FillOp>(getLoc(), RankedTensorType::get({1, width}, table.getElementType()),
+                                              builder.getF64FloatAttr(0.0)));
+      if (local + 1 < rows) pieces.push_back(block(local + 1, rows - local - 1));
+      cotangent = pieces.size() == 1 ? pieces.front()
+                                     : builder.create<ConcatOp>(getLoc(), table, pieces, builder.getI64IntegerAttr(0)).getResult();
+    }
+  }
+  auto updates = getUpdates().getType();
+  SmallVector<int64_t> gatheredShape(updates.getShape());
+  Value gathered = builder.create<GatherOp>(getLoc(), RankedTensorType::get(gatheredShape, table.getElementType()), cotangent,
+                                            getIds(), IntegerAttr(), getRowOffsetAttr());
+  // A 16-bit update of an f32 table gets its cotangent in its own type.
+  if (updates.getElementType() != table.getElementType()) gathered = builder.create<CastOp>(getLoc(), updates, gathered);
+  grads.push_back(Value());
+  grads.push_back(gathered);
+  return success();
+}
+
 LogicalResult CrossEntropyOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
   // Only the logits are differentiated: ids have no gradient, and the bonus is a constant (it
   // depends on the diffusion time only).

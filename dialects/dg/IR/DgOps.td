@@ -528,13 +528,14 @@ def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure]> {
+def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Rows added into a table of zeros at the ids: table[ids[i], :] += updates[i, :] (gather's adjoint)";
   let description = [{
     The result holds the global rows `[row_offset, row_offset + rows)` (0 when whole): updates at ids
     outside are dropped, the others added at `id - row_offset`: the adjoint of a gather with the same
     `row_offset`. Positions whose id equals `skip_id` (a global row) add nothing, so that row stays
-    zero: the adjoint of a gather with `padding_idx`.
+    zero: the adjoint of a gather with `padding_idx`. The derivative rule is that gather: an update's
+    cotangent is the result cotangent's row it was added to, zero where it was dropped or skipped.
   }];
   let arguments = (ins Dg_IdTensor:$ids, Dg_FloatTensor:$updates, OptionalAttr<I64Attr>:$skip_id,
                        DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$row_offset);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/data/batch/ImageInputs.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -38,10 +39,21 @@ Dataset buildDataset(const std::string& path, const RowTokenizer& tokenize, cons
       dataset.skipped.push_back(std::move(error));
     };
 
+    const std::vector<std::pair<std::string, std::string>> parts = imageParts(row);
+    const int64_t imageCount = static_cast<int64_t>(parts.size());
+    if (options.imagesPerExample >= 0 && imageCount > 0 && imageCount != options.imagesPerExample) {
+      reject("images", options.imagesPerExample == 0
+                           ? "the plan is text-only; a row with " + std::to_string(imageCount) + " image" +
+                                 (imageCount == 1 ? "" : "s") + " needs a plan compiled with dgemma-compile --images-per-example " +
+                                 std::to_string(imageCount)
+                           : "expected " + std::to_string(options.imagesPerExample) +
+                                 " images per example (the plan's images_per_example) or none, got " + std::to_string(imageCount));
+      continue;
+    }
     std::vector<int64_t> softTokens;
     std::vector<std::string> imagePaths;
     bool good = true;
-    for (const auto& [field, imagePath] : imageParts(row)) {
+    for (const auto& [field, imagePath] : parts) {
       try {
         // Decoding proves the file is a readable image; the resize waits until the item is batched.
         RgbImage image = decodeImage(imagePath);
@@ -135,6 +147,21 @@ std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<Pr
       ++index;
     }
   return {{"pixel_values", std::move(pixels)}, {"image_position_ids", std::move(positions)}};
+}
+
+void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample, const Gemma4ImageOptions& image,
+                        const std::string& where) {
+  for (const char* name : {"image_position_ids", "mm_token_type_ids"})
+    if (!fields.count(name)) throw InputError(where + ": an image batch without " + name);
+  try {
+    ImagePlanInputs inputs = deriveImagePlanInputs(fields.at("image_position_ids"), fields.at("mm_token_type_ids"), imagesPerExample,
+                                                   image.poolingKernelSize, image.maxSoftTokens);
+    fields["image_pool_slot"] = std::move(inputs.poolSlot);
+    fields["image_token_index"] = std::move(inputs.tokenIndex);
+    fields["image_segment_ids"] = std::move(inputs.segmentIds);
+  } catch (const InputError& error) {
+    throw InputError(where + ": " + error.what());
+  }
 }
 
 }  // namespace dgemma

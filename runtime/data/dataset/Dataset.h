@@ -24,6 +24,9 @@ struct DatasetOptions {
   int64_t canvasLength = 256;
   int64_t maxEncoderLength = 8192;
   Gemma4ImageOptions image;
+  // The plan's images_per_example: a row has no image or exactly this many; with 0 (a text-only
+  // plan) every row with an image is a bad row. -1: any count (check-data, which has no plan).
+  int64_t imagesPerExample = -1;
   bool skipBadRows = false;
 };
 
@@ -55,5 +58,13 @@ void checkSplits(const std::string& train, const std::string& validation, const 
 // images concatenated in example order. Every example must have images (mixed micro-batches are
 // rejected) and all must share N_patch. Returns an empty map when no example has images.
 std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<ProcessedImage>>& imagesPerExample);
+
+// Adds to a collated image batch (collate()'s mm_token_type_ids, collateImages()'s
+// image_position_ids) the host-derived inputs of the image entries: image_pool_slot,
+// image_token_index and image_segment_ids (deriveImagePlanInputs, with the processor's pooling
+// kernel and soft-token budget). Throws InputError located at `where` for a batch whose image tokens
+// and images disagree.
+void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample, const Gemma4ImageOptions& image,
+                        const std::string& where);
 
 }  // namespace dgemma

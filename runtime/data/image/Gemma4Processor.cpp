@@ -81,8 +81,9 @@ uint8_t roundAndClamp(int32_t sum, int precision) {
 
 std::pair<int64_t, int64_t> gemma4TargetSize(int64_t height, int64_t width, const Gemma4ImageOptions& options) {
   const int64_t soft = options.maxSoftTokens;
-  if (soft != 70 && soft != 140 && soft != 280 && soft != 560 && soft != 1120) {
-    throw InputError("gemma4 image processor: max_soft_tokens must be one of 70, 140, 280, 560, 1120, got " +
+  if (options.configuredSoftTokens ? soft < 1 : soft != 70 && soft != 140 && soft != 280 && soft != 560 && soft != 1120) {
+    throw InputError(std::string("gemma4 image processor: max_soft_tokens must be ") +
+                     (options.configuredSoftTokens ? "positive" : "one of 70, 140, 280, 560, 1120") + ", got " +
                      std::to_string(soft));
   }
   if (options.patchSize <= 0 || options.poolingKernelSize <= 0) {

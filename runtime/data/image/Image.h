@@ -48,7 +48,11 @@ RgbImage decodeImage(const std::string& path);
 struct Gemma4ImageOptions {
   int64_t patchSize = 16;
   int64_t poolingKernelSize = 3;
-  int64_t maxSoftTokens = 280;  // one of 70, 140, 280, 560, 1120
+  int64_t maxSoftTokens = 280;  // one of 70, 140, 280, 560, 1120, unless configuredSoftTokens
+  // The budget is a model config's vision_soft_tokens_per_image (docs/data.md, "Image
+  // preprocessing"): any positive count is the model's to choose (a small model's, e.g. the demo's
+  // 9); without it only the processor's own set is accepted.
+  bool configuredSoftTokens = false;
 };
 
 struct ProcessedImage {

@@ -433,6 +433,31 @@ TEST(GradientCheck, GatherPaddingRowGetsNoGradient) {
   EXPECT_LE(otherRows.relativeError(), kTolerance);
 }
 
+// scatter_add (the pooling of the vision tower): rows hit several times, ids outside the block
+// [row_offset, row_offset + 4) dropped, and skip_id's updates discarded. Each update's derivative is
+// the row it was added to; dropped and skipped updates have none (their finite differences are 0).
+TEST(GradientCheck, ScatterAddRowsWithDroppedAndSkippedIds) {
+  auto scatter = [](std::optional<int64_t> skip) -> OpBody {
+    return [skip](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+      SmallVector<int64_t> ids = {1, 3, 9, 3, 2, 0, 4, 3};
+      auto idType = RankedTensorType::get({2, 4}, b.getI64Type());
+      Value idValues = b.create<ConstantOp>(loc, DenseElementsAttr::get(idType, ArrayRef<int64_t>(ids)));
+      Value table = b.create<ScatterAddOp>(loc, typeLike(p[0], {4, 3}), idValues, p[0],
+                                           skip ? b.getI64IntegerAttr(*skip) : IntegerAttr(), b.getI64IntegerAttr(1));
+      return b.create<TanhOp>(loc, table.getType(), table);
+    };
+  };
+  GradientChecker({{{2, 4, 3}}}, scatter(std::nullopt)).check(kTolerance);
+  // Block [1, 5): ids 9 (position 2) and 0 (position 5) are dropped; id 3 (positions 1, 3, 7) is skipped.
+  Derivatives skipped = GradientChecker({{{2, 4, 3}}}, scatter(3)).derivatives().at("p0");
+  EXPECT_LE(skipped.relativeError(), kTolerance);
+  for (int64_t position = 0; position < 8; ++position) {
+    const bool contributes = position == 0 || position == 4 || position == 6;
+    for (int64_t c = 0; c < 3; ++c)
+      EXPECT_EQ(skipped.analytic[position * 3 + c] != 0.0, contributes) << "position " << position;
+  }
+}
+
 // Cross-entropy over V = 5 at [2, 3] positions, with and without a bonus, with and without the
 // soft-cap inside the op (a cap of 1.5 bends logits in [-4, 4] hard). The bonus is a constant (it is
 // never differentiated); its ids equal the target at positions 0, 2 and 4 and differ elsewhere.

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "models/diffusion_gemma/Config.h"
+#include "support/Error.h"
 #include "test/unit/models/ModelTestSupport.h"
 
 namespace dgemma {
@@ -298,6 +301,87 @@ TEST_F(DiffusionGemmaConfigTest, VisionConfigPresenceIsRecorded) {
   EXPECT_FALSE(load(value).hasVision);
 }
 
+TEST_F(DiffusionGemmaConfigTest, VisionConfigTakesHfDefaultsForAbsentFields) {
+  json value = tinyTopLevelConfig();
+  value["vision_config"] = {{"model_type", "gemma4_vision"}};
+  const DiffusionGemmaConfig defaults = load(value);
+  EXPECT_TRUE(defaults.warnings.empty()) << defaults.warnings.front();
+  EXPECT_EQ(defaults.vision.hiddenSize, 768);
+  EXPECT_EQ(defaults.vision.intermediateSize, 3072);
+  EXPECT_EQ(defaults.vision.numHiddenLayers, 16);
+  EXPECT_EQ(defaults.vision.numAttentionHeads, 12);
+  EXPECT_EQ(defaults.vision.numKeyValueHeads, 12);
+  EXPECT_EQ(defaults.vision.headDim, 64);
+  EXPECT_DOUBLE_EQ(defaults.vision.rmsNormEps, 1e-6);
+  EXPECT_DOUBLE_EQ(defaults.vision.ropeTheta, 100.0);
+  EXPECT_EQ(defaults.vision.patchSize, 16);
+  EXPECT_EQ(defaults.vision.poolingKernelSize, 3);
+  EXPECT_EQ(defaults.vision.positionEmbeddingSize, 10240);
+  EXPECT_FALSE(defaults.vision.standardize);
+  EXPECT_EQ(defaults.maxSoftTokensPerImage, 280);
+  EXPECT_EQ(defaults.vision.patchDim(), 768);
+  EXPECT_EQ(defaults.imagePatches(), 2520);
+}
+
+// The 26B-A4B vision config as the release spells it (docs/model.md, "Vision config").
+TEST_F(DiffusionGemmaConfigTest, VisionConfigReadsTheReleasedValues) {
+  json value = tinyTopLevelConfig();
+  value["vision_soft_tokens_per_image"] = 70;
+  value["vision_config"] = {{"model_type", "gemma4_vision"},    {"hidden_size", 1152},
+                            {"intermediate_size", 4304},         {"num_hidden_layers", 27},
+                            {"num_attention_heads", 16},         {"num_key_value_heads", 16},
+                            {"head_dim", 72},                    {"hidden_activation", "gelu_pytorch_tanh"},
+                            {"rms_norm_eps", 1e-5},              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 100.0}}},
+                            {"patch_size", 14},                  {"pooling_kernel_size", 2},
+                            {"position_embedding_size", 10240},  {"use_clipped_linears", false},
+                            {"standardize", true},               {"default_output_length", 280},
+                            {"attention_bias", false},           {"attention_dropout", 0.0},
+                            {"max_position_embeddings", 131072}, {"initializer_range", 0.02}};
+  const DiffusionGemmaConfig config = load(value);
+  EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
+  EXPECT_EQ(config.vision.hiddenSize, 1152);
+  EXPECT_EQ(config.vision.intermediateSize, 4304);
+  EXPECT_EQ(config.vision.numHiddenLayers, 27);
+  EXPECT_EQ(config.vision.numAttentionHeads, 16);
+  EXPECT_EQ(config.vision.headDim, 72);
+  EXPECT_DOUBLE_EQ(config.vision.rmsNormEps, 1e-5);
+  EXPECT_EQ(config.vision.patchSize, 14);
+  EXPECT_EQ(config.vision.poolingKernelSize, 2);
+  EXPECT_TRUE(config.vision.standardize);
+  EXPECT_EQ(config.maxSoftTokensPerImage, 70);
+  EXPECT_EQ(config.imagePatches(), 280);
+  EXPECT_EQ(config.vision.patchDim(), 3 * 14 * 14);
+
+  value["vision_config"]["rope_parameters"] = {{"rope_type", "axial"}, {"rope_theta", 50}};
+  value["vision_config"]["surprise"] = 1;
+  const DiffusionGemmaConfig axial = load(value);
+  EXPECT_DOUBLE_EQ(axial.vision.ropeTheta, 50.0);
+  ASSERT_EQ(axial.warnings.size(), 1u);
+  EXPECT_NE(axial.warnings.front().find("vision_config.surprise: unknown field, ignored"), std::string::npos);
+}
+
+// The fuzz target's committed seeds (fuzz/corpus/config): each parses, or is refused with an
+// InputError; the vision seed parses with its vision_config.
+TEST(DiffusionGemmaConfigFuzzSeeds, ParseOrAreInputErrors) {
+  const std::filesystem::path corpus = std::filesystem::path(DGEMMA_DIFFUSION_GEMMA_CONFIGS) / "../../../fuzz/corpus/config";
+  int64_t seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
+    std::ifstream file(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    ++seeds;
+    try {
+      const DiffusionGemmaConfig config = parseDiffusionGemmaConfigText(text, entry.path().filename().string());
+      if (entry.path().filename() == "vision.json") {
+        EXPECT_TRUE(config.hasVision);
+        EXPECT_EQ(config.vision.hiddenSize, 16);
+        EXPECT_EQ(config.maxSoftTokensPerImage, 70);
+      }
+    } catch (const InputError&) {
+    }
+  }
+  EXPECT_GE(seeds, 8);
+}
+
 TEST_F(DiffusionGemmaConfigTest, UnreadableFilesAreInputErrors) {
   EXPECT_EQ(inputErrorMessage([&] { loadDiffusionGemmaConfig(pathOf("absent.json")); }),
             pathOf("absent.json") + ": cannot open the config file");
@@ -398,6 +482,40 @@ INSTANTIATE_TEST_SUITE_P(
             "BidirectionalAll", [](json& v) { v["text_config"]["use_bidirectional_attention"] = "all"; },
             "text_config.use_bidirectional_attention: \"all\" is not supported (only \"vision\" or null), got "
             "\"all\""},
+        RejectedConfig{"VisionClippedLinears", [](json& v) { v["vision_config"] = {{"use_clipped_linears", true}}; },
+                       "vision_config.use_clipped_linears: expected false (dgemma has no clipped vision linears), got true"},
+        RejectedConfig{"VisionActivation", [](json& v) { v["vision_config"] = {{"hidden_activation", "gelu"}}; },
+                       "vision_config.hidden_activation: expected \"gelu_pytorch_tanh\", got \"gelu\""},
+        RejectedConfig{"VisionHeadDimNotAMultipleOfFour", [](json& v) { v["vision_config"] = {{"head_dim", 18}}; },
+                       "vision_config.head_dim: expected a multiple of 4 in [4, 8192] (2-D RoPE rotates each half of "
+                       "the head), got 18"},
+        RejectedConfig{"VisionKeyValueHeadsDoNotDivide",
+                       [](json& v) { v["vision_config"] = {{"num_attention_heads", 4}, {"num_key_value_heads", 3}}; },
+                       "vision_config.num_key_value_heads: expected a divisor of the 4 query heads "
+                       "(num_attention_heads), got 3"},
+        RejectedConfig{"VisionZeroHiddenSize", [](json& v) { v["vision_config"] = {{"hidden_size", 0}}; },
+                       "vision_config.hidden_size: expected an integer in [1, 65536], got 0"},
+        RejectedConfig{"VisionZeroPatchSize", [](json& v) { v["vision_config"] = {{"patch_size", 0}}; },
+                       "vision_config.patch_size: expected an integer in [1, 256], got 0"},
+        RejectedConfig{"VisionPoolingKernelAsString", [](json& v) { v["vision_config"] = {{"pooling_kernel_size", "3"}}; },
+                       "vision_config.pooling_kernel_size: expected an integer in [1, 64], got \"3\""},
+        RejectedConfig{"VisionPositionTableEmpty", [](json& v) { v["vision_config"] = {{"position_embedding_size", 0}}; },
+                       "vision_config.position_embedding_size: expected an integer in [1, 16777216], got 0"},
+        RejectedConfig{"VisionStandardizeNotABool", [](json& v) { v["vision_config"] = {{"standardize", 1}}; },
+                       "vision_config.standardize: expected true or false, got 1"},
+        RejectedConfig{"VisionNegativeEps", [](json& v) { v["vision_config"] = {{"rms_norm_eps", -1}}; },
+                       "vision_config.rms_norm_eps: expected a number in (0, 1.0], got -1"},
+        RejectedConfig{"VisionRopeType",
+                       [](json& v) { v["vision_config"] = {{"rope_parameters", {{"rope_type", "yarn"}}}}; },
+                       "vision_config.rope_parameters.rope_type: expected \"default\" or \"axial\", got \"yarn\""},
+        RejectedConfig{"VisionRopeScaling",
+                       [](json& v) { v["vision_config"] = {{"rope_parameters", {{"rope_theta", 100}, {"factor", 2}}}}; },
+                       "vision_config.rope_parameters.factor: not supported (the vision RoPE entry takes rope_type and "
+                       "rope_theta)"},
+        RejectedConfig{"VisionModelType", [](json& v) { v["vision_config"] = {{"model_type", "siglip_vision_model"}}; },
+                       "vision_config.model_type: expected \"gemma4_vision\", got \"siglip_vision_model\""},
+        RejectedConfig{"SoftTokensPerImageZero", [](json& v) { v["vision_soft_tokens_per_image"] = 0; },
+                       "vision_soft_tokens_per_image: expected an integer in [1, 65536], got 0"},
         RejectedConfig{"MissingTextConfig", [](json& v) { v.erase("text_config"); },
                        "text_config: missing; the default text config has no MoE sizes, so it cannot be built"},
         RejectedConfig{"TextConfigNotAnObject", [](json& v) { v["text_config"] = json::array(); },

@@ -284,5 +284,71 @@ TEST_F(CheckpointResolutionTest, MisShapedMistypedAndStrayTensorsAreListedTogeth
                 checkpointPath() + "/model.safetensors)");
 }
 
+// The 26B-A4B vision tower (docs/model.md, "Vision tensors"): 27 layers x 13 tensors, the patch
+// projection, the position tables, std_bias and std_scale, and the projector: the 356 vision tensors
+// of the release's 1047.
+TEST(DiffusionGemmaWeightSchema, Released26BVisionSchema) {
+  DiffusionGemmaConfig config = loadDiffusionGemmaConfig(presetPath("diffusiongemma-26b-a4b.json"));
+  EXPECT_TRUE(expectedVisionWeights(config).empty());  // the preset has no vision_config
+  config.hasVision = true;
+  config.vision = VisionConfig{1152, 4304, 27, 16, 16, 72, 1e-6, 100.0, 16, 3, 10240, true};
+  const std::vector<ExpectedTensor> tensors = expectedVisionWeights(config);
+  EXPECT_EQ(tensors.size(), 27u * 13u + 5u);
+  EXPECT_EQ(tensors.size() + expectedTextWeights(config).size() + 30u, 1047u);
+  std::set<std::string> names;
+  int64_t buffers = 0;
+  for (const ExpectedTensor& tensor : tensors) {
+    EXPECT_TRUE(names.insert(tensor.name).second) << "duplicate " << tensor.name;
+    EXPECT_TRUE(tensor.name.rfind("model.encoder.vision_tower.", 0) == 0 ||
+                tensor.name == "model.encoder.embed_vision.embedding_projection.weight")
+        << tensor.name;
+    buffers += tensor.isBuffer;
+  }
+  EXPECT_EQ(buffers, 2);
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"model.encoder.vision_tower.patch_embedder.input_proj.weight", {1152, 768}},
+      {"model.encoder.vision_tower.patch_embedder.position_embedding_table", {2, 10240, 1152}},
+      {"model.encoder.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight", {1152, 1152}},
+      {"model.encoder.vision_tower.encoder.layers.26.self_attn.o_proj.linear.weight", {1152, 1152}},
+      {"model.encoder.vision_tower.encoder.layers.3.self_attn.k_norm.weight", {72}},
+      {"model.encoder.vision_tower.encoder.layers.3.mlp.gate_proj.linear.weight", {4304, 1152}},
+      {"model.encoder.vision_tower.encoder.layers.3.mlp.down_proj.linear.weight", {1152, 4304}},
+      {"model.encoder.vision_tower.encoder.layers.3.post_feedforward_layernorm.weight", {1152}},
+      {"model.encoder.vision_tower.std_scale", {1152}},
+      {"model.encoder.embed_vision.embedding_projection.weight", {2816, 1152}},
+  };
+  for (const auto& [name, shape] : shapes) {
+    const ExpectedTensor* tensor = findExpected(tensors, name);
+    ASSERT_NE(tensor, nullptr) << name;
+    EXPECT_EQ(tensor->shape, shape) << name;
+  }
+  config.vision.standardize = false;
+  EXPECT_EQ(findExpected(expectedVisionWeights(config), "model.encoder.vision_tower.std_bias"), nullptr);
+}
+
+// With a vision_config the vision tensors are checked and mapped; without one they are only listed.
+TEST_F(CheckpointResolutionTest, VisionTensorsOfAVisionConfig) {
+  std::map<std::string, HostTensor> tensors = textTensorsUnder(kDecoderPrefix);
+  tensors.emplace("model.encoder.vision_tower.std_bias", filled({16}, 0.5f));
+  tensors.emplace("model.encoder.embed_vision.embedding_projection.weight", filled({48, 16}, 0.25f));
+  config_.hasVision = true;
+  config_.vision.hiddenSize = 16;
+  config_.vision.standardize = true;
+  {
+    const SafetensorsDirectory checkpoint = writeCheckpoint(tensors);
+    const ResolvedCheckpoint resolved = resolveCheckpointNames(config_, checkpoint);
+    ASSERT_EQ(resolved.visionTensors.size(), 2u);
+    EXPECT_EQ(resolved.visionTensors.at("model.encoder.vision_tower.std_bias").entry->shape, (std::vector<int64_t>{16}));
+  }
+  tensors.at("model.encoder.vision_tower.std_bias") = filled({8}, 0.5f);
+  tensors.emplace("model.encoder.vision_tower.encoder.layers.99.mlp.up_proj.linear.weight", filled({2}, 0.5f));
+  EXPECT_EQ(resolutionError(tensors),
+            checkpointPath() + ": 2 problem(s) with the weights:"
+                               "\n  unexpected tensor model.encoder.vision_tower.encoder.layers.99.mlp.up_proj.linear.weight "
+                               "(not a vision tensor of this vision_config; in " + checkpointPath() +
+                "/model.safetensors)\n  tensor model.encoder.vision_tower.std_bias: expected shape [16], found [8] (in " +
+                checkpointPath() + "/model.safetensors)");
+}
+
 }  // namespace
 }  // namespace dgemma

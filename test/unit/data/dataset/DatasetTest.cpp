@@ -75,6 +75,34 @@ TEST_F(DatasetTest, BuildsItemsPerBlockWithImages) {
   EXPECT_TRUE(dataset.rowImages[1].empty());
 }
 
+// A plan's images_per_example: a row has none or exactly that many images; on a text-only plan (0)
+// any image makes a bad row whose message names the compile flag.
+TEST_F(DatasetTest, ImageCountsFollowThePlan) {
+  const std::string twoImages =
+      R"({"messages": [{"role": "user", "content": [{"type": "image", "image": "shape.png"}, {"type": "image", "image": "shape.png"}]}], "completion": "Two."})";
+  std::string path = write("train.jsonl", {kTextRow, kImageRow, twoImages});
+  DatasetOptions options;
+  options.canvasLength = 4;
+  options.skipBadRows = true;
+  options.imagesPerExample = 1;
+  Dataset one = buildDataset(path, byteTokenizer, options);
+  EXPECT_EQ(one.rows, 2);
+  ASSERT_EQ(one.skipped.size(), 1u);
+  EXPECT_EQ(one.skipped[0].text(), path + ":3: images: expected 1 images per example (the plan's images_per_example) or none, got 2");
+  options.imagesPerExample = 0;
+  Dataset none = buildDataset(path, byteTokenizer, options);
+  EXPECT_EQ(none.rows, 1);
+  ASSERT_EQ(none.skipped.size(), 2u);
+  EXPECT_EQ(none.skipped[0].text(), path + ":2: images: the plan is text-only; a row with 1 image needs a plan compiled with "
+                                           "dgemma-compile --images-per-example 1");
+  EXPECT_EQ(none.skipped[1].text(), path + ":3: images: the plan is text-only; a row with 2 images needs a plan compiled with "
+                                           "dgemma-compile --images-per-example 2");
+  options.skipBadRows = false;
+  EXPECT_THROW(buildDataset(path, byteTokenizer, options), InputError);
+  options.imagesPerExample = -1;  // check-data: any count
+  EXPECT_EQ(buildDataset(path, byteTokenizer, options).rows, 3);
+}
+
 // Rows that only the dataset build can judge: images that do not decode, contexts over the limit.
 TEST_F(DatasetTest, BadRowsFailFastOrAreListed) {
   const std::string unsupported =

@@ -259,6 +259,27 @@ TEST(Gemma4TargetSize, Errors) {
   EXPECT_THROW(processGemma4Image(empty), InputError);
 }
 
+// A model config that sets vision_soft_tokens_per_image chooses any positive budget: the demo's
+// 48 x 48 images at patch 8, pooling 2 and 9 soft tokens keep their size (3 x 3 pooled tokens).
+TEST(Gemma4TargetSize, AConfiguredBudgetNeedNotBeAStandardOne) {
+  Gemma4ImageOptions options;
+  options.patchSize = 8;
+  options.poolingKernelSize = 2;
+  options.maxSoftTokens = 9;
+  options.configuredSoftTokens = true;
+  EXPECT_EQ(gemma4TargetSize(48, 48, options), (std::pair<int64_t, int64_t>{48, 48}));
+  EXPECT_EQ(gemma4SoftTokenCount(48, 48, options), 9);
+  const ProcessedImage processed = processGemma4Image(RgbImage{48, 48, std::vector<uint8_t>(48 * 48 * 3, 255)}, options);
+  EXPECT_EQ(processed.pixelValues.shape, (std::vector<int64_t>{36, 192}));
+  EXPECT_EQ(processed.numSoftTokens, 9);
+  Gemma4ImageOptions unset = options;
+  unset.configuredSoftTokens = false;  // the processor's own set: 9 is none of it
+  EXPECT_THROW(gemma4TargetSize(48, 48, unset), InputError);
+  Gemma4ImageOptions zero = options;
+  zero.maxSoftTokens = 0;
+  EXPECT_THROW(gemma4TargetSize(48, 48, zero), InputError);
+}
+
 TEST(ResizeBicubicAntialias, ConstantImageStaysConstantAndSameSizeIsIdentity) {
   RgbImage image;
   image.width = 7;
