@@ -56,7 +56,7 @@ class ImagePlan {
  public:
   ImagePlan(const DiffusionGemmaConfig& config, const std::string& modelDir, int64_t microBatch, int64_t promptLength,
             int64_t imagesPerExample, const mlir::dg::DiffusionGemmaObjective* objective,
-            mlir::dg::Precision precision = mlir::dg::Precision::Fp32)
+            mlir::dg::Precision precision = mlir::dg::Precision::Fp32, int64_t cacheLength = 0)
       : config_(config) {
     mlir::OwningOpRef<mlir::ModuleOp> module;
     mlir::dg::PipelineOptions pipeline;
@@ -69,6 +69,14 @@ class ImagePlan {
       options.precision = precision;
       module = mlir::dg::buildDiffusionGemmaTrain(context_, config_, options);
       pipeline.train = true;
+    } else if (cacheLength > 0) {
+      mlir::dg::DiffusionGemmaInferenceOptions options;
+      options.microBatch = microBatch;
+      options.promptLengths = {promptLength};
+      options.imagesPerExample = imagesPerExample;
+      options.precision = precision;
+      options.cacheLength = cacheLength;
+      module = mlir::dg::buildDiffusionGemmaInference(context_, config_, options);
     } else {
       mlir::dg::DiffusionGemmaForwardOptions options;
       options.microBatch = microBatch;
@@ -112,6 +120,7 @@ class ImagePlan {
   }
 
   const Plan& plan() const { return plan_; }
+  HostTensor parameter(const std::string& name) const { return executor_->parameter(name); }
 
  private:
   mlir::MLIRContext context_;
@@ -280,6 +289,41 @@ TEST(VisionBf16, FeaturesRoundLikeBf16) {
   EXPECT_LE(error.relative(), 5e-2);
   for (float value : std::vector<float>(out.at("logits").as<float>(), out.at("logits").as<float>() + out.at("logits").numElements()))
     ASSERT_TRUE(std::isfinite(value));
+}
+
+// prefill_images writes the cache the decoder reads: with C = P, every full layer's cache is the
+// prompt's K/V and a sliding layer's the last W - 1 positions, against HF's overlay-on K/V.
+TEST(VisionPrefillParity, CacheHoldsTheImagePromptsKeyValues) {
+  const std::string dir = fixtureDir("one_image");
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
+  SafetensorsFile expected = SafetensorsFile::open(dir + "/expected.safetensors");
+  Inputs batch = readAll(SafetensorsFile::open(dir + "/batch.safetensors"));
+  const int64_t examples = batch.at("input_ids").shape[0], promptLength = batch.at("input_ids").shape[1];
+  addImagePlanInputs(batch, config, 1, nullptr);
+  batch["positions"] = batch.at("position_ids");
+  ImagePlan plan(config, dir, examples, promptLength, 1, nullptr, mlir::dg::Precision::Fp32, promptLength);
+  plan.run("prefill_images", batch);
+  if (HasFailure()) return;
+  const int64_t* mask = batch.at("attention_mask").as<int64_t>();
+  Error error;
+  for (int64_t layer = 0; layer < config.numHiddenLayers; ++layer)
+    for (const char* kind : {"k", "v"}) {
+      const HostTensor cache = plan.parameter((kind == std::string("k") ? mlir::dg::cacheKeysName(layer) : mlir::dg::cacheValuesName(layer)));
+      const HostTensor reference = expected.read("encoder_" + std::string(kind) + "_untrimmed." + std::to_string(layer));
+      const int64_t slots = cache.shape[1], heads = cache.shape[2], headDim = cache.shape[3];
+      ASSERT_EQ(slots, mlir::dg::layerCacheLength(config, layer, promptLength));
+      for (int64_t b = 0; b < examples; ++b)
+        for (int64_t s = 0; s < slots; ++s) {
+          const int64_t p = promptLength - slots + s;
+          if (!mask[b * promptLength + p]) continue;
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t d = 0; d < headDim; ++d)
+              error.add(cache.as<float>()[((b * slots + s) * heads + h) * headDim + d],
+                        reference.as<float>()[((b * heads + h) * promptLength + p) * headDim + d]);
+        }
+    }
+  std::cout << "[ vision prefill ] cache " << error.relative() << "\n";
+  EXPECT_LE(error.relative(), kForwardTolerance);
 }
 
 double norm(const HostTensor& tensor) {
