@@ -91,6 +91,8 @@ class ImagePlan {
     auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
     EXPECT_TRUE(mlir::succeeded(plan));
     plan_ = std::move(*plan);
+    // An inference plan carries its generation sizes (dgemma-compile --mode infer writes them).
+    if (cacheLength > 0) plan_.generation = GenerationSettings{config_.canvasLength, config_.canvasLength, cacheLength};
     backend_ = createBackend("cpu", 2);
     executor_ = std::make_unique<Executor>(plan_, *backend_, communicators_, "vision-parity");
     SafetensorsDirectory checkpoint = SafetensorsDirectory::open(modelDir + "/model.safetensors");
