@@ -1,10 +1,10 @@
 // The per-element and per-tile arithmetic of the CUDA attention kernels (attention/cuda.cu), written
 // once for the device and the host: the visibility rules of docs/kernels.md as a predicate (which the
-// CPU kernel, attention/cpu.cpp, applies too), the
-// index maps of q, k, v and o, the tile geometry, and the online softmax (running max, running sum,
-// rescale) that the tiled forward and backward kernels apply per tile. The CPU unit test
-// (test/unit/kernels/AttentionMathTest.cpp) runs these same functions in a host emulation of the
-// tiled kernels and checks it against the CPU kernel, so the math is verified without a GPU.
+// CPU kernel, attention/cpu.cpp, applies too), the index maps of q, k, v and o, the tile geometry, and
+// the online softmax (running max, running sum, rescale) that the tiled forward and backward kernels
+// apply per tile. The CPU unit test (test/unit/kernels/AttentionMathTest.cpp) runs these same
+// functions in a host emulation of the tiled kernels and checks it against the CPU kernel, so the math
+// is verified without a GPU.
 #pragma once
 
 #include <cmath>

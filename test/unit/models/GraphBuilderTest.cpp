@@ -8,6 +8,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "models/diffusion_gemma/GraphBuilder.h"
+#include "models/diffusion_gemma/TextStack.h"
 
 namespace mlir::dg::diffusion_gemma {
 namespace {
@@ -92,6 +93,28 @@ TEST_F(GraphBuilderTest, InfersModelOpResultTypes) {
   auto sum = builder_.create<ReduceSumOp>(g.loc("sum"), g.input("w", {2, 3, 4}, f32), builder_.getDenseI64ArrayAttr({1}),
                                           builder_.getBoolAttr(true));
   EXPECT_EQ(sum.getType(), tensor({2, 1, 4}, f32));
+  EXPECT_TRUE(verifies());
+}
+
+// The encoder's image overlay: encoderStack hands its segment ids to every layer's attention, and
+// without them builds the plain causal op.
+TEST_F(GraphBuilderTest, EncoderStackPassesSegmentIdsToEveryLayer) {
+  GraphBuilder g(builder_, config_, /*batch=*/2, Precision::Fp32);
+  TextStack text(g);
+  Type i64 = builder_.getI64Type();
+  Value ids = g.input("input_ids", {2, 8}, i64), segments = g.input("image_segment_ids", {2, 8}, i64);
+  Value keyValid = g.constantBool({2, 8}, true, "valid");
+  text.encoderStack(ids, keyValid, g.positions(0, 8), nullptr, segments);
+  text.encoderStack(ids, keyValid, g.positions(0, 8), nullptr);
+  int64_t withSegments = 0, without = 0;
+  module_->walk([&](AttentionOp attention) {
+    EXPECT_EQ(attention.getMask(), AttentionMask::Causal);
+    if (!attention.getSegmentIds()) return void(++without);
+    EXPECT_EQ(attention.getSegmentIds(), segments);
+    ++withSegments;
+  });
+  EXPECT_EQ(withSegments, config_.numHiddenLayers);
+  EXPECT_EQ(without, config_.numHiddenLayers);
   EXPECT_TRUE(verifies());
 }
 
