@@ -38,13 +38,11 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import copy
 import filecmp
 import json
 import logging
 import math
 import os
-import shlex
 import sys
 import tempfile
 from pathlib import Path
