@@ -16,6 +16,7 @@
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
 #include "compiler/Pipeline/Pipeline.h"
+#include "compiler/Transforms/RecomputePolicy.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "models/diffusion_gemma/Builder.h"
@@ -56,7 +57,8 @@ class ImagePlan {
  public:
   ImagePlan(const DiffusionGemmaConfig& config, const std::string& modelDir, int64_t microBatch, int64_t promptLength,
             int64_t imagesPerExample, const mlir::dg::DiffusionGemmaObjective* objective,
-            mlir::dg::Precision precision = mlir::dg::Precision::Fp32, int64_t cacheLength = 0)
+            mlir::dg::Precision precision = mlir::dg::Precision::Fp32, int64_t cacheLength = 0,
+            const std::string& recompute = "none")
       : config_(config) {
     mlir::OwningOpRef<mlir::ModuleOp> module;
     mlir::dg::PipelineOptions pipeline;
@@ -86,7 +88,9 @@ class ImagePlan {
       module = mlir::dg::buildDiffusionGemmaForward(context_, config_, options);
     }
     EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
+    pipeline.recompute = *mlir::dg::parseRecomputePolicy(recompute);
     if (objective) EXPECT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+    EXPECT_TRUE(mlir::succeeded(mlir::dg::runRecomputationStage(*module, pipeline)));
     EXPECT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
     auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
     EXPECT_TRUE(mlir::succeeded(plan));
@@ -337,7 +341,9 @@ double norm(const HostTensor& tensor) {
 // reweighted-loo-ce with self-conditioning (the fixture injects its mask [1, 0]) and the encoder
 // loss: every encoder pass runs over the merged prompt with the overlay; the vision parameters get
 // the K/V pass's and the clean pass's gradient.
-TEST(VisionTrainParity, MatchesTorchAutograd) {
+class VisionTrainParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VisionTrainParity, MatchesTorchAutograd) {
   const std::string dir = fixtureDir("train_one_image");
   const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
   SafetensorsFile expected = SafetensorsFile::open(dir + "/reweighted-loo-ce.sc1.enc1.safetensors");
@@ -350,11 +356,11 @@ TEST(VisionTrainParity, MatchesTorchAutograd) {
   objective.variant = mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
   objective.selfConditioningProb = 0.5;
   objective.encoderLossWeight = 1.0;
-  ImagePlan plan(config, dir, examples, promptLength, imagesPerExample, &objective);
+  ImagePlan plan(config, dir, examples, promptLength, imagesPerExample, &objective, mlir::dg::Precision::Fp32, 0, GetParam());
   Inputs out = plan.run("train_step_images", batch);
   if (HasFailure()) return;
 
-  std::cout << "[ vision train parity ]";
+  std::cout << "[ vision train parity ] recompute " << GetParam() << ":";
   for (const char* name : {"loss", "diffusion_loss", "encoder_loss"}) {
     const double reference = convertDType(expected.read(name), DType::F64, name).as<double>()[0];
     const double actual = out.at(name).as<float>()[0];
@@ -387,6 +393,10 @@ TEST(VisionTrainParity, MatchesTorchAutograd) {
   EXPECT_GT(visionGradients, 0);
   std::cout << " worst gradient " << worst << " (" << worstName << ")\n";
 }
+
+// The text layers are marked for dg-recompute; the vision layers are not, so their activations stay
+// live and the gradients are the same under every policy.
+INSTANTIATE_TEST_SUITE_P(Recompute, VisionTrainParity, ::testing::Values("none", "full", "selective"));
 
 // Image plans compile under every parallel layout (docs/parallelism.md): the vision tower's
 // parameters are replicated (whole on every rank), whatever the text stack's split.
