@@ -27,6 +27,9 @@
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/kernel_api/Backend.h"
+#include "runtime/comm/GlooCommunicator.h"
+#include "runtime/session/GlobalTensors.h"
+#include "test/unit/comm/GlooRanks.h"
 
 namespace dgemma {
 namespace {
@@ -473,6 +476,103 @@ mlir::dg::ShardingOptions layoutOf(int64_t tensorParallel, int64_t dataParallel,
 INSTANTIATE_TEST_SUITE_P(Layouts, VisionShardedCompile,
                          ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"tp2_sp", layoutOf(2, 1, 1, true)},
                                            Layout{"dp2", layoutOf(1, 2, 1, false)}, Layout{"dp2_ep2", layoutOf(1, 2, 2, false)}),
+                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+
+// The image training step on two ranks (Gloo threads) under one-axis layouts: tensor parallel
+// (every rank runs the whole vision tower on the whole micro-batch) and data parallel (each rank its
+// example and its images), against the same fp64 reference. The vision parameters are whole on
+// every rank, and so is each rank's (reduced) gradient output.
+class VisionTrainTwoRanks : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
+  const std::string dir = fixtureDir("train_one_image");
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
+  SafetensorsFile expected = SafetensorsFile::open(dir + "/reweighted-loo-ce.sc1.enc1.safetensors");
+  Inputs batch = readAll(SafetensorsFile::open(dir + "/batch.safetensors"));
+  addImagePlanInputs(batch, config, 1, nullptr);
+  const mlir::dg::ShardingOptions& layout = GetParam().options;
+  ASSERT_EQ(layout.worldSize(), 2);
+
+  mlir::MLIRContext context;
+  mlir::dg::DiffusionGemmaTrainOptions options;
+  options.microBatch = 2;
+  options.promptLengths = {72};
+  options.objective.variant = mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
+  options.objective.selfConditioningProb = 0.5;
+  options.objective.encoderLossWeight = 1.0;
+  options.imagesPerExample = 1;
+  auto module = mlir::dg::buildDiffusionGemmaTrain(context, config, options);
+  mlir::dg::PipelineOptions pipeline;
+  pipeline.train = true;
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runShardingStage(*module, layout)));
+  std::vector<Plan> plans;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    auto partition = mlir::dg::partitionForRank(*module, rank, layout);
+    ASSERT_TRUE(mlir::succeeded(partition));
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(**partition, pipeline)));
+    mlir::dg::PlanLoweringOptions lowering;
+    lowering.rank = rank;
+    auto plan = mlir::dg::lowerToPlan(**partition, lowering);
+    ASSERT_TRUE(mlir::succeeded(plan));
+    plans.push_back(std::move(*plan));
+  }
+
+  SafetensorsDirectory checkpoint = SafetensorsDirectory::open(dir + "/model.safetensors");
+  const ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
+  std::vector<Inputs> outputs(2);
+  std::vector<std::map<std::string, HostTensor>> gradients(2);
+  const std::vector<std::string> failures =
+      test::runOnRanks(2, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
+        const Plan& plan = plans[rank];
+        std::unique_ptr<Backend> backend = createBackend("cpu", 1);
+        CommunicatorSet communicators;
+        for (const MeshAxis& axis : plan.mesh)
+          communicators.add(axis.name, createGlooCommunicator(store, rank, 2, std::chrono::seconds(60)));
+        Executor executor(plan, *backend, communicators, "vision-two-ranks");
+        loadWeights(executor, dir, [&](const std::string& name) -> std::optional<HostTensor> {
+          for (const auto* tensors : {&resolved.textTensors, &resolved.visionTensors})
+            if (auto found = tensors->find(name); found != tensors->end())
+              return found->second.file->read(found->second.entry->name);
+          return std::nullopt;
+        });
+        const EntryPoint* entry = plan.selectEntry("train_step_images", {});
+        if (!entry) throw std::runtime_error("no train_step_images entry");
+        Inputs taken;
+        for (const NamedBuffer& input : entry->inputs) {
+          const HostTensor& global = batch.at(input.name);
+          taken[input.name] = input.isWhole() ? global : cutBox(global, input.globalShape, boxOf(input, plan), input.name);
+        }
+        outputs[rank] = executor.run(*entry, taken);
+        for (const auto& [name, tensor] : outputs[rank])
+          if (name.rfind("grad/", 0) == 0 && name.find("vision") != std::string::npos) gradients[rank][name] = tensor;
+      });
+  for (int64_t rank = 0; rank < 2; ++rank) ASSERT_EQ(failures[rank], "") << "rank " << rank;
+
+  const double referenceLoss = convertDType(expected.read("loss"), DType::F64, "loss").as<double>()[0];
+  const double loss = outputs[0].at("loss").as<float>()[0];
+  EXPECT_LE(std::abs(loss - referenceLoss) / std::abs(referenceLoss), kLossTolerance) << "loss";
+  std::cout << "[ vision two ranks ] " << GetParam().name << ": loss " << std::abs(loss - referenceLoss) / std::abs(referenceLoss);
+  ASSERT_EQ(gradients[0].size(), 29u);  // every trainable vision parameter (the two std buffers have none)
+  double worst = 0;
+  for (const auto& [name, rankZero] : gradients[0]) {
+    // A whole gradient output, already reduced over the ranks: both ranks hold the same one.
+    const HostTensor& gradient = rankZero;
+    EXPECT_EQ(gradient.data, gradients[1].at(name).data) << name << ": the ranks' gradients differ";
+    const HostTensor reference = expected.read(name);
+    ASSERT_EQ(gradient.shape, reference.shape) << name;
+    HostTensor difference(DType::F32, reference.shape);
+    for (int64_t i = 0; i < reference.numElements(); ++i)
+      difference.as<float>()[i] = gradient.as<float>()[i] - reference.as<float>()[i];
+    const double error = norm(difference) / norm(reference);
+    EXPECT_LE(error, kGradientTolerance) << name;
+    worst = std::max(worst, error);
+  }
+  std::cout << ", worst vision gradient " << worst << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, VisionTrainTwoRanks,
+                         ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"dp2", layoutOf(1, 2, 1, false)}),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 }  // namespace
