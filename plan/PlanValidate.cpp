@@ -48,7 +48,8 @@ class PlanChecker {
     // The host generation loop reads the canvas and cache sizes from `generation`.
     for (size_t i = 0; i < plan_.entryPoints.size(); ++i) {
       const std::string& name = plan_.entryPoints[i].name;
-      if (!plan_.generation && (name == "prefill" || name == "denoise" || name == "denoise_first" || name == "commit"))
+      if (!plan_.generation && (name == "prefill" || name == "prefill_images" || name == "denoise" || name == "denoise_first" ||
+                                name == "commit"))
         fail(at("entry_points", i), "an inference entry (\"" + name + "\") needs the plan's generation field");
     }
     if (!plan_.bucketPadding) return;

@@ -35,7 +35,7 @@ struct DiffusionGemmaForwardOptions {
 };
 
 // The image inputs every image twin ("forward_images", "train_step_images", "prefill_images") adds to
-// its text entry's (docs/model.md, "Image inputs"), with N = B·I images (example b owns images
+// its text entry's (docs/model.md, "Image entries"), with N = B·I images (example b owns images
 // [b·I, (b+1)·I)), T = vision_soft_tokens_per_image, N_p = T·k², D_p = 3·p²:
 //   pixel_values [N, N_p, D_p] f32, image_position_ids [N, N_p, 2] i64, and the host-derived
 //   image_pool_slot [N, N_p], image_token_index [B, P], image_segment_ids [B, P] i64

@@ -149,7 +149,7 @@ Value VisionTower::overlaySegmentIds(Value segmentIds) const {
   return g_.config().imageTokensBidirectional ? segmentIds : Value();
 }
 
-// docs/model.md, "Encoder inputs": x = E[ids]·s·(1 − is_image) + features[tokenIndex], with a zero
+// docs/model.md, "Image entries": x = E[ids]·s·(1 − is_image) + features[tokenIndex], with a zero
 // row for an index out of range. The placeholder's own embedding is multiplied by 0 rather than
 // looked up as the pad id: the forward is the same, and so is the gradient (no lookup of either
 // row receives any).

@@ -16,6 +16,7 @@
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
 #include "compiler/Pipeline/Pipeline.h"
+#include "compiler/Transforms/RecomputePolicy.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "models/diffusion_gemma/Builder.h"
@@ -26,6 +27,9 @@
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/kernel_api/Backend.h"
+#include "runtime/comm/GlooCommunicator.h"
+#include "runtime/session/GlobalTensors.h"
+#include "test/unit/comm/GlooRanks.h"
 
 namespace dgemma {
 namespace {
@@ -56,7 +60,8 @@ class ImagePlan {
  public:
   ImagePlan(const DiffusionGemmaConfig& config, const std::string& modelDir, int64_t microBatch, int64_t promptLength,
             int64_t imagesPerExample, const mlir::dg::DiffusionGemmaObjective* objective,
-            mlir::dg::Precision precision = mlir::dg::Precision::Fp32)
+            mlir::dg::Precision precision = mlir::dg::Precision::Fp32, int64_t cacheLength = 0,
+            const std::string& recompute = "none")
       : config_(config) {
     mlir::OwningOpRef<mlir::ModuleOp> module;
     mlir::dg::PipelineOptions pipeline;
@@ -69,6 +74,14 @@ class ImagePlan {
       options.precision = precision;
       module = mlir::dg::buildDiffusionGemmaTrain(context_, config_, options);
       pipeline.train = true;
+    } else if (cacheLength > 0) {
+      mlir::dg::DiffusionGemmaInferenceOptions options;
+      options.microBatch = microBatch;
+      options.promptLengths = {promptLength};
+      options.imagesPerExample = imagesPerExample;
+      options.precision = precision;
+      options.cacheLength = cacheLength;
+      module = mlir::dg::buildDiffusionGemmaInference(context_, config_, options);
     } else {
       mlir::dg::DiffusionGemmaForwardOptions options;
       options.microBatch = microBatch;
@@ -78,11 +91,15 @@ class ImagePlan {
       module = mlir::dg::buildDiffusionGemmaForward(context_, config_, options);
     }
     EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
+    pipeline.recompute = *mlir::dg::parseRecomputePolicy(recompute);
     if (objective) EXPECT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+    EXPECT_TRUE(mlir::succeeded(mlir::dg::runRecomputationStage(*module, pipeline)));
     EXPECT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
     auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
     EXPECT_TRUE(mlir::succeeded(plan));
     plan_ = std::move(*plan);
+    // An inference plan carries its generation sizes (dgemma-compile --mode infer writes them).
+    if (cacheLength > 0) plan_.generation = GenerationSettings{config_.canvasLength, config_.canvasLength, cacheLength};
     backend_ = createBackend("cpu", 2);
     executor_ = std::make_unique<Executor>(plan_, *backend_, communicators_, "vision-parity");
     SafetensorsDirectory checkpoint = SafetensorsDirectory::open(modelDir + "/model.safetensors");
@@ -112,6 +129,7 @@ class ImagePlan {
   }
 
   const Plan& plan() const { return plan_; }
+  HostTensor parameter(const std::string& name) const { return executor_->parameter(name); }
 
  private:
   mlir::MLIRContext context_;
@@ -282,6 +300,41 @@ TEST(VisionBf16, FeaturesRoundLikeBf16) {
     ASSERT_TRUE(std::isfinite(value));
 }
 
+// prefill_images writes the cache the decoder reads: with C = P, every full layer's cache is the
+// prompt's K/V and a sliding layer's the last W - 1 positions, against HF's overlay-on K/V.
+TEST(VisionPrefillParity, CacheHoldsTheImagePromptsKeyValues) {
+  const std::string dir = fixtureDir("one_image");
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
+  SafetensorsFile expected = SafetensorsFile::open(dir + "/expected.safetensors");
+  Inputs batch = readAll(SafetensorsFile::open(dir + "/batch.safetensors"));
+  const int64_t examples = batch.at("input_ids").shape[0], promptLength = batch.at("input_ids").shape[1];
+  addImagePlanInputs(batch, config, 1, nullptr);
+  batch["positions"] = batch.at("position_ids");
+  ImagePlan plan(config, dir, examples, promptLength, 1, nullptr, mlir::dg::Precision::Fp32, promptLength);
+  plan.run("prefill_images", batch);
+  if (HasFailure()) return;
+  const int64_t* mask = batch.at("attention_mask").as<int64_t>();
+  Error error;
+  for (int64_t layer = 0; layer < config.numHiddenLayers; ++layer)
+    for (const char* kind : {"k", "v"}) {
+      const HostTensor cache = plan.parameter((kind == std::string("k") ? mlir::dg::cacheKeysName(layer) : mlir::dg::cacheValuesName(layer)));
+      const HostTensor reference = expected.read("encoder_" + std::string(kind) + "_untrimmed." + std::to_string(layer));
+      const int64_t slots = cache.shape[1], heads = cache.shape[2], headDim = cache.shape[3];
+      ASSERT_EQ(slots, mlir::dg::layerCacheLength(config, layer, promptLength));
+      for (int64_t b = 0; b < examples; ++b)
+        for (int64_t s = 0; s < slots; ++s) {
+          const int64_t p = promptLength - slots + s;
+          if (!mask[b * promptLength + p]) continue;
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t d = 0; d < headDim; ++d)
+              error.add(cache.as<float>()[((b * slots + s) * heads + h) * headDim + d],
+                        reference.as<float>()[((b * heads + h) * promptLength + p) * headDim + d]);
+        }
+    }
+  std::cout << "[ vision prefill ] cache " << error.relative() << "\n";
+  EXPECT_LE(error.relative(), kForwardTolerance);
+}
+
 double norm(const HostTensor& tensor) {
   double sum = 0;
   for (int64_t i = 0; i < tensor.numElements(); ++i) sum += double(tensor.as<float>()[i]) * tensor.as<float>()[i];
@@ -291,7 +344,9 @@ double norm(const HostTensor& tensor) {
 // reweighted-loo-ce with self-conditioning (the fixture injects its mask [1, 0]) and the encoder
 // loss: every encoder pass runs over the merged prompt with the overlay; the vision parameters get
 // the K/V pass's and the clean pass's gradient.
-TEST(VisionTrainParity, MatchesTorchAutograd) {
+class VisionTrainParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VisionTrainParity, MatchesTorchAutograd) {
   const std::string dir = fixtureDir("train_one_image");
   const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
   SafetensorsFile expected = SafetensorsFile::open(dir + "/reweighted-loo-ce.sc1.enc1.safetensors");
@@ -304,11 +359,11 @@ TEST(VisionTrainParity, MatchesTorchAutograd) {
   objective.variant = mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
   objective.selfConditioningProb = 0.5;
   objective.encoderLossWeight = 1.0;
-  ImagePlan plan(config, dir, examples, promptLength, imagesPerExample, &objective);
+  ImagePlan plan(config, dir, examples, promptLength, imagesPerExample, &objective, mlir::dg::Precision::Fp32, 0, GetParam());
   Inputs out = plan.run("train_step_images", batch);
   if (HasFailure()) return;
 
-  std::cout << "[ vision train parity ]";
+  std::cout << "[ vision train parity ] recompute " << GetParam() << ":";
   for (const char* name : {"loss", "diffusion_loss", "encoder_loss"}) {
     const double reference = convertDType(expected.read(name), DType::F64, name).as<double>()[0];
     const double actual = out.at(name).as<float>()[0];
@@ -341,6 +396,10 @@ TEST(VisionTrainParity, MatchesTorchAutograd) {
   EXPECT_GT(visionGradients, 0);
   std::cout << " worst gradient " << worst << " (" << worstName << ")\n";
 }
+
+// The text layers are marked for dg-recompute; the vision layers are not, so their activations stay
+// live and the gradients are the same under every policy.
+INSTANTIATE_TEST_SUITE_P(Recompute, VisionTrainParity, ::testing::Values("none", "full", "selective"));
 
 // Image plans compile under every parallel layout (docs/parallelism.md): the vision tower's
 // parameters are replicated (whole on every rank), whatever the text stack's split.
@@ -417,6 +476,103 @@ mlir::dg::ShardingOptions layoutOf(int64_t tensorParallel, int64_t dataParallel,
 INSTANTIATE_TEST_SUITE_P(Layouts, VisionShardedCompile,
                          ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"tp2_sp", layoutOf(2, 1, 1, true)},
                                            Layout{"dp2", layoutOf(1, 2, 1, false)}, Layout{"dp2_ep2", layoutOf(1, 2, 2, false)}),
+                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+
+// The image training step on two ranks (Gloo threads) under one-axis layouts: tensor parallel
+// (every rank runs the whole vision tower on the whole micro-batch) and data parallel (each rank its
+// example and its images), against the same fp64 reference. The vision parameters are whole on
+// every rank, and so is each rank's (reduced) gradient output.
+class VisionTrainTwoRanks : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
+  const std::string dir = fixtureDir("train_one_image");
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
+  SafetensorsFile expected = SafetensorsFile::open(dir + "/reweighted-loo-ce.sc1.enc1.safetensors");
+  Inputs batch = readAll(SafetensorsFile::open(dir + "/batch.safetensors"));
+  addImagePlanInputs(batch, config, 1, nullptr);
+  const mlir::dg::ShardingOptions& layout = GetParam().options;
+  ASSERT_EQ(layout.worldSize(), 2);
+
+  mlir::MLIRContext context;
+  mlir::dg::DiffusionGemmaTrainOptions options;
+  options.microBatch = 2;
+  options.promptLengths = {72};
+  options.objective.variant = mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
+  options.objective.selfConditioningProb = 0.5;
+  options.objective.encoderLossWeight = 1.0;
+  options.imagesPerExample = 1;
+  auto module = mlir::dg::buildDiffusionGemmaTrain(context, config, options);
+  mlir::dg::PipelineOptions pipeline;
+  pipeline.train = true;
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+  ASSERT_TRUE(mlir::succeeded(mlir::dg::runShardingStage(*module, layout)));
+  std::vector<Plan> plans;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    auto partition = mlir::dg::partitionForRank(*module, rank, layout);
+    ASSERT_TRUE(mlir::succeeded(partition));
+    ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(**partition, pipeline)));
+    mlir::dg::PlanLoweringOptions lowering;
+    lowering.rank = rank;
+    auto plan = mlir::dg::lowerToPlan(**partition, lowering);
+    ASSERT_TRUE(mlir::succeeded(plan));
+    plans.push_back(std::move(*plan));
+  }
+
+  SafetensorsDirectory checkpoint = SafetensorsDirectory::open(dir + "/model.safetensors");
+  const ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
+  std::vector<Inputs> outputs(2);
+  std::vector<std::map<std::string, HostTensor>> gradients(2);
+  const std::vector<std::string> failures =
+      test::runOnRanks(2, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
+        const Plan& plan = plans[rank];
+        std::unique_ptr<Backend> backend = createBackend("cpu", 1);
+        CommunicatorSet communicators;
+        for (const MeshAxis& axis : plan.mesh)
+          communicators.add(axis.name, createGlooCommunicator(store, rank, 2, std::chrono::seconds(60)));
+        Executor executor(plan, *backend, communicators, "vision-two-ranks");
+        loadWeights(executor, dir, [&](const std::string& name) -> std::optional<HostTensor> {
+          for (const auto* tensors : {&resolved.textTensors, &resolved.visionTensors})
+            if (auto found = tensors->find(name); found != tensors->end())
+              return found->second.file->read(found->second.entry->name);
+          return std::nullopt;
+        });
+        const EntryPoint* entry = plan.selectEntry("train_step_images", {});
+        if (!entry) throw std::runtime_error("no train_step_images entry");
+        Inputs taken;
+        for (const NamedBuffer& input : entry->inputs) {
+          const HostTensor& global = batch.at(input.name);
+          taken[input.name] = input.isWhole() ? global : cutBox(global, input.globalShape, boxOf(input, plan), input.name);
+        }
+        outputs[rank] = executor.run(*entry, taken);
+        for (const auto& [name, tensor] : outputs[rank])
+          if (name.rfind("grad/", 0) == 0 && name.find("vision") != std::string::npos) gradients[rank][name] = tensor;
+      });
+  for (int64_t rank = 0; rank < 2; ++rank) ASSERT_EQ(failures[rank], "") << "rank " << rank;
+
+  const double referenceLoss = convertDType(expected.read("loss"), DType::F64, "loss").as<double>()[0];
+  const double loss = outputs[0].at("loss").as<float>()[0];
+  EXPECT_LE(std::abs(loss - referenceLoss) / std::abs(referenceLoss), kLossTolerance) << "loss";
+  std::cout << "[ vision two ranks ] " << GetParam().name << ": loss " << std::abs(loss - referenceLoss) / std::abs(referenceLoss);
+  ASSERT_EQ(gradients[0].size(), 29u);  // every trainable vision parameter (the two std buffers have none)
+  double worst = 0;
+  for (const auto& [name, rankZero] : gradients[0]) {
+    // A whole gradient output, already reduced over the ranks: both ranks hold the same one.
+    const HostTensor& gradient = rankZero;
+    EXPECT_EQ(gradient.data, gradients[1].at(name).data) << name << ": the ranks' gradients differ";
+    const HostTensor reference = expected.read(name);
+    ASSERT_EQ(gradient.shape, reference.shape) << name;
+    HostTensor difference(DType::F32, reference.shape);
+    for (int64_t i = 0; i < reference.numElements(); ++i)
+      difference.as<float>()[i] = gradient.as<float>()[i] - reference.as<float>()[i];
+    const double error = norm(difference) / norm(reference);
+    EXPECT_LE(error, kGradientTolerance) << name;
+    worst = std::max(worst, error);
+  }
+  std::cout << ", worst vision gradient " << worst << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, VisionTrainTwoRanks,
+                         ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"dp2", layoutOf(1, 2, 1, false)}),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 }  // namespace

@@ -38,13 +38,11 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import copy
 import filecmp
 import json
 import logging
 import math
 import os
-import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -827,6 +825,8 @@ def verify_forward_case(name, d: Path, model, cfg, batch, expected, plan, log) -
             float(f"{model.model.encoder.vision_tower.std_scale.max().item():.3g}"),
         ],
         image_runs_per_example=plan["image_segment_ids"].max(1).values.tolist(),
+        # The decoder embeds an image id on the canvas as an ordinary id (only encoder placeholders are replaced).
+        noisy_canvas_ids_equal_to_image_token_id=int((batch["noisy_canvas_ids"] == cfg.image_token_id).sum()),
         image_run_longer_than_sliding_window=bool(
             max(batch["mm_token_type_ids"].sum(1).tolist()) > cfg.text_config.sliding_window
         ),

@@ -1,4 +1,4 @@
-// The host-derived inputs of an image plan (docs/model.md, "Image inputs"): from the processor's
+// The host-derived inputs of an image plan (docs/model.md, "Image entries"): from the processor's
 // patch positions and the prompt's mm_token_type_ids, where each patch is pooled to, which pooled
 // token replaces each image soft token of the prompt, and the runs of image tokens the encoder's
 // image-bidirectional overlay groups. The runtime and the parity tests derive them with this one
