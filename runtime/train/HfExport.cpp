@@ -151,15 +151,27 @@ HfExportResult exportHfDirectory(const HfExportOptions& options) {
   verifyIfCheckpoint(weights);
   const SafetensorsDirectory source = SafetensorsDirectory::open(options.weights);
   const ResolvedCheckpoint resolved = resolveCheckpointNames(model, source);
-  if (!resolved.visionTensorNames.empty())
-    result.notes.push_back(std::to_string(resolved.visionTensorNames.size()) +
-                           " vision tensors not exported (the vision tower is not built yet)");
-
   std::vector<ExportedTensor> tensors;
   for (const ExpectedTensor& expected : expectedTextWeights(model)) {
     const SafetensorsLocation location = resolved.textTensors.at(expected.name);
     tensors.push_back({expected.name, expected.shape, location});
     if (std::optional<std::string> copy = untiedEncoderCopyName(expected.name)) tensors.push_back({*copy, expected.shape, location});
+  }
+  // The vision tower's tensors go out as the source holds them. A checkpoint of a text-only plan
+  // (compiled without --images-per-example) has none: the export says so rather than failing, since
+  // the text model it carries is complete.
+  if (model.hasVision) {
+    const std::vector<ExpectedTensor> vision = expectedVisionWeights(model);
+    for (const ExpectedTensor& expected : vision)
+      if (auto found = resolved.visionTensors.find(expected.name); found != resolved.visionTensors.end())
+        tensors.push_back({expected.name, expected.shape, found->second});
+    if (const size_t missing = vision.size() - resolved.visionTensors.size(); missing > 0)
+      result.notes.push_back(std::to_string(missing) + " of " + std::to_string(vision.size()) +
+                             " vision tensors absent from the source (a text-only plan's checkpoint?): transformers "
+                             "will initialise them");
+  } else if (!resolved.visionTensorNames.empty()) {
+    result.notes.push_back(std::to_string(resolved.visionTensorNames.size()) +
+                           " vision tensors not exported: the config has no vision_config");
   }
 
   // Greedy shards in tensor order, as save_pretrained splits: a tensor that would push a shard past

@@ -59,8 +59,9 @@ struct HfExportResult {
 };
 
 // Writes `options.out`: config.json (its "dtype" set to the export's), generation_config.json, the
-// tokenizer files, and every text tensor of the HF model (expectedTextWeights plus the untied encoder
-// copies) as model.safetensors, or model-0000i-of-0000n.safetensors shards of at most
+// tokenizer files, every text tensor of the HF model (expectedTextWeights plus the untied encoder
+// copies) and the vision tensors the source holds (all of expectedVisionWeights for an image plan's
+// checkpoint; a note counts the absent ones) as model.safetensors, or model-0000i-of-0000n.safetensors shards of at most
 // maxShardBytes of tensor data (a larger tensor alone) with model.safetensors.index.json, as HF's
 // save_pretrained names them. Everything goes to a temporary sibling directory renamed to `out` at
 // the end: on any error nothing is left. A dgemma checkpoint is verified first (Checkpoint::load:

@@ -40,7 +40,7 @@ std::set<std::string> keysOf(const nlohmann::json& object) {
   return keys;
 }
 
-// The HF directory's text tensors as the listing writes them: name -> {dtype, shape}.
+// The HF directory's tensors as the listing writes them: name -> {dtype, shape}.
 nlohmann::json tensorListing(const std::string& directory) {
   const SafetensorsDirectory weights = SafetensorsDirectory::open(directory);
   nlohmann::json listing = nlohmann::json::object();
@@ -54,10 +54,12 @@ nlohmann::json tensorListing(const std::string& directory) {
 }
 
 // What `directory` must share with save_pretrained's output (`reference`, one dtype of the listing):
-// the same text tensors, and config keys that HF knows (HF adds its defaults, e.g.
+// the same tensors (text and vision tower), and config keys that HF knows (HF adds its defaults, e.g.
 // transformers_version and initializer_range, which dgemma leaves to it).
 void expectLikeSavePretrained(const std::string& directory, const nlohmann::json& reference) {
-  EXPECT_EQ(tensorListing(directory), reference.at("text_tensors")) << directory;
+  nlohmann::json tensors = reference.at("text_tensors");
+  tensors.update(reference.at("vision_tensors"));
+  EXPECT_EQ(tensorListing(directory), tensors) << directory;
   const nlohmann::json config = readJson(directory + "/config.json");
   std::set<std::string> hfKeys;
   for (const auto& key : reference.at("config_keys")) hfKeys.insert(key.get<std::string>());
@@ -67,6 +69,10 @@ void expectLikeSavePretrained(const std::string& directory, const nlohmann::json
   for (const std::string& key : keysOf(config.at("text_config")))
     EXPECT_TRUE(hfTextKeys.count(key) || key == "global_head_dim" || key == "num_global_key_value_heads")
         << directory << ": config.json: text_config." << key;
+  std::set<std::string> hfVisionKeys;
+  for (const auto& key : reference.at("vision_config_keys")) hfVisionKeys.insert(key.get<std::string>());
+  for (const std::string& key : keysOf(config.at("vision_config")))
+    EXPECT_TRUE(hfVisionKeys.count(key)) << directory << ": config.json: vision_config." << key;
   std::set<std::string> hfGenerationKeys;
   for (const auto& key : reference.at("generation_config_keys")) hfGenerationKeys.insert(key.get<std::string>());
   for (const std::string& key : keysOf(readJson(directory + "/generation_config.json")))
@@ -91,7 +97,8 @@ class ExportTest : public ::testing::Test {
 
 TEST_F(ExportTest, DemoCheckpointAndItsExportsAreWhatSavePretrainedWrites) {
   const nlohmann::json listing = readJson(source("test/fixtures/export/demo_hf_listing.json"));
-  compile(source("models/diffusion_gemma/configs/demo"), "--preset demo", dir / "plan");
+  // An image plan's checkpoint: it holds the vision tower (a text-only plan declares none of it).
+  compile(source("models/diffusion_gemma/configs/demo"), "--preset demo --images-per-example 1", dir / "plan");
   expectRun("train --plan " + (dir / "plan") + " --init random --seed 1 --train mock --steps 1 --warmup 0 --tokenizer " +
             source("data/tokenizer") + " --save-dir " + (dir / "ckpt"));
   const std::string checkpoint = dir / "ckpt/step-00000001";
@@ -104,7 +111,7 @@ TEST_F(ExportTest, DemoCheckpointAndItsExportsAreWhatSavePretrainedWrites) {
     const std::string out = dir / (std::string("export-") + dtype);
     ToolResult exported = run("export --weights " + checkpoint + " --out " + out + " --dtype " + dtype);
     ASSERT_EQ(exported.exitCode, 0) << exported.output;
-    EXPECT_TRUE(contains(exported, "exported 51 tensors (" + std::string(dtype) + ") in 1 shard to " + out)) << exported.output;
+    EXPECT_TRUE(contains(exported, "exported 80 tensors (" + std::string(dtype) + ") in 1 shard to " + out)) << exported.output;
     const nlohmann::json& reference = listing.at(dtype);
     expectLikeSavePretrained(out, reference);
     EXPECT_EQ(readJson(out + "/config.json").at("dtype"), reference.at("config_dtype"));
