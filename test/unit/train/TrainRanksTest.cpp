@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "plan/PlanFile.h"
+#include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/train/Checkpoint.h"
@@ -41,6 +42,11 @@ std::vector<std::string> metricsLines(const std::string& path) {
 class TrainRanksTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // OpenBLAS's thread count is one setting for the process, and the expert kernels set it to 1
+    // while they run (SingleThreadedProducts), which is sound with one rank per process. Here two
+    // ranks share the process, so one rank's expert kernel would change the other's concurrent
+    // products from 2-thread to 1-thread rounding: OpenBLAS is pinned to one thread instead.
+    threadProductsOnPool();
     const std::string command = std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
                                 "/models/diffusion_gemma/configs/tiny-cpu.json --mode train --micro-batch 2 --prompt-len 32,48 -o " +
                                 (dir / "plan") + " > " + (dir / "compile.log") + " 2>&1";
