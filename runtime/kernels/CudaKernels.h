@@ -1,6 +1,6 @@
 // The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp). The arithmetic
-// kernels are f32 only except attention, cross-entropy, canvas_sample and fused_elementwise (f32 and
-// bf16); their factories reject other dtypes when the plan is loaded, and the CUDA backend runs the
+// kernels are f32 only except matmul, attention, cross-entropy, canvas_sample and fused_elementwise
+// (f32 and bf16); their factories reject other dtypes when the plan is loaded, and the CUDA backend runs the
 // f32-only ones on bf16 steps widened (runtime/backends/cuda/ReducedPrecision.h). The kernels that
 // move bits (layout, cast, fill, copy, select, gather) take any dtype. Plain C++ header.
 #pragma once
@@ -11,7 +11,7 @@ namespace dgemma {
 
 // Per group; registerCudaKernels calls them all.
 void registerElementwiseCudaKernels(KernelRegistry& registry);  // add ... minimum, compare, unary maps, gelu_tanh, copy
-void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLAS)
+void registerMatmulCudaKernels(KernelRegistry& registry);       // matmul (cuBLAS f32, cuBLASLt bf16)
 void registerRmsNormCudaKernels(KernelRegistry& registry);      // rms_norm, rms_norm_backward
 void registerSoftmaxCudaKernels(KernelRegistry& registry);      // softmax (last axis)
 void registerMoeDispatchCudaKernels(KernelRegistry& registry);  // moe_dispatch, moe_permute, moe_combine

@@ -13,7 +13,9 @@
 //    CPU may sum a row sequentially and the GPU sums it as a tree, and the f32 rounding of two
 //    summation orders differs by about sqrt(cols) ulps (measured: ~1e-6 at 257 columns);
 //  - matmul: 1e-5 of sum_k |a_ik| |b_kj| (the natural scale of a dot product's rounding error), with
-//    cuBLAS in pedantic math mode (no TF32; the test also checks the backend did not enable TF32).
+//    cuBLAS in pedantic math mode (no TF32; the test also checks the backend did not enable TF32);
+//    bf16 (cuBLASLt, f32 accumulation): against the CPU backend's widened bf16 matmul on the same
+//    bf16 inputs, one bf16 ulp of the CPU result plus 1e-5 of sum_k |a_ik| |b_kj|.
 //  - canvas_sample: the ids and the scaled logits exactly, the entropy 1e-6.
 //  - attention (f32): 1e-5 of max(1, |cpu|) for o, 2e-5 for dq, dk, dv: the same f32 operations as
 //    the CPU kernel in another order (online softmax over key tiles, sums over tiles), plus libdevice
@@ -1588,7 +1590,6 @@ TEST(CudaVsCpu, Bf16ThroughTheBackendsWidening) {
   const DType bf16 = DType::BF16;
   add("add", {}, 0.0).in({7, 33}, bf16).in({33}, bf16).out({7, 33}, bf16);
   add("gelu_tanh", {}, 1e-6).in({500}, bf16).out({500}, bf16);
-  add("matmul", {{"transpose_b", true}}, 1e-5).in({9, 64}, bf16).in({17, 64}, bf16).out({9, 17}, bf16);
   add("rms_norm", {{"eps", 1e-6}}, 2e-6).in({5, 96}, bf16).in({96}, bf16).out({5, 96}, bf16);
   add("softmax", {{"axis", -1}}, 1e-6).in({6, 40}, bf16).out({6, 40}, bf16);
   add("rms_norm_backward", {{"eps", 1e-6}}, 1e-6).in({5, 96}, bf16).in({5, 96}, bf16).in({96}, bf16);
@@ -1612,6 +1613,59 @@ TEST(CudaVsCpu, Bf16ThroughTheBackendsWidening) {
   }
 }
 
+// The bf16 matmul (cuBLASLt: bf16 a and b, f32 accumulation, a bf16 c rounded once, an f32 c as it
+// is) against the CPU backend's bf16 matmul (a and b widened to f32, sgemm, a bf16 c rounded once) on
+// the same bf16 inputs, for every transpose of: a plain product, an odd shape, a batch with a shared
+// b (folded into M unless a is transposed, then a zero batch stride), strided batches of b, and the
+// empty cases; c bf16 and f32. Tolerance: the f32 matmul's 1e-5 of sum_k |a_ik| |b_kj| (another
+// summation order, on tensor cores), plus for a bf16 c one bf16 ulp of the CPU result (the two f32
+// sums may straddle a rounding boundary).
+TEST(CudaVsCpu, MatmulBf16) {
+  REQUIRE_CUDA_BACKEND();
+  static const KernelRegistry cpuWidened = withReducedPrecisionFloats(cpuRegistry());
+  const std::vector<MatmulCase> cases = {
+      {{}, 17, 19, 33, true},     {{}, 7, 13, 33, true},       {{}, 1, 1, 1, true},      {{}, 64, 96, 128, true},
+      {{3}, 5, 7, 9, true},       {{2, 3}, 17, 19, 33, true},  {{2, 3}, 17, 19, 33, false}, {{4}, 31, 1, 64, false},
+      {{5}, 128, 64, 200, false}, {{2}, 3, 4, 0, true},        {{0}, 3, 4, 5, false},    {{}, 300, 257, 255, true},
+  };
+  const DType bf16 = DType::BF16;
+  uint32_t seed = 3400;
+  for (const MatmulCase& c : cases) {
+    for (const auto& [transposeA, transposeB, outputDType] :
+         {std::tuple{false, false, bf16}, std::tuple{true, false, bf16}, std::tuple{false, true, bf16},
+          std::tuple{true, true, bf16}, std::tuple{false, false, DType::F32}, std::tuple{true, true, DType::F32}}) {
+      std::vector<int64_t> aShape = c.batch, bShape = c.sharedB ? std::vector<int64_t>{} : c.batch, cShape = c.batch;
+      aShape.push_back(transposeA ? c.k : c.m);
+      aShape.push_back(transposeA ? c.m : c.k);
+      bShape.push_back(transposeB ? c.n : c.k);
+      bShape.push_back(transposeB ? c.k : c.n);
+      cShape.push_back(c.m);
+      cShape.push_back(c.n);
+      StepSetup setup("matmul", {{"transpose_a", transposeA}, {"transpose_b", transposeB}});
+      setup.in(aShape, bf16).in(bShape, bf16).out(cShape, outputDType);
+      const std::vector<float> a = roundedToBf16(randomFloats(numElementsOf(aShape), seed++));
+      const std::vector<float> b = roundedToBf16(randomFloats(numElementsOf(bShape), seed++));
+      const std::vector<std::vector<float>> inputs = {bf16Bytes(a), bf16Bytes(b)};
+      const size_t count = static_cast<size_t>(numElementsOf(cShape));
+      std::vector<float> expected = runCpu(setup, inputs, cpuWidened)[0];
+      std::vector<float> actual = runGpu(setup, inputs)[0];
+      if (outputDType == bf16) {
+        expected = bf16Values(expected, count);
+        actual = bf16Values(actual, count);
+      }
+      const std::vector<double> scale =
+          matmulScale(a, b, numElementsOf(c.batch), c.m, c.n, c.k, transposeA, transposeB, c.sharedB);
+      expectClose(expected, actual,
+                  [&](size_t i) {
+                    return outputDType == bf16 ? bf16Tolerance(expected[i], 1e-5 * scale[i]) : 1e-5 * scale[i];
+                  },
+                  "bf16 matmul a " + shapeToString(aShape) + (transposeA ? "^T" : "") + " b " +
+                      shapeToString(bShape) + (transposeB ? "^T" : "") + " -> " +
+                      std::string(dtypeName(outputDType)));
+    }
+  }
+}
+
 // The backend's registry keeps the kernels that handle bf16 themselves and widens the others; bf16
 // steps that the f32 factories reject are accepted there, f16 ones still are not.
 TEST(CudaKernelFactories, BackendRegistryTakesBf16ForEveryArithmeticKernel) {
@@ -1622,6 +1676,19 @@ TEST(CudaKernelFactories, BackendRegistryTakesBf16ForEveryArithmeticKernel) {
   EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4}, DType::BF16)));
   EXPECT_THROW(makeKernel(backend, StepSetup("gelu_tanh", {}).in({4}, DType::F16).out({4}, DType::F16)), InputError);
   EXPECT_TRUE(backend.traits("fused_elementwise").handlesReducedFloats);
+  // matmul's bf16 steps go to its own cuBLASLt kernel, never to the widened sgemm.
+  EXPECT_TRUE(backend.traits("matmul").handlesReducedFloats);
+  EXPECT_NO_THROW(makeKernel(cudaRegistry(), StepSetup("matmul", {{"transpose_a", true}})
+                                                 .in({2, 3, 2}, DType::BF16)
+                                                 .in({2, 3, 4}, DType::BF16)
+                                                 .out({2, 2, 4}, DType::BF16)));
+  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::F16).in({3, 4}, DType::F16).out({2, 4}, DType::F16)),
+               InputError);
+  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4})));
+  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::BF16).in({3, 4}).out({2, 4}, DType::BF16)),
+               InputError);  // a bf16, b f32
+  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}).in({3, 4}).out({2, 4}, DType::BF16)),
+               InputError);  // f32 a and b, bf16 c
   EXPECT_NO_THROW(makeKernel(backend, StepSetup("fused_elementwise", {{"program", "gelu_tanh bf16 0; mul bf16 2 1"}})
                                           .in({3, 4}, DType::BF16)
                                           .in({3, 4}, DType::BF16)

@@ -16,6 +16,7 @@
 #include "ToolRunner.h"
 #include "plan/PlanFile.h"
 #include "runtime/backends/cuda/CudaBackend.h"
+#include "support/DType.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -54,7 +55,7 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
 
   const KernelRegistry registry = cudaBackendKernels();
   std::set<std::string> entries, ops;
-  int64_t kernelSteps = 0;
+  int64_t kernelSteps = 0, bf16Matmuls = 0;
   std::map<std::string, std::string> failures;  // op -> the first step's error
   for (const EntryPoint& entry : plan.entryPoints) {
     entries.insert(entry.name);
@@ -63,6 +64,7 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
       if (step.kind != Step::Kind::Kernel) continue;
       ++kernelSteps;
       ops.insert(step.op);
+      if (step.op == "matmul" && plan.buffers[step.inputs.at(0)].dtype == DType::BF16) ++bf16Matmuls;
       const KernelFactory* factory = registry.find(step.op);
       if (factory == nullptr) {
         failures.emplace(step.op, "no cuda kernel");
@@ -90,13 +92,19 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
   } else {
     EXPECT_TRUE(ops.count("canvas_sample")) << "no canvas_sample step in the " << c.name << " plan";
   }
+  // A bf16 plan's matmuls have bf16 operands (c bf16, or f32 where the plan keeps the product in
+  // f32), which the backend hands to matmul's own bf16 kernel (cuBLASLt) rather than widening them.
+  if (c.precision == "bf16") {
+    EXPECT_GT(bf16Matmuls, 0) << "no bf16 matmul in the " << c.name << " plan";
+    EXPECT_TRUE(registry.traits("matmul").handlesReducedFloats);
+  }
   // The experts: expert parallelism's dispatch and local experts, or moe_experts.
   std::vector<std::string> experts = {"moe_experts"};
   if (!c.layout.empty()) experts = {"moe_dispatch", "moe_local_experts"};
   if (c.mode == "train") experts.push_back(experts.back() + "_backward");
   for (const std::string& op : experts) EXPECT_TRUE(ops.count(op)) << op << " is not in the " << c.name << " plan";
   std::cout << "[ cuda plan ] " << c.name << ": " << entries.size() << " entries, " << kernelSteps
-            << " kernel steps of " << ops.size() << " kernels, all accepted by the cuda backend: "
+            << " kernel steps of " << ops.size() << " kernels (" << bf16Matmuls << " bf16 matmuls), all accepted by the cuda backend: "
             << (failures.empty() ? "yes" : "no") << "\n";
 }
 

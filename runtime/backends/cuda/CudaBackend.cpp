@@ -186,7 +186,9 @@ class CudaBackend final : public Backend {
         // Full-precision FP32: no TF32 tensor-core math for sgemm.
         DGEMMA_CUBLAS_CHECK(cublasSetMathMode(state->cublas, CUBLAS_DEFAULT_MATH));
         DGEMMA_CUBLAS_CHECK(cublasSetPointerMode(state->cublas, CUBLAS_POINTER_MODE_HOST));
+        DGEMMA_CUBLAS_CHECK(cublasLtCreate(&state->cublasLt));
       } catch (...) {
+        if (state->cublasLt != nullptr) cublasLtDestroy(state->cublasLt);
         if (state->cublas != nullptr) cublasDestroy(state->cublas);
         if (state->stream != nullptr) cudaStreamDestroy(state->stream);
         throw;
@@ -199,6 +201,7 @@ class CudaBackend final : public Backend {
   void release() noexcept {
     if (cudaSetDevice(device_) == cudaSuccess) cudaDeviceSynchronize();
     for (auto& state : streams_) {
+      if (state->cublasLt != nullptr) cublasLtDestroy(state->cublasLt);
       if (state->cublas != nullptr) cublasDestroy(state->cublas);
       if (state->stream != nullptr) cudaStreamDestroy(state->stream);
     }

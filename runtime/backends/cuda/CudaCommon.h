@@ -1,10 +1,11 @@
 // Internal to the CUDA backend and the CUDA kernels (never included by code built without CUDA):
-// error checking for CUDA runtime / cuBLAS calls, the per-stream state a kernel finds in
+// error checking for CUDA runtime / cuBLAS / cuBLASLt calls, the per-stream state a kernel finds in
 // ExecContext::backendState, and launch geometry.
 #pragma once
 
 #include <cstdint>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -15,12 +16,14 @@ namespace dgemma::cuda {
 
 // What ExecContext::backendState points to for a context of the CUDA backend. One per plan stream:
 // each stream owns its cuBLAS handle (bound to that stream once, at creation), so kernels never call
-// cublasSetStream and concurrent streams never share a cuBLAS workspace.
+// cublasSetStream and concurrent streams never share a cuBLAS workspace, and its cuBLASLt handle
+// (cuBLASLt takes the stream and the workspace with each cublasLtMatmul call).
 struct StreamState {
   static constexpr uint32_t kMagic = 0x64637564;  // tells a CUDA context from a foreign one
   uint32_t magic = kMagic;
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublasLt = nullptr;
   int device = 0;
 };
 
@@ -56,6 +59,7 @@ void withElementWord(uint64_t bytes, Launch&& launch) {
       ::dgemma::cuda::throwCudaError(dgemmaCudaStatus_, #call, __FILE__, __LINE__); \
   } while (0)
 
+// cuBLAS and cuBLASLt calls (both return cublasStatus_t).
 #define DGEMMA_CUBLAS_CHECK(call)                                                    \
   do {                                                                               \
     cublasStatus_t dgemmaCublasStatus_ = (call);                                     \

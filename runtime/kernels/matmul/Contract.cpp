@@ -1,6 +1,7 @@
 #include "runtime/kernels/matmul/Contract.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,10 +9,15 @@
 
 namespace dgemma {
 
-MatmulContract parseMatmulContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  const auto [a, b, c] = expectBinaryOperands(signature, dtypes);
+MatmulContract parseMatmulContract(const KernelSignature& signature, std::initializer_list<DType> dtypes,
+                                   bool f32OutputOfBf16) {
+  const bool f32Output = f32OutputOfBf16 && !signature.inputs.empty() && signature.inputs[0]->dtype == DType::BF16 &&
+                         !signature.outputs.empty() && signature.outputs[0]->dtype == DType::F32;
+  const auto [a, b, c] =
+      expectBinaryOperands(signature, dtypes, f32Output ? std::optional<DType>(DType::F32) : std::nullopt);
   MatmulContract contract;
   contract.dtype = a.dtype;
+  contract.outputDType = c.dtype;
   contract.transposeA = attrBool(signature, "transpose_a", false);
   contract.transposeB = attrBool(signature, "transpose_b", false);
 

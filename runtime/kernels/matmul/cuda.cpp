@@ -1,4 +1,7 @@
-// matmul on CUDA (f32) through cuBLAS; the shapes and attributes are matmul/Contract.h's.
+// matmul on CUDA through cuBLAS: f32 here (cublasSgemm), bf16 a and b (c bf16 or f32) in
+// matmul/cuda_bf16.cpp (cuBLASLt, f32 accumulation); the shapes and attributes are
+// matmul/Contract.h's. The bf16 kernel reads and writes bf16 itself (KernelTraits::
+// handlesReducedFloats), so the backend does not widen matmul.
 //
 // cuBLAS is column-major: a row-major X is, read column-major, X^T. So the row-major product
 // C = op(A) op(B) is computed as the column-major product C^T = op(B)^T op(A)^T, i.e. cuBLAS's "A"
@@ -19,6 +22,7 @@
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/matmul/Contract.h"
+#include "runtime/kernels/matmul/CudaBf16.h"
 
 namespace dgemma {
 namespace {
@@ -68,17 +72,20 @@ class MatmulCudaKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> createMatmulKernel(const KernelSignature& signature) {
-  const MatmulContract contract = parseMatmulContract(signature, {DType::F32});
+  const MatmulContract contract = parseMatmulContract(signature, {DType::F32, DType::BF16}, /*f32OutputOfBf16=*/true);
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (contract.m > kIntMax || contract.n > kIntMax || contract.k > kIntMax || contract.batch > kIntMax)
     failSignature(signature, "matmul: dimensions exceed the 32-bit limits of cuBLAS (batch " +
                                  std::to_string(contract.batch) + ", M " + std::to_string(contract.m) + ", N " +
                                  std::to_string(contract.n) + ", K " + std::to_string(contract.k) + ")");
+  if (contract.dtype == DType::BF16) return createMatmulBf16CudaKernel(contract);
   return std::make_unique<MatmulCudaKernel>(contract);
 }
 
 }  // namespace
 
-void registerMatmulCudaKernels(KernelRegistry& registry) { registry.add("matmul", createMatmulKernel); }
+void registerMatmulCudaKernels(KernelRegistry& registry) {
+  registry.add("matmul", createMatmulKernel, KernelTraits{.handlesReducedFloats = true});
+}
 
 }  // namespace dgemma
