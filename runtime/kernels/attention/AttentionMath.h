@@ -13,6 +13,7 @@
 #include "runtime/kernels/attention/Contract.h"
 
 #include "runtime/kernels/HostDevice.h"
+#include "runtime/kernels/KernelElements.h"
 
 namespace dgemma::attention {
 
@@ -28,12 +29,17 @@ DGEMMA_HOST_DEVICE inline int64_t diagonalKey(const AttentionContract& g, int64_
 // reads as segment 0 at every position: no overlay.
 struct SegmentRow {
   const int64_t* ids = nullptr;
-  DGEMMA_HOST_DEVICE int64_t at(int64_t position) const { return ids == nullptr ? 0 : ids[position]; }
+  int64_t keys = 0;  // Tk, the row's length
+  DGEMMA_HOST_DEVICE int64_t at(int64_t position) const {
+    if (ids == nullptr) return 0;
+    DGEMMA_CUDA_BOUNDS(position, keys);
+    return ids[position];
+  }
 };
 
 // Batch row `b` of `segmentIds` (null: the call has no segment ids).
 DGEMMA_HOST_DEVICE inline SegmentRow segmentRowOf(const AttentionContract& g, const int64_t* segmentIds, int64_t b) {
-  return {segmentIds == nullptr ? nullptr : segmentIds + b * g.keys};
+  return {segmentIds == nullptr ? nullptr : segmentIds + b * g.keys, g.keys};
 }
 
 // The overlay: a query whose own position is in segment s > 0 sees every key of segment s, past or

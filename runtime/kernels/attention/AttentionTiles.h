@@ -35,6 +35,12 @@ DGEMMA_HOST_DEVICE void loadRows(const Block& block, float* shared, int64_t stri
   }
 }
 
+// key_valid[b, key] != 0, the index checked against key_valid's [B, Tk].
+DGEMMA_HOST_DEVICE inline bool keyValidAt(const AttentionContract& g, const uint8_t* keyValid, int64_t b, int64_t key) {
+  DGEMMA_CUDA_BOUNDS(b * g.keys + key, g.batch * g.keys);
+  return keyValid[b * g.keys + key] != 0;
+}
+
 template <typename Block>
 DGEMMA_HOST_DEVICE void fill(const Block& block, float* shared, int64_t count, float value) {
   for (int64_t e = block.thread(); e < count; e += block.threads()) shared[e] = value;
@@ -91,7 +97,6 @@ DGEMMA_HOST_DEVICE void forwardTask(const Block& block, float* shared, const Att
   const int64_t q0 = tile * br;
   const int rows = static_cast<int>(kernels::smaller(br, g.queries - q0));
   const int64_t kvHead = kvHeadOf(g, head);
-  const uint8_t* valid = t.keyValid + b * g.keys;
   const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
 
   loadRows(block, qs, qStride, t.q, queryRows, d, rows, [&](int64_t r) { return queryRowOf(g, b, q0 + r, head); });
@@ -110,7 +115,7 @@ DGEMMA_HOST_DEVICE void forwardTask(const Block& block, float* shared, const Att
     for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
       const int i = pair / bc, j = pair % bc;
       float score = -INFINITY;
-      if (i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, segments, q0 + i, k0 + j))
+      if (i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), segments, q0 + i, k0 + j))
         score = scale * dot(qs + i * qStride, ks + j * qStride, d);
       ps[i * pStride + j] = score;
     }
@@ -132,6 +137,7 @@ DGEMMA_HOST_DEVICE void forwardTask(const Block& block, float* shared, const Att
   }
   for (int64_t e = block.thread(); e < rows * dv; e += block.threads()) {
     const int64_t i = e / dv, c = e % dv;
+    DGEMMA_CUDA_BOUNDS(queryRowOf(g, b, q0 + i, head), queryRows);
     kernels::storeFloat(t.out, queryRowOf(g, b, q0 + i, head) * dv + c, normalizedOutput(acc[e], rowSum[i]));
   }
   block.sync();  // the next task reloads the shared tiles
@@ -164,7 +170,6 @@ DGEMMA_HOST_DEVICE void backwardQueryTask(const Block& block, float* shared, con
   const int64_t q0 = tile * br;
   const int rows = static_cast<int>(kernels::smaller(br, g.queries - q0));
   const int64_t kvHead = kvHeadOf(g, head);
-  const uint8_t* valid = t.keyValid + b * g.keys;
   const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
   auto queryRow = [&](int64_t r) { return queryRowOf(g, b, q0 + r, head); };
 
@@ -186,7 +191,7 @@ DGEMMA_HOST_DEVICE void backwardQueryTask(const Block& block, float* shared, con
       block.sync();
       for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
         const int i = pair / bc, j = pair % bc;
-        const bool visible = i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, segments, q0 + i, k0 + j);
+        const bool visible = i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), segments, q0 + i, k0 + j);
         const float score = visible ? scale * dot(qs + i * qStride, ks + j * qStride, d) : -INFINITY;
         const float dp = visible ? dot(dos + i * vStride, vs + j * vStride, dv) : 0.0f;
         if (pass == 0) {
@@ -229,6 +234,7 @@ DGEMMA_HOST_DEVICE void backwardQueryTask(const Block& block, float* shared, con
   }
   for (int64_t e = block.thread(); e < rows * d; e += block.threads()) {
     const int64_t i = e / d, c = e % d;
+    DGEMMA_CUDA_BOUNDS(queryRow(i), queryRows);
     kernels::storeFloat(t.out, queryRow(i) * d + c, dqAcc[e]);
   }
   block.sync();
@@ -261,7 +267,6 @@ DGEMMA_HOST_DEVICE void backwardKeyTask(const Block& block, float* shared, const
   const int64_t b = task / (keyTiles * g.kvHeads);
   const int64_t k0 = tile * bc;
   const int keysHere = static_cast<int>(kernels::smaller(bc, g.keys - k0));
-  const uint8_t* valid = t.keyValid + b * g.keys;
   const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
   auto keyRow = [&](int64_t r) { return keyRowOf(g, b, k0 + r, kvHead); };
 
@@ -280,13 +285,15 @@ DGEMMA_HOST_DEVICE void backwardKeyTask(const Block& block, float* shared, const
       auto queryRow = [&](int64_t r) { return queryRowOf(g, b, q0 + r, head); };
       loadRows(block, qs, qStride, t.q, queryRows, d, rows, queryRow);
       loadRows(block, dos, vStride, t.dOut, queryRows, dv, rows, queryRow);
-      for (int e = block.thread(); e < rows * kStatistics; e += block.threads())
+      for (int e = block.thread(); e < rows * kStatistics; e += block.threads()) {
+        DGEMMA_CUDA_BOUNDS(queryRow(e / kStatistics), queryRows);
         rowStats[e] = t.statistics[queryRow(e / kStatistics) * kStatistics + e % kStatistics];
+      }
       block.sync();
       for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
         const int i = pair / bc, j = pair % bc;
         float p = 0.0f, ds = 0.0f;
-        if (i < rows && j < keysHere && keyVisible(g, valid[k0 + j] != 0, segments, q0 + i, k0 + j)) {
+        if (i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), segments, q0 + i, k0 + j)) {
           const float* stats = rowStats + i * kStatistics;
           const float score = scale * dot(qs + i * qStride, ks + j * qStride, d);
           p = probability(score, stats[0], stats[1]);
@@ -311,10 +318,14 @@ DGEMMA_HOST_DEVICE void backwardKeyTask(const Block& block, float* shared, const
       block.sync();
     }
   }
-  for (int64_t e = block.thread(); e < keysHere * d; e += block.threads())
+  for (int64_t e = block.thread(); e < keysHere * d; e += block.threads()) {
+    DGEMMA_CUDA_BOUNDS(keyRow(e / d), keyRows);
     kernels::storeFloat(t.dk, keyRow(e / d) * d + e % d, dkAcc[e]);
-  for (int64_t e = block.thread(); e < keysHere * dv; e += block.threads())
+  }
+  for (int64_t e = block.thread(); e < keysHere * dv; e += block.threads()) {
+    DGEMMA_CUDA_BOUNDS(keyRow(e / dv), keyRows);
     kernels::storeFloat(t.dv, keyRow(e / dv) * dv + e % dv, dvAcc[e]);
+  }
   block.sync();
 }
 

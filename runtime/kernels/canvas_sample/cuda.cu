@@ -21,6 +21,7 @@
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/core/Philox.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/canvas_sample/Contract.h"
 #include "runtime/kernels/canvas_sample/GumbelNoise.h"
 
@@ -92,6 +93,7 @@ __global__ void canvasSampleKernel(const float* logits, const float* temperature
   __shared__ Partial partials[kThreads];
   for (int64_t position = blockIdx.x; position < positions; position += gridDim.x) {
     const int64_t b = position / canvas, l = position % canvas;
+    DGEMMA_CUDA_BOUNDS(2 * b + 1, 2 * (positions / canvas));  // keys [B, 2]
     const float t = temperature[b];
     const uint64_t seed = static_cast<uint64_t>(keys[2 * b]), offset = static_cast<uint64_t>(keys[2 * b + 1]);
     const uint64_t firstIndex = static_cast<uint64_t>(l) * static_cast<uint64_t>(vocab);
@@ -106,6 +108,7 @@ __global__ void canvasSampleKernel(const float* logits, const float* temperature
         const uint64_t index = 4 * block + j;
         if (index < firstIndex || index >= endIndex) continue;
         const int64_t v = static_cast<int64_t>(index - firstIndex);
+        DGEMMA_CUDA_BOUNDS(position * vocab + v, positions * vocab);
         // cap(x) / T, the cap as the div, tanh and mul kernels compute it.
         const float z = (softcap > 0.0f ? tanhf(row[v] / softcap) * softcap : row[v]) / t;
         storeScaled(scaledRow, v, z);
@@ -138,6 +141,7 @@ __global__ void canvasSampleKernel(const float* logits, const float* temperature
     partials[threadIdx.x] = mine;
     __syncthreads();
     for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+      if (threadIdx.x < stride) DGEMMA_CUDA_BOUNDS(threadIdx.x + stride, kThreads);
       if (threadIdx.x < stride) partials[threadIdx.x] = combine(partials[threadIdx.x], partials[threadIdx.x + stride]);
       __syncthreads();
     }

@@ -93,6 +93,7 @@ struct RowInputs {
   }
   // z_j of row r; `squashed` (when not null) receives tanh(x / c) for the backward (0 without a cap).
   DGEMMA_HOST_DEVICE double z(int64_t r, int64_t j, RowBonus rowBonus, float* squashed = nullptr) const {
+    DGEMMA_CUDA_BOUNDS(r * vocabulary + j, rows * vocabulary);
     float logit = kernels::loadFloat(logits, r * vocabulary + j);
     if (cap > 0.0f) {
       const float s = squash(logit, cap);

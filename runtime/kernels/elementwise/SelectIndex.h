@@ -19,6 +19,7 @@ struct BroadcastMap {
   int rank = 0;
   int64_t sizes[kMaxRank] = {};
   int64_t strides[kOperands][kMaxRank] = {};
+  int64_t counts[kOperands] = {};  // elements of each operand, the extent of the CUDA bounds assertions
 };
 
 // The map of the operands' shapes onto the output's; size-1 output dims are dropped (they move
@@ -36,6 +37,7 @@ inline bool makeBroadcastMap(const std::vector<std::vector<int64_t>>& operandSha
       if (size != 1) operandStrides[rank - fromEnd] = stride;
       stride *= size;
     }
+    map.counts[strides.size()] = stride;
     strides.push_back(operandStrides);
   }
   for (size_t d = 0; d < rank; ++d) {

@@ -16,6 +16,7 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/elementwise/Contract.h"
 #include "support/Shape.h"
 
@@ -104,6 +105,7 @@ struct BroadcastLayout {
   Index dims[kMaxDims] = {};
   Index aStrides[kMaxDims] = {};
   Index bStrides[kMaxDims] = {};
+  Index aCount = 0, bCount = 0;  // elements of a and b, the extents of the bounds assertions
 };
 
 template <typename Op>
@@ -135,6 +137,8 @@ __global__ void binaryBroadcastKernel(const float* a, const float* b, Out* c, ui
       aOffset += coordinate * layout.aStrides[d];
       bOffset += coordinate * layout.bStrides[d];
     }
+    DGEMMA_CUDA_BOUNDS(aOffset, layout.aCount);
+    DGEMMA_CUDA_BOUNDS(bOffset, layout.bCount);
     c[i] = op(a[aOffset], b[bOffset]);
   }
 }
@@ -150,6 +154,7 @@ struct CollapsedBroadcast {
   std::vector<int64_t> dims;
   std::vector<int64_t> aStrides;
   std::vector<int64_t> bStrides;
+  int64_t aCount = 1, bCount = 1;  // elements of a and b
 };
 
 CollapsedBroadcast collapseBroadcast(const std::vector<int64_t>& aShape, const std::vector<int64_t>& bShape,
@@ -182,6 +187,8 @@ CollapsedBroadcast collapseBroadcast(const std::vector<int64_t>& aShape, const s
     if (!it->aBroadcast) aStride *= it->size;
     if (!it->bBroadcast) bStride *= it->size;
   }
+  out.aCount = aStride;  // the product of the dims a does not broadcast along: its element count
+  out.bCount = bStride;
   return out;
 }
 
@@ -194,6 +201,8 @@ BroadcastLayout<Index> toLayout(const CollapsedBroadcast& collapsed) {
     layout.aStrides[d] = static_cast<Index>(collapsed.aStrides[d]);
     layout.bStrides[d] = static_cast<Index>(collapsed.bStrides[d]);
   }
+  layout.aCount = static_cast<Index>(collapsed.aCount);
+  layout.bCount = static_cast<Index>(collapsed.bCount);
   return layout;
 }
 

@@ -8,6 +8,7 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/elementwise/Contract.h"
 #include "runtime/kernels/elementwise/SelectIndex.h"
 #include "support/DType.h"
@@ -21,9 +22,14 @@ constexpr unsigned kThreads = 256;
 template <typename Word>
 __global__ void selectKernel(const uint8_t* condition, const Word* onTrue, const Word* onFalse, Word* y,
                              select::BroadcastMap map, int64_t count) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = condition[select::offsetOf(map, 0, i)] != 0 ? onTrue[select::offsetOf(map, 1, i)]
-                                                       : onFalse[select::offsetOf(map, 2, i)];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t conditionAt = select::offsetOf(map, 0, i);
+    DGEMMA_CUDA_BOUNDS(conditionAt, map.counts[0]);
+    const int side = condition[conditionAt] != 0 ? 1 : 2;
+    const int64_t at = select::offsetOf(map, side, i);
+    DGEMMA_CUDA_BOUNDS(at, map.counts[side]);
+    y[i] = side == 1 ? onTrue[at] : onFalse[at];
+  }
 }
 
 class SelectCudaKernel final : public Kernel {

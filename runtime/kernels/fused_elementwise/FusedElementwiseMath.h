@@ -43,6 +43,7 @@ struct FusedProgram {
   int16_t args[kMaxInstructions][3] = {};
   int64_t dims[kMaxDims] = {};
   int64_t strides[kMaxInputs][kMaxDims] = {};
+  int64_t inputCounts[kMaxInputs] = {};  // elements of each input buffer, the extent of its bounds assertions
 };
 
 // What limits the encoding, or an empty string when the program fits.
@@ -105,6 +106,10 @@ inline FusedProgram encodeProgram(const fused::Program& program, const std::vect
   encoded.rank = static_cast<int>(dims.size());
   encoded.count = 1;
   for (int64_t size : shape) encoded.count *= size;
+  for (size_t k = 0; k < inputShapes.size(); ++k) {
+    encoded.inputCounts[k] = 1;
+    for (int64_t size : inputShapes[k]) encoded.inputCounts[k] *= size;
+  }
   for (size_t d = 0; d < dims.size(); ++d) {
     encoded.dims[d] = dims[d];
     for (size_t k = 0; k < strides.size(); ++k) encoded.strides[k][d] = strides[k][d];
@@ -169,6 +174,7 @@ DGEMMA_HOST_DEVICE inline void evaluateElement(const FusedProgram& program, cons
   for (int k = 0; k < program.inputs; ++k) {
     int64_t offset = 0;
     for (int d = 0; d < program.rank; ++d) offset += coordinate[d] * program.strides[k][d];
+    DGEMMA_CUDA_BOUNDS(offset, program.inputCounts[k]);
     values[k] = loadValue(inputs[k], static_cast<ValueKind>(program.kind[k]), offset);
   }
   const int last = program.inputs + program.instructions - 1;
@@ -179,6 +185,7 @@ DGEMMA_HOST_DEVICE inline void evaluateElement(const FusedProgram& program, cons
     const int arity = opcode == fused::Opcode::Select ? 3
                       : (opcode <= fused::Opcode::Minimum) ? 2
                                                            : 1;
+    for (int a = 0; a < arity; ++a) DGEMMA_CUDA_BOUNDS(args[a], value);  // only earlier values
     float result = apply(opcode, values[args[0]], arity > 1 ? values[args[1]] : 0.0f, arity > 2 ? values[args[2]] : 0.0f);
     if (value != last && static_cast<ValueKind>(program.kind[value]) == ValueKind::BF16) result = roundedToBf16(result);
     values[value] = result;

@@ -37,7 +37,12 @@ __global__ void gatherKernel(const Word* table, const Id* ids, Word* y, int64_t 
   for (int64_t index = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; index < count * width;
        index += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = gather::localRowOf(static_cast<int64_t>(ids[index / width]), rowOffset, vocabulary);
-    y[index] = row == gather::kNoRow ? Word(0) : table[row * width + index % width];
+    if (row == gather::kNoRow) {  // an id outside the block (or negative) reads a zero row
+      y[index] = Word(0);
+      continue;
+    }
+    DGEMMA_CUDA_BOUNDS(row * width + index % width, vocabulary * width);
+    y[index] = table[row * width + index % width];
   }
 }
 
@@ -72,6 +77,7 @@ __global__ void scatterKeysKernel(const Id* ids, uint32_t* keys, int32_t* positi
                                   int64_t skipId, int64_t rowOffset, int64_t vocabulary) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = gather::scatterRowOf(static_cast<int64_t>(ids[i]), hasSkip, skipId, rowOffset, vocabulary);
+    if (row != gather::kNoRow) DGEMMA_CUDA_BOUNDS(row, vocabulary);  // skip_id and other blocks' ids sort last
     keys[i] = static_cast<uint32_t>(row == gather::kNoRow ? vocabulary : row);
     positions[i] = static_cast<int32_t>(i);
   }
@@ -90,6 +96,7 @@ __global__ void scatterRowsKernel(const uint32_t* sortedKeys, const int32_t* sor
       DGEMMA_CUDA_BOUNDS(sortedPositions[k], count);
       sum += updates[sortedPositions[k] * width + h];
     }
+    DGEMMA_CUDA_BOUNDS(static_cast<int64_t>(row) * width + h, static_cast<int64_t>(noRow) * width);  // noRow = V
     table[static_cast<int64_t>(row) * width + h] = sum;
   }
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "runtime/kernels/HostDevice.h"
+#include "runtime/kernels/KernelElements.h"
 
 namespace dgemma::moe_route {
 
@@ -45,6 +46,7 @@ DGEMMA_HOST_DEVICE inline void topKWeights(const T* probabilities, const T* expe
     int64_t best = -1;
     for (int64_t e = 0; e < experts; ++e)
       if (!taken[e] && (best < 0 || ranksBefore(probabilities, e, best))) best = e;
+    DGEMMA_CUDA_BOUNDS(best, experts);  // none left to take when topK > experts
     taken[best] = true;
     indices[j] = best;
   }
@@ -62,7 +64,10 @@ DGEMMA_HOST_DEVICE inline void routeBackward(const T* probabilities, const T* ex
                                              const T* dw, int64_t experts, int64_t topK, T* dProbabilities,
                                              T* dLogits, T* scaleTerms) {
   T selected = 0;
-  for (int64_t j = 0; j < topK; ++j) selected += probabilities[chosen[j]];
+  for (int64_t j = 0; j < topK; ++j) {
+    DGEMMA_CUDA_BOUNDS(chosen[j], experts);  // expert ids from the indices input
+    selected += probabilities[chosen[j]];
+  }
   T shared = 0;
   for (int64_t j = 0; j < topK; ++j) shared += dw[j] * expertScale[chosen[j]] * probabilities[chosen[j]];
   shared /= selected * selected;

@@ -18,6 +18,7 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/moe/Contract.h"
 #include "runtime/kernels/moe/ExpertsMath.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
@@ -33,29 +34,50 @@ constexpr unsigned kThreads = 256;
   for (int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; element < (count); \
        element += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-__global__ void gatherRowsKernel(const float* source, const int64_t* rowOfSlot, float* rows, int64_t hidden,
-                                 int64_t count) {
-  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::gatherElement(source, rowOfSlot, rows, hidden, element);
+// The slot maps were built on the host from the indices or expert_counts; the bounds assertions
+// check the rows, weights and slots they name against the buffers' extents (sourceRows,
+// destinationRows, weightCount, slots).
+__global__ void gatherRowsKernel(const float* source, int64_t sourceRows, const int64_t* rowOfSlot, float* rows,
+                                 int64_t hidden, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) {
+    DGEMMA_CUDA_BOUNDS(rowOfSlot[element / hidden], sourceRows);
+    moe_experts::gatherElement(source, rowOfSlot, rows, hidden, element);
+  }
 }
 
-__global__ void scatterRowsKernel(const float* rows, const int64_t* rowOfSlot, float* destination, int64_t hidden,
-                                  int64_t count) {
-  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::scatterElement(rows, rowOfSlot, destination, hidden, element);
+__global__ void scatterRowsKernel(const float* rows, const int64_t* rowOfSlot, float* destination,
+                                  int64_t destinationRows, int64_t hidden, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) {
+    DGEMMA_CUDA_BOUNDS(rowOfSlot[element / hidden], destinationRows);
+    moe_experts::scatterElement(rows, rowOfSlot, destination, hidden, element);
+  }
 }
 
 __global__ void gatedGeluKernel(float* gateUp, int64_t inner, int64_t count) {
   DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::gatedGeluElement(gateUp, inner, element);
 }
 
-__global__ void combineKernel(const float* expertOutput, const float* weights, const int64_t* slotOfRoute, float* y,
-                              int64_t topK, int64_t hidden, int64_t count) {
-  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::combineElement(expertOutput, weights, slotOfRoute, y, topK, hidden, element);
+// A route's slot, checked after the math's own test for a route without one (kNoSlot).
+__device__ void checkSlotsOfToken(const int64_t* slotOfRoute, int64_t token, int64_t topK, int64_t slots) {
+  for (int64_t j = 0; j < topK; ++j)
+    if (const int64_t slot = slotOfRoute[token * topK + j]; slot >= 0) DGEMMA_CUDA_BOUNDS(slot, slots);
 }
 
-__global__ void gatedGeluWeightedKernel(const float* gateUp, const float* weights, const int64_t* weightOfSlot,
-                                        float* hidden, float* weighted, int64_t inner, int64_t count) {
-  DGEMMA_FOR_EACH_ELEMENT(count)
-  moe_experts::gatedGeluWeightedElement(gateUp, weights, weightOfSlot, hidden, weighted, inner, element);
+__global__ void combineKernel(const float* expertOutput, int64_t slots, const float* weights, const int64_t* slotOfRoute,
+                              float* y, int64_t topK, int64_t hidden, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) {
+    checkSlotsOfToken(slotOfRoute, element / hidden, topK, slots);
+    moe_experts::combineElement(expertOutput, weights, slotOfRoute, y, topK, hidden, element);
+  }
+}
+
+__global__ void gatedGeluWeightedKernel(const float* gateUp, const float* weights, int64_t weightCount,
+                                        const int64_t* weightOfSlot, float* hidden, float* weighted, int64_t inner,
+                                        int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) {
+    DGEMMA_CUDA_BOUNDS(weightOfSlot[element / inner], weightCount);
+    moe_experts::gatedGeluWeightedElement(gateUp, weights, weightOfSlot, hidden, weighted, inner, element);
+  }
 }
 
 __global__ void slotWeightGradientKernel(const float* hidden, const float* dOutputDown, float* dWeights, int64_t inner,
@@ -63,19 +85,29 @@ __global__ void slotWeightGradientKernel(const float* hidden, const float* dOutp
   DGEMMA_FOR_EACH_ELEMENT(slots) moe_experts::slotWeightGradient(hidden, dOutputDown, dWeights, inner, element);
 }
 
-__global__ void routeValueKernel(const float* slotValues, const int64_t* slotOfRoute, float* routeValues, int64_t routes) {
-  DGEMMA_FOR_EACH_ELEMENT(routes) moe_experts::routeValueElement(slotValues, slotOfRoute, routeValues, element);
+__global__ void routeValueKernel(const float* slotValues, int64_t slots, const int64_t* slotOfRoute, float* routeValues,
+                                 int64_t routes) {
+  DGEMMA_FOR_EACH_ELEMENT(routes) {
+    checkSlotsOfToken(slotOfRoute, element, 1, slots);
+    moe_experts::routeValueElement(slotValues, slotOfRoute, routeValues, element);
+  }
 }
 
 __global__ void gatedGeluBackwardKernel(const float* gateUp, const float* dHidden, const float* weights,
-                                        const int64_t* weightOfSlot, float* dGateUp, int64_t inner, int64_t count) {
-  DGEMMA_FOR_EACH_ELEMENT(count)
-  moe_experts::gatedGeluBackwardElement(gateUp, dHidden, weights, weightOfSlot, dGateUp, inner, element);
+                                        int64_t weightCount, const int64_t* weightOfSlot, float* dGateUp, int64_t inner,
+                                        int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) {
+    DGEMMA_CUDA_BOUNDS(weightOfSlot[element / inner], weightCount);
+    moe_experts::gatedGeluBackwardElement(gateUp, dHidden, weights, weightOfSlot, dGateUp, inner, element);
+  }
 }
 
-__global__ void inputGradientKernel(const float* dInput, const int64_t* slotOfRoute, float* dx, int64_t topK,
-                                    int64_t hidden, int64_t count) {
-  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::inputGradientElement(dInput, slotOfRoute, dx, topK, hidden, element);
+__global__ void inputGradientKernel(const float* dInput, int64_t slots, const int64_t* slotOfRoute, float* dx,
+                                    int64_t topK, int64_t hidden, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) {
+    checkSlotsOfToken(slotOfRoute, element / hidden, topK, slots);
+    moe_experts::inputGradientElement(dInput, slotOfRoute, dx, topK, hidden, element);
+  }
 }
 
 #undef DGEMMA_FOR_EACH_ELEMENT
@@ -140,6 +172,7 @@ struct ExpertBlocksOnDevice {
   int64_t experts = 0, hidden = 0, inner = 0;
   const std::vector<int64_t>* firstSlot = nullptr;  // expert e's rows take slots [firstSlot[e], firstSlot[e + 1])
   const int64_t* rowOfSlot = nullptr;              // device
+  int64_t sourceRows = 0;                          // rows of the buffers that rowOfSlot indexes
   int64_t slots() const { return firstSlot->back(); }
   int64_t width() const { return 2 * inner; }
 
@@ -158,7 +191,8 @@ struct ExpertBlocksOnDevice {
 void expertsForward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
                     const float* gateUp, const float* down, float* input, float* gateUpOutput, float* output) {
   const int64_t hidden = b.hidden, inner = b.inner, width = b.width();
-  launch("gatherRowsKernel", state.stream, b.slots() * hidden, gatherRowsKernel, rows, b.rowOfSlot, input, hidden);
+  launch("gatherRowsKernel", state.stream, b.slots() * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, input,
+         hidden);
   b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
     gemm(state.cublas, false, true, n, width, hidden, input + first * hidden, hidden, gateUp + e * width * hidden, hidden,
          gateUpOutput + first * width, width);
@@ -185,18 +219,21 @@ struct BackwardBlocks {
 // dX = [dG dU] [G_e; U_e] (the CPU kernels' five GEMMs per expert). dGateUp and dDown must be zero
 // for the unused experts; the used ones' blocks are overwritten.
 void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
-                     const float* dRows, const float* weights, const int64_t* weightOfSlot, const float* gateUp,
+                     const float* dRows, const float* weights, int64_t weightCount, const int64_t* weightOfSlot,
+                     const float* gateUp,
                      const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s) {
   const int64_t hidden = b.hidden, inner = b.inner, width = b.width(), slots = b.slots();
   cudaStream_t stream = state.stream;
-  launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, rows, b.rowOfSlot, s.input, hidden);
-  launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, dRows, b.rowOfSlot, s.dOutput, hidden);
+  launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, s.input, hidden);
+  launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, dRows, b.sourceRows, b.rowOfSlot, s.dOutput,
+         hidden);
   b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
     gemm(state.cublas, false, true, n, width, hidden, s.input + first * hidden, hidden, gateUp + e * width * hidden,
          hidden, s.gateUpOutput + first * width, width);
   });
   launch("gatedGeluWeightedKernel", stream, slots * inner, gatedGeluWeightedKernel,
-         static_cast<const float*>(s.gateUpOutput), weights, weightOfSlot, s.hiddenState, s.weightedHidden, inner);
+         static_cast<const float*>(s.gateUpOutput), weights, weightCount, weightOfSlot, s.hiddenState, s.weightedHidden,
+         inner);
   b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
     gemm(state.cublas, true, false, hidden, inner, n, s.dOutput + first * hidden, hidden, s.weightedHidden + first * inner,
          inner, dDown + e * hidden * inner, inner);
@@ -206,8 +243,8 @@ void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice&
   launch("slotWeightGradientKernel", stream, slots, slotWeightGradientKernel, static_cast<const float*>(s.hiddenState),
          static_cast<const float*>(s.dOutputDown), s.slotDWeights, inner);
   launch("gatedGeluBackwardKernel", stream, slots * inner, gatedGeluBackwardKernel,
-         static_cast<const float*>(s.gateUpOutput), static_cast<const float*>(s.dOutputDown), weights, weightOfSlot,
-         s.dGateUpOutput, inner);
+         static_cast<const float*>(s.gateUpOutput), static_cast<const float*>(s.dOutputDown), weights, weightCount,
+         weightOfSlot, s.dGateUpOutput, inner);
   b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
     gemm(state.cublas, true, false, width, hidden, n, s.dGateUpOutput + first * width, width, s.input + first * hidden,
          hidden, dGateUp + e * width * hidden, hidden);
@@ -273,9 +310,10 @@ class MoeExpertsCudaKernel final : public Kernel {
     Scratch scratch(stream, {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute}},
                     {{slots * hidden, &input}, {slots * 2 * inner, &gateUpOutput}, {slots * hidden, &expertOutput}});
     blocks.rowOfSlot = tokenOfSlot;
+    blocks.sourceRows = g_.tokens;
     expertsForward(state, blocks, inputs[0].as<const float>(), inputs[3].as<const float>(), inputs[4].as<const float>(),
                    input, gateUpOutput, expertOutput);
-    launch("combineKernel", stream, g_.tokens * hidden, combineKernel, static_cast<const float*>(expertOutput),
+    launch("combineKernel", stream, g_.tokens * hidden, combineKernel, static_cast<const float*>(expertOutput), slots,
            inputs[1].as<const float>(), static_cast<const int64_t*>(slotOfRoute), y, g_.topK, hidden);
   }
 
@@ -305,13 +343,14 @@ class MoeExpertsBackwardCudaKernel final : public Kernel {
                      {&groups.routeOfSlot, &routeOfSlot}},
                     backwardScratch(slots, hidden, inner, s));
     blocks.rowOfSlot = tokenOfSlot;
+    blocks.sourceRows = g_.tokens;
     expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[5].as<const float>(), inputs[1].as<const float>(),
-                    routeOfSlot, inputs[3].as<const float>(), inputs[4].as<const float>(), outputs[2].as<float>(),
+                    routes, routeOfSlot, inputs[3].as<const float>(), inputs[4].as<const float>(), outputs[2].as<float>(),
                     outputs[3].as<float>(), s);
-    launch("routeValueKernel", stream, routes, routeValueKernel, static_cast<const float*>(s.slotDWeights),
+    launch("routeValueKernel", stream, routes, routeValueKernel, static_cast<const float*>(s.slotDWeights), slots,
            static_cast<const int64_t*>(slotOfRoute), outputs[1].as<float>());
     launch("inputGradientKernel", stream, g_.tokens * hidden, inputGradientKernel, static_cast<const float*>(s.dInput),
-           static_cast<const int64_t*>(slotOfRoute), outputs[0].as<float>(), g_.topK, hidden);
+           slots, static_cast<const int64_t*>(slotOfRoute), outputs[0].as<float>(), g_.topK, hidden);
   }
 
  private:
@@ -340,10 +379,11 @@ class MoeLocalExpertsCudaKernel final : public Kernel {
     Scratch scratch(stream, {{&local.rowOfSlot, &rowOfSlot}},
                     {{slots * hidden, &input}, {slots * 2 * inner, &gateUpOutput}, {slots * hidden, &expertOutput}});
     blocks.rowOfSlot = rowOfSlot;
+    blocks.sourceRows = c_.rows;
     expertsForward(state, blocks, inputs[0].as<const float>(), inputs[2].as<const float>(), inputs[3].as<const float>(),
                    input, gateUpOutput, expertOutput);
     launch("scatterRowsKernel", stream, slots * hidden, scatterRowsKernel, static_cast<const float*>(expertOutput),
-           static_cast<const int64_t*>(rowOfSlot), result, hidden);
+           static_cast<const int64_t*>(rowOfSlot), result, c_.rows, hidden);
   }
 
  private:
@@ -371,13 +411,14 @@ class MoeLocalExpertsBackwardCudaKernel final : public Kernel {
     BackwardBlocks s;
     Scratch scratch(stream, {{&local.rowOfSlot, &rowOfSlot}}, backwardScratch(slots, hidden, inner, s));
     blocks.rowOfSlot = rowOfSlot;
+    blocks.sourceRows = c_.rows;
     expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[2].as<const float>(), inputs[1].as<const float>(),
-                    rowOfSlot, inputs[4].as<const float>(), inputs[5].as<const float>(), outputs[2].as<float>(),
+                    c_.rows, rowOfSlot, inputs[4].as<const float>(), inputs[5].as<const float>(), outputs[2].as<float>(),
                     outputs[3].as<float>(), s);
     launch("scatterRowsKernel", stream, slots * hidden, scatterRowsKernel, static_cast<const float*>(s.dInput),
-           static_cast<const int64_t*>(rowOfSlot), outputs[0].as<float>(), hidden);
+           static_cast<const int64_t*>(rowOfSlot), outputs[0].as<float>(), c_.rows, hidden);
     launch("scatterRowsKernel", stream, slots, scatterRowsKernel, static_cast<const float*>(s.slotDWeights),
-           static_cast<const int64_t*>(rowOfSlot), outputs[1].as<float>(), int64_t{1});
+           static_cast<const int64_t*>(rowOfSlot), outputs[1].as<float>(), c_.rows, int64_t{1});
   }
 
  private:

@@ -8,12 +8,15 @@
 // (f32) sums a token's k routes in order of j from zero, with FMA contraction off, so it rounds like
 // the CPU kernel. The CPU kernels reject slots that are not a permutation; here, where checking
 // would need a host round trip, a slot outside [0, M·k) is skipped (never written or read out of
-// bounds) and the routing table that moe_dispatch builds is trusted to be a permutation.
+// bounds) and the routing table that moe_dispatch builds is trusted to be a permutation; with
+// -DDGEMMA_CUDA_DEBUG_BOUNDS=ON such a slot traps instead (DGEMMA_CUDA_BOUNDS), where the CPU kernel
+// raises.
 #include <cstdint>
 #include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
 #include "runtime/kernels/moe_dispatch/DispatchTable.h"
 #include "support/DType.h"
@@ -31,6 +34,7 @@ __global__ void permuteKernel(const Word* input, const int64_t* slots, Word* res
     const Word value = input[index];
     for (int64_t j = 0; j < topK; ++j) {
       const int64_t slot = slots[token * topK + j];
+      DGEMMA_CUDA_BOUNDS(slot, slotCount);  // the CPU kernel rejects a slot outside the permutation
       if (slot >= 0 && slot < slotCount) result[slot * width + column] = value;
     }
   }
@@ -45,6 +49,7 @@ __global__ void combineKernel(const float* rows, const int64_t* slots, const flo
     float sum = 0.0f;
     for (int64_t j = 0; j < topK; ++j) {
       const int64_t route = token * topK + j, slot = slots[route];
+      DGEMMA_CUDA_BOUNDS(slot, slotCount);  // the CPU kernel rejects a slot outside the permutation
       if (slot < 0 || slot >= slotCount) continue;
       const float row = rows[slot * width + column];
       sum += weights ? weights[route] * row : row;

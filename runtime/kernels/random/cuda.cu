@@ -10,6 +10,7 @@
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/core/Philox.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/random/Contract.h"
 
 namespace dgemma {
@@ -38,10 +39,13 @@ __global__ void randomKernel(const int64_t* keys, Out* y, uint64_t stream, int64
   for (int64_t unit = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; unit < rows * blocksPerRow;
        unit += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = unit / blocksPerRow, block = unit % blocksPerRow;
+    DGEMMA_CUDA_BOUNDS(2 * row + 1, 2 * rows);
     const uint64_t seed = static_cast<uint64_t>(keys[2 * row]), offset = static_cast<uint64_t>(keys[2 * row + 1]);
     const PhiloxCounter words = philoxUniformBlock(seed, stream, offset, static_cast<uint64_t>(block));
-    for (int64_t i = block * 4; i < block * 4 + 4 && i < rowLength; ++i)
+    for (int64_t i = block * 4; i < block * 4 + 4 && i < rowLength; ++i) {
+      DGEMMA_CUDA_BOUNDS(row * rowLength + i, rows * rowLength);
       y[row * rowLength + i] = draw(words[i - block * 4], seed, stream, offset, static_cast<uint64_t>(i));
+    }
   }
 }
 

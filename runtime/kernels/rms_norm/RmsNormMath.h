@@ -51,6 +51,7 @@ DGEMMA_HOST_DEVICE inline double weightGradient(const T* x, const T* dy, const d
   double sum = 0;
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t index = row * width + column;
+    DGEMMA_CUDA_BOUNDS(index, rows * width);
     sum += static_cast<double>(kernels::loadFloat(dy, index)) * kernels::loadFloat(x, index) * rowR[row];
   }
   return sum;

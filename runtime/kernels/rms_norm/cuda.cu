@@ -11,6 +11,7 @@
 #include "runtime/backends/cuda/BlockReduce.cuh"
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/rms_norm/Contract.h"
 #include "runtime/kernels/rms_norm/RmsNormMath.h"
 
@@ -24,12 +25,14 @@ __global__ void rmsNormKernel(const float* x, const float* weight, float* y, int
     float* yRow = y + row * cols;
     float sum = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      DGEMMA_CUDA_BOUNDS(row * cols + c, rows * cols);
       float v = xRow[c];
       sum += v * v;
     }
     sum = cuda::blockReduce(sum, cuda::SumOp{}, 0.0f);
     const float scale = 1.0f / sqrtf(sum / static_cast<float>(cols) + eps);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      DGEMMA_CUDA_BOUNDS(row * cols + c, rows * cols);
       float v = xRow[c] * scale;
       if constexpr (kHasWeight) v *= weight[c];
       yRow[c] = v;
@@ -73,6 +76,7 @@ __global__ void rmsNormBackwardRowsKernel(const float* x, const float* dy, const
     const int64_t first = row * cols;
     double sumOfSquares = 0, projection = 0;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      DGEMMA_CUDA_BOUNDS(first + c, rows * cols);
       const double xValue = x[first + c];
       sumOfSquares += xValue * xValue;
       projection += rms_norm::gradientOf(dy, weight, first + c, c) * xValue;
@@ -80,9 +84,11 @@ __global__ void rmsNormBackwardRowsKernel(const float* x, const float* dy, const
     sumOfSquares = cuda::blockReduce(sumOfSquares, cuda::SumOp{}, 0.0);
     projection = cuda::blockReduce(projection, cuda::SumOp{}, 0.0);
     const rms_norm::RowScales scales = rms_norm::rowScales(sumOfSquares, projection, cols, eps);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      DGEMMA_CUDA_BOUNDS(first + c, rows * cols);
       dx[first + c] = static_cast<float>(
           rms_norm::inputGradient(scales, rms_norm::gradientOf(dy, weight, first + c, c), x[first + c]));
+    }
     if (threadIdx.x == 0) rowR[row] = scales.r;
   }
 }

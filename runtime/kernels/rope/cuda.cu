@@ -11,6 +11,7 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/rope/Contract.h"
 #include "runtime/kernels/rope/RopeMath.h"
 
@@ -31,6 +32,7 @@ __global__ void ropeKernel(const float* x, const int64_t* positions, float* y, F
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float position = static_cast<float>(positions[row]);
     for (int64_t i = threadIdx.x; i < rotated; i += blockDim.x) {
+      DGEMMA_CUDA_BOUNDS(i, kMaxPairs);
       const float angle = position * frequencies.values[i];
       cosines[i] = cosf(angle);
       sines[i] = inverse ? -sinf(angle) : sinf(angle);  // sin(-a) = -sin(a) exactly, as on the CPU
@@ -40,6 +42,7 @@ __global__ void ropeKernel(const float* x, const int64_t* positions, float* y, F
     float* yRow = y + row * heads * headDim;
     for (int64_t index = threadIdx.x; index < heads * half; index += blockDim.x) {
       const int64_t head = index / half, i = index % half;
+      DGEMMA_CUDA_BOUNDS(row * heads * headDim + head * headDim + i + half, rows * heads * headDim);
       const float first = xRow[head * headDim + i], second = xRow[head * headDim + i + half];
       if (i < rotated) {
         const rope::RotatedPair<float> turned = rope::rotatePair(first, second, cosines[i], sines[i]);

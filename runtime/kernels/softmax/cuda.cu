@@ -12,6 +12,7 @@
 #include "runtime/backends/cuda/BlockReduce.cuh"
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/softmax/Contract.h"
 #include "support/Shape.h"
 
@@ -23,10 +24,14 @@ __global__ void softmaxLastAxisKernel(const float* x, float* y, int64_t rows, in
     const float* xRow = x + row * cols;
     float* yRow = y + row * cols;
     float maximum = -INFINITY;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) maximum = fmaxf(maximum, xRow[c]);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      DGEMMA_CUDA_BOUNDS(row * cols + c, rows * cols);
+      maximum = fmaxf(maximum, xRow[c]);
+    }
     maximum = cuda::blockReduce(maximum, cuda::MaxOp{}, -INFINITY);
     float sum = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      DGEMMA_CUDA_BOUNDS(row * cols + c, rows * cols);
       float e = expf(xRow[c] - maximum);
       yRow[c] = e;
       sum += e;
