@@ -588,6 +588,22 @@ struct MatmulCase {
   bool sharedB;
 };
 
+// The shapes of a, b and c for one case and choice of transposes.
+struct MatmulShapes {
+  std::vector<int64_t> a, b, c;
+};
+
+MatmulShapes matmulShapes(const MatmulCase& c, bool transposeA, bool transposeB) {
+  MatmulShapes shapes{c.batch, c.sharedB ? std::vector<int64_t>{} : c.batch, c.batch};
+  shapes.a.push_back(transposeA ? c.k : c.m);
+  shapes.a.push_back(transposeA ? c.m : c.k);
+  shapes.b.push_back(transposeB ? c.n : c.k);
+  shapes.b.push_back(transposeB ? c.k : c.n);
+  shapes.c.push_back(c.m);
+  shapes.c.push_back(c.n);
+  return shapes;
+}
+
 TEST(CudaVsCpu, Matmul) {
   REQUIRE_CUDA_BACKEND();
   const std::vector<MatmulCase> cases = {
@@ -599,13 +615,7 @@ TEST(CudaVsCpu, Matmul) {
   for (const MatmulCase& c : cases) {
     for (bool transposeA : {false, true}) {
       for (bool transposeB : {false, true}) {
-        std::vector<int64_t> aShape = c.batch, bShape = c.sharedB ? std::vector<int64_t>{} : c.batch, cShape = c.batch;
-        aShape.push_back(transposeA ? c.k : c.m);
-        aShape.push_back(transposeA ? c.m : c.k);
-        bShape.push_back(transposeB ? c.n : c.k);
-        bShape.push_back(transposeB ? c.k : c.n);
-        cShape.push_back(c.m);
-        cShape.push_back(c.n);
+        const auto [aShape, bShape, cShape] = matmulShapes(c, transposeA, transposeB);
         StepSetup setup("matmul", {{"transpose_a", transposeA}, {"transpose_b", transposeB}});
         setup.in(aShape).in(bShape).out(cShape);
         std::vector<float> a = randomFloats(numElementsOf(aShape), seed++);
@@ -1634,13 +1644,7 @@ TEST(CudaVsCpu, MatmulBf16) {
     for (const auto& [transposeA, transposeB, outputDType] :
          {std::tuple{false, false, bf16}, std::tuple{true, false, bf16}, std::tuple{false, true, bf16},
           std::tuple{true, true, bf16}, std::tuple{false, false, DType::F32}, std::tuple{true, true, DType::F32}}) {
-      std::vector<int64_t> aShape = c.batch, bShape = c.sharedB ? std::vector<int64_t>{} : c.batch, cShape = c.batch;
-      aShape.push_back(transposeA ? c.k : c.m);
-      aShape.push_back(transposeA ? c.m : c.k);
-      bShape.push_back(transposeB ? c.n : c.k);
-      bShape.push_back(transposeB ? c.k : c.n);
-      cShape.push_back(c.m);
-      cShape.push_back(c.n);
+      const auto [aShape, bShape, cShape] = matmulShapes(c, transposeA, transposeB);
       StepSetup setup("matmul", {{"transpose_a", transposeA}, {"transpose_b", transposeB}});
       setup.in(aShape, bf16).in(bShape, bf16).out(cShape, outputDType);
       const std::vector<float> a = roundedToBf16(randomFloats(numElementsOf(aShape), seed++));
