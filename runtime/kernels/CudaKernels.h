@@ -1,8 +1,8 @@
 // The CUDA twins of the CPU kernels (runtime/kernels/<op>/cuda.cu, matmul/cuda.cpp). The arithmetic
 // kernels are f32 only except matmul, attention, cross-entropy, canvas_sample and fused_elementwise
-// (f32 and bf16); their factories reject other dtypes when the plan is loaded, and the CUDA backend runs the
-// f32-only ones on bf16 steps widened (runtime/backends/cuda/ReducedPrecision.h). The kernels that
-// move bits (layout, cast, fill, copy, select, gather) take any dtype. Plain C++ header.
+// (f32 and bf16); their factories reject other dtypes when the plan is loaded, and the CUDA backend
+// runs the f32-only ones on bf16 steps widened (runtime/backends/cuda/ReducedPrecision.h). The
+// kernels that move bits (layout, cast, fill, copy, select, gather) take any dtype. Plain C++ header.
 #pragma once
 
 #include "runtime/kernel_api/Kernel.h"

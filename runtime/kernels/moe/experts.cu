@@ -220,8 +220,7 @@ struct BackwardBlocks {
 // for the unused experts; the used ones' blocks are overwritten.
 void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
                      const float* dRows, const float* weights, int64_t weightCount, const int64_t* weightOfSlot,
-                     const float* gateUp,
-                     const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s) {
+                     const float* gateUp, const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s) {
   const int64_t hidden = b.hidden, inner = b.inner, width = b.width(), slots = b.slots();
   cudaStream_t stream = state.stream;
   launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, s.input, hidden);
