@@ -49,15 +49,56 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
     features = vision->features(images);
   }
 
-  // The prompt's K/V pass. Pass 1 would compute exactly the same values, so both passes read it;
-  // pass 1's gradient is cut below, so the encoder gets gradient from pass 2 only.
   Value promptValid = g_.castTo(attentionMask, b_.getI1Type(), "attention_mask");
+
+  // docs/training.md, "Encoder loss": a separate causal pass over prompt ⊕ clean target; it returns
+  // the last hidden state and, if asked, every layer's K/V over all P + L positions.
+  auto cleanPass = [&](std::vector<LayerKeyValues>* keyValuesOut) {
+    Value cleanIds = g_.concat({inputIds, canvasIds}, 1, "clean.ids");
+    Value canvasValid = g_.compare(canvasMask, g_.scalar(0.0, "clean.zero"), ComparePredicate::Gt, "clean.canvas_valid");
+    Value cleanValid = g_.concat({promptValid, canvasValid}, 1, "clean.key_valid");
+    Value cleanPositions = g_.positions(0, promptLength + canvasLength_);
+    if (!vision) return text_.encoderStack(cleanIds, cleanValid, cleanPositions, keyValuesOut);
+    // The clean target holds no image token: its positions read no feature row (N·T) and belong to
+    // no image run (segment 0).
+    auto indexType = RankedTensorType::get({batch_, canvasLength_}, b_.getI64Type());
+    auto targetConstant = [&](int64_t value, const std::string& name) -> Value {
+      return b_.create<ConstantOp>(g_.loc(name), DenseElementsAttr::get(indexType, value));
+    };
+    Value cleanIndex = g_.concat({images.tokenIndex, targetConstant(vision->pooledRows(), "clean.no_feature")}, 1,
+                                 "clean.image_token_index");
+    Value cleanSegments = vision->overlaySegmentIds(images.segmentIds);
+    if (cleanSegments)
+      cleanSegments = g_.concat({cleanSegments, targetConstant(0, "clean.no_image")}, 1, "clean.image_segment_ids");
+    return text_.encoderStackOverEmbeddings(vision->mergedEmbedding(text_, cleanIds, features, cleanIndex), cleanValid,
+                                            cleanPositions, keyValuesOut, cleanSegments);
+  };
+
+  // The prompt's K/V. Pass 1 would compute exactly the same values, so both passes read them; pass
+  // 1's gradient is cut below, so the encoder gets gradient from pass 2 only.
+  // The encoder is causal, so the clean pass's first P positions see only the prompt and hold
+  // exactly the values of a K/V pass over the prompt alone (docs/training.md, "Encoder loss"). With
+  // the encoder loss on, the decoders read those positions of the clean pass's K/V, and the stack
+  // runs four times per micro-batch instead of five. The router's load-balancing loss is the one
+  // exception: it counts the K/V pass's routes as terms of their own, so with it on the K/V pass
+  // stays separate.
+  const bool cleanPassGivesPromptKeyValues = objective_.encoderLossWeight > 0 && objective_.routerAuxLossCoeff == 0;
   std::vector<LayerKeyValues> keyValues;
-  if (vision)
+  Value cleanHidden;
+  if (cleanPassGivesPromptKeyValues) {
+    std::vector<LayerKeyValues> cleanKeyValues;
+    cleanHidden = cleanPass(&cleanKeyValues);
+    for (size_t layer = 0; layer < cleanKeyValues.size(); ++layer) {
+      const std::string name = "clean.prompt_kv." + std::to_string(layer);
+      keyValues.push_back({g_.slice(cleanKeyValues[layer].keys, 1, 0, promptLength, name + ".keys"),
+                           g_.slice(cleanKeyValues[layer].values, 1, 0, promptLength, name + ".values")});
+    }
+  } else if (vision) {
     text_.encoderStackOverEmbeddings(vision->mergedEmbedding(text_, inputIds, features, images.tokenIndex), promptValid,
                                      g_.positions(0, promptLength), &keyValues, vision->overlaySegmentIds(images.segmentIds));
-  else
+  } else {
     text_.encoderStack(inputIds, promptValid, g_.positions(0, promptLength), &keyValues);
+  }
 
   // Pass 1 (docs/training.md, "Self-conditioning"): no self-conditioning signal, no gradient, run whenever p > 0.
   Value signal;
@@ -107,31 +148,10 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
   g_.output("diffusion_loss", diffusionLoss);
   Value loss = g_.mul(diffusionLoss, g_.scalar(objective_.decoderLossWeight, "decoder.weight"), "decoder.weighted");
 
-  // docs/training.md, "Encoder loss": a separate causal pass over prompt ⊕ clean target; position j predicts token j + 1, scored
-  // only where that token is a real target. Only the L scored positions reach the head.
+  // The encoder loss: position j of the clean pass predicts token j + 1, scored only where that token
+  // is a real target. Only the L scored positions reach the head.
   if (objective_.encoderLossWeight > 0) {
-    Value cleanIds = g_.concat({inputIds, canvasIds}, 1, "clean.ids");
-    Value canvasValid = g_.compare(canvasMask, g_.scalar(0.0, "clean.zero"), ComparePredicate::Gt, "clean.canvas_valid");
-    Value cleanValid = g_.concat({promptValid, canvasValid}, 1, "clean.key_valid");
-    Value cleanPositions = g_.positions(0, promptLength + canvasLength_);
-    Value hidden;
-    if (vision) {
-      // The clean target holds no image token: its positions read no feature row (N·T) and belong to
-      // no image run (segment 0).
-      auto indexType = RankedTensorType::get({batch_, canvasLength_}, b_.getI64Type());
-      auto targetConstant = [&](int64_t value, const std::string& name) -> Value {
-        return b_.create<ConstantOp>(g_.loc(name), DenseElementsAttr::get(indexType, value));
-      };
-      Value cleanIndex = g_.concat({images.tokenIndex, targetConstant(vision->pooledRows(), "clean.no_feature")}, 1,
-                                   "clean.image_token_index");
-      Value cleanSegments = vision->overlaySegmentIds(images.segmentIds);
-      if (cleanSegments)
-        cleanSegments = g_.concat({cleanSegments, targetConstant(0, "clean.no_image")}, 1, "clean.image_segment_ids");
-      hidden = text_.encoderStackOverEmbeddings(vision->mergedEmbedding(text_, cleanIds, features, cleanIndex), cleanValid,
-                                                cleanPositions, nullptr, cleanSegments);
-    } else {
-      hidden = text_.encoderStack(cleanIds, cleanValid, cleanPositions, nullptr);
-    }
+    Value hidden = cleanHidden ? cleanHidden : cleanPass(nullptr);
     Value scored = b_.create<SliceOp>(g_.loc("clean.scored"), g_.activationType({batch_, canvasLength_, hidden_}), hidden,
                                       b_.getI64IntegerAttr(1), b_.getI64IntegerAttr(promptLength - 1));
     Value cleanLoss = crossEntropy(text_.head(scored, /*capped=*/false), canvasIds, Value(), Value(), "clean.ce", /*capped=*/false);

@@ -213,8 +213,11 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
   const int64_t prompt = shape.promptLength, canvas = shape.canvasLength;
 
   // The train_step's passes (docs/training.md, "The objective"): the prompt's K/V pass, pass 1 of
-  // self-conditioning (forward only), pass 2, and the clean encoder pass over prompt + canvas.
-  std::vector<Pass> passes = {{prompt, prompt, 0, false, true, true}};
+  // self-conditioning (forward only), pass 2, and the clean encoder pass over prompt + canvas. With
+  // the encoder loss on (and no router aux loss) the clean pass's first positions give the prompt's
+  // K/V, and no pass runs over the prompt alone (docs/training.md, "Encoder loss").
+  std::vector<Pass> passes;
+  if (!shape.encoderLoss || shape.routerAuxLoss) passes.push_back({prompt, prompt, 0, false, true, true});
   if (shape.selfConditioning) passes.push_back({canvas, prompt + canvas, canvas, true, false});
   passes.push_back({canvas, prompt + canvas, canvas, true, true});
   if (shape.encoderLoss) passes.push_back({prompt + canvas, prompt + canvas, canvas, false, true});

@@ -53,6 +53,7 @@ struct TrainingShape {
   bool bf16 = false;         // --precision bf16: activations and parameter copies in bf16
   bool selfConditioning = true;  // --self-cond-prob > 0: pass 1 runs
   bool encoderLoss = true;       // --encoder-loss-weight > 0: the clean pass runs
+  bool routerAuxLoss = false;    // --aux-loss-coeff > 0: the prompt's K/V pass stays apart from the clean pass
   bool distributedOptimizer = true;
 };
 

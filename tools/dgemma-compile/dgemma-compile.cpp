@@ -306,6 +306,7 @@ dgemma::CostPrediction searchLayout(CompileFlags& flags) {
   request.shape.bf16 = flags.precision == "bf16";
   request.shape.selfConditioning = flags.selfCondProb > 0;
   request.shape.encoderLoss = flags.encoderLossWeight > 0;
+  request.shape.routerAuxLoss = flags.auxLossCoeff > 0;
   request.shape.distributedOptimizer = flags.distributedOptimizer;
   // A policy is built when the compiler takes it as an explicit --recompute.
   auto unbuiltReason = [&](dgemma::RecomputePolicy policy) -> std::string {
