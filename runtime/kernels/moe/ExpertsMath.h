@@ -1,10 +1,10 @@
 // moe_experts, moe_experts_backward and the expert-parallel moe_local_experts[_backward] on CUDA
 // (moe/experts.cu), outside the GEMMs: the grouping of the rows by local expert (on the host: the
-// per-expert GEMMs need their row counts there) and the per-element bodies of the kernels between the
-// GEMMs (row gathers and scatters, the gated GELU and its derivative, the weighted combine and the
-// route-ordered sums). test/unit/kernels/MoeExpertsMathTest.cpp runs the whole CUDA pipelines on the
-// host with these functions and plain GEMMs against the CPU kernels. Plain C++ when not compiled by
-// nvcc.
+// grouped GEMMs need their row counts there), the sizes and operand offsets of each grouped GEMM's
+// per-expert problems, and the per-element bodies of the kernels between the GEMMs (row gathers and
+// scatters, the gated GELU and its derivative, the weighted combine and the route-ordered sums).
+// test/unit/kernels/MoeExpertsMathTest.cpp runs the whole CUDA pipelines on the host with these
+// functions and a plain GEMM per problem against the CPU kernels. Plain C++ when not compiled by nvcc.
 #pragma once
 
 #include <cmath>
@@ -91,6 +91,68 @@ inline LocalBlocks localBlocks(const std::string& where, const int64_t* counts, 
     blocks.firstSlot[expert + 1] = static_cast<int64_t>(blocks.rowOfSlot.size());
   }
   return blocks;
+}
+
+// ---- the grouped products ------------------------------------------------------------------------
+
+// Each GEMM of the expert pipeline is one grouped call with a problem per used expert: row-major
+// C = op(A) · op(B), C [m, n], inner size k. The expert's row count R is m (a product over its rows)
+// or k (a weight gradient, a sum over its rows), so the problems differ in that one size. An operand
+// starts at the expert's first slot of a slot-ordered block, or at the expert's matrix of a weight
+// tensor.
+struct ExpertOperand {
+  bool atSlot;     // a slot-ordered block (offset firstSlot · stride); else a weight tensor (expert · stride)
+  int64_t stride;  // elements per slot row, or per expert matrix
+  int64_t offset(int64_t expert, int64_t firstSlot) const { return (atSlot ? firstSlot : expert) * stride; }
+};
+
+struct ExpertProduct {
+  bool transposeA, transposeB;
+  bool rowsAreInner;  // R is k; else R is m
+  int64_t m, n, k;    // the sizes other than R (R's entry is unused)
+  ExpertOperand a, b, c;
+  int64_t lda, ldb, ldc;
+};
+
+// The pipeline's six products for hidden size H and expert hidden size I (W = 2I), in the CPU kernels'
+// notation (moe/cpu.cpp): X the rows [R, H], GU = X [G_e; U_e]ᵀ [R, W], Hd [R, I] (the gated GELU,
+// forward: in GU's gate half, leading dimension W), dY [R, H], P = dY D_e [R, I], dGU [R, W].
+struct ExpertProducts {
+  ExpertProduct gateUp, down;                                                     // forward: GU, then Hd D_eᵀ
+  ExpertProduct downGradient, outputGradientDown, gateUpGradient, inputGradient;  // dD_e, P, d[G_e; U_e], dX
+};
+
+inline ExpertProducts expertProducts(int64_t hidden, int64_t inner) {
+  const int64_t h = hidden, i = inner, w = 2 * inner;
+  const ExpertOperand rowsOf{true, h}, gateUpRows{true, w}, innerRows{true, i};
+  const ExpertOperand gateUpWeights{false, w * h}, downWeights{false, h * i};
+  ExpertProducts p;
+  p.gateUp = {false, true, false, 0, w, h, rowsOf, gateUpWeights, gateUpRows, h, h, w};
+  p.down = {false, true, false, 0, h, i, gateUpRows, downWeights, rowsOf, w, i, h};
+  p.downGradient = {true, false, true, h, i, 0, rowsOf, innerRows, downWeights, h, i, i};
+  p.outputGradientDown = {false, false, false, 0, i, h, rowsOf, downWeights, innerRows, h, i, i};
+  p.gateUpGradient = {true, false, true, w, h, 0, gateUpRows, rowsOf, gateUpWeights, w, h, h};
+  p.inputGradient = {false, false, false, 0, h, w, gateUpRows, gateUpWeights, rowsOf, w, h, h};
+  return p;
+}
+
+// One problem of a grouped call: its sizes and where its operands start (elements).
+struct ExpertProblem {
+  int64_t m, n, k;
+  int64_t aOffset, bOffset, cOffset;
+};
+
+// The problems of `product` for the experts with at least one row, in expert order;
+// firstSlot[e]..firstSlot[e + 1] are expert e's slots.
+inline std::vector<ExpertProblem> expertProblems(const ExpertProduct& product, const std::vector<int64_t>& firstSlot) {
+  std::vector<ExpertProblem> problems;
+  for (size_t e = 0; e + 1 < firstSlot.size(); ++e) {
+    const int64_t expert = static_cast<int64_t>(e), first = firstSlot[e], rows = firstSlot[e + 1] - first;
+    if (rows == 0) continue;
+    problems.push_back({product.rowsAreInner ? product.m : rows, product.n, product.rowsAreInner ? rows : product.k,
+                        product.a.offset(expert, first), product.b.offset(expert, first), product.c.offset(expert, first)});
+  }
+  return problems;
 }
 
 DGEMMA_HOST_DEVICE inline float geluTanh(float x) {

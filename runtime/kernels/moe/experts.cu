@@ -1,10 +1,10 @@
 // moe_experts and moe_experts_backward on CUDA (f32; bf16 plans run them widened, backends/cuda/
 // ReducedPrecision.h), and expert parallelism's moe_local_experts and its backward (docs/
-// parallelism.md): the rows grouped by local expert, one cuBLAS GEMM per used expert and product, and
-// small kernels in between (moe/ExpertsMath.h: row gathers and scatters, the gated GELU and its
+// parallelism.md): the rows grouped by local expert, one cuBLAS grouped GEMM per product (a problem
+// per used expert), and small kernels in between (moe/ExpertsMath.h: row gathers and scatters, the gated GELU and its
 // derivative, the weighted combine, the route-ordered sums), the CPU kernels' algorithm step by step.
 //
-// The grouping needs each expert's row count on the host (it sizes the GEMMs), so a call copies the
+// The grouping needs each expert's row count on the host (it sizes the problems), so a call copies the
 // indices (or expert_counts) to the host (one stream synchronisation), checks them as the CPU kernel
 // does (a bad one is a run-time error before any output is written) and uploads the slot maps with
 // the stream-ordered scratch (cudaMallocAsync) that holds the slot-ordered blocks. y sums each
@@ -120,14 +120,57 @@ void launch(const char* name, cudaStream_t stream, int64_t count, KernelFunction
   if (status != cudaSuccess) cuda::throwCudaError(status, name, __FILE__, __LINE__);
 }
 
-// Row-major C[m, n] = op(A) · op(B) (see matmul/cuda.cpp: cuBLAS computes the column-major Cᵀ =
-// op(B)ᵀ op(A)ᵀ).
-void gemm(cublasHandle_t handle, bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  const float one = 1.0f, zero = 0.0f;
-  DGEMMA_CUBLAS_CHECK(cublasSgemm(handle, transposeB ? CUBLAS_OP_T : CUBLAS_OP_N, transposeA ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one, b,
-                                  static_cast<int>(ldb), a, static_cast<int>(lda), &zero, c, static_cast<int>(ldc)));
+// Device bytes allocated and freed in stream order (also when an exception leaves the call).
+struct StreamOrderedBytes {
+  StreamOrderedBytes(cudaStream_t stream, size_t size) : stream(stream), bytes(size) {
+    DGEMMA_CUDA_CHECK(cudaMallocAsync(&data, bytes, stream));
+  }
+  ~StreamOrderedBytes() { cudaFreeAsync(data, stream); }
+  StreamOrderedBytes(const StreamOrderedBytes&) = delete;
+  StreamOrderedBytes& operator=(const StreamOrderedBytes&) = delete;
+
+  cudaStream_t stream;
+  size_t bytes;
+  void* data = nullptr;
+};
+
+// One product of the pipeline for every used expert, as one cuBLAS grouped GEMM (a group of one
+// problem per expert: the experts' row counts differ). Row-major C = op(A) · op(B) per problem, so
+// cuBLAS computes the column-major Cᵀ = op(B)ᵀ op(A)ᵀ (see matmul/cuda.cpp). The problems' sizes and
+// offsets are moe/ExpertsMath.h's expertProblems, which the host test runs; the operand pointers go
+// to the device in stream-ordered scratch that is freed in stream order.
+void groupedGemm(cublasHandle_t handle, cudaStream_t stream, const moe_experts::ExpertProduct& product,
+                 const std::vector<int64_t>& firstSlot, const float* a, const float* b, float* c) {
+  const std::vector<moe_experts::ExpertProblem> problems = moe_experts::expertProblems(product, firstSlot);
+  if (problems.empty()) return;
+  const size_t count = problems.size();
+  const auto asInt = [](int64_t value) { return static_cast<int>(value); };
+  std::vector<cublasOperation_t> transposeFirst(count, product.transposeB ? CUBLAS_OP_T : CUBLAS_OP_N);
+  std::vector<cublasOperation_t> transposeSecond(count, product.transposeA ? CUBLAS_OP_T : CUBLAS_OP_N);
+  std::vector<int> rows(count), columns(count), inner(count), groupSizes(count, 1);
+  std::vector<int> firstLeading(count, asInt(product.ldb)), secondLeading(count, asInt(product.lda)),
+      resultLeading(count, asInt(product.ldc));
+  std::vector<float> ones(count, 1.0f), zeros(count, 0.0f);
+  // The device pointer arrays, one after the other: cuBLAS's A (our B), its B (our A), C.
+  std::vector<const float*> operands(3 * count);
+  for (size_t i = 0; i < count; ++i) {
+    const moe_experts::ExpertProblem& problem = problems[i];
+    rows[i] = asInt(problem.n);
+    columns[i] = asInt(problem.m);
+    inner[i] = asInt(problem.k);
+    operands[i] = b + problem.bOffset;
+    operands[count + i] = a + problem.aOffset;
+    operands[2 * count + i] = c + problem.cOffset;
+  }
+  const StreamOrderedBytes devicePointers(stream, operands.size() * sizeof(const float*));
+  // From pageable memory: the copy has taken the bytes when it returns.
+  DGEMMA_CUDA_CHECK(
+      cudaMemcpyAsync(devicePointers.data, operands.data(), devicePointers.bytes, cudaMemcpyHostToDevice, stream));
+  const auto* const* pointers = static_cast<const float* const*>(devicePointers.data);
+  DGEMMA_CUBLAS_CHECK(cublasSgemmGroupedBatched(
+      handle, transposeFirst.data(), transposeSecond.data(), rows.data(), columns.data(), inner.data(), ones.data(),
+      pointers, firstLeading.data(), pointers + count, secondLeading.data(), zeros.data(),
+      const_cast<float* const*>(pointers + 2 * count), resultLeading.data(), static_cast<int>(count), groupSizes.data()));
 }
 
 // Stream-ordered scratch, carved into the slot maps and the slot-ordered blocks; freed in stream
@@ -169,40 +212,25 @@ class Scratch {
 // The experts' shapes and each local expert's block of slots (host), with the device map from a
 // slot to the row it reads.
 struct ExpertBlocksOnDevice {
-  int64_t experts = 0, hidden = 0, inner = 0;
+  int64_t hidden = 0, inner = 0;
   const std::vector<int64_t>* firstSlot = nullptr;  // expert e's rows take slots [firstSlot[e], firstSlot[e + 1])
   const int64_t* rowOfSlot = nullptr;              // device
   int64_t sourceRows = 0;                          // rows of the buffers that rowOfSlot indexes
   int64_t slots() const { return firstSlot->back(); }
-  int64_t width() const { return 2 * inner; }
-
-  // Calls body(expert, firstSlot, rows) for each expert with at least one row.
-  template <typename Body>
-  void forEachUsedExpert(Body&& body) const {
-    for (int64_t expert = 0; expert < experts; ++expert) {
-      const int64_t first = (*firstSlot)[expert], rows = (*firstSlot)[expert + 1] - first;
-      if (rows > 0) body(expert, first, rows);
-    }
-  }
 };
 
 // The forward of every slot's row through its expert: output[slots, H]; input [slots, H] and
 // gateUpOutput [slots, 2I] are scratch.
 void expertsForward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
                     const float* gateUp, const float* down, float* input, float* gateUpOutput, float* output) {
-  const int64_t hidden = b.hidden, inner = b.inner, width = b.width();
+  const int64_t hidden = b.hidden, inner = b.inner;
+  const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
   launch("gatherRowsKernel", state.stream, b.slots() * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, input,
          hidden);
-  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
-    gemm(state.cublas, false, true, n, width, hidden, input + first * hidden, hidden, gateUp + e * width * hidden, hidden,
-         gateUpOutput + first * width, width);
-  });
+  groupedGemm(state.cublas, state.stream, products.gateUp, *b.firstSlot, input, gateUp, gateUpOutput);
   // gelu(gate) ⊙ up overwrites the gate half; the down product reads it with leading dimension 2I.
   launch("gatedGeluKernel", state.stream, b.slots() * inner, gatedGeluKernel, gateUpOutput, inner);
-  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
-    gemm(state.cublas, false, true, n, hidden, inner, gateUpOutput + first * width, width, down + e * hidden * inner,
-         inner, output + first * hidden, hidden);
-  });
+  groupedGemm(state.cublas, state.stream, products.down, *b.firstSlot, gateUpOutput, down, output);
 }
 
 // The backward's slot-ordered scratch blocks.
@@ -221,35 +249,26 @@ struct BackwardBlocks {
 void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
                      const float* dRows, const float* weights, int64_t weightCount, const int64_t* weightOfSlot,
                      const float* gateUp, const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s) {
-  const int64_t hidden = b.hidden, inner = b.inner, width = b.width(), slots = b.slots();
+  const int64_t hidden = b.hidden, inner = b.inner, slots = b.slots();
+  const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
+  const std::vector<int64_t>& firstSlot = *b.firstSlot;
   cudaStream_t stream = state.stream;
   launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, s.input, hidden);
   launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, dRows, b.sourceRows, b.rowOfSlot, s.dOutput,
          hidden);
-  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
-    gemm(state.cublas, false, true, n, width, hidden, s.input + first * hidden, hidden, gateUp + e * width * hidden,
-         hidden, s.gateUpOutput + first * width, width);
-  });
+  groupedGemm(state.cublas, stream, products.gateUp, firstSlot, s.input, gateUp, s.gateUpOutput);
   launch("gatedGeluWeightedKernel", stream, slots * inner, gatedGeluWeightedKernel,
          static_cast<const float*>(s.gateUpOutput), weights, weightCount, weightOfSlot, s.hiddenState, s.weightedHidden,
          inner);
-  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
-    gemm(state.cublas, true, false, hidden, inner, n, s.dOutput + first * hidden, hidden, s.weightedHidden + first * inner,
-         inner, dDown + e * hidden * inner, inner);
-    gemm(state.cublas, false, false, n, inner, hidden, s.dOutput + first * hidden, hidden, down + e * hidden * inner,
-         inner, s.dOutputDown + first * inner, inner);
-  });
+  groupedGemm(state.cublas, stream, products.downGradient, firstSlot, s.dOutput, s.weightedHidden, dDown);
+  groupedGemm(state.cublas, stream, products.outputGradientDown, firstSlot, s.dOutput, down, s.dOutputDown);
   launch("slotWeightGradientKernel", stream, slots, slotWeightGradientKernel, static_cast<const float*>(s.hiddenState),
          static_cast<const float*>(s.dOutputDown), s.slotDWeights, inner);
   launch("gatedGeluBackwardKernel", stream, slots * inner, gatedGeluBackwardKernel,
          static_cast<const float*>(s.gateUpOutput), static_cast<const float*>(s.dOutputDown), weights, weightCount,
          weightOfSlot, s.dGateUpOutput, inner);
-  b.forEachUsedExpert([&](int64_t e, int64_t first, int64_t n) {
-    gemm(state.cublas, true, false, width, hidden, n, s.dGateUpOutput + first * width, width, s.input + first * hidden,
-         hidden, dGateUp + e * width * hidden, hidden);
-    gemm(state.cublas, false, false, n, hidden, width, s.dGateUpOutput + first * width, width, gateUp + e * width * hidden,
-         hidden, s.dInput + first * hidden, hidden);
-  });
+  groupedGemm(state.cublas, stream, products.gateUpGradient, firstSlot, s.dGateUpOutput, s.input, dGateUp);
+  groupedGemm(state.cublas, stream, products.inputGradient, firstSlot, s.dGateUpOutput, gateUp, s.dInput);
 }
 
 std::vector<std::pair<int64_t, float**>> backwardScratch(int64_t slots, int64_t hidden, int64_t inner, BackwardBlocks& s) {
@@ -303,7 +322,7 @@ class MoeExpertsCudaKernel final : public Kernel {
       DGEMMA_CUDA_CHECK(cudaMemsetAsync(y, 0, g_.tokens * hidden * sizeof(float), stream));
       return;
     }
-    ExpertBlocksOnDevice blocks{g_.experts, hidden, inner, &groups.firstSlot, nullptr};
+    ExpertBlocksOnDevice blocks{hidden, inner, &groups.firstSlot, nullptr};
     int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr;
     float *input = nullptr, *gateUpOutput = nullptr, *expertOutput = nullptr;
     Scratch scratch(stream, {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute}},
@@ -334,7 +353,7 @@ class MoeExpertsBackwardCudaKernel final : public Kernel {
     for (const TensorRef& output : outputs)
       DGEMMA_CUDA_CHECK(cudaMemsetAsync(output.data, 0, output.buffer->bytes(), stream));
     if (routes == 0 || hidden == 0 || inner == 0 || slots == 0) return;
-    ExpertBlocksOnDevice blocks{g_.experts, hidden, inner, &groups.firstSlot, nullptr};
+    ExpertBlocksOnDevice blocks{hidden, inner, &groups.firstSlot, nullptr};
     int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr, *routeOfSlot = nullptr;
     BackwardBlocks s;
     Scratch scratch(stream,
@@ -372,7 +391,7 @@ class MoeLocalExpertsCudaKernel final : public Kernel {
     float* result = outputs[0].as<float>();
     DGEMMA_CUDA_CHECK(cudaMemsetAsync(result, 0, outputs[0].buffer->bytes(), stream));
     if (slots == 0 || hidden == 0 || inner == 0) return;
-    ExpertBlocksOnDevice blocks{c_.experts, hidden, inner, &local.firstSlot, nullptr};
+    ExpertBlocksOnDevice blocks{hidden, inner, &local.firstSlot, nullptr};
     int64_t* rowOfSlot = nullptr;
     float *input = nullptr, *gateUpOutput = nullptr, *expertOutput = nullptr;
     Scratch scratch(stream, {{&local.rowOfSlot, &rowOfSlot}},
@@ -405,7 +424,7 @@ class MoeLocalExpertsBackwardCudaKernel final : public Kernel {
     for (const TensorRef& output : outputs)
       DGEMMA_CUDA_CHECK(cudaMemsetAsync(output.data, 0, output.buffer->bytes(), stream));
     if (slots == 0 || hidden == 0 || inner == 0) return;
-    ExpertBlocksOnDevice blocks{c_.experts, hidden, inner, &local.firstSlot, nullptr};
+    ExpertBlocksOnDevice blocks{hidden, inner, &local.firstSlot, nullptr};
     int64_t* rowOfSlot = nullptr;
     BackwardBlocks s;
     Scratch scratch(stream, {{&local.rowOfSlot, &rowOfSlot}}, backwardScratch(slots, hidden, inner, s));

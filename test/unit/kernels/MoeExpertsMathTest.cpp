@@ -1,7 +1,7 @@
 // runtime/kernels/moe/ExpertsMath.h: the CUDA moe_experts, moe_experts_backward and
 // moe_local_experts[_backward] (moe/experts.cu) run on the host step by step (the grouping, each
-// element kernel's body over all its elements, and the per-expert GEMMs as plain loops) against the
-// CPU kernels, with repeated experts, a block of the experts (expert_offset; routes to other blocks),
+// element kernel's body over all its elements, and each grouped GEMM as a plain GEMM per problem with
+// the sizes and offsets of expertProblems) against the CPU kernels, with repeated experts, a block of the experts (expert_offset; routes to other blocks),
 // an unused expert, and received rows from several sources with uncounted capacity. Tolerance 2e-5 of
 // max(1, |cpu|): the same f32 operations in other summation orders (BLAS against plain loops) and
 // libm's tanhf against the CPU's fastTanh.
@@ -30,28 +30,26 @@ struct Geometry {
   std::vector<int64_t> indices;  // global expert ids
 };
 
-template <typename Body>
-void forEachUsedExpert(const std::vector<int64_t>& firstSlot, int64_t experts, Body&& body) {
-  for (int64_t e = 0; e < experts; ++e)
-    if (const int64_t rows = firstSlot[e + 1] - firstSlot[e]; rows > 0) body(e, firstSlot[e], rows);
+// One grouped GEMM of moe/experts.cu: a plain GEMM per problem, with the sizes and offsets the CUDA
+// kernel hands cuBLAS.
+void groupedGemm(const moe_experts::ExpertProduct& product, const std::vector<int64_t>& firstSlot, const float* a,
+                 const float* b, float* c) {
+  for (const moe_experts::ExpertProblem& problem : moe_experts::expertProblems(product, firstSlot))
+    hostGemm(product.transposeA, product.transposeB, problem.m, problem.n, problem.k, a + problem.aOffset, product.lda,
+             b + problem.bOffset, product.ldb, c + problem.cOffset, product.ldc);
 }
 
 // The expert pipeline of moe/experts.cu (expertsForward) over slot-ordered blocks.
 std::vector<float> pipelineForward(const std::vector<int64_t>& firstSlot, const std::vector<int64_t>& rowOfSlot,
-                                   int64_t experts, int64_t hidden, int64_t inner, const std::vector<float>& rows,
+                                   int64_t hidden, int64_t inner, const std::vector<float>& rows,
                                    const std::vector<float>& gateUp, const std::vector<float>& down) {
   const int64_t slots = firstSlot.back(), width = 2 * inner;
   std::vector<float> input(slots * hidden), gateUpOutput(slots * width), output(slots * hidden);
   for (int64_t e = 0; e < slots * hidden; ++e) moe_experts::gatherElement(rows.data(), rowOfSlot.data(), input.data(), hidden, e);
-  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
-    hostGemm(false, true, n, width, hidden, input.data() + first * hidden, hidden, gateUp.data() + e * width * hidden,
-             hidden, gateUpOutput.data() + first * width, width);
-  });
+  const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
+  groupedGemm(products.gateUp, firstSlot, input.data(), gateUp.data(), gateUpOutput.data());
   for (int64_t e = 0; e < slots * inner; ++e) moe_experts::gatedGeluElement(gateUpOutput.data(), inner, e);
-  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
-    hostGemm(false, true, n, hidden, inner, gateUpOutput.data() + first * width, width, down.data() + e * hidden * inner,
-             inner, output.data() + first * hidden, hidden);
-  });
+  groupedGemm(products.down, firstSlot, gateUpOutput.data(), down.data(), output.data());
   return output;
 }
 
@@ -61,11 +59,11 @@ struct PipelineGradients {
 
 // expertsBackward of moe/experts.cu; weights[weightOfSlot[slot]] is a slot's weight.
 PipelineGradients pipelineBackward(const std::vector<int64_t>& firstSlot, const std::vector<int64_t>& rowOfSlot,
-                                   const std::vector<int64_t>& weightOfSlot, int64_t experts, int64_t hidden,
+                                   const std::vector<int64_t>& weightOfSlot, int64_t hidden,
                                    int64_t inner, const std::vector<float>& rows, const std::vector<float>& dRows,
                                    const std::vector<float>& weights, const std::vector<float>& gateUp,
                                    const std::vector<float>& down) {
-  const int64_t slots = firstSlot.back(), width = 2 * inner;
+  const int64_t slots = firstSlot.back(), width = 2 * inner, experts = static_cast<int64_t>(firstSlot.size()) - 1;
   PipelineGradients out{std::vector<float>(slots * hidden), std::vector<float>(slots),
                         std::vector<float>(experts * width * hidden), std::vector<float>(experts * hidden * inner)};
   std::vector<float> input(slots * hidden), dOutput(slots * hidden), gateUpOutput(slots * width),
@@ -74,30 +72,20 @@ PipelineGradients pipelineBackward(const std::vector<int64_t>& firstSlot, const 
     moe_experts::gatherElement(rows.data(), rowOfSlot.data(), input.data(), hidden, e);
     moe_experts::gatherElement(dRows.data(), rowOfSlot.data(), dOutput.data(), hidden, e);
   }
-  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
-    hostGemm(false, true, n, width, hidden, input.data() + first * hidden, hidden, gateUp.data() + e * width * hidden,
-             hidden, gateUpOutput.data() + first * width, width);
-  });
+  const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
+  groupedGemm(products.gateUp, firstSlot, input.data(), gateUp.data(), gateUpOutput.data());
   for (int64_t e = 0; e < slots * inner; ++e)
     moe_experts::gatedGeluWeightedElement(gateUpOutput.data(), weights.data(), weightOfSlot.data(), hiddenState.data(),
                                           weightedHidden.data(), inner, e);
-  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
-    hostGemm(true, false, hidden, inner, n, dOutput.data() + first * hidden, hidden, weightedHidden.data() + first * inner,
-             inner, out.dDown.data() + e * hidden * inner, inner);
-    hostGemm(false, false, n, inner, hidden, dOutput.data() + first * hidden, hidden, down.data() + e * hidden * inner,
-             inner, dOutputDown.data() + first * inner, inner);
-  });
+  groupedGemm(products.downGradient, firstSlot, dOutput.data(), weightedHidden.data(), out.dDown.data());
+  groupedGemm(products.outputGradientDown, firstSlot, dOutput.data(), down.data(), dOutputDown.data());
   for (int64_t slot = 0; slot < slots; ++slot)
     moe_experts::slotWeightGradient(hiddenState.data(), dOutputDown.data(), out.slotDWeights.data(), inner, slot);
   for (int64_t e = 0; e < slots * inner; ++e)
     moe_experts::gatedGeluBackwardElement(gateUpOutput.data(), dOutputDown.data(), weights.data(), weightOfSlot.data(),
                                           dGateUpOutput.data(), inner, e);
-  forEachUsedExpert(firstSlot, experts, [&](int64_t e, int64_t first, int64_t n) {
-    hostGemm(true, false, width, hidden, n, dGateUpOutput.data() + first * width, width, input.data() + first * hidden,
-             hidden, out.dGateUp.data() + e * width * hidden, hidden);
-    hostGemm(false, false, n, hidden, width, dGateUpOutput.data() + first * width, width,
-             gateUp.data() + e * width * hidden, hidden, out.dInput.data() + first * hidden, hidden);
-  });
+  groupedGemm(products.gateUpGradient, firstSlot, dGateUpOutput.data(), input.data(), out.dGateUp.data());
+  groupedGemm(products.inputGradient, firstSlot, dGateUpOutput.data(), gateUp.data(), out.dInput.data());
   return out;
 }
 
@@ -105,7 +93,7 @@ std::vector<float> emulateForward(const Geometry& g, const std::vector<float>& x
                                   const std::vector<float>& gateUp, const std::vector<float>& down) {
   const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
   const std::vector<float> expertOutput =
-      pipelineForward(groups.firstSlot, groups.tokenOfSlot, g.experts, g.hidden, g.inner, x, gateUp, down);
+      pipelineForward(groups.firstSlot, groups.tokenOfSlot, g.hidden, g.inner, x, gateUp, down);
   std::vector<float> y(g.tokens * g.hidden);
   for (int64_t e = 0; e < g.tokens * g.hidden; ++e)
     moe_experts::combineElement(expertOutput.data(), weights.data(), groups.slotOfRoute.data(), y.data(), g.topK,
@@ -120,7 +108,7 @@ struct Gradients {
 Gradients emulateBackward(const Geometry& g, const std::vector<float>& x, const std::vector<float>& weights,
                           const std::vector<float>& gateUp, const std::vector<float>& down, const std::vector<float>& dy) {
   const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
-  const PipelineGradients p = pipelineBackward(groups.firstSlot, groups.tokenOfSlot, groups.routeOfSlot, g.experts,
+  const PipelineGradients p = pipelineBackward(groups.firstSlot, groups.tokenOfSlot, groups.routeOfSlot,
                                                g.hidden, g.inner, x, dy, weights, gateUp, down);
   Gradients out{std::vector<float>(g.tokens * g.hidden), std::vector<float>(g.tokens * g.topK), p.dGateUp, p.dDown};
   for (int64_t route = 0; route < g.tokens * g.topK; ++route)
@@ -217,7 +205,7 @@ TEST(MoeExpertsMath, LocalExpertsPipelineMatchesCpuKernels) {
   forward.output(DType::F32, {capacity, hidden});
   forward.run();
   const std::vector<float> expertOutput =
-      pipelineForward(blocks.firstSlot, blocks.rowOfSlot, experts, hidden, inner, rows, gateUp, down);
+      pipelineForward(blocks.firstSlot, blocks.rowOfSlot, hidden, inner, rows, gateUp, down);
   std::vector<float> result(capacity * hidden, 0.0f);
   for (int64_t e = 0; e < blocks.slots() * hidden; ++e)
     moe_experts::scatterElement(expertOutput.data(), blocks.rowOfSlot.data(), result.data(), hidden, e);
@@ -230,7 +218,7 @@ TEST(MoeExpertsMath, LocalExpertsPipelineMatchesCpuKernels) {
   backward.output(DType::F32, {capacity, hidden}).output(DType::F32, {capacity});
   backward.output(DType::F32, {experts, 2 * inner, hidden}).output(DType::F32, {experts, hidden, inner});
   backward.run();
-  const PipelineGradients p = pipelineBackward(blocks.firstSlot, blocks.rowOfSlot, blocks.rowOfSlot, experts, hidden,
+  const PipelineGradients p = pipelineBackward(blocks.firstSlot, blocks.rowOfSlot, blocks.rowOfSlot, hidden,
                                                inner, rows, dRows, weights, gateUp, down);
   std::vector<float> gradRows(capacity * hidden, 0.0f), gradWeights(capacity, 0.0f);
   for (int64_t e = 0; e < blocks.slots() * hidden; ++e)
