@@ -48,7 +48,7 @@ const std::vector<Preset>& presets() {
         {"eval-every", 10},
         {"eval-batches", 4},
         {"save-every", 25}}},
-      // Without the encoder loss a step costs about a third as much. The additions alone need 8000
+      // Without the encoder loss a step costs about half as much. The additions alone need 8000
       // steps; with the picture rows (about 44% of the micro-batches) the captions are read only after
       // about 10000 steps at a still high rate, so the cosine runs over 24000 (docs/training.md, "The demo").
       {"demo",
