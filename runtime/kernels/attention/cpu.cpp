@@ -128,13 +128,18 @@ template <typename T>
     const int64_t query = tile.first + r;
     T* const row = probabilities + r * keyCount;
     // An invisible key's score becomes −inf (whatever its product held, NaN included), which each
-    // loop below can test for without a second array.
+    // loop below can test for without a second array. Keys outside the query's own candidates are
+    // invisible; only those inside go through the predicate, whose branches then rarely change.
+    const attention::KeyRange candidates = attention::candidateKeys(g, query);
+    const int64_t candidatesBegin = candidates.begin - tile.keys.begin, candidatesEnd = candidates.end - tile.keys.begin;
+    std::fill(row, row + candidatesBegin, minusInfinity);
     bool seesKeys = false;
-    for (int64_t j = 0; j < keyCount; ++j) {
+    for (int64_t j = candidatesBegin; j < candidatesEnd; ++j) {
       const bool visible = attention::keyVisible(g, valid[j] != 0, segments, query, tile.keys.begin + j);
       row[j] = visible ? scale * row[j] : minusInfinity;
       seesKeys |= visible;
     }
+    std::fill(row + candidatesEnd, row + keyCount, minusInfinity);
     scratch.rowSeesKeys[r] = seesKeys;
     if (!seesKeys) {  // no visible key: the row stays zero instead of 0/0
       std::fill_n(row, keyCount, T(0));
