@@ -448,6 +448,15 @@ TEST(AttentionKernel, QueryTilesMatchTheRowReference) {
                           105);
 }
 
+// Zero-size dimensions, which the contract admits: the GEMMs get no elements, or none to sum
+// (D = 0: every score 0; Tk = 0: every row without keys).
+TEST(AttentionKernel, ZeroSizeDimensions) {
+  checkForwardAndBackward({.queries = 3, .keys = 5, .headDim = 0, .valueDim = 4, .keyValid = leftPadded(5, 1)}, 108);
+  checkForwardAndBackward({.queries = 3, .keys = 5, .headDim = 4, .valueDim = 0, .mask = "prefix", .prefixLen = 2}, 109);
+  checkForwardAndBackward({.queries = 2, .keys = 0, .mask = "bidirectional"}, 110);
+  checkForwardAndBackward({.queries = 0, .keys = 4}, 111);
+}
+
 // Every product is a single-threaded BLAS call inside one pool task and the tiling ignores the pool:
 // no pool and pools of 1, 2 and 3 threads give the same bytes.
 TEST(AttentionKernel, PoolSizesGiveTheSameBytes) {
