@@ -134,17 +134,17 @@ int main(int argc, char** argv) {
       prefixAttention[0],
       prefixAttention[1],
   };
-  std::printf("%-52s %12s %12s\n", "kernel (cpu)", "ms", "rate");
+  std::printf("%-60s %12s %12s\n", "kernel (cpu)", "ms", "rate");
   for (const Case& spec : cases) {
     if (spec.label.find(filter) == std::string::npos) continue;
     double bytes = 0;
     double seconds = timeCase(*backend, spec, repeats, bytes);
     if (spec.rate == Rate::Flops)
-      std::printf("%-52s %12.3f %8.1f GFLOP/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e9);
+      std::printf("%-60s %12.3f %8.1f GFLOP/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e9);
     else if (spec.rate == Rate::Entries)
-      std::printf("%-52s %12.3f %8.1f M entries/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e6);
+      std::printf("%-60s %12.3f %8.1f M entries/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e6);
     else
-      std::printf("%-52s %12.3f %8.1f GB/s\n", spec.label.c_str(), seconds * 1e3, bytes / seconds / 1e9);
+      std::printf("%-60s %12.3f %8.1f GB/s\n", spec.label.c_str(), seconds * 1e3, bytes / seconds / 1e9);
   }
   return 0;
 }
