@@ -1,7 +1,7 @@
 // Times CPU kernels through the same registry the executor uses and prints a table:
 // effective GFLOP/s for GEMMs, GB/s (bytes read + written) for memory-bound kernels, and million
 // vocabulary entries per second for the sampler (its cost is the noise and the exps, not the bytes).
-//   dgemma-bench-cpu-kernels [--threads N] [--repeats R]
+//   dgemma-bench-cpu-kernels [--threads N] [--repeats R] [--filter TEXT]   (TEXT: run the cases whose label holds it)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -17,7 +17,7 @@ namespace {
 using namespace dgemma;
 
 // A buffer of the case; f32 inputs are filled uniformly from [low, high), i64 inputs with small
-// non-negative integers.
+// non-negative integers, u8 inputs (attention's key_valid) with ones.
 struct Tensor {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
@@ -61,6 +61,7 @@ double timeCase(Backend& backend, const Case& spec, int repeats, double& bytesMo
     for (int64_t i = 0; i < storage.back().numElements(); ++i) {
       if (tensors[t].dtype == DType::F32) storage.back().as<float>()[i] = uniform(rng);
       else if (tensors[t].dtype == DType::I64) storage.back().as<int64_t>()[i] = static_cast<int64_t>(rng() % 1024);
+      else if (tensors[t].dtype == DType::U8) storage.back().as<uint8_t>()[i] = 1;
     }
     bytesMoved += static_cast<double>(buffers[t].bytes());
   }
@@ -79,9 +80,11 @@ double timeCase(Backend& backend, const Case& spec, int repeats, double& bytesMo
 int main(int argc, char** argv) {
   int64_t threads = 0;
   int repeats = 10;
+  std::string filter;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::stoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--repeats")) repeats = std::stoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--filter")) filter = argv[i + 1];
   }
   std::unique_ptr<Backend> backend = createBackend("cpu", threads);
   const nlohmann::json none = nlohmann::json::object();
@@ -91,6 +94,30 @@ int main(int argc, char** argv) {
                           {{{1, 256, 4096}, DType::F32, -8.0f, 8.0f}, {{1}, DType::F32, 0.4f, 0.8f}, {{1, 2}, DType::I64}},
                           {{{1, 256}, DType::I64}, {{1, 256}, DType::I64}, {{1, 256}}, {{1, 256, 4096}, DType::BF16}},
                           Rate::Entries, 256.0 * 4096};
+  // attention at the small-20m training step's shapes: 4 query heads on 2 KV heads of 64, Tk = 128,
+  // every key valid. The rate counts the useful FLOPs, those of the visible (query, key) pairs: the
+  // forward's two products (scores, p·v), 2·(D + Dv) each, and the backward's five (scores again,
+  // dp, dq, dk, dv), 2·(3·D + 2·Dv). Sliding layers: the last 64 positions, window 64, each sees
+  // 64 keys; full layers: 128 causal queries; the prefix mask: 64 queries each seeing all 128 keys.
+  auto attentionCases = [](const std::string& name, nlohmann::json attrs, int64_t queries, double visiblePairs) {
+    const std::vector<Tensor> forwardInputs = {
+        {{4, queries, 4, 64}}, {{4, 128, 2, 64}}, {{4, 128, 2, 64}}, {{4, 128}, DType::U8}};
+    std::vector<Tensor> backwardInputs = forwardInputs;
+    backwardInputs.push_back({{4, queries, 4, 64}});
+    const std::string shapes = " q[4," + std::to_string(queries) + ",4,64] kv[4,128,2,64]";
+    return std::vector<Case>{
+        {"attention " + name + shapes, "attention", attrs, forwardInputs, {{{4, queries, 4, 64}}}, Rate::Flops,
+         visiblePairs * 2 * (64 + 64)},
+        {"attention_backward " + name + shapes, "attention_backward", attrs, backwardInputs,
+         {{{4, queries, 4, 64}}, {{4, 128, 2, 64}}, {{4, 128, 2, 64}}}, Rate::Flops, visiblePairs * 2 * (3 * 64 + 2 * 64)}};
+  };
+  const double headRows = 4 * 4;  // batch × query heads
+  const std::vector<Case> slidingAttention =
+      attentionCases("causal w64", {{"mask", "causal"}, {"window", 64}, {"scale", 0.125}}, 64, headRows * 64 * 64);
+  const std::vector<Case> causalAttention =
+      attentionCases("causal", {{"mask", "causal"}, {"scale", 0.125}}, 128, headRows * 128 * 129 / 2);
+  const std::vector<Case> prefixAttention = attentionCases(
+      "prefix 64", {{"mask", "prefix"}, {"prefix_len", 64}, {"scale", 0.125}}, 64, headRows * 64 * 128);
   const std::vector<Case> cases = {
       {"matmul 512x512x512", "matmul", none, {{{512, 512}}, {{512, 512}}}, {{{512, 512}}}, Rate::Flops, 2.0 * 512 * 512 * 512},
       {"matmul [4,256,1024]x[1024,1024]", "matmul", none, {{{4, 256, 1024}}, {{1024, 1024}}}, {{{4, 256, 1024}}}, Rate::Flops,
@@ -100,17 +127,24 @@ int main(int argc, char** argv) {
       {"gelu_tanh 4M", "gelu_tanh", none, {{{4 << 20}}}, {{{4 << 20}}}},
       {"add [4096,2816]+[2816]", "add", none, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},
       canvasSample,
+      slidingAttention[0],
+      slidingAttention[1],
+      causalAttention[0],
+      causalAttention[1],
+      prefixAttention[0],
+      prefixAttention[1],
   };
-  std::printf("%-34s %12s %12s\n", "kernel (cpu)", "ms", "rate");
+  std::printf("%-60s %12s %12s\n", "kernel (cpu)", "ms", "rate");
   for (const Case& spec : cases) {
+    if (spec.label.find(filter) == std::string::npos) continue;
     double bytes = 0;
     double seconds = timeCase(*backend, spec, repeats, bytes);
     if (spec.rate == Rate::Flops)
-      std::printf("%-34s %12.3f %8.1f GFLOP/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e9);
+      std::printf("%-60s %12.3f %8.1f GFLOP/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e9);
     else if (spec.rate == Rate::Entries)
-      std::printf("%-34s %12.3f %8.1f M entries/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e6);
+      std::printf("%-60s %12.3f %8.1f M entries/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e6);
     else
-      std::printf("%-34s %12.3f %8.1f GB/s\n", spec.label.c_str(), seconds * 1e3, bytes / seconds / 1e9);
+      std::printf("%-60s %12.3f %8.1f GB/s\n", spec.label.c_str(), seconds * 1e3, bytes / seconds / 1e9);
   }
   return 0;
 }

@@ -6,9 +6,9 @@
 // on the same cores. Each element of a product is the same single-threaded OpenBLAS sum either way,
 // so the results do not change (test/unit/kernels/PooledProductsTest.cpp).
 //
-// Training keeps OpenBLAS's threads for its large products, but the MoE kernels take the choice per
-// call (SingleThreadedProducts): their many small per-expert products run side by side on the pool,
-// each one single-threaded OpenBLAS call, in every mode.
+// Training keeps OpenBLAS's threads for its large products, but the MoE and attention kernels take
+// the choice per call (SingleThreadedProducts): their many small per-expert or per-tile products run
+// side by side on the pool, each one single-threaded OpenBLAS call, in every mode.
 #pragma once
 
 namespace dgemma {

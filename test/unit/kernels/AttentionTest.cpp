@@ -1,6 +1,8 @@
 // attention against a reference that materialises the [B, Tq, Tk] mask from the contract's
 // visibility formulas and takes the softmax in double: every mask, windows, padding, GQA, K = V,
 // Dv != D, empty rows, the causal mask's image overlay (segment ids), and the factory's checks.
+// attention_backward against the same reference's gradients where the CPU kernel's query tiles
+// split the rows, and both kernels' bytes across pool sizes.
 #include <cmath>
 
 #include "KernelTestSupport.h"
@@ -301,6 +303,184 @@ TEST(AttentionKernel, KeysAndValuesMayBeTheSameBuffer) {
                {valid.data(), &validBuffer}},
               {{o.data(), &oBuffer}});
   expectClose(o, attentionReference(c, inputs.q, inputs.k, inputs.k), 1e-12);
+}
+
+// The gradients of attentionReference for output gradient `dOut`, per query row from the same
+// materialised mask: dv_j += p_j do, ds_j = scale p_j (do·v_j − Σ p do·v), dq += ds_j k_j, dk_j += ds_j q.
+struct Gradients {
+  std::vector<double> dq, dk, dv;
+};
+
+template <typename T>
+Gradients attentionBackwardReference(const AttentionCase& c, const std::vector<T>& q, const std::vector<T>& k,
+                                     const std::vector<T>& v, const std::vector<T>& dOut) {
+  const auto mask = materialisedMask(c);
+  Gradients g{std::vector<double>(q.size(), 0.0), std::vector<double>(k.size(), 0.0),
+              std::vector<double>(v.size(), 0.0)};
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t i = 0; i < c.queries; ++i)
+      for (int64_t h = 0; h < c.queryHeads; ++h) {
+        const int64_t kvHead = h / (c.queryHeads / c.kvHeads);
+        const int64_t row = (b * c.queries + i) * c.queryHeads + h;
+        auto keyRow = [&](int64_t j) { return (b * c.keys + j) * c.kvHeads + kvHead; };
+        std::vector<int64_t> keys;
+        std::vector<double> scores;
+        for (int64_t j = 0; j < c.keys; ++j) {
+          if (!mask[b][i][j]) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < c.headDim; ++d) dot += static_cast<double>(q[row * c.headDim + d]) * k[keyRow(j) * c.headDim + d];
+          keys.push_back(j);
+          scores.push_back(c.scale * dot);
+        }
+        if (keys.empty()) continue;
+        const double maximum = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double score : scores) sum += std::exp(score - maximum);
+        std::vector<double> p(keys.size()), dp(keys.size());
+        double delta = 0;
+        for (size_t n = 0; n < keys.size(); ++n) {
+          p[n] = std::exp(scores[n] - maximum) / sum;
+          for (int64_t d = 0; d < c.valueDim; ++d)
+            dp[n] += static_cast<double>(dOut[row * c.valueDim + d]) * v[keyRow(keys[n]) * c.valueDim + d];
+          delta += p[n] * dp[n];
+        }
+        for (size_t n = 0; n < keys.size(); ++n) {
+          const double dScore = c.scale * p[n] * (dp[n] - delta);
+          for (int64_t d = 0; d < c.headDim; ++d) {
+            g.dq[row * c.headDim + d] += dScore * k[keyRow(keys[n]) * c.headDim + d];
+            g.dk[keyRow(keys[n]) * c.headDim + d] += dScore * q[row * c.headDim + d];
+          }
+          for (int64_t d = 0; d < c.valueDim; ++d)
+            g.dv[keyRow(keys[n]) * c.valueDim + d] += p[n] * dOut[row * c.valueDim + d];
+        }
+      }
+  return g;
+}
+
+// dq, dk, dv of attention_backward.
+template <typename T>
+std::vector<std::vector<T>> runAttentionBackward(DType dtype, const AttentionCase& c, const std::vector<T>& q,
+                                                 const std::vector<T>& k, const std::vector<T>& v,
+                                                 const std::vector<T>& dOut, ThreadPool* threads = nullptr) {
+  KernelCall call("attention_backward",
+                  {{"mask", c.mask}, {"window", c.window}, {"prefix_len", c.prefixLen}, {"scale", c.scale}});
+  const std::vector<int64_t> qShape{c.batch, c.queries, c.queryHeads, c.headDim};
+  const std::vector<int64_t> kShape{c.batch, c.keys, c.kvHeads, c.headDim}, vShape{c.batch, c.keys, c.kvHeads, c.valueDim};
+  call.input(dtype, qShape, q).input(dtype, kShape, k).input(dtype, vShape, v);
+  call.input(DType::U8, {c.batch, c.keys}, keyValidOf(c));
+  call.input(dtype, {c.batch, c.queries, c.queryHeads, c.valueDim}, dOut);
+  if (!c.segmentIds.empty()) call.input(DType::I64, {c.batch, c.keys}, c.segmentIds);
+  call.output(dtype, qShape).output(dtype, kShape).output(dtype, vShape);
+  call.run(threads);
+  return {call.result<T>(0), call.result<T>(1), call.result<T>(2)};
+}
+
+std::vector<double> randomOutputGradient(const AttentionCase& c, uint32_t seed) {
+  return randomValues<double>(c.batch * c.queries * c.queryHeads * c.valueDim, seed, -1, 1);
+}
+
+// The forward and the backward in f64 and f32 against the double references of the same inputs;
+// f32 within the contract's o 1e-5 and dq, dk, dv 2e-5 of max(1, |x|).
+void checkForwardAndBackward(const AttentionCase& c, uint32_t seed) {
+  checkAttention(c, seed);
+  const AttentionInputs inputs = randomInputs(c, seed);
+  const std::vector<double> dOut = randomOutputGradient(c, seed + 3);
+  const Gradients reference = attentionBackwardReference(c, inputs.q, inputs.k, inputs.v, dOut);
+  const auto exact = runAttentionBackward(DType::F64, c, inputs.q, inputs.k, inputs.v, dOut);
+  expectClose(exact[0], reference.dq, 1e-12);
+  expectClose(exact[1], reference.dk, 1e-12);
+  expectClose(exact[2], reference.dv, 1e-12);
+  const std::vector<float> q = as<float>(inputs.q), k = as<float>(inputs.k), v = as<float>(inputs.v);
+  const std::vector<float> dOut32 = as<float>(dOut);
+  const Gradients reference32 = attentionBackwardReference(c, q, k, v, dOut32);
+  const auto rounded = runAttentionBackward(DType::F32, c, q, k, v, dOut32);
+  expectClose(rounded[0], reference32.dq, 2e-5);
+  expectClose(rounded[1], reference32.dk, 2e-5);
+  expectClose(rounded[2], reference32.dv, 2e-5);
+}
+
+// The CPU kernels work on tiles of 16 (causal) or 32 queries against the union of their key ranges.
+// Tq = 45 and 37 leave a short last tile, and every case puts a tile boundary where it matters.
+TEST(AttentionKernel, QueryTilesMatchTheRowReference) {
+  {
+    SCOPED_TRACE("causal, window 20 across the tile boundaries, pad queries in the first tile");
+    // The queries are positions 25..69; batch row 1 pads keys 0..29, so its queries 0..4 (positions
+    // 25..29) keep only their diagonal and query 5 sees position 30 alone.
+    checkForwardAndBackward({.batch = 2, .queries = 45, .keys = 70, .queryHeads = 4, .kvHeads = 2, .headDim = 16,
+                             .valueDim = 12, .window = 20, .scale = 0.25, .keyValid = leftPadded(70, 30)},
+                            101);
+  }
+  {
+    SCOPED_TRACE("causal with segment ids across a tile boundary");
+    // Queries are positions 13..49; tile 1 starts at query 16 = position 29, inside image 1 (20..35)
+    // of batch row 0 and image 1 (27..31) of batch row 1. Window 4: the images reach far past it.
+    std::vector<int64_t> segments(2 * 50, 0);
+    for (int64_t position = 20; position < 36; ++position) segments[position] = 1;
+    for (int64_t position = 40; position < 48; ++position) segments[position] = 2;
+    for (int64_t position = 27; position < 32; ++position) segments[50 + position] = 1;
+    checkForwardAndBackward({.batch = 2, .queries = 37, .keys = 50, .queryHeads = 4, .kvHeads = 2, .headDim = 16,
+                             .valueDim = 16, .window = 4, .scale = 0.25, .keyValid = leftPadded(50, 6),
+                             .segmentIds = segments},
+                            102);
+  }
+  // Batch row 1 is all padding: under the prefix mask with prefix_len = Tk and the bidirectional mask
+  // its rows see no key, in both tiles; their outputs and gradients are zero.
+  std::vector<uint8_t> valid(2 * 53, 1);
+  std::fill(valid.begin() + 53, valid.end(), 0);
+  for (const std::string mask : {"prefix", "bidirectional"}) {
+    SCOPED_TRACE(mask + ", a batch row without visible keys");
+    const AttentionCase c{.batch = 2, .queries = 37, .keys = 53, .queryHeads = 4, .kvHeads = 2, .headDim = 8,
+                          .valueDim = 8, .mask = mask, .prefixLen = mask == "prefix" ? 53 : 0, .scale = 0.5,
+                          .keyValid = valid};
+    checkForwardAndBackward(c, 103);
+    const AttentionInputs inputs = randomInputs(c, 103);
+    const std::vector<float> o = runAttention(DType::F32, c, as<float>(inputs.q), as<float>(inputs.k), as<float>(inputs.v));
+    for (size_t index = o.size() / 2; index < o.size(); ++index) ASSERT_EQ(o[index], 0.0f) << "o at " << index;
+    const auto gradients = runAttentionBackward(DType::F32, c, as<float>(inputs.q), as<float>(inputs.k),
+                                                as<float>(inputs.v), as<float>(randomOutputGradient(c, 104)));
+    for (const std::vector<float>& gradient : gradients)
+      for (size_t index = gradient.size() / 2; index < gradient.size(); ++index)
+        ASSERT_EQ(gradient[index], 0.0f) << "gradient at " << index;
+  }
+  SCOPED_TRACE("prefix with a window, padded prefix slots");
+  checkForwardAndBackward({.batch = 2, .queries = 37, .keys = 53, .queryHeads = 2, .kvHeads = 1, .headDim = 8,
+                           .valueDim = 8, .mask = "prefix", .window = 10, .prefixLen = 16, .keyValid = leftPadded(53, 9)},
+                          105);
+}
+
+// Zero-size dimensions, which the contract admits: the GEMMs get no elements, or none to sum
+// (D = 0: every score 0; Tk = 0: every row without keys).
+TEST(AttentionKernel, ZeroSizeDimensions) {
+  checkForwardAndBackward({.queries = 3, .keys = 5, .headDim = 0, .valueDim = 4, .keyValid = leftPadded(5, 1)}, 108);
+  checkForwardAndBackward({.queries = 3, .keys = 5, .headDim = 4, .valueDim = 0, .mask = "prefix", .prefixLen = 2}, 109);
+  checkForwardAndBackward({.queries = 2, .keys = 0, .mask = "bidirectional"}, 110);
+  checkForwardAndBackward({.queries = 0, .keys = 4}, 111);
+}
+
+// Every product is a single-threaded BLAS call inside one pool task and the tiling ignores the pool:
+// no pool and pools of 1, 2 and 3 threads give the same bytes.
+TEST(AttentionKernel, PoolSizesGiveTheSameBytes) {
+  std::vector<int64_t> segments(2 * 64, 0);
+  for (int64_t key = 10; key < 40; ++key) segments[key] = segments[64 + key + 5] = 1 + key / 20;
+  const std::vector<AttentionCase> cases = {
+      {.batch = 2, .queries = 40, .keys = 64, .queryHeads = 4, .kvHeads = 2, .headDim = 16, .valueDim = 16,
+       .window = 24, .scale = 0.25, .keyValid = leftPadded(64, 9), .segmentIds = segments},
+      {.batch = 2, .queries = 45, .keys = 64, .queryHeads = 4, .kvHeads = 2, .headDim = 16, .valueDim = 16,
+       .mask = "prefix", .prefixLen = 19, .scale = 0.25, .keyValid = leftPadded(64, 9)}};
+  ThreadPool one(1), two(2), three(3);
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.mask);
+    const AttentionInputs inputs = randomInputs(c, 106);
+    const std::vector<float> q = as<float>(inputs.q), k = as<float>(inputs.k), v = as<float>(inputs.v);
+    const std::vector<float> dOut = as<float>(randomOutputGradient(c, 107));
+    const std::vector<float> o = runAttention(DType::F32, c, q, k, v);
+    const auto gradients = runAttentionBackward(DType::F32, c, q, k, v, dOut);
+    for (ThreadPool* pool : {&one, &two, &three}) {
+      SCOPED_TRACE(std::to_string(pool->size()) + " threads");
+      EXPECT_EQ(runAttention(DType::F32, c, q, k, v, DType::U8, pool), o);
+      EXPECT_EQ(runAttentionBackward(DType::F32, c, q, k, v, dOut, pool), gradients);
+    }
+  }
 }
 
 KernelCall attentionCall(nlohmann::json attrs, std::vector<int64_t> qShape, std::vector<int64_t> kShape,
