@@ -138,8 +138,12 @@ TEST_P(ShardedGradients, EqualOneRank) {
     ASSERT_TRUE(got.find(name)) << name << ": missing from the sharded run's output";
     HostTensor a = got.read(name), b = want.read(name);
     ASSERT_EQ(a.shape, b.shape) << name;
-    // fp32 sums in another order through seven layers and their backward: ~3e-6 measured.
-    EXPECT_LE(relativeDistance(a, b), 1e-5) << name;
+    // fp32 sums in another order through seven layers and their backward: ~3e-6 measured. A
+    // router's per_expert_scale gradient is worse conditioned: each of its 8 entries sums terms of
+    // both signs over every route, so a few entries are small beside their terms (measured 4.5e-6
+    // between 1 and 2 threads of one plan, 1.15e-5 between dp2_ep2 and one rank).
+    const double tolerance = name.find("router.per_expert_scale") != std::string::npos ? 3e-5 : 1e-5;
+    EXPECT_LE(relativeDistance(a, b), tolerance) << name;
     ++compared;
   }
   EXPECT_GT(compared, 50);  // the loss terms and every trainable parameter's gradient
