@@ -180,16 +180,18 @@ TEST_F(TrainLoopTest, ResumeAfterKillNineContinuesBitExactly) {
 // One batch of two rows (the micro-batch, no accumulation), trained on again and again, is learned:
 // the training loss falls from about 2 ln(256) to below 0.05 (the median of the last 10 steps; a
 // single step's loss depends on the corruption it drew).
-// 200 steps on one fixed batch drive the median of the last 10 losses below 0.05.
+// 300 steps on one fixed batch drive the median of the last 10 losses below 0.05. At 200 steps the
+// median sat near 0.05 and moved across it with the GEMMs' rounding (seeds 5-9: 0.017-0.045 fp32,
+// 0.022-0.093 bf16); at 300 both plans are near 0.01 with seed 7.
 void expectOverfitsOneBatch(const std::string& plan, const std::string& batch) {
   ToolResult run = runTool(std::string(DGEMMA_RUN) + " train --plan " + plan + " --init random --seed 7 --tokenizer " +
-                           DGEMMA_SOURCE_DIR + "/data/tokenizer --train " + batch + " --steps 200 --lr 3e-3 --warmup 10 --log-every 1");
+                           DGEMMA_SOURCE_DIR + "/data/tokenizer --train " + batch + " --steps 300 --lr 3e-3 --warmup 10 --log-every 1");
   ASSERT_EQ(run.exitCode, 0) << run.output;
   std::vector<double> losses;
-  static const std::regex progress(R"(step +\d+/200  loss ([0-9.]+))");
+  static const std::regex progress(R"(step +\d+/300  loss ([0-9.]+))");
   for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), progress); it != std::sregex_iterator(); ++it)
     losses.push_back(std::stod((*it)[1]));
-  ASSERT_EQ(losses.size(), 200u) << run.output;
+  ASSERT_EQ(losses.size(), 300u) << run.output;
   EXPECT_GT(losses.front(), 10.0);
   std::vector<double> last(losses.end() - 10, losses.end());
   std::nth_element(last.begin(), last.begin() + 5, last.end());
