@@ -139,6 +139,13 @@ int main(int argc, char** argv) {
       {"add [256,256]+[256,256]", "add", none, {{{256, 256}}, {{256, 256}}}, {{{256, 256}}}},
       {"add [16384,256]+[16384,256]", "add", none, {{{16384, 256}}, {{16384, 256}}}, {{{16384, 256}}}},
       {"softmax [256,16384]", "softmax", {{"axis", -1}}, {{{256, 16384}}}, {{{256, 16384}}}},
+      // gelu_tanh's derivative times dy as dg-fuse-elementwise chains it: x, dy and five scalars.
+      {"fused gelu' [256,512] 5 scalars", "fused_elementwise",
+       {{"program",
+         "mul f32 0 0; mul f32 7 0; mul f32 8 5; add f32 0 9; mul f32 10 4; tanh f32 11; mul f32 12 12; "
+         "sub f32 3 13; mul f32 7 5; mul f32 15 6; add f32 3 16; mul f32 17 4; mul f32 14 18; mul f32 0 19; "
+         "add f32 3 12; add f32 21 20; mul f32 22 2; mul f32 23 1"}},
+       {{{256, 512}}, {{256, 512}}, {{1}}, {{1}}, {{1}}, {{1}}, {{1}}}, {{{256, 512}}}},
       {"softmax 1024x4096", "softmax", {{"axis", -1}}, {{{1024, 4096}}}, {{{1024, 4096}}}},
       {"gelu_tanh 4M", "gelu_tanh", none, {{{4 << 20}}}, {{{4 << 20}}}},
       {"add [4096,2816]+[2816]", "add", none, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},
