@@ -156,35 +156,42 @@ struct CrossEntropyRows {
 };
 
 // tanh(x / c) and c · tanh(x / c) over [begin, end) of a row, in T and in the order of the div, tanh
-// and mul ops the kernel replaces (so the capped logits round as they did), folding each capped
-// logit into the lanes' running maxima when `partial` is not null.
+// and mul ops the kernel replaces (so the capped logits round as they did).
 template <typename T>
-[[gnu::always_inline]] inline void capRangeIn(const T* x, int64_t begin, int64_t end, T cap, T* squashed, T* capped,
-                                              T* partial) {
-  const auto capOne = [&](int64_t j) {
+[[gnu::always_inline]] inline void capRangeIn(const T* x, int64_t begin, int64_t end, T cap, T* squashed, T* capped) {
+  for (int64_t j = begin; j < end; ++j) {
     squashed[j] = cpu::fastTanh(x[j] / cap);
     capped[j] = squashed[j] * cap;
-    return capped[j];
-  };
+  }
+}
+
+// Folds values[begin, end) into the lanes' running maxima.
+template <typename T>
+[[gnu::always_inline]] inline void foldMaximum(const T* values, int64_t begin, int64_t end, T* partial) {
   int64_t j = begin;
   for (; j + kLanes <= end; j += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] = std::max(partial[lane], capOne(j + lane));
-  for (; j < end; ++j) partial[0] = std::max(partial[0], capOne(j));
+    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] = std::max(partial[lane], values[j + lane]);
+  for (; j < end; ++j) partial[0] = std::max(partial[0], values[j]);
 }
 
 // Caps the whole row and returns the maximum of its plain capped logits (all but `skip`, the
-// bonused one, or -1), as f64: one pass instead of a cap pass and a max pass.
+// bonused one, or -1), as f64. Block by block, each block's maximum taken while its capped logits
+// are still in L1: one pass over the row instead of a cap pass and a max pass. (Folding the max
+// into the cap loop itself kept that loop from vectorising as well, and was slower.)
 template <typename T>
 [[gnu::always_inline]] inline double capRowIn(const T* x, int64_t length, T cap, int64_t skip, T* squashed, T* capped) {
+  constexpr int64_t kBlock = 1024;
   T partial[kLanes];
   std::fill_n(partial, kLanes, -std::numeric_limits<T>::infinity());
-  if (skip < 0) {
-    capRangeIn(x, 0, length, cap, squashed, capped, partial);
-  } else {
-    T ignored[kLanes] = {};
-    capRangeIn(x, 0, skip, cap, squashed, capped, partial);
-    capRangeIn(x, skip, skip + 1, cap, squashed, capped, ignored);
-    capRangeIn(x, skip + 1, length, cap, squashed, capped, partial);
+  for (int64_t begin = 0; begin < length; begin += kBlock) {
+    const int64_t end = std::min(length, begin + kBlock);
+    capRangeIn(x, begin, end, cap, squashed, capped);
+    if (skip < begin || skip >= end) {
+      foldMaximum(capped, begin, end, partial);
+    } else {
+      foldMaximum(capped, begin, skip, partial);
+      foldMaximum(capped, skip + 1, end, partial);
+    }
   }
   double maximum = -std::numeric_limits<double>::infinity();
   for (int64_t lane = 0; lane < kLanes; ++lane) maximum = std::max(maximum, static_cast<double>(partial[lane]));
