@@ -1,8 +1,9 @@
 // rms_norm over the last dimension: y = x * (mean(x^2) + eps)^(-1/2), then * w when w is given;
 // and rms_norm_backward, its gradients in one pass per row.
 //
-// The f32 row loops run in AVX2 clones without FMA (FastMath.h): eight lanes where the baseline has
-// four, each operation rounded as written, so the results are the same bits on every x86-64 CPU.
+// The backward's f32 row loops run in AVX2 clones without FMA (FastMath.h): eight lanes where the
+// baseline has four, each operation rounded as written, so the results are the same bits on every
+// x86-64 CPU.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,30 +16,6 @@
 
 namespace dgemma {
 namespace {
-
-// One forward row: y = x · (Σx² / H + eps)^(-1/2) (· w), the sum in dotProduct's eight lanes.
-template <typename T>
-[[gnu::always_inline]] inline void normalizeRowIn(const T* x, const T* weight, T* y, int64_t width, T eps) {
-  const T sumOfSquares = cpu::dotProduct(x, x, width);
-  const T scale = T(1) / std::sqrt(sumOfSquares / static_cast<T>(width) + eps);
-  if (weight != nullptr) {
-    for (int64_t i = 0; i < width; ++i) y[i] = x[i] * scale * weight[i];
-  } else {
-    for (int64_t i = 0; i < width; ++i) y[i] = x[i] * scale;
-  }
-}
-DGEMMA_CPU_CLONES_FOR_AVX2_WITHOUT_FMA void normalizeRowF32(const float* x, const float* weight, float* y, int64_t width,
-                                                            float eps) {
-  normalizeRowIn(x, weight, y, width, eps);
-}
-
-template <typename T>
-void normalizeRow(const T* x, const T* weight, T* y, int64_t width, T eps) {
-  if constexpr (std::is_same_v<T, float>)
-    normalizeRowF32(x, weight, y, width, eps);
-  else
-    normalizeRowIn(x, weight, y, width, eps);
-}
 
 // T is also the accumulator type: f32 rows sum in f32 and f64 rows in f64, as the contract says, so
 // that the CPU and GPU backends agree on f32 and f64 stays exact enough for finite differences.
@@ -53,7 +30,17 @@ class RmsNormKernel final : public Kernel {
     T* y = outputs[0].as<T>();
     const int64_t width = width_;
     cpu::parallelFor(context, rows_, cpu::rowGrain(width), [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) normalizeRow(x + row * width, weight, y + row * width, width, eps_);
+      for (int64_t row = begin; row < end; ++row) {
+        const T* xRow = x + row * width;
+        T* yRow = y + row * width;
+        const T sumOfSquares = cpu::dotProduct(xRow, xRow, width);
+        const T scale = T(1) / std::sqrt(sumOfSquares / static_cast<T>(width) + eps_);
+        if (weight != nullptr) {
+          for (int64_t i = 0; i < width; ++i) yRow[i] = xRow[i] * scale * weight[i];
+        } else {
+          for (int64_t i = 0; i < width; ++i) yRow[i] = xRow[i] * scale;
+        }
+      }
     });
   }
 
