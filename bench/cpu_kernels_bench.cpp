@@ -1,11 +1,19 @@
 // Times CPU kernels through the same registry the executor uses and prints a table:
 // effective GFLOP/s for GEMMs, GB/s (bytes read + written) for memory-bound kernels, and million
 // vocabulary entries per second for the sampler (its cost is the noise and the exps, not the bytes).
-//   dgemma-bench-cpu-kernels [--threads N] [--repeats R] [--filter TEXT]   (TEXT: run the cases whose label holds it)
+// "cpu ms" is the process's CPU time (all threads) per run, which other load on a shared machine
+// moves much less than the wall-clock "ms".
+//   dgemma-bench-cpu-kernels [--threads N] [--repeats R] [--filter TEXT] [--dump-outputs DIR]
+// --filter runs only the cases whose label holds TEXT; --dump-outputs writes each case's outputs
+// after the last run to DIR/<label>, so that two builds can be compared bit for bit (cmp).
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,7 +44,24 @@ struct Case {
   double work = 0;  // FLOPs or entries; the bytes are counted from the buffers
 };
 
-double timeCase(Backend& backend, const Case& spec, int repeats, double& bytesMoved) {
+double processCpuSeconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+void dumpOutputs(const std::string& directory, const Case& spec, const std::vector<HostTensor>& storage) {
+  std::string name = spec.label;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  std::ofstream file(directory + "/" + name, std::ios::binary);
+  for (size_t i = spec.inputs.size(); i < storage.size(); ++i)
+    file.write(reinterpret_cast<const char*>(storage[i].data.data()), static_cast<std::streamsize>(storage[i].data.size()));
+  if (!file) throw std::runtime_error("cannot write " + directory + "/" + name);
+}
+
+double timeCase(Backend& backend, const Case& spec, int repeats, const std::string& dumpDirectory, double& bytesMoved,
+                double& cpuSeconds) {
   Step step;
   step.op = spec.kernel;
   step.attrs = spec.attrs;
@@ -71,8 +96,12 @@ double timeCase(Backend& backend, const Case& spec, int repeats, double& bytesMo
   ExecContext context = backend.context(0);
   kernel->run(context, inputs, outputs);  // warm-up: page in, spin up threads
   auto start = std::chrono::steady_clock::now();
+  const double cpuStart = processCpuSeconds();
   for (int r = 0; r < repeats; ++r) kernel->run(context, inputs, outputs);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
+  cpuSeconds = (processCpuSeconds() - cpuStart) / repeats;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
+  if (!dumpDirectory.empty()) dumpOutputs(dumpDirectory, spec, storage);
+  return seconds;
 }
 
 }  // namespace
@@ -80,11 +109,12 @@ double timeCase(Backend& backend, const Case& spec, int repeats, double& bytesMo
 int main(int argc, char** argv) {
   int64_t threads = 0;
   int repeats = 10;
-  std::string filter;
+  std::string filter, dumpDirectory;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::stoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--repeats")) repeats = std::stoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--filter")) filter = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--dump-outputs")) dumpDirectory = argv[i + 1];
   }
   std::unique_ptr<Backend> backend = createBackend("cpu", threads);
   const nlohmann::json none = nlohmann::json::object();
@@ -123,6 +153,24 @@ int main(int argc, char** argv) {
       {"matmul [4,256,1024]x[1024,1024]", "matmul", none, {{{4, 256, 1024}}, {{1024, 1024}}}, {{{4, 256, 1024}}}, Rate::Flops,
        2.0 * 4 * 256 * 1024 * 1024},
       {"rms_norm 4096x2816 +w", "rms_norm", {{"eps", 1e-6}}, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},
+      // The training step's row kernels at small-20m's shapes (B·L = 256 rows, H = 256, V = 16384).
+      {"cross_entropy_bwd [256,16384] cap", "cross_entropy_backward", {{"softcap", 30.0}},
+       {{{256, 16384}, DType::F32, -8.0f, 8.0f}, {{256}, DType::I64}, {{256}}}, {{{256, 16384}}}},
+      {"cross_entropy [256,16384] cap", "cross_entropy", {{"softcap", 30.0}},
+       {{{256, 16384}, DType::F32, -8.0f, 8.0f}, {{256}, DType::I64}}, {{{256}}}},
+      {"rms_norm_bwd [256,256] +w", "rms_norm_backward", {{"eps", 1e-6}}, {{{256, 256}}, {{256, 256}}, {{256}}},
+       {{{256, 256}}, {{256}}}},
+      {"rms_norm [256,256] +w", "rms_norm", {{"eps", 1e-6}}, {{{256, 256}}, {{256}}}, {{{256, 256}}}},
+      {"add [256,256]+[256,256]", "add", none, {{{256, 256}}, {{256, 256}}}, {{{256, 256}}}},
+      {"add [16384,256]+[16384,256]", "add", none, {{{16384, 256}}, {{16384, 256}}}, {{{16384, 256}}}},
+      {"softmax [256,16384]", "softmax", {{"axis", -1}}, {{{256, 16384}}}, {{{256, 16384}}}},
+      // gelu_tanh's derivative times dy as dg-fuse-elementwise chains it: x, dy and five scalars.
+      {"fused gelu' [256,512] 5 scalars", "fused_elementwise",
+       {{"program",
+         "mul f32 0 0; mul f32 7 0; mul f32 8 5; add f32 0 9; mul f32 10 4; tanh f32 11; mul f32 12 12; "
+         "sub f32 3 13; mul f32 7 5; mul f32 15 6; add f32 3 16; mul f32 17 4; mul f32 14 18; mul f32 0 19; "
+         "add f32 3 12; add f32 21 20; mul f32 22 2; mul f32 23 1"}},
+       {{{256, 512}}, {{256, 512}}, {{1}}, {{1}}, {{1}}, {{1}}, {{1}}}, {{{256, 512}}}},
       {"softmax 1024x4096", "softmax", {{"axis", -1}}, {{{1024, 4096}}}, {{{1024, 4096}}}},
       {"gelu_tanh 4M", "gelu_tanh", none, {{{4 << 20}}}, {{{4 << 20}}}},
       {"add [4096,2816]+[2816]", "add", none, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},
@@ -134,17 +182,18 @@ int main(int argc, char** argv) {
       prefixAttention[0],
       prefixAttention[1],
   };
-  std::printf("%-60s %12s %12s\n", "kernel (cpu)", "ms", "rate");
+  std::printf("%-60s %12s %12s %12s\n", "kernel (cpu)", "ms", "cpu ms", "rate");
   for (const Case& spec : cases) {
     if (spec.label.find(filter) == std::string::npos) continue;
-    double bytes = 0;
-    double seconds = timeCase(*backend, spec, repeats, bytes);
+    double bytes = 0, cpuSeconds = 0;
+    double seconds = timeCase(*backend, spec, repeats, dumpDirectory, bytes, cpuSeconds);
+    std::printf("%-60s %12.3f %12.3f ", spec.label.c_str(), seconds * 1e3, cpuSeconds * 1e3);
     if (spec.rate == Rate::Flops)
-      std::printf("%-60s %12.3f %8.1f GFLOP/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e9);
+      std::printf("%8.1f GFLOP/s\n", spec.work / seconds / 1e9);
     else if (spec.rate == Rate::Entries)
-      std::printf("%-60s %12.3f %8.1f M entries/s\n", spec.label.c_str(), seconds * 1e3, spec.work / seconds / 1e6);
+      std::printf("%8.1f M entries/s\n", spec.work / seconds / 1e6);
     else
-      std::printf("%-60s %12.3f %8.1f GB/s\n", spec.label.c_str(), seconds * 1e3, bytes / seconds / 1e9);
+      std::printf("%8.1f GB/s\n", bytes / seconds / 1e9);
   }
   return 0;
 }

@@ -10,6 +10,12 @@
 // and in every probability of the gradient. Each exp itself is taken in the logits' dtype: for f32
 // that is fastExp (within 2 ulp, so the f64 sum stays within about 2e-7 relative), whose loop
 // vectorises, where a libm exp per logit was most of these kernels' time.
+//
+// Passes over a row, each an AVX2 clone for f32: the cap (which also takes the row's maximum; a
+// maximum is exact in any order), the exps and their sum, and in the backward one more that scales
+// the exps and applies the cap's derivative. The last is compiled without FMA, so its roundings are
+// the separate IEEE operations written, whatever CPU runs it.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -54,7 +60,7 @@ constexpr int64_t kLanes = 8;
 
 // max(running, logits[begin..end)), as f64.
 template <typename T>
-double maximumOf(const T* logits, int64_t begin, int64_t end, double running) {
+[[gnu::always_inline]] inline double maximumOf(const T* logits, int64_t begin, int64_t end, double running) {
   T partial[kLanes];
   std::fill_n(partial, kLanes, -std::numeric_limits<T>::infinity());
   int64_t j = begin;
@@ -100,14 +106,32 @@ double sumOfExps(const T* logits, int64_t begin, int64_t end, double maximum, T*
     return sumOfExpsIn(logits, begin, end, maximum, exps);
 }
 
-// The bonused logit splits the row into the plain logits before it, itself, and those after it.
-// `exps` (null when not wanted) receives each exp(z_j − maximum).
+// The maximum of a row's plain logits: all but the bonused one (skip; -1 when there is none).
 template <typename T>
-Normalizer normalize(const BonusedRow<T>& z, int64_t length, T* exps) {
+[[gnu::always_inline]] inline double plainMaximumIn(const T* logits, int64_t length, int64_t skip) {
+  const double lowest = -std::numeric_limits<double>::infinity();
+  if (skip < 0) return maximumOf(logits, 0, length, lowest);
+  return maximumOf(logits, skip + 1, length, maximumOf(logits, 0, skip, lowest));
+}
+DGEMMA_CPU_CLONES_FOR_AVX2 double plainMaximumF32(const float* logits, int64_t length, int64_t skip) {
+  return plainMaximumIn(logits, length, skip);
+}
+
+template <typename T>
+double plainMaximum(const T* logits, int64_t length, int64_t skip) {
+  if constexpr (std::is_same_v<T, float>)
+    return plainMaximumF32(logits, length, skip);
+  else
+    return plainMaximumIn(logits, length, skip);
+}
+
+// The bonused logit splits the row into the plain logits before it, itself, and those after it.
+// `exps` (null when not wanted) receives each exp(z_j − maximum). `maximum` is the plain logits'.
+template <typename T>
+Normalizer normalize(const BonusedRow<T>& z, int64_t length, double maximum, T* exps) {
   const bool hasBonus = z.bonusId >= 0;
   const int64_t plainEnd = hasBonus ? z.bonusId : length;
-  double maximum = maximumOf(z.logits, 0, plainEnd, -std::numeric_limits<double>::infinity());
-  if (hasBonus) maximum = maximumOf(z.logits, z.bonusId + 1, length, std::max(maximum, z[z.bonusId]));
+  if (hasBonus) maximum = std::max(maximum, z[z.bonusId]);
   double sum = sumOfExps(z.logits, 0, plainEnd, maximum, exps);
   if (hasBonus) {
     const T e = cpu::fastExp(static_cast<T>(z[z.bonusId] - maximum));
@@ -131,17 +155,51 @@ struct CrossEntropyRows {
   }
 };
 
-// tanh(x / c) and c · tanh(x / c) over a row, in T and in the order of the div, tanh and mul ops the
-// kernel replaces (so the capped logits round as they did), the f32 loop in AVX2 clones.
+// tanh(x / c) and c · tanh(x / c) over [begin, end) of a row, in T and in the order of the div, tanh
+// and mul ops the kernel replaces (so the capped logits round as they did).
 template <typename T>
-[[gnu::always_inline]] inline void capRowIn(const T* x, int64_t length, T cap, T* squashed, T* capped) {
-  for (int64_t j = 0; j < length; ++j) {
+[[gnu::always_inline]] inline void capRangeIn(const T* x, int64_t begin, int64_t end, T cap, T* squashed, T* capped) {
+  for (int64_t j = begin; j < end; ++j) {
     squashed[j] = cpu::fastTanh(x[j] / cap);
     capped[j] = squashed[j] * cap;
   }
 }
-DGEMMA_CPU_CLONES_FOR_AVX2 void capRowF32(const float* x, int64_t length, float cap, float* squashed, float* capped) {
-  capRowIn(x, length, cap, squashed, capped);
+
+// Folds values[begin, end) into the lanes' running maxima.
+template <typename T>
+[[gnu::always_inline]] inline void foldMaximum(const T* values, int64_t begin, int64_t end, T* partial) {
+  int64_t j = begin;
+  for (; j + kLanes <= end; j += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] = std::max(partial[lane], values[j + lane]);
+  for (; j < end; ++j) partial[0] = std::max(partial[0], values[j]);
+}
+
+// Caps the whole row and returns the maximum of its plain capped logits (all but `skip`, the
+// bonused one, or -1), as f64. Block by block, each block's maximum taken while its capped logits
+// are still in L1: one pass over the row instead of a cap pass and a max pass. (Folding the max
+// into the cap loop itself kept that loop from vectorising as well, and was slower.)
+template <typename T>
+[[gnu::always_inline]] inline double capRowIn(const T* x, int64_t length, T cap, int64_t skip, T* squashed, T* capped) {
+  constexpr int64_t kBlock = 1024;
+  T partial[kLanes];
+  std::fill_n(partial, kLanes, -std::numeric_limits<T>::infinity());
+  for (int64_t begin = 0; begin < length; begin += kBlock) {
+    const int64_t end = std::min(length, begin + kBlock);
+    capRangeIn(x, begin, end, cap, squashed, capped);
+    if (skip < begin || skip >= end) {
+      foldMaximum(capped, begin, end, partial);
+    } else {
+      foldMaximum(capped, begin, skip, partial);
+      foldMaximum(capped, skip + 1, end, partial);
+    }
+  }
+  double maximum = -std::numeric_limits<double>::infinity();
+  for (int64_t lane = 0; lane < kLanes; ++lane) maximum = std::max(maximum, static_cast<double>(partial[lane]));
+  return maximum;
+}
+DGEMMA_CPU_CLONES_FOR_AVX2 double capRowF32(const float* x, int64_t length, float cap, int64_t skip, float* squashed,
+                                            float* capped) {
+  return capRowIn(x, length, cap, skip, squashed, capped);
 }
 
 // The soft-capped row for this thread: `squashed` holds tanh(x / c) for the backward's 1 − tanh².
@@ -155,22 +213,57 @@ struct CappedRow {
     row.capped.resize(static_cast<size_t>(length));
     return row;
   }
-  void fill(const T* x, int64_t length, double cap) {
+  // Caps x and returns the maximum of the plain capped logits (see capRowIn).
+  double fill(const T* x, int64_t length, double cap, int64_t skip) {
     if constexpr (std::is_same_v<T, float>)
-      capRowF32(x, length, static_cast<float>(cap), squashed.data(), capped.data());
+      return capRowF32(x, length, static_cast<float>(cap), skip, squashed.data(), capped.data());
     else
-      capRowIn(x, length, static_cast<T>(cap), squashed.data(), capped.data());
+      return capRowIn(x, length, static_cast<T>(cap), skip, squashed.data(), capped.data());
   }
 };
 
-// Row r's z, its logits capped into `scratch` when the kernel caps.
+// Row r's z, its logits capped into `scratch` when the kernel caps, and the maximum of its plain
+// logits (all but the bonused one).
 template <typename T>
-BonusedRow<T> rowOf(const CrossEntropyRows<T>& rows, int64_t r, const CrossEntropyContract& geometry, CappedRow<T>* scratch) {
+struct PreparedRow {
+  BonusedRow<T> z;
+  double plainMaximum;
+};
+
+template <typename T>
+PreparedRow<T> rowOf(const CrossEntropyRows<T>& rows, int64_t r, const CrossEntropyContract& geometry,
+                     CappedRow<T>* scratch) {
   BonusedRow<T> z = rows.row(r);
-  if (scratch == nullptr) return z;
-  scratch->fill(z.logits, geometry.vocabulary, geometry.softcap);
+  if (scratch == nullptr) return {z, plainMaximum(z.logits, geometry.vocabulary, z.bonusId)};
+  const double maximum = scratch->fill(z.logits, geometry.vocabulary, geometry.softcap, z.bonusId);
   z.logits = scratch->capped.data();
-  return z;
+  return {z, maximum};
+}
+
+// The backward's last pass over a row of exps e_j: grad_j = e_j · scale, rounded to T, then times
+// 1 − tanh²(x_j / c) when `squashed` is not null. Its f32 clone has no FMA (see the file comment).
+template <typename T>
+[[gnu::always_inline]] inline void scaleRowIn(T* grad, int64_t length, double scale, const T* squashed) {
+  if (squashed == nullptr) {
+    for (int64_t j = 0; j < length; ++j) grad[j] = static_cast<T>(static_cast<double>(grad[j]) * scale);
+    return;
+  }
+  for (int64_t j = 0; j < length; ++j) {
+    const T probabilityTerm = static_cast<T>(static_cast<double>(grad[j]) * scale);
+    grad[j] = static_cast<T>(probabilityTerm * (T(1) - squashed[j] * squashed[j]));
+  }
+}
+DGEMMA_CPU_CLONES_FOR_AVX2_WITHOUT_FMA void scaleRowF32(float* grad, int64_t length, double scale,
+                                                        const float* squashed) {
+  scaleRowIn(grad, length, scale, squashed);
+}
+
+template <typename T>
+void scaleRow(T* grad, int64_t length, double scale, const T* squashed) {
+  if constexpr (std::is_same_v<T, float>)
+    scaleRowF32(grad, length, scale, squashed);
+  else
+    scaleRowIn(grad, length, scale, squashed);
 }
 
 void checkIds(const std::string& where, const CrossEntropyContract& geometry, const Ids& ids, const char* role) {
@@ -208,8 +301,9 @@ class CrossEntropyKernel final : public Kernel {
     cpu::parallelFor(context, geometry_.rows, cpu::rowGrain(length), [&](int64_t begin, int64_t end) {
       CappedRow<T>* scratch = geometry_.softcap > 0 ? &CappedRow<T>::forThisThread(length) : nullptr;
       for (int64_t r = begin; r < end; ++r) {
-        const BonusedRow<T> z = rowOf(rows, r, geometry_, scratch);
-        const Normalizer normalizer = normalize<T>(z, length, nullptr);
+        const PreparedRow<T> prepared = rowOf(rows, r, geometry_, scratch);
+        const BonusedRow<T>& z = prepared.z;
+        const Normalizer normalizer = normalize<T>(z, length, prepared.plainMaximum, nullptr);
         loss[r] = static_cast<T>(normalizer.maximum + std::log(normalizer.sum) - z[rows.targets[r]]);
       }
     });
@@ -236,20 +330,19 @@ class CrossEntropyBackwardKernel final : public Kernel {
     cpu::parallelFor(context, geometry_.rows, cpu::rowGrain(length), [&](int64_t begin, int64_t end) {
       CappedRow<T>* scratch = geometry_.softcap > 0 ? &CappedRow<T>::forThisThread(length) : nullptr;
       for (int64_t r = begin; r < end; ++r) {
-        const BonusedRow<T> z = rowOf(rows, r, geometry_, scratch);
+        const PreparedRow<T> prepared = rowOf(rows, r, geometry_, scratch);
+        const BonusedRow<T>& z = prepared.z;
         T* gradRow = gradLogits + r * length;
-        const Normalizer normalizer = normalize(z, length, gradRow);
+        const Normalizer normalizer = normalize(z, length, prepared.plainMaximum, gradRow);
         const double g = static_cast<double>(gradOutput[r]);
-        const double scale = g / normalizer.sum;
-        for (int64_t j = 0; j < length; ++j) gradRow[j] = static_cast<T>(static_cast<double>(gradRow[j]) * scale);
+        const T* squashed = scratch != nullptr ? scratch->squashed.data() : nullptr;
+        scaleRow(gradRow, length, g / normalizer.sum, squashed);
         // The target's probability from z itself, so that p − 1 keeps its digits when p is near 1.
         const int64_t target = rows.targets[r];
         const double probability = std::exp(z[target] - normalizer.maximum) / normalizer.sum;
         gradRow[target] = static_cast<T>(g * (probability - 1.0));
-        if (scratch != nullptr) {
-          const T* squashed = scratch->squashed.data();
-          for (int64_t j = 0; j < length; ++j) gradRow[j] = static_cast<T>(gradRow[j] * (T(1) - squashed[j] * squashed[j]));
-        }
+        if (squashed != nullptr)
+          gradRow[target] = static_cast<T>(gradRow[target] * (T(1) - squashed[target] * squashed[target]));
       }
     });
   }

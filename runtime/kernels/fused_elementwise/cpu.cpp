@@ -9,6 +9,10 @@
 // dtype (nearest even) where the unfused program would have stored it, which is what the CPU
 // backend's widening does around each unfused step (backends/cpu/ReducedPrecision.h): so the kernel
 // reads and writes its bf16 and f16 buffers itself (KernelTraits::handlesReducedFloats).
+//
+// An input broadcast along the whole run (a scalar, a per-row value) is one element, not a tile: the
+// binary instructions read it as such, and only the others get it spread over a tile. The f32
+// binary loops run in AVX2 clones without FMA: each element is still the one IEEE operation.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -143,10 +147,61 @@ void roundTile(DType dtype, int64_t length, C* tile) {
     for (int64_t k = 0; k < length; ++k) tile[k] = f16BitsToF32(f32ToF16Bits(tile[k]));
 }
 
+// A value of the tile: `length` elements, or one element standing for all of them (uniform).
+template <typename C>
+struct TileValue {
+  const C* data = nullptr;
+  bool uniform = false;
+};
+
 template <typename C, typename Op>
-void binaryTile(const C* a, const C* b, C* out, int64_t length) {
+[[gnu::always_inline]] inline void binaryLoop(TileValue<C> a, TileValue<C> b, C* out, int64_t length) {
   const Op op;
-  for (int64_t k = 0; k < length; ++k) out[k] = op(a[k], b[k]);
+  if (a.uniform && b.uniform) {
+    const C result = op(a.data[0], b.data[0]);
+    for (int64_t k = 0; k < length; ++k) out[k] = result;
+  } else if (a.uniform) {
+    const C scalar = a.data[0];
+    for (int64_t k = 0; k < length; ++k) out[k] = op(scalar, b.data[k]);
+  } else if (b.uniform) {
+    const C scalar = b.data[0];
+    for (int64_t k = 0; k < length; ++k) out[k] = op(a.data[k], scalar);
+  } else {
+    for (int64_t k = 0; k < length; ++k) out[k] = op(a.data[k], b.data[k]);
+  }
+}
+
+template <typename C>
+[[gnu::always_inline]] inline void binaryTileIn(fused::Opcode opcode, TileValue<C> a, TileValue<C> b, C* out,
+                                                int64_t length) {
+  using fused::Opcode;
+  switch (opcode) {
+    case Opcode::Add: binaryLoop<C, AddOp>(a, b, out, length); break;
+    case Opcode::Sub: binaryLoop<C, SubOp>(a, b, out, length); break;
+    case Opcode::Mul: binaryLoop<C, MulOp>(a, b, out, length); break;
+    case Opcode::Div: binaryLoop<C, DivOp>(a, b, out, length); break;
+    case Opcode::Maximum: binaryLoop<C, MaximumOp>(a, b, out, length); break;
+    default: binaryLoop<C, MinimumOp>(a, b, out, length); break;
+  }
+}
+
+DGEMMA_CPU_CLONES_FOR_AVX2_WITHOUT_FMA void binaryTileF32(fused::Opcode opcode, TileValue<float> a, TileValue<float> b,
+                                                          float* out, int64_t length) {
+  binaryTileIn(opcode, a, b, out, length);
+}
+
+template <typename C>
+void binaryTile(fused::Opcode opcode, TileValue<C> a, TileValue<C> b, C* out, int64_t length) {
+  if constexpr (std::is_same_v<C, float>)
+    binaryTileF32(opcode, a, b, out, length);
+  else
+    binaryTileIn(opcode, a, b, out, length);
+}
+
+bool isBinary(fused::Opcode opcode) {
+  using fused::Opcode;
+  return opcode == Opcode::Add || opcode == Opcode::Sub || opcode == Opcode::Mul || opcode == Opcode::Div ||
+         opcode == Opcode::Maximum || opcode == Opcode::Minimum;
 }
 
 // The unary maps as UnaryKernel<C, Op> computes them.
@@ -158,16 +213,17 @@ void unaryTile(const C* x, C* out, int64_t length) {
   else mapElements<C, Op>(x, out, 0, length);
 }
 
+// The unary ops, cast and select, over whole tiles (binary ops take binaryTile).
 template <typename C>
 void runInstruction(const fused::Instruction& instruction, const C* const* args, C* out, int64_t length) {
   using fused::Opcode;
   switch (instruction.opcode) {
-    case Opcode::Add: binaryTile<C, AddOp>(args[0], args[1], out, length); break;
-    case Opcode::Sub: binaryTile<C, SubOp>(args[0], args[1], out, length); break;
-    case Opcode::Mul: binaryTile<C, MulOp>(args[0], args[1], out, length); break;
-    case Opcode::Div: binaryTile<C, DivOp>(args[0], args[1], out, length); break;
-    case Opcode::Maximum: binaryTile<C, MaximumOp>(args[0], args[1], out, length); break;
-    case Opcode::Minimum: binaryTile<C, MinimumOp>(args[0], args[1], out, length); break;
+    case Opcode::Add:
+    case Opcode::Sub:
+    case Opcode::Mul:
+    case Opcode::Div:
+    case Opcode::Maximum:
+    case Opcode::Minimum: break;  // binaryTile
     case Opcode::Neg: unaryTile<C, NegOp>(args[0], out, length); break;
     case Opcode::Exp: unaryTile<C, ExpOp>(args[0], out, length); break;
     case Opcode::Log: unaryTile<C, LogOp>(args[0], out, length); break;
@@ -206,7 +262,8 @@ class FusedElementwiseKernel final : public Kernel {
     parallelFor(context, count_, kElementGrain, [&](int64_t begin, int64_t end) {
       // Per thread and reused: a tile's elements are always written before they are read.
       thread_local std::vector<C> tiles;
-      thread_local std::vector<const C*> valueData, args;
+      thread_local std::vector<const C*> args;
+      thread_local std::vector<TileValue<C>> valueData;
       if (tiles.size() < values * kTile) tiles.resize(values * kTile);
       valueData.resize(values);
       Cursor cursor(geometry_);
@@ -215,26 +272,41 @@ class FusedElementwiseKernel final : public Kernel {
         const int64_t length = std::min({end - index, cursor.runLength(), kTile});
         for (size_t k = 0; k < inputs_; ++k) {
           if (contract_.valueDTypes[k] == computeDType && cursor.innerStride(k) == 1) {
-            valueData[k] = inputs[k].as<const C>() + cursor.offset(k);
+            valueData[k] = {inputs[k].as<const C>() + cursor.offset(k), false};
             continue;
           }
+          // A broadcast input loads its one element; spreadOver fills the tile if an op needs it.
+          const bool uniform = cursor.innerStride(k) == 0;
           C* tile = tiles.data() + k * kTile;
-          loadTile(inputs[k].data, contract_.valueDTypes[k], cursor.offset(k), cursor.innerStride(k), length, tile);
-          valueData[k] = tile;
+          loadTile(inputs[k].data, contract_.valueDTypes[k], cursor.offset(k), cursor.innerStride(k),
+                   uniform ? 1 : length, tile);
+          valueData[k] = {tile, uniform};
         }
         for (size_t i = 0; i < contract_.program.instructions.size(); ++i) {
           const fused::Instruction& instruction = contract_.program.instructions[i];
-          args.clear();
-          for (int64_t arg : instruction.args) args.push_back(valueData[arg]);
           const size_t value = inputs_ + i;
           const bool last = value + 1 == values;
           C* out = last && outputDType == computeDType ? reinterpret_cast<C*>(output + index * outputSize)
                                                        : tiles.data() + value * kTile;
-          runInstruction(instruction, args.data(), out, length);
+          if (isBinary(instruction.opcode)) {
+            binaryTile(instruction.opcode, valueData[instruction.args[0]], valueData[instruction.args[1]], out, length);
+          } else {
+            args.clear();
+            for (int64_t arg : instruction.args) {
+              TileValue<C>& argument = valueData[arg];
+              if (argument.uniform) {  // only inputs are uniform, and their tiles are their own
+                C* tile = tiles.data() + arg * kTile;
+                std::fill(tile + 1, tile + length, tile[0]);
+                argument.uniform = false;
+              }
+              args.push_back(argument.data);
+            }
+            runInstruction(instruction, args.data(), out, length);
+          }
           // The last value is rounded once, by the store.
           if (!last) roundTile(contract_.valueDTypes[value], length, out);
           else if (outputDType != computeDType) storeTile(out, outputDType, length, output + index * outputSize);
-          valueData[value] = out;
+          valueData[value] = {out, false};
         }
         cursor.advance(length);
         index += length;

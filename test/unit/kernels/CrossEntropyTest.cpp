@@ -149,6 +149,43 @@ TEST(CrossEntropyKernels, SoftcapInsideMatchesCappedLogits) {
   check(DType::F32, 0.0f, 2e-6);
 }
 
+// The capped row's maximum is taken block by block (1024 logits): bonused logits at the first and
+// last logit of a block and of the row, with a bonus that makes the bonused logit the row's maximum
+// in one row and the minimum in another, over three blocks (the last partial).
+TEST(CrossEntropyKernels, SoftcapAcrossMaximumBlocksMatchesCappedLogits) {
+  const int64_t vocabulary = 2100, rows = 4;
+  const double cap = 3.0;
+  const std::vector<double> logits = randomValues<double>(rows * vocabulary, 24, -6, 6);
+  const std::vector<int64_t> targets = {5, 1024, 2099, 0}, bonusIds = {0, 1023, 1024, 2099};
+  const std::vector<double> bonus = {8.0, -9.0, 0.5, 2.0}, gradOutput = {1.0, 0.5, -1.5, 2.0};
+  std::vector<double> capped(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) capped[i] = cap * std::tanh(logits[i] / cap);
+  const std::vector<Position> expected = positions(capped, vocabulary, targets, bonusIds, bonus);
+  std::vector<double> losses, gradients;
+  for (size_t r = 0; r < expected.size(); ++r) {
+    losses.push_back(expected[r].loss());
+    const std::vector<double> gradient = expected[r].gradient(gradOutput[r]);
+    for (int64_t j = 0; j < vocabulary; ++j) {
+      const double squashed = std::tanh(logits[r * vocabulary + j] / cap);
+      gradients.push_back(gradient[j] * (1 - squashed * squashed));
+    }
+  }
+  const std::vector<float> x(logits.begin(), logits.end()), b(bonus.begin(), bonus.end());
+  const std::vector<float> g(gradOutput.begin(), gradOutput.end());
+  ThreadPool threads(3);
+  KernelCall forward("cross_entropy", {{"softcap", cap}});
+  forward.input(DType::F32, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
+  forward.input(DType::I64, {rows}, bonusIds).input(DType::F32, {rows}, b).output(DType::F32, {rows});
+  forward.run(&threads);
+  expectClose(forward.result<float>(), losses, 2e-6);
+  KernelCall backward("cross_entropy_backward", {{"softcap", cap}});
+  backward.input(DType::F32, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
+  backward.input(DType::I64, {rows}, bonusIds).input(DType::F32, {rows}, b).input(DType::F32, {rows}, g);
+  backward.output(DType::F32, {rows, vocabulary});
+  backward.run(&threads);
+  expectClose(backward.result<float>(), gradients, 2e-6);
+}
+
 // The model's vocabulary in f32: the loss is within the f32 rounding of the result (2^-24 relative)
 // of an f64 reference, which a running f32 sum of 262144 exps (about 1e-5 off here) would not reach.
 TEST(CrossEntropyKernel, FullVocabularyInF32MatchesF64) {

@@ -154,6 +154,19 @@ TEST(FusedElementwise, ScaledResidualEqualsUnfusedF32) {
                             &graph.input(DType::F32, {5, 1}, 7)});
 }
 
+// Broadcast inputs stay one element for the binary ops (as either operand, or both) and are spread
+// over a tile for a unary op, after which the binary ops read that tile.
+TEST(FusedElementwise, ScalarAndPerRowOperandsEqualUnfusedF32) {
+  Graph graph;
+  ThreadPool threads(2);
+  expectFusedEqualsUnfused(graph,
+                           "sub f32 1 0; mul f32 1 2; exp f32 2; add f32 4 3; maximum f32 6 5; minimum f32 1 7; "
+                           "div f32 8 2",
+                           {&graph.input(DType::F32, {4, 300}, 20), &graph.input(DType::F32, {1}, 21),
+                            &graph.input(DType::F32, {4, 1}, 22)},
+                           &threads);
+}
+
 TEST(FusedElementwise, EveryUnaryMapEqualsUnfusedF32) {
   Graph graph;
   expectFusedEqualsUnfused(graph,

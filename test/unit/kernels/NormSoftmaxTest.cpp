@@ -115,6 +115,32 @@ TEST(RmsNormBackwardKernel, ManyRowsAndColumnBlocksAcrossThreads) {
   checkRmsNormBackward<float>(DType::F32, 40, 37, true, &threads);  // 37 columns: a partial column block
 }
 
+// The row sums' lanes and dw's column blocks are fixed by the width alone: 1, 2 and 3 threads (and
+// none) give the same bits, at widths that leave a partial lane group and a partial column block.
+TEST(RmsNormBackwardKernel, ThreadCountChangesNoBit) {
+  for (const int64_t width : {int64_t{256}, int64_t{300}, int64_t{37}}) {
+    const int64_t rows = 70;
+    const std::vector<float> x = randomValues<float>(rows * width, 51, -3, 3), dy = randomValues<float>(rows * width, 52);
+    const std::vector<float> weight = randomValues<float>(width, 53, 0.5, 1.5);
+    auto run = [&](ThreadPool* threads) {
+      KernelCall call("rms_norm_backward", {{"eps", 1e-6}});
+      call.input(DType::F32, {rows, width}, x).input(DType::F32, {rows, width}, dy).input(DType::F32, {width}, weight);
+      call.output(DType::F32, {rows, width}).output(DType::F32, {width});
+      call.run(threads);
+      return std::make_pair(call.result<float>(0), call.result<float>(1));
+    };
+    const auto serial = run(nullptr);
+    for (const int64_t count : {1, 2, 3}) {
+      ThreadPool threads(count);
+      const auto threaded = run(&threads);
+      EXPECT_EQ(std::memcmp(threaded.first.data(), serial.first.data(), serial.first.size() * sizeof(float)), 0)
+          << "dx, width " << width << ", " << count << " threads";
+      EXPECT_EQ(std::memcmp(threaded.second.data(), serial.second.data(), serial.second.size() * sizeof(float)), 0)
+          << "dw, width " << width << ", " << count << " threads";
+    }
+  }
+}
+
 // Softmax of x viewed as [outer, length, inner] along the middle dimension.
 std::vector<double> softmaxReference(const std::vector<double>& x, int64_t outer, int64_t length, int64_t inner) {
   std::vector<double> y(x.size());

@@ -1,6 +1,7 @@
 // runtime/kernels/rms_norm/RmsNormMath.h, the arithmetic of the CUDA rms_norm_backward, on the host
-// against the CPU kernel: with each row's sums taken in column order (the order of a block of one
-// thread) dx and dw equal the CPU kernel's bit for bit, with and without a weight.
+// against the CPU kernel: with each row's sums taken in the CPU kernel's order (eight partial sums,
+// column c in lane c mod 8, the lanes added in order; docs/kernels.md) dx and dw equal the CPU
+// kernel's bit for bit, with and without a weight.
 #include "KernelTestSupport.h"
 #include "runtime/kernels/rms_norm/RmsNormMath.h"
 
@@ -9,7 +10,8 @@ namespace {
 
 TEST(RmsNormMath, BackwardMatchesCpuKernel) {
   for (const bool weighted : {true, false}) {
-    for (const auto& [rows, width] : std::vector<std::pair<int64_t, int64_t>>{{7, 33}, {3, 256}, {1, 1}, {12, 5}}) {
+    for (const auto& [rows, width] :
+         std::vector<std::pair<int64_t, int64_t>>{{7, 33}, {3, 256}, {1, 1}, {12, 5}, {5, 300}, {2, 2817}}) {
       const double eps = 1e-6;
       const std::vector<float> x = randomValues<float>(rows * width, 11 + static_cast<uint32_t>(width));
       const std::vector<float> dy = randomValues<float>(rows * width, 12 + static_cast<uint32_t>(width));
@@ -25,11 +27,16 @@ TEST(RmsNormMath, BackwardMatchesCpuKernel) {
       const float* weight = weighted ? w.data() : nullptr;
       std::vector<double> rowR(rows);
       for (int64_t row = 0; row < rows; ++row) {
-        double sumOfSquares = 0, projection = 0;
+        double squares[8] = {}, projections[8] = {};
         for (int64_t c = 0; c < width; ++c) {
           const double xValue = x[row * width + c];
-          sumOfSquares += xValue * xValue;
-          projection += rms_norm::gradientOf(dy.data(), weight, row * width + c, c) * xValue;
+          squares[c % 8] += xValue * xValue;
+          projections[c % 8] += rms_norm::gradientOf(dy.data(), weight, row * width + c, c) * xValue;
+        }
+        double sumOfSquares = 0, projection = 0;
+        for (int lane = 0; lane < 8; ++lane) {
+          sumOfSquares += squares[lane];
+          projection += projections[lane];
         }
         const rms_norm::RowScales scales = rms_norm::rowScales(sumOfSquares, projection, width, eps);
         rowR[row] = scales.r;
