@@ -71,12 +71,11 @@ template <typename T>
   return running;
 }
 
-// Σ exp(logits[j] − maximum) over [begin, end), writing each exp to exps[j] when exps is not null.
-// Always inlined, so that the AVX2 clone below compiles this loop for its own target.
-template <typename T>
-[[gnu::always_inline]] inline double sumOfExpsIn(const T* logits, int64_t begin, int64_t end, double maximum, T* exps) {
+// Σ exp(j) over [begin, end) in eight f64 partial sums, each term also written to exps[j] when exps
+// is not null.
+template <typename T, typename Exp>
+[[gnu::always_inline]] inline double sumOfTermsIn(int64_t begin, int64_t end, T* exps, const Exp& exp) {
   double partial[kLanes] = {};
-  const auto exp = [&](int64_t j) { return cpu::fastExp(static_cast<T>(static_cast<double>(logits[j]) - maximum)); };
   int64_t j = begin;
   if (exps != nullptr) {
     for (; j + kLanes <= end; j += kLanes)
@@ -90,6 +89,23 @@ template <typename T>
   double sum = 0;
   for (int64_t lane = 0; lane < kLanes; ++lane) sum += partial[lane];
   return sum;
+}
+
+// Σ exp(logits[j] − maximum) over [begin, end), writing each exp to exps[j] when exps is not null.
+// Always inlined, so that the AVX2 clone below compiles this loop for its own target.
+template <typename T>
+[[gnu::always_inline]] inline double sumOfExpsIn(const T* logits, int64_t begin, int64_t end, double maximum, T* exps) {
+  if constexpr (std::is_same_v<T, float>) {
+    // The maximum of a row without a bonus is one of its f32 logits. Then each difference is taken
+    // in f32: that rounds the exact difference once, and the f64 difference rounded to f32 rounds it
+    // twice, which gives the same bits because f64 has at least 2 · 24 + 2 significant bits (double
+    // rounding is innocuous for +, −, ×, ÷ at that width). The loop then converts no logit to f64.
+    const float singleMaximum = static_cast<float>(maximum);
+    if (static_cast<double>(singleMaximum) == maximum)
+      return sumOfTermsIn(begin, end, exps, [&](int64_t j) { return cpu::fastExp(logits[j] - singleMaximum); });
+  }
+  return sumOfTermsIn(begin, end, exps,
+                      [&](int64_t j) { return cpu::fastExp(static_cast<T>(static_cast<double>(logits[j]) - maximum)); });
 }
 
 // The f32 loop in AVX2 clones (see FastMath.h): the exps are these kernels' arithmetic.
