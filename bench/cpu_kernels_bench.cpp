@@ -24,12 +24,13 @@ namespace {
 
 using namespace dgemma;
 
-// A buffer of the case; f32 inputs are filled uniformly from [low, high), i64 inputs with small
-// non-negative integers, u8 inputs (attention's key_valid) with ones.
+// A buffer of the case; f32 inputs are filled uniformly from [low, high), i64 inputs with integers
+// in [0, indexBound), u8 inputs (attention's key_valid) with ones.
 struct Tensor {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
   float low = -1.0f, high = 1.0f;
+  int64_t indexBound = 1024;  // i64 inputs are drawn from [0, indexBound)
 };
 
 enum class Rate { Flops, Bytes, Entries };
@@ -85,7 +86,7 @@ double timeCase(Backend& backend, const Case& spec, int repeats, const std::stri
     std::uniform_real_distribution<float> uniform(tensors[t].low, tensors[t].high);
     for (int64_t i = 0; i < storage.back().numElements(); ++i) {
       if (tensors[t].dtype == DType::F32) storage.back().as<float>()[i] = uniform(rng);
-      else if (tensors[t].dtype == DType::I64) storage.back().as<int64_t>()[i] = static_cast<int64_t>(rng() % 1024);
+      else if (tensors[t].dtype == DType::I64) storage.back().as<int64_t>()[i] = static_cast<int64_t>(rng() % tensors[t].indexBound);
       else if (tensors[t].dtype == DType::U8) storage.back().as<uint8_t>()[i] = 1;
     }
     bytesMoved += static_cast<double>(buffers[t].bytes());
@@ -146,6 +147,22 @@ int main(int argc, char** argv) {
       attentionCases("causal w64", {{"mask", "causal"}, {"window", 64}, {"scale", 0.125}}, 64, headRows * 64 * 64);
   const std::vector<Case> causalAttention =
       attentionCases("causal", {{"mask", "causal"}, {"scale", 0.125}}, 128, headRows * 128 * 129 / 2);
+  // moe_experts at the small-20m training step's shapes: 8 experts of 2 × 256 (gate, up) and 256, top-2
+  // routes of 512 tokens (the clean pass; the decoder's calls have 256), expert ids uniform. The
+  // rate counts the products: forward 2·H·(2I + I) per route; backward five products, 2·H·(3·2I + 2·I).
+  auto moeCases = [](int64_t tokens) {
+    const double routes = double(tokens) * 2, h = 256, i = 256;
+    const Tensor x{{tokens, 256}}, weights{{tokens, 2}, DType::F32, 0.0f, 1.0f}, indices{{tokens, 2}, DType::I64, 0, 0, 8};
+    const Tensor gateUp{{8, 512, 256}, DType::F32, -0.05f, 0.05f}, down{{8, 256, 256}, DType::F32, -0.05f, 0.05f};
+    const std::string shape = " [" + std::to_string(tokens) + ",256] top-2 of 8";
+    return std::vector<Case>{
+        {"moe_experts" + shape, "moe_experts", nlohmann::json::object(), {x, weights, indices, gateUp, down},
+         {{{tokens, 256}}}, Rate::Flops, routes * 2 * h * (2 * i + i)},
+        {"moe_experts_backward" + shape, "moe_experts_backward", nlohmann::json::object(),
+         {x, weights, indices, gateUp, down, {{tokens, 256}}},
+         {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}}, Rate::Flops, routes * 2 * h * (3 * 2 * i + 2 * i)}};
+  };
+  const std::vector<Case> moe512 = moeCases(512), moe256 = moeCases(256);
   const std::vector<Case> prefixAttention = attentionCases(
       "prefix 64", {{"mask", "prefix"}, {"prefix_len", 64}, {"scale", 0.125}}, 64, headRows * 64 * 128);
   const std::vector<Case> cases = {
@@ -181,6 +198,10 @@ int main(int argc, char** argv) {
       causalAttention[1],
       prefixAttention[0],
       prefixAttention[1],
+      moe512[0],
+      moe512[1],
+      moe256[0],
+      moe256[1],
   };
   std::printf("%-60s %12s %12s %12s\n", "kernel (cpu)", "ms", "cpu ms", "rate");
   for (const Case& spec : cases) {
