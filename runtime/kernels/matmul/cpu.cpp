@@ -30,8 +30,18 @@ void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a
 
 // Products of fewer multiply-adds run as one call: waking the pool would cost more than half of them.
 constexpr int64_t kPooledMultiplyAdds = int64_t{1} << 21;
-// The rows or columns of C per OpenBLAS call of a split product.
-constexpr int64_t kBlockExtent = 64;
+// A split product is at most this many OpenBLAS calls, each at least kMinimumBlockExtent rows or
+// columns of C wide (a multiple of it). Each call packs the whole operand it does not split, so
+// blocks of a fixed 64 re-packed the LM head's 256 × 256 activations 256 times in a [256, 16384]
+// product; 16 blocks keep that small and still balance up to 16 threads.
+constexpr int64_t kMaximumBlocks = 16;
+constexpr int64_t kMinimumBlockExtent = 64;
+
+// The rows or columns of C per call for a split of `extent` (a function of the shape alone).
+int64_t blockExtent(int64_t extent) {
+  const int64_t perBlock = (extent + kMaximumBlocks - 1) / kMaximumBlocks;
+  return std::max(kMinimumBlockExtent, (perBlock + kMinimumBlockExtent - 1) / kMinimumBlockExtent * kMinimumBlockExtent);
+}
 
 // C = op(A) op(B), split into blocks spread over the pool when the products are threaded there and
 // it is large. The split is along C's rows when op(B) is the smaller operand (each call packs all of
@@ -48,12 +58,12 @@ void pooledGemm(ExecContext& context, bool transposeA, bool transposeB, int m, i
     return;
   }
   const bool splitRows = n <= m;
-  const int64_t extent = splitRows ? m : n;
-  const int64_t blocks = (extent + kBlockExtent - 1) / kBlockExtent;
+  const int64_t extent = splitRows ? m : n, width = blockExtent(extent);
+  const int64_t blocks = (extent + width - 1) / width;
   cpu::parallelFor(context, blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t block = begin; block < end; ++block) {
-      const int64_t first = block * kBlockExtent;
-      const int count = static_cast<int>(std::min(first + kBlockExtent, extent) - first);
+      const int64_t first = block * width;
+      const int count = static_cast<int>(std::min(first + width, extent) - first);
       if (splitRows)
         gemm(transposeA, transposeB, count, n, k, transposeA ? a + first : a + first * lda, lda, b, ldb, c + first * ldc,
              ldc);
