@@ -9,8 +9,8 @@
 //       [--encoder-loss-weight w] [--threads N] [--warmup K] [--iters N] [--min-seconds T]
 //       [--seed S] [--weights FILE.safetensors] [--fusion on|off] [--products openblas|pool] [--profile] [--json]
 //
-// --products pool threads the products on the backend's pool, as generation does
-// (runtime/kernels/matmul/BlasThreading.h); the default, openblas, leaves that to OpenBLAS, as training does.
+// --products pool (the default) threads the products on the backend's pool, as every dgemma-run
+// command does (runtime/kernels/matmul/BlasThreading.h); openblas leaves that to OpenBLAS's own threads.
 //
 // Each entry runs K untimed steps, then timed steps until it has run N of them and they took at
 // least T seconds together (default 0); the mean and the minimum are over the timed steps, and so
@@ -78,7 +78,7 @@ struct Flags {
   bool profile = false;
   bool json = false;
   bool fusion = true;  // dg-fuse-elementwise, as dgemma-compile --fusion
-  bool pooledProducts = false;  // --products pool: threadProductsOnPool(), as dgemma-run generate
+  bool pooledProducts = true;  // --products pool: threadProductsOnPool(), as dgemma-run
 };
 
 [[noreturn]] void usage(const std::string& problem) {

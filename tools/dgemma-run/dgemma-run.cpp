@@ -444,11 +444,11 @@ int main(int argc, char** argv) {
   // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
   // Training keeps OpenBLAS's own choice for now: the demo recipe's outcome depends on the GEMMs'
   // summation order (docs/generation.md, "OpenBLAS's core").
-  if (generate->parsed() || eval->parsed()) {
-    dgemma::reexecWithBetterOpenBlasCore(argv);
-    // A pass is many small products next to the pool's own kernels: the pool threads them (BlasThreading.h).
-    dgemma::threadProductsOnPool();
-  }
+  if (generate->parsed() || eval->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
+  // Every command threads the products on the backend's pool (BlasThreading.h): a step is many
+  // products next to the pool's own kernels, OpenBLAS's threads would spin beside them, and each
+  // product's bytes are then the same for every thread count.
+  dgemma::threadProductsOnPool();
   // The plan-running commands run as one rank of several: started here (--nproc-per-node), or by
   // dgemma-run, torchrun, Slurm or mpirun, whose environment names the rank.
   const bool runsPlan = train->parsed() || forward->parsed() || grad->parsed();

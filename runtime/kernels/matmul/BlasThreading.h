@@ -1,14 +1,15 @@
 // Who threads the CPU products (docs/generation.md, "Performance"). By default OpenBLAS threads each
-// GEMM itself (OPENBLAS_NUM_THREADS). Generation hands that to the backend's pool instead: OpenBLAS
-// runs one thread, the matmul kernel splits a large product into row or column blocks over the pool,
-// and moe_experts runs its experts' products side by side. OpenBLAS's own threads would wake and
-// synchronise for each of a pass's small products and spin between them, next to the pool's threads
-// on the same cores. Each element of a product is the same single-threaded OpenBLAS sum either way,
-// so the results do not change (test/unit/kernels/PooledProductsTest.cpp).
+// GEMM itself (OPENBLAS_NUM_THREADS). Every dgemma-run command hands that to the backend's pool
+// instead: OpenBLAS runs one thread, the matmul kernel splits a large product into row or column
+// blocks over the pool, and moe_experts runs its experts' products side by side. OpenBLAS's own
+// threads would wake and synchronise for each of a step's many products and spin between them,
+// next to the pool's threads on the same cores. The blocks depend on the shape alone, so a product's
+// bytes are the same for every thread count (test/unit/kernels/PooledProductsTest.cpp).
 //
-// Training keeps OpenBLAS's threads for its large products, but the MoE and attention kernels take
-// the choice per call (SingleThreadedProducts): their many small per-expert or per-tile products run
-// side by side on the pool, each one single-threaded OpenBLAS call, in every mode.
+// Where OpenBLAS keeps its threads (a process that never calls threadProductsOnPool: the kernel
+// tests, an embedding program), the MoE and attention kernels still take the choice per call
+// (SingleThreadedProducts): their many small per-expert or per-tile products run side by side on the
+// pool, each one single-threaded OpenBLAS call.
 #pragma once
 
 namespace dgemma {
