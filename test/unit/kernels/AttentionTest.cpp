@@ -49,6 +49,36 @@ std::vector<std::vector<std::vector<bool>>> materialisedMask(const AttentionCase
   return mask;
 }
 
+// The keys that query i of batch row b sees under `mask` and their softmax probabilities for query
+// head h, in f64 (the references below share it).
+struct VisibleRow {
+  std::vector<int64_t> keys;
+  std::vector<double> probabilities;
+};
+
+template <typename T>
+VisibleRow visibleRow(const AttentionCase& c, const std::vector<std::vector<std::vector<bool>>>& mask,
+                      const std::vector<T>& q, const std::vector<T>& k, int64_t b, int64_t i, int64_t h) {
+  const int64_t kvHead = h / (c.queryHeads / c.kvHeads);
+  const int64_t qBase = ((b * c.queries + i) * c.queryHeads + h) * c.headDim;
+  VisibleRow row;
+  std::vector<double> scores;
+  for (int64_t j = 0; j < c.keys; ++j) {
+    if (!mask[b][i][j]) continue;
+    const int64_t kBase = ((b * c.keys + j) * c.kvHeads + kvHead) * c.headDim;
+    double dot = 0;
+    for (int64_t d = 0; d < c.headDim; ++d) dot += static_cast<double>(q[qBase + d]) * k[kBase + d];
+    row.keys.push_back(j);
+    scores.push_back(c.scale * dot);
+  }
+  if (row.keys.empty()) return row;
+  const double maximum = *std::max_element(scores.begin(), scores.end());
+  double sum = 0;
+  for (double score : scores) sum += std::exp(score - maximum);
+  for (double score : scores) row.probabilities.push_back(std::exp(score - maximum) / sum);
+  return row;
+}
+
 template <typename T>
 std::vector<double> attentionReference(const AttentionCase& c, const std::vector<T>& q, const std::vector<T>& k,
                                        const std::vector<T>& v) {
@@ -58,26 +88,11 @@ std::vector<double> attentionReference(const AttentionCase& c, const std::vector
     for (int64_t i = 0; i < c.queries; ++i)
       for (int64_t h = 0; h < c.queryHeads; ++h) {
         const int64_t kvHead = h / (c.queryHeads / c.kvHeads);
-        const int64_t qBase = ((b * c.queries + i) * c.queryHeads + h) * c.headDim;
-        std::vector<int64_t> keys;
-        std::vector<double> scores;
-        for (int64_t j = 0; j < c.keys; ++j) {
-          if (!mask[b][i][j]) continue;
-          const int64_t kBase = ((b * c.keys + j) * c.kvHeads + kvHead) * c.headDim;
-          double dot = 0;
-          for (int64_t d = 0; d < c.headDim; ++d) dot += static_cast<double>(q[qBase + d]) * k[kBase + d];
-          keys.push_back(j);
-          scores.push_back(c.scale * dot);
-        }
-        if (keys.empty()) continue;
-        const double maximum = *std::max_element(scores.begin(), scores.end());
-        double sum = 0;
-        for (double score : scores) sum += std::exp(score - maximum);
+        const VisibleRow row = visibleRow(c, mask, q, k, b, i, h);
         const int64_t oBase = ((b * c.queries + i) * c.queryHeads + h) * c.valueDim;
-        for (size_t n = 0; n < keys.size(); ++n) {
-          const double probability = std::exp(scores[n] - maximum) / sum;
-          const int64_t vBase = ((b * c.keys + keys[n]) * c.kvHeads + kvHead) * c.valueDim;
-          for (int64_t d = 0; d < c.valueDim; ++d) o[oBase + d] += probability * v[vBase + d];
+        for (size_t n = 0; n < row.keys.size(); ++n) {
+          const int64_t vBase = ((b * c.keys + row.keys[n]) * c.kvHeads + kvHead) * c.valueDim;
+          for (int64_t d = 0; d < c.valueDim; ++d) o[oBase + d] += row.probabilities[n] * v[vBase + d];
         }
       }
   return o;
@@ -323,23 +338,12 @@ Gradients attentionBackwardReference(const AttentionCase& c, const std::vector<T
         const int64_t kvHead = h / (c.queryHeads / c.kvHeads);
         const int64_t row = (b * c.queries + i) * c.queryHeads + h;
         auto keyRow = [&](int64_t j) { return (b * c.keys + j) * c.kvHeads + kvHead; };
-        std::vector<int64_t> keys;
-        std::vector<double> scores;
-        for (int64_t j = 0; j < c.keys; ++j) {
-          if (!mask[b][i][j]) continue;
-          double dot = 0;
-          for (int64_t d = 0; d < c.headDim; ++d) dot += static_cast<double>(q[row * c.headDim + d]) * k[keyRow(j) * c.headDim + d];
-          keys.push_back(j);
-          scores.push_back(c.scale * dot);
-        }
-        if (keys.empty()) continue;
-        const double maximum = *std::max_element(scores.begin(), scores.end());
-        double sum = 0;
-        for (double score : scores) sum += std::exp(score - maximum);
-        std::vector<double> p(keys.size()), dp(keys.size());
+        const VisibleRow visibleKeys = visibleRow(c, mask, q, k, b, i, h);
+        const std::vector<int64_t>& keys = visibleKeys.keys;
+        const std::vector<double>& p = visibleKeys.probabilities;
+        std::vector<double> dp(keys.size());
         double delta = 0;
         for (size_t n = 0; n < keys.size(); ++n) {
-          p[n] = std::exp(scores[n] - maximum) / sum;
           for (int64_t d = 0; d < c.valueDim; ++d)
             dp[n] += static_cast<double>(dOut[row * c.valueDim + d]) * v[keyRow(keys[n]) * c.valueDim + d];
           delta += p[n] * dp[n];

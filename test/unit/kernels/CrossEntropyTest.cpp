@@ -108,6 +108,30 @@ TEST(CrossEntropyKernels, RowsWithBonusesMatchTheDefinition) {
   expectClose(backward.result<double>(), gradients, 1e-14);
 }
 
+// The definition on capped logits z = c tanh(x / c) (+ bonus): each row's loss, and the gradient
+// reaching the raw logits through 1 − tanh², scaled by the row's output gradient.
+struct CappedExpectation {
+  std::vector<double> losses, gradients;
+};
+
+CappedExpectation cappedExpectation(const std::vector<double>& logits, int64_t vocabulary, double cap,
+                                    const std::vector<int64_t>& targets, const std::vector<int64_t>& bonusIds,
+                                    const std::vector<double>& bonus, const std::vector<double>& gradOutput) {
+  std::vector<double> capped(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) capped[i] = cap * std::tanh(logits[i] / cap);
+  const std::vector<Position> rows = positions(capped, vocabulary, targets, bonusIds, bonus);
+  CappedExpectation expected;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    expected.losses.push_back(rows[r].loss());
+    const std::vector<double> gradient = rows[r].gradient(gradOutput[r]);
+    for (int64_t j = 0; j < vocabulary; ++j) {
+      const double squashed = std::tanh(logits[r * vocabulary + j] / cap);
+      expected.gradients.push_back(gradient[j] * (1 - squashed * squashed));
+    }
+  }
+  return expected;
+}
+
 // With `softcap` c the kernels cap the logits themselves: z = c tanh(x / c) (+ bonus), and the
 // gradient reaches the raw logits through 1 − tanh². Checked in f64 and f32 (the f32 loop is the
 // vectorised one) against the definition on capped logits; a cap of 2 bends logits in [-6, 6] hard.
@@ -117,18 +141,7 @@ TEST(CrossEntropyKernels, SoftcapInsideMatchesCappedLogits) {
   const std::vector<double> logits = randomValues<double>(rows * vocabulary, 23, -6, 6);
   const std::vector<int64_t> targets = {0, 36, 5, 5}, bonusIds = {3, 36, 5, 0};
   const std::vector<double> bonus = {1.5, -0.5, 2.0, 0.25}, gradOutput = {1.0, -2.0, 0.5, 1.5};
-  std::vector<double> capped(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) capped[i] = cap * std::tanh(logits[i] / cap);
-  const std::vector<Position> expected = positions(capped, vocabulary, targets, bonusIds, bonus);
-  std::vector<double> losses, gradients;
-  for (size_t r = 0; r < expected.size(); ++r) {
-    losses.push_back(expected[r].loss());
-    const std::vector<double> gradient = expected[r].gradient(gradOutput[r]);
-    for (int64_t j = 0; j < vocabulary; ++j) {
-      const double squashed = std::tanh(logits[r * vocabulary + j] / cap);
-      gradients.push_back(gradient[j] * (1 - squashed * squashed));
-    }
-  }
+  const CappedExpectation expected = cappedExpectation(logits, vocabulary, cap, targets, bonusIds, bonus, gradOutput);
   auto check = [&](DType dtype, auto zero, double tolerance) {
     using T = decltype(zero);
     const std::vector<T> x(logits.begin(), logits.end()), b(bonus.begin(), bonus.end()), g(gradOutput.begin(), gradOutput.end());
@@ -137,13 +150,13 @@ TEST(CrossEntropyKernels, SoftcapInsideMatchesCappedLogits) {
     forward.input(dtype, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
     forward.input(DType::I64, {rows}, bonusIds).input(dtype, {rows}, b).output(dtype, {rows});
     forward.run(&threads);
-    expectClose(forward.result<T>(), losses, tolerance);
+    expectClose(forward.result<T>(), expected.losses, tolerance);
     KernelCall backward("cross_entropy_backward", {{"softcap", cap}});
     backward.input(dtype, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
     backward.input(DType::I64, {rows}, bonusIds).input(dtype, {rows}, b).input(dtype, {rows}, g);
     backward.output(dtype, {rows, vocabulary});
     backward.run(&threads);
-    expectClose(backward.result<T>(), gradients, tolerance);
+    expectClose(backward.result<T>(), expected.gradients, tolerance);
   };
   check(DType::F64, 0.0, 1e-14);
   check(DType::F32, 0.0f, 2e-6);
@@ -158,18 +171,7 @@ TEST(CrossEntropyKernels, SoftcapAcrossMaximumBlocksMatchesCappedLogits) {
   const std::vector<double> logits = randomValues<double>(rows * vocabulary, 24, -6, 6);
   const std::vector<int64_t> targets = {5, 1024, 2099, 0}, bonusIds = {0, 1023, 1024, 2099};
   const std::vector<double> bonus = {8.0, -9.0, 0.5, 2.0}, gradOutput = {1.0, 0.5, -1.5, 2.0};
-  std::vector<double> capped(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) capped[i] = cap * std::tanh(logits[i] / cap);
-  const std::vector<Position> expected = positions(capped, vocabulary, targets, bonusIds, bonus);
-  std::vector<double> losses, gradients;
-  for (size_t r = 0; r < expected.size(); ++r) {
-    losses.push_back(expected[r].loss());
-    const std::vector<double> gradient = expected[r].gradient(gradOutput[r]);
-    for (int64_t j = 0; j < vocabulary; ++j) {
-      const double squashed = std::tanh(logits[r * vocabulary + j] / cap);
-      gradients.push_back(gradient[j] * (1 - squashed * squashed));
-    }
-  }
+  const CappedExpectation expected = cappedExpectation(logits, vocabulary, cap, targets, bonusIds, bonus, gradOutput);
   const std::vector<float> x(logits.begin(), logits.end()), b(bonus.begin(), bonus.end());
   const std::vector<float> g(gradOutput.begin(), gradOutput.end());
   ThreadPool threads(3);
@@ -177,13 +179,13 @@ TEST(CrossEntropyKernels, SoftcapAcrossMaximumBlocksMatchesCappedLogits) {
   forward.input(DType::F32, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
   forward.input(DType::I64, {rows}, bonusIds).input(DType::F32, {rows}, b).output(DType::F32, {rows});
   forward.run(&threads);
-  expectClose(forward.result<float>(), losses, 2e-6);
+  expectClose(forward.result<float>(), expected.losses, 2e-6);
   KernelCall backward("cross_entropy_backward", {{"softcap", cap}});
   backward.input(DType::F32, {rows, vocabulary}, x).input(DType::I64, {rows}, targets);
   backward.input(DType::I64, {rows}, bonusIds).input(DType::F32, {rows}, b).input(DType::F32, {rows}, g);
   backward.output(DType::F32, {rows, vocabulary});
   backward.run(&threads);
-  expectClose(backward.result<float>(), gradients, 2e-6);
+  expectClose(backward.result<float>(), expected.gradients, 2e-6);
 }
 
 // The model's vocabulary in f32: the loss is within the f32 rounding of the result (2^-24 relative)
