@@ -1,6 +1,6 @@
 // Shared by the CPU kernel groups (runtime/kernels/<group>/cpu.cpp): the serial fallback for parallel loops, a strided walk over row-major index spaces (broadcasting,
 // transposes and reductions all read one tensor in another tensor's order), the gelu_tanh formula
-// that more than one kernel evaluates, and lane-parallel max and dot-product loops.
+// that more than one kernel evaluates, and lane-parallel max, sum and dot-product loops.
 #pragma once
 
 #include <algorithm>
@@ -73,6 +73,21 @@ template <typename T>
     for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] = std::max(lanes[lane], x[i + lane]);
   for (; i < count; ++i) lanes[0] = std::max(lanes[0], x[i]);
   return *std::max_element(lanes, lanes + kLanes);
+}
+
+// Σ x[0, count) in eight running sums, added in lane order at the end, so that the loop maps onto
+// SIMD lanes. Always inlined, so it compiles for its caller's target.
+template <typename T>
+[[gnu::always_inline]] inline T laneSum(const T* x, int64_t count) {
+  constexpr int64_t kLanes = 8;
+  T lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] += x[i + lane];
+  for (; i < count; ++i) lanes[0] += x[i];
+  T sum = 0;
+  for (int64_t lane = 0; lane < kLanes; ++lane) sum += lanes[lane];
+  return sum;
 }
 
 // Σ a[i]·b[i] in eight interleaved partial sums. A single running sum is a chain the compiler may

@@ -11,8 +11,6 @@
 // softmax between them. An invisible key inside the tile's key range takes part in the products with
 // probability 0. Every product is a single-threaded OpenBLAS call inside one pool task, and the
 // tiling does not depend on the pool, so the results are the same bytes for every thread count.
-#include <cblas.h>
-
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -23,6 +21,7 @@
 #include "runtime/kernels/attention/AttentionMath.h"
 #include "runtime/kernels/attention/Contract.h"
 #include "runtime/kernels/matmul/BlasThreading.h"
+#include "runtime/kernels/matmul/CpuGemm.h"
 
 namespace dgemma {
 namespace {
@@ -43,24 +42,6 @@ int64_t queryTileOf(const AttentionContract& g) { return g.mask == AttentionMask
 // bound (test/integration/generation_parity_test.cpp, hf_tester's entropy, 1.1e-5 > 1e-5). Chains of
 // 32 bring the error back to the dot products' level and that metric to 7.4e-6.
 constexpr int64_t kScoreChunk = 32;
-
-// A leading dimension for BLAS, which wants at least 1 even where a zero-size dimension (the contract
-// admits Tk = 0, D = 0) means that nothing is read.
-inline int leading(int64_t stride) { return static_cast<int>(std::max<int64_t>(1, stride)); }
-
-// Row-major C[m, n] = op(A) · op(B) + beta · C, op a transpose where asked.
-inline void product(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, leading(lda), b, leading(ldb),
-              beta, c, leading(ldc));
-}
-inline void product(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
-                    const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, leading(lda), b, leading(ldb),
-              beta, c, leading(ldc));
-}
 
 // The tensors of one attention call (the backward kernel's gradients stay null in the forward).
 template <typename T>
@@ -102,20 +83,6 @@ struct TileScratch {
   std::vector<uint8_t> rowSeesKeys;
 };
 
-// Σ x[0, count) in eight running sums, so that the loop maps onto SIMD lanes (as cpu::laneMaximum).
-template <typename T>
-[[gnu::always_inline]] inline T laneSum(const T* x, int64_t count) {
-  constexpr int64_t kLanes = 8;
-  T lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= count; i += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] += x[i + lane];
-  for (; i < count; ++i) lanes[0] += x[i];
-  T sum = 0;
-  for (int64_t lane = 0; lane < kLanes; ++lane) sum += lanes[lane];
-  return sum;
-}
-
 // The tile's probabilities into scratch.probabilities ([rows, keyCount], row-major): the scores
 // q·kᵀ as GEMMs (one per kScoreChunk of head_dim), then per row softmax(scale · score) over the
 // visible keys and 0 at the invisible ones; a row without a visible key is all 0 and marked in
@@ -130,8 +97,8 @@ template <typename T>
   const T* const k = t.k + attention::keyRowOf(g, tile.b, tile.keys.begin, kvHead) * g.headDim;
   int64_t chunk = 0;
   do {  // at least one product, which writes the zero scores of D = 0
-    product(false, true, tile.rows, keyCount, std::min(kScoreChunk, g.headDim - chunk), q + chunk,
-            g.queryHeads * g.headDim, k + chunk, g.kvHeads * g.headDim, T(chunk == 0 ? 0 : 1), probabilities, keyCount);
+    cpu::gemm(false, true, tile.rows, keyCount, std::min(kScoreChunk, g.headDim - chunk), q + chunk,
+              g.queryHeads * g.headDim, k + chunk, g.kvHeads * g.headDim, probabilities, keyCount, T(chunk == 0 ? 0 : 1));
     chunk += kScoreChunk;
   } while (chunk < g.headDim);
 
@@ -164,7 +131,7 @@ template <typename T>
     // exp of every score times 0 or 1 (visible), rather than a branch, so that the loop vectorises.
     for (int64_t j = 0; j < keyCount; ++j)
       row[j] = static_cast<T>(row[j] != minusInfinity) * cpu::fastExp(row[j] - maximum);
-    const T sum = laneSum(row, keyCount);
+    const T sum = cpu::laneSum(row, keyCount);
     for (int64_t j = 0; j < keyCount; ++j) row[j] /= sum;
   }
 }
@@ -190,9 +157,9 @@ template <typename T>
     T* const out = t.out + attention::queryRowOf(g, b, tile.first, head) * g.valueDim;
     const int64_t outStride = g.queryHeads * g.valueDim;
     tileProbabilities(g, t, tile, scratch);
-    product(false, false, tile.rows, g.valueDim, tile.keyCount(), scratch.probabilities.data(), tile.keyCount(),
-            t.v + attention::keyRowOf(g, b, tile.keys.begin, attention::kvHeadOf(g, head)) * g.valueDim,
-            g.kvHeads * g.valueDim, T(0), out, outStride);
+    cpu::gemm(false, false, tile.rows, g.valueDim, tile.keyCount(), scratch.probabilities.data(), tile.keyCount(),
+              t.v + attention::keyRowOf(g, b, tile.keys.begin, attention::kvHeadOf(g, head)) * g.valueDim,
+              g.kvHeads * g.valueDim, out, outStride);
     zeroRowsWithoutKeys(tile, scratch, out, outStride, g.valueDim);
   }
 }
@@ -231,8 +198,8 @@ template <typename T>
         T* const scoreGradients = scratch.scoreGradients.data();
 
         tileProbabilities(g, t, tile, scratch);
-        product(false, true, tile.rows, keyCount, g.valueDim, dOut, outStride, v, valueStride, T(0), scoreGradients,
-                keyCount);
+        cpu::gemm(false, true, tile.rows, keyCount, g.valueDim, dOut, outStride, v, valueStride, scoreGradients,
+                  keyCount);
         for (int64_t r = 0; r < tile.rows; ++r) {
           const T* const p = probabilities + r * keyCount;
           T* const dp = scoreGradients + r * keyCount;  // dp in, ds out
@@ -240,13 +207,13 @@ template <typename T>
           for (int64_t j = 0; j < keyCount; ++j) delta += p[j] * dp[j];
           for (int64_t j = 0; j < keyCount; ++j) dp[j] = scale * p[j] * (dp[j] - delta);
         }
-        product(false, false, tile.rows, g.headDim, keyCount, scoreGradients, keyCount, k, keyStride, T(0), dq,
-                queryStride);
+        cpu::gemm(false, false, tile.rows, g.headDim, keyCount, scoreGradients, keyCount, k, keyStride, dq,
+                  queryStride);
         zeroRowsWithoutKeys(tile, scratch, dq, queryStride, g.headDim);
-        product(true, false, keyCount, g.headDim, tile.rows, scoreGradients, keyCount, q, queryStride, T(1),
-                t.dk + firstKeyRow * g.headDim, keyStride);
-        product(true, false, keyCount, g.valueDim, tile.rows, probabilities, keyCount, dOut, outStride, T(1),
-                t.dv + firstKeyRow * g.valueDim, valueStride);
+        cpu::gemm(true, false, keyCount, g.headDim, tile.rows, scoreGradients, keyCount, q, queryStride,
+                  t.dk + firstKeyRow * g.headDim, keyStride, T(1));
+        cpu::gemm(true, false, keyCount, g.valueDim, tile.rows, probabilities, keyCount, dOut, outStride,
+                  t.dv + firstKeyRow * g.valueDim, valueStride, T(1));
       }
   }
 }

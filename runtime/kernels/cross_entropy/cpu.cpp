@@ -58,17 +58,30 @@ struct Normalizer {
 // The loops below keep eight partial results so that they vectorise (see cpu::dotProduct).
 constexpr int64_t kLanes = 8;
 
+
+// Folds values[begin, end) into the kLanes running maxima `partial`.
+template <typename T>
+[[gnu::always_inline]] inline void foldMaximum(const T* values, int64_t begin, int64_t end, T* partial) {
+  int64_t j = begin;
+  for (; j + kLanes <= end; j += kLanes)
+    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] = std::max(partial[lane], values[j + lane]);
+  for (; j < end; ++j) partial[0] = std::max(partial[0], values[j]);
+}
+
+// The largest of `running` and the running maxima, as f64.
+template <typename T>
+[[gnu::always_inline]] inline double maximumOfLanes(const T* partial, double running) {
+  for (int64_t lane = 0; lane < kLanes; ++lane) running = std::max(running, static_cast<double>(partial[lane]));
+  return running;
+}
+
 // max(running, logits[begin..end)), as f64.
 template <typename T>
 [[gnu::always_inline]] inline double maximumOf(const T* logits, int64_t begin, int64_t end, double running) {
   T partial[kLanes];
   std::fill_n(partial, kLanes, -std::numeric_limits<T>::infinity());
-  int64_t j = begin;
-  for (; j + kLanes <= end; j += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] = std::max(partial[lane], logits[j + lane]);
-  for (; j < end; ++j) partial[0] = std::max(partial[0], logits[j]);
-  for (int64_t lane = 0; lane < kLanes; ++lane) running = std::max(running, static_cast<double>(partial[lane]));
-  return running;
+  foldMaximum(logits, begin, end, partial);
+  return maximumOfLanes(partial, running);
 }
 
 // Σ exp(j) over [begin, end) in eight f64 partial sums, each term also written to exps[j] when exps
@@ -181,14 +194,6 @@ template <typename T>
   }
 }
 
-// Folds values[begin, end) into the lanes' running maxima.
-template <typename T>
-[[gnu::always_inline]] inline void foldMaximum(const T* values, int64_t begin, int64_t end, T* partial) {
-  int64_t j = begin;
-  for (; j + kLanes <= end; j += kLanes)
-    for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] = std::max(partial[lane], values[j + lane]);
-  for (; j < end; ++j) partial[0] = std::max(partial[0], values[j]);
-}
 
 // Caps the whole row and returns the maximum of its plain capped logits (all but `skip`, the
 // bonused one, or -1), as f64. Block by block, each block's maximum taken while its capped logits
@@ -209,9 +214,7 @@ template <typename T>
       foldMaximum(capped, skip + 1, end, partial);
     }
   }
-  double maximum = -std::numeric_limits<double>::infinity();
-  for (int64_t lane = 0; lane < kLanes; ++lane) maximum = std::max(maximum, static_cast<double>(partial[lane]));
-  return maximum;
+  return maximumOfLanes(partial, -std::numeric_limits<double>::infinity());
 }
 DGEMMA_CPU_CLONES_FOR_AVX2 double capRowF32(const float* x, int64_t length, float cap, int64_t skip, float* squashed,
                                             float* capped) {

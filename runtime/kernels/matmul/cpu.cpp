@@ -2,31 +2,19 @@
 // backend's pool: splitting batches across both would oversubscribe the cores. When the products are
 // threaded on the pool (BlasThreading.h), a large product is split into blocks of whole rows or
 // columns of C, each one single-threaded OpenBLAS call, the same blocks whatever the pool's size.
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/matmul/BlasThreading.h"
+#include "runtime/kernels/matmul/CpuGemm.h"
 #include "runtime/kernels/matmul/Contract.h"
 
 namespace dgemma {
 namespace {
 
-// Row-major C[m, n] = op(A) op(B) with op(A) [m, k] and op(B) [k, n].
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-          float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k,
-              1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-}
-
-void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-          double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k,
-              1.0, a, lda, b, ldb, 0.0, c, ldc);
-}
+using cpu::gemm;
 
 // Products of fewer multiply-adds run as one call: waking the pool would cost more than half of them.
 constexpr int64_t kPooledMultiplyAdds = int64_t{1} << 21;

@@ -1,9 +1,9 @@
 // The arithmetic of one expert's gated GELU MLP on the CPU, shared by moe_experts
 // (runtime/kernels/moe/cpu.cpp) and the expert-parallel moe_local_experts
-// (runtime/kernels/moe_dispatch/cpu.cpp): the GEMMs and the gated GELU rows with its derivative.
+// (runtime/kernels/moe_dispatch/cpu.cpp): the gated GELU rows with its derivative (the GEMMs are
+// matmul/CpuGemm.h's; expert weight blocks are stored [out, in], so the forward products read them
+// transposed in place).
 #pragma once
-
-#include <cblas.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -11,20 +11,6 @@
 #include "runtime/kernels/CpuKernelSupport.h"
 
 namespace dgemma::expert_math {
-
-// Row-major C[m, n] = op(A) · op(B), op a transpose where asked. Expert weight blocks are stored
-// [out, in], so the forward products read them transposed in place.
-inline void gemm(bool transposeA, bool transposeB, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-          int ldc) {
-  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a,
-              lda, b, ldb, 0.0f, c, ldc);
-}
-
-inline void gemm(bool transposeA, bool transposeB, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-          double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans, transposeB ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a,
-              lda, b, ldb, 0.0, c, ldc);
-}
 
 // The gated GELU of the expert MLPs row by row, and its derivative. These loops are the experts'
 // arithmetic outside the GEMMs (a tanh per element), so their f32 instances are compiled in AVX2

@@ -16,6 +16,7 @@
 #include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/moe/Contract.h"
 #include "runtime/kernels/matmul/BlasThreading.h"
+#include "runtime/kernels/matmul/CpuGemm.h"
 #include "runtime/kernels/moe/ExpertMath.h"
 
 namespace dgemma {
@@ -24,7 +25,7 @@ namespace {
 using expert_math::gatedGeluBackwardRow;
 using expert_math::gatedGeluRow;
 using expert_math::gatedGeluWeightedRow;
-using expert_math::gemm;
+using cpu::gemm;
 
 // ---------------------------------------------------------------------------------------------
 // moe_route

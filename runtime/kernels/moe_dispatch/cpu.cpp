@@ -10,6 +10,7 @@
 
 #include "runtime/kernels/CpuKernelSupport.h"
 #include "runtime/kernels/CpuKernels.h"
+#include "runtime/kernels/matmul/CpuGemm.h"
 #include "runtime/kernels/moe/ExpertMath.h"
 #include "runtime/kernels/moe/ExpertsMath.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
@@ -21,7 +22,7 @@ namespace dgemma {
 namespace {
 
 using expert_math::geluTanhDerivative;
-using expert_math::gemm;
+using cpu::gemm;
 
 // ---------------------------------------------------------------------------------------------
 // moe_dispatch: the routing table of DispatchTable.h.
