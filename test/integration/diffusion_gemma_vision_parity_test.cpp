@@ -27,6 +27,7 @@
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/kernel_api/Backend.h"
+#include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/session/GlobalTensors.h"
 #include "test/unit/comm/GlooRanks.h"
@@ -485,6 +486,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, VisionShardedCompile,
 class VisionTrainTwoRanks : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
+  // The two ranks share this process, and OpenBLAS's thread count is one setting for it: the MoE and
+  // attention kernels set it to 1 while they run (SingleThreadedProducts), which would turn the other
+  // rank's concurrent products from 2-thread to 1-thread rounding, so the ranks' gradients could
+  // differ. OpenBLAS is pinned to one thread instead, as dgemma-run does.
+  threadProductsOnPool();
   const std::string dir = fixtureDir("train_one_image");
   const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
   SafetensorsFile expected = SafetensorsFile::open(dir + "/reweighted-loo-ce.sc1.enc1.safetensors");
