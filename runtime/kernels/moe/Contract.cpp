@@ -61,6 +61,13 @@ MoeExpertsContract parseExpertInputs(const KernelSignature& signature, std::init
   return contract;
 }
 
+// gate_up_rows [N·k, 2I] of the data dtype, one row per route.
+void expectGateUpRows(const KernelSignature& signature, const MoeExpertsContract& contract, const Buffer& rows,
+                      const std::string& role) {
+  expectDType(signature, rows, {contract.dtype}, role);
+  expectShape(signature, rows, {contract.tokens * contract.topK, 2 * contract.expertHidden}, role);
+}
+
 }  // namespace
 
 MoeRouteContract parseMoeRouteContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
@@ -94,21 +101,29 @@ MoeRouteContract parseMoeRouteBackwardContract(const KernelSignature& signature,
 }
 
 MoeExpertsContract parseMoeExpertsContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  expectArity(signature, 5, 1);
-  const MoeExpertsContract contract = parseExpertInputs(signature, dtypes);
+  const size_t outputs = signature.outputs.size();
+  if (signature.inputs.size() != 5 || (outputs != 1 && outputs != 2))
+    failSignature(signature, "expected 5 inputs and 1 or 2 outputs (y, optionally gate_up_rows), got " +
+                                 std::to_string(signature.inputs.size()) + " inputs and " + std::to_string(outputs) +
+                                 " outputs");
+  MoeExpertsContract contract = parseExpertInputs(signature, dtypes);
   const Buffer& y = *signature.outputs[0];
   expectDType(signature, y, {contract.dtype}, "output y");
   expectShape(signature, y, {contract.tokens, contract.hidden}, "output y");
+  contract.gateUpRows = outputs == 2;
+  if (contract.gateUpRows) expectGateUpRows(signature, contract, *signature.outputs[1], "output gate_up_rows");
   return contract;
 }
 
 MoeExpertsContract parseMoeExpertsBackwardContract(const KernelSignature& signature,
                                                    std::initializer_list<DType> dtypes) {
-  expectArity(signature, 6, 4);
-  const MoeExpertsContract contract = parseExpertInputs(signature, dtypes);
+  expectArityRange(signature, 6, 7, 4);
+  MoeExpertsContract contract = parseExpertInputs(signature, dtypes);
   const Buffer& dy = *signature.inputs[5];
   expectDType(signature, dy, {contract.dtype}, "input dy");
   expectShape(signature, dy, {contract.tokens, contract.hidden}, "input dy");
+  contract.gateUpRows = signature.inputs.size() == 7;
+  if (contract.gateUpRows) expectGateUpRows(signature, contract, *signature.inputs[6], "input gate_up_rows");
   // The gradients of x, weights, gate_up and down (inputs 0, 1, 3 and 4), in that order.
   const size_t gradientOf[] = {0, 1, 3, 4};
   for (size_t i = 0; i < 4; ++i) {

@@ -3,8 +3,12 @@
 //   moe_route_backward {top_k}: (logits, per_expert_scale, indices, dweights [N, k]) -> dlogits [N, E],
 //       dscale [E]
 //   moe_experts: (x [N, H], weights [N, k], indices [N, k] of i64, gate_up [E, 2I, H], down [E, H, I])
-//       -> y [N, H]
-//   moe_experts_backward: moe_experts' inputs and dy [N, H] -> dx, dweights, dgate_up, ddown of the
+//       -> y [N, H] and optionally gate_up_rows [N·k, 2I]: row n·k + j holds route (n, j)'s gate and up
+//       pre-activations x[n] · gate_up[indices[n, j] − expert_offset]ᵀ (gate in columns [0, I), up in
+//       [I, 2I), before the GELU), the values the forward's own product computed; a route to an expert
+//       this block does not hold gets a zero row
+//   moe_experts_backward: moe_experts' inputs, dy [N, H] and optionally gate_up_rows [N·k, 2I] as the
+//       forward wrote them (then read instead of recomputed) -> dx, dweights, dgate_up, ddown of the
 //       shapes of x, weights, gate_up and down
 //   Both experts kernels take the optional attribute `expert_offset` >= 0 (default 0): gate_up and down
 //   hold the global experts [expert_offset, expert_offset + E).
@@ -33,6 +37,8 @@ struct MoeExpertsContract {
   int64_t experts = 0;       // E, the experts this block holds
   int64_t expertHidden = 0;  // I
   int64_t expertOffset = 0;  // the global index of local expert 0
+  // moe_experts writes gate_up_rows (its output 1); moe_experts_backward reads them (its input 6).
+  bool gateUpRows = false;
 };
 
 // Each throws InputError for anything its contract does not admit; `dtypes` are the float types the

@@ -98,6 +98,7 @@ struct RouteGrouping {
   std::vector<int64_t> firstSlot;    // local expert e's routes take slots [firstSlot[e], firstSlot[e + 1])
   std::vector<int64_t> slotOfRoute;  // indexed by token * k + j
   std::vector<int64_t> tokenOfSlot;
+  std::vector<int64_t> routeOfSlot;
   int64_t slots() const { return firstSlot.back(); }
 };
 
@@ -118,12 +119,14 @@ RouteGrouping groupRoutesByExpert(const int64_t* indices, int64_t routes, const 
   std::vector<int64_t> nextSlot(grouping.firstSlot.begin(), grouping.firstSlot.end() - 1);
   grouping.slotOfRoute.assign(routes, RouteGrouping::kNoSlot);
   grouping.tokenOfSlot.resize(grouping.slots());
+  grouping.routeOfSlot.resize(grouping.slots());
   for (int64_t route = 0; route < routes; ++route) {
     const int64_t expert = localExpert(indices[route], block);
     if (expert < 0) continue;
     const int64_t slot = nextSlot[expert]++;
     grouping.slotOfRoute[route] = slot;
     grouping.tokenOfSlot[slot] = route / block.topK;
+    grouping.routeOfSlot[slot] = route;
   }
   return grouping;
 }
@@ -178,10 +181,14 @@ class MoeExpertsKernel final : public Kernel {
     const T* down = inputs[4].as<const T>();
     T* y = outputs[0].as<T>();
     const MoeExpertsContract& g = geometry_;
+    T* keptRows = g.gateUpRows ? outputs[1].as<T>() : nullptr;  // gate_up_rows [N·k, 2I], by route
     const int64_t routes = g.tokens * g.topK;
     checkIndices(indices, routes);
-    if (g.hidden == 0) return;  // y has no elements, and BLAS rejects a leading dimension of 0
-    if (g.expertHidden == 0) {  // every expert's output is an empty sum
+    if (g.hidden == 0) {  // y has no elements, and BLAS rejects a leading dimension of 0
+      if (keptRows != nullptr) std::fill_n(keptRows, routes * 2 * g.expertHidden, T(0));  // empty sums
+      return;
+    }
+    if (g.expertHidden == 0) {  // every expert's output is an empty sum; gate_up_rows has no elements
       std::fill(y, y + g.tokens * g.hidden, T(0));
       return;
     }
@@ -198,15 +205,26 @@ class MoeExpertsKernel final : public Kernel {
       for (int64_t slot = begin; slot < end; ++slot)
         std::copy_n(x + grouping.tokenOfSlot[slot] * hidden, hidden, expertInput.get() + slot * hidden);
     });
-    // Per expert: the gate/up product, gelu_tanh(gate) ⊙ up over the gate half of each row (the down
-    // product reads it with leading dimension 2I), then the down product.
+    // The kept rows of the routes to other blocks' experts; the experts below write the others.
+    if (keptRows != nullptr)
+      for (int64_t route = 0; route < routes; ++route)
+        if (grouping.slotOfRoute[route] == RouteGrouping::kNoSlot)
+          std::fill_n(keptRows + route * gateUpWidth, gateUpWidth, T(0));
+    // Per expert: the gate/up product, its rows kept by route when asked (each expert writes only its
+    // own routes' rows), gelu_tanh(gate) ⊙ up over the gate half of each row (the down product reads it
+    // with leading dimension 2I), then the down product.
     const int64_t multiplyAddsPerRow = hidden * (gateUpWidth + expertHidden);
     forEachUsedExpert(context, grouping, g.experts, multiplyAddsPerRow, [&](int64_t expert, int64_t firstSlot, int rows) {
       T* gateUpRows = gateUpOutput.get() + firstSlot * gateUpWidth;
       gemm(false, true, rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden), expertInput.get() + firstSlot * hidden,
            static_cast<int>(hidden), gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden), gateUpRows,
            static_cast<int>(gateUpWidth));
-      for (int row = 0; row < rows; ++row) gatedGeluRow(gateUpRows + row * gateUpWidth, expertHidden);
+      for (int row = 0; row < rows; ++row) {
+        T* slotRow = gateUpRows + row * gateUpWidth;
+        if (keptRows != nullptr)
+          std::copy_n(slotRow, gateUpWidth, keptRows + grouping.routeOfSlot[firstSlot + row] * gateUpWidth);
+        gatedGeluRow(slotRow, expertHidden);
+      }
       gemm(false, true, rows, static_cast<int>(hidden), static_cast<int>(expertHidden), gateUpRows,
            static_cast<int>(gateUpWidth), down + expert * hidden * expertHidden, static_cast<int>(expertHidden),
            expertOutput.get() + firstSlot * hidden, static_cast<int>(hidden));
@@ -314,12 +332,14 @@ std::unique_ptr<Kernel> createMoeRouteBackwardKernel(const KernelSignature& sign
 
 // ---------------------------------------------------------------------------------------------
 // moe_experts_backward: per expert e, over the block of its R routes (rows in slot order) with
-// inputs X [R, H], output gradients dY [R, H] and route weights w, recomputing
-// GU = X [G_e; U_e]ᵀ, A = gelu(G), Hd = A ⊙ U (the expert output is O = Hd D_eᵀ, y += w O):
+// inputs X [R, H], output gradients dY [R, H] and route weights w, taking GU = X [G_e; U_e]ᵀ,
+// A = gelu(G), Hd = A ⊙ U (the expert output is O = Hd D_eᵀ, y += w O):
 //   P = dY D_e,  dw = rowsum(Hd ⊙ P),  dD_e = dYᵀ (w ⊙ Hd),  dHd = w ⊙ P,
 //   dG = dHd ⊙ U ⊙ gelu'(G),  dU = dHd ⊙ A,  d[G_e; U_e] = [dG dU]ᵀ X,  dX = [dG dU] [G_e; U_e].
 // dw = rowsum(dY ⊙ O) = rowsum(Hd ⊙ dY D_e) needs no O, so the down product is not recomputed: five
-// GEMMs per expert instead of six.
+// GEMMs per expert instead of six. With the forward's gate_up_rows (input 6), GU is read from them
+// by route instead of recomputed: four GEMMs. The forward's product was this one (the same shapes,
+// operands and slot layout, single-threaded), so the gradients are the same bytes either way.
 // The products are BLAS GEMMs, the experts side by side (forEachUsedExpert); dx sums each token's
 // routes in order of j, so the result does not depend on the thread count.
 
@@ -340,6 +360,7 @@ class MoeExpertsBackwardKernel final : public Kernel {
     T* dGateUp = outputs[2].as<T>();
     T* dDown = outputs[3].as<T>();
     const MoeExpertsContract& g = geometry_;
+    const T* keptRows = g.gateUpRows ? inputs[6].as<const T>() : nullptr;  // gate_up_rows [N·k, 2I], by route
     const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden, width = 2 * inner;
     std::fill_n(dx, g.tokens * hidden, T(0));
     if (routes == 0 || hidden == 0 || inner == 0) {
@@ -356,20 +377,19 @@ class MoeExpertsBackwardKernel final : public Kernel {
         std::fill_n(dDown + e * hidden * inner, hidden * inner, T(0));
       }
     const int64_t slots = grouping.slots();
-    std::vector<int64_t> routeOfSlot(slots);
+    const std::vector<int64_t>& routeOfSlot = grouping.routeOfSlot;
     // Routes to other blocks' experts keep a zero weight gradient: no slot below writes theirs.
-    for (int64_t route = 0; route < routes; ++route) {
-      const int64_t slot = grouping.slotOfRoute[route];
-      if (slot == RouteGrouping::kNoSlot)
-        dWeights[route] = T(0);
-      else
-        routeOfSlot[slot] = route;
-    }
+    for (int64_t route = 0; route < routes; ++route)
+      if (grouping.slotOfRoute[route] == RouteGrouping::kNoSlot) dWeights[route] = T(0);
 
     // Slot-ordered blocks: every element is written before it is read, so they start uninitialised.
     const auto block = [](int64_t count) { return std::make_unique_for_overwrite<T[]>(count); };
     const auto input = block(slots * hidden), dOutput = block(slots * hidden), dInput = block(slots * hidden);
-    const auto gateUpOutput = block(slots * width), dGateUpOutput = block(slots * width);
+    // GU in slot order when recomputed; the kept rows are read where they are.
+    const auto gateUpOutput = block(keptRows != nullptr ? 0 : slots * width), dGateUpOutput = block(slots * width);
+    const auto preActivations = [&](int64_t slot) -> const T* {
+      return keptRows != nullptr ? keptRows + routeOfSlot[slot] * width : gateUpOutput.get() + slot * width;
+    };
     const auto hiddenState = block(slots * inner), weightedHidden = block(slots * inner), dOutputDown = block(slots * inner);
     cpu::parallelFor(context, slots, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
@@ -378,15 +398,16 @@ class MoeExpertsBackwardKernel final : public Kernel {
         std::copy_n(dy + token * hidden, hidden, dOutput.get() + slot * hidden);
       }
     });
-    // Per expert, its five products and the gated GELU rows between them.
-    const int64_t multiplyAddsPerRow = hidden * (width + 2 * inner + 2 * width);
+    // Per expert, its five products (four with the kept rows) and the gated GELU rows between them.
+    const int64_t multiplyAddsPerRow = hidden * ((keptRows != nullptr ? 0 : width) + 2 * inner + 2 * width);
     forEachUsedExpert(context, grouping, g.experts, multiplyAddsPerRow, [&](int64_t e, int64_t first, int rows) {
       const T* GU = gateUp + e * width * hidden;
       const T* D = down + e * hidden * inner;
-      gemm(false, true, rows, int(width), int(hidden), input.get() + first * hidden, int(hidden), GU, int(hidden),
-           gateUpOutput.get() + first * width, int(width));
+      if (keptRows == nullptr)
+        gemm(false, true, rows, int(width), int(hidden), input.get() + first * hidden, int(hidden), GU, int(hidden),
+             gateUpOutput.get() + first * width, int(width));
       for (int64_t slot = first; slot < first + rows; ++slot) {
-        const T* gate = gateUpOutput.get() + slot * width;
+        const T* gate = preActivations(slot);
         gatedGeluWeightedRow(gate, gate + inner, weights[routeOfSlot[slot]], hiddenState.get() + slot * inner,
                              weightedHidden.get() + slot * inner, inner);
       }
@@ -397,7 +418,7 @@ class MoeExpertsBackwardKernel final : public Kernel {
       for (int64_t slot = first; slot < first + rows; ++slot) {
         const int64_t route = routeOfSlot[slot];
         dWeights[route] = cpu::dotProduct(hiddenState.get() + slot * inner, dOutputDown.get() + slot * inner, inner);
-        const T* gate = gateUpOutput.get() + slot * width;
+        const T* gate = preActivations(slot);
         T* dGate = dGateUpOutput.get() + slot * width;
         gatedGeluBackwardRow(gate, gate + inner, dOutputDown.get() + slot * inner, weights[route], dGate, dGate + inner,
                              inner);

@@ -1,6 +1,8 @@
 // moe_route against hand-worked examples and a sort-based reference; moe_experts against a per-token
 // loop that evaluates each routed expert on its own; moe_experts and its backward kernel over blocks
-// of the experts against the whole op; and the factories' checks.
+// of the experts against the whole op; the kept gate/up pre-activations (gate_up_rows) against a
+// per-route reference and the backward reading them against the backward recomputing them; and the
+// factories' checks.
 #include <cmath>
 #include <numbers>
 #include <numeric>
@@ -385,6 +387,140 @@ TEST(MoeExpertsKernels, ExpertsSideBySideGiveTheSerialBytes) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// gate_up_rows: moe_experts' optional output 1 keeps each route's gate/up pre-activations, and
+// moe_experts_backward's optional input 6 reads them instead of recomputing the gate/up product.
+
+// The inputs of moe_experts (op "moe_experts") or its backward over the block [expertOffset,
+// expertOffset + experts) of the case's experts, in T, with the backward's dy.
+template <typename T>
+KernelCall expertsBlockCall(const std::string& op, DType dtype, const ExpertsCase& c, const ExpertsInputs& in,
+                            int64_t expertOffset, int64_t experts) {
+  const int64_t gateUpSize = 2 * c.expertHidden * c.hidden, downSize = c.hidden * c.expertHidden;
+  KernelCall call(op, {{"expert_offset", expertOffset}});
+  call.input(dtype, {c.tokens, c.hidden}, as<T>(in.x)).input(dtype, {c.tokens, c.topK}, as<T>(in.weights));
+  call.input(DType::I64, {c.tokens, c.topK}, c.indices);
+  call.input(dtype, {experts, 2 * c.expertHidden, c.hidden}, as<T>(expertBlock(in.gateUp, gateUpSize, expertOffset, experts)));
+  call.input(dtype, {experts, c.hidden, c.expertHidden}, as<T>(expertBlock(in.down, downSize, expertOffset, experts)));
+  return call;
+}
+
+template <typename T>
+struct ForwardResults {
+  std::vector<T> y, gateUpRows;  // gateUpRows empty when not asked for
+};
+
+template <typename T>
+ForwardResults<T> runExpertsForward(DType dtype, const ExpertsCase& c, const ExpertsInputs& in, int64_t expertOffset,
+                                    int64_t experts, bool keepRows, ThreadPool* threads = nullptr) {
+  KernelCall call = expertsBlockCall<T>("moe_experts", dtype, c, in, expertOffset, experts);
+  call.output(dtype, {c.tokens, c.hidden});
+  if (keepRows) call.output(dtype, {c.tokens * c.topK, 2 * c.expertHidden});
+  call.run(threads);
+  return {call.result<T>(0), keepRows ? call.result<T>(1) : std::vector<T>{}};
+}
+
+// dx, dweights, dgate_up, ddown; reading `gateUpRows` (input 6) when it is not empty.
+template <typename T>
+std::vector<std::vector<T>> runExpertsBackwardOf(DType dtype, const ExpertsCase& c, const ExpertsInputs& in,
+                                                 const std::vector<double>& dy, int64_t expertOffset, int64_t experts,
+                                                 const std::vector<T>& gateUpRows, ThreadPool* threads = nullptr) {
+  KernelCall call = expertsBlockCall<T>("moe_experts_backward", dtype, c, in, expertOffset, experts);
+  call.input(dtype, {c.tokens, c.hidden}, as<T>(dy));
+  if (!gateUpRows.empty()) call.input(dtype, {c.tokens * c.topK, 2 * c.expertHidden}, gateUpRows);
+  call.output(dtype, {c.tokens, c.hidden}).output(dtype, {c.tokens, c.topK});
+  call.output(dtype, {experts, 2 * c.expertHidden, c.hidden}).output(dtype, {experts, c.hidden, c.expertHidden});
+  call.run(threads);
+  return {call.result<T>(0), call.result<T>(1), call.result<T>(2), call.result<T>(3)};
+}
+
+// Route by route in double from the T-rounded inputs: [x[n] · G_eᵀ | x[n] · U_eᵀ] for a route to an
+// expert of the block [expertOffset, expertOffset + experts), a zero row for any other.
+template <typename T>
+std::vector<double> gateUpRowsReference(const ExpertsCase& c, const ExpertsInputs& in, int64_t expertOffset,
+                                        int64_t experts) {
+  const int64_t H = c.hidden, W = 2 * c.expertHidden;
+  const std::vector<T> x = as<T>(in.x), gateUp = as<T>(in.gateUp);
+  std::vector<double> rows(c.tokens * c.topK * W, 0.0);
+  for (int64_t route = 0; route < c.tokens * c.topK; ++route) {
+    const int64_t e = c.indices[route], n = route / c.topK;
+    if (e < expertOffset || e >= expertOffset + experts) continue;
+    for (int64_t column = 0; column < W; ++column) {
+      double sum = 0;
+      for (int64_t h = 0; h < H; ++h) sum += static_cast<double>(x[n * H + h]) * gateUp[(e * W + column) * H + h];
+      rows[route * W + column] = sum;
+    }
+  }
+  return rows;
+}
+
+// kBlockCase's experts whole and cut into [0, 2) and [2, 5): each route's row is its pre-activations
+// or, for a route to the other block's expert, zeros (the output starts as 0xCD bytes); y is the
+// same bytes as without the second output.
+template <typename T>
+void checkKeptRows(DType dtype, double tolerance) {
+  const ExpertsCase& c = kBlockCase;
+  const ExpertsInputs in = randomExpertsInputs(c, 113);
+  const int64_t W = 2 * c.expertHidden;
+  const std::pair<int64_t, int64_t> blocks[] = {{0, 5}, {0, 2}, {2, 3}};  // (expert_offset, E)
+  for (const auto& [offset, experts] : blocks) {
+    SCOPED_TRACE(::testing::Message() << "experts [" << offset << ", " << offset + experts << ")");
+    const ForwardResults<T> kept = runExpertsForward<T>(dtype, c, in, offset, experts, true);
+    const std::vector<double> expected = gateUpRowsReference<T>(c, in, offset, experts);
+    ASSERT_EQ(kept.gateUpRows.size(), expected.size());
+    for (int64_t route = 0; route < c.tokens * c.topK; ++route) {
+      SCOPED_TRACE(::testing::Message() << "route " << route);
+      const std::vector<T> row(kept.gateUpRows.begin() + route * W, kept.gateUpRows.begin() + (route + 1) * W);
+      const bool held = c.indices[route] >= offset && c.indices[route] < offset + experts;
+      if (held)
+        expectClose(row, std::vector<double>(expected.begin() + route * W, expected.begin() + (route + 1) * W), tolerance);
+      else
+        EXPECT_EQ(row, std::vector<T>(W, T(0)));
+    }
+    EXPECT_EQ(kept.y, runExpertsForward<T>(dtype, c, in, offset, experts, false).y);
+  }
+}
+
+TEST(MoeExpertsKernel, KeptGateUpRowsAreEachRoutesPreActivations) {
+  checkKeptRows<double>(DType::F64, 1e-12);
+  checkKeptRows<float>(DType::F32, 1e-5);
+}
+
+// The backward reading the forward's rows gives the bytes of the backward recomputing them: small
+// blocks of experts, and products large enough to run the experts side by side on pools of 2 and 3
+// threads (expert 7 unused), whole and as the block [3, 8).
+template <typename T>
+void checkBackwardReadingKeptRows(DType dtype) {
+  ExpertsCase large{.tokens = 300, .hidden = 64, .topK = 2, .experts = 8, .expertHidden = 48};
+  for (int64_t route = 0; route < large.tokens * large.topK; ++route)
+    large.indices.push_back(route % 3 == 0 ? 5 : (route * 5 + route / 7) % 7);
+  struct Block {
+    const ExpertsCase* c;
+    int64_t offset, experts;
+  };
+  const Block blocks[] = {{&kBlockCase, 0, 5}, {&kBlockCase, 0, 2}, {&kBlockCase, 2, 3}, {&large, 0, 8}, {&large, 3, 5}};
+  ThreadPool two(2), three(3);
+  for (const Block& block : blocks) {
+    const ExpertsCase& c = *block.c;
+    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, experts [" << block.offset << ", "
+                                      << block.offset + block.experts << ")");
+    const ExpertsInputs in = randomExpertsInputs(c, 114);
+    const std::vector<double> dy = randomValues<double>(c.tokens * c.hidden, 115, -1, 1);
+    const std::vector<std::vector<T>> recomputed =
+        runExpertsBackwardOf<T>(dtype, c, in, dy, block.offset, block.experts, std::vector<T>{});
+    for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
+      SCOPED_TRACE(::testing::Message() << (threads == nullptr ? 0 : threads->size()) << " threads");
+      const std::vector<T> rows = runExpertsForward<T>(dtype, c, in, block.offset, block.experts, true, threads).gateUpRows;
+      EXPECT_EQ(runExpertsBackwardOf<T>(dtype, c, in, dy, block.offset, block.experts, rows, threads), recomputed);
+    }
+  }
+}
+
+TEST(MoeExpertsBackwardKernel, ReadingTheKeptRowsGivesTheRecomputedBytes) {
+  checkBackwardReadingKeptRows<double>(DType::F64);
+  checkBackwardReadingKeptRows<float>(DType::F32);
+}
+
 KernelCall expertsCall(std::vector<int64_t> xShape, std::vector<int64_t> weightsShape,
                        std::vector<int64_t> indicesShape, std::vector<int64_t> gateUpShape,
                        std::vector<int64_t> downShape, std::vector<int64_t> yShape,
@@ -416,6 +552,53 @@ TEST(MoeExpertsKernel, FactoryRejectsBadShapes) {
   EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 6, 5}, {3, 5})),
             "step 0 (moe_experts): output y has shape [3,5], expected [3,6]");
   EXPECT_EQ(factoryError(expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 6, 5}, {3, 6}, {{"expert_offset", -1}})), "step 0 (moe_experts): attribute 'expert_offset': -1 must be >= 0");
+}
+
+// The forward with gate_up_rows of `rowsShape` and `rowsDType`, the accepted shapes otherwise
+// (x [3, 6], k = 2, gate_up [4, 10, 6]: gate_up_rows [6, 10]).
+KernelCall expertsKeepingCall(std::vector<int64_t> rowsShape, DType rowsDType = DType::F32) {
+  KernelCall call = expertsCall({3, 6}, {3, 2}, {3, 2}, {4, 10, 6}, {4, 6, 5}, {3, 6});
+  call.output(rowsDType, std::move(rowsShape));
+  return call;
+}
+
+// The backward with input 6 of `rowsShape` and `rowsDType`, the same accepted shapes.
+KernelCall expertsBackwardReadingCall(std::vector<int64_t> rowsShape, DType rowsDType = DType::F32) {
+  KernelCall call("moe_experts_backward");
+  call.input(DType::F32, {3, 6}, std::vector<float>(18)).input(DType::F32, {3, 2}, std::vector<float>(6));
+  call.input(DType::I64, {3, 2}, std::vector<int64_t>(6));
+  call.input(DType::F32, {4, 10, 6}, std::vector<float>(240)).input(DType::F32, {4, 6, 5}, std::vector<float>(120));
+  call.input(DType::F32, {3, 6}, std::vector<float>(18));
+  const size_t rowElements = elementCount(rowsShape);
+  if (rowsDType == DType::F64)
+    call.input(rowsDType, rowsShape, std::vector<double>(rowElements));
+  else
+    call.input(rowsDType, rowsShape, std::vector<float>(rowElements));
+  call.output(DType::F32, {3, 6}).output(DType::F32, {3, 2}).output(DType::F32, {4, 10, 6}).output(DType::F32, {4, 6, 5});
+  return call;
+}
+
+TEST(MoeExpertsKernels, FactoriesCheckGateUpRows) {
+  EXPECT_NO_THROW(expertsKeepingCall({6, 10}).create());
+  EXPECT_EQ(factoryError(expertsKeepingCall({3, 10})),
+            "step 0 (moe_experts): output gate_up_rows has shape [3,10], expected [6,10]");
+  EXPECT_EQ(factoryError(expertsKeepingCall({6, 5})),
+            "step 0 (moe_experts): output gate_up_rows has shape [6,5], expected [6,10]");
+  EXPECT_EQ(factoryError(expertsKeepingCall({6, 10}, DType::F64)),
+            "step 0 (moe_experts): output gate_up_rows has dtype f64, expected f32");
+  KernelCall threeOutputs = expertsKeepingCall({6, 10});
+  threeOutputs.output(DType::F32, {6, 10});
+  EXPECT_EQ(factoryError(threeOutputs),
+            "step 0 (moe_experts): expected 5 inputs and 1 or 2 outputs (y, optionally gate_up_rows), got 5 inputs "
+            "and 3 outputs");
+
+  EXPECT_NO_THROW(expertsBackwardReadingCall({6, 10}).create());
+  EXPECT_EQ(factoryError(expertsBackwardReadingCall({6, 10, 1})),
+            "step 0 (moe_experts_backward): input gate_up_rows has shape [6,10,1], expected [6,10]");
+  EXPECT_EQ(factoryError(expertsBackwardReadingCall({3, 20})),
+            "step 0 (moe_experts_backward): input gate_up_rows has shape [3,20], expected [6,10]");
+  EXPECT_EQ(factoryError(expertsBackwardReadingCall({6, 10}, DType::F64)),
+            "step 0 (moe_experts_backward): input gate_up_rows has dtype f64, expected f32");
 }
 
 }  // namespace
