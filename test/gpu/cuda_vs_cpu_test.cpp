@@ -1412,23 +1412,28 @@ std::vector<int64_t> expertIds(const ExpertsGpuCase& c, uint32_t seed) {
   return ids;
 }
 
-StepSetup expertsSetup(const ExpertsGpuCase& c, bool backward) {
+// With `gateUpRows`, the forward's optional output gate_up_rows [N·k, 2I], or the backward's input 6.
+StepSetup expertsSetup(const ExpertsGpuCase& c, bool backward, bool gateUpRows = false) {
   StepSetup setup(backward ? "moe_experts_backward" : "moe_experts", {{"expert_offset", c.offset}});
   setup.in({c.tokens, c.hidden}).in({c.tokens, c.topK}).in({c.tokens, c.topK}, DType::I64);
   setup.in({c.experts, 2 * c.inner, c.hidden}).in({c.experts, c.hidden, c.inner});
   if (backward) {
     setup.in({c.tokens, c.hidden});
+    if (gateUpRows) setup.in({c.tokens * c.topK, 2 * c.inner});
     setup.out({c.tokens, c.hidden}).out({c.tokens, c.topK}).out({c.experts, 2 * c.inner, c.hidden});
     setup.out({c.experts, c.hidden, c.inner});
   } else {
     setup.out({c.tokens, c.hidden});
+    if (gateUpRows) setup.out({c.tokens * c.topK, 2 * c.inner});
   }
   return setup;
 }
 
 // One cuBLAS GEMM per used expert against OpenBLAS's, libdevice tanhf against the CPU's fastTanh:
 // 1e-5 of max(1, |cpu|) for y and every gradient (the GEMMs' sums of at most max(H, 2I, N·k) terms of
-// inputs in [-1, 1]).
+// inputs in [-1, 1]). Also the forward keeping gate_up_rows (zero rows for the routes outside the
+// block on both) and the backward reading them: the CPU forward's rows on both backends, and the GPU
+// backward reading the GPU forward's rows against the CPU backward recomputing them.
 TEST(CudaVsCpu, MoeExpertsAndBackward) {
   REQUIRE_CUDA_BACKEND();
   uint32_t seed = 2200;
@@ -1453,6 +1458,21 @@ TEST(CudaVsCpu, MoeExpertsAndBackward) {
     for (size_t output = 0; output < 4; ++output)
       expectClose(backward.cpu[output], backward.gpu[output], tolerance(backward.cpu[output]),
                   std::string("moe_experts_backward ") + names[output] + what);
+
+    BothResults kept = runBoth(expertsSetup(c, false, true), forwardInputs);
+    expectClose(kept.cpu[0], kept.gpu[0], tolerance(kept.cpu[0]), "moe_experts y keeping gate_up_rows" + what);
+    expectClose(kept.cpu[1], kept.gpu[1], tolerance(kept.cpu[1]), "moe_experts gate_up_rows" + what);
+    std::vector<std::vector<float>> readingInputs = backwardInputs;
+    readingInputs.push_back(kept.cpu[1]);
+    BothResults reading = runBoth(expertsSetup(c, true, true), readingInputs);
+    readingInputs.back() = kept.gpu[1];
+    const std::vector<std::vector<float>> gpuReadingItsOwn = runGpu(expertsSetup(c, true, true), readingInputs);
+    for (size_t output = 0; output < 4; ++output) {
+      const std::string name = std::string("moe_experts_backward reading gate_up_rows ") + names[output] + what;
+      expectClose(reading.cpu[output], reading.gpu[output], tolerance(reading.cpu[output]), name);
+      expectClose(backward.cpu[output], gpuReadingItsOwn[output], tolerance(backward.cpu[output]),
+                  name + ", the GPU forward's rows");
+    }
   }
 }
 

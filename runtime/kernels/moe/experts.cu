@@ -9,11 +9,14 @@
 // does (a bad one is a run-time error before any output is written) and uploads the slot maps with
 // the stream-ordered scratch (cudaMallocAsync) that holds the slot-ordered blocks. y sums each
 // token's routes in order of j from zero, dx too, and each expert's weight gradients come from one
-// GEMM over its rows in slot order: nothing depends on the launch geometry.
+// GEMM over its rows in slot order: nothing depends on the launch geometry. moe_experts' optional
+// gate_up_rows output gets each slot's gate/up row scattered to its route's row (the others zero),
+// and moe_experts_backward's optional input 6 is gathered back in place of the gate/up product.
 #include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
@@ -219,15 +222,29 @@ struct ExpertBlocksOnDevice {
   int64_t slots() const { return firstSlot->back(); }
 };
 
+// moe_experts' gate_up_rows [routes, 2I] on the device (Float: float where the forward writes them,
+// const float where the backward reads them) and the device map from each slot to its route (row).
+template <typename Float>
+struct GateUpRowsByRoute {
+  Float* rows = nullptr;  // null: none kept or read
+  const int64_t* routeOfSlot = nullptr;
+  int64_t routes = 0;
+};
+
 // The forward of every slot's row through its expert: output[slots, H]; input [slots, H] and
-// gateUpOutput [slots, 2I] are scratch.
+// gateUpOutput [slots, 2I] are scratch. With `kept`, each slot's gate/up row goes to its route's row
+// before the GELU overwrites the gate half (the routes without a slot are the caller's).
 void expertsForward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
-                    const float* gateUp, const float* down, float* input, float* gateUpOutput, float* output) {
+                    const float* gateUp, const float* down, float* input, float* gateUpOutput, float* output,
+                    const GateUpRowsByRoute<float>& kept = {}) {
   const int64_t hidden = b.hidden, inner = b.inner;
   const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
   launch("gatherRowsKernel", state.stream, b.slots() * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, input,
          hidden);
   groupedGemm(state.cublas, state.stream, products.gateUp, *b.firstSlot, input, gateUp, gateUpOutput);
+  if (kept.rows != nullptr)
+    launch("scatterRowsKernel", state.stream, b.slots() * 2 * inner, scatterRowsKernel,
+           static_cast<const float*>(gateUpOutput), kept.routeOfSlot, kept.rows, kept.routes, 2 * inner);
   // gelu(gate) ⊙ up overwrites the gate half; the down product reads it with leading dimension 2I.
   launch("gatedGeluKernel", state.stream, b.slots() * inner, gatedGeluKernel, gateUpOutput, inner);
   groupedGemm(state.cublas, state.stream, products.down, *b.firstSlot, gateUpOutput, down, output);
@@ -242,13 +259,15 @@ struct BackwardBlocks {
 };
 
 // Per used expert e over its R rows (slot order), with X the rows, dY their output gradients, w the
-// weights (weights[weightOfSlot[slot]]) and GU = X [G_e; U_e]ᵀ recomputed: Hd = gelu(G) ⊙ U, P = dY
-// D_e, dw = rowsum(Hd ⊙ P), dD_e = dYᵀ (w ⊙ Hd), dG and dU from w ⊙ P, d[G_e; U_e] = [dG dU]ᵀ X,
-// dX = [dG dU] [G_e; U_e] (the CPU kernels' five GEMMs per expert). dGateUp and dDown must be zero
-// for the unused experts; the used ones' blocks are overwritten.
+// weights (weights[weightOfSlot[slot]]) and GU = X [G_e; U_e]ᵀ recomputed, or gathered from `kept`
+// (the forward's gate_up_rows): Hd = gelu(G) ⊙ U, P = dY D_e, dw = rowsum(Hd ⊙ P), dD_e = dYᵀ (w ⊙
+// Hd), dG and dU from w ⊙ P, d[G_e; U_e] = [dG dU]ᵀ X, dX = [dG dU] [G_e; U_e] (the CPU kernels'
+// five GEMMs per expert, four with `kept`). dGateUp and dDown must be zero for the unused experts;
+// the used ones' blocks are overwritten.
 void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
                      const float* dRows, const float* weights, int64_t weightCount, const int64_t* weightOfSlot,
-                     const float* gateUp, const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s) {
+                     const float* gateUp, const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s,
+                     const GateUpRowsByRoute<const float>& kept = {}) {
   const int64_t hidden = b.hidden, inner = b.inner, slots = b.slots();
   const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
   const std::vector<int64_t>& firstSlot = *b.firstSlot;
@@ -256,7 +275,11 @@ void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice&
   launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, s.input, hidden);
   launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, dRows, b.sourceRows, b.rowOfSlot, s.dOutput,
          hidden);
-  groupedGemm(state.cublas, stream, products.gateUp, firstSlot, s.input, gateUp, s.gateUpOutput);
+  if (kept.rows != nullptr)
+    launch("gatherRowsKernel", stream, slots * 2 * inner, gatherRowsKernel, kept.rows, kept.routes, kept.routeOfSlot,
+           s.gateUpOutput, 2 * inner);
+  else
+    groupedGemm(state.cublas, stream, products.gateUp, firstSlot, s.input, gateUp, s.gateUpOutput);
   launch("gatedGeluWeightedKernel", stream, slots * inner, gatedGeluWeightedKernel,
          static_cast<const float*>(s.gateUpOutput), weights, weightCount, weightOfSlot, s.hiddenState, s.weightedHidden,
          inner);
@@ -317,20 +340,31 @@ class MoeExpertsCudaKernel final : public Kernel {
     float* y = outputs[0].as<float>();
     const RouteGroups groups = groupOnHost(stream, where_, g_, inputs[2].as<const int64_t>());
     const int64_t hidden = g_.hidden, inner = g_.expertHidden, slots = groups.slots();
+    // gate_up_rows: zero, then the local routes' rows scattered over it after the gate/up product.
+    GateUpRowsByRoute<float> kept;
+    if (g_.gateUpRows) {
+      kept.rows = outputs[1].as<float>();
+      kept.routes = g_.tokens * g_.topK;
+      DGEMMA_CUDA_CHECK(cudaMemsetAsync(kept.rows, 0, outputs[1].buffer->bytes(), stream));
+    }
     if (hidden == 0) return;
     if (inner == 0 || slots == 0) {  // every route's output is an empty sum, or no route is local
       DGEMMA_CUDA_CHECK(cudaMemsetAsync(y, 0, g_.tokens * hidden * sizeof(float), stream));
       return;
     }
     ExpertBlocksOnDevice blocks{hidden, inner, &groups.firstSlot, nullptr};
-    int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr;
+    int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr, *routeOfSlot = nullptr;
     float *input = nullptr, *gateUpOutput = nullptr, *expertOutput = nullptr;
-    Scratch scratch(stream, {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute}},
+    std::vector<std::pair<const std::vector<int64_t>*, int64_t**>> maps = {{&groups.tokenOfSlot, &tokenOfSlot},
+                                                                          {&groups.slotOfRoute, &slotOfRoute}};
+    if (g_.gateUpRows) maps.push_back({&groups.routeOfSlot, &routeOfSlot});
+    Scratch scratch(stream, std::move(maps),
                     {{slots * hidden, &input}, {slots * 2 * inner, &gateUpOutput}, {slots * hidden, &expertOutput}});
     blocks.rowOfSlot = tokenOfSlot;
     blocks.sourceRows = g_.tokens;
+    kept.routeOfSlot = routeOfSlot;
     expertsForward(state, blocks, inputs[0].as<const float>(), inputs[3].as<const float>(), inputs[4].as<const float>(),
-                   input, gateUpOutput, expertOutput);
+                   input, gateUpOutput, expertOutput, kept);
     launch("combineKernel", stream, g_.tokens * hidden, combineKernel, static_cast<const float*>(expertOutput), slots,
            inputs[1].as<const float>(), static_cast<const int64_t*>(slotOfRoute), y, g_.topK, hidden);
   }
@@ -362,9 +396,11 @@ class MoeExpertsBackwardCudaKernel final : public Kernel {
                     backwardScratch(slots, hidden, inner, s));
     blocks.rowOfSlot = tokenOfSlot;
     blocks.sourceRows = g_.tokens;
+    // With the forward's gate_up_rows (input 6), each slot's gate/up row is gathered from its route's.
+    const GateUpRowsByRoute<const float> kept{g_.gateUpRows ? inputs[6].as<const float>() : nullptr, routeOfSlot, routes};
     expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[5].as<const float>(), inputs[1].as<const float>(),
                     routes, routeOfSlot, inputs[3].as<const float>(), inputs[4].as<const float>(), outputs[2].as<float>(),
-                    outputs[3].as<float>(), s);
+                    outputs[3].as<float>(), s, kept);
     launch("routeValueKernel", stream, routes, routeValueKernel, static_cast<const float*>(s.slotDWeights), slots,
            static_cast<const int64_t*>(slotOfRoute), outputs[1].as<float>());
     launch("inputGradientKernel", stream, g_.tokens * hidden, inputGradientKernel, static_cast<const float*>(s.dInput),

@@ -1,7 +1,8 @@
 // runtime/kernels/moe/ExpertsMath.h: the CUDA moe_experts, moe_experts_backward and
 // moe_local_experts[_backward] (moe/experts.cu) run on the host step by step (the grouping, each
 // element kernel's body over all its elements, and each grouped GEMM as a plain GEMM per problem with
-// the sizes and offsets of expertProblems) against the CPU kernels, with repeated experts, a block of the experts (expert_offset; routes to other blocks),
+// the sizes and offsets of expertProblems) against the CPU kernels, with and without the kept gate/up
+// rows (gate_up_rows), with repeated experts, a block of the experts (expert_offset; routes to other blocks),
 // an unused expert, and received rows from several sources with uncounted capacity. Tolerance 2e-5 of
 // max(1, |cpu|): the same f32 operations in other summation orders (BLAS against plain loops) and
 // libm's tanhf against the CPU's fastTanh.
@@ -39,15 +40,26 @@ void groupedGemm(const moe_experts::ExpertProduct& product, const std::vector<in
              b + problem.bOffset, product.ldb, c + problem.cOffset, product.ldc);
 }
 
-// The expert pipeline of moe/experts.cu (expertsForward) over slot-ordered blocks.
+// moe_experts' gate_up_rows [N·k, 2I] and the map from each slot to its route (row).
+struct KeptRows {
+  std::vector<float>* rows;
+  const std::vector<int64_t>* routeOfSlot;
+};
+
+// The expert pipeline of moe/experts.cu (expertsForward) over slot-ordered blocks; with `kept`, each
+// slot's gate/up row scattered to its route's row before the GELU.
 std::vector<float> pipelineForward(const std::vector<int64_t>& firstSlot, const std::vector<int64_t>& rowOfSlot,
                                    int64_t hidden, int64_t inner, const std::vector<float>& rows,
-                                   const std::vector<float>& gateUp, const std::vector<float>& down) {
+                                   const std::vector<float>& gateUp, const std::vector<float>& down,
+                                   const KeptRows& kept = {nullptr, nullptr}) {
   const int64_t slots = firstSlot.back(), width = 2 * inner;
   std::vector<float> input(slots * hidden), gateUpOutput(slots * width), output(slots * hidden);
   for (int64_t e = 0; e < slots * hidden; ++e) moe_experts::gatherElement(rows.data(), rowOfSlot.data(), input.data(), hidden, e);
   const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
   groupedGemm(products.gateUp, firstSlot, input.data(), gateUp.data(), gateUpOutput.data());
+  if (kept.rows != nullptr)
+    for (int64_t e = 0; e < slots * width; ++e)
+      moe_experts::scatterElement(gateUpOutput.data(), kept.routeOfSlot->data(), kept.rows->data(), width, e);
   for (int64_t e = 0; e < slots * inner; ++e) moe_experts::gatedGeluElement(gateUpOutput.data(), inner, e);
   groupedGemm(products.down, firstSlot, gateUpOutput.data(), down.data(), output.data());
   return output;
@@ -57,12 +69,14 @@ struct PipelineGradients {
   std::vector<float> dInput, slotDWeights, dGateUp, dDown;
 };
 
-// expertsBackward of moe/experts.cu; weights[weightOfSlot[slot]] is a slot's weight.
+// expertsBackward of moe/experts.cu; weights[weightOfSlot[slot]] is a slot's weight. With
+// `keptRows`, the slots' gate/up rows are gathered from it by route (weightOfSlot) instead of the
+// gate/up product.
 PipelineGradients pipelineBackward(const std::vector<int64_t>& firstSlot, const std::vector<int64_t>& rowOfSlot,
                                    const std::vector<int64_t>& weightOfSlot, int64_t hidden,
                                    int64_t inner, const std::vector<float>& rows, const std::vector<float>& dRows,
                                    const std::vector<float>& weights, const std::vector<float>& gateUp,
-                                   const std::vector<float>& down) {
+                                   const std::vector<float>& down, const std::vector<float>* keptRows = nullptr) {
   const int64_t slots = firstSlot.back(), width = 2 * inner, experts = static_cast<int64_t>(firstSlot.size()) - 1;
   PipelineGradients out{std::vector<float>(slots * hidden), std::vector<float>(slots),
                         std::vector<float>(experts * width * hidden), std::vector<float>(experts * hidden * inner)};
@@ -73,7 +87,11 @@ PipelineGradients pipelineBackward(const std::vector<int64_t>& firstSlot, const 
     moe_experts::gatherElement(dRows.data(), rowOfSlot.data(), dOutput.data(), hidden, e);
   }
   const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
-  groupedGemm(products.gateUp, firstSlot, input.data(), gateUp.data(), gateUpOutput.data());
+  if (keptRows != nullptr)
+    for (int64_t e = 0; e < slots * width; ++e)
+      moe_experts::gatherElement(keptRows->data(), weightOfSlot.data(), gateUpOutput.data(), width, e);
+  else
+    groupedGemm(products.gateUp, firstSlot, input.data(), gateUp.data(), gateUpOutput.data());
   for (int64_t e = 0; e < slots * inner; ++e)
     moe_experts::gatedGeluWeightedElement(gateUpOutput.data(), weights.data(), weightOfSlot.data(), hiddenState.data(),
                                           weightedHidden.data(), inner, e);
@@ -89,11 +107,14 @@ PipelineGradients pipelineBackward(const std::vector<int64_t>& firstSlot, const 
   return out;
 }
 
+// With `gateUpRows`, moe_experts' second output: zeros, then the local routes' rows.
 std::vector<float> emulateForward(const Geometry& g, const std::vector<float>& x, const std::vector<float>& weights,
-                                  const std::vector<float>& gateUp, const std::vector<float>& down) {
+                                  const std::vector<float>& gateUp, const std::vector<float>& down,
+                                  std::vector<float>* gateUpRows = nullptr) {
   const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
-  const std::vector<float> expertOutput =
-      pipelineForward(groups.firstSlot, groups.tokenOfSlot, g.hidden, g.inner, x, gateUp, down);
+  if (gateUpRows != nullptr) gateUpRows->assign(g.tokens * g.topK * 2 * g.inner, 0.0f);
+  const std::vector<float> expertOutput = pipelineForward(groups.firstSlot, groups.tokenOfSlot, g.hidden, g.inner, x,
+                                                          gateUp, down, {gateUpRows, &groups.routeOfSlot});
   std::vector<float> y(g.tokens * g.hidden);
   for (int64_t e = 0; e < g.tokens * g.hidden; ++e)
     moe_experts::combineElement(expertOutput.data(), weights.data(), groups.slotOfRoute.data(), y.data(), g.topK,
@@ -105,11 +126,13 @@ struct Gradients {
   std::vector<float> dx, dWeights, dGateUp, dDown;
 };
 
+// With `gateUpRows`, moe_experts_backward's input 6.
 Gradients emulateBackward(const Geometry& g, const std::vector<float>& x, const std::vector<float>& weights,
-                          const std::vector<float>& gateUp, const std::vector<float>& down, const std::vector<float>& dy) {
+                          const std::vector<float>& gateUp, const std::vector<float>& down, const std::vector<float>& dy,
+                          const std::vector<float>* gateUpRows = nullptr) {
   const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
   const PipelineGradients p = pipelineBackward(groups.firstSlot, groups.tokenOfSlot, groups.routeOfSlot,
-                                               g.hidden, g.inner, x, dy, weights, gateUp, down);
+                                               g.hidden, g.inner, x, dy, weights, gateUp, down, gateUpRows);
   Gradients out{std::vector<float>(g.tokens * g.hidden), std::vector<float>(g.tokens * g.topK), p.dGateUp, p.dDown};
   for (int64_t route = 0; route < g.tokens * g.topK; ++route)
     moe_experts::routeValueElement(p.slotDWeights.data(), groups.slotOfRoute.data(), out.dWeights.data(), route);
@@ -181,6 +204,51 @@ TEST(MoeExpertsMath, BackwardPipelineMatchesCpuKernel) {
     expectNear(emulated.dWeights, call.result<float>(1), "dweights" + experts);
     expectNear(emulated.dGateUp, call.result<float>(2), "dgate_up" + experts);
     expectNear(emulated.dDown, call.result<float>(3), "ddown" + experts);
+  }
+}
+
+// The forward keeping gate_up_rows (scattered by route over zeros) against the CPU kernel's, and the
+// backward gathering them: the emulation's own bytes when recomputing (the same plain GEMMs), and the
+// CPU kernel reading the CPU forward's rows.
+TEST(MoeExpertsMath, KeptGateUpRowsPipelineMatchesCpuKernels) {
+  uint32_t seed = 450;
+  for (const Geometry& g : geometries()) {
+    const auto x = randomValues<float>(g.tokens * g.hidden, seed++);
+    const auto weights = randomValues<float>(g.tokens * g.topK, seed++, 0.1, 1.0);
+    const auto gateUp = randomValues<float>(g.experts * 2 * g.inner * g.hidden, seed++, -0.5, 0.5);
+    const auto down = randomValues<float>(g.experts * g.hidden * g.inner, seed++, -0.5, 0.5);
+    const auto dy = randomValues<float>(g.tokens * g.hidden, seed++);
+    const std::string experts = " (" + std::to_string(g.experts) + " experts)";
+    auto addInputs = [&](KernelCall& call) {
+      call.input(DType::F32, {g.tokens, g.hidden}, x).input(DType::F32, {g.tokens, g.topK}, weights);
+      call.input(DType::I64, {g.tokens, g.topK}, g.indices);
+      call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, down);
+    };
+    KernelCall forward("moe_experts", {{"expert_offset", g.offset}});
+    addInputs(forward);
+    forward.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens * g.topK, 2 * g.inner});
+    forward.run();
+    std::vector<float> emulatedRows;
+    expectNear(emulateForward(g, x, weights, gateUp, down, &emulatedRows), forward.result<float>(0), "y" + experts);
+    const std::vector<float> cpuRows = forward.result<float>(1);
+    expectNear(emulatedRows, cpuRows, "gate_up_rows" + experts);
+
+    const Gradients reading = emulateBackward(g, x, weights, gateUp, down, dy, &emulatedRows);
+    const Gradients recomputing = emulateBackward(g, x, weights, gateUp, down, dy);
+    EXPECT_EQ(reading.dx, recomputing.dx) << experts;
+    EXPECT_EQ(reading.dWeights, recomputing.dWeights) << experts;
+    EXPECT_EQ(reading.dGateUp, recomputing.dGateUp) << experts;
+    EXPECT_EQ(reading.dDown, recomputing.dDown) << experts;
+    KernelCall backward("moe_experts_backward", {{"expert_offset", g.offset}});
+    addInputs(backward);
+    backward.input(DType::F32, {g.tokens, g.hidden}, dy).input(DType::F32, {g.tokens * g.topK, 2 * g.inner}, cpuRows);
+    backward.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens, g.topK});
+    backward.output(DType::F32, {g.experts, 2 * g.inner, g.hidden}).output(DType::F32, {g.experts, g.hidden, g.inner});
+    backward.run();
+    expectNear(reading.dx, backward.result<float>(0), "dx reading gate_up_rows" + experts);
+    expectNear(reading.dWeights, backward.result<float>(1), "dweights reading gate_up_rows" + experts);
+    expectNear(reading.dGateUp, backward.result<float>(2), "dgate_up reading gate_up_rows" + experts);
+    expectNear(reading.dDown, backward.result<float>(3), "ddown reading gate_up_rows" + experts);
   }
 }
 
