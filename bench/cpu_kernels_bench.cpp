@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
   // moe_experts at the small-20m training step's shapes: 8 experts of 2 × 256 (gate, up) and 256, top-2
   // routes of 512 tokens (the clean pass; the decoder's calls have 256), expert ids uniform. The
   // rate counts the products: forward 2·H·(2I + I) per route; backward five products, 2·H·(3·2I + 2·I).
+  // "kept": the forward also writing gate_up_rows [N·k, 2I], and the backward reading them instead of
+  // its gate/up product, four products, 2·H·(2·2I + 2·I).
   auto moeCases = [](int64_t tokens) {
     const double routes = double(tokens) * 2, h = 256, i = 256;
     const Tensor x{{tokens, 256}}, weights{{tokens, 2}, DType::F32, 0.0f, 1.0f}, indices{{tokens, 2}, DType::I64, 0, 0, 8};
@@ -160,7 +162,12 @@ int main(int argc, char** argv) {
          {{{tokens, 256}}}, Rate::Flops, routes * 2 * h * (2 * i + i)},
         {"moe_experts_backward" + shape, "moe_experts_backward", nlohmann::json::object(),
          {x, weights, indices, gateUp, down, {{tokens, 256}}},
-         {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}}, Rate::Flops, routes * 2 * h * (3 * 2 * i + 2 * i)}};
+         {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}}, Rate::Flops, routes * 2 * h * (3 * 2 * i + 2 * i)},
+        {"moe_experts" + shape + " kept", "moe_experts", nlohmann::json::object(), {x, weights, indices, gateUp, down},
+         {{{tokens, 256}}, {{tokens * 2, 512}}}, Rate::Flops, routes * 2 * h * (2 * i + i)},
+        {"moe_experts_backward" + shape + " kept", "moe_experts_backward", nlohmann::json::object(),
+         {x, weights, indices, gateUp, down, {{tokens, 256}}, {{tokens * 2, 512}}},
+         {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}}, Rate::Flops, routes * 2 * h * (2 * 2 * i + 2 * i)}};
   };
   const std::vector<Case> moe512 = moeCases(512), moe256 = moeCases(256);
   const std::vector<Case> prefixAttention = attentionCases(
@@ -200,8 +207,12 @@ int main(int argc, char** argv) {
       prefixAttention[1],
       moe512[0],
       moe512[1],
+      moe512[2],
+      moe512[3],
       moe256[0],
       moe256[1],
+      moe256[2],
+      moe256[3],
   };
   std::printf("%-60s %12s %12s %12s\n", "kernel (cpu)", "ms", "cpu ms", "rate");
   for (const Case& spec : cases) {

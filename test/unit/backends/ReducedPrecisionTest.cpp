@@ -69,6 +69,11 @@ class Step16 {
       uint16_t bits = 0;
       switch (tensor.buffer.dtype) {
         case DType::F32: std::memcpy(tensor.bytes.data() + 4 * i, &values[i], 4); continue;
+        case DType::I64: {  // small integers, exact in a float
+          const int64_t index = static_cast<int64_t>(values[i]);
+          std::memcpy(tensor.bytes.data() + 8 * i, &index, 8);
+          continue;
+        }
         case DType::BF16: bits = f32ToBf16Bits(values[i]); break;
         case DType::F16: bits = f32ToF16Bits(values[i]); break;
         default: FAIL() << "test bug: unsupported input dtype";
@@ -164,6 +169,47 @@ TEST_P(ReducedPrecisionTest, NormAndCompareComputeOnWidenedValues) {
                 .output(DType::Bool, {10})
                 .run(kernels)[0],
             expected);
+}
+
+// moe_experts with its optional second output gate_up_rows, and moe_experts_backward with its optional
+// input 6: the wrapper widens and rounds whatever buffers a step has, so each 16-bit output is the f32
+// kernel's on the widened values, rounded once.
+TEST_P(ReducedPrecisionTest, MoeExpertsWithGateUpRowsRoundTheirResultsOnce) {
+  const DType dtype = GetParam();
+  const int64_t tokens = 5, hidden = 8, topK = 2, experts = 3, inner = 4;
+  const std::vector<float> x = roundedTo(dtype, randomValues(tokens * hidden, 7));
+  const std::vector<float> weights = roundedTo(dtype, randomValues(tokens * topK, 8));
+  const std::vector<float> indices = {0, 2, 1, 1, 2, 0, 0, 1, 2, 2};
+  const std::vector<float> gateUp = roundedTo(dtype, randomValues(experts * 2 * inner * hidden, 9));
+  const std::vector<float> down = roundedTo(dtype, randomValues(experts * hidden * inner, 10));
+  const std::vector<float> dy = roundedTo(dtype, randomValues(tokens * hidden, 11));
+  auto inputs = [&](Step16 step, DType floats) {
+    step.input(floats, {tokens, hidden}, x).input(floats, {tokens, topK}, weights);
+    step.input(DType::I64, {tokens, topK}, indices);
+    step.input(floats, {experts, 2 * inner, hidden}, gateUp).input(floats, {experts, hidden, inner}, down);
+    return step;
+  };
+  auto forward = [&](DType floats) {
+    return inputs(Step16("moe_experts"), floats)
+        .output(floats, {tokens, hidden})
+        .output(floats, {tokens * topK, 2 * inner})
+        .run(kernels);
+  };
+  const std::vector<std::vector<float>> wide = forward(DType::F32), narrow = forward(dtype);
+  EXPECT_EQ(narrow[0], roundedTo(dtype, wide[0]));
+  EXPECT_EQ(narrow[1], roundedTo(dtype, wide[1]));
+
+  auto backward = [&](DType floats, const std::vector<float>& rows) {
+    Step16 step = inputs(Step16("moe_experts_backward"), floats);
+    step.input(floats, {tokens, hidden}, dy).input(floats, {tokens * topK, 2 * inner}, rows);
+    step.output(floats, {tokens, hidden}).output(floats, {tokens, topK});
+    step.output(floats, {experts, 2 * inner, hidden}).output(floats, {experts, hidden, inner});
+    return step.run(kernels);
+  };
+  const std::vector<std::vector<float>> wideGradients = backward(DType::F32, narrow[1]);
+  const std::vector<std::vector<float>> narrowGradients = backward(dtype, narrow[1]);
+  for (size_t output = 0; output < 4; ++output)
+    EXPECT_EQ(narrowGradients[output], roundedTo(dtype, wideGradients[output])) << "output " << output;
 }
 
 // Bit-moving kernels take 16-bit buffers directly: a transpose moves the exact bits.
