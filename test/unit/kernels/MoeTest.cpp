@@ -486,6 +486,13 @@ TEST(MoeExpertsKernel, KeptGateUpRowsAreEachRoutesPreActivations) {
   checkKeptRows<float>(DType::F32, 1e-5);
 }
 
+// With H = 0 every pre-activation is an empty sum: zero rows (the output starts as 0xCD bytes).
+TEST(MoeExpertsKernel, KeptGateUpRowsOfAnEmptyHiddenSizeAreZero) {
+  const ExpertsCase c{.tokens = 3, .hidden = 0, .topK = 2, .experts = 2, .expertHidden = 3, .indices = {0, 1, 1, 1, 0, 0}};
+  const ExpertsInputs in = randomExpertsInputs(c, 116);
+  EXPECT_EQ(runExpertsForward<float>(DType::F32, c, in, 0, 2, true).gateUpRows, std::vector<float>(6 * 6, 0.0f));
+}
+
 // The backward reading the forward's rows gives the bytes of the backward recomputing them: small
 // blocks of experts, and products large enough to run the experts side by side on pools of 2 and 3
 // threads (expert 7 unused), whole and as the block [3, 8).
