@@ -36,6 +36,8 @@ void addRecomputationStage(OpPassManager& passes, const RecomputePolicy& policy)
 }
 
 void addPlanningStage(OpPassManager& passes, const PipelineOptions& options) {
+  // After dg-recompute: a recomputed clone of the experts hands its backward the pre-activations.
+  passes.addPass(createDgKeepExpertActivations());
   if (options.scheduleBackward) passes.addPass(createDgBackwardSchedule(DgBackwardScheduleOptions{options.lossName}));
   // After the schedule: fusion groups runs of ops that are contiguous in the final order.
   if (options.fusion) passes.addPass(createDgFuseElementwise());
@@ -153,7 +155,8 @@ void registerDgemmaPipelines() {
       });
   PassPipelineRegistration<PlanPipelineOptions>(
       "dg-plan-pipeline",
-      "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-backward-schedule, "
+      "dgemma-compile's recomputation and planning stages (dg-recompute unless none, dg-keep-expert-activations, "
+      "dg-backward-schedule, "
       "dg-fuse-elementwise when fusion=true, dg-memory-plan)",
       [](OpPassManager& passes, const PlanPipelineOptions& options) {
         // A policy the parser refuses goes to dg-recompute as written, which reports it.

@@ -243,6 +243,20 @@ def DgRecompute : Pass<"dg-recompute", "::mlir::ModuleOp"> {
   ];
 }
 
+def DgKeepExpertActivations : Pass<"dg-keep-expert-activations", "::mlir::ModuleOp"> {
+  let summary = "Hands each dg.moe_experts_backward its forward's gate/up pre-activations instead of recomputing them";
+  let description = [{
+    On one rank's program after dg-recompute, before dg-backward-schedule (docs/training.md, "Expert
+    activations"). Each dg.moe_experts_backward without `gate_up_rows` is paired with the last
+    dg.moe_experts before it in its block that has the same operands and expert_offset (a
+    recomputed clone where dg-recompute made one); when that op holds every expert its routing
+    chooses among (its indices are a dg.moe_route over as many experts as its gate_up holds), the
+    forward gets the `gate_up_rows` result and the backward reads it. The backward's results are
+    the same bytes; it runs four products per expert instead of five.
+  }];
+  let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
 def DgFuseElementwise : Pass<"dg-fuse-elementwise", "::mlir::ModuleOp"> {
   let summary = "Groups chains of elementwise ops into one dg.fused_elementwise (one plan step, one kernel)";
   let description = [{

@@ -196,7 +196,8 @@ Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
   Value gateUp = g_.param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
   Value down = g_.param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
   Value experts = b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, route.getWeights(), route.getIndices(),
-                                          gateUp, down);
+                                          gateUp, down)
+                      .getResult();
   Value expertsOut = g_.rmsNorm(g_.reshape(experts, shapeOf(residual), name("experts.out")),
                                 name("post_feedforward_layernorm_2.weight"));
   return g_.rmsNorm(g_.add(denseOut, expertsOut, name("ffn.sum")), name("post_feedforward_layernorm.weight"));

@@ -94,6 +94,10 @@ LayerActivations layerActivations(const DiffusionGemmaConfig& config, int64_t la
                        2 * tokens * inner * activation +
                        // the router's f32 island and its routes (weights, indices)
                        2 * localTokens * hidden * f32 + routes * (f32 + index);
+  // Where a rank holds every expert, the experts hand their backward each route's gate and up
+  // pre-activations (dg-keep-expert-activations); recomputing the experts rebuilds them.
+  // They are f32 under bf16 too (the experts' precision).
+  if (splits.ep == 1) bytes.recomputable += routes * 2 * double(config.moeIntermediateSize) * f32;
   // The decoder's attention reads the concatenated prompt + canvas K/V of every layer.
   if (pass.decoder) bytes.recomputable += 2 * double(microBatch * pass.keys) * kvWidth * activation;
   return bytes;
@@ -267,7 +271,8 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
   const double parameterCopies = shape.bf16 ? shard.parameters * activation : 0;
   prediction.activationBytes = uint64_t(parameterCopies + recomputed + std::max(turn, end));
 
-  // FLOPs: a backward costs twice its forward; recomputation re-runs forwards.
+  // FLOPs: a backward costs twice its forward; recomputation re-runs forwards (selective: the
+  // attention core and the experts).
   double tensorParallelBytes = 0, expertBytes = 0;
   for (const Pass& pass : passes) {
     const PassFlops flops = passFlops(config, pass, shape.microBatch, splits);
@@ -280,8 +285,14 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
       prediction.flopsBound += flops.layers + flops.attentionCore + flops.expertsBound;
     }
     if (pass.backward && candidate.recompute == RecomputePolicy::Selective) {
-      prediction.flops += flops.attentionCoreWindowed;
-      prediction.flopsBound += flops.attentionCore;
+      prediction.flops += flops.attentionCoreWindowed + flops.experts;
+      prediction.flopsBound += flops.attentionCore + flops.expertsBound;
+    }
+    // A block of the experts (EP's all-gather form) gets no pre-activations from its forward: its
+    // backward computes the gate and up products again, 4 of the forward's 6 multiply-adds per route.
+    if (pass.backward && splits.ep > 1) {
+      prediction.flops += flops.experts * 2 / 3;
+      prediction.flopsBound += flops.expertsBound * 2 / 3;
     }
     // Full recomputation re-runs each layer's forward collectives in the backward.
     const PassCommunication bytes = passCommunication(config, pass, shape.microBatch, splits, activation);

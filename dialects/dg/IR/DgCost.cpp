@@ -117,12 +117,15 @@ int64_t MoeExpertsOp::getFlops() {
 
 int64_t MoeRouteBackwardOp::getFlops() { return 8 * getLogits().getType().getNumElements(); }
 
-// About twice the forward: recomputing the expert MLP plus the products of the gradients.
+// Per routed pair, the products of the gradients: down's (2IH), the down product of dy (2IH),
+// gate_up's (4IH) and the input's (4IH); without the forward's pre-activations, the gate and up
+// projections again (4IH). Then the gated GELU's derivative and the weight's dot product.
 int64_t MoeExpertsBackwardOp::getFlops() {
   auto weights = getWeights().getType();
   int64_t pairs = weights.getDimSize(0) * weights.getDimSize(1);
   int64_t hidden = getInput().getType().getDimSize(1), inner = getDown().getType().getDimSize(2);
-  return pairs * (14 * hidden * inner + 16 * inner + 4 * hidden);
+  const int64_t products = getGateUpRows() ? 12 : 16;
+  return pairs * (products * hidden * inner + 16 * inner + 4 * hidden);
 }
 
 // Communication bytes (CommunicationOpInterface): what one rank receives, with the ring algorithms

@@ -342,9 +342,14 @@ LogicalResult MoeRouteOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangent
 }
 
 LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
+  // The pre-activations exist for the backward alone: dg-keep-expert-activations adds them after
+  // differentiation, so a program that differentiates through them is malformed.
+  if (getGateUpRows())
+    return emitOpError() << "has gate_up_rows, which dg-keep-expert-activations adds after differentiation; "
+                            "they have no derivative";
   auto backward = builder.create<MoeExpertsBackwardOp>(
       getLoc(), getInput().getType(), getWeights().getType(), getGateUp().getType(), getDown().getType(), getInput(),
-      getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0], getExpertOffsetAttr());
+      getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0], Value(), getExpertOffsetAttr());
   grads.append({backward.getGradInput(), backward.getGradWeights(), Value(), backward.getGradGateUp(),
                 backward.getGradDown()});
   return success();

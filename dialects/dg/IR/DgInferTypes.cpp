@@ -177,11 +177,6 @@ LogicalResult MoeRouteOp::inferReturnTypes(MLIRContext* context, std::optional<L
   return success();
 }
 
-LogicalResult MoeExpertsOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
-                                             SmallVectorImpl<Type>& inferred) {
-  return inferSameTypesAs(location, adaptor.getInput(), "moe_experts", inferred);
-}
-
 // One loss per position: the logits' shape without the vocabulary, in their element type.
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext*, std::optional<Location> location, Adaptor adaptor,
                                                SmallVectorImpl<Type>& inferred) {

@@ -98,6 +98,21 @@ LogicalResult MoeRouteOp::verify() {
   return success();
 }
 
+namespace {
+// dg.moe_experts' pre-activations, where present: [N·k, 2I] in the precision the experts compute
+// in, the input's element type or f32 for a 16-bit input.
+LogicalResult verifyGateUpRows(Operation* op, Value rows, RankedTensorType weights, RankedTensorType input,
+                               int64_t inner) {
+  if (!rows) return success();
+  auto expected = RankedTensorType::get({weights.getDimSize(0) * weights.getDimSize(1), 2 * inner},
+                                        gateUpRowsElementType(input.getElementType()));
+  if (rows.getType() != expected)
+    return op->emitOpError() << "gate_up_rows must be " << expected << " (a row of gate and up per route), got "
+                             << rows.getType();
+  return success();
+}
+}  // namespace
+
 LogicalResult MoeExpertsOp::verify() {
   auto input = getInput().getType(), gateUp = getGateUp().getType(), down = getDown().getType();
   if (input.getRank() != 2 || gateUp.getRank() != 3 || down.getRank() != 3)
@@ -120,17 +135,20 @@ LogicalResult MoeExpertsOp::verify() {
   if (weightElement != input.getElementType() && !weightElement.isF32())
     return emitOpError() << "weights must be f32 or have the input's element type, got " << weightElement;
   if (getResult().getType() != input) return emitOpError() << "result type must equal the input type";
+  if (failed(verifyGateUpRows(*this, getGateUpRows(), weights, input, inner))) return failure();
   if (int64_t offset = getExpertOffset().getInt(); offset < 0)
     return emitOpError() << "expert_offset " << offset << " must be >= 0";
   return success();
 }
 
 // The operands are those of the dg.moe_experts whose derivative rule builds this op, whose verifier
-// checked them; the offset is what the partitioner sets per rank.
+// checked them; the offset is what the partitioner sets per rank, the pre-activations what
+// dg-keep-expert-activations hands over from the forward.
 LogicalResult MoeExpertsBackwardOp::verify() {
   if (int64_t offset = getExpertOffset().getInt(); offset < 0)
     return emitOpError() << "expert_offset " << offset << " must be >= 0";
-  return success();
+  return verifyGateUpRows(*this, getGateUpRows(), getWeights().getType(), getInput().getType(),
+                          getDown().getType().getDimSize(2));
 }
 
 namespace {

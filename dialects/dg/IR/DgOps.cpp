@@ -79,6 +79,11 @@ bool mlir::dg::isWideningResult(Type operandElement, Type resultElement) {
          (isa<FloatType>(operandElement) && operandElement.getIntOrFloatBitWidth() == 16 && resultElement.isF32());
 }
 
+Type mlir::dg::gateUpRowsElementType(Type input) {
+  if (isa<FloatType>(input) && input.getIntOrFloatBitWidth() == 16) return Float32Type::get(input.getContext());
+  return input;
+}
+
 LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
   auto input = tensorType(op->getOperand(0));
   auto result = tensorType(op->getResult(0));

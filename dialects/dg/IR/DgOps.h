@@ -50,6 +50,12 @@ SmallVector<int64_t> reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> dim
 // for matmul, the reductions and scatter_add.
 bool isWideningResult(Type operandElement, Type resultElement);
 
+// The element type of dg.moe_experts' gate_up_rows for an input of element type `input`: the
+// precision the experts compute in, f32 for a 16-bit float, the input's type otherwise. The rows are
+// then exactly what the backward would compute again, whatever the dtype (docs/training.md,
+// "Expert activations").
+Type gateUpRowsElementType(Type input);
+
 // The plan dtype name of a fused_elementwise value of element type `element` (f32, f64, bf16, f16,
 // bool for i1), as its program spells it; empty for any other type.
 StringRef fusedElementwiseDTypeName(Type element);

@@ -475,7 +475,7 @@ def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, InferTypeOpAdaptor,
   let hasVerifier = 1;
 }
 
-def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, InferTypeOpAdaptor,
+def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure,
     DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Dropless routed experts: y[n] = sum_j w[n,j] * Expert_idx[n,j](x[n])";
   let description = [{
@@ -486,14 +486,28 @@ def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, InferTypeOpAdaptor,
     experts under expert parallelism; 0 when whole): a routing entry whose index lies outside adds
     nothing to y, one inside uses local expert `index - expert_offset`, so the blocks' results summed
     over the ranks are the whole op's.
+
+    The optional second result `gate_up_rows` `[N·k, 2I]` (x's element type, f32 for a 16-bit x:
+    the precision the experts compute in) holds each route's pre-activations: row `n·k + j` is `x[n] [G_e; U_e]^T` for its expert e, the values the GELU
+    reads; a route to an expert outside the block gets a zero row. dg-keep-expert-activations adds it
+    so that dg.moe_experts_backward reads them instead of computing that product again.
   }];
   let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
                        Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down,
                        DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset);
-  let results = (outs Dg_FloatTensor:$result);
+  let results = (outs Dg_FloatTensor:$result, Optional<Dg_FloatTensor>:$gate_up_rows);
+  // y has the input's type; the pre-activations are only ever added by dg-keep-expert-activations.
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$input, "::mlir::Value":$weights, "::mlir::Value":$indices,
+                   "::mlir::Value":$gate_up, "::mlir::Value":$down,
+                   CArg<"::mlir::IntegerAttr", "{}">:$expert_offset), [{
+      build($_builder, $_state, input.getType(), ::mlir::Type(), input, weights, indices, gate_up, down,
+            expert_offset);
+    }]>,
+  ];
   let assemblyFormat = [{
     $input `,` $weights `,` $indices `,` $gate_up `,` $down attr-dict `:` type($input) `,` type($weights) `,`
-    type($indices) `,` type($gate_up) `,` type($down) `->` type($result)
+    type($indices) `,` type($gate_up) `,` type($down) `->` type($result) (`,` type($gate_up_rows)^)?
   }];
   let hasVerifier = 1;
 }
@@ -513,17 +527,20 @@ def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
   let summary = "Gradients of dg.moe_experts: input, routing weights, gate_up, down";
   let description = [{
     `expert_offset` as in dg.moe_experts: a routing entry to an expert this op does not hold gets a
-    zero weight gradient and adds nothing to the input gradient.
+    zero weight gradient and adds nothing to the input gradient. With `gate_up_rows` (the forward's
+    second result) the pre-activations are read, not computed again from the input and gate_up.
   }];
   let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
                        Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down, Dg_FloatTensor:$grad_output,
+                       Optional<Dg_FloatTensor>:$gate_up_rows,
                        DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset);
   let results = (outs Dg_FloatTensor:$grad_input, Dg_FloatTensor:$grad_weights, Dg_FloatTensor:$grad_gate_up,
                       Dg_FloatTensor:$grad_down);
   let assemblyFormat = [{
-    $input `,` $weights `,` $indices `,` $gate_up `,` $down `,` $grad_output attr-dict `:` type($input) `,`
-    type($weights) `,` type($indices) `,` type($gate_up) `,` type($down) `,` type($grad_output) `->`
-    type($grad_input) `,` type($grad_weights) `,` type($grad_gate_up) `,` type($grad_down)
+    $input `,` $weights `,` $indices `,` $gate_up `,` $down `,` $grad_output (`rows` $gate_up_rows^)? attr-dict `:`
+    type($input) `,` type($weights) `,` type($indices) `,` type($gate_up) `,` type($down) `,` type($grad_output)
+    (`,` type($gate_up_rows)^)? `->` type($grad_input) `,` type($grad_weights) `,` type($grad_gate_up) `,`
+    type($grad_down)
   }];
   let hasVerifier = 1;
 }

@@ -421,6 +421,8 @@ ShardingRuleAttr MoeExpertsOp::getShardingRule() {
   ExpertFactors f = addExpertOperands(builder, getInput().getType(), getWeights().getType(), getGateUp().getType(),
                                       getDown().getType(), FactorKind::PassThrough);
   builder.result({f.tokens, f.hidden});
+  // A route's pre-activations are zero on a block without its expert: partial over the experts too.
+  if (getGateUpRows()) builder.result({{f.tokens, f.chosen}, {f.halves, f.inner}});
   return builder.take();
 }
 
@@ -431,6 +433,7 @@ ShardingRuleAttr MoeExpertsBackwardOp::getShardingRule() {
   ExpertFactors f = addExpertOperands(builder, getInput().getType(), getWeights().getType(), getGateUp().getType(),
                                       getDown().getType(), FactorKind::Reduction);
   builder.operand({f.tokens, f.hidden});
+  if (getGateUpRows()) builder.operand({{f.tokens, f.chosen}, {f.halves, f.inner}});
   builder.result({f.tokens, f.hidden});
   builder.result({f.tokens, f.chosen});
   builder.result({f.experts, {f.halves, f.inner}, f.hidden});

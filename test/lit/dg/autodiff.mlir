@@ -216,6 +216,22 @@ func.func @no_rule() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// The experts' pre-activations are for their backward alone, added after differentiation.
+func.func @experts_rows() attributes {dg.entry = "train_step"} {
+  %x = dg.input "x" : tensor<3x8xf32>
+  %w = dg.input "w" : tensor<3x2xf32>
+  %i = dg.input "i" : tensor<3x2xi64>
+  %gu = dg.param "gate_up" : tensor<4x6x8xf32>
+  %d = dg.param "down" : tensor<4x8x3xf32>
+  // expected-error @+1 {{'dg.moe_experts' op has gate_up_rows, which dg-keep-expert-activations adds after differentiation; they have no derivative}}
+  %y, %rows = dg.moe_experts %x, %w, %i, %gu, %d : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x6x8xf32>, tensor<4x8x3xf32> -> tensor<3x8xf32>, tensor<6x6xf32>
+  %l = dg.reduce_sum %y dims = [0, 1] : tensor<3x8xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  return
+}
+
+// -----
+
 // Only a single-element loss has a gradient.
 func.func @non_scalar_loss() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>

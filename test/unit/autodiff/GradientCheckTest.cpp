@@ -364,7 +364,7 @@ TEST(GradientCheck, MoeRouterAndExperts) {
     SmallVector<int64_t> chosen = {0, 1, 2, 0, 1, 1, 2, 0};
     auto indexType = RankedTensorType::get({4, 2}, b.getI64Type());
     Value indices = b.create<ConstantOp>(loc, DenseElementsAttr::get(indexType, ArrayRef<int64_t>(chosen)));
-    return b.create<MoeExpertsOp>(loc, p[0].getType(), p[0], p[1], indices, p[2], p[3]);
+    return b.create<MoeExpertsOp>(loc, p[0], p[1], indices, p[2], p[3]).getResult();
   };
   GradientChecker({{{4, 3}}, {{4, 2}, 0.2, 1.0}, {{4, 4, 3}}, {{4, 3, 2}}}, experts).check(kTolerance);
 
@@ -372,7 +372,7 @@ TEST(GradientCheck, MoeRouterAndExperts) {
     Value logits = b.create<MatmulOp>(loc, typeLike(p[0], {4, 3}), p[0], p[1], b.getBoolAttr(false), b.getBoolAttr(true));
     auto routed = b.create<MoeRouteOp>(loc, typeLike(p[0], {4, 2}), RankedTensorType::get({4, 2}, b.getI64Type()), logits,
                                        p[2], b.getI64IntegerAttr(2));
-    return b.create<MoeExpertsOp>(loc, p[0].getType(), p[0], routed.getWeights(), routed.getIndices(), p[3], p[4]);
+    return b.create<MoeExpertsOp>(loc, p[0], routed.getWeights(), routed.getIndices(), p[3], p[4]).getResult();
   };
   GradientChecker({{{4, 3}}, {{3, 3}}, {{3}, 0.5, 1.5}, {{3, 4, 3}}, {{3, 3, 2}}}, layer).check(kTolerance);
 }
