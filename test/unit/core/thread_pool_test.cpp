@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "runtime/core/ThreadPool.h"
@@ -32,6 +34,29 @@ TEST(ThreadPool, ManySuccessiveLoops) {
   for (int round = 0; round < 500; ++round)
     pool.parallelFor(100, 10, [&](int64_t begin, int64_t end) { total += end - begin; });
   EXPECT_EQ(total.load(), 500 * 100);
+}
+
+// Each chunk waits until the other has started, so the loop finishes only if the worker takes
+// one: whether it is still spinning from the last loop or has gone to sleep on the condition
+// variable (after a pause longer than its spin), it must see the new loop. A lost wake-up would
+// hang here; the wait gives up after ten seconds and fails instead.
+TEST(ThreadPool, WorkersJoinEveryLoopWhetherSpinningOrAsleep) {
+  ThreadPool pool(2);
+  for (int round = 0; round < 40; ++round) {
+    if (round % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::atomic<int> started{0};
+    std::atomic<bool> timedOut{false};
+    pool.parallelFor(2, 1, [&](int64_t, int64_t) {
+      ++started;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started.load() < 2)
+        if (std::chrono::steady_clock::now() > deadline) {
+          timedOut = true;
+          return;
+        }
+    });
+    ASSERT_FALSE(timedOut.load()) << "round " << round << ": the worker never took the second chunk";
+  }
 }
 
 TEST(ThreadPool, UsesSeveralThreadsForLargeWork) {
