@@ -164,46 +164,71 @@ TEST(MoeExpertsMath, GroupingSortsRoutesByExpertInTokenOrder) {
   EXPECT_EQ(groups.slotOfRoute, (std::vector<int64_t>{-1, 0, 1, -1, -1, 2}));
 }
 
+// One geometry's random operands, drawn from `seed` on.
+struct ExpertOperands {
+  std::vector<float> x, weights, gateUp, down, dy;
+};
+
+ExpertOperands drawOperands(const Geometry& g, uint32_t seed) {
+  ExpertOperands o;
+  o.x = randomValues<float>(g.tokens * g.hidden, seed);
+  o.weights = randomValues<float>(g.tokens * g.topK, seed + 1, 0.1, 1.0);
+  o.gateUp = randomValues<float>(g.experts * 2 * g.inner * g.hidden, seed + 2, -0.5, 0.5);
+  o.down = randomValues<float>(g.experts * g.hidden * g.inner, seed + 3, -0.5, 0.5);
+  o.dy = randomValues<float>(g.tokens * g.hidden, seed + 4);
+  return o;
+}
+
+// The CPU kernel's call: moe_experts (y, and gate_up_rows when `keepRows`), or moe_experts_backward
+// (reading `rows` when given).
+KernelCall forwardCall(const Geometry& g, const ExpertOperands& o, bool keepRows) {
+  KernelCall call("moe_experts", {{"expert_offset", g.offset}});
+  call.input(DType::F32, {g.tokens, g.hidden}, o.x).input(DType::F32, {g.tokens, g.topK}, o.weights);
+  call.input(DType::I64, {g.tokens, g.topK}, g.indices);
+  call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, o.gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, o.down);
+  call.output(DType::F32, {g.tokens, g.hidden});
+  if (keepRows) call.output(DType::F32, {g.tokens * g.topK, 2 * g.inner});
+  return call;
+}
+
+KernelCall backwardCall(const Geometry& g, const ExpertOperands& o, const std::vector<float>* rows) {
+  KernelCall call("moe_experts_backward", {{"expert_offset", g.offset}});
+  call.input(DType::F32, {g.tokens, g.hidden}, o.x).input(DType::F32, {g.tokens, g.topK}, o.weights);
+  call.input(DType::I64, {g.tokens, g.topK}, g.indices);
+  call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, o.gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, o.down);
+  call.input(DType::F32, {g.tokens, g.hidden}, o.dy);
+  if (rows) call.input(DType::F32, {g.tokens * g.topK, 2 * g.inner}, *rows);
+  call.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens, g.topK});
+  call.output(DType::F32, {g.experts, 2 * g.inner, g.hidden}).output(DType::F32, {g.experts, g.hidden, g.inner});
+  return call;
+}
+
+void expectGradients(const Gradients& expected, KernelCall& call, const std::string& what) {
+  expectNear(expected.dx, call.result<float>(0), "dx" + what);
+  expectNear(expected.dWeights, call.result<float>(1), "dweights" + what);
+  expectNear(expected.dGateUp, call.result<float>(2), "dgate_up" + what);
+  expectNear(expected.dDown, call.result<float>(3), "ddown" + what);
+}
+
+std::string expertsOf(const Geometry& g) { return " (" + std::to_string(g.experts) + " experts)"; }
+
 TEST(MoeExpertsMath, ForwardPipelineMatchesCpuKernel) {
   uint32_t seed = 300;
   for (const Geometry& g : geometries()) {
-    const auto x = randomValues<float>(g.tokens * g.hidden, seed++);
-    const auto weights = randomValues<float>(g.tokens * g.topK, seed++, 0.1, 1.0);
-    const auto gateUp = randomValues<float>(g.experts * 2 * g.inner * g.hidden, seed++, -0.5, 0.5);
-    const auto down = randomValues<float>(g.experts * g.hidden * g.inner, seed++, -0.5, 0.5);
-    KernelCall call("moe_experts", {{"expert_offset", g.offset}});
-    call.input(DType::F32, {g.tokens, g.hidden}, x).input(DType::F32, {g.tokens, g.topK}, weights);
-    call.input(DType::I64, {g.tokens, g.topK}, g.indices);
-    call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, down);
-    call.output(DType::F32, {g.tokens, g.hidden});
+    const ExpertOperands o = drawOperands(g, seed += 5);
+    KernelCall call = forwardCall(g, o, false);
     call.run();
-    expectNear(emulateForward(g, x, weights, gateUp, down), call.result<float>(0),
-               "y (" + std::to_string(g.experts) + " experts)");
+    expectNear(emulateForward(g, o.x, o.weights, o.gateUp, o.down), call.result<float>(0), "y" + expertsOf(g));
   }
 }
 
 TEST(MoeExpertsMath, BackwardPipelineMatchesCpuKernel) {
   uint32_t seed = 400;
   for (const Geometry& g : geometries()) {
-    const auto x = randomValues<float>(g.tokens * g.hidden, seed++);
-    const auto weights = randomValues<float>(g.tokens * g.topK, seed++, 0.1, 1.0);
-    const auto gateUp = randomValues<float>(g.experts * 2 * g.inner * g.hidden, seed++, -0.5, 0.5);
-    const auto down = randomValues<float>(g.experts * g.hidden * g.inner, seed++, -0.5, 0.5);
-    const auto dy = randomValues<float>(g.tokens * g.hidden, seed++);
-    KernelCall call("moe_experts_backward", {{"expert_offset", g.offset}});
-    call.input(DType::F32, {g.tokens, g.hidden}, x).input(DType::F32, {g.tokens, g.topK}, weights);
-    call.input(DType::I64, {g.tokens, g.topK}, g.indices);
-    call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, down);
-    call.input(DType::F32, {g.tokens, g.hidden}, dy);
-    call.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens, g.topK});
-    call.output(DType::F32, {g.experts, 2 * g.inner, g.hidden}).output(DType::F32, {g.experts, g.hidden, g.inner});
+    const ExpertOperands o = drawOperands(g, seed += 5);
+    KernelCall call = backwardCall(g, o, nullptr);
     call.run();
-    const Gradients emulated = emulateBackward(g, x, weights, gateUp, down, dy);
-    const std::string experts = " (" + std::to_string(g.experts) + " experts)";
-    expectNear(emulated.dx, call.result<float>(0), "dx" + experts);
-    expectNear(emulated.dWeights, call.result<float>(1), "dweights" + experts);
-    expectNear(emulated.dGateUp, call.result<float>(2), "dgate_up" + experts);
-    expectNear(emulated.dDown, call.result<float>(3), "ddown" + experts);
+    expectGradients(emulateBackward(g, o.x, o.weights, o.gateUp, o.down, o.dy), call, expertsOf(g));
   }
 }
 
@@ -213,42 +238,25 @@ TEST(MoeExpertsMath, BackwardPipelineMatchesCpuKernel) {
 TEST(MoeExpertsMath, KeptGateUpRowsPipelineMatchesCpuKernels) {
   uint32_t seed = 450;
   for (const Geometry& g : geometries()) {
-    const auto x = randomValues<float>(g.tokens * g.hidden, seed++);
-    const auto weights = randomValues<float>(g.tokens * g.topK, seed++, 0.1, 1.0);
-    const auto gateUp = randomValues<float>(g.experts * 2 * g.inner * g.hidden, seed++, -0.5, 0.5);
-    const auto down = randomValues<float>(g.experts * g.hidden * g.inner, seed++, -0.5, 0.5);
-    const auto dy = randomValues<float>(g.tokens * g.hidden, seed++);
-    const std::string experts = " (" + std::to_string(g.experts) + " experts)";
-    auto addInputs = [&](KernelCall& call) {
-      call.input(DType::F32, {g.tokens, g.hidden}, x).input(DType::F32, {g.tokens, g.topK}, weights);
-      call.input(DType::I64, {g.tokens, g.topK}, g.indices);
-      call.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, gateUp).input(DType::F32, {g.experts, g.hidden, g.inner}, down);
-    };
-    KernelCall forward("moe_experts", {{"expert_offset", g.offset}});
-    addInputs(forward);
-    forward.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens * g.topK, 2 * g.inner});
+    const ExpertOperands o = drawOperands(g, seed += 5);
+    const std::string experts = expertsOf(g);
+    KernelCall forward = forwardCall(g, o, true);
     forward.run();
     std::vector<float> emulatedRows;
-    expectNear(emulateForward(g, x, weights, gateUp, down, &emulatedRows), forward.result<float>(0), "y" + experts);
+    expectNear(emulateForward(g, o.x, o.weights, o.gateUp, o.down, &emulatedRows), forward.result<float>(0),
+               "y" + experts);
     const std::vector<float> cpuRows = forward.result<float>(1);
     expectNear(emulatedRows, cpuRows, "gate_up_rows" + experts);
 
-    const Gradients reading = emulateBackward(g, x, weights, gateUp, down, dy, &emulatedRows);
-    const Gradients recomputing = emulateBackward(g, x, weights, gateUp, down, dy);
+    const Gradients reading = emulateBackward(g, o.x, o.weights, o.gateUp, o.down, o.dy, &emulatedRows);
+    const Gradients recomputing = emulateBackward(g, o.x, o.weights, o.gateUp, o.down, o.dy);
     EXPECT_EQ(reading.dx, recomputing.dx) << experts;
     EXPECT_EQ(reading.dWeights, recomputing.dWeights) << experts;
     EXPECT_EQ(reading.dGateUp, recomputing.dGateUp) << experts;
     EXPECT_EQ(reading.dDown, recomputing.dDown) << experts;
-    KernelCall backward("moe_experts_backward", {{"expert_offset", g.offset}});
-    addInputs(backward);
-    backward.input(DType::F32, {g.tokens, g.hidden}, dy).input(DType::F32, {g.tokens * g.topK, 2 * g.inner}, cpuRows);
-    backward.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens, g.topK});
-    backward.output(DType::F32, {g.experts, 2 * g.inner, g.hidden}).output(DType::F32, {g.experts, g.hidden, g.inner});
+    KernelCall backward = backwardCall(g, o, &cpuRows);
     backward.run();
-    expectNear(reading.dx, backward.result<float>(0), "dx reading gate_up_rows" + experts);
-    expectNear(reading.dWeights, backward.result<float>(1), "dweights reading gate_up_rows" + experts);
-    expectNear(reading.dGateUp, backward.result<float>(2), "dgate_up reading gate_up_rows" + experts);
-    expectNear(reading.dDown, backward.result<float>(3), "ddown reading gate_up_rows" + experts);
+    expectGradients(reading, backward, " reading gate_up_rows" + experts);
   }
 }
 
