@@ -52,8 +52,8 @@ bool holdsEveryChosenExpert(MoeExpertsOp forward) {
   return route && route.getLogits().getType().getDimSize(1) == forward.getGateUp().getType().getDimSize(0);
 }
 
-// The forward's pre-activations, giving it the result first where it has none.
-Value gateUpRowsOf(MoeExpertsOp& forward) {
+// The forward's pre-activations, giving it the result first where it has none (the op is replaced).
+Value gateUpRowsOf(MoeExpertsOp forward) {
   if (Value rows = forward.getGateUpRows()) return rows;
   const int64_t routes = forward.getWeights().getType().getNumElements();
   const int64_t width = forward.getGateUp().getType().getDimSize(1);
@@ -64,7 +64,6 @@ Value gateUpRowsOf(MoeExpertsOp& forward) {
                                            forward->getOperands(), forward->getAttrs());
   forward.getResult().replaceAllUsesWith(kept.getResult());
   forward.erase();
-  forward = kept;
   return kept.getGateUpRows();
 }
 

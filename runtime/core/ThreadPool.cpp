@@ -59,6 +59,8 @@ ThreadPool::ThreadPool(int64_t numThreads) {
 
 ThreadPool::~ThreadPool() {
   stopping_.store(true);
+  // A worker between its predicate check and its wait holds the mutex: taking it here makes the
+  // notification come after that wait, as parallelFor does for a new loop.
   {
     std::lock_guard<std::mutex> lock(mutex_);
   }
