@@ -1,6 +1,7 @@
 #include "runtime/comm/MeshCommunicators.h"
 
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
 
 #include <filesystem>
 #include <optional>
@@ -94,12 +95,16 @@ MeshCommunicators connectMesh(const std::vector<MeshAxis>& mesh, Backend& backen
   }
   if (options.masterAddress.empty() || options.masterPort <= 0)
     throw InputError("a run of several ranks needs MASTER_ADDR and MASTER_PORT (or a local rendezvous directory)");
-  // Rank 0 serves the store until every rank has finished its rendezvous and let go of it.
+  // Without an external store, rank 0 serves one until every rank has finished its rendezvous and
+  // let go of it.
   std::optional<TcpStoreServer> server;
-  if (rank == 0) server.emplace(options.masterPort, worldSize, options.timeout);
+  if (rank == 0 && !options.externalStore) server.emplace(options.masterPort, worldSize, options.timeout);
   MeshCommunicators communicators;
   {
-    TcpStore store(options.masterAddress, options.masterPort, options.timeout);
+    TcpStore tcpStore(options.masterAddress, options.masterPort, options.timeout);
+    std::optional<gloo::rendezvous::PrefixStore> prefixed;
+    if (!options.keyPrefix.empty()) prefixed.emplace(options.keyPrefix, tcpStore);
+    gloo::rendezvous::Store& store = prefixed ? static_cast<gloo::rendezvous::Store&>(*prefixed) : tcpStore;
     communicators = connectGroups(store, mesh, backend, rank, worldSize, options.timeout,
                                   localAddressTowards(options.masterAddress), where);
   }

@@ -16,11 +16,14 @@ namespace dgemma {
 class Backend;
 
 // How the ranks of one run find each other. Local ranks (dgemma-run --nproc-per-node) share a fresh
-// directory; ranks started by torchrun, Slurm or mpirun meet at the TcpStore rank 0 serves.
+// directory; ranks started by torchrun, Slurm or mpirun meet at a c10d TCP store (TcpStore.h):
+// torchrun's agent's, or the one rank 0 serves.
 struct RendezvousOptions {
   std::string storeDirectory;  // set: a Gloo FileStore there, ranks bind to loopback
-  std::string masterAddress;   // otherwise: the TcpStore at masterAddress:masterPort
+  std::string masterAddress;   // otherwise: the TCP store at masterAddress:masterPort
   int masterPort = 0;
+  bool externalStore = false;  // someone else (torchrun's agent) serves it: rank 0 does not
+  std::string keyPrefix;       // every key under this prefix ("" for none)
   // For the rendezvous and for each collective: a rank waits this long for a peer that has gone
   // silent, then fails naming the group.
   std::chrono::milliseconds timeout{30000};

@@ -18,10 +18,30 @@ namespace dgemma {
 
 namespace {
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kCheck = 3 };
+// c10d's QueryType values (the protocol's op byte) and its answers.
+enum Op : uint8_t {
+  kValidate = 0,
+  kSet = 1,
+  kGet = 3,
+  kAdd = 4,
+  kCheck = 5,
+  kWait = 6,
+  kGetNumKeys = 7,
+  kDeleteKey = 8,
+  kCancelWait = 12,
+  kPing = 13,
+};
+constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+constexpr uint8_t kReady = 0, kNotReady = 1;          // CHECK
+constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;  // WAIT, CANCEL_WAIT
+// c10d's client puts every key of its API under "/" on the wire; so does ours, so that a key means
+// the same to a torch client and to a dgemma one.
+const std::string kKeyPrefix = "/";
 
-// A key or value larger than this is no rendezvous message: the peer is not a TcpStore.
+// A key or value larger than this, or more keys than this, is no rendezvous message: the peer is
+// not a c10d store client.
 constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxKeys = 1 << 16;
 constexpr auto kPollInterval = std::chrono::milliseconds(10);
 
 bool sendAll(int socket, const void* data, size_t bytes) {
@@ -49,27 +69,68 @@ bool receiveAll(int socket, void* data, size_t bytes) {
   return true;
 }
 
+// The protocol's integers are the hosts' native ones; every host dgemma runs on is little-endian.
 template <typename Integer>
 void appendInteger(std::vector<char>& out, Integer value) {
-  for (size_t i = 0; i < sizeof(Integer); ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < sizeof(Integer); ++i) out.push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
 }
 
 template <typename Integer>
 bool receiveInteger(int socket, Integer& value) {
   unsigned char bytes[sizeof(Integer)];
   if (!receiveAll(socket, bytes, sizeof bytes)) return false;
-  value = 0;
-  for (size_t i = 0; i < sizeof(Integer); ++i) value |= static_cast<Integer>(bytes[i]) << (8 * i);
+  uint64_t assembled = 0;
+  for (size_t i = 0; i < sizeof(Integer); ++i) assembled |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  value = static_cast<Integer>(assembled);
   return true;
 }
 
-// A length-prefixed byte string of at most kMaxMessageBytes.
-template <typename Length>
+void appendBytes(std::vector<char>& out, const void* data, size_t bytes) {
+  appendInteger<uint64_t>(out, bytes);
+  const auto* begin = static_cast<const char*>(data);
+  out.insert(out.end(), begin, begin + bytes);
+}
+
+// A key of the client's API as the wire carries it.
+void appendKey(std::vector<char>& out, const std::string& key) {
+  const std::string wire = kKeyPrefix + key;
+  appendBytes(out, wire.data(), wire.size());
+}
+
+// A u64-length-prefixed byte string of at most kMaxMessageBytes.
 bool receiveBytes(int socket, std::vector<char>& out) {
-  Length length = 0;
+  uint64_t length = 0;
   if (!receiveInteger(socket, length) || length > kMaxMessageBytes) return false;
   out.resize(static_cast<size_t>(length));
   return receiveAll(socket, out.data(), out.size());
+}
+
+bool receiveKey(int socket, std::string& key) {
+  std::vector<char> bytes;
+  if (!receiveBytes(socket, bytes)) return false;
+  key.assign(bytes.begin(), bytes.end());
+  return true;
+}
+
+bool receiveKeys(int socket, std::vector<std::string>& keys) {
+  uint64_t count = 0;
+  if (!receiveInteger(socket, count) || count > kMaxKeys) return false;
+  keys.resize(static_cast<size_t>(count));
+  for (std::string& key : keys)
+    if (!receiveKey(socket, key)) return false;
+  return true;
+}
+
+// c10d keeps ADD's counters as decimal text; anything else counts as 0.
+int64_t counterValue(const std::vector<char>& text) {
+  const std::string digits(text.begin(), text.end());
+  try {
+    size_t used = 0;
+    const long long value = std::stoll(digits, &used);
+    return used == digits.size() ? value : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
 }
 
 // Reads and writes on `socket` fail after `timeout` instead of blocking forever on a silent peer.
@@ -80,7 +141,6 @@ void setSocketTimeout(int socket, std::chrono::milliseconds timeout) {
   ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   ::setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
 }
-
 // One attempt to connect to host:port; -1 when nothing accepts there (yet).
 int connectOnce(const std::string& host, int port, std::string& problem) {
   addrinfo hints{};
@@ -156,49 +216,124 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 void TcpStoreServer::serve() {
-  std::vector<pollfd> watched = {{listener_, POLLIN, 0}};
+  std::vector<pollfd> watched;
   while (!stopping_) {
+    watched.assign(1, {listener_, POLLIN, 0});
+    for (const auto& [socket, client] : connected_) watched.push_back({socket, POLLIN, 0});
     if (::poll(watched.data(), watched.size(), static_cast<int>(kPollInterval.count())) <= 0) continue;
-    for (size_t i = watched.size(); i-- > 1;) {
+    for (size_t i = 1; i < watched.size(); ++i) {
       if (watched[i].revents == 0) continue;
-      if ((watched[i].revents & POLLIN) && answer(watched[i].fd)) continue;
-      ::close(watched[i].fd);  // the client finished (or broke the protocol)
-      watched.erase(watched.begin() + static_cast<std::ptrdiff_t>(i));
+      const int socket = watched[i].fd;
+      if ((watched[i].revents & POLLIN) && answer(socket, connected_.at(socket))) continue;
+      ::close(socket);  // the client finished (or broke the protocol)
+      connected_.erase(socket);
       ++finishedClients_;
     }
+    answerWaiters();
     if (watched[0].revents & POLLIN) {
-      int client = ::accept(listener_, nullptr, nullptr);
-      if (client >= 0) {
-        setSocketTimeout(client, timeout_);  // a half-sent request does not stall the server for good
-        watched.push_back({client, POLLIN, 0});
+      int socket = ::accept(listener_, nullptr, nullptr);
+      if (socket >= 0) {
+        setSocketTimeout(socket, timeout_);  // a half-sent request does not stall the server for good
+        connected_[socket] = Client{};
       }
     }
   }
-  for (size_t i = 1; i < watched.size(); ++i) ::close(watched[i].fd);
+  for (const auto& [socket, client] : connected_) ::close(socket);
+  connected_.clear();
 }
 
-bool TcpStoreServer::answer(int client) {
+bool TcpStoreServer::allSet(const std::vector<std::string>& keys) const {
+  for (const std::string& key : keys)
+    if (!values_.count(key)) return false;
+  return true;
+}
+
+void TcpStoreServer::answerWaiters() {
+  for (auto& [socket, client] : connected_) {
+    if (client.awaited.empty() || !allSet(client.awaited)) continue;
+    client.awaited.clear();
+    // A client that has gone shows at the next poll.
+    sendAll(socket, &kStopWaiting, 1);
+  }
+}
+
+bool TcpStoreServer::answer(int socket, Client& client) {
   uint8_t op = 0;
-  std::vector<char> key;
-  if (!receiveInteger(client, op) || !receiveBytes<uint32_t>(client, key)) return false;
-  const std::string name(key.begin(), key.end());
-  if (op == kSet) {
-    std::vector<char> value;
-    if (!receiveBytes<uint64_t>(client, value)) return false;
-    values_[name] = std::move(value);
-    const uint8_t done = 1;
-    return sendAll(client, &done, 1);
+  if (!receiveInteger(socket, op)) return false;
+  if (!client.validated) {
+    uint32_t magic = 0;
+    if (op != kValidate || !receiveInteger(socket, magic) || magic != kValidationMagic) return false;
+    client.validated = true;
+    return true;
   }
-  auto found = values_.find(name);
-  const uint8_t present = found != values_.end();
-  if (op == kCheck) return sendAll(client, &present, 1);
-  if (op != kGet) return false;
-  std::vector<char> reply = {static_cast<char>(present)};
-  if (present) {
-    appendInteger<uint64_t>(reply, found->second.size());
-    reply.insert(reply.end(), found->second.begin(), found->second.end());
+  std::vector<char> reply;
+  switch (op) {
+    case kSet: {
+      std::string key;
+      std::vector<char> value;
+      if (!receiveKey(socket, key) || !receiveBytes(socket, value)) return false;
+      values_[key] = std::move(value);
+      return true;
+    }
+    case kGet: {
+      std::string key;
+      if (!receiveKey(socket, key)) return false;
+      auto found = values_.find(key);
+      const std::vector<char> none;
+      const std::vector<char>& value = found == values_.end() ? none : found->second;
+      appendBytes(reply, value.data(), value.size());
+      break;
+    }
+    case kAdd: {
+      std::string key;
+      int64_t amount = 0;
+      if (!receiveKey(socket, key) || !receiveInteger(socket, amount)) return false;
+      std::vector<char>& stored = values_[key];
+      const int64_t sum = counterValue(stored) + amount;
+      const std::string text = std::to_string(sum);
+      stored.assign(text.begin(), text.end());
+      appendInteger<int64_t>(reply, sum);
+      break;
+    }
+    case kCheck: {
+      std::vector<std::string> keys;
+      if (!receiveKeys(socket, keys)) return false;
+      reply.push_back(static_cast<char>(allSet(keys) ? kReady : kNotReady));
+      break;
+    }
+    case kWait: {
+      std::vector<std::string> keys;
+      if (!receiveKeys(socket, keys)) return false;
+      if (!allSet(keys)) {
+        client.awaited = std::move(keys);  // answered by answerWaiters once they are
+        return true;
+      }
+      reply.push_back(static_cast<char>(kStopWaiting));
+      break;
+    }
+    case kGetNumKeys:
+      appendInteger<int64_t>(reply, static_cast<int64_t>(values_.size()));
+      break;
+    case kDeleteKey: {
+      std::string key;
+      if (!receiveKey(socket, key)) return false;
+      appendInteger<int64_t>(reply, static_cast<int64_t>(values_.erase(key)));
+      break;
+    }
+    case kCancelWait:
+      client.awaited.clear();
+      reply.push_back(static_cast<char>(kWaitCanceled));
+      break;
+    case kPing: {  // torch's client pings once after VALIDATE and expects its nonce back
+      uint32_t nonce = 0;
+      if (!receiveInteger(socket, nonce)) return false;
+      appendInteger<uint32_t>(reply, nonce);
+      break;
+    }
+    default:
+      return false;  // an op this store does not serve
   }
-  return sendAll(client, reply.data(), reply.size());
+  return sendAll(socket, reply.data(), reply.size());
 }
 
 TcpStore::TcpStore(const std::string& host, int port, std::chrono::milliseconds timeout)
@@ -214,39 +349,60 @@ TcpStore::TcpStore(const std::string& host, int port, std::chrono::milliseconds 
   int on = 1;
   ::setsockopt(socket_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   setSocketTimeout(socket_, timeout);
+  std::vector<char> validate = {static_cast<char>(kValidate)};
+  appendInteger<uint32_t>(validate, kValidationMagic);
+  if (!sendAll(socket_, validate.data(), validate.size())) {
+    ::close(socket_);
+    throw RuntimeError("tcp store " + address_ + " (MASTER_ADDR:MASTER_PORT): the server closed the connection");
+  }
 }
 
 TcpStore::~TcpStore() { ::close(socket_); }
 
-void TcpStore::sendRequest(uint8_t op, const std::string& key) {
-  std::vector<char> request = {static_cast<char>(op)};
-  appendInteger<uint32_t>(request, static_cast<uint32_t>(key.size()));
-  request.insert(request.end(), key.begin(), key.end());
+void TcpStore::send(const std::vector<char>& request, const std::string& what) {
   if (!sendAll(socket_, request.data(), request.size()))
-    throw gloo::IoException("tcp store " + address_ + ": the server went away");
+    throw gloo::IoException("tcp store " + address_ + ": " + what + ": the server went away");
+}
+
+void TcpStore::receive(void* data, size_t bytes, const std::string& what) {
+  if (!receiveAll(socket_, data, bytes))
+    throw gloo::IoException("tcp store " + address_ + ": " + what + ": no answer from the server");
 }
 
 void TcpStore::set(const std::string& key, const std::vector<char>& data) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<char> request = {static_cast<char>(kSet)};
-  appendInteger<uint32_t>(request, static_cast<uint32_t>(key.size()));
-  request.insert(request.end(), key.begin(), key.end());
-  appendInteger<uint64_t>(request, data.size());
-  request.insert(request.end(), data.begin(), data.end());
-  uint8_t done = 0;
-  if (!sendAll(socket_, request.data(), request.size()) || !receiveInteger(socket_, done) || done != 1)
-    throw gloo::IoException("tcp store " + address_ + ": set \"" + key + "\": the server went away");
+  appendKey(request, key);
+  appendBytes(request, data.data(), data.size());
+  send(request, "set \"" + key + "\"");
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t amount) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<char> request = {static_cast<char>(kAdd)};
+  appendKey(request, key);
+  appendInteger<int64_t>(request, amount);
+  const std::string what = "add \"" + key + "\"";
+  send(request, what);
+  int64_t sum = 0;
+  if (!receiveInteger(socket_, sum)) throw gloo::IoException("tcp store " + address_ + ": " + what + ": no answer from the server");
+  return sum;
 }
 
 bool TcpStore::has(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  sendRequest(kCheck, key);
-  uint8_t present = 0;
-  if (!receiveInteger(socket_, present))
-    throw gloo::IoException("tcp store " + address_ + ": check \"" + key + "\": the server went away");
-  return present != 0;
+  std::vector<char> request = {static_cast<char>(kCheck)};
+  appendInteger<uint64_t>(request, 1);
+  appendKey(request, key);
+  const std::string what = "check \"" + key + "\"";
+  send(request, what);
+  uint8_t ready = kNotReady;
+  receive(&ready, 1, what);
+  return ready == kReady;
 }
 
+// Polls with CHECK rather than blocking in WAIT: a wait cut short by its timeout then leaves no
+// pending request behind on the server.
 void TcpStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (const std::string& key : keys)
@@ -261,11 +417,12 @@ void TcpStore::wait(const std::vector<std::string>& keys, const std::chrono::mil
 std::vector<char> TcpStore::get(const std::string& key) {
   wait({key}, timeout_);
   std::lock_guard<std::mutex> lock(mutex_);
-  sendRequest(kGet, key);
-  uint8_t present = 0;
+  std::vector<char> request = {static_cast<char>(kGet)};
+  appendKey(request, key);
+  const std::string what = "get \"" + key + "\"";
+  send(request, what);
   std::vector<char> value;
-  if (!receiveInteger(socket_, present) || !present || !receiveBytes<uint64_t>(socket_, value))
-    throw gloo::IoException("tcp store " + address_ + ": get \"" + key + "\": the server went away");
+  if (!receiveBytes(socket_, value)) throw gloo::IoException("tcp store " + address_ + ": " + what + ": no answer from the server");
   return value;
 }
 

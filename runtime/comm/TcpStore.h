@@ -1,12 +1,19 @@
-// A key-value store over TCP for Gloo's rendezvous when the ranks run on several hosts. Debian's
-// Gloo ships a FileStore, a HashStore and a RedisStore but no TCP store, so this is a small one:
-// rank 0 serves it at MASTER_ADDR:MASTER_PORT (TcpStoreServer) and every rank, rank 0 included,
-// is a client (TcpStore). Keys are written once and read many times, which is all Gloo's
-// connectFullMesh needs; a reader waits for a key by asking again until it appears.
+// A key-value store over TCP for Gloo's rendezvous and the NCCL unique id when the ranks are
+// started by torchrun, Slurm or mpirun. It speaks PyTorch's c10d TCPStore wire protocol, so one
+// client serves both cases:
+//  - under torchrun the elastic agent already serves a c10d TCPStore at MASTER_ADDR:MASTER_PORT
+//    (TORCHELASTIC_USE_AGENT_STORE=True) and every rank is only a client (TcpStore);
+//  - under Slurm or mpirun, or torchrun without its agent's store, rank 0 serves one itself
+//    (TcpStoreServer) and every rank, rank 0 included, is a client.
+// Debian's Gloo ships a FileStore, a HashStore and a RedisStore but no TCP store.
 //
-// Wire format, little-endian: a request is an op byte, a u32 key length and the key; a set adds a
-// u64 value length and the value. The server answers a set with one byte (1), a get with a found
-// byte and, when found, a u64 length and the value, a check with a found byte.
+// The protocol (docs/parallelism.md, "The TCP store"), native little-endian: a client opens with
+// VALIDATE (op 0) and the u32 magic 0x3C85F7CE, which the server does not answer. A key is a u64
+// length and its bytes, a value likewise. SET (1) key value: no answer. GET (3) key: the value.
+// ADD (4) key i64: the new i64 sum. CHECK (5) u64 n, n keys: one byte, 0 when every key is set,
+// 1 when not. WAIT (6) u64 n, n keys: one byte 0 once every key is set. GETNUMKEYS (7): i64.
+// DELETE_KEY (8) key: i64 keys deleted. CANCEL_WAIT (12): drops the client's waits, answers 1.
+// PING (13) u32 nonce: the nonce. A client sends each key of its API as "/" + key, as torch's does.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
@@ -36,9 +43,17 @@ class TcpStoreServer {
   int port() const { return port_; }
 
  private:
+  struct Client {
+    bool validated = false;
+    std::vector<std::string> awaited;  // a WAIT not answered yet
+  };
+
   void serve();
-  // Answers one request of `client`; false when the client has gone or sent nonsense.
-  bool answer(int client);
+  // Answers one request of `client`; false when the client has gone or broke the protocol.
+  bool answer(int socket, Client& client);
+  // Answers every WAIT whose keys are now all set.
+  void answerWaiters();
+  bool allSet(const std::vector<std::string>& keys) const;
 
   int listener_ = -1;
   int port_ = 0;
@@ -46,14 +61,16 @@ class TcpStoreServer {
   std::chrono::milliseconds timeout_;
   std::atomic<int64_t> finishedClients_{0};
   std::atomic<bool> stopping_{false};
-  std::map<std::string, std::vector<char>> values_;  // touched by the serving thread only
+  // Touched by the serving thread only.
+  std::map<std::string, std::vector<char>> values_;
+  std::map<int, Client> connected_;
   std::thread thread_;
 };
 
 class TcpStore final : public gloo::rendezvous::Store {
  public:
-  // Connects to the server at host:port, retrying until `timeout` (the server may start later).
-  // Throws RuntimeError naming the address when it cannot.
+  // Connects to the c10d store at host:port (ours or torch's), retrying until `timeout` (the
+  // server may start later), and validates. Throws RuntimeError naming the address when it cannot.
   TcpStore(const std::string& host, int port, std::chrono::milliseconds timeout);
   ~TcpStore() override;
   TcpStore(const TcpStore&) = delete;
@@ -65,10 +82,13 @@ class TcpStore final : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   // Throws gloo::IoException naming the first missing key when the keys do not all appear in time.
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  // Adds `amount` to the integer the key holds (0 when unset); returns the sum.
+  int64_t add(const std::string& key, int64_t amount);
 
  private:
   bool has(const std::string& key);
-  void sendRequest(uint8_t op, const std::string& key);
+  void send(const std::vector<char>& request, const std::string& what);
+  void receive(void* data, size_t bytes, const std::string& what);
 
   std::string address_;  // "host:port", for messages
   int socket_ = -1;

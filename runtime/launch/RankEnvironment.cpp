@@ -118,6 +118,13 @@ RankEnvironment detectRankEnvironment(const EnvironmentLookup& lookup) {
     readRank(environment, variables, "RANK", "WORLD_SIZE", "LOCAL_RANK", why);
     environment.masterAddress = variables.text("MASTER_ADDR", why);
     environment.masterPort = static_cast<int>(variables.integer("MASTER_PORT", 1, 65535, why));
+    if (variables.optional("TORCHELASTIC_RESTART_COUNT"))
+      environment.restartCount = variables.integer("TORCHELASTIC_RESTART_COUNT", 0, kMaxRanks, "torchrun's restart count");
+    // torch reads the flag as "True" exactly (torch.distributed's _torchelastic_use_agent_store).
+    environment.agentStore = variables.optional("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+    if (environment.agentStore)
+      environment.storePrefix = "dgemma/" + variables.optional("TORCHELASTIC_RUN_ID").value_or("none") + "/attempt_" +
+                                std::to_string(environment.restartCount);
     return environment;
   }
   if (variables.has("OMPI_COMM_WORLD_RANK")) {

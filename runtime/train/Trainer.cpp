@@ -572,7 +572,7 @@ int Trainer::run() {
   ProgressOptions progressOptions;
   progressOptions.totalSteps = options_.steps;
   progressOptions.firstStep = step_;
-  progressOptions.isTty = world_.rank() == 0 && ::isatty(STDOUT_FILENO) != 0;
+  progressOptions.isTty = world_.rank() == 0 && options_.progressInPlace && ::isatty(STDOUT_FILENO) != 0;
   progressOptions.everySteps = options_.logEvery;
   ProgressBar progress(out_, progressOptions);
 

@@ -40,6 +40,9 @@ struct TrainOptions {
   std::string nanPolicy = "abort";
   int64_t logEvery = 0;      // progress lines off a terminal: every this many steps too
   bool skipBadRows = false;
+  // On a terminal, redraw the progress line in place; false: whole lines whatever stdout is (a
+  // launcher relays this rank's stdout).
+  bool progressInPlace = true;
   // What fills a last block's canvas after its EOS (docs/training.md, "Canvas tail"): "pad"
   // (Megatron Bridge: pad ids, attended, not scored) or "eos_fill" (Google's recipe: EOS, scored).
   std::string canvasTail = "pad";

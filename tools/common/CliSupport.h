@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <iostream>
+#include <string>
 
 #include "support/Error.h"
 
@@ -30,17 +31,24 @@ inline bool parseCommandLine(CLI::App& app, int argc, char** argv, int& exitCode
   return false;
 }
 
-// Runs the tool body, turning dgemma errors into their exit codes with the message on stderr.
-inline int runReportingErrors(const std::string& tool, const std::function<int()>& body) {
+// Runs the tool body, turning dgemma errors into their exit codes with the message on stderr;
+// `report`, when given, also receives that message (e.g. for a launcher's failure report).
+inline int runReportingErrors(const std::string& tool, const std::function<int()>& body,
+                              const std::function<void(const std::string&)>& report = {}) {
+  std::string message;
+  int exitCode;
   try {
     return body();
   } catch (const Error& error) {
-    std::cerr << tool << ": error: " << error.what() << "\n";
-    return error.exitCode();
+    message = tool + ": error: " + error.what();
+    exitCode = error.exitCode();
   } catch (const std::exception& error) {
-    std::cerr << tool << ": internal error: " << error.what() << "\n";
-    return 1;
+    message = tool + ": internal error: " + error.what();
+    exitCode = 1;
   }
+  std::cerr << message << "\n";
+  if (report) report(message);
+  return exitCode;
 }
 
 }  // namespace dgemma

@@ -29,7 +29,7 @@ void applyPlanRunDefaults(CLI::App& train, const Plan& plan, const std::string& 
     }
     filled += " " + flag + " " + text;
   }
-  if (!filled.empty())
+  if (!filled.empty() && plan.rank == 0)
     std::cout << "defaults of the plan's preset " << plan.runDefaults->preset << ":" << filled << "\n";
 }
 

@@ -11,7 +11,7 @@
 
 namespace dgemma::tool {
 
-// Fills the unset flags of the parsed `train` command from the plan and prints those it filled.
+// Fills the unset flags of the parsed `train` command from the plan; rank 0 prints those it filled.
 // Two defaults follow other flags rather than the preset: with an explicit --steps the decay spans
 // it (the preset's --decay-steps is for its own step count), and --save-every needs a --save-dir.
 // Throws InputError naming `planPath` for a default that is no train flag or fails its check.

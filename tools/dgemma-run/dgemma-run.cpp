@@ -14,11 +14,13 @@
 #include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/kernels/matmul/OpenBlasCore.h"
 #include "plan/PlanFile.h"
+#include "runtime/launch/ElasticErrorFile.h"
 #include "runtime/launch/LocalLauncher.h"
 #include "runtime/launch/RankEnvironment.h"
 #include "runtime/session/GlobalTensors.h"
 #include "runtime/session/RunEntry.h"
 #include "runtime/session/Session.h"
+#include "runtime/train/Checkpoint.h"
 #include "runtime/train/Trainer.h"
 #include "tools/common/CliSupport.h"
 #include "tools/common/FlagRanges.h"
@@ -72,7 +74,29 @@ void applyRankEnvironment(const dgemma::RankEnvironment& environment, const Rank
   session.rendezvous.storeDirectory = environment.rendezvousDirectory;
   session.rendezvous.masterAddress = environment.masterAddress;
   session.rendezvous.masterPort = environment.masterPort;
+  session.rendezvous.externalStore = environment.agentStore;
+  session.rendezvous.keyPrefix = environment.storePrefix;
   session.rendezvous.timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.commTimeoutSeconds * 1000));
+}
+
+// Under torchrun --max-restarts, a restarted group (TORCHELASTIC_RESTART_COUNT > 0) continues from
+// the newest complete checkpoint of --save-dir, as --resume-from it would (docs/cli.md, "Several
+// ranks"), unless --elastic-resume off or the command line already says where to resume from.
+void applyElasticResume(const dgemma::RankEnvironment& environment, const std::string& elasticResume,
+                        dgemma::TrainOptions& options) {
+  if (environment.launcher != dgemma::Launcher::Torchrun || environment.restartCount == 0 || elasticResume != "on" ||
+      options.saveDir.empty() || options.resume || !options.resumeFrom.empty())
+    return;
+  const std::vector<dgemma::CheckpointEntry> complete = dgemma::Checkpoint::list(options.saveDir);
+  const std::string restart = "torchrun restart " + std::to_string(environment.restartCount);
+  if (complete.empty()) {
+    if (environment.rank == 0)
+      std::cout << restart << ": no complete checkpoint in " << options.saveDir << " yet; starting from step 0\n";
+    return;
+  }
+  options.resumeFrom = complete.back().directory;
+  if (environment.rank == 0)
+    std::cout << restart << ": resuming from " << options.resumeFrom << ", the newest complete checkpoint\n";
 }
 
 // With --nproc-per-node N in a process no launcher started, the exit code of running N local ranks
@@ -366,6 +390,10 @@ int main(int argc, char** argv) {
   train->add_option("--log-every", trainFlags.logEvery, "off a terminal, a progress line every N steps as well as every 30 s")
       ->check(dgemma::integerIn(0, kMaxSteps));
   train->add_flag("--skip-bad-rows", trainFlags.skipBadRows, "skip, count and list bad rows instead of failing");
+  std::string elasticResume = "on";
+  train->add_option("--elastic-resume", elasticResume,
+                    "on: a group torchrun restarted continues from the newest complete checkpoint in --save-dir")
+      ->check(CLI::IsMember({"on", "off"}));
   addRankFlags(*train, rankFlags);
 
   dgemma::tool::GenerateFlags generateFlags;
@@ -460,8 +488,15 @@ int main(int argc, char** argv) {
     environment = dgemma::detectRankEnvironment(dgemma::processEnvironment());
     launched = launchLocalRanksIfAsked(rankFlags, environment, session.planDir, argc, argv);
     applyRankEnvironment(environment, rankFlags, session);
+    if (train->parsed()) {
+      applyElasticResume(environment, elasticResume, trainFlags);
+      // mpirun, srun and torchrun relay a rank's stdout into their own (Open MPI through a
+      // pseudo-terminal that is not the user's): progress as whole lines there.
+      trainFlags.progressInPlace = environment.launcher == dgemma::Launcher::None ||
+                                   environment.launcher == dgemma::Launcher::DgemmaRun;
+    }
     return 0;
-  });
+  }, dgemma::reportToElasticAgent);
   if (exitCode != 0) return exitCode;
   if (launched) return *launched;
   const std::string tool =
@@ -479,5 +514,5 @@ int main(int argc, char** argv) {
     if (eval->parsed()) return dgemma::tool::runEval(evalFlags);
     if (exportCommand->parsed()) return dgemma::tool::runExport(exportFlags);
     return runCheckData(checkDataFlags);
-  });
+  }, dgemma::reportToElasticAgent);
 }

@@ -55,6 +55,28 @@ TEST(RankEnvironment, Torchrun) {
   EXPECT_EQ(environment.masterPort, 29400);
 }
 
+TEST(RankEnvironment, TorchrunWithoutItsAgentStoreHasRankZeroServe) {
+  RankEnvironment environment = detect({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
+                                        {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}});
+  EXPECT_FALSE(environment.agentStore);
+  EXPECT_EQ(environment.storePrefix, "");
+  EXPECT_EQ(environment.restartCount, 0);
+}
+
+TEST(RankEnvironment, TorchrunsAgentStoreKeysNameTheRunAndTheRestart) {
+  std::map<std::string, std::string> variables = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  RankEnvironment environment = detect(variables);
+  EXPECT_TRUE(environment.agentStore);
+  EXPECT_EQ(environment.restartCount, 2);
+  EXPECT_EQ(environment.storePrefix, "dgemma/job7/attempt_2");
+  variables["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(detect(variables).agentStore);
+  variables["TORCHELASTIC_RESTART_COUNT"] = "-1";
+  EXPECT_EQ(errorOf(variables), "TORCHELASTIC_RESTART_COUNT: expected an integer in [0, 1073741824], got '-1'");
+}
+
 TEST(RankEnvironment, TorchrunNeedsTheMaster) {
   EXPECT_EQ(errorOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_PORT", "1"}}),
             "MASTER_ADDR: not set (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT)");
