@@ -118,6 +118,7 @@ DiffusionGemmaGenerationConfig parseGenerationConfig(const json& root, const std
                           "cache_config", "disable_compile", "bos_token_id", "pad_token_id", "eos_token_id", "_commit_hash",
                           "_from_model_config", "_original_object_hash", "transformers_version"});
   DiffusionGemmaGenerationConfig config;
+  config.source = source;
   if (std::optional<int64_t> tokens = file.integer("max_new_tokens", 1)) {
     config.maxNewTokens = *tokens;
     config.maxNewTokensGiven = true;
@@ -167,6 +168,23 @@ DiffusionGemmaGenerationConfig parseGenerationConfig(const json& root, const std
     }
   }
   return config;
+}
+
+void checkGenerationTokenIds(const DiffusionGemmaGenerationConfig& config, int64_t vocabSize) {
+  const std::string vocabulary = "the model's vocabulary [0, " + std::to_string(vocabSize) + ") (config.json vocab_size)";
+  auto check = [&](const std::string& field, int64_t id) {
+    if (id < 0 || id >= vocabSize)
+      throw InputError(config.source + ": " + field + ": token id " + std::to_string(id) + " is outside " + vocabulary);
+  };
+  if (config.eosTokenIds) {
+    if (config.eosTokenIds->empty())
+      throw InputError(config.source + ": eos_token_id: expected a token id or a non-empty list of them, got [] "
+                       "(generation would never stop at an end of sequence)");
+    for (size_t i = 0; i < config.eosTokenIds->size(); ++i)
+      check(config.eosTokenIds->size() == 1 ? "eos_token_id" : "eos_token_id[" + std::to_string(i) + "]", (*config.eosTokenIds)[i]);
+  }
+  if (config.padTokenId) check("pad_token_id", *config.padTokenId);
+  if (config.bosTokenId) check("bos_token_id", *config.bosTokenId);
 }
 
 std::optional<DiffusionGemmaGenerationConfig> loadGenerationConfigBeside(const std::string& modelPath) {

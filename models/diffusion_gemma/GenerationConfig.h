@@ -28,10 +28,16 @@ struct DiffusionGemmaGenerationConfig {
   std::optional<std::vector<int64_t>> eosTokenIds;  // a single id becomes a list of one
   std::optional<int64_t> padTokenId;
   std::optional<int64_t> bosTokenId;
+  std::string source;  // the file, for messages ("" for HF's defaults)
 };
 
 // The settings of `root`, the parsed file; `source` names it in messages ("PATH: FIELD: ...").
 DiffusionGemmaGenerationConfig parseGenerationConfig(const nlohmann::json& root, const std::string& source);
+
+// InputError "SOURCE: FIELD: ..." when an id the file sets (eos_token_id, each of a list, which must
+// not be empty; pad_token_id; bos_token_id) is outside the model's vocabulary [0, vocabSize): the
+// sampler would emit or wait for a token the model cannot produce.
+void checkGenerationTokenIds(const DiffusionGemmaGenerationConfig& config, int64_t vocabSize);
 
 // The generation_config.json beside a model: in `modelPath` when it is a directory, else in the
 // directory of the config.json it names. nullopt when there is none (HF's defaults apply).

@@ -90,8 +90,16 @@ MeshCommunicators connectMesh(const std::vector<MeshAxis>& mesh, Backend& backen
     std::error_code error;
     std::filesystem::create_directories(options.storeDirectory, error);
     if (error) throw RuntimeError(options.storeDirectory + ": cannot create the rendezvous directory: " + error.message());
-    gloo::rendezvous::FileStore store(options.storeDirectory);
-    return connectGroups(store, mesh, backend, rank, worldSize, options.timeout, "127.0.0.1", where);
+    MeshCommunicators communicators;
+    {
+      gloo::rendezvous::FileStore store(options.storeDirectory);
+      communicators = connectGroups(store, mesh, backend, rank, worldSize, options.timeout, "127.0.0.1", where);
+    }
+    // Once every rank is connected nobody reads the store again: rank 0 removes it, so that no exit
+    // path (the launcher killed with SIGKILL included) leaves the directory behind.
+    communicators.world->barrier();
+    if (rank == 0) std::filesystem::remove_all(options.storeDirectory, error);
+    return communicators;
   }
   if (options.masterAddress.empty() || options.masterPort <= 0)
     throw InputError("a run of several ranks needs MASTER_ADDR and MASTER_PORT (or a local rendezvous directory)");

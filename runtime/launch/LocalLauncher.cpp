@@ -1,6 +1,7 @@
 #include "runtime/launch/LocalLauncher.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,8 +54,15 @@ std::string makeRendezvousDirectory() {
 }
 
 // In the child: becomes rank `rank`; never returns.
-[[noreturn]] void execRank(const LocalLaunch& launch, int64_t rank, const std::string& rendezvous) {
+[[noreturn]] void execRank(const LocalLaunch& launch, int64_t rank, const std::string& rendezvous, pid_t launcher) {
+  // A rank dies with its launcher (SIGTERM when the launcher's thread ends, whatever killed it:
+  // kill -9, SIGHUP, a crash), never training on under init with no one watching. The signal
+  // survives exec; the check after it catches a launcher that died before it was set.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != launcher) ::_exit(1);
   const std::string processes = std::to_string(launch.processes), self = std::to_string(rank);
+  const std::string launcherPid = std::to_string(launcher);
+  ::setenv("DGEMMA_LAUNCHER_PID", launcherPid.c_str(), 1);
   ::setenv("RANK", self.c_str(), 1);
   ::setenv("LOCAL_RANK", self.c_str(), 1);
   ::setenv("WORLD_SIZE", processes.c_str(), 1);
@@ -87,6 +95,7 @@ int runLocalRanks(const LocalLaunch& launch, std::ostream& errors) {
   if (launch.command.empty()) throw std::invalid_argument("runLocalRanks: empty command");
   const std::string rendezvous = makeRendezvousDirectory();
   const int ranks = static_cast<int>(launch.processes);
+  const pid_t launcher = ::getpid();
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = ::fork();
     if (pid < 0) {
@@ -94,15 +103,17 @@ int runLocalRanks(const LocalLaunch& launch, std::ostream& errors) {
       forwardSignal(SIGKILL);
       throw RuntimeError("rank " + std::to_string(rank) + ": cannot start it: " + reason);
     }
-    if (pid == 0) execRank(launch, rank, rendezvous);
+    if (pid == 0) execRank(launch, rank, rendezvous, launcher);
     gRankPids[rank] = pid;
     gRankCount = rank + 1;
   }
-  struct sigaction forward {}, previousInterrupt {}, previousTerminate {};
+  // SIGHUP (a closed terminal or ssh session) too: the ranks end with the launcher's session.
+  struct sigaction forward {}, previousInterrupt {}, previousTerminate {}, previousHangup {};
   forward.sa_handler = forwardSignal;
   sigemptyset(&forward.sa_mask);
   ::sigaction(SIGINT, &forward, &previousInterrupt);
   ::sigaction(SIGTERM, &forward, &previousTerminate);
+  ::sigaction(SIGHUP, &forward, &previousHangup);
 
   int running = ranks;
   int result = 0;
@@ -139,6 +150,7 @@ int runLocalRanks(const LocalLaunch& launch, std::ostream& errors) {
   gRankCount = 0;
   ::sigaction(SIGINT, &previousInterrupt, nullptr);
   ::sigaction(SIGTERM, &previousTerminate, nullptr);
+  ::sigaction(SIGHUP, &previousHangup, nullptr);
   std::error_code ignored;
   std::filesystem::remove_all(rendezvous, ignored);
   return result;

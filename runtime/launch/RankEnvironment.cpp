@@ -46,6 +46,7 @@ class Variables {
 };
 
 constexpr int64_t kMaxRanks = int64_t{1} << 30;
+constexpr int64_t kMaxPid = (int64_t{1} << 31) - 1;
 
 // RANK, WORLD_SIZE and LOCAL_RANK under the launcher's names.
 void readRank(RankEnvironment& environment, const Variables& variables, const std::string& rank,
@@ -110,6 +111,8 @@ RankEnvironment detectRankEnvironment(const EnvironmentLookup& lookup) {
     environment.launcher = Launcher::DgemmaRun;
     readRank(environment, variables, "RANK", "WORLD_SIZE", "LOCAL_RANK", why);
     environment.rendezvousDirectory = variables.text("DGEMMA_RENDEZVOUS_DIR", why);
+    if (variables.optional("DGEMMA_LAUNCHER_PID"))
+      environment.launcherPid = variables.integer("DGEMMA_LAUNCHER_PID", 1, kMaxPid, why);
     return environment;
   }
   if (variables.has("RANK")) {

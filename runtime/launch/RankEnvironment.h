@@ -11,7 +11,8 @@ namespace dgemma {
 
 enum class Launcher {
   None,       // started by hand: rank 0 of 1
-  DgemmaRun,  // a rank of dgemma-run --nproc-per-node: RANK, WORLD_SIZE, LOCAL_RANK, DGEMMA_RENDEZVOUS_DIR
+  DgemmaRun,  // a rank of dgemma-run --nproc-per-node: RANK, WORLD_SIZE, LOCAL_RANK, DGEMMA_RENDEZVOUS_DIR,
+              // DGEMMA_LAUNCHER_PID
   Torchrun,   // RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*
   Mpirun,     // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
   Slurm,      // SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
@@ -28,6 +29,7 @@ struct RankEnvironment {
   int64_t worldSize = 1;
   int64_t localRank = 0;
   std::string rendezvousDirectory;  // DgemmaRun: the directory the local ranks meet in
+  int64_t launcherPid = 0;          // DgemmaRun: the launcher that started this rank (0: not said)
   std::string masterAddress;        // the others: where the rendezvous store is served
   int masterPort = 0;
   // torchrun: its elastic agent serves the store at MASTER_ADDR:MASTER_PORT

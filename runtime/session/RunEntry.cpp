@@ -57,6 +57,22 @@ void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const EntryP
   }
 }
 
+// Every input the entry takes is in the batch with its global shape; otherwise an error naming the
+// batch file, the tensor and both shapes (rather than the executor's, which knows no file).
+void checkBatchFits(const std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan,
+                    const std::string& batchPath) {
+  for (const NamedBuffer& input : entry.inputs) {
+    const std::vector<int64_t> shape = globalShapeOf(input, plan);
+    auto it = batch.find(input.name);
+    if (it == batch.end())
+      throw InputError(batchPath + ": tensor " + input.name + ": missing (entry " + entry.key() + " takes " + input.name +
+                       shapeToString(shape) + ")");
+    if (it->second.shape != shape)
+      throw InputError(batchPath + ": tensor " + input.name + ": expected shape " + shapeToString(shape) + " (entry " +
+                       entry.key() + "), got " + shapeToString(it->second.shape));
+  }
+}
+
 // This rank's box of every input that the plan shards.
 void cutInputBoxes(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan,
                    const std::string& batchPath) {
@@ -138,6 +154,7 @@ std::map<std::string, HostTensor> runEntry(Session& session, const std::string& 
     bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
     it = used ? std::next(it) : batch.erase(it);
   }
+  checkBatchFits(batch, entry, plan, batchPath);
   cutInputBoxes(batch, entry, plan, batchPath);
   std::map<std::string, HostTensor> outputs = session.executor->run(entry, batch);
   assembleOutputs(outputs, entry, session);

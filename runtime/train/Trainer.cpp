@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "support/Error.h"
 #include "support/Json.h"
@@ -20,6 +21,7 @@
 #include "runtime/train/HfExport.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
+#include "runtime/train/SaveDirectoryClaim.h"
 #include "runtime/train/ProgressBar.h"
 #include "runtime/train/ShardedSave.h"
 #include "runtime/train/TensorBoardWriter.h"
@@ -222,18 +224,39 @@ void Trainer::printSetup() const {
        << schedule_.config().warmupSteps << ", decay " << schedule_.config().decaySteps << " steps\n";
 }
 
+namespace {
+
+// The first field, as a dotted path under `path`, where `before` and `now` differ, with both values;
+// objects are compared field by field so that the message names the leaf (lr_schedule.decay_steps),
+// not the object that holds it.
+std::optional<std::tuple<std::string, nlohmann::json, nlohmann::json>> firstDifference(const std::string& path,
+                                                                                      const nlohmann::json& before,
+                                                                                      const nlohmann::json& now) {
+  if (before == now) return std::nullopt;
+  if (now.is_object()) {  // a recorded value that is no object has none of the fields
+    for (const auto& [field, value] : now.items()) {
+      const nlohmann::json old = before.is_object() && before.contains(field) ? before.at(field) : nlohmann::json();
+      if (auto difference = firstDifference(path + "." + field, old, value)) return difference;
+    }
+    if (before.is_object())
+      for (const auto& [field, value] : before.items())
+        if (!now.contains(field)) return std::make_tuple(path + "." + field, value, nlohmann::json());
+  }
+  return std::make_tuple(path, before, now);
+}
+
+}  // namespace
+
 void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
   const nlohmann::json& saved = checkpoint.state().config;
-  const nlohmann::json& now = config_.at("trajectory");
-  for (const auto& [field, value] : now.items()) {
-    const auto recorded = saved.find("trajectory");
-    const nlohmann::json before = recorded != saved.end() && recorded->is_object() ? recorded->value(field, nlohmann::json())
-                                                                                 : nlohmann::json();
-    if (before != value)
-      throw InputError(checkpoint.directory() + "/manifest.json: config.trajectory." + field + ": the checkpoint's run used " +
-                       describeJsonValue(before) + ", this run " + value.dump() +
-                       " (a resumed run repeats the flags that decide its steps: --seed, --accumulation, the lr schedule "
-                       "flags with --decay-steps for a changed --steps, and the same --train data)");
+  const auto recorded = saved.find("trajectory");
+  const nlohmann::json before = recorded != saved.end() ? *recorded : nlohmann::json();
+  if (auto difference = firstDifference("config.trajectory", before, config_.at("trajectory"))) {
+    const auto& [field, old, now] = *difference;
+    throw InputError(checkpoint.directory() + "/manifest.json: " + field + ": the checkpoint's run used " +
+                     describeJsonValue(old) + ", this run " + describeJsonValue(now) +
+                     " (a resumed run repeats the flags that decide its steps: --seed, --accumulation, the lr schedule "
+                     "flags with --decay-steps for a changed --steps, and the same --train data)");
   }
 }
 
@@ -647,6 +670,9 @@ void checkOptions(const TrainOptions& options) {
   if (options.resume && !options.resumeFrom.empty())
     throw InputError("--resume-from: give it instead of --resume, not with it (--resume takes the newest checkpoint in --save-dir)");
   if (options.saveEvery > 0 && options.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
+  if (options.overwrite && options.saveDir.empty()) throw InputError("--overwrite: needs --save-dir, the directory to start afresh in");
+  if (options.overwrite && (options.resume || !options.resumeFrom.empty()))
+    throw InputError("--overwrite: deletes the checkpoints that --resume and --resume-from continue; give one or the other");
   if (options.train == kMockSplit) {
     if (!options.validation.empty() || !options.test.empty())
       throw InputError(std::string("--train ") + kMockSplit + ": smoke-test data has no --validation or --test split");
@@ -693,10 +719,22 @@ int train(const TrainOptions& options, Session& session, const TrainPlan& trainP
   return trainer.run();
 }
 
+// Rank 0 claims --save-dir for the run's life, before any work (SaveDirectoryClaim.h).
+std::unique_ptr<SaveDirectoryClaim> claimSaveDirectory(const TrainOptions& options, int64_t rank) {
+  if (options.saveDir.empty() || rank != 0) return nullptr;
+  SaveDirectoryRequest request;
+  request.saveDir = options.saveDir;
+  request.runIdentity = options.runIdentity.empty() ? newRunIdentity() : options.runIdentity;
+  request.resuming = options.resume || !options.resumeFrom.empty();
+  request.overwrite = options.overwrite;
+  return std::make_unique<SaveDirectoryClaim>(request);
+}
+
 }  // namespace
 
 int runTrain(const TrainOptions& options, Plan plan) {
   checkOptions(options);
+  const std::unique_ptr<SaveDirectoryClaim> claim = claimSaveDirectory(options, plan.rank);
   const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
   // The data is checked before the weights load, which can take long for a large model.
   TrainSplits splits = loadSplits(options, trainPlan, plan.rank);
@@ -706,6 +744,7 @@ int runTrain(const TrainOptions& options, Plan plan) {
 
 int runTrain(const TrainOptions& options, Session& session) {
   checkOptions(options);
+  const std::unique_ptr<SaveDirectoryClaim> claim = claimSaveDirectory(options, session.plan.rank);
   const TrainPlan trainPlan = readTrainPlan(session.plan, session.planPath);
   TrainSplits splits = loadSplits(options, trainPlan, session.plan.rank);
   return train(options, session, trainPlan, std::move(splits));

@@ -33,6 +33,9 @@ struct TrainOptions {
   int keep = 0;              // 0: keep every checkpoint
   bool resume = false;        // continue from the newest checkpoint in saveDir, never an older one
   std::string resumeFrom;    // --resume-from DIR: continue from this checkpoint directory instead
+  bool overwrite = false;    // --overwrite: a fresh run deletes another run's checkpoints in saveDir
+  // Who this run is, as saveDir records it (SaveDirectoryClaim.h); empty: a fresh identity.
+  std::string runIdentity;
   std::string metrics;
   std::string tensorboard;
   int64_t evalEvery = 0;     // 0: only at the end

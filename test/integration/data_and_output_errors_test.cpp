@@ -147,6 +147,34 @@ TEST_F(DataAndOutputErrorsTest, OutputsRefuseNonRegularTargets) {
   EXPECT_EQ(regular.exitCode, 0) << regular.output;
 }
 
+// A batch file without a field the entry takes failed with the executor's "input x: missing",
+// which named no file.
+TEST_F(DataAndOutputErrorsTest, ABatchWithoutAFieldIsNamedByFileAndTensor) {
+  const std::string plan = compilePlan();
+  HostTensor y(DType::F32, {2, 4, 8});
+  writeSafetensors(dir / "other.safetensors", {{"y", &y}});
+  ToolResult result = runTool(kRun + " forward --plan " + plan + " --init random --input " + (dir / "other.safetensors") +
+                              " --out " + (dir / "out.safetensors"));
+  EXPECT_EQ(result.exitCode, 2) << result.output;
+  EXPECT_TRUE(contains(result, dir / "other.safetensors" + ": tensor x: missing (entry forward")) << result.output;
+  EXPECT_FALSE(fs::exists(dir / "out.safetensors"));
+}
+
+// A FIFO named tokenizer.model blocked check-data, generate and train forever; a directory of that
+// name was "internal error: basic_filebuf::underflow".
+TEST_F(DataAndOutputErrorsTest, ATokenizerModelThatIsNoRegularFileIsRefused) {
+  const std::string rows = write("rows.jsonl", R"({"messages": [{"role": "user", "content": "hi"}], "completion": "x"})" "\n");
+  fs::create_directory(dir / "fifo-tokenizer");
+  ASSERT_EQ(::mkfifo((dir / "fifo-tokenizer/tokenizer.model").c_str(), 0600), 0);
+  fs::create_directories(dir / "dir-tokenizer/tokenizer.model");
+  for (const auto& [tokenizer, type] : {std::pair{dir / "fifo-tokenizer", "a FIFO"}, std::pair{dir / "dir-tokenizer", "a directory"}}) {
+    ToolResult result = runTool(kRun + " check-data --data " + rows + " --tokenizer " + tokenizer);
+    EXPECT_EQ(result.exitCode, 2) << result.output;
+    EXPECT_TRUE(contains(result, tokenizer + "/tokenizer.model: expected a regular file, got " + type)) << result.output;
+    EXPECT_FALSE(contains(result, "internal error")) << result.output;
+  }
+}
+
 // An existing file as -o was "internal error" with std::filesystem's text.
 TEST_F(DataAndOutputErrorsTest, CompileOutputMustBeADirectory) {
   const std::string file = write("plan-file", "not a directory");

@@ -370,6 +370,12 @@ TEST_F(TrainLoopTest, BadInputExitsTwoNamingTheFile) {
   EXPECT_EQ(otherSeed.exitCode, 2);
   EXPECT_TRUE(contains(otherSeed, "step-00000001/manifest.json: config.trajectory.seed: the checkpoint's run used 7, this run 8"))
       << otherSeed.output;
+  // A changed schedule is named by its field and both values, not as "an object with 6 keys".
+  ToolResult otherDecay = runTool(train("--steps 3 --save-dir " + (dir / "saved") + " --resume"));
+  EXPECT_EQ(otherDecay.exitCode, 2);
+  EXPECT_TRUE(contains(otherDecay, "step-00000001/manifest.json: config.trajectory.lr_schedule.decay_steps: the checkpoint's "
+                                   "run used 2, this run 3"))
+      << otherDecay.output;
 
   const std::string shard = dir / "saved/step-00000001/model-00001-of-00001.safetensors";
   std::string bytes = readFile(shard);

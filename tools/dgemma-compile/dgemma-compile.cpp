@@ -20,6 +20,7 @@
 #include "models/diffusion_gemma/Builder.h"
 #include "models/diffusion_gemma/Config.h"
 #include "models/diffusion_gemma/GenerationConfig.h"
+#include "support/PathClash.h"
 #include "models/diffusion_gemma/Inference.h"
 #include "models/diffusion_gemma/ParallelLayout.h"
 #include "models/diffusion_gemma/Presets.h"
@@ -216,6 +217,7 @@ dgemma::GenerationSettings generationSettings(const CompileFlags& flags, const d
                                               int64_t maxPromptLength) {
   const dgemma::DiffusionGemmaGenerationConfig file = dgemma::loadGenerationConfigBeside(flags.model).value_or(
       dgemma::DiffusionGemmaGenerationConfig{});
+  dgemma::checkGenerationTokenIds(file, config.vocabSize);
   dgemma::GenerationSettings settings;
   settings.canvasLength = config.canvasLength;
   settings.maxNewTokens = flags.maxNewTokens.value_or(file.maxNewTokens);
@@ -667,6 +669,8 @@ int main(int argc, char** argv) {
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
   return dgemma::runReportingErrors("dgemma-compile", [&] {
+    // The plan's files must not land on the model they are compiled from (docs/cli.md, "Outputs and inputs").
+    if (flags.model.rfind("builtin:", 0) != 0) dgemma::checkOutputsAgainstInputs({{"-o", flags.output}}, {{"--model", flags.model}});
     if (!flags.preset.empty()) applyPreset(app, flags.preset);
     for (const char* name : {"--tp", "--dp", "--ep", "--sp", "--recompute"})
       if (app.get_option(name)->count() > 0) flags.explicitLayoutFlags.push_back(name);

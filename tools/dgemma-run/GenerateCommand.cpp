@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/data/rows/Utf8.h"
 #include "runtime/generate/DrawSource.h"
 #include "runtime/generate/Evaluation.h"
 #include "support/Error.h"
@@ -14,13 +16,25 @@
 namespace dgemma::tool {
 
 int runGenerate(const GenerateFlags& flags) {
-  if (flags.prompt.empty() == flags.input.empty())
-    throw InputError("--prompt / --input: give exactly one (a prompt text, or a JSONL file of rows)");
-  if (!flags.images.empty() && flags.prompt.empty())
+  if (flags.promptGiven && !flags.input.empty())
+    throw InputError("--prompt / --input: give one of them, not both (a prompt text, or a JSONL file of rows)");
+  if (!flags.promptGiven && flags.input.empty())
+    throw InputError("--prompt / --input: give one of them (a prompt text, or a JSONL file of rows)");
+  if (flags.promptGiven && flags.prompt.empty())
+    throw InputError("--prompt: expected the text of a user message, got an empty string");
+  // The same strict UTF-8 as a JSONL row's text (docs/data.md): a tokenizer given broken bytes
+  // would encode them silently as byte pieces.
+  if (const std::optional<Utf8Problem> problem = findInvalidUtf8(flags.prompt)) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02X", problem->byte);
+    throw InputError("--prompt: byte " + std::to_string(problem->offset) + " (" + byte +
+                     "): expected UTF-8 text (no overlong forms, surrogates or stray bytes)");
+  }
+  if (!flags.images.empty() && !flags.promptGiven)
     throw InputError("--image: goes with --prompt (JSONL rows name their images themselves)");
   GenerationRun run = openGenerationRun(flags.run);
   std::vector<PromptRow> rows;
-  if (!flags.prompt.empty()) {
+  if (flags.promptGiven) {
     rows.push_back(promptFromText(flags.prompt, flags.images, *run.tokenizer, run.limits));
   } else {
     PromptRows read = readPromptRows(flags.input, *run.tokenizer, run.limits, /*requireCompletion=*/false, flags.run.skipBadRows,

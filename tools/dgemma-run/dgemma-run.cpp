@@ -1,5 +1,7 @@
 // dgemma-run: executes a plan (train / generate / eval / check-data, and the verification
 // subcommands forward / grad), or inspects one.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -21,7 +23,10 @@
 #include "runtime/session/RunEntry.h"
 #include "runtime/session/Session.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/SaveDirectoryClaim.h"
+#include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"
+#include "support/PathClash.h"
 #include "tools/common/CliSupport.h"
 #include "tools/common/FlagRanges.h"
 #include "tools/dgemma-run/EvalCommand.h"
@@ -82,11 +87,14 @@ void applyRankEnvironment(const dgemma::RankEnvironment& environment, const Rank
 // Under torchrun --max-restarts, a restarted group (TORCHELASTIC_RESTART_COUNT > 0) continues from
 // the newest complete checkpoint of --save-dir, as --resume-from it would (docs/cli.md, "Several
 // ranks"), unless --elastic-resume off or the command line already says where to resume from.
+// Rank 0 takes the checkpoints only when the directory records this run's identity, that is, when
+// they are the restarted group's own (SaveDirectoryClaim.h); otherwise its claim refuses them.
 void applyElasticResume(const dgemma::RankEnvironment& environment, const std::string& elasticResume,
                         dgemma::TrainOptions& options) {
   if (environment.launcher != dgemma::Launcher::Torchrun || environment.restartCount == 0 || elasticResume != "on" ||
       options.saveDir.empty() || options.resume || !options.resumeFrom.empty())
     return;
+  if (environment.rank == 0 && dgemma::recordedRunIdentity(options.saveDir) != options.runIdentity) return;
   const std::vector<dgemma::CheckpointEntry> complete = dgemma::Checkpoint::list(options.saveDir);
   const std::string restart = "torchrun restart " + std::to_string(environment.restartCount);
   if (complete.empty()) {
@@ -99,12 +107,26 @@ void applyElasticResume(const dgemma::RankEnvironment& environment, const std::s
     std::cout << restart << ": resuming from " << options.resumeFrom << ", the newest complete checkpoint\n";
 }
 
+// The identity a run records in its --save-dir (SaveDirectoryClaim.h). Every group torchrun's agent
+// starts for one job shares it: the agent (this rank's parent) lives as long as the job.
+std::string runIdentity(const dgemma::RankEnvironment& environment) {
+  if (environment.launcher != dgemma::Launcher::Torchrun) return dgemma::newRunIdentity();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return "torchrun run " + dgemma::processEnvironment()("TORCHELASTIC_RUN_ID").value_or("none") + ", agent pid " +
+         std::to_string(::getppid()) + " on " + host;
+}
+
 // With --nproc-per-node N in a process no launcher started, the exit code of running N local ranks
 // of this same command line (each of which comes back here as a rank of dgemma-run); nothing when
 // this process is a rank itself.
 std::optional<int> launchLocalRanksIfAsked(const RankFlags& flags, const dgemma::RankEnvironment& environment,
                                            const std::string& planDir, int argc, char** argv) {
   if (environment.launcher == dgemma::Launcher::DgemmaRun) {
+    // The launcher sets the parent-death signal; this catches a rank whose launcher is already gone.
+    if (environment.launcherPid != 0 && ::getppid() != environment.launcherPid)
+      throw dgemma::RuntimeError("the launcher that started this rank (pid " + std::to_string(environment.launcherPid) +
+                                 ") is gone; a rank does not run on alone");
     if (environment.worldSize != flags.processesPerNode)
       throw InputError("--nproc-per-node " + std::to_string(flags.processesPerNode) + ": this rank was started as one of " +
                        std::to_string(environment.worldSize) + " (WORLD_SIZE)");
@@ -131,6 +153,38 @@ struct ExecutionFlags {
   uint64_t step = 0;        // grad: the noise keys' step
   int64_t firstSample = 0;  // grad: the global sample index of the batch's first row
 };
+
+// Every output path of the command against every input path of the run (docs/cli.md, "Outputs and
+// inputs"), before any work: exit 2 naming both flags.
+void checkOutputPaths(const CLI::App& train, const CLI::App& eval, const CLI::App& exportCommand, const dgemma::TrainOptions& t,
+                      const dgemma::tool::EvalFlags& e, const dgemma::tool::ExportFlags& x, const ExecutionFlags& f) {
+  using dgemma::NamedPath;
+  if (train.parsed()) {
+    const std::string tokenizer = t.tokenizer.empty() ? t.session.weights : t.tokenizer;
+    const std::vector<NamedPath> directories = {{"--plan", t.session.planDir}, {"--weights", t.session.weights},
+                                                {"--tokenizer", tokenizer}, {"--resume-from", t.resumeFrom}};
+    std::vector<NamedPath> inputs = directories;
+    for (NamedPath split : {NamedPath{"--train", t.train}, NamedPath{"--validation", t.validation}, NamedPath{"--test", t.test}})
+      if (split.path != dgemma::kMockSplit) inputs.push_back(split);
+    dgemma::checkOutputsAgainstInputs({{"--metrics", t.metrics}, {"--tensorboard", t.tensorboard}, {"--save-dir", t.saveDir}},
+                                      inputs, directories);
+  } else if (eval.parsed()) {
+    const std::vector<NamedPath> directories = {{"--plan", e.run.session.planDir}, {"--weights", e.run.session.weights},
+                                                {"--tokenizer", e.run.tokenizer.empty() ? e.run.session.weights : e.run.tokenizer}};
+    std::vector<NamedPath> inputs = directories;
+    inputs.push_back({"--test", e.test});
+    dgemma::checkOutputsAgainstInputs({{"--out", e.out}}, inputs, directories);
+  } else if (exportCommand.parsed()) {
+    const std::vector<NamedPath> inputs = {{"--weights", x.weights}, {"--model", x.model}, {"--plan", x.planDir},
+                                           {"--tokenizer", x.tokenizer.empty() ? x.weights : x.tokenizer}};
+    dgemma::checkOutputsAgainstInputs({{"--out", x.out}}, inputs, inputs);
+  } else if (!f.output.empty()) {  // forward, grad
+    const std::vector<NamedPath> directories = {{"--plan", f.session.planDir}, {"--weights", f.session.weights}};
+    std::vector<NamedPath> inputs = directories;
+    inputs.push_back({"--input", f.input});
+    dgemma::checkOutputsAgainstInputs({{"--out", f.output}}, inputs, directories);
+  }
+}
 
 void addPlanFlags(CLI::App& command, SessionOptions& flags) {
   command.add_option("--plan", flags.planDir, "plan directory written by dgemma-compile")->required();
@@ -379,6 +433,7 @@ int main(int argc, char** argv) {
   train->add_option("--keep", trainFlags.keep, "keep the newest K checkpoints (0: all)")->check(dgemma::integerIn(0, kMaxKeep));
   train->add_flag("--resume", trainFlags.resume, "continue from the newest checkpoint in --save-dir (an error if it is damaged)");
   train->add_option("--resume-from", trainFlags.resumeFrom, "continue from this checkpoint directory (e.g. an older one)");
+  train->add_flag("--overwrite", trainFlags.overwrite, "a fresh run: delete another run's checkpoints in --save-dir first");
   train->add_option("--metrics", trainFlags.metrics, "JSON Lines metrics file");
   train->add_option("--tensorboard", trainFlags.tensorboard, "TensorBoard log directory");
   train->add_option("--eval-every", trainFlags.evalEvery, "steps between validations (0: only at the end)")
@@ -469,6 +524,7 @@ int main(int argc, char** argv) {
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
+  generateFlags.promptGiven = generate->get_option("--prompt")->count() > 0;
   // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
   // Training keeps OpenBLAS's own choice for now: the demo recipe's outcome depends on the GEMMs'
   // summation order (docs/generation.md, "OpenBLAS's core").
@@ -489,6 +545,7 @@ int main(int argc, char** argv) {
     launched = launchLocalRanksIfAsked(rankFlags, environment, session.planDir, argc, argv);
     applyRankEnvironment(environment, rankFlags, session);
     if (train->parsed()) {
+      trainFlags.runIdentity = runIdentity(environment);
       applyElasticResume(environment, elasticResume, trainFlags);
       // mpirun, srun and torchrun relay a rank's stdout into their own (Open MPI through a
       // pseudo-terminal that is not the user's): progress as whole lines there.
@@ -502,6 +559,7 @@ int main(int argc, char** argv) {
   const std::string tool =
       environment.worldSize > 1 ? "dgemma-run (rank " + std::to_string(environment.rank) + ")" : "dgemma-run";
   return dgemma::runReportingErrors(tool, [&]() -> int {
+    checkOutputPaths(*train, *eval, *exportCommand, trainFlags, evalFlags, exportFlags, flags);
     if (forward->parsed()) return runForward(flags);
     if (grad->parsed()) return runGrad(flags);
     if (inspect->parsed()) return runInspect(flags);

@@ -205,8 +205,11 @@ void Tokenizer::loadSentencePiece(const std::string& modelPath) {
   const fs::path model(modelPath);
   backend_ = "sentencepiece";
   file_ = modelPath;
+  // Read through readRegularFile first: SentencePiece's own Load would block forever on a FIFO and
+  // fail with an internal error on a directory.
+  const std::string modelBytes = readRegularFile(model.string());
   sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = sp_->Load(model.string());
+  const auto status = sp_->LoadFromSerializedProto(modelBytes);
   if (!status.ok())
     throw InputError(model.string() + ": cannot load the SentencePiece model: " + status.ToString());
   vocabSize_ = sp_->GetPieceSize();
@@ -215,7 +218,6 @@ void Tokenizer::loadSentencePiece(const std::string& modelPath) {
   pad_ = sp_->pad_id();
   if (eos_ < 0) throw InputError(model.string() + ": the tokenizer defines no EOS id");
 
-  const std::string modelBytes = readRegularFile(model.string());
   const std::vector<int> types = readPieceTypes(modelBytes);
   if (static_cast<int64_t>(types.size()) != vocabSize_)
     throw InputError(model.string() + ": cannot read the piece types of the SentencePiece model");

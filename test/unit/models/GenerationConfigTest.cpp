@@ -108,6 +108,31 @@ TEST(GenerationConfig, NamesTheFieldOfABadValue) {
             "generation_config.json: sampler_config._cls_name: expected \"EntropyBoundSamplerConfig\" (the only sampler), got \"TopK\"");
 }
 
+TEST(GenerationConfig, TokenIdsMustBeInTheModelsVocabulary) {
+  auto errorWith = [](const std::string& key, const json& value) -> std::string {
+    json root = releasedStyleConfig();
+    root[key] = value;
+    try {
+      checkGenerationTokenIds(parseGenerationConfig(root, "generation_config.json"), 256);
+    } catch (const InputError& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(errorWith("eos_token_id", 1), "accepted");
+  EXPECT_EQ(errorWith("eos_token_id", 99999),
+            "generation_config.json: eos_token_id: token id 99999 is outside the model's vocabulary [0, 256) (config.json vocab_size)");
+  EXPECT_EQ(errorWith("eos_token_id", json{1, 256}),
+            "generation_config.json: eos_token_id[1]: token id 256 is outside the model's vocabulary [0, 256) (config.json vocab_size)");
+  EXPECT_EQ(errorWith("eos_token_id", json::array()),
+            "generation_config.json: eos_token_id: expected a token id or a non-empty list of them, got [] (generation would "
+            "never stop at an end of sequence)");
+  EXPECT_EQ(errorWith("pad_token_id", 1000),
+            "generation_config.json: pad_token_id: token id 1000 is outside the model's vocabulary [0, 256) (config.json vocab_size)");
+  EXPECT_EQ(errorWith("bos_token_id", 300),
+            "generation_config.json: bos_token_id: token id 300 is outside the model's vocabulary [0, 256) (config.json vocab_size)");
+}
+
 TEST(GenerationConfig, AcceptsOnlyCachesThatComputeWhatTheDynamicCacheComputes) {
   json root = releasedStyleConfig();
   root["cache_implementation"] = "offloaded";
