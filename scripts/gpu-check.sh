@@ -49,6 +49,10 @@ record() { rows+=("$1|$2"); }
 if [[ -n $bundle ]]; then
   echo "== bundle $bundle"
   sed -n 's/^\(source\|made\|programs\|glibc\|cuda-needed\): /  \1: /p' "$bundle/MANIFEST"
+  checkout=$(git -C "$root" rev-parse HEAD 2>/dev/null)
+  if [[ -n $checkout && $(sed -n 's/^source: //p' "$bundle/MANIFEST") != "$checkout"* ]]; then
+    echo "  note: this checkout is $checkout; the bundle's programs are of the source above (scripts/gpu-bundle.sh remakes it)"
+  fi
   # A working copy: the carried folder stays as it came (gzipped files unpacked only in the copy).
   cp -r "$bundle" "$work/bundle"
   while IFS= read -r -d '' packed; do
