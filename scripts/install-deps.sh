@@ -13,6 +13,8 @@ packages=(
   libopenblas-dev libgloo-dev libsentencepiece-dev libxxhash-dev libzstd-dev
   libpng-dev libjpeg-dev libstb-dev
   clang-19 libclang-rt-19-dev
+  # The Python venv of the test clients (scripts/python-venv.sh, test/requirements.txt)
+  python3-venv
 )
 
 missing=()
