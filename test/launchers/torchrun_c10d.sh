@@ -4,7 +4,7 @@
 # --nproc-per-node 2's on the same plan and seed.
 #   torchrun_c10d.sh SOURCE_DIR BIN_DIR VENV_DIR
 source "$(dirname "$0")/lib.sh"
-source "$here/torchrun.sh"
+source "$here/torchrun_lib.sh"
 steps=4
 
 compile_plan

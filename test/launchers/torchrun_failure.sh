@@ -9,7 +9,7 @@
 # reference is the same run under dgemma-run --nproc-per-node 2, which prints the same error.
 #   torchrun_failure.sh SOURCE_DIR BIN_DIR VENV_DIR
 source "$(dirname "$0")/lib.sh"
-source "$here/torchrun.sh"
+source "$here/torchrun_lib.sh"
 metrics=$scratch/no-such-directory/metrics.jsonl
 
 compile_plan

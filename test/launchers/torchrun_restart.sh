@@ -9,7 +9,7 @@
 # has RANK=1 with SIGKILL. The reference is the uninterrupted run under dgemma-run --nproc-per-node 2.
 #   torchrun_restart.sh SOURCE_DIR BIN_DIR VENV_DIR
 source "$(dirname "$0")/lib.sh"
-source "$here/torchrun.sh"
+source "$here/torchrun_lib.sh"
 # A checkpoint every second step, 20 steps: seconds on two cores, so the kill lands mid-run.
 steps=20
 common=(--steps "$steps" --save-every 2 --keep 3)
