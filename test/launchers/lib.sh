@@ -11,6 +11,7 @@ set -euo pipefail
 test_name=$(basename "$0" .sh)
 source_dir=$(cd "${1:?usage: $0 SOURCE_DIR BIN_DIR [VENV_DIR]}" && pwd)
 bin_dir=$(cd "${2:?usage: $0 SOURCE_DIR BIN_DIR [VENV_DIR]}" && pwd)
+# shellcheck disable=SC2034  # read by torchrun_lib.sh
 venv_dir=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -30,8 +31,9 @@ done
 command -v python3 > /dev/null || fail "python3 not found (scripts/install-deps.sh installs it)"
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/dgemma-$test_name-XXXXXX")
-# Commands run on every exit path, last registered first; then the scratch directory goes (kept
-# on failure when DGEMMA_KEEP_SCRATCH=1).
+# on_exit COMMAND: eval'd on every exit path, last registered first (single-quote it, so that its
+# variables expand then); then the scratch directory goes (kept on failure when
+# DGEMMA_KEEP_SCRATCH=1).
 cleanup_commands=()
 running_child=
 on_exit() { cleanup_commands=("$1" "${cleanup_commands[@]}"); }

@@ -4,6 +4,7 @@
 # plan and seed. The run-level lines appear once (not once per rank) and the log holds no carriage
 # return.
 #   mpirun.sh SOURCE_DIR BIN_DIR
+# shellcheck source=test/launchers/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 command -v mpirun > /dev/null || fail "mpirun not found (Debian: openmpi-bin; scripts/install-deps.sh installs it)"

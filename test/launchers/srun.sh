@@ -9,6 +9,7 @@
 # must run as root (it starts each task as the job's user), so without root the test skips (exit
 # 77, ctest's SKIP_RETURN_CODE) and says why.
 #   srun.sh SOURCE_DIR BIN_DIR
+# shellcheck source=test/launchers/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 [[ $(id -u) -eq 0 ]] || skip "starting a private Slurm cluster (munged, slurmctld, slurmd) needs root; run as root to test srun"
@@ -123,11 +124,18 @@ done
 log "one-node Slurm cluster up: node $host idle"
 
 # ---- the run ----
-port=$(free_port)
+# The ranks meet at the job's first host, this one by name; MASTER_ADDR stays unset, as on a
+# cluster, unless the name does not resolve here.
+unset MASTER_ADDR
+if ! getent hosts "$host" > /dev/null; then
+  export MASTER_ADDR=127.0.0.1
+  log "NOTE: this host's name '$host' does not resolve, so the ranks meet at MASTER_ADDR=$MASTER_ADDR instead" \
+    "of the first host of SLURM_JOB_NODELIST"
+fi
+MASTER_PORT=$(free_port)
+export MASTER_PORT
 train_args --steps "$steps" --metrics "$scratch/srun.jsonl"
-export MASTER_PORT=$port
 run_logged "$scratch/srun.log" "$phase_seconds" srun -n 2 --ntasks-per-node 2 --export=ALL --mpi=none "${train_args_[@]}"
-unset MASTER_PORT
 show_log "srun output" "$scratch/srun.log"
 ((run_status == 0)) || { show_cluster_logs; fail "srun exited $run_status"; }
 

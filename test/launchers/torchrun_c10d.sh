@@ -3,7 +3,9 @@
 # starts dgemma-run train's two ranks with --no-python: the metrics equal dgemma-run
 # --nproc-per-node 2's on the same plan and seed.
 #   torchrun_c10d.sh SOURCE_DIR BIN_DIR VENV_DIR
+# shellcheck source=test/launchers/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=test/launchers/torchrun_lib.sh
 source "$here/torchrun_lib.sh"
 steps=4
 

@@ -8,7 +8,9 @@
 # so rank 0 fails once the ranks have met and rank 1 fails after it (its peer went away). The
 # reference is the same run under dgemma-run --nproc-per-node 2, which prints the same error.
 #   torchrun_failure.sh SOURCE_DIR BIN_DIR VENV_DIR
+# shellcheck source=test/launchers/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=test/launchers/torchrun_lib.sh
 source "$here/torchrun_lib.sh"
 metrics=$scratch/no-such-directory/metrics.jsonl
 

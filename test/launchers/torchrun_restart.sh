@@ -8,7 +8,9 @@
 # again), the test finds torchrun's dgemma-run workers in /proc and kills the one whose environment
 # has RANK=1 with SIGKILL. The reference is the uninterrupted run under dgemma-run --nproc-per-node 2.
 #   torchrun_restart.sh SOURCE_DIR BIN_DIR VENV_DIR
+# shellcheck source=test/launchers/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=test/launchers/torchrun_lib.sh
 source "$here/torchrun_lib.sh"
 # A checkpoint every second step, 20 steps: seconds on two cores, so the kill lands mid-run.
 steps=20
