@@ -120,10 +120,36 @@ compare_metrics() {
   python3 "$here/compare_metrics.py" --train-lines "$3" "$1" "$2" || fail "the metrics files differ"
 }
 
-# The run-level lines of a log that must appear exactly once, not once per rank.
+# Checks that do not stop the test: each failed one is printed and counted, and pass_if_no_problems
+# then fails naming them all, so one run shows every regression at once.
+problems=()
+problem() {
+  echo "[$test_name] FAIL: $*" >&2
+  problems+=("$*")
+}
+pass_if_no_problems() {
+  ((${#problems[@]} == 0)) || fail "${#problems[@]} check(s) failed: $(printf '%s; ' "${problems[@]}")"
+  log "PASS: $*"
+}
+
+# A run-level line of a log must appear exactly once, not once per rank.
 expect_once() {
   local log_file=$1 text=$2 count
   count=$(grep -cF -- "$text" "$log_file" || true)
-  ((count == 1)) || fail "expected one line with '$text' in the output, found $count"
-  log "one line with '$text', as expected"
+  if ((count == 1)); then
+    log "one line with '$text', as expected"
+  else
+    problem "expected one line with '$text' in the output, found $count"
+  fi
+}
+
+# Off a terminal, progress goes out as whole lines, never redrawn with a carriage return.
+expect_no_carriage_return() {
+  local count
+  count=$(grep -c $'\r' "$1" || true)
+  if ((count == 0)); then
+    log "no carriage return in the output"
+  else
+    problem "the output holds $count line(s) with a carriage return (\\r); off a terminal, progress must be whole lines"
+  fi
 }

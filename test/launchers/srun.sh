@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Slurm's srun -n 2 starts dgemma-run train's two ranks (they read SLURM_PROCID, SLURM_NTASKS,
 # SLURM_LOCALID and meet at the first host of SLURM_JOB_NODELIST, MASTER_PORT): the metrics equal
-# dgemma-run --nproc-per-node 2's on the same plan and seed.
+# dgemma-run --nproc-per-node 2's on the same plan and seed; the run-level lines appear once and the
+# log holds no carriage return.
 #
 # The test runs its own one-node cluster, in its scratch directory, and stops it on every exit
 # path: a munge key and munged on their own socket, a slurm.conf naming this host (as `slurmd -C`
@@ -141,4 +142,5 @@ show_log "srun output" "$scratch/srun.log"
 
 compare_metrics "$scratch/reference.jsonl" "$scratch/srun.jsonl" "$steps"
 expect_once "$scratch/srun.log" "defaults of the plan's preset"
-log "PASS: srun -n 2 trained the same $steps steps as dgemma-run --nproc-per-node 2"
+expect_no_carriage_return "$scratch/srun.log"
+pass_if_no_problems "srun -n 2 trained the same $steps steps as dgemma-run --nproc-per-node 2"

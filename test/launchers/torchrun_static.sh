@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # torchrun with its static rendezvous (--master-port) starts dgemma-run train's two ranks with
-# --no-python: the metrics equal dgemma-run --nproc-per-node 2's on the same plan and seed.
+# --no-python: the metrics equal dgemma-run --nproc-per-node 2's on the same plan and seed; the
+# run-level lines appear once and the log holds no carriage return.
 #   torchrun_static.sh SOURCE_DIR BIN_DIR VENV_DIR
 # shellcheck source=test/launchers/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -20,4 +21,5 @@ show_log "torchrun output" "$scratch/torchrun.log"
 
 compare_metrics "$scratch/reference.jsonl" "$scratch/torchrun.jsonl" "$steps"
 expect_once "$scratch/torchrun.log" "defaults of the plan's preset"
-log "PASS: torchrun (static rendezvous) trained the same $steps steps as dgemma-run --nproc-per-node 2"
+expect_no_carriage_return "$scratch/torchrun.log"
+pass_if_no_problems "torchrun (static rendezvous) trained the same $steps steps as dgemma-run --nproc-per-node 2"
