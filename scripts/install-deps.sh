@@ -15,6 +15,11 @@ packages=(
   clang-19 libclang-rt-19-dev
   # The GPU check's bundle (scripts/gpu-bundle.sh) and its test in a bare Debian 12 root (test/bundle).
   patchelf debootstrap
+  # The Python venv of the test clients (scripts/python-venv.sh, test/requirements.txt)
+  python3-venv
+  # The launcher tests (test/launchers): Open MPI's mpirun, and Slurm with munge (the srun test starts
+  # its own munged, slurmctld and slurmd, so the packages' services need no setup)
+  openmpi-bin slurmctld slurmd slurm-client munge
 )
 
 missing=()
