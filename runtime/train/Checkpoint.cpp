@@ -16,6 +16,7 @@
 #include "runtime/train/CheckpointManifest.h"
 #include "support/AtomicFile.h"
 #include "support/Error.h"
+#include "support/InputFile.h"
 #include "support/Json.h"
 
 namespace dgemma {
@@ -76,8 +77,9 @@ FileFacts hashFile(const std::string& path, bool loading) {
     if (loading) throw InputError(message);
     throw RuntimeError(message);
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open");
+  // Only a regular file: a FIFO placed among a checkpoint's files would block the open forever.
+  RegularFile file(path);
+  const int fd = file.fd();
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   std::vector<char> buffer(4 << 20);
@@ -89,7 +91,6 @@ FileFacts hashFile(const std::string& path, bool loading) {
       int savedErrno = errno;
       facts.hash = XXH3_64bits_digest(state);
       XXH3_freeState(state);
-      ::close(fd);
       errno = savedErrno;
       if (n < 0) fail("cannot read");
       return facts;

@@ -175,6 +175,19 @@ TEST_F(DataAndOutputErrorsTest, ATokenizerModelThatIsNoRegularFileIsRefused) {
   }
 }
 
+// A FIFO named as a weights file blocked the open forever: it is refused like any non-regular file.
+TEST_F(DataAndOutputErrorsTest, AWeightsFileThatIsAFifoIsRefused) {
+  const std::string plan = compilePlan();
+  fs::create_directory(dir / "weights");
+  ASSERT_EQ(::mkfifo((dir / "weights/model.safetensors").c_str(), 0600), 0);
+  HostTensor x(DType::F32, {2, 4, 8});
+  writeSafetensors(dir / "batch.safetensors", {{"x", &x}});
+  ToolResult result = runTool(kRun + " forward --plan " + plan + " --weights " + (dir / "weights/model.safetensors") + " --input " +
+                              (dir / "batch.safetensors") + " --out " + (dir / "out.safetensors"));
+  EXPECT_EQ(result.exitCode, 2) << result.output;
+  EXPECT_TRUE(contains(result, dir / "weights/model.safetensors" + ": cannot open: not a regular file")) << result.output;
+}
+
 // An existing file as -o was "internal error" with std::filesystem's text.
 TEST_F(DataAndOutputErrorsTest, CompileOutputMustBeADirectory) {
   const std::string file = write("plan-file", "not a directory");
