@@ -85,6 +85,8 @@ std::optional<fs::path> sameAsFileIn(const NamedPath& output, const NamedPath& d
 
 }  // namespace
 
+bool liesWithin(const std::string& inner, const std::string& outer) { return within({"", inner}, {"", outer}); }
+
 void checkOutputsAgainstInputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
                                const std::vector<NamedPath>& inputDirectories) {
   for (size_t i = 0; i < outputs.size(); ++i) {

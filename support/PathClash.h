@@ -19,6 +19,10 @@ struct NamedPath {
 //  - an output is, or lies inside, an input directory in `inputDirectories` (the plan directory,
 //    the weights directory, ...: a file written there would change what the run reads), or is a
 //    hard link to a file directly inside one.
+// Whether `inner` is the file or directory `outer`, or lies below it (by device and inode, through
+// symlinks); false when `outer` does not exist.
+bool liesWithin(const std::string& inner, const std::string& outer);
+
 void checkOutputsAgainstInputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
                                const std::vector<NamedPath>& inputDirectories = {});
 

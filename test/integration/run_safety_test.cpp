@@ -125,6 +125,15 @@ TEST_F(RunSafetyTest, AFreshRunDoesNotMixWithAnotherRunsCheckpoints) {
   EXPECT_FALSE(fs::exists(save + "/step-00000002"));
   EXPECT_FALSE(fs::exists(save + "/step-00000003"));
 
+  // --overwrite never deletes the checkpoint the run starts from.
+  ToolResult fromItself = runTool(kRun + " train --plan " + plan() + " --weights " + save + "/step-00000001 --train mock --steps 1 --save-dir " +
+                                  save + " --overwrite");
+  EXPECT_EQ(fromItself.exitCode, 2) << fromItself.output;
+  EXPECT_TRUE(contains(fromItself, "--overwrite: --weights " + save + "/step-00000001 lies in " + save + "/step-00000001, which "
+                                   "--overwrite would delete"))
+      << fromItself.output;
+  EXPECT_TRUE(fs::exists(save + "/step-00000001/manifest.json"));
+
   ToolResult both = runTool(train("--steps 1 --save-dir " + save + " --overwrite --resume"));
   EXPECT_EQ(both.exitCode, 2) << both.output;
   EXPECT_TRUE(contains(both, "--overwrite: deletes the checkpoints that --resume and --resume-from continue")) << both.output;

@@ -168,6 +168,17 @@ void checkOutputPaths(const CLI::App& train, const CLI::App& eval, const CLI::Ap
       if (split.path != dgemma::kMockSplit) inputs.push_back(split);
     dgemma::checkOutputsAgainstInputs({{"--metrics", t.metrics}, {"--tensorboard", t.tensorboard}, {"--save-dir", t.saveDir}},
                                       inputs, directories);
+    // --overwrite deletes the save directory's checkpoints: none of them may be what the run reads.
+    std::error_code error;
+    if (t.overwrite && std::filesystem::is_directory(t.saveDir, error))
+      for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(t.saveDir, error)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("step-", 0) != 0 && name.rfind(".tmp-", 0) != 0) continue;
+        for (const NamedPath& input : inputs)
+          if (!input.path.empty() && dgemma::liesWithin(input.path, entry.path().string()))
+            throw dgemma::InputError("--overwrite: " + input.flag + " " + input.path + " lies in " + entry.path().string() +
+                                     ", which --overwrite would delete from --save-dir; resume it, or copy it elsewhere first");
+      }
   } else if (eval.parsed()) {
     const std::vector<NamedPath> directories = {{"--plan", e.run.session.planDir}, {"--weights", e.run.session.weights},
                                                 {"--tokenizer", e.run.tokenizer.empty() ? e.run.session.weights : e.run.tokenizer}};
