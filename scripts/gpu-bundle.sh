@@ -131,7 +131,7 @@ for name in $(printf '%s\n' "${!carried[@]}" | sort); do
   patchelf --set-rpath '$ORIGIN' "$stage/lib/$name"
   package=""
   for candidate in "${carried[$name]}" "${carried[$name]/#\/usr\/lib\//\/lib\/}"; do
-    package=$(dpkg -S "$candidate" 2>/dev/null | head -n 1 | cut -d: -f1) && break
+    package=$(dpkg -S "$candidate" 2>/dev/null | sed -n 1p | cut -d: -f1) && break
   done
   echo "lib: $name <- ${carried[$name]}${package:+ (Debian package $package)}" >>"$manifest"
 done
@@ -178,7 +178,7 @@ compile small-20m-bf16 --mode train --micro-batch 2 --prompt-len 32 --precision 
 compile small-20m-tp2 --mode train --micro-batch 2 --prompt-len 32 --tp 2
 compile small-20m-infer --mode infer --micro-batch 4 --prompt-len 64
 cp -r "$root/data/tokenizer" "$stage/fixtures/tokenizer"
-grep -v '"image' "$root/data/demo/test.jsonl" | head -n 4 >"$stage/fixtures/prompts.jsonl"
+grep -m 4 -v '"image' "$root/data/demo/test.jsonl" >"$stage/fixtures/prompts.jsonl"
 cp "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
 
 # Large files are stored gzipped; gpu-check.sh --bundle unpacks them.

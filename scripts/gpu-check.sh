@@ -86,7 +86,7 @@ for base in nvidia.__path__:
     done
     if [[ -n $found ]]; then
       [[ " ${library_dirs[*]} " == *" $found "* ]] || library_dirs+=("$found")
-    elif { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q "^[[:space:]]*$soname "; then
+    elif { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep "^[[:space:]]*$soname " >/dev/null; then
       found="(the loader's cache)"
     else
       found="NOT FOUND"
@@ -101,7 +101,7 @@ for base in nvidia.__path__:
 
   needs_glibc=$(sed -n 's/^glibc: //p' "$bundle/MANIFEST")
   has_glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
-  if [[ -n $has_glibc && -n $needs_glibc && $(printf '%s\n%s\n' "$needs_glibc" "$has_glibc" | sort -V | head -n 1) != "$needs_glibc" ]]; then
+  if [[ -n $has_glibc && -n $needs_glibc && $(printf '%s\n%s\n' "$needs_glibc" "$has_glibc" | sort -V | sed -n 1p) != "$needs_glibc" ]]; then
     record "bundle" "FAILED: this machine's glibc is $has_glibc, the bundle needs $needs_glibc or newer"
     failed=1
   elif "$bin/dgemma-run" --help >/dev/null 2>"$work/start.log"; then
@@ -222,7 +222,7 @@ profile_kernels() {
     return
   fi
   local weights
-  weights=$(ls -d "$work"/small-20m-cuda-checkpoints/step-* "$work"/small-20m-cpu-checkpoints/step-* 2>/dev/null | head -n 1)
+  weights=$(ls -d "$work"/small-20m-cuda-checkpoints/step-* "$work"/small-20m-cpu-checkpoints/step-* 2>/dev/null | sed -n 1p)
   if [[ -z $weights ]]; then
     record "kernel timing" "skipped: no checkpoint (the small-20m training failed)"
     return
@@ -235,7 +235,7 @@ profile_kernels() {
   else
     tokenizer=$root/data/tokenizer
     prompts=$work/prompts.jsonl
-    grep -v '"image' "$root/data/demo/test.jsonl" | head -n 4 >"$prompts"
+    grep -m 4 -v '"image' "$root/data/demo/test.jsonl" >"$prompts"
   fi
   if [[ -z $plan ]]; then
     record "kernel timing" "FAILED: no inference plan"
@@ -268,7 +268,7 @@ profile_kernels() {
                  (op in cpu && cuda[op] > 0) ? sprintf("%.1fx", cpu[op] / cuda[op]) : "-", calls[op] } }' \
     <(kernel_times "$work/profile-cpu.err") <(kernel_times "$work/profile-cuda.err")
   local top
-  top=$(kernel_times "$work/profile-cuda.err" | head -n 3 | awk -F '\t' '{ printf "%s%s %s ms", (NR > 1 ? ", " : ""), $1, $2 }')
+  top=$(kernel_times "$work/profile-cuda.err" | sed -n 1,3p | awk -F '\t' '{ printf "%s%s %s ms", (NR > 1 ? ", " : ""), $1, $2 }')
   record "kernel timing" "ok: ${pass_cuda:-?} ms per denoise pass on cuda, ${pass_cpu:-?} on cpu; top: $top"
 }
 
@@ -315,7 +315,7 @@ if ((failed == 0)); then
       skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}[.,].*/\1/p' "$work/$tests.log")
       failures=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}[.,].*/\1/p' "$work/$tests.log")
       # A test skips with its reason on the next line; the most frequent reason goes into the row.
-      reason=$(awk '/: Skipped$/ { getline; print }' "$work/$tests.log" | sort | uniq -c | sort -rn | head -n 1 |
+      reason=$(awk '/: Skipped$/ { getline; print }' "$work/$tests.log" | sort | uniq -c | sort -rn | sed -n 1p |
         sed 's/^ *[0-9]* //' | cut -c 1-90)
       if ((status == 0)) && [[ $reason == *"no usable CUDA device"* ]]; then
         # nvidia-smi lists a GPU, but the tests found none: they checked nothing.

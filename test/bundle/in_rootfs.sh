@@ -38,10 +38,10 @@ for program in "$bundle"/bin/*; do
 done
 
 echo "-- dgemma-run --help"
-"$bundle/bin/dgemma-run" --help | head -n 3
+"$bundle/bin/dgemma-run" --help | sed -n 1,3p
 
 echo "-- dgemma-run inspect --plan plans/small-20m"
-"$bundle/bin/dgemma-run" inspect --plan "$bundle/plans/small-20m" | head -n 4
+"$bundle/bin/dgemma-run" inspect --plan "$bundle/plans/small-20m" | sed -n 1,4p
 
 echo "-- two training steps of the small-20m plan on the CPU (gpu-check.sh trains the same plan on cpu and cuda)"
 "$bundle/bin/dgemma-run" train --plan "$bundle/plans/small-20m" --init random --seed 1 --train mock --steps 2 \

@@ -44,7 +44,7 @@ until [[ -n $(complete_checkpoints) ]]; do
   ((SECONDS - start < phase_seconds)) || fail "no complete checkpoint in $save_dir after $phase_seconds s"
   sleep 0.05
 done
-first=$(complete_checkpoints | head -1 | xargs dirname)
+first=$(complete_checkpoints | sed -n 1p | xargs dirname)
 log "first complete checkpoint: $first"
 first_step=$((10#${first##*/step-}))
 until grep -qF "{\"step\": $((first_step + 1)), \"split\": \"train\"" "$metrics" 2> /dev/null; do
@@ -92,7 +92,7 @@ log "torchrun: ${failure#*] }"
 resumed=$(grep -E 'resum(ed|ing) from .*/step-[0-9]{8}' "$scratch/torchrun.log") ||
   fail "the restarted group did not say which checkpoint it resumed from"
 log "dgemma: $resumed"
-resumed_step=$(sed -n 's/^resumed from .*: step \([0-9]*\),.*/\1/p' "$scratch/torchrun.log" | head -1)
+resumed_step=$(sed -n 's/^resumed from .*: step \([0-9]*\),.*/\1/p' "$scratch/torchrun.log" | sed -n 1p)
 [[ -z $resumed_step ]] || log "the metrics file had $lines_at_kill lines at the kill and the run resumed after step" \
   "$resumed_step: $((lines_at_kill - resumed_step)) line(s) were dropped and written again"
 compare_metrics "$scratch/reference.jsonl" "$metrics" "$steps"
