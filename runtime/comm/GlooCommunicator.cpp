@@ -1,4 +1,5 @@
 #include "runtime/comm/GlooCommunicator.h"
+#include "runtime/comm/PeerLostError.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -70,12 +71,15 @@ ReduceFunction reduceFunctionFor(DType dtype, ReduceOp op, const std::string& co
   }
 }
 
-// Gloo reports I/O failures and timeouts as gloo::Exception and failed internal checks as
+// Gloo reports I/O failures and timeouts (a peer that went away or fell silent) as
+// gloo::IoException, its other failures as gloo::Exception, and failed internal checks as
 // EnforceNotMet, which is not a gloo::Exception.
 template <typename Body>
 void translateGlooErrors(const std::string& what, Body&& body) {
   try {
     body();
+  } catch (const gloo::IoException& error) {
+    throw PeerLostError(what + ": " + error.what());
   } catch (const gloo::Exception& error) {
     throw RuntimeError(what + ": " + error.what());
   } catch (const gloo::EnforceNotMet& error) {

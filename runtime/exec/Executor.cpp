@@ -6,6 +6,7 @@
 #include "support/CheckedSize.h"
 #include "support/Error.h"
 #include "plan/PlanFile.h"
+#include "runtime/comm/PeerLostError.h"
 
 namespace dgemma {
 
@@ -286,6 +287,7 @@ std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry, const s
       } catch (const RuntimeError& error) {
         const std::string message = error.what();
         if (message.rfind(prepared.where, 0) == 0) throw;  // runAllToAll's own checks name the step already
+        if (dynamic_cast<const PeerLostError*>(&error)) throw PeerLostError(prepared.where + ": " + message);
         throw RuntimeError(prepared.where + ": " + message);
       }
     }

@@ -1,12 +1,12 @@
 #include "runtime/launch/ElasticErrorFile.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "support/AtomicFile.h"
+#include "support/Error.h"
 
 namespace dgemma {
 
@@ -22,20 +22,12 @@ std::string elasticErrorJson(const std::string& message, long long unixSeconds) 
 bool writeElasticErrorFile(const std::string& path, const std::string& message) {
   const long long now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << elasticErrorJson(message, now);
-    if (!out.flush()) {
-      std::remove(temporary.c_str());
-      return false;
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
+  try {
+    writeFileAtomically(path, elasticErrorJson(message, now));
+    return true;
+  } catch (const Error&) {
     return false;
   }
-  return true;
 }
 
 void reportToElasticAgent(const std::string& message) {

@@ -13,8 +13,7 @@ namespace dgemma {
 // (torchrun shows py_callstack as the failure's traceback).
 std::string elasticErrorJson(const std::string& message, long long unixSeconds);
 
-// Writes the file atomically (a temporary file beside it, renamed over it), so torchrun never
-// reads half a report. Best effort: the error that is being reported matters more than the report,
+// Writes the file atomically (support/AtomicFile.h), so torchrun never reads half a report. Best effort: the error that is being reported matters more than the report,
 // so a failure to write is returned as false, not thrown.
 bool writeElasticErrorFile(const std::string& path, const std::string& message);
 

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -25,18 +26,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kLockFile = "dgemma-run.lock";
 constexpr const char* kIdentityFile = "dgemma-run.json";
-
-// The entries a run leaves in its save directory: committed (step-*) and interrupted (.tmp-*) saves.
-std::vector<std::string> checkpointEntries(const std::string& saveDir) {
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(saveDir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) == 0 || name.rfind(".tmp-", 0) == 0) names.push_back(name);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 std::string listed(const std::vector<std::string>& names) {
   std::string text;
@@ -71,6 +60,17 @@ std::string holderOf(int lock) {
 }
 
 }  // namespace
+
+std::vector<std::string> checkpointEntries(const std::string& saveDir) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(saveDir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 || name.rfind(".tmp-", 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string newRunIdentity() {
   std::random_device device;

@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dgemma {
 
@@ -35,6 +36,11 @@ class SaveDirectoryClaim {
  private:
   int lock_ = -1;
 };
+
+// The entries of `saveDir` that belong to a run (sorted names): committed saves (step-*) and
+// interrupted ones (.tmp-*). What a fresh run refuses and --overwrite deletes; none for a missing
+// directory.
+std::vector<std::string> checkpointEntries(const std::string& saveDir);
 
 // A fresh identity: "run <16 hex digits>" from the system's random source.
 std::string newRunIdentity();

@@ -89,9 +89,9 @@ TEST_F(CliTest, GenerateAndEvalFlagsAreValidated) {
       {generate + " --prompt hi --input " + (dir / "rows.jsonl"), "--prompt / --input: give one of them, not both"},
       {generate + " --prompt ''", "--prompt: expected the text of a user message, got an empty string"},
       // Strict UTF-8 on the command line too: a stray byte, an overlong '/', a surrogate.
-      {generate + " --prompt \"$(printf '\\377\\376')\"", "--prompt: byte 0 (0xFF): expected UTF-8 text"},
-      {generate + " --prompt \"$(printf 'a\\300\\257')\"", "--prompt: byte 1 (0xC0): expected UTF-8 text"},
-      {generate + " --prompt \"$(printf '\\355\\240\\200')\"", "--prompt: byte 0 (0xED): expected UTF-8 text"},
+      {generate + " --prompt \"$(printf '\\377\\376')\"", "--prompt: expected UTF-8 text, got the invalid byte 0xFF at column 1"},
+      {generate + " --prompt \"$(printf 'a\\300\\257')\"", "--prompt: expected UTF-8 text, got the invalid byte 0xC0 at column 2"},
+      {generate + " --prompt \"$(printf '\\355\\240\\200')\"", "--prompt: expected UTF-8 text, got the invalid byte 0xED at column 1"},
       {generate + " --input " + (dir / "rows.jsonl") + " --image cat.png", "--image: goes with --prompt"},
       {generate + " --prompt hi", "--plan: " + plan + "/rank-0.dgplan is not an inference plan"},
       {std::string(DGEMMA_RUN) + " generate --plan " + plan + " --prompt hi", "--weights is required"},

@@ -1,7 +1,8 @@
 // dgemma-run on a two-rank plan built here with the C++ API (one dg module lowered per rank, its
 // input and output boxes set as the partitioner sets them): --nproc-per-node 2, two ranks started
-// by hand the way torchrun starts them, and runs where a rank fails or never arrives, which must
-// end every rank within 60 s with a message naming the cause.
+// by hand with RANK and MASTER_ADDR/MASTER_PORT (no launcher's store: rank 0 serves one), and runs
+// where a rank fails or never arrives, which must end every rank within 60 s with a message naming
+// the cause. The real torchrun, mpirun and srun are run by test/launchers.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -128,7 +129,8 @@ TEST_F(MultiRankRun, ForwardOnTwoLocalRanksWritesTheGlobalOutputs) {
   expectAssembledOutputs(scratch / "out.safetensors");
 }
 
-TEST_F(MultiRankRun, RanksStartedLikeTorchrunMeetAtTheMaster) {
+// The variables without TORCHELASTIC_USE_AGENT_STORE, as a user sets them by hand across hosts.
+TEST_F(MultiRankRun, RanksGivenTheMasterByHandMeetAtRankZerosStore) {
   const std::string environment = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) +
                                   " WORLD_SIZE=2 ";
   ToolResult result = runTool("(RANK=1 LOCAL_RANK=1 " + environment + forward("") + " & RANK=0 LOCAL_RANK=0 " +

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -24,12 +23,8 @@ int runGenerate(const GenerateFlags& flags) {
     throw InputError("--prompt: expected the text of a user message, got an empty string");
   // The same strict UTF-8 as a JSONL row's text (docs/data.md): a tokenizer given broken bytes
   // would encode them silently as byte pieces.
-  if (const std::optional<Utf8Problem> problem = findInvalidUtf8(flags.prompt)) {
-    char byte[8];
-    std::snprintf(byte, sizeof byte, "0x%02X", problem->byte);
-    throw InputError("--prompt: byte " + std::to_string(problem->offset) + " (" + byte +
-                     "): expected UTF-8 text (no overlong forms, surrogates or stray bytes)");
-  }
+  if (const std::optional<Utf8Problem> problem = findInvalidUtf8(flags.prompt))
+    throw InputError("--prompt: " + describeUtf8Problem(*problem));
   if (!flags.images.empty() && !flags.promptGiven)
     throw InputError("--image: goes with --prompt (JSONL rows name their images themselves)");
   GenerationRun run = openGenerationRun(flags.run);

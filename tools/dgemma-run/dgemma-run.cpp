@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "models/diffusion_gemma/Config.h"
 #include "runtime/core/NoiseKeys.h"
@@ -16,6 +17,7 @@
 #include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/kernels/matmul/OpenBlasCore.h"
 #include "plan/PlanFile.h"
+#include "runtime/comm/PeerLostError.h"
 #include "runtime/launch/ElasticErrorFile.h"
 #include "runtime/launch/LocalLauncher.h"
 #include "runtime/launch/RankEnvironment.h"
@@ -56,6 +58,9 @@ constexpr int64_t kMaxRank = (int64_t{1} << 20) - 1;  // below the largest world
 // Finite; a huge rate is how the NaN guard is tested (it makes the step overflow on purpose).
 constexpr double kMaxLearningRate = 1e30;
 constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
+// Well above the interval at which launchers poll their workers (torchrun's --monitor-interval
+// defaults to 0.1 s).
+constexpr auto kPeerLostExitDelay = std::chrono::seconds(1);
 
 // How the ranks of a plan-running command start: --nproc-per-node local ranks, or the environment's.
 struct RankFlags {
@@ -169,14 +174,12 @@ void checkOutputPaths(const CLI::App& train, const CLI::App& eval, const CLI::Ap
     dgemma::checkOutputsAgainstInputs({{"--metrics", t.metrics}, {"--tensorboard", t.tensorboard}, {"--save-dir", t.saveDir}},
                                       inputs, directories);
     // --overwrite deletes the save directory's checkpoints: none of them may be what the run reads.
-    std::error_code error;
-    if (t.overwrite && std::filesystem::is_directory(t.saveDir, error))
-      for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(t.saveDir, error)) {
-        const std::string name = entry.path().filename().string();
-        if (name.rfind("step-", 0) != 0 && name.rfind(".tmp-", 0) != 0) continue;
+    if (t.overwrite)
+      for (const std::string& name : dgemma::checkpointEntries(t.saveDir)) {
+        const std::string entry = (std::filesystem::path(t.saveDir) / name).string();
         for (const NamedPath& input : inputs)
-          if (!input.path.empty() && dgemma::liesWithin(input.path, entry.path().string()))
-            throw dgemma::InputError("--overwrite: " + input.flag + " " + input.path + " lies in " + entry.path().string() +
+          if (!input.path.empty() && dgemma::liesWithin(input.path, entry))
+            throw dgemma::InputError("--overwrite: " + input.flag + " " + input.path + " lies in " + entry +
                                      ", which --overwrite would delete from --save-dir; resume it, or copy it elsewhere first");
       }
   } else if (eval.parsed()) {
@@ -571,13 +574,21 @@ int main(int argc, char** argv) {
       environment.worldSize > 1 ? "dgemma-run (rank " + std::to_string(environment.rank) + ")" : "dgemma-run";
   return dgemma::runReportingErrors(tool, [&]() -> int {
     checkOutputPaths(*train, *eval, *exportCommand, trainFlags, evalFlags, exportFlags, flags);
-    if (forward->parsed()) return runForward(flags);
-    if (grad->parsed()) return runGrad(flags);
     if (inspect->parsed()) return runInspect(flags);
-    if (train->parsed()) {
-      dgemma::Plan plan = loadPlan(trainFlags.session);
-      dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.session.planDir, trainFlags.session.rank));
-      return dgemma::runTrain(trainFlags, std::move(plan));
+    if (runsPlan) {
+      try {
+        if (forward->parsed()) return runForward(flags);
+        if (grad->parsed()) return runGrad(flags);
+        dgemma::Plan plan = loadPlan(trainFlags.session);
+        dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.session.planDir, trainFlags.session.rank));
+        return dgemma::runTrain(trainFlags, std::move(plan));
+      } catch (const dgemma::PeerLostError&) {
+        // Most likely another rank failed first and its exit closed the connections: this rank
+        // leaves a moment later, so that a launcher watching both (torchrun's root cause, the local
+        // launcher's first failure) names that rank, not this consequence.
+        std::this_thread::sleep_for(kPeerLostExitDelay);
+        throw;
+      }
     }
     if (generate->parsed()) return dgemma::tool::runGenerate(generateFlags);
     if (eval->parsed()) return dgemma::tool::runEval(evalFlags);

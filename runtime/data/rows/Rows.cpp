@@ -45,11 +45,6 @@ std::string describe(const json& value) {
   return value.type_name();
 }
 
-std::string hexByte(unsigned char byte) {
-  static const char* digits = "0123456789ABCDEF";
-  return std::string("0x") + digits[byte >> 4] + digits[byte & 15];
-}
-
 // A resolved path for a message: as it is when short and printable, otherwise quoted and cut.
 std::string shownPath(const fs::path& path) {
   const std::string& text = path.native();
@@ -78,8 +73,7 @@ class RowParser {
       return error("row", "expected a line without NUL bytes, got one at byte column " + std::to_string(nul + 1));
     }
     if (auto bad = findInvalidUtf8(text)) {
-      return error("row", "expected UTF-8 text, got the invalid byte " + hexByte(bad->byte) + " at column " +
-                              std::to_string(bad->offset + 1));
+      return error("row", describeUtf8Problem(*bad));
     }
     auto parsed = parseJsonLine(text);
     if (auto* problem = std::get_if<JsonLineError>(&parsed)) return error(problem->field, problem->expected);

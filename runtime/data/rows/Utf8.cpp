@@ -50,4 +50,10 @@ std::optional<Utf8Problem> findInvalidUtf8(std::string_view text) {
   return std::nullopt;
 }
 
+std::string describeUtf8Problem(const Utf8Problem& problem) {
+  static const char* digits = "0123456789ABCDEF";
+  const std::string hex = std::string("0x") + digits[problem.byte >> 4] + digits[problem.byte & 15];
+  return "expected UTF-8 text, got the invalid byte " + hex + " at column " + std::to_string(problem.offset + 1);
+}
+
 }  // namespace dgemma

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace dgemma {
@@ -18,5 +19,8 @@ struct Utf8Problem {
 // nothing when the text is valid. A truncated or broken multi-byte sequence is reported at its lead
 // byte; a stray continuation byte, or a lead byte that can never start a sequence, at itself.
 std::optional<Utf8Problem> findInvalidUtf8(std::string_view text);
+
+// "expected UTF-8 text, got the invalid byte 0xFF at column 3" (1-based column), as messages say it.
+std::string describeUtf8Problem(const Utf8Problem& problem);
 
 }  // namespace dgemma
