@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/WeightSchema.h"
+#include "models/diffusion_gemma/spec/Config.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
 #include "plan/PlanFile.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"

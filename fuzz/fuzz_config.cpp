@@ -1,9 +1,9 @@
-// libFuzzer target: a model config.json (models/diffusion_gemma/Config.h), read as dgemma-compile
+// libFuzzer target: a model config.json (models/diffusion_gemma/spec/Config.h), read as dgemma-compile
 // reads it, with HF's post-processing and every range check.
 #include <cstdint>
 
 #include "fuzz/FuzzSupport.h"
-#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/spec/Config.h"
 
 namespace {
 

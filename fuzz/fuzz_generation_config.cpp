@@ -1,9 +1,9 @@
-// libFuzzer target: a generation_config.json beside a model (models/diffusion_gemma/GenerationConfig.h),
+// libFuzzer target: a generation_config.json beside a model (models/diffusion_gemma/spec/GenerationConfig.h),
 // found and read as dgemma-run generate finds it.
 #include <cstdint>
 
 #include "fuzz/FuzzSupport.h"
-#include "models/diffusion_gemma/GenerationConfig.h"
+#include "models/diffusion_gemma/spec/GenerationConfig.h"
 
 namespace {
 

@@ -28,8 +28,8 @@ inline std::array<int64_t, 2> noiseKey(uint64_t runSeed, NoisePhase phase, uint6
   return {static_cast<int64_t>(exampleSeed), 0};
 }
 
-// The [B, 2] i64 noise_keys input of the plan's "corrupt" entry for the examples with these global
-// sample indices.
+// The [B, 2] i64 noise keys input of the plan's corrupt entry (docs/training.md, "Noise keys") for
+// the examples with these global sample indices.
 inline HostTensor noiseKeys(uint64_t runSeed, NoisePhase phase, uint64_t step, const std::vector<int64_t>& sampleIndices) {
   HostTensor keys(DType::I64, {static_cast<int64_t>(sampleIndices.size()), 2});
   for (size_t row = 0; row < sampleIndices.size(); ++row) {

@@ -5,12 +5,10 @@
 #include <map>
 #include <string>
 
-#include "models/diffusion_gemma/Config.h"
 #include "runtime/generate/CanvasFinalization.h"
 #include "runtime/generate/DenoisingBatch.h"
 #include "runtime/generate/Temperature.h"
 #include "runtime/data/dataset/Dataset.h"
-#include "runtime/data/image/ModelImageOptions.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -97,35 +95,39 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
   if (options.maxDenoisingSteps > 0) settings_.maxDenoisingSteps = options.maxDenoisingSteps;
   if (settings_.maxDenoisingSteps < 1 || settings_.canvasLength < 1)
     throw InputError(planPath + ": generation: expected max_denoising_steps and canvas_length >= 1");
-  const DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
-  vocabSize_ = config.vocabSize;
+  const ModelContract& names = session_.model->contract();
+  vocabSize_ = session_.model->tokens(plan, planPath).vocabSize;
 
-  denoise_ = &entryNamed(plan, "denoise", planPath);
-  commit_ = &entryNamed(plan, "commit", planPath);
+  denoise_ = &entryNamed(plan, names.denoiseEntry, planPath);
+  commit_ = &entryNamed(plan, names.commitEntry, planPath);
   denoiseFirst_ = denoise_;
   for (const EntryPoint& entry : plan.entryPoints)
-    if (entry.name == "denoise_first") denoiseFirst_ = &entry;
+    if (entry.name == names.firstDenoiseEntry) denoiseFirst_ = &entry;
   if (denoiseFirst_->bucket != denoise_->bucket)
     throw InputError(planPath + ": entry " + denoiseFirst_->key() + ": expected the buckets of " + denoise_->key());
-  entryNamed(plan, "prefill", planPath);
-  microBatch_ = denoise_->bucket.count("micro_batch") ? denoise_->bucket.at("micro_batch") : 0;
+  entryNamed(plan, names.prefillEntry, planPath);
+  const std::string& microBatch = names.microBatchDimension;
+  const std::string& promptLength = names.promptLengthDimension;
+  microBatch_ = denoise_->bucket.count(microBatch) ? denoise_->bucket.at(microBatch) : 0;
   for (const EntryPoint& entry : plan.entryPoints) {
-    if (entry.name != "prefill") continue;
-    if (!entry.bucket.count("prompt_len") || entry.bucket.count("micro_batch") == 0 || entry.bucket.at("micro_batch") != microBatch_)
-      throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets {micro_batch: " +
-                       std::to_string(microBatch_) + ", prompt_len: P} (the denoise entry's micro-batch)");
-    maxPromptLength_ = std::max(maxPromptLength_, entry.bucket.at("prompt_len"));
+    if (entry.name != names.prefillEntry) continue;
+    if (!entry.bucket.count(promptLength) || entry.bucket.count(microBatch) == 0 || entry.bucket.at(microBatch) != microBatch_)
+      throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets {" + microBatch + ": " +
+                       std::to_string(microBatch_) + ", " + promptLength + ": P} (the " + names.denoiseEntry +
+                       " entry's micro-batch)");
+    maxPromptLength_ = std::max(maxPromptLength_, entry.bucket.at(promptLength));
   }
-  if (microBatch_ < 1) throw InputError(planPath + ": entry " + denoise_->key() + ": expected a micro_batch bucket");
+  if (microBatch_ < 1) throw InputError(planPath + ": entry " + denoise_->key() + ": expected a " + microBatch + " bucket");
   for (const EntryPoint& entry : plan.entryPoints) {
-    if (entry.name != kImagePrefill) continue;
+    if (entry.name != names.imagePrefillEntry) continue;
     auto images = entry.bucket.find("images_per_example");
     if (images == entry.bucket.end() || images->second < 1 || (imagesPerExample_ != 0 && images->second != imagesPerExample_) ||
-        entry.bucket.count("micro_batch") == 0 || entry.bucket.at("micro_batch") != microBatch_)
-      throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets of a prefill entry plus one images_per_example >= 1");
+        entry.bucket.count(microBatch) == 0 || entry.bucket.at(microBatch) != microBatch_)
+      throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets of a " + names.prefillEntry +
+                       " entry plus one images_per_example >= 1");
     imagesPerExample_ = images->second;
   }
-  if (imagesPerExample_ > 0) imageOptions_ = imageOptionsOf(config);
+  if (imagesPerExample_ > 0) imageOptions_ = session_.model->imageOptions(plan, planPath);
   if (maxPromptLength_ > settings_.cacheLength)
     throw InputError(planPath + ": generation: cache_length " + std::to_string(settings_.cacheLength) +
                      " is below the largest prompt bucket " + std::to_string(maxPromptLength_));
@@ -190,11 +192,13 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
   int64_t width = 0;
   for (const GenerationRequest& request : requests) width = std::max<int64_t>(width, request.promptIds.size());
   const bool images = !requests.front().images.empty();
-  std::map<std::string, int64_t> sizes = {{"micro_batch", B}, {"prompt_len", width}};
+  const ModelContract& names = session_.model->contract();
+  std::map<std::string, int64_t> sizes = {{names.microBatchDimension, B}, {names.promptLengthDimension, width}};
   if (images) sizes["images_per_example"] = imagesPerExample_;
-  const EntryPoint* prefill = session_.plan.selectEntry(images ? kImagePrefill : "prefill", sizes);
-  if (!prefill) throw InputError(planPath + ": no prefill bucket holds a prompt of " + std::to_string(width) + " tokens");
-  const int64_t P = prefill->bucket.at("prompt_len");
+  const EntryPoint* prefill = session_.plan.selectEntry(images ? names.imagePrefillEntry : names.prefillEntry, sizes);
+  if (!prefill)
+    throw InputError(planPath + ": no " + names.prefillEntry + " bucket holds a prompt of " + std::to_string(width) + " tokens");
+  const int64_t P = prefill->bucket.at(names.promptLengthDimension);
   std::vector<int64_t> inputIds(B * P, pad), attentionMask(B * P, 0), tokenTypes(B * P, 0);
   std::vector<std::vector<ProcessedImage>> rowImages;
   for (int64_t row = 0; row < B; ++row) {
@@ -210,18 +214,18 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
   {
     PhaseTimer timer(phaseTimes_.prefill);
     ++phaseTimes_.prefills;
-    std::map<std::string, HostTensor> inputs = {{"input_ids", i64Tensor({B, P}, inputIds)},
-                                                {"attention_mask", i64Tensor({B, P}, attentionMask)},
-                                                {"positions", i64Tensor({B, P}, sharedPositions(B, P, width - P))}};
+    std::map<std::string, HostTensor> inputs = {{names.batch.inputIds, i64Tensor({B, P}, inputIds)},
+                                                {names.batch.attentionMask, i64Tensor({B, P}, attentionMask)},
+                                                {names.positions, i64Tensor({B, P}, sharedPositions(B, P, width - P))}};
     if (images) {
-      inputs.merge(collateImages(rowImages));
-      inputs["mm_token_type_ids"] = i64Tensor({B, P}, tokenTypes);
-      addImagePlanInputs(inputs, imagesPerExample_, imageOptions_,
+      inputs.merge(collateImages(rowImages, names.images));
+      inputs[names.batch.tokenTypeIds] = i64Tensor({B, P}, tokenTypes);
+      addImagePlanInputs(inputs, imagesPerExample_, imageOptions_, names.images,
                          "requests " + std::to_string(requests.front().id) + ".." + std::to_string(requests.back().id));
     }
     runEntryPoint(session_, *prefill, std::move(inputs));
   }
-  // cache_valid: the last P slots hold the prompt's mask; each commit shifts in L ones.
+  // The cache's validity: the last P slots hold the prompt's mask; each commit shifts in L ones.
   std::vector<int64_t> cacheValid(B * C, 0);
   for (int64_t row = 0; row < B; ++row)
     std::copy(attentionMask.begin() + row * P, attentionMask.begin() + (row + 1) * P, cacheValid.begin() + row * C + (C - P));
@@ -243,9 +247,9 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
       PhaseTimer timer(phaseTimes_.commit);
       ++phaseTimes_.commits;
       runEntryPoint(session_, *commit_,
-                    {{"block_ids", i64Tensor({B, L}, committed)},
-                     {"cache_valid", i64Tensor({B, C}, cacheValid)},
-                     {"positions", i64Tensor({B, L}, sharedPositions(B, L, canvasStart - L))}});
+                    {{names.blockIds, i64Tensor({B, L}, committed)},
+                     {names.cacheValid, i64Tensor({B, C}, cacheValid)},
+                     {names.positions, i64Tensor({B, L}, sharedPositions(B, L, canvasStart - L))}});
       for (int64_t row = 0; row < B; ++row) {
         auto rowBegin = cacheValid.begin() + row * C;
         std::copy(rowBegin + L, rowBegin + C, rowBegin);
@@ -281,18 +285,18 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
         PhaseTimer timer(phaseTimes_.denoise);
         ++phaseTimes_.denoisePasses;
         outputs = runEntryPoint(session_, denoise,
-                                {{"canvas_ids", i64Tensor({B, L}, batch.canvas())},
-                                 {"cache_valid", i64Tensor({B, C}, cacheValid)},
-                                 {"positions", i64Tensor({B, L}, positions)},
-                                 {"self_conditioning_mask", f32Tensor({B}, selfConditioning)},
-                                 {"frozen", f32Tensor({B}, frozenInput)},
-                                 {"temperature", f32Tensor({B}, std::vector<float>(B, temperature))},
-                                 {"sample_keys", i64Tensor({B, 2}, keys)}});
+                                {{names.batch.canvasIds, i64Tensor({B, L}, batch.canvas())},
+                                 {names.cacheValid, i64Tensor({B, C}, cacheValid)},
+                                 {names.positions, i64Tensor({B, L}, positions)},
+                                 {names.selfConditioningMask, f32Tensor({B}, selfConditioning)},
+                                 {names.frozen, f32Tensor({B}, frozenInput)},
+                                 {names.temperature, f32Tensor({B}, std::vector<float>(B, temperature))},
+                                 {names.sampleKeys, i64Tensor({B, 2}, keys)}});
       }
       PhaseTimer samplerTimer(phaseTimes_.samplerHost);
-      HostTensor sampled = convertDType(outputNamed(outputs, "sampled_ids", denoise, planPath), DType::I64, "sampled_ids");
-      HostTensor argmax = convertDType(outputNamed(outputs, "argmax_ids", denoise, planPath), DType::I64, "argmax_ids");
-      HostTensor entropy = convertDType(outputNamed(outputs, "entropy", denoise, planPath), DType::F32, "entropy");
+      HostTensor sampled = convertDType(outputNamed(outputs, names.sampledIds, denoise, planPath), DType::I64, names.sampledIds);
+      HostTensor argmax = convertDType(outputNamed(outputs, names.argmaxIds, denoise, planPath), DType::I64, names.argmaxIds);
+      HostTensor entropy = convertDType(outputNamed(outputs, names.entropy, denoise, planPath), DType::F32, names.entropy);
       if (sampled.numElements() != B * L || argmax.numElements() != B * L || entropy.numElements() != B * L)
         throw InputError(planPath + ": entry " + denoise.key() + ": expected outputs of [" + std::to_string(B) + ", " +
                          std::to_string(L) + "]");

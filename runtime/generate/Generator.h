@@ -16,9 +16,6 @@
 
 namespace dgemma {
 
-// The prefill of prompts with images: prefill's image twin (dgemma-compile --images-per-example).
-inline constexpr const char* kImagePrefill = "prefill_images";
-
 struct GenerationRequest {
   int64_t id = 0;                   // keys the request's randomness: its index in the input
   std::vector<int64_t> promptIds;   // the tokenized prompt (chat template included), at least one id

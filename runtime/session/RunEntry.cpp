@@ -33,30 +33,6 @@ const EntryPoint& selectEntry(const Plan& plan, const std::string& name, const s
   throw InputError(batchPath + ": no bucket of \"" + name + "\" takes these tensor shapes; the plan has:" + available);
 }
 
-// The forward contract's optional fields (cli.md): the decoder input defaults to canvas_ids; without
-// self-conditioning logits the signal is exactly zero, as in transformers, whatever mask the batch
-// carries (the mask only selects rows of given logits); with logits and no mask, every example is
-// conditioned.
-void applyForwardDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan) {
-  auto inputNamed = [&](const std::string& name) -> const NamedBuffer* {
-    for (const NamedBuffer& input : entry.inputs)
-      if (input.name == name) return &input;
-    return nullptr;
-  };
-  if (inputNamed("noisy_canvas_ids") && !batch.count("noisy_canvas_ids") && batch.count("canvas_ids"))
-    batch["noisy_canvas_ids"] = batch.at("canvas_ids");
-  const NamedBuffer* logits = inputNamed("self_conditioning_logits");
-  const NamedBuffer* mask = inputNamed("self_conditioning_mask");
-  if (!logits || !mask) return;
-  bool hasLogits = batch.count("self_conditioning_logits") != 0;
-  if (!hasLogits) batch["self_conditioning_logits"] = HostTensor(plan.buffers[logits->buffer].dtype, globalShapeOf(*logits, plan));
-  if (!hasLogits || !batch.count("self_conditioning_mask")) {
-    HostTensor fill(DType::F32, globalShapeOf(*mask, plan));
-    std::fill(fill.as<float>(), fill.as<float>() + fill.numElements(), hasLogits ? 1.0f : 0.0f);
-    batch["self_conditioning_mask"] = convertDType(fill, plan.buffers[mask->buffer].dtype, "self_conditioning_mask");
-  }
-}
-
 // Every input the entry takes is in the batch with its global shape; otherwise an error naming the
 // batch file, the tensor and both shapes (rather than the executor's, which knows no file).
 void checkBatchFits(const std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan,
@@ -149,7 +125,7 @@ std::map<std::string, HostTensor> runEntry(Session& session, const std::string& 
   if (chosen && bucketSize > requested)
     for (const auto& [name, value] : padding->inputs)
       if (auto it = batch.find(name); it != batch.end()) it->second = leftPad(it->second, padding->axis, bucketSize, value, name);
-  if (entryName == "forward") applyForwardDefaults(batch, entry, plan);
+  session.model->addEntryDefaults(batch, entry, plan);
   for (auto it = batch.begin(); it != batch.end();) {  // fields this model does not read are allowed
     bool used = std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const auto& input) { return input.name == it->first; });
     it = used ? std::next(it) : batch.erase(it);
@@ -167,10 +143,12 @@ std::map<std::string, HostTensor> runEntry(Session& session, const std::string& 
 
 void addDrawnCorruption(Session& session, std::map<std::string, HostTensor>& batch, uint64_t seed, NoisePhase phase,
                         uint64_t step, const std::vector<int64_t>& samples, const std::string& batchPath) {
-  std::map<std::string, HostTensor> corruptInputs = {{"noise_keys", noiseKeys(seed, phase, step, samples)},
-                                                     {"canvas_ids", batch.at("canvas_ids")},
-                                                     {"canvas_mask", batch.at("canvas_mask")}};
-  for (auto& [name, tensor] : runEntry(session, "corrupt", std::move(corruptInputs), batchPath)) batch[name] = std::move(tensor);
+  const ModelContract& names = session.model->contract();
+  std::map<std::string, HostTensor> corruptInputs = {{names.noiseKeys, noiseKeys(seed, phase, step, samples)},
+                                                     {names.batch.canvasIds, batch.at(names.batch.canvasIds)},
+                                                     {names.batch.canvasMask, batch.at(names.batch.canvasMask)}};
+  for (auto& [name, tensor] : runEntry(session, names.corruptEntry, std::move(corruptInputs), batchPath))
+    batch[name] = std::move(tensor);
 }
 
 }  // namespace dgemma

@@ -16,16 +16,17 @@ namespace dgemma {
 
 // Runs entry `entryName` on `batch` and returns its outputs. With the plan's padding contract
 // (Plan::bucketPadding) the batch runs in the smallest bucket that holds it, left-padded, and
-// prompt-length outputs are cropped back. Fields the entry does not take are dropped. `batchPath`
+// prompt-length outputs are cropped back. The model adapter adds the optional inputs the batch
+// leaves out (ModelAdapter::addEntryDefaults); fields the entry does not take are dropped. `batchPath`
 // names the batch in messages. On a sharded plan `batch` holds the global tensors on every rank,
 // each rank feeds its box of them, and every rank gets every output whole (assembled from the
 // ranks' boxes: a collective, so all ranks run the same entries in the same order).
 std::map<std::string, HostTensor> runEntry(Session& session, const std::string& entryName, std::map<std::string, HostTensor> batch,
                                            const std::string& batchPath);
 
-// Runs the plan's "corrupt" entry on the batch's canvas_ids and canvas_mask with the noise keys of
-// (seed, phase, step, samples[row]) (docs/training.md) and adds its outputs (diffusion_t,
-// noisy_canvas_ids, self_conditioning_mask) to the batch.
+// Runs the model's corrupt entry (ModelContract::corruptEntry) on the batch's canvas ids and canvas
+// mask with the noise keys of (seed, phase, step, samples[row]) (docs/training.md) and adds its
+// outputs (the diffusion time, the noisy canvas ids and the self-conditioning mask) to the batch.
 void addDrawnCorruption(Session& session, std::map<std::string, HostTensor>& batch, uint64_t seed, NoisePhase phase,
                         uint64_t step, const std::vector<int64_t>& samples, const std::string& batchPath);
 

@@ -11,6 +11,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/comm/MeshCommunicators.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/model/ModelAdapter.h"
 
 namespace dgemma {
 
@@ -40,10 +41,6 @@ void checkRankPlanCount(const std::string& planDir, int64_t worldSize);
 // rank's or another world size's.
 Plan loadPlan(const SessionOptions& options);
 
-// The XXH3-64 content hash the plan file's preamble records (docs/plan-format.md), as 16 hex
-// digits: what a checkpoint names its plan by.
-std::string planContentHash(const std::string& planPath);
-
 // One rank's share of a run. With several ranks, every rank opens its session at the same point
 // (the communicators' rendezvous waits for all), runs the same entry points in the same order, and
 // rank 0 alone prints and writes files.
@@ -52,6 +49,7 @@ struct Session {
   std::string planPath;
   int64_t rank = 0;
   int64_t worldSize = 1;
+  const ModelAdapter* model = nullptr;  // the plan's model family's (runtime/model/ModelAdapter.h)
   std::unique_ptr<Backend> backend;
   CommunicatorSet communicators;        // one per plan.mesh axis: what the plan's collectives use
   std::unique_ptr<Communicator> world;  // every rank, on host memory: barriers, assembling outputs

@@ -88,7 +88,7 @@ struct CheckpointSaveOptions {
   std::vector<std::string> wholeGroups;
   // Files the commit writes beside the tensors (file name, bytes), listed in the manifest with their
   // size and hash like every other: the trainer's config.json, generation_config.json and tokenizer
-  // files (runtime/train/HfExport.h). Plain names that no checkpoint file uses.
+  // files (runtime/model/diffusion_gemma/HfExport.h). Plain names that no checkpoint file uses.
   std::vector<std::pair<std::string, std::string>> extraFiles;
 };
 

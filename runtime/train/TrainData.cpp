@@ -72,7 +72,7 @@ const std::vector<ProcessedImage>& RowImageCache::imagesOf(const Dataset& datase
 }
 
 MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index, const CollateOptions& options,
-                              RowImageCache& images) {
+                              RowImageCache& images, const ModelContract& names) {
   MicroBatch batch;
   batch.images = order.imagesAt(index);
   std::vector<const BlockItem*> items;
@@ -86,10 +86,10 @@ MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, in
     batch.tokens += itemTokens(entry.block);
     if (batch.images) itemImages.push_back(images.imagesOf(dataset, entry.row));
   }
-  batch.fields = collate(items, options);
+  batch.fields = collate(items, options, names.batch);
   batch.where = dataset.path + ": samples " + std::to_string(firstSample) + ".." + std::to_string(sample - 1);
   if (batch.images)
-    for (auto& [name, tensor] : collateImages(itemImages)) batch.fields[name] = std::move(tensor);
+    for (auto& [name, tensor] : collateImages(itemImages, names.images)) batch.fields[name] = std::move(tensor);
   return batch;
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/data/batch/MockDataset.h"
 #include "runtime/data/dataset/Dataset.h"
 #include "runtime/data/text/Tokenizer.h"
+#include "runtime/model/ModelAdapter.h"
 
 namespace dgemma {
 
@@ -62,10 +63,10 @@ class RowImageCache {
 };
 
 struct MicroBatch {
-  // collate()'s: input_ids, attention_mask, canvas_ids, canvas_mask, mm_token_type_ids [B, P]; an
-  // image micro-batch adds collateImages()'s pixel_values and image_position_ids.
+  // collate()'s fields (the prompt's and the canvas's); an image micro-batch adds collateImages()'s
+  // pixel values and image position ids. Named by the model's contract.
   std::map<std::string, HostTensor> fields;
-  bool images = false;                       // runs the image twins (train_step_images)
+  bool images = false;                       // runs the image twins (the image train step)
   std::vector<int64_t> samples;             // global sample indices, the noise keys' sample indices
   int64_t tokens = 0;                        // real prompt and canvas tokens
   std::string where;                         // "FILE: samples 8..9" for messages
@@ -73,8 +74,8 @@ struct MicroBatch {
 
 // Micro-batch `index` of `order` (samples [index·B, (index+1)·B)): its items collated, prompts
 // left-padded to the longest of them (running it picks the prompt bucket), and for an image
-// micro-batch their images, processed through `images`.
+// micro-batch their images, processed through `images`; every field named by `names`.
 MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index, const CollateOptions& options,
-                              RowImageCache& images);
+                              RowImageCache& images, const ModelContract& names);
 
 }  // namespace dgemma

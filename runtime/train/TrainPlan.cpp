@@ -4,8 +4,7 @@
 #include <optional>
 #include <set>
 
-#include "models/diffusion_gemma/Config.h"
-#include "runtime/data/image/ModelImageOptions.h"
+#include "runtime/model/ModelAdapter.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -38,13 +37,16 @@ std::string describeRows(const BatchRows& rows) {
 
 // The inputs of an image twin with one row per image, not per example (images of example b are rows
 // [b·I, (b+1)·I)).
-const std::set<std::string> kImageRowInputs = {"pixel_values", "image_position_ids", "image_pool_slot"};
+std::set<std::string> imageRowInputs(const ImageFieldNames& images) {
+  return {images.pixelValues, images.imagePositionIds, images.imagePoolSlot};
+}
 
 // The rows of the global micro-batch that the boxes of `entries`' inputs hold. Every rank reads the
 // whole global batch and keeps its rows of every field (the noise keys follow the samples), so the
 // boxes must split the rows only, and all alike (an image input's rows are its examples' images).
 BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& entries, int64_t microBatch,
-                     int64_t imagesPerExample, const std::string& planPath) {
+                     int64_t imagesPerExample, const ImageFieldNames& images, const std::string& planPath) {
+  const std::set<std::string> perImageRows = imageRowInputs(images);
   std::optional<BatchRows> split;
   std::string splitWhere, wholeWhere;
   for (const EntryPoint* entry : entries)
@@ -55,7 +57,7 @@ BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& ent
         continue;
       }
       const Buffer& buffer = plan.buffers.at(input.buffer);
-      const int64_t rowsPerExample = kImageRowInputs.count(input.name) ? imagesPerExample : 1;
+      const int64_t rowsPerExample = perImageRows.count(input.name) ? imagesPerExample : 1;
       if (input.globalShape.front() != microBatch * rowsPerExample)
         throw InputError(where + ": its global shape has " + std::to_string(input.globalShape.front()) +
                          " rows, the global micro-batch " + std::to_string(microBatch) +
@@ -85,40 +87,45 @@ BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& ent
 }  // namespace
 
 TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
-  if (plan.modelFamily != ModelFamily::DiffusionGemma)
+  const ModelAdapter& model = modelAdapterFor(plan.modelFamily);
+  const ModelContract& names = model.contract();
+  // The trainer runs the diffusion objective: a family without a corruption entry has none.
+  if (names.corruptEntry.empty())
     throw InputError(planPath + ": not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
-  const DiffusionGemmaConfig config = parseDiffusionGemmaConfig(plan.modelConfig, planPath + ": model.config");
+  const ModelTokens tokens = model.tokens(plan, planPath);
   TrainPlan trainPlan;
-  trainPlan.padId = config.padTokenId;
-  trainPlan.bosId = config.bosTokenId;
-  if (config.eosTokenIds.empty()) throw InputError(planPath + ": model.config: no eos_token_id");
-  trainPlan.eosId = config.eosTokenIds.front();
-  trainPlan.vocabSize = config.vocabSize;
+  trainPlan.padId = tokens.padId;
+  trainPlan.bosId = tokens.bosId;
+  trainPlan.eosId = tokens.eosId;
+  trainPlan.vocabSize = tokens.vocabSize;
+  trainPlan.trainStepEntry = names.trainStepEntry;
+  trainPlan.imageTrainStepEntry = names.imageTrainStepEntry;
 
   const EntryPoint* corrupt = nullptr;
   const EntryPoint* optimizerStep = nullptr;
   std::vector<const EntryPoint*> trainSteps, imageTrainSteps;
   for (const EntryPoint& entry : plan.entryPoints) {
-    if (entry.name == "corrupt") corrupt = &entry;
-    if (entry.name == "train_step") trainSteps.push_back(&entry);
-    if (entry.name == kImageTrainStep) imageTrainSteps.push_back(&entry);
+    if (entry.name == names.corruptEntry) corrupt = &entry;
+    if (entry.name == names.trainStepEntry) trainSteps.push_back(&entry);
+    if (entry.name == names.imageTrainStepEntry) imageTrainSteps.push_back(&entry);
     if (entry.name == "optimizer_step") optimizerStep = &entry;
   }
   if (!corrupt || trainSteps.empty())
-    throw InputError(planPath + ": no \"corrupt\" and \"train_step\" entry points (compiled with --mode infer?)");
+    throw InputError(planPath + ": no \"" + names.corruptEntry + "\" and \"" + names.trainStepEntry +
+                     "\" entry points (compiled with --mode infer?)");
   if (!optimizerStep)
     throw InputError(planPath + ": no \"optimizer_step\" entry point (compiled before dgemma-compile ran dg-optimizer-step; "
                                 "recompile the plan)");
-  trainPlan.microBatch = bucketSize(*corrupt, "micro_batch", planPath);
-  trainPlan.canvasLength = bucketSize(*corrupt, "canvas_len", planPath);
+  trainPlan.microBatch = bucketSize(*corrupt, names.microBatchDimension, planPath);
+  trainPlan.canvasLength = bucketSize(*corrupt, names.canvasLengthDimension, planPath);
   for (const EntryPoint* entry : trainSteps) {
-    if (bucketSize(*entry, "micro_batch", planPath) != trainPlan.microBatch ||
-        bucketSize(*entry, "canvas_len", planPath) != trainPlan.canvasLength)
-      throw InputError(planPath + ": entry " + entry->key() + ": its micro_batch and canvas_len differ from corrupt's " +
-                       corrupt->key());
-    trainPlan.promptLengths.push_back(bucketSize(*entry, "prompt_len", planPath));
-    if (!hasName(entry->outputs, "loss") || !hasName(entry->outputs, "diffusion_loss"))
-      throw InputError(planPath + ": entry " + entry->key() + ": expected the outputs loss and diffusion_loss");
+    if (bucketSize(*entry, names.microBatchDimension, planPath) != trainPlan.microBatch ||
+        bucketSize(*entry, names.canvasLengthDimension, planPath) != trainPlan.canvasLength)
+      throw InputError(planPath + ": entry " + entry->key() + ": its " + names.microBatchDimension + " and " +
+                       names.canvasLengthDimension + " differ from " + names.corruptEntry + "'s " + corrupt->key());
+    trainPlan.promptLengths.push_back(bucketSize(*entry, names.promptLengthDimension, planPath));
+    if (!hasName(entry->outputs, names.loss) || !hasName(entry->outputs, names.diffusionLoss))
+      throw InputError(planPath + ": entry " + entry->key() + ": expected the outputs " + names.loss + " and " + names.diffusionLoss);
   }
   std::sort(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end());
   // Image twins (dgemma-compile --images-per-example): one per text bucket, all with one I.
@@ -128,21 +135,23 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
       throw InputError(planPath + ": entry " + entry->key() + ": bucket: images_per_example " + std::to_string(images) +
                        (images < 1 ? ", expected at least 1" : ", another twin has " + std::to_string(trainPlan.imagesPerExample)));
     trainPlan.imagesPerExample = images;
-    if (bucketSize(*entry, "micro_batch", planPath) != trainPlan.microBatch ||
-        bucketSize(*entry, "canvas_len", planPath) != trainPlan.canvasLength ||
-        std::find(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end(), bucketSize(*entry, "prompt_len", planPath)) ==
+    if (bucketSize(*entry, names.microBatchDimension, planPath) != trainPlan.microBatch ||
+        bucketSize(*entry, names.canvasLengthDimension, planPath) != trainPlan.canvasLength ||
+        std::find(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end(), bucketSize(*entry, names.promptLengthDimension, planPath)) ==
             trainPlan.promptLengths.end())
-      throw InputError(planPath + ": entry " + entry->key() + ": expected the buckets of a train_step entry plus images_per_example");
+      throw InputError(planPath + ": entry " + entry->key() + ": expected the buckets of a " + names.trainStepEntry +
+                       " entry plus images_per_example");
   }
   if (!imageTrainSteps.empty() && imageTrainSteps.size() != trainSteps.size())
-    throw InputError(planPath + ": " + std::to_string(imageTrainSteps.size()) + " " + kImageTrainStep + " entries for " +
-                     std::to_string(trainSteps.size()) + " train_step entries (expected one twin per prompt bucket)");
-  if (trainPlan.imagesPerExample > 0) trainPlan.image = imageOptionsOf(config);
+    throw InputError(planPath + ": " + std::to_string(imageTrainSteps.size()) + " " + names.imageTrainStepEntry + " entries for " +
+                     std::to_string(trainSteps.size()) + " " + names.trainStepEntry + " entries (expected one twin per prompt bucket)");
+  if (trainPlan.imagesPerExample > 0) trainPlan.image = model.imageOptions(plan, planPath);
   std::vector<const EntryPoint*> batchEntries = trainSteps;
   batchEntries.insert(batchEntries.begin(), corrupt);
   batchEntries.insert(batchEntries.end(), imageTrainSteps.begin(), imageTrainSteps.end());
-  trainPlan.rankRows = rankRowsOf(plan, batchEntries, trainPlan.microBatch, std::max<int64_t>(trainPlan.imagesPerExample, 1), planPath);
-  trainPlan.hasEncoderLoss = hasName(trainSteps.front()->outputs, "encoder_loss");
+  trainPlan.rankRows =
+      rankRowsOf(plan, batchEntries, trainPlan.microBatch, std::max<int64_t>(trainPlan.imagesPerExample, 1), names.images, planPath);
+  trainPlan.hasEncoderLoss = hasName(trainSteps.front()->outputs, names.encoderLoss);
 
   trainPlan.optimizerStep = static_cast<size_t>(optimizerStep - plan.entryPoints.data());
   for (const NamedBuffer& input : optimizerStep->inputs) {

@@ -21,10 +21,10 @@ struct BatchRows {
   bool operator==(const BatchRows&) const = default;
 };
 
-// The entry an image micro-batch runs: train_step's image twin (dgemma-compile --images-per-example).
-inline constexpr const char* kImageTrainStep = "train_step_images";
-
 struct TrainPlan {
+  // The entries a text and an image micro-batch run (the model's; the image twin:
+  // dgemma-compile --images-per-example).
+  std::string trainStepEntry, imageTrainStepEntry;
   int64_t microBatch = 0;  // the global micro-batch (--micro-batch × DP): the rows every rank reads
   // This rank's rows of it: all of them on one rank; on a data-parallel plan the rows its corrupt and
   // train_step inputs' boxes hold (every batch input split by rows alike).

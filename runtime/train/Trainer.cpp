@@ -18,7 +18,6 @@
 #include "plan/PlanFile.h"
 #include "runtime/session/RunEntry.h"
 #include "runtime/train/Checkpoint.h"
-#include "runtime/train/HfExport.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
 #include "runtime/train/SaveDirectoryClaim.h"
@@ -126,8 +125,8 @@ class Trainer {
   void checkResumable(const Checkpoint& checkpoint) const;
   void checkSameTrajectory(const Checkpoint& checkpoint) const;
   std::map<std::string, HostTensor> runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep);
-  static void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
-                        const std::string& where, std::string& nonFinite);
+  void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
+                 const std::string& where, std::string& nonFinite) const;
   StepGradients forwardBackward(int64_t step);
   std::string firstNonFiniteGradient();
   void zeroGradients();
@@ -400,28 +399,30 @@ void Trainer::checkResumable(const Checkpoint& checkpoint) const {
 // micro-batch runs train_step_images with the inputs derived from its images and prompts.
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
-  if (!batch.images) return runEntry(session_, "train_step", std::move(batch.fields), batch.where);
-  addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, batch.where);
-  return runEntry(session_, kImageTrainStep, std::move(batch.fields), batch.where);
+  if (!batch.images) return runEntry(session_, trainPlan_.trainStepEntry, std::move(batch.fields), batch.where);
+  addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, session_.model->contract().images, batch.where);
+  return runEntry(session_, trainPlan_.imageTrainStepEntry, std::move(batch.fields), batch.where);
 }
 
 void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
-                        const std::string& where, std::string& nonFinite) {
+                        const std::string& where, std::string& nonFinite) const {
   auto add = [&](const std::string& name, double& sum) {
-    const float value = scalarOutput(outputs, name, "train_step");
+    const float value = scalarOutput(outputs, name, trainPlan_.trainStepEntry);
     if (!std::isfinite(value) && nonFinite.empty()) nonFinite = name + " is " + formatFloat(value) + " in " + where;
     sum += value;
   };
-  add("loss", sums.loss);
-  add("diffusion_loss", sums.diffusionLoss);
-  if (hasEncoderLoss) add("encoder_loss", sums.encoderLoss);
+  const ModelContract& names = session_.model->contract();
+  add(names.loss, sums.loss);
+  add(names.diffusionLoss, sums.diffusionLoss);
+  if (hasEncoderLoss) add(names.encoderLoss, sums.encoderLoss);
   ++sums.microBatches;
 }
 
 StepGradients Trainer::forwardBackward(int64_t step) {
   StepGradients result;
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
-    MicroBatch batch = assembleMicroBatch(train_, trainOrder_, consumedSamples_ / trainPlan_.microBatch + micro, collate_, trainImages_);
+    MicroBatch batch = assembleMicroBatch(train_, trainOrder_, consumedSamples_ / trainPlan_.microBatch + micro, collate_, trainImages_,
+                                          session_.model->contract());
     result.tokens += batch.tokens;
     const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
                               batch.where + ")";
@@ -486,7 +487,7 @@ MetricsRecord Trainer::evaluate(const Dataset& data, RowImageCache& images, Metr
   LossSums sums;
   MetricsRecord line;
   for (int64_t micro = 0; micro < microBatches; ++micro) {
-    MicroBatch batch = assembleMicroBatch(data, order, micro, collate_, images);
+    MicroBatch batch = assembleMicroBatch(data, order, micro, collate_, images, session_.model->contract());
     line.tokens += batch.tokens;
     const std::string where = batch.where;
     addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), trainPlan_.hasEncoderLoss, where,
@@ -523,9 +524,10 @@ void Trainer::record(const MetricsRecord& line) {
   if (metrics_) metrics_->write(line);
   if (!tensorboard_) return;
   const std::string prefix = metricsSplitName(line.split) + "/";
-  tensorboard_->addScalar(prefix + "loss", line.step, line.loss);
-  tensorboard_->addScalar(prefix + "diffusion_loss", line.step, line.diffusionLoss);
-  if (line.encoderLoss) tensorboard_->addScalar(prefix + "encoder_loss", line.step, *line.encoderLoss);
+  const ModelContract& names = session_.model->contract();
+  tensorboard_->addScalar(prefix + names.loss, line.step, line.loss);
+  tensorboard_->addScalar(prefix + names.diffusionLoss, line.step, line.diffusionLoss);
+  if (line.encoderLoss) tensorboard_->addScalar(prefix + names.encoderLoss, line.step, *line.encoderLoss);
   if (line.lr) tensorboard_->addScalar(prefix + "lr", line.step, static_cast<float>(*line.lr));
   if (line.gradNorm) tensorboard_->addScalar(prefix + "grad_norm", line.step, *line.gradNorm);
 }
@@ -548,20 +550,19 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   count.as<int64_t>()[0] = optimizerSteps_;
   std::vector<SavedGroup> groups = {{"model", trainPlan_.modelParameters, {}},
                                     {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
-  // The checkpoint is an HF model directory too (docs/training.md, "Checkpoints"): HF stores the
-  // encoder's layer_scalar buffers beside the decoder's, so rank 0 adds those copies (replicated
-  // parameters: whole on every rank), and its commit writes config.json, generation_config.json and
-  // the tokenizer files.
+  // The checkpoint is a model directory of the family's HF library too (docs/training.md,
+  // "Checkpoints"): where HF stores a second copy of a parameter (replicated: whole on every rank),
+  // rank 0 adds it, and its commit writes the model's side files (config, tokenizer).
   const Plan& plan = session_.executor->plan();
-  std::vector<HostTensor> encoderCopies;
-  std::vector<std::string> encoderCopyNames;
-  if (plan.modelFamily == ModelFamily::DiffusionGemma)
-    for (const std::string& name : trainPlan_.modelParameters)
-      if (std::optional<std::string> copy = untiedEncoderCopyName(name)) {
-        encoderCopies.push_back(session_.executor->parameter(name));
-        encoderCopyNames.push_back(*copy);
-      }
-  for (size_t i = 0; i < encoderCopies.size(); ++i) groups[0].replicated.push_back({"model", encoderCopyNames[i], &encoderCopies[i]});
+  const ModelAdapter& model = *session_.model;
+  std::vector<HostTensor> secondCopies;
+  std::vector<std::string> secondCopyNames;
+  for (const std::string& name : trainPlan_.modelParameters)
+    if (std::optional<std::string> copy = model.secondCopyName(name)) {
+      secondCopies.push_back(session_.executor->parameter(name));
+      secondCopyNames.push_back(*copy);
+    }
+  for (size_t i = 0; i < secondCopies.size(); ++i) groups[0].replicated.push_back({"model", secondCopyNames[i], &secondCopies[i]});
 
   CheckpointState state;
   state.model = identity_;
@@ -573,8 +574,7 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   CheckpointSaveOptions options;
   options.keep = options_.keep;
   options.wholeGroups = {"model"};
-  if (world_.rank() == 0 && plan.modelFamily == ModelFamily::DiffusionGemma)
-    options.extraFiles = hfSideFiles(plan.modelConfig, plan.modelGenerationConfig, checkpointTokenizerDir());
+  if (world_.rank() == 0) options.extraFiles = model.checkpointSideFiles(plan, checkpointTokenizerDir());
   return saveShardedCheckpoint(world_, *session_.executor, options_.saveDir, state, groups, options);
 }
 

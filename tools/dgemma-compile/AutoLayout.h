@@ -1,5 +1,5 @@
 // dgemma-compile --auto-layout (docs/parallelism.md, "Layout search"): every TP/SP/EP/DP layout of
-// --gpus ranks, each legal one (models/diffusion_gemma/ParallelLayout's checks, the ones an explicit
+// --gpus ranks, each legal one (models/diffusion_gemma/spec/ParallelLayout's checks, the ones an explicit
 // layout meets) with every recompute policy, predicted by the analytic cost model (CostModel.h),
 // ranked by predicted tokens per second among those that fit --gpu-memory, and the choice; and,
 // once the chosen plan is compiled, its prediction next to rank 0's compiled report.

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "models/diffusion_gemma/WeightSchema.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
 #include "support/Error.h"
 
 namespace dgemma {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "compiler/Transforms/RecomputePolicy.h"
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/ParallelLayout.h"
+#include "models/diffusion_gemma/spec/Config.h"
+#include "models/diffusion_gemma/spec/ParallelLayout.h"
 
 namespace dgemma {
 

@@ -9,7 +9,7 @@
 #include "plan/Plan.h"
 #include "runtime/io/TransferProgress.h"
 #include "runtime/session/Session.h"
-#include "runtime/train/HfExport.h"
+#include "runtime/model/diffusion_gemma/HfExport.h"
 #include "support/AtomicFile.h"
 #include "support/CheckedSize.h"
 #include "support/Error.h"

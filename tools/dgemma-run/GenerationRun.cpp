@@ -59,10 +59,10 @@ void printProfile(const GenerationRun& run, double generationSeconds, std::FILE*
                static_cast<long long>(phases.prefills), static_cast<long long>(phases.commits), generationSeconds,
                1e3 * generationSeconds / passes);
   std::fprintf(out, "%-28s %10s %10s %8s\n", "host phase", "s", "ms/pass", "share");
-  const std::pair<const char*, double> rows[] = {{"prefill", phases.prefill},
+  const std::pair<const char*, double> rows[] = {{"prefill (entry runs)", phases.prefill},
                                                  {"denoise (entry runs)", phases.denoise},
                                                  {"sampler host work", phases.samplerHost},
-                                                 {"commit", phases.commit}};
+                                                 {"commit (entry runs)", phases.commit}};
   double accounted = 0;
   for (const auto& [name, seconds] : rows) {
     accounted += seconds;

@@ -10,7 +10,6 @@
 #include <optional>
 #include <thread>
 
-#include "models/diffusion_gemma/Config.h"
 #include "runtime/core/NoiseKeys.h"
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
@@ -235,34 +234,6 @@ HostTensor convertMask(const HostTensor& tensor, dgemma::DType wanted, const std
   return dgemma::isFloating(wanted) ? dgemma::convertDType(wide, wanted, what) : dgemma::convertDType(flags, wanted, what);
 }
 
-// The batch fields that hold token ids (docs/cli.md, "Batch files"): every one must index the
-// embedding, so an id outside [0, vocab_size) is the batch's error, named by tensor and index,
-// not a failed gather in some plan step.
-void checkTokenIds(const std::map<std::string, HostTensor>& batch, const dgemma::Plan& plan, const std::string& path) {
-  if (plan.modelFamily != dgemma::ModelFamily::DiffusionGemma) return;
-  const int64_t vocabSize = dgemma::parseDiffusionGemmaConfig(plan.modelConfig, "--plan: model.config").vocabSize;
-  for (const char* field : {"input_ids", "canvas_ids", "noisy_canvas_ids"}) {
-    auto it = batch.find(field);
-    if (it == batch.end()) continue;
-    const std::string what = path + ": tensor " + field;
-    const HostTensor ids = dgemma::convertDType(it->second, dgemma::DType::I64, what);
-    for (int64_t i = 0; i < ids.numElements(); ++i) {
-      const int64_t id = ids.as<int64_t>()[i];
-      if (id < 0 || id >= vocabSize) {
-        std::string index;
-        for (size_t d = 0, rest = static_cast<size_t>(i); d < ids.shape.size(); ++d) {
-          int64_t stride = 1;
-          for (size_t e = d + 1; e < ids.shape.size(); ++e) stride *= ids.shape[e];
-          index += (d ? "," : "") + std::to_string(rest / stride);
-          rest %= stride;
-        }
-        throw InputError(what + ": element [" + index + "]: token id " + std::to_string(id) +
-                         " is outside the vocabulary [0, " + std::to_string(vocabSize) + ") (the plan's vocab_size)");
-      }
-    }
-  }
-}
-
 std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemma::Plan& plan, const std::string& entryName) {
   dgemma::SafetensorsFile file = dgemma::SafetensorsFile::open(path);
   std::map<std::string, HostTensor> batch;
@@ -280,7 +251,7 @@ std::map<std::string, HostTensor> readBatch(const std::string& path, const dgemm
     }
     break;
   }
-  checkTokenIds(batch, plan, path);
+  dgemma::modelAdapterFor(plan.modelFamily).checkBatch(batch, plan, path);
   return batch;
 }
 
@@ -294,52 +265,57 @@ void writeOutputs(const std::string& path, const std::map<std::string, HostTenso
 // the assembled outputs.
 int runForward(const ExecutionFlags& flags) {
   std::unique_ptr<Session> session = openSession(flags.session);
-  std::map<std::string, HostTensor> outputs =
-      runEntry(*session, "forward", readBatch(flags.input, session->plan, "forward"), flags.input);
+  const std::string& forward = session->model->contract().forwardEntry;
+  std::map<std::string, HostTensor> outputs = runEntry(*session, forward, readBatch(flags.input, session->plan, forward), flags.input);
   if (session->isRankZero()) writeOutputs(flags.output, outputs);
   return 0;
 }
 
 // The corruption a training step sees (docs/training.md): injected through the test hooks when the
-// batch carries noisy_canvas_ids and diffusion_t (then nothing is drawn; a missing
-// self_conditioning_mask conditions every example), otherwise drawn by the plan's "corrupt" entry
+// batch carries the noisy canvas ids and the diffusion time (then nothing is drawn; a missing
+// self-conditioning mask conditions every example), otherwise drawn by the plan's corrupt entry
 // from per-example keys (seed, train phase, --step, sample index = --first-sample + row).
 void addCorruption(Session& session, std::map<std::string, HostTensor>& batch, const ExecutionFlags& flags) {
-  const bool injected = batch.count("noisy_canvas_ids") && batch.count("diffusion_t");
+  const dgemma::ModelContract& names = session.model->contract();
+  const bool injected = batch.count(names.noisyCanvasIds) && batch.count(names.diffusionTime);
   if (injected) {
-    if (!batch.count("self_conditioning_mask")) {
-      HostTensor mask(dgemma::DType::F32, {batch.at("diffusion_t").shape});
+    if (!batch.count(names.selfConditioningMask)) {
+      HostTensor mask(dgemma::DType::F32, {batch.at(names.diffusionTime).shape});
       std::fill(mask.as<float>(), mask.as<float>() + mask.numElements(), 1.0f);
-      batch["self_conditioning_mask"] = mask;
+      batch[names.selfConditioningMask] = mask;
     }
     return;
   }
-  if (batch.count("noisy_canvas_ids") || batch.count("diffusion_t"))
-    throw InputError(flags.input + ": give both noisy_canvas_ids and diffusion_t (injected noise) or neither (drawn noise)");
-  if (!std::any_of(session.plan.entryPoints.begin(), session.plan.entryPoints.end(), [](const auto& e) { return e.name == "corrupt"; }))
+  if (batch.count(names.noisyCanvasIds) || batch.count(names.diffusionTime))
+    throw InputError(flags.input + ": give both " + names.noisyCanvasIds + " and " + names.diffusionTime +
+                     " (injected noise) or neither (drawn noise)");
+  const auto& entries = session.plan.entryPoints;
+  if (names.corruptEntry.empty() ||
+      !std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.name == names.corruptEntry; }))
     return;  // a plan without corruption (the built-in graph)
-  for (const char* field : {"canvas_ids", "canvas_mask"})
-    if (!batch.count(field)) throw InputError(flags.input + ": tensor " + field + ": missing (the training step needs it)");
-  const int64_t examples = batch.at("canvas_ids").shape.at(0);
+  for (const std::string* field : {&names.batch.canvasIds, &names.batch.canvasMask})
+    if (!batch.count(*field)) throw InputError(flags.input + ": tensor " + *field + ": missing (the training step needs it)");
+  const int64_t examples = batch.at(names.batch.canvasIds).shape.at(0);
   std::vector<int64_t> samples(examples);
   for (int64_t row = 0; row < examples; ++row) samples[row] = flags.firstSample + row;
   addDrawnCorruption(session, batch, flags.session.seed, dgemma::NoisePhase::Train, flags.step, samples, flags.input);
 }
 
-// Writes "loss" as shape [1], the objective's parts, and each gradient under its parameter's
+// Writes the loss as shape [1], the objective's parts, and each gradient under its parameter's
 // checkpoint name. A plan with an optimizer sums the gradients into its device buffers (zero in a
 // fresh session), so after one train_step they hold this batch's; a plan without one outputs them.
 int runGrad(const ExecutionFlags& flags) {
   std::unique_ptr<Session> session = openSession(flags.session);
-  std::map<std::string, HostTensor> batch = readBatch(flags.input, session->plan, "train_step");
+  const dgemma::ModelContract& names = session->model->contract();
+  std::map<std::string, HostTensor> batch = readBatch(flags.input, session->plan, names.trainStepEntry);
   addCorruption(*session, batch, flags);
-  std::map<std::string, HostTensor> outputs = runEntry(*session, "train_step", std::move(batch), flags.input);
+  std::map<std::string, HostTensor> outputs = runEntry(*session, names.trainStepEntry, std::move(batch), flags.input);
   std::map<std::string, HostTensor> written;
   const std::string gradientPrefix = dgemma::kGradientPrefix;
   for (auto& [name, tensor] : outputs) {
     if (name.rfind(gradientPrefix, 0) == 0) {
       written[name.substr(gradientPrefix.size())] = tensor;
-    } else if (tensor.numElements() == 1) {  // loss, diffusion_loss, encoder_loss
+    } else if (tensor.numElements() == 1) {  // the loss and its parts
       tensor.shape = {1};
       written[name] = tensor;
     }
@@ -355,7 +331,8 @@ int runGrad(const ExecutionFlags& flags) {
           parameter.pendingSum ? dgemma::sumGlobal(*session->world, local, box, parameter.globalShape, what)
                                : dgemma::assembleGlobal(*session->world, local, box, parameter.globalShape, what);
     }
-  if (!written.count("loss")) throw InputError("--plan: entry train_step has no \"loss\" output");
+  if (!written.count(names.loss))
+    throw InputError("--plan: entry " + names.trainStepEntry + " has no \"" + names.loss + "\" output");
   if (session->isRankZero()) writeOutputs(flags.output, written);
   return 0;
 }

@@ -35,7 +35,8 @@ std::vector<BlockItem> splitIntoBlocks(const TokenizedRow& row, int64_t canvasLe
   return items;
 }
 
-std::map<std::string, HostTensor> collate(const std::vector<const BlockItem*>& items, const CollateOptions& options) {
+std::map<std::string, HostTensor> collate(const std::vector<const BlockItem*>& items, const CollateOptions& options,
+                                          const CollatedFieldNames& names) {
   if (items.empty()) throw InputError("collate: expected at least one item");
   const int64_t canvas = options.canvasLength, multiple = options.padToMultipleOf;
   if (multiple < 1 || canvas % multiple != 0)
@@ -53,12 +54,12 @@ std::map<std::string, HostTensor> collate(const std::vector<const BlockItem*>& i
   const int64_t width = (longest + multiple - 1) / multiple * multiple;
 
   std::map<std::string, HostTensor> fields;
-  HostTensor& inputIds = fields["input_ids"] = HostTensor(DType::I64, {batch, width});
-  HostTensor& attentionMask = fields["attention_mask"] = HostTensor(DType::I64, {batch, width});
-  HostTensor& positionIds = fields["position_ids"] = HostTensor(DType::I64, {batch, width});
-  HostTensor& tokenTypes = fields["mm_token_type_ids"] = HostTensor(DType::I64, {batch, width});
-  HostTensor& canvasIds = fields["canvas_ids"] = HostTensor(DType::I64, {batch, canvas});
-  HostTensor& canvasMask = fields["canvas_mask"] = HostTensor(DType::F32, {batch, canvas});
+  HostTensor& inputIds = fields[names.inputIds] = HostTensor(DType::I64, {batch, width});
+  HostTensor& attentionMask = fields[names.attentionMask] = HostTensor(DType::I64, {batch, width});
+  HostTensor& positionIds = fields[names.positionIds] = HostTensor(DType::I64, {batch, width});
+  HostTensor& tokenTypes = fields[names.tokenTypeIds] = HostTensor(DType::I64, {batch, width});
+  HostTensor& canvasIds = fields[names.canvasIds] = HostTensor(DType::I64, {batch, canvas});
+  HostTensor& canvasMask = fields[names.canvasMask] = HostTensor(DType::F32, {batch, canvas});
   const int64_t canvasFill = options.scoredCanvasFill.value_or(options.padId);
   for (int64_t b = 0; b < batch; ++b) {
     const BlockItem& item = *items[b];

@@ -44,9 +44,16 @@ struct CollateOptions {
   std::optional<int64_t> scoredCanvasFill;
 };
 
-// The batch fields of docs/data.md, "Collated batch", by name: input_ids, attention_mask,
-// position_ids, mm_token_type_ids [B, P] i64; canvas_ids [B, C] i64; canvas_mask [B, C] f32. Throws
-// InputError for a violated precondition (naming the item).
-std::map<std::string, HostTensor> collate(const std::vector<const BlockItem*>& items, const CollateOptions& options);
+// The names of the collated batch's fields: the model's (its adapter's ModelContract,
+// runtime/model/ModelAdapter.h).
+struct CollatedFieldNames {
+  std::string inputIds, attentionMask, positionIds, tokenTypeIds, canvasIds, canvasMask;
+};
+
+// The batch fields of docs/data.md, "Collated batch", under `names`: the prompt's ids, attention
+// mask, position ids and token types [B, P] i64; the canvas ids [B, C] i64 and canvas mask [B, C]
+// f32. Throws InputError for a violated precondition (naming the item).
+std::map<std::string, HostTensor> collate(const std::vector<const BlockItem*>& items, const CollateOptions& options,
+                                          const CollatedFieldNames& names);
 
 }  // namespace dgemma

@@ -6,10 +6,19 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "runtime/core/HostTensor.h"
 
 namespace dgemma {
+
+// The names of an image batch's fields: the model's (its adapter's ModelContract,
+// runtime/model/ModelAdapter.h).
+struct ImageFieldNames {
+  std::string pixelValues, imagePositionIds;                   // collateImages()'s (runtime/data/dataset/Dataset.h)
+  std::string tokenTypeIds;                                    // collate()'s, read
+  std::string imagePoolSlot, imageTokenIndex, imageSegmentIds;  // addImagePlanInputs()'s
+};
 
 struct ImagePlanInputs {
   HostTensor poolSlot;    // image_pool_slot [N, N_p] i64: n·T + rank of the patch's bucket; N·T on padding

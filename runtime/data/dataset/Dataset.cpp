@@ -120,7 +120,8 @@ void checkSplits(const std::string& train, const std::string& validation, const 
   }
 }
 
-std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<ProcessedImage>>& imagesPerExample) {
+std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<ProcessedImage>>& imagesPerExample,
+                                                const ImageFieldNames& names) {
   size_t withImages = 0, total = 0;
   for (const auto& images : imagesPerExample) {
     withImages += !images.empty();
@@ -146,19 +147,19 @@ std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<Pr
                   image.imagePositionIds.data.size());
       ++index;
     }
-  return {{"pixel_values", std::move(pixels)}, {"image_position_ids", std::move(positions)}};
+  return {{names.pixelValues, std::move(pixels)}, {names.imagePositionIds, std::move(positions)}};
 }
 
 void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample, const Gemma4ImageOptions& image,
-                        const std::string& where) {
-  for (const char* name : {"image_position_ids", "mm_token_type_ids"})
-    if (!fields.count(name)) throw InputError(where + ": an image batch without " + name);
+                        const ImageFieldNames& names, const std::string& where) {
+  for (const std::string* name : {&names.imagePositionIds, &names.tokenTypeIds})
+    if (!fields.count(*name)) throw InputError(where + ": an image batch without " + *name);
   try {
-    ImagePlanInputs inputs = deriveImagePlanInputs(fields.at("image_position_ids"), fields.at("mm_token_type_ids"), imagesPerExample,
+    ImagePlanInputs inputs = deriveImagePlanInputs(fields.at(names.imagePositionIds), fields.at(names.tokenTypeIds), imagesPerExample,
                                                    image.poolingKernelSize, image.maxSoftTokens);
-    fields["image_pool_slot"] = std::move(inputs.poolSlot);
-    fields["image_token_index"] = std::move(inputs.tokenIndex);
-    fields["image_segment_ids"] = std::move(inputs.segmentIds);
+    fields[names.imagePoolSlot] = std::move(inputs.poolSlot);
+    fields[names.imageTokenIndex] = std::move(inputs.tokenIndex);
+    fields[names.imageSegmentIds] = std::move(inputs.segmentIds);
   } catch (const InputError& error) {
     throw InputError(where + ": " + error.what());
   }

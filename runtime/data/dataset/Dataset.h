@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/data/batch/Blocks.h"
+#include "runtime/data/batch/ImageInputs.h"
 #include "runtime/data/image/Image.h"
 #include "runtime/data/rows/Rows.h"
 
@@ -54,17 +55,18 @@ Dataset buildDataset(const std::string& path, const RowTokenizer& tokenize, cons
 // Empty strings mean "not given". Throws InputError naming the flags.
 void checkSplits(const std::string& train, const std::string& validation, const std::string& test);
 
-// pixel_values [ΣN_img, N_patch, 3·p·p] and image_position_ids [ΣN_img, N_patch, 2] of a micro-batch,
-// images concatenated in example order. Every example must have images (mixed micro-batches are
-// rejected) and all must share N_patch. Returns an empty map when no example has images.
-std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<ProcessedImage>>& imagesPerExample);
+// The pixel values [ΣN_img, N_patch, 3·p·p] and image position ids [ΣN_img, N_patch, 2] of a
+// micro-batch, images concatenated in example order. Every example must have images (mixed
+// micro-batches are rejected) and all must share N_patch. Returns an empty map when no example has
+// images.
+std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<ProcessedImage>>& imagesPerExample,
+                                                const ImageFieldNames& names);
 
-// Adds to a collated image batch (collate()'s mm_token_type_ids, collateImages()'s
-// image_position_ids) the host-derived inputs of the image entries: image_pool_slot,
-// image_token_index and image_segment_ids (deriveImagePlanInputs, with the processor's pooling
-// kernel and soft-token budget). Throws InputError located at `where` for a batch whose image tokens
-// and images disagree.
+// Adds to a collated image batch (collate()'s token types, collateImages()'s image position ids)
+// the host-derived inputs of the image entries: the pool slots, the image token index and the image
+// segment ids (deriveImagePlanInputs, with the processor's pooling kernel and soft-token budget).
+// Throws InputError located at `where` for a batch whose image tokens and images disagree.
 void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample, const Gemma4ImageOptions& image,
-                        const std::string& where);
+                        const ImageFieldNames& names, const std::string& where);
 
 }  // namespace dgemma

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/spec/Config.h"
 #include "support/Error.h"
 #include "test/unit/models/ModelTestSupport.h"
 

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/WeightSchema.h"
+#include "models/diffusion_gemma/spec/Config.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
 #include "runtime/io/Safetensors.h"
 #include "test/unit/models/ModelTestSupport.h"
 

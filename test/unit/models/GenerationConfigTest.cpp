@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/diffusion_gemma/GenerationConfig.h"
+#include "models/diffusion_gemma/spec/GenerationConfig.h"
 #include "test/unit/models/ModelTestSupport.h"
 
 namespace dgemma {

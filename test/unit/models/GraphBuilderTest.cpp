@@ -7,8 +7,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
-#include "models/diffusion_gemma/GraphBuilder.h"
-#include "models/diffusion_gemma/TextStack.h"
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/TextStack.h"
 
 namespace mlir::dg::diffusion_gemma {
 namespace {

@@ -9,8 +9,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
-#include "models/diffusion_gemma/Builder.h"
-#include "models/diffusion_gemma/Inference.h"
+#include "models/diffusion_gemma/ir/Builder.h"
+#include "models/diffusion_gemma/ir/Inference.h"
 #include "support/Error.h"
 
 namespace mlir::dg {

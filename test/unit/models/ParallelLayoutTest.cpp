@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/ParallelLayout.h"
+#include "models/diffusion_gemma/spec/Config.h"
+#include "models/diffusion_gemma/spec/ParallelLayout.h"
 #include "test/unit/models/ModelTestSupport.h"
 
 namespace dgemma {

@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/WeightSchema.h"
+#include "models/diffusion_gemma/spec/Config.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
 #include "runtime/io/Safetensors.h"
-#include "runtime/train/HfExport.h"
+#include "runtime/model/diffusion_gemma/HfExport.h"
 #include "support/DType.h"
 #include "support/Error.h"
 #include "test/unit/TestSupport.h"

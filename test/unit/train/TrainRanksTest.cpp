@@ -81,6 +81,7 @@ class TrainRanksTest : public ::testing::Test {
     session->plan.worldSize = 2;
     session->plan.mesh = {{"dp", 2, rank}};
     session->planPath = planFileForRank(options.session.planDir, 0);
+    session->model = &modelAdapterFor(session->plan.modelFamily);
     session->backend = createBackend("cpu", 1);
     session->communicators.add("dp", createGlooCommunicator(store, rank, 2, std::chrono::milliseconds(60000)));
     session->executor = std::make_unique<Executor>(session->plan, *session->backend, session->communicators, session->planPath);

@@ -2,6 +2,7 @@
 
 #include "support/Error.h"
 #include "runtime/data/batch/Blocks.h"
+#include "test/lib/DiffusionGemmaFieldNames.h"
 
 namespace dgemma {
 namespace {
@@ -62,7 +63,7 @@ TEST(Collate, LeftPadsPromptsAndRightPadsCanvases) {
   CollateOptions options;
   options.canvasLength = 4;
   options.padToMultipleOf = 2;  // longest prompt 5 -> width 6
-  auto batch = collate({&first[0], &second[0]}, options);
+  auto batch = collate({&first[0], &second[0]}, options, testing::diffusionGemmaBatchNames());
   EXPECT_EQ(batch.at("input_ids").shape, (std::vector<int64_t>{2, 6}));
   EXPECT_EQ(ints(batch.at("input_ids")), (std::vector<int64_t>{0, 2, 3, 4, 5, 6, 0, 0, 0, 0, 2, 3}));
   EXPECT_EQ(ints(batch.at("attention_mask")), (std::vector<int64_t>{0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1}));
@@ -78,7 +79,7 @@ TEST(Collate, ScoredEosFillOption) {
   CollateOptions options;
   options.canvasLength = 4;
   options.scoredCanvasFill = kEos;
-  auto batch = collate({&items[0]}, options);
+  auto batch = collate({&items[0]}, options, testing::diffusionGemmaBatchNames());
   EXPECT_EQ(ints(batch.at("canvas_ids")), (std::vector<int64_t>{20, kEos, kEos, kEos}));
   const HostTensor& mask = batch.at("canvas_mask");
   EXPECT_EQ(std::vector<float>(mask.as<float>(), mask.as<float>() + 4), (std::vector<float>{1, 1, 1, 1}));
@@ -89,16 +90,16 @@ TEST(Collate, RejectsViolatedPreconditions) {
   CollateOptions options;
   options.canvasLength = 4;
   options.padToMultipleOf = 3;
-  EXPECT_THROW(collate({&items[0]}, options), InputError);
+  EXPECT_THROW(collate({&items[0]}, options, testing::diffusionGemmaBatchNames()), InputError);
   options.padToMultipleOf = 1;
   options.canvasLength = 2;  // the item's canvas holds 4 tokens
   try {
-    collate({&items[0]}, options);
+    collate({&items[0]}, options, testing::diffusionGemmaBatchNames());
     FAIL();
   } catch (const InputError& error) {
     EXPECT_EQ(std::string(error.what()), "train.jsonl:7: block 0: expected a canvas of 1..2 tokens, got 4");
   }
-  EXPECT_THROW(collate({}, options), InputError);
+  EXPECT_THROW(collate({}, options, testing::diffusionGemmaBatchNames()), InputError);
 }
 
 }  // namespace

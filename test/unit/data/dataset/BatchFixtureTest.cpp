@@ -7,6 +7,7 @@
 
 #include "runtime/data/dataset/Gemma4RowTokenizer.h"
 #include "runtime/io/Safetensors.h"
+#include "test/lib/DiffusionGemmaFieldNames.h"
 
 namespace dgemma {
 namespace {
@@ -60,11 +61,11 @@ TEST(BatchFixture, CollatedTensorsMatchTheReference) {
       for (const std::string& path : dataset.rowImages[item->row])
         images.back().push_back(processGemma4Image(decodeImage(path), options.image));
     }
-    auto fields = collate(blocks, collateOptions);
+    auto fields = collate(blocks, collateOptions, testing::diffusionGemmaBatchNames());
     for (const char* name : {"input_ids", "attention_mask", "position_ids", "mm_token_type_ids", "canvas_ids", "canvas_mask"})
       expectEqualTensors(fields.at(name), expected.read(prefix + name), prefix + name);
 
-    auto imageFields = collateImages(images);
+    auto imageFields = collateImages(images, testing::diffusionGemmaImageNames());
     ASSERT_EQ(imageFields.empty(), !expected.find(prefix + "pixel_values_fnv1a64")) << prefix;
     if (imageFields.empty()) continue;
     const HostTensor& pixels = imageFields.at("pixel_values");

@@ -5,6 +5,7 @@
 
 #include "support/Error.h"
 #include "runtime/data/dataset/Dataset.h"
+#include "test/lib/DiffusionGemmaFieldNames.h"
 
 namespace dgemma {
 namespace {
@@ -182,16 +183,16 @@ TEST_F(DatasetTest, SplitsMustBeDistinctFiles) {
 
 TEST_F(DatasetTest, ImageCollationRejectsMixedMicroBatches) {
   ProcessedImage image = processGemma4Image(decodeImage((dir / "shape.png").string()));
-  auto batch = collateImages({{image}, {image, image}});
+  auto batch = collateImages({{image}, {image, image}}, testing::diffusionGemmaImageNames());
   EXPECT_EQ(batch.at("pixel_values").shape[0], 3);
   EXPECT_EQ(batch.at("pixel_values").shape[1], image.pixelValues.shape[0]);
   EXPECT_EQ(batch.at("image_position_ids").shape, (std::vector<int64_t>{3, image.pixelValues.shape[0], 2}));
-  EXPECT_TRUE(collateImages({{}, {}}).empty());
-  EXPECT_THROW(collateImages({{image}, {}}), InputError);
+  EXPECT_TRUE(collateImages({{}, {}}, testing::diffusionGemmaImageNames()).empty());
+  EXPECT_THROW(collateImages({{image}, {}}, testing::diffusionGemmaImageNames()), InputError);
   Gemma4ImageOptions smaller;
   smaller.maxSoftTokens = 70;
   ProcessedImage other = processGemma4Image(decodeImage((dir / "shape.png").string()), smaller);
-  EXPECT_THROW(collateImages({{image}, {other}}), InputError);
+  EXPECT_THROW(collateImages({{image}, {other}}, testing::diffusionGemmaImageNames()), InputError);
 }
 
 }  // namespace

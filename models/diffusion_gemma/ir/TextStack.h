@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "models/diffusion_gemma/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
 
 namespace mlir::dg::diffusion_gemma {
 

@@ -1,7 +1,7 @@
-#include "models/diffusion_gemma/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
 
 #include "dialects/dg/IR/DgDialect.h"
-#include "models/diffusion_gemma/WeightSchema.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
 
 namespace mlir::dg::diffusion_gemma {
 

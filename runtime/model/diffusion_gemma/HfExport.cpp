@@ -1,4 +1,4 @@
-#include "runtime/train/HfExport.h"
+#include "runtime/model/diffusion_gemma/HfExport.h"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <map>
 
-#include "models/diffusion_gemma/Config.h"
-#include "models/diffusion_gemma/WeightSchema.h"
+#include "models/diffusion_gemma/spec/Config.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
 #include "runtime/core/HostTensor.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/io/TransferProgress.h"

@@ -1,16 +1,19 @@
 // The public entry points (Builder.h): each prompt-length bucket's function, filled by the parts
 // of the model: GraphBuilder.h (the shared op helpers), TextStack.h (the text model) and
 // Objective.h (corruption and the training objective).
-#include "models/diffusion_gemma/Builder.h"
+#include "models/diffusion_gemma/ir/Builder.h"
 
-#include "models/diffusion_gemma/GraphBuilder.h"
-#include "models/diffusion_gemma/Objective.h"
-#include "models/diffusion_gemma/TextStack.h"
-#include "models/diffusion_gemma/VisionTower.h"
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/Objective.h"
+#include "models/diffusion_gemma/ir/TextStack.h"
+#include "models/diffusion_gemma/ir/VisionTower.h"
+#include "models/diffusion_gemma/spec/Interface.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "support/Error.h"
 
 namespace mlir::dg {
+
+using namespace ::dgemma::diffusion_gemma;
 
 namespace {
 
@@ -30,11 +33,11 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
   const DiffusionGemmaConfig& config = g.config();
   OpBuilder& b = g.builder();
   const int64_t batch = g.batch(), canvasLength = config.canvasLength;
-  Value inputIds = g.input("input_ids", {batch, promptLength}, b.getI64Type());
-  Value attentionMask = g.input("attention_mask", {batch, promptLength}, b.getI64Type());
-  Value canvasIds = g.input("noisy_canvas_ids", {batch, canvasLength}, b.getI64Type());
-  Value selfConditioningLogits = g.input("self_conditioning_logits", {batch, canvasLength, config.vocabSize}, g.f32());
-  Value selfConditioningMask = g.input("self_conditioning_mask", {batch}, g.f32());
+  Value inputIds = g.input(kInputIds, {batch, promptLength}, b.getI64Type());
+  Value attentionMask = g.input(kAttentionMask, {batch, promptLength}, b.getI64Type());
+  Value canvasIds = g.input(kNoisyCanvasIds, {batch, canvasLength}, b.getI64Type());
+  Value selfConditioningLogits = g.input(kSelfConditioningLogits, {batch, canvasLength, config.vocabSize}, g.f32());
+  Value selfConditioningMask = g.input(kSelfConditioningMask, {batch}, g.f32());
 
   Value promptValid = g.castTo(attentionMask, b.getI1Type(), "attention_mask");
   Value positions = g.positions(0, promptLength);
@@ -45,14 +48,14 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
     const diffusion_gemma::ImageInputs images = vision.declareInputs(promptLength);
     Value features = vision.features(images);
     Value merged = vision.mergedEmbedding(text, inputIds, features, images.tokenIndex);
-    g.output("vision_features", g.toF32(features, "vision_features"));
-    g.output("encoder_input", g.toF32(merged, "encoder_input"));
+    g.output(kVisionFeatures, g.toF32(features, "vision_features"));
+    g.output(kEncoderInput, g.toF32(merged, "encoder_input"));
     hidden = text.encoderStackOverEmbeddings(merged, promptValid, positions, &keyValues,
                                              vision.overlaySegmentIds(images.segmentIds));
   } else {
     hidden = text.encoderStack(inputIds, promptValid, positions, &keyValues);
   }
-  g.output("encoder_hidden", g.toF32(g.rmsNorm(hidden, g.param(TextStack::top("norm.weight"), {config.hiddenSize}, "ones"),
+  g.output(kEncoderHidden, g.toF32(g.rmsNorm(hidden, g.param(TextStack::top("norm.weight"), {config.hiddenSize}, "ones"),
                                                "encoder.norm"),
                                      "encoder_hidden"));
   for (int64_t layer = 0; layer < config.numHiddenLayers; ++layer) {
@@ -61,7 +64,7 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
     g.output(valueName, g.toF32(keyValues[layer].values, valueName));
   }
   Value signal = text.selfConditioningSignal(selfConditioningLogits, selfConditioningMask);
-  g.output("logits", text.decoderLogits(text.decoderInput(canvasIds, signal), promptValid, keyValues));
+  g.output(kLogits, text.decoderLogits(text.decoderInput(canvasIds, signal), promptValid, keyValues));
 }
 
 }  // namespace
@@ -108,7 +111,7 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const Dif
   OpBuilder builder(&context);
   for (int64_t promptLength : options.promptLengths) {
     const std::vector<std::pair<StringRef, int64_t>> bucket{
-        {"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}};
+        {kMicroBatchDimension, options.microBatch}, {kPromptLengthDimension, promptLength}, {kCanvasLengthDimension, config.canvasLength}};
     auto body = [&, promptLength](int64_t imagesPerExample) {
       return [&, promptLength, imagesPerExample] {
         GraphBuilder graph(builder, config, options.microBatch, options.precision);
@@ -116,9 +119,9 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const Dif
         buildForward(graph, text, promptLength, imagesPerExample);
       };
     };
-    addEntryFunction(builder, *module, "forward_p" + std::to_string(promptLength), "forward", bucket, body(0));
+    addEntryFunction(builder, *module, std::string(kForwardEntry) + "_p" + std::to_string(promptLength), kForwardEntry, bucket, body(0));
     if (options.imagesPerExample > 0)
-      addEntryFunction(builder, *module, "forward_images_p" + std::to_string(promptLength), "forward_images",
+      addEntryFunction(builder, *module, std::string(kForwardImagesEntry) + "_p" + std::to_string(promptLength), kForwardImagesEntry,
                        diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
                        body(options.imagesPerExample));
   }
@@ -130,7 +133,7 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
   checkImagesPerExample(config, options.imagesPerExample);
   OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
-  addEntryFunction(builder, *module, "corrupt", "corrupt", {{"micro_batch", options.microBatch}, {"canvas_len", config.canvasLength}},
+  addEntryFunction(builder, *module, kCorruptEntry, kCorruptEntry, {{kMicroBatchDimension, options.microBatch}, {kCanvasLengthDimension, config.canvasLength}},
            [&] {
              GraphBuilder graph(builder, config, options.microBatch, options.precision);
              TextStack text(graph);
@@ -138,7 +141,7 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
            });
   for (int64_t promptLength : options.promptLengths) {
     const std::vector<std::pair<StringRef, int64_t>> bucket{
-        {"micro_batch", options.microBatch}, {"prompt_len", promptLength}, {"canvas_len", config.canvasLength}};
+        {kMicroBatchDimension, options.microBatch}, {kPromptLengthDimension, promptLength}, {kCanvasLengthDimension, config.canvasLength}};
     auto body = [&, promptLength](int64_t imagesPerExample) {
       return [&, promptLength, imagesPerExample] {
         GraphBuilder graph(builder, config, options.microBatch, options.precision);
@@ -146,9 +149,9 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
         ObjectiveBuilder(graph, text, options.objective).buildTrainStep(promptLength, imagesPerExample);
       };
     };
-    addEntryFunction(builder, *module, "train_step_p" + std::to_string(promptLength), "train_step", bucket, body(0));
+    addEntryFunction(builder, *module, std::string(kTrainStepEntry) + "_p" + std::to_string(promptLength), kTrainStepEntry, bucket, body(0));
     if (options.imagesPerExample > 0)
-      addEntryFunction(builder, *module, "train_step_images_p" + std::to_string(promptLength), "train_step_images",
+      addEntryFunction(builder, *module, std::string(kTrainStepImagesEntry) + "_p" + std::to_string(promptLength), kTrainStepImagesEntry,
                        diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
                        body(options.imagesPerExample));
   }

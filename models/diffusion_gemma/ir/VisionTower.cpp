@@ -1,8 +1,12 @@
-#include "models/diffusion_gemma/VisionTower.h"
+#include "models/diffusion_gemma/ir/VisionTower.h"
 
 #include <cmath>
 
+#include "models/diffusion_gemma/spec/Interface.h"
+
 namespace mlir::dg::diffusion_gemma {
+
+using namespace ::dgemma::diffusion_gemma;
 
 std::vector<std::pair<StringRef, int64_t>> imageTwinBucket(ArrayRef<std::pair<StringRef, int64_t>> textBucket,
                                                            const dgemma::DiffusionGemmaConfig& config,
@@ -22,11 +26,11 @@ ImageInputs VisionTower::declareInputs(int64_t promptLength) {
   Type i64 = b_.getI64Type();
   const int64_t batch = g_.batch();
   ImageInputs inputs;
-  inputs.pixelValues = g_.input("pixel_values", {images_, patches_, vision_.patchDim()}, g_.f32());
-  inputs.positionIds = g_.input("image_position_ids", {images_, patches_, 2}, i64);
-  inputs.poolSlot = g_.input("image_pool_slot", {images_, patches_}, i64);
-  inputs.tokenIndex = g_.input("image_token_index", {batch, promptLength}, i64);
-  inputs.segmentIds = g_.input("image_segment_ids", {batch, promptLength}, i64);
+  inputs.pixelValues = g_.input(kPixelValues, {images_, patches_, vision_.patchDim()}, g_.f32());
+  inputs.positionIds = g_.input(kImagePositionIds, {images_, patches_, 2}, i64);
+  inputs.poolSlot = g_.input(kImagePoolSlot, {images_, patches_}, i64);
+  inputs.tokenIndex = g_.input(kImageTokenIndex, {batch, promptLength}, i64);
+  inputs.segmentIds = g_.input(kImageSegmentIds, {batch, promptLength}, i64);
   return inputs;
 }
 

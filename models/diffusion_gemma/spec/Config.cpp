@@ -1,4 +1,4 @@
-#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/spec/Config.h"
 
 #include <cmath>
 #include <filesystem>

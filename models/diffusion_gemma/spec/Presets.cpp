@@ -1,4 +1,4 @@
-#include "models/diffusion_gemma/Presets.h"
+#include "models/diffusion_gemma/spec/Presets.h"
 
 #include "support/Error.h"
 

@@ -1,4 +1,4 @@
-#include "models/diffusion_gemma/TextStack.h"
+#include "models/diffusion_gemma/ir/TextStack.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "models/diffusion_gemma/WeightSchema.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
 
 #include <cstring>
 #include <optional>

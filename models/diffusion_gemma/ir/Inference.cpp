@@ -1,14 +1,17 @@
 // The inference entries (Inference.h, docs/inference-plan.md) over the text stack of TextStack.h.
-#include "models/diffusion_gemma/Inference.h"
+#include "models/diffusion_gemma/ir/Inference.h"
 
 #include <algorithm>
 
-#include "models/diffusion_gemma/GraphBuilder.h"
-#include "models/diffusion_gemma/TextStack.h"
-#include "models/diffusion_gemma/VisionTower.h"
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/TextStack.h"
+#include "models/diffusion_gemma/ir/VisionTower.h"
+#include "models/diffusion_gemma/spec/Interface.h"
 #include "plan/Names.h"
 
 namespace mlir::dg {
+
+using namespace ::dgemma::diffusion_gemma;
 
 using dgemma::DiffusionGemmaConfig;
 using diffusion_gemma::GraphBuilder;
@@ -88,9 +91,9 @@ class CacheState {
 void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_t cacheLength, int64_t imagesPerExample) {
   OpBuilder& b = g.builder();
   const int64_t batch = g.batch();
-  Value inputIds = g.input("input_ids", {batch, promptLength}, b.getI64Type());
-  Value attentionMask = g.input("attention_mask", {batch, promptLength}, b.getI64Type());
-  Value positions = g.input("positions", {batch, promptLength}, b.getI64Type());
+  Value inputIds = g.input(kInputIds, {batch, promptLength}, b.getI64Type());
+  Value attentionMask = g.input(kAttentionMask, {batch, promptLength}, b.getI64Type());
+  Value positions = g.input(kPositions, {batch, promptLength}, b.getI64Type());
   Value promptValid = g.castTo(attentionMask, b.getI1Type(), "attention_mask");
   std::vector<LayerKeyValues> keyValues;
   if (imagesPerExample > 0) {
@@ -113,13 +116,13 @@ void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength, bool se
   const DiffusionGemmaConfig& config = g.config();
   OpBuilder& b = g.builder();
   const int64_t batch = g.batch(), canvasLength = config.canvasLength;
-  Value canvasIds = g.input("canvas_ids", {batch, canvasLength}, b.getI64Type());
-  Value cacheValid = g.castTo(g.input("cache_valid", {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
-  Value positions = g.input("positions", {batch, canvasLength}, b.getI64Type());
-  Value selfConditioningMask = selfConditioned ? g.input("self_conditioning_mask", {batch}, g.f32()) : Value();
-  Value frozen = g.input("frozen", {batch}, g.f32());
-  Value temperature = g.input("temperature", {batch}, g.f32());
-  Value sampleKeys = g.input("sample_keys", {batch, 2}, b.getI64Type());
+  Value canvasIds = g.input(kCanvasIds, {batch, canvasLength}, b.getI64Type());
+  Value cacheValid = g.castTo(g.input(kCacheValid, {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
+  Value positions = g.input(kPositions, {batch, canvasLength}, b.getI64Type());
+  Value selfConditioningMask = selfConditioned ? g.input(kSelfConditioningMask, {batch}, g.f32()) : Value();
+  Value frozen = g.input(kFrozen, {batch}, g.f32());
+  Value temperature = g.input(kTemperature, {batch}, g.f32());
+  Value sampleKeys = g.input(kSampleKeys, {batch, 2}, b.getI64Type());
 
   // The stored z is in the activation dtype (HF keeps it in the embedding's dtype); the
   // self-conditioning softmax reads it widened to f32, as forward reads its f32 input.
@@ -138,9 +141,9 @@ void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength, bool se
                                          TypeRange{idsType, idsType, g.f32Type({batch, canvasLength}),
                                                    g.activationType({batch, canvasLength, config.vocabSize})},
                                          logits, temperature, sampleKeys, b.getF64FloatAttr(softcap));
-  g.output("sampled_ids", sample.getSampled());
-  g.output("argmax_ids", sample.getArgmax());
-  g.output("entropy", sample.getEntropy());
+  g.output(kSampledIds, sample.getSampled());
+  g.output(kArgmaxIds, sample.getArgmax());
+  g.output(kEntropy, sample.getEntropy());
   // A row that finished denoising keeps its state (HF freezes its processed logits).
   Value frozenRows = g.reshape(g.compare(frozen, g.scalar(0.0, "frozen.zero"), ComparePredicate::Ne, "frozen"),
                                {batch, 1, 1}, "frozen.rows");
@@ -151,9 +154,9 @@ void buildDenoise(GraphBuilder& g, TextStack& text, int64_t cacheLength, bool se
 void buildCommit(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
   OpBuilder& b = g.builder();
   const int64_t batch = g.batch(), canvasLength = g.config().canvasLength;
-  Value blockIds = g.input("block_ids", {batch, canvasLength}, b.getI64Type());
-  Value cacheValid = g.castTo(g.input("cache_valid", {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
-  Value positions = g.input("positions", {batch, canvasLength}, b.getI64Type());
+  Value blockIds = g.input(kBlockIds, {batch, canvasLength}, b.getI64Type());
+  Value cacheValid = g.castTo(g.input(kCacheValid, {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
+  Value positions = g.input(kPositions, {batch, canvasLength}, b.getI64Type());
   CacheState cache(g, cacheLength, cacheValid);
   std::vector<LayerKeyValues> keyValues;
   text.encoderStackOverCache(blockIds, positions, cache.layers(), &keyValues);
@@ -176,26 +179,26 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaInference(MLIRContext& context, const D
     };
   };
   for (int64_t promptLength : options.promptLengths) {
-    const std::vector<std::pair<StringRef, int64_t>> bucket{{"micro_batch", options.microBatch}, {"prompt_len", promptLength}};
+    const std::vector<std::pair<StringRef, int64_t>> bucket{{kMicroBatchDimension, options.microBatch}, {kPromptLengthDimension, promptLength}};
     diffusion_gemma::addEntryFunction(
-        builder, *module, "prefill_p" + std::to_string(promptLength), "prefill", bucket,
+        builder, *module, std::string(kPrefillEntry) + "_p" + std::to_string(promptLength), kPrefillEntry, bucket,
         body([&, promptLength](GraphBuilder& g, TextStack& text) { buildPrefill(g, text, promptLength, options.cacheLength, 0); }));
     if (options.imagesPerExample > 0)
       diffusion_gemma::addEntryFunction(
-          builder, *module, "prefill_images_p" + std::to_string(promptLength), "prefill_images",
+          builder, *module, std::string(kPrefillImagesEntry) + "_p" + std::to_string(promptLength), kPrefillImagesEntry,
           diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
           body([&, promptLength](GraphBuilder& g, TextStack& text) {
             buildPrefill(g, text, promptLength, options.cacheLength, options.imagesPerExample);
           }));
   }
   diffusion_gemma::addEntryFunction(
-      builder, *module, "denoise", "denoise", {{"micro_batch", options.microBatch}},
+      builder, *module, kDenoiseEntry, kDenoiseEntry, {{kMicroBatchDimension, options.microBatch}},
       body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/true); }));
   diffusion_gemma::addEntryFunction(
-      builder, *module, "denoise_first", "denoise_first", {{"micro_batch", options.microBatch}},
+      builder, *module, kDenoiseFirstEntry, kDenoiseFirstEntry, {{kMicroBatchDimension, options.microBatch}},
       body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/false); }));
   diffusion_gemma::addEntryFunction(
-      builder, *module, "commit", "commit", {{"micro_batch", options.microBatch}},
+      builder, *module, kCommitEntry, kCommitEntry, {{kMicroBatchDimension, options.microBatch}},
       body([&](GraphBuilder& g, TextStack& text) { buildCommit(g, text, options.cacheLength); }));
   return module;
 }

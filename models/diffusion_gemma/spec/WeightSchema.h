@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/spec/Config.h"
 #include "runtime/io/Safetensors.h"
 
 namespace dgemma {

@@ -1,4 +1,4 @@
-#include "models/diffusion_gemma/ParallelLayout.h"
+#include "models/diffusion_gemma/spec/ParallelLayout.h"
 
 #include <string>
 

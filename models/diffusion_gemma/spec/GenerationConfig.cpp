@@ -1,4 +1,4 @@
-#include "models/diffusion_gemma/GenerationConfig.h"
+#include "models/diffusion_gemma/spec/GenerationConfig.h"
 
 #include <cmath>
 #include <filesystem>

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "models/diffusion_gemma/GraphBuilder.h"
-#include "models/diffusion_gemma/TextStack.h"
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/TextStack.h"
 
 namespace mlir::dg::diffusion_gemma {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/spec/Config.h"
 
 namespace dgemma {
 

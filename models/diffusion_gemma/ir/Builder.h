@@ -11,7 +11,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
-#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/spec/Config.h"
 
 namespace mlir::dg {
 

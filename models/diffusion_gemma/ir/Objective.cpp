@@ -1,11 +1,14 @@
-#include "models/diffusion_gemma/Objective.h"
+#include "models/diffusion_gemma/ir/Objective.h"
 
 #include <algorithm>
 #include <optional>
 
-#include "models/diffusion_gemma/VisionTower.h"
+#include "models/diffusion_gemma/ir/VisionTower.h"
+#include "models/diffusion_gemma/spec/Interface.h"
 
 namespace mlir::dg::diffusion_gemma {
+
+using namespace ::dgemma::diffusion_gemma;
 
 ObjectiveBuilder::ObjectiveBuilder(GraphBuilder& graph, TextStack& text, const DiffusionGemmaObjective& objective)
     : g_(graph), text_(text), objective_(objective), b_(graph.builder()), config_(graph.config()),
@@ -28,13 +31,13 @@ Value ObjectiveBuilder::uniform(Value keys, int64_t stream, ArrayRef<int64_t> sh
 // The "train_step" entry (Builder.h; docs/training.md, "The objective").
 void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExample) {
   using Variant = DiffusionGemmaObjective::Variant;
-  Value inputIds = g_.input("input_ids", {batch_, promptLength}, b_.getI64Type());
-  Value attentionMask = g_.input("attention_mask", {batch_, promptLength}, b_.getI64Type());
-  Value canvasIds = g_.input("canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
-  Value canvasMask = g_.input("canvas_mask", {batch_, canvasLength_}, f32_);
-  Value noisyIds = g_.input("noisy_canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
-  Value diffusionTime = g_.input("diffusion_t", {batch_}, f32_);
-  Value selfConditioningMask = g_.input("self_conditioning_mask", {batch_}, f32_);
+  Value inputIds = g_.input(kInputIds, {batch_, promptLength}, b_.getI64Type());
+  Value attentionMask = g_.input(kAttentionMask, {batch_, promptLength}, b_.getI64Type());
+  Value canvasIds = g_.input(kCanvasIds, {batch_, canvasLength_}, b_.getI64Type());
+  Value canvasMask = g_.input(kCanvasMask, {batch_, canvasLength_}, f32_);
+  Value noisyIds = g_.input(kNoisyCanvasIds, {batch_, canvasLength_}, b_.getI64Type());
+  Value diffusionTime = g_.input(kDiffusionTime, {batch_}, f32_);
+  Value selfConditioningMask = g_.input(kSelfConditioningMask, {batch_}, f32_);
   std::vector<Value> auxTerms;
   std::vector<Value>* pass2AuxTerms = objective_.routerAuxLossCoeff > 0 ? &auxTerms : nullptr;
   text_.recordLoadBalancingLosses(pass2AuxTerms);
@@ -145,7 +148,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
   }
   const double examples = static_cast<double>(batch_);
   Value diffusionLoss = g_.div(g_.reduceSum(perExample, {0}, "decoder.sum"), g_.scalar(examples, "batch"), "diffusion_loss");
-  g_.output("diffusion_loss", diffusionLoss);
+  g_.output(kDiffusionLoss, diffusionLoss);
   Value loss = g_.mul(diffusionLoss, g_.scalar(objective_.decoderLossWeight, "decoder.weight"), "decoder.weighted");
 
   // The encoder loss: position j of the clean pass predicts token j + 1, scored only where that token
@@ -159,7 +162,7 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
     Value cleanCount = g_.maximum(g_.reduceSum(canvasMask, {0, 1}, "clean.tokens"), g_.scalar(1.0, "clean.tokens.min"),
                                   "clean.tokens.clamped");
     Value encoderLoss = g_.div(cleanSum, cleanCount, "encoder_loss");
-    g_.output("encoder_loss", encoderLoss);
+    g_.output(kEncoderLoss, encoderLoss);
     loss = g_.add(loss, g_.mul(encoderLoss, g_.scalar(objective_.encoderLossWeight, "encoder.weight"), "encoder.weighted"), "loss.encoder");
   }
   if (!auxTerms.empty()) {
@@ -168,14 +171,14 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
     loss = g_.add(loss, g_.mul(aux, g_.scalar(objective_.routerAuxLossCoeff, "aux.coeff"), "aux.weighted"), "loss.aux");
   }
   text_.recordLoadBalancingLosses(nullptr);
-  g_.output("loss", loss);
+  g_.output(kLoss, loss);
 }
 
 // The "corrupt" entry (Builder.h; docs/training.md, "Uniform-state corruption", "Self-conditioning", "Noise keys").
 void ObjectiveBuilder::buildCorrupt() {
-  Value keys = g_.input("noise_keys", {batch_, 2}, b_.getI64Type());
-  Value canvasIds = g_.input("canvas_ids", {batch_, canvasLength_}, b_.getI64Type());
-  Value canvasMask = g_.input("canvas_mask", {batch_, canvasLength_}, f32_);
+  Value keys = g_.input(kNoiseKeys, {batch_, 2}, b_.getI64Type());
+  Value canvasIds = g_.input(kCanvasIds, {batch_, canvasLength_}, b_.getI64Type());
+  Value canvasMask = g_.input(kCanvasMask, {batch_, canvasLength_}, f32_);
 
   Value level = uniform(keys, kTimeStream, {batch_}, "noise.t.uniform");
   Value diffusionTime = g_.add(g_.mul(level, g_.scalar(objective_.noiseMax - objective_.noiseMin, "noise.range"), "noise.t.scaled"),
@@ -198,9 +201,9 @@ void ObjectiveBuilder::buildCorrupt() {
   } else {
     selfConditioningMask = b_.create<FillOp>(g_.loc("self_conditioning_mask"), g_.f32Type({batch_}), b_.getF64FloatAttr(0.0));
   }
-  g_.output("diffusion_t", diffusionTime);
-  g_.output("noisy_canvas_ids", noisy);
-  g_.output("self_conditioning_mask", selfConditioningMask);
+  g_.output(kDiffusionTime, diffusionTime);
+  g_.output(kNoisyCanvasIds, noisy);
+  g_.output(kSelfConditioningMask, selfConditioningMask);
 }
 
 }  // namespace mlir::dg::diffusion_gemma

@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "models/diffusion_gemma/GraphBuilder.h"
-#include "models/diffusion_gemma/TextStack.h"
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/TextStack.h"
 
 namespace mlir::dg::diffusion_gemma {
 

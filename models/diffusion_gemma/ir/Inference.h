@@ -12,8 +12,8 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
-#include "models/diffusion_gemma/Builder.h"
-#include "models/diffusion_gemma/Config.h"
+#include "models/diffusion_gemma/ir/Builder.h"
+#include "models/diffusion_gemma/spec/Config.h"
 
 namespace mlir::dg {
 
