@@ -24,7 +24,7 @@
 #include "runtime/session/GlobalTensors.h"
 #include "runtime/session/RunEntry.h"
 #include "runtime/session/Session.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointListing.h"
 #include "runtime/train/SaveDirectoryClaim.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"
@@ -100,7 +100,7 @@ void applyElasticResume(const dgemma::RankEnvironment& environment, const std::s
       options.saveDir.empty() || options.resume || !options.resumeFrom.empty())
     return;
   if (environment.rank == 0 && dgemma::recordedRunIdentity(options.saveDir) != options.runIdentity) return;
-  const std::vector<dgemma::CheckpointEntry> complete = dgemma::Checkpoint::list(options.saveDir);
+  const std::vector<dgemma::CheckpointEntry> complete = dgemma::listCheckpoints(options.saveDir);
   const std::string restart = "torchrun restart " + std::to_string(environment.restartCount);
   if (complete.empty()) {
     if (environment.rank == 0)
