@@ -541,7 +541,7 @@ int main(int argc, char** argv) {
   generateFlags.promptGiven = generate->get_option("--prompt")->count() > 0;
   // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
   // Training keeps OpenBLAS's own choice for now: the demo recipe's outcome depends on the GEMMs'
-  // summation order (docs/generation.md, "OpenBLAS's core").
+  // summation order (docs/generation.md, "Performance").
   if (generate->parsed() || eval->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
   // Every command threads the products on the backend's pool (BlasThreading.h): a step is many
   // products next to the pool's own kernels, OpenBLAS's threads would spin beside them, and each
