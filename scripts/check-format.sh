@@ -16,7 +16,7 @@ clang_format=${CLANG_FORMAT:-clang-format-19}
 command -v "$clang_format" >/dev/null ||
   { echo "check-format: $clang_format not found (scripts/install-deps.sh installs it)" >&2; exit 2; }
 base=${1:-HEAD}
-from=$(git merge-base "$base" HEAD) || { echo "check-format: $base: not a commit of this repository" >&2; exit 2; }
+from=$(git merge-base "$base" HEAD 2>/dev/null) || { echo "check-format: $base: not a commit of this repository" >&2; exit 2; }
 
 # The diff from BASE to the working tree, files git does not track yet included (as added whole).
 patterns=('*.c' '*.cc' '*.cpp' '*.h' '*.hpp' '*.cu' '*.cuh')

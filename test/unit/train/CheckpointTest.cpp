@@ -225,8 +225,8 @@ TEST(CheckpointTest, FlippedByteIsRejected) {
   EXPECT_TRUE(mentions(message, "corrupted checkpoint"));
 }
 
-// A damaged newest checkpoint stays the newest: findLatest reports it for the load to refuse, and
-// only list() (what `keep` counts) leaves it out. Nothing falls back to step 2 silently.
+// A damaged newest checkpoint stays the newest: newestCheckpointDirectory reports it for the load to
+// refuse, and only listCheckpoints (what `keep` counts) leaves it out. Nothing falls back to step 2 silently.
 TEST(CheckpointTest, DamagedNewestManifestIsReportedNotSkipped) {
   TempDir dir;
   Fixture f;
