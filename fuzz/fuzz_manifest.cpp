@@ -1,4 +1,4 @@
-// libFuzzer target: a training checkpoint's manifest.json (runtime/train/Checkpoint.h;
+// libFuzzer target: a training checkpoint's manifest.json (runtime/train/CheckpointReader.h;
 // docs/training.md, "Checkpoints"). Once per process a small real checkpoint is saved in the scratch
 // directory (two groups, a bf16 and an f32 tensor); each input replaces its manifest, and the
 // checkpoint is listed, loaded against the saved model identity, and every tensor it lists is read.
@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/FuzzSupport.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointListing.h"
+#include "runtime/train/CheckpointReader.h"
+#include "runtime/train/CheckpointWriter.h"
 
 namespace {
 
@@ -34,8 +36,8 @@ const SavedCheckpoint& savedCheckpoint() {
     state.dataOrderState = {{"epoch", 0}, {"position", 8}};
     state.rng = {{"seed", 1}};
     state.config = {{"global_batch", 4}};
-    result.directory = dgemma::Checkpoint::save(result.saveDir, state,
-                                                {{"model", "w", &weight}, {"optimizer", "w.exp_avg", &moment}})
+    result.directory = dgemma::CheckpointWriter::save(result.saveDir, state,
+                                                      {{"model", "w", &weight}, {"optimizer", "w.exp_avg", &moment}})
                            .directory;
     return result;
   }();
@@ -46,8 +48,8 @@ const SavedCheckpoint& savedCheckpoint() {
 void loadCheckpointManifest(std::string_view bytes) {
   const SavedCheckpoint& saved = savedCheckpoint();
   dgemma::fuzz::writeScratchFile("save/" + saved.directory.substr(saved.saveDir.size() + 1) + "/manifest.json", bytes);
-  (void)dgemma::Checkpoint::list(saved.saveDir);
-  dgemma::Checkpoint checkpoint = dgemma::Checkpoint::load(saved.directory, saved.model);
+  (void)dgemma::listCheckpoints(saved.saveDir);
+  dgemma::CheckpointReader checkpoint = dgemma::CheckpointReader::load(saved.directory, saved.model);
   for (const std::string& group : checkpoint.groups()) {
     for (const std::string& name : checkpoint.names(group)) {
       (void)checkpoint.read(group, name);  // may still refuse, e.g. boxes that leave a gap: InputError

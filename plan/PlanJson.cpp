@@ -267,7 +267,7 @@ GenerationSettings generationFromJson(const FieldReader& reader) {
   return generation;
 }
 
-// What initializeWeights draws a parameter from (docs/plan-format.md, "Parameters"): the kind,
+// What initializeWeights draws a parameter from (docs/plan-format.md, "Header": parameters): the kind,
 // and for "normal" a standard deviation that yields finite, usable values.
 json initFromJson(const FieldReader& reader) {
   const std::string kind = reader.string("kind");

@@ -13,6 +13,8 @@ packages=(
   libopenblas-dev libgloo-dev libsentencepiece-dev libxxhash-dev libzstd-dev
   libpng-dev libjpeg-dev libstb-dev
   clang-19 libclang-rt-19-dev
+  # clang-format of the changed lines (scripts/check-format.sh, .clang-format)
+  clang-format-19
   # The GPU check's bundle (scripts/gpu-bundle.sh) and its test in a bare Debian 12 root (test/bundle).
   patchelf debootstrap
   # The Python venv of the test clients (scripts/python-venv.sh, test/requirements.txt)

@@ -1,6 +1,6 @@
 // The pass pipeline dgemma-compile runs, in the stages that `--emit` can stop at: differentiation,
-// sharding (whole program, then one partition per rank), recomputation, planning. Fusion is to come
-// before planning (docs/architecture.md).
+// sharding (whole program, then one partition per rank), recomputation, planning (elementwise fusion
+// and the backward schedule included; docs/architecture.md, "From config to plan to runtime").
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 

@@ -1,4 +1,4 @@
-// What a finished canvas commits (docs/generation.md, "EOS, padding and length"), and the
+// What a finished canvas commits (docs/generation.md, "The algorithm": EOS), and the
 // tokens-per-forward figure of a generation.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The host's side of one micro-batch's canvas while it denoises (docs/generation.md, "Algorithm"):
+// The host's side of one micro-batch's canvas while it denoises (docs/generation.md, "The algorithm"):
 // per row the current canvas, the argmax canvas, the stop rule and whether the row has finished
 // denoising. It takes the decoder's per-position outputs of each pass and decides acceptance,
 // renoising and stopping; it knows nothing of the model.

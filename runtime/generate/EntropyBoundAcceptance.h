@@ -1,4 +1,4 @@
-// Entropy-bound acceptance (docs/generation.md, "Entropy-bound acceptance"): which canvas positions
+// Entropy-bound acceptance (docs/generation.md, "The algorithm"): which canvas positions
 // take the decoder's new sample at a denoising step; the others are renoised.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The figures a generation run reports (docs/generation.md, "What a run reports"): tokens per
+// The figures a generation run reports (docs/generation.md, "dgemma-run generate"): tokens per
 // second, denoising steps per canvas and tokens committed per step, over all its requests.
 #pragma once
 

@@ -19,7 +19,7 @@ namespace dgemma {
 struct GenerationRequest {
   int64_t id = 0;                   // keys the request's randomness: its index in the input
   std::vector<int64_t> promptIds;   // the tokenized prompt (chat template included), at least one id
-  // A prompt with images (docs/generation.md, "Images"): 1 on its image soft tokens (mm_token_type_ids),
+  // A prompt with images (docs/generation.md, "dgemma-run generate"): 1 on its image soft tokens (mm_token_type_ids),
   // and its images, processed, in order of appearance. Empty for a text prompt.
   std::vector<int64_t> promptTokenTypes;
   std::vector<ProcessedImage> images;

@@ -1,4 +1,4 @@
-// The "stable and confident" stop rule of one row's canvas (docs/generation.md, "Stop rule").
+// The "stable and confident" stop rule of one row's canvas (docs/generation.md, "The algorithm").
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The linear temperature schedule of block-diffusion sampling (docs/generation.md, "Temperature").
+// The linear temperature schedule of block-diffusion sampling (docs/generation.md, "The algorithm").
 #pragma once
 
 #include <cstdint>

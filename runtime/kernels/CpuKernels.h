@@ -16,12 +16,12 @@ void registerMatmulCpuKernels(KernelRegistry& registry);       // matmul
 void registerRmsNormCpuKernels(KernelRegistry& registry);      // rms_norm, rms_norm_backward
 void registerSoftmaxCpuKernels(KernelRegistry& registry);      // softmax
 void registerReduceCpuKernels(KernelRegistry& registry);       // reduce_sum, reduce_max, reduce_mean
-void registerLayoutCpuKernels(KernelRegistry& registry);       // transpose, reshape
+void registerLayoutCpuKernels(KernelRegistry& registry);       // transpose, reshape, concat, slice
 void registerGatherCpuKernels(KernelRegistry& registry);       // gather, scatter_add
 void registerRandomCpuKernels(KernelRegistry& registry);       // random_uniform, random_int
 void registerRopeCpuKernels(KernelRegistry& registry);         // rope
-void registerAttentionCpuKernels(KernelRegistry& registry);    // attention
-void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route, moe_experts
+void registerAttentionCpuKernels(KernelRegistry& registry);    // attention, attention_backward
+void registerMoeCpuKernels(KernelRegistry& registry);          // moe_route[_backward], moe_experts[_backward]
 // moe_dispatch, moe_permute, moe_combine, moe_local_experts, moe_local_experts_backward
 void registerMoeDispatchCpuKernels(KernelRegistry& registry);
 void registerCrossEntropyCpuKernels(KernelRegistry& registry); // cross_entropy, cross_entropy_backward

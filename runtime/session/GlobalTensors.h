@@ -1,5 +1,5 @@
 // An entry point's inputs and outputs as global tensors on a sharded plan (docs/plan-format.md,
-// "Inputs and outputs"): every rank reads the same global batch and feeds its box of each input,
+// "Header": inputs and outputs): every rank reads the same global batch and feeds its box of each input,
 // and each output is assembled from the ranks' boxes.
 #pragma once
 

@@ -1,7 +1,7 @@
 // A checkpoint's manifest.json as read from bytes nobody vouches for (docs/training.md,
 // "Checkpoints"): parsed with a nesting bound, its checksum verified, and every field a resume uses
 // checked for type and range before anything walks it. Nothing here touches the files the manifest
-// lists; Checkpoint::load verifies those.
+// lists; CheckpointReader::load verifies those.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +12,29 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/ShardBoxes.h"
-#include "runtime/train/Checkpoint.h"
 #include "support/DType.h"
 
 namespace dgemma {
+
+inline constexpr const char* kCheckpointFormatName = "dgemma-checkpoint";
+// 4: the manifest carries manifest_xxh3_64, a checksum of every other member.
+inline constexpr int kCheckpointFormatVersion = 4;
+
+// The file of a checkpoint directory that rank 0 writes last: its presence makes the checkpoint complete.
+inline constexpr const char* kCheckpointManifestName = "manifest.json";
+
+// The run state besides the tensors. The JSON members are the caller's, stored verbatim.
+struct CheckpointState {
+  // What a run resuming from the checkpoint must match, whatever its layout (the trainer's: model
+  // config, objective, precision, optimizer settings, every saved tensor's global shape and dtype).
+  // Stored with its XXH3-64 as the manifest's "model" and "model_hash"; compared on load.
+  nlohmann::json model = nlohmann::json::object();
+  int64_t step = 0;              // optimizer steps completed
+  int64_t consumedSamples = 0;
+  nlohmann::json dataOrderState = nlohmann::json::object();  // the sampler's state (docs/data.md, "Item order")
+  nlohmann::json rng = nlohmann::json::object();             // seeds, noise-seeding mode
+  nlohmann::json config = nlohmann::json::object();          // the run configuration (schedule included)
+};
 
 // The manifest member holding manifestChecksum(): 16 lowercase hex digits.
 inline constexpr const char* kManifestChecksumField = "manifest_xxh3_64";

@@ -1,4 +1,4 @@
-// One run saves into a --save-dir at a time (docs/training.md, "One run per save directory").
+// One run saves into a --save-dir at a time (docs/training.md, "Checkpoints": one run per save directory).
 //  - A lock: rank 0 holds an exclusive advisory lock (flock) on SAVE_DIR/dgemma-run.lock for the
 //    run's life. The kernel releases it when the process ends however it ends, so a crash never
 //    leaves a stale lock; a second live run is refused at once, naming the holder the lock file

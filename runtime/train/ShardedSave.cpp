@@ -6,6 +6,7 @@
 #include <exception>
 #include <map>
 
+#include "runtime/train/CheckpointListing.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -41,7 +42,7 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
                                            const CheckpointSaveOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   const Plan& plan = executor.plan();
-  const std::string what = "checkpoint " + Checkpoint::stepDirectory(saveDir, state.step);
+  const std::string what = "checkpoint " + checkpointStepDirectory(saveDir, state.step);
 
   // Every rank's box of every parameter, in the callers' common order: who writes each box.
   std::vector<const Parameter*> parameters;
@@ -89,7 +90,7 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
   int64_t saveId = -1;
   if (world.rank() == 0) {
     try {
-      Checkpoint::beginSave(saveDir, state.step);
+      CheckpointWriter::beginSave(saveDir, state.step);
       saveId = ::getpid();
     } catch (...) {
       failure = std::current_exception();
@@ -97,15 +98,15 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
   }
   saveId = world.fromRankZero(saveId);
   if (saveId < 0) failTogether(failure, 0, what);
-  const std::string tmp = Checkpoint::temporaryDirectory(saveDir, state.step, saveId);
+  const std::string tmp = CheckpointWriter::temporaryDirectory(saveDir, state.step, saveId);
 
   try {
-    Checkpoint::saveRank(tmp, static_cast<int>(world.rank()), static_cast<int>(world.size()), shards, options);
+    CheckpointWriter::saveRank(tmp, static_cast<int>(world.rank()), static_cast<int>(world.size()), shards, options);
   } catch (...) {
     failure = std::current_exception();
   }
   if (const int64_t failed = firstFailedRank(world, !failure); failed >= 0) {
-    if (world.rank() == 0) Checkpoint::abortSave(tmp);
+    if (world.rank() == 0) CheckpointWriter::abortSave(tmp);
     failTogether(failure, failed, what);
   }
 
@@ -113,19 +114,19 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
   CheckpointSaveResult result;
   if (world.rank() == 0) {
     try {
-      result = Checkpoint::commitSave(saveDir, tmp, state, static_cast<int>(world.size()), options);
+      result = CheckpointWriter::commitSave(saveDir, tmp, state, static_cast<int>(world.size()), options);
     } catch (...) {
       failure = std::current_exception();
     }
   }
   if (world.fromRankZero(failure ? 0 : 1) == 0) failTogether(failure, 0, what);
-  result.directory = Checkpoint::stepDirectory(saveDir, state.step);
+  result.directory = checkpointStepDirectory(saveDir, state.step);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
 }
 
-void restoreParameters(const Checkpoint& checkpoint, const std::string& group, const std::vector<std::string>& names,
-                       Executor& executor) {
+void restoreParameters(const CheckpointReader& checkpoint, const std::string& group,
+                       const std::vector<std::string>& names, Executor& executor) {
   for (const std::string& name : names) {
     const Parameter& parameter = parameterNamed(executor.plan(), name);
     executor.setParameter(name, checkpoint.readBox(group, name, parameter.globalShape, boxOf(parameter)));

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "runtime/exec/Executor.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointReader.h"
+#include "runtime/train/CheckpointWriter.h"
 #include "runtime/train/WorldGroup.h"
 
 namespace dgemma {
@@ -31,8 +32,8 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
                                            const CheckpointSaveOptions& options);
 
 // Sets every parameter of `names` to this rank's box of it in group `group` of `checkpoint`,
-// assembled from whatever layout saved it (Checkpoint::readBox). Throws InputError as readBox does.
-void restoreParameters(const Checkpoint& checkpoint, const std::string& group, const std::vector<std::string>& names,
-                       Executor& executor);
+// assembled from whatever layout saved it (CheckpointReader::readBox). Throws InputError as readBox does.
+void restoreParameters(const CheckpointReader& checkpoint, const std::string& group,
+                       const std::vector<std::string>& names, Executor& executor);
 
 }  // namespace dgemma

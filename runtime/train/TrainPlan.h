@@ -52,7 +52,7 @@ struct TrainPlan {
 };
 
 // What a checkpoint of this training run records and a resumed run must match, whatever the layout
-// of either (docs/training.md, "Resume"): the model config, the objective and precision
+// of either (docs/training.md, "The training loop": resume): the model config, the objective and precision
 // dgemma-compile recorded, the optimizer settings and the global shape and dtype of every saved
 // parameter (model and optimizer state; the gradient buffers are not saved).
 nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan);

@@ -10,18 +10,18 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <tuple>
 
 #include "support/Error.h"
 #include "support/Json.h"
 #include "runtime/core/NoiseKeys.h"
 #include "plan/PlanFile.h"
 #include "runtime/session/RunEntry.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointWriter.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
 #include "runtime/train/SaveDirectoryClaim.h"
 #include "runtime/train/ProgressBar.h"
+#include "runtime/train/Resume.h"
 #include "runtime/train/ShardedSave.h"
 #include "runtime/train/TensorBoardWriter.h"
 #include "runtime/train/TrainData.h"
@@ -34,9 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The count of applied optimizer steps (skipped ones excluded): Adam's bias corrections and the LR
-// schedule follow it, so it is optimizer state and travels in the checkpoint's optimizer group.
-const std::string kOptimizerStepCount = "optimizer/step";
 // Every evaluation draws the noise of this step (phase Eval): the same noise each time, so the
 // losses of two evaluations differ only by the model.
 constexpr uint64_t kEvaluationNoiseStep = 0;
@@ -121,9 +118,6 @@ class Trainer {
   nlohmann::json rngState() const;
   nlohmann::json dataOrderState(int64_t consumedSamples) const;
   void restore();
-  std::string olderCheckpointAdvice(const std::string& refused, int64_t refusedStep) const;
-  void checkResumable(const Checkpoint& checkpoint) const;
-  void checkSameTrajectory(const Checkpoint& checkpoint) const;
   std::map<std::string, HostTensor> runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep);
   void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
                  const std::string& where, std::string& nonFinite) const;
@@ -223,42 +217,6 @@ void Trainer::printSetup() const {
        << schedule_.config().warmupSteps << ", decay " << schedule_.config().decaySteps << " steps\n";
 }
 
-namespace {
-
-// The first field, as a dotted path under `path`, where `before` and `now` differ, with both values;
-// objects are compared field by field so that the message names the leaf (lr_schedule.decay_steps),
-// not the object that holds it.
-std::optional<std::tuple<std::string, nlohmann::json, nlohmann::json>> firstDifference(const std::string& path,
-                                                                                      const nlohmann::json& before,
-                                                                                      const nlohmann::json& now) {
-  if (before == now) return std::nullopt;
-  if (now.is_object()) {  // a recorded value that is no object has none of the fields
-    for (const auto& [field, value] : now.items()) {
-      const nlohmann::json old = before.is_object() && before.contains(field) ? before.at(field) : nlohmann::json();
-      if (auto difference = firstDifference(path + "." + field, old, value)) return difference;
-    }
-    if (before.is_object())
-      for (const auto& [field, value] : before.items())
-        if (!now.contains(field)) return std::make_tuple(path + "." + field, value, nlohmann::json());
-  }
-  return std::make_tuple(path, before, now);
-}
-
-}  // namespace
-
-void Trainer::checkSameTrajectory(const Checkpoint& checkpoint) const {
-  const nlohmann::json& saved = checkpoint.state().config;
-  const auto recorded = saved.find("trajectory");
-  const nlohmann::json before = recorded != saved.end() ? *recorded : nlohmann::json();
-  if (auto difference = firstDifference("config.trajectory", before, config_.at("trajectory"))) {
-    const auto& [field, old, now] = *difference;
-    throw InputError(checkpoint.directory() + "/manifest.json: " + field + ": the checkpoint's run used " +
-                     describeJsonValue(old) + ", this run " + describeJsonValue(now) +
-                     " (a resumed run repeats the flags that decide its steps: --seed, --accumulation, the lr schedule "
-                     "flags with --decay-steps for a changed --steps, and the same --train data)");
-  }
-}
-
 // What the manifest's "rng" records: the one seed every draw derives from, and how the noise is
 // keyed (docs/training.md, "Noise keys"). A resume recomputes it and compares.
 nlohmann::json Trainer::rngState() const { return {{"seed", options_.session.seed}, {"noise", "per_sample"}}; }
@@ -279,119 +237,23 @@ nlohmann::json Trainer::dataOrderState(int64_t consumedSamples) const {
   return state;
 }
 
-// A resume continues from --resume-from's directory, or from the newest step directory in
-// --save-dir, and never from an older one in its place: a damaged newest checkpoint is an error
-// naming it, and the user chooses an older one explicitly (docs/training.md, "Checkpoints").
+// Continues from a checkpoint (Resume.h): its parameters into the session, its counters into this run.
 void Trainer::restore() {
-  std::string directory = options_.resumeFrom;
-  int64_t chosenStep = -1;
-  if (directory.empty()) {
-    if (std::optional<CheckpointEntry> newest = Checkpoint::newest(options_.saveDir)) {
-      directory = newest->directory;
-      chosenStep = newest->step;
-    }
-  }
-  // Every rank must resume the same step: a --save-dir that the ranks do not share would not do.
-  const std::vector<int64_t> latestSteps = world_.allGather({chosenStep});
-  auto describe = [](int64_t step) { return step < 0 ? std::string("no checkpoint") : "step " + std::to_string(step); };
-  for (size_t rank = 1; rank < latestSteps.size(); ++rank)
-    if (latestSteps[rank] != latestSteps[0])
-      throw InputError("--resume: " + options_.saveDir + ": rank " + std::to_string(rank) + " finds " + describe(latestSteps[rank]) +
-                       ", rank 0 " + describe(latestSteps[0]) + " (every rank must see the same --save-dir)");
-  if (directory.empty())
-    throw InputError("--resume: " + options_.saveDir + ": no complete checkpoint (a step-NNNNNNNN directory with its manifest.json)");
-
-  std::optional<Checkpoint> loaded;
-  try {
-    loaded.emplace(Checkpoint::load(directory, identity_));
-    checkResumable(*loaded);
-  } catch (const InputError& error) {
-    if (!options_.resumeFrom.empty()) throw;
-    throw InputError(std::string(error.what()) + " " + olderCheckpointAdvice(directory, chosenStep));
-  }
-  const Checkpoint& checkpoint = *loaded;
-  // Each parameter's box in this plan's layout, assembled from the boxes of whatever layout saved it.
-  restoreParameters(checkpoint, "model", trainPlan_.modelParameters, *session_.executor);
-  restoreParameters(checkpoint, "optimizer", trainPlan_.optimizerParameters, *session_.executor);
-  const HostTensor count = checkpoint.read("optimizer", kOptimizerStepCount);
-  if (count.dtype != DType::I64 || count.numElements() != 1)
-    throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': expected one i64");
-  optimizerSteps_ = count.as<int64_t>()[0];
-  step_ = checkpoint.state().step;
-  // Applied steps are the steps taken less the skipped ones.
-  if (optimizerSteps_ < 0 || optimizerSteps_ > step_)
-    throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': " +
-                     std::to_string(optimizerSteps_) + " applied optimizer steps, expected 0.." + std::to_string(step_) +
-                     " (the manifest's step)");
-  consumedSamples_ = checkpoint.state().consumedSamples;
-  // The token count is a function of the data order, so it is recounted rather than stored. Every
-  // whole epoch of a modality stream visits each of its items once, so only each stream's current
-  // epoch is walked: the restore costs O(items), whatever the count.
-  consumedTokens_ = 0;
-  const int64_t microBatches = consumedSamples_ / trainPlan_.microBatch;
-  for (const bool images : {false, true}) {
-    const std::vector<int64_t>& members = trainOrder_.streamItems(images);
-    if (members.empty()) continue;
-    const int64_t size = static_cast<int64_t>(members.size());
-    int64_t epochTokens = 0, wholeEpochs = 0;
-    for (int64_t item : members) epochTokens += itemTokens(train_.items[item].block);
-    const int64_t samples = trainOrder_.streamSamplesBefore(images, microBatches);
-    const int64_t epochs = samples / size;
-    if (__builtin_mul_overflow(epochs, epochTokens, &wholeEpochs) || __builtin_add_overflow(consumedTokens_, wholeEpochs, &consumedTokens_))
-      throw InputError(checkpoint.directory() + "/manifest.json: consumed_samples: " + std::to_string(consumedSamples_) +
-                       " samples of " + train_.path + " hold more than 2^63 tokens");
-    for (int64_t sample = epochs * size; sample < samples; ++sample)
-      consumedTokens_ += itemTokens(train_.items[trainOrder_.streamItemAt(images, sample)].block);
-  }
-  out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed samples " << consumedSamples_ << "\n";
-}
-
-// The rest of the message refusing the newest checkpoint `refused`: that --resume does not skip it,
-// and how to choose the newest complete one before it.
-std::string Trainer::olderCheckpointAdvice(const std::string& refused, int64_t refusedStep) const {
-  std::string older;
-  for (const CheckpointEntry& entry : Checkpoint::list(options_.saveDir))
-    if (entry.step < refusedStep) older = entry.directory;
-  return "(--resume: " + refused + " is the newest checkpoint in " + options_.saveDir +
-         "; --resume does not fall back to an older one: " +
-         (older.empty() ? std::string("there is no older complete checkpoint")
-                        : "to continue from the newest complete one before it, run with --resume-from " + older +
-                              " instead of --resume, which trains and saves its later steps again") +
-         ")";
-}
-
-// A checkpoint continues this run when it was saved by the same trajectory (config.trajectory),
-// and its counters and recorded states are the ones its step implies: every step, a skipped one
-// too, consumes one global batch, and rng and data_order_state are what this run recomputes. The
-// manifest's checksum catches an accidental edit; these catch one made with the checksum redone.
-void Trainer::checkResumable(const Checkpoint& checkpoint) const {
-  checkSameTrajectory(checkpoint);
-  const std::string manifest = checkpoint.directory() + "/manifest.json";
-  const CheckpointState& state = checkpoint.state();
-  if (state.step > options_.steps)
-    throw InputError("--steps " + std::to_string(options_.steps) + ": the checkpoint is at step " + std::to_string(state.step) +
-                     " already");
-  int64_t expected = 0;
-  const bool overflows = __builtin_mul_overflow(state.step, globalBatch(), &expected);
-  if (overflows || expected != state.consumedSamples)
-    throw InputError(manifest + ": consumed_samples: " + std::to_string(state.consumedSamples) + ", but step " +
-                     std::to_string(state.step) + " x global batch " + std::to_string(globalBatch()) + " = " +
-                     (overflows ? std::string("more than 2^63") : std::to_string(expected)) +
-                     " (every step consumes one global batch; an edited manifest)");
-  auto compare = [&](const std::string& name, const nlohmann::json& recorded, const nlohmann::json& recomputed) {
-    for (const auto& [key, value] : recomputed.items()) {
-      auto found = recorded.find(key);
-      if (found == recorded.end() || *found != value)
-        throw InputError(manifest + ": " + name + "." + key + ": the checkpoint records " +
-                         (found == recorded.end() ? std::string("nothing") : describeJsonValue(*found)) +
-                         ", the restore recomputes " + value.dump() + " (an edited manifest, or one of another run)");
-    }
-    for (const auto& [key, value] : recorded.items())
-      if (!recomputed.contains(key))
-        throw InputError(manifest + ": " + name + ": " + quoteForMessage(key) + ": not a member this build records");
-  };
-  compare("rng", state.rng, rngState());
-  compare("data_order_state", state.dataOrderState, dataOrderState(state.consumedSamples));
+  const ResumedCounters counters = resumeFromCheckpoint(
+      {.options = options_,
+       .trainPlan = trainPlan_,
+       .train = train_,
+       .trainOrder = trainOrder_,
+       .globalBatch = globalBatch(),
+       .identity = identity_,
+       .config = config_,
+       .rngState = rngState(),
+       .dataOrderState = [this](int64_t consumedSamples) { return dataOrderState(consumedSamples); }},
+      world_, *session_.executor, out_);
+  step_ = counters.step;
+  optimizerSteps_ = counters.optimizerSteps;
+  consumedSamples_ = counters.consumedSamples;
+  consumedTokens_ = counters.consumedTokens;
 }
 
 // corrupt then train_step on one global micro-batch, its noise drawn from the keys of (seed, phase,

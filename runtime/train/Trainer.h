@@ -46,7 +46,7 @@ struct TrainOptions {
   // On a terminal, redraw the progress line in place; false: whole lines whatever stdout is (a
   // launcher relays this rank's stdout).
   bool progressInPlace = true;
-  // What fills a last block's canvas after its EOS (docs/training.md, "Canvas tail"): "pad"
+  // What fills a last block's canvas after its EOS (docs/training.md, "One training step"): "pad"
   // (Megatron Bridge: pad ids, attended, not scored) or "eos_fill" (Google's recipe: EOS, scored).
   std::string canvasTail = "pad";
 };

@@ -1,5 +1,5 @@
-// What the bit-identity tests of the plan-rewriting options share (recompute_test, backward_schedule_test,
-// fusion_test): compile a training plan with one setting, run `dgemma-run grad` on the seven-layer
+// What the bit-identity tests of the plan-rewriting options share (RecomputeTest, BackwardScheduleTest,
+// FusionTest): compile a training plan with one setting, run `dgemma-run grad` on the seven-layer
 // fixture batch, and compare two runs' loss terms and gradients byte for byte. The including
 // target defines DGEMMA_COMPILE, DGEMMA_RUN and DGEMMA_SOURCE_DIR.
 #pragma once

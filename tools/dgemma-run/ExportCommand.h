@@ -1,4 +1,4 @@
-// `dgemma-run export` (docs/cli.md, "export"; docs/training.md, "Export"): a dgemma checkpoint, or
+// `dgemma-run export` (docs/cli.md, "Commands"; docs/training.md, "Export"): a dgemma checkpoint, or
 // any HF directory of the model, written as an HF directory for serving.
 #pragma once
 

@@ -23,7 +23,7 @@
 #include "runtime/session/GlobalTensors.h"
 #include "runtime/session/RunEntry.h"
 #include "runtime/session/Session.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointListing.h"
 #include "runtime/train/SaveDirectoryClaim.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"
@@ -99,7 +99,7 @@ void applyElasticResume(const dgemma::RankEnvironment& environment, const std::s
       options.saveDir.empty() || options.resume || !options.resumeFrom.empty())
     return;
   if (environment.rank == 0 && dgemma::recordedRunIdentity(options.saveDir) != options.runIdentity) return;
-  const std::vector<dgemma::CheckpointEntry> complete = dgemma::Checkpoint::list(options.saveDir);
+  const std::vector<dgemma::CheckpointEntry> complete = dgemma::listCheckpoints(options.saveDir);
   const std::string restart = "torchrun restart " + std::to_string(environment.restartCount);
   if (complete.empty()) {
     if (environment.rank == 0)
@@ -518,7 +518,7 @@ int main(int argc, char** argv) {
   generateFlags.promptGiven = generate->get_option("--prompt")->count() > 0;
   // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
   // Training keeps OpenBLAS's own choice for now: the demo recipe's outcome depends on the GEMMs'
-  // summation order (docs/generation.md, "OpenBLAS's core").
+  // summation order (docs/generation.md, "Performance").
   if (generate->parsed() || eval->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
   // Every command threads the products on the backend's pool (BlasThreading.h): a step is many
   // products next to the pool's own kernels, OpenBLAS's threads would spin beside them, and each

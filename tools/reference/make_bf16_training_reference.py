@@ -14,7 +14,7 @@ It also runs the forward fixtures of test/fixtures/diffusion_gemma/<model> (the 
 max|bf16 - ref| / max|ref| of the three logits variants against their float32 references.
 
 It writes test/fixtures/diffusion_gemma_train/<model>/bf16.json. The bf16 parity tests
-(test/integration/diffusion_gemma_train_parity_test.cpp, diffusion_gemma_parity_test.cpp) require dgemma's bf16 plans
+(test/integration/DiffusionGemmaTrainParityTest.cpp, DiffusionGemmaParityTest.cpp) require dgemma's bf16 plans
 to be at least about as close to the references as this.
 
 Usage (from anywhere; needs the committed float64 fixtures):

@@ -549,7 +549,7 @@ def check_trace(rec: Recorder, trace: dict, fx: dict, eos_ids: list[int], cfg) -
     checks: dict = {}
     L, V = cfg.canvas_length, cfg.text_config.vocab_size
     N = fx["max_denoising_steps"]
-    # The temperature HF divides by is the contract's f32 formula (docs/generation.md, "Temperature schedule").
+    # The temperature HF divides by is the contract's f32 formula (docs/generation.md, "The algorithm").
     for s, n in enumerate(trace["step_n"].tolist()):
         t32 = np.float32(fx["t_min"]) + np.float32(fx["t_max"] - fx["t_min"]) * (np.float32(n) / np.float32(N))
         assert np.float32(trace["temperature"][s].item()) == t32, (s, n, trace["temperature"][s].item(), t32)
@@ -576,7 +576,7 @@ def check_trace(rec: Recorder, trace: dict, fx: dict, eos_ids: list[int], cfg) -
         assert torch.equal(st["canvas_out"], torch.where(frozen, st["canvas_in"], fresh))
         argmax = st["z"].argmax(-1)
         assert torch.equal(st["argmax"][~st["finished_before"]], argmax[~st["finished_before"]])
-    # The committed block is the last step's argmax, then the EOS rule (docs/generation.md, "EOS, padding and length").
+    # The committed block is the last step's argmax, then the EOS rule (docs/generation.md, "The algorithm").
     finished_before = torch.zeros(rec.sequences.shape[0], dtype=torch.bool)
     for c, canvas in enumerate(rec.canvases):
         last = max(i for i, sc in enumerate(trace["step_canvas"].tolist()) if sc == c)

@@ -14,7 +14,7 @@ using dgemma::DType;
 
 namespace {
 
-// The plan's memory pools, one arena each (docs/plan-format.md, "Arenas"); the empty ones are
+// The plan's memory pools, one arena each (docs/plan-format.md, "Header": arenas); the empty ones are
 // dropped when the plan is complete.
 enum ArenaIndex : int64_t {
   kParametersArena,     // the model's parameters (persistent)

@@ -815,8 +815,9 @@ def Dg_AllToAllOp : Dg_CommunicationOp<"all_to_all"> {
 
 //===----------------------------------------------------------------------===//
 // Expert-parallel dispatch (docs/parallelism.md, "Expert parallelism"): the all-to-all form of
-// dg.moe_experts that dg-expert-dispatch builds from the all-gather form. Verifiers, sharding rules
-// and costs are in DgExpertDispatch.cpp.
+// dg.moe_experts that dg-expert-dispatch builds from the all-gather form. Their verifiers, sharding
+// rules, costs and derivatives are with every other op's: DgModelOps.cpp, DgShardingRules.cpp,
+// DgCost.cpp and DgDerivatives.cpp.
 //===----------------------------------------------------------------------===//
 
 def Dg_MoeDispatchOp : Dg_ComputeOp<"moe_dispatch", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {

@@ -26,7 +26,7 @@ const std::set<std::string> kOtherCaches = {"static",           "offloaded_stati
 // Never walks the value (the file is untrusted).
 std::string describe(const json& value) { return describeJsonValue(value); }
 
-// The largest count a setting may give (docs/generation.md, "Defaults"): far above any real
+// The largest count a setting may give (docs/generation.md, "Defaults and settings"): far above any real
 // generation, and small enough that the cache and canvas sizes built from it cannot overflow.
 constexpr int64_t kMaxCount = int64_t{1} << 24;
 // Token ids are checked against the vocabulary where the model is known; here only their size.

@@ -1,4 +1,4 @@
-// The HF generation_config.json of a DiffusionGemma checkpoint (docs/generation.md, "Defaults"):
+// The HF generation_config.json of a DiffusionGemma checkpoint (docs/generation.md, "Defaults and settings"):
 // the keys HF's DiffusionGemmaGenerationConfig accepts, with its checks, and the defaults it
 // applies to what the file leaves unset or null. Like HF, an unknown key is an error.
 #pragma once

@@ -20,7 +20,7 @@ std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex);
 
 // The kernels the backend runs plans with: registerCudaKernels() with bf16 widened for the f32-only
 // kernels (ReducedPrecision.h). Touches no device, so a machine without a GPU can check that a plan's
-// every step has a CUDA kernel that accepts it (test/integration/cuda_plan_test.cpp).
+// every step has a CUDA kernel that accepts it (test/integration/CudaPlanTest.cpp).
 KernelRegistry cudaBackendKernels();
 
 // True when the CUDA runtime reports at least one device. Otherwise false, and *reason (when given)

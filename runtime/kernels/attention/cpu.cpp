@@ -39,7 +39,7 @@ int64_t queryTileOf(const AttentionContract& g) { return g.mask == AttentionMask
 // added to the last. A GEMM sums each element in one sequential chain: over D = 64 in f32 that made
 // the forward's error half as large again as the lane-parallel dot products this kernel had before
 // (root mean square, against a double reference), and pushed one generation parity metric past its
-// bound (test/integration/generation_parity_test.cpp, hf_tester's entropy, 1.1e-5 > 1e-5). Chains of
+// bound (test/integration/GenerationParityTest.cpp, hf_tester's entropy, 1.1e-5 > 1e-5). Chains of
 // 32 bring the error back to the dot products' level and that metric to 7.4e-6.
 constexpr int64_t kScoreChunk = 32;
 

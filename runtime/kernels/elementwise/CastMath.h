@@ -1,4 +1,4 @@
-// cast's conversions to and from the 16-bit float formats (docs/kernels.md, "cast"), written once
+// cast's conversions to and from the 16-bit float formats (docs/kernels.md, "Core kernels"), written once
 // for the host and the device: the CUDA cast (cuda.cu) calls them, and test/unit/kernels/
 // CastMathTest.cpp checks them against support/DType.h's conversions and the CPU cast kernel
 // (exhaustively for the 16-bit sources). Integer and bit operations, IEEE conversions and an exact

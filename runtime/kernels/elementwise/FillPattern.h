@@ -1,4 +1,4 @@
-// fill's element bit pattern (docs/kernels.md, "fill"): the value's bits in the output dtype, computed
+// fill's element bit pattern (docs/kernels.md, "Core kernels"): the value's bits in the output dtype, computed
 // once on the host by the CPU kernel (cpu.cpp) and the CUDA kernel (fill.cu) alike, so both fill the
 // same bytes. The 16-bit floats round the f64 once, to nearest even (CastMath.h).
 #pragma once

@@ -1,4 +1,4 @@
-// select's broadcast index map (docs/kernels.md, "select"): output element `index` (row-major) reads
+// select's broadcast index map (docs/kernels.md, "Core kernels"): output element `index` (row-major) reads
 // operand k (condition, on_true, on_false) at offsetOf(map, k, index), the output's index decomposed
 // over its dims (last fastest), each weighted by the operand's stride along that dim (0 where the
 // operand broadcasts: NumPy rules, shapes aligned on the right). Used by the CUDA kernel (select.cu)

@@ -1,4 +1,4 @@
-// cast on CUDA (docs/kernels.md, "cast"), every pair of dtypes the contract admits; runtime/kernels/
+// cast on CUDA (docs/kernels.md, "Core kernels"), every pair of dtypes the contract admits; runtime/kernels/
 // elementwise/cpu.cpp's CastKernel is its CPU twin. As there, an element goes through f64 (from a
 // float) or i64 (from an integer): float -> float rounds the f64 once to the target (bf16 and f16
 // through CastMath.h's round-to-odd f32, so each is the correctly rounded f64, round to nearest even),

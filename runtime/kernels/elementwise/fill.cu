@@ -1,4 +1,4 @@
-// fill on CUDA (docs/kernels.md, "fill"), any dtype; runtime/kernels/elementwise/cpu.cpp's FillKernel
+// fill on CUDA (docs/kernels.md, "Core kernels"), any dtype; runtime/kernels/elementwise/cpu.cpp's FillKernel
 // is its CPU twin. Both store FillPattern.h's element bit pattern, computed on the host at plan load,
 // so the bytes are the same: one thread per element (grid-stride) stores the pattern as a word of the
 // element's size; one-byte elements are a cudaMemsetAsync.

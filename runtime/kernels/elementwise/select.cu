@@ -1,4 +1,4 @@
-// select on CUDA (docs/kernels.md, "select"), any value dtype; runtime/kernels/elementwise/cpu.cpp's
+// select on CUDA (docs/kernels.md, "Core kernels"), any value dtype; runtime/kernels/elementwise/cpu.cpp's
 // SelectKernel is its CPU twin. One thread per output element (grid-stride) reads the condition and
 // the chosen side through SelectIndex.h's broadcast map and copies the value as a word of its size,
 // so the output equals the CPU's bit for bit. An output that is one side's own storage (an in-place

@@ -1,4 +1,4 @@
-// One token of moe_route (docs/kernels.md, "moe_route"): the max-subtracted softmax over all experts,
+// One token of moe_route (docs/kernels.md, "Model kernels"): the max-subtracted softmax over all experts,
 // the top k by probability (ties to the lower expert id, listed in descending order) and the
 // renormalised, scaled weights, in the kernel's precision T. The CUDA kernel (cuda.cu) runs it per
 // token; test/unit/kernels/MoeRouteMathTest.cpp checks it on the host against the CPU kernel, bit for

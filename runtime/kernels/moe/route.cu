@@ -1,4 +1,4 @@
-// moe_route and moe_route_backward on CUDA (docs/kernels.md, "moe_route"), f32; runtime/kernels/moe/
+// moe_route and moe_route_backward on CUDA (docs/kernels.md, "Model kernels"), f32; runtime/kernels/moe/
 // cpu.cpp's MoeRouteKernel and MoeRouteBackwardKernel are their CPU twins. The backward runs
 // RouteMath.h's routeBackward per token (a thread each), keeping each route's dscale term in a
 // stream-ordered scratch buffer; then a thread per expert sums its terms in route order from zero, as

@@ -1,4 +1,4 @@
-// One element of the AdamW update (docs/kernels.md, "adamw"), shared by the CPU kernel (cpu.cpp) and
+// One element of the AdamW update (docs/kernels.md, "Optimizer kernel"), shared by the CPU kernel (cpu.cpp) and
 // the CUDA kernel (cuda.cu) so that both evaluate the same expression in the same order: every step
 // is one IEEE operation (multiply, add, divide, sqrt) that rounds alike on the host and on the device
 // (the CUDA kernels are built without FMA contraction, see CMakeLists.txt), so the two backends'

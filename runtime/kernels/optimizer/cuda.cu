@@ -1,4 +1,4 @@
-// adamw on CUDA (docs/kernels.md, "adamw"), f32; runtime/kernels/optimizer/cpu.cpp is its CPU twin.
+// adamw on CUDA (docs/kernels.md, "Optimizer kernel"), f32; runtime/kernels/optimizer/cpu.cpp is its CPU twin.
 // One fused pass over the flat buffers, one thread per element (grid-stride), each evaluating
 // AdamwMath.h's adamwUpdate, the function the CPU kernel calls: with FMA contraction off and IEEE
 // division and sqrt, the new parameter and moments equal the CPU kernel's bit for bit. The run-time

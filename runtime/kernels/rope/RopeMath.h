@@ -1,4 +1,4 @@
-// rope's frequencies and pair rotation (docs/kernels.md, "rope"), shared by the CPU kernel (cpu.cpp)
+// rope's frequencies and pair rotation (docs/kernels.md, "Model kernels"), shared by the CPU kernel (cpu.cpp)
 // and the CUDA kernel (cuda.cu). The frequencies are computed on the host by both backends (the CUDA
 // kernel gets them as a launch parameter), so they are the same bits; the rotation is four IEEE
 // multiplies and two adds, which round alike on both (no FMA contraction on the device). Only the

@@ -1,4 +1,4 @@
-// rope on CUDA (docs/kernels.md, "rope"), f32; runtime/kernels/rope/cpu.cpp is its CPU twin. The
+// rope on CUDA (docs/kernels.md, "Model kernels"), f32; runtime/kernels/rope/cpu.cpp is its CPU twin. The
 // frequencies are RopeMath.h's ropeFrequencies, computed on the host as the CPU kernel computes them
 // and passed by value in the launch parameters (at most kMaxPairs of them: 2 KB, well inside the
 // parameter space); the rotation is RopeMath.h's rotatePair. A block per (b, t) row (grid-stride):

@@ -12,7 +12,7 @@
 #include "runtime/core/HostTensor.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/io/TransferProgress.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointReader.h"
 #include "runtime/train/CheckpointManifest.h"
 #include "support/AtomicFile.h"
 #include "support/Error.h"
@@ -64,14 +64,14 @@ std::string shardFileName(size_t index, size_t count) {
   return name;
 }
 
-// Whether `weights` is a dgemma checkpoint: then it is verified whole (Checkpoint::load) before a
+// Whether `weights` is a dgemma checkpoint: then it is verified whole (CheckpointReader::load) before a
 // byte of it is exported, and its model group must carry HF's index (every checkpoint this build
 // saves does; docs/training.md, "Checkpoints").
 void verifyIfCheckpoint(const fs::path& weights) {
   const fs::path manifestPath = weights / "manifest.json";
   if (!fs::is_directory(weights) || !fs::exists(manifestPath)) return;
   const CheckpointManifest manifest = parseCheckpointManifest(readWholeFile(manifestPath.string()), manifestPath.string());
-  Checkpoint::load(weights.string(), manifest.state.model);
+  CheckpointReader::load(weights.string(), manifest.state.model);
   for (const ManifestGroup& group : manifest.groups)
     if (group.name == "model" && !fs::exists(weights / "model.safetensors.index.json"))
       throw InputError(weights.string() +

@@ -64,7 +64,7 @@ struct HfExportResult {
 // checkpoint; a note counts the absent ones) as model.safetensors, or model-0000i-of-0000n.safetensors shards of at most
 // maxShardBytes of tensor data (a larger tensor alone) with model.safetensors.index.json, as HF's
 // save_pretrained names them. Everything goes to a temporary sibling directory renamed to `out` at
-// the end: on any error nothing is left. A dgemma checkpoint is verified first (Checkpoint::load:
+// the end: on any error nothing is left. A dgemma checkpoint is verified first (CheckpointReader::load:
 // manifest checksum, every file's size and XXH3-64). At most one tensor (its source copy and its
 // converted bytes) is in memory at a time. Throws InputError (bad input, named with its file) or
 // RuntimeError (I/O).

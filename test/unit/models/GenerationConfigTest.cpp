@@ -49,7 +49,7 @@ TEST(GenerationConfig, ReadsEveryHfKey) {
   EXPECT_EQ(config.bosTokenId, 2);
 }
 
-// The demo model's directory carries its own sampler budget (docs/generation.md, "A model's own
+// The demo model's directory carries its own sampler budget (docs/generation.md, "Defaults and
 // settings"); dgemma-compile --mode infer --model DIR finds it beside config.json.
 TEST(GenerationConfig, DemoModelDirectoryCarriesItsEntropyBound) {
   const std::optional<DiffusionGemmaGenerationConfig> config =

@@ -1,5 +1,5 @@
 // Cutting a rank's box out of a global input, and assembling a global output from the ranks' boxes
-// (docs/plan-format.md, "Inputs and outputs").
+// (docs/plan-format.md, "Header": inputs and outputs).
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -12,7 +12,9 @@
 
 #include "support/DType.h"
 #include "runtime/io/Safetensors.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointListing.h"
+#include "runtime/train/CheckpointReader.h"
+#include "runtime/train/CheckpointWriter.h"
 #include "runtime/train/CheckpointManifest.h"
 #include "test/unit/TestSupport.h"
 #include "test/unit/train/ResealManifest.h"
@@ -112,7 +114,7 @@ std::vector<std::string> entriesOf(const fs::path& dir) {
 TEST(CheckpointTest, SaveLoadRoundTripIsBitExact) {
   TempDir dir;
   Fixture f;
-  CheckpointSaveResult saved = Checkpoint::save(dir / "ckpt", stateAt(7), f.tensors());
+  CheckpointSaveResult saved = CheckpointWriter::save(dir / "ckpt", stateAt(7), f.tensors());
   EXPECT_EQ(saved.directory, dir / "ckpt/step-00000007");
   EXPECT_EQ(entriesOf(saved.directory),
             (std::vector<std::string>{"manifest.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json",
@@ -125,8 +127,8 @@ TEST(CheckpointTest, SaveLoadRoundTripIsBitExact) {
   EXPECT_TRUE(saved.removed.empty());
   EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{"step-00000007"});  // no .tmp left
 
-  ASSERT_EQ(Checkpoint::findLatest(dir / "ckpt"), saved.directory);
-  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
+  ASSERT_EQ(newestCheckpointDirectory(dir / "ckpt"), saved.directory);
+  CheckpointReader loaded = CheckpointReader::load(saved.directory, kModel);
   CheckpointState expected = stateAt(7);
   EXPECT_EQ(loaded.state().model, expected.model);
   EXPECT_EQ(loaded.state().step, 7);
@@ -158,9 +160,9 @@ TEST(CheckpointTest, ShardsSplitAtTheMaximumSize) {
   TempDir dir;
   HostTensor a = f32Tensor({64}, 1.0f), b = f32Tensor({64}, 2.0f), big = f32Tensor({300}, 3.0f), c = f32Tensor({10}, 4.0f);
   // 256-byte a and b share a 600-byte shard; big (1200 bytes) is alone; c starts the third.
-  CheckpointSaveResult saved = Checkpoint::save(dir / "ckpt", stateAt(1),
-                                                {{"model", "a", &a}, {"model", "b", &b}, {"model", "big", &big}, {"model", "c", &c}},
-                                                {.maxShardBytes = 600});
+  CheckpointSaveResult saved = CheckpointWriter::save(
+      dir / "ckpt", stateAt(1), {{"model", "a", &a}, {"model", "b", &b}, {"model", "big", &big}, {"model", "c", &c}},
+      {.maxShardBytes = 600});
   EXPECT_EQ(entriesOf(saved.directory),
             (std::vector<std::string>{"manifest.json", "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                                       "model-00003-of-00003.safetensors", "model.safetensors.index.json"}));
@@ -170,7 +172,7 @@ TEST(CheckpointTest, ShardsSplitAtTheMaximumSize) {
   EXPECT_EQ(index["weight_map"]["c"], "model-00003-of-00003.safetensors");
   EXPECT_EQ(index["metadata"]["total_size"], 4 * (64 + 64 + 300 + 10));
 
-  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
+  CheckpointReader loaded = CheckpointReader::load(saved.directory, kModel);
   EXPECT_EQ(loaded.names("model"), (std::vector<std::string>{"a", "b", "big", "c"}));
   expectBitEqual(loaded.read("model", "big"), big, "big");
   expectBitEqual(loaded.read("model", "c"), c, "c");
@@ -181,31 +183,31 @@ TEST(CheckpointTest, KeepDeletesTheOldestBeyondK) {
   Fixture f;
   std::vector<std::string> removed;
   for (int64_t step = 1; step <= 5; ++step) {
-    CheckpointSaveResult saved = Checkpoint::save(dir / "ckpt", stateAt(step), f.tensors(), {.keep = 2});
+    CheckpointSaveResult saved = CheckpointWriter::save(dir / "ckpt", stateAt(step), f.tensors(), {.keep = 2});
     removed.insert(removed.end(), saved.removed.begin(), saved.removed.end());
   }
   EXPECT_EQ(entriesOf(dir / "ckpt"), (std::vector<std::string>{"step-00000004", "step-00000005"}));
   EXPECT_EQ(removed, (std::vector<std::string>{dir / "ckpt/step-00000001", dir / "ckpt/step-00000002",
                                                dir / "ckpt/step-00000003"}));
-  std::vector<CheckpointEntry> listed = Checkpoint::list(dir / "ckpt");
+  std::vector<CheckpointEntry> listed = listCheckpoints(dir / "ckpt");
   ASSERT_EQ(listed.size(), 2u);
   EXPECT_EQ(listed[0].step, 4);
   EXPECT_EQ(listed[1].step, 5);
 
   // A run resumed from step 4 that saves step 4 again (replacing it) never deletes what it just wrote.
-  CheckpointSaveResult again = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors(), {.keep = 1});
+  CheckpointSaveResult again = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors(), {.keep = 1});
   EXPECT_EQ(again.removed, std::vector<std::string>{dir / "ckpt/step-00000005"});
   EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{"step-00000004"});
-  EXPECT_NO_THROW(Checkpoint::load(dir / "ckpt/step-00000004", kModel));
+  EXPECT_NO_THROW(CheckpointReader::load(dir / "ckpt/step-00000004", kModel));
 }
 
 TEST(CheckpointTest, TruncatedShardIsRejected) {
   TempDir dir;
   Fixture f;
-  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   std::string shard = shardOf(path, "model-00001");
   fs::resize_file(shard, fs::file_size(shard) - 24);
-  std::string message = expectInputError([&] { Checkpoint::load(path, kModel); });
+  std::string message = expectInputError([&] { CheckpointReader::load(path, kModel); });
   EXPECT_TRUE(mentions(message, shard + ": size: "));
   EXPECT_TRUE(mentions(message, "truncated or torn checkpoint"));
 }
@@ -213,28 +215,28 @@ TEST(CheckpointTest, TruncatedShardIsRejected) {
 TEST(CheckpointTest, FlippedByteIsRejected) {
   TempDir dir;
   Fixture f;
-  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   std::string shard = shardOf(path, "optimizer-00001");
   std::string bytes = fileBytes(shard);
   bytes[bytes.size() - 10] ^= 0x20;  // inside the tensor data: the safetensors header still parses
   writeBytes(shard, bytes);
-  std::string message = expectInputError([&] { Checkpoint::load(path, kModel); });
+  std::string message = expectInputError([&] { CheckpointReader::load(path, kModel); });
   EXPECT_TRUE(mentions(message, shard + ": xxh3_64: the file hashes to "));
   EXPECT_TRUE(mentions(message, "corrupted checkpoint"));
 }
 
-// A damaged newest checkpoint stays the newest: findLatest reports it for the load to refuse, and
-// only list() (what `keep` counts) leaves it out. Nothing falls back to step 2 silently.
+// A damaged newest checkpoint stays the newest: newestCheckpointDirectory reports it for the load to
+// refuse, and only listCheckpoints (what `keep` counts) leaves it out. Nothing falls back to step 2 silently.
 TEST(CheckpointTest, DamagedNewestManifestIsReportedNotSkipped) {
   TempDir dir;
   Fixture f;
-  Checkpoint::save(dir / "ckpt", stateAt(2), f.tensors());
-  std::string newest = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  CheckpointWriter::save(dir / "ckpt", stateAt(2), f.tensors());
+  std::string newest = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   const std::string manifestText = fileBytes(newest + "/manifest.json");
   auto expectReportedAndRefused = [&](const std::string& message) {
-    EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), newest);
-    EXPECT_EQ(Checkpoint::list(dir / "ckpt").size(), 1u);
-    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(newest, kModel); }), message));
+    EXPECT_EQ(newestCheckpointDirectory(dir / "ckpt"), newest);
+    EXPECT_EQ(listCheckpoints(dir / "ckpt").size(), 1u);
+    EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(newest, kModel); }), message));
   };
   fs::remove(newest + "/manifest.json");
   expectReportedAndRefused(newest + "/manifest.json: missing: not a complete checkpoint");
@@ -250,8 +252,8 @@ TEST(CheckpointTest, DamagedNewestManifestIsReportedNotSkipped) {
   writeBytes(newest + "/manifest.json", test::resealedManifestText(manifest));
   expectReportedAndRefused(newest + "/manifest.json: step: 5, but the directory is step-00000004");
   writeBytes(newest + "/manifest.json", manifestText);
-  EXPECT_NO_THROW(Checkpoint::load(newest, kModel));
-  EXPECT_EQ(Checkpoint::list(dir / "ckpt").size(), 2u);
+  EXPECT_NO_THROW(CheckpointReader::load(newest, kModel));
+  EXPECT_EQ(listCheckpoints(dir / "ckpt").size(), 2u);
 }
 
 // Every member is under the checksum: an edit of any field a resume uses is refused naming the
@@ -259,7 +261,7 @@ TEST(CheckpointTest, DamagedNewestManifestIsReportedNotSkipped) {
 TEST(CheckpointTest, ManifestChecksumCoversEveryField) {
   TempDir dir;
   Fixture f;
-  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   const std::string manifestPath = path + "/manifest.json";
   const nlohmann::json original = nlohmann::json::parse(fileBytes(manifestPath));
   ASSERT_TRUE(original.contains(kManifestChecksumField));
@@ -282,16 +284,16 @@ TEST(CheckpointTest, ManifestChecksumCoversEveryField) {
     nlohmann::json edited = original;
     edited[nlohmann::json::json_pointer(pointer)] = value;
     writeBytes(manifestPath, edited.dump(2));
-    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+    EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
                          manifestPath + ": manifest_xxh3_64: the checksum does not match"))
         << pointer;
   }
   nlohmann::json added = original;
   added["note"] = "hand-written";
   writeBytes(manifestPath, added.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }), "the checksum does not match"));
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }), "the checksum does not match"));
   writeBytes(manifestPath, original.dump(4));
-  EXPECT_EQ(Checkpoint::load(path, kModel).state().consumedSamples, 32);
+  EXPECT_EQ(CheckpointReader::load(path, kModel).state().consumedSamples, 32);
 }
 
 // A manifest of format 3 has no checksum: it is refused as an earlier build's format (no upgrade:
@@ -299,16 +301,17 @@ TEST(CheckpointTest, ManifestChecksumCoversEveryField) {
 TEST(CheckpointTest, ManifestWithoutChecksumIsAnEarlierFormat) {
   TempDir dir;
   Fixture f;
-  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   manifest.erase(kManifestChecksumField);
   writeBytes(path + "/manifest.json", manifest.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }), "manifest_xxh3_64: missing"));
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }), "manifest_xxh3_64: missing"));
   manifest["format_version"] = 3;
   writeBytes(path + "/manifest.json", manifest.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
-                       path + "/manifest.json: format_version: 3 is the format of earlier builds (1: whole tensors; 2: a plan "
-                              "hash that ties it to one layout; 3: no manifest checksum), which this build no longer reads"));
+  EXPECT_TRUE(
+      mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
+               path + "/manifest.json: format_version: 3 is the format of earlier builds (1: whole tensors; 2: a plan "
+                      "hash that ties it to one layout; 3: no manifest checksum), which this build no longer reads"));
 }
 
 // Nesting far beyond any manifest is refused while it is read, wherever it is: no stack overflow
@@ -316,15 +319,15 @@ TEST(CheckpointTest, ManifestWithoutChecksumIsAnEarlierFormat) {
 TEST(CheckpointTest, DeeplyNestedManifestIsRefusedWithoutRecursion) {
   TempDir dir;
   Fixture f;
-  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   for (const std::string& text : {deep, "{\"format\": \"dgemma-checkpoint\", \"config\": " + deep + "}",
                                   "{\"format\": " + deep + "}"}) {
     writeBytes(path + "/manifest.json", text);
-    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+    EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
                          path + "/manifest.json: JSON nested deeper than 64 levels"));
-    EXPECT_TRUE(Checkpoint::list(dir / "ckpt").empty());
-    EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), path);
+    EXPECT_TRUE(listCheckpoints(dir / "ckpt").empty());
+    EXPECT_EQ(newestCheckpointDirectory(dir / "ckpt"), path);
   }
 }
 
@@ -333,7 +336,7 @@ TEST(CheckpointTest, DeeplyNestedManifestIsRefusedWithoutRecursion) {
 TEST(CheckpointTest, ManifestFieldsAreValidatedByPath) {
   TempDir dir;
   Fixture f;
-  const std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  const std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   const nlohmann::json original = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   EXPECT_NO_THROW(parseCheckpointManifest(test::resealedManifestText(original), "m.json"));
   const std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases = {
@@ -361,9 +364,9 @@ TEST(CheckpointTest, ManifestFieldsAreValidatedByPath) {
 TEST(CheckpointTest, MissingShardIsRejected) {
   TempDir dir;
   Fixture f;
-  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   fs::remove(path + "/optimizer-00001-of-00001.safetensors");
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
                        path + "/optimizer-00001-of-00001.safetensors: missing"));
 }
 
@@ -371,39 +374,39 @@ TEST(CheckpointTest, MissingShardIsRejected) {
 TEST(CheckpointTest, InterruptedSaveIsIgnoredAndCleanedUp) {
   TempDir dir;
   Fixture f;
-  std::string first = Checkpoint::save(dir / "ckpt", stateAt(3), f.tensors()).directory;
+  std::string first = CheckpointWriter::save(dir / "ckpt", stateAt(3), f.tensors()).directory;
   fs::copy(first, dir / "ckpt/.tmp-step-6-99999");  // complete-looking, manifest and all
   fs::create_directories(dir / "ckpt/.tmp-step-7-99999");
   fs::create_directories(dir / "ckpt/notes");
-  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), first);
-  EXPECT_EQ(Checkpoint::list(dir / "ckpt").size(), 1u);
+  EXPECT_EQ(newestCheckpointDirectory(dir / "ckpt"), first);
+  EXPECT_EQ(listCheckpoints(dir / "ckpt").size(), 1u);
 
-  Checkpoint::save(dir / "ckpt", stateAt(6), f.tensors());
+  CheckpointWriter::save(dir / "ckpt", stateAt(6), f.tensors());
   EXPECT_EQ(entriesOf(dir / "ckpt"), (std::vector<std::string>{"notes", "step-00000003", "step-00000006"}));
-  EXPECT_EQ(Checkpoint::findLatest(dir / "ckpt"), dir / "ckpt/step-00000006");
-  EXPECT_FALSE(Checkpoint::findLatest(dir / "nothing-here"));
+  EXPECT_EQ(newestCheckpointDirectory(dir / "ckpt"), dir / "ckpt/step-00000006");
+  EXPECT_FALSE(newestCheckpointDirectory(dir / "nothing-here"));
 }
 
 // The identity is compared as a whole, and the first difference is named by its path.
 TEST(CheckpointTest, ModelMismatchNamesTheDifference) {
   TempDir dir;
   Fixture f;
-  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   nlohmann::json other = kModel;
   other["optimizer"]["beta2"] = 0.95;
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, other); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, other); }),
                        path + "/manifest.json: model.optimizer.beta2: the checkpoint has 0.999, this run 0.95"));
   other = kModel;
   other["parameters"] = {{"w", {{"shape", {4, 4}}}}};
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, other); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, other); }),
                        "model.parameters: the checkpoint has nothing, this run {\"w\":{\"shape\":[4,4]}}"));
-  EXPECT_NO_THROW(Checkpoint::load(path, kModel));
+  EXPECT_NO_THROW(CheckpointReader::load(path, kModel));
 
   // An edited identity no longer matches its recorded hash.
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   manifest["model"]["optimizer"]["beta1"] = 0.8;
   writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
                        "manifest.json: model_hash: \"" + manifest["model_hash"].get<std::string>() +
                            "\" is not the hash of the recorded model"));
 }
@@ -411,22 +414,23 @@ TEST(CheckpointTest, ModelMismatchNamesTheDifference) {
 TEST(CheckpointTest, UnknownFormatVersionIsRejected) {
   TempDir dir;
   Fixture f;
-  std::string path = Checkpoint::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
+  std::string path = CheckpointWriter::save(dir / "ckpt", stateAt(4), f.tensors()).directory;
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   manifest["format_version"] = 5;
   writeBytes(path + "/manifest.json", manifest.dump());
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
                        "format_version: 5 is not supported (this build reads version 4)"));
   for (int earlier : {1, 2, 3}) {
     manifest["format_version"] = earlier;
     writeBytes(path + "/manifest.json", manifest.dump());
-    EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
-                         "format_version: " + std::to_string(earlier) +
-                             " is the format of earlier builds (1: whole tensors; 2: a plan hash that ties it to one layout; 3: no "
-                             "manifest checksum), "
-                             "which this build no longer reads"));
+    EXPECT_TRUE(mentions(
+        expectInputError([&] { CheckpointReader::load(path, kModel); }),
+        "format_version: " + std::to_string(earlier) +
+            " is the format of earlier builds (1: whole tensors; 2: a plan hash that ties it to one layout; 3: no "
+            "manifest checksum), "
+            "which this build no longer reads"));
   }
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(dir / "ckpt/step-00000099", kModel); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(dir / "ckpt/step-00000099", kModel); }),
                        "no such checkpoint directory"));
 }
 
@@ -435,21 +439,22 @@ TEST(CheckpointTest, BadTensorListsAreRejectedBeforeWriting) {
   HostTensor t = f32Tensor({4}, 1.0f);
   HostTensor wrongSize = f32Tensor({4}, 1.0f);
   wrongSize.data.pop_back();
-  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"Model", "w", &t}}), std::invalid_argument);
-  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model-1", "w", &t}}), std::invalid_argument);
-  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", &t}, {"model", "w", &t}}), std::invalid_argument);
-  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", nullptr}}), std::invalid_argument);
-  EXPECT_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", &wrongSize}}), std::invalid_argument);
+  EXPECT_THROW(CheckpointWriter::save(dir / "ckpt", stateAt(1), {{"Model", "w", &t}}), std::invalid_argument);
+  EXPECT_THROW(CheckpointWriter::save(dir / "ckpt", stateAt(1), {{"model-1", "w", &t}}), std::invalid_argument);
+  EXPECT_THROW(CheckpointWriter::save(dir / "ckpt", stateAt(1), {{"model", "w", &t}, {"model", "w", &t}}),
+               std::invalid_argument);
+  EXPECT_THROW(CheckpointWriter::save(dir / "ckpt", stateAt(1), {{"model", "w", nullptr}}), std::invalid_argument);
+  EXPECT_THROW(CheckpointWriter::save(dir / "ckpt", stateAt(1), {{"model", "w", &wrongSize}}), std::invalid_argument);
   EXPECT_FALSE(fs::exists(dir / "ckpt"));
   // The same name in two groups is fine.
-  EXPECT_NO_THROW(Checkpoint::save(dir / "ckpt", stateAt(1), {{"model", "w", &t}, {"optimizer", "w", &t}}));
+  EXPECT_NO_THROW(CheckpointWriter::save(dir / "ckpt", stateAt(1), {{"model", "w", &t}, {"optimizer", "w", &t}}));
 }
 
 TEST(CheckpointTest, IoFailureIsARuntimeErrorAndLeavesNoTmp) {
   TempDir dir;
   HostTensor t = f32Tensor({4}, 1.0f);
   writeBytes(dir / "file", "not a directory");
-  EXPECT_THROW(Checkpoint::save(dir / "file", stateAt(1), {{"model", "w", &t}}), RuntimeError);
+  EXPECT_THROW(CheckpointWriter::save(dir / "file", stateAt(1), {{"model", "w", &t}}), RuntimeError);
   EXPECT_EQ(entriesOf(dir.path), std::vector<std::string>{"file"});
 }
 

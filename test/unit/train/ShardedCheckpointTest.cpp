@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/Safetensors.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointListing.h"
+#include "runtime/train/CheckpointReader.h"
+#include "runtime/train/CheckpointWriter.h"
 #include "runtime/core/ShardBoxes.h"
 #include "support/DType.h"
 #include "support/Error.h"
@@ -77,7 +79,7 @@ struct Placed {
 // Each rank's data is cut out of the whole tensor, as a rank holds only its box.
 CheckpointSaveResult saveLayout(const std::string& saveDir, int64_t step, const std::vector<Placed>& tensors, int worldSize,
                                 const CheckpointSaveOptions& options = CheckpointSaveOptions{}) {
-  std::string tmp = Checkpoint::beginSave(saveDir, step);
+  std::string tmp = CheckpointWriter::beginSave(saveDir, step);
   std::vector<std::vector<HostTensor>> held(worldSize);
   for (int rank = 0; rank < worldSize; ++rank) {
     held[rank].reserve(tensors.size());
@@ -87,13 +89,13 @@ CheckpointSaveResult saveLayout(const std::string& saveDir, int64_t step, const 
       held[rank].push_back(sliceOf(*t.whole, t.boxOfRank[rank]));
       shards.push_back({t.group, t.name, t.whole->shape, t.boxOfRank[rank], &held[rank].back()});
     }
-    Checkpoint::saveRank(tmp, rank, worldSize, shards, options);
+    CheckpointWriter::saveRank(tmp, rank, worldSize, shards, options);
   }
-  return Checkpoint::commitSave(saveDir, tmp, stateAt(step), worldSize, options);
+  return CheckpointWriter::commitSave(saveDir, tmp, stateAt(step), worldSize, options);
 }
 
-void expectBoxesLoad(const Checkpoint& checkpoint, const std::string& group, const std::string& name, const HostTensor& whole,
-                     const std::vector<ShardBox>& boxes) {
+void expectBoxesLoad(const CheckpointReader& checkpoint, const std::string& group, const std::string& name,
+                     const HostTensor& whole, const std::vector<ShardBox>& boxes) {
   for (const ShardBox& box : boxes) {
     HostTensor part = checkpoint.readBox(group, name, whole.shape, box);
     HostTensor expected = sliceOf(whole, box);
@@ -164,14 +166,15 @@ TEST(ShardedCheckpointTest, WholeGroupOfSplitTensorsBecomesAnHfDirectory) {
   EXPECT_EQ(hf.read("model.norm.weight").data, norm.data);
   EXPECT_EQ(hf.find("model.layers.0.mlp.up_proj.weight")->file->path(), saved.directory + "/model-00001-of-00002.safetensors");
 
-  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
+  CheckpointReader loaded = CheckpointReader::load(saved.directory, kModel);
   expectBoxesLoad(loaded, "model", "model.layers.0.mlp.down_proj.weight", down, {box({0, 0}, {3, 8}), box({0, 3}, {6, 5})});
   expectBoxesLoad(loaded, "optimizer", "model.layers.0.mlp.up_proj.weight", moment, {box({0, 0}, {8, 6})});
   EXPECT_EQ(fileBytes(saved.directory + "/tokenizer.model"), "pieces");
 
   // The extra files are checked like every other: an edited one fails the load.
   writeBytes(saved.directory + "/config.json", "{}\n");
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(saved.directory, kModel); }), "config.json: size"));
+  EXPECT_TRUE(
+      mentions(expectInputError([&] { CheckpointReader::load(saved.directory, kModel); }), "config.json: size"));
 }
 
 TEST(ShardedCheckpointTest, ExtraFileNamesMayNotCollide) {
@@ -181,7 +184,7 @@ TEST(ShardedCheckpointTest, ExtraFileNamesMayNotCollide) {
     CheckpointSaveOptions options;
     options.extraFiles = {{name, "x"}};
     EXPECT_THROW(saveLayout(dir / "ckpt", 1, {{"model", "w", &w, {box({0}, {2})}}}, 1, options), std::invalid_argument) << name;
-    EXPECT_TRUE(Checkpoint::list(dir / "ckpt").empty()) << name;
+    EXPECT_TRUE(listCheckpoints(dir / "ckpt").empty()) << name;
   }
 }
 
@@ -195,7 +198,7 @@ TEST(ShardedCheckpointTest, ColumnSplitLoadsIntoOneTwoAndFourRanks) {
                                                                   "model-rank00001-00001-of-00001.safetensors"}));
   EXPECT_EQ(saved.files, 3);
 
-  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
+  CheckpointReader loaded = CheckpointReader::load(saved.directory, kModel);
   EXPECT_EQ(loaded.worldSize(), 2);
   EXPECT_EQ(loaded.globalShape("model", "model.layers.0.mlp.up_proj.weight"), (std::vector<int64_t>{8, 6}));
   EXPECT_EQ(loaded.dtype("model", "model.layers.0.mlp.up_proj.weight"), DType::F32);
@@ -223,8 +226,8 @@ TEST(ShardedCheckpointTest, ThreeDimensionalTensorSplitOnTwoDims) {
   // EP=2 on dim 0 times TP=2 on dim 2 (an uneven 3 + 2 split).
   std::vector<ShardBox> saved = {box({0, 0, 0}, {2, 6, 3}), box({0, 0, 3}, {2, 6, 2}), box({2, 0, 0}, {2, 6, 3}),
                                  box({2, 0, 3}, {2, 6, 2})};
-  Checkpoint loaded =
-      Checkpoint::load(saveLayout(dir / "ckpt", 1, {{"model", "experts.gate_up_proj", &experts, saved}}, 4).directory, kModel);
+  CheckpointReader loaded = CheckpointReader::load(
+      saveLayout(dir / "ckpt", 1, {{"model", "experts.gate_up_proj", &experts, saved}}, 4).directory, kModel);
   EXPECT_EQ(loaded.read("model", "experts.gate_up_proj").data, experts.data);
   expectBoxesLoad(loaded, "model", "experts.gate_up_proj", experts,
                   {box({0, 0, 0}, {4, 2, 5}), box({0, 2, 0}, {4, 2, 5}), box({0, 4, 0}, {4, 2, 5})});
@@ -234,24 +237,25 @@ TEST(ShardedCheckpointTest, ThreeDimensionalTensorSplitOnTwoDims) {
 TEST(ShardedCheckpointTest, EachRankSplitsItsFilesAtTheMaximumSize) {
   TempDir dir;
   HostTensor a = patterned(DType::F32, {4, 16}, 31), b = patterned(DType::F32, {4, 16}, 37);
-  std::string tmp = Checkpoint::beginSave(dir / "ckpt", 2);
+  std::string tmp = CheckpointWriter::beginSave(dir / "ckpt", 2);
   std::vector<HostTensor> held;
   held.reserve(4);
   for (int rank = 0; rank < 2; ++rank) {
     ShardBox half = box({2 * rank, 0}, {2, 16});  // 128 bytes of each tensor: one per 200-byte file
     held.push_back(sliceOf(a, half));
     held.push_back(sliceOf(b, half));
-    Checkpoint::saveRank(tmp, rank, 2,
-                         {{"model", "a", {4, 16}, half, &held[2 * rank]}, {"model", "b", {4, 16}, half, &held[2 * rank + 1]}},
-                         {.maxShardBytes = 200});
+    CheckpointWriter::saveRank(
+        tmp, rank, 2,
+        {{"model", "a", {4, 16}, half, &held[2 * rank]}, {"model", "b", {4, 16}, half, &held[2 * rank + 1]}},
+        {.maxShardBytes = 200});
   }
-  CheckpointSaveResult saved = Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(2), 2, {});
+  CheckpointSaveResult saved = CheckpointWriter::commitSave(dir / "ckpt", tmp, stateAt(2), 2, {});
   EXPECT_EQ(entriesOf(saved.directory),
             (std::vector<std::string>{"manifest.json", "model-rank00000-00001-of-00002.safetensors",
                                       "model-rank00000-00002-of-00002.safetensors", "model-rank00001-00001-of-00002.safetensors",
                                       "model-rank00001-00002-of-00002.safetensors"}));
   EXPECT_EQ(saved.files, 5);
-  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
+  CheckpointReader loaded = CheckpointReader::load(saved.directory, kModel);
   EXPECT_EQ(loaded.names("model"), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(loaded.read("model", "a").data, a.data);
   EXPECT_EQ(loaded.read("model", "b").data, b.data);
@@ -276,7 +280,7 @@ TEST(ShardedCheckpointTest, ReplicatedTensorsAreWrittenOnceByTheFirstReplica) {
                                       "model-rank00001-00001-of-00001.safetensors",
                                       "optimizer-rank00000-00001-of-00001.safetensors", "optimizer.safetensors.index.json"}));
   EXPECT_FALSE(SafetensorsFile::open(saved.directory + "/model-rank00001-00001-of-00001.safetensors").find("norm.weight"));
-  Checkpoint loaded = Checkpoint::load(saved.directory, kModel);
+  CheckpointReader loaded = CheckpointReader::load(saved.directory, kModel);
   const nlohmann::json& tensors = loaded.manifest()["groups"]["model"]["tensors"];
   EXPECT_EQ(tensors[0]["name"], "norm.weight");
   EXPECT_EQ(tensors[0]["boxes"].size(), 1u);
@@ -298,11 +302,11 @@ TEST(ShardedCheckpointTest, OverlappingOrMissingBoxesAreRefusedAtCommit) {
   auto shardOf = [&](const HostTensor& part, ShardBox b) { return CheckpointShard{"model", "w", {8, 6}, std::move(b), &part}; };
 
   // Both replicas of a replicated tensor write it.
-  std::string tmp = Checkpoint::beginSave(dir / "ckpt", 1);
-  Checkpoint::saveRank(tmp, 0, 2, {shardOf(w, box({0, 0}, {8, 6}))}, {});
-  Checkpoint::saveRank(tmp, 1, 2, {shardOf(w, box({0, 0}, {8, 6}))}, {});
+  std::string tmp = CheckpointWriter::beginSave(dir / "ckpt", 1);
+  CheckpointWriter::saveRank(tmp, 0, 2, {shardOf(w, box({0, 0}, {8, 6}))}, {});
+  CheckpointWriter::saveRank(tmp, 1, 2, {shardOf(w, box({0, 0}, {8, 6}))}, {});
   try {
-    Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {});
+    CheckpointWriter::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {});
     ADD_FAILURE() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& error) {
     EXPECT_TRUE(mentions(error.what(), "group 'model': tensor 'w': ranks 0 and 1 both write elements of [0:8, 0:6]"));
@@ -310,39 +314,42 @@ TEST(ShardedCheckpointTest, OverlappingOrMissingBoxesAreRefusedAtCommit) {
   EXPECT_FALSE(fs::exists(tmp));
 
   // A rank leaves its box out.
-  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
-  Checkpoint::saveRank(tmp, 0, 2, {shardOf(top, box({0, 0}, {4, 6}))}, {});
-  Checkpoint::saveRank(tmp, 1, 2, {}, {});
+  tmp = CheckpointWriter::beginSave(dir / "ckpt", 1);
+  CheckpointWriter::saveRank(tmp, 0, 2, {shardOf(top, box({0, 0}, {4, 6}))}, {});
+  CheckpointWriter::saveRank(tmp, 1, 2, {}, {});
   try {
-    Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {});
+    CheckpointWriter::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {});
     ADD_FAILURE() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& error) {
     EXPECT_TRUE(mentions(error.what(), "tensor 'w': no rank writes [4:8, 0:6] of its global shape [8, 6]"));
   }
 
   // A rank that never wrote (the barrier was skipped).
-  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
-  Checkpoint::saveRank(tmp, 0, 2, {shardOf(top, box({0, 0}, {4, 6}))}, {});
+  tmp = CheckpointWriter::beginSave(dir / "ckpt", 1);
+  CheckpointWriter::saveRank(tmp, 0, 2, {shardOf(top, box({0, 0}, {4, 6}))}, {});
   EXPECT_THROW(
-      try { Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {}); } catch (const RuntimeError& error) {
+      try { CheckpointWriter::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {}); } catch (const RuntimeError& error) {
         EXPECT_TRUE(mentions(error.what(), "rank 1 of 2 has not written its shards"));
         throw;
       },
       RuntimeError);
 
   // A rank that was told another world size.
-  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
-  Checkpoint::saveRank(tmp, 0, 3, {shardOf(top, box({0, 0}, {4, 6}))}, {});
-  EXPECT_THROW(Checkpoint::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {}), RuntimeError);
+  tmp = CheckpointWriter::beginSave(dir / "ckpt", 1);
+  CheckpointWriter::saveRank(tmp, 0, 3, {shardOf(top, box({0, 0}, {4, 6}))}, {});
+  EXPECT_THROW(CheckpointWriter::commitSave(dir / "ckpt", tmp, stateAt(1), 2, {}), RuntimeError);
   EXPECT_FALSE(fs::exists(tmp));
 
   // A box that does not fit its tensor, before anything is written.
-  tmp = Checkpoint::beginSave(dir / "ckpt", 1);
-  EXPECT_THROW(Checkpoint::saveRank(tmp, 1, 2, {shardOf(bottom, box({5, 0}, {4, 6}))}, {}), std::invalid_argument);
-  EXPECT_THROW(Checkpoint::saveRank(tmp, 1, 2, {shardOf(bottom, box({0, 0}, {4, 3}))}, {}), std::invalid_argument);
-  EXPECT_THROW(Checkpoint::saveRank(tmp, 2, 2, {shardOf(bottom, box({4, 0}, {4, 6}))}, {}), std::invalid_argument);
+  tmp = CheckpointWriter::beginSave(dir / "ckpt", 1);
+  EXPECT_THROW(CheckpointWriter::saveRank(tmp, 1, 2, {shardOf(bottom, box({5, 0}, {4, 6}))}, {}),
+               std::invalid_argument);
+  EXPECT_THROW(CheckpointWriter::saveRank(tmp, 1, 2, {shardOf(bottom, box({0, 0}, {4, 3}))}, {}),
+               std::invalid_argument);
+  EXPECT_THROW(CheckpointWriter::saveRank(tmp, 2, 2, {shardOf(bottom, box({4, 0}, {4, 6}))}, {}),
+               std::invalid_argument);
   EXPECT_EQ(entriesOf(tmp), std::vector<std::string>{});
-  Checkpoint::abortSave(tmp);
+  CheckpointWriter::abortSave(tmp);
   EXPECT_EQ(entriesOf(dir / "ckpt"), std::vector<std::string>{});
 }
 
@@ -354,7 +361,7 @@ TEST(ShardedCheckpointTest, UncoveredRequestNamesTheTensorAndTheRegion) {
   nlohmann::json manifest = nlohmann::json::parse(fileBytes(path + "/manifest.json"));
   manifest["groups"]["model"]["tensors"][0]["boxes"].erase(1);
   writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
-  Checkpoint loaded = Checkpoint::load(path, kModel);
+  CheckpointReader loaded = CheckpointReader::load(path, kModel);
   EXPECT_TRUE(mentions(expectInputError([&] { loaded.read("model", "w"); }),
                        "group 'model': tensor 'w': the saved boxes do not cover [4:8, 0:6] of the requested box [0:8, 0:6]"));
   EXPECT_TRUE(mentions(expectInputError([&] { loaded.readBox("model", "w", {8, 6}, box({2, 3}, {4, 3})); }),
@@ -379,7 +386,7 @@ TEST(ShardedCheckpointTest, CorruptedOrMisshapenShardsNameTheFile) {
   std::string flipped = original;
   flipped[flipped.size() - 5] ^= 0x10;
   writeBytes(rank1, flipped);
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
                        rank1 + ": xxh3_64: the file hashes to"));
   writeBytes(rank1, original);
 
@@ -388,16 +395,17 @@ TEST(ShardedCheckpointTest, CorruptedOrMisshapenShardsNameTheFile) {
   nlohmann::json manifest = nlohmann::json::parse(manifestText);
   manifest["groups"]["model"]["tensors"][0]["boxes"][1]["shape"] = {3, 6};
   writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
-                       rank1 + ": tensor \"w\": f32 [4, 6], the manifest records the f32 box [4:7, 0:6] of shape [3, 6]"));
+  EXPECT_TRUE(
+      mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
+               rank1 + ": tensor \"w\": f32 [4, 6], the manifest records the f32 box [4:7, 0:6] of shape [3, 6]"));
   // Or boxes that overlap.
   manifest = nlohmann::json::parse(manifestText);
   manifest["groups"]["model"]["tensors"][0]["boxes"][1]["offset"] = {2, 0};
   writeBytes(path + "/manifest.json", test::resealedManifestText(manifest));
-  EXPECT_TRUE(mentions(expectInputError([&] { Checkpoint::load(path, kModel); }),
+  EXPECT_TRUE(mentions(expectInputError([&] { CheckpointReader::load(path, kModel); }),
                        "groups.model.tensors[0].boxes[1]: tensor \"w\": box [2:6, 0:6] overlaps box [0:4, 0:6]"));
   writeBytes(path + "/manifest.json", manifestText);
-  EXPECT_EQ(Checkpoint::load(path, kModel).read("model", "w").data, w.data);
+  EXPECT_EQ(CheckpointReader::load(path, kModel).read("model", "w").data, w.data);
 }
 
 TEST(ShardedCheckpointTest, RoundTripAcrossLayoutsIsBitExact) {
@@ -416,8 +424,8 @@ TEST(ShardedCheckpointTest, RoundTripAcrossLayoutsIsBitExact) {
 
   // Load A into B: each B rank assembles its boxes; then B saves them (rebuilt whole here only to
   // feed saveLayout's slicing, which cuts each rank's box out again).
-  Checkpoint fromA = Checkpoint::load(a, kModel);
-  auto assemble = [&](const Checkpoint& checkpoint, const std::string& group, const std::string& name,
+  CheckpointReader fromA = CheckpointReader::load(a, kModel);
+  auto assemble = [&](const CheckpointReader& checkpoint, const std::string& group, const std::string& name,
                       const std::vector<ShardBox>& boxes) {
     HostTensor whole(checkpoint.dtype(group, name), checkpoint.globalShape(group, name));
     for (const ShardBox& b : boxes) {
@@ -437,7 +445,7 @@ TEST(ShardedCheckpointTest, RoundTripAcrossLayoutsIsBitExact) {
                       .directory;
 
   // B loads back into A's boxes, and A's files come out byte for byte.
-  Checkpoint fromB = Checkpoint::load(b, kModel);
+  CheckpointReader fromB = CheckpointReader::load(b, kModel);
   expectBoxesLoad(fromB, "model", "up.weight", up, rowsA);
   expectBoxesLoad(fromB, "optimizer", "exp_avg/up.weight", moment, rowsA);
   HostTensor upA = assemble(fromB, "model", "up.weight", rowsA), momentA = assemble(fromB, "optimizer", "exp_avg/up.weight", rowsA);

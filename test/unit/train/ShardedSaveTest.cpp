@@ -216,7 +216,7 @@ TEST(ShardedSaveTest, TwoRanksSplitByRowsLoadIntoOneRankAndIntoTwoRanksSplitByCo
   for (const auto& entry : fs::directory_iterator(dir / "ckpt")) left.push_back(entry.path().filename().string());
   EXPECT_EQ(left, std::vector<std::string>{"step-00000003"});  // no temporary directory
 
-  const Checkpoint checkpoint = Checkpoint::load(directory, kModel);
+  const CheckpointReader checkpoint = CheckpointReader::load(directory, kModel);
   EXPECT_EQ(checkpoint.worldSize(), 2);
   auto boxesOf = [&](const std::string& group, size_t index) { return checkpoint.manifest()["groups"][group]["tensors"][index]["boxes"]; };
   EXPECT_EQ(boxesOf("model", 0).size(), 2u);  // w: one box per rank
@@ -260,7 +260,7 @@ TEST(ShardedSaveTest, RestoringIntoAnotherGlobalShapeNamesTheTensor) {
     HostTensor count(DType::I64, {});
     saveRows(rank, dir / "ckpt", count);
   }));
-  const Checkpoint checkpoint = Checkpoint::load(dir / "ckpt/step-00000003", kModel);
+  const CheckpointReader checkpoint = CheckpointReader::load(dir / "ckpt/step-00000003", kModel);
   Rank wider(rankPlan({}, 0, {{"w", {4, 8}, wholeBox({4, 8})}}), std::make_shared<gloo::rendezvous::HashStore>());
   EXPECT_TRUE(mentions(expectInputError([&] { restoreParameters(checkpoint, "model", {"w"}, wider.executor); }),
                        "group 'model': tensor 'w': the checkpoint holds it with the global shape [4, 6], this run's is [4, 8]"));

@@ -15,7 +15,7 @@
 #include "runtime/kernels/matmul/BlasThreading.h"
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/exec/WeightLoader.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointReader.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/TrainPlan.h"
 #include "runtime/train/Trainer.h"
@@ -122,7 +122,7 @@ TEST_F(TrainRanksTest, TwoRanksSaveWhatOneRankResumesWithTheSameLosses) {
   const std::string saved = dir / "split-checkpoints/step-00000004";
   const Plan plan = loadPlan(options(4, "split", false).session);
   const nlohmann::json identity = checkpointIdentity(plan, readTrainPlan(plan, "rank-0.dgplan"));
-  const Checkpoint checkpoint = Checkpoint::load(saved, identity);
+  const CheckpointReader checkpoint = CheckpointReader::load(saved, identity);
   EXPECT_EQ(checkpoint.worldSize(), 2);
   for (const std::string& group : checkpoint.groups())
     for (const nlohmann::json& tensor : checkpoint.manifest()["groups"][group]["tensors"]) {
@@ -133,8 +133,8 @@ TEST_F(TrainRanksTest, TwoRanksSaveWhatOneRankResumesWithTheSameLosses) {
   // The same checkpoint continues on one rank, another layout, with the uninterrupted run's lines.
   trainOnOneRank(options(6, "split", true));
   EXPECT_EQ(metricsLines(dir / "split.jsonl"), reference);
-  const Checkpoint oneRank = Checkpoint::load(dir / "one-checkpoints/step-00000006", identity);
-  const Checkpoint resumed = Checkpoint::load(dir / "split-checkpoints/step-00000006", identity);
+  const CheckpointReader oneRank = CheckpointReader::load(dir / "one-checkpoints/step-00000006", identity);
+  const CheckpointReader resumed = CheckpointReader::load(dir / "split-checkpoints/step-00000006", identity);
   for (const char* group : {"model", "optimizer"})
     for (const std::string& name : oneRank.names(group))
       EXPECT_EQ(resumed.read(group, name).data, oneRank.read(group, name).data) << group << " " << name;

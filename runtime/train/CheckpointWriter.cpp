@@ -1,22 +1,22 @@
-#include "runtime/train/Checkpoint.h"
+#include "runtime/train/CheckpointWriter.h"
 
-#include <fcntl.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
-#include "runtime/train/CheckpointManifest.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/train/CheckpointFileDigest.h"
+#include "runtime/train/CheckpointListing.h"
 #include "support/AtomicFile.h"
 #include "support/Error.h"
-#include "support/InputFile.h"
 #include "support/Json.h"
 
 namespace dgemma {
@@ -25,14 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kTmpPrefix = ".tmp-";
-
-std::string stepDirectoryName(int64_t step) {
-  char name[40];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return name;
-}
 
 std::string shardName(const std::string& group, size_t index, size_t count) {
   char suffix[64];
@@ -40,64 +33,11 @@ std::string shardName(const std::string& group, size_t index, size_t count) {
   return group + suffix;
 }
 
-std::string hex64(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 bool validGroupName(const std::string& group) {
   if (group.empty()) return false;
   for (char c : group)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
   return true;
-}
-
-// The step of a "step-<digits>" directory name.
-std::optional<int64_t> stepOfDirectoryName(const std::string& name) {
-  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0 || name.size() > 5 + 18) return std::nullopt;
-  int64_t step = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return std::nullopt;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
-}
-
-struct FileFacts {
-  uint64_t size = 0;
-  uint64_t hash = 0;
-};
-
-// Size and XXH3-64 of a whole file, read in blocks (a shard can be larger than free memory). An I/O
-// error is an InputError when loading (`loading`), a RuntimeError when saving.
-FileFacts hashFile(const std::string& path, bool loading) {
-  auto fail = [&](const std::string& what) {
-    std::string message = path + ": " + what + ": " + std::strerror(errno);
-    if (loading) throw InputError(message);
-    throw RuntimeError(message);
-  };
-  // Only a regular file: a FIFO placed among a checkpoint's files would block the open forever.
-  RegularFile file(path);
-  const int fd = file.fd();
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  std::vector<char> buffer(4 << 20);
-  FileFacts facts;
-  for (;;) {
-    ssize_t n = ::read(fd, buffer.data(), buffer.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int savedErrno = errno;
-      facts.hash = XXH3_64bits_digest(state);
-      XXH3_freeState(state);
-      errno = savedErrno;
-      if (n < 0) fail("cannot read");
-      return facts;
-    }
-    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(n));
-    facts.size += static_cast<uint64_t>(n);
-  }
 }
 
 // Removes `path` by first renaming it to a .tmp- name in the same directory, so that a crash
@@ -114,33 +54,6 @@ void removeStaleTmpDirectories(const fs::path& saveDir) {
   for (const fs::directory_entry& entry : fs::directory_iterator(saveDir)) {
     std::string name = entry.path().filename().string();
     if (name.compare(0, std::strlen(kTmpPrefix), kTmpPrefix) == 0) fs::remove_all(entry.path());
-  }
-}
-
-// A manifest lists every tensor and file; even a large model's stays far below this.
-constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
-
-// The bytes of a manifest: a regular file of at most kMaxManifestBytes (a device or a FIFO would
-// never end).
-std::string readManifestBytes(const std::string& path) {
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) throw InputError(path + ": not a regular file");
-  const uint64_t size = fs::file_size(path, error);
-  if (error) throw InputError(path + ": cannot stat: " + error.message());
-  if (size > kMaxManifestBytes)
-    throw InputError(path + ": " + std::to_string(size) + " bytes, more than any manifest (at most " +
-                     std::to_string(kMaxManifestBytes) + ")");
-  return readWholeFile(path);
-}
-
-// Whether `directory` holds a manifest that parses, validates and names `step`: a complete
-// checkpoint for list() and `keep`. The shards are not hashed here; load() does that.
-bool hasValidManifest(const fs::path& directory, int64_t step) {
-  const std::string path = (directory / kManifestName).string();
-  try {
-    return parseCheckpointManifest(readManifestBytes(path), path).state.step == step;
-  } catch (const InputError&) {
-    return false;
   }
 }
 
@@ -201,46 +114,6 @@ std::vector<CheckpointShard> wholeTensors(const std::vector<CheckpointTensor>& t
   return shards;
 }
 
-// A key of a path in a message: as it is when it is a plain name, quoted otherwise.
-std::string quoteKey(const std::string& key) {
-  bool plain = !key.empty() && key.size() <= 80;
-  for (char c : key)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '/' || c == '.'))
-      plain = false;
-  return plain ? key : quoteForMessage(key);
-}
-
-// A value of this run's own identity (bounded: the trainer builds it), cut for a message.
-std::string describeOwnValue(const nlohmann::json* value) {
-  if (!value) return "nothing";
-  std::string text = value->dump();
-  return text.size() > 120 ? text.substr(0, 117) + "..." : text;
-}
-
-// A value of the checkpoint's identity: from the manifest, so never walked for a message.
-std::string describeSavedValue(const nlohmann::json* value) { return value ? describeJsonValue(*value) : "nothing"; }
-
-// "PATH.key: the checkpoint has A, this run B" for the first member (in key order, depth first)
-// where `saved` and `now` differ; arrays of numbers (shapes) are compared whole. The recursion
-// follows `saved`, which parseJson bounded to kMaxJsonDepth levels.
-std::string firstDifference(const std::string& path, const nlohmann::json& saved, const nlohmann::json& now) {
-  if (saved.is_object() && now.is_object()) {
-    std::set<std::string> keys;
-    for (const auto& [key, unused] : saved.items()) keys.insert(key);
-    for (const auto& [key, unused] : now.items()) keys.insert(key);
-    for (const std::string& key : keys) {
-      auto before = saved.find(key), after = now.find(key);
-      const nlohmann::json* savedValue = before == saved.end() ? nullptr : &*before;
-      const nlohmann::json* nowValue = after == now.end() ? nullptr : &*after;
-      if (savedValue && nowValue && *savedValue == *nowValue) continue;
-      if (savedValue && nowValue) return firstDifference(path + "." + quoteKey(key), *savedValue, *nowValue);
-      return path + "." + quoteKey(key) + ": the checkpoint has " + describeSavedValue(savedValue) + ", this run " +
-             describeOwnValue(nowValue);
-    }
-  }
-  return path + ": the checkpoint has " + describeSavedValue(&saved) + ", this run " + describeOwnValue(&now);
-}
-
 template <typename Json>
 std::vector<int64_t> intsOf(const Json& value) {
   return value.template get<std::vector<int64_t>>();
@@ -248,8 +121,9 @@ std::vector<int64_t> intsOf(const Json& value) {
 
 }  // namespace
 
-CheckpointSaveResult Checkpoint::save(const std::string& saveDir, const CheckpointState& state,
-                                      const std::vector<CheckpointTensor>& tensors, const CheckpointSaveOptions& options) {
+CheckpointSaveResult CheckpointWriter::save(const std::string& saveDir, const CheckpointState& state,
+                                            const std::vector<CheckpointTensor>& tensors,
+                                            const CheckpointSaveOptions& options) {
   auto started = std::chrono::steady_clock::now();
   if (state.step < 0) throw std::invalid_argument("checkpoint: negative step " + std::to_string(state.step));
   if (options.maxShardBytes == 0) throw std::invalid_argument("checkpoint: max shard bytes must be positive");
@@ -269,15 +143,11 @@ CheckpointSaveResult Checkpoint::save(const std::string& saveDir, const Checkpoi
   return result;
 }
 
-std::string Checkpoint::stepDirectory(const std::string& saveDir, int64_t step) {
-  return (fs::path(saveDir) / stepDirectoryName(step)).string();
-}
-
-std::string Checkpoint::temporaryDirectory(const std::string& saveDir, int64_t step, int64_t saveId) {
+std::string CheckpointWriter::temporaryDirectory(const std::string& saveDir, int64_t step, int64_t saveId) {
   return (fs::path(saveDir) / (std::string(kTmpPrefix) + "step-" + std::to_string(step) + "-" + std::to_string(saveId))).string();
 }
 
-std::string Checkpoint::beginSave(const std::string& saveDir, int64_t step) {
+std::string CheckpointWriter::beginSave(const std::string& saveDir, int64_t step) {
   if (step < 0) throw std::invalid_argument("checkpoint: negative step " + std::to_string(step));
   const fs::path root(saveDir);
   const fs::path tmp = temporaryDirectory(saveDir, step, ::getpid());
@@ -288,18 +158,18 @@ std::string Checkpoint::beginSave(const std::string& saveDir, int64_t step) {
   } catch (const fs::filesystem_error& error) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
-    throw RuntimeError(saveDir + ": cannot save checkpoint " + stepDirectoryName(step) + ": " + error.what());
+    throw RuntimeError(saveDir + ": cannot save checkpoint " + checkpointDirectoryName(step) + ": " + error.what());
   }
   return tmp.string();
 }
 
-void Checkpoint::abortSave(const std::string& tmpDir) {
+void CheckpointWriter::abortSave(const std::string& tmpDir) {
   std::error_code ignored;
   fs::remove_all(tmpDir, ignored);
 }
 
-void Checkpoint::saveRank(const std::string& tmpDir, int rank, int worldSize, const std::vector<CheckpointShard>& shards,
-                          const CheckpointSaveOptions& options) {
+void CheckpointWriter::saveRank(const std::string& tmpDir, int rank, int worldSize,
+                                const std::vector<CheckpointShard>& shards, const CheckpointSaveOptions& options) {
   if (worldSize < 1 || rank < 0 || rank >= worldSize)
     throw std::invalid_argument("checkpoint: rank " + std::to_string(rank) + " of " + std::to_string(worldSize) + " ranks");
   if (options.maxShardBytes == 0) throw std::invalid_argument("checkpoint: max shard bytes must be positive");
@@ -336,8 +206,8 @@ void Checkpoint::saveRank(const std::string& tmpDir, int rank, int worldSize, co
         }
         std::string path = (tmp / name).string();
         writeSafetensors(path, entries, {{"format", "pt"}});
-        FileFacts facts = hashFile(path, /*loading=*/false);
-        files.push_back({{"name", name}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
+        const FileDigest facts = digestCheckpointFile(path, /*loading=*/false);
+        files.push_back({{"name", name}, {"size", facts.size}, {"xxh3_64", facts.xxh3}});
       }
       boxes[group] = groupBoxes;
     }
@@ -348,12 +218,13 @@ void Checkpoint::saveRank(const std::string& tmpDir, int rank, int worldSize, co
   }
 }
 
-CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const std::string& tmpDir, const CheckpointState& state,
-                                            int worldSize, const CheckpointSaveOptions& options) {
+CheckpointSaveResult CheckpointWriter::commitSave(const std::string& saveDir, const std::string& tmpDir,
+                                                  const CheckpointState& state, int worldSize,
+                                                  const CheckpointSaveOptions& options) {
   auto started = std::chrono::steady_clock::now();
   CheckpointSaveResult result;
   const fs::path root(saveDir);
-  const fs::path final = root / stepDirectoryName(state.step);
+  const fs::path final = root / checkpointDirectoryName(state.step);
   const fs::path tmp(tmpDir);
   result.directory = final.string();
 
@@ -476,8 +347,8 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
         }
         const std::string path = (tmp / fileName).string();
         writeSafetensorsStreamed(path, streamed, {{"format", "pt"}});
-        FileFacts facts = hashFile(path, /*loading=*/false);
-        files.push_back({{"name", fileName}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
+        const FileDigest facts = digestCheckpointFile(path, /*loading=*/false);
+        files.push_back({{"name", fileName}, {"size", facts.size}, {"xxh3_64", facts.xxh3}});
         result.bytesWritten += facts.size;
         ++result.files;
         shardNames.push_back(fileName);
@@ -540,8 +411,8 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
         nlohmann::ordered_json index = {{"metadata", {{"total_size", g.totalSize}}}, {"weight_map", weightMap}};
         std::string path = (tmp / indexName).string();
         writeFileAtomically(path, index.dump(2) + "\n");
-        FileFacts facts = hashFile(path, /*loading=*/false);
-        files.push_back({{"name", indexName}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
+        const FileDigest facts = digestCheckpointFile(path, /*loading=*/false);
+        files.push_back({{"name", indexName}, {"size", facts.size}, {"xxh3_64", facts.xxh3}});
         result.bytesWritten += facts.size;
         ++result.files;
         groups[group]["index"] = indexName;
@@ -551,7 +422,7 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
 
     for (const auto& [name, bytes] : options.extraFiles) {
       const bool plain = !name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
-                         name != kManifestName && name.compare(0, std::strlen(kTmpPrefix), kTmpPrefix) != 0;
+                         name != kCheckpointManifestName && name.compare(0, std::strlen(kTmpPrefix), kTmpPrefix) != 0;
       bool taken = false;
       for (const nlohmann::ordered_json& file : files) taken = taken || file.at("name") == name;
       if (!plain || taken)
@@ -559,8 +430,8 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
                                     ": expected a plain file name that no other checkpoint file uses");
       const std::string path = (tmp / name).string();
       writeFileAtomically(path, bytes);
-      FileFacts facts = hashFile(path, /*loading=*/false);
-      files.push_back({{"name", name}, {"size", facts.size}, {"xxh3_64", hex64(facts.hash)}});
+      const FileDigest facts = digestCheckpointFile(path, /*loading=*/false);
+      files.push_back({{"name", name}, {"size", facts.size}, {"xxh3_64", facts.xxh3}});
       result.bytesWritten += facts.size;
       ++result.files;
     }
@@ -582,7 +453,7 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
     // the text's parse rather than on the ordered object.
     manifest[kManifestChecksumField] = manifestChecksum(nlohmann::json::parse(manifest.dump()));
     std::string manifestText = manifest.dump(2) + "\n";
-    writeFileAtomically((tmp / kManifestName).string(), manifestText);
+    writeFileAtomically((tmp / kCheckpointManifestName).string(), manifestText);
     result.bytesWritten += manifestText.size();
     ++result.files;
     syncDirectory(tmp.string());
@@ -600,7 +471,7 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
     if (!replaced.empty()) fs::remove_all(replaced);
 
     if (options.keep > 0) {
-      std::vector<CheckpointEntry> complete = list(saveDir);
+      std::vector<CheckpointEntry> complete = listCheckpoints(saveDir);
       size_t excess = complete.size() > static_cast<size_t>(options.keep) ? complete.size() - options.keep : 0;
       for (const CheckpointEntry& entry : complete) {
         if (excess == 0) break;
@@ -623,178 +494,6 @@ CheckpointSaveResult Checkpoint::commitSave(const std::string& saveDir, const st
     throw;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return result;
-}
-
-std::vector<CheckpointEntry> Checkpoint::list(const std::string& saveDir) {
-  std::vector<CheckpointEntry> entries;
-  std::error_code error;
-  if (!fs::is_directory(saveDir, error)) return entries;
-  fs::directory_iterator it(saveDir, error);
-  if (error) throw RuntimeError(saveDir + ": cannot list: " + error.message());
-  for (const fs::directory_entry& entry : it) {
-    std::optional<int64_t> step = stepOfDirectoryName(entry.path().filename().string());
-    if (!step || !entry.is_directory(error)) continue;
-    if (!hasValidManifest(entry.path(), *step)) continue;
-    entries.push_back({*step, entry.path().string()});
-  }
-  std::sort(entries.begin(), entries.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
-  return entries;
-}
-
-std::optional<CheckpointEntry> Checkpoint::newest(const std::string& saveDir) {
-  std::optional<CheckpointEntry> newest;
-  std::error_code error;
-  if (!fs::is_directory(saveDir, error)) return newest;
-  fs::directory_iterator it(saveDir, error);
-  if (error) throw RuntimeError(saveDir + ": cannot list: " + error.message());
-  for (const fs::directory_entry& entry : it) {
-    std::optional<int64_t> step = stepOfDirectoryName(entry.path().filename().string());
-    if (step && entry.is_directory(error) && (!newest || *step > newest->step)) newest = CheckpointEntry{*step, entry.path().string()};
-  }
-  return newest;
-}
-
-std::optional<std::string> Checkpoint::findLatest(const std::string& saveDir) {
-  std::optional<CheckpointEntry> entry = newest(saveDir);
-  if (!entry) return std::nullopt;
-  return entry->directory;
-}
-
-Checkpoint Checkpoint::load(const std::string& directory, const nlohmann::json& expectedModel) {
-  const fs::path root(directory);
-  const std::string manifestPath = (root / kManifestName).string();
-  std::error_code error;
-  if (!fs::is_directory(root, error)) throw InputError(directory + ": no such checkpoint directory");
-  if (!fs::exists(manifestPath, error))
-    throw InputError(manifestPath + ": missing: not a complete checkpoint (an interrupted save, or not a checkpoint directory)");
-
-  Checkpoint checkpoint;
-  checkpoint.directory_ = directory;
-  CheckpointManifest manifest = parseCheckpointManifest(readManifestBytes(manifestPath), manifestPath);
-  auto bad = [&](const std::string& field, const std::string& what) -> InputError {
-    return InputError(manifestPath + ": " + field + ": " + what);
-  };
-  if (modelIdentityHash(manifest.state.model) != modelIdentityHash(expectedModel))
-    throw bad(firstDifference("model", manifest.state.model, expectedModel),
-              "a checkpoint of another model or recipe (the layout may differ, nothing else that decides the run)");
-  // The directory's name is the step a listing shows and a resume continues from.
-  std::optional<int64_t> named = stepOfDirectoryName(root.filename().string());
-  if (named && *named != manifest.state.step)
-    throw bad("step", std::to_string(manifest.state.step) + ", but the directory is " + root.filename().string() +
-                          " (an edited manifest, or a directory renamed by hand)");
-  checkpoint.state_ = manifest.state;
-  checkpoint.worldSize_ = manifest.worldSize;
-
-  // Every listed file: present, of the recorded size, with the recorded hash.
-  for (const ManifestFile& file : manifest.files) {
-    const std::string path = (root / file.name).string();
-    if (!fs::is_regular_file(path, error)) throw InputError(path + ": missing (the manifest lists it; a torn checkpoint)");
-    const uint64_t actualSize = fs::file_size(path, error);
-    if (error) throw InputError(path + ": cannot stat: " + error.message());
-    if (actualSize != file.size)
-      throw InputError(path + ": size: " + std::to_string(actualSize) + " bytes, the manifest records " +
-                       std::to_string(file.size) + " (a truncated or torn checkpoint)");
-    FileFacts facts = hashFile(path, /*loading=*/true);
-    if (facts.size != file.size)
-      throw InputError(path + ": size: " + std::to_string(facts.size) + " bytes read, the manifest records " +
-                       std::to_string(file.size) + " (the file changed while being read)");
-    if (hex64(facts.hash) != file.xxh3)
-      throw InputError(path + ": xxh3_64: the file hashes to " + hex64(facts.hash) + ", the manifest records " + file.xxh3 +
-                       " (a corrupted checkpoint)");
-  }
-
-  // The groups: every box in its shard file with the recorded dtype and shape.
-  for (const ManifestGroup& group : manifest.groups) {
-    Group& loaded = checkpoint.groups_[group.name];
-    std::map<std::string, size_t> fileByName;
-    for (const std::string& shard : group.shards) {
-      checkpoint.files_.push_back(SafetensorsFile::open((root / shard).string()));
-      fileByName[shard] = checkpoint.files_.size() - 1;
-    }
-    for (const ManifestTensor& tensor : group.tensors) {
-      loaded.names.push_back(tensor.name);
-      SavedTensor& savedTensor = loaded.tensors[tensor.name];
-      savedTensor.dtype = tensor.dtype;
-      savedTensor.globalShape = tensor.globalShape;
-      for (const ManifestBox& box : tensor.boxes) {
-        const size_t file = fileByName.at(box.file);
-        const SafetensorsFile& shardFile = checkpoint.files_[file];
-        const SafetensorsEntry* stored = shardFile.find(tensor.name);
-        const std::string where = shardFile.path() + ": tensor " + quoteForMessage(tensor.name) + ": ";
-        if (!stored) throw InputError(where + "missing (the manifest records its box " + describeBox(box.box) + " there)");
-        if (stored->dtype != tensor.dtype || stored->shape != box.box.shape)
-          throw InputError(where + std::string(dtypeName(stored->dtype)) + " " + describeShape(stored->shape) +
-                           ", the manifest records the " + std::string(dtypeName(tensor.dtype)) + " box " +
-                           describeBox(box.box) + " of shape " + describeShape(box.box.shape));
-        savedTensor.boxes.push_back({box.box, file, static_cast<size_t>(stored - shardFile.entries().data())});
-      }
-    }
-  }
-  checkpoint.manifest_ = std::move(manifest.json);
-  return checkpoint;
-}
-
-std::vector<std::string> Checkpoint::groups() const {
-  std::vector<std::string> names;
-  for (const auto& [group, unused] : groups_) names.push_back(group);
-  return names;
-}
-
-std::vector<std::string> Checkpoint::names(const std::string& group) const {
-  auto found = groups_.find(group);
-  return found == groups_.end() ? std::vector<std::string>{} : found->second.names;
-}
-
-bool Checkpoint::contains(const std::string& group, const std::string& name) const {
-  auto found = groups_.find(group);
-  return found != groups_.end() && found->second.tensors.count(name) != 0;
-}
-
-const Checkpoint::SavedTensor& Checkpoint::saved(const std::string& group, const std::string& name) const {
-  auto found = groups_.find(group);
-  if (found != groups_.end()) {
-    auto tensor = found->second.tensors.find(name);
-    if (tensor != found->second.tensors.end()) return tensor->second;
-  }
-  throw InputError(directory_ + ": group '" + group + "': tensor '" + name + "': not found");
-}
-
-const std::vector<int64_t>& Checkpoint::globalShape(const std::string& group, const std::string& name) const {
-  return saved(group, name).globalShape;
-}
-
-DType Checkpoint::dtype(const std::string& group, const std::string& name) const { return saved(group, name).dtype; }
-
-HostTensor Checkpoint::read(const std::string& group, const std::string& name) const {
-  const std::vector<int64_t>& globalShape = saved(group, name).globalShape;
-  return readBox(group, name, globalShape, wholeBox(globalShape));
-}
-
-HostTensor Checkpoint::readBox(const std::string& group, const std::string& name, const std::vector<int64_t>& globalShape,
-                               const ShardBox& box) const {
-  const SavedTensor& tensor = saved(group, name);
-  std::string where = directory_ + ": group '" + group + "': tensor '" + name + "': ";
-  if (tensor.globalShape != globalShape)
-    throw InputError(where + "the checkpoint holds it with the global shape " + describeShape(tensor.globalShape) +
-                     ", this run's is " + describeShape(globalShape) + " (a checkpoint of another model)");
-  if (!boxFitsIn(box, tensor.globalShape))
-    throw InputError(where + "the requested box " + describeBox(box) + " does not lie inside the saved shape " +
-                     describeShape(tensor.globalShape) + " (a checkpoint of another model)");
-  std::vector<ShardBox> savedBoxes;
-  for (const SavedBox& piece : tensor.boxes) savedBoxes.push_back(piece.box);
-  std::vector<ShardBox> gaps = uncoveredParts(box, savedBoxes);
-  if (!gaps.empty())
-    throw InputError(where + "the saved boxes do not cover " + describeBox(gaps.front()) + " of the requested box " +
-                     describeBox(box) + (gaps.size() > 1 ? " (and " + std::to_string(gaps.size() - 1) + " more parts)" : "") +
-                     " (a checkpoint without some rank's shards)");
-  HostTensor result(tensor.dtype, box.shape);
-  for (const SavedBox& piece : tensor.boxes) {
-    std::optional<ShardBox> common = intersectBoxes(piece.box, box);
-    if (!common) continue;
-    const SafetensorsFile& file = files_[piece.file];
-    copyRegion(file.data(file.entries()[piece.entry]), piece.box, result.data.data(), box, *common, dtypeSize(tensor.dtype));
-  }
   return result;
 }
 

@@ -1,5 +1,5 @@
 // A run never destroys what it reads or what another run saved, and leaves no rank behind
-// (docs/cli.md, "Outputs and inputs"; docs/training.md, "One run per save directory";
+// (docs/cli.md, "Outputs and inputs"; docs/training.md, "Checkpoints": one run per save directory;
 // docs/cli.md, "Several ranks"): each case was found losing data, orphaning ranks or hanging.
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-// Training checkpoints (docs/training.md, "Checkpoints"; docs/parallelism.md, "Sharded checkpoints
+// Writing training checkpoints (docs/training.md, "Checkpoints"; docs/parallelism.md, "Sharded checkpoints
 // and resume"):
 //
 //   SAVE_DIR/step-00000100/
@@ -22,6 +22,8 @@
 // requested box from the saved boxes that intersect it, so a checkpoint saved under one layout loads
 // under another.
 //
+// CheckpointListing.h finds the complete checkpoints of a save directory, CheckpointReader.h loads one.
+//
 // Commit protocol: rank 0 creates SAVE_DIR/.tmp-step-<step>-<id>/ (beginSave; the id is rank 0's
 // process id, which every rank learns to name the directory: temporaryDirectory); every rank writes
 // its files and a rank-<r>.json list of its boxes there, each file fsync'd (saveRank); once all have
@@ -32,36 +34,15 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/core/HostTensor.h"
-#include "runtime/io/Safetensors.h"
 #include "runtime/core/ShardBoxes.h"
+#include "runtime/train/CheckpointManifest.h"
 
 namespace dgemma {
-
-inline constexpr const char* kCheckpointFormatName = "dgemma-checkpoint";
-// 4: the manifest carries manifest_xxh3_64, a checksum of every other member (CheckpointManifest.h).
-inline constexpr int kCheckpointFormatVersion = 4;
-
-// The run state besides the tensors. The JSON members are the caller's, stored verbatim.
-struct CheckpointState {
-  // What a run resuming from the checkpoint must match, whatever its layout (the trainer's: model
-  // config, objective, precision, optimizer settings, every saved tensor's global shape and dtype).
-  // Stored with its XXH3-64 as the manifest's "model" and "model_hash"; compared on load.
-  nlohmann::json model = nlohmann::json::object();
-  int64_t step = 0;              // optimizer steps completed
-  int64_t consumedSamples = 0;
-  nlohmann::json dataOrderState = nlohmann::json::object();  // the sampler's state (docs/data.md, "Item order")
-  nlohmann::json rng = nlohmann::json::object();             // seeds, noise-seeding mode
-  nlohmann::json config = nlohmann::json::object();          // the run configuration (schedule included)
-};
 
 struct CheckpointTensor {
   std::string group;  // file prefix: [a-z0-9_]+, e.g. "model", "optimizer"
@@ -100,13 +81,7 @@ struct CheckpointSaveResult {
   std::vector<std::string> removed;  // older checkpoints deleted by `keep`
 };
 
-// A complete checkpoint found in a save directory.
-struct CheckpointEntry {
-  int64_t step = 0;
-  std::string directory;
-};
-
-class Checkpoint {
+class CheckpointWriter {
  public:
   // Writes a checkpoint of `state` and `tensors` (see the file comment), then applies `keep`. A
   // checkpoint of the same step already there is replaced. Throws std::invalid_argument for a bad
@@ -126,8 +101,6 @@ class Checkpoint {
   // Rank 0, first: deletes what crashed saves left and creates the temporary directory it returns,
   // temporaryDirectory(saveDir, step, getpid()). Throws RuntimeError for I/O failures.
   static std::string beginSave(const std::string& saveDir, int64_t step);
-  // SAVE_DIR/step-<8-digit step>: where the save of `step` commits.
-  static std::string stepDirectory(const std::string& saveDir, int64_t step);
   // The temporary directory of the save of `step` whose rank 0 has process id `saveId`: how the
   // other ranks name beginSave's directory.
   static std::string temporaryDirectory(const std::string& saveDir, int64_t step, int64_t saveId);
@@ -144,76 +117,6 @@ class Checkpoint {
                                          int worldSize, const CheckpointSaveOptions& options);
   // Removes a temporary directory of a save that failed on some rank.
   static void abortSave(const std::string& tmpDir);
-
-  // The complete checkpoints in `saveDir`, oldest first: step-<digits> directories whose
-  // manifest.json is present, passes parseCheckpointManifest and names the same step (what `keep`
-  // counts and deletes). .tmp-* and other entries are ignored; a missing saveDir has none.
-  static std::vector<CheckpointEntry> list(const std::string& saveDir);
-  // The step-<digits> directory of the highest step, complete or not: what --resume loads, so that
-  // a damaged newest checkpoint is reported rather than skipped for an older one. Nothing when
-  // there is no such directory.
-  static std::optional<CheckpointEntry> newest(const std::string& saveDir);
-  static std::optional<std::string> findLatest(const std::string& saveDir);  // newest()'s directory
-
-  // Opens and verifies a checkpoint directory: the manifest (parseCheckpointManifest: its format
-  // version, its checksum, every member's type and range), the step against a step-<digits>
-  // directory name, its model identity
-  // against `expectedModel` (a difference is named by its path, e.g. "model.optimizer.beta2: the
-  // checkpoint has 0.999, this run 0.95"), every listed file's size and XXH3-64, and that every saved
-  // box is in its file with the recorded dtype and shape and overlaps no other box. Throws
-  // InputError naming the file and the fault, e.g.
-  //   ".../step-00000004/model-00001-of-00001.safetensors: size: 1000 bytes, the manifest records 1024
-  //    (a truncated or torn checkpoint)".
-  static Checkpoint load(const std::string& directory, const nlohmann::json& expectedModel);
-
-  Checkpoint(Checkpoint&&) = default;
-  Checkpoint& operator=(Checkpoint&&) = default;
-
-  const std::string& directory() const { return directory_; }
-  const CheckpointState& state() const { return state_; }
-  const nlohmann::json& manifest() const { return manifest_; }
-  std::vector<std::string> groups() const;                        // sorted
-  std::vector<std::string> names(const std::string& group) const;  // the saved order (rank 0's first)
-  bool contains(const std::string& group, const std::string& name) const;
-  int worldSize() const { return worldSize_; }  // the ranks that saved it
-  // The global shape and dtype of a saved tensor. Throw InputError as read() does.
-  const std::vector<int64_t>& globalShape(const std::string& group, const std::string& name) const;
-  DType dtype(const std::string& group, const std::string& name) const;
-  // The whole tensor, bit-exact. Throws InputError "DIR: group 'G': tensor 'N': not found".
-  HostTensor read(const std::string& group, const std::string& name) const;
-  // The elements `box` of the global tensor of shape `globalShape` (this rank's box in the loading
-  // layout), assembled bit-exactly from the saved boxes that intersect it. Throws InputError naming
-  // the tensor when the saved global shape is not `globalShape` (naming both), when the box lies
-  // outside it or when the saved boxes leave part of it uncovered (naming that part).
-  HostTensor readBox(const std::string& group, const std::string& name, const std::vector<int64_t>& globalShape,
-                     const ShardBox& box) const;
-
- private:
-  Checkpoint() = default;
-
-  struct SavedBox {
-    ShardBox box;
-    size_t file = 0;  // into files_
-    size_t entry = 0;  // into that file's entries()
-  };
-  struct SavedTensor {
-    DType dtype = DType::F32;
-    std::vector<int64_t> globalShape;
-    std::vector<SavedBox> boxes;
-  };
-  struct Group {
-    std::vector<std::string> names;  // saved order
-    std::map<std::string, SavedTensor> tensors;
-  };
-
-  const SavedTensor& saved(const std::string& group, const std::string& name) const;
-
-  std::string directory_;
-  CheckpointState state_;
-  nlohmann::json manifest_;
-  int worldSize_ = 1;
-  std::vector<SafetensorsFile> files_;
-  std::map<std::string, Group> groups_;
 };
 
 }  // namespace dgemma

@@ -2,7 +2,7 @@
 // patch 8, pooling 2, 9 soft tokens per 48 x 48 image) and a handful of rows in the form of
 // data/demo (its images): dgemma-compile --images-per-example, training on an image plan (image and
 // text micro-batches) resumed bit-exactly, generate --image and eval over image rows; and the bad
-// input of each (docs/training.md, "Images"; docs/data.md, "Item order").
+// input of each (docs/training.md, "The training loop"; docs/data.md, "Item order").
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,0 +1,19 @@
+// A checkpoint file's size and XXH3-64 as its manifest records them: computed by the writer for every
+// file it writes and again by the reader, which compares (docs/training.md, "Checkpoints").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dgemma {
+
+struct FileDigest {
+  uint64_t size = 0;
+  std::string xxh3;  // 16 lowercase hex digits
+};
+
+// Size and XXH3-64 of a whole regular file, read in blocks (a shard can be larger than free memory).
+// An I/O error is an InputError when loading (`loading`), a RuntimeError when saving.
+FileDigest digestCheckpointFile(const std::string& path, bool loading);
+
+}  // namespace dgemma
