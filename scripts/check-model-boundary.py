@@ -6,7 +6,7 @@ the runtime takes them from the adapter's ModelContract.
 
 Not checked: the bucket dimensions (layout words the trainer's own records share), the dgemma-run
 subcommand verbs (a line that adds a CLI subcommand) and the metrics writer, whose keys are the
-metrics file's format (docs/training.md, "Metrics").
+metrics file's format (docs/training.md, "Metrics file").
 
 Usage: check-model-boundary.py [--root DIR] [--interface FILE]; exits 1 listing every file:line.
 """

@@ -21,7 +21,7 @@ inline constexpr const char* kDenoiseEntry = "denoise";
 inline constexpr const char* kDenoiseFirstEntry = "denoise_first";
 inline constexpr const char* kCommitEntry = "commit";
 
-// Bucket dimensions of the entries (docs/plan-format.md, "Entry points").
+// Bucket dimensions of the entries (docs/plan-format.md, "Header").
 inline constexpr const char* kMicroBatchDimension = "micro_batch";
 inline constexpr const char* kPromptLengthDimension = "prompt_len";
 inline constexpr const char* kCanvasLengthDimension = "canvas_len";
