@@ -1,5 +1,5 @@
 // dgemma-compile --report (Report.h).
-#include "tools/dgemma-compile/Report.h"
+#include "compiler/Driver/Report.h"
 
 #include <algorithm>
 #include <cstdio>
