@@ -1,5 +1,5 @@
 // dgemma-compile --auto-layout (AutoLayout.h).
-#include "tools/dgemma-compile/AutoLayout.h"
+#include "compiler/Driver/AutoLayout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "support/CheckedSize.h"
 #include "support/Error.h"
 #include "support/Json.h"
-#include "tools/dgemma-compile/Report.h"
+#include "compiler/Driver/Report.h"
 
 namespace dgemma {
 

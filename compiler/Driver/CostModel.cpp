@@ -1,5 +1,5 @@
 // The analytic cost model of --auto-layout (CostModel.h; docs/parallelism.md, "Layout search").
-#include "tools/dgemma-compile/CostModel.h"
+#include "compiler/Driver/CostModel.h"
 
 #include <algorithm>
 

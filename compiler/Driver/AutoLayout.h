@@ -14,7 +14,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "plan/Plan.h"
-#include "tools/dgemma-compile/CostModel.h"
+#include "compiler/Driver/CostModel.h"
 
 namespace dgemma {
 

@@ -1,5 +1,5 @@
 // dgemma-compile --report (Report.h).
-#include "tools/dgemma-compile/Report.h"
+#include "compiler/Driver/Report.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include "dialects/dg/IR/DgRecompute.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringSet.h"
+#include "models/diffusion_gemma/spec/Interface.h"
 #include "plan/Names.h"
 
 namespace {
@@ -35,7 +36,7 @@ SmallVector<func::FuncOp> stepEntries(ModuleOp module) {
   for (auto function : module.getOps<func::FuncOp>()) {
     std::string name = entryName(function);
     if (name.empty()) continue;
-    if (name != "train_step" && name != "forward") {
+    if (name != ::dgemma::diffusion_gemma::kTrainStepEntry && name != ::dgemma::diffusion_gemma::kForwardEntry) {
       entries.push_back(function);
       continue;
     }

@@ -1,0 +1,86 @@
+// What one dgemma-compile run is asked for (docs/cli.md): every value its flags set, and what
+// follows from those values alone. The tool fills the struct; the driver (Driver.h) validates it
+// against the model and compiles.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/Pipeline/Pipeline.h"
+#include "plan/OptimizerSettings.h"
+
+namespace dgemma {
+
+// The ranges of the numeric options (docs/cli.md, "Flag ranges"): far beyond any real run, and
+// small enough that the sizes built from them cannot overflow.
+constexpr int64_t kMaxMicroBatch = 65536;
+constexpr int64_t kMaxLength = int64_t{1} << 20;  // --prompt-len, --canvas-len, --max-new-tokens
+constexpr int64_t kMaxBuiltinSize = 65536;        // --hidden-size, --vocab-size of the built-in graph
+constexpr int64_t kMaxParallel = 1024;            // --tp, --ep, --dp
+constexpr int64_t kMaxImagesPerExample = 1024;
+constexpr double kMaxWeight = 1e6;                // loss weights, coefficients, clips, weight decay
+constexpr double kMaxGradNorm = 1e30;
+// Tokens of one global micro-batch (micro-batch x DP x (longest prompt + canvas + cache)): the
+// builder lays out position tables of this many entries before any size is checked.
+constexpr int64_t kMaxTokensPerMicroBatch = int64_t{1} << 24;
+
+// Each member is the flag it is named after (docs/cli.md); the defaults are the flags'.
+struct CompileOptions {
+  std::string model;
+  std::string mode;
+  std::string preset;
+  std::string objective = "base-sft";
+  double selfCondProb = 0.5;  // docs/training.md, "Self-conditioning": dgemma's default training config (the MB recipe)
+  double encoderLossWeight = 1.0;
+  double decoderLossWeight = 1.0;
+  std::optional<double> weightClip;
+  double auxLossCoeff = 0.0;
+  double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
+  OptimizerSettings adam;
+  int64_t microBatch = 2;
+  int64_t imagesPerExample = 0;  // --images-per-example: 0 = a text-only plan (docs/cli.md)
+  std::string promptLengths = "8";
+  int64_t canvasLength = 0;  // 0: the model config's canvas_length
+  std::optional<int64_t> maxNewTokens;  // unset: generation_config.json's max_new_tokens, else 256
+  int64_t hiddenSize = 64;
+  int64_t vocabSize = 128;
+  int64_t tp = 1, ep = 1, dp = 1;
+  bool sequenceParallel = false;
+  bool distributedOptimizer = true;
+  std::string expertExchange = "all-gather";  // all-gather | all-to-all
+  std::string recompute = "none";
+  std::string backwardOrder = "scheduled";  // scheduled (dg-backward-schedule) | autodiff
+  std::string fusion = "on";  // dg-fuse-elementwise
+  std::string precision = "fp32";
+  std::string backend = "cpu";
+  std::string emit;
+  bool report = false;
+  std::string output;
+  // --auto-layout (docs/parallelism.md, "Layout search"): the layout and recompute policy are searched.
+  bool autoLayout = false;
+  int64_t gpus = 0;  // 0: not given
+  std::string gpuMemory;
+  std::string gpu;  // empty: h200
+  std::vector<std::string> explicitLayoutFlags;  // the layout flags given on the command line
+};
+
+// The name --model takes for the built-in graph (the other form is an HF config).
+std::string builtinModelName();
+// The compile flags preset `name` sets (without the leading --), each value as command-line text;
+// throws InputError for an unknown preset.
+std::vector<std::pair<std::string, std::string>> presetCompileFlags(const std::string& name);
+
+// --prompt-len's buckets, sorted and without repeats.
+std::vector<int64_t> parsePromptLengths(const std::string& text);
+bool isMultiRank(const CompileOptions& options);
+mlir::dg::ShardingOptions shardingOptions(const CompileOptions& options);
+// Options whose features later work adds are rejected now rather than silently ignored.
+void rejectUnbuiltFeatures(const CompileOptions& options);
+// The config.json --model names (an HF checkpoint directory or the file itself).
+std::filesystem::path diffusionGemmaConfigPath(const CompileOptions& options);
+
+}  // namespace dgemma

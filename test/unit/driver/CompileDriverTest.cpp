@@ -1,0 +1,152 @@
+// The compiler driver in-process (compiler/Driver): options -> the module built for the built-in
+// graph and the tiny DiffusionGemma config, the checks of options against the model that live in
+// the library, the preset defaults the tool applies, and a whole compile writing its plan.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+
+#include "compiler/Driver/CompileOptions.h"
+#include "compiler/Driver/Driver.h"
+#include "compiler/Driver/ModelBuild.h"
+#include "dialects/dg/IR/DgDialect.h"
+#include "dialects/dg/IR/DgOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "plan/PlanFile.h"
+#include "support/Error.h"
+
+namespace dgemma {
+namespace {
+
+const std::string kTinyConfig = std::string(DGEMMA_SOURCE_DIR) + "/models/diffusion_gemma/configs/tiny-cpu.json";
+
+// The InputError message `action` throws, or a failure when it throws nothing or something else.
+template <typename Action>
+std::string inputErrorMessage(Action&& action) {
+  try {
+    action();
+  } catch (const InputError& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "expected an InputError, got: " << error.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected an InputError, nothing was thrown";
+  return "";
+}
+
+std::vector<std::string> entryNames(mlir::ModuleOp module) {
+  std::vector<std::string> names;
+  for (auto function : module.getOps<mlir::func::FuncOp>())
+    if (auto entry = function->getAttrOfType<mlir::StringAttr>(mlir::dg::kEntryAttr)) names.push_back(entry.str());
+  return names;
+}
+
+struct Built {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  RuntimeFields fields;
+  nlohmann::json metadata = nlohmann::json::object();
+};
+
+Built build(mlir::MLIRContext& context, const CompileOptions& options) {
+  Built built;
+  built.module = buildModel(context, options, built.fields, built.metadata);
+  return built;
+}
+
+TEST(CompileDriverTest, BuiltinModelIsBuiltForEachPromptBucket) {
+  mlir::MLIRContext context;
+  CompileOptions options;
+  options.model = builtinModelName();
+  options.mode = "infer";
+  options.promptLengths = "8,4,8";
+  Built built = build(context, options);
+  ASSERT_TRUE(built.module);
+  EXPECT_EQ(entryNames(*built.module).size(), 2u);  // the buckets 4 and 8
+  EXPECT_EQ(built.fields.family, ModelFamily::Builtin);
+  EXPECT_EQ(built.fields.modelHiddenSize(), 0);
+}
+
+TEST(CompileDriverTest, TinyConfigTrainModuleCarriesTheConfigAndLayout) {
+  mlir::MLIRContext context;
+  CompileOptions options;
+  options.model = kTinyConfig;
+  options.mode = "train";
+  options.microBatch = 1;
+  Built built = build(context, options);
+  ASSERT_TRUE(built.module);
+  EXPECT_FALSE(entryNames(*built.module).empty());
+  EXPECT_EQ(built.fields.family, ModelFamily::DiffusionGemma);
+  EXPECT_GT(built.fields.modelHiddenSize(), 0);
+  ASSERT_TRUE(built.fields.bucketPadding);
+  EXPECT_EQ(built.metadata["layout"]["tp"], 1);
+  EXPECT_EQ(built.metadata["objective"]["variant"], "base-sft");
+}
+
+TEST(CompileDriverTest, OptionsThatDoNotFitTheModelAreInputErrors) {
+  mlir::MLIRContext context;
+  CompileOptions options;
+  options.model = kTinyConfig;
+  options.mode = "train";
+  options.tp = 3;
+  EXPECT_NE(inputErrorMessage([&] { build(context, options); }).find("--tp 3"), std::string::npos);
+
+  CompileOptions builtin;
+  builtin.model = builtinModelName();
+  builtin.mode = "train";
+  builtin.dp = 2;
+  EXPECT_NE(inputErrorMessage([&] { build(context, builtin); }).find("has no parallel mapping"), std::string::npos);
+
+  CompileOptions missing;
+  missing.model = "/nonexistent/config.json";
+  missing.mode = "train";
+  EXPECT_NE(inputErrorMessage([&] { build(context, missing); }).find("--model: /nonexistent/config.json does not exist"),
+            std::string::npos);
+}
+
+TEST(CompileDriverTest, PromptLengthsAreSortedBucketsInRange) {
+  EXPECT_EQ(parsePromptLengths("16,4,16,8"), (std::vector<int64_t>{4, 8, 16}));
+  EXPECT_NE(inputErrorMessage([] { parsePromptLengths("4,x"); }).find("--prompt-len: expected integers"), std::string::npos);
+  EXPECT_NE(inputErrorMessage([] { parsePromptLengths("0"); }).find("--prompt-len"), std::string::npos);
+}
+
+TEST(CompileDriverTest, PresetFlagsAreCommandLineText) {
+  const auto flags = presetCompileFlags("tiny-cpu");
+  EXPECT_FALSE(flags.empty());
+  for (const auto& [flag, value] : flags) {
+    EXPECT_NE(flag.rfind("--", 0), 0u) << flag;  // the name without the leading --
+    EXPECT_FALSE(value.empty()) << flag;
+  }
+  EXPECT_NE(inputErrorMessage([] { presetCompileFlags("no-such-preset"); }).find("no-such-preset"), std::string::npos);
+}
+
+TEST(CompileDriverTest, CompileWritesThePlanFile) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "dgemma-driver-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const std::filesystem::path output = std::filesystem::path(pattern) / "plan";
+  CompileOptions options;
+  options.model = builtinModelName();
+  options.mode = "train";
+  options.promptLengths = "4";
+  options.hiddenSize = 8;
+  options.vocabSize = 16;
+  options.output = output.string();
+  compile(options);
+  const Plan plan = readPlanFile(planFileForRank(output.string(), 0));
+  EXPECT_EQ(plan.producer, "dgemma-compile");
+  EXPECT_EQ(plan.metadata["mode"], "train");
+  EXPECT_FALSE(plan.entryPoints.empty());
+  std::filesystem::remove_all(pattern);
+}
+
+TEST(CompileDriverTest, CompileNeedsAnOutputOrAStageToEmit) {
+  CompileOptions options;
+  options.model = builtinModelName();
+  options.mode = "train";
+  EXPECT_EQ(inputErrorMessage([&] { compile(options); }), "-o: an output plan directory is required (or --emit)");
+}
+
+}  // namespace
+}  // namespace dgemma
