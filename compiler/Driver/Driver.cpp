@@ -129,6 +129,10 @@ void compile(CompileOptions options) {
     throw InputError("--recompute " + options.recompute + ": only --mode train has a backward that recomputes (use none)");
 
   mlir::MLIRContext context;
+  // --report times each pass by the process's CPU and collects the planner's numbers as it plans
+  // (Pipeline.h, PipelineOptions): the function passes run one at a time, as every stage runs them
+  // (Pipeline.cpp, stagePasses).
+  if (options.report) context.disableMultithreading();
   // Diagnostics go to stderr as "loc: error: message"; a failed stage is bad input (exit 2).
   llvm::SourceMgr sourceManager;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());

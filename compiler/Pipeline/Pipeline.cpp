@@ -1,9 +1,12 @@
 #include "compiler/Pipeline/Pipeline.h"
 
 #include <ctime>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "compiler/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -21,7 +24,7 @@ void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& optio
   addSimplification(passes);
   if (!options.train) return;
   passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));
-  passes.addPass(createDgF32GradientAccumulation());
+  passes.addNestedPass<func::FuncOp>(createDgF32GradientAccumulation());
   if (const std::optional<dgemma::OptimizerSettings>& adam = options.optimizer) {
     passes.addPass(createDgOptimizerStep(
         DgOptimizerStepOptions{adam->beta1, adam->beta2, adam->epsilon, adam->weightDecay, adam->maxGradNorm}));
@@ -32,17 +35,20 @@ void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& optio
 }
 
 void addRecomputationStage(OpPassManager& passes, const RecomputePolicy& policy) {
-  if (policy.kind != RecomputePolicy::Kind::None) passes.addPass(createDgRecompute(DgRecomputeOptions{policy.name()}));
+  if (policy.kind != RecomputePolicy::Kind::None)
+    passes.addNestedPass<func::FuncOp>(createDgRecompute(DgRecomputeOptions{policy.name()}));
 }
 
+// Every planning pass works on one entry point at a time.
 void addPlanningStage(OpPassManager& passes, const PipelineOptions& options) {
+  OpPassManager& perFunction = passes.nest<func::FuncOp>();
   // After dg-recompute: a recomputed clone of the experts hands its backward the pre-activations.
-  passes.addPass(createDgKeepExpertActivations());
-  if (options.scheduleBackward) passes.addPass(createDgBackwardSchedule(DgBackwardScheduleOptions{options.lossName}));
+  perFunction.addPass(createDgKeepExpertActivations());
+  if (options.scheduleBackward) perFunction.addPass(createDgBackwardSchedule(DgBackwardScheduleOptions{options.lossName}));
   // After the schedule: fusion groups runs of ops that are contiguous in the final order.
-  if (options.fusion) passes.addPass(createDgFuseElementwise());
-  if (options.memoryPlanObserver) passes.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
-  else passes.addPass(createDgMemoryPlan());
+  if (options.fusion) perFunction.addPass(createDgFuseElementwise());
+  if (options.memoryPlanObserver) perFunction.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
+  else perFunction.addPass(createDgMemoryPlan());
 }
 
 // The textual form of the plan stage's options: the recomputation that comes before planning.
@@ -54,24 +60,31 @@ struct PlanPipelineOptions : public PassPipelineOptions<PlanPipelineOptions> {
 };
 
 // Adds each pass's CPU time (the process's, so every thread's and none of another process's on a
-// loaded machine) to a PassTimes.
+// loaded machine) to a PassTimes. A pass without an argument is a pass manager's adaptor running a
+// nested pipeline (the per-function passes): its time is its passes', so it is not counted again.
+// One timer serves one pass manager, which runs each function pass once over a module's functions.
 class PassTimer : public PassInstrumentation {
  public:
   explicit PassTimer(PassTimes& times) : times_(times) {}
-  void runBeforePass(Pass*, Operation*) override { starts_.push_back(std::clock()); }
-  void runAfterPass(Pass* pass, Operation*) override { stop(pass); }
-  void runAfterPassFailed(Pass* pass, Operation*) override { stop(pass); }
+  void runBeforePass(Pass* pass, Operation*) override {
+    if (!pass->getArgument().empty()) starts_.push_back(std::clock());
+  }
+  void runAfterPass(Pass* pass, Operation* op) override { stop(pass, op); }
+  void runAfterPassFailed(Pass* pass, Operation* op) override { stop(pass, op); }
 
  private:
-  void stop(Pass* pass) {
+  void stop(Pass* pass, Operation* op) {
+    if (pass->getArgument().empty()) return;
     const double elapsed = double(std::clock() - starts_.back()) / CLOCKS_PER_SEC;
     starts_.pop_back();
-    std::string name = pass->getArgument().empty() ? pass->getName().str() : pass->getArgument().str();
+    const std::string name = pass->getArgument().str();
     times_.seconds[name] += elapsed;
-    ++times_.runs[name];
+    // A run is one over a program: a function pass's runs on the functions of one module count once.
+    if (isa<ModuleOp>(op) || functionPassesRun_.insert({name, op->getParentOfType<ModuleOp>()}).second) ++times_.runs[name];
   }
   PassTimes& times_;
   std::vector<std::clock_t> starts_;
+  std::set<std::pair<std::string, Operation*>> functionPassesRun_;
 };
 
 void timePasses(PassManager& passes, PassTimes* times) {
@@ -100,32 +113,39 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   }
 };
 
+// A stage's pass manager. Its function passes run one entry point at a time, never side by side:
+// dg.entry's verifier, which runs after each pass on the function the pass changed, checks that a
+// parameter has one type in every entry point, so it reads sibling functions that another thread
+// would be rewriting.
+PassManager stagePasses(ModuleOp module, PassTimes* times) {
+  module.getContext()->disableMultithreading();
+  PassManager passes(module.getContext());
+  timePasses(passes, times);
+  return passes;
+}
+
 }  // namespace
 
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options) {
-  PassManager passes(module.getContext());
-  timePasses(passes, options.passTimes);
+  PassManager passes = stagePasses(module, options.passTimes);
   addDifferentiationStage(passes, options);
   return passes.run(module);
 }
 
 LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& options) {
-  PassManager passes(module.getContext());
-  timePasses(passes, options.passTimes);
+  PassManager passes = stagePasses(module, options.passTimes);
   addRecomputationStage(passes, options.recompute);
   return passes.run(module);
 }
 
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options) {
-  PassManager passes(module.getContext());
-  timePasses(passes, options.passTimes);
+  PassManager passes = stagePasses(module, options.passTimes);
   addPlanningStage(passes, options);
   return passes.run(module);
 }
 
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) {
-  PassManager passes(module.getContext());
-  timePasses(passes, options.passTimes);
+  PassManager passes = stagePasses(module, options.passTimes);
   passes.addPass(createDgShardAnnotate(DgShardAnnotateOptions{options.tensorParallel, options.dataParallel,
                                                               options.expertParallel, options.sequenceParallel,
                                                               options.distributedOptimizer}));
@@ -135,10 +155,9 @@ LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) 
 
 FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, const ShardingOptions& options) {
   OwningOpRef<ModuleOp> program(annotated.clone());
-  PassManager passes(annotated.getContext());
-  timePasses(passes, options.passTimes);
+  PassManager passes = stagePasses(annotated, options.passTimes);
   passes.addPass(createDgShardPartition(DgShardPartitionOptions{rank}));
-  if (options.expertAllToAll) passes.addPass(createDgExpertDispatch());
+  if (options.expertAllToAll) passes.addNestedPass<func::FuncOp>(createDgExpertDispatch());
   if (failed(passes.run(*program))) return failure();
   return program;
 }
@@ -160,7 +179,8 @@ void registerDgemmaPipelines() {
       "dg-fuse-elementwise when fusion=true, dg-memory-plan)",
       [](OpPassManager& passes, const PlanPipelineOptions& options) {
         // A policy the parser refuses goes to dg-recompute as written, which reports it.
-        if (options.recompute != "none") passes.addPass(createDgRecompute(DgRecomputeOptions{options.recompute}));
+        if (options.recompute != "none")
+          passes.addNestedPass<func::FuncOp>(createDgRecompute(DgRecomputeOptions{options.recompute}));
         PipelineOptions planning;
         planning.fusion = options.fusion;
         addPlanningStage(passes, planning);

@@ -1,6 +1,7 @@
 // The pass pipeline dgemma-compile runs, in the stages that `--emit` can stop at: differentiation,
 // sharding (whole program, then one partition per rank), recomputation, planning (elementwise fusion
-// and the backward schedule included; docs/architecture.md, "From config to plan to runtime").
+// and the backward schedule included; docs/architecture.md, "From config to plan to runtime"). The
+// passes that work on one entry point at a time are function passes, nested under the module.
 #ifndef COMPILER_PIPELINE_PIPELINE_H
 #define COMPILER_PIPELINE_PIPELINE_H
 
@@ -30,8 +31,13 @@ struct PipelineOptions {
   RecomputePolicy recompute;      // train: what the backward recomputes (dg-recompute)
   bool scheduleBackward = true;   // train: dg-backward-schedule before planning (false: autodiff's order)
   bool fusion = true;             // dg-fuse-elementwise before memory planning
-  PassTimes* passTimes = nullptr;  // when set, every stage adds its passes' times
-  MemoryPlanObserver memoryPlanObserver;  // when set, the planning stage hands it each entry's numbers
+  // When set, every stage adds its passes' times. The function passes would run side by side on a
+  // multithreaded context, each timed with the others' CPU, so the context must be single-threaded
+  // (MLIRContext::disableMultithreading).
+  PassTimes* passTimes = nullptr;
+  // When set, the planning stage hands it each entry's numbers; called from dg-memory-plan, so from
+  // several threads at once unless the context is single-threaded.
+  MemoryPlanObserver memoryPlanObserver;
 };
 
 // Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,

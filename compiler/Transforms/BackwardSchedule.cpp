@@ -271,22 +271,21 @@ struct DgBackwardSchedulePass : mlir::dg::impl::DgBackwardScheduleBase<DgBackwar
       getOperation().emitError() << "dg-backward-schedule: depth-band must be at least 1, got " << static_cast<int64_t>(depthBand);
       return signalPassFailure();
     }
-    for (auto function : getOperation().getOps<func::FuncOp>()) {
-      if (!function->hasAttr(kEntryAttr) || function.getBody().empty()) continue;
-      Block& body = function.getBody().front();
-      Operation* lossOutput = nullptr;
-      for (OutputOp output : body.getOps<OutputOp>())
-        if (output.getName() == lossName) lossOutput = output;
-      if (!lossOutput) continue;  // nothing differentiated here
-      const llvm::StringSet<> assigned = assignedParameters(body);
-      recastParametersForBackward(body, lossOutput, assigned);
-      // The forward keeps its order: interleaving the encoder's and decoder's forward passes kept more
-      // intermediates alive at once than it saved (docs/performance.md).
-      SmallVector<Operation*> backward;
-      for (Operation* op = lossOutput->getNextNode(); op != body.getTerminator(); op = op->getNextNode())
-        backward.push_back(op);
-      RegionScheduler(backward, body.getTerminator(), assigned, depthBand).run();
-    }
+    func::FuncOp function = getOperation();
+    if (!function->hasAttr(kEntryAttr) || function.getBody().empty()) return;
+    Block& body = function.getBody().front();
+    Operation* lossOutput = nullptr;
+    for (OutputOp output : body.getOps<OutputOp>())
+      if (output.getName() == lossName) lossOutput = output;
+    if (!lossOutput) return;  // nothing differentiated here
+    const llvm::StringSet<> assigned = assignedParameters(body);
+    recastParametersForBackward(body, lossOutput, assigned);
+    // The forward keeps its order: interleaving the encoder's and decoder's forward passes kept more
+    // intermediates alive at once than it saved (docs/performance.md).
+    SmallVector<Operation*> backward;
+    for (Operation* op = lossOutput->getNextNode(); op != body.getTerminator(); op = op->getNextNode())
+      backward.push_back(op);
+    RegionScheduler(backward, body.getTerminator(), assigned, depthBand).run();
   }
 };
 

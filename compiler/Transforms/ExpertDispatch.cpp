@@ -284,19 +284,17 @@ class ExpertDispatchRewriter {
 struct DgExpertDispatchPass : mlir::dg::impl::DgExpertDispatchBase<DgExpertDispatchPass> {
   void runOnOperation() override {
     OpBuilder builder(&getContext());
-    for (auto function : getOperation().getOps<func::FuncOp>()) {
-      ExpertDispatchRewriter rewriter(builder);
-      // In program order, so that a backward finds the forward of its tokens already rewritten.
-      SmallVector<Operation*> experts;
-      function.walk([&](Operation* op) {
-        if (isa<MoeExpertsOp, MoeExpertsBackwardOp>(op)) experts.push_back(op);
-      });
-      for (Operation* op : experts) {
-        if (auto forward = dyn_cast<MoeExpertsOp>(op)) rewriter.rewrite(forward);
-        else rewriter.rewrite(cast<MoeExpertsBackwardOp>(op));
-      }
-      rewriter.eraseBypassedGathers();
+    ExpertDispatchRewriter rewriter(builder);
+    // In program order, so that a backward finds the forward of its tokens already rewritten.
+    SmallVector<Operation*> experts;
+    getOperation().walk([&](Operation* op) {
+      if (isa<MoeExpertsOp, MoeExpertsBackwardOp>(op)) experts.push_back(op);
+    });
+    for (Operation* op : experts) {
+      if (auto forward = dyn_cast<MoeExpertsOp>(op)) rewriter.rewrite(forward);
+      else rewriter.rewrite(cast<MoeExpertsBackwardOp>(op));
     }
+    rewriter.eraseBypassedGathers();
   }
 };
 

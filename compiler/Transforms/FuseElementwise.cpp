@@ -172,9 +172,7 @@ class FuseElementwise {
 
 struct DgFuseElementwisePass : public mlir::dg::impl::DgFuseElementwiseBase<DgFuseElementwisePass> {
   void runOnOperation() override {
-    getOperation().walk([](func::FuncOp function) {
-      for (Block& block : function.getBody()) FuseElementwise(block).run();
-    });
+    for (Block& block : getOperation().getBody()) FuseElementwise(block).run();
   }
 };
 

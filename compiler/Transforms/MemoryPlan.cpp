@@ -287,23 +287,22 @@ struct DgMemoryPlanPass : mlir::dg::impl::DgMemoryPlanBase<DgMemoryPlanPass> {
       getOperation().emitError() << "dg-memory-plan: alignment must be a power of two";
       return signalPassFailure();
     }
-    for (auto function : getOperation().getOps<func::FuncOp>()) {
-      if (!function->hasAttr(kEntryAttr)) continue;
-      scheduleUpdatesEarly(function);
-      EntryMemoryPlan plan = planEntryMemory(function, alignment, /*write=*/true);
-      if (observe_) observe_(function, plan);
-      if (!stats) continue;
-      InFlightDiagnostic remark = function.emitRemark() << "memory plan:";
-      auto print = [&](const char* name, const PoolPacking& pool) {
-        char fragmentation[16];
-        std::snprintf(fragmentation, sizeof fragmentation, "%.3f", pool.fragmentation());
-        remark << " " << name << " values=" << pool.values << " bytes=" << pool.plannedBytes()
-               << " largest_first=" << pool.largestFirstBytes << " best_fit=" << pool.bestFitBytes
-               << " max_live=" << pool.maxLiveBytes << " fragmentation=" << std::string(fragmentation) << ";";
-      };
-      print("activations", plan.activations);
-      print("communication", plan.communication);
-    }
+    func::FuncOp function = getOperation();
+    if (!function->hasAttr(kEntryAttr)) return;
+    scheduleUpdatesEarly(function);
+    EntryMemoryPlan plan = planEntryMemory(function, alignment, /*write=*/true);
+    if (observe_) observe_(function, plan);
+    if (!stats) return;
+    InFlightDiagnostic remark = function.emitRemark() << "memory plan:";
+    auto print = [&](const char* name, const PoolPacking& pool) {
+      char fragmentation[16];
+      std::snprintf(fragmentation, sizeof fragmentation, "%.3f", pool.fragmentation());
+      remark << " " << name << " values=" << pool.values << " bytes=" << pool.plannedBytes()
+             << " largest_first=" << pool.largestFirstBytes << " best_fit=" << pool.bestFitBytes
+             << " max_live=" << pool.maxLiveBytes << " fragmentation=" << std::string(fragmentation) << ";";
+    };
+    print("activations", plan.activations);
+    print("communication", plan.communication);
   }
 
   MemoryPlanObserver observe_;

@@ -1,5 +1,7 @@
-// The whole-program phases of the dgemma compiler. Op-local rewrites (folders, canonicalization
-// patterns) stay with the ops in dialects/dg/IR.
+// The passes of the dgemma compiler. Op-local rewrites (folders, canonicalization patterns) stay
+// with the ops in dialects/dg/IR. A pass that looks at one entry point at a time runs on a
+// func.func (the pipeline nests it under the module); one that adds entry points, relates them or
+// reads and writes the module's mesh runs on the module (docs/architecture.md, "Passes").
 #ifndef DGEMMA_COMPILER_PASSES_TD
 #define DGEMMA_COMPILER_PASSES_TD
 
@@ -21,7 +23,7 @@ def DgAutodiff : Pass<"dg-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }
 
-def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::ModuleOp"> {
+def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::func::FuncOp"> {
   let summary = "Sums a bf16 step's weight gradients, and computes their last ops, in f32";
   let description = [{
     Walks back from every f32 `grad/...` output through sums: where a 16-bit value is widened to
@@ -32,7 +34,7 @@ def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::Mo
   }];
 }
 
-def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::ModuleOp"> {
+def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::func::FuncOp"> {
   let summary = "Reorders the backward so the contributions to a shared weight's gradient meet early";
   let description = [{
     In each entry point with the output `loss`, the ops after it (the backward) are list-scheduled;
@@ -59,7 +61,7 @@ def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::ModuleOp"> {
   ];
 }
 
-def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::ModuleOp"> {
+def DgMemoryPlan : Pass<"dg-memory-plan", "::mlir::func::FuncOp"> {
   let summary = "Assigns scratch offsets per pool from value lifetimes";
   let description = [{
     Per entry point: a value is live from its definition (entry inputs: from the start) to its last
@@ -121,7 +123,7 @@ def DgGradientBuffers : Pass<"dg-gradient-buffers", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect", "::mlir::func::FuncDialect"];
 }
 
-def DgCostReport : Pass<"dg-cost-report", "::mlir::ModuleOp"> {
+def DgCostReport : Pass<"dg-cost-report", "::mlir::func::FuncOp"> {
   let summary = "Reports FLOPs, parameter bytes, scratch bytes and communication bytes of each entry point as remarks";
   let description = [{
     Sums CostOpInterface over each entry point and the bytes of its distinct parameters; after
@@ -202,7 +204,7 @@ def DgShardPartition : Pass<"dg-shard-partition", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect", "::mlir::func::FuncDialect"];
 }
 
-def DgExpertDispatch : Pass<"dg-expert-dispatch", "::mlir::ModuleOp"> {
+def DgExpertDispatch : Pass<"dg-expert-dispatch", "::mlir::func::FuncOp"> {
   let summary = "Rewrites expert parallelism's all-gather form into the ragged all-to-all dispatch";
   let description = [{
     On per-rank IR after partitioning (and after autodiff). The all-gather form of a
@@ -221,7 +223,7 @@ def DgExpertDispatch : Pass<"dg-expert-dispatch", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }
 
-def DgRecompute : Pass<"dg-recompute", "::mlir::ModuleOp"> {
+def DgRecompute : Pass<"dg-recompute", "::mlir::func::FuncOp"> {
   let summary = "Recomputes layer activations before the backward instead of keeping them (none, full[:N], selective)";
   let description = [{
     On one rank's program after autodiff, sharding and the expert dispatch, before dg-memory-plan
@@ -243,7 +245,7 @@ def DgRecompute : Pass<"dg-recompute", "::mlir::ModuleOp"> {
   ];
 }
 
-def DgKeepExpertActivations : Pass<"dg-keep-expert-activations", "::mlir::ModuleOp"> {
+def DgKeepExpertActivations : Pass<"dg-keep-expert-activations", "::mlir::func::FuncOp"> {
   let summary = "Hands each dg.moe_experts_backward its forward's gate/up pre-activations instead of recomputing them";
   let description = [{
     On one rank's program after dg-recompute, before dg-backward-schedule (docs/training.md, "Expert
@@ -257,7 +259,7 @@ def DgKeepExpertActivations : Pass<"dg-keep-expert-activations", "::mlir::Module
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }
 
-def DgFuseElementwise : Pass<"dg-fuse-elementwise", "::mlir::ModuleOp"> {
+def DgFuseElementwise : Pass<"dg-fuse-elementwise", "::mlir::func::FuncOp"> {
   let summary = "Groups chains of elementwise ops into one dg.fused_elementwise (one plan step, one kernel)";
   let description = [{
     On one rank's program after autodiff, sharding, the expert dispatch and dg-recompute, before

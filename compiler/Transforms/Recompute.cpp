@@ -129,19 +129,18 @@ struct DgRecomputePass : mlir::dg::impl::DgRecomputeBase<DgRecomputePass> {
       return signalPassFailure();
     }
     policy_ = *parsed;
-    for (auto function : getOperation().getOps<func::FuncOp>()) {
-      if (!function->hasAttr(kEntryAttr) || function.getBody().empty()) continue;
-      Block& body = function.getBody().front();
-      FailureOr<SmallVector<LayerSpan>> spans = layerSpans(body);
-      if (failed(spans)) return signalPassFailure();
-      Operation* loss = nullptr;
-      for (auto output : body.getOps<OutputOp>())
-        if (output.getName() == StringRef(lossName)) loss = output.getOperation();
-      // Without a loss there is no backward, so nothing is read twice.
-      if (!loss || policy_.kind == RecomputePolicy::Kind::None) continue;
-      FunctionRecomputer recomputer(function, loss);
-      for (ArrayRef<Operation*> region : regions(*spans)) recomputer.recompute(region);
-    }
+    func::FuncOp function = getOperation();
+    if (!function->hasAttr(kEntryAttr) || function.getBody().empty()) return;
+    Block& body = function.getBody().front();
+    FailureOr<SmallVector<LayerSpan>> spans = layerSpans(body);
+    if (failed(spans)) return signalPassFailure();
+    Operation* loss = nullptr;
+    for (auto output : body.getOps<OutputOp>())
+      if (output.getName() == StringRef(lossName)) loss = output.getOperation();
+    // Without a loss there is no backward, so nothing is read twice.
+    if (!loss || policy_.kind == RecomputePolicy::Kind::None) return;
+    FunctionRecomputer recomputer(function, loss);
+    for (ArrayRef<Operation*> region : regions(*spans)) recomputer.recompute(region);
   }
 
  private:

@@ -2,8 +2,8 @@
 // dg-recompute refuses a policy it does not know, naming the accepted forms; the dialect refuses a
 // layer marker that is not a layer index (before the pass runs).
 
-// expected-error @+1 {{dg-recompute: policy 'full:0': expected none, full, full:N (N >= 1) or selective}}
 module {
+  // expected-error @+1 {{dg-recompute: policy 'full:0': expected none, full, full:N (N >= 1) or selective}}
   func.func @step() attributes {dg.entry = "train_step"} {
     return
   }

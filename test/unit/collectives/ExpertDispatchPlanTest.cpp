@@ -129,7 +129,7 @@ Plan compile(const std::string& program, bool dispatch, bool train, std::optiona
   EXPECT_TRUE(module);
   if (dispatch) {
     mlir::PassManager passes(&context);
-    passes.addPass(mlir::dg::createDgExpertDispatch());
+    passes.addNestedPass<mlir::func::FuncOp>(mlir::dg::createDgExpertDispatch());
     EXPECT_TRUE(mlir::succeeded(passes.run(*module)));
   }
   mlir::dg::PipelineOptions pipeline;
