@@ -3,7 +3,8 @@
 // entry point, from the sources dg-shard-annotate fixed (docs/parallelism.md, "Annotation and
 // propagation"). Per op, through its sharding rule:
 //  1. each operand is offered as its producer left it, except that a pending sum the op is not
-//     linear in is resolved first (resolvedOffer says into which split);
+//     linear in is resolved first (resolvedOffer says into which split, finding the data and tensor
+//     axes by their roles);
 //  2. factors take the splits of the offered operands, weights first, then the most split operands:
 //     where two operands disagree on a factor or an axis, the first one wins and the others are
 //     resharded by the partitioner (this is what turns a column GEMM's sequence-split input into an
@@ -45,11 +46,14 @@ bool isWeight(Value value) {
 
 class Propagator {
  public:
-  Propagator(ModuleOp module, bool sequenceParallel) : module_(module), mesh_(Mesh::of(module)), sp_(sequenceParallel) {
-    for (const auto& [name, size] : mesh_.axes()) {
-      if (name == "tp") tensorAxes_.push_back(name);
-      if (name == "dp" || name == "ep") dataAxes_.push_back(name);
-    }
+  // The dense data-parallel group is the data axes and the expert axes carved from them
+  // (docs/parallelism.md, "Meshes").
+  Propagator(ModuleOp module, bool sequenceParallel)
+      : module_(module),
+        mesh_(Mesh::of(module)),
+        sp_(sequenceParallel),
+        tensorAxes_(mesh_.axesWithRole(AxisRole::Tensor)),
+        dataAxes_(mesh_.axesWithAnyRole({AxisRole::Data, AxisRole::Expert})) {
     // Each gradient buffer resolves into the layout of its Adam moments: under ZeRO-1 their shard,
     // so that the clip's squares and AdamW read one reduce-scattered gradient.
     module.walk([&](ParamOp param) {

@@ -41,8 +41,8 @@ int64_t axesSize(const Mesh& mesh, ArrayRef<StringRef> axes) {
 
 SmallVector<StringRef> inMeshOrder(const Mesh& mesh, ArrayRef<StringRef> axes) {
   SmallVector<StringRef> ordered;
-  for (const auto& [name, size] : mesh.axes())
-    if (llvm::is_contained(axes, StringRef(name))) ordered.push_back(name);
+  for (const Mesh::Axis& axis : mesh.axes())
+    if (llvm::is_contained(axes, StringRef(axis.name))) ordered.push_back(axis.name);
   // Axes the mesh does not know keep their order after the known ones (the verifier reports them).
   for (StringRef axis : axes)
     if (!llvm::is_contained(ordered, axis)) ordered.push_back(axis);
