@@ -135,7 +135,8 @@ class PlanBuilder {
 
   LogicalResult lowerMesh() {
     int64_t worldSize = 1;
-    for (const Mesh::Axis& axis : Mesh::of(module_).axes()) {
+    const Mesh mesh = Mesh::of(module_);
+    for (const Mesh::Axis& axis : mesh.axes()) {
       plan_.mesh.push_back({axis.name, axis.size, 0});
       worldSize *= axis.size;
     }

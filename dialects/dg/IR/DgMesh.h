@@ -63,7 +63,7 @@ class Mesh {
 // expert; epInner: EP / TP when TP > 1, else EP; absent when EP = 1) and `tp` (role tensor). This is
 // the one place that names mesh axes. Requires TP to divide EP when EP > 1.
 struct LayoutGroups {
-  SmallVector<Mesh::Axis> axes;  // the dg.mesh, outer to inner
+  SmallVector<Mesh::Axis> axes;         // the dg.mesh, outer to inner
   SmallVector<std::string> data;        // dense data parallel: {dp, ep}
   SmallVector<std::string> tensor;      // {tp}
   SmallVector<std::string> expert;      // {ep} plus {tp} when EP > 1 and TP > 1
