@@ -135,7 +135,7 @@ def DgShardAnnotate : Pass<"dg-shard-annotate", "::mlir::ModuleOp"> {
   let summary = "Sets the module's dg.mesh for a parallel layout and the shardings of parameters and inputs";
   let description = [{
     The first sharding pass (docs/parallelism.md, "Annotation and propagation"). The mesh is the
-    layout's base axes (`dp` data, `ep` expert, `tp` tensor, in that order; DgMesh.h, layoutGroups). Each dg.param gets its role's split
+    layout's base axes (`dp`, `ep`, `tp`; DgMesh.h, layoutGroups). Each dg.param gets its role's split
     (`dg.role`: vocab and column split dim 0 over the tensor group, row dim 1, experts dim 0 over the
     expert group; replicated parameters and non-trainable buffers stay whole). `grad/<name>` has its
     parameter's split and is partial over the data group (experts: the expert-data group), plus the

@@ -427,7 +427,8 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError, Arr
   llvm::StringSet<> seen;
   for (MeshAxisAttr axis : axes) {
     if (axis.getName().empty()) return emitError() << "mesh axis names must not be empty";
-    if (!seen.insert(axis.getName()).second) return emitError() << "mesh axis '" << axis.getName() << "' is listed twice";
+    if (!seen.insert(axis.getName()).second)
+      return emitError() << "mesh axis '" << axis.getName() << "' is listed twice";
     if (axis.getSize() < 1)
       return emitError() << "mesh axis '" << axis.getName() << "' has size " << axis.getSize() << ", expected >= 1";
   }

@@ -9,7 +9,8 @@ using namespace mlir::dg;
 Mesh Mesh::of(ModuleOp module) {
   Mesh mesh;
   if (auto attr = module ? module->getAttrOfType<MeshAttr>(kMeshAttr) : MeshAttr())
-    for (MeshAxisAttr axis : attr.getAxes()) mesh.axes_.push_back({axis.getName().str(), axis.getSize(), axis.getRole()});
+    for (MeshAxisAttr axis : attr.getAxes())
+      mesh.axes_.push_back({axis.getName().str(), axis.getSize(), axis.getRole()});
   return mesh;
 }
 

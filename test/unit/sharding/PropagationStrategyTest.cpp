@@ -57,7 +57,8 @@ TEST_F(PropagationStrategyTest, WeightsOfferFirstThenTheMostSplitOperands) {
 TEST_F(PropagationStrategyTest, TheFirstOfferForAFactorWins) {
   // A column GEMM whose input is split on the sequence: the weight's split of k takes tp first, so
   // the sequence factor j stays whole (the input is gathered).
-  ShardingRuleAttr column = rule("#dg.sharding_rule<([i, j, l], [k, l]) -> ([i, j, k]) {i=2, j=4, k=6, l=8} reduction={l}>");
+  ShardingRuleAttr column =
+      rule("#dg.sharding_rule<([i, j, l], [k, l]) -> ([i, j, k]) {i=2, j=4, k=6, l=8} reduction={l}>");
   ShardingAttr sequenceSplit = sharding("#dg.sharding<[[], [tp], []]>");
   ShardingAttr columnSplit = sharding("#dg.sharding<[[tp], []]>");
   EXPECT_EQ(pickFactorSplits(mesh_, column, {sequenceSplit, columnSplit}, {1, 0}), (FactorAxes{{}, {}, {"tp"}, {}}));
