@@ -165,10 +165,10 @@ class Partitioner {
   LogicalResult recordPendingSum(Operation* op, ShardingAttr sharding) {
     if (sharding.getPartialAxes().empty()) return success();
     SmallVector<StringRef> used = sharding.getUsedAxes();
-    for (const auto& axis : mesh_.axes())
-      if (axis.second > 1 && !llvm::is_contained(used, axis.first))
+    for (const Mesh::Axis& axis : mesh_.axes())
+      if (axis.size > 1 && !llvm::is_contained(used, axis.name))
         return op->emitOpError() << "is stored as a pending sum " << sharding << " but replicated over mesh axis '"
-                                 << axis.first << "'; a stored pending sum must be split or summed over every axis";
+                                 << axis.name << "'; a stored pending sum must be split or summed over every axis";
     op->setAttr(kPendingSumAttr, UnitAttr::get(op->getContext()));
     return success();
   }

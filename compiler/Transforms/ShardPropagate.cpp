@@ -3,7 +3,8 @@
 // entry point, from the sources dg-shard-annotate fixed (docs/parallelism.md, "Annotation and
 // propagation"). Per op, through its sharding rule:
 //  1. each operand is offered as its producer left it, except that a pending sum the op is not
-//     linear in is resolved first (resolvedOffer says into which split);
+//     linear in is resolved first (resolvedOffer, here, says into which split: it depends on what
+//     the value is and on the mesh axes' roles);
 //  2. factors take the splits of the offered operands, weights first, then the most split operands:
 //     where two operands disagree on a factor or an axis, the first one wins and the others are
 //     resharded by the partitioner (this is what turns a column GEMM's sequence-split input into an
@@ -12,11 +13,12 @@
 //     one) is dropped;
 //  4. results get the factors' splits, partial over the axes of the reduction factors they lack and
 //     over the pending sums of the linear operands.
+// Steps 2 to 4 are PropagationStrategy.h's policy over ShardingProjection.h's projections.
 #include "compiler/Transforms/Passes.h"
+#include "compiler/Transforms/PropagationStrategy.h"
 #include "compiler/Transforms/ShardingConsistency.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
 #include "plan/Names.h"
 
 namespace mlir::dg {
@@ -45,11 +47,14 @@ bool isWeight(Value value) {
 
 class Propagator {
  public:
-  Propagator(ModuleOp module, bool sequenceParallel) : module_(module), mesh_(Mesh::of(module)), sp_(sequenceParallel) {
-    for (const auto& [name, size] : mesh_.axes()) {
-      if (name == "tp") tensorAxes_.push_back(name);
-      if (name == "dp" || name == "ep") dataAxes_.push_back(name);
-    }
+  // The dense data-parallel group is the data axes and the expert axes carved from them
+  // (docs/parallelism.md, "Meshes").
+  Propagator(ModuleOp module, bool sequenceParallel)
+      : module_(module),
+        mesh_(Mesh::of(module)),
+        sp_(sequenceParallel),
+        tensorAxes_(mesh_.axesWithRole(AxisRole::Tensor)),
+        dataAxes_(mesh_.axesWithAnyRole({AxisRole::Data, AxisRole::Expert})) {
     // Each gradient buffer resolves into the layout of its Adam moments: under ZeRO-1 their shard,
     // so that the clip's squares and AdamW read one reduce-scattered gradient.
     module.walk([&](ParamOp param) {
@@ -146,124 +151,16 @@ class Propagator {
   }
 
   LogicalResult propagateThroughRule(Operation* op, ShardingRuleAttr rule, SmallVector<ShardingAttr>& offered) {
-    unsigned numOperands = op->getNumOperands();
-    // 1. Which operands keep their pending sums.
-    LinearOperands linear = linearOperandsOf(op);
-    SmallVector<bool> keepsPartial(numOperands, false);
-    auto isPartial = [&](unsigned i) { return !offered[i].getPartialAxes().empty(); };
-    int partialCount = llvm::count_if(llvm::seq(0u, numOperands), isPartial);
-    for (unsigned i = 0; i < numOperands; ++i) {
-      if (linear == LinearOperands::AllAlike) keepsPartial[i] = partialCount > 0;
-      if (linear == LinearOperands::AtMostOne) keepsPartial[i] = partialCount == 1 && isPartial(i);
-      if (linear == LinearOperands::First) keepsPartial[i] = i == 0 && isPartial(i);
+    SmallVector<bool> keepsPendingSum = operandsKeepingPendingSums(linearOperandsOf(op), offered);
+    SmallVector<bool> weights;
+    for (auto [index, operand] : llvm::enumerate(op->getOperands())) {
+      if (!keepsPendingSum[index]) offered[index] = resolvedOffer(operand, offered[index]);
+      weights.push_back(isWeight(operand));
     }
-    Axes passedPartial;
-    for (unsigned i = 0; i < numOperands; ++i) {
-      if (keepsPartial[i]) {
-        for (StringRef axis : offered[i].getPartialAxes())
-          if (!llvm::is_contained(passedPartial, axis)) passedPartial.push_back(axis);
-      } else {
-        offered[i] = resolvedOffer(op->getOperand(i), offered[i]);
-      }
-    }
-
-    // 2. Factor splits from the offered operands: weights first, then the most split.
-    SmallVector<unsigned> order = llvm::to_vector(llvm::seq(0u, numOperands));
-    auto splitCount = [&](unsigned i) {
-      size_t count = 0;
-      for (int64_t d = 0; d < offered[i].getRank(); ++d) count += offered[i].getDimAxes(d).size();
-      return count;
-    };
-    llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-      bool weightA = isWeight(op->getOperand(a)), weightB = isWeight(op->getOperand(b));
-      if (weightA != weightB) return weightA;
-      return splitCount(a) > splitCount(b);
-    });
-    DenseMap<int64_t, Axes> assigned;
-    llvm::StringSet<> used;
-    for (unsigned i : order) {
-      TensorFactorsAttr tensor = rule.getOperands()[i];
-      for (int64_t d = 0; d < tensor.getRank(); ++d) {
-        Axes axes = offered[i].getDimAxes(d);
-        if (axes.empty()) continue;
-        auto split = splitDimOverFactors(mesh_, rule, tensor.getDimFactors(d), axes);
-        if (!split) continue;
-        for (auto [factor, factorAxes] : llvm::zip(tensor.getDimFactors(d), *split)) {
-          if (factorAxes.empty() || rule.getFactorKinds()[factor] == FactorKind::NeedReplication) break;
-          auto existing = assigned.find(factor);
-          if (existing != assigned.end()) {
-            if (existing->second != factorAxes) break;
-            continue;
-          }
-          // An axis another operand took ends the split: the factor keeps the major axes before it
-          // (tokens split over {dp, ep} meeting experts split over ep stay split over dp, so the
-          // experts gather over ep only).
-          auto taken = llvm::find_if(factorAxes, [&](StringRef axis) { return used.contains(axis); });
-          if (taken == factorAxes.begin()) break;
-          assigned[factor] = Axes(factorAxes.begin(), taken);
-          for (StringRef axis : assigned[factor]) used.insert(axis);
-          if (taken != factorAxes.end()) break;
-        }
-      }
-    }
-
-    // 3. Drop splits of minor factors whose major factor is not split completely, in any tensor.
-    SmallVector<TensorFactorsAttr> tensors(rule.getOperands());
-    llvm::append_range(tensors, rule.getResults());
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (TensorFactorsAttr tensor : tensors)
-        for (int64_t d = 0; d < tensor.getRank(); ++d) {
-          bool majorComplete = true;
-          for (int64_t factor : tensor.getDimFactors(d)) {
-            auto it = assigned.find(factor);
-            if (it == assigned.end()) {
-              majorComplete = false;
-              continue;
-            }
-            if (!majorComplete) {
-              for (StringRef axis : it->second) used.erase(axis);
-              assigned.erase(it);
-              changed = true;
-              continue;
-            }
-            majorComplete = axesSize(mesh_, it->second) == rule.getFactorSizes()[factor];
-          }
-        }
-    }
-
-    // 4. The shardings.
-    auto shardingOf = [&](TensorFactorsAttr tensor, Axes partial) {
-      SmallVector<Axes> dims;
-      for (int64_t d = 0; d < tensor.getRank(); ++d) {
-        Axes axes;
-        for (int64_t factor : tensor.getDimFactors(d)) {
-          auto it = assigned.find(factor);
-          if (it == assigned.end()) break;
-          llvm::append_range(axes, it->second);
-        }
-        dims.push_back(axes);
-      }
-      return make(dims, partial);
-    };
-    Axes passed;
-    for (StringRef axis : passedPartial)
-      if (!used.contains(axis)) passed.push_back(axis);
-    SmallVector<ShardingAttr> operandShardings, resultShardings;
-    for (unsigned i = 0; i < numOperands; ++i)
-      operandShardings.push_back(shardingOf(rule.getOperands()[i], keepsPartial[i] ? passed : Axes()));
-    for (TensorFactorsAttr tensor : rule.getResults()) {
-      Axes partial(passed);
-      for (int64_t factor = 0; factor < rule.getNumFactors(); ++factor) {
-        if (rule.getFactorKinds()[factor] != FactorKind::Reduction || !assigned.count(factor)) continue;
-        bool present = false;
-        for (int64_t d = 0; d < tensor.getRank(); ++d) present |= llvm::is_contained(tensor.getDimFactors(d), factor);
-        if (!present) llvm::append_range(partial, assigned[factor]);
-      }
-      resultShardings.push_back(shardingOf(tensor, partial));
-    }
-    if (numOperands) op->setAttr(kOperandShardingsAttr, shardingList(op->getContext(), operandShardings));
-    op->setAttr(kShardingsAttr, shardingList(op->getContext(), resultShardings));
+    OpShardings shardings = shardThroughRule(mesh_, rule, offered, keepsPendingSum, weights);
+    if (op->getNumOperands())
+      op->setAttr(kOperandShardingsAttr, shardingList(op->getContext(), shardings.operands));
+    op->setAttr(kShardingsAttr, shardingList(op->getContext(), shardings.results));
     return success();
   }
 

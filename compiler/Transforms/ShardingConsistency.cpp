@@ -1,5 +1,6 @@
 #include "compiler/Transforms/ShardingConsistency.h"
 
+#include "compiler/Transforms/ShardingProjection.h"
 #include "dialects/dg/IR/DgDialect.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -41,31 +42,12 @@ int64_t axesSize(const Mesh& mesh, ArrayRef<StringRef> axes) {
 
 SmallVector<StringRef> inMeshOrder(const Mesh& mesh, ArrayRef<StringRef> axes) {
   SmallVector<StringRef> ordered;
-  for (const auto& [name, size] : mesh.axes())
-    if (llvm::is_contained(axes, StringRef(name))) ordered.push_back(name);
+  for (const Mesh::Axis& axis : mesh.axes())
+    if (llvm::is_contained(axes, StringRef(axis.name))) ordered.push_back(axis.name);
   // Axes the mesh does not know keep their order after the known ones (the verifier reports them).
   for (StringRef axis : axes)
     if (!llvm::is_contained(ordered, axis)) ordered.push_back(axis);
   return ordered;
-}
-
-std::optional<SmallVector<SmallVector<StringRef>>> splitDimOverFactors(const Mesh& mesh, ShardingRuleAttr rule,
-                                                                       ArrayRef<int64_t> dimFactors,
-                                                                       ArrayRef<StringRef> axes) {
-  SmallVector<SmallVector<StringRef>> split(dimFactors.size());
-  size_t next = 0;
-  for (auto [index, factor] : llvm::enumerate(dimFactors)) {
-    int64_t size = rule.getFactorSizes()[factor], product = 1;
-    while (next < axes.size()) {
-      int64_t axisSize = mesh.axisSize(axes[next]).value_or(1);
-      if (size % (product * axisSize) != 0) break;
-      product *= axisSize;
-      split[index].push_back(axes[next++]);
-    }
-    if (product != size) break;
-  }
-  if (next != axes.size()) return std::nullopt;
-  return split;
 }
 
 ShardingAttr resultShardingOf(Value value) {

@@ -27,13 +27,6 @@ enum class LinearOperands {
 };
 LinearOperands linearOperandsOf(Operation* op);
 
-// How the axes of one dimension split its factors, major to minor: each factor takes axes while their
-// product divides its size, and the next factor gets axes only when this one is split completely.
-// One entry per factor of the dimension (empty: not split); nullopt when axes are left over.
-std::optional<SmallVector<SmallVector<StringRef>>> splitDimOverFactors(const Mesh& mesh, ShardingRuleAttr rule,
-                                                                       ArrayRef<int64_t> dimFactors,
-                                                                       ArrayRef<StringRef> axes);
-
 // The product of the axes' sizes.
 int64_t axesSize(const Mesh& mesh, ArrayRef<StringRef> axes);
 // `axes` in the mesh's order, without repeats.

@@ -34,7 +34,7 @@ using testing::ToolResult;
 
 // Each rank squares its two rows of x; the sum of every square is all-reduced over dp.
 constexpr const char* kProgram = R"mlir(
-module attributes {dg.mesh = {dp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
 func.func @forward() attributes {dg.entry = "forward"} {
   %x = dg.input "x" : tensor<2x3xf32>
   %y = dg.mul %x, %x : tensor<2x3xf32>, tensor<2x3xf32> -> tensor<2x3xf32>

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "dialects/dg/IR/DgMesh.h"
 #include "dialects/dg/IR/DgOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -133,14 +134,12 @@ class PlanBuilder {
   }
 
   LogicalResult lowerMesh() {
-    auto mesh = module_->getAttrOfType<DictionaryAttr>(kMeshAttr);
     int64_t worldSize = 1;
-    if (mesh)
-      for (NamedAttribute axis : mesh) {
-        int64_t size = cast<IntegerAttr>(axis.getValue()).getInt();
-        plan_.mesh.push_back({axis.getName().str(), size, 0});
-        worldSize *= size;
-      }
+    const Mesh mesh = Mesh::of(module_);
+    for (const Mesh::Axis& axis : mesh.axes()) {
+      plan_.mesh.push_back({axis.name, axis.size, 0});
+      worldSize *= axis.size;
+    }
     if (!rank_) {
       if (worldSize == 1) return success();
       module_.emitError() << "the mesh has " << worldSize

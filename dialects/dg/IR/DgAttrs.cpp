@@ -383,3 +383,54 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     if (failed(use(axis))) return failure();
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// #dg.mesh syntax: `<[name = size (role), ...]>`
+//===----------------------------------------------------------------------===//
+
+void MeshAttr::print(AsmPrinter& printer) const {
+  printer << "<[";
+  llvm::interleaveComma(getAxes(), printer, [&](MeshAxisAttr axis) {
+    printer.printKeywordOrString(axis.getName());
+    printer << " = " << axis.getSize() << " (" << stringifyAxisRole(axis.getRole()) << ")";
+  });
+  printer << "]>";
+}
+
+Attribute MeshAttr::parse(AsmParser& parser, Type) {
+  SMLoc start = parser.getCurrentLocation();
+  MLIRContext* context = parser.getContext();
+  SmallVector<MeshAxisAttr> axes;
+  if (parser.parseLess() || parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
+        std::string name;
+        int64_t size;
+        StringRef roleName;
+        if (parser.parseKeywordOrString(&name) || parser.parseEqual() || parser.parseInteger(size) ||
+            parser.parseLParen())
+          return failure();
+        SMLoc roleLoc = parser.getCurrentLocation();
+        if (parser.parseKeyword(&roleName)) return failure();
+        std::optional<AxisRole> role = symbolizeAxisRole(roleName);
+        if (!role)
+          return parser.emitError(roleLoc) << "axis '" << name << "' has role '" << roleName
+                                           << "', expected data, expert, tensor or context";
+        if (parser.parseRParen()) return failure();
+        axes.push_back(MeshAxisAttr::get(context, name, size, *role));
+        return success();
+      }) ||
+      parser.parseGreater())
+    return {};
+  return parser.getChecked<MeshAttr>(start, context, axes);
+}
+
+LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError, ArrayRef<MeshAxisAttr> axes) {
+  llvm::StringSet<> seen;
+  for (MeshAxisAttr axis : axes) {
+    if (axis.getName().empty()) return emitError() << "mesh axis names must not be empty";
+    if (!seen.insert(axis.getName()).second)
+      return emitError() << "mesh axis '" << axis.getName() << "' is listed twice";
+    if (axis.getSize() < 1)
+      return emitError() << "mesh axis '" << axis.getName() << "' has size " << axis.getSize() << ", expected >= 1";
+  }
+  return success();
+}

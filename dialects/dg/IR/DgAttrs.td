@@ -107,6 +107,52 @@ def Dg_ShardingRuleAttr : AttrDef<Dg_Dialect, "ShardingRule"> {
 }
 
 //===----------------------------------------------------------------------===//
+// The mesh (docs/parallelism.md, "Meshes")
+//===----------------------------------------------------------------------===//
+
+def Dg_AxisRole : I32EnumAttr<"AxisRole", "which kind of parallelism a mesh axis carries", [
+    // Replicas of the whole model on different batches.
+    I32EnumAttrCase<"Data", 0, "data">,
+    // Ranks holding different experts (for the dense layers, more data-parallel ranks).
+    I32EnumAttrCase<"Expert", 1, "expert">,
+    // Ranks holding different heads, columns or rows of the same layer.
+    I32EnumAttrCase<"Tensor", 2, "tensor">,
+    // Ranks holding different parts of the sequence.
+    I32EnumAttrCase<"Context", 3, "context">,
+  ]> {
+  let cppNamespace = "::mlir::dg";
+  let genSpecializedAttr = 0;
+}
+
+def Dg_MeshAxisAttr : AttrDef<Dg_Dialect, "MeshAxis"> {
+  let mnemonic = "mesh_axis";
+  let summary = "One axis of a #dg.mesh: its name, its size and the parallelism it carries";
+  let description = [{
+    Inside `#dg.mesh` it is written `name = size (role)`; on its own (only ever for debugging) as
+    `#dg.mesh_axis<"tp", 2, tensor>`.
+  }];
+  let parameters = (ins StringRefParameter<"axis name">:$name, "int64_t":$size,
+                        EnumParameter<Dg_AxisRole>:$role);
+  let assemblyFormat = "`<` $name `,` $size `,` $role `>`";
+}
+
+def Dg_MeshAttr : AttrDef<Dg_Dialect, "Mesh"> {
+  let mnemonic = "mesh";
+  let summary = "The module's device mesh: named axes in rank order, each with a size and a role";
+  let description = [{
+    The ranks are numbered row-major over the axes in the order listed, the last axis fastest; a
+    rank's coordinate on an axis selects its block of every tensor split over that axis. Passes find
+    axes by their role, never by their name.
+
+        #dg.mesh<[dp = 2 (data), ep = 2 (expert), tp = 2 (tensor)]>
+        #dg.mesh<[]>                                   // one rank
+  }];
+  let parameters = (ins OptionalArrayRefParameter<"::mlir::dg::MeshAxisAttr", "axes, major to minor">:$axes);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Shardings (docs/parallelism.md, "How the passes shard")
 //===----------------------------------------------------------------------===//
 

@@ -154,7 +154,9 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
   }
   if (name == kMeshAttr) {
     if (!isa<ModuleOp>(op)) return op->emitOpError() << "'" << name << "' belongs on the module";
-    return verifyPositiveSizes(op, name, attribute.getValue());
+    if (!isa<MeshAttr>(attribute.getValue()))
+      return op->emitOpError() << "'" << name << "' must be a #dg.mesh<[name = size (role), ...]>";
+    return success();
   }
   if (name == kOffsetsAttr) {
     auto offsets = dyn_cast<DenseI64ArrayAttr>(attribute.getValue());

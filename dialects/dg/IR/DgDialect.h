@@ -13,7 +13,7 @@ namespace mlir::dg {
 // Attribute names the dialect owns (verified by DgDialect::verifyOperationAttribute).
 inline constexpr llvm::StringLiteral kEntryAttr = "dg.entry";    // on func.func: the entry-point name
 inline constexpr llvm::StringLiteral kBucketAttr = "dg.bucket";  // on func.func: {dim = size : i64}
-inline constexpr llvm::StringLiteral kMeshAttr = "dg.mesh";      // on the module: {axis = size : i64}
+inline constexpr llvm::StringLiteral kMeshAttr = "dg.mesh";      // on the module: a #dg.mesh
 // Written by dg-memory-plan and read by the plan lowering: on each op with scratch results, one
 // byte offset per result within the result's scratch pool (-1: the result lives in a parameter, see
 // inPlaceAssignTarget); on each entry point, the bytes of its two scratch pools: activations

@@ -12,7 +12,8 @@ def Dg_Dialect : Dialect {
     arguments or results: `dg.param` and `dg.input` bring values in by name, `dg.output` hands them
     out by name. Model-level ops (rms_norm, softmax, attention, MoE, losses) stay whole until late
     passes so that sharding and kernel selection see their structure. The module attribute
-    `dg.mesh` (a dictionary of axis name to size) describes the device mesh that collectives name.
+    `dg.mesh` (a `#dg.mesh`: named axes in rank order, each with a size and a role) describes the
+    device mesh that collectives name.
   }];
   let hasOperationAttrVerify = 1;
   let useDefaultAttributePrinterParser = 1;

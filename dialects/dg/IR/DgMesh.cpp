@@ -2,36 +2,44 @@
 #include "dialects/dg/IR/DgMesh.h"
 
 #include "dialects/dg/IR/DgDialect.h"
-#include "mlir/IR/Builders.h"
 
 using namespace mlir;
 using namespace mlir::dg;
 
 Mesh Mesh::of(ModuleOp module) {
   Mesh mesh;
-  if (auto attr = module ? module->getAttrOfType<DictionaryAttr>(kMeshAttr) : DictionaryAttr())
-    for (NamedAttribute axis : attr)
-      mesh.axes_.push_back({axis.getName().str(), cast<IntegerAttr>(axis.getValue()).getInt()});
+  if (auto attr = module ? module->getAttrOfType<MeshAttr>(kMeshAttr) : MeshAttr())
+    for (MeshAxisAttr axis : attr.getAxes())
+      mesh.axes_.push_back({axis.getName().str(), axis.getSize(), axis.getRole()});
   return mesh;
+}
+
+SmallVector<StringRef> Mesh::axesWithRole(AxisRole role) const { return axesWithAnyRole({role}); }
+
+SmallVector<StringRef> Mesh::axesWithAnyRole(ArrayRef<AxisRole> roles) const {
+  SmallVector<StringRef> names;
+  for (const Axis& axis : axes_)
+    if (llvm::is_contained(roles, axis.role)) names.push_back(axis.name);
+  return names;
 }
 
 int64_t Mesh::worldSize() const {
   int64_t size = 1;
-  for (const auto& axis : axes_) size *= axis.second;
+  for (const Axis& axis : axes_) size *= axis.size;
   return size;
 }
 
 std::optional<int64_t> Mesh::axisSize(StringRef axis) const {
-  for (const auto& [name, size] : axes_)
-    if (name == axis) return size;
+  for (const Axis& entry : axes_)
+    if (entry.name == axis) return entry.size;
   return std::nullopt;
 }
 
 SmallVector<int64_t> Mesh::coordinates(int64_t rank) const {
   SmallVector<int64_t> coords(axes_.size(), 0);
   for (int64_t i = static_cast<int64_t>(axes_.size()) - 1; i >= 0; --i) {
-    coords[i] = rank % axes_[i].second;
-    rank /= axes_[i].second;
+    coords[i] = rank % axes_[i].size;
+    rank /= axes_[i].size;
   }
   return coords;
 }
@@ -39,7 +47,7 @@ SmallVector<int64_t> Mesh::coordinates(int64_t rank) const {
 std::optional<int64_t> Mesh::coordinate(int64_t rank, StringRef axis) const {
   SmallVector<int64_t> coords = coordinates(rank);
   for (auto [index, entry] : llvm::enumerate(axes_))
-    if (entry.first == axis) return coords[index];
+    if (entry.name == axis) return coords[index];
   return std::nullopt;
 }
 
@@ -90,11 +98,12 @@ std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64
   if (expertParallel > 1 && expertParallel % tensorParallel != 0) return std::nullopt;
   int64_t epInner = expertParallel > 1 ? expertParallel / tensorParallel : 1;
   LayoutGroups groups;
-  auto add = [&](StringRef name, int64_t size) {
-    if (size > 1) groups.axes.push_back({name.str(), size});
+  auto add = [&](StringRef name, int64_t size, AxisRole role) {
+    if (size > 1) groups.axes.push_back({name.str(), size, role});
     return size > 1;
   };
-  bool hasDp = add("dp", dataParallel / epInner), hasEp = add("ep", epInner), hasTp = add("tp", tensorParallel);
+  bool hasDp = add("dp", dataParallel / epInner, AxisRole::Data), hasEp = add("ep", epInner, AxisRole::Expert),
+       hasTp = add("tp", tensorParallel, AxisRole::Tensor);
   if (hasDp) groups.data.push_back("dp");
   if (hasEp) groups.data.push_back("ep");
   if (hasTp) groups.tensor.push_back("tp");
@@ -105,9 +114,8 @@ std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64
   return groups;
 }
 
-DictionaryAttr mlir::dg::meshAttr(MLIRContext* context, ArrayRef<std::pair<std::string, int64_t>> axes) {
-  Builder builder(context);
-  SmallVector<NamedAttribute> entries;
-  for (const auto& [name, size] : axes) entries.push_back(builder.getNamedAttr(name, builder.getI64IntegerAttr(size)));
-  return builder.getDictionaryAttr(entries);
+MeshAttr mlir::dg::meshAttr(MLIRContext* context, ArrayRef<Mesh::Axis> axes) {
+  SmallVector<MeshAxisAttr> entries;
+  for (const Mesh::Axis& axis : axes) entries.push_back(MeshAxisAttr::get(context, axis.name, axis.size, axis.role));
+  return MeshAttr::get(context, entries);
 }

@@ -1,8 +1,8 @@
-// The module's device mesh (dg.mesh) and the geometry of a #dg.sharding over it: which block of a
-// global tensor a rank holds. The mesh's axes are orthogonal "base" axes, row-major in the order the
-// attribute lists them (a dictionary, so alphabetical), the last axis fastest; the logical groups
-// of a parallel layout (dense DP, TP, EP, expert DP) are unions of them (docs/parallelism.md,
-// "Meshes").
+// The module's device mesh (dg.mesh, a #dg.mesh) and the geometry of a #dg.sharding over it: which
+// block of a global tensor a rank holds. The mesh's axes are orthogonal "base" axes, row-major in
+// the order the attribute lists them, the last axis fastest; each carries a role (data, expert,
+// tensor, context) by which passes find it. The logical groups of a parallel layout (dense DP, TP,
+// EP, expert DP) are unions of them (docs/parallelism.md, "Meshes").
 #ifndef DIALECTS_DG_IR_DGMESH_H
 #define DIALECTS_DG_IR_DGMESH_H
 
@@ -20,11 +20,23 @@ namespace mlir::dg {
 
 class Mesh {
  public:
+  struct Axis {
+    std::string name;
+    int64_t size;
+    AxisRole role;
+    bool operator==(const Axis&) const = default;
+  };
+
   Mesh() = default;
+  explicit Mesh(ArrayRef<Axis> axes) : axes_(axes) {}
   // The module's dg.mesh; a module without one is a mesh of one rank.
   static Mesh of(ModuleOp module);
 
-  ArrayRef<std::pair<std::string, int64_t>> axes() const { return axes_; }
+  // Major to minor: the order that numbers the ranks.
+  ArrayRef<Axis> axes() const { return axes_; }
+  // The names of the axes that carry `role` (or any of `roles`), in the mesh's order.
+  SmallVector<StringRef> axesWithRole(AxisRole role) const;
+  SmallVector<StringRef> axesWithAnyRole(ArrayRef<AxisRole> roles) const;
   int64_t worldSize() const;
   std::optional<int64_t> axisSize(StringRef axis) const;
   // Rank r's coordinate on every axis, in the mesh's order.
@@ -42,15 +54,16 @@ class Mesh {
   SmallVector<int64_t> shardOffset(ShardingAttr sharding, ArrayRef<int64_t> globalShape, int64_t rank) const;
 
  private:
-  SmallVector<std::pair<std::string, int64_t>> axes_;
+  SmallVector<Axis> axes_;
 };
 
 // A Megatron-style parallel layout as base axes and the logical groups built from them (contract of
 // docs/parallelism.md, "Meshes"): world = TP x DP = EDP x EP, TP fastest, EP groups of consecutive
-// ranks. Base axes (size-1 ones dropped): `dp` (DP / epInner), `ep` (epInner: EP / TP
-// when TP > 1, else EP; absent when EP = 1) and `tp`. Requires TP to divide EP when EP > 1.
+// ranks. Base axes (size-1 ones dropped), in this order: `dp` (role data; DP / epInner), `ep` (role
+// expert; epInner: EP / TP when TP > 1, else EP; absent when EP = 1) and `tp` (role tensor). This is
+// the one place that names mesh axes. Requires TP to divide EP when EP > 1.
 struct LayoutGroups {
-  SmallVector<std::pair<std::string, int64_t>> axes;  // the dg.mesh, outer to inner
+  SmallVector<Mesh::Axis> axes;         // the dg.mesh, outer to inner
   SmallVector<std::string> data;        // dense data parallel: {dp, ep}
   SmallVector<std::string> tensor;      // {tp}
   SmallVector<std::string> expert;      // {ep} plus {tp} when EP > 1 and TP > 1
@@ -60,8 +73,8 @@ struct LayoutGroups {
 // divide it.
 std::optional<LayoutGroups> layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel);
 
-// The dg.mesh attribute of these axes.
-DictionaryAttr meshAttr(MLIRContext* context, ArrayRef<std::pair<std::string, int64_t>> axes);
+// The dg.mesh attribute of these axes, in their order.
+MeshAttr meshAttr(MLIRContext* context, ArrayRef<Mesh::Axis> axes);
 
 }  // namespace mlir::dg
 

@@ -1,6 +1,7 @@
 // Verifiers, folders and type inference of the dg ops.
 #include "dialects/dg/IR/DgOps.h"
 
+#include "dialects/dg/IR/DgMesh.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Matchers.h"
@@ -104,11 +105,8 @@ LogicalResult mlir::dg::verifyReduceOp(Operation* op) {
 
 std::optional<int64_t> mlir::dg::collectiveGroupSize(Operation* op) {
   auto axis = op->getAttrOfType<StringAttr>("axis");
-  auto module = op->getParentOfType<ModuleOp>();
-  auto mesh = module ? module->getAttrOfType<DictionaryAttr>(kMeshAttr) : DictionaryAttr();
-  auto size = mesh && axis ? dyn_cast_or_null<IntegerAttr>(mesh.get(axis.getValue())) : IntegerAttr();
-  if (!size) return std::nullopt;
-  return size.getInt();
+  if (!axis) return std::nullopt;
+  return Mesh::of(op->getParentOfType<ModuleOp>()).axisSize(axis.getValue());
 }
 
 bool mlir::dg::isInPlaceCollective(Operation* op) { return isa<AllReduceOp, BroadcastOp, ReduceToRootOp>(op); }

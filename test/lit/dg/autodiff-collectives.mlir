@@ -3,7 +3,7 @@
 
 // all_gather ⇄ reduce_scatter(sum), all_reduce(sum) → all_reduce(sum), broadcast → reduce_to_root.
 // CHECK-LABEL: func.func @chain
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 func.func @chain() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<2x3xf32>
   %g = dg.all_gather %w axis = "tp" : tensor<2x3xf32> -> tensor<4x3xf32>
@@ -28,7 +28,7 @@ func.func @chain() attributes {dg.entry = "train_step"} {
 
 // reduce_to_root → broadcast from the same root.
 // CHECK-LABEL: func.func @reduce_to_root
-module attributes {dg.mesh = {dp = 3 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 3 (data)]>} {
 func.func @reduce_to_root() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>
   %r = dg.reduce_to_root %w axis = "dp" root = 2 : tensor<4xf32> -> tensor<4xf32>
@@ -45,7 +45,7 @@ func.func @reduce_to_root() attributes {dg.entry = "train_step"} {
 // all_to_all → the reverse exchange: the cotangent's rows go back with the received counts, into
 // the input's capacity; the counts get no cotangent.
 // CHECK-LABEL: func.func @all_to_all
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
 func.func @all_to_all() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<6x4xf32>
   %counts = dg.input "counts" : tensor<2xi64>
@@ -64,7 +64,7 @@ func.func @all_to_all() attributes {dg.entry = "train_step"} {
 // -----
 
 // Max and min select one rank's value: no derivative rule, and autodiff names the op.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 func.func @all_reduce_max() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>
   // expected-error @+1 {{'dg.all_reduce' op has no derivative rule for reduce = max (only sum is differentiable)}}
@@ -77,7 +77,7 @@ func.func @all_reduce_max() attributes {dg.entry = "train_step"} {
 
 // -----
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 func.func @reduce_scatter_min() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4xf32>
   // expected-error @+1 {{'dg.reduce_scatter' op has no derivative rule for reduce = min (only sum is differentiable)}}

@@ -85,7 +85,7 @@ func.func @recast() attributes {dg.entry = "train_step"} {
 // Two weight-gradient contributions, each far larger than what it reads, run just before their
 // sum (%dw was written right after %a1, whose last use it then was). The outputs keep their order
 // though "second" is ready first. Collectives move like other ops (every rank schedules alike).
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 // CHECK-LABEL: func.func @deferred
 // CHECK: dg.output "loss"
 // CHECK: dg.all_reduce

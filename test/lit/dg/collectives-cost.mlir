@@ -1,7 +1,7 @@
 // RUN: dgemma-opt %s --dg-cost-report --verify-diagnostics
 // Communication bytes: what one rank receives, with ring algorithms. The f32 input is 8x16 = 512 bytes.
 
-module attributes {dg.mesh = {tp = 4 : i64, one = 1 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[one = 1 (data), tp = 4 (tensor)]>} {
   // all_reduce 2*(4-1)/4*512 = 768, all_gather 3*512 = 1536, reduce_scatter 3*128 = 384,
   // broadcast 512, reduce_to_root 3*512 = 1536, all_to_all capacity 10*4*2 = 80 plus 3 counts of 8.
   // Total 768 + 1536 + 384 + 512 + 1536 + 104 = 4840.

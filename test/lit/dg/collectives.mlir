@@ -1,7 +1,7 @@
 // RUN: dgemma-opt %s | dgemma-opt | FileCheck %s
 // Every collective parses, prints and parses again.
 
-module attributes {dg.mesh = {tp = 2 : i64, ep = 3 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 3 (expert), tp = 2 (tensor)]>} {
 // CHECK-LABEL: func.func @collectives
 func.func @collectives(%x: tensor<8x16xf32>, %ids: tensor<4xi64>, %rows: tensor<6x4xbf16>, %counts: tensor<3xi64>) {
   // CHECK: dg.all_reduce %{{.*}} axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>

@@ -72,8 +72,27 @@ func.func @bucket_without_entry() attributes {dg.bucket = {prompt_len = 4 : i64}
 // -----
 
 // expected-error @+1 {{'dg.mesh' belongs on the module}}
-func.func @mesh_on_function() attributes {dg.mesh = {tp = 2 : i64}} {
+func.func @mesh_on_function() attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   return
+}
+
+// -----
+
+// A dictionary has no order, so it cannot number the ranks.
+// expected-error @+1 {{'dg.mesh' must be a #dg.mesh<[name = size (role), ...]>}}
+module attributes {dg.mesh = {tp = 2 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{mesh axis 'tp' is listed twice}}
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor), tp = 2 (tensor)]>} {
+}
+
+// -----
+
+// expected-error @+1 {{axis 'pp' has role 'pipeline', expected data, expert, tensor or context}}
+module attributes {dg.mesh = #dg.mesh<[pp = 2 (pipeline)]>} {
 }
 
 // -----

@@ -8,7 +8,7 @@
 // their capacity plus a count from the other rank: 32 + 192 + 96 forward, 192 + 48 + 96 + 24
 // backward, and 7·8 bytes of counts.
 // COST: cost: flops=4176 parameters=2 parameter_bytes=288 communication_bytes=736
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
 // CHECK-LABEL: func.func @train_step
 func.func @train_step() attributes {dg.entry = "train_step"} {
   // CHECK-DAG: %[[X:.*]] = dg.input "x"
@@ -78,7 +78,7 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
 
 // A backward on its own (no rewritten forward of its tokens) dispatches the rows itself; an unused
 // weight gradient is not sent back. Rank 0: its block of the replicated weights starts at row 0.
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
 // CHECK-LABEL: func.func @backward_only
 func.func @backward_only() attributes {dg.entry = "backward_only"} {
   // CHECK: dg.slice %{{.*}} dim = 0 start = 0 : tensor<4x1xf32> -> tensor<2x1xf32>
@@ -114,7 +114,7 @@ func.func @backward_only() attributes {dg.entry = "backward_only"} {
 // A reduce-scatter keeps a contiguous block of the row-major elements, so the rank's combined rows
 // reshaped are that block: the reshapes before the reduce-scatters go with them, and the combined
 // rows are reshaped to the reduce-scatter's shape.
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
 // CHECK-LABEL: func.func @reshaped_partials
 func.func @reshaped_partials() attributes {dg.entry = "train_step"} {
   // CHECK-NOT: dg.all_gather
@@ -162,7 +162,7 @@ func.func @reshaped_partials() attributes {dg.entry = "train_step"} {
 
 // What is not the all-gather form stays: experts without an offset (all of them local), a partial
 // result read before its reduce-scatter, and a reduce-scatter over another axis.
-module attributes {dg.mesh = {ep = 2 : i64, tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert), tp = 2 (tensor)]>} {
 // CHECK-LABEL: func.func @unmatched
 func.func @unmatched() attributes {dg.entry = "unmatched"} {
   // CHECK-NOT: dg.moe_dispatch

@@ -91,7 +91,7 @@ func.func @other_uses() attributes {dg.entry = "forward"} {
 // CHECK: dg.cast
 // CHECK: dg.exp {{.*}}tensor<4x8xf64>
 // CHECK-NOT: dg.fused_elementwise
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 func.func @barriers() attributes {dg.entry = "forward"} {
   %x = dg.input "x" : tensor<4x8xf32>
   %p = dg.param "p" : tensor<4x8xf32>

@@ -313,7 +313,7 @@ func.func @collective_without_mesh(%x: tensor<4xf32>) {
 
 // -----
 
-module attributes {dg.mesh = {tp = 4 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 4 (tensor)]>} {
   func.func @scatter_divisible(%x: tensor<6xf32>) {
     // expected-error @+1 {{dim 0 (6) is not divisible by the axis size 4}}
     %y = dg.reduce_scatter %x axis = "tp" : tensor<6xf32> -> tensor<1xf32>
@@ -323,7 +323,7 @@ module attributes {dg.mesh = {tp = 4 : i64}} {
 
 // -----
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @gather_shape(%x: tensor<3x2xf32>) {
     // expected-error @+1 {{result must be 'tensor<6x2xf32>'}}
     %y = dg.all_gather %x axis = "tp" : tensor<3x2xf32> -> tensor<3x4xf32>
@@ -333,7 +333,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 // -----
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @bad_reduce(%x: tensor<4xf32>) {
     // expected-error @+2 {{expected ::mlir::dg::ReductionKind to be one of: sum, max, min}}
     // expected-error @+1 {{failed to parse Dg_ReductionKindAttr parameter 'value'}}

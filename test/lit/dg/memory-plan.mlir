@@ -90,7 +90,7 @@ func.func @stop_gradient_view() attributes {dg.entry = "forward"} {
 // -----
 
 // An all-reduce whose input has no other reader works in place.
-module attributes {dg.mesh = {tp = 1 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 1 (tensor)]>} {
 // CHECK-LABEL: func.func @in_place_all_reduce
 func.func @in_place_all_reduce() attributes {dg.entry = "forward"} {
   // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
@@ -108,7 +108,7 @@ func.func @in_place_all_reduce() attributes {dg.entry = "forward"} {
 
 // An all-reduce of a reshape (a view) of a value that is read elsewhere must not overwrite it: it
 // gets its own bytes.
-module attributes {dg.mesh = {tp = 1 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 1 (tensor)]>} {
 // CHECK-LABEL: func.func @all_reduce_of_a_shared_view
 func.func @all_reduce_of_a_shared_view() attributes {dg.entry = "forward"} {
   %x = dg.input "x" : tensor<16xf32>
@@ -128,7 +128,7 @@ func.func @all_reduce_of_a_shared_view() attributes {dg.entry = "forward"} {
 
 // A broadcast and a reduce_to_root work in place like an all-reduce, but never in a parameter's
 // persistent bytes: that result gets scratch of its own (the plan copies the parameter into it).
-module attributes {dg.mesh = {tp = 1 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 1 (tensor)]>} {
 // CHECK-LABEL: func.func @in_place_broadcast
 func.func @in_place_broadcast() attributes {dg.entry = "forward"} {
   // CHECK: dg.input "x" {dg.offsets = array<i64: 0>}
@@ -194,7 +194,7 @@ func.func @in_place_select() attributes {dg.entry = "denoise"} {
 // A collective's own result (an all_gather, which cannot work in place) lives in the communication
 // pool, at offsets of its own: the gathered rows take the communication arena, and the neg reuses
 // the bytes of the input and the exp, both dead by then.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 // STATS: remark: memory plan: activations values=3 bytes=128 largest_first=128 best_fit=128 max_live=128 fragmentation=1.000; communication values=1 bytes=128 largest_first=128 best_fit=128 max_live=128 fragmentation=1.000;
 // CHECK-LABEL: func.func @communication_pool
 // CHECK-SAME: dg.comm_buffer_bytes = 128

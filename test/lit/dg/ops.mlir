@@ -1,7 +1,7 @@
 // RUN: dgemma-opt %s | dgemma-opt | FileCheck %s
 // Every op parses, prints and parses again.
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 // CHECK-LABEL: func.func @all_ops
 // CHECK-SAME: dg.bucket = {micro_batch = 2 : i64, prompt_len = 4 : i64}
 // CHECK-SAME: dg.entry = "forward"

@@ -8,7 +8,7 @@
 // split over the data group.
 
 // TP=2, DP=4, EP=2: base axes dp (4) and tp (2); the expert group is {tp}, expert data {dp}.
-// TP2: module attributes {dg.mesh = {dp = 4 : i64, tp = 2 : i64}}
+// TP2: module attributes {dg.mesh = #dg.mesh<[dp = 4 (data), tp = 2 (tensor)]>}
 // TP2-LABEL: func.func @step
 // TP2: dg.input "input_ids" {dg.shardings = [#dg.sharding<{{\[\[}}dp], []]>]} : tensor<4x8xi64>
 // TP2: dg.input "lr" {dg.shardings = [#dg.sharding<[]>]} : tensor<f32>
@@ -28,7 +28,7 @@
 // TP2: dg.param "optimizer/exp_avg/scalar" {dg.shardings = [#dg.sharding<{{\[\[}}]]>], trainable = false}
 
 // TP=1, DP=2, EP=2: one base axis ep, which is both the data and the expert group; expert data is empty.
-// EP2: module attributes {dg.mesh = {ep = 2 : i64}}
+// EP2: module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>}
 // EP2: dg.input "input_ids" {dg.shardings = [#dg.sharding<{{\[\[}}ep], []]>]}
 // EP2: dg.param "embed" {dg.role = "vocab", dg.shardings = [#dg.sharding<{{\[\[}}], []]>]}
 // EP2: dg.param "experts" {dg.role = "experts", dg.shardings = [#dg.sharding<{{\[\[}}ep], [], []]>]}
@@ -38,7 +38,7 @@
 // EP2: dg.param "optimizer/exp_avg/q" {dg.shardings = [#dg.sharding<{{\[\[}}], []]>], trainable = false}
 
 // TP=1, DP=4, EP=2: dense data parallelism is {dp, ep}, the experts' data group {dp}.
-// DP4: module attributes {dg.mesh = {dp = 2 : i64, ep = 2 : i64}}
+// DP4: module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), ep = 2 (expert)]>}
 // DP4: dg.input "input_ids" {dg.shardings = [#dg.sharding<{{\[\[}}dp, ep], []]>]}
 // DP4: dg.param "grad/q" {dg.shardings = [#dg.sharding<{{\[\[}}], []], partial = [dp, ep]>], trainable = false}
 // DP4: dg.param "grad/experts" {dg.shardings = [#dg.sharding<{{\[\[}}ep], [], []], partial = [dp]>], trainable = false}

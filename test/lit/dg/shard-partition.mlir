@@ -16,7 +16,7 @@
 // CHECK: dg.output "y", %[[E]] {dg.global_shape = array<i64: 4, 6>, dg.shard_offset = array<i64: 0, 0>} : tensor<4x6xf32>
 // CHECK-NOT: dg.shardings
 // CHECK-NOT: dg.operand_shardings
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @partial_to_whole() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#whole]} : tensor<4x6xf32>
     %p = dg.neg %x {dg.shardings = [#tp_partial], dg.operand_shardings = [#tp_partial]} : tensor<4x6xf32>
@@ -44,7 +44,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // R0: dg.output "rows", %{{.*}} {dg.global_shape = array<i64: 4, 6>, dg.shard_offset = array<i64: 0, 0>} : tensor<2x6xf32>
 // R1: dg.output "rows", %{{.*}} {dg.global_shape = array<i64: 4, 6>, dg.shard_offset = array<i64: 2, 0>} : tensor<2x6xf32>
 // R1: dg.output "cols", %{{.*}} {dg.global_shape = array<i64: 4, 6>, dg.shard_offset = array<i64: 0, 3>} : tensor<4x3xf32>
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @partial_to_split() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#whole]} : tensor<4x6xf32>
     %p = dg.neg %x {dg.shardings = [#tp_partial], dg.operand_shardings = [#tp_partial]} : tensor<4x6xf32>
@@ -76,7 +76,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // CHECK: %[[AG:.*]] = dg.all_gather %[[T]] axis = "tp" : tensor<3x4xf32> -> tensor<6x4xf32>
 // CHECK: %[[W:.*]] = dg.transpose %[[AG]] perm = [1, 0] : tensor<6x4xf32> -> tensor<4x6xf32>
 // CHECK: dg.output "y", %[[W]]
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @gather_and_slice() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#rows_tp]} : tensor<4x6xf32>
     %e = dg.exp %x {dg.shardings = [#whole], dg.operand_shardings = [#whole]} : tensor<4x6xf32>
@@ -97,7 +97,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // R0: dg.add %[[X:.*]], %[[X]]
 // R1: %[[Z:.*]] = dg.fill 0.000000e+00 : tensor<4x6xf32>
 // R1: dg.add %[[Z]], %[[Y:.*]] : tensor<4x6xf32>, tensor<4x6xf32>
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @whole_to_partial() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#whole]} : tensor<4x6xf32>
     %s = dg.add %x, %x {dg.shardings = [#tp_partial], dg.operand_shardings = [#tp_partial, #whole]} : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
@@ -123,7 +123,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // CHECK: %[[AR1:.*]] = dg.all_reduce %{{.*}} axis = "dp"
 // CHECK: dg.all_reduce %[[AR1]] axis = "tp"
 // R1: dg.output "rows", %{{.*}} {dg.global_shape = array<i64: 8, 6>, dg.shard_offset = array<i64: 2, 0>} : tensor<2x6xf32>
-module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), tp = 2 (tensor)]>} {
   func.func @chain_over_two_axes() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#rows_dp_tp]} : tensor<8x6xf32>
     %e = dg.exp %x {dg.shardings = [#whole], dg.operand_shardings = [#whole]} : tensor<8x6xf32>
@@ -147,7 +147,7 @@ module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
 // CHECK-NOT: dg.all_gather
 // CHECK: dg.exp %[[G]]
 // CHECK: dg.log %[[G]]
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @reuse() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#rows_tp]} : tensor<4x6xf32>
     %e = dg.exp %x {dg.shardings = [#whole], dg.operand_shardings = [#whole]} : tensor<4x6xf32>
@@ -174,7 +174,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // R1: dg.gather %{{.*}}[%{{.*}}] {row_offset = 4 : i64} : tensor<4x4xf32>, tensor<2x3xi64> -> tensor<2x3x4xf32>
 // CHECK: dg.all_reduce %{{.*}} axis = "tp" : tensor<2x3x4xf32> -> tensor<2x3x4xf32>
 // R1: dg.scatter_add %{{.*}} at %{{.*}} {row_offset = 4 : i64} : tensor<2x3x4xf32>, tensor<2x3xi64> -> tensor<4x4xf32>
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @vocab_split_table() attributes {dg.entry = "forward"} {
     %table = dg.param "embed" {dg.shardings = [#vocab]} : tensor<8x4xf32>
     %ids = dg.input "ids" {dg.shardings = [#ids]} : tensor<2x3xi64>
@@ -197,7 +197,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // CHECK-LABEL: func.func @expert_split
 // R1: dg.moe_experts {{.*}} {expert_offset = 4 : i64} : tensor<6x8xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32> -> tensor<6x8xf32>
 // R0: dg.moe_experts %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}}, %{{[0-9a-z_]+}} : tensor<6x8xf32>
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
   func.func @expert_split() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#x]} : tensor<6x8xf32>
     %w = dg.input "w" {dg.shardings = [#x]} : tensor<6x2xf32>
@@ -224,7 +224,7 @@ module attributes {dg.mesh = {ep = 2 : i64}} {
 // R1: dg.constant dense<0.000000e+00> : tensor<2x4xf32>
 // R0: dg.fill 3.000000e+00 : tensor<2x4xf32>
 // R1: dg.fill 0.000000e+00 : tensor<2x4xf32>
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @constants() attributes {dg.entry = "forward"} {
     %c = dg.constant {dg.shardings = [#cols]} dense<[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]> : tensor<2x4xf32>
     %ones = dg.constant {dg.shardings = [#partial]} dense<1.0> : tensor<2x4xf32>
@@ -248,7 +248,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // CHECK: %[[E:.*]] = dg.exp %[[G]] : tensor<4x6xf32>
 // R1: %[[S:.*]] = dg.slice %[[E]] dim = 0 start = 2 : tensor<4x6xf32> -> tensor<2x6xf32>
 // R1: dg.assign %[[S]] to %[[P]] : tensor<2x6xf32>
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @assign() attributes {dg.entry = "optimizer_step"} {
     %w = dg.param "w" {dg.shardings = [#rows_tp]} : tensor<4x6xf32>
     %e = dg.exp %w {dg.shardings = [#whole], dg.operand_shardings = [#whole]} : tensor<4x6xf32>
@@ -273,7 +273,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // CHECK: %[[R:.*]] = dg.all_reduce %[[O]] axis = "dp" : tensor<1xf32> -> tensor<1xf32>
 // CHECK: %[[L:.*]] = dg.reshape %[[R]] : tensor<1xf32> -> tensor<f32>
 // CHECK: dg.output "loss", %[[L]]
-module attributes {dg.mesh = {dp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
   func.func @mean_over_split_batch() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#batch]} : tensor<4x3xf32>
     %m = dg.reduce_mean %x dims = [0, 1] {dg.shardings = [#scalar], dg.operand_shardings = [#batch]} : tensor<4x3xf32> -> tensor<f32>
@@ -287,7 +287,7 @@ module attributes {dg.mesh = {dp = 2 : i64}} {
 #whole = #dg.sharding<[[], []]>
 #tp_partial = #dg.sharding<[[], []], partial = [tp]>
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @partial_output() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#whole]} : tensor<4x6xf32>
     %p = dg.neg %x {dg.shardings = [#tp_partial], dg.operand_shardings = [#tp_partial]} : tensor<4x6xf32>
@@ -301,7 +301,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 #whole = #dg.sharding<[[], []]>
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @unannotated() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#whole]} : tensor<4x6xf32>
     // expected-error @+1 {{has no dg.shardings entry for result 0: run dg-shard-propagate before dg-shard-partition}}
@@ -315,7 +315,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 #batch = #dg.sharding<[[dp], []]>
 #scalar = #dg.sharding<[], partial = [dp]>
 
-module attributes {dg.mesh = {dp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
   func.func @max_over_split() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#batch]} : tensor<4x3xf32>
     // expected-error @+1 {{takes the maximum over dimension 0}}
@@ -332,7 +332,7 @@ module attributes {dg.mesh = {dp = 2 : i64}} {
 // Integer values (expert routing indices) are gathered like floats: a gather moves bytes.
 // CHECK-LABEL: func.func @integer_gather
 // CHECK: dg.all_gather %{{.*}} axis = "dp" : tensor<2x3xi64> -> tensor<4x3xi64>
-module attributes {dg.mesh = {dp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
   func.func @integer_gather() attributes {dg.entry = "forward"} {
     %ids = dg.input "ids" {dg.shardings = [#ids]} : tensor<4x3xi64>
     %c = dg.cast %ids {dg.shardings = [#whole], dg.operand_shardings = [#whole]} : tensor<4x3xi64> -> tensor<4x3xf32>
@@ -352,7 +352,7 @@ module attributes {dg.mesh = {dp = 2 : i64}} {
 // R0: %[[SEG:.*]] = dg.input "segments" {dg.global_shape = array<i64: 2, 4>, dg.shard_offset = array<i64: 0, 0>} : tensor<1x4xi64>
 // R1: %[[SEG:.*]] = dg.input "segments" {dg.global_shape = array<i64: 2, 4>, dg.shard_offset = array<i64: 1, 0>} : tensor<1x4xi64>
 // CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} segment_ids(%[[SEG]] : tensor<1x4xi64>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
-module attributes {dg.mesh = {dp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
   func.func @attention_segments() attributes {dg.entry = "forward"} {
     %q = dg.input "q" {dg.shardings = [#qkv_dp]} : tensor<2x4x2x8xf32>
     %m = dg.input "valid" {dg.shardings = [#rows_dp]} : tensor<2x4xi1>

@@ -12,7 +12,7 @@
 
 // Megatron's MLP at TP=2: the column GEMM takes the whole activation and splits its output, the row
 // GEMM leaves a pending sum, which the residual add passes on and the norm resolves.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @mlp() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], [], []]>]} : tensor<2x4x8xf32>
     %up = dg.param "up" {dg.shardings = [#dg.sharding<[[tp], []]>]} : tensor<16x8xf32>
@@ -38,7 +38,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // CHECK: dg.output "o", %{{.*}} {dg.operand_shardings = [#dg.sharding<{{\[\[}}], [], []]>]}
 
 // Head-parallel attention: q/k/v split by heads after the column GEMM's reshape.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @attention() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], [], []]>]} : tensor<2x4x8xf32>
     %valid = dg.input "valid" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<2x4xi1>
@@ -65,7 +65,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // CHECK: dg.attention {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}dp], [], [tp], []]>, #dg.sharding<{{\[\[}}dp], [], [tp], []]>, #dg.sharding<{{\[\[}}dp], [], [tp], []]>, #dg.sharding<{{\[\[}}dp], []]>, #dg.sharding<{{\[\[}}dp], []]>], dg.shardings = [#dg.sharding<{{\[\[}}dp], [], [tp], []]>]
 
 // The image overlay's segment ids are split like key_valid: by batch rows over dp, whole keys.
-module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), tp = 2 (tensor)]>} {
   func.func @attention_segments() attributes {dg.entry = "forward"} {
     %q = dg.input "q" {dg.shardings = [#dg.sharding<[[dp], [], [tp], []]>]} : tensor<2x4x4x4xf32>
     %k = dg.input "k" {dg.shardings = [#dg.sharding<[[dp], [], [tp], []]>]} : tensor<2x4x2x4xf32>
@@ -88,7 +88,7 @@ module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
 
 // A vocab-split embedding: the lookup is a pending sum (row offsets), the tied head splits the
 // logits by vocabulary and the cross-entropy takes them whole.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @embed_head() attributes {dg.entry = "forward"} {
     %ids = dg.input "ids" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<2x4xi64>
     %table = dg.param "embed" {dg.shardings = [#dg.sharding<[[tp], []]>]} : tensor<16x8xf32>
@@ -116,7 +116,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 // Sequence parallelism: the row GEMM's pending sum resolves into a sequence split (reduce-scatter),
 // the residual stream stays split, and the column GEMM gathers it back (all-gather).
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @sequence_parallel() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], [], []]>]} : tensor<2x4x8xf32>
     %up = dg.param "up" {dg.shardings = [#dg.sharding<[[tp], []]>]} : tensor<16x8xf32>
@@ -147,7 +147,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 // Data parallelism with ZeRO-1: the weight gradient is a pending sum over dp, accumulated as one
 // into the gradient buffer; the optimizer squares and updates the moments' shard of it.
-module attributes {dg.mesh = {dp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
   func.func @train_step() attributes {dg.bucket = {micro_batch = 2 : i64}, dg.entry = "train_step"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[dp], [], []]>]} : tensor<2x4x8xf32>
     %dy = dg.input "dy" {dg.shardings = [#dg.sharding<[[dp], [], []]>]} : tensor<2x4x8xf32>
@@ -187,7 +187,7 @@ module attributes {dg.mesh = {dp = 2 : i64}} {
 
 // Expert parallelism in the all-gather form: the tokens are whole over ep at the experts, the
 // experts split, the result a pending sum over ep that resolves back into the tokens' batch split.
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
   func.func @experts() attributes {dg.bucket = {micro_batch = 2 : i64}, dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[ep], [], []]>]} : tensor<2x4x8xf32>
     %w = dg.input "w" {dg.shardings = [#dg.sharding<[[ep], []]>]} : tensor<8x2xf32>
@@ -213,13 +213,38 @@ module attributes {dg.mesh = {ep = 2 : i64}} {
 // EP < DP: the tokens split over {dp, ep} meet experts split over ep. They keep the dp split (the
 // partitioner gathers them over ep only, which dg-expert-dispatch turns into the all-to-all), and
 // the pending sum over ep resolves onto the minor end of the batch split.
-module attributes {dg.mesh = {dp = 2 : i64, ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), ep = 2 (expert)]>} {
   func.func @experts_ep_below_dp() attributes {dg.bucket = {micro_batch = 4 : i64}, dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[dp, ep], [], []]>]} : tensor<4x4x8xf32>
     %w = dg.input "w" {dg.shardings = [#dg.sharding<[[dp, ep], []]>]} : tensor<16x2xf32>
     %i = dg.input "i" {dg.shardings = [#dg.sharding<[[dp, ep], []]>]} : tensor<16x2xi64>
     %gate_up = dg.param "experts.gate_up_proj" {dg.shardings = [#dg.sharding<[[ep], [], []]>]} : tensor<4x8x8xf32>
     %down = dg.param "experts.down_proj" {dg.shardings = [#dg.sharding<[[ep], [], []]>]} : tensor<4x8x4xf32>
+    %tokens = dg.reshape %x : tensor<4x4x8xf32> -> tensor<16x8xf32>
+    %y = dg.moe_experts %tokens, %w, %i, %gate_up, %down : tensor<16x8xf32>, tensor<16x2xf32>, tensor<16x2xi64>, tensor<4x8x8xf32>, tensor<4x8x4xf32> -> tensor<16x8xf32>
+    %y1 = dg.reshape %y : tensor<16x8xf32> -> tensor<4x4x8xf32>
+    %n = dg.rms_norm %y1 {eps = 1.0e-6 : f64} : (tensor<4x4x8xf32>) -> tensor<4x4x8xf32>
+    dg.output "y", %n : tensor<4x4x8xf32>
+    return
+  }
+}
+
+// -----
+
+// CHECK-LABEL: func.func @experts_renamed_axes
+// CHECK: dg.moe_experts {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}replica], []]>, #dg.sharding<{{\[\[}}replica], []]>, #dg.sharding<{{\[\[}}replica], []]>, #dg.sharding<{{\[\[}}experts], [], []]>, #dg.sharding<{{\[\[}}experts], [], []]>], dg.shardings = [#dg.sharding<{{\[\[}}replica], []], partial = [experts]>]
+// CHECK: dg.reshape {{.*}}dg.shardings = [#dg.sharding<{{\[\[}}replica], [], []], partial = [experts]>]
+// CHECK: dg.rms_norm {{.*}}dg.operand_shardings = [#dg.sharding<{{\[\[}}replica, experts], [], []]>], dg.shardings = [#dg.sharding<{{\[\[}}replica, experts], [], []]>]
+
+// @experts_ep_below_dp with its axes renamed (and so no longer in alphabetical order): the pass
+// finds the data group by the axes' roles, so the shardings are the same up to the names.
+module attributes {dg.mesh = #dg.mesh<[replica = 2 (data), experts = 2 (expert)]>} {
+  func.func @experts_renamed_axes() attributes {dg.bucket = {micro_batch = 4 : i64}, dg.entry = "forward"} {
+    %x = dg.input "x" {dg.shardings = [#dg.sharding<[[replica, experts], [], []]>]} : tensor<4x4x8xf32>
+    %w = dg.input "w" {dg.shardings = [#dg.sharding<[[replica, experts], []]>]} : tensor<16x2xf32>
+    %i = dg.input "i" {dg.shardings = [#dg.sharding<[[replica, experts], []]>]} : tensor<16x2xi64>
+    %gate_up = dg.param "experts.gate_up_proj" {dg.shardings = [#dg.sharding<[[experts], [], []]>]} : tensor<4x8x8xf32>
+    %down = dg.param "experts.down_proj" {dg.shardings = [#dg.sharding<[[experts], [], []]>]} : tensor<4x8x4xf32>
     %tokens = dg.reshape %x : tensor<4x4x8xf32> -> tensor<16x8xf32>
     %y = dg.moe_experts %tokens, %w, %i, %gate_up, %down : tensor<16x8xf32>, tensor<16x2xf32>, tensor<16x2xi64>, tensor<4x8x8xf32>, tensor<4x8x4xf32> -> tensor<16x8xf32>
     %y1 = dg.reshape %y : tensor<16x8xf32> -> tensor<4x4x8xf32>

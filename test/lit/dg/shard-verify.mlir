@@ -2,7 +2,7 @@
 // dg-shard-verify: the consistency conditions between an op's shardings and its sharding rule.
 
 // A consistent column GEMM passes.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @column() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     %w = dg.param "w" {dg.shardings = [#dg.sharding<[[tp], []]>]} : tensor<8x8xf32>
@@ -15,7 +15,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // -----
 
 // The same factor split two ways.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @disagree() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     // expected-error @+1 {{operand 1 dim 0 splits its factor over [] but operand 0 dim 0 splits it over [tp]}}
@@ -27,7 +27,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // -----
 
 // A split contraction makes the result partial.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @missing_partial() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     %w = dg.input "w" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<8x4xf32>
@@ -40,7 +40,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // -----
 
 // A pending sum into an op that is not linear in it.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @nonlinear() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     // expected-error @+1 {{operand 0 is partial over [tp], but the op is not linear in it}}
@@ -52,7 +52,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // -----
 
 // Both factors of a product partial.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @two_partial() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     // expected-error @+1 {{operand 1 is partial over [tp], but only one operand of a product may be partial}}
@@ -64,7 +64,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // -----
 
 // A sum's operands partial differently.
-module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), tp = 2 (tensor)]>} {
   func.func @unlike() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     // expected-error @+1 {{operand 1 is partial over [dp] but operand 0 over [tp] (a sum's operands must be partial alike)}}
@@ -76,7 +76,7 @@ module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
 // -----
 
 // The softmax axis must stay whole.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @softmax_axis() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     // expected-error @+1 {{operand 0 dim 1 splits a factor that must stay whole over [tp]}}
@@ -89,7 +89,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 // A batch split over dp and a sequence split over tp do not merge into a block split of the tokens:
 // the merged dimension's axes go to its major factor first.
-module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), tp = 2 (tensor)]>} {
   func.func @merged_splits() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], [], []]>]} : tensor<4x4x8xf32>
     // expected-error @+1 {{result 0 dim 0 splits its factor over [dp, tp] but operand 0 dim 0 splits it over [dp]}}
@@ -101,7 +101,7 @@ module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
 // -----
 
 // A vocab-split lookup is a pending sum over the table's row axes.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @gather_rows() attributes {dg.entry = "forward"} {
     %table = dg.param "embed" {dg.shardings = [#dg.sharding<[[tp], []]>]} : tensor<16x8xf32>
     %ids = dg.input "ids" {dg.shardings = [#dg.sharding<[[]]>]} : tensor<4xi64>
@@ -114,7 +114,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // -----
 
 // An assign consumes its value in the target's sharding; an output is never partial.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @assign() attributes {dg.entry = "optimizer_step"} {
     %w = dg.param "w" {dg.shardings = [#dg.sharding<[[tp]]>]} : tensor<8xf32>
     %z = dg.fill 0.0 {dg.shardings = [#dg.sharding<[[]]>]} : tensor<8xf32>
@@ -126,7 +126,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 // -----
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @output() attributes {dg.entry = "forward"} {
     %x = dg.input "x" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<4x8xf32>
     %w = dg.input "w" {dg.shardings = [#dg.sharding<[[], []]>]} : tensor<8x4xf32>
@@ -140,7 +140,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 // -----
 
 // Every op is annotated, and a parameter has one sharding across the module.
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @unannotated() attributes {dg.entry = "forward"} {
     // expected-error @+1 {{has no 'dg.shardings'}}
     %z = dg.fill 0.0 : tensor<8xf32>
@@ -150,7 +150,7 @@ module attributes {dg.mesh = {tp = 2 : i64}} {
 
 // -----
 
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
   func.func @first() attributes {dg.entry = "forward"} {
     %w = dg.param "w" {dg.shardings = [#dg.sharding<[[tp]]>]} : tensor<8xf32>
     return

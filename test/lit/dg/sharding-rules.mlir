@@ -229,7 +229,7 @@ func.func @adamw(%p: tensor<4x2xf32>, %s: tensor<f32>) {
 // Collectives. The elementwise ones shard like elementwise ops. Dim 0 of a gather, a scatter or an
 // all-to-all holds the ranks' blocks or the peers' rows: whole, its own factor on each side; the
 // counts of an all-to-all are whole too.
-module attributes {dg.mesh = {tp = 2 : i64, ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert), tp = 2 (tensor)]>} {
 func.func @collectives(%x: tensor<8x16xf32>, %rows: tensor<6x4xbf16>, %counts: tensor<2xi64>) {
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j]) -> ([i, j]) {i=8, j=16}>}}
   %ar = dg.all_reduce %x axis = "tp" : tensor<8x16xf32> -> tensor<8x16xf32>

@@ -26,7 +26,7 @@ namespace {
 // loss = sum(all_to_all(broadcast(w), counts).rows * c) + sum(reduce_to_root(w) * c2); the
 // broadcast's input is also read by reduce_to_root, so the broadcast works on a copy.
 constexpr const char* kProgram = R"mlir(
-module attributes {dg.mesh = {tp = 1 : i64, ep = 1 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 1 (expert), tp = 1 (tensor)]>} {
 func.func @train_step() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4x2xf32>
   %counts = dg.input "counts" : tensor<1xi64>
@@ -143,7 +143,7 @@ TEST(CollectivePlanLoweringTest, InPlaceCollectivesNeverWriteIntoAParameter) {
   mlir::MLIRContext context;
   context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
   auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
-module attributes {dg.mesh = {tp = 1 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 1 (tensor)]>} {
 func.func @forward() attributes {dg.entry = "forward"} {
   %w = dg.param "w" : tensor<4xf32>
   %b = dg.broadcast %w axis = "tp" root = 0 : tensor<4xf32> -> tensor<4xf32>
@@ -177,7 +177,7 @@ TEST(CollectivePlanLoweringTest, LowersAPerRankProgramForTheRankAsked) {
   mlir::MLIRContext context;
   context.loadDialect<mlir::dg::DgDialect, mlir::func::FuncDialect>();
   auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
-module attributes {dg.mesh = {dp = 2 : i64, tp = 3 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), tp = 3 (tensor)]>} {
 func.func @forward() attributes {dg.entry = "forward"} {
   %x = dg.input "x" : tensor<4xf32>
   %r = dg.all_reduce %x axis = "tp" : tensor<4xf32> -> tensor<4xf32>
@@ -295,7 +295,7 @@ void expectGradientsMatchFiniteDifferences(const char* program, int64_t ranks,
 TEST(CollectiveGradientTest, AllReduceBroadcastAndReduceToRootOverTwoRanks) {
   // L_r = sum(c * exp(all_reduce(w))) + sum(d * broadcast(w)^2) + sum(c * reduce_to_root(w * w)).
   expectGradientsMatchFiniteDifferences(R"mlir(
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 func.func @train_step() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<3xf64>
   %c = dg.input "c" : tensor<3xf64>
@@ -324,7 +324,7 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
 TEST(CollectiveGradientTest, AllGatherAndReduceScatterOverThreeRanks) {
   // L_r = sum(d * reduce_scatter(c * exp(all_gather(w)))) + sum(e * all_gather(w)^2).
   expectGradientsMatchFiniteDifferences(R"mlir(
-module attributes {dg.mesh = {tp = 3 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 3 (tensor)]>} {
 func.func @train_step() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<2x2xf64>
   %c = dg.input "c" : tensor<6x2xf64>
@@ -353,7 +353,7 @@ TEST(CollectiveGradientTest, RaggedAllToAllOverThreeRanksWithUnevenAndZeroCounts
   // zero rows to one peer; it receives three rows into a capacity of six. L_r = sum(c * exp(rows
   // received)), the zero tail included (a constant).
   expectGradientsMatchFiniteDifferences(R"mlir(
-module attributes {dg.mesh = {ep = 3 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 3 (expert)]>} {
 func.func @train_step() attributes {dg.entry = "train_step"} {
   %w = dg.param "w" : tensor<4x2xf64>
   %counts = dg.input "counts" : tensor<3xi64>

@@ -43,7 +43,7 @@ std::string withOffset(std::string program, int64_t rank) {
 
 std::string allGatherForm(int64_t rank) {
   return withOffset(R"mlir(
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
 func.func @train_step() attributes {dg.entry = "train_step"} {
   %x = dg.input "x" : tensor<3x4xf32>
   %w = dg.input "w" : tensor<3x2xf32>
@@ -75,7 +75,7 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
 // gradients are the backward's with output gradient dy.
 std::string allGatherForward(int64_t rank) {
   return withOffset(R"mlir(
-module attributes {dg.mesh = {ep = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
 func.func @train_step() attributes {dg.entry = "train_step"} {
   %x = dg.param "x" : tensor<3x4xf32>
   %w = dg.param "w" : tensor<3x2xf32>

@@ -1,8 +1,11 @@
-// The layouts' base axes and groups, and the block a rank holds under a sharding.
+// The layouts' base axes and groups, the #dg.mesh attribute, and the block a rank holds under a
+// sharding.
 #include <gtest/gtest.h>
 
 #include "dialects/dg/IR/DgDialect.h"
 #include "dialects/dg/IR/DgMesh.h"
+#include "llvm/ADT/StringMap.h"
+#include "mlir/AsmParser/AsmParser.h"
 #include "mlir/IR/MLIRContext.h"
 
 using namespace mlir;
@@ -10,13 +13,20 @@ using namespace mlir::dg;
 
 namespace {
 
-using Axes = SmallVector<std::pair<std::string, int64_t>>;
+using Axes = SmallVector<Mesh::Axis>;
+
+std::string printed(Attribute attribute) {
+  std::string text;
+  llvm::raw_string_ostream(text) << attribute;
+  return text;
+}
+constexpr AxisRole kData = AxisRole::Data, kExpert = AxisRole::Expert, kTensor = AxisRole::Tensor;
 using Names = SmallVector<std::string>;
 
 TEST(LayoutGroups, TheSeedRecipeIsOneExpertAxis) {
   auto groups = layoutGroups(/*tp=*/1, /*dp=*/8, /*ep=*/8);
   ASSERT_TRUE(groups);
-  EXPECT_EQ(groups->axes, (Axes{{"ep", 8}}));
+  EXPECT_EQ(groups->axes, (Axes{{"ep", 8, kExpert}}));
   EXPECT_EQ(groups->data, (Names{"ep"}));
   EXPECT_EQ(groups->expert, (Names{"ep"}));
   EXPECT_TRUE(groups->tensor.empty());
@@ -27,7 +37,7 @@ TEST(LayoutGroups, ExpertGroupsAreConsecutiveRanksAcrossTensorParallelism) {
   // TP2 DP2 EP2: the EP groups {0,1}, {2,3} are the TP groups; expert DP is dense DP.
   auto small = layoutGroups(2, 2, 2);
   ASSERT_TRUE(small);
-  EXPECT_EQ(small->axes, (Axes{{"dp", 2}, {"tp", 2}}));
+  EXPECT_EQ(small->axes, (Axes{{"dp", 2, kData}, {"tp", 2, kTensor}}));
   EXPECT_EQ(small->data, (Names{"dp"}));
   EXPECT_EQ(small->tensor, (Names{"tp"}));
   EXPECT_EQ(small->expert, (Names{"tp"}));
@@ -35,7 +45,7 @@ TEST(LayoutGroups, ExpertGroupsAreConsecutiveRanksAcrossTensorParallelism) {
   // TP2 DP4 EP4: EP = {ep, tp} (ranks 0-3 and 4-7), dense DP = {dp, ep}.
   auto large = layoutGroups(2, 4, 4);
   ASSERT_TRUE(large);
-  EXPECT_EQ(large->axes, (Axes{{"dp", 2}, {"ep", 2}, {"tp", 2}}));
+  EXPECT_EQ(large->axes, (Axes{{"dp", 2, kData}, {"ep", 2, kExpert}, {"tp", 2, kTensor}}));
   EXPECT_EQ(large->data, (Names{"dp", "ep"}));
   EXPECT_EQ(large->expert, (Names{"ep", "tp"}));
   EXPECT_EQ(large->expertData, (Names{"dp"}));
@@ -61,7 +71,7 @@ TEST(Mesh, RanksHoldTheBlockTheirCoordinatesSelect) {
   MLIRContext context;
   context.loadDialect<DgDialect>();
   auto module = ModuleOp::create(UnknownLoc::get(&context));
-  module->setAttr(kMeshAttr, meshAttr(&context, {{"dp", 2}, {"ep", 2}, {"tp", 2}}));
+  module->setAttr(kMeshAttr, meshAttr(&context, {{"dp", 2, kData}, {"ep", 2, kExpert}, {"tp", 2, kTensor}}));
   Mesh mesh = Mesh::of(module);
   EXPECT_EQ(mesh.worldSize(), 8);
   EXPECT_EQ(mesh.coordinates(6), (SmallVector<int64_t>{1, 1, 0}));
@@ -72,6 +82,71 @@ TEST(Mesh, RanksHoldTheBlockTheirCoordinatesSelect) {
   EXPECT_EQ(mesh.shardOffset(sharding, shape, 6), (SmallVector<int64_t>{0, 0, 6}));
   EXPECT_EQ(mesh.shardOffset(sharding, shape, 1), (SmallVector<int64_t>{2, 0, 0}));
   module->erase();
+}
+
+TEST(Mesh, FindsAxesByRoleInMeshOrder) {
+  Mesh mesh({{"tp", 2, kTensor}, {"ep", 2, kExpert}, {"dp", 2, kData}, {"pp", 1, kData}});
+  EXPECT_EQ(mesh.axesWithRole(kTensor), (SmallVector<StringRef>{"tp"}));
+  EXPECT_EQ(mesh.axesWithRole(kData), (SmallVector<StringRef>{"dp", "pp"}));
+  EXPECT_EQ(mesh.axesWithAnyRole({kData, kExpert}), (SmallVector<StringRef>{"ep", "dp", "pp"}));
+  EXPECT_TRUE(mesh.axesWithRole(AxisRole::Context).empty());
+}
+
+TEST(MeshAttr, PrintsAndParsesItsAxesInOrder) {
+  MLIRContext context;
+  context.loadDialect<DgDialect>();
+  MeshAttr mesh = meshAttr(&context, {{"tp", 2, kTensor}, {"dp", 4, kData}});
+  EXPECT_EQ(printed(mesh), "#dg.mesh<[tp = 2 (tensor), dp = 4 (data)]>");
+  EXPECT_EQ(parseAttribute(printed(mesh), &context), mesh);
+}
+
+TEST(MeshAttr, RejectsRepeatedAxesSizesBelowOneAndUnknownRoles) {
+  MLIRContext context;
+  context.loadDialect<DgDialect>();
+  context.getDiagEngine().registerHandler([](Diagnostic&) { return success(); });
+  EXPECT_FALSE(parseAttribute("#dg.mesh<[tp = 2 (tensor), tp = 2 (tensor)]>", &context));
+  EXPECT_FALSE(parseAttribute("#dg.mesh<[tp = 0 (tensor)]>", &context));
+  EXPECT_FALSE(parseAttribute("#dg.mesh<[tp = 2 (pipeline)]>", &context));
+}
+
+// Renaming the axes of a layout (here into names whose alphabetical order is not the mesh's) moves
+// no rank: every rank keeps its coordinates and its block of every group's split.
+TEST(Mesh, RenamingAxesChangesNoRankOrder) {
+  MLIRContext context;
+  context.loadDialect<DgDialect>();
+  std::optional<LayoutGroups> groups = layoutGroups(/*tp=*/2, /*dp=*/4, /*ep=*/4);
+  ASSERT_TRUE(groups);
+  const llvm::StringMap<std::string> newNames = {{"dp", "replica"}, {"ep", "experts"}, {"tp", "model"}};
+  Axes renamedAxes;
+  for (const Mesh::Axis& axis : groups->axes) renamedAxes.push_back({newNames.lookup(axis.name), axis.size, axis.role});
+  auto meshOf = [&](const Axes& axes) {
+    auto module = ModuleOp::create(UnknownLoc::get(&context));
+    module->setAttr(kMeshAttr, meshAttr(&context, axes));
+    Mesh mesh = Mesh::of(module);
+    module->erase();
+    return mesh;
+  };
+  const Mesh original = meshOf(groups->axes), renamed = meshOf(renamedAxes);
+  auto names = [](ArrayRef<std::string> group) { return SmallVector<StringRef>(group.begin(), group.end()); };
+  auto renamedNames = [&](ArrayRef<std::string> group) {
+    SmallVector<StringRef> axes;
+    for (const std::string& name : group) axes.push_back(newNames.find(name)->getValue());
+    return axes;
+  };
+  // Dim 0 split over one group, dim 2 over another.
+  const SmallVector<std::pair<SmallVector<std::string>, SmallVector<std::string>>> splits = {
+      {groups->data, groups->tensor}, {groups->expert, {}}, {groups->expertData, groups->expert}};
+  const SmallVector<int64_t> shape{8, 3, 16};
+  ASSERT_EQ(renamed.worldSize(), original.worldSize());
+  for (int64_t rank = 0; rank < original.worldSize(); ++rank) {
+    EXPECT_EQ(renamed.coordinates(rank), original.coordinates(rank)) << "rank " << rank;
+    for (const auto& [dim0, dim2] : splits) {
+      auto before = ShardingAttr::get(&context, {names(dim0), {}, names(dim2)});
+      auto after = ShardingAttr::get(&context, {renamedNames(dim0), {}, renamedNames(dim2)});
+      EXPECT_EQ(renamed.shardOffset(after, shape, rank), original.shardOffset(before, shape, rank))
+          << "rank " << rank << ", " << printed(after) << " against " << printed(before);
+    }
+  }
 }
 
 }  // namespace

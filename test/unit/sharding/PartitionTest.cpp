@@ -39,7 +39,7 @@ constexpr const char* kTensorParallelMlp = R"mlir(
 #row = #dg.sharding<[[], [tp]]>
 #features = #dg.sharding<[[], [tp]]>
 #partial = #dg.sharding<[[], []], partial = [tp]>
-module attributes {dg.mesh = {tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 func.func @forward() attributes {dg.entry = "forward"} {
   %x = dg.input "x" {dg.shardings = [#whole]} : tensor<4x8xf32>
   %w1 = dg.param "w1" {dg.shardings = [#column]} : tensor<6x8xf32>
@@ -64,7 +64,7 @@ constexpr const char* kDataParallelGradient = R"mlir(
 #partial = #dg.sharding<[[], []], partial = [dp]>
 #scalar = #dg.sharding<[]>
 #partial_scalar = #dg.sharding<[], partial = [dp]>
-module attributes {dg.mesh = {dp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
 func.func @train_step() attributes {dg.entry = "train_step"} {
   %x = dg.input "x" {dg.shardings = [#batch]} : tensor<4x3xf32>
   %w = dg.param "w" {dg.shardings = [#whole]} : tensor<3x2xf32>
@@ -96,7 +96,7 @@ constexpr const char* kTwoAxes = R"mlir(
 #batch_partial = #dg.sharding<[[dp], []], partial = [tp]>
 #scalar = #dg.sharding<[]>
 #partial_scalar = #dg.sharding<[], partial = [dp, tp]>
-module attributes {dg.mesh = {dp = 2 : i64, tp = 2 : i64}} {
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data), tp = 2 (tensor)]>} {
 func.func @forward() attributes {dg.entry = "forward"} {
   %x = dg.input "x" {dg.shardings = [#batch]} : tensor<4x8xf32>
   %w1 = dg.param "w1" {dg.shardings = [#column]} : tensor<6x8xf32>
