@@ -119,6 +119,9 @@ struct StepSetup {
   }
 };
 
+// A plan's matmul step carries both transposes, false ones included.
+const nlohmann::json kUntransposed = {{"transpose_a", false}, {"transpose_b", false}};
+
 std::unique_ptr<Kernel> makeKernel(const KernelRegistry& registry, const StepSetup& setup) {
   const KernelFactory* factory = registry.find(setup.step.op);
   if (factory == nullptr) throw std::runtime_error("no kernel named " + setup.step.op);
@@ -349,7 +352,7 @@ TEST(CudaKernelFactories, RejectNonF32) {
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)),
                InputError);
   EXPECT_THROW(makeKernel(cudaRegistry(),
-                          StepSetup("matmul", {}).in({2, 3}, DType::F64).in({3, 4}, DType::F64).out({2, 4}, DType::F64)),
+                          StepSetup("matmul", kUntransposed).in({2, 3}, DType::F64).in({3, 4}, DType::F64).out({2, 4}, DType::F64)),
                InputError);
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("rms_norm", {{"eps", 1e-6}}).in({2, 3}, DType::F64).out({2, 3}, DType::F64)),
                InputError);
@@ -371,11 +374,11 @@ TEST(CudaKernelFactories, RejectBadShapesAndAttributes) {
   EXPECT_THROW(makeKernel(r, StepSetup("add", {}).in({2, 3}).in({4}).out({2, 3})), InputError);     // not broadcastable
   EXPECT_THROW(makeKernel(r, StepSetup("add", {}).in({2, 3}).in({3}).out({2, 4})), InputError);     // wrong c
   EXPECT_THROW(makeKernel(r, StepSetup("mul", {}).in({2, 1}).in({1, 3}).out({2, 1})), InputError);  // c not broadcast
-  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 3}).in({4, 5}).out({2, 5})), InputError);  // K differs
-  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 3}).in({3, 5}).out({3, 5})), InputError);  // bad c
-  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 2, 3}).in({3, 2, 3, 5}).out({2, 2, 5})),
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 3}).in({4, 5}).out({2, 5})), InputError);  // K differs
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 3}).in({3, 5}).out({3, 5})), InputError);  // bad c
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 2, 3}).in({3, 2, 3, 5}).out({2, 2, 5})),
                InputError);  // b rank
-  EXPECT_THROW(makeKernel(r, StepSetup("matmul", {}).in({2, 2, 3}).in({3, 3, 5}).out({2, 2, 5})),
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 2, 3}).in({3, 3, 5}).out({2, 2, 5})),
                InputError);  // batch dims differ
   EXPECT_NO_THROW(makeKernel(r, StepSetup("matmul", {{"transpose_a", true}, {"transpose_b", true}})
                                     .in({4, 3, 2})
@@ -788,7 +791,7 @@ TEST(CudaVsCpu, CanvasSample) {
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{2, 3, 1003}, {1, 256, 4096}, {3, 5, 1}, {2, 2, 70001}}) {
     for (DType scaled : {DType::F32, DType::BF16}) {
       const std::string what = " of " + shapeToString({batch, canvas, vocab}) + " to " + std::string(dtypeName(scaled));
-      StepSetup setup("canvas_sample", {});
+      StepSetup setup("canvas_sample", {{"softcap", 0.0}});
       setup.in({batch, canvas, vocab}).in({batch}).in({batch, 2}, DType::I64);
       setup.out({batch, canvas}, DType::I64).out({batch, canvas}, DType::I64).out({batch, canvas}).out({batch, canvas, vocab}, scaled);
       std::vector<float> temperature;
@@ -913,7 +916,7 @@ TEST(CudaVsCpu, Reduce) {
 }
 
 TEST(CudaKernelFactories, ReduceRejectsF64) {
-  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("reduce_sum", {{"dims", {0}}}).in({4}, DType::F64).out({}, DType::F64)),
+  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("reduce_sum", {{"dims", {0}}, {"keep_dims", false}}).in({4}, DType::F64).out({}, DType::F64)),
                InputError);
 }
 
@@ -1697,21 +1700,21 @@ TEST(CudaKernelFactories, BackendRegistryTakesBf16ForEveryArithmeticKernel) {
   EXPECT_EQ(backend.names(), cudaRegistry().names());
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)), InputError);
   EXPECT_NO_THROW(makeKernel(backend, StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)));
-  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4}, DType::BF16)));
+  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4}, DType::BF16)));
   EXPECT_THROW(makeKernel(backend, StepSetup("gelu_tanh", {}).in({4}, DType::F16).out({4}, DType::F16)), InputError);
   EXPECT_TRUE(backend.traits("fused_elementwise").handlesReducedFloats);
   // matmul's bf16 steps go to its own cuBLASLt kernel, never to the widened sgemm.
   EXPECT_TRUE(backend.traits("matmul").handlesReducedFloats);
-  EXPECT_NO_THROW(makeKernel(cudaRegistry(), StepSetup("matmul", {{"transpose_a", true}})
+  EXPECT_NO_THROW(makeKernel(cudaRegistry(), StepSetup("matmul", {{"transpose_a", true}, {"transpose_b", false}})
                                                  .in({2, 3, 2}, DType::BF16)
                                                  .in({2, 3, 4}, DType::BF16)
                                                  .out({2, 2, 4}, DType::BF16)));
-  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::F16).in({3, 4}, DType::F16).out({2, 4}, DType::F16)),
+  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::F16).in({3, 4}, DType::F16).out({2, 4}, DType::F16)),
                InputError);
-  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4})));
-  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}, DType::BF16).in({3, 4}).out({2, 4}, DType::BF16)),
+  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4})));
+  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}).out({2, 4}, DType::BF16)),
                InputError);  // a bf16, b f32
-  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", {}).in({2, 3}).in({3, 4}).out({2, 4}, DType::BF16)),
+  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}).in({3, 4}).out({2, 4}, DType::BF16)),
                InputError);  // f32 a and b, bf16 c
   EXPECT_NO_THROW(makeKernel(backend, StepSetup("fused_elementwise", {{"program", "gelu_tanh bf16 0; mul bf16 2 1"}})
                                           .in({3, 4}, DType::BF16)
