@@ -207,13 +207,8 @@ SharedBackend& sharedBackend() {
     if (!sharedBackend().backend) GTEST_SKIP() << sharedBackend().skipReason;               \
   } while (0)
 
-// Runs one step on the CPU and on the GPU with the same inputs; returns {cpu outputs, gpu outputs}.
-// Every buffer travels as raw bytes in a vector<float> (an f32 buffer's elements; an i64 or bf16
-// buffer's bytes, rounded up to whole floats).
-struct BothResults {
-  std::vector<std::vector<float>> cpu;
-  std::vector<std::vector<float>> gpu;
-};
+// runCpu and runGpu move every buffer as raw bytes in a vector<float> (an f32 buffer's elements; an
+// i64 or bf16 buffer's bytes, rounded up to whole floats).
 
 // The step's outputs on the CPU kernel.
 std::vector<std::vector<float>> runCpu(const StepSetup& setup, const std::vector<std::vector<float>>& inputs,
@@ -276,10 +271,6 @@ std::vector<std::vector<float>> runGpu(const StepSetup& setup, const std::vector
     backend.copyToHost(outputs[i].data(), outRefs[i].data, setup.outputs[i]->bytes());
   }
   return outputs;
-}
-
-BothResults runBoth(const StepSetup& setup, const std::vector<std::vector<float>>& inputs) {
-  return {runCpu(setup, inputs), runGpu(setup, inputs)};
 }
 
 // Compares element by element: |gpu - cpu| <= tolerance(i) (and both NaN, or both the same inf).
@@ -454,17 +445,11 @@ TEST(CudaKernelFactories, MoePermuteRejectsOneByteElements) {
 
 // ---- buffers as bytes ----------------------------------------------------------------------------
 
-// runBoth moves every input as raw bytes through a vector<float>: i64 slots ride in two floats each.
+// i64 values ride in two floats each.
 std::vector<float> int64Bytes(const std::vector<int64_t>& values) {
   std::vector<float> bytes(values.size() * 2);
   std::memcpy(bytes.data(), values.data(), values.size() * sizeof(int64_t));
   return bytes;
-}
-
-std::vector<int64_t> int64Values(const std::vector<float>& bytes) {
-  std::vector<int64_t> values(bytes.size() / 2);
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(int64_t));
-  return values;
 }
 
 // A bf16 buffer travels as its 16-bit patterns packed into floats' bytes.
@@ -501,9 +486,9 @@ const KernelRegistry& cudaBackendRegistry() {
 
 // ---- the table: one row per kernel run, one harness that runs and compares them ------------------
 //
-// A row names its family (a kernel group's cases, e.g. "Softmax", the names docs/kernels.md's "CUDA
-// twins" table gives), its step (kernel, attributes, buffer shapes and dtypes), how its inputs are
-// built, and how each output is compared. The harness builds the inputs, runs the step on the CPU
+// A row names its family (a kernel group's cases, e.g. "Softmax": the "GPU test" column of
+// docs/kernels.md, "CUDA twins"), its step (kernel, attributes, buffer shapes and dtypes), how its
+// inputs are built, and how each output is compared. The harness builds the inputs, runs the step on the CPU
 // kernel (the reference) and on the CUDA kernel, and compares. A row may name the backends' registries
 // instead of the kernels' own, or another reference or device run (the CPU kernel in f32 for a bf16
 // step). A new kernel is a row here, or a few.
