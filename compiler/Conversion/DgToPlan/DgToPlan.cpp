@@ -58,6 +58,9 @@ std::string locationText(Location loc) {
   return {};
 }
 
+constexpr StringLiteral kOperandSegmentSizes = "operandSegmentSizes";
+constexpr StringLiteral kResultSegmentSizes = "resultSegmentSizes";
+
 // A DefaultValuedOptionalAttr keeps its absence in the IR (the passes read a present offset as a
 // sharded op), so the op may lack it; the ODS getter gives its default, which the step still carries.
 void addOptionalDefaults(Operation* op, nlohmann::json& attrs) {
@@ -77,6 +80,8 @@ FailureOr<nlohmann::json> attributesToJson(Operation* op) {
   for (NamedAttribute named : op->getAttrs()) {
     StringRef name = named.getName().getValue();
     if (name.contains('.')) continue;
+    // Which optional operands and results the op has: the step's buffer lists say it already.
+    if (name == kOperandSegmentSizes || name == kResultSegmentSizes) continue;
     Attribute value = named.getValue();
     if (auto boolean = dyn_cast<BoolAttr>(value)) attrs[name.str()] = boolean.getValue();
     else if (auto integer = dyn_cast<IntegerAttr>(value)) attrs[name.str()] = integer.getInt();
