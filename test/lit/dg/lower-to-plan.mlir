@@ -25,6 +25,18 @@ func.func @defaults() attributes {dg.entry = "defaults"} {
 
 // -----
 
+// Which optional operands an op has (operandSegmentSizes) is no step attribute: the inputs say it.
+// CHECK-LABEL: step cross_entropy {"softcap":0.0}
+func.func @optional_operands() attributes {dg.entry = "optional_operands"} {
+  %l = dg.input "logits" : tensor<3x8xf32>
+  %t = dg.input "targets" : tensor<3xi64>
+  %ce = dg.cross_entropy %l, %t : (tensor<3x8xf32>, tensor<3xi64>) -> tensor<3xf32>
+  dg.output "loss", %ce : tensor<3xf32>
+  return
+}
+
+// -----
+
 func.func @unknown_attribute_kind() attributes {dg.entry = "unknown_attribute_kind"} {
   %x = dg.input "x" : tensor<2x8xf32>
   %w = dg.input "w" : tensor<8x8xf32>
