@@ -47,12 +47,27 @@ void refuseArenasLargerThanMemory(const Plan& plan, const Backend& backend, cons
                        "length, or shard the plan over more ranks");
 }
 
+// A step carries every attribute of its op, defaults included (docs/plan-format.md, "Header").
+const nlohmann::json& requiredAttr(const Step& step, const std::string& key, const std::string& where) {
+  if (step.attrs.is_object())
+    if (auto found = step.attrs.find(key); found != step.attrs.end()) return *found;
+  throw InputError(where + ": attribute '" + key + "' is missing");
+}
+
 ReduceOp parseReduce(const Step& step, const std::string& where) {
-  std::string name = step.attrs.value("reduce", std::string("sum"));
+  const nlohmann::json& value = requiredAttr(step, "reduce", where);
+  std::string name = value.is_string() ? value.get<std::string>() : value.dump();
   if (name == "sum") return ReduceOp::Sum;
   if (name == "max") return ReduceOp::Max;
   if (name == "min") return ReduceOp::Min;
   throw InputError(where + ": attribute 'reduce': expected sum, max or min, got \"" + name + "\"");
+}
+
+int64_t parseRoot(const Step& step, const std::string& where) {
+  const nlohmann::json& value = requiredAttr(step, "root", where);
+  if (!value.is_number_integer())
+    throw InputError(where + ": attribute 'root': expected an integer, got " + value.dump());
+  return value.get<int64_t>();
 }
 
 }  // namespace
@@ -96,7 +111,7 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
             throw InputError(where + ": buffer sizes do not match a group of " + std::to_string(groupSize) + " ranks");
           if (!gather) preparedStep.reduce = parseReduce(step, where);
         } else if (step.op == "broadcast" || step.op == "reduce_to_root") {
-          preparedStep.root = step.attrs.value("root", int64_t{0});
+          preparedStep.root = parseRoot(step, where);
           int64_t groupSize = preparedStep.communicator->size();
           if (preparedStep.root < 0 || preparedStep.root >= groupSize)
             throw InputError(where + ": attribute 'root': expected a rank in [0, " + std::to_string(groupSize) +

@@ -127,12 +127,13 @@ BinaryOperands expectBinaryOperands(const KernelSignature& signature, std::initi
 
 // Whether the step carries the attribute (for optional attributes without a default).
 bool hasAttr(const KernelSignature& signature, const std::string& key);
-double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback = {});
-int64_t attrInt(const KernelSignature& signature, const std::string& key, std::optional<int64_t> fallback = {});
-bool attrBool(const KernelSignature& signature, const std::string& key, std::optional<bool> fallback = {});
-std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key,
-                              std::optional<std::vector<int64_t>> fallback = {});
-// A mode's name ("predicate", "reduction"); always required.
+// The step's attributes, each required: the plan carries every attribute of the op, defaults
+// included, so no kernel holds a copy of a default (docs/plan-format.md, "Header").
+double attrDouble(const KernelSignature& signature, const std::string& key);
+int64_t attrInt(const KernelSignature& signature, const std::string& key);
+bool attrBool(const KernelSignature& signature, const std::string& key);
+std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key);
+// A mode's name ("predicate", "reduction").
 std::string attrString(const KernelSignature& signature, const std::string& key);
 
 }  // namespace dgemma

@@ -163,50 +163,48 @@ bool hasAttr(const KernelSignature& signature, const std::string& key) { return 
 
 namespace {
 
-// The attribute `key` read by `read` (which checks its JSON type), or `fallback` when the step does
-// not carry it; without a fallback the attribute is required.
-template <typename T, typename Read>
-T readAttr(const KernelSignature& signature, const std::string& key, const std::optional<T>& fallback, Read read) {
+// The attribute `key` read by `read` (which checks its JSON type). Every attribute is required: the
+// plan carries each attribute of the op, defaults included (docs/plan-format.md, "Header").
+template <typename Read>
+auto readAttr(const KernelSignature& signature, const std::string& key, Read read) {
   const nlohmann::json* value = findAttr(signature, key);
-  if (value != nullptr) return read(*value);
-  if (!fallback) failMissingAttr(signature, key);
-  return *fallback;
+  if (value == nullptr) failMissingAttr(signature, key);
+  return read(*value);
 }
 
 }  // namespace
 
 std::string attrString(const KernelSignature& signature, const std::string& key) {
-  return readAttr<std::string>(signature, key, std::nullopt, [&](const nlohmann::json& value) {
+  return readAttr(signature, key, [&](const nlohmann::json& value) {
     if (!value.is_string()) failAttr(signature, key, "expected a string");
     return value.get<std::string>();
   });
 }
 
-double attrDouble(const KernelSignature& signature, const std::string& key, std::optional<double> fallback) {
-  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+double attrDouble(const KernelSignature& signature, const std::string& key) {
+  return readAttr(signature, key, [&](const nlohmann::json& value) {
     if (!value.is_number()) failAttr(signature, key, "expected a number");
     return value.get<double>();
   });
 }
 
-int64_t attrInt(const KernelSignature& signature, const std::string& key, std::optional<int64_t> fallback) {
-  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+int64_t attrInt(const KernelSignature& signature, const std::string& key) {
+  return readAttr(signature, key, [&](const nlohmann::json& value) {
     std::optional<int64_t> integer = asInt64(value);
     if (!integer) failAttr(signature, key, "expected an integer");
     return *integer;
   });
 }
 
-bool attrBool(const KernelSignature& signature, const std::string& key, std::optional<bool> fallback) {
-  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+bool attrBool(const KernelSignature& signature, const std::string& key) {
+  return readAttr(signature, key, [&](const nlohmann::json& value) {
     if (!value.is_boolean()) failAttr(signature, key, "expected a boolean");
     return value.get<bool>();
   });
 }
 
-std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key,
-                              std::optional<std::vector<int64_t>> fallback) {
-  return readAttr(signature, key, fallback, [&](const nlohmann::json& value) {
+std::vector<int64_t> attrInts(const KernelSignature& signature, const std::string& key) {
+  return readAttr(signature, key, [&](const nlohmann::json& value) {
     if (!value.is_array()) failAttr(signature, key, "expected an array of integers");
     std::vector<int64_t> result;
     result.reserve(value.size());

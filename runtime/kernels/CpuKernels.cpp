@@ -3,22 +3,9 @@
 namespace dgemma {
 
 void registerCpuKernels(KernelRegistry& registry) {
-  registerElementwiseCpuKernels(registry);
-  registerFusedElementwiseCpuKernels(registry);
-  registerMatmulCpuKernels(registry);
-  registerRmsNormCpuKernels(registry);
-  registerSoftmaxCpuKernels(registry);
-  registerReduceCpuKernels(registry);
-  registerLayoutCpuKernels(registry);
-  registerGatherCpuKernels(registry);
-  registerRandomCpuKernels(registry);
-  registerRopeCpuKernels(registry);
-  registerAttentionCpuKernels(registry);
-  registerMoeCpuKernels(registry);
-  registerMoeDispatchCpuKernels(registry);
-  registerCrossEntropyCpuKernels(registry);
-  registerCanvasSampleCpuKernels(registry);
-  registerOptimizerCpuKernels(registry);
+#define DGEMMA_KERNEL_FOLDER(Name) register##Name##CpuKernels(registry);
+#include "runtime/kernels/KernelFolders.def"
+#undef DGEMMA_KERNEL_FOLDER
 }
 
 }  // namespace dgemma

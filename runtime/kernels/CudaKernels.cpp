@@ -3,26 +3,9 @@
 namespace dgemma {
 
 void registerCudaKernels(KernelRegistry& registry) {
-  registerElementwiseCudaKernels(registry);
-  registerMatmulCudaKernels(registry);
-  registerRmsNormCudaKernels(registry);
-  registerSoftmaxCudaKernels(registry);
-  registerMoeDispatchCudaKernels(registry);
-  registerCanvasSampleCudaKernels(registry);
-  registerAttentionCudaKernels(registry);
-  registerCrossEntropyCudaKernels(registry);
-  registerRandomCudaKernels(registry);
-  registerOptimizerCudaKernels(registry);
-  registerReduceCudaKernels(registry);
-  registerRopeCudaKernels(registry);
-  registerGatherCudaKernels(registry);
-  registerLayoutCudaKernels(registry);
-  registerCastCudaKernels(registry);
-  registerFillCudaKernels(registry);
-  registerSelectCudaKernels(registry);
-  registerMoeRouteCudaKernels(registry);
-  registerMoeExpertsCudaKernels(registry);
-  registerFusedElementwiseCudaKernels(registry);
+#define DGEMMA_KERNEL_FOLDER(Name) register##Name##CudaKernels(registry);
+#include "runtime/kernels/KernelFolders.def"
+#undef DGEMMA_KERNEL_FOLDER
 }
 
 }  // namespace dgemma

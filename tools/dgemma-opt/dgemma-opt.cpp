@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   mlir::dg::registerDgemmaPasses();
   mlir::dg::registerDgemmaPipelines();
   mlir::dg::test::registerTestShardingRulesPass();
+  mlir::dg::test::registerTestPlanLoweringPass();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

@@ -4,6 +4,7 @@
 
 #include "dialects/dg/IR/DgMesh.h"
 #include "dialects/dg/IR/DgOps.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "plan/PlanFile.h"
@@ -58,12 +59,30 @@ std::string locationText(Location loc) {
   return {};
 }
 
-// Inherent attributes become step attributes; discardable ones (dg.offsets, ...) stay in the IR.
-nlohmann::json attributesToJson(Operation* op) {
+constexpr StringLiteral kOperandSegmentSizes = "operandSegmentSizes";
+constexpr StringLiteral kResultSegmentSizes = "resultSegmentSizes";
+
+// A DefaultValuedOptionalAttr keeps its absence in the IR (the passes read a present offset as a
+// sharded op), so the op may lack it; the ODS getter gives its default, which the step still carries.
+void addOptionalDefaults(Operation* op, nlohmann::json& attrs) {
+  llvm::TypeSwitch<Operation*>(op)
+      .Case<GatherOp, ScatterAddOp>([&](auto rowOp) { attrs["row_offset"] = rowOp.getRowOffset().getInt(); })
+      .Case<MoeExpertsOp, MoeExpertsBackwardOp>(
+          [&](auto expertOp) { attrs["expert_offset"] = expertOp.getExpertOffset().getInt(); });
+}
+
+// Inherent attributes become step attributes, those left at their default included (DefaultValuedAttr
+// ones are set when the op is created), so the runtime's contracts hold no default of their own
+// (docs/plan-format.md, "Header"); discardable ones (dg.offsets, ...) stay in the IR. An attribute of
+// a kind the plan cannot encode is an error at the op, not a step without it.
+FailureOr<nlohmann::json> attributesToJson(Operation* op) {
   nlohmann::json attrs = nlohmann::json::object();
+  addOptionalDefaults(op, attrs);
   for (NamedAttribute named : op->getAttrs()) {
     StringRef name = named.getName().getValue();
     if (name.contains('.')) continue;
+    // Which optional operands and results the op has: the step's buffer lists say it already.
+    if (name == kOperandSegmentSizes || name == kResultSegmentSizes) continue;
     Attribute value = named.getValue();
     if (auto boolean = dyn_cast<BoolAttr>(value)) attrs[name.str()] = boolean.getValue();
     else if (auto integer = dyn_cast<IntegerAttr>(value)) attrs[name.str()] = integer.getInt();
@@ -76,6 +95,12 @@ nlohmann::json attributesToJson(Operation* op) {
       attrs[name.str()] = stringifyComparePredicate(predicate.getValue()).str();
     else if (auto reduction = dyn_cast<ReductionKindAttr>(value))
       attrs[name.str()] = stringifyReductionKind(reduction.getValue()).str();
+    else {
+      op->emitOpError() << "attribute '" << name << "' = " << value
+                        << " has no plan encoding (expected a bool, integer, float, string, dense i64 array "
+                           "or dg enum attribute)";
+      return failure();
+    }
   }
   return attrs;
 }
@@ -361,7 +386,9 @@ class PlanBuilder {
         dgemma::Step step;
         step.kind = isa<CommunicationOpInterface>(op) ? dgemma::Step::Kind::Collective : dgemma::Step::Kind::Kernel;
         step.op = op.getName().stripDialect().str();
-        step.attrs = attributesToJson(&op);
+        FailureOr<nlohmann::json> attrs = attributesToJson(&op);
+        if (failed(attrs)) return failure();
+        step.attrs = std::move(*attrs);
         if (step.kind == dgemma::Step::Kind::Collective) {
           step.axis = step.attrs["axis"].get<std::string>();
           step.attrs.erase("axis");
@@ -435,4 +462,12 @@ class PlanBuilder {
 
 FailureOr<dgemma::Plan> mlir::dg::lowerToPlan(ModuleOp module, const PlanLoweringOptions& options) {
   return PlanBuilder(module, options).build();
+}
+
+bool mlir::dg::lowersToKernelStep(RegisteredOperationName name) {
+  if (name.hasInterface<CommunicationOpInterface>()) return false;
+  return !llvm::is_contained({ParamOp::getOperationName(), ConstantOp::getOperationName(), InputOp::getOperationName(),
+                              OutputOp::getOperationName(), AssignOp::getOperationName(), ReshapeOp::getOperationName(),
+                              StopGradientOp::getOperationName()},
+                             name.getStringRef());
 }

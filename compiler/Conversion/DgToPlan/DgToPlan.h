@@ -25,10 +25,16 @@ struct PlanLoweringOptions {
 };
 
 // Every dg.entry function becomes an entry point: each compute op a kernel step (the op name without
-// "dg."; its attributes as the step's attributes), each collective a collective step, reshapes views,
-// params and constants persistent buffers. Emits an error on the op and fails for anything the plan
-// cannot express (missing dg.offsets, an unsupported element type, a multi-rank mesh without a rank).
+// "dg."; every attribute of the op, defaults included, as the step's attributes), each collective a
+// collective step, reshapes views, params and constants persistent buffers. Emits an error on the op
+// and fails for anything the plan cannot express (missing dg.offsets, an unsupported element type, an
+// attribute of a kind without a plan encoding, a multi-rank mesh without a rank).
 FailureOr<dgemma::Plan> lowerToPlan(ModuleOp module, const PlanLoweringOptions& options);
+
+// Whether the lowering makes a kernel step, run by the kernel named as the op without "dg.", of
+// every op named `name`: not for the ops that become buffers or views (param, constant, input,
+// output, assign, reshape, stop_gradient) nor for the collectives, which become collective steps.
+bool lowersToKernelStep(RegisteredOperationName name);
 
 }  // namespace mlir::dg
 

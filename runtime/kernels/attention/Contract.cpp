@@ -44,15 +44,13 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
   expectShape(signature, keyValid, {g.batch, g.keys}, "input key_valid");
   expectShape(signature, o, {g.batch, g.queries, g.queryHeads, g.valueDim}, oRole);
 
-  // window, prefix_len and scale default as the dg.attention op's attributes do, since the lowering
-  // leaves out attributes that keep their default.
   g.mask = maskAttribute(signature);
-  g.window = attrInt(signature, "window", 0);
+  g.window = attrInt(signature, "window");
   if (g.window < 0)
     failSignature(signature, "attribute 'window': expected a non-negative integer, got " + std::to_string(g.window));
   if (g.mask == AttentionMask::Bidirectional && g.window != 0)
     failSignature(signature, "attribute 'window' does not apply to mask 'bidirectional'");
-  g.prefixLen = attrInt(signature, "prefix_len", 0);
+  g.prefixLen = attrInt(signature, "prefix_len");
   if (g.mask == AttentionMask::Prefix && (g.prefixLen < 0 || g.prefixLen > g.keys))
     failSignature(signature, "attribute 'prefix_len': " + std::to_string(g.prefixLen) + " is outside [0, Tk = " +
                                  std::to_string(g.keys) + "]");
@@ -61,7 +59,7 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
   if (g.mask == AttentionMask::Causal && g.queries > g.keys)
     failSignature(signature, "mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got Tq=" +
                                  std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
-  g.scale = attrDouble(signature, "scale", 1.0);
+  g.scale = attrDouble(signature, "scale");
 
   g.segmented = signature.inputs.size() > segmentInput;
   if (g.segmented) {

@@ -29,7 +29,7 @@ CanvasSampleContract parseCanvasSampleContract(const KernelSignature& signature)
   expectDType(signature, scaled, {DType::F32, DType::BF16}, "output scaled");
   expectShape(signature, scaled, logits.shape, "output scaled");
   contract.scaledDType = scaled.dtype;
-  const double softcap = attrDouble(signature, "softcap", 0.0);
+  const double softcap = attrDouble(signature, "softcap");
   if (!(softcap >= 0)) failSignature(signature, "attribute 'softcap': expected a number >= 0 (0: none)");
   contract.softcap = static_cast<float>(softcap);
   return contract;

@@ -29,7 +29,7 @@ CrossEntropyContract parseRowsAndOutput(const KernelSignature& signature, std::i
   geometry.rows = numElementsOf(positions);
   geometry.vocabulary = logits.shape.back();
   geometry.wideTargets = targets.dtype == DType::I64;
-  geometry.softcap = attrDouble(signature, "softcap", 0.0);
+  geometry.softcap = attrDouble(signature, "softcap");
   if (!(geometry.softcap >= 0)) failSignature(signature, "attribute 'softcap': expected a number >= 0 (0: none)");
   geometry.hasBonus = signature.inputs.size() == 4 + extra;
   if (geometry.hasBonus) {

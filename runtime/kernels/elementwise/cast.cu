@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/elementwise/CudaParts.h"
 #include "runtime/kernels/elementwise/CastMath.h"
 #include "runtime/kernels/elementwise/Contract.h"
 #include "support/DType.h"

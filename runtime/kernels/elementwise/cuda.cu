@@ -16,6 +16,7 @@
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/elementwise/CudaParts.h"
 #include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/elementwise/Contract.h"
 #include "support/Shape.h"
@@ -331,6 +332,9 @@ void registerElementwiseCudaKernels(KernelRegistry& registry) {
       registry, kUnaryMapNames, [](auto op) -> KernelFactory { return createUnaryKernel<decltype(op)>; });
   registry.add("compare", createCompareKernel);
   registry.add("copy", createCopyKernel, KernelTraits{.movesBitsOnly = true});
+  registerCastCudaKernels(registry);
+  registerFillCudaKernels(registry);
+  registerSelectCudaKernels(registry);
 }
 
 int probeCudaKernelImage() {

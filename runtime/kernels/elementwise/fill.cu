@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/elementwise/CudaParts.h"
 #include "runtime/kernels/elementwise/Contract.h"
 #include "runtime/kernels/elementwise/FillPattern.h"
 #include "support/DType.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/elementwise/CudaParts.h"
 #include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/elementwise/Contract.h"
 #include "runtime/kernels/elementwise/SelectIndex.h"

@@ -19,7 +19,7 @@ GatherContract parseTableAndRows(const KernelSignature& signature, const Buffer&
   contract.idsDtype = ids.dtype;
   contract.vocabulary = table.shape[0];
   contract.width = table.shape[1];
-  contract.rowOffset = attrInt(signature, "row_offset", 0);
+  contract.rowOffset = attrInt(signature, "row_offset");
   if (contract.rowOffset < 0)
     failSignature(signature, "attribute 'row_offset': " + std::to_string(contract.rowOffset) + " must be >= 0");
   return contract;

@@ -18,8 +18,8 @@ MatmulContract parseMatmulContract(const KernelSignature& signature, std::initia
   MatmulContract contract;
   contract.dtype = a.dtype;
   contract.outputDType = c.dtype;
-  contract.transposeA = attrBool(signature, "transpose_a", false);
-  contract.transposeB = attrBool(signature, "transpose_b", false);
+  contract.transposeA = attrBool(signature, "transpose_a");
+  contract.transposeB = attrBool(signature, "transpose_b");
 
   const size_t rank = a.shape.size();
   if (rank < 2) failSignature(signature, "input a has shape " + shapeToString(a.shape) + ", expected rank >= 2");

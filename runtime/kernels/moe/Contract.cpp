@@ -55,7 +55,7 @@ MoeExpertsContract parseExpertInputs(const KernelSignature& signature, std::init
   expectShape(signature, indices, {contract.tokens, contract.topK}, "input indices");
   expectShape(signature, gateUp, {contract.experts, 2 * contract.expertHidden, contract.hidden}, "input gate_up");
   expectShape(signature, down, {contract.experts, contract.hidden, contract.expertHidden}, "input down");
-  contract.expertOffset = attrInt(signature, "expert_offset", 0);
+  contract.expertOffset = attrInt(signature, "expert_offset");
   if (contract.expertOffset < 0)
     failSignature(signature, "attribute 'expert_offset': " + std::to_string(contract.expertOffset) + " must be >= 0");
   return contract;

@@ -23,6 +23,7 @@
 #include "runtime/kernels/CudaKernels.h"
 #include "runtime/kernels/KernelElements.h"
 #include "runtime/kernels/moe/Contract.h"
+#include "runtime/kernels/moe/CudaParts.h"
 #include "runtime/kernels/moe/ExpertsMath.h"
 #include "runtime/kernels/moe_dispatch/Contract.h"
 
@@ -518,7 +519,8 @@ std::unique_ptr<Kernel> createMoeLocalExpertsBackwardCudaKernel(const KernelSign
 
 }  // namespace
 
-void registerMoeExpertsCudaKernels(KernelRegistry& registry) {
+void registerMoeCudaKernels(KernelRegistry& registry) {
+  registerMoeRouteCudaKernels(registry);
   registry.add("moe_experts", createMoeExpertsCudaKernel);
   registry.add("moe_experts_backward", createMoeExpertsBackwardCudaKernel);
   registry.add("moe_local_experts", createMoeLocalExpertsCudaKernel);

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "runtime/backends/cuda/CudaCommon.h"
-#include "runtime/kernels/CudaKernels.h"
+#include "runtime/kernels/moe/CudaParts.h"
 #include "runtime/kernels/moe/Contract.h"
 #include "runtime/kernels/moe/RouteMath.h"
 

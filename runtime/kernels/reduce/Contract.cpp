@@ -9,7 +9,7 @@ namespace dgemma {
 ReduceContract parseReduceContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
   const auto [x, y] = expectUnaryOperands(signature, dtypes, OutputShape::Free);
   const std::vector<int64_t> dims = attrInts(signature, "dims");
-  const bool keepDims = attrBool(signature, "keep_dims", false);
+  const bool keepDims = attrBool(signature, "keep_dims");
 
   const int64_t rank = static_cast<int64_t>(x.shape.size());
   for (size_t i = 0; i < dims.size(); ++i)

@@ -37,7 +37,7 @@ RopeContract parseRopeContract(const KernelSignature& signature, std::initialize
   if (contract.frequencyDim < 1)
     failSignature(signature, "attribute 'frequency_dim': expected a positive integer, got " +
                                  std::to_string(contract.frequencyDim));
-  contract.inverse = attrBool(signature, "inverse", false);
+  contract.inverse = attrBool(signature, "inverse");
   return contract;
 }
 

@@ -192,7 +192,7 @@ TEST_P(ReducedPrecisionTest, MoeExpertsKeepF32GateUpRowsBesideSixteenBitFloats) 
     return step;
   };
   auto forward = [&](DType floats) {
-    return inputs(Step16("moe_experts"), floats)
+    return inputs(Step16("moe_experts", {{"expert_offset", 0}}), floats)
         .output(floats, {tokens, hidden})
         .output(DType::F32, {tokens * topK, 2 * inner})
         .run(kernels);
@@ -202,7 +202,7 @@ TEST_P(ReducedPrecisionTest, MoeExpertsKeepF32GateUpRowsBesideSixteenBitFloats) 
   EXPECT_EQ(narrow[1], wide[1]);
 
   auto backward = [&](DType floats, const std::vector<float>* rows) {
-    Step16 step = inputs(Step16("moe_experts_backward"), floats);
+    Step16 step = inputs(Step16("moe_experts_backward", {{"expert_offset", 0}}), floats);
     step.input(floats, {tokens, hidden}, dy);
     if (rows) step.input(DType::F32, {tokens * topK, 2 * inner}, *rows);
     step.output(floats, {tokens, hidden}).output(floats, {tokens, topK});

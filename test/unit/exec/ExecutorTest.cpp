@@ -144,6 +144,7 @@ TEST_F(ExecutorTest, CollectivesNeedACommunicatorForTheirAxis) {
   Step reduce;
   reduce.kind = Step::Kind::Collective;
   reduce.op = "all_reduce";
+  reduce.attrs = {{"reduce", "sum"}};
   reduce.axis = "tp";
   reduce.inputs = reduce.outputs = {3};
   plan.entryPoints[0].steps.push_back(reduce);

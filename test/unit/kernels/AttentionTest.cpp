@@ -305,7 +305,7 @@ TEST(AttentionKernel, KeysAndValuesMayBeTheSameBuffer) {
   const Buffer oBuffer = buffer(DType::F64, {c.batch, c.queries, c.queryHeads, c.valueDim});
   Step step;
   step.op = "attention";
-  step.attrs = {{"mask", "causal"}};
+  step.attrs = {{"mask", "causal"}, {"window", 0}, {"prefix_len", 0}, {"scale", 1.0}};
   KernelSignature signature;
   signature.step = &step;
   signature.inputs = {&qBuffer, &kvBuffer, &kvBuffer, &validBuffer};
@@ -508,30 +508,38 @@ KernelCall attentionCall(nlohmann::json attrs, std::vector<int64_t> qShape, std:
 }
 
 TEST(AttentionKernel, FactoryRejectsBadSignatures) {
-  const nlohmann::json causal = {{"mask", "causal"}};
+  // A plan's step carries every attribute; each case changes some.
+  auto attrs = [](const nlohmann::json& changes) {
+    nlohmann::json all = {{"mask", "causal"}, {"window", 0}, {"prefix_len", 0}, {"scale", 1.0}};
+    all.update(changes);
+    return all;
+  };
+  const nlohmann::json causal = attrs(nlohmann::json::object());
+  nlohmann::json maskless = causal;
+  maskless.erase("mask");
   // q [1, 2, 4, 8], k and v [1, 3, 2, 8], key_valid [1, 3], o [1, 2, 4, 8] is accepted.
   EXPECT_NO_THROW(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8}).create());
 
   EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 6, 8}, {1, 3, 4, 8}, {1, 3, 4, 8}, {1, 3}, {1, 2, 6, 8})),
             "step 0 (attention): query heads Hq=6 are not a multiple of key/value heads Hkv=4");
-  EXPECT_EQ(factoryError(attentionCall({{"mask", "sliding"}}, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
+  EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "sliding"}}), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
                                        {1, 2, 4, 8})),
             "step 0 (attention): attribute 'mask': expected causal, bidirectional or prefix, got 'sliding'");
-  EXPECT_EQ(factoryError(attentionCall(nlohmann::json::object(), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
+  EXPECT_EQ(factoryError(attentionCall(maskless, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
                                        {1, 2, 4, 8})),
             "step 0 (attention): attribute 'mask' is missing");
   for (int64_t prefixLen : {int64_t{-1}, int64_t{4}})
-    EXPECT_EQ(factoryError(attentionCall({{"mask", "prefix"}, {"prefix_len", prefixLen}}, {1, 2, 4, 8},
+    EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "prefix"}, {"prefix_len", prefixLen}}), {1, 2, 4, 8},
                                          {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
               "step 0 (attention): attribute 'prefix_len': " + std::to_string(prefixLen) +
                   " is outside [0, Tk = 3]");
-  EXPECT_EQ(factoryError(attentionCall({{"mask", "causal"}, {"prefix_len", 1}}, {1, 2, 4, 8}, {1, 3, 2, 8},
+  EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "causal"}, {"prefix_len", 1}}), {1, 2, 4, 8}, {1, 3, 2, 8},
                                        {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
             "step 0 (attention): attribute 'prefix_len' applies only to mask 'prefix'");
-  EXPECT_EQ(factoryError(attentionCall({{"mask", "causal"}, {"window", -1}}, {1, 2, 4, 8}, {1, 3, 2, 8},
+  EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "causal"}, {"window", -1}}), {1, 2, 4, 8}, {1, 3, 2, 8},
                                        {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
             "step 0 (attention): attribute 'window': expected a non-negative integer, got -1");
-  EXPECT_EQ(factoryError(attentionCall({{"mask", "bidirectional"}, {"window", 2}}, {1, 2, 4, 8}, {1, 3, 2, 8},
+  EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "bidirectional"}, {"window", 2}}), {1, 2, 4, 8}, {1, 3, 2, 8},
                                        {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
             "step 0 (attention): attribute 'window' does not apply to mask 'bidirectional'");
   EXPECT_EQ(factoryError(attentionCall(causal, {1, 4, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 4, 4, 8})),
@@ -566,7 +574,7 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
     return attentionCall(std::move(attrs), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8});
   };
   EXPECT_NO_THROW(withSegments(call(causal), DType::I64, {1, 3}).create());
-  EXPECT_EQ(factoryError(withSegments(call({{"mask", "bidirectional"}}), DType::I64, {1, 3})),
+  EXPECT_EQ(factoryError(withSegments(call(attrs({{"mask", "bidirectional"}})), DType::I64, {1, 3})),
             "step 0 (attention): input segment_ids applies only to mask 'causal'");
   EXPECT_EQ(factoryError(withSegments(call(causal), DType::I64, {1, 2})),
             "step 0 (attention): input segment_ids has shape [1,2], expected [1,3]");

@@ -291,13 +291,13 @@ TEST(CanvasSampleKernel, SoftcapIsTheDivTanhAndMulKernelsBitForBit) {
 }
 
 TEST(CanvasSampleKernel, FactoryRejectsShapesAndTypesOutsideTheContract) {
-  KernelCall key("canvas_sample");
+  KernelCall key("canvas_sample", {{"softcap", 0.0}});
   key.input(DType::F32, {2, 3, 5}, std::vector<float>(30)).input(DType::F32, {2}, std::vector<float>(2));
   key.input(DType::I64, {2}, std::vector<int64_t>(2));
   key.output(DType::I64, {2, 3}).output(DType::I64, {2, 3}).output(DType::F32, {2, 3}).output(DType::F32, {2, 3, 5});
   EXPECT_EQ(factoryError(key), "step 0 (canvas_sample): input key has shape [2], expected [2,2]");
 
-  KernelCall scaled("canvas_sample");
+  KernelCall scaled("canvas_sample", {{"softcap", 0.0}});
   scaled.input(DType::F32, {2, 3, 5}, std::vector<float>(30)).input(DType::F32, {2}, std::vector<float>(2));
   scaled.input(DType::I64, {2, 2}, std::vector<int64_t>(4));
   scaled.output(DType::I64, {2, 3}).output(DType::I64, {2, 3}).output(DType::F32, {2, 3}).output(DType::F16, {2, 3, 5});

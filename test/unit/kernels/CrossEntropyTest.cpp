@@ -42,12 +42,12 @@ TEST(CrossEntropyKernel, UniformRowsAndALogThreeBonus) {
   // Four equal logits: ce = log 4. A bonus of log 3 on id 2 makes the exps 1, 1, 3, 1: ce = log 6 for
   // target 1 and log 6 − log 3 = log 2 for target 2, the bonused id.
   const double log3 = std::log(3.0);
-  KernelCall plain("cross_entropy");
+  KernelCall plain("cross_entropy", {{"softcap", 0.0}});
   plain.input<double>(DType::F64, {1, 4}, {0, 0, 0, 0}).input<int64_t>(DType::I64, {1}, {1}).output(DType::F64, {1});
   plain.run();
   expectClose(plain.result<double>(), {std::log(4.0)}, 1e-15);
 
-  KernelCall bonused("cross_entropy");
+  KernelCall bonused("cross_entropy", {{"softcap", 0.0}});
   bonused.input<double>(DType::F64, {2, 4}, std::vector<double>(8, 0.0))
       .input<int64_t>(DType::I64, {2}, {1, 2})
       .input<int64_t>(DType::I64, {2}, {2, 2})
@@ -59,14 +59,14 @@ TEST(CrossEntropyKernel, UniformRowsAndALogThreeBonus) {
 
 TEST(CrossEntropyBackwardKernel, UniformRowsAndALogThreeBonus) {
   // softmax of four equal logits is 1/4: 2 · (1/4 − onehot(1)).
-  KernelCall plain("cross_entropy_backward");
+  KernelCall plain("cross_entropy_backward", {{"softcap", 0.0}});
   plain.input<float>(DType::F32, {1, 4}, {0, 0, 0, 0}).input<int32_t>(DType::I32, {1}, {1});
   plain.input<float>(DType::F32, {1}, {2.0f}).output(DType::F32, {1, 4});
   plain.run();
   EXPECT_EQ(plain.result<float>(), (std::vector<float>{0.5f, -1.5f, 0.5f, 0.5f}));
 
   // With log 3 on id 2 the probabilities are 1/6, 1/6, 1/2, 1/6; the target is the bonused id.
-  KernelCall bonused("cross_entropy_backward");
+  KernelCall bonused("cross_entropy_backward", {{"softcap", 0.0}});
   bonused.input<double>(DType::F64, {1, 4}, {0, 0, 0, 0})
       .input<int64_t>(DType::I64, {1}, {2})
       .input<int64_t>(DType::I64, {1}, {2})
@@ -89,7 +89,7 @@ TEST(CrossEntropyKernels, RowsWithBonusesMatchTheDefinition) {
       positions(logits, vocabulary, std::vector<int64_t>(targets.begin(), targets.end()), bonusIds, bonus);
   ThreadPool threads(2);
 
-  KernelCall forward("cross_entropy");
+  KernelCall forward("cross_entropy", {{"softcap", 0.0}});
   forward.input(DType::F64, {2, 3, vocabulary}, logits).input(DType::I32, {2, 3}, targets);
   forward.input(DType::I64, {2, 3}, bonusIds).input(DType::F64, {2, 3}, bonus).output(DType::F64, {2, 3});
   forward.run(&threads);
@@ -97,7 +97,7 @@ TEST(CrossEntropyKernels, RowsWithBonusesMatchTheDefinition) {
   for (const Position& position : expected) losses.push_back(position.loss());
   expectClose(forward.result<double>(), losses, 1e-14);
 
-  KernelCall backward("cross_entropy_backward");
+  KernelCall backward("cross_entropy_backward", {{"softcap", 0.0}});
   backward.input(DType::F64, {2, 3, vocabulary}, logits).input(DType::I32, {2, 3}, targets);
   backward.input(DType::I64, {2, 3}, bonusIds).input(DType::F64, {2, 3}, bonus).input(DType::F64, {2, 3}, gradOutput);
   backward.output(DType::F64, {2, 3, vocabulary});
@@ -194,7 +194,7 @@ TEST(CrossEntropyKernel, FullVocabularyInF32MatchesF64) {
   const int64_t vocabulary = 262144, rows = 3;
   const std::vector<float> logits = randomValues<float>(rows * vocabulary, 22, -4, 4);
   const std::vector<int64_t> targets = {0, 123456, vocabulary - 1};
-  KernelCall call("cross_entropy");
+  KernelCall call("cross_entropy", {{"softcap", 0.0}});
   call.input(DType::F32, {rows, vocabulary}, logits).input(DType::I64, {rows}, targets).output(DType::F32, {rows});
   ThreadPool threads(2);
   call.run(&threads);
@@ -214,7 +214,7 @@ TEST(CrossEntropyKernel, FullVocabularyInF32MatchesF64) {
 }
 
 TEST(CrossEntropyKernels, OutOfRangeIdsAreRunTimeErrorsNamingTheId) {
-  KernelCall target("cross_entropy");
+  KernelCall target("cross_entropy", {{"softcap", 0.0}});
   target.input<float>(DType::F32, {2, 4}, std::vector<float>(8)).input<int64_t>(DType::I64, {2}, {0, 4});
   target.output(DType::F32, {2});
   try {
@@ -223,7 +223,7 @@ TEST(CrossEntropyKernels, OutOfRangeIdsAreRunTimeErrorsNamingTheId) {
   } catch (const RuntimeError& error) {
     EXPECT_EQ(std::string(error.what()), "step 0 (cross_entropy): target id 4 at flat index 1 is outside the vocabulary [0, 4)");
   }
-  KernelCall bonus("cross_entropy_backward");
+  KernelCall bonus("cross_entropy_backward", {{"softcap", 0.0}});
   bonus.input<double>(DType::F64, {2, 4}, std::vector<double>(8)).input<int64_t>(DType::I64, {2}, {0, 1});
   bonus.input<int32_t>(DType::I32, {2}, {-1, 0}).input<double>(DType::F64, {2}, {1, 1}).input<double>(DType::F64, {2}, {1, 1});
   bonus.output(DType::F64, {2, 4});
@@ -238,19 +238,19 @@ TEST(CrossEntropyKernels, OutOfRangeIdsAreRunTimeErrorsNamingTheId) {
 }
 
 TEST(CrossEntropyKernels, RejectsHalfABonusAndMismatchedShapes) {
-  KernelCall half("cross_entropy");
+  KernelCall half("cross_entropy", {{"softcap", 0.0}});
   half.input<float>(DType::F32, {2, 4}, std::vector<float>(8)).input<int64_t>(DType::I64, {2}, {0, 1});
   half.input<int64_t>(DType::I64, {2}, {0, 1}).output(DType::F32, {2});
   EXPECT_EQ(factoryError(half), "step 0 (cross_entropy): bonus ids and bonus come together: expected 2 or 4 inputs");
-  KernelCall targets("cross_entropy");
+  KernelCall targets("cross_entropy", {{"softcap", 0.0}});
   targets.input<float>(DType::F32, {2, 4}, std::vector<float>(8)).input<int64_t>(DType::I64, {4}, {0, 1, 2, 3});
   targets.output(DType::F32, {2});
   EXPECT_EQ(factoryError(targets), "step 0 (cross_entropy): input targets has shape [4], expected [2]");
-  KernelCall bonus("cross_entropy");
+  KernelCall bonus("cross_entropy", {{"softcap", 0.0}});
   bonus.input<float>(DType::F32, {2, 4}, std::vector<float>(8)).input<int64_t>(DType::I64, {2}, {0, 1});
   bonus.input<int64_t>(DType::I64, {2}, {0, 1}).input<double>(DType::F64, {2}, {1, 1}).output(DType::F32, {2});
   EXPECT_EQ(factoryError(bonus), "step 0 (cross_entropy): input bonus has dtype f64, expected f32");
-  KernelCall gradient("cross_entropy_backward");
+  KernelCall gradient("cross_entropy_backward", {{"softcap", 0.0}});
   gradient.input<float>(DType::F32, {2, 4}, std::vector<float>(8)).input<int64_t>(DType::I64, {2}, {0, 1});
   gradient.input<float>(DType::F32, {2}, {1, 1}).output(DType::F32, {2});
   EXPECT_EQ(factoryError(gradient), "step 0 (cross_entropy_backward): output grad_logits has shape [2], expected [2,4]");

@@ -72,7 +72,7 @@ TEST(MatmulKernel, BatchedWithBatchedRhs) {
 }
 
 TEST(MatmulKernel, EmptyContractionGivesZeros) {
-  KernelCall call("matmul");
+  KernelCall call("matmul", {{"transpose_a", false}, {"transpose_b", false}});
   call.input<float>(DType::F32, {2, 0}, {}).input<float>(DType::F32, {0, 3}, {}).output(DType::F32, {2, 3});
   call.run();
   EXPECT_EQ(call.result<float>(), std::vector<float>(6, 0.0f));

@@ -230,13 +230,13 @@ ChainResult runChain(const ChainCase& c, const ChainValues& v) {
 // moe_experts and moe_experts_backward on every rank's tokens with every expert.
 ChainResult runWhole(const ChainCase& c, const ChainValues& v) {
   const int64_t tokens = c.peers * c.tokens, k = c.topK, H = c.hidden, I = c.expertHidden, E = c.experts();
-  KernelCall forward("moe_experts");
+  KernelCall forward("moe_experts", {{"expert_offset", 0}});
   forward.input(DType::F64, {tokens, H}, v.x).input(DType::F64, {tokens, k}, v.weights);
   forward.input(DType::I64, {tokens, k}, c.indices);
   forward.input(DType::F64, {E, 2 * I, H}, v.gateUp).input(DType::F64, {E, H, I}, v.down);
   forward.output(DType::F64, {tokens, H});
   forward.run();
-  KernelCall backward("moe_experts_backward");
+  KernelCall backward("moe_experts_backward", {{"expert_offset", 0}});
   backward.input(DType::F64, {tokens, H}, v.x).input(DType::F64, {tokens, k}, v.weights);
   backward.input(DType::I64, {tokens, k}, c.indices);
   backward.input(DType::F64, {E, 2 * I, H}, v.gateUp).input(DType::F64, {E, H, I}, v.down);

@@ -198,7 +198,7 @@ std::vector<double> expertsReference(const ExpertsCase& c, const std::vector<T>&
 template <typename T>
 std::vector<T> runExperts(DType dtype, const ExpertsCase& c, const std::vector<T>& x, const std::vector<T>& weights,
                           const std::vector<T>& gateUp, const std::vector<T>& down, ThreadPool* threads = nullptr) {
-  KernelCall call("moe_experts");
+  KernelCall call("moe_experts", {{"expert_offset", 0}});
   call.input(dtype, {c.tokens, c.hidden}, x).input(dtype, {c.tokens, c.topK}, weights);
   call.input(DType::I64, {c.tokens, c.topK}, c.indices);
   call.input(dtype, {c.experts, 2 * c.expertHidden, c.hidden}, gateUp);
@@ -358,7 +358,7 @@ TEST(MoeExpertsKernels, ExpertsSideBySideGiveTheSerialBytes) {
   const std::vector<float> x = as<float>(in.x), w = as<float>(in.weights), gu = as<float>(in.gateUp),
                            d = as<float>(in.down), dy = as<float>(randomValues<double>(c.tokens * c.hidden, 112, -1, 1));
   auto backward = [&](ThreadPool* threads) {
-    KernelCall call("moe_experts_backward");
+    KernelCall call("moe_experts_backward", {{"expert_offset", 0}});
     call.input(DType::F32, {c.tokens, c.hidden}, x).input(DType::F32, {c.tokens, c.topK}, w);
     call.input(DType::I64, {c.tokens, c.topK}, c.indices);
     call.input(DType::F32, {c.experts, 2 * c.expertHidden, c.hidden}, gu);
@@ -531,7 +531,7 @@ TEST(MoeExpertsBackwardKernel, ReadingTheKeptRowsGivesTheRecomputedBytes) {
 KernelCall expertsCall(std::vector<int64_t> xShape, std::vector<int64_t> weightsShape,
                        std::vector<int64_t> indicesShape, std::vector<int64_t> gateUpShape,
                        std::vector<int64_t> downShape, std::vector<int64_t> yShape,
-                       nlohmann::json attrs = nlohmann::json::object()) {
+                       nlohmann::json attrs = {{"expert_offset", 0}}) {
   KernelCall call("moe_experts", std::move(attrs));
   call.input(DType::F32, xShape, std::vector<float>(elementCount(xShape)));
   call.input(DType::F32, weightsShape, std::vector<float>(elementCount(weightsShape)));
@@ -571,7 +571,7 @@ KernelCall expertsKeepingCall(std::vector<int64_t> rowsShape, DType rowsDType = 
 
 // The backward with input 6 of `rowsShape` and `rowsDType`, the same accepted shapes.
 KernelCall expertsBackwardReadingCall(std::vector<int64_t> rowsShape, DType rowsDType = DType::F32) {
-  KernelCall call("moe_experts_backward");
+  KernelCall call("moe_experts_backward", {{"expert_offset", 0}});
   call.input(DType::F32, {3, 6}, std::vector<float>(18)).input(DType::F32, {3, 2}, std::vector<float>(6));
   call.input(DType::I64, {3, 2}, std::vector<int64_t>(6));
   call.input(DType::F32, {4, 10, 6}, std::vector<float>(240)).input(DType::F32, {4, 6, 5}, std::vector<float>(120));

@@ -65,7 +65,7 @@ TEST(PooledProducts, MoeExpertsSideBySideGiveTheSerialBytes) {
                            gateUp = randomValues<float>(experts * 2 * expertHidden * hidden, 33, -0.3, 0.3),
                            down = randomValues<float>(experts * hidden * expertHidden, 34, -0.3, 0.3);
   auto run = [&](ThreadPool* pool) {
-    KernelCall call("moe_experts");
+    KernelCall call("moe_experts", {{"expert_offset", 0}});
     call.input(DType::F32, {tokens, hidden}, x).input(DType::F32, {tokens, topK}, weights);
     call.input(DType::I64, {tokens, topK}, indices);
     call.input(DType::F32, {experts, 2 * expertHidden, hidden}, gateUp);

@@ -88,12 +88,12 @@ TEST(ReduceKernels, LongRowsAndLeadingDimsAcrossThreads) {
 TEST(ReduceKernels, MaxPropagatesNaNAlongEveryPath) {
   std::vector<float> x(2 * 20, 1.0f);
   x[13] = NAN;  // row 0 of the contiguous reduction, column 13 of the leading-dim one
-  KernelCall rows("reduce_max", {{"dims", {1}}});
+  KernelCall rows("reduce_max", {{"dims", {1}}, {"keep_dims", false}});
   rows.input<float>(DType::F32, {2, 20}, x).output(DType::F32, {2});
   rows.run();
   EXPECT_TRUE(std::isnan(rows.result<float>()[0]));
   EXPECT_EQ(rows.result<float>()[1], 1.0f);
-  KernelCall columns("reduce_max", {{"dims", {0}}});
+  KernelCall columns("reduce_max", {{"dims", {0}}, {"keep_dims", false}});
   columns.input<float>(DType::F32, {2, 20}, x).output(DType::F32, {20});
   columns.run();
   EXPECT_TRUE(std::isnan(columns.result<float>()[13]));
@@ -101,7 +101,7 @@ TEST(ReduceKernels, MaxPropagatesNaNAlongEveryPath) {
 }
 
 TEST(ReduceKernels, MaxPropagatesNaN) {
-  KernelCall call("reduce_max", {{"dims", {1}}});
+  KernelCall call("reduce_max", {{"dims", {1}}, {"keep_dims", false}});
   call.input<float>(DType::F32, {2, 3}, {1, NAN, 2, 4, 5, 6}).output(DType::F32, {2});
   call.run();
   const std::vector<float> y = call.result<float>();
@@ -220,7 +220,7 @@ TEST(SliceKernel, CutsBlocksOfInnerAndOuterDims) {
 
 TEST(GatherKernel, SelectsTableRows) {
   const std::vector<float> table = {0, 1, 10, 11, 20, 21, 30, 31};  // [4, 2]
-  KernelCall call32("gather");
+  KernelCall call32("gather", {{"row_offset", 0}});
   call32.input(DType::F32, {4, 2}, table).input<int32_t>(DType::I32, {2, 2}, {3, 0, 1, 3});
   call32.output(DType::F32, {2, 2, 2});
   call32.run();
@@ -230,7 +230,7 @@ TEST(GatherKernel, SelectsTableRows) {
   const std::vector<double> wide = randomValues<double>(50 * 64, 51);  // [50, 64]
   std::vector<int64_t> ids(1000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % 50);
-  KernelCall call64("gather");
+  KernelCall call64("gather", {{"row_offset", 0}});
   call64.input(DType::F64, {50, 64}, wide).input(DType::I64, {1000}, ids).output(DType::F64, {1000, 64});
   call64.run(&threads);
   const std::vector<double> y = call64.result<double>();
@@ -239,7 +239,7 @@ TEST(GatherKernel, SelectsTableRows) {
 }
 
 TEST(GatherKernel, NegativeIdIsARunTimeErrorNamingIdAndIndex) {
-  KernelCall call("gather");
+  KernelCall call("gather", {{"row_offset", 0}});
   call.input<float>(DType::F32, {4, 1}, {0, 1, 2, 3}).input<int64_t>(DType::I64, {3}, {0, -1, 2});
   call.output(DType::F32, {3, 1});
   try {
@@ -280,12 +280,12 @@ TEST(GatherKernel, BlocksOfTheTableSumToTheWholeGather) {
 TEST(ScatterAddKernel, AddsRowsAtTheIdsAndSkipsThePaddingRow) {
   const std::vector<int64_t> ids = {2, 0, 2, 3, 0, 0};
   const std::vector<double> updates = {1, 2, 10, 20, 100, 200, 1000, 2000, 3, 4, 5, 6};
-  KernelCall all("scatter_add");
+  KernelCall all("scatter_add", {{"row_offset", 0}});
   all.input(DType::I64, {2, 3}, ids).input(DType::F64, {2, 3, 2}, updates).output(DType::F64, {4, 2});
   all.run();
   EXPECT_EQ(all.result<double>(), (std::vector<double>{10 + 3 + 5, 20 + 4 + 6, 0, 0, 1 + 100, 2 + 200, 1000, 2000}));
 
-  KernelCall skipped("scatter_add", {{"skip_id", 0}});
+  KernelCall skipped("scatter_add", {{"skip_id", 0}, {"row_offset", 0}});
   skipped.input<int32_t>(DType::I32, {2, 3}, {2, 0, 2, 3, 0, 0});
   skipped.input(DType::F32, {2, 3, 2}, std::vector<float>(updates.begin(), updates.end())).output(DType::F32, {4, 2});
   skipped.run();
@@ -315,10 +315,11 @@ TEST(ScatterAddKernel, RejectsNegativeSkipIdAndRowOffset) {
     scatter.input<int64_t>(DType::I64, {1}, {0}).input<float>(DType::F32, {1, 2}, {1, 2}).output(DType::F32, {4, 2});
     return scatter;
   };
-  EXPECT_EQ(factoryError(call({{"skip_id", -1}})), "step 0 (scatter_add): attribute 'skip_id': -1 must be >= 0");
+  EXPECT_EQ(factoryError(call({{"skip_id", -1}, {"row_offset", 0}})),
+            "step 0 (scatter_add): attribute 'skip_id': -1 must be >= 0");
   EXPECT_EQ(factoryError(call({{"row_offset", -2}})), "step 0 (scatter_add): attribute 'row_offset': -2 must be >= 0");
   // A padding row beyond this block belongs to another rank's block.
-  EXPECT_NO_THROW(call({{"skip_id", 4}}).create());
+  EXPECT_NO_THROW(call({{"skip_id", 4}, {"row_offset", 0}}).create());
 }
 
 }  // namespace

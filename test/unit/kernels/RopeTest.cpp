@@ -43,7 +43,7 @@ std::vector<double> ropeReference(const RopeCase& c, const std::vector<T>& x, co
 template <typename T>
 std::vector<T> runRope(DType dtype, const RopeCase& c, const std::vector<T>& x, const std::vector<int64_t>& positions,
                        ThreadPool* threads = nullptr) {
-  KernelCall call("rope", {{"theta", c.theta}, {"rotated_pairs", c.rotatedPairs}, {"frequency_dim", c.frequencyDim}});
+  KernelCall call("rope", {{"theta", c.theta}, {"rotated_pairs", c.rotatedPairs}, {"frequency_dim", c.frequencyDim}, {"inverse", false}});
   const std::vector<int64_t> shape = {c.batch, c.tokens, c.heads, c.headDim};
   call.input(dtype, shape, x).input(DType::I64, {c.batch, c.tokens}, positions).output(dtype, shape);
   call.run(threads);
@@ -167,7 +167,7 @@ TEST(RopeKernel, EqualsTheStepsInF32BitForBit) {
 }
 
 TEST(RopeKernel, FactoryRejectsBadAttributesAndShapes) {
-  const nlohmann::json good = {{"theta", 1e4}, {"rotated_pairs", 4}, {"frequency_dim", 8}};
+  const nlohmann::json good = {{"theta", 1e4}, {"rotated_pairs", 4}, {"frequency_dim", 8}, {"inverse", false}};
   EXPECT_NO_THROW(ropeCall(good).create());
 
   nlohmann::json tooMany = good;

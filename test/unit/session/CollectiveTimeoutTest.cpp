@@ -33,6 +33,7 @@ Plan allReducePlan(int64_t rank) {
   Step step;
   step.kind = Step::Kind::Collective;
   step.op = "all_reduce";
+  step.attrs = {{"reduce", "sum"}};
   step.axis = "tp";
   step.inputs = {0};
   step.outputs = {0};

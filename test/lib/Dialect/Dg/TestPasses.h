@@ -6,6 +6,7 @@
 namespace mlir::dg::test {
 
 void registerTestShardingRulesPass();
+void registerTestPlanLoweringPass();
 
 }  // namespace mlir::dg::test
 
