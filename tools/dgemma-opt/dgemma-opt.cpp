@@ -12,7 +12,7 @@
 #include "test/lib/Dialect/Dg/TestPasses.h"
 
 int main(int argc, char** argv) {
-  // Single-threaded, as dgemma-compile's context (compiler/Driver/Driver.cpp): dg.entry's verifier
+  // Single-threaded, as every pipeline stage runs (compiler/Pipeline/Pipeline.cpp, stagePasses): dg.entry's verifier
   // reads the sibling functions, which a function pass on another thread may be rewriting.
   std::vector<char*> arguments(argv, argv + argc);
   static char disableThreading[] = "--mlir-disable-threading";
