@@ -12,8 +12,9 @@
 #include "test/lib/Dialect/Dg/TestPasses.h"
 
 int main(int argc, char** argv) {
-  // Single-threaded, as every pipeline stage runs (compiler/Pipeline/Pipeline.cpp, stagePasses): dg.entry's verifier
-  // reads the sibling functions, which a function pass on another thread may be rewriting.
+  // Single-threaded, as every pipeline stage runs (compiler/Pipeline/Pipeline.cpp, stagePasses):
+  // dg.entry's verifier reads the sibling functions, which a function pass on another thread may be
+  // rewriting.
   std::vector<char*> arguments(argv, argv + argc);
   static char disableThreading[] = "--mlir-disable-threading";
   arguments.insert(arguments.begin() + 1, disableThreading);
