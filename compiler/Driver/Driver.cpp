@@ -131,7 +131,7 @@ void compile(CompileOptions options) {
   mlir::MLIRContext context;
   // --report times each pass by the process's CPU and collects the planner's numbers as it plans
   // (Pipeline.h, PipelineOptions): the function passes run one at a time, as every stage runs them
-  // (Pipeline.cpp, stagePasses).
+  // (Pipeline.cpp, configureStage).
   if (options.report) context.disableMultithreading();
   // Diagnostics go to stderr as "loc: error: message"; a failed stage is bad input (exit 2).
   llvm::SourceMgr sourceManager;

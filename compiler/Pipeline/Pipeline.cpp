@@ -113,39 +113,41 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   }
 };
 
-// A stage's pass manager. Its function passes run one entry point at a time, never side by side:
+// A stage's pass manager: its function passes run one entry point at a time, never side by side:
 // dg.entry's verifier, which runs after each pass on the function the pass changed, checks that a
 // parameter has one type in every entry point, so it reads sibling functions that another thread
 // would be rewriting.
-PassManager stagePasses(ModuleOp module, PassTimes* times) {
-  module.getContext()->disableMultithreading();
-  PassManager passes(module.getContext());
+void configureStage(PassManager& passes, PassTimes* times) {
+  passes.getContext()->disableMultithreading();
   timePasses(passes, times);
-  return passes;
 }
 
 }  // namespace
 
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options) {
-  PassManager passes = stagePasses(module, options.passTimes);
+  PassManager passes(module.getContext());
+  configureStage(passes, options.passTimes);
   addDifferentiationStage(passes, options);
   return passes.run(module);
 }
 
 LogicalResult runRecomputationStage(ModuleOp module, const PipelineOptions& options) {
-  PassManager passes = stagePasses(module, options.passTimes);
+  PassManager passes(module.getContext());
+  configureStage(passes, options.passTimes);
   addRecomputationStage(passes, options.recompute);
   return passes.run(module);
 }
 
 LogicalResult runPlanningStage(ModuleOp module, const PipelineOptions& options) {
-  PassManager passes = stagePasses(module, options.passTimes);
+  PassManager passes(module.getContext());
+  configureStage(passes, options.passTimes);
   addPlanningStage(passes, options);
   return passes.run(module);
 }
 
 LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) {
-  PassManager passes = stagePasses(module, options.passTimes);
+  PassManager passes(module.getContext());
+  configureStage(passes, options.passTimes);
   passes.addPass(createDgShardAnnotate(DgShardAnnotateOptions{options.tensorParallel, options.dataParallel,
                                                               options.expertParallel, options.sequenceParallel,
                                                               options.distributedOptimizer}));
@@ -155,7 +157,8 @@ LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) 
 
 FailureOr<OwningOpRef<ModuleOp>> partitionForRank(ModuleOp annotated, int64_t rank, const ShardingOptions& options) {
   OwningOpRef<ModuleOp> program(annotated.clone());
-  PassManager passes = stagePasses(annotated, options.passTimes);
+  PassManager passes(annotated.getContext());
+  configureStage(passes, options.passTimes);
   passes.addPass(createDgShardPartition(DgShardPartitionOptions{rank}));
   if (options.expertAllToAll) passes.addNestedPass<func::FuncOp>(createDgExpertDispatch());
   if (failed(passes.run(*program))) return failure();

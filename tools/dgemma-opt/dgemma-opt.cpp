@@ -12,7 +12,7 @@
 #include "test/lib/Dialect/Dg/TestPasses.h"
 
 int main(int argc, char** argv) {
-  // Single-threaded, as every pipeline stage runs (compiler/Pipeline/Pipeline.cpp, stagePasses):
+  // Single-threaded, as every pipeline stage runs (compiler/Pipeline/Pipeline.cpp, configureStage):
   // dg.entry's verifier reads the sibling functions, which a function pass on another thread may be
   // rewriting.
   std::vector<char*> arguments(argv, argv + argc);
