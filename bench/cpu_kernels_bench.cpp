@@ -122,10 +122,14 @@ int main(int argc, char** argv) {
   const nlohmann::json untransposed = {{"transpose_a", false}, {"transpose_b", false}};
   // canvas_sample at one canvas of L = 256 over V = 4096: logits in [-8, 8) (flat enough that few
   // entries' noise is skipped), temperatures in the schedule's [0.4, 0.8].
-  const Case canvasSample{"canvas_sample [1,256,4096] ->bf16", "canvas_sample", {{"softcap", 0.0}},
-                          {{{1, 256, 4096}, DType::F32, -8.0f, 8.0f}, {{1}, DType::F32, 0.4f, 0.8f}, {{1, 2}, DType::I64}},
-                          {{{1, 256}, DType::I64}, {{1, 256}, DType::I64}, {{1, 256}}, {{1, 256, 4096}, DType::BF16}},
-                          Rate::Entries, 256.0 * 4096};
+  const Case canvasSample{
+      "canvas_sample [1,256,4096] ->bf16",
+      "canvas_sample",
+      {{"softcap", 0.0}},
+      {{{1, 256, 4096}, DType::F32, -8.0f, 8.0f}, {{1}, DType::F32, 0.4f, 0.8f}, {{1, 2}, DType::I64}},
+      {{{1, 256}, DType::I64}, {{1, 256}, DType::I64}, {{1, 256}}, {{1, 256, 4096}, DType::BF16}},
+      Rate::Entries,
+      256.0 * 4096};
   // attention at the small-20m training step's shapes: 4 query heads on 2 KV heads of 64, Tk = 128,
   // every key valid. The rate counts the useful FLOPs, those of the visible (query, key) pairs: the
   // forward's two products (scores, p·v), 2·(D + Dv) each, and the backward's five (scores again,
@@ -144,10 +148,11 @@ int main(int argc, char** argv) {
          {{{4, queries, 4, 64}}, {{4, 128, 2, 64}}, {{4, 128, 2, 64}}}, Rate::Flops, visiblePairs * 2 * (3 * 64 + 2 * 64)}};
   };
   const double headRows = 4 * 4;  // batch × query heads
-  const std::vector<Case> slidingAttention =
-      attentionCases("causal w64", {{"mask", "causal"}, {"window", 64}, {"prefix_len", 0}, {"scale", 0.125}}, 64, headRows * 64 * 64);
+  const std::vector<Case> slidingAttention = attentionCases(
+      "causal w64", {{"mask", "causal"}, {"window", 64}, {"prefix_len", 0}, {"scale", 0.125}}, 64, headRows * 64 * 64);
   const std::vector<Case> causalAttention =
-      attentionCases("causal", {{"mask", "causal"}, {"window", 0}, {"prefix_len", 0}, {"scale", 0.125}}, 128, headRows * 128 * 129 / 2);
+      attentionCases("causal", {{"mask", "causal"}, {"window", 0}, {"prefix_len", 0}, {"scale", 0.125}}, 128,
+                     headRows * 128 * 129 / 2);
   // moe_experts at the small-20m training step's shapes: 8 experts of 2 × 256 (gate, up) and 256, top-2
   // routes of 512 tokens (the clean pass; the decoder's calls have 256), expert ids uniform. The
   // rate counts the products: forward 2·H·(2I + I) per route; backward five products, 2·H·(3·2I + 2·I).
@@ -159,44 +164,83 @@ int main(int argc, char** argv) {
     const Tensor x{{tokens, 256}}, weights{{tokens, 2}, DType::F32, 0.0f, 1.0f}, indices{{tokens, 2}, DType::I64, 0, 0, 8};
     const Tensor gateUp{{8, 512, 256}, DType::F32, -0.05f, 0.05f}, down{{8, 256, 256}, DType::F32, -0.05f, 0.05f};
     const std::string shape = " [" + std::to_string(tokens) + ",256] top-2 of 8";
-    return std::vector<Case>{
-        {"moe_experts" + shape, "moe_experts", inFirstBlock, {x, weights, indices, gateUp, down},
-         {{{tokens, 256}}}, Rate::Flops, routes * 2 * h * (2 * i + i)},
-        {"moe_experts_backward" + shape, "moe_experts_backward", inFirstBlock,
-         {x, weights, indices, gateUp, down, {{tokens, 256}}},
-         {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}}, Rate::Flops, routes * 2 * h * (3 * 2 * i + 2 * i)},
-        {"moe_experts" + shape + " kept", "moe_experts", inFirstBlock, {x, weights, indices, gateUp, down},
-         {{{tokens, 256}}, {{tokens * 2, 512}}}, Rate::Flops, routes * 2 * h * (2 * i + i)},
-        {"moe_experts_backward" + shape + " kept", "moe_experts_backward", inFirstBlock,
-         {x, weights, indices, gateUp, down, {{tokens, 256}}, {{tokens * 2, 512}}},
-         {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}}, Rate::Flops, routes * 2 * h * (2 * 2 * i + 2 * i)}};
+    return std::vector<Case>{{"moe_experts" + shape,
+                              "moe_experts",
+                              inFirstBlock,
+                              {x, weights, indices, gateUp, down},
+                              {{{tokens, 256}}},
+                              Rate::Flops,
+                              routes * 2 * h * (2 * i + i)},
+                             {"moe_experts_backward" + shape,
+                              "moe_experts_backward",
+                              inFirstBlock,
+                              {x, weights, indices, gateUp, down, {{tokens, 256}}},
+                              {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}},
+                              Rate::Flops,
+                              routes * 2 * h * (3 * 2 * i + 2 * i)},
+                             {"moe_experts" + shape + " kept",
+                              "moe_experts",
+                              inFirstBlock,
+                              {x, weights, indices, gateUp, down},
+                              {{{tokens, 256}}, {{tokens * 2, 512}}},
+                              Rate::Flops,
+                              routes * 2 * h * (2 * i + i)},
+                             {"moe_experts_backward" + shape + " kept",
+                              "moe_experts_backward",
+                              inFirstBlock,
+                              {x, weights, indices, gateUp, down, {{tokens, 256}}, {{tokens * 2, 512}}},
+                              {{{tokens, 256}}, {{tokens, 2}}, {{8, 512, 256}}, {{8, 256, 256}}},
+                              Rate::Flops,
+                              routes * 2 * h * (2 * 2 * i + 2 * i)}};
   };
   const std::vector<Case> moe512 = moeCases(512), moe256 = moeCases(256);
   const std::vector<Case> prefixAttention = attentionCases(
       "prefix 64", {{"mask", "prefix"}, {"window", 0}, {"prefix_len", 64}, {"scale", 0.125}}, 64, headRows * 64 * 128);
   const std::vector<Case> cases = {
-      {"matmul 512x512x512", "matmul", untransposed, {{{512, 512}}, {{512, 512}}}, {{{512, 512}}}, Rate::Flops, 2.0 * 512 * 512 * 512},
-      {"matmul [4,256,1024]x[1024,1024]", "matmul", untransposed, {{{4, 256, 1024}}, {{1024, 1024}}}, {{{4, 256, 1024}}}, Rate::Flops,
+      {"matmul 512x512x512",
+       "matmul",
+       untransposed,
+       {{{512, 512}}, {{512, 512}}},
+       {{{512, 512}}},
+       Rate::Flops,
+       2.0 * 512 * 512 * 512},
+      {"matmul [4,256,1024]x[1024,1024]",
+       "matmul",
+       untransposed,
+       {{{4, 256, 1024}}, {{1024, 1024}}},
+       {{{4, 256, 1024}}},
+       Rate::Flops,
        2.0 * 4 * 256 * 1024 * 1024},
       {"rms_norm 4096x2816 +w", "rms_norm", {{"eps", 1e-6}}, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},
       // The training step's row kernels at small-20m's shapes (B·L = 256 rows, H = 256, V = 16384).
-      {"cross_entropy_bwd [256,16384] cap", "cross_entropy_backward", {{"softcap", 30.0}},
-       {{{256, 16384}, DType::F32, -8.0f, 8.0f}, {{256}, DType::I64}, {{256}}}, {{{256, 16384}}}},
-      {"cross_entropy [256,16384] cap", "cross_entropy", {{"softcap", 30.0}},
-       {{{256, 16384}, DType::F32, -8.0f, 8.0f}, {{256}, DType::I64}}, {{{256}}}},
-      {"rms_norm_bwd [256,256] +w", "rms_norm_backward", {{"eps", 1e-6}}, {{{256, 256}}, {{256, 256}}, {{256}}},
+      {"cross_entropy_bwd [256,16384] cap",
+       "cross_entropy_backward",
+       {{"softcap", 30.0}},
+       {{{256, 16384}, DType::F32, -8.0f, 8.0f}, {{256}, DType::I64}, {{256}}},
+       {{{256, 16384}}}},
+      {"cross_entropy [256,16384] cap",
+       "cross_entropy",
+       {{"softcap", 30.0}},
+       {{{256, 16384}, DType::F32, -8.0f, 8.0f}, {{256}, DType::I64}},
+       {{{256}}}},
+      {"rms_norm_bwd [256,256] +w",
+       "rms_norm_backward",
+       {{"eps", 1e-6}},
+       {{{256, 256}}, {{256, 256}}, {{256}}},
        {{{256, 256}}, {{256}}}},
       {"rms_norm [256,256] +w", "rms_norm", {{"eps", 1e-6}}, {{{256, 256}}, {{256}}}, {{{256, 256}}}},
       {"add [256,256]+[256,256]", "add", none, {{{256, 256}}, {{256, 256}}}, {{{256, 256}}}},
       {"add [16384,256]+[16384,256]", "add", none, {{{16384, 256}}, {{16384, 256}}}, {{{16384, 256}}}},
       {"softmax [256,16384]", "softmax", {{"axis", -1}}, {{{256, 16384}}}, {{{256, 16384}}}},
       // gelu_tanh's derivative times dy as dg-fuse-elementwise chains it: x, dy and five scalars.
-      {"fused gelu' [256,512] 5 scalars", "fused_elementwise",
+      {"fused gelu' [256,512] 5 scalars",
+       "fused_elementwise",
        {{"program",
          "mul f32 0 0; mul f32 7 0; mul f32 8 5; add f32 0 9; mul f32 10 4; tanh f32 11; mul f32 12 12; "
          "sub f32 3 13; mul f32 7 5; mul f32 15 6; add f32 3 16; mul f32 17 4; mul f32 14 18; mul f32 0 19; "
          "add f32 3 12; add f32 21 20; mul f32 22 2; mul f32 23 1"}},
-       {{{256, 512}}, {{256, 512}}, {{1}}, {{1}}, {{1}}, {{1}}, {{1}}}, {{{256, 512}}}},
+       {{{256, 512}}, {{256, 512}}, {{1}}, {{1}}, {{1}}, {{1}}, {{1}}},
+       {{{256, 512}}}},
       {"softmax 1024x4096", "softmax", {{"axis", -1}}, {{{1024, 4096}}}, {{{1024, 4096}}}},
       {"gelu_tanh 4M", "gelu_tanh", none, {{{4 << 20}}}, {{{4 << 20}}}},
       {"add [4096,2816]+[2816]", "add", none, {{{4096, 2816}}, {{2816}}}, {{{4096, 2816}}}},

@@ -34,7 +34,8 @@ void checkCollectiveOrder(const std::vector<Plan>& plans) {
       auto collectives = [&](const Plan& plan) {
         std::vector<std::string> sequence;
         for (const Step& step : plan.entryPoints[e].steps)
-          if (step.kind == Step::Kind::Collective) sequence.push_back(step.op + " over " + step.axis + " at " + step.location);
+          if (step.kind == Step::Kind::Collective)
+            sequence.push_back(step.op + " over " + step.axis + " at " + step.location);
         return sequence;
       };
       const std::vector<std::string> want = collectives(plans[0]), got = collectives(plans[rank]);
@@ -52,11 +53,13 @@ void checkCollectiveOrder(const std::vector<Plan>& plans) {
 // prints the table, sets the chosen layout into `options` and returns its prediction; throws
 // InputError when no candidate this build compiles fits.
 CostPrediction searchLayout(CompileOptions& options) {
-  if (options.mode != "train") throw InputError("--auto-layout: only --mode train plans are sharded (inference is single-rank)");
+  if (options.mode != "train")
+    throw InputError("--auto-layout: only --mode train plans are sharded (inference is single-rank)");
   if (options.model == mlir::dg::kRmsNormMatmulSoftmaxName)
     throw InputError(std::string("--auto-layout: ") + mlir::dg::kRmsNormMatmulSoftmaxName + " has no parallel mapping");
   if (!options.explicitLayoutFlags.empty())
-    throw InputError("--auto-layout: " + options.explicitLayoutFlags.front() + " is chosen by the layout search; drop it (or drop --auto-layout)");
+    throw InputError("--auto-layout: " + options.explicitLayoutFlags.front() +
+                     " is chosen by the layout search; drop it (or drop --auto-layout)");
   if (options.gpus == 0) throw InputError("--auto-layout: --gpus N is required (the number of ranks to lay out)");
   const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(diffusionGemmaConfigPath(options).string());
   LayoutSearchRequest request;
@@ -88,8 +91,9 @@ CostPrediction searchLayout(CompileOptions& options) {
   // With --emit, stdout carries the IR; the table goes to stderr.
   printLayoutSearch(search, request, options.emit.empty() ? std::cout : std::cerr);
   if (!search.chosen)
-    throw InputError("--auto-layout: no layout of --gpus " + std::to_string(options.gpus) + " that this build compiles fits --gpu-memory " +
-                     formatBytes(request.memoryBytesPerGpu) + " (see the table above)");
+    throw InputError("--auto-layout: no layout of --gpus " + std::to_string(options.gpus) +
+                     " that this build compiles fits --gpu-memory " + formatBytes(request.memoryBytesPerGpu) +
+                     " (see the table above)");
   const RankedCandidate& chosen = search.ranked[*search.chosen];
   options.tp = chosen.candidate.layout.tensorParallel;
   options.dp = chosen.candidate.layout.dataParallel;
@@ -108,13 +112,16 @@ void printStage(mlir::ModuleOp module) {
 }  // namespace
 
 void checkOutputAgainstModel(const CompileOptions& options) {
-  if (options.model.rfind("builtin:", 0) != 0) checkOutputsAgainstInputs({{"-o", options.output}}, {{"--model", options.model}});
+  if (options.model.rfind("builtin:", 0) != 0)
+    checkOutputsAgainstInputs({{"-o", options.output}}, {{"--model", options.model}});
 }
 
 void compile(CompileOptions options) {
   if (options.mode != "train" && options.mode != "infer") throw InputError("--mode: expected train or infer");
   if (!options.autoLayout && (options.gpus != 0 || !options.gpuMemory.empty() || !options.gpu.empty()))
-    throw InputError(std::string(options.gpus != 0 ? "--gpus" : !options.gpuMemory.empty() ? "--gpu-memory" : "--gpu") +
+    throw InputError(std::string(options.gpus != 0            ? "--gpus"
+                                 : !options.gpuMemory.empty() ? "--gpu-memory"
+                                                              : "--gpu") +
                      ": only with --auto-layout");
   std::optional<CostPrediction> predicted;
   if (options.autoLayout) {
@@ -122,11 +129,13 @@ void compile(CompileOptions options) {
     if (options.emit.empty() && options.output.empty()) return;  // the table alone
   }
   rejectUnbuiltFeatures(options);
-  if (options.emit.empty() && options.output.empty()) throw InputError("-o: an output plan directory is required (or --emit)");
+  if (options.emit.empty() && options.output.empty())
+    throw InputError("-o: an output plan directory is required (or --emit)");
   // CLI11 checked the policy's form.
   const mlir::dg::RecomputePolicy recompute = *mlir::dg::parseRecomputePolicy(options.recompute);
   if (recompute.kind != mlir::dg::RecomputePolicy::Kind::None && options.mode != "train")
-    throw InputError("--recompute " + options.recompute + ": only --mode train has a backward that recomputes (use none)");
+    throw InputError("--recompute " + options.recompute +
+                     ": only --mode train has a backward that recomputes (use none)");
 
   mlir::MLIRContext context;
   // --report times each pass by the process's CPU and collects the planner's numbers as it plans
@@ -136,9 +145,11 @@ void compile(CompileOptions options) {
   // Diagnostics go to stderr as "loc: error: message"; a failed stage is bad input (exit 2).
   llvm::SourceMgr sourceManager;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceManager, &context, llvm::errs());
-  nlohmann::json metadata = {
-      {"model", options.model}, {"mode", options.mode}, {"backend", options.backend}, {"recompute", recompute.name()},
-      {"fusion", options.fusion}};
+  nlohmann::json metadata = {{"model", options.model},
+                             {"mode", options.mode},
+                             {"backend", options.backend},
+                             {"recompute", recompute.name()},
+                             {"fusion", options.fusion}};
   RuntimeFields fields;
   if (!options.preset.empty()) {
     // dgemma-run train takes its defaults (rate, schedule, steps, ...) from here.

@@ -63,8 +63,8 @@ nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& object
 // generation_config.json (beside --model) over HF's defaults; --max-new-tokens sizes the cache.
 GenerationSettings generationSettings(const CompileOptions& options, const DiffusionGemmaConfig& config,
                                       int64_t maxPromptLength) {
-  const DiffusionGemmaGenerationConfig file = loadGenerationConfigBeside(options.model).value_or(
-      DiffusionGemmaGenerationConfig{});
+  const DiffusionGemmaGenerationConfig file =
+      loadGenerationConfigBeside(options.model).value_or(DiffusionGemmaGenerationConfig{});
   checkGenerationTokenIds(file, config.vocabSize);
   GenerationSettings settings;
   settings.canvasLength = config.canvasLength;
@@ -89,9 +89,10 @@ void checkTokensPerMicroBatch(int64_t globalMicroBatch, int64_t tokensPerExample
                               const CompileOptions& options) {
   const std::optional<int64_t> tokens = checkedMultiply(globalMicroBatch, tokensPerExample);
   if (!tokens || *tokens > kMaxTokensPerMicroBatch)
-    throw InputError("--micro-batch " + std::to_string(options.microBatch) + (options.dp > 1 ? " x --dp " + std::to_string(options.dp) : "") +
-                     " with " + std::to_string(tokensPerExample) + " tokens per example (" + perExample +
-                     "): more than " + std::to_string(kMaxTokensPerMicroBatch) + " tokens per micro-batch");
+    throw InputError("--micro-batch " + std::to_string(options.microBatch) +
+                     (options.dp > 1 ? " x --dp " + std::to_string(options.dp) : "") + " with " +
+                     std::to_string(tokensPerExample) + " tokens per example (" + perExample + "): more than " +
+                     std::to_string(kMaxTokensPerMicroBatch) + " tokens per micro-batch");
 }
 
 }  // namespace
@@ -142,12 +143,16 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   // A text-only plan stays byte-identical to one compiled before the flag existed.
   if (options.imagesPerExample > 0) metadata["images_per_example"] = options.imagesPerExample;
   if (options.canvasLength != 0 && options.canvasLength != config.canvasLength)
-    throw InputError("--canvas-len: " + std::to_string(options.canvasLength) + " differs from the config's canvas_length " +
-                     std::to_string(config.canvasLength));
+    throw InputError("--canvas-len: " + std::to_string(options.canvasLength) +
+                     " differs from the config's canvas_length " + std::to_string(config.canvasLength));
   const int64_t longestPrompt = parsePromptLengths(options.promptLengths).back();
   checkParallelLayout(config, parallelLayout(options), parsePromptLengths(options.promptLengths), config.canvasLength);
-  metadata["layout"] = {{"tp", options.tp}, {"dp", options.dp}, {"ep", options.ep}, {"sp", options.sequenceParallel},
-                        {"distributed_optimizer", options.distributedOptimizer}, {"expert_exchange", options.expertExchange}};
+  metadata["layout"] = {{"tp", options.tp},
+                        {"dp", options.dp},
+                        {"ep", options.ep},
+                        {"sp", options.sequenceParallel},
+                        {"distributed_optimizer", options.distributedOptimizer},
+                        {"expert_exchange", options.expertExchange}};
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = ModelFamily::DiffusionGemma;
   fields.modelConfig = parseJson(readWholeFile(configPath.string()), configPath.string());
@@ -161,23 +166,26 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   // distances, so the result is the same up to rounding. The runtime crops prompt-length outputs back.
   // prefill's positions pad with -1: bucket padding lies left of every prompt position.
   namespace names = ::dgemma::diffusion_gemma;
-  fields.bucketPadding = BucketPadding{names::kPromptLengthDimension,
-                                       1,
-                                       {{names::kInputIds, config.padTokenId}, {names::kAttentionMask, 0}, {names::kPositions, -1}},
-                                       {names::kEncoderHidden, names::kEncoderKeyPrefix, names::kEncoderValuePrefix}};
+  fields.bucketPadding =
+      BucketPadding{names::kPromptLengthDimension,
+                    1,
+                    {{names::kInputIds, config.padTokenId}, {names::kAttentionMask, 0}, {names::kPositions, -1}},
+                    {names::kEncoderHidden, names::kEncoderKeyPrefix, names::kEncoderValuePrefix}};
   // Image twins' prompt-length inputs (CONTRACT of the image entries, docs/cli.md): padding holds no
   // image token (index N·T, out of range) and no image run (segment 0).
   if (options.imagesPerExample > 0)
-    fields.bucketPadding->inputs.insert({{names::kImageTokenIndex, options.microBatch * options.dp * options.imagesPerExample *
-                                                                   config.maxSoftTokensPerImage},
-                                         {names::kImageSegmentIds, 0}});
+    fields.bucketPadding->inputs.insert(
+        {{names::kImageTokenIndex,
+          options.microBatch * options.dp * options.imagesPerExample * config.maxSoftTokensPerImage},
+         {names::kImageSegmentIds, 0}});
   const mlir::dg::Precision precision = *mlir::dg::parsePrecision(options.precision);  // CLI11 checked the name
   metadata["precision"] = mlir::dg::precisionName(precision);
   // --micro-batch is per data-parallel rank (Megatron's micro_batch_size): the program is built for
   // the global micro-batch and the partitioner gives each rank its share.
   const int64_t globalMicroBatch = options.microBatch * options.dp;
   if (options.mode == "train") {
-    checkTokensPerMicroBatch(globalMicroBatch, longestPrompt + config.canvasLength, "longest --prompt-len + canvas", options);
+    checkTokensPerMicroBatch(globalMicroBatch, longestPrompt + config.canvasLength, "longest --prompt-len + canvas",
+                             options);
     mlir::dg::DiffusionGemmaTrainOptions train;
     train.microBatch = globalMicroBatch;
     train.promptLengths = parsePromptLengths(options.promptLengths);

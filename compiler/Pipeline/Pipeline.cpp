@@ -44,7 +44,8 @@ void addPlanningStage(OpPassManager& passes, const PipelineOptions& options) {
   OpPassManager& perFunction = passes.nest<func::FuncOp>();
   // After dg-recompute: a recomputed clone of the experts hands its backward the pre-activations.
   perFunction.addPass(createDgKeepExpertActivations());
-  if (options.scheduleBackward) perFunction.addPass(createDgBackwardSchedule(DgBackwardScheduleOptions{options.lossName}));
+  if (options.scheduleBackward)
+    perFunction.addPass(createDgBackwardSchedule(DgBackwardScheduleOptions{options.lossName}));
   // After the schedule: fusion groups runs of ops that are contiguous in the final order.
   if (options.fusion) perFunction.addPass(createDgFuseElementwise());
   if (options.memoryPlanObserver) perFunction.addPass(createDgMemoryPlanObserved(options.memoryPlanObserver));
@@ -80,7 +81,8 @@ class PassTimer : public PassInstrumentation {
     const std::string name = pass->getArgument().str();
     times_.seconds[name] += elapsed;
     // A run is one over a program: a function pass's runs on the functions of one module count once.
-    if (isa<ModuleOp>(op) || functionPassesRun_.insert({name, op->getParentOfType<ModuleOp>()}).second) ++times_.runs[name];
+    if (isa<ModuleOp>(op) || functionPassesRun_.insert({name, op->getParentOfType<ModuleOp>()}).second)
+      ++times_.runs[name];
   }
   PassTimes& times_;
   std::vector<std::clock_t> starts_;

@@ -158,8 +158,7 @@ class Propagator {
       weights.push_back(isWeight(operand));
     }
     OpShardings shardings = shardThroughRule(mesh_, rule, offered, keepsPendingSum, weights);
-    if (op->getNumOperands())
-      op->setAttr(kOperandShardingsAttr, shardingList(op->getContext(), shardings.operands));
+    if (op->getNumOperands()) op->setAttr(kOperandShardingsAttr, shardingList(op->getContext(), shardings.operands));
     op->setAttr(kShardingsAttr, shardingList(op->getContext(), shardings.results));
     return success();
   }

@@ -111,18 +111,21 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
   microBatch_ = denoise_->bucket.count(microBatch) ? denoise_->bucket.at(microBatch) : 0;
   for (const EntryPoint& entry : plan.entryPoints) {
     if (entry.name != names.prefillEntry) continue;
-    if (!entry.bucket.count(promptLength) || entry.bucket.count(microBatch) == 0 || entry.bucket.at(microBatch) != microBatch_)
+    if (!entry.bucket.count(promptLength) || entry.bucket.count(microBatch) == 0 ||
+        entry.bucket.at(microBatch) != microBatch_)
       throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets {" + microBatch + ": " +
                        std::to_string(microBatch_) + ", " + promptLength + ": P} (the " + names.denoiseEntry +
                        " entry's micro-batch)");
     maxPromptLength_ = std::max(maxPromptLength_, entry.bucket.at(promptLength));
   }
-  if (microBatch_ < 1) throw InputError(planPath + ": entry " + denoise_->key() + ": expected a " + microBatch + " bucket");
+  if (microBatch_ < 1)
+    throw InputError(planPath + ": entry " + denoise_->key() + ": expected a " + microBatch + " bucket");
   for (const EntryPoint& entry : plan.entryPoints) {
     if (entry.name != names.imagePrefillEntry) continue;
     auto images = entry.bucket.find("images_per_example");
-    if (images == entry.bucket.end() || images->second < 1 || (imagesPerExample_ != 0 && images->second != imagesPerExample_) ||
-        entry.bucket.count(microBatch) == 0 || entry.bucket.at(microBatch) != microBatch_)
+    if (images == entry.bucket.end() || images->second < 1 ||
+        (imagesPerExample_ != 0 && images->second != imagesPerExample_) || entry.bucket.count(microBatch) == 0 ||
+        entry.bucket.at(microBatch) != microBatch_)
       throw InputError(planPath + ": entry " + entry.key() + ": expected the buckets of a " + names.prefillEntry +
                        " entry plus one images_per_example >= 1");
     imagesPerExample_ = images->second;
@@ -197,7 +200,8 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
   if (images) sizes["images_per_example"] = imagesPerExample_;
   const EntryPoint* prefill = session_.plan.selectEntry(images ? names.imagePrefillEntry : names.prefillEntry, sizes);
   if (!prefill)
-    throw InputError(planPath + ": no " + names.prefillEntry + " bucket holds a prompt of " + std::to_string(width) + " tokens");
+    throw InputError(planPath + ": no " + names.prefillEntry + " bucket holds a prompt of " + std::to_string(width) +
+                     " tokens");
   const int64_t P = prefill->bucket.at(names.promptLengthDimension);
   std::vector<int64_t> inputIds(B * P, pad), attentionMask(B * P, 0), tokenTypes(B * P, 0);
   std::vector<std::vector<ProcessedImage>> rowImages;
@@ -294,9 +298,12 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
                                  {names.sampleKeys, i64Tensor({B, 2}, keys)}});
       }
       PhaseTimer samplerTimer(phaseTimes_.samplerHost);
-      HostTensor sampled = convertDType(outputNamed(outputs, names.sampledIds, denoise, planPath), DType::I64, names.sampledIds);
-      HostTensor argmax = convertDType(outputNamed(outputs, names.argmaxIds, denoise, planPath), DType::I64, names.argmaxIds);
-      HostTensor entropy = convertDType(outputNamed(outputs, names.entropy, denoise, planPath), DType::F32, names.entropy);
+      HostTensor sampled =
+          convertDType(outputNamed(outputs, names.sampledIds, denoise, planPath), DType::I64, names.sampledIds);
+      HostTensor argmax =
+          convertDType(outputNamed(outputs, names.argmaxIds, denoise, planPath), DType::I64, names.argmaxIds);
+      HostTensor entropy =
+          convertDType(outputNamed(outputs, names.entropy, denoise, planPath), DType::F32, names.entropy);
       if (sampled.numElements() != B * L || argmax.numElements() != B * L || entropy.numElements() != B * L)
         throw InputError(planPath + ": entry " + denoise.key() + ": expected outputs of [" + std::to_string(B) + ", " +
                          std::to_string(L) + "]");

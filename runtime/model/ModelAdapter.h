@@ -84,15 +84,17 @@ class ModelAdapter {
   virtual Gemma4ImageOptions imageOptions(const Plan& plan, const std::string& planPath) const = 0;
 
   // Adds the inputs of `entry` that a batch may leave out (forward's optional fields) to `batch`.
-  virtual void addEntryDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan) const = 0;
+  virtual void addEntryDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry,
+                                const Plan& plan) const = 0;
   // Checks a batch file's tensors against the model (token ids inside the vocabulary); InputError
   // naming `batchPath`, the tensor and the element.
-  virtual void checkBatch(const std::map<std::string, HostTensor>& batch, const Plan& plan, const std::string& batchPath) const = 0;
+  virtual void checkBatch(const std::map<std::string, HostTensor>& batch, const Plan& plan,
+                          const std::string& batchPath) const = 0;
 
   // The files a checkpoint writes beside its weights so that the family's HF library opens it, as
   // (file name, bytes); none for a family without one.
-  virtual std::vector<std::pair<std::string, std::string>> checkpointSideFiles(const Plan& plan,
-                                                                               const std::string& tokenizerDir) const = 0;
+  virtual std::vector<std::pair<std::string, std::string>> checkpointSideFiles(
+      const Plan& plan, const std::string& tokenizerDir) const = 0;
   // The name under which the HF checkpoint stores a second copy of model parameter `name`, if it does.
   virtual std::optional<std::string> secondCopyName(const std::string& name) const = 0;
 };

@@ -71,8 +71,8 @@ const std::vector<ProcessedImage>& RowImageCache::imagesOf(const Dataset& datase
   return rows_.emplace(row, std::move(images)).first->second;
 }
 
-MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index, const CollateOptions& options,
-                              RowImageCache& images, const ModelContract& names) {
+MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index,
+                              const CollateOptions& options, RowImageCache& images, const ModelContract& names) {
   MicroBatch batch;
   batch.images = order.imagesAt(index);
   std::vector<const BlockItem*> items;

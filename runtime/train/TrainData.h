@@ -75,7 +75,7 @@ struct MicroBatch {
 // Micro-batch `index` of `order` (samples [index·B, (index+1)·B)): its items collated, prompts
 // left-padded to the longest of them (running it picks the prompt bucket), and for an image
 // micro-batch their images, processed through `images`; every field named by `names`.
-MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index, const CollateOptions& options,
-                              RowImageCache& images, const ModelContract& names);
+MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index,
+                              const CollateOptions& options, RowImageCache& images, const ModelContract& names);
 
 }  // namespace dgemma

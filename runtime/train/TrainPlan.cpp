@@ -125,7 +125,8 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
                        names.canvasLengthDimension + " differ from " + names.corruptEntry + "'s " + corrupt->key());
     trainPlan.promptLengths.push_back(bucketSize(*entry, names.promptLengthDimension, planPath));
     if (!hasName(entry->outputs, names.loss) || !hasName(entry->outputs, names.diffusionLoss))
-      throw InputError(planPath + ": entry " + entry->key() + ": expected the outputs " + names.loss + " and " + names.diffusionLoss);
+      throw InputError(planPath + ": entry " + entry->key() + ": expected the outputs " + names.loss + " and " +
+                       names.diffusionLoss);
   }
   std::sort(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end());
   // Image twins (dgemma-compile --images-per-example): one per text bucket, all with one I.
@@ -137,20 +138,21 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
     trainPlan.imagesPerExample = images;
     if (bucketSize(*entry, names.microBatchDimension, planPath) != trainPlan.microBatch ||
         bucketSize(*entry, names.canvasLengthDimension, planPath) != trainPlan.canvasLength ||
-        std::find(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end(), bucketSize(*entry, names.promptLengthDimension, planPath)) ==
-            trainPlan.promptLengths.end())
+        std::find(trainPlan.promptLengths.begin(), trainPlan.promptLengths.end(),
+                  bucketSize(*entry, names.promptLengthDimension, planPath)) == trainPlan.promptLengths.end())
       throw InputError(planPath + ": entry " + entry->key() + ": expected the buckets of a " + names.trainStepEntry +
                        " entry plus images_per_example");
   }
   if (!imageTrainSteps.empty() && imageTrainSteps.size() != trainSteps.size())
-    throw InputError(planPath + ": " + std::to_string(imageTrainSteps.size()) + " " + names.imageTrainStepEntry + " entries for " +
-                     std::to_string(trainSteps.size()) + " " + names.trainStepEntry + " entries (expected one twin per prompt bucket)");
+    throw InputError(planPath + ": " + std::to_string(imageTrainSteps.size()) + " " + names.imageTrainStepEntry +
+                     " entries for " + std::to_string(trainSteps.size()) + " " + names.trainStepEntry +
+                     " entries (expected one twin per prompt bucket)");
   if (trainPlan.imagesPerExample > 0) trainPlan.image = model.imageOptions(plan, planPath);
   std::vector<const EntryPoint*> batchEntries = trainSteps;
   batchEntries.insert(batchEntries.begin(), corrupt);
   batchEntries.insert(batchEntries.end(), imageTrainSteps.begin(), imageTrainSteps.end());
-  trainPlan.rankRows =
-      rankRowsOf(plan, batchEntries, trainPlan.microBatch, std::max<int64_t>(trainPlan.imagesPerExample, 1), names.images, planPath);
+  trainPlan.rankRows = rankRowsOf(plan, batchEntries, trainPlan.microBatch,
+                                  std::max<int64_t>(trainPlan.imagesPerExample, 1), names.images, planPath);
   trainPlan.hasEncoderLoss = hasName(trainSteps.front()->outputs, names.encoderLoss);
 
   trainPlan.optimizerStep = static_cast<size_t>(optimizerStep - plan.entryPoints.data());

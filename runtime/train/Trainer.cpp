@@ -262,7 +262,8 @@ void Trainer::restore() {
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
   if (!batch.images) return runEntry(session_, trainPlan_.trainStepEntry, std::move(batch.fields), batch.where);
-  addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, session_.model->contract().images, batch.where);
+  addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, session_.model->contract().images,
+                     batch.where);
   return runEntry(session_, trainPlan_.imageTrainStepEntry, std::move(batch.fields), batch.where);
 }
 
@@ -283,8 +284,8 @@ void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>&
 StepGradients Trainer::forwardBackward(int64_t step) {
   StepGradients result;
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
-    MicroBatch batch = assembleMicroBatch(train_, trainOrder_, consumedSamples_ / trainPlan_.microBatch + micro, collate_, trainImages_,
-                                          session_.model->contract());
+    MicroBatch batch = assembleMicroBatch(train_, trainOrder_, consumedSamples_ / trainPlan_.microBatch + micro,
+                                          collate_, trainImages_, session_.model->contract());
     result.tokens += batch.tokens;
     const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
                               batch.where + ")";
@@ -424,7 +425,8 @@ CheckpointSaveResult Trainer::save(int64_t step) {
       secondCopies.push_back(session_.executor->parameter(name));
       secondCopyNames.push_back(*copy);
     }
-  for (size_t i = 0; i < secondCopies.size(); ++i) groups[0].replicated.push_back({"model", secondCopyNames[i], &secondCopies[i]});
+  for (size_t i = 0; i < secondCopies.size(); ++i)
+    groups[0].replicated.push_back({"model", secondCopyNames[i], &secondCopies[i]});
 
   CheckpointState state;
   state.model = identity_;

@@ -335,9 +335,11 @@ TEST(CudaKernelFactories, RejectNonF32) {
                InputError);
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)),
                InputError);
-  EXPECT_THROW(makeKernel(cudaRegistry(),
-                          StepSetup("matmul", kUntransposed).in({2, 3}, DType::F64).in({3, 4}, DType::F64).out({2, 4}, DType::F64)),
-               InputError);
+  EXPECT_THROW(
+      makeKernel(
+          cudaRegistry(),
+          StepSetup("matmul", kUntransposed).in({2, 3}, DType::F64).in({3, 4}, DType::F64).out({2, 4}, DType::F64)),
+      InputError);
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("rms_norm", {{"eps", 1e-6}}).in({2, 3}, DType::F64).out({2, 3}, DType::F64)),
                InputError);
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("softmax", {{"axis", -1}}).in({2, 3}, DType::F16).out({2, 3}, DType::F16)),
@@ -358,8 +360,10 @@ TEST(CudaKernelFactories, RejectBadShapesAndAttributes) {
   EXPECT_THROW(makeKernel(r, StepSetup("add", {}).in({2, 3}).in({4}).out({2, 3})), InputError);     // not broadcastable
   EXPECT_THROW(makeKernel(r, StepSetup("add", {}).in({2, 3}).in({3}).out({2, 4})), InputError);     // wrong c
   EXPECT_THROW(makeKernel(r, StepSetup("mul", {}).in({2, 1}).in({1, 3}).out({2, 1})), InputError);  // c not broadcast
-  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 3}).in({4, 5}).out({2, 5})), InputError);  // K differs
-  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 3}).in({3, 5}).out({3, 5})), InputError);  // bad c
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 3}).in({4, 5}).out({2, 5})),
+               InputError);  // K differs
+  EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 3}).in({3, 5}).out({3, 5})),
+               InputError);  // bad c
   EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 2, 3}).in({3, 2, 3, 5}).out({2, 2, 5})),
                InputError);  // b rank
   EXPECT_THROW(makeKernel(r, StepSetup("matmul", kUntransposed).in({2, 2, 3}).in({3, 3, 5}).out({2, 2, 5})),
@@ -432,8 +436,11 @@ TEST(CudaBackend, CopyFillStreamEventRoundTrip) {
 }
 
 TEST(CudaKernelFactories, ReduceRejectsF64) {
-  EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("reduce_sum", {{"dims", {0}}, {"keep_dims", false}}).in({4}, DType::F64).out({}, DType::F64)),
-               InputError);
+  EXPECT_THROW(
+      makeKernel(
+          cudaRegistry(),
+          StepSetup("reduce_sum", {{"dims", {0}}, {"keep_dims", false}}).in({4}, DType::F64).out({}, DType::F64)),
+      InputError);
 }
 
 TEST(CudaKernelFactories, MoePermuteRejectsOneByteElements) {
@@ -441,7 +448,6 @@ TEST(CudaKernelFactories, MoePermuteRejectsOneByteElements) {
   setup.in({2, 3}, DType::I8).in({2, 1}, DType::I64).out({2, 3}, DType::I8);
   EXPECT_THROW(makeKernel(cudaRegistry(), setup), InputError);
 }
-
 
 // ---- buffers as bytes ----------------------------------------------------------------------------
 
@@ -472,7 +478,6 @@ std::vector<float> roundedToBf16(const std::vector<float>& values) { return bf16
 // One bf16 ulp of the reference plus the f32 tolerance.
 double bf16Tolerance(float reference, double f32Tolerance) { return std::ldexp(std::fabs(reference), -7) + f32Tolerance; }
 
-
 // The backends' registries: the CPU backend's (bf16 widened as it runs plans) and the CUDA backend's.
 const KernelRegistry& cpuWidenedRegistry() {
   static const KernelRegistry registry = withReducedPrecisionFloats(cpuRegistry());
@@ -500,16 +505,16 @@ using Tolerance = std::function<double(size_t i, const std::vector<float>& expec
 
 struct OutputCheck {
   enum class Kind {
-    Bits,            // the output's bytes are equal (ids, moved bits, arithmetic both sides do alike)
-    Floats,          // f32 outputs within the tolerance (NaN matches NaN, an infinity itself)
-    Bf16Floats,      // bf16 outputs on both sides, decoded, within the tolerance
+    Bits,  // the output's bytes are equal (ids, moved bits, arithmetic both sides do alike)
+    Floats,  // f32 outputs within the tolerance (NaN matches NaN, an infinity itself)
+    Bf16Floats,  // bf16 outputs on both sides, decoded, within the tolerance
     Bf16AgainstF32,  // a bf16 device output against the f32 reference rounded to bf16; the tolerance
-                     // gets the f32 reference
+    // gets the f32 reference
   };
   Kind kind = Kind::Floats;
   Tolerance tolerance;
-  std::string name;      // in failure messages; empty: the output's index
-  bool finite = false;   // Floats: also every device value is finite
+  std::string name;  // in failure messages; empty: the output's index
+  bool finite = false;  // Floats: also every device value is finite
 };
 
 OutputCheck bitsEqual(std::string name = "") { return {OutputCheck::Kind::Bits, nullptr, std::move(name)}; }
@@ -522,16 +527,15 @@ OutputCheck within(Tolerance tolerance, std::string name = "") {
 }
 // rtol of |expected|.
 OutputCheck relative(double rtol, std::string name = "") {
-  return within([rtol](size_t i, const std::vector<float>& expected, const Buffers&) { return rtol * std::fabs(expected[i]); },
-                std::move(name));
+  return within(
+      [rtol](size_t i, const std::vector<float>& expected, const Buffers&) { return rtol * std::fabs(expected[i]); },
+      std::move(name));
 }
 // rtol of max(1, |expected|).
 OutputCheck relativeAboveOne(double rtol, std::string name = "") {
-  return within(
-      [rtol](size_t i, const std::vector<float>& expected, const Buffers&) {
-        return rtol * std::max(1.0, std::fabs(static_cast<double>(expected[i])));
-      },
-      std::move(name));
+  return within([rtol](size_t i, const std::vector<float>& expected,
+                       const Buffers&) { return rtol * std::max(1.0, std::fabs(static_cast<double>(expected[i]))); },
+                std::move(name));
 }
 
 using Run = std::function<Buffers(const Buffers& inputs)>;
@@ -545,7 +549,7 @@ struct KernelCase {
   const KernelRegistry& (*cpuKernels)() = cpuRegistry;
   const KernelRegistry& (*cudaKernels)() = cudaRegistry;
   Run reference;  // unset: the step on cpuKernels
-  Run device;     // unset: the step on cudaKernels
+  Run device;  // unset: the step on cudaKernels
 };
 
 // A step whose buffers are added in place (a StepSetup's signature points into its own buffers).
@@ -608,7 +612,6 @@ void runRow(const KernelCase& row) {
   compareOutputs(row, inputs, referenceRun(row, inputs), deviceRun(row, inputs));
 }
 
-
 // ---- rows: norms, softmax, elementwise, matmul ---------------------------------------------------
 
 struct RmsNormCase {
@@ -630,7 +633,10 @@ void addRmsNormRows(std::vector<KernelCase>& rows) {
     setup->out(c.shape);
     Buffers inputs = {randomFloats(numElementsOf(c.shape), seed++)};
     if (c.weight) inputs.push_back(randomFloats(cols, seed++, 0.5f, 1.5f));
-    rows.push_back({"RmsNorm", shapeToString(c.shape) + (c.weight ? " with weight" : ""), setup, given(std::move(inputs)),
+    rows.push_back({"RmsNorm",
+                    shapeToString(c.shape) + (c.weight ? " with weight" : ""),
+                    setup,
+                    given(std::move(inputs)),
                     {relative(rowTolerance(cols))}});
   }
 }
@@ -667,14 +673,20 @@ void addSoftmaxRows(std::vector<KernelCase>& rows) {
     for (int64_t axis : {int64_t{-1}, static_cast<int64_t>(shape.size()) - 1}) {
       auto setup = step("softmax", {{"axis", axis}});
       setup->in(shape).out(shape);
-      rows.push_back({"Softmax", shapeToString(shape) + " axis " + std::to_string(axis), setup,
-                      given({randomFloats(numElementsOf(shape), seed++, -8.0f, 8.0f)}), {relative(rowTolerance(shape.back()))}});
+      rows.push_back({"Softmax",
+                      shapeToString(shape) + " axis " + std::to_string(axis),
+                      setup,
+                      given({randomFloats(numElementsOf(shape), seed++, -8.0f, 8.0f)}),
+                      {relative(rowTolerance(shape.back()))}});
     }
   }
   // exp(x) would overflow without the max subtraction.
   auto large = step("softmax", {{"axis", -1}});
   large->in({6, 50}).out({6, 50});
-  rows.push_back({"SoftmaxLargeMagnitudes", "values in [80, 120)", large, given({randomFloats(6 * 50, 5, 80.0f, 120.0f)}),
+  rows.push_back({"SoftmaxLargeMagnitudes",
+                  "values in [80, 120)",
+                  large,
+                  given({randomFloats(6 * 50, 5, 80.0f, 120.0f)}),
                   {finiteAnd(relative(rowTolerance(50)))}});
 }
 
@@ -705,8 +717,11 @@ void addBinaryRows(std::vector<KernelCase>& rows) {
       setup->in(c.a).in(c.b).out(c.c);
       Buffers inputs = {randomFloats(numElementsOf(c.a), seed), randomFloats(numElementsOf(c.b), seed + 1)};
       seed += 2;
-      rows.push_back({"BinaryBroadcast", std::string(op) + " " + shapeToString(c.a) + " with " + shapeToString(c.b),
-                      setup, given(std::move(inputs)), {relative(1e-6)}});
+      rows.push_back({"BinaryBroadcast",
+                      std::string(op) + " " + shapeToString(c.a) + " with " + shapeToString(c.b),
+                      setup,
+                      given(std::move(inputs)),
+                      {relative(1e-6)}});
     }
   }
 }
@@ -725,7 +740,9 @@ void addUnaryRows(std::vector<KernelCase>& rows) {
   for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1 << 20}}) {
     auto setup = step("gelu_tanh", nlohmann::json::object());
     setup->in({count}).out({count});
-    rows.push_back({"GeluTanh", "of " + std::to_string(count), setup,
+    rows.push_back({"GeluTanh",
+                    "of " + std::to_string(count),
+                    setup,
                     given({randomFloats(count, 300 + static_cast<uint32_t>(count), -8.0f, 8.0f)}),
                     {within([](size_t i, const std::vector<float>& expected, const Buffers& inputs) {
                       return 1e-6 * std::max(std::fabs(expected[i]), std::fabs(inputs[0][i]));
@@ -746,8 +763,11 @@ void addCompareRows(std::vector<KernelCase>& rows) {
       if (b.size() > 2) b[2] = -0.0f;
       auto setup = step("compare", {{"predicate", predicate}});
       setup->in(c.a).in(c.b).out(c.c, DType::Bool);
-      rows.push_back({"Compare", std::string(predicate) + " " + shapeToString(c.a) + " with " + shapeToString(c.b), setup,
-                      given({std::move(a), std::move(b)}), {bitsEqual()}});
+      rows.push_back({"Compare",
+                      std::string(predicate) + " " + shapeToString(c.a) + " with " + shapeToString(c.b),
+                      setup,
+                      given({std::move(a), std::move(b)}),
+                      {bitsEqual()}});
     }
   }
 }
@@ -771,8 +791,11 @@ void addSelectRows(std::vector<KernelCase>& rows) {
       setup->in(c.condition, DType::Bool).in(c.onTrue, dtype).in(c.onFalse, dtype).out(c.y, dtype);
       std::vector<float> onTrue = randomFloats(numElementsOf(c.onTrue) * 2, seed++);
       std::vector<float> onFalse = randomFloats(numElementsOf(c.onFalse) * 2, seed++);
-      rows.push_back({"Select", "to " + shapeToString(c.y) + " in " + std::string(dtypeName(dtype)), setup,
-                      given({std::move(condition), std::move(onTrue), std::move(onFalse)}), {bitsEqual()}});
+      rows.push_back({"Select",
+                      "to " + shapeToString(c.y) + " in " + std::string(dtypeName(dtype)),
+                      setup,
+                      given({std::move(condition), std::move(onTrue), std::move(onFalse)}),
+                      {bitsEqual()}});
     }
   }
 }
@@ -853,7 +876,8 @@ void addMatmulRows(std::vector<KernelCase>& rows) {
         rows.push_back({"Matmul",
                         "a " + shapeToString(aShape) + (transposeA ? "^T" : "") + " b " + shapeToString(bShape) +
                             (transposeB ? "^T" : ""),
-                        setup, given(std::move(inputs)),
+                        setup,
+                        given(std::move(inputs)),
                         {within(matmulTolerance(c, transposeA, transposeB, false, false))}});
       }
     }
@@ -889,7 +913,8 @@ void addMatmulBf16Rows(std::vector<KernelCase>& rows) {
       KernelCase row{"MatmulBf16",
                      "a " + shapeToString(aShape) + (transposeA ? "^T" : "") + " b " + shapeToString(bShape) +
                          (transposeB ? "^T" : "") + " -> " + std::string(dtypeName(outputDType)),
-                     setup, given(std::move(inputs)),
+                     setup,
+                     given(std::move(inputs)),
                      {{bf16Output ? OutputCheck::Kind::Bf16Floats : OutputCheck::Kind::Floats,
                        matmulTolerance(c, transposeA, transposeB, true, bf16Output), ""}}};
       row.cpuKernels = cpuWidenedRegistry;
@@ -897,7 +922,6 @@ void addMatmulBf16Rows(std::vector<KernelCase>& rows) {
     }
   }
 }
-
 
 // ---- rows: the experts' routing and dispatch, the sampler, random numbers, the optimizer ---------
 
@@ -916,7 +940,10 @@ void addMoePermuteRows(std::vector<KernelCase>& rows) {
     const std::vector<float> slots = int64Bytes(mixedSlots(tokens * topK));
     auto permute = step("moe_permute", nlohmann::json::object());
     permute->in({tokens, width}).in({tokens, topK}, DType::I64).out({tokens * topK, width});
-    rows.push_back({"MoePermuteAndCombine", "moe_permute" + what, permute, given({randomFloats(tokens * width, seed++), slots}),
+    rows.push_back({"MoePermuteAndCombine",
+                    "moe_permute" + what,
+                    permute,
+                    given({randomFloats(tokens * width, seed++), slots}),
                     {relative(0.0)}});
     auto combine = step("moe_combine", nlohmann::json::object());
     combine->in({tokens * topK, width}).in({tokens, topK}, DType::I64).in({tokens, topK}).out({tokens, width});
@@ -939,7 +966,8 @@ void addMoeRouteRows(std::vector<KernelCase>& rows) {
     rows.push_back({"MoeRoute",
                     "of " + std::to_string(tokens) + " tokens, " + std::to_string(experts) + " experts, top-" +
                         std::to_string(topK),
-                    setup, given({std::move(logits), randomFloats(experts, seed++, 0.5f, 1.5f)}),
+                    setup,
+                    given({std::move(logits), randomFloats(experts, seed++, 0.5f, 1.5f)}),
                     {relative(1e-6, "weights"), bitsEqual("indices")}});
   }
 }
@@ -978,7 +1006,9 @@ void addMoeRouteBackwardRows(std::vector<KernelCase>& rows) {
     rows.push_back({"MoeRouteBackward",
                     "of " + std::to_string(tokens) + " tokens, " + std::to_string(experts) + " experts, top-" +
                         std::to_string(topK),
-                    setup, inputs, {within(tokenWeights, "dlogits"), within(allWeights, "dscale")}});
+                    setup,
+                    inputs,
+                    {within(tokenWeights, "dlogits"), within(allWeights, "dscale")}});
   }
 }
 
@@ -992,7 +1022,10 @@ void addCanvasSampleRows(std::vector<KernelCase>& rows) {
     for (DType scaled : {DType::F32, DType::BF16}) {
       auto setup = step("canvas_sample", {{"softcap", 0.0}});
       setup->in({batch, canvas, vocab}).in({batch}).in({batch, 2}, DType::I64);
-      setup->out({batch, canvas}, DType::I64).out({batch, canvas}, DType::I64).out({batch, canvas}).out({batch, canvas, vocab}, scaled);
+      setup->out({batch, canvas}, DType::I64)
+          .out({batch, canvas}, DType::I64)
+          .out({batch, canvas})
+          .out({batch, canvas, vocab}, scaled);
       std::vector<float> temperature;
       std::vector<int64_t> keys;
       for (int64_t b = 0; b < batch; ++b) {
@@ -1001,8 +1034,10 @@ void addCanvasSampleRows(std::vector<KernelCase>& rows) {
         keys.push_back(b);
       }
       Buffers inputs = {randomFloats(batch * canvas * vocab, seed++, -8.0f, 8.0f), temperature, int64Bytes(keys)};
-      rows.push_back({"CanvasSample", "of " + shapeToString({batch, canvas, vocab}) + " to " + std::string(dtypeName(scaled)),
-                      setup, given(std::move(inputs)),
+      rows.push_back({"CanvasSample",
+                      "of " + shapeToString({batch, canvas, vocab}) + " to " + std::string(dtypeName(scaled)),
+                      setup,
+                      given(std::move(inputs)),
                       {bitsEqual("sampled"), bitsEqual("argmax"), relative(1e-6, "entropy"), bitsEqual("scaled")}});
     }
   }
@@ -1026,7 +1061,10 @@ void addRandomRows(std::vector<KernelCase>& rows) {
                            int64_t{1} << 32}) {
         auto integers = step("random_int", {{"stream", stream}, {"high", high}});
         integers->in(keyShape, DType::I64).out(shape, DType::I64);
-        rows.push_back({"RandomUniformAndInt", "random_int high " + std::to_string(high) + what, integers, given({key}),
+        rows.push_back({"RandomUniformAndInt",
+                        "random_int high " + std::to_string(high) + what,
+                        integers,
+                        given({key}),
                         {bitsEqual()}});
       }
     }
@@ -1043,16 +1081,23 @@ void addAdamwRows(std::vector<KernelCase>& rows) {
       for (int i = 0; i < 4; ++i) setup->in({count});
       for (int i = 0; i < 4; ++i) setup->in({});
       setup->out({count}).out({count}).out({count});
-      Buffers inputs = {randomFloats(count, seed), randomFloats(count, seed + 1, -1e-2f, 1e-2f),
-                        randomFloats(count, seed + 2, -1e-3f, 1e-3f), randomFloats(count, seed + 3, 0.0f, 1e-5f),
-                        {0.5f}, {3e-4f}, {0.4095f}, {0.0975f}};
+      Buffers inputs = {randomFloats(count, seed),
+                        randomFloats(count, seed + 1, -1e-2f, 1e-2f),
+                        randomFloats(count, seed + 2, -1e-3f, 1e-3f),
+                        randomFloats(count, seed + 3, 0.0f, 1e-5f),
+                        {0.5f},
+                        {3e-4f},
+                        {0.4095f},
+                        {0.0975f}};
       seed += 4;
-      rows.push_back({"Adamw", "of " + std::to_string(count) + " elements, weight decay " + std::to_string(weightDecay),
-                      setup, given(std::move(inputs)), {bitsEqual("0"), bitsEqual("1"), bitsEqual("2")}});
+      rows.push_back({"Adamw",
+                      "of " + std::to_string(count) + " elements, weight decay " + std::to_string(weightDecay),
+                      setup,
+                      given(std::move(inputs)),
+                      {bitsEqual("0"), bitsEqual("1"), bitsEqual("2")}});
     }
   }
 }
-
 
 // ---- rows: reductions, rope, gather and scatter_add, layout, cast, fill --------------------------
 
@@ -1097,9 +1142,12 @@ void addReduceRows(std::vector<KernelCase>& rows) {
           if (max) return 0.0;
           return std::ldexp(std::fabs(expected[i]), -23) + 1e-12 * (*absoluteSums)[i] / (mean ? count : 1.0);
         };
-        rows.push_back({"Reduce", op + " of " + shapeToString(shape) + " over " + shapeToString(dims) +
-                                      (keepDims ? " keeping dims" : ""),
-                        setup, given({x}), {within(tolerance)}});
+        rows.push_back(
+            {"Reduce",
+             op + " of " + shapeToString(shape) + " over " + shapeToString(dims) + (keepDims ? " keeping dims" : ""),
+             setup,
+             given({x}),
+             {within(tolerance)}});
       }
     }
   }
@@ -1120,7 +1168,9 @@ void addRopeRows(std::vector<KernelCase>& rows) {
                                    {{1, 3, 1, 2}, 1, 2, 100000, 10000.0, false}, {{0, 4, 2, 8}, 4, 8, 1, 10000.0, false}};
   uint32_t seed = 1000;
   for (const Case& c : cases) {
-    auto setup = step("rope", {{"theta", c.theta}, {"rotated_pairs", c.rotatedPairs}, {"frequency_dim", c.frequencyDim},
+    auto setup = step("rope", {{"theta", c.theta},
+                               {"rotated_pairs", c.rotatedPairs},
+                               {"frequency_dim", c.frequencyDim},
                                {"inverse", c.inverse}});
     setup->in(c.shape).in({c.shape[0], c.shape[1]}, DType::I64).out(c.shape);
     std::vector<int64_t> positions;
@@ -1133,9 +1183,12 @@ void addRopeRows(std::vector<KernelCase>& rows) {
       const size_t partner = i < half ? at + half : at - half;
       return 1e-6 * (std::fabs(x[at]) + std::fabs(x[partner]));
     };
-    rows.push_back({"Rope",
-                    shapeToString(c.shape) + " rotating " + std::to_string(c.rotatedPairs) + (c.inverse ? " inverse" : ""),
-                    setup, given({randomFloats(numElementsOf(c.shape), seed++), int64Bytes(positions)}), {within(pairScale)}});
+    rows.push_back(
+        {"Rope",
+         shapeToString(c.shape) + " rotating " + std::to_string(c.rotatedPairs) + (c.inverse ? " inverse" : ""),
+         setup,
+         given({randomFloats(numElementsOf(c.shape), seed++), int64Bytes(positions)}),
+         {within(pairScale)}});
   }
 }
 
@@ -1167,16 +1220,22 @@ void addGatherRows(std::vector<KernelCase>& rows) {
       for (DType tableDtype : {DType::F32, DType::BF16}) {
         auto setup = step("gather", {{"row_offset", c.rowOffset}});
         setup->in({c.vocabulary, c.width}, tableDtype).in({c.count}, idsDtype).out({c.count, c.width}, tableDtype);
-        rows.push_back({"GatherAndScatterAdd", "gather" + what + " to " + std::string(dtypeName(tableDtype)), setup,
-                        given({randomFloats(c.vocabulary * c.width, seed++), idBytes}), {bitsEqual()}});
+        rows.push_back({"GatherAndScatterAdd",
+                        "gather" + what + " to " + std::string(dtypeName(tableDtype)),
+                        setup,
+                        given({randomFloats(c.vocabulary * c.width, seed++), idBytes}),
+                        {bitsEqual()}});
       }
       for (bool skip : {false, true}) {
         nlohmann::json attrs = {{"row_offset", c.rowOffset}};
         if (skip) attrs["skip_id"] = c.rowOffset + 1;
         auto setup = step("scatter_add", attrs);
         setup->in({c.count}, idsDtype).in({c.count, c.width}).out({c.vocabulary, c.width});
-        rows.push_back({"GatherAndScatterAdd", "scatter_add" + what + (skip ? " skipping one" : ""), setup,
-                        given({idBytes, randomFloats(c.count * c.width, seed++)}), {bitsEqual()}});
+        rows.push_back({"GatherAndScatterAdd",
+                        "scatter_add" + what + (skip ? " skipping one" : ""),
+                        setup,
+                        given({idBytes, randomFloats(c.count * c.width, seed++)}),
+                        {bitsEqual()}});
       }
     }
   }
@@ -1193,8 +1252,11 @@ void addLayoutRows(std::vector<KernelCase>& rows) {
       for (int64_t from : perm) yShape.push_back(shape[from]);
       auto setup = step("transpose", {{"perm", perm}});
       setup->in(shape, dtype).out(yShape, dtype);
-      rows.push_back({"Layout", "transpose " + shapeToString(shape) + " by " + shapeToString(perm) + in, setup,
-                      given({randomFloats(numElementsOf(shape) * 2, seed++)}), {bitsEqual()}});
+      rows.push_back({"Layout",
+                      "transpose " + shapeToString(shape) + " by " + shapeToString(perm) + in,
+                      setup,
+                      given({randomFloats(numElementsOf(shape) * 2, seed++)}),
+                      {bitsEqual()}});
     }
     {
       auto setup = step("reshape", nlohmann::json::object());
@@ -1214,15 +1276,19 @@ void addLayoutRows(std::vector<KernelCase>& rows) {
         inputs.push_back(randomFloats(numElementsOf(shape) * 2, seed++));
       }
       setup->out(yShape, dtype);
-      rows.push_back({"Layout", "concat along " + std::to_string(dim) + in, setup, given(std::move(inputs)), {bitsEqual()}});
+      rows.push_back(
+          {"Layout", "concat along " + std::to_string(dim) + in, setup, given(std::move(inputs)), {bitsEqual()}});
     }
     for (const auto& [dim, start, size] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 2}, {1, 3, 4}, {2, 0, 1}, {1, 7, 0}}) {
       std::vector<int64_t> yShape = {4, 11, 3};
       yShape[dim] = size;
       auto setup = step("slice", {{"dim", dim}, {"start", start}});
       setup->in({4, 11, 3}, dtype).out(yShape, dtype);
-      rows.push_back({"Layout", "slice " + std::to_string(dim) + " from " + std::to_string(start) + in, setup,
-                      given({randomFloats(4 * 11 * 3 * 2, seed++)}), {bitsEqual()}});
+      rows.push_back({"Layout",
+                      "slice " + std::to_string(dim) + " from " + std::to_string(start) + in,
+                      setup,
+                      given({randomFloats(4 * 11 * 3 * 2, seed++)}),
+                      {bitsEqual()}});
     }
   }
 }
@@ -1254,7 +1320,10 @@ void addCastRows(std::vector<KernelCase>& rows) {
       for (DType to : *targets) {
         auto setup = step("cast", nlohmann::json::object());
         setup->in({count}, from).out({count}, to);
-        rows.push_back({"Cast", std::string(dtypeName(from)) + " to " + std::string(dtypeName(to)), setup, given({bytes}),
+        rows.push_back({"Cast",
+                        std::string(dtypeName(from)) + " to " + std::string(dtypeName(to)),
+                        setup,
+                        given({bytes}),
                         {bitsEqual()}});
       }
     }
@@ -1277,7 +1346,6 @@ void addFillRows(std::vector<KernelCase>& rows) {
   }
 }
 
-
 // ---- rows: attention and cross-entropy in f32 and bf16 ---------------------------------------------
 //
 // f32: the CUDA kernel against the CPU kernel on the same inputs. bf16: the CUDA kernel on bf16
@@ -1285,7 +1353,8 @@ void addFillRows(std::vector<KernelCase>& rows) {
 
 // The bf16 row of an f32 row: its float inputs (`floatInputs`) as bf16 bytes on the device, the f32
 // CPU kernel on their values as the reference, each output one bf16 ulp looser.
-KernelCase bf16Twin(const KernelCase& f32, std::shared_ptr<const StepSetup> bf16Setup, std::vector<size_t> floatInputs) {
+KernelCase bf16Twin(const KernelCase& f32, std::shared_ptr<const StepSetup> bf16Setup,
+                    std::vector<size_t> floatInputs) {
   KernelCase row = f32;
   row.what += " (bf16)";
   row.setup = std::move(bf16Setup);
@@ -1386,20 +1455,23 @@ void addAttentionRows(std::vector<KernelCase>& rows, bool backward) {
     // The values are bf16-rounded, so that the bf16 row's inputs hold the same values.
     Buffers inputs = {roundedToBf16(randomFloats(c.batch * c.queries * c.queryHeads * c.headDim, seed)),
                       roundedToBf16(randomFloats(c.batch * c.keys * c.kvHeads * c.headDim, seed + 1)),
-                      roundedToBf16(randomFloats(c.batch * c.keys * c.kvHeads * c.valueDim, seed + 2)), keyValidBytes(c)};
+                      roundedToBf16(randomFloats(c.batch * c.keys * c.kvHeads * c.valueDim, seed + 2)),
+                      keyValidBytes(c)};
     seed += 3;
-    if (backward) inputs.push_back(roundedToBf16(randomFloats(c.batch * c.queries * c.queryHeads * c.valueDim, seed++)));
+    if (backward)
+      inputs.push_back(roundedToBf16(randomFloats(c.batch * c.queries * c.queryHeads * c.valueDim, seed++)));
     if (c.segmented) inputs.push_back(segmentIdBytes(c));
     std::vector<OutputCheck> checks;
     for (const char* name : backward ? std::vector<const char*>{"dq", "dk", "dv"} : std::vector<const char*>{"o"})
       checks.push_back(relativeAboveOne(tolerance, name));
     const KernelCase f32{backward ? "AttentionBackward" : "Attention", describe(c),
-                         std::make_shared<const StepSetup>(attentionSetup(c, DType::F32, backward)), given(std::move(inputs)),
-                         std::move(checks)};
+                         std::make_shared<const StepSetup>(attentionSetup(c, DType::F32, backward)),
+                         given(std::move(inputs)), std::move(checks)};
     rows.push_back(f32);
     std::vector<size_t> floatInputs = {0, 1, 2};
     if (backward) floatInputs.push_back(4);
-    rows.push_back(bf16Twin(f32, std::make_shared<const StepSetup>(attentionSetup(c, DType::BF16, backward)), floatInputs));
+    rows.push_back(
+        bf16Twin(f32, std::make_shared<const StepSetup>(attentionSetup(c, DType::BF16, backward)), floatInputs));
   }
 }
 
@@ -1455,16 +1527,20 @@ void addCrossEntropyRows(std::vector<KernelCase>& rows, bool backward) {
       floatInputs.push_back(inputs.size());
       inputs.push_back(gradOutput);
     }
-    const Tolerance tolerance =
-        backward ? Tolerance([](size_t e, const std::vector<float>& cpu, const Buffers&) { return 4e-6 * std::fabs(cpu[e]) + 1e-12; })
-                 : Tolerance([](size_t e, const std::vector<float>& cpu, const Buffers&) {
-                     return 2e-6 * std::max(1.0f, std::fabs(cpu[e]));
-                   });
-    const KernelCase f32{backward ? "CrossEntropyBackward" : "CrossEntropy", describe(c),
+    const Tolerance tolerance = backward ? Tolerance([](size_t e, const std::vector<float>& cpu, const Buffers&) {
+      return 4e-6 * std::fabs(cpu[e]) + 1e-12;
+    })
+                                         : Tolerance([](size_t e, const std::vector<float>& cpu, const Buffers&) {
+                                             return 2e-6 * std::max(1.0f, std::fabs(cpu[e]));
+                                           });
+    const KernelCase f32{backward ? "CrossEntropyBackward" : "CrossEntropy",
+                         describe(c),
                          std::make_shared<const StepSetup>(crossEntropySetup(c, DType::F32, backward)),
-                         given(std::move(inputs)), {within(tolerance, backward ? "grad_logits" : "loss")}};
+                         given(std::move(inputs)),
+                         {within(tolerance, backward ? "grad_logits" : "loss")}};
     rows.push_back(f32);
-    rows.push_back(bf16Twin(f32, std::make_shared<const StepSetup>(crossEntropySetup(c, DType::BF16, backward)), floatInputs));
+    rows.push_back(
+        bf16Twin(f32, std::make_shared<const StepSetup>(crossEntropySetup(c, DType::BF16, backward)), floatInputs));
   }
 }
 
@@ -1476,7 +1552,6 @@ std::vector<int64_t> dispatchIndices() {
   for (int64_t& index : indices) index = static_cast<int64_t>(generator() % (peers * localExperts));
   return indices;
 }
-
 
 // ---- rows: the experts, fused_elementwise, bf16 through the backends' widening ---------------------
 
@@ -1511,7 +1586,8 @@ StepSetup expertsSetup(const ExpertsGpuCase& c, bool backward, bool gateUpRows =
 
 std::vector<OutputCheck> expertGradientChecks(const std::string& prefix) {
   std::vector<OutputCheck> checks;
-  for (const char* name : {"dx", "dweights", "dgate_up", "ddown"}) checks.push_back(relativeAboveOne(1e-5, prefix + name));
+  for (const char* name : {"dx", "dweights", "dgate_up", "ddown"})
+    checks.push_back(relativeAboveOne(1e-5, prefix + name));
   return checks;
 }
 
@@ -1532,17 +1608,20 @@ void addMoeExpertsRows(std::vector<KernelCase>& rows) {
     seed += 4;
     Buffers backwardInputs = forwardInputs;
     backwardInputs.push_back(randomFloats(c.tokens * c.hidden, seed++, -1.0f, 1.0f));
-    const std::string what = "(" + std::to_string(c.tokens) + " tokens, " + std::to_string(c.experts) + " experts from " +
-                             std::to_string(c.offset) + ")";
+    const std::string what = "(" + std::to_string(c.tokens) + " tokens, " + std::to_string(c.experts) +
+                             " experts from " + std::to_string(c.offset) + ")";
     auto forward = std::make_shared<const StepSetup>(expertsSetup(c, false));
     auto backward = std::make_shared<const StepSetup>(expertsSetup(c, true));
     auto keeping = std::make_shared<const StepSetup>(expertsSetup(c, false, true));
     auto reading = std::make_shared<const StepSetup>(expertsSetup(c, true, true));
-    rows.push_back({"MoeExpertsAndBackward", "moe_experts " + what, forward, given(forwardInputs),
-                    {relativeAboveOne(1e-5, "y")}});
+    rows.push_back(
+        {"MoeExpertsAndBackward", "moe_experts " + what, forward, given(forwardInputs), {relativeAboveOne(1e-5, "y")}});
     rows.push_back({"MoeExpertsAndBackward", "moe_experts_backward " + what, backward, given(backwardInputs),
                     expertGradientChecks("")});
-    rows.push_back({"MoeExpertsAndBackward", "moe_experts keeping gate_up_rows " + what, keeping, given(forwardInputs),
+    rows.push_back({"MoeExpertsAndBackward",
+                    "moe_experts keeping gate_up_rows " + what,
+                    keeping,
+                    given(forwardInputs),
                     {relativeAboveOne(1e-5, "y"), relativeAboveOne(1e-5, "gate_up_rows")}});
     // Both backends read the CPU forward's rows.
     auto withCpuRows = [keeping, forwardInputs, backwardInputs] {
@@ -1553,8 +1632,8 @@ void addMoeExpertsRows(std::vector<KernelCase>& rows) {
     rows.push_back({"MoeExpertsAndBackward", "moe_experts_backward reading gate_up_rows " + what, reading, withCpuRows,
                     expertGradientChecks("")});
     // The GPU backward reading the GPU forward's rows against the CPU backward recomputing them.
-    KernelCase own{"MoeExpertsAndBackward", "moe_experts_backward reading the GPU forward's gate_up_rows " + what, backward,
-                   given(backwardInputs), expertGradientChecks("")};
+    KernelCase own{"MoeExpertsAndBackward", "moe_experts_backward reading the GPU forward's gate_up_rows " + what,
+                   backward, given(backwardInputs), expertGradientChecks("")};
     own.device = [keeping, reading, forwardInputs](const Buffers& inputs) {
       Buffers readingInputs = inputs;
       readingInputs.push_back(runGpu(*keeping, forwardInputs)[1]);
@@ -1570,7 +1649,10 @@ void addMoeDispatchRows(std::vector<KernelCase>& rows) {
   auto setup = step("moe_dispatch", {{"num_experts", peers * localExperts}});
   setup->in({tokens, topK}, DType::I64).out({tokens, topK}, DType::I64).out({peers}, DType::I64);
   setup->out({peers, localExperts}, DType::I64);
-  rows.push_back({"MoeDispatch", "of 37 tokens, top-3, 4 peers of 2 experts", setup, given({int64Bytes(dispatchIndices())}),
+  rows.push_back({"MoeDispatch",
+                  "of 37 tokens, top-3, 4 peers of 2 experts",
+                  setup,
+                  given({int64Bytes(dispatchIndices())}),
                   {bitsEqual("slots"), bitsEqual("send counts"), bitsEqual("expert counts")}});
 }
 
@@ -1584,18 +1666,29 @@ void addMoeLocalExpertsRows(std::vector<KernelCase>& rows) {
   const std::vector<float> gateUp = randomFloats(experts * 2 * inner * hidden, seed++, -0.5f, 0.5f);
   const std::vector<float> down = randomFloats(experts * hidden * inner, seed++, -0.5f, 0.5f);
   auto forward = step("moe_local_experts", nlohmann::json::object());
-  forward->in({capacity, hidden}).in({peers, experts}, DType::I64).in({experts, 2 * inner, hidden}).in({experts, hidden, inner});
+  forward->in({capacity, hidden})
+      .in({peers, experts}, DType::I64)
+      .in({experts, 2 * inner, hidden})
+      .in({experts, hidden, inner});
   forward->out({capacity, hidden});
-  rows.push_back({"MoeLocalExpertsAndBackward", "moe_local_experts", forward,
-                  given({rowsIn, int64Bytes(counts), gateUp, down}), {relativeAboveOne(1e-5)}});
+  rows.push_back({"MoeLocalExpertsAndBackward",
+                  "moe_local_experts",
+                  forward,
+                  given({rowsIn, int64Bytes(counts), gateUp, down}),
+                  {relativeAboveOne(1e-5)}});
   auto backward = step("moe_local_experts_backward", nlohmann::json::object());
   backward->in({capacity, hidden}).in({capacity}).in({capacity, hidden}).in({peers, experts}, DType::I64);
   backward->in({experts, 2 * inner, hidden}).in({experts, hidden, inner});
   backward->out({capacity, hidden}).out({capacity}).out({experts, 2 * inner, hidden}).out({experts, hidden, inner});
-  Buffers inputs = {rowsIn, randomFloats(capacity, seed, 0.1f, 1.0f), randomFloats(capacity * hidden, seed + 1, -1.0f, 1.0f),
-                    int64Bytes(counts), gateUp, down};
+  Buffers inputs = {rowsIn,
+                    randomFloats(capacity, seed, 0.1f, 1.0f),
+                    randomFloats(capacity * hidden, seed + 1, -1.0f, 1.0f),
+                    int64Bytes(counts),
+                    gateUp,
+                    down};
   std::vector<OutputCheck> checks;
-  for (const char* name : {"grad_rows", "grad_weights", "grad_gate_up", "grad_down"}) checks.push_back(relativeAboveOne(1e-5, name));
+  for (const char* name : {"grad_rows", "grad_weights", "grad_gate_up", "grad_down"})
+    checks.push_back(relativeAboveOne(1e-5, name));
   rows.push_back({"MoeLocalExpertsAndBackward", "moe_local_experts_backward", backward, given(std::move(inputs)),
                   std::move(checks)});
 }
@@ -1636,7 +1729,10 @@ void addFusedElementwiseRows(std::vector<KernelCase>& rows) {
       const double f32Tolerance = 4e-6 * std::max(1.0, std::fabs(static_cast<double>(cpu[i])));
       return bf16Output ? bf16Tolerance(cpu[i], f32Tolerance) : f32Tolerance;
     };
-    rows.push_back({"FusedElementwise", "'" + c.program + "'", setup, given(std::move(inputs)),
+    rows.push_back({"FusedElementwise",
+                    "'" + c.program + "'",
+                    setup,
+                    given(std::move(inputs)),
                     {{bf16Output ? OutputCheck::Kind::Bf16Floats : OutputCheck::Kind::Floats, tolerance, ""}}});
   }
 }
@@ -1653,8 +1749,8 @@ void addBf16WideningRows(std::vector<KernelCase>& rows) {
     std::vector<OutputCheck> checks(setup->outputs.size(),
                                     {OutputCheck::Kind::Bf16Floats,
                                      [f32Tolerance](size_t i, const std::vector<float>& expected, const Buffers&) {
-                                       return bf16Tolerance(expected[i],
-                                                            f32Tolerance * std::max(1.0, std::fabs(double(expected[i]))));
+                                       return bf16Tolerance(
+                                           expected[i], f32Tolerance * std::max(1.0, std::fabs(double(expected[i]))));
                                      },
                                      ""});
     KernelCase row{"Bf16ThroughTheBackendsWidening", setup->step.op + " in bf16", setup, given(std::move(inputs)),
@@ -1784,7 +1880,6 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwinAndTableRows) {
   }
 }
 
-
 // ---- errors: the CUDA kernels raise the CPU kernels' run-time errors, word for word -------------------
 
 // An id outside [0, V) is the CPU kernel's RuntimeError, word for word, before any output is written.
@@ -1886,7 +1981,9 @@ TEST(CudaKernelFactories, BackendRegistryTakesBf16ForEveryArithmeticKernel) {
   EXPECT_EQ(backend.names(), cudaRegistry().names());
   EXPECT_THROW(makeKernel(cudaRegistry(), StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)), InputError);
   EXPECT_NO_THROW(makeKernel(backend, StepSetup("gelu_tanh", {}).in({4}, DType::BF16).out({4}, DType::BF16)));
-  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4}, DType::BF16)));
+  EXPECT_NO_THROW(makeKernel(
+      backend,
+      StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4}, DType::BF16)));
   EXPECT_THROW(makeKernel(backend, StepSetup("gelu_tanh", {}).in({4}, DType::F16).out({4}, DType::F16)), InputError);
   EXPECT_TRUE(backend.traits("fused_elementwise").handlesReducedFloats);
   // matmul's bf16 steps go to its own cuBLASLt kernel, never to the widened sgemm.
@@ -1895,11 +1992,17 @@ TEST(CudaKernelFactories, BackendRegistryTakesBf16ForEveryArithmeticKernel) {
                                                  .in({2, 3, 2}, DType::BF16)
                                                  .in({2, 3, 4}, DType::BF16)
                                                  .out({2, 2, 4}, DType::BF16)));
-  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::F16).in({3, 4}, DType::F16).out({2, 4}, DType::F16)),
-               InputError);
-  EXPECT_NO_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4})));
-  EXPECT_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}).out({2, 4}, DType::BF16)),
-               InputError);  // a bf16, b f32
+  EXPECT_THROW(
+      makeKernel(
+          backend,
+          StepSetup("matmul", kUntransposed).in({2, 3}, DType::F16).in({3, 4}, DType::F16).out({2, 4}, DType::F16)),
+      InputError);
+  EXPECT_NO_THROW(makeKernel(
+      backend, StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}, DType::BF16).out({2, 4})));
+  EXPECT_THROW(
+      makeKernel(backend,
+                 StepSetup("matmul", kUntransposed).in({2, 3}, DType::BF16).in({3, 4}).out({2, 4}, DType::BF16)),
+      InputError);  // a bf16, b f32
   EXPECT_THROW(makeKernel(backend, StepSetup("matmul", kUntransposed).in({2, 3}).in({3, 4}).out({2, 4}, DType::BF16)),
                InputError);  // f32 a and b, bf16 c
   EXPECT_NO_THROW(makeKernel(backend, StepSetup("fused_elementwise", {{"program", "gelu_tanh bf16 0; mul bf16 2 1"}})

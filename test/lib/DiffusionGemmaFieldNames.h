@@ -10,13 +10,14 @@ namespace dgemma::testing {
 
 inline CollatedFieldNames diffusionGemmaBatchNames() {
   namespace names = diffusion_gemma;
-  return {names::kInputIds, names::kAttentionMask, names::kPositionIds, names::kTokenTypeIds, names::kCanvasIds, names::kCanvasMask};
+  return {names::kInputIds,     names::kAttentionMask, names::kPositionIds,
+          names::kTokenTypeIds, names::kCanvasIds,     names::kCanvasMask};
 }
 
 inline ImageFieldNames diffusionGemmaImageNames() {
   namespace names = diffusion_gemma;
-  return {names::kPixelValues, names::kImagePositionIds, names::kTokenTypeIds, names::kImagePoolSlot, names::kImageTokenIndex,
-          names::kImageSegmentIds};
+  return {names::kPixelValues,   names::kImagePositionIds, names::kTokenTypeIds,
+          names::kImagePoolSlot, names::kImageTokenIndex,  names::kImageSegmentIds};
 }
 
 }  // namespace dgemma::testing

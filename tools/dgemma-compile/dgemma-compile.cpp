@@ -34,27 +34,34 @@ void applyPreset(CLI::App& app, const std::string& name) {
 int main(int argc, char** argv) {
   dgemma::CompileOptions options;
   CLI::App app{"dgemma-compile: model config + parallel layout -> executable plan (one file per rank)", "dgemma-compile"};
-  app.add_option("--model", options.model,
-                 "HF checkpoint dir or config.json, or " + dgemma::builtinModelName())->required();
+  app.add_option("--model", options.model, "HF checkpoint dir or config.json, or " + dgemma::builtinModelName())
+      ->required();
   app.add_option("--mode", options.mode, "train | infer")->required()->check(CLI::IsMember({"train", "infer"}));
   app.add_option("--preset", options.preset, "named recipe defaults: dg26b-sft, tiny-cpu, demo (explicit flags win)");
   app.add_option("--objective", options.objective, "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce")
       ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce"}));
-  app.add_option("--self-cond-prob", options.selfCondProb, "self-conditioning probability")->check(dgemma::numberIn(0, 1));
-  app.add_option("--encoder-loss-weight", options.encoderLossWeight, "clean-target encoder loss weight")->check(dgemma::numberIn(0, dgemma::kMaxWeight));
+  app.add_option("--self-cond-prob", options.selfCondProb, "self-conditioning probability")
+      ->check(dgemma::numberIn(0, 1));
+  app.add_option("--encoder-loss-weight", options.encoderLossWeight, "clean-target encoder loss weight")
+      ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
   app.add_option("--weight-clip", options.weightClip, "clip of the reweighted objectives' weight (default: none)")
       ->check(dgemma::numberIn(0, dgemma::kMaxWeight, false));
-  app.add_option("--decoder-loss-weight", options.decoderLossWeight, "denoising decoder loss weight")->check(dgemma::numberIn(0, dgemma::kMaxWeight));
-  app.add_option("--aux-loss-coeff", options.auxLossCoeff, "router load-balancing loss coefficient")->check(dgemma::numberIn(0, dgemma::kMaxWeight));
+  app.add_option("--decoder-loss-weight", options.decoderLossWeight, "denoising decoder loss weight")
+      ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
+  app.add_option("--aux-loss-coeff", options.auxLossCoeff, "router load-balancing loss coefficient")
+      ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
   app.add_option("--noise-min", options.noiseMin, "lower end of the diffusion time t")->check(dgemma::numberIn(0, 1));
   app.add_option("--noise-max", options.noiseMax, "upper end of the diffusion time t")->check(dgemma::numberIn(0, 1));
   app.add_option("--adam-beta1", options.adam.beta1, "AdamW beta1 (docs/training.md, 'AdamW and clipping')")
       ->check(dgemma::numberIn(0, 1, true, false));
   app.add_option("--adam-beta2", options.adam.beta2, "AdamW beta2")->check(dgemma::numberIn(0, 1, true, false));
   app.add_option("--adam-eps", options.adam.epsilon, "AdamW epsilon")->check(dgemma::numberIn(0, 1, false));
-  app.add_option("--weight-decay", options.adam.weightDecay, "decoupled weight decay")->check(dgemma::numberIn(0, dgemma::kMaxWeight));
-  app.add_option("--clip-grad", options.adam.maxGradNorm, "global gradient-norm bound")->check(dgemma::numberIn(0, dgemma::kMaxGradNorm, false));
-  app.add_option("--micro-batch", options.microBatch, "examples per micro-batch")->check(dgemma::integerIn(1, dgemma::kMaxMicroBatch));
+  app.add_option("--weight-decay", options.adam.weightDecay, "decoupled weight decay")
+      ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
+  app.add_option("--clip-grad", options.adam.maxGradNorm, "global gradient-norm bound")
+      ->check(dgemma::numberIn(0, dgemma::kMaxGradNorm, false));
+  app.add_option("--micro-batch", options.microBatch, "examples per micro-batch")
+      ->check(dgemma::integerIn(1, dgemma::kMaxMicroBatch));
   app.add_option("--images-per-example", options.imagesPerExample,
                  "images in every example of an image micro-batch; >= 1 builds the image twins of the prompt entries "
                  "(needs a vision_config; default 0: a text-only plan)")
@@ -62,12 +69,15 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-len", options.promptLengths, "prompt-length buckets, e.g. 128,256,512");
   app.add_option("--canvas-len", options.canvasLength, "decoder canvas length (default: the config's canvas_length)")
       ->check(dgemma::integerIn(1, dgemma::kMaxLength));
-  app.add_option("--max-new-tokens", options.maxNewTokens,
-                 "infer: the most tokens a generation may ask for; sizes the K/V cache (default: generation_config.json's "
-                 "max_new_tokens, else 256)")
+  app.add_option(
+         "--max-new-tokens", options.maxNewTokens,
+         "infer: the most tokens a generation may ask for; sizes the K/V cache (default: generation_config.json's "
+         "max_new_tokens, else 256)")
       ->check(dgemma::integerIn(1, dgemma::kMaxLength));
-  app.add_option("--hidden-size", options.hiddenSize, "hidden size of the built-in graph")->check(dgemma::integerIn(1, dgemma::kMaxBuiltinSize));
-  app.add_option("--vocab-size", options.vocabSize, "output size of the built-in graph")->check(dgemma::integerIn(1, dgemma::kMaxBuiltinSize));
+  app.add_option("--hidden-size", options.hiddenSize, "hidden size of the built-in graph")
+      ->check(dgemma::integerIn(1, dgemma::kMaxBuiltinSize));
+  app.add_option("--vocab-size", options.vocabSize, "output size of the built-in graph")
+      ->check(dgemma::integerIn(1, dgemma::kMaxBuiltinSize));
   app.add_option("--tp", options.tp, "tensor-parallel size")->check(dgemma::integerIn(1, dgemma::kMaxParallel));
   app.add_option("--ep", options.ep, "expert-parallel size")->check(dgemma::integerIn(1, dgemma::kMaxParallel));
   app.add_option("--dp", options.dp, "data-parallel size")->check(dgemma::integerIn(1, dgemma::kMaxParallel));
@@ -82,9 +92,10 @@ int main(int argc, char** argv) {
                  "on (default) | off: fuse chains of elementwise ops into one step each (dg-fuse-elementwise; "
                  "docs/kernels.md, 'Fused elementwise chains')")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--recompute", options.recompute,
-                 "what the backward recomputes: none | full[:N] (every layer, or chunks of N, from its input) | selective "
-                 "(attention core and MoE intermediates); docs/training.md, 'Recomputation'")
+  app.add_option(
+         "--recompute", options.recompute,
+         "what the backward recomputes: none | full[:N] (every layer, or chunks of N, from its input) | selective "
+         "(attention core and MoE intermediates); docs/training.md, 'Recomputation'")
       ->check(CLI::Validator(
           [](std::string& text) {
             return mlir::dg::parseRecomputePolicy(text) ? std::string()
@@ -92,11 +103,14 @@ int main(int argc, char** argv) {
                                                               ", got " + dgemma::quoteForMessage(text, 40);
           },
           "POLICY"));
-  app.add_option("--backward-order", options.backwardOrder,
-                 "scheduled (default: dg-backward-schedule, docs/performance.md) | autodiff (the order autodiff wrote); "
-                 "the same values either way")
+  app.add_option(
+         "--backward-order", options.backwardOrder,
+         "scheduled (default: dg-backward-schedule, docs/performance.md) | autodiff (the order autodiff wrote); "
+         "the same values either way")
       ->check(CLI::IsMember({"scheduled", "autodiff"}));
-  app.add_option("--precision", options.precision, "fp32 | bf16 (mixed: bf16 compute, f32 masters, docs/training.md, 'Mixed precision')")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--precision", options.precision,
+                 "fp32 | bf16 (mixed: bf16 compute, f32 masters, docs/training.md, 'Mixed precision')")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--backend", options.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", options.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
       ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));
@@ -107,9 +121,12 @@ int main(int argc, char** argv) {
   app.add_flag("--auto-layout", options.autoLayout,
                "search the TP/SP/EP/DP layout and recompute policy of --gpus ranks by the cost model, print the ranked "
                "table and compile the chosen one (without -o: the table only)");
-  app.add_option("--gpus", options.gpus, "--auto-layout: the number of ranks")->check(dgemma::integerIn(1, dgemma::kMaxParallel));
-  app.add_option("--gpu-memory", options.gpuMemory, "--auto-layout: memory per rank, e.g. 141GiB (default: the --gpu's)");
-  app.add_option("--gpu", options.gpu, "--auto-layout: the accelerator of the cost model: " + dgemma::acceleratorNames() + " (default h200)");
+  app.add_option("--gpus", options.gpus, "--auto-layout: the number of ranks")
+      ->check(dgemma::integerIn(1, dgemma::kMaxParallel));
+  app.add_option("--gpu-memory", options.gpuMemory,
+                 "--auto-layout: memory per rank, e.g. 141GiB (default: the --gpu's)");
+  app.add_option("--gpu", options.gpu,
+                 "--auto-layout: the accelerator of the cost model: " + dgemma::acceleratorNames() + " (default h200)");
 
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;

@@ -266,7 +266,8 @@ void writeOutputs(const std::string& path, const std::map<std::string, HostTenso
 int runForward(const ExecutionFlags& flags) {
   std::unique_ptr<Session> session = openSession(flags.session);
   const std::string& forward = session->model->contract().forwardEntry;
-  std::map<std::string, HostTensor> outputs = runEntry(*session, forward, readBatch(flags.input, session->plan, forward), flags.input);
+  std::map<std::string, HostTensor> outputs =
+      runEntry(*session, forward, readBatch(flags.input, session->plan, forward), flags.input);
   if (session->isRankZero()) writeOutputs(flags.output, outputs);
   return 0;
 }
@@ -294,7 +295,8 @@ void addCorruption(Session& session, std::map<std::string, HostTensor>& batch, c
       !std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.name == names.corruptEntry; }))
     return;  // a plan without corruption (the built-in graph)
   for (const std::string* field : {&names.batch.canvasIds, &names.batch.canvasMask})
-    if (!batch.count(*field)) throw InputError(flags.input + ": tensor " + *field + ": missing (the training step needs it)");
+    if (!batch.count(*field))
+      throw InputError(flags.input + ": tensor " + *field + ": missing (the training step needs it)");
   const int64_t examples = batch.at(names.batch.canvasIds).shape.at(0);
   std::vector<int64_t> samples(examples);
   for (int64_t row = 0; row < examples; ++row) samples[row] = flags.firstSample + row;

@@ -401,23 +401,26 @@ Attribute MeshAttr::parse(AsmParser& parser, Type) {
   SMLoc start = parser.getCurrentLocation();
   MLIRContext* context = parser.getContext();
   SmallVector<MeshAxisAttr> axes;
-  if (parser.parseLess() || parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
-        std::string name;
-        int64_t size;
-        StringRef roleName;
-        if (parser.parseKeywordOrString(&name) || parser.parseEqual() || parser.parseInteger(size) ||
-            parser.parseLParen())
-          return failure();
-        SMLoc roleLoc = parser.getCurrentLocation();
-        if (parser.parseKeyword(&roleName)) return failure();
-        std::optional<AxisRole> role = symbolizeAxisRole(roleName);
-        if (!role)
-          return parser.emitError(roleLoc) << "axis '" << name << "' has role '" << roleName
-                                           << "', expected data, expert, tensor or context";
-        if (parser.parseRParen()) return failure();
-        axes.push_back(MeshAxisAttr::get(context, name, size, *role));
-        return success();
-      }) ||
+  if (parser.parseLess() ||
+      parser.parseCommaSeparatedList(AsmParser::Delimiter::Square,
+                                     [&]() -> ParseResult {
+                                       std::string name;
+                                       int64_t size;
+                                       StringRef roleName;
+                                       if (parser.parseKeywordOrString(&name) || parser.parseEqual() ||
+                                           parser.parseInteger(size) || parser.parseLParen())
+                                         return failure();
+                                       SMLoc roleLoc = parser.getCurrentLocation();
+                                       if (parser.parseKeyword(&roleName)) return failure();
+                                       std::optional<AxisRole> role = symbolizeAxisRole(roleName);
+                                       if (!role)
+                                         return parser.emitError(roleLoc)
+                                                << "axis '" << name << "' has role '" << roleName
+                                                << "', expected data, expert, tensor or context";
+                                       if (parser.parseRParen()) return failure();
+                                       axes.push_back(MeshAxisAttr::get(context, name, size, *role));
+                                       return success();
+                                     }) ||
       parser.parseGreater())
     return {};
   return parser.getChecked<MeshAttr>(start, context, axes);

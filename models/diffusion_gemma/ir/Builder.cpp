@@ -55,9 +55,10 @@ void buildForward(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
   } else {
     hidden = text.encoderStack(inputIds, promptValid, positions, &keyValues);
   }
-  g.output(kEncoderHidden, g.toF32(g.rmsNorm(hidden, g.param(TextStack::top("norm.weight"), {config.hiddenSize}, "ones"),
-                                               "encoder.norm"),
-                                     "encoder_hidden"));
+  g.output(
+      kEncoderHidden,
+      g.toF32(g.rmsNorm(hidden, g.param(TextStack::top("norm.weight"), {config.hiddenSize}, "ones"), "encoder.norm"),
+              "encoder_hidden"));
   for (int64_t layer = 0; layer < config.numHiddenLayers; ++layer) {
     const std::string keyName = "encoder_k." + std::to_string(layer), valueName = "encoder_v." + std::to_string(layer);
     g.output(keyName, g.toF32(keyValues[layer].keys, keyName));
@@ -110,8 +111,9 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const Dif
   OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
   for (int64_t promptLength : options.promptLengths) {
-    const std::vector<std::pair<StringRef, int64_t>> bucket{
-        {kMicroBatchDimension, options.microBatch}, {kPromptLengthDimension, promptLength}, {kCanvasLengthDimension, config.canvasLength}};
+    const std::vector<std::pair<StringRef, int64_t>> bucket{{kMicroBatchDimension, options.microBatch},
+                                                            {kPromptLengthDimension, promptLength},
+                                                            {kCanvasLengthDimension, config.canvasLength}};
     auto body = [&, promptLength](int64_t imagesPerExample) {
       return [&, promptLength, imagesPerExample] {
         GraphBuilder graph(builder, config, options.microBatch, options.precision);
@@ -119,10 +121,11 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const Dif
         buildForward(graph, text, promptLength, imagesPerExample);
       };
     };
-    addEntryFunction(builder, *module, std::string(kForwardEntry) + "_p" + std::to_string(promptLength), kForwardEntry, bucket, body(0));
+    addEntryFunction(builder, *module, std::string(kForwardEntry) + "_p" + std::to_string(promptLength), kForwardEntry,
+                     bucket, body(0));
     if (options.imagesPerExample > 0)
-      addEntryFunction(builder, *module, std::string(kForwardImagesEntry) + "_p" + std::to_string(promptLength), kForwardImagesEntry,
-                       diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
+      addEntryFunction(builder, *module, std::string(kForwardImagesEntry) + "_p" + std::to_string(promptLength),
+                       kForwardImagesEntry, diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
                        body(options.imagesPerExample));
   }
   return module;
@@ -133,15 +136,16 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
   checkImagesPerExample(config, options.imagesPerExample);
   OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
-  addEntryFunction(builder, *module, kCorruptEntry, kCorruptEntry, {{kMicroBatchDimension, options.microBatch}, {kCanvasLengthDimension, config.canvasLength}},
-           [&] {
-             GraphBuilder graph(builder, config, options.microBatch, options.precision);
-             TextStack text(graph);
-             ObjectiveBuilder(graph, text, options.objective).buildCorrupt();
-           });
+  addEntryFunction(builder, *module, kCorruptEntry, kCorruptEntry,
+                   {{kMicroBatchDimension, options.microBatch}, {kCanvasLengthDimension, config.canvasLength}}, [&] {
+                     GraphBuilder graph(builder, config, options.microBatch, options.precision);
+                     TextStack text(graph);
+                     ObjectiveBuilder(graph, text, options.objective).buildCorrupt();
+                   });
   for (int64_t promptLength : options.promptLengths) {
-    const std::vector<std::pair<StringRef, int64_t>> bucket{
-        {kMicroBatchDimension, options.microBatch}, {kPromptLengthDimension, promptLength}, {kCanvasLengthDimension, config.canvasLength}};
+    const std::vector<std::pair<StringRef, int64_t>> bucket{{kMicroBatchDimension, options.microBatch},
+                                                            {kPromptLengthDimension, promptLength},
+                                                            {kCanvasLengthDimension, config.canvasLength}};
     auto body = [&, promptLength](int64_t imagesPerExample) {
       return [&, promptLength, imagesPerExample] {
         GraphBuilder graph(builder, config, options.microBatch, options.precision);
@@ -149,9 +153,11 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
         ObjectiveBuilder(graph, text, options.objective).buildTrainStep(promptLength, imagesPerExample);
       };
     };
-    addEntryFunction(builder, *module, std::string(kTrainStepEntry) + "_p" + std::to_string(promptLength), kTrainStepEntry, bucket, body(0));
+    addEntryFunction(builder, *module, std::string(kTrainStepEntry) + "_p" + std::to_string(promptLength),
+                     kTrainStepEntry, bucket, body(0));
     if (options.imagesPerExample > 0)
-      addEntryFunction(builder, *module, std::string(kTrainStepImagesEntry) + "_p" + std::to_string(promptLength), kTrainStepImagesEntry,
+      addEntryFunction(builder, *module, std::string(kTrainStepImagesEntry) + "_p" + std::to_string(promptLength),
+                       kTrainStepImagesEntry,
                        diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
                        body(options.imagesPerExample));
   }

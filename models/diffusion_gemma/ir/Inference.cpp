@@ -179,10 +179,13 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaInference(MLIRContext& context, const D
     };
   };
   for (int64_t promptLength : options.promptLengths) {
-    const std::vector<std::pair<StringRef, int64_t>> bucket{{kMicroBatchDimension, options.microBatch}, {kPromptLengthDimension, promptLength}};
-    diffusion_gemma::addEntryFunction(
-        builder, *module, std::string(kPrefillEntry) + "_p" + std::to_string(promptLength), kPrefillEntry, bucket,
-        body([&, promptLength](GraphBuilder& g, TextStack& text) { buildPrefill(g, text, promptLength, options.cacheLength, 0); }));
+    const std::vector<std::pair<StringRef, int64_t>> bucket{{kMicroBatchDimension, options.microBatch},
+                                                            {kPromptLengthDimension, promptLength}};
+    diffusion_gemma::addEntryFunction(builder, *module,
+                                      std::string(kPrefillEntry) + "_p" + std::to_string(promptLength), kPrefillEntry,
+                                      bucket, body([&, promptLength](GraphBuilder& g, TextStack& text) {
+                                        buildPrefill(g, text, promptLength, options.cacheLength, 0);
+                                      }));
     if (options.imagesPerExample > 0)
       diffusion_gemma::addEntryFunction(
           builder, *module, std::string(kPrefillImagesEntry) + "_p" + std::to_string(promptLength), kPrefillImagesEntry,
@@ -191,12 +194,16 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaInference(MLIRContext& context, const D
             buildPrefill(g, text, promptLength, options.cacheLength, options.imagesPerExample);
           }));
   }
-  diffusion_gemma::addEntryFunction(
-      builder, *module, kDenoiseEntry, kDenoiseEntry, {{kMicroBatchDimension, options.microBatch}},
-      body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/true); }));
-  diffusion_gemma::addEntryFunction(
-      builder, *module, kDenoiseFirstEntry, kDenoiseFirstEntry, {{kMicroBatchDimension, options.microBatch}},
-      body([&](GraphBuilder& g, TextStack& text) { buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/false); }));
+  diffusion_gemma::addEntryFunction(builder, *module, kDenoiseEntry, kDenoiseEntry,
+                                    {{kMicroBatchDimension, options.microBatch}},
+                                    body([&](GraphBuilder& g, TextStack& text) {
+                                      buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/true);
+                                    }));
+  diffusion_gemma::addEntryFunction(builder, *module, kDenoiseFirstEntry, kDenoiseFirstEntry,
+                                    {{kMicroBatchDimension, options.microBatch}},
+                                    body([&](GraphBuilder& g, TextStack& text) {
+                                      buildDenoise(g, text, options.cacheLength, /*selfConditioned=*/false);
+                                    }));
   diffusion_gemma::addEntryFunction(
       builder, *module, kCommitEntry, kCommitEntry, {{kMicroBatchDimension, options.microBatch}},
       body([&](GraphBuilder& g, TextStack& text) { buildCommit(g, text, options.cacheLength); }));

@@ -150,13 +150,13 @@ std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<Pr
   return {{names.pixelValues, std::move(pixels)}, {names.imagePositionIds, std::move(positions)}};
 }
 
-void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample, const Gemma4ImageOptions& image,
-                        const ImageFieldNames& names, const std::string& where) {
+void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample,
+                        const Gemma4ImageOptions& image, const ImageFieldNames& names, const std::string& where) {
   for (const std::string* name : {&names.imagePositionIds, &names.tokenTypeIds})
     if (!fields.count(*name)) throw InputError(where + ": an image batch without " + *name);
   try {
-    ImagePlanInputs inputs = deriveImagePlanInputs(fields.at(names.imagePositionIds), fields.at(names.tokenTypeIds), imagesPerExample,
-                                                   image.poolingKernelSize, image.maxSoftTokens);
+    ImagePlanInputs inputs = deriveImagePlanInputs(fields.at(names.imagePositionIds), fields.at(names.tokenTypeIds),
+                                                   imagesPerExample, image.poolingKernelSize, image.maxSoftTokens);
     fields[names.imagePoolSlot] = std::move(inputs.poolSlot);
     fields[names.imageTokenIndex] = std::move(inputs.tokenIndex);
     fields[names.imageSegmentIds] = std::move(inputs.segmentIds);

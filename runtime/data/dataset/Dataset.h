@@ -66,7 +66,7 @@ std::map<std::string, HostTensor> collateImages(const std::vector<std::vector<Pr
 // the host-derived inputs of the image entries: the pool slots, the image token index and the image
 // segment ids (deriveImagePlanInputs, with the processor's pooling kernel and soft-token budget).
 // Throws InputError located at `where` for a batch whose image tokens and images disagree.
-void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample, const Gemma4ImageOptions& image,
-                        const ImageFieldNames& names, const std::string& where);
+void addImagePlanInputs(std::map<std::string, HostTensor>& fields, int64_t imagesPerExample,
+                        const Gemma4ImageOptions& image, const ImageFieldNames& names, const std::string& where);
 
 }  // namespace dgemma

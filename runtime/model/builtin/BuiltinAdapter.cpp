@@ -30,7 +30,9 @@ class BuiltinAdapter final : public ModelAdapter {
   }
   void addEntryDefaults(std::map<std::string, HostTensor>&, const EntryPoint&, const Plan&) const override {}
   void checkBatch(const std::map<std::string, HostTensor>&, const Plan&, const std::string&) const override {}
-  std::vector<std::pair<std::string, std::string>> checkpointSideFiles(const Plan&, const std::string&) const override { return {}; }
+  std::vector<std::pair<std::string, std::string>> checkpointSideFiles(const Plan&, const std::string&) const override {
+    return {};
+  }
   std::optional<std::string> secondCopyName(const std::string&) const override { return std::nullopt; }
 
  private:

@@ -33,10 +33,10 @@ ModelContract diffusionGemmaContract() {
   contract.microBatchDimension = names::kMicroBatchDimension;
   contract.promptLengthDimension = names::kPromptLengthDimension;
   contract.canvasLengthDimension = names::kCanvasLengthDimension;
-  contract.batch = {names::kInputIds, names::kAttentionMask, names::kPositionIds,
-                    names::kTokenTypeIds, names::kCanvasIds, names::kCanvasMask};
-  contract.images = {names::kPixelValues, names::kImagePositionIds, names::kTokenTypeIds,
-                     names::kImagePoolSlot, names::kImageTokenIndex, names::kImageSegmentIds};
+  contract.batch = {names::kInputIds,     names::kAttentionMask, names::kPositionIds,
+                    names::kTokenTypeIds, names::kCanvasIds,     names::kCanvasMask};
+  contract.images = {names::kPixelValues,   names::kImagePositionIds, names::kTokenTypeIds,
+                     names::kImagePoolSlot, names::kImageTokenIndex,  names::kImageSegmentIds};
   contract.noiseKeys = names::kNoiseKeys;
   contract.noisyCanvasIds = names::kNoisyCanvasIds;
   contract.diffusionTime = names::kDiffusionTime;
@@ -112,27 +112,32 @@ class DiffusionGemmaAdapter final : public ModelAdapter {
   // ids; without self-conditioning logits the signal is exactly zero, as in transformers, whatever
   // mask the batch carries (the mask only selects rows of given logits); with logits and no mask,
   // every example is conditioned.
-  void addEntryDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry, const Plan& plan) const override {
+  void addEntryDefaults(std::map<std::string, HostTensor>& batch, const EntryPoint& entry,
+                        const Plan& plan) const override {
     if (entry.name != names::kForwardEntry) return;
-    if (inputNamed(entry, names::kNoisyCanvasIds) && !batch.count(names::kNoisyCanvasIds) && batch.count(names::kCanvasIds))
+    if (inputNamed(entry, names::kNoisyCanvasIds) && !batch.count(names::kNoisyCanvasIds) &&
+        batch.count(names::kCanvasIds))
       batch[names::kNoisyCanvasIds] = batch.at(names::kCanvasIds);
     const NamedBuffer* logits = inputNamed(entry, names::kSelfConditioningLogits);
     const NamedBuffer* mask = inputNamed(entry, names::kSelfConditioningMask);
     if (!logits || !mask) return;
     const bool hasLogits = batch.count(names::kSelfConditioningLogits) != 0;
     if (!hasLogits)
-      batch[names::kSelfConditioningLogits] = HostTensor(plan.buffers[logits->buffer].dtype, globalShapeOf(*logits, plan));
+      batch[names::kSelfConditioningLogits] =
+          HostTensor(plan.buffers[logits->buffer].dtype, globalShapeOf(*logits, plan));
     if (!hasLogits || !batch.count(names::kSelfConditioningMask)) {
       HostTensor fill(DType::F32, globalShapeOf(*mask, plan));
       std::fill(fill.as<float>(), fill.as<float>() + fill.numElements(), hasLogits ? 1.0f : 0.0f);
-      batch[names::kSelfConditioningMask] = convertDType(fill, plan.buffers[mask->buffer].dtype, names::kSelfConditioningMask);
+      batch[names::kSelfConditioningMask] =
+          convertDType(fill, plan.buffers[mask->buffer].dtype, names::kSelfConditioningMask);
     }
   }
 
   // The fields that hold token ids (docs/cli.md, "Batch files"): every one must index the
   // embedding, so an id outside [0, vocab_size) is the batch's error, named by tensor and index,
   // not a failed gather in some plan step.
-  void checkBatch(const std::map<std::string, HostTensor>& batch, const Plan& plan, const std::string& batchPath) const override {
+  void checkBatch(const std::map<std::string, HostTensor>& batch, const Plan& plan,
+                  const std::string& batchPath) const override {
     const int64_t vocabSize = configOf(plan, "--plan").vocabSize;
     for (const char* field : {names::kInputIds, names::kCanvasIds, names::kNoisyCanvasIds}) {
       auto it = batch.find(field);
@@ -162,7 +167,9 @@ class DiffusionGemmaAdapter final : public ModelAdapter {
   }
 
   // HF stores the encoder's layer_scalar buffers beside the decoder's (docs/model.md, "Tying").
-  std::optional<std::string> secondCopyName(const std::string& name) const override { return untiedEncoderCopyName(name); }
+  std::optional<std::string> secondCopyName(const std::string& name) const override {
+    return untiedEncoderCopyName(name);
+  }
 
  private:
   ModelContract contract_ = diffusionGemmaContract();

@@ -153,7 +153,8 @@ func.func @forward() attributes {dg.entry = "forward"} {
   return
 }
 }
-)mlir", &context);
+)mlir",
+                                                        &context);
   ASSERT_TRUE(module);
   ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, mlir::dg::PipelineOptions{})));
   auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
@@ -185,7 +186,8 @@ func.func @forward() attributes {dg.entry = "forward"} {
   return
 }
 }
-)mlir", &context);
+)mlir",
+                                                        &context);
   ASSERT_TRUE(module);
   ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, mlir::dg::PipelineOptions{})));
   mlir::dg::PlanLoweringOptions options;
@@ -316,9 +318,12 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
   return
 }
 }
-)mlir", 2, [](int64_t rank) {
-    return std::map<std::string, HostTensor>{{"c", f64({3}, drawn(3, rank, 1, 1.0))}, {"d", f64({3}, drawn(3, rank, 2, 1.0))}};
-  });
+)mlir",
+                                        2, [](int64_t rank) {
+                                          return std::map<std::string, HostTensor>{
+                                              {"c", f64({3}, drawn(3, rank, 1, 1.0))},
+                                              {"d", f64({3}, drawn(3, rank, 2, 1.0))}};
+                                        });
 }
 
 TEST(CollectiveGradientTest, AllGatherAndReduceScatterOverThreeRanks) {
@@ -342,10 +347,12 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
   return
 }
 }
-)mlir", 3, [](int64_t rank) {
-    return std::map<std::string, HostTensor>{{"c", f64({6, 2}, drawn(12, rank, 1, 1.0))},
-                                            {"d", f64({2, 2}, drawn(4, rank, 2, 1.0))}};
-  });
+)mlir",
+                                        3, [](int64_t rank) {
+                                          return std::map<std::string, HostTensor>{
+                                              {"c", f64({6, 2}, drawn(12, rank, 1, 1.0))},
+                                              {"d", f64({2, 2}, drawn(4, rank, 2, 1.0))}};
+                                        });
 }
 
 TEST(CollectiveGradientTest, RaggedAllToAllOverThreeRanksWithUnevenAndZeroCounts) {
@@ -366,11 +373,14 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
   return
 }
 }
-)mlir", 3, [](int64_t rank) {
-    HostTensor counts(DType::I64, {3});
-    for (int64_t peer = 0; peer < 3; ++peer) counts.as<int64_t>()[peer] = (rank + peer) % 3;
-    return std::map<std::string, HostTensor>{{"counts", counts}, {"c", f64({6, 2}, drawn(12, rank, 1, 1.0))}};
-  });
+)mlir",
+                                        3, [](int64_t rank) {
+                                          HostTensor counts(DType::I64, {3});
+                                          for (int64_t peer = 0; peer < 3; ++peer)
+                                            counts.as<int64_t>()[peer] = (rank + peer) % 3;
+                                          return std::map<std::string, HostTensor>{
+                                              {"counts", counts}, {"c", f64({6, 2}, drawn(12, rank, 1, 1.0))}};
+                                        });
 }
 
 }  // namespace

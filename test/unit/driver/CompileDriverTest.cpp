@@ -102,13 +102,15 @@ TEST(CompileDriverTest, OptionsThatDoNotFitTheModelAreInputErrors) {
   CompileOptions missing;
   missing.model = "/nonexistent/config.json";
   missing.mode = "train";
-  EXPECT_NE(inputErrorMessage([&] { build(context, missing); }).find("--model: /nonexistent/config.json does not exist"),
-            std::string::npos);
+  EXPECT_NE(
+      inputErrorMessage([&] { build(context, missing); }).find("--model: /nonexistent/config.json does not exist"),
+      std::string::npos);
 }
 
 TEST(CompileDriverTest, PromptLengthsAreSortedBucketsInRange) {
   EXPECT_EQ(parsePromptLengths("16,4,16,8"), (std::vector<int64_t>{4, 8, 16}));
-  EXPECT_NE(inputErrorMessage([] { parsePromptLengths("4,x"); }).find("--prompt-len: expected integers"), std::string::npos);
+  EXPECT_NE(inputErrorMessage([] { parsePromptLengths("4,x"); }).find("--prompt-len: expected integers"),
+            std::string::npos);
   EXPECT_NE(inputErrorMessage([] { parsePromptLengths("0"); }).find("--prompt-len"), std::string::npos);
 }
 

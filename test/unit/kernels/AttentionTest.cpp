@@ -525,14 +525,12 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
   EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "sliding"}}), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
                                        {1, 2, 4, 8})),
             "step 0 (attention): attribute 'mask': expected causal, bidirectional or prefix, got 'sliding'");
-  EXPECT_EQ(factoryError(attentionCall(maskless, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3},
-                                       {1, 2, 4, 8})),
+  EXPECT_EQ(factoryError(attentionCall(maskless, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
             "step 0 (attention): attribute 'mask' is missing");
   for (int64_t prefixLen : {int64_t{-1}, int64_t{4}})
     EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "prefix"}, {"prefix_len", prefixLen}}), {1, 2, 4, 8},
                                          {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
-              "step 0 (attention): attribute 'prefix_len': " + std::to_string(prefixLen) +
-                  " is outside [0, Tk = 3]");
+              "step 0 (attention): attribute 'prefix_len': " + std::to_string(prefixLen) + " is outside [0, Tk = 3]");
   EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "causal"}, {"prefix_len", 1}}), {1, 2, 4, 8}, {1, 3, 2, 8},
                                        {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
             "step 0 (attention): attribute 'prefix_len' applies only to mask 'prefix'");

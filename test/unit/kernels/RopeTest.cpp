@@ -43,7 +43,9 @@ std::vector<double> ropeReference(const RopeCase& c, const std::vector<T>& x, co
 template <typename T>
 std::vector<T> runRope(DType dtype, const RopeCase& c, const std::vector<T>& x, const std::vector<int64_t>& positions,
                        ThreadPool* threads = nullptr) {
-  KernelCall call("rope", {{"theta", c.theta}, {"rotated_pairs", c.rotatedPairs}, {"frequency_dim", c.frequencyDim}, {"inverse", false}});
+  KernelCall call(
+      "rope",
+      {{"theta", c.theta}, {"rotated_pairs", c.rotatedPairs}, {"frequency_dim", c.frequencyDim}, {"inverse", false}});
   const std::vector<int64_t> shape = {c.batch, c.tokens, c.heads, c.headDim};
   call.input(dtype, shape, x).input(DType::I64, {c.batch, c.tokens}, positions).output(dtype, shape);
   call.run(threads);

@@ -76,8 +76,7 @@ TEST_F(PropagationStrategyTest, AnAxisAnotherFactorTookEndsASplit) {
 
 TEST_F(PropagationStrategyTest, FactorsThatMustStayWholeAreNotSplit) {
   ShardingRuleAttr softmax = rule("#dg.sharding_rule<([i, j]) -> ([i, j]) {i=4, j=8} need_replication={j}>");
-  EXPECT_EQ(pickFactorSplits(mesh_, softmax, {sharding("#dg.sharding<[[dp], [tp]]>")}, {0}),
-            (FactorAxes{{"dp"}, {}}));
+  EXPECT_EQ(pickFactorSplits(mesh_, softmax, {sharding("#dg.sharding<[[dp], [tp]]>")}, {0}), (FactorAxes{{"dp"}, {}}));
 }
 
 TEST_F(PropagationStrategyTest, ARowParallelProductLeavesASumOverItsContraction) {

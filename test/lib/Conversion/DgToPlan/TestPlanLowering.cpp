@@ -21,7 +21,8 @@ struct TestPlanLoweringPass : PassWrapper<TestPlanLoweringPass, OperationPass<Mo
     FailureOr<dgemma::Plan> plan = dg::lowerToPlan(getOperation(), dg::PlanLoweringOptions{});
     if (failed(plan)) return signalPassFailure();
     for (const dgemma::EntryPoint& entry : plan->entryPoints)
-      for (const dgemma::Step& step : entry.steps) llvm::outs() << "step " << step.op << " " << step.attrs.dump() << "\n";
+      for (const dgemma::Step& step : entry.steps)
+        llvm::outs() << "step " << step.op << " " << step.attrs.dump() << "\n";
   }
 };
 
