@@ -98,8 +98,6 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   trainPlan.bosId = tokens.bosId;
   trainPlan.eosId = tokens.eosId;
   trainPlan.vocabSize = tokens.vocabSize;
-  trainPlan.trainStepEntry = names.trainStepEntry;
-  trainPlan.imageTrainStepEntry = names.imageTrainStepEntry;
 
   const EntryPoint* corrupt = nullptr;
   const EntryPoint* optimizerStep = nullptr;

@@ -22,9 +22,6 @@ struct BatchRows {
 };
 
 struct TrainPlan {
-  // The entries a text and an image micro-batch run (the model's; the image twin:
-  // dgemma-compile --images-per-example).
-  std::string trainStepEntry, imageTrainStepEntry;
   int64_t microBatch = 0;  // the global micro-batch (--micro-batch × DP): the rows every rank reads
   // This rank's rows of it: all of them on one rank; on a data-parallel plan the rows its corrupt and
   // train_step inputs' boxes hold (every batch input split by rows alike).

@@ -260,21 +260,21 @@ void Trainer::restore() {
 // noiseStep, global sample index); runEntry feeds this rank its box of every input. An image
 // micro-batch runs train_step_images with the inputs derived from its images and prompts.
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
+  const ModelContract& names = session_.model->contract();
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
-  if (!batch.images) return runEntry(session_, trainPlan_.trainStepEntry, std::move(batch.fields), batch.where);
-  addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, session_.model->contract().images,
-                     batch.where);
-  return runEntry(session_, trainPlan_.imageTrainStepEntry, std::move(batch.fields), batch.where);
+  if (!batch.images) return runEntry(session_, names.trainStepEntry, std::move(batch.fields), batch.where);
+  addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, names.images, batch.where);
+  return runEntry(session_, names.imageTrainStepEntry, std::move(batch.fields), batch.where);
 }
 
 void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
                         const std::string& where, std::string& nonFinite) const {
+  const ModelContract& names = session_.model->contract();
   auto add = [&](const std::string& name, double& sum) {
-    const float value = scalarOutput(outputs, name, trainPlan_.trainStepEntry);
+    const float value = scalarOutput(outputs, name, names.trainStepEntry);
     if (!std::isfinite(value) && nonFinite.empty()) nonFinite = name + " is " + formatFloat(value) + " in " + where;
     sum += value;
   };
-  const ModelContract& names = session_.model->contract();
   add(names.loss, sums.loss);
   add(names.diffusionLoss, sums.diffusionLoss);
   if (hasEncoderLoss) add(names.encoderLoss, sums.encoderLoss);
