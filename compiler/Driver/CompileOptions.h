@@ -55,6 +55,7 @@ struct CompileOptions {
   std::string recompute = "none";
   std::string backwardOrder = "scheduled";  // scheduled (dg-backward-schedule) | autodiff
   std::string fusion = "on";  // dg-fuse-elementwise
+  std::string baseDtype = "f32";  // --base-dtype: f32 (unchanged) | bf16 | int8 | nf4 (dg-base-dtype)
   std::string precision = "fp32";
   std::string backend = "cpu";
   std::string emit;

@@ -175,6 +175,7 @@ void compile(CompileOptions options) {
   pipeline.recompute = recompute;
   pipeline.scheduleBackward = options.backwardOrder == "scheduled";
   pipeline.fusion = options.fusion == "on";
+  pipeline.baseDtype = options.baseDtype;
   std::map<std::string, mlir::dg::EntryMemoryPlan> rankMemory;  // --report: this rank's planner numbers per entry
   if (options.report) {
     pipeline.passTimes = &passTimes;

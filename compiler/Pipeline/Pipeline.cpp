@@ -21,6 +21,8 @@ void addSimplification(OpPassManager& passes) {
 }
 
 void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& options) {
+  // Before autodiff, so the frozen base's codes are off the active path from the start.
+  if (options.baseDtype != "f32") passes.addPass(createDgBaseDtype(DgBaseDtypeOptions{options.baseDtype}));
   addSimplification(passes);
   if (!options.train) return;
   passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));

@@ -44,6 +44,9 @@ inline constexpr llvm::StringLiteral kShardOffsetAttr = "dg.shard_offset";
 // Written by dg-shard-partition on a dg.param whose storage holds one rank's share of a pending sum
 // (a gradient buffer): the tensor is the sum of the boxes every rank holds.
 inline constexpr llvm::StringLiteral kPendingSumAttr = "dg.pending_sum";
+// Set by dg-lora on each base weight it freezes (a unit attribute of dg.param); dg-base-dtype converts
+// exactly these parameters (docs/training.md, "Frozen low-precision base").
+inline constexpr llvm::StringLiteral kFrozenBaseAttr = "dg.frozen_base";
 
 }  // namespace mlir::dg
 
