@@ -183,6 +183,17 @@ void compile(CompileOptions options) {
       rankMemory[function.getSymName().str()] = memory;
     };
   }
+  pipeline.lora = loraOptions(options);
+  if (options.baseDtype != "f32" && !pipeline.lora)
+    throw InputError("--base-dtype " + options.baseDtype +
+                     ": needs --lora (only the base weights that adapters freeze are stored in low precision)");
+  if (pipeline.lora) {
+    const std::string baseDtype =
+        options.baseDtype != "f32" ? options.baseDtype : (options.precision == "bf16" ? "bf16" : "f32");
+    fields.adapter = AdapterSettings{pipeline.lora->rank, pipeline.lora->alpha, pipeline.lora->dropout,
+                                     pipeline.lora->targets, baseDtype};
+    metadata["lora"] = options.lora;
+  }
   if (pipeline.train) {
     pipeline.optimizer = options.adam;  // each setting's range is checked as its flag is parsed
     fields.optimizer = pipeline.optimizer;

@@ -31,6 +31,8 @@ inline constexpr llvm::StringLiteral kOperandShardingsAttr = "dg.operand_shardin
 // Set by the model on each dg.param: how tensor and expert parallelism split it
 // (docs/parallelism.md, "Tensor-parallel mapping"); dg-shard-annotate reads it.
 inline constexpr llvm::StringLiteral kRoleAttr = "dg.role";
+// On a dg.param: a model weight dg-lora froze under adapters; dg-base-dtype may change its storage.
+inline constexpr llvm::StringLiteral kFrozenBaseAttr = "dg.frozen_base";
 inline constexpr llvm::StringLiteral kRoleVocab = "vocab";        // dim 0 over the tensor group
 inline constexpr llvm::StringLiteral kRoleColumn = "column";      // dim 0 (outputs) over the tensor group
 inline constexpr llvm::StringLiteral kRoleRow = "row";            // dim 1 (inputs) over the tensor group
@@ -44,9 +46,6 @@ inline constexpr llvm::StringLiteral kShardOffsetAttr = "dg.shard_offset";
 // Written by dg-shard-partition on a dg.param whose storage holds one rank's share of a pending sum
 // (a gradient buffer): the tensor is the sum of the boxes every rank holds.
 inline constexpr llvm::StringLiteral kPendingSumAttr = "dg.pending_sum";
-// Set by dg-lora on each base weight it freezes (a unit attribute of dg.param); dg-base-dtype converts
-// exactly these parameters (docs/training.md, "Frozen low-precision base").
-inline constexpr llvm::StringLiteral kFrozenBaseAttr = "dg.frozen_base";
 
 }  // namespace mlir::dg
 
