@@ -300,8 +300,6 @@ const nlohmann::json* initField(const Parameter& parameter, const char* key, boo
   return &*field;
 }
 
-}  // namespace
-
 // The global tensor `parameter`'s init spec draws (in f64).
 HostTensor drawGlobal(const Parameter& parameter, uint64_t seed);
 
