@@ -3,6 +3,7 @@
 #include "compiler/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace mlir::dg {
 #define GEN_PASS_DEF_DGBASEDTYPE
@@ -39,8 +40,14 @@ class BaseDtypePass : public mlir::dg::impl::DgBaseDtypeBase<BaseDtypePass> {
       return signalPassFailure();
     }
     SmallVector<ParamOp> frozen;
+    // A name is one tensor across the entry points: it is quantized only when every entry reads it
+    // only by contractions (the tied embedding is read by the head's matmul alone in some entries).
+    llvm::StringMap<bool> contractionsOnly;
     getOperation().walk([&](ParamOp param) {
-      if (param->hasAttr(kFrozenBaseAttr)) frozen.push_back(param);
+      if (!param->hasAttr(kFrozenBaseAttr)) return;
+      frozen.push_back(param);
+      auto [it, first] = contractionsOnly.try_emplace(param.getName(), true);
+      it->second = it->second && readOnlyByContractions(param.getResult());
     });
     for (ParamOp param : frozen) {
       auto type = param.getType();
@@ -50,7 +57,7 @@ class BaseDtypePass : public mlir::dg::impl::DgBaseDtypeBase<BaseDtypePass> {
                             << "' must be f32 or bf16 (a weight), got " << type;
         return signalPassFailure();
       }
-      if (dtype != "bf16" && type.getRank() >= 2 && readOnlyByContractions(param.getResult())) {
+      if (dtype != "bf16" && type.getRank() >= 2 && contractionsOnly.lookup(param.getName())) {
         if (failed(quantize(param))) return signalPassFailure();
       } else {
         toBf16(param);

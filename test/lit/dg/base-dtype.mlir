@@ -61,6 +61,20 @@ func.func @step() attributes {dg.entry = "step"} {
   return
 }
 
+// The tied embedding in an entry that reads it only through the head's matmul: still one tensor with
+// the gather's entry above, so it stays bf16 there too.
+// INT8-LABEL: func.func @head_only
+// INT8: dg.param "embed.weight" {{.*}} : tensor<32x64xbf16>
+// INT8-NOT: dg.dequantize
+func.func @head_only() attributes {dg.entry = "head_only"} {
+  %x = dg.input "x" : tensor<4x64xbf16>
+  %emb = dg.param "embed.weight" {dg.frozen_base, dg.role = "vocab", trainable = false} : tensor<32x64xf32>
+  %emb16 = dg.cast %emb : tensor<32x64xf32> -> tensor<32x64xbf16>
+  %logits = dg.matmul %x, %emb16 {transpose_b = true} : tensor<4x64xbf16>, tensor<32x64xbf16> -> tensor<4x32xbf16>
+  dg.output "logits", %logits : tensor<4x32xbf16>
+  return
+}
+
 // -----
 
 // Expert weights [E, out, in] quantize per expert row; an f32 reader gets an f32 dequantize.
