@@ -299,6 +299,27 @@ GenerationSettings generationFromJson(const FieldReader& reader) {
 // and for "normal" a standard deviation that yields finite, usable values.
 json initFromJson(const FieldReader& reader) {
   const std::string kind = reader.string("kind");
+  // One part of a frozen base weight stored quantized, filled from the weight's tensor (docs/plan-format.md,
+  // "Header"); `base` is the weight's own init.
+  if (kind == "quantized") {
+    const std::string format = reader.string("format");
+    if (format != "int8" && format != "nf4")
+      reader.fail("expected \"int8\" or \"nf4\", got " + quoteForMessage(format), "format");
+    const std::string part = reader.string("part");
+    if (part != "codes" && part != (format == "int8" ? "scale" : "absmax"))
+      reader.fail("expected \"codes\" or \"" + std::string(format == "int8" ? "scale" : "absmax") + "\", got " +
+                      quoteForMessage(part),
+                  "part");
+    if (reader.string("weight").empty()) reader.fail("expected the weight's name", "weight");
+    const std::vector<int64_t> shape = reader.integers("shape");
+    if (shape.empty() || std::any_of(shape.begin(), shape.end(), [](int64_t size) { return size <= 0; }))
+      reader.fail("expected a weight's shape (positive sizes)", "shape");
+    for (const auto& [key, value] : reader.node().items())
+      if (key != "kind" && key != "format" && key != "part" && key != "weight" && key != "shape" && key != "base")
+        reader.fail("unknown field (init quantized takes kind, format, part, weight, shape and base)", key);
+    if (reader.has("base")) initFromJson(reader.child("base"));
+    return reader.node();
+  }
   const std::map<std::string, std::string> spreadField = {{"normal", "std"}, {"uniform", "bound"}};
   if (kind != "normal" && kind != "uniform" && kind != "ones" && kind != "zeros")
     reader.fail("expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got " + quoteForMessage(kind), "kind");

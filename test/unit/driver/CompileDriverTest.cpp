@@ -225,9 +225,11 @@ TEST(CompileDriverTest, ALowPrecisionBaseStoresTheFrozenWeightsPacked) {
 
   CompileOptions withoutLora;
   withoutLora.model = kTinyConfig;
+  withoutLora.mode = "train";
   withoutLora.baseDtype = "nf4";
   withoutLora.output = output.string();
-  EXPECT_NE(inputErrorMessage([&] { compile(withoutLora); }).find("--base-dtype nf4: needs --lora"), std::string::npos);
+  const std::string message = inputErrorMessage([&] { compile(withoutLora); });
+  EXPECT_NE(message.find("--base-dtype nf4: needs --lora"), std::string::npos) << message;
 }
 
 TEST(CompileDriverTest, CompileNeedsAnOutputOrAStageToEmit) {
