@@ -173,7 +173,7 @@ nlohmann::json attributes(const LoraCase& c, const CallShape& shape, bool backwa
 }
 
 void addExpertInputs(KernelCall& call, const LoraCase& c, const LoraInputs& in, const CallShape& shape) {
-  const int64_t h = c.hidden, i = c.inner, r = c.rank, w2 = 2 * c.inner, n = shape.count, first = shape.offset;
+  const int64_t h = c.hidden, i = c.inner, w2 = 2 * c.inner, n = shape.count, first = shape.offset;
   call.input(DType::F64, {c.tokens, h}, in.x).input(DType::F64, {c.tokens, c.topK}, in.weights);
   call.input(DType::I64, {c.tokens, c.topK}, c.indices);
   call.input(DType::F64, {n, w2, h}, block(in.gateUp, w2 * h, first, n));
