@@ -171,8 +171,9 @@ class ExpertDispatchRewriter {
     Value weightRows = exchange(loc, permute(loc, routeWeights, routeSlots), sent.sendCounts, capacity, expert->axis);
 
     auto backward = b_.create<MoeLocalExpertsBackwardOp>(
-        loc, TypeRange{sent.receivedRows.getType(), weightRows.getType(), gradientType(op.getGradGateUp(), op.getGateUp()),
-                       gradientType(op.getGradDown(), op.getDown())},
+        loc,
+        TypeRange{sent.receivedRows.getType(), weightRows.getType(), gradientType(op.getGradGateUp(), op.getGateUp()),
+                  gradientType(op.getGradDown(), op.getDown())},
         sent.receivedRows, weightRows, gradRows, sent.receivedExpertCounts, op.getGateUp(), op.getDown());
     if (gradInput->scatter) {
       Value returned = exchange(loc, backward.getGradRows(), sent.receivedCounts, routes, expert->axis);

@@ -1707,11 +1707,12 @@ void addMoeExpertsLoraRows(std::vector<KernelCase>& rows) {
     std::vector<OutputCheck> gradients = {relativeAboveOne(1e-5, "dx"), relativeAboveOne(1e-5, "dweights")};
     if (l.baseGradients)
       gradients.insert(gradients.end(), {relativeAboveOne(1e-5, "dgate_up"), relativeAboveOne(1e-5, "ddown")});
-    if (l.gateUpPair)
-      gradients.insert(gradients.end(), {relativeAboveOne(1e-5, "dA1"), relativeAboveOne(1e-5, "dB1")});
+    if (l.gateUpPair) gradients.insert(gradients.end(), {relativeAboveOne(1e-5, "dA1"), relativeAboveOne(1e-5, "dB1")});
     if (l.downPair) gradients.insert(gradients.end(), {relativeAboveOne(1e-5, "dA2"), relativeAboveOne(1e-5, "dB2")});
-    rows.push_back({"MoeExpertsWithAdapters", "moe_experts " + what,
-                    std::make_shared<const StepSetup>(expertsLoraSetup(l, rank, false)), given(forwardInputs),
+    rows.push_back({"MoeExpertsWithAdapters",
+                    "moe_experts " + what,
+                    std::make_shared<const StepSetup>(expertsLoraSetup(l, rank, false)),
+                    given(forwardInputs),
                     {relativeAboveOne(1e-5, "y")}});
     rows.push_back({"MoeExpertsWithAdapters", "moe_experts_backward " + what,
                     std::make_shared<const StepSetup>(expertsLoraSetup(l, rank, true)), given(backwardInputs),

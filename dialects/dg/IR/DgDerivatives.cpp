@@ -353,8 +353,9 @@ LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotange
   auto backward = builder.create<MoeExpertsBackwardOp>(
       getLoc(), getInput().getType(), getWeights().getType(), getGateUp().getType(), getDown().getType(),
       typeOrNull(getLoraGateUpA()), typeOrNull(getLoraGateUpB()), typeOrNull(getLoraDownA()),
-      typeOrNull(getLoraDownB()), getInput(), getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0], Value(),
-      getLoraGateUpA(), getLoraGateUpB(), getLoraDownA(), getLoraDownB(), getExpertOffsetAttr(), getLoraScaleAttr());
+      typeOrNull(getLoraDownB()), getInput(), getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0],
+      Value(), getLoraGateUpA(), getLoraGateUpB(), getLoraDownA(), getLoraDownB(), getExpertOffsetAttr(),
+      getLoraScaleAttr());
   grads.append({backward.getGradInput(), backward.getGradWeights(), Value(), backward.getGradGateUp(),
                 backward.getGradDown()});
   if (getLoraGateUpA()) grads.append({backward.getGradLoraGateUpA(), backward.getGradLoraGateUpB()});

@@ -132,8 +132,8 @@ LogicalResult verifyExpertAdapters(Operation* op, RankedTensorType input, Ranked
     auto expectedB = RankedTensorType::get({experts, fanOut, r}, input.getElementType());
     if (bType != expectedB) return op->emitOpError() << name << " B must be " << expectedB << ", got " << bType;
     if (aType.getElementType() != input.getElementType())
-      return op->emitOpError() << name << " A must have the input's element type " << input.getElementType()
-                               << ", got " << aType;
+      return op->emitOpError() << name << " A must have the input's element type " << input.getElementType() << ", got "
+                               << aType;
     if (rank && *rank != r)
       return op->emitOpError() << "lora_gate_up and lora_down must share one rank, got " << *rank << " and " << r;
     rank = r;
@@ -211,8 +211,8 @@ LogicalResult MoeExpertsBackwardOp::verify() {
       failed(checkGradient("grad_down", getGradDown(), getDown())) ||
       failed(checkAdapterGradients("lora_gate_up", getLoraGateUpA(), getLoraGateUpB(), getGradLoraGateUpA(),
                                    getGradLoraGateUpB())) ||
-      failed(checkAdapterGradients("lora_down", getLoraDownA(), getLoraDownB(), getGradLoraDownA(),
-                                   getGradLoraDownB())))
+      failed(
+          checkAdapterGradients("lora_down", getLoraDownA(), getLoraDownB(), getGradLoraDownA(), getGradLoraDownB())))
     return failure();
   return success();
 }

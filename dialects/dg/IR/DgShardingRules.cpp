@@ -379,8 +379,8 @@ template <typename AddTensor>
 void addExpertAdapters(RuleBuilder& builder, const ExpertFactors& f, Value gateUpA, Value downA, AddTensor add) {
   Value anyA = gateUpA ? gateUpA : downA;
   if (!anyA) return;
-  const int64_t rank = builder.addFactor(cast<RankedTensorType>(anyA.getType()).getDimSize(1),
-                                         FactorKind::NeedReplication);
+  const int64_t rank =
+      builder.addFactor(cast<RankedTensorType>(anyA.getType()).getDimSize(1), FactorKind::NeedReplication);
   if (gateUpA) {
     add({f.experts, rank, f.hidden});
     add({f.experts, {f.halves, f.inner}, rank});

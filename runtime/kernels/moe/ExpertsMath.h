@@ -141,7 +141,7 @@ inline ExpertProducts expertProducts(int64_t hidden, int64_t inner) {
 // rank-r rows T are scaled by s between the products (scaleElement), so W + s·BA is never formed.
 struct AdapterProducts {
   ExpertProduct gateUpLow, gateUpAdd;  // T1 = X A1ᵀ; GU += T1 B1ᵀ (accumulating)
-  ExpertProduct downLow, downAdd;      // T2 = Hd A2ᵀ (Hd in GU's gate half); out += T2 B2ᵀ
+  ExpertProduct downLow, downAdd;  // T2 = Hd A2ᵀ (Hd in GU's gate half); out += T2 B2ᵀ
   // The backward: Q = dY B2, dA2 = Qᵀ (w ⊙ Hd), P += Q A2, T2w = (w ⊙ Hd) A2ᵀ, dB2 = dYᵀ T2w,
   // dB1 = dGUᵀ T1, dT1 = dGU B1, dA1 = dT1ᵀ X, dX += dT1 A1.
   ExpertProduct outputGradientLow, downAGradient, hiddenGradientAdd, weightedHiddenLow, downBGradient;

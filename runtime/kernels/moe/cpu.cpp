@@ -183,10 +183,11 @@ struct ExpertAdapter {
 };
 
 template <typename T>
-ExpertAdapter<T> adapterOf(const std::vector<TensorRef>& inputs, int input, int64_t expert, int64_t rank,
-                           int64_t fanIn, int64_t fanOut) {
+ExpertAdapter<T> adapterOf(const std::vector<TensorRef>& inputs, int input, int64_t expert, int64_t rank, int64_t fanIn,
+                           int64_t fanOut) {
   if (input < 0) return {};
-  return {inputs[input].as<const T>() + expert * rank * fanIn, inputs[input + 1].as<const T>() + expert * fanOut * rank};
+  return {inputs[input].as<const T>() + expert * rank * fanIn,
+          inputs[input + 1].as<const T>() + expert * fanOut * rank};
 }
 
 // rows × fanOut of `out` (leading dimension ldOut) += s · (in A^T) B^T, with in [rows, fanIn] (leading
@@ -404,7 +405,9 @@ class MoeExpertsBackwardKernel final : public Kernel {
     T* dWeights = outputs[1].as<T>();
     const MoeExpertsContract& g = geometry_;
     // Null where the step does not ask for them (a frozen base's, an absent adapter's).
-    const auto output = [&](int index, int offset = 0) { return index < 0 ? nullptr : outputs[index + offset].as<T>(); };
+    const auto output = [&](int index, int offset = 0) {
+      return index < 0 ? nullptr : outputs[index + offset].as<T>();
+    };
     T* dGateUp = output(g.gradGateUpOutput);
     T* dDown = output(g.gradDownOutput);
     T* dGateUpA = output(g.gradLoraGateUpOutput);

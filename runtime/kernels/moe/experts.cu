@@ -178,10 +178,11 @@ void groupedGemm(cublasHandle_t handle, cudaStream_t stream, const moe_experts::
   DGEMMA_CUDA_CHECK(
       cudaMemcpyAsync(devicePointers.data, operands.data(), devicePointers.bytes, cudaMemcpyHostToDevice, stream));
   const auto* const* pointers = static_cast<const float* const*>(devicePointers.data);
-  DGEMMA_CUBLAS_CHECK(cublasSgemmGroupedBatched(
-      handle, transposeFirst.data(), transposeSecond.data(), rows.data(), columns.data(), inner.data(), ones.data(),
-      pointers, firstLeading.data(), pointers + count, secondLeading.data(), betas.data(),
-      const_cast<float* const*>(pointers + 2 * count), resultLeading.data(), static_cast<int>(count), groupSizes.data()));
+  DGEMMA_CUBLAS_CHECK(cublasSgemmGroupedBatched(handle, transposeFirst.data(), transposeSecond.data(), rows.data(),
+                                                columns.data(), inner.data(), ones.data(), pointers,
+                                                firstLeading.data(), pointers + count, secondLeading.data(),
+                                                betas.data(), const_cast<float* const*>(pointers + 2 * count),
+                                                resultLeading.data(), static_cast<int>(count), groupSizes.data()));
 }
 
 // Stream-ordered scratch, carved into the slot maps and the slot-ordered blocks; freed in stream
@@ -380,12 +381,12 @@ void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice&
   }
 }
 
-std::vector<std::pair<int64_t, float**>> backwardScratch(int64_t slots, int64_t hidden, int64_t inner, BackwardBlocks& s,
-                                                         int64_t rank = 0) {
-  return {{slots * hidden, &s.input},         {slots * hidden, &s.dOutput},          {slots * hidden, &s.dInput},
+std::vector<std::pair<int64_t, float**>> backwardScratch(int64_t slots, int64_t hidden, int64_t inner,
+                                                         BackwardBlocks& s, int64_t rank = 0) {
+  return {{slots * hidden, &s.input},           {slots * hidden, &s.dOutput},          {slots * hidden, &s.dInput},
           {slots * 2 * inner, &s.gateUpOutput}, {slots * 2 * inner, &s.dGateUpOutput}, {slots * inner, &s.hiddenState},
-          {slots * inner, &s.weightedHidden}, {slots * inner, &s.dOutputDown},      {slots, &s.slotDWeights},
-          {slots * rank, &s.lowInput},        {slots * rank, &s.lowGradient}};
+          {slots * inner, &s.weightedHidden},   {slots * inner, &s.dOutputDown},       {slots, &s.slotDWeights},
+          {slots * rank, &s.lowInput},          {slots * rank, &s.lowGradient}};
 }
 
 // The indices to the host, checked (the CPU kernel's error, word for word), and grouped.
@@ -481,10 +482,10 @@ class MoeExpertsBackwardCudaKernel final : public Kernel {
     ExpertBlocksOnDevice blocks{hidden, inner, &groups.firstSlot, nullptr};
     int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr, *routeOfSlot = nullptr;
     BackwardBlocks s;
-    Scratch scratch(stream,
-                    {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute},
-                     {&groups.routeOfSlot, &routeOfSlot}},
-                    backwardScratch(slots, hidden, inner, s, g_.loraRank));
+    Scratch scratch(
+        stream,
+        {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute}, {&groups.routeOfSlot, &routeOfSlot}},
+        backwardScratch(slots, hidden, inner, s, g_.loraRank));
     blocks.rowOfSlot = tokenOfSlot;
     blocks.sourceRows = g_.tokens;
     // With the forward's gate_up_rows (input 6), each slot's gate/up row is gathered from its route's.
@@ -495,9 +496,10 @@ class MoeExpertsBackwardCudaKernel final : public Kernel {
     };
     const AdapterGradients dAdapters{output(g_.gradLoraGateUpOutput), output(g_.gradLoraGateUpOutput, 1),
                                      output(g_.gradLoraDownOutput), output(g_.gradLoraDownOutput, 1)};
-    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[5].as<const float>(), inputs[1].as<const float>(),
-                    routes, routeOfSlot, inputs[3].as<const float>(), inputs[4].as<const float>(),
-                    output(g_.gradGateUpOutput), output(g_.gradDownOutput), s, kept, adaptersOf(g_, inputs), dAdapters);
+    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[5].as<const float>(),
+                    inputs[1].as<const float>(), routes, routeOfSlot, inputs[3].as<const float>(),
+                    inputs[4].as<const float>(), output(g_.gradGateUpOutput), output(g_.gradDownOutput), s, kept,
+                    adaptersOf(g_, inputs), dAdapters);
     launch("routeValueKernel", stream, routes, routeValueKernel, static_cast<const float*>(s.slotDWeights), slots,
            static_cast<const int64_t*>(slotOfRoute), outputs[1].as<float>());
     launch("inputGradientKernel", stream, g_.tokens * hidden, inputGradientKernel, static_cast<const float*>(s.dInput),

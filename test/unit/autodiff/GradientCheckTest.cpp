@@ -390,15 +390,9 @@ TEST(GradientCheck, MoeExpertsWithAdapters) {
                               IntegerAttr(), b.getF64FloatAttr(1.5))
         .getResult();
   };
-  GradientChecker({{{4, 3}},
-                   {{4, 2}, 0.2, 1.0},
-                   {{4, 4, 3}},
-                   {{4, 3, 2}},
-                   {{4, 2, 3}},
-                   {{4, 4, 2}},
-                   {{4, 2, 2}},
-                   {{4, 3, 2}}},
-                  experts)
+  GradientChecker(
+      {{{4, 3}}, {{4, 2}, 0.2, 1.0}, {{4, 4, 3}}, {{4, 3, 2}}, {{4, 2, 3}}, {{4, 4, 2}}, {{4, 2, 2}}, {{4, 3, 2}}},
+      experts)
       .check(kTolerance);
 
   auto block = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {

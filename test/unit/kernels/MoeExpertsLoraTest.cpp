@@ -329,9 +329,9 @@ TEST(MoeExpertsLora, TheReferenceGradientsAreTheForwardsDerivatives) {
     return sum;
   };
   const std::pair<std::vector<double> LoraInputs::*, const std::vector<double>*> checked[] = {
-      {&LoraInputs::x, &ref.dx},           {&LoraInputs::weights, &ref.dWeights}, {&LoraInputs::gateUp, &ref.dGateUp},
-      {&LoraInputs::down, &ref.dDown},     {&LoraInputs::gateUpA, &ref.dGateUpA}, {&LoraInputs::gateUpB, &ref.dGateUpB},
-      {&LoraInputs::downA, &ref.dDownA},   {&LoraInputs::downB, &ref.dDownB}};
+      {&LoraInputs::x, &ref.dx},         {&LoraInputs::weights, &ref.dWeights}, {&LoraInputs::gateUp, &ref.dGateUp},
+      {&LoraInputs::down, &ref.dDown},   {&LoraInputs::gateUpA, &ref.dGateUpA}, {&LoraInputs::gateUpB, &ref.dGateUpB},
+      {&LoraInputs::downA, &ref.dDownA}, {&LoraInputs::downB, &ref.dDownB}};
   const double step = 1e-6;
   for (const auto& [member, gradient] : checked)
     for (size_t k = 0; k < (in.*member).size(); ++k) {

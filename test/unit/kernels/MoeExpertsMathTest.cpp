@@ -348,7 +348,8 @@ std::vector<float> emulateAdapterForward(const Geometry& g, const ExpertOperands
   const std::vector<int64_t>& first = groups.firstSlot;
   const int64_t slots = groups.slots(), h = g.hidden, i = g.inner, w = 2 * g.inner, r = a.rank;
   std::vector<float> input(slots * h), gateUpOutput(slots * w), output(slots * h), low(slots * r);
-  for (int64_t e = 0; e < slots * h; ++e) moe_experts::gatherElement(o.x.data(), groups.tokenOfSlot.data(), input.data(), h, e);
+  for (int64_t e = 0; e < slots * h; ++e)
+    moe_experts::gatherElement(o.x.data(), groups.tokenOfSlot.data(), input.data(), h, e);
   const moe_experts::ExpertProducts products = moe_experts::expertProducts(h, i);
   const moe_experts::AdapterProducts adapter = moe_experts::adapterProducts(h, i, r);
   groupedGemm(products.gateUp, first, input.data(), o.gateUp.data(), gateUpOutput.data());
