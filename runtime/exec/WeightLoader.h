@@ -41,8 +41,12 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
 void loadWeights(Executor& executor, const std::string& weightsPath);
 
 // Draws every parameter from its "init" spec: {"kind": "normal", "std": s} (mean 0),
-// {"kind": "ones"}, {"kind": "zeros"}. Values depend only on (seed, parameter name, global element
-// index), so every rank layout draws the same global tensor.
+// {"kind": "uniform", "bound": b} (U(-b, b)), {"kind": "ones"}, {"kind": "zeros"}. Values depend
+// only on (seed, parameter name, global element index), so every rank layout draws the same global
+// tensor.
 void initializeWeights(Executor& executor, uint64_t seed);
+// The same for the parameters `which` accepts only (the LoRA adapters of a plan whose base comes
+// from a checkpoint); the others are left as they are.
+void initializeWeights(Executor& executor, uint64_t seed, const std::function<bool(const Parameter&)>& which);
 
 }  // namespace dgemma
