@@ -74,13 +74,15 @@ void loadWeights(Executor& executor, const std::string& source, const TensorSour
 }
 
 void loadMappedWeights(Executor& executor, const std::string& source, const TensorLocator& locate,
-                       std::vector<std::string> otherProblems) {
+                       std::vector<std::string> otherProblems,
+                       const std::function<bool(const Parameter&)>& filledElsewhere) {
   const Plan& plan = executor.plan();
+  auto skipped = [&](const Parameter& parameter) { return filledElsewhere && filledElsewhere(parameter); };
   // Checked first, so that a checkpoint with a problem costs no copying.
   std::vector<std::string> problems;
   uint64_t totalBytes = 0;
   for (const Parameter& parameter : plan.parameters) {
-    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) continue;
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name) || skipped(parameter)) continue;
     const std::optional<SafetensorsLocation> location = locate(parameter.name);
     if (!location) {
       if (parameter.name.rfind(kOptimizerStatePrefix, 0) != 0)
@@ -100,6 +102,7 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
 
   TransferProgress progress("loading " + source, totalBytes, plan.rank == 0 && transferProgressWanted());
   for (const Parameter& parameter : plan.parameters) {
+    if (skipped(parameter)) continue;
     const Buffer& buffer = plan.buffers[parameter.buffer];
     const std::optional<SafetensorsLocation> location =
         parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name) ? std::nullopt : locate(parameter.name);
