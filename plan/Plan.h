@@ -172,15 +172,6 @@ struct GenerationSettings {
   int64_t padTokenId = 0;
 };
 
-// The LoRA settings of an adapter plan (dgemma-compile --lora; plan JSON key "adapter").
-struct AdapterSettings {
-  int64_t rank = 0;
-  double alpha = 0.0;
-  double dropout = 0.0;
-  std::vector<std::string> targets;  // the resolved single names: q_proj, ..., experts.gate_up_proj
-  std::string baseDtype = "f32";     // "f32" | "bf16" | "int8" | "nf4"
-};
-
 struct Plan {
   uint32_t version = kPlanFormatVersion;
   std::string producer;
@@ -202,7 +193,6 @@ struct Plan {
   std::optional<OptimizerSettings> optimizer;  // training plans (the optimizer_step entry)
   std::optional<RunDefaults> runDefaults;      // plans compiled with --preset
   std::optional<GenerationSettings> generation;  // inference plans (prefill, denoise, commit)
-  std::optional<AdapterSettings> adapter;        // plans compiled with --lora
   // Compile flags and the like, for people: nothing reads it to decide what to do.
   nlohmann::json metadata = nlohmann::json::object();
 
