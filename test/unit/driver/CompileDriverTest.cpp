@@ -143,6 +143,40 @@ TEST(CompileDriverTest, CompileWritesThePlanFile) {
   std::filesystem::remove_all(pattern);
 }
 
+TEST(CompileDriverTest, LoraFlagsResolveToAdapterOptions) {
+  CompileOptions options;
+  options.mode = "train";
+  EXPECT_FALSE(loraOptions(options).has_value());
+  options.lora = "16";
+  options.loraTargets = "attention,router,up_proj";
+  std::optional<mlir::dg::LoraOptions> lora = loraOptions(options);
+  ASSERT_TRUE(lora.has_value());
+  EXPECT_EQ(lora->rank, 16);
+  EXPECT_EQ(lora->alpha, 16.0);  // ALPHA defaults to RANK
+  EXPECT_EQ(lora->targets, (std::vector<std::string>{"k_proj", "o_proj", "q_proj", "router.proj", "up_proj", "v_proj"}));
+  EXPECT_FALSE(lora->dropoutKeys.empty());  // the train steps draw dropout masks
+  options.lora = "4:32";
+  EXPECT_EQ(loraOptions(options)->alpha, 32.0);
+  options.mode = "infer";
+  EXPECT_TRUE(loraOptions(options)->dropoutEntries.empty());  // inference runs the adapters whole
+
+  for (const char* bad : {"0", "x", "4:", "4:0", "4:-1", "2.5", "4:1e7", "99999999"})
+    EXPECT_NE(inputErrorMessage([&] {
+                CompileOptions trial = options;
+                trial.lora = bad;
+                loraOptions(trial);
+              }).find("--lora: expected RANK or RANK:ALPHA"),
+              std::string::npos)
+        << bad;
+  options.lora = "4";
+  options.loraTargets = "attention,lm_head";
+  EXPECT_NE(inputErrorMessage([&] { loraOptions(options); }).find("--lora-targets: unknown target 'lm_head'"),
+            std::string::npos);
+  CompileOptions withoutLora;
+  withoutLora.loraDropout = 0.1;
+  EXPECT_EQ(inputErrorMessage([&] { loraOptions(withoutLora); }), "--lora-dropout: only with --lora RANK");
+}
+
 TEST(CompileDriverTest, CompileNeedsAnOutputOrAStageToEmit) {
   CompileOptions options;
   options.model = builtinModelName();
