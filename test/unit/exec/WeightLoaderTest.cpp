@@ -130,6 +130,36 @@ TEST_F(WeightLoaderTest, RandomInitOfAShardIsTheSliceOfTheGlobalDraw) {
     for (int c = 0; c < 3; ++c) EXPECT_EQ(part.as<float>()[r * 3 + c], all.as<float>()[(r + 1) * 6 + c + 2]);
 }
 
+// An adapter plan's base checkpoint lacks the adapters: the parameters the caller fills elsewhere are
+// neither looked up nor touched, and every other missing tensor is still an error.
+TEST_F(WeightLoaderTest, ParametersFilledElsewhereMayBeAbsentAndAreLeftAlone) {
+  Plan plan =
+      parameterPlan({{"w", {2, 3}, {0, 0}, {2, 3}, {}}, {"w.lora_A", {4}, {0}, {4}, {}}, {"b", {2}, {0}, {2}, {}}});
+  const std::string path = write({{"w", iota(DType::F32, {2, 3})}, {"b", iota(DType::F32, {2})}});
+  const SafetensorsDirectory weights = SafetensorsDirectory::open(path);
+  auto locate = [&](const std::string& name) { return weights.find(name); };
+  auto adapters = [](const Parameter& parameter) { return parameter.name == "w.lora_A"; };
+  Executor executor(plan, *backend, communicators, "p");
+  HostTensor sevens(DType::F32, {4});
+  std::fill(sevens.as<float>(), sevens.as<float>() + 4, 7.0f);
+  executor.setParameter("w.lora_A", sevens);
+  loadMappedWeights(executor, path, locate, {}, adapters);
+  EXPECT_EQ(executor.parameter("w.lora_A").data, sevens.data);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(executor.parameter("w").as<float>()[i], i);
+
+  Plan wider =
+      parameterPlan({{"w", {2, 3}, {0, 0}, {2, 3}, {}}, {"w.lora_A", {4}, {0}, {4}, {}}, {"c", {2}, {0}, {2}, {}}});
+  Executor other(wider, *backend, communicators, "p");
+  try {
+    loadMappedWeights(other, path, locate, {}, adapters);
+    FAIL() << "no error for the missing tensor c";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("1 problem(s)"), std::string::npos) << message;
+    EXPECT_NE(message.find("missing tensor c [2]"), std::string::npos) << message;
+  }
+}
+
 // A LoRA A's init (docs/training.md, "LoRA adapters"): U(-b, b), every element inside the bound,
 // mean 0 and variance b^2/3, deterministic per seed, and a shard the slice of the global draw.
 TEST_F(WeightLoaderTest, UniformInitDrawsInsideTheBoundAndShardsLikeTheGlobalDraw) {
