@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/Safetensors.h"
+#include "runtime/model/diffusion_gemma/HfExport.h"
 #include "runtime/model/diffusion_gemma/PeftAdapter.h"
 #include "support/AtomicFile.h"
 #include "support/Error.h"
@@ -262,6 +263,61 @@ TEST(PeftAdapterTest, ADirectoryThatDisagreesWithThePlanIsRefusedNamingFileAndFi
       mentions(expectInputError([&] { peftMergeDeltas((dir.path / "copies").string()); }), "differs from " + qA));
   EXPECT_TRUE(mentions(expectInputError([&] { readPeftAdapterSettings((dir.path / "absent").string()); }),
                        "expected an adapter directory"));
+}
+
+// export --merge-adapter on the HF fixture (H 32, 4 experts of width 8): every changed weight is
+// W + ΔW rounded once, the expert tensors per expert, every other tensor the source's bytes; an
+// adapter whose update does not fit the model is refused and nothing is written.
+TEST(PeftAdapterTest, MergeExportAddsEachDeltaOnceAndRefusesOneThatDoesNotFit) {
+  const std::string fixture = std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/hf_tester";
+  const std::string q = "model.decoder.layers.1.self_attn.q_proj", experts = "model.decoder.layers.0.experts";
+  const AdapterSettings settings = settingsFor({"q_proj", "experts.gate_up_proj", "experts.down_proj"});
+  std::map<std::string, HostTensor> tensors = {{q + ".lora_A.weight", counting({2, 32}, 1e-3f)},
+                                               {q + ".lora_B.weight", counting({32, 2}, 1e-2f)},
+                                               {experts + ".gate_up_proj.lora_A", counting({4, 2, 32}, 1e-3f)},
+                                               {experts + ".gate_up_proj.lora_B", counting({4, 16, 2}, -1e-2f)},
+                                               {experts + ".down_proj.lora_A", counting({4, 2, 8}, 2e-3f)},
+                                               {experts + ".down_proj.lora_B", counting({4, 32, 2}, 1e-2f)}};
+  TempDir dir;
+  writePeftAdapterDirectory((dir.path / "adapter").string(), settings, fixture, tensors);
+  HfExportOptions options;
+  options.weights = fixture + "/model.safetensors";
+  options.out = (dir.path / "merged").string();
+  options.mergeAdapter = (dir.path / "adapter").string();
+  exportHfDirectory(options);
+
+  const SafetensorsFile source = SafetensorsFile::open(fixture + "/model.safetensors");
+  const SafetensorsFile merged = SafetensorsFile::open((dir.path / "merged/model.safetensors").string());
+  const std::map<std::string, HostTensor> deltas = peftMergeDeltas((dir.path / "adapter").string());
+  int changed = 0;
+  for (const SafetensorsEntry& entry : merged.entries()) {
+    const HostTensor got = merged.read(entry.name);
+    const SafetensorsEntry* original = source.find(entry.name);
+    ASSERT_NE(original, nullptr) << entry.name;
+    const HostTensor base = source.read(entry.name);
+    const auto delta = deltas.find(entry.name);
+    if (delta == deltas.end()) {
+      EXPECT_EQ(got.data, base.data) << entry.name << ": an unchanged weight must keep its bytes";
+      continue;
+    }
+    ++changed;
+    ASSERT_EQ(got.shape, delta->second.shape) << entry.name;
+    for (int64_t i = 0; i < got.numElements(); ++i)
+      ASSERT_EQ(got.as<float>()[i], static_cast<float>(double(base.as<float>()[i]) + delta->second.as<double>()[i]))
+          << entry.name << " element " << i;
+  }
+  EXPECT_EQ(changed, 3);
+
+  // A q_proj adapter of another input width: refused, nothing written.
+  std::map<std::string, HostTensor> wrong = {{q + ".lora_A.weight", counting({2, 16})},
+                                             {q + ".lora_B.weight", counting({32, 2})}};
+  writePeftAdapterDirectory((dir.path / "wrong").string(), settingsFor({"q_proj"}), fixture, wrong);
+  options.out = (dir.path / "refused").string();
+  options.mergeAdapter = (dir.path / "wrong").string();
+  const std::string message = expectInputError([&] { exportHfDirectory(options); });
+  EXPECT_TRUE(mentions(message, "--merge-adapter: " + options.mergeAdapter + ": does not fit --weights")) << message;
+  EXPECT_TRUE(mentions(message, "the adapter's update of " + q + ".weight is [32,16], the weight [32,32]")) << message;
+  EXPECT_FALSE(fs::exists(dir.path / "refused"));
 }
 
 }  // namespace
