@@ -22,7 +22,8 @@ void addSimplification(OpPassManager& passes) {
 
 void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& options) {
   if (const std::optional<LoraOptions>& lora = options.lora) {
-    DgLoraOptions adapters{lora->rank, lora->alpha, lora->targets, lora->dropout, lora->dropoutKeys, lora->dropoutEntries};
+    DgLoraOptions adapters{lora->rank,    lora->alpha,       lora->targets,
+                           lora->dropout, lora->dropoutKeys, lora->dropoutEntries};
     passes.addPass(createDgLora(adapters));
   }
   addSimplification(passes);

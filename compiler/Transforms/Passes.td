@@ -78,9 +78,9 @@ def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::func::FuncOp"> {
     type goes first. Collectives move like other ops (each rank schedules its program alike;
     dgemma-compile checks that the ranks' plans agree); other ops with effects keep their relative
     order, so do the outputs, and so do the readers and writers of each parameter the entry assigns.
-    The parameter updates stay at the end (dg-memory-plan moves them up). The backward users of a
-    cast of a parameter that the forward also reads get one copy of the cast, made just before the
-    first of them, so the forward's copy dies with the forward. Every value is computed as before,
+    The parameter updates stay at the end (dg-memory-plan moves them up). Every reader of a cast
+    of a parameter after the first gets a copy of the cast of its own, made just before it, so no
+    copy lives from the encoder's read of a weight to the decoder's or the backward's. Every value is computed as before,
     from the same operands (docs/performance.md, "Scheduling the backward").
   }];
   let options = [

@@ -153,7 +153,8 @@ TEST(CompileDriverTest, LoraFlagsResolveToAdapterOptions) {
   ASSERT_TRUE(lora.has_value());
   EXPECT_EQ(lora->rank, 16);
   EXPECT_EQ(lora->alpha, 16.0);  // ALPHA defaults to RANK
-  EXPECT_EQ(lora->targets, (std::vector<std::string>{"k_proj", "o_proj", "q_proj", "router.proj", "up_proj", "v_proj"}));
+  EXPECT_EQ(lora->targets,
+            (std::vector<std::string>{"k_proj", "o_proj", "q_proj", "router.proj", "up_proj", "v_proj"}));
   EXPECT_FALSE(lora->dropoutKeys.empty());  // the train steps draw dropout masks
   options.lora = "4:32";
   EXPECT_EQ(loraOptions(options)->alpha, 32.0);
