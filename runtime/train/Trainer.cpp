@@ -468,12 +468,15 @@ CheckpointSaveResult Trainer::save(int64_t step) {
 // adapter assembled whole from the ranks' boxes, a collective every rank joins.
 std::vector<std::pair<std::string, std::string>> Trainer::adapterCheckpointFiles() {
   const Plan& plan = session_.executor->plan();
+  if (session_.worldSize > 1 && !session_.world)
+    throw RuntimeError("checkpoint: an adapter plan on " + std::to_string(session_.worldSize) +
+                       " ranks needs the session's world communicator to assemble its adapters");
   std::map<std::string, HostTensor> adapters;
   for (const std::string& name : trainPlan_.modelParameters) {
     const auto parameter = std::find_if(plan.parameters.begin(), plan.parameters.end(),
                                         [&](const Parameter& candidate) { return candidate.name == name; });
     HostTensor local = session_.executor->parameter(name);
-    HostTensor global = session_.worldSize > 1 && session_.world
+    HostTensor global = session_.worldSize > 1
                             ? assembleGlobal(*session_.world, local, {parameter->shardOffset, parameter->shardShape},
                                              parameter->globalShape, "adapter " + name)
                             : std::move(local);
