@@ -74,13 +74,15 @@ void loadWeights(Executor& executor, const std::string& source, const TensorSour
 }
 
 void loadMappedWeights(Executor& executor, const std::string& source, const TensorLocator& locate,
-                       std::vector<std::string> otherProblems) {
+                       std::vector<std::string> otherProblems,
+                       const std::function<bool(const Parameter&)>& filledElsewhere) {
   const Plan& plan = executor.plan();
+  auto skipped = [&](const Parameter& parameter) { return filledElsewhere && filledElsewhere(parameter); };
   // Checked first, so that a checkpoint with a problem costs no copying.
   std::vector<std::string> problems;
   uint64_t totalBytes = 0;
   for (const Parameter& parameter : plan.parameters) {
-    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) continue;
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name) || skipped(parameter)) continue;
     const std::optional<SafetensorsLocation> location = locate(parameter.name);
     if (!location) {
       if (parameter.name.rfind(kOptimizerStatePrefix, 0) != 0)
@@ -100,6 +102,7 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
 
   TransferProgress progress("loading " + source, totalBytes, plan.rank == 0 && transferProgressWanted());
   for (const Parameter& parameter : plan.parameters) {
+    if (skipped(parameter)) continue;
     const Buffer& buffer = plan.buffers[parameter.buffer];
     const std::optional<SafetensorsLocation> location =
         parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name) ? std::nullopt : locate(parameter.name);
@@ -159,7 +162,12 @@ const nlohmann::json* initField(const Parameter& parameter, const char* key, boo
 }  // namespace
 
 void initializeWeights(Executor& executor, uint64_t seed) {
+  initializeWeights(executor, seed, [](const Parameter&) { return true; });
+}
+
+void initializeWeights(Executor& executor, uint64_t seed, const std::function<bool(const Parameter&)>& which) {
   for (const Parameter& parameter : executor.plan().parameters) {
+    if (!which(parameter)) continue;
     const nlohmann::json* kindField = initField(parameter, "kind", &nlohmann::json::is_string, "a string");
     const std::string kind = kindField ? kindField->get<std::string>() : std::string("zeros");
     HostTensor global(DType::F64, parameter.globalShape);
@@ -180,10 +188,27 @@ void initializeWeights(Executor& executor, uint64_t seed) {
           values[2 * pair + half] = stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
         }
       }
+    } else if (kind == "uniform") {
+      // U(-bound, bound) (PEFT's kaiming_uniform(a=sqrt(5)) of a LoRA A is U(-1/sqrt(in), 1/sqrt(in))):
+      // one Philox block gives four elements, from the same per-name counter range as "normal".
+      const nlohmann::json* boundField = initField(parameter, "bound", &nlohmann::json::is_number, "a number");
+      if (!boundField)
+        throw InputError("--plan: parameter " + parameter.name + ": init.bound: required for kind \"uniform\"");
+      const double bound = boundField->get<double>();
+      if (!(bound >= 0.0) || !std::isfinite(bound))
+        throw InputError("--plan: parameter " + parameter.name + ": init.bound: expected a finite number >= 0, got " +
+                         describeJsonValue(*boundField));
+      const uint64_t nameOffset = XXH3_64bits(parameter.name.data(), parameter.name.size());
+      for (int64_t block = 0; 4 * block < count; ++block) {
+        PhiloxCounter words = philoxUniformBlock(seed, 0, nameOffset, block);
+        for (int64_t lane = 0; lane < 4 && 4 * block + lane < count; ++lane)
+          values[4 * block + lane] = bound * (2.0 * philoxWordToUniform(words[lane]) - 1.0);
+      }
     } else if (kind == "ones" || kind == "zeros") {
       std::fill(values, values + count, kind == "ones" ? 1.0 : 0.0);
     } else {
-      throw InputError("--plan: parameter " + parameter.name + ": init.kind: expected \"normal\", \"ones\" or \"zeros\", got " +
+      throw InputError("--plan: parameter " + parameter.name +
+                       ": init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got " +
                        quoteForMessage(kind));
     }
     const Buffer& buffer = executor.plan().buffers[parameter.buffer];
