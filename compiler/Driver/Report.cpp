@@ -123,6 +123,15 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan, const std::map
       report.parameterBytes += bytes;
       int64_t elements = 1;
       for (int64_t size : parameter.globalShape) elements *= size;
+      // A quantized frozen weight (docs/plan-format.md, "Header") counts its logical elements once, on
+      // its codes; its bytes are the packed ones.
+      if (parameter.init.is_object() && parameter.init.value("kind", "") == "quantized") {
+        elements = 0;
+        if (parameter.init.value("part", "") == "codes" && parameter.init.contains("shape")) {
+          elements = 1;
+          for (const nlohmann::json& size : parameter.init["shape"]) elements *= size.get<int64_t>();
+        }
+      }
       (parameter.trainable ? report.trainableElements : report.frozenElements) += elements;
       (parameter.trainable ? report.trainableBytes : report.frozenBytes) += bytes;
     }

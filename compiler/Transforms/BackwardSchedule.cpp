@@ -46,20 +46,23 @@ llvm::StringSet<> assignedParameters(Block& body) {
 // the first, so each copy would live from its encoder layer to its last backward read, and all the
 // model's bf16 weights with it. A cast moves the same bits each time, so every copy equals the
 // first. Parameters that the entry writes are left alone (a later cast could read the new value).
+// A dg.dequantize of a frozen base weight's codes is such a copy too (docs/training.md, "Frozen
+// low-precision base"): each reader decodes its own.
 void recastParametersPerUse(Block& body, const llvm::StringSet<>& assigned) {
-  SmallVector<CastOp> casts;
-  for (CastOp cast : body.getOps<CastOp>())
-    if (ParamOp param = parameterBehindViews(cast->getOperand(0)); param && !assigned.contains(param.getName()))
-      casts.push_back(cast);
-  for (CastOp cast : casts) {
+  SmallVector<Operation*> casts;
+  for (Operation& op : body)
+    if (isa<CastOp, DequantizeOp>(op))
+      if (ParamOp param = parameterBehindViews(op.getOperand(0)); param && !assigned.contains(param.getName()))
+        casts.push_back(&op);
+  for (Operation* cast : casts) {
     SmallVector<Operation*> users;
     for (Operation* user : cast->getUsers())
       if (!llvm::is_contained(users, user)) users.push_back(user);
     llvm::sort(users, [](Operation* a, Operation* b) { return a->isBeforeInBlock(b); });
     for (Operation* user : llvm::drop_begin(users)) {
       OpBuilder builder(user);
-      Operation* copy = builder.clone(*cast.getOperation());
-      user->replaceUsesOfWith(cast.getResult(), copy->getResult(0));
+      Operation* copy = builder.clone(*cast);
+      user->replaceUsesOfWith(cast->getResult(0), copy->getResult(0));
     }
   }
 }

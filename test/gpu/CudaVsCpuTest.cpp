@@ -1330,6 +1330,41 @@ void addCastRows(std::vector<KernelCase>& rows) {
   }
 }
 
+// Every byte pattern of the codes, scales of both signs and magnitudes: both backends form each element in f32
+// the same way (runtime/kernels/dequantize/Element.h) and round it once, so they agree bit for bit.
+void addDequantizeRows(std::vector<KernelCase>& rows) {
+  struct Case {
+    const char* format;
+    std::vector<int64_t> shape;  // the weight's
+  };
+  uint32_t seed = 1350;
+  for (const Case& c : std::vector<Case>{
+           {"int8", {37, 100}}, {"int8", {3, 5, 64}}, {"nf4", {40, 128}}, {"nf4", {4, 6, 256}}, {"nf4", {1, 64}}}) {
+    const bool nf4 = std::string(c.format) == "nf4";
+    std::vector<int64_t> codesShape = c.shape, scalesShape = c.shape;
+    if (nf4) {
+      codesShape.back() /= 2;
+      scalesShape.back() /= 64;
+    } else {
+      scalesShape.pop_back();
+    }
+    std::mt19937 generator(seed++);
+    std::vector<uint8_t> codeBytes(static_cast<size_t>(numElementsOf(codesShape)));
+    for (uint8_t& byte : codeBytes) byte = static_cast<uint8_t>(generator());
+    std::vector<float> codes((codeBytes.size() + 3) / 4);
+    std::memcpy(codes.data(), codeBytes.data(), codeBytes.size());
+    for (DType out : {DType::F32, DType::BF16}) {
+      auto setup = step("dequantize", {{"format", c.format}});
+      setup->in(codesShape, nf4 ? DType::U8 : DType::I8).in(scalesShape).out(c.shape, out);
+      rows.push_back({"Dequantize",
+                      std::string(c.format) + " " + shapeToString(c.shape) + " to " + std::string(dtypeName(out)),
+                      setup,
+                      given({codes, randomFloats(numElementsOf(scalesShape), seed++, -0.5f, 0.5f)}),
+                      {bitsEqual()}});
+    }
+  }
+}
+
 // Exactly: both fill FillPattern.h's bits, computed on the host.
 void addFillRows(std::vector<KernelCase>& rows) {
   for (const auto& [dtype, value] : std::vector<std::pair<DType, double>>{
@@ -1875,6 +1910,7 @@ const std::vector<KernelCase>& kernelTable() {
     addGatherRows(table);
     addLayoutRows(table);
     addCastRows(table);
+    addDequantizeRows(table);
     addFillRows(table);
     addAttentionRows(table, false);
     addAttentionRows(table, true);

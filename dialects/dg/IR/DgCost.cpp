@@ -16,6 +16,8 @@ int64_t InputOp::getFlops() { return 0; }
 int64_t ConstantOp::getFlops() { return 0; }
 int64_t FillOp::getFlops() { return 0; }
 int64_t CastOp::getFlops() { return 0; }
+// One multiply per element (code or table value times its scale).
+int64_t DequantizeOp::getFlops() { return resultElements(*this); }
 int64_t TransposeOp::getFlops() { return 0; }
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }

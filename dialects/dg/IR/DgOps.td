@@ -14,7 +14,8 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Dg_FloatTensor : RankedTensorOf<[F32, F64, BF16, F16]>;
 def Dg_IdTensor : RankedTensorOf<[I32, I64]>;
-def Dg_Tensor : RankedTensorOf<[F32, F64, BF16, F16, I64, I32, I8, I1]>;
+// ui8: the packed NF4 codes of a frozen base weight (dg.dequantize).
+def Dg_Tensor : RankedTensorOf<[F32, F64, BF16, F16, I64, I32, I8, UI8, I1]>;
 def Dg_KeyTensor : RankedTensorOf<[I64]>;
 
 // The global index of a rank's first row or expert (row_offset, expert_offset; docs/kernels.md); absent
@@ -160,6 +161,28 @@ def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;
+}
+
+def Dg_DequantizeOp : Dg_ComputeOp<"dequantize", [Pure]> {
+  let summary = "A frozen base weight decoded from its int8 or NF4 codes and scales";
+  let description = [{
+    `format = "int8"`: codes i8 of the weight's shape, scales f32 of its shape without the last
+    dimension (one per output channel); value = code * scale. `format = "nf4"`: codes ui8 of the
+    weight's shape with the last dimension halved (two 4-bit codes per byte, the even element in the
+    high nibble), scales f32 with the last dimension over 64 (the absmax of each block of 64
+    consecutive elements of a row); value = nf4_table[code] * absmax. The product is formed in f32 and
+    rounded once to the result's float type, the activation dtype at the use (docs/training.md,
+    "Frozen low-precision base"). Built by dg-base-dtype for weights marked `dg.frozen_base`: its
+    operands are frozen parameters, off autodiff's active path, so it has no derivative rule. The
+    leading dimensions of codes, scales and result are one factor each, so the three shard alike; the
+    last is whole NF4 blocks (int8: the row itself) and splits on block boundaries only.
+  }];
+  let arguments = (ins RankedTensorOf<[I8, UI8]>:$codes, RankedTensorOf<[F32]>:$scales, StrAttr:$format);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = [{
+    $codes `,` $scales `format` `=` $format attr-dict `:` type($codes) `,` type($scales) `->` type($result)
+  }];
+  let hasVerifier = 1;
 }
 
 def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure, InferTypeOpAdaptor]> {

@@ -134,6 +134,34 @@ ShardingRuleAttr GeluTanhOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRuleAttr CastOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRuleAttr StopGradientOp::getShardingRule() { return sameShapeRule(*this); }
 
+// The leading dimensions are one pass-through factor each in codes, scales and result. int8: the last
+// dimension is a pass-through factor of codes and result (each element's scale is its row's, which the
+// scales hold whole). nf4: the last dimension is (blocks, within a block), the codes' (blocks, byte
+// within a block) and the scales' blocks alone, so a split of it keeps whole blocks on every rank.
+ShardingRuleAttr DequantizeOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  ArrayRef<int64_t> shape = shapeOf(getResult());
+  Dims leading = builder.addPassThrough(shape.drop_back());
+  Dims codes = leading, scales = leading, result = leading;
+  if (getFormat() == "nf4") {
+    constexpr int64_t kBlock = 64;
+    int64_t blocks = builder.addFactor(shape.back() / kBlock, FactorKind::PassThrough);
+    int64_t bytesInBlock = builder.addFactor(kBlock / 2, FactorKind::NeedReplication);
+    int64_t elementsInBlock = builder.addFactor(kBlock, FactorKind::NeedReplication);
+    codes.push_back(Dim{blocks, bytesInBlock});
+    scales.push_back(blocks);
+    result.push_back(Dim{blocks, elementsInBlock});
+  } else {
+    int64_t row = builder.addFactor(shape.back(), FactorKind::PassThrough);
+    codes.push_back(row);
+    result.push_back(row);
+  }
+  builder.operand(codes);
+  builder.operand(scales);
+  builder.result(result);
+  return builder.take();
+}
+
 ShardingRuleAttr SoftmaxOp::getShardingRule() {
   int64_t rank = getType().getRank(), axis = getAxisAttr().getInt();
   return sameShapeRule(*this, {axis < 0 ? axis + rank : axis});

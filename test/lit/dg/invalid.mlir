@@ -556,3 +556,35 @@ func.func @rms_norm_backward_weight_without_gradient(%x: tensor<2x8xf32>, %w: te
   %dx = dg.rms_norm_backward %x, %x, %w {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
   return %dx : tensor<2x8xf32>
 }
+
+// -----
+
+func.func @dequantize_nf4_partial_block(%codes: tensor<4x48xui8>, %absmax: tensor<4x1xf32>) {
+  // expected-error @+1 {{nf4: the last dimension 96 must be a multiple of 64}}
+  %w = dg.dequantize %codes, %absmax format = "nf4" : tensor<4x48xui8>, tensor<4x1xf32> -> tensor<4x96xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_nf4_signed_codes(%codes: tensor<4x32xi8>, %absmax: tensor<4x1xf32>) {
+  // expected-error @+1 {{nf4 codes must be 'tensor<4x32xui8>', got 'tensor<4x32xi8>'}}
+  %w = dg.dequantize %codes, %absmax format = "nf4" : tensor<4x32xi8>, tensor<4x1xf32> -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_int8_scales(%codes: tensor<4x8xi8>, %scales: tensor<8xf32>) {
+  // expected-error @+1 {{int8 scales must be 'tensor<4xf32>', got 'tensor<8xf32>'}}
+  %w = dg.dequantize %codes, %scales format = "int8" : tensor<4x8xi8>, tensor<8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_format(%codes: tensor<4x8xi8>, %scales: tensor<4xf32>) {
+  // expected-error @+1 {{format must be "int8" or "nf4", got "fp4"}}
+  %w = dg.dequantize %codes, %scales format = "fp4" : tensor<4x8xi8>, tensor<4xf32> -> tensor<4x8xf32>
+  return
+}

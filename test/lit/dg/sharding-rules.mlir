@@ -246,3 +246,15 @@ func.func @collectives(%x: tensor<8x16xf32>, %rows: tensor<6x4xbf16>, %counts: t
   return
 }
 }
+
+// -----
+
+// Dequantize: the leading dims shard alike in codes, scales and result; an nf4 row is (blocks, within a
+// block), so a split of it keeps whole blocks; an int8 row's scale is whole on every rank.
+func.func @dequantize(%q8: tensor<4x8xi8>, %s8: tensor<4xf32>, %q4: tensor<2x4x64xui8>, %a4: tensor<2x4x2xf32>) {
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [i]) -> ([i, j]) {i=4, j=8}>}}
+  %w8 = dg.dequantize %q8, %s8 format = "int8" : tensor<4x8xi8>, tensor<4xf32> -> tensor<4x8xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l)], [i, j, k]) -> ([i, j, (k m)]) {i=2, j=4, k=2, l=32, m=64} need_replication={l, m}>}}
+  %w4 = dg.dequantize %q4, %a4 format = "nf4" : tensor<2x4x64xui8>, tensor<2x4x2xf32> -> tensor<2x4x128xbf16>
+  return
+}

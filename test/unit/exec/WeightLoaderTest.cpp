@@ -8,6 +8,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/quant/Quantize.h"
 
 namespace dgemma {
 namespace {
@@ -16,6 +17,7 @@ struct ParameterSpec {
   std::string name;
   std::vector<int64_t> globalShape, shardOffset, shardShape;
   nlohmann::json init;
+  DType dtype = DType::F32;
 };
 
 // A plan with parameters only (no entry points): what the loaders see.
@@ -24,8 +26,8 @@ Plan parameterPlan(const std::vector<ParameterSpec>& specs) {
   plan.producer = "test";
   plan.arenas = {{"persistent", true, 0, 64}, {"scratch", false, 0, 64}};
   for (const ParameterSpec& spec : specs) {
-    Buffer buffer{static_cast<int64_t>(plan.buffers.size()), spec.name, DType::F32, spec.shardShape, 0,
-                  (plan.arenas[0].bytes + 63) / 64 * 64, std::nullopt, std::nullopt};
+    Buffer buffer{static_cast<int64_t>(plan.buffers.size()), spec.name,    spec.dtype,  spec.shardShape, 0,
+                  (plan.arenas[0].bytes + 63) / 64 * 64,     std::nullopt, std::nullopt};
     plan.arenas[0].bytes = buffer.offset + buffer.bytes();
     plan.buffers.push_back(buffer);
     Parameter parameter;
@@ -196,6 +198,75 @@ TEST_F(WeightLoaderTest, UniformInitDrawsInsideTheBoundAndShardsLikeTheGlobalDra
   initializeWeights(some, 11, [](const Parameter& parameter) { return parameter.name == "a"; });
   EXPECT_EQ(some.parameter("a").data, a.data);
   EXPECT_EQ(some.parameter("b").data, sevens.data);
+}
+
+nlohmann::json quantizedInit(const char* format, const char* part, const std::vector<int64_t>& shape,
+                             nlohmann::json base = nullptr) {
+  nlohmann::json init = {{"kind", "quantized"}, {"format", format}, {"part", part}, {"weight", "w"}, {"shape", shape}};
+  if (!base.is_null()) init["base"] = std::move(base);
+  return init;
+}
+
+HostTensor randomTensor(DType dtype, std::vector<int64_t> shape, float scale) {
+  HostTensor f32(DType::F32, std::move(shape));
+  for (int64_t i = 0; i < f32.numElements(); ++i)
+    f32.as<float>()[i] = scale * std::sin(0.37f * static_cast<float>(i * i + 1));
+  return convertDType(f32, dtype, "random");
+}
+
+// The frozen base's codes and scales are the quantized checkpoint tensor, cut to this rank's box.
+TEST_F(WeightLoaderTest, QuantizesAFloatCheckpointTensorAtLoadAndCutsTheShard) {
+  const HostTensor weight = randomTensor(DType::BF16, {4, 128}, 0.1f);
+  const quant::QuantizedTensor nf4 = quant::quantize(weight, quant::Format::Nf4, "w");
+  Plan plan = parameterPlan({{"w", {4, 64}, {2, 0}, {2, 64}, quantizedInit("nf4", "codes", {4, 128}), DType::U8},
+                             {"w.absmax", {4, 2}, {2, 0}, {2, 2}, quantizedInit("nf4", "absmax", {4, 128})}});
+  write({{"w", weight}});
+  Executor executor(plan, *backend, communicators, "p");
+  loadWeights(executor, dir.string());
+  const HostTensor codes = executor.parameter("w"), absmax = executor.parameter("w.absmax");
+  ASSERT_EQ(codes.dtype, DType::U8);
+  EXPECT_EQ(codes.data, std::vector<uint8_t>(nf4.codes.data.begin() + 2 * 64, nf4.codes.data.end()));
+  EXPECT_EQ(absmax.data, std::vector<uint8_t>(nf4.scales.data.begin() + 2 * 2 * 4, nf4.scales.data.end()));
+}
+
+TEST_F(WeightLoaderTest, ReadsTheCodesOfAQuantizedCheckpointAsTheyAre) {
+  const quant::QuantizedTensor int8 = quant::quantize(randomTensor(DType::F32, {3, 5}, 2.0f), quant::Format::Int8, "w");
+  Plan plan = parameterPlan({{"w", {3, 5}, {0, 0}, {3, 5}, quantizedInit("int8", "codes", {3, 5}), DType::I8},
+                             {"w.scale", {3}, {0}, {3}, quantizedInit("int8", "scale", {3, 5})}});
+  write({{"w", int8.codes}, {"w.scale", int8.scales}});
+  Executor executor(plan, *backend, communicators, "p");
+  loadWeights(executor, dir.string());
+  EXPECT_EQ(executor.parameter("w").data, int8.codes.data);
+  EXPECT_EQ(executor.parameter("w.scale").data, int8.scales.data);
+}
+
+TEST_F(WeightLoaderTest, AQuantizedWeightMissingFromTheCheckpointIsNamedOnce) {
+  Plan plan = parameterPlan({{"w", {2, 32}, {0, 0}, {2, 32}, quantizedInit("nf4", "codes", {2, 64}), DType::U8},
+                             {"w.absmax", {2, 1}, {0, 0}, {2, 1}, quantizedInit("nf4", "absmax", {2, 64})}});
+  const std::string path = write({{"other", iota(DType::F32, {1})}});
+  Executor executor(plan, *backend, communicators, "p");
+  try {
+    loadWeights(executor, path);
+    FAIL();
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("2 problem(s)"), std::string::npos) << message;  // the weight once, "other" once
+    EXPECT_NE(message.find("missing tensor w [2,64] (stored as nf4)"), std::string::npos) << message;
+  }
+}
+
+// --init random draws the weight under its own name and quantizes it: the same weights as an f32 base.
+TEST_F(WeightLoaderTest, RandomInitOfAQuantizedWeightQuantizesTheWeightsOwnDraw) {
+  const nlohmann::json normal = {{"kind", "normal"}, {"std", 0.02}};
+  Plan f32 = parameterPlan({{"w", {2, 64}, {0, 0}, {2, 64}, normal}});
+  Plan nf4 = parameterPlan({{"w", {2, 32}, {0, 0}, {2, 32}, quantizedInit("nf4", "codes", {2, 64}, normal), DType::U8},
+                            {"w.absmax", {2, 1}, {0, 0}, {2, 1}, quantizedInit("nf4", "absmax", {2, 64}, normal)}});
+  Executor f32Executor(f32, *backend, communicators, "p"), nf4Executor(nf4, *backend, communicators, "p");
+  initializeWeights(f32Executor, 5);
+  initializeWeights(nf4Executor, 5);
+  const quant::QuantizedTensor expected = quant::quantize(f32Executor.parameter("w"), quant::Format::Nf4, "w");
+  EXPECT_EQ(nf4Executor.parameter("w").data, expected.codes.data);
+  EXPECT_EQ(nf4Executor.parameter("w.absmax").data, expected.scales.data);
 }
 
 // A plan edited by hand (hash recomputed) can hold any JSON as init: a wrong type was a bare
