@@ -1,6 +1,8 @@
 // dg-lora: freezes the model's weights and adds trainable low-rank adapters beside the targeted
 // ones (docs/training.md, "LoRA adapters"). The adapter of a linear weight is two more matmuls on
-// the same input, so W + ΔW is never formed and the frozen W can stay in any storage format.
+// the same input, and the routed experts' adapters are operands of dg.moe_experts, whose kernels
+// add each expert's low-rank products; W + ΔW is never formed and the frozen W can stay in any
+// storage format.
 #include <cmath>
 #include <map>
 #include <set>
@@ -90,6 +92,35 @@ class Adapters {
     matmul.getResult().replaceAllUsesExcept(sum.getResult(), sum);
   }
 
+  // The routed experts' adapters (per expert, inside dg.moe_experts' grouped products): for a
+  // targeted `P` = ...experts.gate_up_proj [E, 2I, H], `P.lora_A` [E, r, H] and `P.lora_B` [E, 2I, r];
+  // for ...experts.down_proj [E, H, I], [E, r, I] and [E, H, r]. Inits as PEFT's parameter targets
+  // (one nn.Linear per factor over all the experts): A uniform over ±1/√fan_in, B zeros.
+  void adaptExperts(MoeExpertsOp experts, ParamOp gateUp, ParamOp down) {
+    Location loc = experts.getLoc();
+    Type element = elementOf(experts.getInput());
+    auto shape = cast<RankedTensorType>(experts.getGateUp().getType()).getShape();
+    const int64_t count = shape[0], width = shape[1], hidden = shape[2], inner = width / 2;
+    builder_.setInsertionPoint(experts);
+    auto pair = [&](ParamOp weight, int64_t fanIn, int64_t fanOut) -> std::pair<Value, Value> {
+      const std::string prefix = weight.getName().str();
+      ParamOp a = parameter(prefix + ".lora_A", {count, rank_, fanIn}, uniformInit(fanIn), kRoleExperts);
+      ParamOp b = parameter(prefix + ".lora_B", {count, fanOut, rank_}, zerosInit(), kRoleExperts);
+      return {inDtype(a, element, loc), inDtype(b, element, loc)};
+    };
+    if (gateUp) {
+      auto [a, b] = pair(gateUp, hidden, width);
+      experts.getLoraGateUpAMutable().assign(a);
+      experts.getLoraGateUpBMutable().assign(b);
+    }
+    if (down) {
+      auto [a, b] = pair(down, inner, hidden);
+      experts.getLoraDownAMutable().assign(a);
+      experts.getLoraDownBMutable().assign(b);
+    }
+    experts.setLoraScaleAttr(builder_.getF64FloatAttr(scale_));
+  }
+
  private:
   DictionaryAttr uniformInit(int64_t fanIn) {
     return builder_.getDictionaryAttr(
@@ -153,8 +184,10 @@ struct DgLoraPass : mlir::dg::impl::DgLoraBase<DgLoraPass> {
     const std::set<std::string> singles(expanded.begin(), expanded.end());
     if (singles.empty()) return fail(module, "no targets");
     for (const std::string& single : singles)
-      if (isExpertTarget(single))
-        return fail(module, "target '" + single + "': adapters on the routed experts are not built yet");
+      if (isExpertTarget(single) && dropout > 0)
+        return fail(module, "target '" + single +
+                                "': the routed experts' adapters take no dropout (PEFT rejects lora_dropout on "
+                                "parameter targets); use dropout 0 or leave the experts out");
 
     Adapters adapters(module.getContext(), rank, alpha, dropout);
     std::set<std::string> matched;
@@ -182,6 +215,19 @@ struct DgLoraPass : mlir::dg::impl::DgLoraBase<DgLoraPass> {
         }
       });
       for (auto [matmul, weight] : sites) adapters.adapt(matmul, weight, keys);
+      function.walk([&](MoeExpertsOp experts) {
+        auto targeted = [&](Value operand, StringRef single) -> ParamOp {
+          ParamOp weight = weightParam(operand);
+          if (!weight || !weight.getTrainable() || !singles.count(single.str()) ||
+              !weight.getName().ends_with(("." + single).str()))
+            return {};
+          matched.insert(single.str());
+          return weight;
+        };
+        ParamOp gateUp = targeted(experts.getGateUp(), "experts.gate_up_proj");
+        ParamOp down = targeted(experts.getDown(), "experts.down_proj");
+        if (gateUp || down) adapters.adaptExperts(experts, gateUp, down);
+      });
     }
     for (const std::string& single : singles)
       if (!matched.count(single)) return fail(module, "target '" + single + "' matches no weight of the model");

@@ -165,8 +165,10 @@ void loadWeights(Executor& executor, const std::string& source, const TensorSour
 }
 
 void loadMappedWeights(Executor& executor, const std::string& source, const TensorLocator& locate,
-                       std::vector<std::string> otherProblems) {
+                       std::vector<std::string> otherProblems,
+                       const std::function<bool(const Parameter&)>& filledElsewhere) {
   const Plan& plan = executor.plan();
+  auto skipped = [&](const Parameter& parameter) { return filledElsewhere && filledElsewhere(parameter); };
   // Checked first, so that a checkpoint with a problem costs no copying.
   std::vector<std::string> problems;
   uint64_t totalBytes = 0;
@@ -198,7 +200,7 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
       totalBytes += static_cast<uint64_t>(boxVolume(wholeBox(part->shape))) * dtypeSize(weight->entry->dtype);
   }
   for (const Parameter& parameter : plan.parameters) {
-    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) continue;
+    if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name) || skipped(parameter)) continue;
     if (quantizedPartOf(parameter)) continue;
     const std::optional<SafetensorsLocation> location = locate(parameter.name);
     if (!location) {
@@ -220,6 +222,7 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
   TransferProgress progress("loading " + source, totalBytes, plan.rank == 0 && transferProgressWanted());
   QuantizedWeights quantized(plan.parameters);
   for (const Parameter& parameter : plan.parameters) {
+    if (skipped(parameter)) continue;
     const Buffer& buffer = plan.buffers[parameter.buffer];
     if (const std::optional<QuantizedPart> part = quantizedPartOf(parameter)) {
       if (auto packed = packedParts.find(parameter.name); packed != packedParts.end()) {
@@ -306,8 +309,13 @@ HostTensor drawGlobal(const Parameter& parameter, uint64_t seed);
 }  // namespace
 
 void initializeWeights(Executor& executor, uint64_t seed) {
+  initializeWeights(executor, seed, [](const Parameter&) { return true; });
+}
+
+void initializeWeights(Executor& executor, uint64_t seed, const std::function<bool(const Parameter&)>& which) {
   QuantizedWeights quantized(executor.plan().parameters);
   for (const Parameter& parameter : executor.plan().parameters) {
+    if (!which(parameter)) continue;
     if (const std::optional<QuantizedPart> part = quantizedPartOf(parameter)) {
       // The weight as its own init spec (`base`) draws it under its own name, so a quantized base holds
       // the quantized form of the same weights as an f32 one.
@@ -348,11 +356,27 @@ HostTensor drawGlobal(const Parameter& parameter, uint64_t seed) {
         values[2 * pair + half] = stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
       }
     }
+  } else if (kind == "uniform") {
+    // U(-bound, bound) (PEFT's kaiming_uniform(a=sqrt(5)) of a LoRA A is U(-1/sqrt(in), 1/sqrt(in))):
+    // one Philox block gives four elements, from the same per-name counter range as "normal".
+    const nlohmann::json* boundField = initField(parameter, "bound", &nlohmann::json::is_number, "a number");
+    if (!boundField)
+      throw InputError("--plan: parameter " + parameter.name + ": init.bound: required for kind \"uniform\"");
+    const double bound = boundField->get<double>();
+    if (!(bound >= 0.0) || !std::isfinite(bound))
+      throw InputError("--plan: parameter " + parameter.name + ": init.bound: expected a finite number >= 0, got " +
+                       describeJsonValue(*boundField));
+    const uint64_t nameOffset = XXH3_64bits(parameter.name.data(), parameter.name.size());
+    for (int64_t block = 0; 4 * block < count; ++block) {
+      PhiloxCounter words = philoxUniformBlock(seed, 0, nameOffset, block);
+      for (int64_t lane = 0; lane < 4 && 4 * block + lane < count; ++lane)
+        values[4 * block + lane] = bound * (2.0 * philoxWordToUniform(words[lane]) - 1.0);
+    }
   } else if (kind == "ones" || kind == "zeros") {
     std::fill(values, values + count, kind == "ones" ? 1.0 : 0.0);
   } else {
-    throw InputError("--plan: parameter " + parameter.name + ": init.kind: expected \"normal\", \"ones\" or \"zeros\", got " +
-                     quoteForMessage(kind));
+    throw InputError("--plan: parameter " + parameter.name +
+                     ": init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got " + quoteForMessage(kind));
   }
   return global;
 }

@@ -68,8 +68,17 @@ constexpr StringLiteral kResultSegmentSizes = "resultSegmentSizes";
 void addOptionalDefaults(Operation* op, nlohmann::json& attrs) {
   llvm::TypeSwitch<Operation*>(op)
       .Case<GatherOp, ScatterAddOp>([&](auto rowOp) { attrs["row_offset"] = rowOp.getRowOffset().getInt(); })
-      .Case<MoeExpertsOp, MoeExpertsBackwardOp>(
-          [&](auto expertOp) { attrs["expert_offset"] = expertOp.getExpertOffset().getInt(); });
+      .Case<MoeExpertsOp, MoeExpertsBackwardOp>([&](auto expertOp) {
+        attrs["expert_offset"] = expertOp.getExpertOffset().getInt();
+        // Which of the optional buffers the step lists: several are optional, so their count alone
+        // cannot say (runtime/kernels/moe/Contract.h).
+        attrs["lora_gate_up"] = static_cast<bool>(expertOp.getLoraGateUpA());
+        attrs["lora_down"] = static_cast<bool>(expertOp.getLoraDownA());
+      });
+  if (auto backward = dyn_cast<MoeExpertsBackwardOp>(op)) {
+    attrs["grad_gate_up"] = static_cast<bool>(backward.getGradGateUp());
+    attrs["grad_down"] = static_cast<bool>(backward.getGradDown());
+  }
 }
 
 // Inherent attributes become step attributes, those left at their default included (DefaultValuedAttr

@@ -475,7 +475,7 @@ func.func @experts_rows_shape(%x: tensor<3x8xf32>, %w: tensor<3x2xf32>, %i: tens
 
 func.func @experts_backward_rows_type(%x: tensor<3x8xbf16>, %w: tensor<3x2xf32>, %i: tensor<3x2xi64>, %gu: tensor<4x6x8xbf16>, %d: tensor<4x8x3xbf16>, %dy: tensor<3x8xbf16>, %rows: tensor<6x6xbf16>) {
   // expected-error @+1 {{gate_up_rows must be 'tensor<6x6xf32>' (a row of gate and up per route), got 'tensor<6x6xbf16>'}}
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy rows %rows : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x6x8xbf16>, tensor<4x8x3xbf16>, tensor<3x8xbf16>, tensor<6x6xbf16> -> tensor<3x8xbf16>, tensor<3x2xf32>, tensor<4x6x8xf32>, tensor<4x8x3xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy rows %rows : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x6x8xbf16>, tensor<4x8x3xbf16>, tensor<3x8xbf16>, tensor<6x6xbf16> -> tensor<3x8xbf16>, tensor<3x2xf32> grad_gate_up tensor<4x6x8xf32> grad_down tensor<4x8x3xf32>
   return
 }
 

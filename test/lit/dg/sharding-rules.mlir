@@ -200,7 +200,7 @@ func.func @moe(%logits: tensor<12x8xf32>, %scale: tensor<8xf32>, %x: tensor<12x4
   %y = dg.moe_experts %x, %w, %idx, %gate_up, %down : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32> -> tensor<12x48xf32>
   // The experts' weight gradients sum over the tokens and stay with their experts' rank.
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [i, k], [i, k], [l, (m n), j], [l, j, n], [i, j]) -> ([i, j], [i, k], [l, (m n), j], [l, j, n]) {i=12, j=48, k=2, l=8, m=2, n=16} reduction={i, l, n} need_replication={j, k, m}>}}
-  %dx, %dwt, %dgu, %dd = dg.moe_experts_backward %x, %w, %idx, %gate_up, %down, %dy : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32>, tensor<12x48xf32> -> tensor<12x48xf32>, tensor<12x2xf32>, tensor<8x32x48xf32>, tensor<8x48x16xf32>
+  %dx, %dwt, %dgu, %dd = dg.moe_experts_backward %x, %w, %idx, %gate_up, %down, %dy : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32>, tensor<12x48xf32> -> tensor<12x48xf32>, tensor<12x2xf32> grad_gate_up tensor<8x32x48xf32> grad_down tensor<8x48x16xf32>
   return
 }
 

@@ -132,6 +132,74 @@ TEST_F(WeightLoaderTest, RandomInitOfAShardIsTheSliceOfTheGlobalDraw) {
     for (int c = 0; c < 3; ++c) EXPECT_EQ(part.as<float>()[r * 3 + c], all.as<float>()[(r + 1) * 6 + c + 2]);
 }
 
+// An adapter plan's base checkpoint lacks the adapters: the parameters the caller fills elsewhere are
+// neither looked up nor touched, and every other missing tensor is still an error.
+TEST_F(WeightLoaderTest, ParametersFilledElsewhereMayBeAbsentAndAreLeftAlone) {
+  Plan plan =
+      parameterPlan({{"w", {2, 3}, {0, 0}, {2, 3}, {}}, {"w.lora_A", {4}, {0}, {4}, {}}, {"b", {2}, {0}, {2}, {}}});
+  const std::string path = write({{"w", iota(DType::F32, {2, 3})}, {"b", iota(DType::F32, {2})}});
+  const SafetensorsDirectory weights = SafetensorsDirectory::open(path);
+  auto locate = [&](const std::string& name) { return weights.find(name); };
+  auto adapters = [](const Parameter& parameter) { return parameter.name == "w.lora_A"; };
+  Executor executor(plan, *backend, communicators, "p");
+  HostTensor sevens(DType::F32, {4});
+  std::fill(sevens.as<float>(), sevens.as<float>() + 4, 7.0f);
+  executor.setParameter("w.lora_A", sevens);
+  loadMappedWeights(executor, path, locate, {}, adapters);
+  EXPECT_EQ(executor.parameter("w.lora_A").data, sevens.data);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(executor.parameter("w").as<float>()[i], i);
+
+  Plan wider =
+      parameterPlan({{"w", {2, 3}, {0, 0}, {2, 3}, {}}, {"w.lora_A", {4}, {0}, {4}, {}}, {"c", {2}, {0}, {2}, {}}});
+  Executor other(wider, *backend, communicators, "p");
+  try {
+    loadMappedWeights(other, path, locate, {}, adapters);
+    FAIL() << "no error for the missing tensor c";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("1 problem(s)"), std::string::npos) << message;
+    EXPECT_NE(message.find("missing tensor c [2]"), std::string::npos) << message;
+  }
+}
+
+// A LoRA A's init (docs/training.md, "LoRA adapters"): U(-b, b), every element inside the bound,
+// mean 0 and variance b^2/3, deterministic per seed, and a shard the slice of the global draw.
+TEST_F(WeightLoaderTest, UniformInitDrawsInsideTheBoundAndShardsLikeTheGlobalDraw) {
+  const double bound = 0.125;
+  nlohmann::json uniform = {{"kind", "uniform"}, {"bound", bound}};
+  Plan whole = parameterPlan({{"a", {64, 67}, {0, 0}, {64, 67}, uniform}, {"b", {5}, {0}, {5}, {{"kind", "ones"}}}});
+  Plan shard = parameterPlan({{"a", {64, 67}, {3, 5}, {7, 9}, uniform}});
+  Executor first(whole, *backend, communicators, "p"), again(whole, *backend, communicators, "p"),
+      part(shard, *backend, communicators, "p");
+  initializeWeights(first, 11);
+  initializeWeights(again, 11);
+  initializeWeights(part, 11);
+  const HostTensor a = first.parameter("a");
+  EXPECT_EQ(a.data, again.parameter("a").data);
+  double sum = 0, squares = 0;
+  for (int64_t i = 0; i < a.numElements(); ++i) {
+    const double value = a.as<float>()[i];
+    ASSERT_LE(std::abs(value), bound) << "element " << i;
+    sum += value;
+    squares += value * value;
+  }
+  const double mean = sum / a.numElements(), variance = squares / a.numElements() - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 0.005);
+  EXPECT_NEAR(variance, bound * bound / 3.0, 0.0005);
+  const HostTensor box = part.parameter("a");
+  for (int r = 0; r < 7; ++r)
+    for (int c = 0; c < 9; ++c) EXPECT_EQ(box.as<float>()[r * 9 + c], a.as<float>()[(r + 3) * 67 + c + 5]);
+
+  // Only the parameters the filter accepts are drawn; the others keep their contents.
+  Executor some(whole, *backend, communicators, "p");
+  HostTensor sevens(DType::F32, {5});
+  std::fill(sevens.as<float>(), sevens.as<float>() + 5, 7.0f);
+  some.setParameter("b", sevens);
+  initializeWeights(some, 11, [](const Parameter& parameter) { return parameter.name == "a"; });
+  EXPECT_EQ(some.parameter("a").data, a.data);
+  EXPECT_EQ(some.parameter("b").data, sevens.data);
+}
+
 nlohmann::json quantizedInit(const char* format, const char* part, const std::vector<int64_t>& shape,
                              nlohmann::json base = nullptr) {
   nlohmann::json init = {{"kind", "quantized"}, {"format", format}, {"part", part}, {"weight", "w"}, {"shape", shape}};
@@ -208,7 +276,11 @@ TEST_F(WeightLoaderTest, WrongTypedInitSpecsNameTheParameterAndField) {
       {{{"kind", "normal"}, {"std", "0.02"}}, "--plan: parameter w: init.std: expected a number, got \"0.02\""},
       {{{"kind", 3}}, "--plan: parameter w: init.kind: expected a string, got 3"},
       {nlohmann::json::array({1, 2}), "--plan: parameter w: init: expected an object, got an array of 2 elements"},
-      {{{"kind", "uniform"}}, "--plan: parameter w: init.kind: expected \"normal\", \"ones\" or \"zeros\", got \"uniform\""},
+      {{{"kind", "xavier"}},
+       "--plan: parameter w: init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got \"xavier\""},
+      {{{"kind", "uniform"}}, "--plan: parameter w: init.bound: required for kind \"uniform\""},
+      {{{"kind", "uniform"}, {"bound", -1.0}},
+       "--plan: parameter w: init.bound: expected a finite number >= 0, got -1.0"},
   };
   for (const auto& [init, message] : cases) {
     Plan plan = parameterPlan({{"w", {2}, {0}, {2}, init}});
