@@ -342,8 +342,18 @@ TEST(PlanFile, ValidatesParameterInits) {
             "plan.dgplan: parameters[0].init.std: expected a number in (0, 1.0], got 1e+308");
   EXPECT_EQ(errorWithInit({{"kind", "normal"}, {"std", "wide"}}), "plan.dgplan: parameters[0].init.std: expected a number");
   EXPECT_EQ(errorWithInit({{"kind", 3}}), "plan.dgplan: parameters[0].init.kind: expected a string");
-  EXPECT_EQ(errorWithInit({{"kind", "uniform"}}),
-            "plan.dgplan: parameters[0].init.kind: expected \"normal\", \"ones\" or \"zeros\", got \"uniform\"");
+  EXPECT_EQ(errorWithInit({{"kind", "uniform"}}), "plan.dgplan: parameters[0].init.bound: missing");
+  EXPECT_EQ(errorWithInit({{"kind", "laplace"}}),
+            "plan.dgplan: parameters[0].init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got "
+            "\"laplace\"");
+  // A quantized frozen weight's part (docs/plan-format.md, "Header").
+  const nlohmann::json codes = {{"kind", "quantized"}, {"format", "nf4"}, {"part", "codes"}, {"weight", "w"}, {"shape", {4, 64}}};
+  nlohmann::json wrongPart = codes;
+  wrongPart["part"] = "scale";
+  EXPECT_EQ(errorWithInit(wrongPart), "plan.dgplan: parameters[0].init.part: expected \"codes\" or \"absmax\", got \"scale\"");
+  nlohmann::json badBase = codes;
+  badBase["base"] = {{"kind", "normal"}, {"std", -1}};
+  EXPECT_EQ(errorWithInit(badBase), "plan.dgplan: parameters[0].init.base.std: expected a number in (0, 1.0], got -1");
   EXPECT_EQ(errorWithInit({{"kind", "ones"}, {"std", 0.1}}),
             "plan.dgplan: parameters[0].init.std: unknown field (init ones takes kind only)");
   EXPECT_EQ(errorWithInit("normal"), "plan.dgplan: parameters[0].init: expected an object");
