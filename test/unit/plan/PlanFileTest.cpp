@@ -347,10 +347,12 @@ TEST(PlanFile, ValidatesParameterInits) {
             "plan.dgplan: parameters[0].init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got "
             "\"laplace\"");
   // A quantized frozen weight's part (docs/plan-format.md, "Header").
-  const nlohmann::json codes = {{"kind", "quantized"}, {"format", "nf4"}, {"part", "codes"}, {"weight", "w"}, {"shape", {4, 64}}};
+  const nlohmann::json codes = {
+      {"kind", "quantized"}, {"format", "nf4"}, {"part", "codes"}, {"weight", "w"}, {"shape", {4, 64}}};
   nlohmann::json wrongPart = codes;
   wrongPart["part"] = "scale";
-  EXPECT_EQ(errorWithInit(wrongPart), "plan.dgplan: parameters[0].init.part: expected \"codes\" or \"absmax\", got \"scale\"");
+  EXPECT_EQ(errorWithInit(wrongPart),
+            "plan.dgplan: parameters[0].init.part: expected \"codes\" or \"absmax\", got \"scale\"");
   nlohmann::json badBase = codes;
   badBase["base"] = {{"kind", "normal"}, {"std", -1}};
   EXPECT_EQ(errorWithInit(badBase), "plan.dgplan: parameters[0].init.base.std: expected a number in (0, 1.0], got -1");
