@@ -170,11 +170,12 @@ class ExpertDispatchRewriter {
     Value routeSlots = perRouteSlots(loc, sent.slots);
     Value weightRows = exchange(loc, permute(loc, routeWeights, routeSlots), sent.sendCounts, capacity, expert->axis);
 
-    auto backward = b_.create<MoeLocalExpertsBackwardOp>(
-        loc,
-        TypeRange{sent.receivedRows.getType(), weightRows.getType(), gradientType(op.getGradGateUp(), op.getGateUp()),
-                  gradientType(op.getGradDown(), op.getDown())},
-        sent.receivedRows, weightRows, gradRows, sent.receivedExpertCounts, op.getGateUp(), op.getDown());
+    // A frozen base's gradients, which the op does not have, are not asked for here either.
+    auto typeOrNull = [](Value value) { return value ? value.getType() : Type(); };
+    auto backward = b_.create<MoeLocalExpertsBackwardOp>(loc, sent.receivedRows.getType(), weightRows.getType(),
+                                                         typeOrNull(op.getGradGateUp()), typeOrNull(op.getGradDown()),
+                                                         sent.receivedRows, weightRows, gradRows,
+                                                         sent.receivedExpertCounts, op.getGateUp(), op.getDown());
     if (gradInput->scatter) {
       Value returned = exchange(loc, backward.getGradRows(), sent.receivedCounts, routes, expert->axis);
       Value combined = b_.create<MoeCombineOp>(loc, withShape(op.getGradInput(), typeOf(x).getShape()), returned,
@@ -186,14 +187,12 @@ class ExpertDispatchRewriter {
       Value unpermuted = b_.create<MoeCombineOp>(loc, returned.getType(), returned, routeSlots, Value());
       replaceScattered(loc, *gradWeights, unpermuted);
     }
-    // A frozen base's gradients, which the op no longer has, are computed and left unused here.
     if (Value gradGateUp = op.getGradGateUp()) gradGateUp.replaceAllUsesWith(backward.getGradGateUp());
     if (Value gradDown = op.getGradDown()) gradDown.replaceAllUsesWith(backward.getGradDown());
     op.erase();
   }
 
  private:
-  static Type gradientType(Value gradient, Value weight) { return (gradient ? gradient : weight).getType(); }
   static int64_t routesOf(Value indices) { return typeOf(indices).getNumElements(); }
 
   // Whether the scatter (if any) keeps exactly the rank's N rows of the gathered `value`: the

@@ -52,7 +52,8 @@ class Annotator {
       if (parseParameterName(param.getName()).kind != ParameterKind::Model) return;
       ModelParameter& model = models_[param.getName()];
       if (auto role = param->getAttrOfType<StringAttr>(kRoleAttr)) model.role = role.getValue();
-      model.trainable = param.getTrainable();
+      // A frozen base (dg-lora) is a model weight like the trainable ones: it splits by its role.
+      model.trainable = param.getTrainable() || param->hasAttr(kFrozenBaseAttr);
     });
     WalkResult result = module_.walk([&](Operation* op) {
       if (auto param = dyn_cast<ParamOp>(op)) return failed(annotate(param)) ? WalkResult::interrupt() : WalkResult::advance();
@@ -75,7 +76,8 @@ class Annotator {
     auto type = param.getType();
     SmallVector<Axes> dims(type.getRank());
     auto modelIt = models_.find(name.model);
-    // Buffers (non-trainable model parameters) and names without a model parameter stay whole.
+    // Buffers (non-trainable model parameters other than a frozen base) and names without a model
+    // parameter stay whole.
     if (modelIt == models_.end() || !modelIt->second.trainable) {
       set(param, dims, {});
       return success();

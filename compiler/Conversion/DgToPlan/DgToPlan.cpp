@@ -79,6 +79,10 @@ void addOptionalDefaults(Operation* op, nlohmann::json& attrs) {
     attrs["grad_gate_up"] = static_cast<bool>(backward.getGradGateUp());
     attrs["grad_down"] = static_cast<bool>(backward.getGradDown());
   }
+  if (auto backward = dyn_cast<MoeLocalExpertsBackwardOp>(op)) {
+    attrs["grad_gate_up"] = static_cast<bool>(backward.getGradGateUp());
+    attrs["grad_down"] = static_cast<bool>(backward.getGradDown());
+  }
 }
 
 // Inherent attributes become step attributes, those left at their default included (DefaultValuedAttr

@@ -183,5 +183,7 @@ int64_t MoeLocalExpertsOp::getFlops() {
 int64_t MoeLocalExpertsBackwardOp::getFlops() {
   int64_t rows = getRows().getType().getDimSize(0), hidden = getRows().getType().getDimSize(1);
   int64_t inner = getDown().getType().getDimSize(2);
-  return rows * (14 * hidden * inner + 16 * inner + 4 * hidden);
+  // Each base weight gradient left out (a frozen base) saves its product.
+  const int64_t products = 14 - (getGradGateUp() ? 0 : 4) - (getGradDown() ? 0 : 2);
+  return rows * (products * hidden * inner + 16 * inner + 4 * hidden);
 }

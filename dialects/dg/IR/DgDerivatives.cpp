@@ -542,9 +542,10 @@ LogicalResult MoeLocalExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> co
   auto rows = getRows().getType();
   Value ones = builder.create<FillOp>(getLoc(), RankedTensorType::get({rows.getDimSize(0)}, rows.getElementType()),
                                       builder.getF64FloatAttr(1.0));
-  auto backward = builder.create<MoeLocalExpertsBackwardOp>(
-      getLoc(), TypeRange{rows, ones.getType(), getGateUp().getType(), getDown().getType()}, getRows(), ones, cotangents[0],
-      getExpertCounts(), getGateUp(), getDown());
+  // A frozen base's gradients go unused and canonicalization drops them, as for dg.moe_experts.
+  auto backward = builder.create<MoeLocalExpertsBackwardOp>(getLoc(), rows, ones.getType(), getGateUp().getType(),
+                                                            getDown().getType(), getRows(), ones, cotangents[0],
+                                                            getExpertCounts(), getGateUp(), getDown());
   grads.append({backward.getGradRows(), Value(), backward.getGradGateUp(), backward.getGradDown()});
   return success();
 }

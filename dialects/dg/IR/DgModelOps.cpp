@@ -257,6 +257,33 @@ void MoeExpertsBackwardOp::getCanonicalizationPatterns(RewritePatternSet& patter
 }
 
 namespace {
+// dg.moe_local_experts_backward's twin of DropUnusedBaseGradients.
+struct DropUnusedLocalBaseGradients : OpRewritePattern<MoeLocalExpertsBackwardOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MoeLocalExpertsBackwardOp op, PatternRewriter& rewriter) const override {
+    auto unused = [](Value gradient) { return gradient && gradient.use_empty(); };
+    if (!unused(op.getGradGateUp()) && !unused(op.getGradDown())) return failure();
+    auto keptType = [&](Value gradient) { return gradient && !gradient.use_empty() ? gradient.getType() : Type(); };
+    auto rebuilt = rewriter.create<MoeLocalExpertsBackwardOp>(
+        op.getLoc(), op.getGradRows().getType(), op.getGradWeights().getType(), keptType(op.getGradGateUp()),
+        keptType(op.getGradDown()), op.getRows(), op.getWeights(), op.getGradOutput(), op.getExpertCounts(),
+        op.getGateUp(), op.getDown());
+    rebuilt->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    rewriter.replaceAllUsesWith(op.getGradRows(), rebuilt.getGradRows());
+    rewriter.replaceAllUsesWith(op.getGradWeights(), rebuilt.getGradWeights());
+    if (rebuilt.getGradGateUp()) rewriter.replaceAllUsesWith(op.getGradGateUp(), rebuilt.getGradGateUp());
+    if (rebuilt.getGradDown()) rewriter.replaceAllUsesWith(op.getGradDown(), rebuilt.getGradDown());
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+}  // namespace
+
+void MoeLocalExpertsBackwardOp::getCanonicalizationPatterns(RewritePatternSet& patterns, MLIRContext* context) {
+  patterns.add<DropUnusedLocalBaseGradients>(context);
+}
+
+namespace {
 // The operand rules shared by dg.cross_entropy and dg.cross_entropy_backward: logits [..., V], and
 // targets, bonus_ids and bonus of shape [...]; `perPosition` (named `role`) holds one value per
 // position: the loss, or its gradient.
@@ -404,6 +431,7 @@ LogicalResult MoeLocalExpertsBackwardOp::verify() {
     return emitOpError() << "grad_output and grad_rows must have the rows' type " << rows;
   if (getGradWeights().getType() != weights) return emitOpError() << "grad_weights must have the weights' type " << weights;
   for (auto [gradient, weight] : {std::pair{getGradGateUp(), getGateUp()}, std::pair{getGradDown(), getDown()}}) {
+    if (!gradient) continue;  // a frozen base's
     auto gradientType = typeOf(gradient), weightType = typeOf(weight);
     if (gradientType.getShape() != weightType.getShape() ||
         !isWideningResult(weightType.getElementType(), gradientType.getElementType()))

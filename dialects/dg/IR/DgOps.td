@@ -953,7 +953,7 @@ def Dg_MoeLocalExpertsOp : Dg_ComputeOp<"moe_local_experts", [Pure, DeclareOpInt
   let hasVerifier = 1;
 }
 
-def Dg_MoeLocalExpertsBackwardOp : Dg_ComputeOp<"moe_local_experts_backward", [Pure]> {
+def Dg_MoeLocalExpertsBackwardOp : Dg_ComputeOp<"moe_local_experts_backward", [Pure, AttrSizedResultSegments]> {
   let summary = "Gradients of the received rows' experts, each row weighted by its routing weight";
   let description = [{
     The rows, counts and weights of dg.moe_local_experts, plus `weights` `[C]` (each row's routing
@@ -961,18 +961,20 @@ def Dg_MoeLocalExpertsBackwardOp : Dg_ComputeOp<"moe_local_experts_backward", [P
     grad_rows `[C, H]` = w · J_e(rows)ᵀ grad_output, grad_weights `[C]` = grad_output · Expert_e(rows),
     and the local experts' grad_gate_up and grad_down (f32 allowed for 16-bit weights). Per row this
     is dg.moe_experts_backward's arithmetic for one route; uncounted rows get zero gradients and add
-    nothing.
+    nothing. grad_gate_up and grad_down are optional, as dg.moe_experts_backward's: a frozen base's
+    are neither computed nor stored.
   }];
   let arguments = (ins Dg_FloatTensor:$rows, Dg_FloatTensor:$weights, Dg_FloatTensor:$grad_output,
                        RankedTensorOf<[I64]>:$expert_counts, Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down);
-  let results = (outs Dg_FloatTensor:$grad_rows, Dg_FloatTensor:$grad_weights, Dg_FloatTensor:$grad_gate_up,
-                      Dg_FloatTensor:$grad_down);
+  let results = (outs Dg_FloatTensor:$grad_rows, Dg_FloatTensor:$grad_weights,
+                      Optional<Dg_FloatTensor>:$grad_gate_up, Optional<Dg_FloatTensor>:$grad_down);
   let assemblyFormat = [{
     $rows `,` $weights `,` $grad_output `,` $expert_counts `,` $gate_up `,` $down attr-dict `:` type($rows) `,`
     type($weights) `,` type($grad_output) `,` type($expert_counts) `,` type($gate_up) `,` type($down) `->`
-    type($grad_rows) `,` type($grad_weights) `,` type($grad_gate_up) `,` type($grad_down)
+    type($grad_rows) `,` type($grad_weights) (`grad_gate_up` type($grad_gate_up)^)? (`grad_down` type($grad_down)^)?
   }];
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 #endif // DG_OPS_TD

@@ -692,8 +692,8 @@ ShardingRuleAttr MoeLocalExpertsBackwardOp::getShardingRule() {
   builder.operand({f.experts, f.hidden, f.inner});
   builder.result({f.rows, f.hidden});
   builder.result({f.rows});
-  builder.result({f.experts, {f.halves, f.inner}, f.hidden});
-  builder.result({f.experts, f.hidden, f.inner});
+  if (getGradGateUp()) builder.result({f.experts, {f.halves, f.inner}, f.hidden});
+  if (getGradDown()) builder.result({f.experts, f.hidden, f.inner});
   return builder.take();
 }
 

@@ -565,9 +565,11 @@ class MoeLocalExpertsBackwardCudaKernel final : public Kernel {
     Scratch scratch(stream, {{&local.rowOfSlot, &rowOfSlot}}, backwardScratch(slots, hidden, inner, s));
     blocks.rowOfSlot = rowOfSlot;
     blocks.sourceRows = c_.rows;
-    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[2].as<const float>(), inputs[1].as<const float>(),
-                    c_.rows, rowOfSlot, inputs[4].as<const float>(), inputs[5].as<const float>(), outputs[2].as<float>(),
-                    outputs[3].as<float>(), s);
+    // A frozen base's gradients (not listed by the step) are not computed.
+    const auto output = [&](int index) { return index < 0 ? nullptr : outputs[index].as<float>(); };
+    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[2].as<const float>(),
+                    inputs[1].as<const float>(), c_.rows, rowOfSlot, inputs[4].as<const float>(),
+                    inputs[5].as<const float>(), output(c_.gradGateUpOutput), output(c_.gradDownOutput), s);
     launch("scatterRowsKernel", stream, slots * hidden, scatterRowsKernel, static_cast<const float*>(s.dInput),
            static_cast<const int64_t*>(rowOfSlot), outputs[0].as<float>(), c_.rows, hidden);
     launch("scatterRowsKernel", stream, slots, scatterRowsKernel, static_cast<const float*>(s.slotDWeights),

@@ -1,6 +1,8 @@
 #include "runtime/kernels/moe_dispatch/Contract.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/Shape.h"
 
@@ -128,20 +130,29 @@ MoeLocalExpertsContract parseMoeLocalExpertsContract(const KernelSignature& sign
 
 MoeLocalExpertsContract parseMoeLocalExpertsBackwardContract(const KernelSignature& signature,
                                                              std::initializer_list<DType> dtypes) {
-  expectArity(signature, 6, 4);
-  const MoeLocalExpertsContract contract = parseLocalExperts(signature, 3, dtypes);
+  const bool gradGateUp = !hasAttr(signature, "grad_gate_up") || attrBool(signature, "grad_gate_up");
+  const bool gradDown = !hasAttr(signature, "grad_down") || attrBool(signature, "grad_down");
+  expectArity(signature, 6, 2 + size_t(gradGateUp) + size_t(gradDown));
+  MoeLocalExpertsContract contract = parseLocalExperts(signature, 3, dtypes);
   const Buffer& weights = *signature.inputs[1];
   const Buffer& gradOutput = *signature.inputs[2];
   expectDType(signature, weights, {contract.dtype}, "input weights");
   expectShape(signature, weights, {contract.rows}, "input weights");
   expectDType(signature, gradOutput, {contract.dtype}, "input grad_output");
   expectShape(signature, gradOutput, {contract.rows, contract.hidden}, "input grad_output");
-  // The gradients of rows, weights, gate_up and down (inputs 0, 1, 4 and 5), in that order.
-  const size_t gradientOf[] = {0, 1, 4, 5};
-  const char* roles[] = {"output grad_rows", "output grad_weights", "output grad_gate_up", "output grad_down"};
-  for (size_t i = 0; i < 4; ++i) {
-    expectDType(signature, *signature.outputs[i], {contract.dtype}, roles[i]);
-    expectShape(signature, *signature.outputs[i], signature.inputs[gradientOf[i]]->shape, roles[i]);
+  // The gradients of rows, weights, gate_up and down (inputs 0, 1, 4 and 5), those present, in that order.
+  std::vector<std::pair<size_t, const char*>> gradientOf = {{0, "output grad_rows"}, {1, "output grad_weights"}};
+  if (gradGateUp) {
+    contract.gradGateUpOutput = static_cast<int>(gradientOf.size());
+    gradientOf.push_back({4, "output grad_gate_up"});
+  }
+  if (gradDown) {
+    contract.gradDownOutput = static_cast<int>(gradientOf.size());
+    gradientOf.push_back({5, "output grad_down"});
+  }
+  for (size_t i = 0; i < gradientOf.size(); ++i) {
+    expectDType(signature, *signature.outputs[i], {contract.dtype}, gradientOf[i].second);
+    expectShape(signature, *signature.outputs[i], signature.inputs[gradientOf[i].first]->shape, gradientOf[i].second);
   }
   return contract;
 }

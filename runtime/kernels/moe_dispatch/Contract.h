@@ -7,7 +7,9 @@
 //   moe_local_experts: (rows [C, H], expert_counts [G, E] i64, gate_up [E, 2I, H], down [E, H, I])
 //       -> [C, H]
 //   moe_local_experts_backward: (rows [C, H], weights [C], grad_output [C, H], expert_counts,
-//       gate_up, down) -> grad_rows [C, H], grad_weights [C], grad_gate_up, grad_down
+//       gate_up, down) -> grad_rows [C, H], grad_weights [C], then grad_gate_up and grad_down where
+//       the bool attributes `grad_gate_up` and `grad_down` say (absent: true; false for a frozen
+//       base, whose gradients are then neither computed nor stored)
 // Every float buffer of one kernel has one dtype.
 #pragma once
 
@@ -42,6 +44,9 @@ struct MoeLocalExpertsContract {
   int64_t peers = 0;         // G
   int64_t experts = 0;       // E, the local experts
   int64_t expertHidden = 0;  // I
+  // moe_local_experts_backward's outputs of the base gradients, or -1 where not computed.
+  int gradGateUpOutput = -1;
+  int gradDownOutput = -1;
 };
 
 // Each throws InputError for anything its contract does not admit; `dtypes` are the float types the

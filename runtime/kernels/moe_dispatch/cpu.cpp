@@ -230,14 +230,15 @@ class MoeLocalExpertsBackwardKernel final : public Kernel {
     const T* down = inputs[5].as<const T>();
     T* gradRows = outputs[0].as<T>();
     T* gradWeights = outputs[1].as<T>();
-    T* gradGateUp = outputs[2].as<T>();
-    T* gradDown = outputs[3].as<T>();
+    // Null for a frozen base's gradients, which the step does not list.
+    T* gradGateUp = c_.gradGateUpOutput < 0 ? nullptr : outputs[c_.gradGateUpOutput].as<T>();
+    T* gradDown = c_.gradDownOutput < 0 ? nullptr : outputs[c_.gradDownOutput].as<T>();
     const ExpertBlocks blocks = blocksOf(where_, counts, c_);
     const int64_t hidden = c_.hidden, inner = c_.expertHidden, width = 2 * inner, counted = blocks.slots();
     std::fill_n(gradRows, c_.rows * hidden, T(0));
     std::fill_n(gradWeights, c_.rows, T(0));
-    std::fill_n(gradGateUp, c_.experts * width * hidden, T(0));
-    std::fill_n(gradDown, c_.experts * hidden * inner, T(0));
+    if (gradGateUp != nullptr) std::fill_n(gradGateUp, c_.experts * width * hidden, T(0));
+    if (gradDown != nullptr) std::fill_n(gradDown, c_.experts * hidden * inner, T(0));
     if (counted == 0 || hidden == 0 || inner == 0) return;
 
     const auto input = uninitialised<T>(counted * hidden), dOutput = uninitialised<T>(counted * hidden);
@@ -268,8 +269,9 @@ class MoeLocalExpertsBackwardKernel final : public Kernel {
       }
     });
     forEachUsedExpert(blocks, c_.experts, [&](int64_t e, int64_t first, int n) {
-      gemm(true, false, int(hidden), int(inner), n, dOutput.get() + first * hidden, int(hidden),
-           weightedHidden.get() + first * inner, int(inner), gradDown + e * hidden * inner, int(inner));
+      if (gradDown != nullptr)
+        gemm(true, false, int(hidden), int(inner), n, dOutput.get() + first * hidden, int(hidden),
+             weightedHidden.get() + first * inner, int(inner), gradDown + e * hidden * inner, int(inner));
       gemm(false, false, n, int(inner), int(hidden), dOutput.get() + first * hidden, int(hidden), down + e * hidden * inner,
            int(inner), dOutputDown.get() + first * inner, int(inner));
     });
@@ -289,8 +291,9 @@ class MoeLocalExpertsBackwardKernel final : public Kernel {
       }
     });
     forEachUsedExpert(blocks, c_.experts, [&](int64_t e, int64_t first, int n) {
-      gemm(true, false, int(width), int(hidden), n, dGateUpOutput.get() + first * width, int(width),
-           input.get() + first * hidden, int(hidden), gradGateUp + e * width * hidden, int(hidden));
+      if (gradGateUp != nullptr)
+        gemm(true, false, int(width), int(hidden), n, dGateUpOutput.get() + first * width, int(width),
+             input.get() + first * hidden, int(hidden), gradGateUp + e * width * hidden, int(hidden));
       gemm(false, false, n, int(hidden), int(width), dGateUpOutput.get() + first * width, int(width),
            gateUp + e * width * hidden, int(hidden), dInput.get() + first * hidden, int(hidden));
     });

@@ -13,7 +13,7 @@ func.func @rules(%i: tensor<3x2xi64>, %x: tensor<3x4xf32>, %s: tensor<3x2xi64>, 
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [k, l], [l, (m n), j], [l, j, n]) -> ([i, j]) {i=12, j=4, k=2, l=2, m=2, n=3} reduction={n} need_replication={i, j, k, l, m}>}}
   %o = dg.moe_local_experts %r, %c, %gu, %d : tensor<12x4xf32>, tensor<2x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<12x4xf32>
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [i], [i, j], [k, l], [l, (m n), j], [l, j, n]) -> ([i, j], [i], [l, (m n), j], [l, j, n]) {i=12, j=4, k=2, l=2, m=2, n=3} reduction={n} need_replication={i, j, k, l, m}>}}
-  %a, %b, %e, %f = dg.moe_local_experts_backward %r, %rw, %r, %c, %gu, %d : tensor<12x4xf32>, tensor<12xf32>, tensor<12x4xf32>, tensor<2x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<12x4xf32>, tensor<12xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>
+  %a, %b, %e, %f = dg.moe_local_experts_backward %r, %rw, %r, %c, %gu, %d : tensor<12x4xf32>, tensor<12xf32>, tensor<12x4xf32>, tensor<2x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<12x4xf32>, tensor<12xf32> grad_gate_up tensor<2x6x4xf32> grad_down tensor<2x4x3xf32>
   return
 }
 
@@ -103,7 +103,7 @@ func.func @local_experts_down(%r: tensor<12x4xf32>, %c: tensor<2x2xi64>, %gu: te
 func.func @local_experts_backward_weights(%r: tensor<12x4xf32>, %w: tensor<12x1xf32>, %c: tensor<2x2xi64>, %gu: tensor<2x6x4xf32>,
                                           %d: tensor<2x4x3xf32>) {
   // expected-error @+1 {{weights must be [12] (one per row)}}
-  %a, %b, %e, %f = dg.moe_local_experts_backward %r, %w, %r, %c, %gu, %d : tensor<12x4xf32>, tensor<12x1xf32>, tensor<12x4xf32>, tensor<2x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<12x4xf32>, tensor<12x1xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>
+  %a, %b, %e, %f = dg.moe_local_experts_backward %r, %w, %r, %c, %gu, %d : tensor<12x4xf32>, tensor<12x1xf32>, tensor<12x4xf32>, tensor<2x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<12x4xf32>, tensor<12x1xf32> grad_gate_up tensor<2x6x4xf32> grad_down tensor<2x4x3xf32>
   return
 }
 
@@ -112,6 +112,6 @@ func.func @local_experts_backward_weights(%r: tensor<12x4xf32>, %w: tensor<12x1x
 func.func @local_experts_backward_gradients(%r: tensor<12x4xf32>, %w: tensor<12xf32>, %c: tensor<2x2xi64>, %gu: tensor<2x6x4xf32>,
                                             %d: tensor<2x4x3xf32>) {
   // expected-error @+1 {{expert weight gradients must have their weights' shape, in their element type or f32}}
-  %a, %b, %e, %f = dg.moe_local_experts_backward %r, %w, %r, %c, %gu, %d : tensor<12x4xf32>, tensor<12xf32>, tensor<12x4xf32>, tensor<2x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<12x4xf32>, tensor<12xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf64>
+  %a, %b, %e, %f = dg.moe_local_experts_backward %r, %w, %r, %c, %gu, %d : tensor<12x4xf32>, tensor<12xf32>, tensor<12x4xf32>, tensor<2x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<12x4xf32>, tensor<12xf32> grad_gate_up tensor<2x6x4xf32> grad_down tensor<2x4x3xf64>
   return
 }

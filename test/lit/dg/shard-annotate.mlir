@@ -18,6 +18,9 @@
 // TP2: dg.param "experts" {dg.role = "experts", dg.shardings = [#dg.sharding<{{\[\[}}tp], [], []]>]}
 // TP2: dg.param "norm" {dg.role = "replicated", dg.shardings = [#dg.sharding<{{\[\[}}]]>]}
 // TP2: dg.param "scalar" {dg.role = "replicated", dg.shardings = [#dg.sharding<{{\[\[}}]]>], trainable = false}
+// A frozen base (dg-lora) splits by its role as the trainable weights do.
+// TP2: dg.param "frozen_q" {dg.frozen_base, dg.role = "column", dg.shardings = [#dg.sharding<{{\[\[}}tp], []]>], trainable = false}
+// TP2: dg.param "frozen_experts" {dg.frozen_base, dg.role = "experts", dg.shardings = [#dg.sharding<{{\[\[}}tp], [], []]>], trainable = false}
 // TP2: dg.param "grad/q" {dg.shardings = [#dg.sharding<{{\[\[}}tp], []], partial = [dp]>], trainable = false}
 // TP2: dg.param "grad/norm" {dg.shardings = [#dg.sharding<{{\[\[}}]], partial = [dp, tp]>], trainable = false}
 // TP2: dg.param "grad/experts" {dg.shardings = [#dg.sharding<{{\[\[}}tp], [], []], partial = [dp]>], trainable = false}
@@ -32,6 +35,7 @@
 // EP2: dg.input "input_ids" {dg.shardings = [#dg.sharding<{{\[\[}}ep], []]>]}
 // EP2: dg.param "embed" {dg.role = "vocab", dg.shardings = [#dg.sharding<{{\[\[}}], []]>]}
 // EP2: dg.param "experts" {dg.role = "experts", dg.shardings = [#dg.sharding<{{\[\[}}ep], [], []]>]}
+// EP2: dg.param "frozen_experts" {dg.frozen_base, dg.role = "experts", dg.shardings = [#dg.sharding<{{\[\[}}ep], [], []]>], trainable = false}
 // EP2: dg.param "grad/q" {dg.shardings = [#dg.sharding<{{\[\[}}], []], partial = [ep]>], trainable = false}
 // EP2: dg.param "grad/norm" {dg.shardings = [#dg.sharding<{{\[\[}}]], partial = [ep]>], trainable = false}
 // EP2: dg.param "grad/experts" {dg.shardings = [#dg.sharding<{{\[\[}}ep], [], []]>], trainable = false}
@@ -57,6 +61,8 @@ module {
     %experts = dg.param "experts" {dg.role = "experts"} : tensor<4x8x8xf32>
     %norm = dg.param "norm" {dg.role = "replicated"} : tensor<8xf32>
     %scalar = dg.param "scalar" {dg.role = "replicated", trainable = false} : tensor<1xf32>
+    %frozen_q = dg.param "frozen_q" {dg.frozen_base, dg.role = "column", trainable = false} : tensor<8x8xf32>
+    %frozen_experts = dg.param "frozen_experts" {dg.frozen_base, dg.role = "experts", trainable = false} : tensor<4x8x8xf32>
     %gq = dg.param "grad/q" {trainable = false} : tensor<8x8xf32>
     %gnorm = dg.param "grad/norm" {trainable = false} : tensor<8xf32>
     %gexperts = dg.param "grad/experts" {trainable = false} : tensor<4x8x8xf32>

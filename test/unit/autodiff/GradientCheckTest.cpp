@@ -406,6 +406,32 @@ TEST(GradientCheck, MoeExpertsWithAdapters) {
   };
   GradientChecker({{{4, 3}}, {{4, 2}, 0.2, 1.0}, {{3, 4, 3}}, {{3, 3, 2}}, {{3, 2, 2}}, {{3, 3, 2}}}, block)
       .check(kTolerance);
+
+  // A frozen base (non-trainable copies of p2 and p3): its backward has no base gradients
+  // (canonicalization drops them) and its step says so to the kernel; a second, plain experts op on
+  // the trainable originals keeps the loss depending on them.
+  auto frozenBase = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    SmallVector<int64_t> chosen = {0, 1, 2, 0, 1, 1, 2, 3};
+    auto indexType = RankedTensorType::get({4, 2}, b.getI64Type());
+    Value indices = b.create<ConstantOp>(loc, DenseElementsAttr::get(indexType, ArrayRef<int64_t>(chosen)));
+    Value adapted = b.create<MoeExpertsOp>(loc, p[0].getType(), Type(), p[0], p[1], indices, p[4], p[5], p[6], p[7],
+                                           p[8], p[9], IntegerAttr(), b.getF64FloatAttr(1.5))
+                        .getResult();
+    Value plain = b.create<MoeExpertsOp>(loc, p[0], p[1], indices, p[2], p[3]).getResult();
+    return b.create<AddOp>(loc, adapted, plain);
+  };
+  GradientChecker({{{4, 3}},
+                   {{4, 2}, 0.2, 1.0},
+                   {{4, 4, 3}},
+                   {{4, 3, 2}},
+                   {{4, 4, 3}, -1.0, 1.0, 2},
+                   {{4, 3, 2}, -1.0, 1.0, 3},
+                   {{4, 2, 3}},
+                   {{4, 4, 2}},
+                   {{4, 2, 2}},
+                   {{4, 3, 2}}},
+                  frozenBase)
+      .check(kTolerance);
 }
 
 // The expert dispatch on one rank (docs/parallelism.md, "Expert parallelism"): the rows permuted

@@ -306,6 +306,16 @@ TEST(MoeExpertsMath, LocalExpertsPipelineMatchesCpuKernels) {
   expectNear(gradWeights, backward.result<float>(1), "grad_weights");
   expectNear(p.dGateUp, backward.result<float>(2), "grad_gate_up");
   expectNear(p.dDown, backward.result<float>(3), "grad_down");
+
+  // A frozen base: the step lists no base gradients, and the others are the same bytes.
+  KernelCall frozen("moe_local_experts_backward", {{"grad_gate_up", false}, {"grad_down", false}});
+  frozen.input(DType::F32, {capacity, hidden}, rows).input(DType::F32, {capacity}, weights);
+  frozen.input(DType::F32, {capacity, hidden}, dRows).input(DType::I64, {peers, experts}, counts);
+  frozen.input(DType::F32, {experts, 2 * inner, hidden}, gateUp).input(DType::F32, {experts, hidden, inner}, down);
+  frozen.output(DType::F32, {capacity, hidden}).output(DType::F32, {capacity});
+  frozen.run();
+  EXPECT_EQ(frozen.result<float>(0), backward.result<float>(0));
+  EXPECT_EQ(frozen.result<float>(1), backward.result<float>(1));
 }
 
 // ---- the per-expert adapters (adapterProducts): moe/experts.cu's sequence with adapters -----------
