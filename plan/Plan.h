@@ -152,6 +152,17 @@ struct RunDefaults {
   nlohmann::json trainFlags = nlohmann::json::object();  // flag name without "--" -> value
 };
 
+// A plan compiled with adapters (dgemma-compile --lora; docs/training.md, "LoRA adapters"): the
+// base weights are frozen and the trainable parameters are the adapters' A and B matrices. The
+// runtime names the adapter files after these settings and checks a loaded adapter against them.
+struct AdapterSettings {
+  int64_t rank = 0;
+  double alpha = 0;                  // the update is (alpha / rank) B A
+  double dropout = 0;                // on the adapter's input, training entries only
+  std::vector<std::string> targets;  // single projection names (q_proj, ..., experts.down_proj)
+  std::string baseDtype;             // how the frozen base is stored: f32 | bf16 | int8 | nf4
+};
+
 // The block-diffusion generation settings of an inference plan (`dgemma-compile --mode infer`):
 // the sizes the prefill, denoise and commit entries were compiled for and the sampler's defaults,
 // from the model's generation_config.json and the defaults of docs/generation.md. The host loop
@@ -193,6 +204,7 @@ struct Plan {
   std::optional<OptimizerSettings> optimizer;  // training plans (the optimizer_step entry)
   std::optional<RunDefaults> runDefaults;      // plans compiled with --preset
   std::optional<GenerationSettings> generation;  // inference plans (prefill, denoise, commit)
+  std::optional<AdapterSettings> adapter;       // plans compiled with --lora
   // Compile flags and the like, for people: nothing reads it to decide what to do.
   nlohmann::json metadata = nlohmann::json::object();
 

@@ -1,5 +1,6 @@
 // JSON header <-> Plan. Reading reports the exact field path of the first problem.
 #include <cstdint>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -13,14 +14,14 @@ using nlohmann::json;
 
 namespace {
 
-// A larger standard deviation has no use in any init and lets f32 parameters overflow.
+// A larger standard deviation or uniform bound has no use in any init and lets f32 parameters overflow.
 constexpr double kMaxInitStd = 1.0;
 
 // Every key planToJson and serializePlan write at the top level.
 const std::set<std::string> kHeaderFields = {
     "format",      "version",        "producer", "rank",   "world_size",     "mesh",      "arenas",
     "buffers",     "parameters",     "constants", "entry_points", "model",    "bucket_padding", "optimizer",
-    "run_defaults", "generation",    "metadata", "sections"};
+    "run_defaults", "generation",    "adapter",  "metadata", "sections"};
 
 // Reads typed fields out of a JSON object, naming "SOURCE: path.to.field" in every error.
 class FieldReader {
@@ -190,6 +191,31 @@ BucketPadding bucketPaddingFromJson(const FieldReader& reader) {
   return padding;
 }
 
+json adapterToJson(const AdapterSettings& adapter) {
+  return {{"rank", adapter.rank},
+          {"alpha", adapter.alpha},
+          {"dropout", adapter.dropout},
+          {"targets", adapter.targets},
+          {"base_dtype", adapter.baseDtype}};
+}
+
+AdapterSettings adapterFromJson(const FieldReader& reader) {
+  AdapterSettings adapter;
+  adapter.rank = reader.nonNegative("rank");
+  if (adapter.rank < 1) reader.fail("expected a rank >= 1", "rank");
+  adapter.alpha = reader.number("alpha");
+  if (!(adapter.alpha > 0)) reader.fail("expected a number > 0, got " + describeJsonValue(reader.raw("alpha")), "alpha");
+  adapter.dropout = reader.number("dropout");
+  if (!(adapter.dropout >= 0 && adapter.dropout < 1))
+    reader.fail("expected a number in [0, 1), got " + describeJsonValue(reader.raw("dropout")), "dropout");
+  adapter.targets = reader.strings("targets");
+  if (adapter.targets.empty()) reader.fail("expected at least one target", "targets");
+  adapter.baseDtype = reader.string("base_dtype");
+  if (adapter.baseDtype != "f32" && adapter.baseDtype != "bf16" && adapter.baseDtype != "int8" && adapter.baseDtype != "nf4")
+    reader.fail("expected f32, bf16, int8 or nf4, got " + quoteForMessage(adapter.baseDtype), "base_dtype");
+  return adapter;
+}
+
 json optimizerToJson(const OptimizerSettings& adam) {
   return {{"kind", "adamw"},
           {"beta1", adam.beta1},
@@ -271,11 +297,22 @@ GenerationSettings generationFromJson(const FieldReader& reader) {
 // and for "normal" a standard deviation that yields finite, usable values.
 json initFromJson(const FieldReader& reader) {
   const std::string kind = reader.string("kind");
-  const std::set<std::string> allowed = kind == "normal" ? std::set<std::string>{"kind", "std"} : std::set<std::string>{"kind"};
-  if (kind != "normal" && kind != "ones" && kind != "zeros")
-    reader.fail("expected \"normal\", \"ones\" or \"zeros\", got " + quoteForMessage(kind), "kind");
+  const std::map<std::string, std::string> spreadField = {{"normal", "std"}, {"uniform", "bound"}};
+  if (kind != "normal" && kind != "uniform" && kind != "ones" && kind != "zeros")
+    reader.fail("expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got " + quoteForMessage(kind), "kind");
+  auto spread = spreadField.find(kind);
   for (const auto& [key, value] : reader.node().items())
-    if (!allowed.count(key)) reader.fail("unknown field (init " + kind + " takes " + (kind == "normal" ? "kind and std)" : "kind only)"), key);
+    if (key != "kind" && (spread == spreadField.end() || key != spread->second))
+      reader.fail("unknown field (init " + kind + " takes " +
+                      (spread == spreadField.end() ? std::string("kind only)") : "kind and " + spread->second + ")"),
+                  key);
+  if (kind == "uniform") {
+    const double bound = reader.number("bound");
+    if (!(bound > 0.0 && bound <= kMaxInitStd))
+      reader.fail("expected a number in (0, " + describeJsonValue(json(kMaxInitStd)) + "], got " +
+                      describeJsonValue(reader.raw("bound")),
+                  "bound");
+  }
   if (reader.has("std")) {  // absent: the runtime's 0.02
     const double stddev = reader.number("std");
     if (!(stddev > 0.0 && stddev <= kMaxInitStd))
@@ -365,6 +402,7 @@ json planToJson(const Plan& plan) {
   if (plan.optimizer) root["optimizer"] = optimizerToJson(*plan.optimizer);
   if (plan.runDefaults) root["run_defaults"] = {{"preset", plan.runDefaults->preset}, {"train", plan.runDefaults->trainFlags}};
   if (plan.generation) root["generation"] = generationToJson(*plan.generation);
+  if (plan.adapter) root["adapter"] = adapterToJson(*plan.adapter);
   root["metadata"] = plan.metadata;
   // "sections" (name, offset, bytes) is added by serializePlan, which knows the layout.
   return root;
@@ -474,6 +512,7 @@ Plan planFromJson(const json& header, const std::string& source) {
     plan.runDefaults = RunDefaults{defaults.string("preset"), train.node()};
   }
   if (root.has("generation")) plan.generation = generationFromJson(root.child("generation"));
+  if (root.has("adapter")) plan.adapter = adapterFromJson(root.child("adapter"));
   plan.metadata = root.has("metadata") ? root.raw("metadata") : json::object();
   return plan;
 }

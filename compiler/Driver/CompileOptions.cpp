@@ -1,10 +1,14 @@
 #include "compiler/Driver/CompileOptions.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
+#include "compiler/Transforms/LoraTargets.h"
 #include "models/builtin/RmsNormMatmulSoftmax.h"
+#include "models/diffusion_gemma/spec/Interface.h"
 #include "models/diffusion_gemma/spec/Presets.h"
 #include "support/Error.h"
 #include "support/Json.h"
@@ -39,6 +43,59 @@ std::vector<int64_t> parsePromptLengths(const std::string& text) {
   std::sort(lengths.begin(), lengths.end());
   lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
   return lengths;
+}
+
+namespace {
+
+// A number from flag text: the whole text, finite.
+std::optional<double> parseNumber(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(value)) return value;
+  } catch (const std::logic_error&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<mlir::dg::LoraOptions> loraOptions(const CompileOptions& options) {
+  if (options.lora.empty()) {
+    if (options.loraTargets != CompileOptions{}.loraTargets) throw InputError("--lora-targets: only with --lora RANK");
+    if (options.loraDropout != 0) throw InputError("--lora-dropout: only with --lora RANK");
+    return std::nullopt;
+  }
+  const std::string expected = "--lora: expected RANK or RANK:ALPHA (RANK an integer in [1, " + std::to_string(kMaxLoraRank) +
+                               "], ALPHA a number in (0, " + std::to_string(static_cast<int64_t>(kMaxWeight)) + "]), got " +
+                               quoteForMessage(options.lora, 40);
+  const size_t colon = options.lora.find(':');
+  const std::optional<double> rank = parseNumber(options.lora.substr(0, colon));
+  if (!rank || *rank != std::floor(*rank) || *rank < 1 || *rank > kMaxLoraRank) throw InputError(expected);
+  mlir::dg::LoraOptions lora;
+  lora.rank = static_cast<int64_t>(*rank);
+  lora.alpha = *rank;
+  if (colon != std::string::npos) {
+    const std::optional<double> alpha = parseNumber(options.lora.substr(colon + 1));
+    if (!alpha || !(*alpha > 0) || *alpha > kMaxWeight) throw InputError(expected);
+    lora.alpha = *alpha;
+  }
+  std::vector<std::string> listed;
+  std::stringstream stream(options.loraTargets);
+  for (std::string item; std::getline(stream, item, ',');) listed.push_back(item);
+  std::string error;
+  lora.targets = mlir::dg::expandLoraTargets(listed, error);
+  if (!error.empty()) throw InputError("--lora-targets: " + error);
+  if (lora.targets.empty()) throw InputError("--lora-targets: expected at least one target");
+  lora.dropout = options.loraDropout;
+  // Dropout is a training regulariser: the train steps draw its masks from their noise keys; the
+  // inference entries and a plan without a backward run the adapters whole.
+  if (options.mode == "train") {
+    namespace names = ::dgemma::diffusion_gemma;
+    lora.dropoutKeys = names::kNoiseKeys;
+    lora.dropoutEntries = {names::kTrainStepEntry, names::kTrainStepImagesEntry};
+  }
+  return lora;
 }
 
 bool isMultiRank(const CompileOptions& options) {

@@ -22,6 +22,7 @@ constexpr int64_t kMaxLength = int64_t{1} << 20;  // --prompt-len, --canvas-len,
 constexpr int64_t kMaxBuiltinSize = 65536;        // --hidden-size, --vocab-size of the built-in graph
 constexpr int64_t kMaxParallel = 1024;            // --tp, --ep, --dp
 constexpr int64_t kMaxImagesPerExample = 1024;
+constexpr int64_t kMaxLoraRank = 65536;
 constexpr double kMaxWeight = 1e6;                // loss weights, coefficients, clips, weight decay
 constexpr double kMaxGradNorm = 1e30;
 // Tokens of one global micro-batch (micro-batch x DP x (longest prompt + canvas + cache)): the
@@ -56,6 +57,10 @@ struct CompileOptions {
   std::string backwardOrder = "scheduled";  // scheduled (dg-backward-schedule) | autodiff
   std::string fusion = "on";  // dg-fuse-elementwise
   std::string precision = "fp32";
+  // --lora RANK[:ALPHA] (empty: no adapters), --lora-targets, --lora-dropout (docs/training.md, "LoRA adapters").
+  std::string lora;
+  std::string loraTargets = "attention,mlp";
+  double loraDropout = 0;
   std::string backend = "cpu";
   std::string emit;
   bool report = false;
@@ -80,6 +85,9 @@ bool isMultiRank(const CompileOptions& options);
 mlir::dg::ShardingOptions shardingOptions(const CompileOptions& options);
 // Options whose features later work adds are rejected now rather than silently ignored.
 void rejectUnbuiltFeatures(const CompileOptions& options);
+// --lora's adapters (rank, alpha; ALPHA defaults to RANK), targets and dropout; nullopt without --lora.
+// Throws InputError naming the flag when the text is malformed or out of range.
+std::optional<mlir::dg::LoraOptions> loraOptions(const CompileOptions& options);
 // The config.json --model names (an HF checkpoint directory or the file itself).
 std::filesystem::path diffusionGemmaConfigPath(const CompileOptions& options);
 

@@ -182,6 +182,12 @@ void compile(CompileOptions options) {
       rankMemory[function.getSymName().str()] = memory;
     };
   }
+  pipeline.lora = loraOptions(options);
+  if (pipeline.lora) {
+    fields.adapter = AdapterSettings{pipeline.lora->rank, pipeline.lora->alpha, pipeline.lora->dropout,
+                                     pipeline.lora->targets, options.precision == "bf16" ? "bf16" : "f32"};
+    metadata["lora"] = options.lora;
+  }
   if (pipeline.train) {
     pipeline.optimizer = options.adam;  // each setting's range is checked as its flag is parsed
     fields.optimizer = pipeline.optimizer;

@@ -105,6 +105,7 @@ void RuntimeFields::copyInto(Plan& plan) const {
   plan.optimizer = optimizer;
   plan.runDefaults = runDefaults;
   plan.generation = generation;
+  plan.adapter = adapter;
 }
 
 int64_t RuntimeFields::modelHiddenSize() const {

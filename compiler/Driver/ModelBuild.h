@@ -24,6 +24,7 @@ struct RuntimeFields {
   std::optional<OptimizerSettings> optimizer;
   std::optional<RunDefaults> runDefaults;
   std::optional<GenerationSettings> generation;
+  std::optional<AdapterSettings> adapter;
 
   void copyInto(Plan& plan) const;
   // The text model's hidden size, for the report's analytic minimum (0 for the built-in graph).

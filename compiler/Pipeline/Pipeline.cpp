@@ -21,6 +21,10 @@ void addSimplification(OpPassManager& passes) {
 }
 
 void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& options) {
+  if (const std::optional<LoraOptions>& lora = options.lora) {
+    DgLoraOptions adapters{lora->rank, lora->alpha, lora->targets, lora->dropout, lora->dropoutKeys, lora->dropoutEntries};
+    passes.addPass(createDgLora(adapters));
+  }
   addSimplification(passes);
   if (!options.train) return;
   passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));

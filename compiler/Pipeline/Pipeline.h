@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/Transforms/MemoryPlan.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -24,10 +25,21 @@ struct PassTimes {
   std::map<std::string, int64_t> runs;
 };
 
+// Low-rank adapters over a frozen base (dg-lora; docs/training.md, "LoRA adapters").
+struct LoraOptions {
+  int64_t rank = 8;
+  double alpha = 8;
+  std::vector<std::string> targets;
+  double dropout = 0;
+  std::string dropoutKeys;  // the entry input whose keys draw the dropout masks
+  std::vector<std::string> dropoutEntries;  // the entries that train with dropout
+};
+
 struct PipelineOptions {
   bool train = false;             // differentiate the loss (mode train)
   std::string lossName = "loss";  // the dg.output to differentiate
   std::optional<dgemma::OptimizerSettings> optimizer;  // train: also add the optimizer_step entry
+  std::optional<LoraOptions> lora;  // freeze the weights and add adapters before anything else
   RecomputePolicy recompute;      // train: what the backward recomputes (dg-recompute)
   bool scheduleBackward = true;   // train: dg-backward-schedule before planning (false: autodiff's order)
   bool fusion = true;             // dg-fuse-elementwise before memory planning
@@ -40,7 +52,7 @@ struct PipelineOptions {
   MemoryPlanObserver memoryPlanObserver;
 };
 
-// Stage "autodiff": simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,
+// Stage "autodiff": adapters (dg-lora) when asked, simplify, then (train) reverse-mode autodiff, the optimizer entry if asked,
 // and simplify again.
 LogicalResult runDifferentiationStage(ModuleOp module, const PipelineOptions& options);
 // Stage "recompute", on one rank's program: dg-recompute with the options' policy (none: nothing).

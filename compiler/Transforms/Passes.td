@@ -23,6 +23,35 @@ def DgAutodiff : Pass<"dg-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }
 
+def DgLora : Pass<"dg-lora", "::mlir::ModuleOp"> {
+  let summary = "Freezes the model's weights and adds trainable low-rank adapters to the targeted ones";
+  let description = [{
+    LoRA (docs/training.md, "LoRA adapters"). Every trainable parameter becomes frozen (trainable =
+    false, the unit attribute `dg.frozen_base`): it gets no gradient, no optimizer state, and
+    dg-base-dtype may store it in a low-precision format. For each targeted linear weight `P.weight`
+    [out, in] read by a matmul `x W^T` (through casts), the pass adds the trainable f32 parameters
+    `P.lora_A.weight` [r, in] (PEFT's kaiming-uniform init: U(-1/sqrt(in), 1/sqrt(in))) and
+    `P.lora_B.weight` [out, r] (zeros), and adds `((x A^T) B^T) * alpha/r` to the matmul's result in
+    its dtype; A and B split like the weight's input and output dimensions. Under `dropout` > 0 the
+    adapters of the `dropout-entries` read x times a keep mask scaled by 1/(1-p), drawn from the
+    entry's `dropout-keys` input per example, one random stream per adapter use. Every entry
+    point that reads a targeted weight reads its adapter, so the encoder and decoder passes that share
+    the backbone share one adapter. `targets` are the groups attention, mlp, experts, router or single
+    projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, router.proj,
+    experts.gate_up_proj, experts.down_proj); a target that matches no weight is an error.
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", /*default=*/"8", "adapter rank r">,
+    Option<"alpha", "alpha", "double", /*default=*/"8.0", "scaling numerator: the update is (alpha / r) B A">,
+    ListOption<"targets", "targets", "std::string", "target groups or projection names">,
+    Option<"dropout", "dropout", "double", /*default=*/"0.0", "dropout probability on the adapter's input">,
+    Option<"dropoutKeys", "dropout-keys", "std::string", /*default=*/"\"\"",
+           "the [batch, 2] i64 key input that draws the dropout masks">,
+    ListOption<"dropoutEntries", "dropout-entries", "std::string", "the entry points that train with dropout">,
+  ];
+  let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
 def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::func::FuncOp"> {
   let summary = "Sums a bf16 step's weight gradients, and computes their last ops, in f32";
   let description = [{

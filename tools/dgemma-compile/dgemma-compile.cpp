@@ -111,6 +111,14 @@ int main(int argc, char** argv) {
   app.add_option("--precision", options.precision,
                  "fp32 | bf16 (mixed: bf16 compute, f32 masters, docs/training.md, 'Mixed precision')")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--lora", options.lora,
+                 "RANK[:ALPHA]: freeze the model and train low-rank adapters on --lora-targets, scaled by ALPHA/RANK "
+                 "(ALPHA defaults to RANK; docs/training.md, 'LoRA adapters')");
+  app.add_option("--lora-targets", options.loraTargets,
+                 "comma-separated groups attention, mlp, experts, router or projection names (q_proj, ..., "
+                 "experts.down_proj); default attention,mlp");
+  app.add_option("--lora-dropout", options.loraDropout, "dropout probability on the adapters' input while training")
+      ->check(dgemma::numberIn(0, 1, true, false));
   app.add_option("--backend", options.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--emit", options.emit, "print a stage to stdout: dg | autodiff | sharded | recompute | plan-json")
       ->check(CLI::IsMember({"dg", "autodiff", "sharded", "recompute", "plan-json"}));

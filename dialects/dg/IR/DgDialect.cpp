@@ -178,7 +178,7 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
     return success();
   }
   if (name == kGlobalShapeAttr || name == kShardOffsetAttr) return verifyBox(op, name);
-  if (name == kPendingSumAttr) {
+  if (name == kPendingSumAttr || name == kFrozenBaseAttr) {
     if (!isa<ParamOp>(op) || !isa<UnitAttr>(attribute.getValue()))
       return op->emitOpError() << "'" << name << "' is a unit attribute of dg.param";
     return success();

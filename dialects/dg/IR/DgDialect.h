@@ -31,6 +31,8 @@ inline constexpr llvm::StringLiteral kOperandShardingsAttr = "dg.operand_shardin
 // Set by the model on each dg.param: how tensor and expert parallelism split it
 // (docs/parallelism.md, "Tensor-parallel mapping"); dg-shard-annotate reads it.
 inline constexpr llvm::StringLiteral kRoleAttr = "dg.role";
+// On a dg.param: a model weight dg-lora froze under adapters; dg-base-dtype may change its storage.
+inline constexpr llvm::StringLiteral kFrozenBaseAttr = "dg.frozen_base";
 inline constexpr llvm::StringLiteral kRoleVocab = "vocab";        // dim 0 over the tensor group
 inline constexpr llvm::StringLiteral kRoleColumn = "column";      // dim 0 (outputs) over the tensor group
 inline constexpr llvm::StringLiteral kRoleRow = "row";            // dim 1 (inputs) over the tensor group

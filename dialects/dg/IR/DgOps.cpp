@@ -194,10 +194,12 @@ LogicalResult ParamOp::verify() {
   if (!isStatic(getType())) return emitOpError() << "parameters must have a static shape";
   if (auto init = getInitAttr()) {
     auto kind = dyn_cast_or_null<StringAttr>(init.get("kind"));
-    if (!kind || !llvm::is_contained({"normal", "ones", "zeros"}, kind.getValue()))
-      return emitOpError() << "init.kind must be \"normal\", \"ones\" or \"zeros\"";
+    if (!kind || !llvm::is_contained({"normal", "uniform", "ones", "zeros"}, kind.getValue()))
+      return emitOpError() << "init.kind must be \"normal\", \"uniform\", \"ones\" or \"zeros\"";
     if (kind.getValue() == "normal" && !isa_and_nonnull<FloatAttr>(init.get("std")))
       return emitOpError() << "init kind \"normal\" needs a float 'std'";
+    if (kind.getValue() == "uniform" && !isa_and_nonnull<FloatAttr>(init.get("bound")))
+      return emitOpError() << "init kind \"uniform\" needs a float 'bound'";
   }
   return success();
 }

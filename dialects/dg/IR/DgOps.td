@@ -39,8 +39,8 @@ class Dg_ComputeOp<string mnemonic, list<Trait> traits = []>
 def Dg_ParamOp : Dg_ComputeOp<"param", [Pure]> {
   let summary = "A named model parameter (HF checkpoint name)";
   let description = [{
-    `init` describes how `--init random` draws it: `{kind = "normal", std = 0.02}`, `{kind = "ones"}`
-    or `{kind = "zeros"}`. Parameters with the same name in one module are the same tensor and must
+    `init` describes how `--init random` draws it: `{kind = "normal", std = 0.02}`,
+    `{kind = "uniform", bound = b}` (U(-b, b): a LoRA A matrix), `{kind = "ones"}` or `{kind = "zeros"}`. Parameters with the same name in one module are the same tensor and must
     agree in type.
   }];
   let arguments = (ins StrAttr:$name, OptionalAttr<DictionaryAttr>:$init,
