@@ -2,8 +2,9 @@
 // GROUP`, `dgemma-run grad`) against torch autograd on HF transformers + PEFT
 // (test/fixtures/diffusion_gemma_lora, produced in float64 by tools/reference/make_lora_fixtures.py,
 // with each encoder adapter tied to its decoder adapter as dgemma has one adapter for both passes).
-// Each case loads the fixture model's frozen base weights plus the fixture's adapter weights (lora_B
-// non-zero, so every gradient is informative) and requires: the loss terms within 1e-6 relative, a
+// Each case loads the fixture model's frozen base weights (--weights) and the fixture's adapters from
+// the directory PEFT's own save_pretrained wrote (--adapter; lora_B non-zero, so every gradient is
+// informative) and requires: the loss terms within 1e-6 relative, a
 // gradient for exactly the adapter parameters (the frozen base gets none), and each adapter gradient
 // within 1e-5 relative (‖Δ‖/‖ref‖). docs/training.md, "LoRA adapters", "Parity".
 #include <gtest/gtest.h>
@@ -11,11 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
-#include <memory>
 #include <ostream>
 #include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "ToolRunner.h"
@@ -74,22 +73,12 @@ class DiffusionGemmaLoraParity : public ::testing::TestWithParam<LoraCase> {
     return fixtureRoot() + "diffusion_gemma_train/" + GetParam().model + "/batch.safetensors";
   }
 
-  // The base checkpoint and the adapter weights in one file, the form `dgemma-run grad --weights`
-  // reads. Returns the adapter parameter names.
-  std::set<std::string> writeWeights(const std::string& path) {
-    SafetensorsFile base = SafetensorsFile::open(modelDir() + "/model.safetensors");
+  // The adapter parameters under dgemma's names: those of the fixture's adapter weights.
+  std::set<std::string> adapterNames() const {
     SafetensorsFile adapter = SafetensorsFile::open(loraDir() + "/" + GetParam().group + ".adapter.safetensors");
-    std::vector<std::unique_ptr<HostTensor>> tensors;
-    std::vector<std::pair<std::string, const HostTensor*>> named;
-    std::set<std::string> adapterNames;
-    for (const SafetensorsFile* file : {&base, &adapter})
-      for (const SafetensorsEntry& entry : file->entries()) {
-        tensors.push_back(std::make_unique<HostTensor>(file->read(entry.name)));
-        named.emplace_back(entry.name, tensors.back().get());
-        if (file == &adapter) adapterNames.insert(entry.name);
-      }
-    writeSafetensors(path, named);
-    return adapterNames;
+    std::set<std::string> names;
+    for (const SafetensorsEntry& entry : adapter.entries()) names.insert(entry.name);
+    return names;
   }
 
   ScratchDirectory dir;
@@ -100,17 +89,19 @@ TEST_P(DiffusionGemmaLoraParity, MatchesTorchAutogradWithPeft) {
   SafetensorsFile batch = SafetensorsFile::open(batchPath());
   SafetensorsFile expected = SafetensorsFile::open(loraDir() + "/" + param.group + "." + param.name + ".safetensors");
   const HostTensor inputIds = batch.read("input_ids");
-  const std::string weights = dir / "weights.safetensors", plan = dir / "plan", grads = dir / "grad.safetensors";
-  const std::set<std::string> adapterNames = writeWeights(weights);
-  ASSERT_FALSE(adapterNames.empty());
+  const std::string plan = dir / "plan", grads = dir / "grad.safetensors";
+  const std::set<std::string> adapters = adapterNames();
+  ASSERT_FALSE(adapters.empty());
 
   testing::ToolResult compiled =
       runTool(std::string(DGEMMA_COMPILE) + " --model " + modelDir() + " --mode train --precision fp32" +
               objectiveFlags(param.name) + " --lora 4:8 --lora-targets " + param.group + " --micro-batch " +
               std::to_string(inputIds.shape[0]) + " --prompt-len " + std::to_string(inputIds.shape[1]) + " -o " + plan);
   ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
-  testing::ToolResult ran = runTool(std::string(DGEMMA_RUN) + " grad --plan " + plan + " --weights " + weights +
-                                    " --input " + batchPath() + " --out " + grads);
+  // The base from the fixture model, the adapters from the directory PEFT's save_pretrained wrote.
+  testing::ToolResult ran = runTool(std::string(DGEMMA_RUN) + " grad --plan " + plan + " --weights " + modelDir() +
+                                    "/model.safetensors --adapter " + loraDir() + "/peft-" + param.group + " --input " +
+                                    batchPath() + " --out " + grads);
   ASSERT_EQ(ran.exitCode, 0) << ran.output;
   SafetensorsFile out = SafetensorsFile::open(grads);
 
@@ -134,7 +125,7 @@ TEST_P(DiffusionGemmaLoraParity, MatchesTorchAutogradWithPeft) {
     if (entry.name.rfind(kGradientPrefix, 0) == 0) expectedNames.insert(entry.name.substr(kGradientPrefix.size()));
   for (const SafetensorsEntry& entry : out.entries())
     if (entry.name.find('.') != std::string::npos) writtenNames.insert(entry.name);
-  EXPECT_EQ(expectedNames, adapterNames) << "the fixture's gradients and adapter weights disagree";
+  EXPECT_EQ(expectedNames, adapters) << "the fixture's gradients and adapter weights disagree";
   EXPECT_EQ(writtenNames, expectedNames);
 
   double worst = 0;

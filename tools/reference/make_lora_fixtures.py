@@ -10,6 +10,8 @@ test/fixtures/diffusion_gemma_lora/<model>/:
 
     <group>.adapter.safetensors          the adapter weights (float32, exactly the values the reference used) under
                                          dgemma's parameter names (docs/training.md, "LoRA adapters")
+    peft-<group>/                        the same adapters as PEFT's save_pretrained writes them (adapter_config.json,
+                                         adapter_model.safetensors): the input of dgemma-run --adapter
     <group>.<case>.safetensors           loss, diffusion_loss, encoder_loss (enc1 only), diffusion_loss_per_example
                                          (float64), and grad/<adapter name> (float32, cast from float64)
     meta.json                            groups, cases, losses, fp32-vs-fp64 gaps, checks, the PEFT layouts, notes
@@ -170,10 +172,10 @@ def _modules_of_layer(layer, group: str) -> list[tuple[str, torch.nn.Module]]:
     return out
 
 
-def wrap_and_tie(model, group: str) -> list[Adapter]:
+def wrap_and_tie(model, group: str):
     """Wraps `model` in place with PEFT LoRA on `group`, ties the encoder copy's adapters to the decoder's and returns
-    the decoder adapters, sorted by dgemma name."""
-    get_peft_model(model, lora_config(group))
+    the PeftModel and the decoder adapters, sorted by dgemma name."""
+    peft_model = get_peft_model(model, lora_config(group))
     dec_layers = model.model.decoder.layers
     enc_layers = model.model.encoder.language_model.layers
     adapters = []
@@ -200,7 +202,18 @@ def wrap_and_tie(model, group: str) -> list[Adapter]:
     assert len(lora) == 2 * len(adapters), (len(lora), len(adapters))
     assert all(p.requires_grad for _, p in lora)
     assert not any(p.requires_grad for n, p in model.named_parameters() if "lora_" not in n), "a base weight is trainable"
-    return sorted(adapters, key=lambda a: a.base)
+    return peft_model, sorted(adapters, key=lambda a: a.base)
+
+
+def save_peft_directory(peft_model, name: str, directory: Path) -> list[str]:
+    """PEFT's own save_pretrained of the (float32) adapters: the directory a torch user would hand to dgemma-run
+    --adapter. Its base_model_name_or_path is the repository-relative model directory, not this machine's path, and
+    PEFT's generated model card is left out. Returns the saved keys."""
+    peft_model.peft_config["default"].base_model_name_or_path = f"{mtf.MODEL_ROOT}/{name}"
+    peft_model.save_pretrained(str(directory))
+    (directory / "README.md").unlink()
+    assert sorted(os.listdir(directory)) == ["adapter_config.json", "adapter_model.safetensors"], os.listdir(directory)
+    return sorted(load_file(str(directory / "adapter_model.safetensors")))
 
 
 def draw_adapters(adapters: list[Adapter], seed: int) -> dict[str, torch.Tensor]:
@@ -287,8 +300,8 @@ def train_fixture_loss(name: str, case: Case) -> float | None:
 
 def build(name: str, group: str, dtype: torch.dtype):
     model = mtf.load_model(name, dtype)
-    adapters = wrap_and_tie(model, group)
-    return model, adapters
+    peft_model, adapters = wrap_and_tie(model, group)
+    return model, peft_model, adapters
 
 
 def routing_ok(model64, adapters, values, batch, cases, tc) -> tuple[bool, float]:
@@ -307,8 +320,8 @@ def routing_ok(model64, adapters, values, batch, cases, tc) -> tuple[bool, float
 
 def write_group(name: str, group: str, batch, out_dir: Path, log) -> dict:
     cases = CASES[name][group]
-    model64, adapters64 = build(name, group, torch.float64)
-    model32, adapters32 = build(name, group, torch.float32)
+    model64, _, adapters64 = build(name, group, torch.float64)
+    model32, peft32, adapters32 = build(name, group, torch.float32)
     tc = model64.config.text_config
     assert [a.name_a for a in adapters64] == [a.name_a for a in adapters32]
 
@@ -327,6 +340,9 @@ def write_group(name: str, group: str, batch, out_dir: Path, log) -> dict:
     set_adapters(adapters32, values)
     delta_layout_rel = check_delta_layout(model64, adapters64, values)
     save_file({k: v.contiguous() for k, v in values.items()}, str(out_dir / f"{group}.adapter.safetensors"), metadata={"format": "pt"})
+    peft_keys = save_peft_directory(peft32, name, out_dir / f"peft-{group}")
+    # Both copies of every adapter, the decoder's and the encoder's language model's, with equal values.
+    assert len(peft_keys) == 2 * len(values), (len(peft_keys), len(values))
 
     params64, params32 = adapter_params(adapters64), adapter_params(adapters32)
     counts: collections.Counter = collections.Counter()
@@ -413,6 +429,8 @@ def write_group(name: str, group: str, batch, out_dir: Path, log) -> dict:
         targets=TARGET_GROUPS[group],
         lora_targets_flag=group,
         adapter_file=f"{group}.adapter.safetensors",
+        peft_directory=f"peft-{group}",
+        peft_key_count=len(peft_keys),
         adapters=[
             dict(base=ad.base, lora_A=[ad.name_a, list(values[ad.name_a].shape)], lora_B=[ad.name_b, list(values[ad.name_b].shape)])
             for ad in adapters64
@@ -501,6 +519,13 @@ def write_model(name: str, out_dir: Path, log) -> dict:
     return meta
 
 
+def files_under(directory: Path) -> list[str]:
+    """Every file below `directory` (the PEFT directories included), relative to it."""
+    if not directory.is_dir():
+        return []
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help="fixture root, relative to the repo root")
@@ -520,8 +545,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for name in names:
                 write_model(name, Path(tmp), log)
-                produced = sorted(os.listdir(Path(tmp) / name))
-                existing = sorted(os.listdir(out_dir / name)) if (out_dir / name).is_dir() else []
+                produced = files_under(Path(tmp) / name)
+                existing = files_under(out_dir / name)
                 for f in sorted(set(produced) | set(existing)):
                     a, b = Path(tmp) / name / f, out_dir / name / f
                     same = a.exists() and b.exists() and filecmp.cmp(a, b, shallow=False)
@@ -533,7 +558,7 @@ def main() -> int:
     for name in names:
         log(f"building {name}")
         write_model(name, out_dir, log)
-        size = sum(p.stat().st_size for p in (out_dir / name).iterdir())
+        size = sum((out_dir / name / f).stat().st_size for f in files_under(out_dir / name))
         log(f"  wrote {name}: {size} bytes")
     return 0
 
