@@ -4,11 +4,13 @@
 // with each encoder adapter tied to its decoder adapter as dgemma has one adapter for both passes).
 // Each case loads the fixture model's frozen base weights (--weights) and the fixture's adapters from
 // the directory PEFT's own save_pretrained wrote (--adapter; lora_B non-zero, so every gradient is
-// informative) and requires: the loss terms within 1e-6 relative, a
-// gradient for exactly the adapter parameters (the frozen base gets none), and each adapter gradient
-// within 1e-5 relative (‖Δ‖/‖ref‖). docs/training.md, "LoRA adapters", "Parity".
+// informative) and requires: each loss term within 1e-6 relative (or 1.5x the float32 noise floor
+// the generator measured, where that is larger: hf_tester), a gradient for exactly the adapter
+// parameters (the frozen base gets none), and each adapter gradient within 1e-5 relative
+// (‖Δ‖/‖ref‖). docs/training.md, "LoRA adapters", "Parity".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
@@ -16,6 +18,9 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "ToolRunner.h"
 #include "runtime/io/Safetensors.h"
@@ -28,6 +33,7 @@ using testing::ScratchDirectory;
 
 constexpr double kLossTolerance = 1e-6;
 constexpr double kGradientTolerance = 1e-5;
+constexpr double kNoiseFloorFactor = 1.5;
 const std::string kGradientPrefix = "grad/";
 
 struct LoraCase {
@@ -81,6 +87,18 @@ class DiffusionGemmaLoraParity : public ::testing::TestWithParam<LoraCase> {
     return names;
   }
 
+  // The case's entry in the fixture's meta.json (groups.<group>.cases[] with this file).
+  nlohmann::json caseMeta() const {
+    std::ifstream file(loraDir() + "/meta.json");
+    EXPECT_TRUE(file) << loraDir() << "/meta.json: missing";
+    const nlohmann::json meta = nlohmann::json::parse(file);
+    const std::string wanted = GetParam().group + "." + GetParam().name + ".safetensors";
+    for (const nlohmann::json& entry : meta.at("groups").at(GetParam().group).at("cases"))
+      if (entry.at("file").get<std::string>() == wanted) return entry;
+    ADD_FAILURE() << loraDir() << "/meta.json: no case " << wanted;
+    return nlohmann::json{{"fp32_noise_floor", nlohmann::json::object()}};
+  }
+
   ScratchDirectory dir;
 };
 
@@ -105,6 +123,7 @@ TEST_P(DiffusionGemmaLoraParity, MatchesTorchAutogradWithPeft) {
   ASSERT_EQ(ran.exitCode, 0) << ran.output;
   SafetensorsFile out = SafetensorsFile::open(grads);
 
+  const nlohmann::json floor = caseMeta().at("fp32_noise_floor");
   std::cout << "[ lora parity ] " << param.model << " " << param.group << " " << param.name;
   for (const char* name : {"loss", "diffusion_loss", "encoder_loss"}) {
     if (!expected.find(name)) {
@@ -115,8 +134,13 @@ TEST_P(DiffusionGemmaLoraParity, MatchesTorchAutogradWithPeft) {
     const double reference = convertDType(expected.read(name), DType::F64, name).as<double>()[0];
     const double actual = out.read(name).as<float>()[0];
     const double error = std::abs(actual - reference) / std::abs(reference);
-    std::cout << " " << name << " " << error;
-    EXPECT_LE(error, kLossTolerance) << name << ": " << actual << " against " << reference;
+    // 1e-6, unless float32 itself cannot resolve the term that finely on this case (hf_tester, whose
+    // head_dim-256 attention at scale 1 is peaky): then 1.5x the float32 noise floor the generator
+    // measured (fp32_noise_floor in meta.json: HF + PEFT in float32 with one rounding of noise on the
+    // base weights).
+    const double bound = std::max(kLossTolerance, kNoiseFloorFactor * floor.at(name).get<double>());
+    std::cout << " " << name << " " << error << " (bound " << bound << ")";
+    EXPECT_LE(error, bound) << name << ": " << actual << " against " << reference;
   }
 
   // Exactly the adapters get a gradient: the frozen base weights are no trainable parameters.
