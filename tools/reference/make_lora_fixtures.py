@@ -137,19 +137,23 @@ class Adapter:
 
 
 def lora_config(group: str) -> LoraConfig:
+    """The group's LoraConfig in the form dgemma writes and reads (docs/training.md, "LoRA adapters"): expert tensors
+    as target_parameters "experts.<name>", linear modules as one regular expression over the text layers of the
+    encoder and the decoder. Not a list of names: the vision tower has q_proj, k_proj, ... modules too
+    (Gemma4ClippableLinear, which PEFT cannot wrap), and the adapters belong to the text stack only."""
     names = TARGET_GROUPS[group]
     if group == "experts":
-        return LoraConfig(
-            r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=[], target_parameters=[EXPERT_PARAMS[n] for n in names]
-        )
-    # A regex, not a list of names: the vision tower has q_proj/k_proj/... modules too (Gemma4ClippableLinear, which
-    # PEFT cannot wrap), and the adapters belong to the text stack only.
-    paths = "|".join(LINEAR_PATHS[n].replace(".", r"\.") for n in names)
+        return LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=[], target_parameters=names)
+    by_parent: dict[str, list[str]] = {}
+    for n in names:
+        parent, module = LINEAR_PATHS[n].rsplit(".", 1)
+        by_parent.setdefault(parent, []).append(module)
+    parts = [p + r"\." + (ms[0] if len(ms) == 1 else "(?:" + "|".join(ms) + ")") for p, ms in by_parent.items()]
     return LoraConfig(
         r=RANK,
         lora_alpha=ALPHA,
         lora_dropout=0.0,
-        target_modules=rf".*(language_model|decoder)\.layers\.\d+\.({paths})",
+        target_modules=r"model\.(?:encoder\.language_model|decoder)\.layers\.\d+\.(?:" + "|".join(parts) + ")",
     )
 
 
