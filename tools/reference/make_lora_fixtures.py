@@ -498,11 +498,12 @@ NOTES = [
     "[E, r, in] and .lora_B [E, out, r]. PEFT's ParamWrapper stores them as lora_A.weight [E*r, in] (expert e at rows "
     "e*r ... e*r+r-1) and lora_B.weight [out, r*E] (expert e's column k at k*E + e). checks.delta_weight_dgemma_"
     "layout_vs_peft_rel compares s B_e A_e in dgemma's layout with PEFT's get_delta_weight.",
-    "PEFT key names (for reading a PEFT adapter directory): target_parameters ['gate_up_proj', 'down_proj'] nests two "
-    "ParamWrappers on each experts module, the first listed innermost, so gate_up_proj's adapter is saved as "
-    "...experts.base_layer.lora_A.weight and down_proj's as ...experts.lora_A.weight. target_modules must not match "
-    "the vision tower (it has q_proj/k_proj/... of a type PEFT cannot wrap), hence the regex over "
-    "(language_model|decoder).layers.",
+    "PEFT key names (for reading a PEFT adapter directory): target_parameters ['experts.gate_up_proj', "
+    "'experts.down_proj'] nests two ParamWrappers on each experts module, the first listed innermost, so "
+    "gate_up_proj's adapter is saved as ...experts.base_layer.lora_A.weight and down_proj's as "
+    "...experts.lora_A.weight. target_modules must not match the vision tower (it has q_proj/k_proj/... of a type "
+    "PEFT cannot wrap), hence dgemma's regex model\\.(?:encoder\\.language_model|decoder)\\.layers\\.\\d+\\.(?:...). "
+    "The peft-<group> directories use exactly the config form dgemma writes, which is the form dgemma-run --adapter reads.",
     "Objective, batch and float64 evaluation: make_training_fixtures.py's, unchanged (its objective(), "
     "float64_islands, the batch of test/fixtures/diffusion_gemma_train/<model>/batch.safetensors). With every lora_B "
     "zero the loss equals that fixture's loss (base_loss_with_lora_B_zero vs base_loss_in_training_fixture, where "
