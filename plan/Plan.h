@@ -204,7 +204,7 @@ struct Plan {
   std::optional<OptimizerSettings> optimizer;  // training plans (the optimizer_step entry)
   std::optional<RunDefaults> runDefaults;      // plans compiled with --preset
   std::optional<GenerationSettings> generation;  // inference plans (prefill, denoise, commit)
-  std::optional<AdapterSettings> adapter;       // plans compiled with --lora
+  std::optional<AdapterSettings> adapter;  // plans compiled with --lora
   // Compile flags and the like, for people: nothing reads it to decide what to do.
   nlohmann::json metadata = nlohmann::json::object();
 

@@ -18,10 +18,10 @@ namespace {
 constexpr double kMaxInitStd = 1.0;
 
 // Every key planToJson and serializePlan write at the top level.
-const std::set<std::string> kHeaderFields = {
-    "format",      "version",        "producer", "rank",   "world_size",     "mesh",      "arenas",
-    "buffers",     "parameters",     "constants", "entry_points", "model",    "bucket_padding", "optimizer",
-    "run_defaults", "generation",    "adapter",  "metadata", "sections"};
+const std::set<std::string> kHeaderFields = {"format",       "version", "producer",       "rank",       "world_size",
+                                             "mesh",         "arenas",  "buffers",        "parameters", "constants",
+                                             "entry_points", "model",   "bucket_padding", "optimizer",  "run_defaults",
+                                             "generation",   "adapter", "metadata",       "sections"};
 
 // Reads typed fields out of a JSON object, naming "SOURCE: path.to.field" in every error.
 class FieldReader {
@@ -204,14 +204,16 @@ AdapterSettings adapterFromJson(const FieldReader& reader) {
   adapter.rank = reader.nonNegative("rank");
   if (adapter.rank < 1) reader.fail("expected a rank >= 1", "rank");
   adapter.alpha = reader.number("alpha");
-  if (!(adapter.alpha > 0)) reader.fail("expected a number > 0, got " + describeJsonValue(reader.raw("alpha")), "alpha");
+  if (!(adapter.alpha > 0))
+    reader.fail("expected a number > 0, got " + describeJsonValue(reader.raw("alpha")), "alpha");
   adapter.dropout = reader.number("dropout");
   if (!(adapter.dropout >= 0 && adapter.dropout < 1))
     reader.fail("expected a number in [0, 1), got " + describeJsonValue(reader.raw("dropout")), "dropout");
   adapter.targets = reader.strings("targets");
   if (adapter.targets.empty()) reader.fail("expected at least one target", "targets");
   adapter.baseDtype = reader.string("base_dtype");
-  if (adapter.baseDtype != "f32" && adapter.baseDtype != "bf16" && adapter.baseDtype != "int8" && adapter.baseDtype != "nf4")
+  if (adapter.baseDtype != "f32" && adapter.baseDtype != "bf16" && adapter.baseDtype != "int8" &&
+      adapter.baseDtype != "nf4")
     reader.fail("expected f32, bf16, int8 or nf4, got " + quoteForMessage(adapter.baseDtype), "base_dtype");
   return adapter;
 }

@@ -13,6 +13,13 @@ Two small tasks a tiny model can learn on a CPU in minutes:
 Splits go to train.jsonl, validation.jsonl and test.jsonl (distinct files, never mixed) with the
 images under images/, referenced by paths relative to the JSONL files.
 
+A second task teaches the trained demo model a new skill with a LoRA adapter (docs/training.md,
+"The adapter demo"): two-digit subtraction written as the additions are, "What is 87 - 23?" ->
+"064" (a >= b, so the difference is in 0..99). Its pairs are dealt out without replacement too;
+its train split mixes in additions from the base train split so that the adapter keeps the old skill
+(rehearsal). They go to subtraction/{train,validation,test}.jsonl, from their own random streams,
+so the base task's files do not change.
+
   scripts/make_demo_data.py [--out data/demo] [--seed 0]
 """
 import argparse
@@ -74,6 +81,33 @@ def arithmetic_row(a, b):
     return {"messages": [{"role": "user", "content": f"What is {a:02d} + {b:02d}?"}], "completion": f"{a + b:03d}"}
 
 
+SUBTRACTION_SPLITS = {"train": 3000, "validation": 100, "test": 200}
+REHEARSED_ADDITIONS = 1000  # base-train additions mixed into the adapter's train split
+
+
+def subtraction_row(a, b):
+    return {"messages": [{"role": "user", "content": f"What is {a:02d} - {b:02d}?"}], "completion": f"{a - b:03d}"}
+
+
+def write_rows(path, rows):
+    with open(path, "w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def write_subtraction(out_dir, seed, base_train_additions):
+    pairs = [(a, b) for a in range(100) for b in range(a + 1)]
+    random.Random(seed + 2).shuffle(pairs)
+    rng = random.Random(seed + 3)
+    os.makedirs(out_dir, exist_ok=True)
+    for split, count in SUBTRACTION_SPLITS.items():
+        rows = [subtraction_row(*pairs.pop()) for _ in range(count)]
+        if split == "train":
+            rows += rng.sample(base_train_additions, REHEARSED_ADDITIONS)
+            rng.shuffle(rows)
+        write_rows(os.path.join(out_dir, f"{split}.jsonl"), rows)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "data", "demo"))
@@ -91,11 +125,13 @@ def main():
             with open(os.path.join(args.out, relative), "wb") as image:
                 image.write(png_bytes(pixels))
             rows.append(row)
-        rows += [arithmetic_row(*pairs.pop()) for _ in range(arithmetic_rows)]
+        additions = [arithmetic_row(*pairs.pop()) for _ in range(arithmetic_rows)]
+        if split == "train":
+            train_additions = additions
+        rows += additions
         rng.shuffle(rows)
-        with open(os.path.join(args.out, f"{split}.jsonl"), "w", encoding="utf-8") as out:
-            for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        write_rows(os.path.join(args.out, f"{split}.jsonl"), rows)
+    write_subtraction(os.path.join(args.out, "subtraction"), args.seed, train_additions)
     return 0
 
 

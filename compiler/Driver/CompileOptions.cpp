@@ -66,8 +66,9 @@ std::optional<mlir::dg::LoraOptions> loraOptions(const CompileOptions& options) 
     if (options.loraDropout != 0) throw InputError("--lora-dropout: only with --lora RANK");
     return std::nullopt;
   }
-  const std::string expected = "--lora: expected RANK or RANK:ALPHA (RANK an integer in [1, " + std::to_string(kMaxLoraRank) +
-                               "], ALPHA a number in (0, " + std::to_string(static_cast<int64_t>(kMaxWeight)) + "]), got " +
+  const std::string expected = "--lora: expected RANK or RANK:ALPHA (RANK an integer in [1, " +
+                               std::to_string(kMaxLoraRank) + "], ALPHA a number in (0, " +
+                               std::to_string(static_cast<int64_t>(kMaxWeight)) + "]), got " +
                                quoteForMessage(options.lora, 40);
   const size_t colon = options.lora.find(':');
   const std::optional<double> rank = parseNumber(options.lora.substr(0, colon));

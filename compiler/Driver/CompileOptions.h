@@ -56,6 +56,7 @@ struct CompileOptions {
   std::string recompute = "none";
   std::string backwardOrder = "scheduled";  // scheduled (dg-backward-schedule) | autodiff
   std::string fusion = "on";  // dg-fuse-elementwise
+  std::string baseDtype = "f32";  // --base-dtype: f32 (unchanged) | bf16 | int8 | nf4 (dg-base-dtype)
   std::string precision = "fp32";
   // --lora RANK[:ALPHA] (empty: no adapters), --lora-targets, --lora-dropout (docs/training.md, "LoRA adapters").
   std::string lora;

@@ -175,6 +175,7 @@ void compile(CompileOptions options) {
   pipeline.recompute = recompute;
   pipeline.scheduleBackward = options.backwardOrder == "scheduled";
   pipeline.fusion = options.fusion == "on";
+  pipeline.baseDtype = options.baseDtype;
   std::map<std::string, mlir::dg::EntryMemoryPlan> rankMemory;  // --report: this rank's planner numbers per entry
   if (options.report) {
     pipeline.passTimes = &passTimes;
@@ -183,9 +184,14 @@ void compile(CompileOptions options) {
     };
   }
   pipeline.lora = loraOptions(options);
+  if (options.baseDtype != "f32" && !pipeline.lora)
+    throw InputError("--base-dtype " + options.baseDtype +
+                     ": needs --lora (only the base weights that adapters freeze are stored in low precision)");
   if (pipeline.lora) {
+    const std::string baseDtype =
+        options.baseDtype != "f32" ? options.baseDtype : (options.precision == "bf16" ? "bf16" : "f32");
     fields.adapter = AdapterSettings{pipeline.lora->rank, pipeline.lora->alpha, pipeline.lora->dropout,
-                                     pipeline.lora->targets, options.precision == "bf16" ? "bf16" : "f32"};
+                                     pipeline.lora->targets, baseDtype};
     metadata["lora"] = options.lora;
   }
   if (pipeline.train) {

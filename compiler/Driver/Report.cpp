@@ -119,7 +119,22 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan, const std::map
     else if (parameter.name.rfind(dgemma::kOptimizerStatePrefix, 0) == 0) report.optimizerBytes += bytes;
     else if (parameter.name.rfind(dgemma::kCachePrefix, 0) == 0) report.cacheBytes += bytes;
     else if (parameter.name.rfind(dgemma::kGenerationStatePrefix, 0) == 0) report.generationStateBytes += bytes;
-    else report.parameterBytes += bytes;
+    else {
+      report.parameterBytes += bytes;
+      int64_t elements = 1;
+      for (int64_t size : parameter.globalShape) elements *= size;
+      // A quantized frozen weight (docs/plan-format.md, "Header") counts its logical elements once, on
+      // its codes; its bytes are the packed ones.
+      if (parameter.init.is_object() && parameter.init.value("kind", "") == "quantized") {
+        elements = 0;
+        if (parameter.init.value("part", "") == "codes" && parameter.init.contains("shape")) {
+          elements = 1;
+          for (const nlohmann::json& size : parameter.init["shape"]) elements *= size.get<int64_t>();
+        }
+      }
+      (parameter.trainable ? report.trainableElements : report.frozenElements) += elements;
+      (parameter.trainable ? report.trainableBytes : report.frozenBytes) += bytes;
+    }
   }
   for (const dgemma::Constant& constant : plan.constants) report.constantBytes += plan.buffers[constant.buffer].bytes();
   // The arenas are the truth the runtime allocates: alignment padding of the persistent pools goes
@@ -249,6 +264,11 @@ void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum
     std::printf("rank %lld recompute overhead: %.3g flops per step (%.1f%% of the step)\n", static_cast<long long>(rank.rank),
                 double(*rank.recomputeFlops), share);
   }
+  for (const RankReport& rank : ranks)
+    std::printf("rank %lld parameters: %lld trainable (%s here), %lld frozen (%s here); optimizer state %s\n",
+                static_cast<long long>(rank.rank), static_cast<long long>(rank.trainableElements),
+                human(rank.trainableBytes).c_str(), static_cast<long long>(rank.frozenElements),
+                human(rank.frozenBytes).c_str(), human(rank.optimizerBytes).c_str());
   // Inference plans: the run state's two parts, on their own line.
   for (const RankReport& rank : ranks)
     if (rank.cacheBytes + rank.generationStateBytes > 0)

@@ -24,6 +24,11 @@ struct RankReport {
   uint64_t parameterBytes = 0;  // the model's parameters (f32 masters)
   uint64_t gradientBytes = 0;   // grad/ buffers
   uint64_t optimizerBytes = 0;  // optimizer/ state (AdamW moments)
+  // The model's parameters split by whether they train (all of them, or the adapters under --lora):
+  // elements of the whole tensors, and this rank's bytes as stored (f32 masters, or a frozen base's
+  // bf16 or packed codes).
+  int64_t trainableElements = 0, frozenElements = 0;
+  uint64_t trainableBytes = 0, frozenBytes = 0;
   uint64_t cacheBytes = 0;      // cache/: the K/V cache of an inference plan
   uint64_t generationStateBytes = 0;  // generate/: the stored self-conditioning logits
   uint64_t constantBytes = 0;   // dg.constant values

@@ -22,9 +22,12 @@ void addSimplification(OpPassManager& passes) {
 
 void addDifferentiationStage(OpPassManager& passes, const PipelineOptions& options) {
   if (const std::optional<LoraOptions>& lora = options.lora) {
-    DgLoraOptions adapters{lora->rank, lora->alpha, lora->targets, lora->dropout, lora->dropoutKeys, lora->dropoutEntries};
+    DgLoraOptions adapters{lora->rank,    lora->alpha,       lora->targets,
+                           lora->dropout, lora->dropoutKeys, lora->dropoutEntries};
     passes.addPass(createDgLora(adapters));
   }
+  // After dg-lora (which marks the frozen base) and before autodiff, so the frozen base's codes are off the active path from the start.
+  if (options.baseDtype != "f32") passes.addPass(createDgBaseDtype(DgBaseDtypeOptions{options.baseDtype}));
   addSimplification(passes);
   if (!options.train) return;
   passes.addPass(createDgAutodiff(DgAutodiffOptions{options.lossName}));

@@ -43,6 +43,9 @@ struct PipelineOptions {
   RecomputePolicy recompute;      // train: what the backward recomputes (dg-recompute)
   bool scheduleBackward = true;   // train: dg-backward-schedule before planning (false: autodiff's order)
   bool fusion = true;             // dg-fuse-elementwise before memory planning
+  // The frozen base's storage (dg-base-dtype, before autodiff): f32 leaves it as built; bf16, int8 or nf4
+  // converts the dg.frozen_base parameters (docs/training.md, "Frozen low-precision base").
+  std::string baseDtype = "f32";
   // When set, every stage adds its passes' times. The function passes would run side by side on a
   // multithreaded context, each timed with the others' CPU, so the context must be single-threaded
   // (MLIRContext::disableMultithreading).

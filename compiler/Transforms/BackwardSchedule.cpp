@@ -40,30 +40,30 @@ llvm::StringSet<> assignedParameters(Block& body) {
   return names;
 }
 
-// Gives the backward users of a forward cast of a parameter (the bf16 copy of a weight) one copy of
-// the cast of their own, made just before the first of them. The forward's copy then dies with the
-// forward instead of living until the backward's last use; a cast moves the same bits each time, so
-// the copy is equal to the first. Parameters that the entry writes are left alone (a later cast
-// could read the new value).
-void recastParametersForBackward(Block& body, Operation* lossOutput, const llvm::StringSet<>& assigned) {
-  llvm::DenseSet<Operation*> forward;
-  SmallVector<CastOp> casts;
-  for (Operation& op : body) {
-    forward.insert(&op);
-    if (auto cast = dyn_cast<CastOp>(op))
-      if (ParamOp param = parameterBehindViews(cast->getOperand(0)); param && !assigned.contains(param.getName()))
-        casts.push_back(cast);
-    if (&op == lossOutput) break;
-  }
-  for (CastOp cast : casts) {
-    SmallVector<Operation*> backwardUsers;
+// Gives every reader of a cast of a parameter (the bf16 copy of a weight) after the first a copy of
+// the cast of its own, made just before it. CSE leaves one cast per weight, which the encoder pass,
+// the decoder pass and the backward all read: the encoder reads every layer before the decoder reads
+// the first, so each copy would live from its encoder layer to its last backward read, and all the
+// model's bf16 weights with it. A cast moves the same bits each time, so every copy equals the
+// first. Parameters that the entry writes are left alone (a later cast could read the new value).
+// A dg.dequantize of a frozen base weight's codes is such a copy too (docs/training.md, "Frozen
+// low-precision base"): each reader decodes its own.
+void recastParametersPerUse(Block& body, const llvm::StringSet<>& assigned) {
+  SmallVector<Operation*> casts;
+  for (Operation& op : body)
+    if (isa<CastOp, DequantizeOp>(op))
+      if (ParamOp param = parameterBehindViews(op.getOperand(0)); param && !assigned.contains(param.getName()))
+        casts.push_back(&op);
+  for (Operation* cast : casts) {
+    SmallVector<Operation*> users;
     for (Operation* user : cast->getUsers())
-      if (!forward.contains(user) && !llvm::is_contained(backwardUsers, user)) backwardUsers.push_back(user);
-    if (backwardUsers.empty()) continue;
-    Operation* first = *llvm::min_element(backwardUsers, [](Operation* a, Operation* b) { return a->isBeforeInBlock(b); });
-    OpBuilder builder(first);
-    Operation* copy = builder.clone(*cast.getOperation());
-    for (Operation* user : backwardUsers) user->replaceUsesOfWith(cast.getResult(), copy->getResult(0));
+      if (!llvm::is_contained(users, user)) users.push_back(user);
+    llvm::sort(users, [](Operation* a, Operation* b) { return a->isBeforeInBlock(b); });
+    for (Operation* user : llvm::drop_begin(users)) {
+      OpBuilder builder(user);
+      Operation* copy = builder.clone(*cast);
+      user->replaceUsesOfWith(cast->getResult(0), copy->getResult(0));
+    }
   }
 }
 
@@ -279,7 +279,7 @@ struct DgBackwardSchedulePass : mlir::dg::impl::DgBackwardScheduleBase<DgBackwar
       if (output.getName() == lossName) lossOutput = output;
     if (!lossOutput) return;  // nothing differentiated here
     const llvm::StringSet<> assigned = assignedParameters(body);
-    recastParametersForBackward(body, lossOutput, assigned);
+    recastParametersPerUse(body, assigned);
     // The forward keeps its order: interleaving the encoder's and decoder's forward passes kept more
     // intermediates alive at once than it saved (docs/performance.md).
     SmallVector<Operation*> backward;

@@ -117,7 +117,12 @@ class ExpertDispatchRewriter {
  public:
   explicit ExpertDispatchRewriter(OpBuilder& builder) : b_(builder) {}
 
+  // Ops with per-expert adapters keep the all-gather form: dg.moe_local_experts has no adapter
+  // operands (docs/parallelism.md, "Expert parallelism").
+  static bool hasAdapters(Operation* op) { return op->hasAttr("lora_scale"); }
+
   void rewrite(MoeExpertsOp op) {
+    if (hasAdapters(op)) return;
     FailureOr<ExpertAxis> expert = matchExpertAxis(op, op.getInput(), op.getGateUp());
     if (failed(expert)) return;
     FailureOr<RowScatter> scatter = soleReduceScatter(op.getResult(), expert->axis);
@@ -139,6 +144,7 @@ class ExpertDispatchRewriter {
   }
 
   void rewrite(MoeExpertsBackwardOp op) {
+    if (hasAdapters(op)) return;
     FailureOr<ExpertAxis> expert = matchExpertAxis(op, op.getInput(), op.getGateUp());
     if (failed(expert)) return;
     auto gradOutputGather = op.getGradOutput().getDefiningOp<AllGatherOp>();
@@ -165,8 +171,9 @@ class ExpertDispatchRewriter {
     Value weightRows = exchange(loc, permute(loc, routeWeights, routeSlots), sent.sendCounts, capacity, expert->axis);
 
     auto backward = b_.create<MoeLocalExpertsBackwardOp>(
-        loc, TypeRange{sent.receivedRows.getType(), weightRows.getType(), op.getGradGateUp().getType(),
-                       op.getGradDown().getType()},
+        loc,
+        TypeRange{sent.receivedRows.getType(), weightRows.getType(), gradientType(op.getGradGateUp(), op.getGateUp()),
+                  gradientType(op.getGradDown(), op.getDown())},
         sent.receivedRows, weightRows, gradRows, sent.receivedExpertCounts, op.getGateUp(), op.getDown());
     if (gradInput->scatter) {
       Value returned = exchange(loc, backward.getGradRows(), sent.receivedCounts, routes, expert->axis);
@@ -179,12 +186,14 @@ class ExpertDispatchRewriter {
       Value unpermuted = b_.create<MoeCombineOp>(loc, returned.getType(), returned, routeSlots, Value());
       replaceScattered(loc, *gradWeights, unpermuted);
     }
-    op.getGradGateUp().replaceAllUsesWith(backward.getGradGateUp());
-    op.getGradDown().replaceAllUsesWith(backward.getGradDown());
+    // A frozen base's gradients, which the op no longer has, are computed and left unused here.
+    if (Value gradGateUp = op.getGradGateUp()) gradGateUp.replaceAllUsesWith(backward.getGradGateUp());
+    if (Value gradDown = op.getGradDown()) gradDown.replaceAllUsesWith(backward.getGradDown());
     op.erase();
   }
 
  private:
+  static Type gradientType(Value gradient, Value weight) { return (gradient ? gradient : weight).getType(); }
   static int64_t routesOf(Value indices) { return typeOf(indices).getNumElements(); }
 
   // Whether the scatter (if any) keeps exactly the rank's N rows of the gathered `value`: the

@@ -29,7 +29,10 @@ namespace {
 bool computesSameExperts(MoeExpertsOp forward, MoeExpertsBackwardOp backward) {
   return forward.getInput() == backward.getInput() && forward.getWeights() == backward.getWeights() &&
          forward.getIndices() == backward.getIndices() && forward.getGateUp() == backward.getGateUp() &&
-         forward.getDown() == backward.getDown() && forward.getExpertOffset() == backward.getExpertOffset();
+         forward.getDown() == backward.getDown() && forward.getExpertOffset() == backward.getExpertOffset() &&
+         forward.getLoraGateUpA() == backward.getLoraGateUpA() &&
+         forward.getLoraGateUpB() == backward.getLoraGateUpB() && forward.getLoraDownA() == backward.getLoraDownA() &&
+         forward.getLoraDownB() == backward.getLoraDownB() && forward.getLoraScaleAttr() == backward.getLoraScaleAttr();
 }
 
 // The last dg.moe_experts before `backward` in its block that computes what it differentiates.

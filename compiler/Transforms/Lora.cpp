@@ -1,6 +1,8 @@
 // dg-lora: freezes the model's weights and adds trainable low-rank adapters beside the targeted
 // ones (docs/training.md, "LoRA adapters"). The adapter of a linear weight is two more matmuls on
-// the same input, so W + ΔW is never formed and the frozen W can stay in any storage format.
+// the same input, and the routed experts' adapters are operands of dg.moe_experts, whose kernels
+// add each expert's low-rank products; W + ΔW is never formed and the frozen W can stay in any
+// storage format.
 #include <cmath>
 #include <map>
 #include <set>
@@ -23,10 +25,10 @@ namespace {
 // The weight-name suffix of each single target, and the groups as lists of singles.
 const std::map<std::string, std::string>& linearTargetSuffixes() {
   static const std::map<std::string, std::string> suffixes = {
-      {"q_proj", ".self_attn.q_proj.weight"},    {"k_proj", ".self_attn.k_proj.weight"},
-      {"v_proj", ".self_attn.v_proj.weight"},    {"o_proj", ".self_attn.o_proj.weight"},
-      {"gate_proj", ".mlp.gate_proj.weight"},    {"up_proj", ".mlp.up_proj.weight"},
-      {"down_proj", ".mlp.down_proj.weight"},    {"router.proj", ".router.proj.weight"},
+      {"q_proj", ".self_attn.q_proj.weight"}, {"k_proj", ".self_attn.k_proj.weight"},
+      {"v_proj", ".self_attn.v_proj.weight"}, {"o_proj", ".self_attn.o_proj.weight"},
+      {"gate_proj", ".mlp.gate_proj.weight"}, {"up_proj", ".mlp.up_proj.weight"},
+      {"down_proj", ".mlp.down_proj.weight"}, {"router.proj", ".router.proj.weight"},
   };
   return suffixes;
 }
@@ -75,28 +77,64 @@ class Adapters {
     const std::string role = cast<StringAttr>(weight->getAttr(kRoleAttr)).getValue().str();
     // A reads the weight's input dimension, B writes its output: each splits where the weight does.
     builder_.setInsertionPoint(matmul);
-    ParamOp a = parameter(prefix + ".lora_A.weight", {rank_, in}, uniformInit(in), role == "row" ? "row" : "replicated");
-    ParamOp b = parameter(prefix + ".lora_B.weight", {out, rank_}, zerosInit(), role == "column" ? "column" : "replicated");
+    ParamOp a =
+        parameter(prefix + ".lora_A.weight", {rank_, in}, uniformInit(in), role == "row" ? "row" : "replicated");
+    ParamOp b =
+        parameter(prefix + ".lora_B.weight", {out, rank_}, zerosInit(), role == "column" ? "column" : "replicated");
     Value aUse = inDtype(a, element, loc), bUse = inDtype(b, element, loc);
     builder_.setInsertionPointAfter(matmul);
     if (dropoutKeys && dropout_ > 0) x = dropped(x, dropoutKeys, loc);
     Value down = builder_.create<MatmulOp>(loc, x, aUse, builder_.getBoolAttr(false), builder_.getBoolAttr(true));
     Value up = builder_.create<MatmulOp>(loc, down, bUse, builder_.getBoolAttr(false), builder_.getBoolAttr(true));
-    Value scaled = builder_.create<MulOp>(loc, up, builder_.create<FillOp>(loc, RankedTensorType::get({}, element), builder_.getF64FloatAttr(scale_)));
+    Value scaled = builder_.create<MulOp>(
+        loc, up, builder_.create<FillOp>(loc, RankedTensorType::get({}, element), builder_.getF64FloatAttr(scale_)));
     auto sum = builder_.create<AddOp>(loc, matmul.getResult(), scaled);
     matmul.getResult().replaceAllUsesExcept(sum.getResult(), sum);
   }
 
+  // The routed experts' adapters (per expert, inside dg.moe_experts' grouped products): for a
+  // targeted `P` = ...experts.gate_up_proj [E, 2I, H], `P.lora_A` [E, r, H] and `P.lora_B` [E, 2I, r];
+  // for ...experts.down_proj [E, H, I], [E, r, I] and [E, H, r]. Inits as PEFT's parameter targets
+  // (one nn.Linear per factor over all the experts): A uniform over ±1/√fan_in, B zeros.
+  void adaptExperts(MoeExpertsOp experts, ParamOp gateUp, ParamOp down) {
+    Location loc = experts.getLoc();
+    Type element = elementOf(experts.getInput());
+    auto shape = cast<RankedTensorType>(experts.getGateUp().getType()).getShape();
+    const int64_t count = shape[0], width = shape[1], hidden = shape[2], inner = width / 2;
+    builder_.setInsertionPoint(experts);
+    auto pair = [&](ParamOp weight, int64_t fanIn, int64_t fanOut) -> std::pair<Value, Value> {
+      const std::string prefix = weight.getName().str();
+      ParamOp a = parameter(prefix + ".lora_A", {count, rank_, fanIn}, uniformInit(fanIn), kRoleExperts);
+      ParamOp b = parameter(prefix + ".lora_B", {count, fanOut, rank_}, zerosInit(), kRoleExperts);
+      return {inDtype(a, element, loc), inDtype(b, element, loc)};
+    };
+    if (gateUp) {
+      auto [a, b] = pair(gateUp, hidden, width);
+      experts.getLoraGateUpAMutable().assign(a);
+      experts.getLoraGateUpBMutable().assign(b);
+    }
+    if (down) {
+      auto [a, b] = pair(down, inner, hidden);
+      experts.getLoraDownAMutable().assign(a);
+      experts.getLoraDownBMutable().assign(b);
+    }
+    experts.setLoraScaleAttr(builder_.getF64FloatAttr(scale_));
+  }
+
  private:
   DictionaryAttr uniformInit(int64_t fanIn) {
-    return builder_.getDictionaryAttr({builder_.getNamedAttr("kind", builder_.getStringAttr("uniform")),
-                                       builder_.getNamedAttr("bound", builder_.getF64FloatAttr(1.0 / std::sqrt(double(fanIn))))});
+    return builder_.getDictionaryAttr(
+        {builder_.getNamedAttr("kind", builder_.getStringAttr("uniform")),
+         builder_.getNamedAttr("bound", builder_.getF64FloatAttr(1.0 / std::sqrt(double(fanIn))))});
   }
-  DictionaryAttr zerosInit() { return builder_.getDictionaryAttr({builder_.getNamedAttr("kind", builder_.getStringAttr("zeros"))}); }
+  DictionaryAttr zerosInit() {
+    return builder_.getDictionaryAttr({builder_.getNamedAttr("kind", builder_.getStringAttr("zeros"))});
+  }
 
   // A trainable f32 adapter parameter, created just before its first reader in each entry point.
   ParamOp parameter(const std::string& name, ArrayRef<int64_t> shape, DictionaryAttr init, StringRef role) {
-    auto param = builder_.create<ParamOp>(NameLoc::get(builder_.getStringAttr(name)), RankedTensorType::get(shape, builder_.getF32Type()),
+    auto param = builder_.create<ParamOp>(NameLoc::get(builder_.getStringAttr(name)),
+                                          RankedTensorType::get(shape, builder_.getF32Type()),
                                           builder_.getStringAttr(name), init, builder_.getBoolAttr(true));
     param->setAttr(kRoleAttr, builder_.getStringAttr(role));
     return param;
@@ -110,7 +148,8 @@ class Adapters {
   // x * (u >= p) / (1 - p), u uniform per element from the example's key: one stream per site.
   Value dropped(Value x, Value keys, Location loc) {
     auto uniformType = RankedTensorType::get(shapeOf(x), builder_.getF32Type());
-    Value u = builder_.create<RandomUniformOp>(loc, uniformType, keys, builder_.getI64IntegerAttr(kFirstDropoutStream + site_++));
+    Value u = builder_.create<RandomUniformOp>(loc, uniformType, keys,
+                                               builder_.getI64IntegerAttr(kFirstDropoutStream + site_++));
     auto scalar = [&](double value, Type element) {
       return builder_.create<FillOp>(loc, RankedTensorType::get({}, element), builder_.getF64FloatAttr(value));
     };
@@ -145,20 +184,26 @@ struct DgLoraPass : mlir::dg::impl::DgLoraBase<DgLoraPass> {
     const std::set<std::string> singles(expanded.begin(), expanded.end());
     if (singles.empty()) return fail(module, "no targets");
     for (const std::string& single : singles)
-      if (isExpertTarget(single))
-        return fail(module, "target '" + single + "': adapters on the routed experts are not built yet");
+      if (isExpertTarget(single) && dropout > 0)
+        return fail(module, "target '" + single +
+                                "': the routed experts' adapters take no dropout (PEFT rejects lora_dropout on "
+                                "parameter targets); use dropout 0 or leave the experts out");
 
     Adapters adapters(module.getContext(), rank, alpha, dropout);
     std::set<std::string> matched;
     for (auto function : module.getOps<func::FuncOp>()) {
       if (!function->hasAttr(kEntryAttr)) continue;
       Value keys;
-      const bool withDropout = dropout > 0 && llvm::is_contained(dropoutEntries, cast<StringAttr>(function->getAttr(kEntryAttr)).getValue().str());
+      const bool withDropout =
+          dropout > 0 &&
+          llvm::is_contained(dropoutEntries, cast<StringAttr>(function->getAttr(kEntryAttr)).getValue().str());
       if (withDropout) {
         function.walk([&](InputOp input) {
           if (input.getName() == dropoutKeys) keys = input.getResult();
         });
-        if (!keys) return fail(module, "entry '" + function.getSymName().str() + "' has no input '" + dropoutKeys + "' to draw the dropout masks from");
+        if (!keys)
+          return fail(module, "entry '" + function.getSymName().str() + "' has no input '" + dropoutKeys +
+                                  "' to draw the dropout masks from");
       }
       SmallVector<std::pair<MatmulOp, ParamOp>> sites;
       function.walk([&](MatmulOp matmul) {
@@ -170,6 +215,19 @@ struct DgLoraPass : mlir::dg::impl::DgLoraBase<DgLoraPass> {
         }
       });
       for (auto [matmul, weight] : sites) adapters.adapt(matmul, weight, keys);
+      function.walk([&](MoeExpertsOp experts) {
+        auto targeted = [&](Value operand, StringRef single) -> ParamOp {
+          ParamOp weight = weightParam(operand);
+          if (!weight || !weight.getTrainable() || !singles.count(single.str()) ||
+              !weight.getName().ends_with(("." + single).str()))
+            return {};
+          matched.insert(single.str());
+          return weight;
+        };
+        ParamOp gateUp = targeted(experts.getGateUp(), "experts.gate_up_proj");
+        ParamOp down = targeted(experts.getDown(), "experts.down_proj");
+        if (gateUp || down) adapters.adaptExperts(experts, gateUp, down);
+      });
     }
     for (const std::string& single : singles)
       if (!matched.count(single)) return fail(module, "target '" + single + "' matches no weight of the model");
@@ -198,7 +256,8 @@ std::vector<std::string> mlir::dg::expandLoraTargets(llvm::ArrayRef<std::string>
     auto group = targetGroups().find(target);
     if (group != targetGroups().end()) {
       singles.insert(group->second.begin(), group->second.end());
-    } else if (linearTargetSuffixes().count(target) || target == "experts.gate_up_proj" || target == "experts.down_proj") {
+    } else if (linearTargetSuffixes().count(target) || target == "experts.gate_up_proj" ||
+               target == "experts.down_proj") {
       singles.insert(target);
     } else {
       error = "unknown target '" + target +

@@ -52,6 +52,28 @@ def DgLora : Pass<"dg-lora", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }
 
+def DgBaseDtype : Pass<"dg-base-dtype", "::mlir::ModuleOp"> {
+  let summary = "Stores the frozen base weights (dg.frozen_base) in bf16, int8 or NF4";
+  let description = [{
+    Runs after dg-lora and before autodiff, on exactly the parameters marked `dg.frozen_base`.
+    `bf16`: each becomes a bf16 parameter (no f32 copy); a cast of it to bf16 folds away, any other
+    reader gets a widening cast. `int8` / `nf4`: an f32 weight of rank >= 2 read only by matmul and
+    moe_experts (through casts, reshapes and transposes) becomes two parameters, `NAME` (the codes:
+    i8, or ui8 with the last dimension halved) and `NAME.scale` (int8, one per row) or `NAME.absmax`
+    (nf4, one per 64 elements of a row), both frozen with the weight's `dg.role`, and each reader gets
+    a dg.dequantize into the type it read (a cast to the activation dtype becomes the dequantize
+    itself), placed at the reader so the decoded weight lives only as long as the use. Their `init`
+    says how the runtime fills them (`{kind = "quantized", ...}`, docs/plan-format.md, "Header").
+    Every other frozen parameter (norm weights, scales, the embedding table, which gather reads by
+    row and the tied head by matmul) becomes bf16. An NF4 weight whose last dimension is not a
+    multiple of 64 is an error naming it (docs/training.md, "Frozen low-precision base").
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"bf16\"", "bf16 | int8 | nf4">,
+  ];
+  let dependentDialects = ["::mlir::dg::DgDialect"];
+}
+
 def DgF32GradientAccumulation : Pass<"dg-f32-gradient-accumulation", "::mlir::func::FuncOp"> {
   let summary = "Sums a bf16 step's weight gradients, and computes their last ops, in f32";
   let description = [{
@@ -78,9 +100,9 @@ def DgBackwardSchedule : Pass<"dg-backward-schedule", "::mlir::func::FuncOp"> {
     type goes first. Collectives move like other ops (each rank schedules its program alike;
     dgemma-compile checks that the ranks' plans agree); other ops with effects keep their relative
     order, so do the outputs, and so do the readers and writers of each parameter the entry assigns.
-    The parameter updates stay at the end (dg-memory-plan moves them up). The backward users of a
-    cast of a parameter that the forward also reads get one copy of the cast, made just before the
-    first of them, so the forward's copy dies with the forward. Every value is computed as before,
+    The parameter updates stay at the end (dg-memory-plan moves them up). Every reader of a cast
+    of a parameter after the first gets a copy of the cast of its own, made just before it, so no
+    copy lives from the encoder's read of a weight to the decoder's or the backward's. Every value is computed as before,
     from the same operands (docs/performance.md, "Scheduling the backward").
   }];
   let options = [

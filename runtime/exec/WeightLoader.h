@@ -33,16 +33,23 @@ using TensorLocator = std::function<std::optional<SafetensorsLocation>(const std
 // with its file) and the caller's `otherProblems` are checked first and reported together in one
 // InputError naming `source`, before anything is copied. A progress line goes to stderr on rank 0
 // when it is a terminal.
+// Parameters `filledElsewhere` accepts (an adapter plan's LoRA adapters, which no base checkpoint
+// holds) are neither looked up nor touched.
 void loadMappedWeights(Executor& executor, const std::string& source, const TensorLocator& locate,
-                       std::vector<std::string> otherProblems = {});
+                       std::vector<std::string> otherProblems = {},
+                       const std::function<bool(const Parameter&)>& filledElsewhere = {});
 
 // The same for the safetensors under `weightsPath` (a directory or one file), whose tensor names are
 // the plan's parameter names; a tensor the plan does not use is a problem too.
 void loadWeights(Executor& executor, const std::string& weightsPath);
 
 // Draws every parameter from its "init" spec: {"kind": "normal", "std": s} (mean 0),
-// {"kind": "ones"}, {"kind": "zeros"}. Values depend only on (seed, parameter name, global element
-// index), so every rank layout draws the same global tensor.
+// {"kind": "uniform", "bound": b} (U(-b, b)), {"kind": "ones"}, {"kind": "zeros"}. Values depend
+// only on (seed, parameter name, global element index), so every rank layout draws the same global
+// tensor.
 void initializeWeights(Executor& executor, uint64_t seed);
+// The same for the parameters `which` accepts only (the LoRA adapters of a plan whose base comes
+// from a checkpoint); the others are left as they are.
+void initializeWeights(Executor& executor, uint64_t seed, const std::function<bool(const Parameter&)>& which);
 
 }  // namespace dgemma

@@ -370,6 +370,27 @@ void writeSafetensors(const std::string& path, const std::vector<std::pair<std::
   writePiecesAtomically(path, pieces);
 }
 
+std::string safetensorsBytes(const std::string& what,
+                             const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
+  std::vector<StreamedTensor> layout;
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor) rejectTensor(what, name, "null tensor");
+    layout.push_back({name, tensor->dtype, tensor->shape, nullptr});
+    for (int64_t extent : tensor->shape)
+      if (extent < 0) rejectTensor(what, name, "negative dimension in shape " + shapeToString(tensor->shape));
+    const uint64_t bytes = streamedTensorBytes(layout.back());
+    if (tensor->data.size() != bytes)
+      rejectTensor(
+          what, name,
+          "holds " + std::to_string(tensor->data.size()) + " bytes, but its shape needs " + std::to_string(bytes));
+  }
+  std::string file = headerPrefix(what, layout, metadata);
+  for (const auto& [name, tensor] : tensors)
+    file.append(reinterpret_cast<const char*>(tensor->data.data()), tensor->data.size());
+  return file;
+}
+
 void writeSafetensorsStreamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
                               const std::map<std::string, std::string>& metadata) {
   for (const StreamedTensor& tensor : tensors)

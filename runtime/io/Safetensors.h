@@ -91,6 +91,12 @@ class SafetensorsFile {
 void writeSafetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// The bytes writeSafetensors would write, in memory (a small file that goes out through another
+// writer, e.g. a checkpoint's extra files); `what` names the file in errors. Throws as writeSafetensors.
+std::string safetensorsBytes(const std::string& what,
+                             const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
+
 // A tensor of writeSafetensorsStreamed: its header entry, and what produces its bytes.
 struct StreamedTensor {
   std::string name;

@@ -74,8 +74,20 @@ class ModelAdapter {
   virtual const ModelContract& contract() const = 0;
 
   // Fills the executor's model parameters from `weightsPath` (a checkpoint directory or file);
-  // `planPath` names the plan in messages.
+  // `planPath` names the plan in messages. The LoRA adapters of an adapter plan are no part of a
+  // base checkpoint: they are left as they are, for initializeWeights or loadAdapter.
   virtual void loadWeights(Executor& executor, const std::string& weightsPath, const std::string& planPath) const = 0;
+
+  // LoRA adapters (docs/training.md, "LoRA adapters"), of a plan with `adapter` settings.
+  // Whether plan parameter `name` is an adapter.
+  virtual bool isAdapterParameter(const std::string& name) const = 0;
+  // The files of the family's adapter directory (file name, bytes) for `tensors`, every adapter
+  // parameter's global tensor; `baseModel` names the base they were trained over.
+  virtual std::vector<std::pair<std::string, std::string>> adapterFiles(
+      const Plan& plan, const std::map<std::string, HostTensor>& tensors, const std::string& baseModel) const = 0;
+  // Every adapter parameter's global tensor (f32) from adapter directory `directory`. InputError
+  // naming it when the plan has no adapter or the directory's settings, keys or shapes differ.
+  virtual std::map<std::string, HostTensor> readAdapter(const Plan& plan, const std::string& directory) const = 0;
 
   // The token ids and vocabulary of the plan's model config; InputError naming `planPath` when the
   // family has none or the config lacks them.

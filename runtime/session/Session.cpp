@@ -5,6 +5,7 @@
 #include "plan/PlanFile.h"
 #include "runtime/exec/TimingBackend.h"
 #include "runtime/exec/WeightLoader.h"
+#include "runtime/session/GlobalTensors.h"
 #include "support/Error.h"
 
 namespace dgemma {
@@ -64,7 +65,26 @@ std::unique_ptr<Session> openSession(const SessionOptions& options, Plan plan) {
       std::make_unique<Executor>(session->plan, *session->backend, session->communicators, session->planPath);
   if (!options.weights.empty()) session->model->loadWeights(*session->executor, options.weights, session->planPath);
   else initializeWeights(*session->executor, options.seed);
+  if (!options.adapter.empty()) {
+    loadAdapter(*session, options.adapter);
+  } else if (session->plan.adapter && !options.weights.empty()) {
+    const ModelAdapter& model = *session->model;
+    initializeWeights(*session->executor, options.seed,
+                      [&](const Parameter& parameter) { return model.isAdapterParameter(parameter.name); });
+  }
   return session;
+}
+
+void loadAdapter(Session& session, const std::string& directory) {
+  std::map<std::string, HostTensor> tensors = session.model->readAdapter(session.plan, directory);
+  for (const Parameter& parameter : session.plan.parameters) {
+    auto found = tensors.find(parameter.name);
+    if (found == tensors.end()) continue;
+    const std::string what = "--adapter: " + directory + ": " + parameter.name;
+    const HostTensor converted = convertDType(found->second, session.plan.buffers[parameter.buffer].dtype, what);
+    session.executor->setParameter(
+        parameter.name, cutBox(converted, parameter.globalShape, {parameter.shardOffset, parameter.shardShape}, what));
+  }
 }
 
 }  // namespace dgemma

@@ -20,6 +20,9 @@ struct SessionOptions {
   std::string planDir;  // a directory written by dgemma-compile
   std::string weights;  // an HF checkpoint or a dgemma checkpoint directory ...
   std::string init;     // ... or "random": the parameters' init distributions
+  // An adapter plan's LoRA adapters (docs/training.md, "LoRA adapters"): from this adapter directory;
+  // empty: from their init specs (with --weights, the base alone comes from there).
+  std::string adapter;
   uint64_t seed = 0;    // of --init random
   std::string backend = "cpu";
   int64_t threads = 0;  // CPU worker threads (0: one per core)
@@ -59,9 +62,14 @@ struct Session {
 };
 
 // Loads the plan, connects the ranks (options.rendezvous) and fills its model parameters from
-// `weights` or `init` (exactly one is given).
+// `weights` or `init` (exactly one is given); an adapter plan's adapters from `adapter`, or from
+// their init specs (seed `seed`) when it is empty.
 std::unique_ptr<Session> openSession(const SessionOptions& options);
 // The same for a plan already loaded with loadPlan(options).
 std::unique_ptr<Session> openSession(const SessionOptions& options, Plan plan);
+
+// Sets the adapter plan's LoRA adapters to `directory`'s (this rank's boxes). InputError naming it
+// when the plan has no adapters or the directory disagrees with the plan (ModelAdapter::readAdapter).
+void loadAdapter(Session& session, const std::string& directory);
 
 }  // namespace dgemma

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <vector>
 
 #include "support/Error.h"
@@ -51,6 +53,30 @@ FileDigest digestCheckpointFile(const std::string& path, bool loading) {
     XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(n));
     digest.size += static_cast<uint64_t>(n);
   }
+}
+
+std::string weightsListingDigest(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path weights(path);
+  if (!fs::exists(weights, error)) throw InputError(path + ": no such file or directory");
+  auto endsWith = [](const std::string& name, const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  std::map<std::string, uint64_t> listed;
+  if (fs::is_directory(weights)) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(weights)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() &&
+          (endsWith(name, ".safetensors") || endsWith(name, ".safetensors.index.json") || name == "config.json"))
+        listed[name] = entry.file_size();
+    }
+  } else {
+    listed[weights.filename().string()] = fs::file_size(weights);
+  }
+  std::string text;
+  for (const auto& [name, size] : listed) text += name + '\t' + std::to_string(size) + '\n';
+  return hex64(XXH3_64bits(text.data(), text.size()));
 }
 
 }  // namespace dgemma

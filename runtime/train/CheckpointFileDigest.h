@@ -16,4 +16,10 @@ struct FileDigest {
 // An I/O error is an InputError when loading (`loading`), a RuntimeError when saving.
 FileDigest digestCheckpointFile(const std::string& path, bool loading);
 
+// XXH3-64 (16 hex digits) of the listing of the weights at `path`: the name and size of every
+// *.safetensors, *.safetensors.index.json and config.json file of a directory (sorted by name), or of
+// the one file. What an adapter checkpoint records of the frozen base it was trained over, cheap to
+// recompute on resume (docs/training.md, "LoRA adapters"). InputError when `path` does not exist.
+std::string weightsListingDigest(const std::string& path);
+
 }  // namespace dgemma

@@ -170,7 +170,10 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   for (const Parameter& parameter : plan.parameters) {
     if (parameter.name.rfind(kGradientPrefix, 0) == 0) trainPlan.gradients.push_back(parameter.name);
     else if (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0) trainPlan.optimizerParameters.push_back(parameter.name);
-    else if (!isRunState(parameter.name)) trainPlan.modelParameters.push_back(parameter.name);
+    // An adapter plan's checkpoints hold its adapters, not the frozen base that --weights gives
+    // (docs/training.md, "LoRA adapters").
+    else if (!isRunState(parameter.name) && (!plan.adapter || parameter.trainable))
+      trainPlan.modelParameters.push_back(parameter.name);
   }
   if (trainPlan.gradients.empty())
     throw InputError(planPath + ": no gradient buffer (a " + kGradientPrefix + "<name> parameter); recompile the plan with dgemma-compile");

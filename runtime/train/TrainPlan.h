@@ -44,7 +44,9 @@ struct TrainPlan {
   // Parameters, each list in plan order. The gradient buffers ("grad/<name>") are summed into by
   // train_step, read and zeroed by optimizer_step: zero at every step boundary, so never saved.
   std::vector<std::string> gradients;
-  std::vector<std::string> modelParameters;      // every parameter not under "optimizer/", "grad/" or run state
+  // Every parameter not under "optimizer/", "grad/" or run state; of an adapter plan only the
+  // trainable ones (the adapters).
+  std::vector<std::string> modelParameters;
   std::vector<std::string> optimizerParameters;  // "optimizer/exp_avg/<name>", ...
 };
 

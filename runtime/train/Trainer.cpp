@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <cmath>
@@ -15,7 +16,9 @@
 #include "support/Json.h"
 #include "runtime/core/NoiseKeys.h"
 #include "plan/PlanFile.h"
+#include "runtime/session/GlobalTensors.h"
 #include "runtime/session/RunEntry.h"
+#include "runtime/train/CheckpointFileDigest.h"
 #include "runtime/train/CheckpointWriter.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
@@ -84,8 +87,8 @@ struct StepGradients {
 
 class Trainer {
  public:
-  Trainer(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, Dataset train, std::optional<Dataset> validation,
-          std::optional<Dataset> test)
+  Trainer(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, Dataset train,
+          std::optional<Dataset> validation, std::optional<Dataset> test)
       : options_(options),
         session_(session),
         trainPlan_(trainPlan),
@@ -98,7 +101,7 @@ class Trainer {
         validationImages_(trainPlan.image),
         testImages_(trainPlan.image),
         world_(session.plan, *session.backend, session.communicators),
-        identity_(checkpointIdentity(session.plan, trainPlan)),
+        identity_(trainingIdentity(options, session.plan, trainPlan)),
         config_(runConfig()),
         out_(world_.rank() == 0 ? std::cout.rdbuf() : nullptr) {
     collate_.canvasLength = trainPlan.canvasLength;
@@ -110,6 +113,8 @@ class Trainer {
 
  private:
   static LrScheduleConfig scheduleConfig(const TrainOptions& options);
+  static nlohmann::json trainingIdentity(const TrainOptions& options, const Plan& plan, const TrainPlan& trainPlan);
+  std::vector<std::pair<std::string, std::string>> adapterCheckpointFiles();
   int64_t globalBatch() const { return trainPlan_.microBatch * options_.accumulation; }
   nlohmann::json runConfig() const;
   void printSetup() const;
@@ -155,6 +160,16 @@ class Trainer {
   int64_t consumedSamples_ = 0;  // the next global sample index
   int64_t consumedTokens_ = 0;   // real tokens of the consumed samples
 };
+
+// What a checkpoint must match to be resumed: checkpointIdentity, and for an adapter plan over a
+// --weights base the listing digest of that base, which its checkpoints do not hold (a resume
+// re-reads it and must read the same one).
+nlohmann::json Trainer::trainingIdentity(const TrainOptions& options, const Plan& plan, const TrainPlan& trainPlan) {
+  nlohmann::json identity = checkpointIdentity(plan, trainPlan);
+  if (plan.adapter && !options.session.weights.empty())
+    identity["adapter_base"] = {{"weights_listing_xxh3", weightsListingDigest(options.session.weights)}};
+  return identity;
+}
 
 LrScheduleConfig Trainer::scheduleConfig(const TrainOptions& options) {
   LrScheduleConfig config;
@@ -421,7 +436,7 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   std::vector<HostTensor> secondCopies;
   std::vector<std::string> secondCopyNames;
   for (const std::string& name : trainPlan_.modelParameters)
-    if (std::optional<std::string> copy = model.secondCopyName(name)) {
+    if (std::optional<std::string> copy = plan.adapter ? std::nullopt : model.secondCopyName(name)) {
       secondCopies.push_back(session_.executor->parameter(name));
       secondCopyNames.push_back(*copy);
     }
@@ -438,8 +453,37 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   CheckpointSaveOptions options;
   options.keep = options_.keep;
   options.wholeGroups = {"model"};
-  if (world_.rank() == 0) options.extraFiles = model.checkpointSideFiles(plan, checkpointTokenizerDir());
+  // An adapter plan's checkpoint is the family's adapter directory instead (docs/training.md, "LoRA
+  // adapters"): its model group holds the adapters alone, the base stays where --weights is.
+  if (plan.adapter) {
+    std::vector<std::pair<std::string, std::string>> files = adapterCheckpointFiles();
+    if (world_.rank() == 0) options.extraFiles = std::move(files);
+  } else if (world_.rank() == 0) {
+    options.extraFiles = model.checkpointSideFiles(plan, checkpointTokenizerDir());
+  }
   return saveShardedCheckpoint(world_, *session_.executor, options_.saveDir, state, groups, options);
+}
+
+// The adapter directory's files of the current adapters, on rank 0 (empty on the others): each
+// adapter assembled whole from the ranks' boxes, a collective every rank joins.
+std::vector<std::pair<std::string, std::string>> Trainer::adapterCheckpointFiles() {
+  const Plan& plan = session_.executor->plan();
+  if (session_.worldSize > 1 && !session_.world)
+    throw RuntimeError("checkpoint: an adapter plan on " + std::to_string(session_.worldSize) +
+                       " ranks needs the session's world communicator to assemble its adapters");
+  std::map<std::string, HostTensor> adapters;
+  for (const std::string& name : trainPlan_.modelParameters) {
+    const auto parameter = std::find_if(plan.parameters.begin(), plan.parameters.end(),
+                                        [&](const Parameter& candidate) { return candidate.name == name; });
+    HostTensor local = session_.executor->parameter(name);
+    HostTensor global = session_.worldSize > 1
+                            ? assembleGlobal(*session_.world, local, {parameter->shardOffset, parameter->shardShape},
+                                             parameter->globalShape, "adapter " + name)
+                            : std::move(local);
+    if (world_.rank() == 0) adapters.emplace(name, std::move(global));
+  }
+  if (world_.rank() != 0) return {};
+  return session_.model->adapterFiles(plan, adapters, options_.session.weights);
 }
 
 int Trainer::run() {

@@ -42,7 +42,7 @@
 //  - moe_route: the indices exactly, the weights 1e-6 (libdevice's expf against libm's);
 //    moe_route_backward: dlogits 1e-5 of its token's Σ|dw|, dscale 1e-5 of Σ|dw|.
 //  - rms_norm_backward: 2^-23 of |cpu| plus 1e-9 (f64 sums on both, rounded once, other orders).
-//  - moe_experts, moe_experts_backward, moe_local_experts[_backward]: 1e-5 of max(1, |cpu|) (cuBLAS
+//  - moe_experts, moe_experts_backward (with adapters too), moe_local_experts[_backward]: 1e-5 of max(1, |cpu|) (cuBLAS
 //    against OpenBLAS, libdevice tanhf against fastTanh); a negative index raises the CPU kernel's error.
 //  - fused_elementwise: exactly for IEEE-only programs, 4e-6 of max(1, |cpu|) with tanh, exp or
 //    gelu_tanh; bf16 outputs one bf16 ulp more.
@@ -1330,6 +1330,41 @@ void addCastRows(std::vector<KernelCase>& rows) {
   }
 }
 
+// Every byte pattern of the codes, scales of both signs and magnitudes: both backends form each element in f32
+// the same way (runtime/kernels/dequantize/Element.h) and round it once, so they agree bit for bit.
+void addDequantizeRows(std::vector<KernelCase>& rows) {
+  struct Case {
+    const char* format;
+    std::vector<int64_t> shape;  // the weight's
+  };
+  uint32_t seed = 1350;
+  for (const Case& c : std::vector<Case>{
+           {"int8", {37, 100}}, {"int8", {3, 5, 64}}, {"nf4", {40, 128}}, {"nf4", {4, 6, 256}}, {"nf4", {1, 64}}}) {
+    const bool nf4 = std::string(c.format) == "nf4";
+    std::vector<int64_t> codesShape = c.shape, scalesShape = c.shape;
+    if (nf4) {
+      codesShape.back() /= 2;
+      scalesShape.back() /= 64;
+    } else {
+      scalesShape.pop_back();
+    }
+    std::mt19937 generator(seed++);
+    std::vector<uint8_t> codeBytes(static_cast<size_t>(numElementsOf(codesShape)));
+    for (uint8_t& byte : codeBytes) byte = static_cast<uint8_t>(generator());
+    std::vector<float> codes((codeBytes.size() + 3) / 4);
+    std::memcpy(codes.data(), codeBytes.data(), codeBytes.size());
+    for (DType out : {DType::F32, DType::BF16}) {
+      auto setup = step("dequantize", {{"format", c.format}});
+      setup->in(codesShape, nf4 ? DType::U8 : DType::I8).in(scalesShape).out(c.shape, out);
+      rows.push_back({"Dequantize",
+                      std::string(c.format) + " " + shapeToString(c.shape) + " to " + std::string(dtypeName(out)),
+                      setup,
+                      given({codes, randomFloats(numElementsOf(scalesShape), seed++, -0.5f, 0.5f)}),
+                      {bitsEqual()}});
+    }
+  }
+}
+
 // Exactly: both fill FillPattern.h's bits, computed on the host.
 void addFillRows(std::vector<KernelCase>& rows) {
   for (const auto& [dtype, value] : std::vector<std::pair<DType, double>>{
@@ -1643,6 +1678,83 @@ void addMoeExpertsRows(std::vector<KernelCase>& rows) {
   }
 }
 
+// The experts with per-expert LoRA adapters (rank 3, scale 1.5): both pairs, one pair alone, a block
+// of the experts (routes outside it), and a frozen base (the backward without the base gradients).
+// The adapters' rank-3 GEMMs add terms of the base's size: the tolerance of moe_experts.
+struct ExpertsLoraGpuCase {
+  ExpertsGpuCase experts;
+  bool gateUpPair, downPair, baseGradients;
+};
+
+StepSetup expertsLoraSetup(const ExpertsLoraGpuCase& l, int64_t rank, bool backward) {
+  const ExpertsGpuCase& c = l.experts;
+  nlohmann::json attrs = {
+      {"expert_offset", c.offset}, {"lora_gate_up", l.gateUpPair}, {"lora_down", l.downPair}, {"lora_scale", 1.5}};
+  if (backward) attrs.update({{"grad_gate_up", l.baseGradients}, {"grad_down", l.baseGradients}});
+  StepSetup setup(backward ? "moe_experts_backward" : "moe_experts", attrs);
+  setup.in({c.tokens, c.hidden}).in({c.tokens, c.topK}).in({c.tokens, c.topK}, DType::I64);
+  setup.in({c.experts, 2 * c.inner, c.hidden}).in({c.experts, c.hidden, c.inner});
+  if (backward) setup.in({c.tokens, c.hidden});
+  if (l.gateUpPair) setup.in({c.experts, rank, c.hidden}).in({c.experts, 2 * c.inner, rank});
+  if (l.downPair) setup.in({c.experts, rank, c.inner}).in({c.experts, c.hidden, rank});
+  if (!backward) {
+    setup.out({c.tokens, c.hidden});
+    return setup;
+  }
+  setup.out({c.tokens, c.hidden}).out({c.tokens, c.topK});
+  if (l.baseGradients) setup.out({c.experts, 2 * c.inner, c.hidden}).out({c.experts, c.hidden, c.inner});
+  if (l.gateUpPair) setup.out({c.experts, rank, c.hidden}).out({c.experts, 2 * c.inner, rank});
+  if (l.downPair) setup.out({c.experts, rank, c.inner}).out({c.experts, c.hidden, rank});
+  return setup;
+}
+
+void addMoeExpertsLoraRows(std::vector<KernelCase>& rows) {
+  const int64_t rank = 3;
+  uint32_t seed = 2400;
+  for (const ExpertsLoraGpuCase& l : std::vector<ExpertsLoraGpuCase>{{{9, 16, 2, 4, 8, 0}, true, true, true},
+                                                                     {{64, 64, 4, 8, 32, 0}, true, true, false},
+                                                                     {{33, 24, 2, 3, 16, 2}, true, true, false},
+                                                                     {{17, 16, 2, 4, 8, 0}, false, true, true},
+                                                                     {{17, 16, 2, 4, 8, 1}, true, false, false}}) {
+    const ExpertsGpuCase& c = l.experts;
+    Buffers common = {randomFloats(c.tokens * c.hidden, seed, -1.0f, 1.0f),
+                      randomFloats(c.tokens * c.topK, seed + 1, 0.1f, 1.0f), int64Bytes(expertIds(c, seed + 2)),
+                      randomFloats(c.experts * 2 * c.inner * c.hidden, seed + 3, -0.5f, 0.5f),
+                      randomFloats(c.experts * c.hidden * c.inner, seed + 4, -0.5f, 0.5f)};
+    Buffers adapters;
+    if (l.gateUpPair) {
+      adapters.push_back(randomFloats(c.experts * rank * c.hidden, seed + 5, -0.5f, 0.5f));
+      adapters.push_back(randomFloats(c.experts * 2 * c.inner * rank, seed + 6, -0.5f, 0.5f));
+    }
+    if (l.downPair) {
+      adapters.push_back(randomFloats(c.experts * rank * c.inner, seed + 7, -0.5f, 0.5f));
+      adapters.push_back(randomFloats(c.experts * c.hidden * rank, seed + 8, -0.5f, 0.5f));
+    }
+    Buffers forwardInputs = common, backwardInputs = common;
+    backwardInputs.push_back(randomFloats(c.tokens * c.hidden, seed + 9, -1.0f, 1.0f));
+    forwardInputs.insert(forwardInputs.end(), adapters.begin(), adapters.end());
+    backwardInputs.insert(backwardInputs.end(), adapters.begin(), adapters.end());
+    seed += 10;
+    const std::string what = "with adapters (" + std::string(l.gateUpPair ? "gate_up" : "") +
+                             (l.gateUpPair && l.downPair ? ", " : "") + (l.downPair ? "down" : "") + "; " +
+                             std::to_string(c.tokens) + " tokens, " + std::to_string(c.experts) + " experts from " +
+                             std::to_string(c.offset) + (l.baseGradients ? "" : "; frozen base") + ")";
+    std::vector<OutputCheck> gradients = {relativeAboveOne(1e-5, "dx"), relativeAboveOne(1e-5, "dweights")};
+    if (l.baseGradients)
+      gradients.insert(gradients.end(), {relativeAboveOne(1e-5, "dgate_up"), relativeAboveOne(1e-5, "ddown")});
+    if (l.gateUpPair) gradients.insert(gradients.end(), {relativeAboveOne(1e-5, "dA1"), relativeAboveOne(1e-5, "dB1")});
+    if (l.downPair) gradients.insert(gradients.end(), {relativeAboveOne(1e-5, "dA2"), relativeAboveOne(1e-5, "dB2")});
+    rows.push_back({"MoeExpertsWithAdapters",
+                    "moe_experts " + what,
+                    std::make_shared<const StepSetup>(expertsLoraSetup(l, rank, false)),
+                    given(forwardInputs),
+                    {relativeAboveOne(1e-5, "y")}});
+    rows.push_back({"MoeExpertsWithAdapters", "moe_experts_backward " + what,
+                    std::make_shared<const StepSetup>(expertsLoraSetup(l, rank, true)), given(backwardInputs),
+                    gradients});
+  }
+}
+
 // The routing table exactly (DispatchTable.h on the host for both).
 void addMoeDispatchRows(std::vector<KernelCase>& rows) {
   const int64_t tokens = 37, topK = 3, peers = 4, localExperts = 2;
@@ -1798,6 +1910,7 @@ const std::vector<KernelCase>& kernelTable() {
     addGatherRows(table);
     addLayoutRows(table);
     addCastRows(table);
+    addDequantizeRows(table);
     addFillRows(table);
     addAttentionRows(table, false);
     addAttentionRows(table, true);
@@ -1805,6 +1918,7 @@ const std::vector<KernelCase>& kernelTable() {
     addCrossEntropyRows(table, true);
     addRmsNormBackwardRows(table);
     addMoeExpertsRows(table);
+    addMoeExpertsLoraRows(table);
     addMoeDispatchRows(table);
     addMoeLocalExpertsRows(table);
     addFusedElementwiseRows(table);

@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
                  "how expert parallelism moves tokens: all-gather (default: every token to every EP rank) | all-to-all "
                  "(dropless dispatch; docs/parallelism.md, 'Expert parallelism')")
       ->check(CLI::IsMember({"all-gather", "all-to-all"}));
+  app.add_option("--base-dtype", options.baseDtype,
+                 "how the frozen base weights are stored: f32 (default) | bf16 | int8 (per-row scales) | nf4 "
+                 "(QLoRA's NormalFloat4, blocks of 64); docs/training.md, 'Frozen low-precision base'")
+      ->check(CLI::IsMember({"f32", "bf16", "int8", "nf4"}));
   app.add_option("--fusion", options.fusion,
                  "on (default) | off: fuse chains of elementwise ops into one step each (dg-fuse-elementwise; "
                  "docs/kernels.md, 'Fused elementwise chains')")

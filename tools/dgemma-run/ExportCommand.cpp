@@ -45,6 +45,7 @@ int runExport(const ExportFlags& flags) {
   options.dtype = flags.dtype == "bf16" ? DType::BF16 : DType::F32;
   options.maxShardBytes = parseShardSize(flags.maxShardSize);
   options.tokenizerDir = flags.tokenizer;
+  options.mergeAdapter = flags.mergeAdapter;
   options.progress = transferProgressWanted();
   if (!flags.model.empty()) {
     const fs::path model(flags.model);

@@ -14,6 +14,7 @@ struct ExportFlags {
   std::string model;      // --model: an HF directory or config.json whose config (and generation config) to use
   std::string planDir;    // --plan: a plan directory whose recorded config to use
   std::string tokenizer;  // --tokenizer: a directory with tokenizer.json or tokenizer.model
+  std::string mergeAdapter;  // --merge-adapter: a LoRA adapter directory (PEFT format) merged into the weights
 };
 
 // Parses "5GB", "100MB", "64KiB", "123" into bytes. Throws InputError naming --max-shard-size.

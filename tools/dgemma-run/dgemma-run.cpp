@@ -182,17 +182,24 @@ void checkOutputPaths(const CLI::App& train, const CLI::App& eval, const CLI::Ap
                                      ", which --overwrite would delete from --save-dir; resume it, or copy it elsewhere first");
       }
   } else if (eval.parsed()) {
-    const std::vector<NamedPath> directories = {{"--plan", e.run.session.planDir}, {"--weights", e.run.session.weights},
-                                                {"--tokenizer", e.run.tokenizer.empty() ? e.run.session.weights : e.run.tokenizer}};
+    const std::vector<NamedPath> directories = {
+        {"--plan", e.run.session.planDir},
+        {"--weights", e.run.session.weights},
+        {"--tokenizer", e.run.tokenizer.empty() ? e.run.session.weights : e.run.tokenizer},
+        {"--adapter", e.run.session.adapter}};
     std::vector<NamedPath> inputs = directories;
     inputs.push_back({"--test", e.test});
     dgemma::checkOutputsAgainstInputs({{"--out", e.out}}, inputs, directories);
   } else if (exportCommand.parsed()) {
-    const std::vector<NamedPath> inputs = {{"--weights", x.weights}, {"--model", x.model}, {"--plan", x.planDir},
-                                           {"--tokenizer", x.tokenizer.empty() ? x.weights : x.tokenizer}};
+    const std::vector<NamedPath> inputs = {{"--weights", x.weights},
+                                           {"--model", x.model},
+                                           {"--plan", x.planDir},
+                                           {"--tokenizer", x.tokenizer.empty() ? x.weights : x.tokenizer},
+                                           {"--merge-adapter", x.mergeAdapter}};
     dgemma::checkOutputsAgainstInputs({{"--out", x.out}}, inputs, inputs);
   } else if (!f.output.empty()) {  // forward, grad
-    const std::vector<NamedPath> directories = {{"--plan", f.session.planDir}, {"--weights", f.session.weights}};
+    const std::vector<NamedPath> directories = {
+        {"--plan", f.session.planDir}, {"--weights", f.session.weights}, {"--adapter", f.session.adapter}};
     std::vector<NamedPath> inputs = directories;
     inputs.push_back({"--input", f.input});
     dgemma::checkOutputsAgainstInputs({{"--out", f.output}}, inputs, directories);
@@ -460,6 +467,9 @@ int main(int argc, char** argv) {
         ->check(dgemma::anyUnsigned64());
     command->add_flag("--skip-bad-rows", run->skipBadRows, "skip, count and list bad rows instead of failing");
     command->add_flag("--profile", run->profile, "time every kernel and host phase; print the profile on stderr at the end");
+    command->add_option(
+        "--adapter", run->session.adapter,
+        "LoRA adapter directory (PEFT format) over the --weights base; a plan from dgemma-compile --lora");
   }
   generate->add_option("--prompt", generateFlags.prompt, "one user message, chat-formatted with the model's template");
   generate->add_option("--input", generateFlags.input, "JSONL rows (docs/data.md); a row's completion is ignored");
@@ -490,6 +500,9 @@ int main(int argc, char** argv) {
     command->add_option("--weights", flags.session.weights, "safetensors checkpoint directory or file");
     command->add_option("--init", flags.session.init, "random: draw parameters from their init distributions")->check(CLI::IsMember({"random"}));
     command->add_option("--seed", flags.session.seed, "seed for --init random")->check(dgemma::anyUnsigned64());
+    command->add_option(
+        "--adapter", flags.session.adapter,
+        "LoRA adapter directory (PEFT format) over the --weights base; a plan from dgemma-compile --lora");
     command->add_option("--input", flags.input, "BATCH.safetensors")->required();
     command->add_option("--out", flags.output, "OUT.safetensors")->required();
     addRankFlags(*command, rankFlags);
@@ -510,6 +523,8 @@ int main(int argc, char** argv) {
   exportCommand->add_option("--plan", exportFlags.planDir, "plan directory whose recorded config to use (default: --weights)")
       ->excludes(exportModel);
   exportCommand->add_option("--tokenizer", exportFlags.tokenizer, "directory with tokenizer.json or tokenizer.model (default: --weights)");
+  exportCommand->add_option("--merge-adapter", exportFlags.mergeAdapter,
+                            "LoRA adapter directory (PEFT format) to merge into --weights: W + (alpha/r)·B·A");
 
   CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
   addPlanFlags(*inspect, flags.session);

@@ -45,6 +45,7 @@ std::optional<DType> dtypeOf(Type elementType) {
   if (elementType.isF16()) return DType::F16;
   if (elementType.isInteger(64)) return DType::I64;
   if (elementType.isInteger(32)) return DType::I32;
+  if (elementType.isUnsignedInteger(8)) return DType::U8;  // packed NF4 codes (dg.dequantize)
   if (elementType.isInteger(8)) return DType::I8;
   if (elementType.isInteger(1)) return DType::Bool;
   return std::nullopt;
@@ -67,8 +68,17 @@ constexpr StringLiteral kResultSegmentSizes = "resultSegmentSizes";
 void addOptionalDefaults(Operation* op, nlohmann::json& attrs) {
   llvm::TypeSwitch<Operation*>(op)
       .Case<GatherOp, ScatterAddOp>([&](auto rowOp) { attrs["row_offset"] = rowOp.getRowOffset().getInt(); })
-      .Case<MoeExpertsOp, MoeExpertsBackwardOp>(
-          [&](auto expertOp) { attrs["expert_offset"] = expertOp.getExpertOffset().getInt(); });
+      .Case<MoeExpertsOp, MoeExpertsBackwardOp>([&](auto expertOp) {
+        attrs["expert_offset"] = expertOp.getExpertOffset().getInt();
+        // Which of the optional buffers the step lists: several are optional, so their count alone
+        // cannot say (runtime/kernels/moe/Contract.h).
+        attrs["lora_gate_up"] = static_cast<bool>(expertOp.getLoraGateUpA());
+        attrs["lora_down"] = static_cast<bool>(expertOp.getLoraDownA());
+      });
+  if (auto backward = dyn_cast<MoeExpertsBackwardOp>(op)) {
+    attrs["grad_gate_up"] = static_cast<bool>(backward.getGradGateUp());
+    attrs["grad_down"] = static_cast<bool>(backward.getGradDown());
+  }
 }
 
 // Inherent attributes become step attributes, those left at their default included (DefaultValuedAttr
@@ -243,6 +253,21 @@ class PlanBuilder {
     return id;
   }
 
+  // A parameter's init spec: strings, numbers, i64 arrays (a quantized part's logical shape) and nested
+  // specs (its base init), docs/plan-format.md, "Header".
+  static nlohmann::json initToJson(DictionaryAttr init) {
+    nlohmann::json json = nlohmann::json::object();
+    for (NamedAttribute field : init) {
+      const std::string key = field.getName().str();
+      if (auto text = dyn_cast<StringAttr>(field.getValue())) json[key] = text.getValue().str();
+      else if (auto real = dyn_cast<FloatAttr>(field.getValue())) json[key] = real.getValueAsDouble();
+      else if (auto ints = dyn_cast<DenseI64ArrayAttr>(field.getValue()))
+        json[key] = std::vector<int64_t>(ints.asArrayRef());
+      else if (auto nested = dyn_cast<DictionaryAttr>(field.getValue())) json[key] = initToJson(nested);
+    }
+    return json;
+  }
+
   FailureOr<int64_t> parameterBuffer(ParamOp param) {
     auto found = parameterBuffers_.find(param.getName().str());
     if (found != parameterBuffers_.end()) return found->second;
@@ -258,11 +283,7 @@ class PlanBuilder {
     parameter.trainable = param.getTrainable();
     parameter.pendingSum = param->hasAttr(kPendingSumAttr);
     parameter.init = nlohmann::json::object();
-    if (auto init = param.getInitAttr())
-      for (NamedAttribute field : init) {
-        if (auto text = dyn_cast<StringAttr>(field.getValue())) parameter.init[field.getName().str()] = text.getValue().str();
-        else if (auto real = dyn_cast<FloatAttr>(field.getValue())) parameter.init[field.getName().str()] = real.getValueAsDouble();
-      }
+    if (auto init = param.getInitAttr()) parameter.init = initToJson(init);
     plan_.parameters.push_back(parameter);
     parameterBuffers_[parameter.name] = *id;
     return *id;

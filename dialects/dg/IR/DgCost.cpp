@@ -16,6 +16,8 @@ int64_t InputOp::getFlops() { return 0; }
 int64_t ConstantOp::getFlops() { return 0; }
 int64_t FillOp::getFlops() { return 0; }
 int64_t CastOp::getFlops() { return 0; }
+// One multiply per element (code or table value times its scale).
+int64_t DequantizeOp::getFlops() { return resultElements(*this); }
 int64_t TransposeOp::getFlops() { return 0; }
 int64_t ReshapeOp::getFlops() { return 0; }
 int64_t GatherOp::getFlops() { return 0; }
@@ -112,7 +114,10 @@ int64_t MoeExpertsOp::getFlops() {
   auto weights = getWeights().getType();
   int64_t pairs = weights.getDimSize(0) * weights.getDimSize(1);
   int64_t hidden = getInput().getType().getDimSize(1), inner = getDown().getType().getDimSize(2);
-  return pairs * (6 * hidden * inner + 9 * inner + 2 * hidden);
+  int64_t adapters = 0;  // the two low-rank products per pair present, and the scaled add
+  if (auto a = getLoraGateUpA()) adapters += 2 * a.getType().getDimSize(1) * (hidden + 2 * inner) + 4 * inner;
+  if (auto a = getLoraDownA()) adapters += 2 * a.getType().getDimSize(1) * (inner + hidden) + 2 * hidden;
+  return pairs * (6 * hidden * inner + 9 * inner + 2 * hidden + adapters);
 }
 
 int64_t MoeRouteBackwardOp::getFlops() { return 8 * getLogits().getType().getNumElements(); }
@@ -124,8 +129,16 @@ int64_t MoeExpertsBackwardOp::getFlops() {
   auto weights = getWeights().getType();
   int64_t pairs = weights.getDimSize(0) * weights.getDimSize(1);
   int64_t hidden = getInput().getType().getDimSize(1), inner = getDown().getType().getDimSize(2);
-  const int64_t products = getGateUpRows() ? 12 : 16;
-  return pairs * (products * hidden * inner + 16 * inner + 4 * hidden);
+  // Each base weight gradient left out (a frozen base) saves its product.
+  int64_t products = getGateUpRows() ? 12 : 16;
+  if (!getGradGateUp()) products -= 4;
+  if (!getGradDown()) products -= 2;
+  // Per pair present: the forward's low-rank products again (T), then dB, dT and dA, and dT's
+  // addition to the input's gradient: five products of rank r.
+  int64_t adapters = 0;
+  if (auto a = getLoraGateUpA()) adapters += 2 * a.getType().getDimSize(1) * (3 * hidden + 4 * inner);
+  if (auto a = getLoraDownA()) adapters += 2 * a.getType().getDimSize(1) * (3 * inner + 2 * hidden);
+  return pairs * (products * hidden * inner + 16 * inner + 4 * hidden + adapters);
 }
 
 // Communication bytes (CommunicationOpInterface): what one rank receives, with the ring algorithms

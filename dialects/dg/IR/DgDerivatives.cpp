@@ -347,11 +347,19 @@ LogicalResult MoeExpertsOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotange
   if (getGateUpRows())
     return emitOpError() << "has gate_up_rows, which dg-keep-expert-activations adds after differentiation; "
                             "they have no derivative";
+  // Every gradient is built; those of a frozen base go unused and canonicalization drops them from
+  // the backward (MoeExpertsBackwardOp's DropUnusedBaseGradients), so they are never computed.
+  auto typeOrNull = [](Value value) { return value ? value.getType() : Type(); };
   auto backward = builder.create<MoeExpertsBackwardOp>(
-      getLoc(), getInput().getType(), getWeights().getType(), getGateUp().getType(), getDown().getType(), getInput(),
-      getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0], Value(), getExpertOffsetAttr());
+      getLoc(), getInput().getType(), getWeights().getType(), getGateUp().getType(), getDown().getType(),
+      typeOrNull(getLoraGateUpA()), typeOrNull(getLoraGateUpB()), typeOrNull(getLoraDownA()),
+      typeOrNull(getLoraDownB()), getInput(), getWeights(), getIndices(), getGateUp(), getDown(), cotangents[0],
+      Value(), getLoraGateUpA(), getLoraGateUpB(), getLoraDownA(), getLoraDownB(), getExpertOffsetAttr(),
+      getLoraScaleAttr());
   grads.append({backward.getGradInput(), backward.getGradWeights(), Value(), backward.getGradGateUp(),
                 backward.getGradDown()});
+  if (getLoraGateUpA()) grads.append({backward.getGradLoraGateUpA(), backward.getGradLoraGateUpB()});
+  if (getLoraDownA()) grads.append({backward.getGradLoraDownA(), backward.getGradLoraDownB()});
   return success();
 }
 

@@ -113,6 +113,44 @@ LogicalResult verifyGateUpRows(Operation* op, Value rows, RankedTensorType weigh
 }
 }  // namespace
 
+namespace {
+// The per-expert LoRA adapters of dg.moe_experts and its backward: each pair present has the
+// experts of gate_up and down ([E, r, H] and [E, 2I, r] for gate_up, [E, r, I] and [E, H, r] for
+// down), x's element type, and one rank r shared by both pairs; lora_scale comes with them.
+LogicalResult verifyExpertAdapters(Operation* op, RankedTensorType input, RankedTensorType gateUp, Value gateUpA,
+                                   Value gateUpB, Value downA, Value downB, std::optional<APFloat> scale) {
+  const int64_t experts = gateUp.getDimSize(0), width = gateUp.getDimSize(1), hidden = gateUp.getDimSize(2);
+  const int64_t inner = width / 2;
+  std::optional<int64_t> rank;
+  auto checkPair = [&](StringRef name, Value a, Value b, int64_t fanIn, int64_t fanOut) -> LogicalResult {
+    if (!a) return success();
+    auto aType = typeOf(a), bType = typeOf(b);
+    if (aType.getRank() != 3 || aType.getDimSize(0) != experts || aType.getDimSize(2) != fanIn)
+      return op->emitOpError() << name << " A must be [" << experts << ", rank, " << fanIn << "], got " << aType;
+    const int64_t r = aType.getDimSize(1);
+    if (r < 1) return op->emitOpError() << name << " rank must be >= 1, got " << r;
+    auto expectedB = RankedTensorType::get({experts, fanOut, r}, input.getElementType());
+    if (bType != expectedB) return op->emitOpError() << name << " B must be " << expectedB << ", got " << bType;
+    if (aType.getElementType() != input.getElementType())
+      return op->emitOpError() << name << " A must have the input's element type " << input.getElementType() << ", got "
+                               << aType;
+    if (rank && *rank != r)
+      return op->emitOpError() << "lora_gate_up and lora_down must share one rank, got " << *rank << " and " << r;
+    rank = r;
+    return success();
+  };
+  if (failed(checkPair("lora_gate_up", gateUpA, gateUpB, hidden, width)) ||
+      failed(checkPair("lora_down", downA, downB, inner, hidden)))
+    return failure();
+  const bool adapters = gateUpA || downA;
+  if (adapters != scale.has_value())
+    return op->emitOpError() << (adapters ? "adapters need lora_scale (alpha / rank)"
+                                          : "lora_scale is given without an adapter");
+  if (scale && !scale->isFinite()) return op->emitOpError() << "lora_scale must be finite";
+  return success();
+}
+}  // namespace
+
 LogicalResult MoeExpertsOp::verify() {
   auto input = getInput().getType(), gateUp = getGateUp().getType(), down = getDown().getType();
   if (input.getRank() != 2 || gateUp.getRank() != 3 || down.getRank() != 3)
@@ -138,7 +176,8 @@ LogicalResult MoeExpertsOp::verify() {
   if (failed(verifyGateUpRows(*this, getGateUpRows(), weights, input, inner))) return failure();
   if (int64_t offset = getExpertOffset().getInt(); offset < 0)
     return emitOpError() << "expert_offset " << offset << " must be >= 0";
-  return success();
+  return verifyExpertAdapters(*this, input, gateUp, getLoraGateUpA(), getLoraGateUpB(), getLoraDownA(), getLoraDownB(),
+                              getLoraScale());
 }
 
 // The operands are those of the dg.moe_experts whose derivative rule builds this op, whose verifier
@@ -147,8 +186,74 @@ LogicalResult MoeExpertsOp::verify() {
 LogicalResult MoeExpertsBackwardOp::verify() {
   if (int64_t offset = getExpertOffset().getInt(); offset < 0)
     return emitOpError() << "expert_offset " << offset << " must be >= 0";
-  return verifyGateUpRows(*this, getGateUpRows(), getWeights().getType(), getInput().getType(),
-                          getDown().getType().getDimSize(2));
+  if (failed(verifyGateUpRows(*this, getGateUpRows(), getWeights().getType(), getInput().getType(),
+                              getDown().getType().getDimSize(2))) ||
+      failed(verifyExpertAdapters(*this, getInput().getType(), getGateUp().getType(), getLoraGateUpA(),
+                                  getLoraGateUpB(), getLoraDownA(), getLoraDownB(), getLoraScale())))
+    return failure();
+  // Each gradient has its operand's shape, in its element type or f32 (an f32 accumulation of a
+  // 16-bit step's weight gradient); an adapter's gradients come exactly with the adapter.
+  auto checkGradient = [&](StringRef name, Value gradient, Value operand) -> LogicalResult {
+    if (!gradient) return success();
+    auto expected = typeOf(operand), got = typeOf(gradient);
+    if (got.getShape() != expected.getShape() ||
+        (got.getElementType() != expected.getElementType() && !got.getElementType().isF32()))
+      return emitOpError() << name << " must be " << expected << " (or its f32 form), got " << got;
+    return success();
+  };
+  auto checkAdapterGradients = [&](StringRef name, Value a, Value b, Value gradA, Value gradB) -> LogicalResult {
+    if (static_cast<bool>(a) != static_cast<bool>(gradA))
+      return emitOpError() << "grad_" << name << " must come exactly with the " << name << " adapter";
+    if (failed(checkGradient(("grad_" + name + " A").str(), gradA, a))) return failure();
+    return checkGradient(("grad_" + name + " B").str(), gradB, b);
+  };
+  if (failed(checkGradient("grad_gate_up", getGradGateUp(), getGateUp())) ||
+      failed(checkGradient("grad_down", getGradDown(), getDown())) ||
+      failed(checkAdapterGradients("lora_gate_up", getLoraGateUpA(), getLoraGateUpB(), getGradLoraGateUpA(),
+                                   getGradLoraGateUpB())) ||
+      failed(
+          checkAdapterGradients("lora_down", getLoraDownA(), getLoraDownB(), getGradLoraDownA(), getGradLoraDownB())))
+    return failure();
+  return success();
+}
+
+namespace {
+// A frozen base's gradients (grad_gate_up, grad_down) that nothing reads are dropped, so the kernel
+// neither computes nor allocates them: autodiff builds the whole backward and leaves the cotangents
+// of non-trainable operands unused.
+struct DropUnusedBaseGradients : OpRewritePattern<MoeExpertsBackwardOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MoeExpertsBackwardOp op, PatternRewriter& rewriter) const override {
+    auto unused = [](Value gradient) { return gradient && gradient.use_empty(); };
+    if (!unused(op.getGradGateUp()) && !unused(op.getGradDown())) return failure();
+    auto keptType = [&](Value gradient) { return gradient && !gradient.use_empty() ? gradient.getType() : Type(); };
+    auto typeOrNull = [](Value value) { return value ? value.getType() : Type(); };
+    auto rebuilt = rewriter.create<MoeExpertsBackwardOp>(
+        op.getLoc(), op.getGradInput().getType(), op.getGradWeights().getType(), keptType(op.getGradGateUp()),
+        keptType(op.getGradDown()), typeOrNull(op.getGradLoraGateUpA()), typeOrNull(op.getGradLoraGateUpB()),
+        typeOrNull(op.getGradLoraDownA()), typeOrNull(op.getGradLoraDownB()), op.getInput(), op.getWeights(),
+        op.getIndices(), op.getGateUp(), op.getDown(), op.getGradOutput(), op.getGateUpRows(), op.getLoraGateUpA(),
+        op.getLoraGateUpB(), op.getLoraDownA(), op.getLoraDownB(), op.getExpertOffsetAttr(), op.getLoraScaleAttr());
+    rebuilt->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    auto replace = [&](Value old, Value replacement) {
+      if (old && replacement) rewriter.replaceAllUsesWith(old, replacement);
+    };
+    replace(op.getGradInput(), rebuilt.getGradInput());
+    replace(op.getGradWeights(), rebuilt.getGradWeights());
+    replace(op.getGradGateUp(), rebuilt.getGradGateUp());
+    replace(op.getGradDown(), rebuilt.getGradDown());
+    replace(op.getGradLoraGateUpA(), rebuilt.getGradLoraGateUpA());
+    replace(op.getGradLoraGateUpB(), rebuilt.getGradLoraGateUpB());
+    replace(op.getGradLoraDownA(), rebuilt.getGradLoraDownA());
+    replace(op.getGradLoraDownB(), rebuilt.getGradLoraDownB());
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+}  // namespace
+
+void MoeExpertsBackwardOp::getCanonicalizationPatterns(RewritePatternSet& patterns, MLIRContext* context) {
+  patterns.add<DropUnusedBaseGradients>(context);
 }
 
 namespace {

@@ -194,6 +194,21 @@ LogicalResult ParamOp::verify() {
   if (!isStatic(getType())) return emitOpError() << "parameters must have a static shape";
   if (auto init = getInitAttr()) {
     auto kind = dyn_cast_or_null<StringAttr>(init.get("kind"));
+    // A frozen base weight's codes or scales (dg-base-dtype): filled by quantizing the weight's tensor
+    // (docs/plan-format.md, "Header"); `base` is the weight's own init, checked like this one.
+    if (kind && kind.getValue() == "quantized") {
+      auto format = dyn_cast_or_null<StringAttr>(init.get("format"));
+      auto part = dyn_cast_or_null<StringAttr>(init.get("part"));
+      if (!format || !llvm::is_contained({"int8", "nf4"}, format.getValue()) || !part ||
+          !llvm::is_contained({"codes", "scale", "absmax"}, part.getValue()) ||
+          !isa_and_nonnull<StringAttr>(init.get("weight")) || !isa_and_nonnull<DenseI64ArrayAttr>(init.get("shape")))
+        return emitOpError() << "init kind \"quantized\" needs 'format' (\"int8\" or \"nf4\"), 'part' (\"codes\", "
+                                "\"scale\" or \"absmax\"), 'weight' (a name) and 'shape' (array<i64>)";
+      auto base = dyn_cast_or_null<DictionaryAttr>(init.get("base"));
+      if (!base) return success();
+      kind = dyn_cast_or_null<StringAttr>(base.get("kind"));
+      init = base;
+    }
     if (!kind || !llvm::is_contained({"normal", "uniform", "ones", "zeros"}, kind.getValue()))
       return emitOpError() << "init.kind must be \"normal\", \"uniform\", \"ones\" or \"zeros\"";
     if (kind.getValue() == "normal" && !isa_and_nonnull<FloatAttr>(init.get("std")))
@@ -371,6 +386,34 @@ LogicalResult CastOp::verify() {
 OpFoldResult CastOp::fold(FoldAdaptor) {
   if (getInput().getType() == getResult().getType()) return getInput();
   return {};
+}
+
+LogicalResult DequantizeOp::verify() {
+  // NF4's block: the absmax of 64 consecutive elements of a row (docs/training.md, "Frozen low-precision base").
+  constexpr int64_t kNf4BlockSize = 64;
+  ArrayRef<int64_t> shape = getResult().getType().getShape();
+  if (shape.empty()) return emitOpError() << "result must have rank >= 1 (a weight), got " << getResult().getType();
+  SmallVector<int64_t> codesShape(shape), scalesShape(shape);
+  Type codesElement;
+  if (getFormat() == "int8") {
+    codesElement = IntegerType::get(getContext(), 8);
+    scalesShape.pop_back();
+  } else if (getFormat() == "nf4") {
+    if (shape.back() % kNf4BlockSize != 0)
+      return emitOpError() << "nf4: the last dimension " << shape.back() << " must be a multiple of " << kNf4BlockSize;
+    codesElement = IntegerType::get(getContext(), 8, IntegerType::Unsigned);
+    codesShape.back() /= 2;
+    scalesShape.back() /= kNf4BlockSize;
+  } else {
+    return emitOpError() << "format must be \"int8\" or \"nf4\", got \"" << getFormat() << "\"";
+  }
+  auto expectedCodes = RankedTensorType::get(codesShape, codesElement);
+  if (getCodes().getType() != expectedCodes)
+    return emitOpError() << getFormat() << " codes must be " << expectedCodes << ", got " << getCodes().getType();
+  auto expectedScales = RankedTensorType::get(scalesShape, Float32Type::get(getContext()));
+  if (getScales().getType() != expectedScales)
+    return emitOpError() << getFormat() << " scales must be " << expectedScales << ", got " << getScales().getType();
+  return success();
 }
 
 LogicalResult CompareOp::verify() {

@@ -14,7 +14,8 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Dg_FloatTensor : RankedTensorOf<[F32, F64, BF16, F16]>;
 def Dg_IdTensor : RankedTensorOf<[I32, I64]>;
-def Dg_Tensor : RankedTensorOf<[F32, F64, BF16, F16, I64, I32, I8, I1]>;
+// ui8: the packed NF4 codes of a frozen base weight (dg.dequantize).
+def Dg_Tensor : RankedTensorOf<[F32, F64, BF16, F16, I64, I32, I8, UI8, I1]>;
 def Dg_KeyTensor : RankedTensorOf<[I64]>;
 
 // The global index of a rank's first row or expert (row_offset, expert_offset; docs/kernels.md); absent
@@ -160,6 +161,28 @@ def Dg_CastOp : Dg_ComputeOp<"cast", [Pure, SameOperandsAndResultShape,
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;
+}
+
+def Dg_DequantizeOp : Dg_ComputeOp<"dequantize", [Pure]> {
+  let summary = "A frozen base weight decoded from its int8 or NF4 codes and scales";
+  let description = [{
+    `format = "int8"`: codes i8 of the weight's shape, scales f32 of its shape without the last
+    dimension (one per output channel); value = code * scale. `format = "nf4"`: codes ui8 of the
+    weight's shape with the last dimension halved (two 4-bit codes per byte, the even element in the
+    high nibble), scales f32 with the last dimension over 64 (the absmax of each block of 64
+    consecutive elements of a row); value = nf4_table[code] * absmax. The product is formed in f32 and
+    rounded once to the result's float type, the activation dtype at the use (docs/training.md,
+    "Frozen low-precision base"). Built by dg-base-dtype for weights marked `dg.frozen_base`: its
+    operands are frozen parameters, off autodiff's active path, so it has no derivative rule. The
+    leading dimensions of codes, scales and result are one factor each, so the three shard alike; the
+    last is whole NF4 blocks (int8: the row itself) and splits on block boundaries only.
+  }];
+  let arguments = (ins RankedTensorOf<[I8, UI8]>:$codes, RankedTensorOf<[F32]>:$scales, StrAttr:$format);
+  let results = (outs Dg_FloatTensor:$result);
+  let assemblyFormat = [{
+    $codes `,` $scales `format` `=` $format attr-dict `:` type($codes) `,` type($scales) `->` type($result)
+  }];
+  let hasVerifier = 1;
 }
 
 def Dg_CompareOp : Dg_ComputeOp<"compare", [Pure, InferTypeOpAdaptor]> {
@@ -475,7 +498,7 @@ def Dg_MoeRouteOp : Dg_ComputeOp<"moe_route", [Pure, InferTypeOpAdaptor,
   let hasVerifier = 1;
 }
 
-def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure,
+def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure, AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Dropless routed experts: y[n] = sum_j w[n,j] * Expert_idx[n,j](x[n])";
   let description = [{
@@ -487,14 +510,25 @@ def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure,
     nothing to y, one inside uses local expert `index - expert_offset`, so the blocks' results summed
     over the ranks are the whole op's.
 
+    Per-expert LoRA adapters (docs/training.md, "LoRA adapters"), each pair optional:
+    `lora_gate_up(A1 [E, r, H], B1 [E, 2I, r])` and `lora_down(A2 [E, r, I], B2 [E, H, r])`, of x's
+    element type, with `lora_scale` s (alpha / r), present exactly when a pair is. For a route to
+    expert e: `pre = x [G_e; U_e]^T + s (x A1_e^T) B1_e^T`, `act = gelu_tanh(gate) * up`,
+    `out = act D_e^T + s (act A2_e^T) B2_e^T`. The low-rank products run inside the grouped expert
+    kernels; `W + s B A` is never formed. The adapters hold the same experts as gate_up and down.
+
     The optional second result `gate_up_rows` `[N·k, 2I]` (x's element type, f32 for a 16-bit x:
-    the precision the experts compute in) holds each route's pre-activations: row `n·k + j` is `x[n] [G_e; U_e]^T` for its expert e, the values the GELU
+    the precision the experts compute in) holds each route's pre-activations: row `n·k + j` is `x[n] [G_e; U_e]^T`
+    (plus the gate_up adapter's term) for its expert e, the values the GELU
     reads; a route to an expert outside the block gets a zero row. dg-keep-expert-activations adds it
     so that dg.moe_experts_backward reads them instead of computing that product again.
   }];
   let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
                        Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down,
-                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset);
+                       Optional<Dg_FloatTensor>:$lora_gate_up_a, Optional<Dg_FloatTensor>:$lora_gate_up_b,
+                       Optional<Dg_FloatTensor>:$lora_down_a, Optional<Dg_FloatTensor>:$lora_down_b,
+                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset,
+                       OptionalAttr<F64Attr>:$lora_scale);
   let results = (outs Dg_FloatTensor:$result, Optional<Dg_FloatTensor>:$gate_up_rows);
   // y has the input's type; the pre-activations are only ever added by dg-keep-expert-activations.
   let builders = [
@@ -502,11 +536,14 @@ def Dg_MoeExpertsOp : Dg_ComputeOp<"moe_experts", [Pure,
                    "::mlir::Value":$gate_up, "::mlir::Value":$down,
                    CArg<"::mlir::IntegerAttr", "{}">:$expert_offset), [{
       build($_builder, $_state, input.getType(), ::mlir::Type(), input, weights, indices, gate_up, down,
-            expert_offset);
+            ::mlir::Value(), ::mlir::Value(), ::mlir::Value(), ::mlir::Value(), expert_offset, ::mlir::FloatAttr());
     }]>,
   ];
   let assemblyFormat = [{
-    $input `,` $weights `,` $indices `,` $gate_up `,` $down attr-dict `:` type($input) `,` type($weights) `,`
+    $input `,` $weights `,` $indices `,` $gate_up `,` $down
+    (`lora_gate_up` `(` $lora_gate_up_a^ `,` $lora_gate_up_b `:` type($lora_gate_up_a) `,` type($lora_gate_up_b) `)`)?
+    (`lora_down` `(` $lora_down_a^ `,` $lora_down_b `:` type($lora_down_a) `,` type($lora_down_b) `)`)?
+    attr-dict `:` type($input) `,` type($weights) `,`
     type($indices) `,` type($gate_up) `,` type($down) `->` type($result) (`,` type($gate_up_rows)^)?
   }];
   let hasVerifier = 1;
@@ -523,26 +560,43 @@ def Dg_MoeRouteBackwardOp : Dg_ComputeOp<"moe_route_backward", [Pure]> {
   }];
 }
 
-def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure]> {
-  let summary = "Gradients of dg.moe_experts: input, routing weights, gate_up, down";
+def Dg_MoeExpertsBackwardOp : Dg_ComputeOp<"moe_experts_backward", [Pure, AttrSizedOperandSegments,
+    AttrSizedResultSegments]> {
+  let summary = "Gradients of dg.moe_experts: input, routing weights, gate_up, down, the adapters";
   let description = [{
     `expert_offset` as in dg.moe_experts: a routing entry to an expert this op does not hold gets a
     zero weight gradient and adds nothing to the input gradient. With `gate_up_rows` (the forward's
     second result) the pre-activations are read, not computed again from the input and gate_up.
+
+    The adapters and `lora_scale` as in dg.moe_experts; each pair present gives its two gradients
+    (`grad_lora_gate_up` and `grad_lora_down`, A's then B's). `grad_gate_up` and `grad_down` are
+    optional: without them (a frozen base, whose gradients nothing reads; canonicalization drops
+    them) the kernel neither computes nor allocates them.
   }];
   let arguments = (ins Dg_FloatTensor:$input, Dg_FloatTensor:$weights, RankedTensorOf<[I64]>:$indices,
                        Dg_FloatTensor:$gate_up, Dg_FloatTensor:$down, Dg_FloatTensor:$grad_output,
                        Optional<Dg_FloatTensor>:$gate_up_rows,
-                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset);
-  let results = (outs Dg_FloatTensor:$grad_input, Dg_FloatTensor:$grad_weights, Dg_FloatTensor:$grad_gate_up,
-                      Dg_FloatTensor:$grad_down);
+                       Optional<Dg_FloatTensor>:$lora_gate_up_a, Optional<Dg_FloatTensor>:$lora_gate_up_b,
+                       Optional<Dg_FloatTensor>:$lora_down_a, Optional<Dg_FloatTensor>:$lora_down_b,
+                       DefaultValuedOptionalAttr<Dg_OffsetAttr, "0">:$expert_offset,
+                       OptionalAttr<F64Attr>:$lora_scale);
+  let results = (outs Dg_FloatTensor:$grad_input, Dg_FloatTensor:$grad_weights,
+                      Optional<Dg_FloatTensor>:$grad_gate_up, Optional<Dg_FloatTensor>:$grad_down,
+                      Optional<Dg_FloatTensor>:$grad_lora_gate_up_a, Optional<Dg_FloatTensor>:$grad_lora_gate_up_b,
+                      Optional<Dg_FloatTensor>:$grad_lora_down_a, Optional<Dg_FloatTensor>:$grad_lora_down_b);
   let assemblyFormat = [{
-    $input `,` $weights `,` $indices `,` $gate_up `,` $down `,` $grad_output (`rows` $gate_up_rows^)? attr-dict `:`
+    $input `,` $weights `,` $indices `,` $gate_up `,` $down `,` $grad_output (`rows` $gate_up_rows^)?
+    (`lora_gate_up` `(` $lora_gate_up_a^ `,` $lora_gate_up_b `:` type($lora_gate_up_a) `,` type($lora_gate_up_b) `)`)?
+    (`lora_down` `(` $lora_down_a^ `,` $lora_down_b `:` type($lora_down_a) `,` type($lora_down_b) `)`)?
+    attr-dict `:`
     type($input) `,` type($weights) `,` type($indices) `,` type($gate_up) `,` type($down) `,` type($grad_output)
-    (`,` type($gate_up_rows)^)? `->` type($grad_input) `,` type($grad_weights) `,` type($grad_gate_up) `,`
-    type($grad_down)
+    (`,` type($gate_up_rows)^)? `->` type($grad_input) `,` type($grad_weights)
+    (`grad_gate_up` type($grad_gate_up)^)? (`grad_down` type($grad_down)^)?
+    (`grad_lora_gate_up` `(` type($grad_lora_gate_up_a)^ `,` type($grad_lora_gate_up_b) `)`)?
+    (`grad_lora_down` `(` type($grad_lora_down_a)^ `,` type($grad_lora_down_b) `)`)?
   }];
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def Dg_ScatterAddOp : Dg_ComputeOp<"scatter_add", [Pure, DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {

@@ -134,6 +134,34 @@ ShardingRuleAttr GeluTanhOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRuleAttr CastOp::getShardingRule() { return sameShapeRule(*this); }
 ShardingRuleAttr StopGradientOp::getShardingRule() { return sameShapeRule(*this); }
 
+// The leading dimensions are one pass-through factor each in codes, scales and result. int8: the last
+// dimension is a pass-through factor of codes and result (each element's scale is its row's, which the
+// scales hold whole). nf4: the last dimension is (blocks, within a block), the codes' (blocks, byte
+// within a block) and the scales' blocks alone, so a split of it keeps whole blocks on every rank.
+ShardingRuleAttr DequantizeOp::getShardingRule() {
+  RuleBuilder builder(getContext());
+  ArrayRef<int64_t> shape = shapeOf(getResult());
+  Dims leading = builder.addPassThrough(shape.drop_back());
+  Dims codes = leading, scales = leading, result = leading;
+  if (getFormat() == "nf4") {
+    constexpr int64_t kBlock = 64;
+    int64_t blocks = builder.addFactor(shape.back() / kBlock, FactorKind::PassThrough);
+    int64_t bytesInBlock = builder.addFactor(kBlock / 2, FactorKind::NeedReplication);
+    int64_t elementsInBlock = builder.addFactor(kBlock, FactorKind::NeedReplication);
+    codes.push_back(Dim{blocks, bytesInBlock});
+    scales.push_back(blocks);
+    result.push_back(Dim{blocks, elementsInBlock});
+  } else {
+    int64_t row = builder.addFactor(shape.back(), FactorKind::PassThrough);
+    codes.push_back(row);
+    result.push_back(row);
+  }
+  builder.operand(codes);
+  builder.operand(scales);
+  builder.result(result);
+  return builder.take();
+}
+
 ShardingRuleAttr SoftmaxOp::getShardingRule() {
   int64_t rank = getType().getRank(), axis = getAxisAttr().getInt();
   return sameShapeRule(*this, {axis < 0 ? axis + rank : axis});
@@ -372,6 +400,25 @@ ExpertFactors addExpertOperands(RuleBuilder& builder, RankedTensorType input, Ra
   return f;
 }
 
+// The per-expert adapters split with their experts (dim 0) and the inner dimension as gate_up and
+// down do; the rank stays whole. Each call adds an operand or a result per adapter present, in the
+// op's order: A1 [E, r, H], B1 [E, 2I, r], A2 [E, r, I], B2 [E, H, r].
+template <typename AddTensor>
+void addExpertAdapters(RuleBuilder& builder, const ExpertFactors& f, Value gateUpA, Value downA, AddTensor add) {
+  Value anyA = gateUpA ? gateUpA : downA;
+  if (!anyA) return;
+  const int64_t rank =
+      builder.addFactor(cast<RankedTensorType>(anyA.getType()).getDimSize(1), FactorKind::NeedReplication);
+  if (gateUpA) {
+    add({f.experts, rank, f.hidden});
+    add({f.experts, {f.halves, f.inner}, rank});
+  }
+  if (downA) {
+    add({f.experts, rank, f.inner});
+    add({f.experts, f.hidden, rank});
+  }
+}
+
 }  // namespace
 
 ShardingRuleAttr AttentionOp::getShardingRule() {
@@ -420,6 +467,9 @@ ShardingRuleAttr MoeExpertsOp::getShardingRule() {
   RuleBuilder builder(getContext());
   ExpertFactors f = addExpertOperands(builder, getInput().getType(), getWeights().getType(), getGateUp().getType(),
                                       getDown().getType(), FactorKind::PassThrough);
+  // The adapters' partial products (x A1ᵀ over a split hidden, act A2ᵀ over a split inner) are
+  // linear in what follows them, so the output stays a pending sum like the base products'.
+  addExpertAdapters(builder, f, getLoraGateUpA(), getLoraDownA(), [&](Dims dims) { builder.operand(dims); });
   builder.result({f.tokens, f.hidden});
   // A route's pre-activations are zero on a block without its expert: partial over the experts too.
   if (getGateUpRows()) builder.result({{f.tokens, f.chosen}, {f.halves, f.inner}});
@@ -434,10 +484,12 @@ ShardingRuleAttr MoeExpertsBackwardOp::getShardingRule() {
                                       getDown().getType(), FactorKind::Reduction);
   builder.operand({f.tokens, f.hidden});
   if (getGateUpRows()) builder.operand({{f.tokens, f.chosen}, {f.halves, f.inner}});
+  addExpertAdapters(builder, f, getLoraGateUpA(), getLoraDownA(), [&](Dims dims) { builder.operand(dims); });
   builder.result({f.tokens, f.hidden});
   builder.result({f.tokens, f.chosen});
-  builder.result({f.experts, {f.halves, f.inner}, f.hidden});
-  builder.result({f.experts, f.hidden, f.inner});
+  if (getGradGateUp()) builder.result({f.experts, {f.halves, f.inner}, f.hidden});
+  if (getGradDown()) builder.result({f.experts, f.hidden, f.inner});
+  addExpertAdapters(builder, f, getLoraGateUpA(), getLoraDownA(), [&](Dims dims) { builder.result(dims); });
   return builder.take();
 }
 

@@ -1,6 +1,9 @@
 #include "runtime/kernels/moe/Contract.h"
 
+#include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "support/Shape.h"
 
@@ -68,6 +71,48 @@ void expectGateUpRows(const KernelSignature& signature, const MoeExpertsContract
   expectShape(signature, rows, {contract.tokens * contract.topK, 2 * contract.expertHidden}, role);
 }
 
+// Which adapter pairs the step carries (attributes lora_gate_up and lora_down), and their count.
+struct AdapterPairs {
+  bool gateUp = false, down = false;
+  int count() const { return int(gateUp) + int(down); }
+};
+
+AdapterPairs adapterPairsOf(const KernelSignature& signature) {
+  AdapterPairs pairs;
+  pairs.gateUp = hasAttr(signature, "lora_gate_up") && attrBool(signature, "lora_gate_up");
+  pairs.down = hasAttr(signature, "lora_down") && attrBool(signature, "lora_down");
+  return pairs;
+}
+
+// The adapter pairs from input `first` on, of the data dtype and the shapes of Contract.h, with one
+// rank and a finite lora_scale.
+void parseAdapters(const KernelSignature& signature, MoeExpertsContract& contract, AdapterPairs pairs, int first) {
+  if (pairs.count() == 0) return;
+  contract.loraScale = attrDouble(signature, "lora_scale");
+  if (!std::isfinite(contract.loraScale))
+    failSignature(signature, "attribute 'lora_scale' must be finite, got " + std::to_string(contract.loraScale));
+  const int64_t e = contract.experts, h = contract.hidden, i = contract.expertHidden;
+  int next = first;
+  auto pair = [&](const std::string& name, int64_t fanIn, int64_t fanOut) {
+    const Buffer& a = *signature.inputs[next];
+    const Buffer& b = *signature.inputs[next + 1];
+    const std::string aRole = "input " + name + " A", bRole = "input " + name + " B";
+    expectDType(signature, a, {contract.dtype}, aRole);
+    expectDType(signature, b, {contract.dtype}, bRole);
+    expectRank(signature, a, 3, aRole, "[E, r, " + std::to_string(fanIn) + "]");
+    if (contract.loraRank == 0) contract.loraRank = a.shape[1];
+    if (contract.loraRank < 1)
+      failSignature(signature, aRole + " has shape " + shapeToString(a.shape) + ": the rank r must be >= 1");
+    expectShape(signature, a, {e, contract.loraRank, fanIn}, aRole);
+    expectShape(signature, b, {e, fanOut, contract.loraRank}, bRole);
+    const int at = next;
+    next += 2;
+    return at;
+  };
+  if (pairs.gateUp) contract.loraGateUpInput = pair("lora_gate_up", h, 2 * i);
+  if (pairs.down) contract.loraDownInput = pair("lora_down", i, h);
+}
+
 }  // namespace
 
 MoeRouteContract parseMoeRouteContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
@@ -101,12 +146,16 @@ MoeRouteContract parseMoeRouteBackwardContract(const KernelSignature& signature,
 }
 
 MoeExpertsContract parseMoeExpertsContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  const size_t outputs = signature.outputs.size();
-  if (signature.inputs.size() != 5 || (outputs != 1 && outputs != 2))
-    failSignature(signature, "expected 5 inputs and 1 or 2 outputs (y, optionally gate_up_rows), got " +
+  const AdapterPairs pairs = adapterPairsOf(signature);
+  const size_t inputs = 5 + 2 * pairs.count(), outputs = signature.outputs.size();
+  if (signature.inputs.size() != inputs || (outputs != 1 && outputs != 2))
+    failSignature(signature, "expected " + std::to_string(inputs) + " inputs" +
+                                 (pairs.count() > 0 ? " (5 and two per adapter pair)" : "") +
+                                 " and 1 or 2 outputs (y, optionally gate_up_rows), got " +
                                  std::to_string(signature.inputs.size()) + " inputs and " + std::to_string(outputs) +
                                  " outputs");
   MoeExpertsContract contract = parseExpertInputs(signature, dtypes);
+  parseAdapters(signature, contract, pairs, 5);
   const Buffer& y = *signature.outputs[0];
   expectDType(signature, y, {contract.dtype}, "output y");
   expectShape(signature, y, {contract.tokens, contract.hidden}, "output y");
@@ -117,19 +166,46 @@ MoeExpertsContract parseMoeExpertsContract(const KernelSignature& signature, std
 
 MoeExpertsContract parseMoeExpertsBackwardContract(const KernelSignature& signature,
                                                    std::initializer_list<DType> dtypes) {
-  expectArityRange(signature, 6, 7, 4);
+  const AdapterPairs pairs = adapterPairsOf(signature);
+  const bool gradGateUp = !hasAttr(signature, "grad_gate_up") || attrBool(signature, "grad_gate_up");
+  const bool gradDown = !hasAttr(signature, "grad_down") || attrBool(signature, "grad_down");
+  const size_t adapterInputs = 2 * pairs.count();
+  const size_t outputs = 2 + size_t(gradGateUp) + size_t(gradDown) + adapterInputs;
+  expectArityRange(signature, 6 + adapterInputs, 7 + adapterInputs, outputs);
   MoeExpertsContract contract = parseExpertInputs(signature, dtypes);
   const Buffer& dy = *signature.inputs[5];
   expectDType(signature, dy, {contract.dtype}, "input dy");
   expectShape(signature, dy, {contract.tokens, contract.hidden}, "input dy");
-  contract.gateUpRows = signature.inputs.size() == 7;
+  contract.gateUpRows = signature.inputs.size() == 7 + adapterInputs;
   if (contract.gateUpRows) expectGateUpRows(signature, contract, *signature.inputs[6], "input gate_up_rows");
-  // The gradients of x, weights, gate_up and down (inputs 0, 1, 3 and 4), in that order.
-  const size_t gradientOf[] = {0, 1, 3, 4};
-  for (size_t i = 0; i < 4; ++i) {
-    const std::string role = "output " + std::to_string(i);
+  parseAdapters(signature, contract, pairs, contract.gateUpRows ? 7 : 6);
+  // The gradients in order, each of its input's shape: x, weights, then those present.
+  std::vector<std::pair<int, std::string>> gradientOf = {{0, "dx"}, {1, "dweights"}};
+  int next = 2;
+  if (gradGateUp) {
+    contract.gradGateUpOutput = next++;
+    gradientOf.push_back({3, "dgate_up"});
+  }
+  if (gradDown) {
+    contract.gradDownOutput = next++;
+    gradientOf.push_back({4, "ddown"});
+  }
+  if (pairs.gateUp) {
+    contract.gradLoraGateUpOutput = next;
+    next += 2;
+    gradientOf.push_back({contract.loraGateUpInput, "dlora_gate_up A"});
+    gradientOf.push_back({contract.loraGateUpInput + 1, "dlora_gate_up B"});
+  }
+  if (pairs.down) {
+    contract.gradLoraDownOutput = next;
+    next += 2;
+    gradientOf.push_back({contract.loraDownInput, "dlora_down A"});
+    gradientOf.push_back({contract.loraDownInput + 1, "dlora_down B"});
+  }
+  for (size_t i = 0; i < gradientOf.size(); ++i) {
+    const std::string role = "output " + std::to_string(i) + " (" + gradientOf[i].second + ")";
     expectDType(signature, *signature.outputs[i], {contract.dtype}, role);
-    expectShape(signature, *signature.outputs[i], signature.inputs[gradientOf[i]]->shape, role);
+    expectShape(signature, *signature.outputs[i], signature.inputs[gradientOf[i].first]->shape, role);
   }
   return contract;
 }

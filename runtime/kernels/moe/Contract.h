@@ -12,6 +12,12 @@
 //       shapes of x, weights, gate_up and down
 //   Both experts kernels take the optional attribute `expert_offset` >= 0 (default 0): gate_up and down
 //   hold the global experts [expert_offset, expert_offset + E).
+//   Per-expert LoRA adapters (docs/kernels.md, "Expert adapters"): the bool attributes `lora_gate_up`
+//   and `lora_down` (absent: false) say which pairs follow the inputs above (after gate_up_rows in
+//   the backward): A1 [E, r, H], B1 [E, 2I, r] and A2 [E, r, I], B2 [E, H, r], one rank r, with
+//   `lora_scale` s (required with a pair). The backward's outputs are dx, dweights, then dgate_up
+//   and ddown where the bool attributes `grad_gate_up` and `grad_down` say (absent: true; false for
+//   a frozen base, whose gradients are then neither computed nor stored), then dA, dB per pair.
 // Every buffer but the indices has the float dtype of the first input.
 #pragma once
 
@@ -39,6 +45,16 @@ struct MoeExpertsContract {
   int64_t expertOffset = 0;  // the global index of local expert 0
   // moe_experts writes gate_up_rows (its output 1); moe_experts_backward reads them (its input 6).
   bool gateUpRows = false;
+  // The adapters: each pair's first input (A, then B), or -1 without it.
+  int64_t loraRank = 0;  // r
+  double loraScale = 0;  // s = alpha / r
+  int loraGateUpInput = -1;
+  int loraDownInput = -1;
+  // The backward's outputs: each gradient's position, or -1 where it is not computed.
+  int gradGateUpOutput = -1;
+  int gradDownOutput = -1;
+  int gradLoraGateUpOutput = -1;  // dA1, then dB1
+  int gradLoraDownOutput = -1;    // dA2, then dB2
 };
 
 // Each throws InputError for anything its contract does not admit; `dtypes` are the float types the

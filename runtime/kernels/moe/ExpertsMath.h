@@ -136,6 +136,39 @@ inline ExpertProducts expertProducts(int64_t hidden, int64_t inner) {
   return p;
 }
 
+// The per-expert LoRA adapters' products (docs/kernels.md, "Expert adapters") for rank r, in the
+// CPU kernel's notation: A1 [r, H], B1 [W, r], A2 [r, I], B2 [H, r] per expert, s the scale; the
+// rank-r rows T are scaled by s between the products (scaleElement), so W + s·BA is never formed.
+struct AdapterProducts {
+  ExpertProduct gateUpLow, gateUpAdd;  // T1 = X A1ᵀ; GU += T1 B1ᵀ (accumulating)
+  ExpertProduct downLow, downAdd;  // T2 = Hd A2ᵀ (Hd in GU's gate half); out += T2 B2ᵀ
+  // The backward: Q = dY B2, dA2 = Qᵀ (w ⊙ Hd), P += Q A2, T2w = (w ⊙ Hd) A2ᵀ, dB2 = dYᵀ T2w,
+  // dB1 = dGUᵀ T1, dT1 = dGU B1, dA1 = dT1ᵀ X, dX += dT1 A1.
+  ExpertProduct outputGradientLow, downAGradient, hiddenGradientAdd, weightedHiddenLow, downBGradient;
+  ExpertProduct gateUpBGradient, gateUpLowGradient, gateUpAGradient, inputGradientAdd;
+};
+
+inline AdapterProducts adapterProducts(int64_t hidden, int64_t inner, int64_t rank) {
+  const int64_t h = hidden, i = inner, w = 2 * inner, r = rank;
+  const ExpertOperand rowsOf{true, h}, gateUpRows{true, w}, innerRows{true, i}, rankRows{true, r};
+  const ExpertOperand gateUpA{false, r * h}, gateUpB{false, w * r}, downA{false, r * i}, downB{false, h * r};
+  AdapterProducts p;
+  p.gateUpLow = {false, true, false, 0, r, h, rowsOf, gateUpA, rankRows, h, h, r};
+  p.gateUpAdd = {false, true, false, 0, w, r, rankRows, gateUpB, gateUpRows, r, r, w};
+  p.downLow = {false, true, false, 0, r, i, gateUpRows, downA, rankRows, w, i, r};
+  p.downAdd = {false, true, false, 0, h, r, rankRows, downB, rowsOf, r, r, h};
+  p.outputGradientLow = {false, false, false, 0, r, h, rowsOf, downB, rankRows, h, r, r};
+  p.downAGradient = {true, false, true, r, i, 0, rankRows, innerRows, downA, r, i, i};
+  p.hiddenGradientAdd = {false, false, false, 0, i, r, rankRows, downA, innerRows, r, i, i};
+  p.weightedHiddenLow = {false, true, false, 0, r, i, innerRows, downA, rankRows, i, i, r};
+  p.downBGradient = {true, false, true, h, r, 0, rowsOf, rankRows, downB, h, r, r};
+  p.gateUpBGradient = {true, false, true, w, r, 0, gateUpRows, rankRows, gateUpB, w, r, r};
+  p.gateUpLowGradient = {false, false, false, 0, r, w, gateUpRows, gateUpB, rankRows, w, r, r};
+  p.gateUpAGradient = {true, false, true, r, h, 0, rankRows, rowsOf, gateUpA, r, h, h};
+  p.inputGradientAdd = {false, false, false, 0, h, r, rankRows, gateUpA, rowsOf, r, h, h};
+  return p;
+}
+
 // One problem of a grouped call: its sizes and where its operands start (elements).
 struct ExpertProblem {
   int64_t m, n, k;
@@ -245,6 +278,9 @@ DGEMMA_HOST_DEVICE inline void slotWeightGradient(const float* hidden, const flo
   for (int64_t c = 0; c < inner; ++c) sum += hidden[slot * inner + c] * dOutputDown[slot * inner + c];
   dWeights[slot] = sum;
 }
+
+// An adapter's rank-r row element times the scale s (in f32, as the CPU kernel's f32 twin).
+DGEMMA_HOST_DEVICE inline void scaleElement(float* values, float scale, int64_t element) { values[element] *= scale; }
 
 // A route's value from its slot's, 0 for a route without a slot (moe_experts' dw).
 DGEMMA_HOST_DEVICE inline void routeValueElement(const float* slotValues, const int64_t* slotOfRoute, float* routeValues,

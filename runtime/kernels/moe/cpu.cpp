@@ -169,6 +169,39 @@ void forEachUsedExpert(ExecContext& context, const RouteGrouping& grouping, int6
 }
 
 template <typename T>
+void scaleBlock(T* values, int64_t count, double scale) {
+  for (int64_t i = 0; i < count; ++i) values[i] *= static_cast<T>(scale);
+}
+
+// One expert's adapter pair: A [r, fanIn] and B [fanOut, r] (row-major), the expert's slices of the
+// adapter inputs; null without the pair.
+template <typename T>
+struct ExpertAdapter {
+  const T* a = nullptr;
+  const T* b = nullptr;
+  explicit operator bool() const { return a != nullptr; }
+};
+
+template <typename T>
+ExpertAdapter<T> adapterOf(const std::vector<TensorRef>& inputs, int input, int64_t expert, int64_t rank, int64_t fanIn,
+                           int64_t fanOut) {
+  if (input < 0) return {};
+  return {inputs[input].as<const T>() + expert * rank * fanIn,
+          inputs[input + 1].as<const T>() + expert * fanOut * rank};
+}
+
+// rows × fanOut of `out` (leading dimension ldOut) += s · (in A^T) B^T, with in [rows, fanIn] (leading
+// dimension ldIn): T = s · in A^T goes to `scaled` [rows, r] first (the backward reuses it), so W + s·BA
+// is never formed and the adapter costs two rank-r products.
+template <typename T>
+void addAdapterProduct(const ExpertAdapter<T>& adapter, int rows, int64_t rank, int64_t fanIn, int64_t fanOut,
+                       double scale, const T* in, int64_t ldIn, T* scaled, T* out, int64_t ldOut) {
+  gemm(false, true, rows, rank, fanIn, in, ldIn, adapter.a, fanIn, scaled, rank);
+  scaleBlock(scaled, rows * rank, scale);
+  gemm(false, true, rows, fanOut, rank, scaled, rank, adapter.b, rank, out, ldOut, T(1));
+}
+
+template <typename T>
 class MoeExpertsKernel final : public Kernel {
  public:
   MoeExpertsKernel(std::string where, MoeExpertsContract geometry) : where_(std::move(where)), geometry_(geometry) {}
@@ -200,6 +233,8 @@ class MoeExpertsKernel final : public Kernel {
     const auto expertInput = std::make_unique_for_overwrite<T[]>(slots * hidden);
     const auto gateUpOutput = std::make_unique_for_overwrite<T[]>(slots * gateUpWidth);
     const auto expertOutput = std::make_unique_for_overwrite<T[]>(slots * hidden);
+    const int64_t rank = g.loraRank;
+    const auto lowRank = std::make_unique_for_overwrite<T[]>(rank > 0 ? slots * rank : 0);  // s · X A^T
 
     cpu::parallelFor(context, slots, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot)
@@ -213,12 +248,16 @@ class MoeExpertsKernel final : public Kernel {
     // Per expert: the gate/up product, its rows kept by route when asked (each expert writes only its
     // own routes' rows), gelu_tanh(gate) ⊙ up over the gate half of each row (the down product reads it
     // with leading dimension 2I), then the down product.
-    const int64_t multiplyAddsPerRow = hidden * (gateUpWidth + expertHidden);
+    const int64_t multiplyAddsPerRow = hidden * (gateUpWidth + expertHidden) + rank * (2 * hidden + 3 * expertHidden);
     forEachUsedExpert(context, grouping, g.experts, multiplyAddsPerRow, [&](int64_t expert, int64_t firstSlot, int rows) {
       T* gateUpRows = gateUpOutput.get() + firstSlot * gateUpWidth;
       gemm(false, true, rows, static_cast<int>(gateUpWidth), static_cast<int>(hidden), expertInput.get() + firstSlot * hidden,
            static_cast<int>(hidden), gateUp + expert * gateUpWidth * hidden, static_cast<int>(hidden), gateUpRows,
            static_cast<int>(gateUpWidth));
+      T* expertLowRank = lowRank.get() + firstSlot * rank;
+      if (auto adapter = adapterOf<T>(inputs, g.loraGateUpInput, expert, rank, hidden, gateUpWidth))
+        addAdapterProduct(adapter, rows, rank, hidden, gateUpWidth, g.loraScale, expertInput.get() + firstSlot * hidden,
+                          hidden, expertLowRank, gateUpRows, gateUpWidth);
       for (int row = 0; row < rows; ++row) {
         T* slotRow = gateUpRows + row * gateUpWidth;
         if (keptRows != nullptr)
@@ -228,6 +267,9 @@ class MoeExpertsKernel final : public Kernel {
       gemm(false, true, rows, static_cast<int>(hidden), static_cast<int>(expertHidden), gateUpRows,
            static_cast<int>(gateUpWidth), down + expert * hidden * expertHidden, static_cast<int>(expertHidden),
            expertOutput.get() + firstSlot * hidden, static_cast<int>(hidden));
+      if (auto adapter = adapterOf<T>(inputs, g.loraDownInput, expert, rank, expertHidden, hidden))
+        addAdapterProduct(adapter, rows, rank, expertHidden, hidden, g.loraScale, gateUpRows, gateUpWidth,
+                          expertLowRank, expertOutput.get() + firstSlot * hidden, hidden);
     });
     // Each token sums its own routes in order of j, so y does not depend on the thread count.
     cpu::parallelFor(context, g.tokens, cpu::rowGrain(g.topK * hidden), [&](int64_t begin, int64_t end) {
@@ -340,6 +382,10 @@ std::unique_ptr<Kernel> createMoeRouteBackwardKernel(const KernelSignature& sign
 // GEMMs per expert instead of six. With the forward's gate_up_rows (input 6), GU is read from them
 // by route instead of recomputed: four GEMMs. The forward's product was this one (the same shapes,
 // operands and slot layout, single-threaded), so the gradients are the same bytes either way.
+// With adapters (scale s; T1 = s·X A1ᵀ, Q = s·dY B2, T2 = s·(w ⊙ Hd) A2ᵀ, dT1 = s·dPre B1, dPre = [dG dU]):
+//   P += Q A2,  dA2 = Qᵀ (w ⊙ Hd),  dB2 = dYᵀ T2,  dB1 = dPreᵀ T1,  dA1 = dT1ᵀ X,  dX += dT1 A1;
+// the adapters' gradients only ever take rank-r products, and a frozen base's gradients (outputs the
+// step does not list) are skipped with their products.
 // The products are BLAS GEMMs, the experts side by side (forEachUsedExpert); dx sums each token's
 // routes in order of j, so the result does not depend on the thread count.
 
@@ -357,25 +403,40 @@ class MoeExpertsBackwardKernel final : public Kernel {
     const T* dy = inputs[5].as<const T>();
     T* dx = outputs[0].as<T>();
     T* dWeights = outputs[1].as<T>();
-    T* dGateUp = outputs[2].as<T>();
-    T* dDown = outputs[3].as<T>();
     const MoeExpertsContract& g = geometry_;
+    // Null where the step does not ask for them (a frozen base's, an absent adapter's).
+    const auto output = [&](int index, int offset = 0) {
+      return index < 0 ? nullptr : outputs[index + offset].as<T>();
+    };
+    T* dGateUp = output(g.gradGateUpOutput);
+    T* dDown = output(g.gradDownOutput);
+    T* dGateUpA = output(g.gradLoraGateUpOutput);
+    T* dGateUpB = output(g.gradLoraGateUpOutput, 1);
+    T* dDownA = output(g.gradLoraDownOutput);
+    T* dDownB = output(g.gradLoraDownOutput, 1);
     const T* keptRows = g.gateUpRows ? inputs[6].as<const T>() : nullptr;  // gate_up_rows [N·k, 2I], by route
     const int64_t routes = g.tokens * g.topK, hidden = g.hidden, inner = g.expertHidden, width = 2 * inner;
+    const int64_t rank = g.loraRank;
+    // Each expert-weight gradient present, with its per-expert size: zeroed for an expert without routes.
+    struct PerExpert {
+      T* data;
+      int64_t size;
+    };
+    const PerExpert weightGradients[] = {{dGateUp, width * hidden}, {dDown, hidden * inner}, {dGateUpA, rank * hidden},
+                                         {dGateUpB, width * rank},  {dDownA, rank * inner},  {dDownB, hidden * rank}};
     std::fill_n(dx, g.tokens * hidden, T(0));
     if (routes == 0 || hidden == 0 || inner == 0) {
-      std::fill_n(dGateUp, g.experts * width * hidden, T(0));
-      std::fill_n(dDown, g.experts * hidden * inner, T(0));
+      for (const PerExpert& gradient : weightGradients)
+        if (gradient.data != nullptr) std::fill_n(gradient.data, g.experts * gradient.size, T(0));
       std::fill_n(dWeights, routes, T(0));
       return;
     }
     const RouteGrouping grouping = groupRoutesByExpert(indices, routes, g);
     // A used expert's weight gradients are written whole by its products below; an unused one's are zero.
     for (int64_t e = 0; e < g.experts; ++e)
-      if (grouping.firstSlot[e + 1] == grouping.firstSlot[e]) {
-        std::fill_n(dGateUp + e * width * hidden, width * hidden, T(0));
-        std::fill_n(dDown + e * hidden * inner, hidden * inner, T(0));
-      }
+      if (grouping.firstSlot[e + 1] == grouping.firstSlot[e])
+        for (const PerExpert& gradient : weightGradients)
+          if (gradient.data != nullptr) std::fill_n(gradient.data + e * gradient.size, gradient.size, T(0));
     const int64_t slots = grouping.slots();
     const std::vector<int64_t>& routeOfSlot = grouping.routeOfSlot;
     // Routes to other blocks' experts keep a zero weight gradient: no slot below writes theirs.
@@ -391,6 +452,8 @@ class MoeExpertsBackwardKernel final : public Kernel {
       return keptRows != nullptr ? keptRows + routeOfSlot[slot] * width : gateUpOutput.get() + slot * width;
     };
     const auto hiddenState = block(slots * inner), weightedHidden = block(slots * inner), dOutputDown = block(slots * inner);
+    // The adapters' rank-r rows: s · X A1ᵀ (the forward's), and the scaled products of the gradients.
+    const auto lowRankInput = block(rank > 0 ? slots * rank : 0), lowRankGradient = block(rank > 0 ? slots * rank : 0);
     cpu::parallelFor(context, slots, cpu::rowGrain(hidden), [&](int64_t begin, int64_t end) {
       for (int64_t slot = begin; slot < end; ++slot) {
         const int64_t token = grouping.tokenOfSlot[slot];
@@ -398,23 +461,54 @@ class MoeExpertsBackwardKernel final : public Kernel {
         std::copy_n(dy + token * hidden, hidden, dOutput.get() + slot * hidden);
       }
     });
-    // Per expert, its five products (four with the kept rows) and the gated GELU rows between them.
-    const int64_t multiplyAddsPerRow = hidden * ((keptRows != nullptr ? 0 : width) + 2 * inner + 2 * width);
+    // Per expert, its five products (four with the kept rows, one fewer per base gradient not asked
+    // for), the adapters' rank-r products, and the gated GELU rows between them.
+    const int64_t multiplyAddsPerRow = hidden * ((keptRows != nullptr ? 0 : width) + 2 * inner + 2 * width) +
+                                       rank * (3 * hidden + 3 * width + 3 * inner + 2 * hidden);
     forEachUsedExpert(context, grouping, g.experts, multiplyAddsPerRow, [&](int64_t e, int64_t first, int rows) {
       const T* GU = gateUp + e * width * hidden;
       const T* D = down + e * hidden * inner;
+      const ExpertAdapter<T> gateUpAdapter = adapterOf<T>(inputs, g.loraGateUpInput, e, rank, hidden, width);
+      const ExpertAdapter<T> downAdapter = adapterOf<T>(inputs, g.loraDownInput, e, rank, inner, hidden);
+      const T* X = input.get() + first * hidden;
+      const T* dY = dOutput.get() + first * hidden;
+      T* lowX = lowRankInput.get() + first * rank;
+      T* lowGradient = lowRankGradient.get() + first * rank;
       if (keptRows == nullptr)
-        gemm(false, true, rows, int(width), int(hidden), input.get() + first * hidden, int(hidden), GU, int(hidden),
+        gemm(false, true, rows, int(width), int(hidden), X, int(hidden), GU, int(hidden),
              gateUpOutput.get() + first * width, int(width));
+      // s · X A1ᵀ: dB1 needs it even where the kept rows hold the pre-activations.
+      if (gateUpAdapter) {
+        if (keptRows == nullptr)
+          addAdapterProduct(gateUpAdapter, rows, rank, hidden, width, g.loraScale, X, hidden, lowX,
+                            gateUpOutput.get() + first * width, width);
+        else {
+          gemm(false, true, rows, rank, hidden, X, hidden, gateUpAdapter.a, hidden, lowX, rank);
+          scaleBlock(lowX, rows * rank, g.loraScale);
+        }
+      }
       for (int64_t slot = first; slot < first + rows; ++slot) {
         const T* gate = preActivations(slot);
         gatedGeluWeightedRow(gate, gate + inner, weights[routeOfSlot[slot]], hiddenState.get() + slot * inner,
                              weightedHidden.get() + slot * inner, inner);
       }
-      gemm(true, false, int(hidden), int(inner), rows, dOutput.get() + first * hidden, int(hidden),
-           weightedHidden.get() + first * inner, int(inner), dDown + e * hidden * inner, int(inner));
-      gemm(false, false, rows, int(inner), int(hidden), dOutput.get() + first * hidden, int(hidden), D, int(inner),
-           dOutputDown.get() + first * inner, int(inner));
+      const T* weightedActs = weightedHidden.get() + first * inner;
+      if (dDown != nullptr)
+        gemm(true, false, int(hidden), int(inner), rows, dY, int(hidden), weightedActs, int(inner),
+             dDown + e * hidden * inner, int(inner));
+      T* P = dOutputDown.get() + first * inner;  // dY D (+ s (dY B2) A2): the gradient at the hidden state
+      gemm(false, false, rows, int(inner), int(hidden), dY, int(hidden), D, int(inner), P, int(inner));
+      if (downAdapter) {
+        // Q = s · dY B2 [rows, r]: dA2 = Qᵀ (w ⊙ Hd), and P += Q A2.
+        gemm(false, false, rows, rank, hidden, dY, hidden, downAdapter.b, rank, lowGradient, rank);
+        scaleBlock(lowGradient, rows * rank, g.loraScale);
+        gemm(true, false, rank, inner, rows, lowGradient, rank, weightedActs, inner, dDownA + e * rank * inner, inner);
+        gemm(false, false, rows, inner, rank, lowGradient, rank, downAdapter.a, inner, P, inner, T(1));
+        // dB2 = dYᵀ (s · (w ⊙ Hd) A2ᵀ), the forward's low-rank rows weighted by the route.
+        gemm(false, true, rows, rank, inner, weightedActs, inner, downAdapter.a, inner, lowGradient, rank);
+        scaleBlock(lowGradient, rows * rank, g.loraScale);
+        gemm(true, false, hidden, rank, rows, dY, hidden, lowGradient, rank, dDownB + e * hidden * rank, rank);
+      }
       for (int64_t slot = first; slot < first + rows; ++slot) {
         const int64_t route = routeOfSlot[slot];
         dWeights[route] = cpu::dotProduct(hiddenState.get() + slot * inner, dOutputDown.get() + slot * inner, inner);
@@ -423,10 +517,20 @@ class MoeExpertsBackwardKernel final : public Kernel {
         gatedGeluBackwardRow(gate, gate + inner, dOutputDown.get() + slot * inner, weights[route], dGate, dGate + inner,
                              inner);
       }
-      gemm(true, false, int(width), int(hidden), rows, dGateUpOutput.get() + first * width, int(width),
-           input.get() + first * hidden, int(hidden), dGateUp + e * width * hidden, int(hidden));
-      gemm(false, false, rows, int(hidden), int(width), dGateUpOutput.get() + first * width, int(width), GU, int(hidden),
-           dInput.get() + first * hidden, int(hidden));
+      const T* dPre = dGateUpOutput.get() + first * width;
+      if (dGateUp != nullptr)
+        gemm(true, false, int(width), int(hidden), rows, dPre, int(width), X, int(hidden), dGateUp + e * width * hidden,
+             int(hidden));
+      T* dX = dInput.get() + first * hidden;
+      gemm(false, false, rows, int(hidden), int(width), dPre, int(width), GU, int(hidden), dX, int(hidden));
+      if (gateUpAdapter) {
+        // dB1 = dPreᵀ (s · X A1ᵀ); with dT = s · dPre B1: dA1 = dTᵀ X and dX += dT A1.
+        gemm(true, false, width, rank, rows, dPre, width, lowX, rank, dGateUpB + e * width * rank, rank);
+        gemm(false, false, rows, rank, width, dPre, width, gateUpAdapter.b, rank, lowGradient, rank);
+        scaleBlock(lowGradient, rows * rank, g.loraScale);
+        gemm(true, false, rank, hidden, rows, lowGradient, rank, X, hidden, dGateUpA + e * rank * hidden, hidden);
+        gemm(false, false, rows, hidden, rank, lowGradient, rank, gateUpAdapter.a, hidden, dX, hidden, T(1));
+      }
     });
     cpu::parallelFor(context, g.tokens, cpu::rowGrain(g.topK * hidden), [&](int64_t begin, int64_t end) {
       for (int64_t token = begin; token < end; ++token) {

@@ -12,6 +12,8 @@
 // GEMM over its rows in slot order: nothing depends on the launch geometry. moe_experts' optional
 // gate_up_rows output gets each slot's gate/up row scattered to its route's row (the others zero),
 // and moe_experts_backward's optional input 6 is gathered back in place of the gate/up product.
+// The per-expert adapters are grouped GEMMs of rank r beside the base products (adapterProducts),
+// the rank-r rows scaled by s in between; a frozen base's gradients are skipped with their GEMMs.
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -55,6 +57,10 @@ __global__ void scatterRowsKernel(const float* rows, const int64_t* rowOfSlot, f
     DGEMMA_CUDA_BOUNDS(rowOfSlot[element / hidden], destinationRows);
     moe_experts::scatterElement(rows, rowOfSlot, destination, hidden, element);
   }
+}
+
+__global__ void scaleKernel(float* values, float scale, int64_t count) {
+  DGEMMA_FOR_EACH_ELEMENT(count) moe_experts::scaleElement(values, scale, element);
 }
 
 __global__ void gatedGeluKernel(float* gateUp, int64_t inner, int64_t count) {
@@ -143,8 +149,9 @@ struct StreamOrderedBytes {
 // cuBLAS computes the column-major Cᵀ = op(B)ᵀ op(A)ᵀ (see matmul/cuda.cpp). The problems' sizes and
 // offsets are moe/ExpertsMath.h's expertProblems, which the host test runs; the operand pointers go
 // to the device in stream-ordered scratch that is freed in stream order.
+// `beta` 1 adds the product to C (the adapters' terms); 0 overwrites it.
 void groupedGemm(cublasHandle_t handle, cudaStream_t stream, const moe_experts::ExpertProduct& product,
-                 const std::vector<int64_t>& firstSlot, const float* a, const float* b, float* c) {
+                 const std::vector<int64_t>& firstSlot, const float* a, const float* b, float* c, float beta = 0.0f) {
   const std::vector<moe_experts::ExpertProblem> problems = moe_experts::expertProblems(product, firstSlot);
   if (problems.empty()) return;
   const size_t count = problems.size();
@@ -154,7 +161,7 @@ void groupedGemm(cublasHandle_t handle, cudaStream_t stream, const moe_experts::
   std::vector<int> rows(count), columns(count), inner(count), groupSizes(count, 1);
   std::vector<int> firstLeading(count, asInt(product.ldb)), secondLeading(count, asInt(product.lda)),
       resultLeading(count, asInt(product.ldc));
-  std::vector<float> ones(count, 1.0f), zeros(count, 0.0f);
+  std::vector<float> ones(count, 1.0f), betas(count, beta);
   // The device pointer arrays, one after the other: cuBLAS's A (our B), its B (our A), C.
   std::vector<const float*> operands(3 * count);
   for (size_t i = 0; i < count; ++i) {
@@ -171,10 +178,11 @@ void groupedGemm(cublasHandle_t handle, cudaStream_t stream, const moe_experts::
   DGEMMA_CUDA_CHECK(
       cudaMemcpyAsync(devicePointers.data, operands.data(), devicePointers.bytes, cudaMemcpyHostToDevice, stream));
   const auto* const* pointers = static_cast<const float* const*>(devicePointers.data);
-  DGEMMA_CUBLAS_CHECK(cublasSgemmGroupedBatched(
-      handle, transposeFirst.data(), transposeSecond.data(), rows.data(), columns.data(), inner.data(), ones.data(),
-      pointers, firstLeading.data(), pointers + count, secondLeading.data(), zeros.data(),
-      const_cast<float* const*>(pointers + 2 * count), resultLeading.data(), static_cast<int>(count), groupSizes.data()));
+  DGEMMA_CUBLAS_CHECK(cublasSgemmGroupedBatched(handle, transposeFirst.data(), transposeSecond.data(), rows.data(),
+                                                columns.data(), inner.data(), ones.data(), pointers,
+                                                firstLeading.data(), pointers + count, secondLeading.data(),
+                                                betas.data(), const_cast<float* const*>(pointers + 2 * count),
+                                                resultLeading.data(), static_cast<int>(count), groupSizes.data()));
 }
 
 // Stream-ordered scratch, carved into the slot maps and the slot-ordered blocks; freed in stream
@@ -232,23 +240,64 @@ struct GateUpRowsByRoute {
   int64_t routes = 0;
 };
 
+// The per-expert adapters on the device (Contract.h): each pair's A and B, or nulls without it.
+struct ExpertAdapters {
+  const float *gateUpA = nullptr, *gateUpB = nullptr, *downA = nullptr, *downB = nullptr;
+  int64_t rank = 0;
+  float scale = 0.0f;
+};
+
+ExpertAdapters adaptersOf(const MoeExpertsContract& g, const std::vector<TensorRef>& inputs) {
+  ExpertAdapters adapters;
+  adapters.rank = g.loraRank;
+  adapters.scale = static_cast<float>(g.loraScale);
+  if (g.loraGateUpInput >= 0) {
+    adapters.gateUpA = inputs[g.loraGateUpInput].as<const float>();
+    adapters.gateUpB = inputs[g.loraGateUpInput + 1].as<const float>();
+  }
+  if (g.loraDownInput >= 0) {
+    adapters.downA = inputs[g.loraDownInput].as<const float>();
+    adapters.downB = inputs[g.loraDownInput + 1].as<const float>();
+  }
+  return adapters;
+}
+
+// rows [slots, r] of an adapter's low-rank product, times the scale.
+void scaleLowRank(cudaStream_t stream, float* rows, int64_t slots, const ExpertAdapters& adapters) {
+  launch("scaleKernel", stream, slots * adapters.rank, scaleKernel, rows, adapters.scale);
+}
+
 // The forward of every slot's row through its expert: output[slots, H]; input [slots, H] and
 // gateUpOutput [slots, 2I] are scratch. With `kept`, each slot's gate/up row goes to its route's row
 // before the GELU overwrites the gate half (the routes without a slot are the caller's).
+// With adapters, `lowRank` [slots, r] is scratch for their rank-r rows, and each pair's term is added
+// after its base product.
 void expertsForward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
                     const float* gateUp, const float* down, float* input, float* gateUpOutput, float* output,
-                    const GateUpRowsByRoute<float>& kept = {}) {
+                    const GateUpRowsByRoute<float>& kept = {}, const ExpertAdapters& adapters = {},
+                    float* lowRank = nullptr) {
   const int64_t hidden = b.hidden, inner = b.inner;
   const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
+  const moe_experts::AdapterProducts low = moe_experts::adapterProducts(hidden, inner, adapters.rank);
   launch("gatherRowsKernel", state.stream, b.slots() * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, input,
          hidden);
   groupedGemm(state.cublas, state.stream, products.gateUp, *b.firstSlot, input, gateUp, gateUpOutput);
+  if (adapters.gateUpA != nullptr) {
+    groupedGemm(state.cublas, state.stream, low.gateUpLow, *b.firstSlot, input, adapters.gateUpA, lowRank);
+    scaleLowRank(state.stream, lowRank, b.slots(), adapters);
+    groupedGemm(state.cublas, state.stream, low.gateUpAdd, *b.firstSlot, lowRank, adapters.gateUpB, gateUpOutput, 1.0f);
+  }
   if (kept.rows != nullptr)
     launch("scatterRowsKernel", state.stream, b.slots() * 2 * inner, scatterRowsKernel,
            static_cast<const float*>(gateUpOutput), kept.routeOfSlot, kept.rows, kept.routes, 2 * inner);
   // gelu(gate) ⊙ up overwrites the gate half; the down product reads it with leading dimension 2I.
   launch("gatedGeluKernel", state.stream, b.slots() * inner, gatedGeluKernel, gateUpOutput, inner);
   groupedGemm(state.cublas, state.stream, products.down, *b.firstSlot, gateUpOutput, down, output);
+  if (adapters.downA != nullptr) {
+    groupedGemm(state.cublas, state.stream, low.downLow, *b.firstSlot, gateUpOutput, adapters.downA, lowRank);
+    scaleLowRank(state.stream, lowRank, b.slots(), adapters);
+    groupedGemm(state.cublas, state.stream, low.downAdd, *b.firstSlot, lowRank, adapters.downB, output, 1.0f);
+  }
 }
 
 // The backward's slot-ordered scratch blocks.
@@ -257,6 +306,12 @@ struct BackwardBlocks {
   float *hiddenState = nullptr, *weightedHidden = nullptr, *dOutputDown = nullptr;
   float* dInput = nullptr;        // [slots, H]: each slot's row gradient
   float* slotDWeights = nullptr;  // [slots]: each slot's weight gradient
+  float *lowInput = nullptr, *lowGradient = nullptr;  // [slots, r]: the adapters' rank-r rows
+};
+
+// The adapters' gradients on the device: each pair's dA and dB, or nulls.
+struct AdapterGradients {
+  float *gateUpA = nullptr, *gateUpB = nullptr, *downA = nullptr, *downB = nullptr;
 };
 
 // Per used expert e over its R rows (slot order), with X the rows, dY their output gradients, w the
@@ -265,12 +320,16 @@ struct BackwardBlocks {
 // Hd), dG and dU from w ⊙ P, d[G_e; U_e] = [dG dU]ᵀ X, dX = [dG dU] [G_e; U_e] (the CPU kernels'
 // five GEMMs per expert, four with `kept`). dGateUp and dDown must be zero for the unused experts;
 // the used ones' blocks are overwritten.
+// dGateUp or dDown null: a frozen base's gradient, not computed. With adapters (moe/cpu.cpp's
+// formulas), their gradients must be zero for the unused experts too.
 void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice& b, const float* rows,
                      const float* dRows, const float* weights, int64_t weightCount, const int64_t* weightOfSlot,
                      const float* gateUp, const float* down, float* dGateUp, float* dDown, const BackwardBlocks& s,
-                     const GateUpRowsByRoute<const float>& kept = {}) {
+                     const GateUpRowsByRoute<const float>& kept = {}, const ExpertAdapters& adapters = {},
+                     const AdapterGradients& dAdapters = {}) {
   const int64_t hidden = b.hidden, inner = b.inner, slots = b.slots();
   const moe_experts::ExpertProducts products = moe_experts::expertProducts(hidden, inner);
+  const moe_experts::AdapterProducts low = moe_experts::adapterProducts(hidden, inner, adapters.rank);
   const std::vector<int64_t>& firstSlot = *b.firstSlot;
   cudaStream_t stream = state.stream;
   launch("gatherRowsKernel", stream, slots * hidden, gatherRowsKernel, rows, b.sourceRows, b.rowOfSlot, s.input, hidden);
@@ -281,24 +340,53 @@ void expertsBackward(const cuda::StreamState& state, const ExpertBlocksOnDevice&
            s.gateUpOutput, 2 * inner);
   else
     groupedGemm(state.cublas, stream, products.gateUp, firstSlot, s.input, gateUp, s.gateUpOutput);
+  if (adapters.gateUpA != nullptr) {  // s · X A1ᵀ: dB1 needs it even where the kept rows hold GU
+    groupedGemm(state.cublas, stream, low.gateUpLow, firstSlot, s.input, adapters.gateUpA, s.lowInput);
+    scaleLowRank(stream, s.lowInput, slots, adapters);
+    if (kept.rows == nullptr)
+      groupedGemm(state.cublas, stream, low.gateUpAdd, firstSlot, s.lowInput, adapters.gateUpB, s.gateUpOutput, 1.0f);
+  }
   launch("gatedGeluWeightedKernel", stream, slots * inner, gatedGeluWeightedKernel,
          static_cast<const float*>(s.gateUpOutput), weights, weightCount, weightOfSlot, s.hiddenState, s.weightedHidden,
          inner);
-  groupedGemm(state.cublas, stream, products.downGradient, firstSlot, s.dOutput, s.weightedHidden, dDown);
+  if (dDown != nullptr)
+    groupedGemm(state.cublas, stream, products.downGradient, firstSlot, s.dOutput, s.weightedHidden, dDown);
   groupedGemm(state.cublas, stream, products.outputGradientDown, firstSlot, s.dOutput, down, s.dOutputDown);
+  if (adapters.downA != nullptr) {
+    groupedGemm(state.cublas, stream, low.outputGradientLow, firstSlot, s.dOutput, adapters.downB, s.lowGradient);
+    scaleLowRank(stream, s.lowGradient, slots, adapters);
+    groupedGemm(state.cublas, stream, low.downAGradient, firstSlot, s.lowGradient, s.weightedHidden, dAdapters.downA);
+    groupedGemm(state.cublas, stream, low.hiddenGradientAdd, firstSlot, s.lowGradient, adapters.downA, s.dOutputDown,
+                1.0f);
+    groupedGemm(state.cublas, stream, low.weightedHiddenLow, firstSlot, s.weightedHidden, adapters.downA,
+                s.lowGradient);
+    scaleLowRank(stream, s.lowGradient, slots, adapters);
+    groupedGemm(state.cublas, stream, low.downBGradient, firstSlot, s.dOutput, s.lowGradient, dAdapters.downB);
+  }
   launch("slotWeightGradientKernel", stream, slots, slotWeightGradientKernel, static_cast<const float*>(s.hiddenState),
          static_cast<const float*>(s.dOutputDown), s.slotDWeights, inner);
   launch("gatedGeluBackwardKernel", stream, slots * inner, gatedGeluBackwardKernel,
          static_cast<const float*>(s.gateUpOutput), static_cast<const float*>(s.dOutputDown), weights, weightCount,
          weightOfSlot, s.dGateUpOutput, inner);
-  groupedGemm(state.cublas, stream, products.gateUpGradient, firstSlot, s.dGateUpOutput, s.input, dGateUp);
+  if (dGateUp != nullptr)
+    groupedGemm(state.cublas, stream, products.gateUpGradient, firstSlot, s.dGateUpOutput, s.input, dGateUp);
   groupedGemm(state.cublas, stream, products.inputGradient, firstSlot, s.dGateUpOutput, gateUp, s.dInput);
+  if (adapters.gateUpA != nullptr) {
+    groupedGemm(state.cublas, stream, low.gateUpBGradient, firstSlot, s.dGateUpOutput, s.lowInput, dAdapters.gateUpB);
+    groupedGemm(state.cublas, stream, low.gateUpLowGradient, firstSlot, s.dGateUpOutput, adapters.gateUpB,
+                s.lowGradient);
+    scaleLowRank(stream, s.lowGradient, slots, adapters);
+    groupedGemm(state.cublas, stream, low.gateUpAGradient, firstSlot, s.lowGradient, s.input, dAdapters.gateUpA);
+    groupedGemm(state.cublas, stream, low.inputGradientAdd, firstSlot, s.lowGradient, adapters.gateUpA, s.dInput, 1.0f);
+  }
 }
 
-std::vector<std::pair<int64_t, float**>> backwardScratch(int64_t slots, int64_t hidden, int64_t inner, BackwardBlocks& s) {
-  return {{slots * hidden, &s.input},         {slots * hidden, &s.dOutput},          {slots * hidden, &s.dInput},
+std::vector<std::pair<int64_t, float**>> backwardScratch(int64_t slots, int64_t hidden, int64_t inner,
+                                                         BackwardBlocks& s, int64_t rank = 0) {
+  return {{slots * hidden, &s.input},           {slots * hidden, &s.dOutput},          {slots * hidden, &s.dInput},
           {slots * 2 * inner, &s.gateUpOutput}, {slots * 2 * inner, &s.dGateUpOutput}, {slots * inner, &s.hiddenState},
-          {slots * inner, &s.weightedHidden}, {slots * inner, &s.dOutputDown},      {slots, &s.slotDWeights}};
+          {slots * inner, &s.weightedHidden},   {slots * inner, &s.dOutputDown},       {slots, &s.slotDWeights},
+          {slots * rank, &s.lowInput},          {slots * rank, &s.lowGradient}};
 }
 
 // The indices to the host, checked (the CPU kernel's error, word for word), and grouped.
@@ -355,17 +443,20 @@ class MoeExpertsCudaKernel final : public Kernel {
     }
     ExpertBlocksOnDevice blocks{hidden, inner, &groups.firstSlot, nullptr};
     int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr, *routeOfSlot = nullptr;
-    float *input = nullptr, *gateUpOutput = nullptr, *expertOutput = nullptr;
+    float *input = nullptr, *gateUpOutput = nullptr, *expertOutput = nullptr, *lowRank = nullptr;
     std::vector<std::pair<const std::vector<int64_t>*, int64_t**>> maps = {{&groups.tokenOfSlot, &tokenOfSlot},
                                                                           {&groups.slotOfRoute, &slotOfRoute}};
     if (g_.gateUpRows) maps.push_back({&groups.routeOfSlot, &routeOfSlot});
     Scratch scratch(stream, std::move(maps),
-                    {{slots * hidden, &input}, {slots * 2 * inner, &gateUpOutput}, {slots * hidden, &expertOutput}});
+                    {{slots * hidden, &input},
+                     {slots * 2 * inner, &gateUpOutput},
+                     {slots * hidden, &expertOutput},
+                     {slots * g_.loraRank, &lowRank}});
     blocks.rowOfSlot = tokenOfSlot;
     blocks.sourceRows = g_.tokens;
     kept.routeOfSlot = routeOfSlot;
     expertsForward(state, blocks, inputs[0].as<const float>(), inputs[3].as<const float>(), inputs[4].as<const float>(),
-                   input, gateUpOutput, expertOutput, kept);
+                   input, gateUpOutput, expertOutput, kept, adaptersOf(g_, inputs), lowRank);
     launch("combineKernel", stream, g_.tokens * hidden, combineKernel, static_cast<const float*>(expertOutput), slots,
            inputs[1].as<const float>(), static_cast<const int64_t*>(slotOfRoute), y, g_.topK, hidden);
   }
@@ -391,17 +482,24 @@ class MoeExpertsBackwardCudaKernel final : public Kernel {
     ExpertBlocksOnDevice blocks{hidden, inner, &groups.firstSlot, nullptr};
     int64_t *tokenOfSlot = nullptr, *slotOfRoute = nullptr, *routeOfSlot = nullptr;
     BackwardBlocks s;
-    Scratch scratch(stream,
-                    {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute},
-                     {&groups.routeOfSlot, &routeOfSlot}},
-                    backwardScratch(slots, hidden, inner, s));
+    Scratch scratch(
+        stream,
+        {{&groups.tokenOfSlot, &tokenOfSlot}, {&groups.slotOfRoute, &slotOfRoute}, {&groups.routeOfSlot, &routeOfSlot}},
+        backwardScratch(slots, hidden, inner, s, g_.loraRank));
     blocks.rowOfSlot = tokenOfSlot;
     blocks.sourceRows = g_.tokens;
     // With the forward's gate_up_rows (input 6), each slot's gate/up row is gathered from its route's.
     const GateUpRowsByRoute<const float> kept{g_.gateUpRows ? inputs[6].as<const float>() : nullptr, routeOfSlot, routes};
-    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[5].as<const float>(), inputs[1].as<const float>(),
-                    routes, routeOfSlot, inputs[3].as<const float>(), inputs[4].as<const float>(), outputs[2].as<float>(),
-                    outputs[3].as<float>(), s, kept);
+    // The outputs the step lists (Contract.h): a frozen base's gradients and absent adapters' are null.
+    const auto output = [&](int index, int offset = 0) {
+      return index < 0 ? nullptr : outputs[index + offset].as<float>();
+    };
+    const AdapterGradients dAdapters{output(g_.gradLoraGateUpOutput), output(g_.gradLoraGateUpOutput, 1),
+                                     output(g_.gradLoraDownOutput), output(g_.gradLoraDownOutput, 1)};
+    expertsBackward(state, blocks, inputs[0].as<const float>(), inputs[5].as<const float>(),
+                    inputs[1].as<const float>(), routes, routeOfSlot, inputs[3].as<const float>(),
+                    inputs[4].as<const float>(), output(g_.gradGateUpOutput), output(g_.gradDownOutput), s, kept,
+                    adaptersOf(g_, inputs), dAdapters);
     launch("routeValueKernel", stream, routes, routeValueKernel, static_cast<const float*>(s.slotDWeights), slots,
            static_cast<const int64_t*>(slotOfRoute), outputs[1].as<float>());
     launch("inputGradientKernel", stream, g_.tokens * hidden, inputGradientKernel, static_cast<const float*>(s.dInput),

@@ -34,6 +34,14 @@ class BuiltinAdapter final : public ModelAdapter {
     return {};
   }
   std::optional<std::string> secondCopyName(const std::string&) const override { return std::nullopt; }
+  bool isAdapterParameter(const std::string&) const override { return false; }
+  std::vector<std::pair<std::string, std::string>> adapterFiles(const Plan&, const std::map<std::string, HostTensor>&,
+                                                                const std::string&) const override {
+    throw InputError("the builtin model has no LoRA adapters");
+  }
+  std::map<std::string, HostTensor> readAdapter(const Plan&, const std::string& directory) const override {
+    throw InputError("--adapter: " + directory + ": the builtin model has no LoRA adapters");
+  }
 
  private:
   ModelContract contract_;

@@ -10,6 +10,7 @@
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/model/diffusion_gemma/HfExport.h"
+#include "runtime/model/diffusion_gemma/PeftAdapter.h"
 #include "runtime/session/GlobalTensors.h"
 #include "support/Error.h"
 
@@ -83,11 +84,35 @@ class DiffusionGemmaAdapter final : public ModelAdapter {
     if (!resolved.visionTensorNames.empty() && !readsImages)
       std::cerr << "dgemma-run: warning: " << weightsPath << ": " << resolved.visionTensorNames.size()
                 << " vision tensors ignored (the plan has no image entries; dgemma-compile --images-per-example)\n";
-    loadMappedWeights(executor, weightsPath, [&](const std::string& name) -> std::optional<SafetensorsLocation> {
-      for (const auto* tensors : {&resolved.textTensors, &resolved.visionTensors})
-        if (auto found = tensors->find(name); found != tensors->end()) return found->second;
-      return std::nullopt;
-    });
+    loadMappedWeights(
+        executor, weightsPath,
+        [&](const std::string& name) -> std::optional<SafetensorsLocation> {
+          for (const auto* tensors : {&resolved.textTensors, &resolved.visionTensors})
+            if (auto found = tensors->find(name); found != tensors->end()) return found->second;
+          return std::nullopt;
+        },
+        {}, [&](const Parameter& parameter) { return plan.adapter && isAdapterParameter(parameter.name); });
+  }
+
+  bool isAdapterParameter(const std::string& name) const override { return isLoraParameterName(name); }
+
+  // PEFT's adapter directory (PeftAdapter.h).
+  std::vector<std::pair<std::string, std::string>> adapterFiles(const Plan& plan,
+                                                                const std::map<std::string, HostTensor>& tensors,
+                                                                const std::string& baseModel) const override {
+    if (!plan.adapter) throw InputError("the plan has no LoRA adapter (dgemma-compile --lora)");
+    return peftAdapterFiles(*plan.adapter, baseModel, tensors);
+  }
+
+  std::map<std::string, HostTensor> readAdapter(const Plan& plan, const std::string& directory) const override {
+    std::map<std::string, std::vector<int64_t>> expected;
+    for (const Parameter& parameter : plan.parameters)
+      if (isAdapterParameter(parameter.name)) expected[parameter.name] = parameter.globalShape;
+    if (!plan.adapter || expected.empty())
+      throw InputError("--adapter: " + directory +
+                       ": the plan has no LoRA adapter parameters (compile it with dgemma-compile --lora RANK[:ALPHA] "
+                       "--lora-targets LIST, as the adapter was trained)");
+    return readPeftAdapterDirectory(directory, *plan.adapter, expected);
   }
 
   ModelTokens tokens(const Plan& plan, const std::string& planPath) const override {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -12,11 +13,13 @@
 #include "runtime/core/HostTensor.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/io/TransferProgress.h"
+#include "runtime/model/diffusion_gemma/PeftAdapter.h"
 #include "runtime/train/CheckpointReader.h"
 #include "runtime/train/CheckpointManifest.h"
 #include "support/AtomicFile.h"
 #include "support/Error.h"
 #include "support/Json.h"
+#include "support/Shape.h"
 
 namespace dgemma {
 
@@ -174,6 +177,29 @@ HfExportResult exportHfDirectory(const HfExportOptions& options) {
                            " vision tensors not exported: the config has no vision_config");
   }
 
+  // The adapter's ΔW by the canonical name of the weight it changes: each must be one of the text
+  // weights, of its shape.
+  std::map<std::string, HostTensor> deltas;
+  if (!options.mergeAdapter.empty()) {
+    deltas = peftMergeDeltas(options.mergeAdapter);
+    std::vector<std::string> problems;
+    for (const auto& [name, delta] : deltas) {
+      const auto tensor =
+          std::find_if(tensors.begin(), tensors.end(), [&](const ExportedTensor& t) { return t.name == name; });
+      if (tensor == tensors.end())
+        problems.push_back("the adapter changes " + name + ", which the model does not have");
+      else if (tensor->shape != delta.shape)
+        problems.push_back("the adapter's update of " + name + " is " + shapeToString(delta.shape) + ", the weight " +
+                           shapeToString(tensor->shape));
+    }
+    if (!problems.empty()) {
+      std::string message =
+          "--merge-adapter: " + options.mergeAdapter + ": does not fit --weights " + options.weights + ":";
+      for (const std::string& problem : problems) message += "\n  " + problem;
+      throw InputError(message);
+    }
+  }
+
   // Greedy shards in tensor order, as save_pretrained splits: a tensor that would push a shard past
   // the limit opens the next one.
   std::vector<std::vector<const ExportedTensor*>> shards(1);
@@ -205,9 +231,20 @@ HfExportResult exportHfDirectory(const HfExportOptions& options) {
         sortedMap[tensor->name] = fileName;
         streamed.push_back({tensor->name, options.dtype, tensor->shape, [&, tensor](uint8_t* bytes) {
                               const SafetensorsEntry& entry = *tensor->source.entry;
-                              convertElements(tensor->source.file->data(entry), entry.dtype, bytes, options.dtype,
-                                              entry.bytes / dtypeSize(entry.dtype),
-                                              tensor->source.file->path() + ": tensor " + entry.name);
+                              const uint64_t count = entry.bytes / dtypeSize(entry.dtype);
+                              const std::string what = tensor->source.file->path() + ": tensor " + entry.name;
+                              const auto delta = deltas.find(tensor->name);
+                              if (delta == deltas.end()) {
+                                convertElements(tensor->source.file->data(entry), entry.dtype, bytes, options.dtype,
+                                                count, what);
+                              } else {
+                                HostTensor merged(DType::F64, tensor->shape);
+                                convertElements(tensor->source.file->data(entry), entry.dtype, merged.data.data(),
+                                                DType::F64, count, what);
+                                for (uint64_t i = 0; i < count; ++i)
+                                  merged.as<double>()[i] += delta->second.as<double>()[i];
+                                convertElements(merged.data.data(), DType::F64, bytes, options.dtype, count, what);
+                              }
                               progress.advance(entry.bytes / dtypeSize(entry.dtype) * dtypeSize(options.dtype));
                               tensor->source.file->release(entry);
                             }});

@@ -46,6 +46,9 @@ struct HfExportOptions {
   // generation_config.json; null: `weights`/generation_config.json when present, else HF's defaults.
   nlohmann::json generationConfig;
   std::string tokenizerDir;  // empty: the tokenizer files in `weights`, if any
+  // A LoRA adapter directory (PEFT format) merged in: W + (alpha/r)·B·A, summed in f64 and rounded
+  // once to `dtype`, once per tied weight (docs/training.md, "LoRA adapters"); empty: none.
+  std::string mergeAdapter;
   bool progress = false;     // a progress line on stderr
 };
 

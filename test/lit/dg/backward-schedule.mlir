@@ -82,6 +82,31 @@ func.func @recast() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// A dequantized frozen weight (dg-base-dtype) read by the forward and the backward: the backward decodes
+// its own copy just before it reads it, so the forward's decoded weight dies in the forward.
+// CHECK-LABEL: func.func @redecode
+// CHECK: %[[C:.*]] = dg.param "w" {{.*}} : tensor<4x32xui8>
+// CHECK: %[[A:.*]] = dg.param "w.absmax"
+// CHECK: %[[W:.*]] = dg.dequantize %[[C]], %[[A]]
+// CHECK: dg.matmul %{{.*}}, %[[W]] {transpose_b = true}
+// CHECK: dg.output "loss"
+// CHECK: %[[COPY:.*]] = dg.dequantize %[[C]], %[[A]]
+// CHECK-NEXT: dg.matmul %{{.*}}, %[[COPY]] :
+func.func @redecode() attributes {dg.entry = "train_step"} {
+  %x = dg.input "x" : tensor<2x64xbf16>
+  %c = dg.param "w" {trainable = false} : tensor<4x32xui8>
+  %a = dg.param "w.absmax" {trainable = false} : tensor<4x1xf32>
+  %w = dg.dequantize %c, %a format = "nf4" : tensor<4x32xui8>, tensor<4x1xf32> -> tensor<4x64xbf16>
+  %y = dg.matmul %x, %w {transpose_b = true} : tensor<2x64xbf16>, tensor<4x64xbf16> -> tensor<2x4xbf16>
+  dg.output "loss", %y : tensor<2x4xbf16>
+  %dy = dg.exp %y : tensor<2x4xbf16>
+  %dx = dg.matmul %dy, %w : tensor<2x4xbf16>, tensor<4x64xbf16> -> tensor<2x64xbf16>
+  dg.output "dx", %dx : tensor<2x64xbf16>
+  return
+}
+
+// -----
+
 // Two weight-gradient contributions, each far larger than what it reads, run just before their
 // sum (%dw was written right after %a1, whose last use it then was). The outputs keep their order
 // though "second" is ready first. Collectives move like other ops (every rank schedules alike).

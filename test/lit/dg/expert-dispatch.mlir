@@ -63,7 +63,7 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
   // CHECK: dg.output "dd", %[[GRAD_D]]
   // CHECK-NOT: dg.reduce_scatter
   %dyg = dg.all_gather %dy axis = "ep" : tensor<3x4xf32> -> tensor<6x4xf32>
-  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %wg, %i, %gu, %d, %dyg {expert_offset = 2 : i64} : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<6x4xf32> -> tensor<6x4xf32>, tensor<6x2xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>
+  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %wg, %i, %gu, %d, %dyg {expert_offset = 2 : i64} : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<6x4xf32> -> tensor<6x4xf32>, tensor<6x2xf32> grad_gate_up tensor<2x6x4xf32> grad_down tensor<2x4x3xf32>
   %dx = dg.reduce_scatter %dxg axis = "ep" : tensor<6x4xf32> -> tensor<3x4xf32>
   %dw = dg.reduce_scatter %dwg axis = "ep" : tensor<6x2xf32> -> tensor<3x2xf32>
   dg.output "dx", %dx : tensor<3x4xf32>
@@ -98,7 +98,7 @@ func.func @backward_only() attributes {dg.entry = "backward_only"} {
   %d = dg.param "down" : tensor<1x4x3xf32>
   %xg = dg.all_gather %x axis = "ep" : tensor<2x4xf32> -> tensor<4x4xf32>
   %dyg = dg.all_gather %dy axis = "ep" : tensor<2x4xf32> -> tensor<4x4xf32>
-  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %w, %i, %gu, %d, %dyg {expert_offset = 0 : i64} : tensor<4x4xf32>, tensor<4x1xf32>, tensor<4x1xi64>, tensor<1x6x4xf32>, tensor<1x4x3xf32>, tensor<4x4xf32> -> tensor<4x4xf32>, tensor<4x1xf32>, tensor<1x6x4xf32>, tensor<1x4x3xf32>
+  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %w, %i, %gu, %d, %dyg {expert_offset = 0 : i64} : tensor<4x4xf32>, tensor<4x1xf32>, tensor<4x1xi64>, tensor<1x6x4xf32>, tensor<1x4x3xf32>, tensor<4x4xf32> -> tensor<4x4xf32>, tensor<4x1xf32> grad_gate_up tensor<1x6x4xf32> grad_down tensor<1x4x3xf32>
   %dx = dg.reduce_scatter %dxg axis = "ep" : tensor<4x4xf32> -> tensor<2x4xf32>
   dg.output "dx", %dx : tensor<2x4xf32>
   dg.output "dgu", %dgu : tensor<1x6x4xf32>
@@ -146,7 +146,7 @@ func.func @reshaped_partials() attributes {dg.entry = "train_step"} {
   dg.output "y", %y : tensor<1x2x4xf32>
   %dy = dg.reshape %dy3 : tensor<1x2x4xf32> -> tensor<2x4xf32>
   %dyg = dg.all_gather %dy axis = "ep" : tensor<2x4xf32> -> tensor<4x4xf32>
-  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %wg, %ig, %gu, %d, %dyg {expert_offset = 0 : i64} : tensor<4x4xf32>, tensor<4x2xf32>, tensor<4x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<4x4xf32> -> tensor<4x4xf32>, tensor<4x2xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>
+  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %wg, %ig, %gu, %d, %dyg {expert_offset = 0 : i64} : tensor<4x4xf32>, tensor<4x2xf32>, tensor<4x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<4x4xf32> -> tensor<4x4xf32>, tensor<4x2xf32> grad_gate_up tensor<2x6x4xf32> grad_down tensor<2x4x3xf32>
   %dxg3 = dg.reshape %dxg : tensor<4x4xf32> -> tensor<2x2x4xf32>
   %dx = dg.reduce_scatter %dxg3 axis = "ep" : tensor<2x2x4xf32> -> tensor<1x2x4xf32>
   %dw = dg.reduce_scatter %dwg axis = "ep" : tensor<4x2xf32> -> tensor<2x2xf32>
@@ -184,6 +184,43 @@ func.func @unmatched() attributes {dg.entry = "unmatched"} {
   dg.output "a", %a : tensor<3x4xf32>
   dg.output "b", %b : tensor<3x4xf32>
   dg.output "c", %c : tensor<3x4xf32>
+  return
+}
+}
+
+// -----
+
+// An op with per-expert adapters keeps the all-gather form (dg.moe_local_experts has none); a
+// backward without the frozen base's gradients is rewritten, its local backward's base gradients
+// left unused.
+module attributes {dg.mesh = #dg.mesh<[ep = 2 (expert)]>} {
+// CHECK-LABEL: func.func @adapters_and_frozen_base
+func.func @adapters_and_frozen_base() attributes {dg.entry = "train_step"} {
+  %x = dg.input "x" : tensor<3x4xf32>
+  %w = dg.input "w" : tensor<3x2xf32>
+  %i = dg.input "i" : tensor<6x2xi64>
+  %dy = dg.input "dy" : tensor<3x4xf32>
+  %gu = dg.param "gate_up" : tensor<2x6x4xf32>
+  %d = dg.param "down" : tensor<2x4x3xf32>
+  %a = dg.param "a" : tensor<2x2x3xf32>
+  %b = dg.param "b" : tensor<2x4x2xf32>
+  // CHECK: dg.all_gather
+  // CHECK: dg.moe_experts {{.*}} lora_down
+  // CHECK: dg.reduce_scatter
+  %xg = dg.all_gather %x axis = "ep" : tensor<3x4xf32> -> tensor<6x4xf32>
+  %wg = dg.all_gather %w axis = "ep" : tensor<3x2xf32> -> tensor<6x2xf32>
+  %yg = dg.moe_experts %xg, %wg, %i, %gu, %d lora_down(%a, %b : tensor<2x2x3xf32>, tensor<2x4x2xf32>) {expert_offset = 2 : i64, lora_scale = 2.0 : f64} : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<6x4xf32>
+  %y = dg.reduce_scatter %yg axis = "ep" : tensor<6x4xf32> -> tensor<3x4xf32>
+  dg.output "y", %y : tensor<3x4xf32>
+  // CHECK: dg.moe_dispatch
+  // CHECK: dg.moe_local_experts_backward
+  // CHECK-NOT: dg.moe_experts_backward
+  %dyg = dg.all_gather %dy axis = "ep" : tensor<3x4xf32> -> tensor<6x4xf32>
+  %dxg, %dwg = dg.moe_experts_backward %xg, %wg, %i, %gu, %d, %dyg {expert_offset = 2 : i64} : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<6x4xf32> -> tensor<6x4xf32>, tensor<6x2xf32>
+  %dx = dg.reduce_scatter %dxg axis = "ep" : tensor<6x4xf32> -> tensor<3x4xf32>
+  %dw = dg.reduce_scatter %dwg axis = "ep" : tensor<6x2xf32> -> tensor<3x2xf32>
+  dg.output "dx", %dx : tensor<3x4xf32>
+  dg.output "dw", %dw : tensor<3x2xf32>
   return
 }
 }

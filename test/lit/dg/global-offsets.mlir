@@ -32,7 +32,7 @@ func.func @experts_offsets(%x: tensor<3x8xf32>, %w: tensor<3x2xf32>, %i: tensor<
   // CHECK: dg.moe_experts %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<3x8xf32>
   %whole = dg.moe_experts %x, %w, %i, %gu, %d {expert_offset = 0 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x6x8xf32>, tensor<2x8x3xf32> -> tensor<3x8xf32>
   // CHECK: dg.moe_experts_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {expert_offset = 2 : i64} : tensor<3x8xf32>
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy {expert_offset = 2 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x6x8xf32>, tensor<2x8x3xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<2x6x8xf32>, tensor<2x8x3xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy {expert_offset = 2 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x6x8xf32>, tensor<2x8x3xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<2x6x8xf32> grad_down tensor<2x8x3xf32>
   return %y, %whole, %dx : tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>
 }
 
@@ -64,6 +64,6 @@ func.func @experts_negative_offset(%x: tensor<3x8xf32>, %w: tensor<3x2xf32>, %i:
 
 func.func @experts_backward_negative_offset(%x: tensor<3x8xf32>, %w: tensor<3x2xf32>, %i: tensor<3x2xi64>, %gu: tensor<2x6x8xf32>, %d: tensor<2x8x3xf32>, %dy: tensor<3x8xf32>) {
   // expected-error @+1 {{expert_offset -1 must be >= 0}}
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy {expert_offset = -1 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x6x8xf32>, tensor<2x8x3xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<2x6x8xf32>, tensor<2x8x3xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy {expert_offset = -1 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x6x8xf32>, tensor<2x8x3xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<2x6x8xf32> grad_down tensor<2x8x3xf32>
   return
 }

@@ -475,7 +475,7 @@ func.func @experts_rows_shape(%x: tensor<3x8xf32>, %w: tensor<3x2xf32>, %i: tens
 
 func.func @experts_backward_rows_type(%x: tensor<3x8xbf16>, %w: tensor<3x2xf32>, %i: tensor<3x2xi64>, %gu: tensor<4x6x8xbf16>, %d: tensor<4x8x3xbf16>, %dy: tensor<3x8xbf16>, %rows: tensor<6x6xbf16>) {
   // expected-error @+1 {{gate_up_rows must be 'tensor<6x6xf32>' (a row of gate and up per route), got 'tensor<6x6xbf16>'}}
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy rows %rows : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x6x8xbf16>, tensor<4x8x3xbf16>, tensor<3x8xbf16>, tensor<6x6xbf16> -> tensor<3x8xbf16>, tensor<3x2xf32>, tensor<4x6x8xf32>, tensor<4x8x3xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy rows %rows : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x6x8xbf16>, tensor<4x8x3xbf16>, tensor<3x8xbf16>, tensor<6x6xbf16> -> tensor<3x8xbf16>, tensor<3x2xf32> grad_gate_up tensor<4x6x8xf32> grad_down tensor<4x8x3xf32>
   return
 }
 
@@ -555,4 +555,36 @@ func.func @rms_norm_backward_weight_without_gradient(%x: tensor<2x8xf32>, %w: te
   // expected-error @+1 {{grad_weight is produced exactly when there is a weight}}
   %dx = dg.rms_norm_backward %x, %x, %w {eps = 1.0e-6 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
   return %dx : tensor<2x8xf32>
+}
+
+// -----
+
+func.func @dequantize_nf4_partial_block(%codes: tensor<4x48xui8>, %absmax: tensor<4x1xf32>) {
+  // expected-error @+1 {{nf4: the last dimension 96 must be a multiple of 64}}
+  %w = dg.dequantize %codes, %absmax format = "nf4" : tensor<4x48xui8>, tensor<4x1xf32> -> tensor<4x96xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_nf4_signed_codes(%codes: tensor<4x32xi8>, %absmax: tensor<4x1xf32>) {
+  // expected-error @+1 {{nf4 codes must be 'tensor<4x32xui8>', got 'tensor<4x32xi8>'}}
+  %w = dg.dequantize %codes, %absmax format = "nf4" : tensor<4x32xi8>, tensor<4x1xf32> -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_int8_scales(%codes: tensor<4x8xi8>, %scales: tensor<8xf32>) {
+  // expected-error @+1 {{int8 scales must be 'tensor<4xf32>', got 'tensor<8xf32>'}}
+  %w = dg.dequantize %codes, %scales format = "int8" : tensor<4x8xi8>, tensor<8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @dequantize_format(%codes: tensor<4x8xi8>, %scales: tensor<4xf32>) {
+  // expected-error @+1 {{format must be "int8" or "nf4", got "fp4"}}
+  %w = dg.dequantize %codes, %scales format = "fp4" : tensor<4x8xi8>, tensor<4xf32> -> tensor<4x8xf32>
+  return
 }

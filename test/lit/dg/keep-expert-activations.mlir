@@ -20,7 +20,7 @@ func.func @forward_hands_over() attributes {dg.entry = "train_step"} {
   %w, %i = dg.moe_route %logits, %scale top_k = 2 : tensor<3x4xf32>, tensor<4xf32> -> tensor<3x2xf32>, tensor<3x2xi64>
   %y = dg.moe_experts %x, %w, %i, %gu, %d : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32> -> tensor<3x8xf32>
   dg.output "loss", %y : tensor<3x8xf32>
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<4x12x8xf32>, tensor<4x8x6xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<4x12x8xf32> grad_down tensor<4x8x6xf32>
   dg.output "grad/gate_up", %dgu : tensor<4x12x8xf32>
   dg.output "grad/down", %dd : tensor<4x8x6xf32>
   return
@@ -45,7 +45,7 @@ func.func @clone_is_closer() attributes {dg.entry = "train_step"} {
   %y = dg.moe_experts %x, %w, %i, %gu, %d : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32> -> tensor<3x8xf32>
   dg.output "loss", %y : tensor<3x8xf32>
   %y2 = dg.moe_experts %x, %w, %i, %gu, %d {dg.recomputed} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32> -> tensor<3x8xf32>
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y2 : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<4x12x8xf32>, tensor<4x8x6xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y2 : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<4x12x8xf32> grad_down tensor<4x8x6xf32>
   dg.output "grad/gate_up", %dgu : tensor<4x12x8xf32>
   return
 }
@@ -67,13 +67,13 @@ func.func @left_alone() attributes {dg.entry = "train_step"} {
   %w, %i = dg.moe_route %logits, %scale top_k = 2 : tensor<3x4xf32>, tensor<4xf32> -> tensor<3x2xf32>, tensor<3x2xi64>
   %y = dg.moe_experts %x, %w, %i, %gu, %d {expert_offset = 2 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32> -> tensor<3x8xf32>
   dg.output "loss", %y : tensor<3x8xf32>
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y {expert_offset = 2 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<2x12x8xf32>, tensor<2x8x6xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y {expert_offset = 2 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<2x12x8xf32> grad_down tensor<2x8x6xf32>
   dg.output "grad/gate_up", %dgu : tensor<2x12x8xf32>
   %ids = dg.input "ids" : tensor<3x2xi64>
   %y3 = dg.moe_experts %x, %w, %ids, %gu, %d : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32> -> tensor<3x8xf32>
-  %dx3, %dw3, %dgu3, %dd3 = dg.moe_experts_backward %x, %w, %ids, %gu, %d, %y3 : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<2x12x8xf32>, tensor<2x8x6xf32>
+  %dx3, %dw3, %dgu3, %dd3 = dg.moe_experts_backward %x, %w, %ids, %gu, %d, %y3 : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<2x12x8xf32> grad_down tensor<2x8x6xf32>
   dg.output "grad/gate_up3", %dgu3 : tensor<2x12x8xf32>
-  %dx4, %dw4, %dgu4, %dd4 = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y3 : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<2x12x8xf32>, tensor<2x8x6xf32>
+  %dx4, %dw4, %dgu4, %dd4 = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y3 : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x12x8xf32>, tensor<2x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<2x12x8xf32> grad_down tensor<2x8x6xf32>
   dg.output "grad/gate_up4", %dgu4 : tensor<2x12x8xf32>
   return
 }
@@ -98,7 +98,7 @@ func.func @selective_layer() attributes {dg.entry = "train_step"} {
   %y = dg.moe_experts %x, %w, %i, %gu, %d {dg.layer_end = 0 : i64} : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32> -> tensor<3x8xf32>
   dg.output "loss", %y : tensor<3x8xf32>
   %g = dg.mul %y, %y : tensor<3x8xf32>, tensor<3x8xf32> -> tensor<3x8xf32>
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %g : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32>, tensor<4x12x8xf32>, tensor<4x8x6xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %g : tensor<3x8xf32>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xf32>, tensor<4x8x6xf32>, tensor<3x8xf32> -> tensor<3x8xf32>, tensor<3x2xf32> grad_gate_up tensor<4x12x8xf32> grad_down tensor<4x8x6xf32>
   dg.output "grad/gate_up", %dgu : tensor<4x12x8xf32>
   return
 }
@@ -118,7 +118,7 @@ func.func @bf16_rows_are_f32() attributes {dg.entry = "train_step"} {
   %w, %i = dg.moe_route %logits, %scale top_k = 2 : tensor<3x4xf32>, tensor<4xf32> -> tensor<3x2xf32>, tensor<3x2xi64>
   %y = dg.moe_experts %x, %w, %i, %gu, %d : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xbf16>, tensor<4x8x6xbf16> -> tensor<3x8xbf16>
   dg.output "loss", %y : tensor<3x8xbf16>
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xbf16>, tensor<4x8x6xbf16>, tensor<3x8xbf16> -> tensor<3x8xbf16>, tensor<3x2xf32>, tensor<4x12x8xf32>, tensor<4x8x6xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %y : tensor<3x8xbf16>, tensor<3x2xf32>, tensor<3x2xi64>, tensor<4x12x8xbf16>, tensor<4x8x6xbf16>, tensor<3x8xbf16> -> tensor<3x8xbf16>, tensor<3x2xf32> grad_gate_up tensor<4x12x8xf32> grad_down tensor<4x8x6xf32>
   dg.output "grad/gate_up", %dgu : tensor<4x12x8xf32>
   return
 }

@@ -49,3 +49,4 @@ func.func @forward() attributes {dg.entry = "forward", dg.bucket = {}} {
   return
 }
 }
+

@@ -95,6 +95,20 @@ func.func @all_ops() attributes {dg.entry = "forward", dg.bucket = {micro_batch 
   dg.output "cat", %cat : tensor<16x16xf32>
   // CHECK: dg.cast {{.*}} : tensor<8x16xf32> -> tensor<8x16xbf16>
   %bf = dg.cast %r : tensor<8x16xf32> -> tensor<8x16xbf16>
+  // CHECK: %[[Q8:.*]] = dg.param "q.weight" {trainable = false} : tensor<8x16xi8>
+  %q8 = dg.param "q.weight" {trainable = false} : tensor<8x16xi8>
+  // CHECK: %[[S8:.*]] = dg.param "q.weight.scale" {trainable = false} : tensor<8xf32>
+  %s8 = dg.param "q.weight.scale" {trainable = false} : tensor<8xf32>
+  // CHECK: dg.dequantize %[[Q8]], %[[S8]] format = "int8" : tensor<8x16xi8>, tensor<8xf32> -> tensor<8x16xbf16>
+  %w8 = dg.dequantize %q8, %s8 format = "int8" : tensor<8x16xi8>, tensor<8xf32> -> tensor<8x16xbf16>
+  dg.output "w8", %w8 : tensor<8x16xbf16>
+  // CHECK: %[[Q4:.*]] = dg.param "e.weight" {trainable = false} : tensor<2x8x64xui8>
+  %q4 = dg.param "e.weight" {trainable = false} : tensor<2x8x64xui8>
+  // CHECK: %[[A4:.*]] = dg.param "e.weight.absmax" {trainable = false} : tensor<2x8x2xf32>
+  %a4 = dg.param "e.weight.absmax" {trainable = false} : tensor<2x8x2xf32>
+  // CHECK: dg.dequantize %[[Q4]], %[[A4]] format = "nf4" : tensor<2x8x64xui8>, tensor<2x8x2xf32> -> tensor<2x8x128xf32>
+  %w4 = dg.dequantize %q4, %a4 format = "nf4" : tensor<2x8x64xui8>, tensor<2x8x2xf32> -> tensor<2x8x128xf32>
+  dg.output "w4", %w4 : tensor<2x8x128xf32>
   // CHECK: dg.random_uniform %[[KEY]] stream = 3 : tensor<2xi64> -> tensor<2x4xf32>
   %u = dg.random_uniform %key stream = 3 : tensor<2xi64> -> tensor<2x4xf32>
   // CHECK: dg.random_uniform %[[KEYS]] stream = 0 : tensor<2x2xi64> -> tensor<2x4xf32>

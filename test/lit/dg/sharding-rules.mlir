@@ -200,7 +200,7 @@ func.func @moe(%logits: tensor<12x8xf32>, %scale: tensor<8xf32>, %x: tensor<12x4
   %y = dg.moe_experts %x, %w, %idx, %gate_up, %down : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32> -> tensor<12x48xf32>
   // The experts' weight gradients sum over the tokens and stay with their experts' rank.
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [i, k], [i, k], [l, (m n), j], [l, j, n], [i, j]) -> ([i, j], [i, k], [l, (m n), j], [l, j, n]) {i=12, j=48, k=2, l=8, m=2, n=16} reduction={i, l, n} need_replication={j, k, m}>}}
-  %dx, %dwt, %dgu, %dd = dg.moe_experts_backward %x, %w, %idx, %gate_up, %down, %dy : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32>, tensor<12x48xf32> -> tensor<12x48xf32>, tensor<12x2xf32>, tensor<8x32x48xf32>, tensor<8x48x16xf32>
+  %dx, %dwt, %dgu, %dd = dg.moe_experts_backward %x, %w, %idx, %gate_up, %down, %dy : tensor<12x48xf32>, tensor<12x2xf32>, tensor<12x2xi64>, tensor<8x32x48xf32>, tensor<8x48x16xf32>, tensor<12x48xf32> -> tensor<12x48xf32>, tensor<12x2xf32> grad_gate_up tensor<8x32x48xf32> grad_down tensor<8x48x16xf32>
   return
 }
 
@@ -245,4 +245,16 @@ func.func @collectives(%x: tensor<8x16xf32>, %rows: tensor<6x4xbf16>, %counts: t
   %y, %n = dg.all_to_all %rows, %counts axis = "ep" : tensor<6x4xbf16>, tensor<2xi64> -> tensor<10x4xbf16>, tensor<2xi64>
   return
 }
+}
+
+// -----
+
+// Dequantize: the leading dims shard alike in codes, scales and result; an nf4 row is (blocks, within a
+// block), so a split of it keeps whole blocks; an int8 row's scale is whole on every rank.
+func.func @dequantize(%q8: tensor<4x8xi8>, %s8: tensor<4xf32>, %q4: tensor<2x4x64xui8>, %a4: tensor<2x4x2xf32>) {
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j], [i]) -> ([i, j]) {i=4, j=8}>}}
+  %w8 = dg.dequantize %q8, %s8 format = "int8" : tensor<4x8xi8>, tensor<4xf32> -> tensor<4x8xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l)], [i, j, k]) -> ([i, j, (k m)]) {i=2, j=4, k=2, l=32, m=64} need_replication={l, m}>}}
+  %w4 = dg.dequantize %q4, %a4 format = "nf4" : tensor<2x4x64xui8>, tensor<2x4x2xf32> -> tensor<2x4x128xbf16>
+  return
 }

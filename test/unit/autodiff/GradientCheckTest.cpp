@@ -377,6 +377,37 @@ TEST(GradientCheck, MoeRouterAndExperts) {
   GradientChecker({{{4, 3}}, {{3, 3}}, {{3}, 0.5, 1.5}, {{3, 4, 3}}, {{3, 3, 2}}}, layer).check(kTolerance);
 }
 
+// The routed experts with per-expert LoRA adapters on gate_up and down (rank 2, scale 1.5): every
+// operand's gradient, the adapters' included; then a block of the experts (expert_offset 1, routes
+// to expert 0 outside it) with the down pair alone.
+TEST(GradientCheck, MoeExpertsWithAdapters) {
+  auto experts = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    SmallVector<int64_t> chosen = {0, 1, 2, 0, 1, 1, 2, 3};
+    auto indexType = RankedTensorType::get({4, 2}, b.getI64Type());
+    Value indices = b.create<ConstantOp>(loc, DenseElementsAttr::get(indexType, ArrayRef<int64_t>(chosen)));
+    return b
+        .create<MoeExpertsOp>(loc, p[0].getType(), Type(), p[0], p[1], indices, p[2], p[3], p[4], p[5], p[6], p[7],
+                              IntegerAttr(), b.getF64FloatAttr(1.5))
+        .getResult();
+  };
+  GradientChecker(
+      {{{4, 3}}, {{4, 2}, 0.2, 1.0}, {{4, 4, 3}}, {{4, 3, 2}}, {{4, 2, 3}}, {{4, 4, 2}}, {{4, 2, 2}}, {{4, 3, 2}}},
+      experts)
+      .check(kTolerance);
+
+  auto block = [](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
+    SmallVector<int64_t> chosen = {0, 1, 2, 0, 1, 1, 2, 3};
+    auto indexType = RankedTensorType::get({4, 2}, b.getI64Type());
+    Value indices = b.create<ConstantOp>(loc, DenseElementsAttr::get(indexType, ArrayRef<int64_t>(chosen)));
+    return b
+        .create<MoeExpertsOp>(loc, p[0].getType(), Type(), p[0], p[1], indices, p[2], p[3], Value(), Value(), p[4],
+                              p[5], b.getI64IntegerAttr(1), b.getF64FloatAttr(0.75))
+        .getResult();
+  };
+  GradientChecker({{{4, 3}}, {{4, 2}, 0.2, 1.0}, {{3, 4, 3}}, {{3, 3, 2}}, {{3, 2, 2}}, {{3, 3, 2}}}, block)
+      .check(kTolerance);
+}
+
 // The expert dispatch on one rank (docs/parallelism.md, "Expert parallelism"): the rows permuted
 // to their routes' slots, through the local experts, and combined with the weights.
 TEST(GradientCheck, MoeDispatchPermuteLocalExpertsAndCombine) {

@@ -56,7 +56,7 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
   %yg = dg.moe_experts %xg, %wg, %i, %gu, %d {expert_offset = OFFSET : i64} : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32> -> tensor<6x4xf32>
   %y = dg.reduce_scatter %yg axis = "ep" : tensor<6x4xf32> -> tensor<3x4xf32>
   %dyg = dg.all_gather %dy axis = "ep" : tensor<3x4xf32> -> tensor<6x4xf32>
-  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %wg, %i, %gu, %d, %dyg {expert_offset = OFFSET : i64} : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<6x4xf32> -> tensor<6x4xf32>, tensor<6x2xf32>, tensor<2x6x4xf32>, tensor<2x4x3xf32>
+  %dxg, %dwg, %dgu, %dd = dg.moe_experts_backward %xg, %wg, %i, %gu, %d, %dyg {expert_offset = OFFSET : i64} : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<2x6x4xf32>, tensor<2x4x3xf32>, tensor<6x4xf32> -> tensor<6x4xf32>, tensor<6x2xf32> grad_gate_up tensor<2x6x4xf32> grad_down tensor<2x4x3xf32>
   %dx = dg.reduce_scatter %dxg axis = "ep" : tensor<6x4xf32> -> tensor<3x4xf32>
   %dw = dg.reduce_scatter %dwg axis = "ep" : tensor<6x2xf32> -> tensor<3x2xf32>
   dg.output "y", %y : tensor<3x4xf32>
@@ -109,7 +109,7 @@ func.func @train_step() attributes {dg.entry = "train_step"} {
   %gu = dg.param "gate_up" : tensor<4x6x4xf32>
   %d = dg.param "down" : tensor<4x4x3xf32>
   %y = dg.moe_experts %x, %w, %i, %gu, %d : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<4x6x4xf32>, tensor<4x4x3xf32> -> tensor<6x4xf32>
-  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<4x6x4xf32>, tensor<4x4x3xf32>, tensor<6x4xf32> -> tensor<6x4xf32>, tensor<6x2xf32>, tensor<4x6x4xf32>, tensor<4x4x3xf32>
+  %dx, %dw, %dgu, %dd = dg.moe_experts_backward %x, %w, %i, %gu, %d, %dy : tensor<6x4xf32>, tensor<6x2xf32>, tensor<6x2xi64>, tensor<4x6x4xf32>, tensor<4x4x3xf32>, tensor<6x4xf32> -> tensor<6x4xf32>, tensor<6x2xf32> grad_gate_up tensor<4x6x4xf32> grad_down tensor<4x4x3xf32>
   dg.output "y", %y : tensor<6x4xf32>
   dg.output "dx", %dx : tensor<6x4xf32>
   dg.output "dw", %dw : tensor<6x2xf32>

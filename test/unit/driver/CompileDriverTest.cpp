@@ -143,6 +143,93 @@ TEST(CompileDriverTest, CompileWritesThePlanFile) {
   std::filesystem::remove_all(pattern);
 }
 
+TEST(CompileDriverTest, LoraFlagsResolveToAdapterOptions) {
+  CompileOptions options;
+  options.mode = "train";
+  EXPECT_FALSE(loraOptions(options).has_value());
+  options.lora = "16";
+  options.loraTargets = "attention,router,up_proj";
+  std::optional<mlir::dg::LoraOptions> lora = loraOptions(options);
+  ASSERT_TRUE(lora.has_value());
+  EXPECT_EQ(lora->rank, 16);
+  EXPECT_EQ(lora->alpha, 16.0);  // ALPHA defaults to RANK
+  EXPECT_EQ(lora->targets,
+            (std::vector<std::string>{"k_proj", "o_proj", "q_proj", "router.proj", "up_proj", "v_proj"}));
+  EXPECT_FALSE(lora->dropoutKeys.empty());  // the train steps draw dropout masks
+  options.lora = "4:32";
+  EXPECT_EQ(loraOptions(options)->alpha, 32.0);
+  options.mode = "infer";
+  EXPECT_TRUE(loraOptions(options)->dropoutEntries.empty());  // inference runs the adapters whole
+
+  for (const char* bad : {"0", "x", "4:", "4:0", "4:-1", "2.5", "4:1e7", "99999999"})
+    EXPECT_NE(inputErrorMessage([&] {
+                CompileOptions trial = options;
+                trial.lora = bad;
+                loraOptions(trial);
+              }).find("--lora: expected RANK or RANK:ALPHA"),
+              std::string::npos)
+        << bad;
+  options.lora = "4";
+  options.loraTargets = "attention,lm_head";
+  EXPECT_NE(inputErrorMessage([&] { loraOptions(options); }).find("--lora-targets: unknown target 'lm_head'"),
+            std::string::npos);
+  CompileOptions withoutLora;
+  withoutLora.loraDropout = 0.1;
+  EXPECT_EQ(inputErrorMessage([&] { loraOptions(withoutLora); }), "--lora-dropout: only with --lora RANK");
+}
+
+// --base-dtype int8 under --lora: the frozen attention and MLP weights become i8 codes and f32 row scales
+// filled by quantizing the checkpoint at load, the embedding and norms bf16, the adapters f32 and
+// trainable; the plan's adapter record names the format.
+TEST(CompileDriverTest, ALowPrecisionBaseStoresTheFrozenWeightsPacked) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "dgemma-driver-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const std::filesystem::path output = std::filesystem::path(pattern) / "plan";
+  CompileOptions options;
+  options.model = kTinyConfig;
+  options.mode = "train";
+  options.lora = "4";
+  options.loraTargets = "attention,mlp";
+  options.baseDtype = "int8";
+  options.output = output.string();
+  compile(options);
+  const Plan plan = readPlanFile(planFileForRank(output.string(), 0));
+  ASSERT_TRUE(plan.adapter.has_value());
+  EXPECT_EQ(plan.adapter->baseDtype, "int8");
+  std::map<std::string, const Parameter*> parameters;
+  for (const Parameter& parameter : plan.parameters) parameters[parameter.name] = &parameter;
+  auto dtypeOf = [&](const std::string& name) {
+    const auto found = parameters.find(name);
+    return found == parameters.end() ? std::string("absent")
+                                     : std::string(dtypeName(plan.buffers[found->second->buffer].dtype));
+  };
+  const std::string q = "model.decoder.layers.0.self_attn.q_proj.weight";
+  EXPECT_EQ(dtypeOf(q), "i8");
+  EXPECT_EQ(dtypeOf(q + ".scale"), "f32");
+  ASSERT_TRUE(parameters.count(q + ".scale"));
+  EXPECT_EQ(parameters[q + ".scale"]->init["kind"], "quantized");
+  EXPECT_EQ(parameters[q + ".scale"]->init["weight"], q);
+  EXPECT_EQ(parameters[q + ".scale"]->globalShape, std::vector<int64_t>{parameters[q]->globalShape[0]});
+  EXPECT_FALSE(parameters[q]->trainable);
+  EXPECT_EQ(dtypeOf("model.decoder.layers.0.self_attn.q_proj.lora_A.weight"), "f32");
+  EXPECT_TRUE(parameters["model.decoder.layers.0.self_attn.q_proj.lora_A.weight"]->trainable);
+  EXPECT_EQ(dtypeOf("model.decoder.embed_tokens.weight"), "bf16");
+  EXPECT_FALSE(parameters.count("grad/" + q));
+  EXPECT_FALSE(parameters.count("optimizer/exp_avg/" + q));
+  bool decodes = false;
+  for (const EntryPoint& entry : plan.entryPoints)
+    for (const Step& step : entry.steps)
+      decodes = decodes || (step.op == "dequantize" && step.attrs["format"] == "int8");
+  EXPECT_TRUE(decodes);
+  std::filesystem::remove_all(pattern);
+
+  CompileOptions withoutLora;
+  withoutLora.model = kTinyConfig;
+  withoutLora.baseDtype = "nf4";
+  withoutLora.output = output.string();
+  EXPECT_NE(inputErrorMessage([&] { compile(withoutLora); }).find("--base-dtype nf4: needs --lora"), std::string::npos);
+}
+
 TEST(CompileDriverTest, CompileNeedsAnOutputOrAStageToEmit) {
   CompileOptions options;
   options.model = builtinModelName();

@@ -8,6 +8,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/WeightLoader.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/quant/Quantize.h"
 
 namespace dgemma {
 namespace {
@@ -16,6 +17,7 @@ struct ParameterSpec {
   std::string name;
   std::vector<int64_t> globalShape, shardOffset, shardShape;
   nlohmann::json init;
+  DType dtype = DType::F32;
 };
 
 // A plan with parameters only (no entry points): what the loaders see.
@@ -24,8 +26,8 @@ Plan parameterPlan(const std::vector<ParameterSpec>& specs) {
   plan.producer = "test";
   plan.arenas = {{"persistent", true, 0, 64}, {"scratch", false, 0, 64}};
   for (const ParameterSpec& spec : specs) {
-    Buffer buffer{static_cast<int64_t>(plan.buffers.size()), spec.name, DType::F32, spec.shardShape, 0,
-                  (plan.arenas[0].bytes + 63) / 64 * 64, std::nullopt, std::nullopt};
+    Buffer buffer{static_cast<int64_t>(plan.buffers.size()), spec.name,    spec.dtype,  spec.shardShape, 0,
+                  (plan.arenas[0].bytes + 63) / 64 * 64,     std::nullopt, std::nullopt};
     plan.arenas[0].bytes = buffer.offset + buffer.bytes();
     plan.buffers.push_back(buffer);
     Parameter parameter;
@@ -130,6 +132,143 @@ TEST_F(WeightLoaderTest, RandomInitOfAShardIsTheSliceOfTheGlobalDraw) {
     for (int c = 0; c < 3; ++c) EXPECT_EQ(part.as<float>()[r * 3 + c], all.as<float>()[(r + 1) * 6 + c + 2]);
 }
 
+// An adapter plan's base checkpoint lacks the adapters: the parameters the caller fills elsewhere are
+// neither looked up nor touched, and every other missing tensor is still an error.
+TEST_F(WeightLoaderTest, ParametersFilledElsewhereMayBeAbsentAndAreLeftAlone) {
+  Plan plan =
+      parameterPlan({{"w", {2, 3}, {0, 0}, {2, 3}, {}}, {"w.lora_A", {4}, {0}, {4}, {}}, {"b", {2}, {0}, {2}, {}}});
+  const std::string path = write({{"w", iota(DType::F32, {2, 3})}, {"b", iota(DType::F32, {2})}});
+  const SafetensorsDirectory weights = SafetensorsDirectory::open(path);
+  auto locate = [&](const std::string& name) { return weights.find(name); };
+  auto adapters = [](const Parameter& parameter) { return parameter.name == "w.lora_A"; };
+  Executor executor(plan, *backend, communicators, "p");
+  HostTensor sevens(DType::F32, {4});
+  std::fill(sevens.as<float>(), sevens.as<float>() + 4, 7.0f);
+  executor.setParameter("w.lora_A", sevens);
+  loadMappedWeights(executor, path, locate, {}, adapters);
+  EXPECT_EQ(executor.parameter("w.lora_A").data, sevens.data);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(executor.parameter("w").as<float>()[i], i);
+
+  Plan wider =
+      parameterPlan({{"w", {2, 3}, {0, 0}, {2, 3}, {}}, {"w.lora_A", {4}, {0}, {4}, {}}, {"c", {2}, {0}, {2}, {}}});
+  Executor other(wider, *backend, communicators, "p");
+  try {
+    loadMappedWeights(other, path, locate, {}, adapters);
+    FAIL() << "no error for the missing tensor c";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("1 problem(s)"), std::string::npos) << message;
+    EXPECT_NE(message.find("missing tensor c [2]"), std::string::npos) << message;
+  }
+}
+
+// A LoRA A's init (docs/training.md, "LoRA adapters"): U(-b, b), every element inside the bound,
+// mean 0 and variance b^2/3, deterministic per seed, and a shard the slice of the global draw.
+TEST_F(WeightLoaderTest, UniformInitDrawsInsideTheBoundAndShardsLikeTheGlobalDraw) {
+  const double bound = 0.125;
+  nlohmann::json uniform = {{"kind", "uniform"}, {"bound", bound}};
+  Plan whole = parameterPlan({{"a", {64, 67}, {0, 0}, {64, 67}, uniform}, {"b", {5}, {0}, {5}, {{"kind", "ones"}}}});
+  Plan shard = parameterPlan({{"a", {64, 67}, {3, 5}, {7, 9}, uniform}});
+  Executor first(whole, *backend, communicators, "p"), again(whole, *backend, communicators, "p"),
+      part(shard, *backend, communicators, "p");
+  initializeWeights(first, 11);
+  initializeWeights(again, 11);
+  initializeWeights(part, 11);
+  const HostTensor a = first.parameter("a");
+  EXPECT_EQ(a.data, again.parameter("a").data);
+  double sum = 0, squares = 0;
+  for (int64_t i = 0; i < a.numElements(); ++i) {
+    const double value = a.as<float>()[i];
+    ASSERT_LE(std::abs(value), bound) << "element " << i;
+    sum += value;
+    squares += value * value;
+  }
+  const double mean = sum / a.numElements(), variance = squares / a.numElements() - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 0.005);
+  EXPECT_NEAR(variance, bound * bound / 3.0, 0.0005);
+  const HostTensor box = part.parameter("a");
+  for (int r = 0; r < 7; ++r)
+    for (int c = 0; c < 9; ++c) EXPECT_EQ(box.as<float>()[r * 9 + c], a.as<float>()[(r + 3) * 67 + c + 5]);
+
+  // Only the parameters the filter accepts are drawn; the others keep their contents.
+  Executor some(whole, *backend, communicators, "p");
+  HostTensor sevens(DType::F32, {5});
+  std::fill(sevens.as<float>(), sevens.as<float>() + 5, 7.0f);
+  some.setParameter("b", sevens);
+  initializeWeights(some, 11, [](const Parameter& parameter) { return parameter.name == "a"; });
+  EXPECT_EQ(some.parameter("a").data, a.data);
+  EXPECT_EQ(some.parameter("b").data, sevens.data);
+}
+
+nlohmann::json quantizedInit(const char* format, const char* part, const std::vector<int64_t>& shape,
+                             nlohmann::json base = nullptr) {
+  nlohmann::json init = {{"kind", "quantized"}, {"format", format}, {"part", part}, {"weight", "w"}, {"shape", shape}};
+  if (!base.is_null()) init["base"] = std::move(base);
+  return init;
+}
+
+HostTensor randomTensor(DType dtype, std::vector<int64_t> shape, float scale) {
+  HostTensor f32(DType::F32, std::move(shape));
+  for (int64_t i = 0; i < f32.numElements(); ++i)
+    f32.as<float>()[i] = scale * std::sin(0.37f * static_cast<float>(i * i + 1));
+  return convertDType(f32, dtype, "random");
+}
+
+// The frozen base's codes and scales are the quantized checkpoint tensor, cut to this rank's box.
+TEST_F(WeightLoaderTest, QuantizesAFloatCheckpointTensorAtLoadAndCutsTheShard) {
+  const HostTensor weight = randomTensor(DType::BF16, {4, 128}, 0.1f);
+  const quant::QuantizedTensor nf4 = quant::quantize(weight, quant::Format::Nf4, "w");
+  Plan plan = parameterPlan({{"w", {4, 64}, {2, 0}, {2, 64}, quantizedInit("nf4", "codes", {4, 128}), DType::U8},
+                             {"w.absmax", {4, 2}, {2, 0}, {2, 2}, quantizedInit("nf4", "absmax", {4, 128})}});
+  write({{"w", weight}});
+  Executor executor(plan, *backend, communicators, "p");
+  loadWeights(executor, dir.string());
+  const HostTensor codes = executor.parameter("w"), absmax = executor.parameter("w.absmax");
+  ASSERT_EQ(codes.dtype, DType::U8);
+  EXPECT_EQ(codes.data, std::vector<uint8_t>(nf4.codes.data.begin() + 2 * 64, nf4.codes.data.end()));
+  EXPECT_EQ(absmax.data, std::vector<uint8_t>(nf4.scales.data.begin() + 2 * 2 * 4, nf4.scales.data.end()));
+}
+
+TEST_F(WeightLoaderTest, ReadsTheCodesOfAQuantizedCheckpointAsTheyAre) {
+  const quant::QuantizedTensor int8 = quant::quantize(randomTensor(DType::F32, {3, 5}, 2.0f), quant::Format::Int8, "w");
+  Plan plan = parameterPlan({{"w", {3, 5}, {0, 0}, {3, 5}, quantizedInit("int8", "codes", {3, 5}), DType::I8},
+                             {"w.scale", {3}, {0}, {3}, quantizedInit("int8", "scale", {3, 5})}});
+  write({{"w", int8.codes}, {"w.scale", int8.scales}});
+  Executor executor(plan, *backend, communicators, "p");
+  loadWeights(executor, dir.string());
+  EXPECT_EQ(executor.parameter("w").data, int8.codes.data);
+  EXPECT_EQ(executor.parameter("w.scale").data, int8.scales.data);
+}
+
+TEST_F(WeightLoaderTest, AQuantizedWeightMissingFromTheCheckpointIsNamedOnce) {
+  Plan plan = parameterPlan({{"w", {2, 32}, {0, 0}, {2, 32}, quantizedInit("nf4", "codes", {2, 64}), DType::U8},
+                             {"w.absmax", {2, 1}, {0, 0}, {2, 1}, quantizedInit("nf4", "absmax", {2, 64})}});
+  const std::string path = write({{"other", iota(DType::F32, {1})}});
+  Executor executor(plan, *backend, communicators, "p");
+  try {
+    loadWeights(executor, path);
+    FAIL();
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("2 problem(s)"), std::string::npos) << message;  // the weight once, "other" once
+    EXPECT_NE(message.find("missing tensor w [2,64] (stored as nf4)"), std::string::npos) << message;
+  }
+}
+
+// --init random draws the weight under its own name and quantizes it: the same weights as an f32 base.
+TEST_F(WeightLoaderTest, RandomInitOfAQuantizedWeightQuantizesTheWeightsOwnDraw) {
+  const nlohmann::json normal = {{"kind", "normal"}, {"std", 0.02}};
+  Plan f32 = parameterPlan({{"w", {2, 64}, {0, 0}, {2, 64}, normal}});
+  Plan nf4 = parameterPlan({{"w", {2, 32}, {0, 0}, {2, 32}, quantizedInit("nf4", "codes", {2, 64}, normal), DType::U8},
+                            {"w.absmax", {2, 1}, {0, 0}, {2, 1}, quantizedInit("nf4", "absmax", {2, 64}, normal)}});
+  Executor f32Executor(f32, *backend, communicators, "p"), nf4Executor(nf4, *backend, communicators, "p");
+  initializeWeights(f32Executor, 5);
+  initializeWeights(nf4Executor, 5);
+  const quant::QuantizedTensor expected = quant::quantize(f32Executor.parameter("w"), quant::Format::Nf4, "w");
+  EXPECT_EQ(nf4Executor.parameter("w").data, expected.codes.data);
+  EXPECT_EQ(nf4Executor.parameter("w.absmax").data, expected.scales.data);
+}
+
 // A plan edited by hand (hash recomputed) can hold any JSON as init: a wrong type was a bare
 // nlohmann type_error ("internal error"); it names the parameter and the field.
 TEST_F(WeightLoaderTest, WrongTypedInitSpecsNameTheParameterAndField) {
@@ -137,7 +276,11 @@ TEST_F(WeightLoaderTest, WrongTypedInitSpecsNameTheParameterAndField) {
       {{{"kind", "normal"}, {"std", "0.02"}}, "--plan: parameter w: init.std: expected a number, got \"0.02\""},
       {{{"kind", 3}}, "--plan: parameter w: init.kind: expected a string, got 3"},
       {nlohmann::json::array({1, 2}), "--plan: parameter w: init: expected an object, got an array of 2 elements"},
-      {{{"kind", "uniform"}}, "--plan: parameter w: init.kind: expected \"normal\", \"ones\" or \"zeros\", got \"uniform\""},
+      {{{"kind", "xavier"}},
+       "--plan: parameter w: init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got \"xavier\""},
+      {{{"kind", "uniform"}}, "--plan: parameter w: init.bound: required for kind \"uniform\""},
+      {{{"kind", "uniform"}, {"bound", -1.0}},
+       "--plan: parameter w: init.bound: expected a finite number >= 0, got -1.0"},
   };
   for (const auto& [init, message] : cases) {
     Plan plan = parameterPlan({{"w", {2}, {0}, {2}, init}});

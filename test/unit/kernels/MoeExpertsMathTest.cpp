@@ -3,7 +3,8 @@
 // element kernel's body over all its elements, and each grouped GEMM as a plain GEMM per problem with
 // the sizes and offsets of expertProblems) against the CPU kernels, with and without the kept gate/up
 // rows (gate_up_rows), with repeated experts, a block of the experts (expert_offset; routes to other blocks),
-// an unused expert, and received rows from several sources with uncounted capacity. Tolerance 2e-5 of
+// an unused expert, received rows from several sources with uncounted capacity, and the per-expert
+// adapters over a frozen base (adapterProducts). Tolerance 2e-5 of
 // max(1, |cpu|): the same f32 operations in other summation orders (BLAS against plain loops) and
 // libm's tanhf against the CPU's fastTanh.
 #include "KernelTestSupport.h"
@@ -305,6 +306,161 @@ TEST(MoeExpertsMath, LocalExpertsPipelineMatchesCpuKernels) {
   expectNear(gradWeights, backward.result<float>(1), "grad_weights");
   expectNear(p.dGateUp, backward.result<float>(2), "grad_gate_up");
   expectNear(p.dDown, backward.result<float>(3), "grad_down");
+}
+
+// ---- the per-expert adapters (adapterProducts): moe/experts.cu's sequence with adapters -----------
+
+// One grouped GEMM added to C (cuBLAS with beta 1): each problem's product into a scratch, then added.
+void groupedGemmAdd(const moe_experts::ExpertProduct& product, const std::vector<int64_t>& firstSlot, const float* a,
+                    const float* b, float* c) {
+  for (const moe_experts::ExpertProblem& problem : moe_experts::expertProblems(product, firstSlot)) {
+    std::vector<float> term(problem.m * product.ldc);
+    hostGemm(product.transposeA, product.transposeB, problem.m, problem.n, problem.k, a + problem.aOffset, product.lda,
+             b + problem.bOffset, product.ldb, term.data(), product.ldc);
+    for (int64_t i = 0; i < problem.m; ++i)
+      for (int64_t j = 0; j < problem.n; ++j) c[problem.cOffset + i * product.ldc + j] += term[i * product.ldc + j];
+  }
+}
+
+struct AdapterOperands {
+  int64_t rank = 2;
+  float scale = 1.25f;
+  std::vector<float> gateUpA, gateUpB, downA, downB;
+};
+
+AdapterOperands drawAdapters(const Geometry& g, uint32_t seed) {
+  AdapterOperands a;
+  const int64_t r = a.rank;
+  a.gateUpA = randomValues<float>(g.experts * r * g.hidden, seed, -0.5, 0.5);
+  a.gateUpB = randomValues<float>(g.experts * 2 * g.inner * r, seed + 1, -0.5, 0.5);
+  a.downA = randomValues<float>(g.experts * r * g.inner, seed + 2, -0.5, 0.5);
+  a.downB = randomValues<float>(g.experts * g.hidden * r, seed + 3, -0.5, 0.5);
+  return a;
+}
+
+void scaleRows(std::vector<float>& rows, float scale) {
+  for (int64_t e = 0; e < static_cast<int64_t>(rows.size()); ++e) moe_experts::scaleElement(rows.data(), scale, e);
+}
+
+// expertsForward with both pairs, then the combine.
+std::vector<float> emulateAdapterForward(const Geometry& g, const ExpertOperands& o, const AdapterOperands& a) {
+  const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
+  const std::vector<int64_t>& first = groups.firstSlot;
+  const int64_t slots = groups.slots(), h = g.hidden, i = g.inner, w = 2 * g.inner, r = a.rank;
+  std::vector<float> input(slots * h), gateUpOutput(slots * w), output(slots * h), low(slots * r);
+  for (int64_t e = 0; e < slots * h; ++e)
+    moe_experts::gatherElement(o.x.data(), groups.tokenOfSlot.data(), input.data(), h, e);
+  const moe_experts::ExpertProducts products = moe_experts::expertProducts(h, i);
+  const moe_experts::AdapterProducts adapter = moe_experts::adapterProducts(h, i, r);
+  groupedGemm(products.gateUp, first, input.data(), o.gateUp.data(), gateUpOutput.data());
+  groupedGemm(adapter.gateUpLow, first, input.data(), a.gateUpA.data(), low.data());
+  scaleRows(low, a.scale);
+  groupedGemmAdd(adapter.gateUpAdd, first, low.data(), a.gateUpB.data(), gateUpOutput.data());
+  for (int64_t e = 0; e < slots * i; ++e) moe_experts::gatedGeluElement(gateUpOutput.data(), i, e);
+  groupedGemm(products.down, first, gateUpOutput.data(), o.down.data(), output.data());
+  groupedGemm(adapter.downLow, first, gateUpOutput.data(), a.downA.data(), low.data());
+  scaleRows(low, a.scale);
+  groupedGemmAdd(adapter.downAdd, first, low.data(), a.downB.data(), output.data());
+  std::vector<float> y(g.tokens * h);
+  for (int64_t e = 0; e < g.tokens * h; ++e)
+    moe_experts::combineElement(output.data(), o.weights.data(), groups.slotOfRoute.data(), y.data(), g.topK, h, e);
+  return y;
+}
+
+// expertsBackward with both pairs and a frozen base (no dgate_up, no ddown): dx, dweights, dA1, dB1,
+// dA2, dB2.
+std::vector<std::vector<float>> emulateAdapterBackward(const Geometry& g, const ExpertOperands& o,
+                                                       const AdapterOperands& a) {
+  const RouteGroups groups = moe_experts::groupRoutes(g.indices.data(), g.tokens, g.topK, g.experts, g.offset);
+  const std::vector<int64_t>& first = groups.firstSlot;
+  const int64_t slots = groups.slots(), h = g.hidden, i = g.inner, w = 2 * g.inner, r = a.rank, e_ = g.experts;
+  std::vector<float> input(slots * h), dOutput(slots * h), dInput(slots * h), gateUpOutput(slots * w),
+      dGateUpOutput(slots * w), hiddenState(slots * i), weightedHidden(slots * i), dOutputDown(slots * i),
+      slotDWeights(slots), lowInput(slots * r), lowGradient(slots * r);
+  std::vector<float> dA1(e_ * r * h), dB1(e_ * w * r), dA2(e_ * r * i), dB2(e_ * h * r);
+  for (int64_t e = 0; e < slots * h; ++e) {
+    moe_experts::gatherElement(o.x.data(), groups.tokenOfSlot.data(), input.data(), h, e);
+    moe_experts::gatherElement(o.dy.data(), groups.tokenOfSlot.data(), dOutput.data(), h, e);
+  }
+  const moe_experts::ExpertProducts products = moe_experts::expertProducts(h, i);
+  const moe_experts::AdapterProducts adapter = moe_experts::adapterProducts(h, i, r);
+  groupedGemm(products.gateUp, first, input.data(), o.gateUp.data(), gateUpOutput.data());
+  groupedGemm(adapter.gateUpLow, first, input.data(), a.gateUpA.data(), lowInput.data());
+  scaleRows(lowInput, a.scale);
+  groupedGemmAdd(adapter.gateUpAdd, first, lowInput.data(), a.gateUpB.data(), gateUpOutput.data());
+  for (int64_t e = 0; e < slots * i; ++e)
+    moe_experts::gatedGeluWeightedElement(gateUpOutput.data(), o.weights.data(), groups.routeOfSlot.data(),
+                                          hiddenState.data(), weightedHidden.data(), i, e);
+  groupedGemm(products.outputGradientDown, first, dOutput.data(), o.down.data(), dOutputDown.data());
+  groupedGemm(adapter.outputGradientLow, first, dOutput.data(), a.downB.data(), lowGradient.data());
+  scaleRows(lowGradient, a.scale);
+  groupedGemm(adapter.downAGradient, first, lowGradient.data(), weightedHidden.data(), dA2.data());
+  groupedGemmAdd(adapter.hiddenGradientAdd, first, lowGradient.data(), a.downA.data(), dOutputDown.data());
+  groupedGemm(adapter.weightedHiddenLow, first, weightedHidden.data(), a.downA.data(), lowGradient.data());
+  scaleRows(lowGradient, a.scale);
+  groupedGemm(adapter.downBGradient, first, dOutput.data(), lowGradient.data(), dB2.data());
+  for (int64_t slot = 0; slot < slots; ++slot)
+    moe_experts::slotWeightGradient(hiddenState.data(), dOutputDown.data(), slotDWeights.data(), i, slot);
+  for (int64_t e = 0; e < slots * i; ++e)
+    moe_experts::gatedGeluBackwardElement(gateUpOutput.data(), dOutputDown.data(), o.weights.data(),
+                                          groups.routeOfSlot.data(), dGateUpOutput.data(), i, e);
+  groupedGemm(products.inputGradient, first, dGateUpOutput.data(), o.gateUp.data(), dInput.data());
+  groupedGemm(adapter.gateUpBGradient, first, dGateUpOutput.data(), lowInput.data(), dB1.data());
+  groupedGemm(adapter.gateUpLowGradient, first, dGateUpOutput.data(), a.gateUpB.data(), lowGradient.data());
+  scaleRows(lowGradient, a.scale);
+  groupedGemm(adapter.gateUpAGradient, first, lowGradient.data(), input.data(), dA1.data());
+  groupedGemmAdd(adapter.inputGradientAdd, first, lowGradient.data(), a.gateUpA.data(), dInput.data());
+  std::vector<float> dx(g.tokens * h), dWeights(g.tokens * g.topK);
+  for (int64_t route = 0; route < g.tokens * g.topK; ++route)
+    moe_experts::routeValueElement(slotDWeights.data(), groups.slotOfRoute.data(), dWeights.data(), route);
+  for (int64_t e = 0; e < g.tokens * h; ++e)
+    moe_experts::inputGradientElement(dInput.data(), groups.slotOfRoute.data(), dx.data(), g.topK, h, e);
+  return {dx, dWeights, dA1, dB1, dA2, dB2};
+}
+
+void addAdapterInputs(KernelCall& call, const Geometry& g, const AdapterOperands& a) {
+  const int64_t r = a.rank;
+  call.input(DType::F32, {g.experts, r, g.hidden}, a.gateUpA).input(DType::F32, {g.experts, 2 * g.inner, r}, a.gateUpB);
+  call.input(DType::F32, {g.experts, r, g.inner}, a.downA).input(DType::F32, {g.experts, g.hidden, r}, a.downB);
+}
+
+TEST(MoeExpertsMath, AdapterPipelineMatchesCpuKernels) {
+  uint32_t seed = 600;
+  for (const Geometry& g : geometries()) {
+    const ExpertOperands o = drawOperands(g, seed += 10);
+    const AdapterOperands a = drawAdapters(g, seed + 5);
+    const std::string experts = expertsOf(g);
+    const nlohmann::json attrs = {
+        {"expert_offset", g.offset}, {"lora_gate_up", true}, {"lora_down", true}, {"lora_scale", a.scale}};
+    KernelCall forward("moe_experts", attrs);
+    forward.input(DType::F32, {g.tokens, g.hidden}, o.x).input(DType::F32, {g.tokens, g.topK}, o.weights);
+    forward.input(DType::I64, {g.tokens, g.topK}, g.indices);
+    forward.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, o.gateUp);
+    forward.input(DType::F32, {g.experts, g.hidden, g.inner}, o.down);
+    addAdapterInputs(forward, g, a);
+    forward.output(DType::F32, {g.tokens, g.hidden});
+    forward.run();
+    expectNear(emulateAdapterForward(g, o, a), forward.result<float>(0), "y with adapters" + experts);
+
+    nlohmann::json backwardAttrs = attrs;
+    backwardAttrs.update({{"grad_gate_up", false}, {"grad_down", false}});
+    KernelCall backward("moe_experts_backward", backwardAttrs);
+    backward.input(DType::F32, {g.tokens, g.hidden}, o.x).input(DType::F32, {g.tokens, g.topK}, o.weights);
+    backward.input(DType::I64, {g.tokens, g.topK}, g.indices);
+    backward.input(DType::F32, {g.experts, 2 * g.inner, g.hidden}, o.gateUp);
+    backward.input(DType::F32, {g.experts, g.hidden, g.inner}, o.down);
+    backward.input(DType::F32, {g.tokens, g.hidden}, o.dy);
+    addAdapterInputs(backward, g, a);
+    const int64_t r = a.rank;
+    backward.output(DType::F32, {g.tokens, g.hidden}).output(DType::F32, {g.tokens, g.topK});
+    backward.output(DType::F32, {g.experts, r, g.hidden}).output(DType::F32, {g.experts, 2 * g.inner, r});
+    backward.output(DType::F32, {g.experts, r, g.inner}).output(DType::F32, {g.experts, g.hidden, r});
+    backward.run();
+    const std::vector<std::vector<float>> emulated = emulateAdapterBackward(g, o, a);
+    const char* names[] = {"dx", "dweights", "dA1", "dB1", "dA2", "dB2"};
+    for (size_t k = 0; k < emulated.size(); ++k)
+      expectNear(emulated[k], backward.result<float>(k), names[k] + (" with adapters" + experts));
+  }
 }
 
 TEST(MoeExpertsMath, LocalBlocksRejectBadCountsAsTheCpuKernelDoes) {
