@@ -122,6 +122,8 @@ std::string expertModuleKey(const std::string& experts, const std::string& tenso
 }  // namespace
 
 bool isLoraParameterName(const std::string& name) {
+  // A train plan's gradient buffers (grad/<name>) and optimizer state end the same way.
+  if (!startsWith(name, kDecoderPrefix)) return false;
   if (endsWith(name, kLinearA) || endsWith(name, kLinearB)) return true;
   return name.find(kExperts) != std::string::npos &&
          (endsWith(name, std::string(".gate_up_proj") + std::string(kExpertA)) ||

@@ -25,8 +25,8 @@ inline constexpr const char* kPeftWeightsFileName = "adapter_model.safetensors";
 inline constexpr const char* kPeftFormatVersion = "0.21.2";
 
 // Whether `name` is a plan's LoRA parameter: `P.lora_A.weight` / `P.lora_B.weight` of a linear
-// weight `P.weight`, or `...experts.gate_up_proj.lora_A` (and _B, and down_proj's) of the routed
-// experts.
+// weight `P.weight` under model.decoder., or `...experts.gate_up_proj.lora_A` (and _B, and
+// down_proj's) of the routed experts; not the gradient buffer or optimizer state named after one.
 bool isLoraParameterName(const std::string& name);
 
 // How a plan adapter tensor sits in PEFT's file.

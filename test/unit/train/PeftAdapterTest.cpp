@@ -77,6 +77,9 @@ TEST(PeftAdapterTest, KeysFollowPeftsModulePathsForBothTiedCopies) {
   EXPECT_TRUE(isLoraParameterName(kQ + ".lora_B.weight"));
   EXPECT_FALSE(isLoraParameterName(kQ + ".weight"));
   EXPECT_FALSE(isLoraParameterName(kGateUp));
+  // A train plan's gradient buffers are named after the adapters, and are none.
+  EXPECT_FALSE(isLoraParameterName("grad/" + kQ + ".lora_A.weight"));
+  EXPECT_FALSE(isLoraParameterName("grad/" + kDown + ".lora_B"));
   EXPECT_TRUE(mentions(expectInputError([&] { peftKeysOf(kQ + ".weight", both); }), "expected model.decoder.<module>"));
 }
 
