@@ -23,20 +23,19 @@ run=$build/adapter-demo
 rm -rf "$run"
 mkdir -p "$run"
 adapters=(--lora 8:16 --lora-targets attention,mlp,experts)
-# The subtraction prompts are text (one 32-token bucket); the old task's pictures need the demo's
-# image buckets at evaluation.
+# The demo's buckets: the rehearsed pictures (and the old task's at evaluation) need the image twins.
 prompt_buckets=32,48,64,96
 
 summary=()
 for dtype in bf16 nf4; do
   out=$run/$dtype
-  echo "== adapter over a frozen $dtype base: train on subtraction (with rehearsed additions)"
-  "$bin/dgemma-compile" --model "$model" --mode train --preset demo "${adapters[@]}" --base-dtype "$dtype" \
-    --prompt-len 32 --report -o "$out/plan" | grep -E "^rank 0 parameters"
+  echo "== adapter over a frozen $dtype base: train on subtraction (with rehearsed additions and pictures)"
+  "$bin/dgemma-compile" --model "$model" --mode train --preset demo --images-per-example 1 "${adapters[@]}" \
+    --base-dtype "$dtype" --prompt-len "$prompt_buckets" --report -o "$out/plan" | grep -E "^rank 0 parameters"
   start=$(date +%s)
   "$bin/dgemma-run" train --plan "$out/plan" --weights "$base" --seed 1 --tokenizer "$root/data/tokenizer" \
     --train "$data/subtraction/train.jsonl" --validation "$data/subtraction/validation.jsonl" \
-    --steps 3000 --lr 1e-2 --min-lr 1e-3 --warmup 50 --decay-steps 3000 --eval-every 500 \
+    --steps 12000 --lr 1e-2 --min-lr 1e-3 --warmup 50 --decay-steps 12000 --eval-every 2000 \
     --metrics "$out/metrics.jsonl" --save-dir "$out/checkpoints"
   seconds=$(($(date +%s) - start))
   adapter=$(ls -d "$out"/checkpoints/step-* | tail -n 1)

@@ -16,8 +16,8 @@ images under images/, referenced by paths relative to the JSONL files.
 A second task teaches the trained demo model a new skill with a LoRA adapter (docs/training.md,
 "The adapter demo"): two-digit subtraction written as the additions are, "What is 87 - 23?" ->
 "064" (a >= b, so the difference is in 0..99). Its pairs are dealt out without replacement too;
-its train split mixes in additions from the base train split so that the adapter keeps the old skill
-(rehearsal). They go to subtraction/{train,validation,test}.jsonl, from their own random streams,
+its train split mixes in additions and described pictures from the base train split, so that the
+adapter keeps the old skills (rehearsal). They go to subtraction/{train,validation,test}.jsonl, from their own random streams,
 so the base task's files do not change.
 
   scripts/make_demo_data.py [--out data/demo] [--seed 0]
@@ -83,6 +83,7 @@ def arithmetic_row(a, b):
 
 SUBTRACTION_SPLITS = {"train": 3000, "validation": 100, "test": 200}
 REHEARSED_ADDITIONS = 1000  # base-train additions mixed into the adapter's train split
+REHEARSED_PICTURES = 300  # and base-train picture rows (their images stay in images/)
 
 
 def subtraction_row(a, b):
@@ -95,7 +96,7 @@ def write_rows(path, rows):
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def write_subtraction(out_dir, seed, base_train_additions):
+def write_subtraction(out_dir, seed, base_train_additions, base_train_pictures):
     pairs = [(a, b) for a in range(100) for b in range(a + 1)]
     random.Random(seed + 2).shuffle(pairs)
     rng = random.Random(seed + 3)
@@ -104,6 +105,10 @@ def write_subtraction(out_dir, seed, base_train_additions):
         rows = [subtraction_row(*pairs.pop()) for _ in range(count)]
         if split == "train":
             rows += rng.sample(base_train_additions, REHEARSED_ADDITIONS)
+            for picture in rng.sample(base_train_pictures, REHEARSED_PICTURES):
+                row = json.loads(json.dumps(picture))
+                row["messages"][0]["content"][0]["image"] = "../" + picture["messages"][0]["content"][0]["image"]
+                rows.append(row)
             rng.shuffle(rows)
         write_rows(os.path.join(out_dir, f"{split}.jsonl"), rows)
 
@@ -127,11 +132,11 @@ def main():
             rows.append(row)
         additions = [arithmetic_row(*pairs.pop()) for _ in range(arithmetic_rows)]
         if split == "train":
-            train_additions = additions
+            train_additions, train_pictures = additions, list(rows)
         rows += additions
         rng.shuffle(rows)
         write_rows(os.path.join(args.out, f"{split}.jsonl"), rows)
-    write_subtraction(os.path.join(args.out, "subtraction"), args.seed, train_additions)
+    write_subtraction(os.path.join(args.out, "subtraction"), args.seed, train_additions, train_pictures)
     return 0
 
 

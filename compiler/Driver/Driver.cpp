@@ -188,8 +188,8 @@ void compile(CompileOptions options) {
     throw InputError("--base-dtype " + options.baseDtype +
                      ": needs --lora (only the base weights that adapters freeze are stored in low precision)");
   if (pipeline.lora) {
-    const std::string baseDtype =
-        options.baseDtype != "f32" ? options.baseDtype : (options.precision == "bf16" ? "bf16" : "f32");
+    // Without --base-dtype the frozen weights keep their f32 masters (cast at each use under bf16).
+    const std::string& baseDtype = options.baseDtype;
     fields.adapter = AdapterSettings{pipeline.lora->rank, pipeline.lora->alpha, pipeline.lora->dropout,
                                      pipeline.lora->targets, baseDtype};
     metadata["lora"] = options.lora;

@@ -4,6 +4,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace mlir::dg {
 #define GEN_PASS_DEF_DGBASEDTYPE
@@ -58,12 +59,32 @@ class BaseDtypePass : public mlir::dg::impl::DgBaseDtypeBase<BaseDtypePass> {
         return signalPassFailure();
       }
       if (dtype != "bf16" && type.getRank() >= 2 && contractionsOnly.lookup(param.getName())) {
-        if (failed(quantize(param))) return signalPassFailure();
+        if (dtype == "nf4" && type.getShape().back() % kNf4BlockSize != 0) {
+          // NF4 blocks lie within a row (so that a weight splits by rows or columns with whole
+          // blocks): a weight of shorter or ragged rows is kept in bf16, and said so.
+          if (rowsNotInBlocks.insert(param.getName()).second)
+            keptBf16.push_back("'" + param.getName().str() + "' (rows of " + std::to_string(type.getShape().back()) + ")");
+          toBf16(param);
+          continue;
+        }
+        quantize(param);
       } else {
         toBf16(param);
       }
     }
+    // One warning for them all, at the module's location (an op's warning would print the op).
+    if (!keptBf16.empty()) {
+      std::string names;
+      for (size_t i = 0; i < keptBf16.size() && i < 3; ++i) names += (i ? ", " : "") + keptBf16[i];
+      if (keptBf16.size() > 3) names += " and " + std::to_string(keptBf16.size() - 3) + " more";
+      mlir::emitWarning(getOperation().getLoc())
+          << "dg-base-dtype: " << keptBf16.size() << " weight(s) stay bf16: nf4 quantizes blocks of " << kNf4BlockSize
+          << " elements within a row, and their rows are not whole blocks: " << names;
+    }
   }
+
+  llvm::StringSet<> rowsNotInBlocks;
+  std::vector<std::string> keptBf16;
 
  private:
   // The parameter itself becomes bf16: a cast of it to bf16 is the parameter, any other reader gets a
@@ -91,14 +112,10 @@ class BaseDtypePass : public mlir::dg::impl::DgBaseDtypeBase<BaseDtypePass> {
     }
   }
 
-  LogicalResult quantize(ParamOp param) {
+  void quantize(ParamOp param) {
     auto type = param.getType();
     ArrayRef<int64_t> shape = type.getShape();
     const bool nf4 = dtype == "nf4";
-    if (nf4 && shape.back() % kNf4BlockSize != 0)
-      return param.emitOpError() << "dg-base-dtype: nf4 quantizes blocks of " << kNf4BlockSize
-                                 << " elements within a row, so the last dimension of '" << param.getName()
-                                 << "' must be a multiple of " << kNf4BlockSize << "; its type is " << type;
     MLIRContext* context = param.getContext();
     OpBuilder builder(context);
     builder.setInsertionPoint(param);
@@ -146,7 +163,7 @@ class BaseDtypePass : public mlir::dg::impl::DgBaseDtypeBase<BaseDtypePass> {
       use.set(decode(reader, type));
     }
     param.erase();
-    return success();
+    return;
   }
 };
 

@@ -175,6 +175,26 @@ TEST_P(ShardedParity, TrainingAndCrossLayoutResumeEqualOneRank) {
   for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
 }
 
+// Adapters shard with the weights they sit on (docs/training.md, "LoRA adapters"): three steps of
+// adapters on attention, the dense MLP and the router over a frozen random model give one rank's
+// losses and gradient norms.
+TEST_P(ShardedParity, AdapterTrainingEqualsOneRank) {
+  const Layout& layout = GetParam();
+  const std::string model = source("models/diffusion_gemma/configs/tiny-cpu.json");
+  const std::string adapters = " --lora 4:8 --lora-targets attention,mlp,router";
+  compile(model, "--preset tiny-cpu --micro-batch 2" + adapters, dir / "one");
+  compile(model, "--preset tiny-cpu --micro-batch " + std::to_string(2 / layout.dataParallel) + " " + layout.flags + adapters,
+          dir / "sharded");
+  const std::string train = " --train mock --init random --seed 7 --warmup 1 --decay-steps 3 --eval-every 0 --steps 3";
+  run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
+  run("train --plan " + (dir / "sharded") + train + " --metrics " + (dir / "sharded.jsonl"), layout.ranks);
+  if (HasFailure()) return;
+  std::vector<nlohmann::json> want = metricLines(dir / "one.jsonl"), got = metricLines(dir / "sharded.jsonl");
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
+}
+
 // Two steps, a checkpoint, and two more in a fresh set of processes write the same lines as four
 // steps at once.
 TEST_P(ShardedParity, ResumeInTheSameLayoutIsBitExact) {
