@@ -63,7 +63,8 @@ class BaseDtypePass : public mlir::dg::impl::DgBaseDtypeBase<BaseDtypePass> {
           // NF4 blocks lie within a row (so that a weight splits by rows or columns with whole
           // blocks): a weight of shorter or ragged rows is kept in bf16, and said so.
           if (rowsNotInBlocks.insert(param.getName()).second)
-            keptBf16.push_back("'" + param.getName().str() + "' (rows of " + std::to_string(type.getShape().back()) + ")");
+            keptBf16.push_back("'" + param.getName().str() + "' (rows of " + std::to_string(type.getShape().back()) +
+                               ")");
           toBf16(param);
           continue;
         }

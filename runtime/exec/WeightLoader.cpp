@@ -376,7 +376,8 @@ HostTensor drawGlobal(const Parameter& parameter, uint64_t seed) {
     std::fill(values, values + count, kind == "ones" ? 1.0 : 0.0);
   } else {
     throw InputError("--plan: parameter " + parameter.name +
-                     ": init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got " + quoteForMessage(kind));
+                     ": init.kind: expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got " +
+                     quoteForMessage(kind));
   }
   return global;
 }

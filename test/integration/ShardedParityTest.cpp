@@ -183,7 +183,8 @@ TEST_P(ShardedParity, AdapterTrainingEqualsOneRank) {
   const std::string model = source("models/diffusion_gemma/configs/tiny-cpu.json");
   const std::string adapters = " --lora 4:8 --lora-targets attention,mlp,router";
   compile(model, "--preset tiny-cpu --micro-batch 2" + adapters, dir / "one");
-  compile(model, "--preset tiny-cpu --micro-batch " + std::to_string(2 / layout.dataParallel) + " " + layout.flags + adapters,
+  compile(model,
+          "--preset tiny-cpu --micro-batch " + std::to_string(2 / layout.dataParallel) + " " + layout.flags + adapters,
           dir / "sharded");
   const std::string train = " --train mock --init random --seed 7 --warmup 1 --decay-steps 3 --eval-every 0 --steps 3";
   run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
