@@ -189,6 +189,17 @@ struct DgLoraPass : mlir::dg::impl::DgLoraBase<DgLoraPass> {
                                 "': the routed experts' adapters take no dropout (PEFT rejects lora_dropout on "
                                 "parameter targets); use dropout 0 or leave the experts out");
 
+    // The dropout masks are drawn per example from the key the objective's corruption draws from
+    // (another entry's input); a train step that does not read it yet gets it as an input of its own.
+    RankedTensorType keysType;
+    if (dropout > 0) {
+      module.walk([&](InputOp input) {
+        if (input.getName() == dropoutKeys) keysType = input.getType();
+      });
+      if (!keysType)
+        return fail(module, "no entry has an input '" + dropoutKeys + "' whose shape the dropout keys take");
+    }
+
     Adapters adapters(module.getContext(), rank, alpha, dropout);
     std::set<std::string> matched;
     for (auto function : module.getOps<func::FuncOp>()) {
@@ -201,9 +212,10 @@ struct DgLoraPass : mlir::dg::impl::DgLoraBase<DgLoraPass> {
         function.walk([&](InputOp input) {
           if (input.getName() == dropoutKeys) keys = input.getResult();
         });
-        if (!keys)
-          return fail(module, "entry '" + function.getSymName().str() + "' has no input '" + dropoutKeys +
-                                  "' to draw the dropout masks from");
+        if (!keys) {
+          OpBuilder builder = OpBuilder::atBlockBegin(&function.getBody().front());
+          keys = builder.create<InputOp>(function.getLoc(), keysType, builder.getStringAttr(dropoutKeys));
+        }
       }
       SmallVector<std::pair<MatmulOp, ParamOp>> sites;
       function.walk([&](MatmulOp matmul) {
@@ -242,8 +254,9 @@ struct DgLoraPass : mlir::dg::impl::DgLoraBase<DgLoraPass> {
 
   static bool isAdapter(StringRef name) { return name.contains(".lora_A") || name.contains(".lora_B"); }
 
+  // At the module's location: an error on the module op itself would print the whole module.
   void fail(ModuleOp module, const std::string& message) {
-    module.emitError() << "dg-lora: " << message;
+    mlir::emitError(module.getLoc()) << "dg-lora: " << message;
     signalPassFailure();
   }
 };

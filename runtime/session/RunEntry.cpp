@@ -144,7 +144,10 @@ std::map<std::string, HostTensor> runEntry(Session& session, const std::string& 
 void addDrawnCorruption(Session& session, std::map<std::string, HostTensor>& batch, uint64_t seed, NoisePhase phase,
                         uint64_t step, const std::vector<int64_t>& samples, const std::string& batchPath) {
   const ModelContract& names = session.model->contract();
-  std::map<std::string, HostTensor> corruptInputs = {{names.noiseKeys, noiseKeys(seed, phase, step, samples)},
+  HostTensor keys = noiseKeys(seed, phase, step, samples);
+  // A train step that draws too (LoRA dropout, on streams of its own) reads the same keys.
+  batch[names.noiseKeys] = keys;
+  std::map<std::string, HostTensor> corruptInputs = {{names.noiseKeys, std::move(keys)},
                                                      {names.batch.canvasIds, batch.at(names.batch.canvasIds)},
                                                      {names.batch.canvasMask, batch.at(names.batch.canvasMask)}};
   for (auto& [name, tensor] : runEntry(session, names.corruptEntry, std::move(corruptInputs), batchPath))
