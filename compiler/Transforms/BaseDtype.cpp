@@ -37,7 +37,8 @@ class BaseDtypePass : public mlir::dg::impl::DgBaseDtypeBase<BaseDtypePass> {
 
   void runOnOperation() override {
     if (dtype != "bf16" && dtype != "int8" && dtype != "nf4") {
-      mlir::emitError(getOperation().getLoc()) << "dg-base-dtype: dtype must be bf16, int8 or nf4, got '" << dtype << "'";
+      mlir::emitError(getOperation().getLoc())
+          << "dg-base-dtype: dtype must be bf16, int8 or nf4, got '" << dtype << "'";
       return signalPassFailure();
     }
     SmallVector<ParamOp> frozen;
