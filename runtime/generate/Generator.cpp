@@ -220,7 +220,8 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
     ++phaseTimes_.prefills;
     std::map<std::string, HostTensor> inputs = {{names.batch.inputIds, i64Tensor({B, P}, inputIds)},
                                                 {names.batch.attentionMask, i64Tensor({B, P}, attentionMask)},
-                                                {names.positions, i64Tensor({B, P}, sharedPositions(B, P, width - P))}};
+                                                {names.positions, i64Tensor({B, P}, sharedPositions(B, P, width - P))},
+                                                {names.writeRows, f32Tensor({B}, std::vector<float>(B, 1.0f))}};
     if (images) {
       inputs.merge(collateImages(rowImages, names.images));
       inputs[names.batch.tokenTypeIds] = i64Tensor({B, P}, tokenTypes);
@@ -253,7 +254,8 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
       runEntryPoint(session_, *commit_,
                     {{names.blockIds, i64Tensor({B, L}, committed)},
                      {names.cacheValid, i64Tensor({B, C}, cacheValid)},
-                     {names.positions, i64Tensor({B, L}, sharedPositions(B, L, canvasStart - L))}});
+                     {names.positions, i64Tensor({B, L}, sharedPositions(B, L, canvasStart - L))},
+                     {names.writeRows, f32Tensor({B}, std::vector<float>(B, 1.0f))}});
       for (int64_t row = 0; row < B; ++row) {
         auto rowBegin = cacheValid.begin() + row * C;
         std::copy(rowBegin + L, rowBegin + C, rowBegin);

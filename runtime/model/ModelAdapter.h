@@ -55,7 +55,7 @@ struct ModelContract {
   std::string loss, diffusionLoss, encoderLoss;
 
   // The generation entries' fields (docs/inference-plan.md).
-  std::string positions, blockIds, cacheValid, frozen, temperature, sampleKeys;
+  std::string positions, blockIds, cacheValid, frozen, writeRows, temperature, sampleKeys;
   std::string sampledIds, argmaxIds, entropy;
 };
 

@@ -311,6 +311,8 @@ TEST(VisionPrefillParity, CacheHoldsTheImagePromptsKeyValues) {
   const int64_t examples = batch.at("input_ids").shape[0], promptLength = batch.at("input_ids").shape[1];
   addImagePlanInputs(batch, config, 1, nullptr);
   batch["positions"] = batch.at("position_ids");
+  batch["write_rows"] = HostTensor(DType::F32, {examples});
+  std::fill_n(batch.at("write_rows").as<float>(), examples, 1.0f);
   ImagePlan plan(config, dir, examples, promptLength, 1, nullptr, mlir::dg::Precision::Fp32, promptLength);
   plan.run("prefill_images", batch);
   if (HasFailure()) return;

@@ -147,7 +147,10 @@ class InferenceEntries : public ::testing::TestWithParam<std::string> {
   HostTensor prefilledValidity() const { return rightAligned(attentionMask_, cacheLength_); }
 
   void prefill() {
-    run("prefill", {{"input_ids", inputIds_}, {"attention_mask", attentionMask_}, {"positions", positions(batch_, 0, promptLength_)}});
+    run("prefill", {{"input_ids", inputIds_},
+                    {"attention_mask", attentionMask_},
+                    {"positions", positions(batch_, 0, promptLength_)},
+                    {"write_rows", filled(DType::F32, {batch_}, 1.0)}});
   }
 
   std::map<std::string, HostTensor> denoise(const HostTensor& canvas, const HostTensor& cacheValid, int64_t start,
@@ -161,6 +164,21 @@ class InferenceEntries : public ::testing::TestWithParam<std::string> {
                            {"frozen", frozen},
                            {"temperature", filled(DType::F32, {batch_}, 1.0)},
                            {"sample_keys", keys}});
+  }
+
+  void commit(const HostTensor& block, const HostTensor& writeRows) {
+    run("commit", {{"block_ids", block},
+                   {"cache_valid", prefilledValidity()},
+                   {"positions", positions(batch_, promptLength_, canvasLength_)},
+                   {"write_rows", writeRows}});
+  }
+
+  // Every cache parameter's bytes, by name.
+  std::map<std::string, std::vector<uint8_t>> caches() const {
+    std::map<std::string, std::vector<uint8_t>> bytes;
+    for (const Parameter& parameter : session_->plan.parameters)
+      if (parameter.name.rfind("cache/", 0) == 0) bytes[parameter.name] = session_->executor->parameter(parameter.name).data;
+    return bytes;
   }
 
   HostTensor storedLogits() const { return session_->executor->parameter("generate/self_conditioning_logits"); }
@@ -202,7 +220,7 @@ TEST_P(InferenceEntries, PrefillAndDenoiseReproduceForward) {
 TEST_P(InferenceEntries, CommitAppendsTheBlocksCausalKeyValues) {
   prefill();
   const HostTensor& block = canvasIds_;
-  run("commit", {{"block_ids", block}, {"cache_valid", prefilledValidity()}, {"positions", positions(batch_, promptLength_, canvasLength_)}});
+  commit(block, filled(DType::F32, {batch_}, 1.0));
 
   const HostTensor longerIds = concatRows(inputIds_, block);
   const HostTensor longerMask = concatRows(attentionMask_, filled(DType::I64, {batch_, canvasLength_}, 1));
@@ -285,6 +303,34 @@ TEST_P(InferenceEntries, DenoiseFirstIsDenoiseWithoutSignalBitForBit) {
   }
   const HostTensor state = storedLogits();
   EXPECT_EQ(state.data, referenceState.data) << "the stored self-conditioning logits";
+}
+
+// (f) write_rows: a commit that writes some rows leaves the others' caches byte for byte as they
+// were, and gives the written rows the bytes an all-rows commit gives them (a row's cache does not
+// depend on the other rows of the call).
+TEST_P(InferenceEntries, WriteRowsLeaveTheOtherRowsCaches) {
+  prefill();
+  const std::map<std::string, std::vector<uint8_t>> prefilled = caches();
+  commit(canvasIds_, filled(DType::F32, {batch_}, 1.0));
+  const std::map<std::string, std::vector<uint8_t>> allCommitted = caches();
+
+  prefill();
+  HostTensor writeRows = filled(DType::F32, {batch_}, 0.0);
+  for (int64_t b = 0; b < batch_; b += 2) writeRows.as<float>()[b] = 1.0f;
+  commit(canvasIds_, writeRows);
+  const std::map<std::string, std::vector<uint8_t>> someCommitted = caches();
+  ASSERT_FALSE(someCommitted.empty());
+  for (const auto& [name, bytes] : someCommitted) {
+    const size_t rowBytes = bytes.size() / batch_;
+    for (int64_t b = 0; b < batch_; ++b) {
+      const std::vector<uint8_t>& expected = b % 2 == 0 ? allCommitted.at(name) : prefilled.at(name);
+      EXPECT_EQ(std::memcmp(bytes.data() + b * rowBytes, expected.data() + b * rowBytes, rowBytes), 0)
+          << name << " row " << b << (b % 2 == 0 ? " (written)" : " (kept)");
+    }
+    if (batch_ > 1)
+      EXPECT_NE(std::memcmp(prefilled.at(name).data() + rowBytes, allCommitted.at(name).data() + rowBytes, rowBytes), 0)
+          << name << ": the commit must change a row for the check to mean something";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, InferenceEntries, ::testing::Values("seven_layers", "hf_tester", "all_experts"),

@@ -58,16 +58,21 @@ class CacheState {
   const std::vector<LayerCache>& layers() const { return layers_; }
 
   // Every layer's cache := the last C_l slots of [old cache, if `append` ; new K/V], zeros on the
-  // left when that is shorter than C_l. The assigns come after every read of the cache.
-  void write(const std::vector<LayerKeyValues>& newKeyValues, bool append) {
+  // left when that is shorter than C_l, on the rows `writeRows` [B] f32 marks (non-zero); the other
+  // rows keep their cache, so a server can fill one slot while the others are mid-generation
+  // (docs/serving.md, "Continuous batching"). The assigns come after every read of the cache.
+  void write(const std::vector<LayerKeyValues>& newKeyValues, bool append, Value writeRows) {
+    Value rows = g_.reshape(g_.compare(writeRows, g_.scalar(0.0, "write_rows.zero"), ComparePredicate::Ne, "write_rows"),
+                            {g_.batch(), 1, 1, 1}, "write_rows.rows");
+    auto written = [&](Value cache, Value fresh, const std::string& name) -> Value {
+      Value next = lastSlots(append ? cache : Value(), fresh, shapeOf(cache)[1], name);
+      return g_.builder().create<SelectOp>(g_.loc(name + ".written"), rows, next, cache);
+    };
     for (size_t layer = 0; layer < layers_.size(); ++layer) {
       const LayerCache& cache = layers_[layer];
       const std::string keys = cacheKeysName(layer), values = cacheValuesName(layer);
-      g_.assign(cache.keys, lastSlots(append ? cache.keys : Value(), newKeyValues[layer].keys, shapeOf(cache.keys)[1], keys),
-                keys + ".assign");
-      g_.assign(cache.values,
-                lastSlots(append ? cache.values : Value(), newKeyValues[layer].values, shapeOf(cache.values)[1], values),
-                values + ".assign");
+      g_.assign(cache.keys, written(cache.keys, newKeyValues[layer].keys, keys), keys + ".assign");
+      g_.assign(cache.values, written(cache.values, newKeyValues[layer].values, values), values + ".assign");
     }
   }
 
@@ -95,6 +100,7 @@ void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
   Value attentionMask = g.input(kAttentionMask, {batch, promptLength}, b.getI64Type());
   Value positions = g.input(kPositions, {batch, promptLength}, b.getI64Type());
   Value promptValid = g.castTo(attentionMask, b.getI1Type(), "attention_mask");
+  Value writeRows = g.input(kWriteRows, {batch}, g.f32());
   std::vector<LayerKeyValues> keyValues;
   if (imagesPerExample > 0) {
     diffusion_gemma::VisionTower vision(g, imagesPerExample);
@@ -104,7 +110,7 @@ void buildPrefill(GraphBuilder& g, TextStack& text, int64_t promptLength, int64_
   } else {
     text.encoderStack(inputIds, promptValid, positions, &keyValues);
   }
-  CacheState(g, cacheLength, Value()).write(keyValues, /*append=*/false);
+  CacheState(g, cacheLength, Value()).write(keyValues, /*append=*/false, writeRows);
 }
 
 // denoise: one decoder step over [cache ; canvas], the fused sampler, and the next step's
@@ -157,10 +163,11 @@ void buildCommit(GraphBuilder& g, TextStack& text, int64_t cacheLength) {
   Value blockIds = g.input(kBlockIds, {batch, canvasLength}, b.getI64Type());
   Value cacheValid = g.castTo(g.input(kCacheValid, {batch, cacheLength}, b.getI64Type()), b.getI1Type(), "cache_valid");
   Value positions = g.input(kPositions, {batch, canvasLength}, b.getI64Type());
+  Value writeRows = g.input(kWriteRows, {batch}, g.f32());
   CacheState cache(g, cacheLength, cacheValid);
   std::vector<LayerKeyValues> keyValues;
   text.encoderStackOverCache(blockIds, positions, cache.layers(), &keyValues);
-  cache.write(keyValues, /*append=*/true);
+  cache.write(keyValues, /*append=*/true, writeRows);
 }
 
 }  // namespace

@@ -67,6 +67,8 @@ inline constexpr const char* kPositions = "positions";
 inline constexpr const char* kBlockIds = "block_ids";
 inline constexpr const char* kCacheValid = "cache_valid";
 inline constexpr const char* kFrozen = "frozen";
+// prefill's and commit's [B] f32: the rows whose cache the call writes (the others keep theirs).
+inline constexpr const char* kWriteRows = "write_rows";
 inline constexpr const char* kTemperature = "temperature";
 inline constexpr const char* kSampleKeys = "sample_keys";
 inline constexpr const char* kSampledIds = "sampled_ids";

@@ -49,6 +49,7 @@ ModelContract diffusionGemmaContract() {
   contract.blockIds = names::kBlockIds;
   contract.cacheValid = names::kCacheValid;
   contract.frozen = names::kFrozen;
+  contract.writeRows = names::kWriteRows;
   contract.temperature = names::kTemperature;
   contract.sampleKeys = names::kSampleKeys;
   contract.sampledIds = names::kSampledIds;

@@ -63,7 +63,7 @@ TEST(ImageTwins, ForwardTrainAndPrefillGetTwinsPerPromptBucket) {
   const std::set<std::string> prefillInputs = inputsOf(*infer, "prefill_images_p72");
   EXPECT_EQ(prefillInputs, (std::set<std::string>{"input_ids", "attention_mask", "positions", "pixel_values",
                                                   "image_position_ids", "image_pool_slot", "image_token_index",
-                                                  "image_segment_ids"}));
+                                                  "image_segment_ids", "write_rows"}));
   // The text entries read no image input and no vision parameter.
   bool textReadsVision = false;
   infer->lookupSymbol<func::FuncOp>("forward_p72").walk([&](ParamOp param) {
