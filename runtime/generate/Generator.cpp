@@ -7,6 +7,7 @@
 
 #include "runtime/generate/CanvasFinalization.h"
 #include "runtime/generate/DenoisingBatch.h"
+#include "runtime/generate/EntryRuns.h"
 #include "runtime/generate/Temperature.h"
 #include "runtime/data/dataset/Dataset.h"
 #include "support/Error.h"
@@ -21,39 +22,6 @@ const EntryPoint& entryNamed(const Plan& plan, const std::string& name, const st
   for (const EntryPoint& entry : plan.entryPoints)
     if (entry.name == name) return entry;
   throw InputError(planPath + ": no \"" + name + "\" entry point (compile the plan with dgemma-compile --mode infer)");
-}
-
-HostTensor i64Tensor(std::vector<int64_t> shape, const std::vector<int64_t>& values) {
-  HostTensor tensor(DType::I64, std::move(shape));
-  std::copy(values.begin(), values.end(), tensor.as<int64_t>());
-  return tensor;
-}
-
-HostTensor f32Tensor(std::vector<int64_t> shape, const std::vector<float>& values) {
-  HostTensor tensor(DType::F32, std::move(shape));
-  std::copy(values.begin(), values.end(), tensor.as<float>());
-  return tensor;
-}
-
-// Runs `entry` on the inputs it takes, each converted to the dtype of its buffer.
-std::map<std::string, HostTensor> runEntryPoint(Session& session, const EntryPoint& entry,
-                                                std::map<std::string, HostTensor> inputs) {
-  std::map<std::string, HostTensor> fed;
-  for (const NamedBuffer& input : entry.inputs) {
-    auto it = inputs.find(input.name);
-    if (it == inputs.end()) throw InputError(session.planPath + ": entry " + entry.key() + " takes input \"" + input.name +
-                                             "\", which generation does not provide (docs/inference-plan.md)");
-    fed[input.name] = convertDType(std::move(it->second), session.plan.buffers[input.buffer].dtype,
-                                   "input " + input.name + " of " + entry.key());
-  }
-  return session.executor->run(entry, fed);
-}
-
-const HostTensor& outputNamed(const std::map<std::string, HostTensor>& outputs, const std::string& name,
-                              const EntryPoint& entry, const std::string& planPath) {
-  auto it = outputs.find(name);
-  if (it == outputs.end()) throw InputError(planPath + ": entry " + entry.key() + " has no output \"" + name + "\"");
-  return it->second;
 }
 
 // Adds the seconds from its construction to its end to `total`.
@@ -300,15 +268,9 @@ void Generator::generateMicroBatch(std::span<const GenerationRequest> requests, 
                                  {names.sampleKeys, i64Tensor({B, 2}, keys)}});
       }
       PhaseTimer samplerTimer(phaseTimes_.samplerHost);
-      HostTensor sampled =
-          convertDType(outputNamed(outputs, names.sampledIds, denoise, planPath), DType::I64, names.sampledIds);
-      HostTensor argmax =
-          convertDType(outputNamed(outputs, names.argmaxIds, denoise, planPath), DType::I64, names.argmaxIds);
-      HostTensor entropy =
-          convertDType(outputNamed(outputs, names.entropy, denoise, planPath), DType::F32, names.entropy);
-      if (sampled.numElements() != B * L || argmax.numElements() != B * L || entropy.numElements() != B * L)
-        throw InputError(planPath + ": entry " + denoise.key() + ": expected outputs of [" + std::to_string(B) + ", " +
-                         std::to_string(L) + "]");
+      HostTensor sampled = entryOutput(outputs, names.sampledIds, DType::I64, B * L, denoise, planPath);
+      HostTensor argmax = entryOutput(outputs, names.argmaxIds, DType::I64, B * L, denoise, planPath);
+      HostTensor entropy = entryOutput(outputs, names.entropy, DType::F32, B * L, denoise, planPath);
       for (int64_t row = 0; row < real; ++row)
         if (!frozenBefore[row])
           draws.replaceSampled({requestIds[row], canvas, step}, std::span<int64_t>(sampled.as<int64_t>() + row * L, L));
