@@ -88,6 +88,9 @@ class ModelAdapter {
   // Every adapter parameter's global tensor (f32) from adapter directory `directory`. InputError
   // naming it when the plan has no adapter or the directory's settings, keys or shapes differ.
   virtual std::map<std::string, HostTensor> readAdapter(const Plan& plan, const std::string& directory) const = 0;
+  // The settings (rank, alpha, targets) of adapter directory `directory`, to compile a plan that
+  // takes it; InputError naming it when it is no adapter of the family.
+  virtual AdapterSettings adapterSettings(const std::string& directory) const = 0;
 
   // The token ids and vocabulary of the plan's model config; InputError naming `planPath` when the
   // family has none or the config lacks them.

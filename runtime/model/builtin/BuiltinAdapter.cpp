@@ -42,6 +42,9 @@ class BuiltinAdapter final : public ModelAdapter {
   std::map<std::string, HostTensor> readAdapter(const Plan&, const std::string& directory) const override {
     throw InputError("--adapter: " + directory + ": the builtin model has no LoRA adapters");
   }
+  AdapterSettings adapterSettings(const std::string& directory) const override {
+    throw InputError("--adapter: " + directory + ": the builtin model has no LoRA adapters");
+  }
 
  private:
   ModelContract contract_;

@@ -105,6 +105,10 @@ class DiffusionGemmaAdapter final : public ModelAdapter {
     return peftAdapterFiles(*plan.adapter, baseModel, tensors);
   }
 
+  AdapterSettings adapterSettings(const std::string& directory) const override {
+    return readPeftAdapterSettings(directory);
+  }
+
   std::map<std::string, HostTensor> readAdapter(const Plan& plan, const std::string& directory) const override {
     std::map<std::string, std::vector<int64_t>> expected;
     for (const Parameter& parameter : plan.parameters)

@@ -1,0 +1,49 @@
+// The routes of dgemma-serve (docs/serving.md): the OpenAI API over the batch engine, with health,
+// metrics and the optional Bearer key. Runs on the HTTP server's io thread; the engine answers from
+// its own thread through each call's Exchange.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/data/text/Tokenizer.h"
+#include "runtime/serve/api/Request.h"
+#include "runtime/serve/engine/BatchEngine.h"
+#include "runtime/serve/http/HttpServer.h"
+#include "runtime/serve/service/ResponseFormats.h"
+#include "runtime/serve/service/ServeMetrics.h"
+
+namespace dgemma::serve {
+
+struct ServiceOptions {
+  std::vector<std::string> modelNames;  // what /v1/models lists and "model" must name
+  std::string apiKey;                   // empty: no authentication
+  MediaPolicy media;
+  double retryAfterSeconds = 1;         // the Retry-After of a 503 when the queue is full
+};
+
+class OpenAiService {
+ public:
+  OpenAiService(BatchEngine& engine, const Tokenizer& tokenizer, ServiceOptions options, ServeMetrics& metrics);
+
+  // The HTTP server's handler.
+  void handle(const std::shared_ptr<Exchange>& exchange);
+  // Set by the tool once the server exists: the connection count for /metrics.
+  void setConnectionCount(std::function<size_t()> count) { connectionCount_ = std::move(count); }
+
+ private:
+  void complete(const std::shared_ptr<Exchange>& exchange, Endpoint endpoint);
+  void answerError(const std::shared_ptr<Exchange>& exchange, const std::string& route, int status,
+                   const std::string& body, std::vector<std::pair<std::string, std::string>> headers = {});
+
+  BatchEngine& engine_;
+  const Tokenizer& tokenizer_;
+  ServiceOptions options_;
+  ServeMetrics& metrics_;
+  ResponseFormats formats_;
+  std::function<size_t()> connectionCount_;
+  int64_t created_;
+};
+
+}  // namespace dgemma::serve
