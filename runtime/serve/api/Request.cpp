@@ -371,6 +371,11 @@ json parseBody(std::string_view body) {
     std::string detail = error.what();
     if (const size_t colon = detail.find(": "); colon != std::string::npos) detail = detail.substr(colon + 2);
     throw badRequest("request body: malformed JSON at byte offset " + std::to_string(offset) + ": " + detail);
+  } catch (const json::out_of_range& error) {
+    // A number beyond double's range ("1e999"); nlohmann does not say where.
+    std::string detail = error.what();
+    if (const size_t bracket = detail.find("] "); bracket != std::string::npos) detail = detail.substr(bracket + 2);
+    throw badRequest("request body: " + detail);
   }
 }
 
