@@ -4,10 +4,10 @@
 //              "code": null or "request_too_large"}}
 //
 // The type follows the status. OpenAI itself reports most client errors as "invalid_request_error"
-// and tells them apart by "code"; the names below are the ones its Python SDK gives the exception
-// classes it raises per status (AuthenticationError, NotFoundError, RateLimitError, ...), which is
-// also what vLLM reports. Clients choose their exception by the HTTP status, not by the type, so
-// either spelling behaves the same for them:
+// and tells them apart by a string "code"; vLLM reports the name of the exception class the status
+// maps to ("BadRequestError", "NotFoundError") with the numeric status as "code". The types below
+// are OpenAI's snake_case spelling of those classes (the ones its Python SDK raises per status).
+// Clients choose their exception by the HTTP status, not by the type, so they behave the same:
 //
 //   400, 413, 422 and other 4xx  invalid_request_error (413 with code "request_too_large")
 //   401                          authentication_error

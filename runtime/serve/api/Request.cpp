@@ -11,6 +11,7 @@ using nlohmann::json;
 constexpr int64_t kMaxChoices = 16;
 constexpr size_t kMaxStopStrings = 4;
 constexpr int64_t kMaxDenoisingSteps = 4096;
+constexpr int kMaxNestingDepth = 128;
 
 std::string typeName(const json& value) {
   switch (value.type()) {
@@ -109,9 +110,8 @@ void refuseUnsupportedFields(const json& root, Endpoint endpoint) {
     }
   }
   if (const json* topLogprobs = optionalField(root, "top_logprobs")) {
-    if (integerValue(*topLogprobs, "top_logprobs") != 0) {
-      unsupported("top_logprobs", "the diffusion sampler reports no log probabilities");
-    }
+    integerValue(*topLogprobs, "top_logprobs");
+    unsupported("top_logprobs", "the diffusion sampler reports no log probabilities");
   }
   for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
     if (const json* value = optionalField(root, penalty)) {
@@ -363,8 +363,18 @@ void parseSampling(const json& root, CompletionRequest& request) {
 }
 
 json parseBody(std::string_view body) {
+  // Copying and destroying a JSON value recurses once per level: a body nested a million levels deep
+  // would overflow the stack. Real requests (JSON Schemas included) stay far below this.
+  const json::parser_callback_t limitDepth = [](int depth, json::parse_event_t event, json&) {
+    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    if (opens && depth >= kMaxNestingDepth) {
+      throw badRequest("request body: expected JSON nested at most " + std::to_string(kMaxNestingDepth) +
+                       " levels deep");
+    }
+    return true;
+  };
   try {
-    return json::parse(body);
+    return json::parse(body, limitDepth);
   } catch (const json::parse_error& error) {
     // nlohmann counts the bytes read, the offending one included; the offset is 0-based.
     const size_t offset = error.byte > 0 ? error.byte - 1 : 0;

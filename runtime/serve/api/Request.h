@@ -4,12 +4,13 @@
 // Every error is an ApiError 400 whose `param` is the JSON path of the offending value
 // ("messages[1].content[0].image_url.url") and whose message starts with that path and says what
 // was expected ("messages[1].content: expected a string or an array of content parts, got number").
-// Malformed JSON is a 400 naming the byte offset. Unknown top-level fields are ignored, as vLLM does;
-// known OpenAI fields dgemma cannot honour (tools, tool_choice other than "none", functions,
-// function_call, logprobs / top_logprobs, non-zero presence / frequency penalties, a non-empty
-// logit_bias, best_of other than n, echo, suffix) are a 400 naming them rather than silently ignored.
-// null is the same as leaving an optional field out. Whether the model is one the server serves is
-// the caller's check; "model" need only be a string.
+// Malformed JSON is a 400 naming the byte offset; so is JSON nested over 128 levels deep. Unknown
+// top-level fields are ignored, as vLLM does; known OpenAI fields dgemma cannot honour are a 400 naming
+// them rather than silently ignored: a non-empty tools, tool_choice other than "none", functions,
+// function_call, logprobs true (completions: any logprobs), top_logprobs, non-zero presence /
+// frequency penalties, a non-empty logit_bias, best_of other than n, echo true, a non-empty suffix,
+// an assistant message's tool_calls. null is the same as leaving an optional field out. Whether the
+// model is one the server serves is the caller's check; "model" need only be a string.
 //
 // Extensions: "denoising_steps", "entropy_bound", response_format {"type": "regex", "regex": ...},
 // stream_options.include_drafts (docs/serving.md, "Extensions").

@@ -147,6 +147,8 @@ TEST(ServeImageUrl, LocalFilesInsideTheAllowedDirectory) {
   expectSameImage(loadImageUrl("file://" + (tree.root / "inside" / "tiny.png").string(), policy, kParam), expected);
   expectSameImage(loadImageUrl("file://" + (tree.root / "inside" / "with%20space.png").string(), policy, kParam),
                   expected);
+  expectSameImage(loadImageUrl("file://localhost" + (tree.root / "inside" / "tiny.png").string(), policy, kParam),
+                  expected);
   expectSameImage(loadImageUrl("inside/tiny.png", policy, kParam), expected);  // relative to the directory
   expectSameImage(loadImageUrl("alias.png", policy, kParam), expected);  // a symlink that stays inside
   expectSameImage(loadImageUrl((tree.root / "inside" / ".." / "inside" / "tiny.png").string(), policy, kParam),

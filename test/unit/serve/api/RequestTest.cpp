@@ -102,7 +102,7 @@ TEST(ServeRequest, NullIsAnOmittedField) {
 
 TEST(ServeRequest, UnknownFieldsAndNeutralValuesOfUnsupportedOnesAreAccepted) {
   const CompletionRequest request = chat(R"(, "user": "u1", "metadata": {"a": 1}, "tools": [], "tool_choice": "none",
-      "logprobs": false, "top_logprobs": 0, "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {},
+      "logprobs": false, "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {},
       "n": 2, "best_of": 2, "echo": false, "suffix": "")");
   EXPECT_EQ(request.n, 2);
 }
@@ -232,6 +232,7 @@ TEST(ServeRequest, UnsupportedFieldsAreRefusedByName) {
       {R"(, "function_call": "auto")", "function_call"},
       {R"(, "logprobs": true)", "logprobs"},
       {R"(, "top_logprobs": 2)", "top_logprobs"},
+      {R"(, "top_logprobs": 0)", "top_logprobs"},
       {R"(, "presence_penalty": 0.5)", "presence_penalty"},
       {R"(, "frequency_penalty": -1)", "frequency_penalty"},
       {R"(, "logit_bias": {"42": 10})", "logit_bias"},
@@ -271,6 +272,14 @@ TEST(ServeRequest, NumberBeyondDoubleRange) {
   const ApiError error = chatError(R"(, "entropy_bound": 1e999)");
   EXPECT_EQ(error.status, 400);
   EXPECT_TRUE(mentions(error.what(), "request body: number overflow parsing '1e999'")) << error.what();
+}
+
+TEST(ServeRequest, NestingDepthIsLimited) {
+  auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_EQ(chat(R"(, "extra": )" + nested(100)).n, 1);
+  const ApiError error = chatError(R"(, "extra": )" + nested(100000));
+  EXPECT_EQ(error.status, 400);
+  EXPECT_TRUE(mentions(error.what(), "request body: expected JSON nested at most 128 levels deep")) << error.what();
 }
 
 TEST(ServeRequest, BodyMustBeAnObject) {
