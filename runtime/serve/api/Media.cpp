@@ -41,8 +41,9 @@ RgbImage decodeOrRefuse(std::string_view bytes, const std::string& param) {
   }
 }
 
-std::string tooLarge(uint64_t bytes, size_t limit) {
-  return "expected an image of at most " + std::to_string(limit) + " bytes, got " + std::to_string(bytes) + " bytes";
+std::string tooLarge(uint64_t bytes, size_t limit, const char* about = "") {
+  return "expected an image of at most " + std::to_string(limit) + " bytes, got " + about + std::to_string(bytes) +
+         " bytes";
 }
 
 RgbImage loadDataUri(std::string_view url, const MediaPolicy& policy, const std::string& param) {
@@ -54,12 +55,14 @@ RgbImage loadDataUri(std::string_view url, const MediaPolicy& policy, const std:
   if (header != "image/png;base64" && header != "image/jpeg;base64" && header != "image/jpg;base64") {
     throw refused(param,
                   "expected a data URI of a base64 PNG or JPEG image (data:image/png;base64,... or "
-                  "data:image/jpeg;base64,...), got \"data:" +
-                      std::string(url.substr(5, comma - 5)) + ",...\"");
+                  "data:image/jpeg;base64,...), got " +
+                      shownUrl(url.substr(0, comma + 1)));
   }
   const std::string_view encoded = url.substr(comma + 1);
-  if (encoded.size() / 4 * 3 > policy.maxImageBytes + 2)
-    throw refused(param, tooLarge(encoded.size() / 4 * 3, policy.maxImageBytes));
+  // Refused before decoding: the decoded size is 3 bytes per 4 characters, less up to 2 of padding.
+  const uint64_t decodedBound = encoded.size() / 4 * 3;
+  if (decodedBound > policy.maxImageBytes + 2)
+    throw refused(param, tooLarge(decodedBound, policy.maxImageBytes, "about "));
   Base64Error error;
   const std::optional<std::string> bytes = decodeBase64(encoded, error);
   if (!bytes) {
