@@ -18,10 +18,10 @@ its denoising steps: the throughput of a fixed amount of work.
 
 import argparse
 import asyncio
+import json
 import os
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -157,16 +157,21 @@ def main():
         if not (plan / "rank-0.dgplan").exists():
             support.run([tools.compile, "--model", model, "--mode", "infer", "--micro-batch", "1", "--prompt-len", "32",
                          "--max-new-tokens", str(args.max_tokens), "-o", plan])
+        generation = json.loads((model / "generation_config.json").read_text()) \
+            if (model / "generation_config.json").exists() else {}
+        pad = generation.get("pad_token_id", 0)
         started = time.perf_counter()
         tokens = 0
         for seed in range(args.sequential_generate):
             out = support.run([tools.run, "generate", "--plan", plan, "--weights", model, "--tokenizer", support.TOKENIZER,
                                "--seed", str(seed), "--steps", str(args.steps), "--prompt", PROMPT, "--json",
                                "--threads", str(os.cpu_count())])
-            tokens += sum(1 for _ in out.stdout)  # placeholder replaced below
+            result = json.loads(out.stdout.splitlines()[0])
+            # The server's count: the tokens up to the budget that are not pad (the EOS included).
+            tokens += min(len(result["tokens"]) - result["tokens"].count(pad), args.max_tokens)
         seconds = time.perf_counter() - started
-        print(f"{args.sequential_generate} sequential `dgemma-run generate --prompt` calls: {seconds:.1f} s "
-              f"({seconds / args.sequential_generate:.2f} s each)")
+        print(f"{args.sequential_generate} sequential `dgemma-run generate --prompt` calls: {seconds:.1f} s, "
+              f"{tokens / seconds:.1f} tok/s ({seconds / args.sequential_generate:.2f} s each)")
 
 
 if __name__ == "__main__":
