@@ -21,8 +21,7 @@ namespace fs = std::filesystem;
 
 bool isPythonWhitespace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 // Decodes the UTF-8 sequence at text[pos] into `cp` and returns its length; 0 if it is malformed.
@@ -48,6 +47,21 @@ std::optional<char> byteFallbackValue(const std::string& piece) {
   const int high = hex(piece[3]), low = hex(piece[4]);
   if (high < 0 || low < 0) return std::nullopt;
   return static_cast<char>(high * 16 + low);
+}
+
+// A piece's text with SentencePiece's word boundary "▁" (U+2581) replaced by a space.
+std::string replaceMetaspace(std::string_view piece) {
+  constexpr std::string_view kMetaspace = "\xE2\x96\x81";
+  std::string text;
+  for (size_t pos = 0; pos < piece.size();) {
+    if (piece.compare(pos, kMetaspace.size(), kMetaspace) == 0) {
+      text.push_back(' ');
+      pos += kMetaspace.size();
+    } else {
+      text.push_back(piece[pos++]);
+    }
+  }
+  return text;
 }
 
 // `bytes` with every byte where well-formed UTF-8 breaks replaced by U+FFFD.
@@ -92,7 +106,10 @@ std::vector<int> readPieceTypes(const std::string& bytes) {
     switch (wire) {
       case 0: return readVarint(b, pos, v);
       case 1: pos += 8; return pos <= b.size();
-      case 2: if (!readVarint(b, pos, v) || v > b.size() - pos) return false; pos += v; return true;
+      case 2:
+        if (!readVarint(b, pos, v) || v > b.size() - pos) return false;
+        pos += v;
+        return true;
       case 5: pos += 4; return pos <= b.size();
       default: return false;
     }
@@ -151,7 +168,8 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
   const fs::path dir(directory);
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw InputError(directory + ": expected a tokenizer directory (with tokenizer.model or tokenizer.json), but it"
+    throw InputError(directory +
+                     ": expected a tokenizer directory (with tokenizer.model or tokenizer.json), but it"
                      " does not exist or is not a directory");
   const fs::path model = dir / "tokenizer.model";
   const fs::path tokenizerJson = dir / "tokenizer.json";
@@ -180,7 +198,11 @@ void Tokenizer::loadTokenizerJson(const std::string& path) {
   file_ = path;
   json_ = std::make_unique<TokenizerJson>(path);
   vocabSize_ = json_->vocabSize();
-  for (const TokenizerJson::AddedToken& token : json_->addedTokens()) specials_.emplace(token.content, token.id);
+  isSpecial_.assign(static_cast<size_t>(vocabSize_), false);
+  for (const TokenizerJson::AddedToken& token : json_->addedTokens()) {
+    specials_.emplace(token.content, token.id);
+    if (token.special && token.id >= 0 && token.id < vocabSize_) isSpecial_[token.id] = true;
+  }
 
   // The special token names: tokenizer_config.json, else special_tokens_map.json, else the defaults.
   std::string eos = "<eos>", bos = "<bos>", pad = "<pad>";
@@ -210,8 +232,7 @@ void Tokenizer::loadSentencePiece(const std::string& modelPath) {
   const std::string modelBytes = readRegularFile(model.string());
   sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = sp_->LoadFromSerializedProto(modelBytes);
-  if (!status.ok())
-    throw InputError(model.string() + ": cannot load the SentencePiece model: " + status.ToString());
+  if (!status.ok()) throw InputError(model.string() + ": cannot load the SentencePiece model: " + status.ToString());
   vocabSize_ = sp_->GetPieceSize();
   eos_ = sp_->eos_id();
   bos_ = sp_->bos_id();
@@ -223,8 +244,10 @@ void Tokenizer::loadSentencePiece(const std::string& modelPath) {
     throw InputError(model.string() + ": cannot read the piece types of the SentencePiece model");
   constexpr int kUserDefined = 4;
   byFirstByte_.resize(256);
+  isSpecial_.assign(static_cast<size_t>(vocabSize_), false);
   for (int id = 0; id < sp_->GetPieceSize(); ++id) {
     if (!(sp_->IsControl(id) || sp_->IsUnknown(id) || types[id] == kUserDefined)) continue;
+    isSpecial_[id] = true;
     std::string piece = sp_->IdToPiece(id);
     if (piece.empty() || specials_.count(piece)) continue;
     specials_.emplace(piece, id);
@@ -235,8 +258,29 @@ void Tokenizer::loadSentencePiece(const std::string& modelPath) {
                      [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 }
 
+std::string Tokenizer::piece(int32_t id) const {
+  return json_ ? json_->idToToken(id) : sp_->IdToPiece(static_cast<int>(id));
+}
+
+std::optional<char> Tokenizer::fallbackByte(int32_t id, const std::string& piece) const {
+  std::optional<char> byte = byteFallbackValue(piece);
+  if (byte && (json_ || sp_->IsByte(static_cast<int>(id)))) return byte;
+  return std::nullopt;
+}
+
+std::vector<std::string> Tokenizer::tokenBytes() const {
+  std::vector<std::string> bytes(static_cast<size_t>(vocabSize_));
+  for (int32_t id = 0; id < vocabSize_; ++id) {
+    const std::string text = piece(id);
+    if (std::optional<char> byte = fallbackByte(id, text)) bytes[id] = std::string(1, *byte);
+    else bytes[id] = replaceMetaspace(text);
+  }
+  return bytes;
+}
+
+bool Tokenizer::isSpecial(int32_t id) const { return id >= 0 && id < vocabSize_ && isSpecial_[id]; }
+
 std::string Tokenizer::decode(std::span<const int64_t> ids) const {
-  static const std::string kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's word boundary
   std::string text, byteRun;
   // ByteFallback: a run of byte pieces is one UTF-8 string, or one U+FFFD per byte if it is not one.
   auto flushBytes = [&] {
@@ -253,20 +297,13 @@ std::string Tokenizer::decode(std::span<const int64_t> ids) const {
       text.append(kReplacementCharacter);
       continue;
     }
-    const std::string piece = json_ ? json_->idToToken(static_cast<int32_t>(id)) : sp_->IdToPiece(static_cast<int>(id));
-    if (std::optional<char> byte = byteFallbackValue(piece); byte && (json_ || sp_->IsByte(static_cast<int>(id)))) {
+    const std::string pieceText = piece(static_cast<int32_t>(id));
+    if (std::optional<char> byte = fallbackByte(static_cast<int32_t>(id), pieceText)) {
       byteRun.push_back(*byte);
       continue;
     }
     flushBytes();
-    for (size_t pos = 0; pos < piece.size();) {
-      if (piece.compare(pos, kMetaspace.size(), kMetaspace) == 0) {
-        text.push_back(' ');
-        pos += kMetaspace.size();
-      } else {
-        text.push_back(piece[pos++]);
-      }
-    }
+    text.append(replaceMetaspace(pieceText));
   }
   flushBytes();
   // A piece itself is valid UTF-8, so this only guards a malformed vocabulary.
@@ -350,7 +387,8 @@ std::string stripThinking(std::string_view text) {
   size_t start = 0;
   for (;;) {
     size_t close = text.find(kClose, start);
-    std::string_view piece = text.substr(start, close == std::string_view::npos ? std::string_view::npos : close - start);
+    std::string_view piece =
+        text.substr(start, close == std::string_view::npos ? std::string_view::npos : close - start);
     size_t open = piece.find(kOpen);
     kept += piece.substr(0, open);
     if (close == std::string_view::npos) break;
@@ -378,7 +416,8 @@ std::string renderGemma4PromptText(const Tokenizer& tokenizer, const std::vector
     const Message& m = messages[index];
     const bool isModel = m.role == Message::Assistant;
     const bool continuesPrevious = isModel && index > 0 && messages[index - 1].role == Message::Assistant;
-    const bool continuesIntoNext = isModel && index + 1 < messages.size() && messages[index + 1].role == Message::Assistant;
+    const bool continuesIntoNext =
+        isModel && index + 1 < messages.size() && messages[index + 1].role == Message::Assistant;
     if (!continuesPrevious) {
       text += "<|turn>";
       text += isModel ? "model" : roleName(m.role);
@@ -419,9 +458,11 @@ TokenizedPrompt renderGemma4Prompt(const Tokenizer& tokenizer, const std::vector
   }
   for (int64_t n : imageSoftTokenCounts) expected += n;
   if (imageTokens != expected)
-    throw InputError("prompt: " + std::to_string(imageTokens) + " image tokens after template expansion but the images"
-                     " give " + std::to_string(expected) + " soft tokens (does message text contain \"" +
-                     tokenizer.imageToken() + "\"?)");
+    throw InputError("prompt: " + std::to_string(imageTokens) +
+                     " image tokens after template expansion but the images"
+                     " give " +
+                     std::to_string(expected) + " soft tokens (does message text contain \"" + tokenizer.imageToken() +
+                     "\"?)");
   return out;
 }
 

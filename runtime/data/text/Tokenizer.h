@@ -79,6 +79,15 @@ class Tokenizer {
   // another step (TokenizerJson::applyDecoderStrip).
   std::string decode(std::span<const int64_t> ids) const;
 
+  // Per id, the bytes the id contributes to decode(): its piece with "▁" replaced by " ", or for a
+  // byte-fallback piece "<0xXX>" the single byte XX. decode() of ids is the concatenation of these,
+  // except that it replaces bytes that are not well-formed UTF-8 by U+FFFD and applies a
+  // tokenizer.json's Strip decoder step.
+  std::vector<std::string> tokenBytes() const;
+  // Whether `id` is a special token: a SentencePiece control, unknown or user-defined piece, or a
+  // tokenizer.json added token marked special. False for an id outside the tokenizer's pieces.
+  bool isSpecial(int32_t id) const;
+
   // The id of a special token by its string ("<eos>", "<|turn>"); nullopt / InputError if the model
   // has no such special piece.
   std::optional<int32_t> findSpecialTokenId(std::string_view token) const;
@@ -99,6 +108,9 @@ class Tokenizer {
  private:
   void loadSentencePiece(const std::string& model);
   void loadTokenizerJson(const std::string& path);
+  std::string piece(int32_t id) const;
+  // The byte of a byte-fallback piece; nothing for any other piece.
+  std::optional<char> fallbackByte(int32_t id, const std::string& piece) const;
 
   std::string directory_, backend_, file_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
@@ -107,6 +119,7 @@ class Tokenizer {
   int32_t eos_ = -1, bos_ = -1, pad_ = -1;
   std::string imageToken_ = "<image>", boiToken_ = "<boi>", eoiToken_ = "<eoi>";
   std::unordered_map<std::string, int32_t> specials_;
+  std::vector<bool> isSpecial_;  // per id
   // Special strings grouped by first byte, longest first, for the leftmost-longest match.
   std::vector<std::vector<std::pair<std::string, int32_t>>> byFirstByte_;
 };

@@ -70,8 +70,7 @@ std::vector<Message> toMessages(const json& messages) {
       for (const json& p : m.at("content")) {
         if (p.at("type") == "image")
           message.content.push_back({ContentPart::Image, "", p.at("image").get<std::string>()});
-        else
-          message.content.push_back({ContentPart::Text, p.at("text").get<std::string>(), ""});
+        else message.content.push_back({ContentPart::Text, p.at("text").get<std::string>(), ""});
       }
     }
     out.push_back(std::move(message));
@@ -113,7 +112,7 @@ TEST_P(Backends, SpecialTokenIds) {
   const Tokenizer& tok = loaded(GetParam());
   const json fixture = readFixture("conversations.json");
   for (const auto& [name, id] : fixture.at("special_tokens").items()) EXPECT_EQ(tok.specialTokenId(name), id) << name;
-  const std::vector<std::string> table = {"<pad>", "<eos>", "<bos>", "<unk>", "<image>", "<boi>",
+  const std::vector<std::string> table = {"<pad>", "<eos>",   "<bos>",   "<unk>",      "<image>",    "<boi>",
                                           "<eoi>", "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>"};
   for (size_t i = 0; i < table.size(); ++i) EXPECT_EQ(tok.specialTokenId(table[i]), static_cast<int32_t>(i));
   EXPECT_EQ(tok.padId(), 0);
@@ -138,7 +137,7 @@ TEST(Tokenizer, VocabSizeCheck) {
 
 TEST_P(Backends, SpecialsAreNeverSplit) {
   const Tokenizer& tok = loaded(GetParam());
-  const std::vector<std::string> specials = {"<pad>", "<eos>", "<bos>", "<unk>", "<image>", "<boi>",
+  const std::vector<std::string> specials = {"<pad>", "<eos>",   "<bos>",   "<unk>",      "<image>",    "<boi>",
                                              "<eoi>", "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|think|>"};
   for (const std::string& s : specials) {
     SCOPED_TRACE(s);
@@ -282,7 +281,9 @@ TEST(Tokenizer, StripsPythonWhitespace) {
   EXPECT_EQ(stripPythonWhitespace(" \t\n"), "");
   EXPECT_EQ(stripPythonWhitespace("  a b \n"), "a b");
   EXPECT_EQ(stripPythonWhitespace("\u3000\u00a0wide\u2003\u00a0"), "wide");
-  EXPECT_EQ(stripPythonWhitespace("\x1f" "x\xc2\x85"), "x");  // U+001F, U+0085
+  EXPECT_EQ(stripPythonWhitespace("\x1f"
+                                  "x\xc2\x85"),
+            "x");  // U+001F, U+0085
   EXPECT_EQ(stripPythonWhitespace("\u200bzero width\u200b"), "\u200bzero width\u200b");  // not whitespace
   EXPECT_EQ(stripPythonWhitespace("é "), "é");
 }
@@ -317,13 +318,58 @@ TEST(Tokenizer, DecodesBytePiecesAndReplacesBrokenUtf8) {
 
 TEST(Tokenizer, DecodeRefusesADecoderItDoesNotImplement) {
   TempDir dir;
-  nlohmann::json file = nlohmann::json::parse(std::ifstream(std::string(DGEMMA_TOKENIZER_JSON_DIR) + "/tokenizer.json"));
+  nlohmann::json file =
+      nlohmann::json::parse(std::ifstream(std::string(DGEMMA_TOKENIZER_JSON_DIR) + "/tokenizer.json"));
   file["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
   std::ofstream(dir.path / "tokenizer.json") << file.dump();
   const Tokenizer tok(dir.path.string());
   EXPECT_FALSE(tok.encode("hi").empty());  // encoding does not read the decoder
   const std::string message = expectInputError([&] { tok.decode(std::vector<int64_t>{136}); });
   EXPECT_NE(message.find("decoder: the decoder step \"Metaspace\" is not supported"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace dgemma
+
+namespace dgemma {
+namespace {
+
+// tokenBytes() is what each id contributes to decode(): concatenating it over ids gives decode(ids)
+// whenever the result is well-formed UTF-8.
+TEST_P(Backends, TokenBytesConcatenateToDecode) {
+  const Tokenizer& tok = loaded(GetParam());
+  const std::vector<std::string> bytes = tok.tokenBytes();
+  ASSERT_EQ(static_cast<int64_t>(bytes.size()), tok.vocabSize());
+  for (const std::string text : {"Hello world, 12 + 30 = 42.", "na\xC3\xAFve caf\xC3\xA9", "{\"a\": [1, 2]}"}) {
+    const std::vector<int32_t> ids = tok.encode(text);
+    std::string joined;
+    for (int32_t id : ids) joined += bytes[id];
+    EXPECT_EQ(joined, tok.decode(std::vector<int64_t>(ids.begin(), ids.end()))) << text;
+  }
+  for (int64_t id = 0; id < tok.vocabSize(); ++id)
+    EXPECT_EQ(bytes[id], tok.decode(std::vector<int64_t>{id})) << "id " << id;
+}
+
+TEST(Tokenizer, TokenBytesOfBytePiecesAreSingleBytes) {
+  const Tokenizer tok(std::string(DGEMMA_TOKENIZER_JSON_DIR) + "/byte_fallback");
+  const std::vector<std::string> bytes = tok.tokenBytes();
+  EXPECT_EQ(bytes[4 + 0xC3], std::string(1, '\xC3'));
+  EXPECT_EQ(bytes[4 + 'a'], "a");
+  const std::vector<int64_t> ids{318, 314, 230, 134, 176, 309};
+  std::string joined;
+  for (int64_t id : ids) joined += bytes[id];
+  EXPECT_EQ(joined, " é€x");  // decode() also applies the file's Strip of one leading space
+  EXPECT_EQ(tok.decode(ids), "é€x");
+}
+
+// Ids 0-11 of the bundled tokenizer are control, unknown or user-defined pieces; so is 12 ("\n",
+// user-defined). The rest are ordinary pieces (data/tokenizer/README.md).
+TEST_P(Backends, SpecialIdsAreTheControlUnknownAndUserDefinedPieces) {
+  const Tokenizer& tok = loaded(GetParam());
+  for (int32_t id = 0; id <= 11; ++id) EXPECT_TRUE(tok.isSpecial(id)) << "id " << id;
+  for (int32_t id = 13; id < tok.vocabSize(); ++id) EXPECT_FALSE(tok.isSpecial(id)) << "id " << id;
+  EXPECT_FALSE(tok.isSpecial(-1));
+  EXPECT_FALSE(tok.isSpecial(static_cast<int32_t>(tok.vocabSize())));
 }
 
 }  // namespace
