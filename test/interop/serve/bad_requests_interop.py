@@ -22,7 +22,7 @@ SERVER = None
 def setUpModule():
     global SERVER
     SERVER = support.Server(TOOLS, support.demo_checkpoint(TOOLS), "--max-num-seqs", "2", "--max-queued", "2",
-                            "--prompt-len", "32", "--max-new-tokens", "32", "--max-body-mib", "1",
+                            "--prompt-len", "64", "--max-new-tokens", "32", "--max-body-mib", "1",
                             "--images-per-example", "0", "--idle-timeout", "60")
 
 
@@ -145,7 +145,7 @@ class BadRequests(unittest.TestCase):
 
 class Drain(unittest.TestCase):
     def test_sigterm_lets_a_stream_finish(self):
-        server = support.Server(TOOLS, support.demo_checkpoint(TOOLS), "--max-num-seqs", "2", "--prompt-len", "32",
+        server = support.Server(TOOLS, support.demo_checkpoint(TOOLS), "--max-num-seqs", "2", "--prompt-len", "64",
                                 "--max-new-tokens", "32", "--images-per-example", "0")
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
         connection.request("POST", "/v1/chat/completions", chat_body(stream=True, max_tokens=32, denoising_steps=100,
@@ -157,6 +157,7 @@ class Drain(unittest.TestCase):
         server.process.send_signal(15)
         rest = response.read().decode()
         self.assertTrue(rest.rstrip().endswith("data: [DONE]"), rest[-200:])
+        connection.close()
         server.stop()  # exits 0 after draining
 
 

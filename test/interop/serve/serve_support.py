@@ -109,6 +109,7 @@ class Server:
             self.process.kill()
             sys.exit("dgemma-serve did not exit within 120 s of SIGTERM:\n" + self.stderr)
         self.reader.join(10)
+        self.process.stderr.close()
         if code != 0:
             sys.exit(f"dgemma-serve exited {code} after SIGTERM:\n" + self.stderr)
 

@@ -40,7 +40,7 @@ def main():
     per_format = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     checkpoint = support.demo_checkpoint(tools)
     checked = failures = 0
-    with support.serving(tools, checkpoint, "--max-num-seqs", "8", "--prompt-len", "32", "--max-new-tokens",
+    with support.serving(tools, checkpoint, "--max-num-seqs", "8", "--prompt-len", "64", "--max-new-tokens",
                          str(MAX_TOKENS), "--images-per-example", "0") as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=600)
 
