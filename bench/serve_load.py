@@ -43,7 +43,7 @@ def small_checkpoint(tools):
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     support.run([tools.compile, "--model", support.SOURCE / "models/diffusion_gemma/configs/small-20m.json", "--mode",
-                 "train", "--micro-batch", "1", "--prompt-len", "32", "-o", scratch / "plan"])
+                 "train", "--micro-batch", "1", "--prompt-len", "64", "-o", scratch / "plan"])
     support.run([tools.run, "train", "--plan", scratch / "plan", "--init", "random", "--seed", "1", "--tokenizer",
                  support.TOKENIZER, "--train", support.SOURCE / "data/demo/train.jsonl", "--steps", "1", "--lr", "0",
                  "--save-dir", scratch / "checkpoints"])
@@ -120,7 +120,7 @@ def main():
     args = parser.parse_args()
     tools = support.Tools(args.bin)
     model = small_checkpoint(tools) if args.model == "small-20m" else support.demo_checkpoint(tools)
-    flags = ["--max-num-seqs", str(args.slots), "--max-queued", "1024", "--prompt-len", "32", "--max-new-tokens",
+    flags = ["--max-num-seqs", str(args.slots), "--max-queued", "1024", "--prompt-len", "64", "--max-new-tokens",
              str(args.max_tokens), "--images-per-example", "0", "--threads", str(os.cpu_count())]
     print(f"dgemma-serve load test: model {args.model}, {args.slots} slots, {args.requests} requests per level, "
           f"max_tokens {args.max_tokens}, {args.steps} denoising steps per canvas, {os.cpu_count()} CPU cores")
@@ -155,7 +155,7 @@ def main():
     if args.sequential_generate > 0:
         plan = tools.work / f"generate-plan-{args.model}"
         if not (plan / "rank-0.dgplan").exists():
-            support.run([tools.compile, "--model", model, "--mode", "infer", "--micro-batch", "1", "--prompt-len", "32",
+            support.run([tools.compile, "--model", model, "--mode", "infer", "--micro-batch", "1", "--prompt-len", "64",
                          "--max-new-tokens", str(args.max_tokens), "-o", plan])
         generation = json.loads((model / "generation_config.json").read_text()) \
             if (model / "generation_config.json").exists() else {}

@@ -6,7 +6,9 @@
 namespace dgemma::serve {
 namespace {
 
-using nlohmann::json;
+// Ordered, so that a JSON schema's properties keep the order the client wrote them in (the
+// structured output emits them in that order: docs/serving.md, "Structured output").
+using json = nlohmann::ordered_json;
 
 constexpr int64_t kMaxChoices = 16;
 constexpr size_t kMaxStopStrings = 4;

@@ -35,7 +35,7 @@ enum class Endpoint { ChatCompletions, Completions };
 
 struct ResponseFormat {
   enum Kind { Text, JsonObject, JsonSchema, Regex } kind = Text;
-  nlohmann::json schema;  // json_schema: response_format.json_schema.schema
+  nlohmann::ordered_json schema;  // json_schema: response_format.json_schema.schema, in the order written
   std::string name;       // json_schema: response_format.json_schema.name
   std::string regex;      // extension: {"type": "regex", "regex": "..."}
 };

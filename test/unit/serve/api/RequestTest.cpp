@@ -181,7 +181,7 @@ TEST(ServeRequest, ResponseFormat) {
                                     .responseFormat;
   EXPECT_EQ(schema.kind, ResponseFormat::JsonSchema);
   EXPECT_EQ(schema.name, "answer");
-  EXPECT_EQ(schema.schema, nlohmann::json::parse(R"({"type": "object", "required": ["a"]})"));
+  EXPECT_EQ(schema.schema, nlohmann::ordered_json::parse(R"({"type": "object", "required": ["a"]})"));
   const ResponseFormat anyJson =
       chat(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "any"}})").responseFormat;
   EXPECT_EQ(anyJson.schema, nlohmann::json::object());
