@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/status.hpp>
+#include <boost/beast/http/verb.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -203,6 +204,7 @@ void Connection::dispatch() {
   request.body = std::move(message.body());
   keepAlive_ = message.keep_alive();
   http10_ = message.version() < 11;
+  headRequest_ = message.method() == http::verb::head;
 
   state_ = State::handling;
   cancelTimer();
@@ -253,10 +255,10 @@ bool Connection::isCurrent(const Exchange* exchange) const {
 
 void Connection::sendResponse(const Exchange* exchange, const HttpResponse& response) {
   if (!isCurrent(exchange)) return;
-  queueWrite(responseHead(response.status, response.contentType, response.headers, Framing::contentLength,
-                          response.body.size()) +
-                 response.body,
-             0);
+  std::string bytes = responseHead(response.status, response.contentType, response.headers, Framing::contentLength,
+                                   response.body.size());
+  if (!headRequest_) bytes += response.body;
+  queueWrite(std::move(bytes), 0);
   responseComplete_ = true;
 }
 

@@ -111,6 +111,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool responseComplete_ = false;  // the last piece of the current response is queued
   bool keepAlive_ = true;
   bool http10_ = false;
+  bool headRequest_ = false;  // the response carries the body's headers but not the body
   Framing streamFraming_ = Framing::chunked;
   std::shared_ptr<Exchange> exchange_;
 };

@@ -114,6 +114,18 @@ TEST(HttpServer, ServesTwoRequestsOnOneKeepAliveConnection) {
   EXPECT_EQ(running.server().openConnections(), 1u);
 }
 
+TEST(HttpServer, AnswersHeadWithoutTheBody) {
+  RunningServer running({}, echo());
+  TestClient client(running.port());
+  ASSERT_TRUE(client.send("HEAD /health HTTP/1.1\r\nHost: test\r\n\r\n"));
+  test::ReceivedResponse head = client.readHead();
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.header("content-length"), std::to_string(std::string("HEAD /health  ").size()));
+  // No body follows: the next response starts right after the head.
+  ASSERT_TRUE(client.send(get("/next")));
+  EXPECT_EQ(client.readResponse().body, "GET /next  ");
+}
+
 TEST(HttpServer, AnswersPipelinedRequestsInOrder) {
   RunningServer running({}, echo());
   TestClient client(running.port());
