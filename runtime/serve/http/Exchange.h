@@ -24,6 +24,10 @@ struct IoLink;
 
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
+  // An exchange dropped by all its holders before its response is complete is answered with 500, or
+  // its stream is cut short by closing the connection.
+  ~Exchange();
+
   const HttpRequest& request() const { return request_; }
 
   // Answers with a complete response (Content-Length framing). Throws std::logic_error when the
