@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/status.hpp>
+#include <boost/beast/http/verb.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -83,7 +84,9 @@ void Connection::closeNow() {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   writes_.clear();
-  if (exchange_) std::exchange(exchange_, nullptr)->connectionClosedEarly();
+  if (std::shared_ptr<Exchange> exchange = exchange_.lock()) exchange->connectionClosedEarly();
+  exchange_.reset();
+  currentExchange_ = nullptr;
   server_.connectionClosed(this);
 }
 
@@ -203,12 +206,15 @@ void Connection::dispatch() {
   request.body = std::move(message.body());
   keepAlive_ = message.keep_alive();
   http10_ = message.version() < 11;
+  headRequest_ = message.method() == http::verb::head;
 
   state_ = State::handling;
   cancelTimer();
-  exchange_ = std::shared_ptr<Exchange>(
+  std::shared_ptr<Exchange> exchange(
       new Exchange(std::move(request), server_.link, weak_from_this(), server_.options.maxQueuedStreamBytes));
-  std::shared_ptr<Exchange> exchange = exchange_;
+  exchange_ = exchange;
+  currentExchange_ = exchange.get();
+  responseStarted_ = false;
   try {
     server_.handler(exchange);
   } catch (const std::exception& e) {
@@ -248,15 +254,16 @@ std::string Connection::responseHead(int status, const std::string& contentType,
 }
 
 bool Connection::isCurrent(const Exchange* exchange) const {
-  return state_ == State::handling && exchange_.get() == exchange;
+  return state_ == State::handling && currentExchange_ == exchange;
 }
 
 void Connection::sendResponse(const Exchange* exchange, const HttpResponse& response) {
   if (!isCurrent(exchange)) return;
-  queueWrite(responseHead(response.status, response.contentType, response.headers, Framing::contentLength,
-                          response.body.size()) +
-                 response.body,
-             0);
+  std::string bytes = responseHead(response.status, response.contentType, response.headers, Framing::contentLength,
+                                   response.body.size());
+  if (!headRequest_) bytes += response.body;
+  responseStarted_ = true;
+  queueWrite(std::move(bytes), 0);
   responseComplete_ = true;
 }
 
@@ -267,6 +274,7 @@ void Connection::startStream(const Exchange* exchange, int status, const std::st
   if (contentType == "text/event-stream") allHeaders.emplace_back("Cache-Control", "no-cache");
   // HTTP/1.0 has no chunked encoding: the body runs until the connection closes.
   streamFraming_ = http10_ ? Framing::untilClose : Framing::chunked;
+  responseStarted_ = true;
   queueWrite(responseHead(status, contentType, allHeaders, streamFraming_, 0), 0);
 }
 
@@ -285,6 +293,19 @@ void Connection::endStream(const Exchange* exchange) {
   } else {
     writeNext();
   }
+}
+
+void Connection::exchangeAbandoned(const Exchange* exchange) {
+  if (!isCurrent(exchange)) return;
+  // A stream cut short ends with the connection, so that the client cannot take it for complete.
+  if (responseStarted_) {
+    closeNow();
+    return;
+  }
+  std::string body = server_.errorBody(500, "the request was dropped without a response");
+  responseStarted_ = true;
+  queueWrite(responseHead(500, "application/json", {}, Framing::contentLength, body.size()) + body, 0);
+  responseComplete_ = true;
 }
 
 void Connection::queueWrite(std::string bytes, size_t streamBytes) {
@@ -312,13 +333,17 @@ void Connection::onWritten(error_code error) {
   }
   size_t streamBytes = writes_.front().streamBytes;
   writes_.pop_front();
-  if (exchange_ && streamBytes > 0) exchange_->chunkWritten(streamBytes);
+  if (streamBytes > 0) {
+    if (std::shared_ptr<Exchange> exchange = exchange_.lock()) exchange->chunkWritten(streamBytes);
+  }
   writeNext();
 }
 
 void Connection::finishResponse() {
   responseComplete_ = false;
-  if (exchange_) std::exchange(exchange_, nullptr)->responseWritten();
+  if (std::shared_ptr<Exchange> exchange = exchange_.lock()) exchange->responseWritten();
+  exchange_.reset();
+  currentExchange_ = nullptr;
   if (state_ == State::closing || !keepAlive_ || server_.draining()) {
     lingerThenClose();
     return;

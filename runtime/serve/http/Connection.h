@@ -59,6 +59,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void startStream(const Exchange* exchange, int status, const std::string& contentType, const HeaderList& headers);
   void sendChunk(const Exchange* exchange, std::string data);
   void endStream(const Exchange* exchange);
+  // Every holder dropped `exchange` before completing its response.
+  void exchangeAbandoned(const Exchange* exchange);
 
  private:
   enum class State {
@@ -111,8 +113,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool responseComplete_ = false;  // the last piece of the current response is queued
   bool keepAlive_ = true;
   bool http10_ = false;
+  bool headRequest_ = false;  // the response carries the body's headers but not the body
   Framing streamFraming_ = Framing::chunked;
-  std::shared_ptr<Exchange> exchange_;
+  // The exchange being answered. Held weakly, so that an exchange its holders drop unanswered is
+  // destroyed, and its destructor tells the connection (exchangeAbandoned) instead of leaving the client waiting.
+  std::weak_ptr<Exchange> exchange_;
+  const Exchange* currentExchange_ = nullptr;
+  bool responseStarted_ = false;
 };
 
 }  // namespace dgemma::serve::detail

@@ -13,6 +13,13 @@ Exchange::Exchange(HttpRequest request, std::shared_ptr<detail::IoLink> link,
       connection_(std::move(connection)),
       maxQueuedBytes_(maxQueuedBytes) {}
 
+Exchange::~Exchange() {
+  if (phase_ == Phase::complete || clientGone_) return;
+  link_->post([connection = connection_, self = static_cast<const Exchange*>(this)] {
+    if (std::shared_ptr<detail::Connection> open = connection.lock()) open->exchangeAbandoned(self);
+  });
+}
+
 void Exchange::advance(Phase expected, Phase next, const char* call) {
   std::lock_guard lock(phaseMutex_);
   if (phase_ != expected) {

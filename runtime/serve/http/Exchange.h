@@ -24,6 +24,10 @@ struct IoLink;
 
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
+  // An exchange dropped by all its holders before its response is complete is answered with 500, or
+  // its stream is cut short by closing the connection.
+  ~Exchange();
+
   const HttpRequest& request() const { return request_; }
 
   // Answers with a complete response (Content-Length framing). Throws std::logic_error when the
@@ -44,7 +48,8 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
   bool clientGone() const { return clientGone_.load(); }
 
   // `callback` runs once, on the io thread, when the connection closes before the response is
-  // complete (client disconnected, or reset). If it is already gone, it runs as soon as the io thread
+  // complete (client disconnected, or reset; a client that shuts down its sending side while waiting
+  // counts as disconnected, as HTTP clients do not half-close). If it is already gone, it runs as soon as the io thread
   // gets to it; when the server no longer exists, at once on the calling thread.
   void onClientGone(std::function<void()> callback);
 

@@ -114,6 +114,18 @@ TEST(HttpServer, ServesTwoRequestsOnOneKeepAliveConnection) {
   EXPECT_EQ(running.server().openConnections(), 1u);
 }
 
+TEST(HttpServer, AnswersHeadWithoutTheBody) {
+  RunningServer running({}, echo());
+  TestClient client(running.port());
+  ASSERT_TRUE(client.send("HEAD /health HTTP/1.1\r\nHost: test\r\n\r\n"));
+  test::ReceivedResponse head = client.readHead();
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.header("content-length"), std::to_string(std::string("HEAD /health  ").size()));
+  // No body follows: the next response starts right after the head.
+  ASSERT_TRUE(client.send(get("/next")));
+  EXPECT_EQ(client.readResponse().body, "GET /next  ");
+}
+
 TEST(HttpServer, AnswersPipelinedRequestsInOrder) {
   RunningServer running({}, echo());
   TestClient client(running.port());
@@ -228,6 +240,32 @@ TEST(HttpServer, AnswersAThrowingHandlerWith500) {
   test::ReceivedResponse response = client.readResponse();
   EXPECT_EQ(response.status, 500);
   EXPECT_TRUE(dgemma::test::mentions(response.body, "engine unavailable"));
+}
+
+TEST(HttpServer, AnswersAnExchangeDroppedUnansweredWith500) {
+  RunningServer running({}, [](std::shared_ptr<Exchange>) {});
+  TestClient client(running.port());
+  ASSERT_TRUE(client.send(get("/v1/models")));
+  test::ReceivedResponse response = client.readResponse();
+  EXPECT_EQ(response.status, 500);
+  EXPECT_TRUE(dgemma::test::mentions(response.body, "dropped without a response"));
+  ASSERT_TRUE(client.send(get("/v1/models")));
+  EXPECT_EQ(client.readResponse().status, 500);
+}
+
+TEST(HttpServer, ClosesAStreamWhoseExchangeIsDroppedUnfinished) {
+  ExchangeMailbox mailbox;
+  RunningServer running({}, holdOrEcho(mailbox));
+  TestClient client(running.port());
+  ASSERT_TRUE(client.send(get("/held/stream")));
+  std::shared_ptr<Exchange> exchange = mailbox.take();
+  ASSERT_NE(exchange, nullptr);
+  exchange->startStream(200, "text/event-stream");
+  ASSERT_TRUE(exchange->writeChunk("data: 1\n\n"));
+  exchange.reset();
+  EXPECT_EQ(client.readHead().status, 200);
+  EXPECT_EQ(client.readChunk(), "data: 1\n\n");
+  EXPECT_TRUE(client.closedByServer());
 }
 
 TEST(HttpServer, StreamsAResponseChunkByChunk) {
