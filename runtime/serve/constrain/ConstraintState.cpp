@@ -45,8 +45,10 @@ std::vector<int32_t> ConstraintState::advance(const std::vector<int32_t>& before
     if (position >= budget_) continue;  // no text past the budget
     const int64_t left = budget_ - position - 1;  // text positions after this one
     if (free) {
-      for (int32_t next : *c.successors(state))
-        if (c.distanceToAccept(next) <= left) after.push_back(next);
+      for (const TokenConstraint::Successor& next : *c.successors(state)) {
+        if (next.distance > left) break;
+        after.push_back(next.state);
+      }
     } else if (const int32_t next = c.step(state, fixed);
                next != ByteAutomaton::kDeadState && c.distanceToAccept(next) <= left) {
       after.push_back(next);
