@@ -251,8 +251,7 @@ struct ByteAutomaton::Nfa {
 ByteAutomaton::ByteAutomaton(const ByteExpr& expr, std::string where, int64_t maxStates)
     : nfa_(std::make_unique<Nfa>()), where_(std::move(where)), maxStates_(maxStates) {
   nfa_->where = where_;
-  // The NFA may be a few times larger than the DFA bound before determinization says anything.
-  nfa_->maxStates = 10 * maxStates;
+  nfa_->maxStates = maxStates;
   nfa_->start = nfa_->add();
   nfa_->accept = nfa_->add();
   nfa_->build(expr, nfa_->start, nfa_->accept);

@@ -12,6 +12,8 @@ constexpr int64_t kMaxCount = 256;  // the largest minLength, maxLength, minItem
 // Digits of an integer part or a fraction, and of an exponent: integers fit a signed 64-bit integer
 // and every number a finite double, so that any JSON parser reads them back.
 constexpr int64_t kMaxDigits = 18, kMaxExponentDigits = 2;
+// Deeper nesting would only serve to exhaust the compiler's stack.
+constexpr int kMaxSchemaDepth = 32;
 
 ByteExpr lit(std::string_view bytes) { return ByteExpr::literal(bytes); }
 
@@ -85,6 +87,15 @@ template <class Json>
 class SchemaCompiler {
  public:
   ByteExpr compile(const Json& schema, const std::string& where) {
+    if (++depth_ > kMaxSchemaDepth)
+      throw InputError(where + ": schemas nested deeper than " + std::to_string(kMaxSchemaDepth));
+    ByteExpr expr = compileAtDepth(schema, where);
+    --depth_;
+    return expr;
+  }
+
+ private:
+  ByteExpr compileAtDepth(const Json& schema, const std::string& where) {
     if (schema.is_boolean()) {
       if (schema.template get<bool>()) return jsonValueExpr(kAnyValueDepth);
       throw InputError(where + ": the schema false admits no value");
@@ -114,7 +125,6 @@ class SchemaCompiler {
     return jsonValueExpr(kAnyValueDepth);
   }
 
- private:
   static void checkKeywords(const Json& schema, const std::string& where) {
     static const std::set<std::string> kSupported{"type",      "properties", "required", "additionalProperties",
                                                   "minLength", "maxLength",  "enum",     "const",
@@ -200,6 +210,8 @@ class SchemaCompiler {
     }();
     return ByteExpr::sequence({lit("["), items, lit("]")});
   }
+
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 //   - `enum` (a list of JSON values), `const` (a JSON value), `anyOf` (a list of schemas);
 //   - a schema with no `type`, `enum`, `const` or `anyOf` is any JSON value (nesting depth at most
 //     kAnyValueDepth);
+//   - schemas nest at most 32 deep;
 //   - the annotations `title`, `description`, `$schema`, `$id`, `default`, `examples` are ignored.
 // Anything else (`pattern`, `format`, `$ref`, `minimum`, `oneOf`, ...) throws InputError naming the
 // keyword's JSON path: "WHERE.properties.age: unsupported keyword \"minimum\"".

@@ -108,6 +108,11 @@ TEST(JsonSchema, UnsupportedPartsAreLocatedErrors) {
     const std::string message = errorOf(json::parse(schema));
     EXPECT_NE(message.find(expected), std::string::npos) << schema << ": " << message;
   }
+  json deep = {{"type", "integer"}};
+  for (int i = 0; i < 40; ++i) deep = {{"type", "array"}, {"items", deep}};
+  std::string path = "response_format.json_schema.schema";
+  for (int i = 0; i < 32; ++i) path += ".items";
+  EXPECT_EQ(errorOf(deep), path + ": schemas nested deeper than 32");
 }
 
 }  // namespace
