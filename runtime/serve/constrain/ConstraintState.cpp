@@ -123,7 +123,8 @@ bool ConstraintState::commitCanvas(std::span<int64_t> tokens, std::span<const in
       continue;
     }
     const int64_t left = budget_ - position - 1;
-    // The state after `id`, or kDeadState when it would end the text (kEnded) or break it.
+    // The state after `id` (kEnded for EOS where the text is complete); nothing when `id` would break
+    // the text or leave it uncompletable within the budget.
     auto tryToken = [&](int64_t id) -> std::optional<int32_t> {
       if (c.isEos(id)) return accepting ? std::optional<int32_t>(kEnded) : std::nullopt;
       const int32_t next = c.step(state_, id);

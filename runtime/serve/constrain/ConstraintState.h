@@ -12,8 +12,8 @@
 // in order, which is exactly the freedom it is built around. Instead:
 //
 // The acceptance rule (filterAccepted). A position may be accepted when the canvas, with the tokens
-// of the positions accepted so far fixed and every other position a wildcard (any text token, or EOS
-// where the text is complete, or pad after EOS), still has a completion that the language accepts
+// of the positions accepted so far fixed and every other position a wildcard (any text token, EOS
+// where the text is complete, EOS or pad after EOS), still has a completion that the language accepts
 // within the request's budget. The candidates are taken greedily in the sampler's order (lowest
 // entropy first); a candidate that would leave no valid completion is not accepted and is renoised
 // with the rejected positions. Checking it runs the set of automaton states reachable at each
