@@ -33,6 +33,9 @@
 //
 // The budget: at most budgetTokens text tokens, then EOS (unless the budget is used up). A language
 // whose shortest member needs more tokens than the budget is refused up front.
+//
+// The automaton is determinized as the request goes, so filterAccepted and commitCanvas may throw
+// the InputError of ByteAutomaton's state bound; the request then fails as a bad constraint.
 #pragma once
 
 #include <cstdint>

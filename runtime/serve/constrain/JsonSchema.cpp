@@ -50,9 +50,17 @@ ByteExpr stringExpr(int64_t minLength, std::optional<int64_t> maxLength) {
   return ByteExpr::sequence({lit("\""), ByteExpr::repetition(stringCharExpr(), minLength, maxLength), lit("\"")});
 }
 
+}  // namespace
+
+ByteExpr jsonStringExpr() { return stringExpr(0, std::nullopt); }
+
+namespace {
+
+// A value as compact JSON text (invalid UTF-8 in a string, possible only in a schema built in C++,
+// becomes U+FFFD rather than an exception).
 template <class Json>
 ByteExpr literalValue(const Json& value) {
-  return lit(value.dump());
+  return lit(value.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 bool isAnnotation(const std::string& key) {
@@ -80,6 +88,12 @@ std::pair<int64_t, std::optional<int64_t>> readRange(const Json& schema, const c
     throw InputError(where + "." + maxKey + ": " + std::to_string(*max) + " is below " + minKey + " " +
                      std::to_string(min));
   return {min, max};
+}
+
+// Any object whose values nest at most depth - 1 deep.
+ByteExpr anyObjectExpr(int depth) {
+  const ByteExpr member = ByteExpr::sequence({jsonStringExpr(), lit(":"), jsonValueExpr(depth - 1)});
+  return ByteExpr::sequence({lit("{"), ByteExpr::optional(ByteExpr::separatedList(member, lit(","))), lit("}")});
 }
 
 // Json is nlohmann::json (object keys sorted) or nlohmann::ordered_json (keys in document order).
@@ -152,7 +166,8 @@ class SchemaCompiler {
   }
 
   ByteExpr typeExpr(const Json& schema, const std::string& type, const std::string& where) {
-    if (type == "object") return objectExpr(schema, where);
+    if (type == "object")
+      return schema.contains("properties") ? objectExpr(schema, where) : anyObjectExpr(kAnyValueDepth);
     if (type == "array") return arrayExpr(schema, where);
     if (type == "string") {
       const auto [min, max] = readRange(schema, "minLength", "maxLength", where);
@@ -216,15 +231,11 @@ class SchemaCompiler {
 
 }  // namespace
 
-ByteExpr jsonStringExpr() { return stringExpr(0, std::nullopt); }
-
 ByteExpr jsonValueExpr(int depth) {
   std::vector<ByteExpr> choices{jsonStringExpr(), numberExpr(), lit("true"), lit("false"), lit("null")};
   if (depth > 0) {
+    choices.push_back(anyObjectExpr(depth));
     const ByteExpr inner = jsonValueExpr(depth - 1);
-    const ByteExpr member = ByteExpr::sequence({jsonStringExpr(), lit(":"), inner});
-    choices.push_back(
-        ByteExpr::sequence({lit("{"), ByteExpr::optional(ByteExpr::separatedList(member, lit(","))), lit("}")}));
     choices.push_back(
         ByteExpr::sequence({lit("["), ByteExpr::optional(ByteExpr::separatedList(inner, lit(","))), lit("]")}));
   }
@@ -248,9 +259,7 @@ std::shared_ptr<const ByteAutomaton> compileJsonSchema(const nlohmann::ordered_j
 }
 
 std::shared_ptr<const ByteAutomaton> compileJsonObject(const std::string& where) {
-  const ByteExpr member = ByteExpr::sequence({jsonStringExpr(), lit(":"), jsonValueExpr(kAnyValueDepth - 1)});
-  return std::make_shared<const ByteAutomaton>(
-      ByteExpr::sequence({lit("{"), ByteExpr::optional(ByteExpr::separatedList(member, lit(","))), lit("}")}), where);
+  return std::make_shared<const ByteAutomaton>(anyObjectExpr(kAnyValueDepth), where);
 }
 
 }  // namespace dgemma::serve

@@ -13,7 +13,8 @@
 //   - object: `properties` (each a schema) and `required` (names among them). The properties come
 //     out in the schema's order when it is given as nlohmann::ordered_json (parse the request with
 //     ordered_json to keep it), in sorted order from nlohmann::json; an optional property may be left out; no other property appears
-//     (`additionalProperties` is accepted and read as false);
+//     (`additionalProperties` is accepted and read as false). Without `properties`, any object
+//     (nesting depth at most kAnyValueDepth);
 //   - string: `minLength` and `maxLength` (in characters, at most 256), `enum`;
 //   - array: `items` (a schema; without it any value), `minItems` and `maxItems` (at most 256);
 //   - `enum` (a list of JSON values), `const` (a JSON value), `anyOf` (a list of schemas);

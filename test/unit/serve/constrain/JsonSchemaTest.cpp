@@ -65,6 +65,7 @@ TEST(JsonSchema, ScalarsArraysEnumsAndAnyOf) {
       {R"({"type": "array", "minItems": 2, "maxItems": 3})", {R"([1,"a"])", R"([{},[],null])"}, {"[1]", "[1,2,3,4]"}},
       {R"({"type": "string", "minLength": 2})", {R"("ab")", R"("\n\t\/")"}, {R"("a")", R"("\u0041")", R"("\x")"}},
       {R"({})", {R"({"a":[1,{"b":null}]})", "3", R"("s")"}, {"", "{"}},
+      {R"({"type": "object"})", {"{}", R"({"a":[1,{"b":null}]})"}, {"[]", R"({"a"})"}},
   };
   for (const Case& c : cases) {
     const json schema = json::parse(c.schema);
