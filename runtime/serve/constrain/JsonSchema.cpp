@@ -190,7 +190,8 @@ class SchemaCompiler {
       for (const auto& [name, property] : it->items()) {
         names.push_back(name);
         members.push_back(
-            ByteExpr::sequence({lit(Json(name).dump() + ":"), compile(property, where + ".properties." + name)}));
+            ByteExpr::sequence({lit(Json(name).dump(-1, ' ', false, Json::error_handler_t::replace) + ":"),
+                                compile(property, where + ".properties." + name)}));
         required.push_back(false);
       }
     }
