@@ -5,7 +5,8 @@
 // states from which the accepting state can still be reached; the empty set is the dead state
 // (kDeadState). So every state other than the dead one can still complete to a member of the
 // language. DFA states are created on first use, memoized, and bounded in number: a step that would
-// create more than the bound throws InputError.
+// create more than the bound throws InputError. A ByteAutomaton may be read from any thread at once
+// (one mutex guards the states built so far).
 #pragma once
 
 #include <array>
