@@ -251,8 +251,7 @@ struct ByteAutomaton::Nfa {
 ByteAutomaton::ByteAutomaton(const ByteExpr& expr, std::string where, int64_t maxStates)
     : nfa_(std::make_unique<Nfa>()), where_(std::move(where)), maxStates_(maxStates) {
   nfa_->where = where_;
-  // The NFA may be a few times larger than the DFA bound before determinization says anything.
-  nfa_->maxStates = 10 * maxStates;
+  nfa_->maxStates = maxStates;
   nfa_->start = nfa_->add();
   nfa_->accept = nfa_->add();
   nfa_->build(expr, nfa_->start, nfa_->accept);
@@ -303,6 +302,40 @@ int32_t ByteAutomaton::run(int32_t state, std::string_view bytes) const {
     state = stepLocked(state, static_cast<uint8_t>(c));
   }
   return state;
+}
+
+SortedStrings::SortedStrings(std::vector<std::string> given) : strings(std::move(given)) {
+  order.resize(strings.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return strings[a] < strings[b]; });
+  sharedPrefix.assign(order.size(), 0);
+  for (size_t i = 1; i < order.size(); ++i) {
+    const std::string& previous = strings[order[i - 1]];
+    const std::string& current = strings[order[i]];
+    size_t shared = 0;
+    while (shared < previous.size() && shared < current.size() && previous[shared] == current[shared]) ++shared;
+    sharedPrefix[i] = static_cast<int32_t>(shared);
+  }
+}
+
+std::vector<int32_t> ByteAutomaton::runAll(int32_t state, const SortedStrings& strings) const {
+  std::vector<int32_t> result(strings.strings.size(), kDeadState);
+  // path[d]: the state after the first d bytes of the current string; alive: how many of them
+  // exist (the state after byte `alive` is dead, or the string ends).
+  std::vector<int32_t> path{state};
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < strings.order.size(); ++i) {
+    const std::string& text = strings.strings[strings.order[i]];
+    const auto shared = static_cast<size_t>(strings.sharedPrefix[i]);
+    if (path.size() > shared + 1) path.resize(shared + 1);
+    // path.size() - 1 <= shared: the prefix computed so far; it ends in the dead state when a
+    // shorter shared prefix already died.
+    if (path.back() == kDeadState) continue;
+    while (path.size() <= text.size() && path.back() != kDeadState)
+      path.push_back(stepLocked(path.back(), static_cast<uint8_t>(text[path.size() - 1])));
+    if (path.size() == text.size() + 1) result[strings.order[i]] = path.back();
+  }
+  return result;
 }
 
 bool ByteAutomaton::isAccepting(int32_t state) const {

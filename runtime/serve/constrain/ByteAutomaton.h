@@ -5,7 +5,8 @@
 // states from which the accepting state can still be reached; the empty set is the dead state
 // (kDeadState). So every state other than the dead one can still complete to a member of the
 // language. DFA states are created on first use, memoized, and bounded in number: a step that would
-// create more than the bound throws InputError.
+// create more than the bound throws InputError. A ByteAutomaton may be read from any thread at once
+// (one mutex guards the states built so far).
 #pragma once
 
 #include <array>
@@ -55,6 +56,16 @@ class ByteExpr {
   std::shared_ptr<const Node> node_;
 };
 
+// Strings sorted bytewise, each with the length of the prefix it shares with the one before it:
+// running them all from one state reuses the states of shared prefixes and skips every string below
+// a prefix that is already dead (ByteAutomaton::runAll).
+struct SortedStrings {
+  explicit SortedStrings(std::vector<std::string> strings);
+  std::vector<std::string> strings;    // as given
+  std::vector<int32_t> order;          // indices of `strings`, sorted by their bytes
+  std::vector<int32_t> sharedPrefix;   // per position of `order`
+};
+
 class ByteAutomaton {
  public:
   static constexpr int32_t kDeadState = 0;
@@ -70,6 +81,8 @@ class ByteAutomaton {
   int32_t step(int32_t state, uint8_t byte) const;
   // The state after every byte of `bytes`; kDeadState as soon as one step leads there.
   int32_t run(int32_t state, std::string_view bytes) const;
+  // The state after each string of `strings` (by its index), as run() gives, under one lock.
+  std::vector<int32_t> runAll(int32_t state, const SortedStrings& strings) const;
   bool isAccepting(int32_t state) const;
   // Whether the whole of `text` is a member of the language.
   bool matches(std::string_view text) const;

@@ -45,8 +45,10 @@ std::vector<int32_t> ConstraintState::advance(const std::vector<int32_t>& before
     if (position >= budget_) continue;  // no text past the budget
     const int64_t left = budget_ - position - 1;  // text positions after this one
     if (free) {
-      for (int32_t next : *c.successors(state))
-        if (c.distanceToAccept(next) <= left) after.push_back(next);
+      for (const TokenConstraint::Successor& next : *c.successors(state)) {
+        if (next.distance > left) break;
+        after.push_back(next.state);
+      }
     } else if (const int32_t next = c.step(state, fixed);
                next != ByteAutomaton::kDeadState && c.distanceToAccept(next) <= left) {
       after.push_back(next);
@@ -121,7 +123,8 @@ bool ConstraintState::commitCanvas(std::span<int64_t> tokens, std::span<const in
       continue;
     }
     const int64_t left = budget_ - position - 1;
-    // The state after `id`, or kDeadState when it would end the text (kEnded) or break it.
+    // The state after `id` (kEnded for EOS where the text is complete); nothing when `id` would break
+    // the text or leave it uncompletable within the budget.
     auto tryToken = [&](int64_t id) -> std::optional<int32_t> {
       if (c.isEos(id)) return accepting ? std::optional<int32_t>(kEnded) : std::nullopt;
       const int32_t next = c.step(state_, id);

@@ -12,8 +12,8 @@
 // in order, which is exactly the freedom it is built around. Instead:
 //
 // The acceptance rule (filterAccepted). A position may be accepted when the canvas, with the tokens
-// of the positions accepted so far fixed and every other position a wildcard (any text token, or EOS
-// where the text is complete, or pad after EOS), still has a completion that the language accepts
+// of the positions accepted so far fixed and every other position a wildcard (any text token, EOS
+// where the text is complete, EOS or pad after EOS), still has a completion that the language accepts
 // within the request's budget. The candidates are taken greedily in the sampler's order (lowest
 // entropy first); a candidate that would leave no valid completion is not accepted and is renoised
 // with the rejected positions. Checking it runs the set of automaton states reachable at each
@@ -33,6 +33,9 @@
 //
 // The budget: at most budgetTokens text tokens, then EOS (unless the budget is used up). A language
 // whose shortest member needs more tokens than the budget is refused up front.
+//
+// The automaton is determinized as the request goes, so filterAccepted and commitCanvas may throw
+// the InputError of ByteAutomaton's state bound; the request then fails as a bad constraint.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,8 @@ constexpr int64_t kMaxCount = 256;  // the largest minLength, maxLength, minItem
 // Digits of an integer part or a fraction, and of an exponent: integers fit a signed 64-bit integer
 // and every number a finite double, so that any JSON parser reads them back.
 constexpr int64_t kMaxDigits = 18, kMaxExponentDigits = 2;
+// Deeper nesting would only serve to exhaust the compiler's stack.
+constexpr int kMaxSchemaDepth = 32;
 
 ByteExpr lit(std::string_view bytes) { return ByteExpr::literal(bytes); }
 
@@ -48,9 +50,17 @@ ByteExpr stringExpr(int64_t minLength, std::optional<int64_t> maxLength) {
   return ByteExpr::sequence({lit("\""), ByteExpr::repetition(stringCharExpr(), minLength, maxLength), lit("\"")});
 }
 
+}  // namespace
+
+ByteExpr jsonStringExpr() { return stringExpr(0, std::nullopt); }
+
+namespace {
+
+// A value as compact JSON text (invalid UTF-8 in a string, possible only in a schema built in C++,
+// becomes U+FFFD rather than an exception).
 template <class Json>
 ByteExpr literalValue(const Json& value) {
-  return lit(value.dump());
+  return lit(value.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 bool isAnnotation(const std::string& key) {
@@ -80,11 +90,26 @@ std::pair<int64_t, std::optional<int64_t>> readRange(const Json& schema, const c
   return {min, max};
 }
 
+// Any object whose values nest at most depth - 1 deep.
+ByteExpr anyObjectExpr(int depth) {
+  const ByteExpr member = ByteExpr::sequence({jsonStringExpr(), lit(":"), jsonValueExpr(depth - 1)});
+  return ByteExpr::sequence({lit("{"), ByteExpr::optional(ByteExpr::separatedList(member, lit(","))), lit("}")});
+}
+
 // Json is nlohmann::json (object keys sorted) or nlohmann::ordered_json (keys in document order).
 template <class Json>
 class SchemaCompiler {
  public:
   ByteExpr compile(const Json& schema, const std::string& where) {
+    if (++depth_ > kMaxSchemaDepth)
+      throw InputError(where + ": schemas nested deeper than " + std::to_string(kMaxSchemaDepth));
+    ByteExpr expr = compileAtDepth(schema, where);
+    --depth_;
+    return expr;
+  }
+
+ private:
+  ByteExpr compileAtDepth(const Json& schema, const std::string& where) {
     if (schema.is_boolean()) {
       if (schema.template get<bool>()) return jsonValueExpr(kAnyValueDepth);
       throw InputError(where + ": the schema false admits no value");
@@ -114,7 +139,6 @@ class SchemaCompiler {
     return jsonValueExpr(kAnyValueDepth);
   }
 
- private:
   static void checkKeywords(const Json& schema, const std::string& where) {
     static const std::set<std::string> kSupported{"type",      "properties", "required", "additionalProperties",
                                                   "minLength", "maxLength",  "enum",     "const",
@@ -142,7 +166,8 @@ class SchemaCompiler {
   }
 
   ByteExpr typeExpr(const Json& schema, const std::string& type, const std::string& where) {
-    if (type == "object") return objectExpr(schema, where);
+    if (type == "object")
+      return schema.contains("properties") ? objectExpr(schema, where) : anyObjectExpr(kAnyValueDepth);
     if (type == "array") return arrayExpr(schema, where);
     if (type == "string") {
       const auto [min, max] = readRange(schema, "minLength", "maxLength", where);
@@ -165,7 +190,8 @@ class SchemaCompiler {
       for (const auto& [name, property] : it->items()) {
         names.push_back(name);
         members.push_back(
-            ByteExpr::sequence({lit(Json(name).dump() + ":"), compile(property, where + ".properties." + name)}));
+            ByteExpr::sequence({lit(Json(name).dump(-1, ' ', false, Json::error_handler_t::replace) + ":"),
+                                compile(property, where + ".properties." + name)}));
         required.push_back(false);
       }
     }
@@ -200,19 +226,17 @@ class SchemaCompiler {
     }();
     return ByteExpr::sequence({lit("["), items, lit("]")});
   }
+
+  int depth_ = 0;
 };
 
 }  // namespace
 
-ByteExpr jsonStringExpr() { return stringExpr(0, std::nullopt); }
-
 ByteExpr jsonValueExpr(int depth) {
   std::vector<ByteExpr> choices{jsonStringExpr(), numberExpr(), lit("true"), lit("false"), lit("null")};
   if (depth > 0) {
+    choices.push_back(anyObjectExpr(depth));
     const ByteExpr inner = jsonValueExpr(depth - 1);
-    const ByteExpr member = ByteExpr::sequence({jsonStringExpr(), lit(":"), inner});
-    choices.push_back(
-        ByteExpr::sequence({lit("{"), ByteExpr::optional(ByteExpr::separatedList(member, lit(","))), lit("}")}));
     choices.push_back(
         ByteExpr::sequence({lit("["), ByteExpr::optional(ByteExpr::separatedList(inner, lit(","))), lit("]")}));
   }
@@ -236,9 +260,7 @@ std::shared_ptr<const ByteAutomaton> compileJsonSchema(const nlohmann::ordered_j
 }
 
 std::shared_ptr<const ByteAutomaton> compileJsonObject(const std::string& where) {
-  const ByteExpr member = ByteExpr::sequence({jsonStringExpr(), lit(":"), jsonValueExpr(kAnyValueDepth - 1)});
-  return std::make_shared<const ByteAutomaton>(
-      ByteExpr::sequence({lit("{"), ByteExpr::optional(ByteExpr::separatedList(member, lit(","))), lit("}")}), where);
+  return std::make_shared<const ByteAutomaton>(anyObjectExpr(kAnyValueDepth), where);
 }
 
 }  // namespace dgemma::serve

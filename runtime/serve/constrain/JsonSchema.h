@@ -13,12 +13,14 @@
 //   - object: `properties` (each a schema) and `required` (names among them). The properties come
 //     out in the schema's order when it is given as nlohmann::ordered_json (parse the request with
 //     ordered_json to keep it), in sorted order from nlohmann::json; an optional property may be left out; no other property appears
-//     (`additionalProperties` is accepted and read as false);
+//     (`additionalProperties` is accepted and read as false). Without `properties`, any object
+//     (nesting depth at most kAnyValueDepth);
 //   - string: `minLength` and `maxLength` (in characters, at most 256), `enum`;
 //   - array: `items` (a schema; without it any value), `minItems` and `maxItems` (at most 256);
 //   - `enum` (a list of JSON values), `const` (a JSON value), `anyOf` (a list of schemas);
 //   - a schema with no `type`, `enum`, `const` or `anyOf` is any JSON value (nesting depth at most
 //     kAnyValueDepth);
+//   - schemas nest at most 32 deep;
 //   - the annotations `title`, `description`, `$schema`, `$id`, `default`, `examples` are ignored.
 // Anything else (`pattern`, `format`, `$ref`, `minimum`, `oneOf`, ...) throws InputError naming the
 // keyword's JSON path: "WHERE.properties.age: unsupported keyword \"minimum\"".

@@ -65,6 +65,9 @@ size_t utf8Length(std::string_view text, size_t pos) {
   return length;
 }
 
+// Deeper nesting would only serve to exhaust the parser's stack.
+constexpr int kMaxGroupDepth = 64;
+
 class RegexParser {
  public:
   RegexParser(const std::string& pattern, const std::string& where) : text_(pattern), where_(where) {}
@@ -163,6 +166,7 @@ class RegexParser {
     const char c = peek();
     switch (c) {
       case '(': {
+        if (++groupDepth_ > kMaxGroupDepth) fail(at, "groups nested deeper than " + std::to_string(kMaxGroupDepth));
         ++pos_;
         if (!atEnd() && peek() == '?') {
           if (pos_ + 1 < end_ && text_[pos_ + 1] == ':') pos_ += 2;
@@ -171,6 +175,7 @@ class RegexParser {
         ByteExpr inner = alternation();
         if (atEnd() || peek() != ')') fail(at, "unclosed group");
         ++pos_;
+        --groupDepth_;
         return inner;
       }
       case '[': return characterClass().expr();
@@ -275,6 +280,7 @@ class RegexParser {
   const std::string& text_;
   const std::string& where_;
   size_t pos_ = 0, end_ = 0;
+  int groupDepth_ = 0;
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 //   - `.`: any one UTF-8 character except newline;
 //   - classes [a-z0-9_] of ASCII characters, ranges and the escapes above; negated classes [^...]
 //     match any UTF-8 character (multi-byte ones included) not listed;
-//   - groups ( ) and (?: ) (neither captures anything here), alternation |;
+//   - groups ( ) and (?: ) (neither captures anything here), nested at most 64 deep; alternation |;
 //   - quantifiers * + ? {m} {m,} {m,n} with m, n at most 256; a lazy `?` after one is accepted and
 //     changes nothing (the whole output must match either way);
 //   - ^ at the very start and $ at the very end (they change nothing either).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <tuple>
 #include <unordered_map>
 
 #include "support/Error.h"
@@ -13,7 +14,8 @@ struct TokenConstraint::StateInfo {
   std::vector<int32_t> targets;                    // the distinct states of `edges`
   int64_t distance = -1;                           // -1: not computed yet
   bool derived = false;                            // the fields below are set
-  std::shared_ptr<const std::vector<int32_t>> allowed, successors;
+  std::shared_ptr<const std::vector<int32_t>> allowed;
+  std::shared_ptr<const std::vector<Successor>> successors;
   int32_t shortest = -1;
 };
 
@@ -29,6 +31,13 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const ByteAutomaton> automaton,
   exclude(vocabulary_.padId);
   for (size_t id = 0; id < isText_.size(); ++id)
     if (vocabulary_.tokenBytes[id].empty()) isText_[id] = false;
+  std::vector<std::string> textBytes;
+  for (int32_t id = 0; id < static_cast<int32_t>(isText_.size()); ++id) {
+    if (!isText_[id]) continue;
+    textIds_.push_back(id);
+    textBytes.push_back(vocabulary_.tokenBytes[id]);
+  }
+  textBytes_ = std::make_unique<const SortedStrings>(std::move(textBytes));
 }
 
 TokenConstraint::~TokenConstraint() = default;
@@ -43,11 +52,9 @@ TokenConstraint::StateInfo& TokenConstraint::infoLocked(int32_t state) const {
   if (info) return *info;
   info = std::make_unique<StateInfo>();
   if (state != ByteAutomaton::kDeadState) {
-    for (int32_t id = 0; id < static_cast<int32_t>(isText_.size()); ++id) {
-      if (!isText_[id]) continue;
-      const int32_t target = automaton_->run(state, vocabulary_.tokenBytes[id]);
-      if (target != ByteAutomaton::kDeadState) info->edges.emplace_back(id, target);
-    }
+    const std::vector<int32_t> targets = automaton_->runAll(state, *textBytes_);
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (targets[i] != ByteAutomaton::kDeadState) info->edges.emplace_back(textIds_[i], targets[i]);
   }
   for (const auto& [id, target] : info->edges) info->targets.push_back(target);
   std::sort(info->targets.begin(), info->targets.end());
@@ -86,7 +93,7 @@ int64_t TokenConstraint::distanceLocked(int32_t state) const {
 void TokenConstraint::deriveLocked(int32_t state) const {
   if (infoLocked(state).derived) return;
   auto allowed = std::make_shared<std::vector<int32_t>>();
-  auto successors = std::make_shared<std::vector<int32_t>>();
+  auto successors = std::make_shared<std::vector<Successor>>();
   int32_t shortest = -1;
   int64_t shortestDistance = kUnreachable;
   // StateInfo objects stay where they are while the table grows, so this reference holds.
@@ -95,13 +102,15 @@ void TokenConstraint::deriveLocked(int32_t state) const {
     const int64_t distance = distanceLocked(target);
     if (distance == kUnreachable) continue;
     allowed->push_back(id);
-    successors->push_back(target);
+    successors->push_back({target, distance});
     if (distance < shortestDistance) {
       shortestDistance = distance;
       shortest = id;
     }
   }
-  std::sort(successors->begin(), successors->end());
+  std::sort(successors->begin(), successors->end(), [](const Successor& a, const Successor& b) {
+    return std::tie(a.distance, a.state) < std::tie(b.distance, b.state);
+  });
   successors->erase(std::unique(successors->begin(), successors->end()), successors->end());
   StateInfo& derived = infoLocked(state);
   derived.allowed = std::move(allowed);
@@ -123,7 +132,7 @@ int64_t TokenConstraint::distanceToAccept(int32_t state) const {
   return distanceLocked(state);
 }
 
-std::shared_ptr<const std::vector<int32_t>> TokenConstraint::successors(int32_t state) const {
+std::shared_ptr<const std::vector<TokenConstraint::Successor>> TokenConstraint::successors(int32_t state) const {
   std::lock_guard lock(mutex_);
   deriveLocked(state);
   return infoLocked(state).successors;

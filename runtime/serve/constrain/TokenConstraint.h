@@ -5,8 +5,10 @@
 // A token moves an automaton state by running its bytes (Tokenizer::tokenBytes()) through the
 // automaton. Special tokens (forbidden), EOS and pad never move it: EOS ends the output and is
 // allowed only in an accepting state, pad only follows EOS. Everything is computed lazily per
-// state and memoized: one pass over the vocabulary per state gives its token transitions; the
-// distance of a state (fewest tokens to an accepting state) is a breadth-first search over those.
+// state and memoized: one run of the vocabulary's sorted bytes per state gives its token transitions
+// (tokens below a dead prefix are skipped, so most of a large vocabulary costs nothing from a state
+// inside JSON punctuation); the distance of a state (fewest tokens to an accepting state) is a
+// breadth-first search over those.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +53,13 @@ class TokenConstraint {
   int64_t distanceToAccept(int32_t state) const;
   // minimumTokens() = distanceToAccept(startState()): the least budget a request needs.
   int64_t minimumTokens() const { return distanceToAccept(startState()); }
-  // The states one allowed token leads to from `state` (sorted).
-  std::shared_ptr<const std::vector<int32_t>> successors(int32_t state) const;
+  struct Successor {
+    int32_t state;
+    int64_t distance;  // distanceToAccept(state)
+    bool operator==(const Successor&) const = default;
+  };
+  // The distinct states one allowed token leads to from `state`, nearest to acceptance first.
+  std::shared_ptr<const std::vector<Successor>> successors(int32_t state) const;
   // The text tokens allowed from `state` (those that keep it completable), sorted.
   std::shared_ptr<const std::vector<int32_t>> allowedTokens(int32_t state) const;
   // The allowed token on a shortest path to acceptance (lowest id on ties); -1 if none.
@@ -67,6 +74,8 @@ class TokenConstraint {
   std::shared_ptr<const ByteAutomaton> automaton_;
   TokenVocabulary vocabulary_;
   std::vector<bool> isText_;  // per id: not forbidden, EOS or pad, and not empty
+  std::vector<int32_t> textIds_;                  // the text tokens
+  std::unique_ptr<const SortedStrings> textBytes_;  // their bytes, in the order of textIds_
 
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<StateInfo>> states_;  // by automaton state id

@@ -1,6 +1,8 @@
 // ByteExpr combinators and the lazily determinized automaton.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "runtime/serve/constrain/ByteAutomaton.h"
 #include "support/Error.h"
 
@@ -81,6 +83,28 @@ TEST(ByteAutomaton, DeadAsSoonAsNoCompletionRemains) {
   EXPECT_NE(afterA, ByteAutomaton::kDeadState);
   EXPECT_EQ(b.step(afterA, 'c'), ByteAutomaton::kDeadState);
   EXPECT_TRUE(b.isAccepting(b.step(afterA, 'b')));
+}
+
+// runAll shares the work of common prefixes and skips strings below a dead one; its answers are
+// run()'s, string by string.
+TEST(ByteAutomaton, RunAllAgreesWithRun) {
+  const ByteAutomaton a = automaton(
+      ByteExpr::sequence({ByteExpr::star(ByteExpr::alternation({ByteExpr::literal("ab"), ByteExpr::literal("b")})),
+                          ByteExpr::literal("c")}));
+  std::mt19937 rng(3);
+  std::vector<std::string> strings{"", "a", "ab", "abc", "abab", "ba", "bbc", "c", "cc"};
+  for (int i = 0; i < 500; ++i) {
+    std::string text;
+    for (uint32_t n = rng() % 6; n > 0; --n) text.push_back("abcx"[rng() % 4]);
+    strings.push_back(text);
+  }
+  const SortedStrings sorted(strings);
+  for (const int32_t from : {a.startState(), a.step(a.startState(), 'a'), a.step(a.startState(), 'b')}) {
+    const std::vector<int32_t> all = a.runAll(from, sorted);
+    ASSERT_EQ(all.size(), strings.size());
+    for (size_t i = 0; i < strings.size(); ++i)
+      EXPECT_EQ(all[i], a.run(from, strings[i])) << "\"" << strings[i] << "\"";
+  }
 }
 
 TEST(ByteAutomaton, TooManyStatesIsAnInputError) {

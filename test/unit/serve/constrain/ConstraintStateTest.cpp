@@ -143,9 +143,10 @@ enum class Proposer { Uniform, MostlyEos, Structural, Continuation, Count };
 // The sampler's proposals for one canvas.
 class Proposals {
  public:
-  Proposals(const TokenConstraint& c, std::mt19937& rng, Proposer kind) : c_(c), rng_(rng), kind_(kind) {
+  Proposals(const TokenConstraint& c, const std::vector<std::string>& tokenBytes, std::mt19937& rng, Proposer kind)
+      : c_(c), rng_(rng), kind_(kind) {
     for (int32_t id = 0; id < c.vocabSize(); ++id) {
-      const std::string& bytes = idBytes(id);
+      const std::string& bytes = tokenBytes[id];
       if (!bytes.empty() && bytes.find_first_of("{}[]\":,0123456789-.etrunfalsabcdA ") != std::string::npos)
         structural_.push_back(id);
     }
@@ -178,20 +179,11 @@ class Proposals {
   }
 
  private:
-  const std::string& idBytes(int32_t id) const;
   const TokenConstraint& c_;
   std::mt19937& rng_;
   Proposer kind_;
   std::vector<int32_t> structural_;
 };
-
-// The bytes of every id, as the constraint was built with (tests only read them through here).
-std::map<const TokenConstraint*, std::vector<std::string>>& bytesByConstraint() {
-  static std::map<const TokenConstraint*, std::vector<std::string>> table;
-  return table;
-}
-
-const std::string& Proposals::idBytes(int32_t id) const { return bytesByConstraint().at(&c_)[id]; }
 
 struct Outcome {
   std::vector<int64_t> ids;  // the committed text tokens, before EOS
@@ -201,12 +193,11 @@ struct Outcome {
 
 // One request: canvases of `length` positions, three denoising passes each with random candidates,
 // every filterAccepted checked against CompletionSearch, then a commit of an adversarial canvas.
-Outcome runRequest(const std::shared_ptr<const TokenConstraint>& constraint, int64_t budget, int64_t length,
-                   std::mt19937& rng, Proposer kind) {
+Outcome runRequest(const std::shared_ptr<const TokenConstraint>& constraint, const std::vector<std::string>& bytes,
+                   int64_t budget, int64_t length, std::mt19937& rng, Proposer kind) {
   const TokenConstraint& c = *constraint;
-  const std::vector<std::string>& bytes = bytesByConstraint().at(&c);
   ConstraintState state(constraint, budget);
-  Proposals proposals(c, rng, kind);
+  Proposals proposals(c, bytes, rng, kind);
   Outcome outcome;
   bool ended = false;
   int32_t walk = c.startState();
@@ -270,7 +261,6 @@ void checkLanguages(const TokenVocabulary& vocabulary, const std::vector<int64_t
                     const Tokenizer* tokenizer) {
   for (const Language& language : languages()) {
     auto constraint = std::make_shared<const TokenConstraint>(language.automaton, vocabulary);
-    bytesByConstraint()[constraint.get()] = vocabulary.tokenBytes;
     const int64_t minimum = constraint->minimumTokens();
     int64_t kept = 0, refused = 0;
     ASSERT_NE(minimum, TokenConstraint::kUnreachable) << language.name;
@@ -280,7 +270,7 @@ void checkLanguages(const TokenVocabulary& vocabulary, const std::vector<int64_t
         for (int seed = 0; seed < seeds; ++seed) {
           std::mt19937 rng(static_cast<uint32_t>(seed * 7919 + length * 31 + extra));
           const auto kind = static_cast<Proposer>(seed % static_cast<int>(Proposer::Count));
-          const Outcome outcome = runRequest(constraint, budget, length, rng, kind);
+          const Outcome outcome = runRequest(constraint, vocabulary.tokenBytes, budget, length, rng, kind);
           kept += outcome.kept;
           refused += outcome.refused;
           EXPECT_TRUE(language.accepts(outcome.text)) << language.name << ", canvas " << length << ", budget " << budget
@@ -293,7 +283,6 @@ void checkLanguages(const TokenVocabulary& vocabulary, const std::vector<int64_t
     // Both outcomes of the filter occur, so the checks above are not vacuous.
     EXPECT_GT(kept, 0) << language.name;
     EXPECT_GT(refused, 0) << language.name;
-    bytesByConstraint().erase(constraint.get());
   }
 }
 

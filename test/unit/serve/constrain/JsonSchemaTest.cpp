@@ -65,6 +65,7 @@ TEST(JsonSchema, ScalarsArraysEnumsAndAnyOf) {
       {R"({"type": "array", "minItems": 2, "maxItems": 3})", {R"([1,"a"])", R"([{},[],null])"}, {"[1]", "[1,2,3,4]"}},
       {R"({"type": "string", "minLength": 2})", {R"("ab")", R"("\n\t\/")"}, {R"("a")", R"("\u0041")", R"("\x")"}},
       {R"({})", {R"({"a":[1,{"b":null}]})", "3", R"("s")"}, {"", "{"}},
+      {R"({"type": "object"})", {"{}", R"({"a":[1,{"b":null}]})"}, {"[]", R"({"a"})"}},
   };
   for (const Case& c : cases) {
     const json schema = json::parse(c.schema);
@@ -108,6 +109,11 @@ TEST(JsonSchema, UnsupportedPartsAreLocatedErrors) {
     const std::string message = errorOf(json::parse(schema));
     EXPECT_NE(message.find(expected), std::string::npos) << schema << ": " << message;
   }
+  json deep = {{"type", "integer"}};
+  for (int i = 0; i < 40; ++i) deep = {{"type", "array"}, {"items", deep}};
+  std::string path = "response_format.json_schema.schema";
+  for (int i = 0; i < 32; ++i) path += ".items";
+  EXPECT_EQ(errorOf(deep), path + ": schemas nested deeper than 32");
 }
 
 }  // namespace

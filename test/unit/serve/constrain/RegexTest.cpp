@@ -85,6 +85,7 @@ TEST(Regex, ErrorsNameTheOffset) {
       {"[z-a]", "at offset 1: a range whose end is below its start"},
       {"[\xC3\xA9]", "at offset 1: only ASCII characters"},
       {"\xC3", "at offset 0: the pattern is not well-formed UTF-8"},
+      {std::string(65, '(') + std::string(65, ')'), "at offset 64: groups nested deeper than 64"},
   };
   for (const auto& [pattern, expected] : cases) {
     const std::string message = errorOf(pattern);

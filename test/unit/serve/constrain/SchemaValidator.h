@@ -42,9 +42,11 @@ inline bool validates(const nlohmann::json& value, const nlohmann::json& schema)
   }
   bool typeMatches = !schema.contains("type");
   if (value.is_object() && (hasType("object") || (!schema.contains("type") && schema.contains("properties")))) {
-    const json properties = schema.value("properties", json::object());
-    for (const auto& [name, member] : value.items())
-      if (!properties.contains(name) || !validates(member, properties[name])) return false;
+    if (schema.contains("properties")) {
+      const json& properties = schema["properties"];
+      for (const auto& [name, member] : value.items())
+        if (!properties.contains(name) || !validates(member, properties[name])) return false;
+    }
     for (const json& name : schema.value("required", json::array()))
       if (!value.contains(name.get<std::string>())) return false;
     typeMatches = true;
