@@ -45,7 +45,7 @@ def small_checkpoint(tools):
     support.run([tools.compile, "--model", support.SOURCE / "models/diffusion_gemma/configs/small-20m.json", "--mode",
                  "train", "--micro-batch", "1", "--prompt-len", "64", "-o", scratch / "plan"])
     support.run([tools.run, "train", "--plan", scratch / "plan", "--init", "random", "--seed", "1", "--tokenizer",
-                 support.TOKENIZER, "--train", support.SOURCE / "data/demo/train.jsonl", "--steps", "1", "--lr", "0",
+                 support.TOKENIZER, "--train", "mock", "--steps", "1", "--lr", "0",
                  "--save-dir", scratch / "checkpoints"])
     shutil.copytree(sorted((scratch / "checkpoints").glob("step-*"))[-1], target)
     shutil.rmtree(scratch)
@@ -121,7 +121,7 @@ def main():
     tools = support.Tools(args.bin)
     model = small_checkpoint(tools) if args.model == "small-20m" else support.demo_checkpoint(tools)
     flags = ["--max-num-seqs", str(args.slots), "--max-queued", "1024", "--prompt-len", "64", "--max-new-tokens",
-             str(args.max_tokens), "--images-per-example", "0", "--threads", str(os.cpu_count())]
+             str(args.max_tokens), "--images-per-example", "0"]
     print(f"dgemma-serve load test: model {args.model}, {args.slots} slots, {args.requests} requests per level, "
           f"max_tokens {args.max_tokens}, {args.steps} denoising steps per canvas, {os.cpu_count()} CPU cores")
     with support.serving(tools, model, *flags, name="bench") as server:

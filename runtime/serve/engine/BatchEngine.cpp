@@ -385,8 +385,14 @@ void BatchEngine::denoise() {
   const HostTensor argmax = entryOutput(outputs, names.argmaxIds, DType::I64, B * L, entry, session_.planPath);
   const HostTensor entropy = entryOutput(outputs, names.entropy, DType::F32, B * L, entry, session_.planPath);
   record("denoise", secondsSince(started), static_cast<int64_t>(denoising.size()));
-  for (int64_t row : denoising)
-    applyPass(*rows_[row], sampled.as<int64_t>() + row * L, argmax.as<int64_t>() + row * L, entropy.as<float>() + row * L);
+  for (int64_t row : denoising) {
+    try {
+      applyPass(*rows_[row], sampled.as<int64_t>() + row * L, argmax.as<int64_t>() + row * L, entropy.as<float>() + row * L);
+    } catch (const InputError& error) {
+      // A constraint whose automaton outgrows its bound fails its own job only.
+      end(*rows_[row], JobEnd::Failed, error.what());
+    }
+  }
 }
 
 // One slot's share of a pass, as DenoisingBatch::applyPass does for a row (docs/generation.md, "The

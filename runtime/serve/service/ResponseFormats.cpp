@@ -10,12 +10,19 @@ namespace dgemma::serve {
 
 namespace {
 
-// A choice's ConstraintState as the engine's CanvasConstraint.
+// A choice's ConstraintState as the engine's CanvasConstraint. The sampler freezes nothing between
+// passes (every position is predicted again and an accepted one takes the new sample,
+// docs/generation.md), so each pass's acceptance is filtered afresh: the positions this pass
+// accepted, fixed together, must leave the canvas completable.
 class ChoiceConstraint : public CanvasConstraint {
  public:
   ChoiceConstraint(std::shared_ptr<const TokenConstraint> constraint, int64_t budget) : state_(std::move(constraint), budget) {}
-  void beginCanvas(int64_t length) override { state_.beginCanvas(length); }
+  void beginCanvas(int64_t length) override {
+    length_ = length;
+    state_.beginCanvas(length);
+  }
   std::vector<int64_t> filterAccepted(std::span<const int64_t> tokens, std::span<const int64_t> candidates) override {
+    state_.beginCanvas(length_);
     return state_.filterAccepted(tokens, candidates);
   }
   bool commitCanvas(std::span<int64_t> tokens, std::span<const int64_t> alternative) override {
@@ -24,6 +31,7 @@ class ChoiceConstraint : public CanvasConstraint {
 
  private:
   ConstraintState state_;
+  int64_t length_ = 0;
 };
 
 std::string cacheKey(const ResponseFormat& format) {
