@@ -233,12 +233,13 @@ void BatchEngine::admit() {
   }
 }
 
+// The slot is free before the sink hears of the end, so whoever the sink wakes sees it free.
 void BatchEngine::end(Slot& slot, JobEnd end, const std::string& error) {
-  slot.job.sink->onEnd({end, slot.emitted, slot.passes, error});
   for (std::unique_ptr<Slot>& row : rows_)
     if (row.get() == &slot) {
-      row.reset();
+      const std::unique_ptr<Slot> ended = std::move(row);
       active_.fetch_sub(1);
+      ended->job.sink->onEnd({end, ended->emitted, ended->passes, error});
       return;
     }
 }
