@@ -184,8 +184,8 @@ void BatchEngine::run() {
   }
 }
 
-void BatchEngine::record(const char* kind, double seconds, int64_t rows) {
-  if (options_.onStep) options_.onStep({kind, seconds, rows});
+void BatchEngine::record(const EntryPoint& entry, bool denoising, double seconds, int64_t rows) {
+  if (options_.onStep) options_.onStep({entry.name, denoising, seconds, rows});
 }
 
 void BatchEngine::step() {
@@ -296,7 +296,7 @@ void BatchEngine::prefill(bool images) {
     std::fill(slot.cacheValid.end() - slot.promptLength, slot.cacheValid.end(), 1);
     startCanvas(slot);
   }
-  record("prefill", secondsSince(started), static_cast<int64_t>(joining.size()));
+  record(*entry, false, secondsSince(started), static_cast<int64_t>(joining.size()));
 }
 
 void BatchEngine::startCanvas(Slot& slot) {
@@ -339,7 +339,7 @@ void BatchEngine::commit() {
     std::fill(slot.cacheValid.end() - L, slot.cacheValid.end(), 1);
     startCanvas(slot);
   }
-  record("commit", secondsSince(started), static_cast<int64_t>(committing.size()));
+  record(*commit_, false, secondsSince(started), static_cast<int64_t>(committing.size()));
 }
 
 // One decoder pass over every denoising slot. A slot at its canvas's first pass gets no
@@ -385,7 +385,7 @@ void BatchEngine::denoise() {
   const HostTensor sampled = entryOutput(outputs, names.sampledIds, DType::I64, B * L, entry, session_.planPath);
   const HostTensor argmax = entryOutput(outputs, names.argmaxIds, DType::I64, B * L, entry, session_.planPath);
   const HostTensor entropy = entryOutput(outputs, names.entropy, DType::F32, B * L, entry, session_.planPath);
-  record("denoise", secondsSince(started), static_cast<int64_t>(denoising.size()));
+  record(entry, true, secondsSince(started), static_cast<int64_t>(denoising.size()));
   for (int64_t row : denoising) {
     try {
       applyPass(*rows_[row], sampled.as<int64_t>() + row * L, argmax.as<int64_t>() + row * L, entropy.as<float>() + row * L);

@@ -1,8 +1,8 @@
 // Continuous batching of block-diffusion generation (docs/serving.md, "Continuous batching"): the
 // plan's micro-batch rows are slots; a request takes a free slot, is prefilled into that row of the
 // plan's cache (the entries' write_rows), denoises and commits canvas after canvas, and leaves its
-// slot when it ends, while the other slots go on. Every engine step runs at most one prefill per
-// modality, one commit and one denoise entry over all the slots that need them.
+// slot when it ends, while the other slots go on. Every engine step runs at most one prompt-encoding
+// entry per modality, one canvas-encoding entry and one decoder pass over all the slots that need them.
 //
 // A request's tokens depend on its prompt, its seed and its options only: every draw is keyed by
 // (seed, the job's draw request, canvas, step) as in `dgemma-run generate` (docs/generation.md,
@@ -47,9 +47,10 @@ class JobHandle {
 
 // One entry run of an engine step, for the metrics.
 struct EngineStepRecord {
-  const char* kind = "";  // "prefill" | "commit" | "denoise"
+  std::string entry;       // the entry point's name (the model contract's)
+  bool denoising = false;  // a decoder pass over the canvases (else a prompt or canvas encoded)
   double seconds = 0;
-  int64_t rows = 0;       // the slots the run worked for
+  int64_t rows = 0;        // the slots the run worked for
 };
 
 struct EngineOptions {
@@ -101,7 +102,7 @@ class BatchEngine {
   void finishCanvas(Slot& slot);
   void startCanvas(Slot& slot);
   void end(Slot& slot, JobEnd end, const std::string& error = "");
-  void record(const char* kind, double seconds, int64_t rows);
+  void record(const EntryPoint& entry, bool denoising, double seconds, int64_t rows);
 
   Session& session_;
   EngineOptions options_;

@@ -1,6 +1,5 @@
 #include "runtime/serve/service/ServeMetrics.h"
 
-#include <string_view>
 #include <vector>
 
 namespace dgemma::serve {
@@ -47,11 +46,10 @@ void ServeMetrics::firstChunk(double seconds) { firstChunk_.observe(seconds); }
 void ServeMetrics::finished(double seconds) { requestSeconds_.observe(seconds); }
 
 void ServeMetrics::step(const EngineStepRecord& record) {
-  registry_.histogram("dgemma_step_seconds", "Entry runs of engine steps, by kind.", kSecondsBuckets,
-                      {{"kind", record.kind}})
+  registry_.histogram("dgemma_step_seconds", "Entry runs of engine steps, by entry point.", kSecondsBuckets,
+                      {{"entry", record.entry}})
       .observe(record.seconds);
-  if (std::string_view(record.kind) == "denoise")
-    occupancy_.observe(static_cast<double>(record.rows) / static_cast<double>(slots_));
+  if (record.denoising) occupancy_.observe(static_cast<double>(record.rows) / static_cast<double>(slots_));
 }
 
 std::string ServeMetrics::render(int64_t queued, int64_t activeSlots, size_t openConnections) {

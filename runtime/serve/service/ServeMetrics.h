@@ -1,5 +1,5 @@
 // The series of GET /metrics (docs/serving.md, "Metrics"): requests by endpoint and status, prompt
-// and completion tokens, queue depth, slot occupancy, step times by entry kind, time to the first
+// and completion tokens, queue depth, slot occupancy, step times by entry point, time to the first
 // chunk and end-to-end latency.
 #pragma once
 
@@ -19,8 +19,8 @@ class ServeMetrics {
   void tokens(int64_t prompt, int64_t completion);
   void firstChunk(double seconds);
   void finished(double seconds);
-  // An engine step's entry run (EngineOptions::onStep): its time, and for a denoise the share of
-  // slots it worked for.
+  // An engine step's entry run (EngineOptions::onStep): its time, and for a decoder pass the share
+  // of slots it worked for.
   void step(const EngineStepRecord& record);
   // The text exposition, with the gauges read now.
   std::string render(int64_t queued, int64_t activeSlots, size_t openConnections);
