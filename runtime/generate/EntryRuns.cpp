@@ -24,8 +24,9 @@ std::map<std::string, HostTensor> runEntryPoint(Session& session, const EntryPoi
   std::map<std::string, HostTensor> fed;
   for (const NamedBuffer& input : entry.inputs) {
     auto it = inputs.find(input.name);
-    if (it == inputs.end()) throw InputError(session.planPath + ": entry " + entry.key() + " takes input \"" + input.name +
-                                             "\", which generation does not provide (docs/inference-plan.md)");
+    if (it == inputs.end())
+      throw InputError(session.planPath + ": entry " + entry.key() + " takes input \"" + input.name +
+                       "\", which generation does not provide (docs/inference-plan.md)");
     fed[input.name] = convertDType(std::move(it->second), session.plan.buffers[input.buffer].dtype,
                                    "input " + input.name + " of " + entry.key());
   }
@@ -38,13 +39,14 @@ HostTensor entryOutput(const std::map<std::string, HostTensor>& outputs, const s
   if (it == outputs.end()) throw InputError(planPath + ": entry " + entry.key() + " has no output \"" + name + "\"");
   HostTensor converted = convertDType(it->second, dtype, name);
   if (converted.numElements() != elements)
-    throw InputError(planPath + ": entry " + entry.key() + ": expected " + std::to_string(elements) + " values of output \"" +
-                     name + "\", got " + std::to_string(converted.numElements()));
+    throw InputError(planPath + ": entry " + entry.key() + ": expected " + std::to_string(elements) +
+                     " values of output \"" + name + "\", got " + std::to_string(converted.numElements()));
   return converted;
 }
 
 bool takesInput(const EntryPoint& entry, const std::string& name) {
-  return std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const NamedBuffer& input) { return input.name == name; });
+  return std::any_of(entry.inputs.begin(), entry.inputs.end(),
+                     [&](const NamedBuffer& input) { return input.name == name; });
 }
 
 }  // namespace dgemma

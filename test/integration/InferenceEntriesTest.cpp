@@ -177,7 +177,8 @@ class InferenceEntries : public ::testing::TestWithParam<std::string> {
   std::map<std::string, std::vector<uint8_t>> caches() const {
     std::map<std::string, std::vector<uint8_t>> bytes;
     for (const Parameter& parameter : session_->plan.parameters)
-      if (parameter.name.rfind("cache/", 0) == 0) bytes[parameter.name] = session_->executor->parameter(parameter.name).data;
+      if (parameter.name.rfind("cache/", 0) == 0)
+        bytes[parameter.name] = session_->executor->parameter(parameter.name).data;
     return bytes;
   }
 

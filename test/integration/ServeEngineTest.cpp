@@ -79,10 +79,10 @@ class ServeEngineTest : public ::testing::Test {
     std::ofstream(suiteDir_ / "eager/generation_config.json")
         << R"({"confidence_threshold": 1.0, "stability_threshold": 0, "eos_token_id": [1, 20, 30, 40, 50, 60, 70, 80]})";
     for (const auto& [name, batch] : {std::pair<std::string, int>{"one", 1}, std::pair<std::string, int>{"slots", 3}}) {
-      const ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + (suiteDir_ / "eager").string() +
-                                          " --mode infer --micro-batch " + std::to_string(batch) +
-                                          " --prompt-len 8,16,64 --max-new-tokens " + std::to_string(kMaxNewTokens) +
-                                          " -o " + (suiteDir_ / name).string());
+      const ToolResult compiled =
+          runTool(std::string(DGEMMA_COMPILE) + " --model " + (suiteDir_ / "eager").string() +
+                  " --mode infer --micro-batch " + std::to_string(batch) + " --prompt-len 8,16,64 --max-new-tokens " +
+                  std::to_string(kMaxNewTokens) + " -o " + (suiteDir_ / name).string());
       ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
     }
   }

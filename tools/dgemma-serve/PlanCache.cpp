@@ -36,8 +36,8 @@ std::string planKey(const CompileOptions& options) {
   }
   text << "micro_batch " << options.microBatch << "\nprompt_len " << options.promptLengths << "\nmax_new_tokens "
        << (options.maxNewTokens ? std::to_string(*options.maxNewTokens) : "config") << "\nimages_per_example "
-       << options.imagesPerExample << "\nprecision " << options.precision << "\nbackend " << options.backend << "\nlora "
-       << options.lora << ' ' << options.loraTargets << "\nbase_dtype " << options.baseDtype << '\n';
+       << options.imagesPerExample << "\nprecision " << options.precision << "\nbackend " << options.backend
+       << "\nlora " << options.lora << ' ' << options.loraTargets << "\nbase_dtype " << options.baseDtype << '\n';
   std::error_code error;
   const fs::path self = fs::read_symlink("/proc/self/exe", error);
   if (!error) {
@@ -53,7 +53,8 @@ std::string planKey(const CompileOptions& options) {
 }  // namespace
 
 std::string defaultPlanCacheDir() {
-  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache) return (fs::path(cache) / "dgemma/plans").string();
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
+    return (fs::path(cache) / "dgemma/plans").string();
   if (const char* home = std::getenv("HOME"); home && *home) return (fs::path(home) / ".cache/dgemma/plans").string();
   throw InputError("--plan-cache: required, as neither XDG_CACHE_HOME nor HOME is set");
 }
@@ -64,7 +65,8 @@ std::string cachedPlan(CompileOptions options, const std::string& cacheDir) {
   std::error_code error;
   fs::create_directories(cacheDir, error);
   if (error) throw InputError("--plan-cache " + cacheDir + ": cannot create: " + error.message());
-  const fs::path staging = fs::path(cacheDir) / (".compiling-" + plan.filename().string() + "-" + std::to_string(::getpid()));
+  const fs::path staging =
+      fs::path(cacheDir) / (".compiling-" + plan.filename().string() + "-" + std::to_string(::getpid()));
   fs::remove_all(staging, error);
   options.mode = "infer";
   options.output = staging.string();

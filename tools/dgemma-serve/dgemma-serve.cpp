@@ -68,7 +68,8 @@ dgemma::CompileOptions compileOptions(const ServeFlags& flags, const nlohmann::j
   options.microBatch = flags.maxNumSeqs;
   options.promptLengths = flags.promptLengths;
   if (flags.maxNewTokens > 0) options.maxNewTokens = flags.maxNewTokens;
-  options.imagesPerExample = flags.imagesPerExample >= 0 ? flags.imagesPerExample : (config.contains("vision_config") ? 1 : 0);
+  options.imagesPerExample =
+      flags.imagesPerExample >= 0 ? flags.imagesPerExample : (config.contains("vision_config") ? 1 : 0);
   options.precision = flags.precision;
   options.backend = flags.backend;
   if (!flags.adapter.empty()) {
@@ -106,7 +107,8 @@ int serve(const ServeFlags& flags) {
   tokenizer.checkVocabSize(engine.vocabSize());
 
   dgemma::serve::ServiceOptions serviceOptions;
-  serviceOptions.modelNames = flags.servedModelNames.empty() ? std::vector<std::string>{flags.model} : flags.servedModelNames;
+  serviceOptions.modelNames =
+      flags.servedModelNames.empty() ? std::vector<std::string>{flags.model} : flags.servedModelNames;
   serviceOptions.apiKey = flags.apiKey;
   serviceOptions.media.allowedLocalMediaPath = flags.allowedLocalMediaPath;
   serviceOptions.media.maxImageBytes = static_cast<size_t>(flags.maxBodyMiB) << 20;
@@ -117,9 +119,11 @@ int serve(const ServeFlags& flags) {
   httpOptions.port = flags.port;
   httpOptions.maxBodyBytes = static_cast<size_t>(flags.maxBodyMiB) << 20;
   httpOptions.idleTimeoutSeconds = flags.idleTimeoutSeconds;
-  httpOptions.errorBody = [](int status, const std::string& message) { return dgemma::serve::errorJson(status, message); };
-  dgemma::serve::HttpServer server(httpOptions,
-                                   [&service](std::shared_ptr<dgemma::serve::Exchange> exchange) { service.handle(exchange); });
+  httpOptions.errorBody = [](int status, const std::string& message) {
+    return dgemma::serve::errorJson(status, message);
+  };
+  dgemma::serve::HttpServer server(
+      httpOptions, [&service](std::shared_ptr<dgemma::serve::Exchange> exchange) { service.handle(exchange); });
   service.setConnectionCount([&server] { return server.openConnections(); });
   server.drainOnSignals(flags.drainSeconds);
 
@@ -142,7 +146,8 @@ int main(int argc, char** argv) {
   ServeFlags flags;
   CLI::App app{"dgemma-serve: an OpenAI-compatible server with continuous block-diffusion batching (docs/serving.md)",
                "dgemma-serve"};
-  app.add_option("--model", flags.model, "HF model directory (config.json and weights) or a dgemma checkpoint")->required();
+  app.add_option("--model", flags.model, "HF model directory (config.json and weights) or a dgemma checkpoint")
+      ->required();
   app.add_option("--weights", flags.weights, "the weights, when not in --model's directory");
   app.add_option("--tokenizer", flags.tokenizer, "tokenizer directory (default: the weights' directory)");
   app.add_option("--adapter", flags.adapter, "a PEFT LoRA adapter directory to serve over the base");
@@ -150,28 +155,35 @@ int main(int argc, char** argv) {
   app.add_option("--device", flags.device, "--backend cuda: the GPU index")->check(dgemma::integerIn(0, 1024));
   app.add_option("--threads", flags.threads, "CPU worker threads (0: one per core)")->check(dgemma::integerIn(0, 4096));
   app.add_option("--host", flags.host, "address to listen on (default 127.0.0.1)");
-  app.add_option("--port", flags.port, "port to listen on (0: any free port; default 8000)")->check(dgemma::integerIn(0, 65535));
-  app.add_option("--served-model-name", flags.servedModelNames, "the model name clients send (default: --model as given); repeatable");
+  app.add_option("--port", flags.port, "port to listen on (0: any free port; default 8000)")
+      ->check(dgemma::integerIn(0, 65535));
+  app.add_option("--served-model-name", flags.servedModelNames,
+                 "the model name clients send (default: --model as given); repeatable");
   app.add_option("--api-key", flags.apiKey, "require Authorization: Bearer KEY on /v1/ routes");
   app.add_option("--allowed-local-media-path", flags.allowedLocalMediaPath,
                  "image URLs may name local files inside this directory (default: none may)");
-  app.add_option("--max-num-seqs", flags.maxNumSeqs, "slots: requests (choices) generated at once; the plan's micro-batch")
+  app.add_option("--max-num-seqs", flags.maxNumSeqs,
+                 "slots: requests (choices) generated at once; the plan's micro-batch")
       ->check(dgemma::integerIn(1, 4096));
-  app.add_option("--prompt-len", flags.promptLengths, "prompt buckets, comma-separated (the largest is the longest prompt)");
-  app.add_option("--max-new-tokens", flags.maxNewTokens, "the most completion tokens a request may ask (default: the model's)")
+  app.add_option("--prompt-len", flags.promptLengths,
+                 "prompt buckets, comma-separated (the largest is the longest prompt)");
+  app.add_option("--max-new-tokens", flags.maxNewTokens,
+                 "the most completion tokens a request may ask (default: the model's)")
       ->check(dgemma::integerIn(1, dgemma::kMaxLength));
   app.add_option("--images-per-example", flags.imagesPerExample,
                  "images a prompt may carry (default: 1 for a model with a vision tower, else 0)")
       ->check(dgemma::integerIn(0, dgemma::kMaxImagesPerExample));
   app.add_option("--precision", flags.precision, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--max-queued", flags.maxQueued, "requests waiting for a slot before 503 (default: 4 x --max-num-seqs)")
+  app.add_option("--max-queued", flags.maxQueued,
+                 "requests waiting for a slot before 503 (default: 4 x --max-num-seqs)")
       ->check(dgemma::integerIn(0, 1 << 20));
   app.add_option("--max-body-mib", flags.maxBodyMiB, "largest request body in MiB (larger: 413; default 32)")
       ->check(dgemma::integerIn(1, 4096));
   app.add_option("--plan-cache", flags.planCache, "where compiled plans are kept (default: ~/.cache/dgemma/plans)");
   app.add_option("--drain-seconds", flags.drainSeconds, "on SIGTERM, how long requests in flight may take (default 30)")
       ->check(dgemma::numberIn(0, 86400));
-  app.add_option("--idle-timeout", flags.idleTimeoutSeconds, "seconds before an idle keep-alive connection closes (default 30)")
+  app.add_option("--idle-timeout", flags.idleTimeoutSeconds,
+                 "seconds before an idle keep-alive connection closes (default 30)")
       ->check(dgemma::numberIn(0, 86400, false));
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;

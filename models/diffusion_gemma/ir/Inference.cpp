@@ -62,8 +62,9 @@ class CacheState {
   // rows keep their cache, so a server can fill one slot while the others are mid-generation
   // (docs/serving.md, "Continuous batching"). The assigns come after every read of the cache.
   void write(const std::vector<LayerKeyValues>& newKeyValues, bool append, Value writeRows) {
-    Value rows = g_.reshape(g_.compare(writeRows, g_.scalar(0.0, "write_rows.zero"), ComparePredicate::Ne, "write_rows"),
-                            {g_.batch(), 1, 1, 1}, "write_rows.rows");
+    Value rows =
+        g_.reshape(g_.compare(writeRows, g_.scalar(0.0, "write_rows.zero"), ComparePredicate::Ne, "write_rows"),
+                   {g_.batch(), 1, 1, 1}, "write_rows.rows");
     auto written = [&](Value cache, Value fresh, const std::string& name) -> Value {
       Value next = lastSlots(append ? cache : Value(), fresh, shapeOf(cache)[1], name);
       return g_.builder().create<SelectOp>(g_.loc(name + ".written"), rows, next, cache);

@@ -82,9 +82,12 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 BatchEngine::BatchEngine(Session& session, EngineOptions options) : session_(session), options_(std::move(options)) {
   const Plan& plan = session.plan;
   const std::string& planPath = session.planPath;
-  if (!plan.generation) throw InputError(planPath + ": no generation settings (compile the plan with dgemma-compile --mode infer)");
-  if (session.worldSize != 1) throw InputError("serving runs on one rank; the plan has " + std::to_string(session.worldSize));
-  if (options_.maxQueued < 0) throw InputError("the queue bound must be >= 0, got " + std::to_string(options_.maxQueued));
+  if (!plan.generation)
+    throw InputError(planPath + ": no generation settings (compile the plan with dgemma-compile --mode infer)");
+  if (session.worldSize != 1)
+    throw InputError("serving runs on one rank; the plan has " + std::to_string(session.worldSize));
+  if (options_.maxQueued < 0)
+    throw InputError("the queue bound must be >= 0, got " + std::to_string(options_.maxQueued));
   settings_ = *plan.generation;
   const ModelContract& names = session.model->contract();
   vocabSize_ = session.model->tokens(plan, planPath).vocabSize;
@@ -94,7 +97,8 @@ BatchEngine::BatchEngine(Session& session, EngineOptions options) : session_(ses
     if (entry.name == names.firstDenoiseEntry) denoiseFirst_ = &entry;
   commit_ = &entryNamed(plan, names.commitEntry, planPath);
   slots_ = denoise_->bucket.count(names.microBatchDimension) ? denoise_->bucket.at(names.microBatchDimension) : 0;
-  if (slots_ < 1) throw InputError(planPath + ": entry " + denoise_->key() + ": expected a " + names.microBatchDimension + " bucket");
+  if (slots_ < 1)
+    throw InputError(planPath + ": entry " + denoise_->key() + ": expected a " + names.microBatchDimension + " bucket");
   for (const EntryPoint& entry : plan.entryPoints) {
     const bool textPrefill = entry.name == names.prefillEntry, imagePrefill = entry.name == names.imagePrefillEntry;
     if (!textPrefill && !imagePrefill && &entry != commit_) continue;
@@ -122,7 +126,8 @@ std::shared_ptr<JobHandle> BatchEngine::submit(GenerationJob job) {
                      std::to_string(maxPromptLength_) + " (dgemma-serve --prompt-len)");
   for (int64_t id : job.promptIds)
     if (id < 0 || id >= vocabSize_)
-      throw InputError("prompt token id " + std::to_string(id) + " is out of range for vocab_size " + std::to_string(vocabSize_));
+      throw InputError("prompt token id " + std::to_string(id) + " is out of range for vocab_size " +
+                       std::to_string(vocabSize_));
   const int64_t images = static_cast<int64_t>(job.images.size());
   if (images > 0 && imagesPerExample_ == 0)
     throw InputError("the request has " + std::to_string(images) +
@@ -134,8 +139,8 @@ std::shared_ptr<JobHandle> BatchEngine::submit(GenerationJob job) {
     throw InputError("expected one token type per prompt token");
   const SamplingOptions& sampling = job.sampling;
   if (sampling.maxTokens < 1 || sampling.maxTokens > settings_.maxNewTokens)
-    throw InputError("max_tokens: expected 1 to " + std::to_string(settings_.maxNewTokens) + " (dgemma-serve --max-new-tokens), got " +
-                     std::to_string(sampling.maxTokens));
+    throw InputError("max_tokens: expected 1 to " + std::to_string(settings_.maxNewTokens) +
+                     " (dgemma-serve --max-new-tokens), got " + std::to_string(sampling.maxTokens));
   if (!(sampling.temperature >= 0) || !std::isfinite(sampling.temperature))
     throw InputError("temperature: expected a finite number >= 0");
   if (sampling.denoisingSteps < 0 || static_cast<uint64_t>(sampling.denoisingSteps) > kMaxKeyedSteps)
@@ -264,7 +269,8 @@ void BatchEngine::prefill(bool images) {
   std::map<std::string, int64_t> sizes = {{names.microBatchDimension, B}, {names.promptLengthDimension, width}};
   if (images) sizes["images_per_example"] = imagesPerExample_;
   const EntryPoint* entry = session_.plan.selectEntry(images ? names.imagePrefillEntry : names.prefillEntry, sizes);
-  if (!entry) throw InputError(session_.planPath + ": no prefill bucket holds a prompt of " + std::to_string(width) + " tokens");
+  if (!entry)
+    throw InputError(session_.planPath + ": no prefill bucket holds a prompt of " + std::to_string(width) + " tokens");
   const int64_t P = entry->bucket.at(names.promptLengthDimension);
   std::vector<int64_t> inputIds(B * P, pad), attentionMask(B * P, 0), positions(B * P, 0), tokenTypes(B * P, 0);
   std::vector<float> writeRows(B, 0.0f);
@@ -325,7 +331,8 @@ void BatchEngine::commit() {
     const Slot& slot = *rows_[row];
     std::copy(slot.block.begin(), slot.block.end(), blocks.begin() + row * L);
     std::copy(slot.cacheValid.begin(), slot.cacheValid.end(), cacheValid.begin() + row * C);
-    std::iota(positions.begin() + row * L, positions.begin() + (row + 1) * L, slot.promptLength + (slot.canvas - 1) * L);
+    std::iota(positions.begin() + row * L, positions.begin() + (row + 1) * L,
+              slot.promptLength + (slot.canvas - 1) * L);
     writeRows[row] = 1.0f;
   }
   runEntryPoint(session_, *commit_,
@@ -374,21 +381,23 @@ void BatchEngine::denoise() {
     keys[2 * row + 1] = key[1];
   }
   const EntryPoint& entry = allFirst ? *denoiseFirst_ : *denoise_;
-  std::map<std::string, HostTensor> outputs = runEntryPoint(session_, entry,
-                                                            {{names.batch.canvasIds, i64Tensor({B, L}, canvases)},
-                                                             {names.cacheValid, i64Tensor({B, C}, cacheValid)},
-                                                             {names.positions, i64Tensor({B, L}, positions)},
-                                                             {names.selfConditioningMask, f32Tensor({B}, selfConditioning)},
-                                                             {names.frozen, f32Tensor({B}, frozen)},
-                                                             {names.temperature, f32Tensor({B}, temperature)},
-                                                             {names.sampleKeys, i64Tensor({B, 2}, keys)}});
+  std::map<std::string, HostTensor> outputs =
+      runEntryPoint(session_, entry,
+                    {{names.batch.canvasIds, i64Tensor({B, L}, canvases)},
+                     {names.cacheValid, i64Tensor({B, C}, cacheValid)},
+                     {names.positions, i64Tensor({B, L}, positions)},
+                     {names.selfConditioningMask, f32Tensor({B}, selfConditioning)},
+                     {names.frozen, f32Tensor({B}, frozen)},
+                     {names.temperature, f32Tensor({B}, temperature)},
+                     {names.sampleKeys, i64Tensor({B, 2}, keys)}});
   const HostTensor sampled = entryOutput(outputs, names.sampledIds, DType::I64, B * L, entry, session_.planPath);
   const HostTensor argmax = entryOutput(outputs, names.argmaxIds, DType::I64, B * L, entry, session_.planPath);
   const HostTensor entropy = entryOutput(outputs, names.entropy, DType::F32, B * L, entry, session_.planPath);
   record(entry, true, secondsSince(started), static_cast<int64_t>(denoising.size()));
   for (int64_t row : denoising) {
     try {
-      applyPass(*rows_[row], sampled.as<int64_t>() + row * L, argmax.as<int64_t>() + row * L, entropy.as<float>() + row * L);
+      applyPass(*rows_[row], sampled.as<int64_t>() + row * L, argmax.as<int64_t>() + row * L,
+                entropy.as<float>() + row * L);
     } catch (const InputError& error) {
       // A constraint whose automaton outgrows its bound fails its own job only.
       end(*rows_[row], JobEnd::Failed, error.what());
@@ -402,7 +411,8 @@ void BatchEngine::applyPass(Slot& slot, const int64_t* sampledRow, const int64_t
   const int64_t L = settings_.canvasLength;
   const std::span<const int64_t> argmax(argmaxRow, L);
   const std::span<const float> entropy(entropyRow, L);
-  const std::span<const int64_t> sampled = slot.job.sampling.temperature > 0 ? std::span<const int64_t>(sampledRow, L) : argmax;
+  const std::span<const int64_t> sampled =
+      slot.job.sampling.temperature > 0 ? std::span<const int64_t>(sampledRow, L) : argmax;
   ++slot.passes;
   std::vector<uint8_t> accepted = entropyBoundAccept(entropy, slot.entropyBound);
   if (slot.job.constraint) {

@@ -33,8 +33,8 @@ class CompletionCall::ChoiceSink : public JobSink {
   int64_t index_;
 };
 
-CompletionCall::CompletionCall(std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer, ResponseIdentity identity,
-                               CallSettings settings, ServeMetrics& metrics)
+CompletionCall::CompletionCall(std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer,
+                               ResponseIdentity identity, CallSettings settings, ServeMetrics& metrics)
     : exchange_(std::move(exchange)),
       tokenizer_(tokenizer),
       identity_(std::move(identity)),

@@ -33,13 +33,15 @@ uint64_t randomSeed() {
 
 }  // namespace
 
-OpenAiService::OpenAiService(BatchEngine& engine, const Tokenizer& tokenizer, ServiceOptions options, ServeMetrics& metrics)
+OpenAiService::OpenAiService(BatchEngine& engine, const Tokenizer& tokenizer, ServiceOptions options,
+                             ServeMetrics& metrics)
     : engine_(engine),
       tokenizer_(tokenizer),
       options_(std::move(options)),
       metrics_(metrics),
       formats_(tokenizer, engine.settings()),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {
   if (options_.modelNames.empty()) throw InputError("the server needs at least one model name");
 }
 
@@ -59,16 +61,19 @@ void OpenAiService::handle(const std::shared_ptr<Exchange>& exchange) {
   }
   if (path == "/metrics") {
     metrics_.request("metrics", 200);
-    exchange->respond({200, "text/plain; version=0.0.4; charset=utf-8",
-                       metrics_.render(engine_.queued(), engine_.activeSlots(), connectionCount_ ? connectionCount_() : 0),
-                       {}});
+    exchange->respond(
+        {200,
+         "text/plain; version=0.0.4; charset=utf-8",
+         metrics_.render(engine_.queued(), engine_.activeSlots(), connectionCount_ ? connectionCount_() : 0),
+         {}});
     return;
   }
   const bool known = path == kChatPath || path == kCompletionsPath || path == "/v1/models";
   if (!known) return answerError(exchange, "unknown", 404, errorJson(404, "no route " + path));
   if (!options_.apiKey.empty() && !sameSecret(request.header("authorization"), "Bearer " + options_.apiKey))
-    return answerError(exchange, path, 401,
-                       errorJson(ApiError(401, "authentication_error", "Incorrect API key provided.", "", "invalid_api_key")));
+    return answerError(
+        exchange, path, 401,
+        errorJson(ApiError(401, "authentication_error", "Incorrect API key provided.", "", "invalid_api_key")));
   if (path == "/v1/models") {
     if (request.method != "GET") return answerError(exchange, "models", 405, errorJson(405, "use GET " + path));
     metrics_.request("models", 200);
@@ -85,17 +90,19 @@ void OpenAiService::complete(const std::shared_ptr<Exchange>& exchange, Endpoint
   try {
     CompletionRequest request = parseCompletionRequest(exchange->request().body, endpoint, options_.media);
     if (std::find(options_.modelNames.begin(), options_.modelNames.end(), request.model) == options_.modelNames.end())
-      throw ApiError(404, "not_found_error", "The model `" + request.model + "` does not exist; this server serves `" +
-                                                 options_.modelNames.front() + "`.",
-                     "model", "model_not_found");
+      throw ApiError(
+          404, "not_found_error",
+          "The model `" + request.model + "` does not exist; this server serves `" + options_.modelNames.front() + "`.",
+          "model", "model_not_found");
 
     std::vector<int64_t> promptIds, tokenTypes;
     std::vector<ProcessedImage> images;
     if (endpoint == Endpoint::ChatCompletions) {
       if (!request.images.empty() && engine_.imagesPerExample() == 0)
-        throw badRequest("messages: the request has images, but the served plan is text-only (dgemma-serve "
-                         "--images-per-example)",
-                         "messages");
+        throw badRequest(
+            "messages: the request has images, but the served plan is text-only (dgemma-serve "
+            "--images-per-example)",
+            "messages");
       std::vector<int64_t> softTokens;
       for (const RgbImage& image : request.images) {
         images.push_back(processGemma4Image(image, engine_.imageOptions()));
@@ -126,8 +133,8 @@ void OpenAiService::complete(const std::shared_ptr<Exchange>& exchange, Endpoint
     settings.includeDrafts = request.includeDrafts;
     settings.stop = request.stop;
     settings.promptTokens = static_cast<int64_t>(promptIds.size());
-    call = std::make_shared<CompletionCall>(exchange, tokenizer_, newResponseIdentity(endpoint, request.model), settings,
-                                            metrics_);
+    call = std::make_shared<CompletionCall>(exchange, tokenizer_, newResponseIdentity(endpoint, request.model),
+                                            settings, metrics_);
     const uint64_t seed = request.seed ? *request.seed : randomSeed();
     for (int64_t choice = 0; choice < request.n; ++choice) {
       GenerationJob job;
@@ -152,10 +159,11 @@ void OpenAiService::complete(const std::shared_ptr<Exchange>& exchange, Endpoint
   } catch (const EngineFull& full) {
     if (call) call->cancelAll();
     const std::string retry = std::to_string(static_cast<int64_t>(std::max(1.0, options_.retryAfterSeconds)));
-    answerError(exchange, route, 503,
-                errorJson(ApiError(503, "service_unavailable_error", std::string("the server is full: ") + full.what() +
-                                                                       "; retry after " + retry + " s")),
-                {{"Retry-After", retry}});
+    answerError(
+        exchange, route, 503,
+        errorJson(ApiError(503, "service_unavailable_error",
+                           std::string("the server is full: ") + full.what() + "; retry after " + retry + " s")),
+        {{"Retry-After", retry}});
   } catch (const InputError& error) {
     if (call) call->cancelAll();
     answerError(exchange, route, 400, errorJson(badRequest(error.what())));

@@ -16,7 +16,8 @@ namespace {
 // accepted, fixed together, must leave the canvas completable.
 class ChoiceConstraint : public CanvasConstraint {
  public:
-  ChoiceConstraint(std::shared_ptr<const TokenConstraint> constraint, int64_t budget) : state_(std::move(constraint), budget) {}
+  ChoiceConstraint(std::shared_ptr<const TokenConstraint> constraint, int64_t budget)
+      : state_(std::move(constraint), budget) {}
   void beginCanvas(int64_t length) override {
     length_ = length;
     state_.beginCanvas(length);
@@ -68,7 +69,8 @@ std::shared_ptr<const TokenConstraint> ResponseFormats::compile(const ResponseFo
   std::shared_ptr<const ByteAutomaton> automaton;
   try {
     if (format.kind == ResponseFormat::JsonObject) automaton = compileJsonObject("response_format");
-    if (format.kind == ResponseFormat::JsonSchema) automaton = compileJsonSchema(format.schema, "response_format.json_schema.schema");
+    if (format.kind == ResponseFormat::JsonSchema)
+      automaton = compileJsonSchema(format.schema, "response_format.json_schema.schema");
     if (format.kind == ResponseFormat::Regex) automaton = compileRegex(format.regex, "response_format.regex");
   } catch (const InputError& error) {
     throw badRequest(error.what(), "response_format");

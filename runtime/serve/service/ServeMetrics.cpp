@@ -6,8 +6,8 @@ namespace dgemma::serve {
 
 namespace {
 
-const std::vector<double> kSecondsBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                             1,     2.5,    5,     10,   25,    50,   100};
+const std::vector<double> kSecondsBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                             0.5,   1,      2.5,   5,    10,    25,   50,  100};
 const std::vector<double> kOccupancyBuckets = {0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1};
 
 }  // namespace
@@ -25,14 +25,15 @@ ServeMetrics::ServeMetrics(int64_t slots)
                                      kOccupancyBuckets)),
       firstChunk_(registry_.histogram("dgemma_time_to_first_chunk_seconds",
                                       "From a request's arrival to its first output.", kSecondsBuckets)),
-      requestSeconds_(registry_.histogram("dgemma_request_seconds", "From a request's arrival to its end.",
-                                          kSecondsBuckets)) {
+      requestSeconds_(
+          registry_.histogram("dgemma_request_seconds", "From a request's arrival to its end.", kSecondsBuckets)) {
   slotCount_.set(static_cast<double>(slots));
 }
 
 void ServeMetrics::request(const std::string& endpoint, int status) {
-  registry_.counter("dgemma_requests", "Requests answered, by endpoint and status.",
-                    {{"endpoint", endpoint}, {"status", std::to_string(status)}})
+  registry_
+      .counter("dgemma_requests", "Requests answered, by endpoint and status.",
+               {{"endpoint", endpoint}, {"status", std::to_string(status)}})
       .inc();
 }
 
@@ -46,8 +47,9 @@ void ServeMetrics::firstChunk(double seconds) { firstChunk_.observe(seconds); }
 void ServeMetrics::finished(double seconds) { requestSeconds_.observe(seconds); }
 
 void ServeMetrics::step(const EngineStepRecord& record) {
-  registry_.histogram("dgemma_step_seconds", "Entry runs of engine steps, by entry point.", kSecondsBuckets,
-                      {{"entry", record.entry}})
+  registry_
+      .histogram("dgemma_step_seconds", "Entry runs of engine steps, by entry point.", kSecondsBuckets,
+                 {{"entry", record.entry}})
       .observe(record.seconds);
   if (record.denoising) occupancy_.observe(static_cast<double>(record.rows) / static_cast<double>(slots_));
 }

@@ -15,13 +15,13 @@ class ServeMetrics {
  public:
   explicit ServeMetrics(int64_t slots);
 
-  void request(const std::string& endpoint, int status);
+  void request(const std::string &endpoint, int status);
   void tokens(int64_t prompt, int64_t completion);
   void firstChunk(double seconds);
   void finished(double seconds);
   // An engine step's entry run (EngineOptions::onStep): its time, and for a decoder pass the share
   // of slots it worked for.
-  void step(const EngineStepRecord& record);
+  void step(const EngineStepRecord &record);
   // The text exposition, with the gauges read now.
   std::string render(int64_t queued, int64_t activeSlots, size_t openConnections);
 

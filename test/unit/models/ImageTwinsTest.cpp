@@ -61,9 +61,9 @@ TEST(ImageTwins, ForwardTrainAndPrefillGetTwinsPerPromptBucket) {
             (std::map<std::string, int64_t>{{"micro_batch", 2}, {"prompt_len", 72}, {"images_per_example", 2},
                                             {"image_patches", 280}}));
   const std::set<std::string> prefillInputs = inputsOf(*infer, "prefill_images_p72");
-  EXPECT_EQ(prefillInputs, (std::set<std::string>{"input_ids", "attention_mask", "positions", "pixel_values",
-                                                  "image_position_ids", "image_pool_slot", "image_token_index",
-                                                  "image_segment_ids", "write_rows"}));
+  EXPECT_EQ(prefillInputs,
+            (std::set<std::string>{"input_ids", "attention_mask", "positions", "pixel_values", "image_position_ids",
+                                   "image_pool_slot", "image_token_index", "image_segment_ids", "write_rows"}));
   // The text entries read no image input and no vision parameter.
   bool textReadsVision = false;
   infer->lookupSymbol<func::FuncOp>("forward_p72").walk([&](ParamOp param) {
