@@ -19,8 +19,9 @@ packages=(
   patchelf debootstrap
   # The Python venv of the test clients (scripts/python-venv.sh, test/requirements.txt)
   python3-venv
-  # Boost.Beast/Asio, header-only, for dgemma-serve's HTTP (runtime/serve/http)
-  libboost1.81-dev
+  # Boost.Beast/Asio, header-only, for dgemma-serve's HTTP (runtime/serve/http); curl, a client its
+  # tests start (test/interop/serve, test/unit/serve/http)
+  libboost1.81-dev curl
   # The launcher tests (test/launchers): Open MPI's mpirun, and Slurm with munge (the srun test starts
   # its own munged, slurmctld and slurmd, so the packages' services need no setup)
   openmpi-bin slurmctld slurmd slurm-client munge

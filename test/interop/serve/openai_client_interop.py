@@ -163,6 +163,41 @@ class Errors(unittest.TestCase):
         self.assertIsInstance(chat().choices[0].message.content, str)
 
 
+class Adapter(unittest.TestCase):
+    def test_an_adapter_is_served_as_dgemma_run_generate_runs_it(self):
+        # A LoRA adapter trained briefly over the checkpoint (a PEFT directory), served with --adapter:
+        # the text equals `dgemma-run generate --adapter` for the same seed, and differs from the base's.
+        base = support.demo_checkpoint(TOOLS)
+        work = TOOLS.work / "adapter"
+        adapters = ["--lora", "8:16", "--lora-targets", "attention,mlp,experts"]
+        if not (work / "adapter" / "adapter_config.json").exists():
+            support.run([TOOLS.compile, "--model", base, "--mode", "train", "--preset", "demo", "--images-per-example",
+                         "1", "--prompt-len", "32,48,64,96", *adapters, "-o", work / "train-plan"])
+            support.run([TOOLS.run, "train", "--plan", work / "train-plan", "--weights", base, "--seed", "1",
+                         "--tokenizer", support.TOKENIZER, "--train", support.SOURCE / "data/demo/train.jsonl",
+                         "--steps", "40", "--lr", "3e-2", "--save-dir", work / "checkpoints", "--overwrite"])
+            (work / "adapter").unlink(missing_ok=True)
+            (work / "adapter").symlink_to(sorted((work / "checkpoints").glob("step-*"))[-1])
+            support.run([TOOLS.compile, "--model", base, "--mode", "infer", "--micro-batch", "1",
+                         "--images-per-example", "1", "--prompt-len", "32,96", "--max-new-tokens", str(MAX_NEW_TOKENS),
+                         *adapters, "-o", work / "infer-plan"])
+        prompts = [f"What is {a} + {b}?" for a, b in ((58, 67), (12, 9), (70, 45), (33, 99))]
+        with support.serving(TOOLS, base, "--adapter", work / "adapter", "--max-num-seqs", "2", "--prompt-len", "32,96",
+                             "--max-new-tokens", str(MAX_NEW_TOKENS)) as server:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+            served = [client.chat.completions.create(model="demo", messages=[{"role": "user", "content": prompt}],
+                                                     seed=4, max_tokens=MAX_NEW_TOKENS).choices[0].message.content
+                      for prompt in prompts]
+        for prompt, text in zip(prompts, served):
+            generated = support.run([TOOLS.run, "generate", "--plan", work / "infer-plan", "--weights", base,
+                                     "--adapter", work / "adapter", "--tokenizer", support.TOKENIZER, "--seed", "4",
+                                     "--prompt", prompt, "--json"])
+            self.assertEqual(json.loads(generated.stdout.splitlines()[0])["text"], text, prompt)
+        base_texts = [chat(messages=[{"role": "user", "content": prompt}], seed=4).choices[0].message.content
+                      for prompt in prompts]
+        self.assertNotEqual(served, base_texts, "the adapter must change something for the check to mean it")
+
+
 class Curl(unittest.TestCase):
     def test_curl_shows_the_sse_stream(self):
         body = json.dumps({"model": "demo", "messages": [{"role": "user", "content": PROMPT}], "seed": 7,
