@@ -65,16 +65,37 @@ void CompletionCall::cancelAll() {
 }
 
 void CompletionCall::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The engine may have reported before the call was whole (its jobs run as soon as submitted):
+  // what it said waits here until the stream starts.
   if (settings_.stream) {
     exchange_->startStream(200, "text/event-stream");
-    std::lock_guard<std::mutex> lock(mutex_);
-    streaming_ = true;
+    for (std::string& chunk : pending_) exchange_->writeChunk(std::move(chunk));
+    pending_.clear();
+    if (closed_) exchange_->endStream();
   }
-  // The call holds itself through the callback until the client goes; a finished exchange drops it.
+  live_ = true;
+  // The exchange holds the call only weakly: a call that has answered is not kept alive by it.
   std::weak_ptr<CompletionCall> self = shared_from_this();
   exchange_->onClientGone([self] {
     if (std::shared_ptr<CompletionCall> call = self.lock()) call->cancelAll();
   });
+}
+
+void CompletionCall::send(std::string chunk) {
+  if (live_) {
+    exchange_->writeChunk(std::move(chunk));
+  } else {
+    pending_.push_back(std::move(chunk));
+  }
+}
+
+void CompletionCall::closeStream() {
+  if (live_) {
+    exchange_->endStream();
+  } else {
+    closed_ = true;
+  }
 }
 
 void CompletionCall::firstOutput() {
@@ -93,7 +114,7 @@ void CompletionCall::emit(Choice& choice, int64_t index, const std::string& text
   const bool withRole = settings_.endpoint == Endpoint::ChatCompletions && !choice.sentRole;
   choice.sentRole = true;
   firstOutput();
-  exchange_->writeChunk(sseEvent(chunkJson(identity_, settings_.endpoint, index, withRole, text, finish)));
+  send(sseEvent(chunkJson(identity_, settings_.endpoint, index, withRole, text, finish)));
 }
 
 void CompletionCall::onDraft(int64_t index, int64_t canvas, int64_t step, std::span<const int64_t> ids) {
@@ -102,7 +123,7 @@ void CompletionCall::onDraft(int64_t index, int64_t canvas, int64_t step, std::s
   std::lock_guard<std::mutex> lock(mutex_);
   if (choices_[index].stoppedByString) return;
   firstOutput();
-  exchange_->writeChunk(sseEvent(draftChunkJson(identity_, settings_.endpoint, index, canvas, step, text)));
+  send(sseEvent(draftChunkJson(identity_, settings_.endpoint, index, canvas, step, text)));
 }
 
 void CompletionCall::onCanvas(int64_t index, std::span<const int64_t> tokens) {
@@ -128,7 +149,7 @@ void CompletionCall::onEnd(int64_t index, const JobSummary& summary) {
   }
   if (summary.end == JobEnd::Cancelled && !choice.stoppedByString) {
     // The client went away (or the call could not be submitted whole): nothing more to send.
-    if (++ended_ == settings_.choices && streaming_) exchange_->endStream();
+    if (++ended_ == settings_.choices && settings_.stream) closeStream();
     return;
   }
   std::string finish = summary.end == JobEnd::Length ? "length" : "stop";
@@ -151,8 +172,8 @@ void CompletionCall::onEnd(int64_t index, const JobSummary& summary) {
     const ApiError error(500, "internal_error", "generation failed: " + error_);
     metrics_.request(endpointName(settings_.endpoint), 500);
     if (settings_.stream) {
-      exchange_->writeChunk(sseEvent(errorJson(error)));
-      exchange_->endStream();
+      send(sseEvent(errorJson(error)));
+      closeStream();
     } else {
       exchange_->respond({500, "application/json", errorJson(error), {}});
     }
@@ -160,9 +181,9 @@ void CompletionCall::onEnd(int64_t index, const JobSummary& summary) {
   }
   metrics_.request(endpointName(settings_.endpoint), 200);
   if (settings_.stream) {
-    if (settings_.includeUsage) exchange_->writeChunk(sseEvent(usageChunkJson(identity_, settings_.endpoint, usage)));
-    exchange_->writeChunk(sseDone());
-    exchange_->endStream();
+    if (settings_.includeUsage) send(sseEvent(usageChunkJson(identity_, settings_.endpoint, usage)));
+    send(sseDone());
+    closeStream();
     return;
   }
   std::vector<ChoiceResult> results;

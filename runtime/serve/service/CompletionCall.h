@@ -41,7 +41,8 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   // The handle of choice `index`'s job, once submitted: cancelled when a stop string ends the choice
   // or the client goes away.
   void setHandle(int64_t index, std::shared_ptr<JobHandle> handle);
-  // Starts the SSE response (stream calls) and cancels every job when the client goes away.
+  // Once every job is submitted: starts the SSE response (stream calls) with what the jobs reported
+  // so far, and cancels every job when the client goes away.
   void start();
   // Cancels every submitted job (the call could not be submitted whole).
   void cancelAll();
@@ -65,6 +66,9 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   // Emits `text` of choice `index` (a chunk when streaming); empty text sends nothing.
   void emit(Choice& choice, int64_t index, const std::string& text, const std::optional<std::string>& finish);
   void firstOutput();
+  // A stream's chunk, or its end: written once start() has run, held until then (mutex held).
+  void send(std::string chunk);
+  void closeStream();
 
   std::shared_ptr<Exchange> exchange_;
   const Tokenizer& tokenizer_;
@@ -78,7 +82,9 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   int64_t ended_ = 0;
   bool failed_ = false;
   bool sentFirst_ = false;
-  bool streaming_ = false;  // start() began the SSE response
+  bool live_ = false;    // start() has run
+  bool closed_ = false;  // the stream ended before start()
+  std::vector<std::string> pending_;
   std::string error_;
 };
 
