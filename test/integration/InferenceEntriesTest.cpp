@@ -328,9 +328,10 @@ TEST_P(InferenceEntries, WriteRowsLeaveTheOtherRowsCaches) {
       EXPECT_EQ(std::memcmp(bytes.data() + b * rowBytes, expected.data() + b * rowBytes, rowBytes), 0)
           << name << " row " << b << (b % 2 == 0 ? " (written)" : " (kept)");
     }
-    if (batch_ > 1)
+    if (batch_ > 1) {
       EXPECT_NE(std::memcmp(prefilled.at(name).data() + rowBytes, allCommitted.at(name).data() + rowBytes, rowBytes), 0)
           << name << ": the commit must change a row for the check to mean something";
+    }
   }
 }
 

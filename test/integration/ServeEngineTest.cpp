@@ -156,7 +156,9 @@ TEST_F(ServeEngineTest, AJobsTextIsItsSeedsWhateverRunsBesideIt) {
     EXPECT_GE(summaries[i].completionTokens, static_cast<int64_t>(expected.size())) << "job " << i;
     byEos += summaries[i].end == JobEnd::Eos;
     byLength += summaries[i].end == JobEnd::Length;
-    if (summaries[i].end == JobEnd::Length) EXPECT_EQ(summaries[i].completionTokens, all[i].maxTokens) << "job " << i;
+    if (summaries[i].end == JobEnd::Length) {
+      EXPECT_EQ(summaries[i].completionTokens, all[i].maxTokens) << "job " << i;
+    }
   }
   EXPECT_EQ(byEos + byLength, static_cast<int64_t>(all.size()));
   EXPECT_GT(byEos, 0) << "some job must end by EOS for the check to cover it";
