@@ -4,20 +4,16 @@
 Usage: tensorboard_reader_test.py FIXTURE_WRITER
 Runs the fixture writer (TensorBoardFixtureMain.cpp) into a temporary directory, loads it with
 TensorBoard's EventAccumulator and checks tags, steps and fp32 values, including the restart purge
-that the resumed writer's SessionLog START triggers. Exits 77 (ctest SKIP_RETURN_CODE) when the
-tensorboard package is not importable.
+that the resumed writer's SessionLog START triggers. Run by the venv's python (test/requirements.txt
+pins tensorboard); a missing package is a failure, not a skip.
 """
 import struct
 import subprocess
 import sys
 import tempfile
 
-try:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
-except ImportError as error:
-    print(f"SKIP: the tensorboard Python package is not importable ({error})")
-    sys.exit(77)
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 
 
 def f32(value):
