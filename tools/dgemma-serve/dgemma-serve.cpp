@@ -134,6 +134,7 @@ int serve(const ServeFlags& flags) {
             << serviceOptions.modelNames.front() << "\"\n";
   std::cerr << "dgemma-serve: listening on http://" << flags.host << ":" << server.boundPort() << std::endl;
   server.run();
+  service.finishPreparing();
   engine.stop();
   engineThread.join();
   std::cerr << "dgemma-serve: drained, exiting\n";

@@ -1,6 +1,7 @@
 #include "runtime/serve/service/OpenAiService.h"
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <random>
 
@@ -41,8 +42,31 @@ OpenAiService::OpenAiService(BatchEngine& engine, const Tokenizer& tokenizer, Se
       metrics_(metrics),
       formats_(tokenizer, engine.settings()),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                   .count()) {
+                   .count()),
+      preparation_(static_cast<size_t>(std::max<int64_t>(options_.preparationThreads, 1))) {
   if (options_.modelNames.empty()) throw InputError("the server needs at least one model name");
+}
+
+OpenAiService::~OpenAiService() { finishPreparing(); }
+
+void OpenAiService::finishPreparing() { preparation_.join(); }
+
+// Hands the request to the preparation pool, or refuses it with 503 when that many wait already.
+void OpenAiService::complete(const std::shared_ptr<Exchange>& exchange, Endpoint endpoint) {
+  if (preparing_.fetch_add(1) >= options_.maxPreparing) {
+    preparing_.fetch_sub(1);
+    const std::string retry = std::to_string(static_cast<int64_t>(std::max(1.0, options_.retryAfterSeconds)));
+    answerError(exchange, endpoint == Endpoint::ChatCompletions ? "chat_completions" : "completions", 503,
+                errorJson(ApiError(503, "service_unavailable_error",
+                                   "the server is full: " + std::to_string(options_.maxPreparing) +
+                                       " requests are being prepared; retry after " + retry + " s")),
+                {{"Retry-After", retry}});
+    return;
+  }
+  boost::asio::post(preparation_, [this, exchange, endpoint] {
+    prepareAndSubmit(exchange, endpoint);
+    preparing_.fetch_sub(1);
+  });
 }
 
 void OpenAiService::answerError(const std::shared_ptr<Exchange>& exchange, const std::string& route, int status,
@@ -84,7 +108,7 @@ void OpenAiService::handle(const std::shared_ptr<Exchange>& exchange) {
   complete(exchange, path == kChatPath ? Endpoint::ChatCompletions : Endpoint::Completions);
 }
 
-void OpenAiService::complete(const std::shared_ptr<Exchange>& exchange, Endpoint endpoint) {
+void OpenAiService::prepareAndSubmit(const std::shared_ptr<Exchange>& exchange, Endpoint endpoint) {
   const std::string route = endpoint == Endpoint::ChatCompletions ? "chat_completions" : "completions";
   std::shared_ptr<CompletionCall> call;
   try {
@@ -167,6 +191,10 @@ void OpenAiService::complete(const std::shared_ptr<Exchange>& exchange, Endpoint
   } catch (const InputError& error) {
     if (call) call->cancelAll();
     answerError(exchange, route, 400, errorJson(badRequest(error.what())));
+  } catch (const std::exception& error) {
+    // Off the io thread nothing else would catch it: a bug answers 500, the server goes on.
+    if (call) call->cancelAll();
+    answerError(exchange, route, 500, errorJson(ApiError(500, "server_error", error.what())));
   }
 }
 
