@@ -44,6 +44,12 @@ HostTensor entryOutput(const std::map<std::string, HostTensor>& outputs, const s
   return converted;
 }
 
+const EntryPoint& entryNamed(const Plan& plan, const std::string& name, const std::string& planPath) {
+  for (const EntryPoint& entry : plan.entryPoints)
+    if (entry.name == name) return entry;
+  throw InputError(planPath + ": no \"" + name + "\" entry point (compile the plan with dgemma-compile --mode infer)");
+}
+
 bool takesInput(const EntryPoint& entry, const std::string& name) {
   return std::any_of(entry.inputs.begin(), entry.inputs.end(),
                      [&](const NamedBuffer& input) { return input.name == name; });

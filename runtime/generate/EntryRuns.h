@@ -26,6 +26,10 @@ std::map<std::string, HostTensor> runEntryPoint(Session& session, const EntryPoi
 HostTensor entryOutput(const std::map<std::string, HostTensor>& outputs, const std::string& name, DType dtype,
                        int64_t elements, const EntryPoint& entry, const std::string& planPath);
 
+// The plan's first entry point named `name`; InputError naming the plan when it has none (an
+// inference plan has every generation entry: dgemma-compile --mode infer).
+const EntryPoint& entryNamed(const Plan& plan, const std::string& name, const std::string& planPath);
+
 // Whether `entry` takes input `name`.
 bool takesInput(const EntryPoint& entry, const std::string& name);
 

@@ -18,12 +18,6 @@ const char* finishReasonName(FinishReason reason) { return reason == FinishReaso
 
 namespace {
 
-const EntryPoint& entryNamed(const Plan& plan, const std::string& name, const std::string& planPath) {
-  for (const EntryPoint& entry : plan.entryPoints)
-    if (entry.name == name) return entry;
-  throw InputError(planPath + ": no \"" + name + "\" entry point (compile the plan with dgemma-compile --mode infer)");
-}
-
 // Adds the seconds from its construction to its end to `total`.
 class PhaseTimer {
  public:

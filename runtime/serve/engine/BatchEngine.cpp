@@ -67,12 +67,6 @@ struct BatchEngine::Slot {
 
 namespace {
 
-const EntryPoint& entryNamed(const Plan& plan, const std::string& name, const std::string& planPath) {
-  for (const EntryPoint& entry : plan.entryPoints)
-    if (entry.name == name) return entry;
-  throw InputError(planPath + ": no \"" + name + "\" entry point (compile the plan with dgemma-compile --mode infer)");
-}
-
 double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -581,7 +581,8 @@ TEST(HttpServer, DrainsOnSigterm) {
 // The real curl with -N (no output buffering) prints each chunk as it arrives: it has printed the
 // first event while the second is not yet written.
 TEST(HttpServer, CurlReceivesAStreamChunkByChunk) {
-  if (std::system("command -v curl > /dev/null 2>&1") != 0) GTEST_SKIP() << "curl is not installed";
+  ASSERT_EQ(std::system("command -v curl > /dev/null 2>&1"), 0)
+      << "curl is not installed (scripts/install-deps.sh installs it)";
   ExchangeMailbox mailbox;
   RunningServer running({}, holdOrEcho(mailbox));
   std::string command = "curl -sN --max-time 60 http://127.0.0.1:" + std::to_string(running.port()) + "/held/stream";
