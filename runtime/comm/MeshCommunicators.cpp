@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 
 #include "runtime/comm/GlooCommunicator.h"
 #include "runtime/comm/LocalAddress.h"
@@ -20,26 +21,53 @@ namespace dgemma {
 
 namespace {
 
-// The communicator of an axis group of several ranks: Gloo for the CPU backend's host memory, NCCL
-// for the CUDA backend's device memory (on the device the backend made current on this thread).
-std::unique_ptr<Communicator> connectAxisGroup(gloo::rendezvous::Store& store, const AxisGroup& group,
-                                               const Backend& backend, GlooOptions gloo) {
+GlooOptions axisGlooOptions(const AxisGroup& group, GlooOptions gloo) {
   gloo.prefix = group.key;
   gloo.label = "mesh axis '" + group.axis + "'";
   gloo.rank = group.position;
   gloo.size = static_cast<int64_t>(group.ranks.size());
-  if (backend.name() == "cpu") return createGlooCommunicator(store, gloo);
+  return gloo;
+}
+
 #ifdef DGEMMA_HAVE_NCCL
+NcclOptions axisNcclOptions(const AxisGroup& group, const GlooOptions& gloo) {
+  const GlooOptions axis = axisGlooOptions(group, gloo);
   NcclOptions nccl;
-  nccl.rank = gloo.rank;
-  nccl.size = gloo.size;
+  nccl.rank = axis.rank;
+  nccl.size = axis.size;
   nccl.key = "nccl-unique-id/" + group.key;
-  nccl.timeout = gloo.timeout;
-  nccl.label = gloo.label;
-  return createNcclCommunicator(store, nccl);
+  nccl.timeout = axis.timeout;
+  nccl.label = axis.label;
+  return nccl;
+}
+#endif
+
+// What the device communicators need of this rank alone (NCCL and a usable GPU), checked before the
+// first rendezvous: a rank that lacks them fails on its own, and its peers are not left with a
+// world group that it hung up on.
+void requireAxisCommunicators(const std::vector<AxisGroup>& groups, const Backend& backend, const GlooOptions& gloo) {
+  if (backend.name() == "cpu") return;
+  for (const AxisGroup& group : groups) {
+    if (group.ranks.size() == 1) continue;
+#ifdef DGEMMA_HAVE_NCCL
+    requireNcclDevice(axisNcclOptions(group, gloo));
 #else
-  throw RuntimeError("--backend " + backend.name() + ": a run of several ranks needs the NCCL communicator, and this "
-                     "dgemma was built without it (no nccl.h in the CUDA toolkit at configure time)");
+    (void)gloo;
+    throw RuntimeError("--backend " + backend.name() + ": a run of several ranks needs the NCCL communicator, and "
+                       "this dgemma was built without it (no nccl.h in the CUDA toolkit at configure time)");
+#endif
+  }
+}
+
+// The communicator of an axis group of several ranks: Gloo for the CPU backend's host memory, NCCL
+// for the CUDA backend's device memory (on the device the backend made current on this thread).
+std::unique_ptr<Communicator> connectAxisGroup(gloo::rendezvous::Store& store, const AxisGroup& group,
+                                               const Backend& backend, const GlooOptions& gloo) {
+  if (backend.name() == "cpu") return createGlooCommunicator(store, axisGlooOptions(group, gloo));
+#ifdef DGEMMA_HAVE_NCCL
+  return createNcclCommunicator(store, axisNcclOptions(group, gloo));
+#else
+  throw std::logic_error("connectAxisGroup: requireAxisCommunicators lets no device group through without NCCL");
 #endif
 }
 
@@ -52,6 +80,7 @@ MeshCommunicators connectGroups(gloo::rendezvous::Store& store, const std::vecto
   GlooOptions gloo;
   gloo.timeout = timeout;
   gloo.hostname = hostname;
+  requireAxisCommunicators(groups, backend, gloo);
   MeshCommunicators communicators;
   gloo.prefix = "world";
   gloo.label = "the world group";

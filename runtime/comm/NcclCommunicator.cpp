@@ -277,10 +277,9 @@ std::vector<char> exchangeNcclUniqueId(gloo::rendezvous::Store& store, const Ncc
   }
 }
 
-std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& store, const NcclOptions& options) {
+int requireNcclDevice(const NcclOptions& options) {
   const std::string what = checkRendezvous(options);
-  const NcclLibrary& nccl = ncclLibrary();
-
+  ncclLibrary();
   int device = options.device;
   cudaError_t status = device < 0 ? cudaGetDevice(&device) : cudaSetDevice(device);
   if (status == cudaSuccess) status = cudaFree(nullptr);  // creates the context: fails here on a bad device
@@ -288,6 +287,13 @@ std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& st
     cudaGetLastError();
     throw RuntimeError(what + ": --backend cuda with several ranks needs a usable CUDA device: " + cudaErrorText(status));
   }
+  return device;
+}
+
+std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& store, const NcclOptions& options) {
+  const std::string what = checkRendezvous(options);
+  const NcclLibrary& nccl = ncclLibrary();
+  const int device = requireNcclDevice(options);
 
   const std::vector<char> idBytes = exchangeNcclUniqueId(store, options);
   ncclUniqueId id{};

@@ -47,6 +47,13 @@ struct NcclOptions {
 // arrive in time or NCCL fails.
 std::unique_ptr<Communicator> createNcclCommunicator(gloo::rendezvous::Store& store, const NcclOptions& options);
 
+// What createNcclCommunicator needs of this rank alone, checked before it talks to any other rank:
+// NCCL loads and options.device (or the current device) is usable. Returns the device; throws the
+// RuntimeError naming `--backend cuda` that createNcclCommunicator would. A mesh checks this for
+// every group before its first rendezvous, so a rank without a GPU reports that, never a peer
+// that hung up on it.
+int requireNcclDevice(const NcclOptions& options);
+
 // The first half of createNcclCommunicator, which needs NCCL but no GPU: rank 0 creates NCCL's
 // unique id and writes it to `store` under options.key; the other ranks wait for it (at most
 // options.timeout). Returns the id's bytes, the same on every rank of the group. RuntimeError

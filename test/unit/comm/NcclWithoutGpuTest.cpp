@@ -171,7 +171,8 @@ TEST(NcclWithoutGpuTest, ConnectMeshPicksNcclForTheCudaBackendsAxes) {
         connectMesh({axis}, backend, rank, 2, rendezvous, "rank plan");
       });
   std::filesystem::remove_all(directory);
-  // The world group (Gloo, host memory) connects; the tp group needs NCCL on a device.
+  // The tp group needs NCCL on a device; each rank finds it has none before any rendezvous, so each
+  // names its own group, never a peer that left the world group's rendezvous early.
   for (int64_t rank = 0; rank < 2; ++rank) {
     EXPECT_NE(failures[rank].find("nccl rendezvous of mesh axis 'tp' (rank " + std::to_string(rank) + " of 2)"),
               std::string::npos)
