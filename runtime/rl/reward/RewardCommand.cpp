@@ -68,7 +68,7 @@ int millisecondsUntil(Clock::time_point deadline) {
 }
 
 // What one run of the command left: its wait status, everything it printed on stdout, and the
-// end of what it printed on stderr.
+// end of what it printed on stderr (between one and two times kStderrTailBytes of it).
 struct CommandResult {
   int status = 0;
   std::string output;
@@ -81,7 +81,9 @@ std::string stderrNote(const CommandResult& result) {
   std::string_view tail = result.errorTail;
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r' || tail.back() == ' ')) tail.remove_suffix(1);
   if (tail.empty()) return "";
-  return std::string(result.errorTailCut ? "; its stderr ends: ..." : "; its stderr: ") + std::string(tail);
+  const bool cut = result.errorTailCut || tail.size() > kStderrTailBytes;
+  if (tail.size() > kStderrTailBytes) tail = tail.substr(tail.size() - kStderrTailBytes);
+  return std::string(cut ? "; its stderr ends: ..." : "; its stderr: ") + std::string(tail);
 }
 
 // One run of `/bin/sh -c COMMAND` in a process group of its own, fed `input` on stdin while its
@@ -191,8 +193,8 @@ class CommandRun {
     throw RuntimeError(prefix_ + ": " + what + ": " + std::strerror(error));
   }
 
-  // Bytes of `bytes` the command took; closes stdin when it stopped reading (its exit, or the
-  // lines it printed, then say what went wrong).
+  // How many bytes of `bytes` the command took. When it has stopped reading, stdin is closed and
+  // its exit status and output decide the outcome.
   size_t send(std::string_view bytes) {
     const ssize_t sent =
         ::send(input_.get(), bytes.data(), std::min(bytes.size(), kChunkBytes), MSG_NOSIGNAL | MSG_DONTWAIT);
