@@ -37,6 +37,7 @@ struct ModelContract {
   std::string denoiseEntry;          // generation: one decoder pass over the canvas
   std::string firstDenoiseEntry;     // the first pass of a canvas, when it differs
   std::string commitEntry;           // generation: appends a finished canvas to the cache
+  std::string logpsEntry;            // a policy-loss plan: the log-probability estimate alone, no gradient
 
   // Bucket dimensions.
   std::string microBatchDimension;
@@ -53,6 +54,10 @@ struct ModelContract {
 
   // The training step's outputs besides the gradients.
   std::string loss, diffusionLoss, encoderLoss;
+
+  // A policy-loss plan's train_step inputs and outputs (docs/rl.md): the advantages, the old and the
+  // reference policy's estimates in; the estimate, the clipped rows and the KL term out.
+  std::string advantages, oldLogps, refLogps, logps, clipped, klTerm;
 
   // The generation entries' fields (docs/inference-plan.md).
   std::string positions, blockIds, cacheValid, frozen, writeRows, temperature, sampleKeys;

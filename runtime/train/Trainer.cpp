@@ -509,7 +509,8 @@ int Trainer::run() {
 
   const Clock::time_point start = Clock::now();
   int64_t tokensThisRun = 0, skippedSteps = 0;
-  while (step_ < options_.steps) {
+  bool outOfTime = false;
+  while (step_ < options_.steps && !outOfTime) {
     const Clock::time_point stepStart = Clock::now();
     const int64_t step = step_ + 1;
     StepGradients gradients = forwardBackward(step);
@@ -550,8 +551,11 @@ int Trainer::run() {
       progress.message("step " + std::to_string(step) + " skipped, no update: " + gradients.nonFinite);
     }
 
+    // Every rank ends at the same step: rank 0's clock decides.
+    outOfTime = options_.maxSeconds > 0 && world_.fromRankZero(secondsSince(start) >= options_.maxSeconds ? 1 : 0) == 1;
+    if (outOfTime) progress.message("--max-seconds " + formatFloat(options_.maxSeconds) + " reached at step " + std::to_string(step));
     // Every line of a step goes out before its checkpoint (MetricsWriter::resume relies on it).
-    const bool last = step == options_.steps;
+    const bool last = step == options_.steps || outOfTime;
     if (validation_ && (last || (options_.evalEvery > 0 && step % options_.evalEvery == 0)))
       evaluateAndRecord(*validation_, validationImages_, MetricsSplit::Validation, step, progress);
     if (test_ && last) evaluateAndRecord(*test_, testImages_, MetricsSplit::Test, step, progress);

@@ -75,6 +75,10 @@ PromptRows readPromptRows(const std::string& path, const Tokenizer& tokenizer, c
     prompt.where = path + ":" + std::to_string(row.line);
     prompt.completion = row.completion;
     prompt.hasCompletion = row.hasCompletion;
+    prompt.reference = row.reference;
+    for (const Message& message : row.messages)
+      for (const ContentPart& part : message.content)
+        if (part.kind == ContentPart::Text) prompt.text += (prompt.text.empty() ? "" : "\n") + part.text;
     if (std::optional<Unrunnable> problem = tokenizePrompt(row.messages, tokenizer, limits, prompt.where, prompt)) {
       if (!(problem->malformed ? skipMalformed : skipUnrunnable))
         throw InputError(problem->reason + " (--skip-bad-rows skips such rows)");

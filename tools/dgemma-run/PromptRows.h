@@ -21,6 +21,8 @@ struct PromptRow {
   std::vector<ProcessedImage> images;     // the prompt's images, processed, in order of appearance
   std::string completion;
   bool hasCompletion = false;
+  nlohmann::json reference;  // the row's "reference" (null when it has none): dgemma-run rl's verifier compares with it
+  std::string text;          // the messages' text parts, joined by newlines: what a verifier sees as the prompt
 };
 
 struct PromptRows {

@@ -32,6 +32,7 @@
 #include "tools/common/FlagRanges.h"
 #include "tools/dgemma-run/EvalCommand.h"
 #include "tools/dgemma-run/ExportCommand.h"
+#include "tools/dgemma-run/RlCommand.h"
 #include "tools/dgemma-run/GenerateCommand.h"
 #include "tools/dgemma-run/RunDefaults.h"
 
@@ -415,6 +416,8 @@ int main(int argc, char** argv) {
   train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
   train->add_option("--steps", trainFlags.steps, "optimizer steps of the whole run (default: the plan's preset)")
       ->check(dgemma::integerIn(1, kMaxSteps));
+  train->add_option("--max-seconds", trainFlags.maxSeconds, "stop and save after the step that reaches this wall-clock budget")
+      ->check(dgemma::numberIn(0, kMaxTimeoutSeconds));
   train->add_option("--accumulation", trainFlags.accumulation, "micro-batches per optimizer step (global batch = micro-batch x N)")
       ->check(dgemma::integerIn(1, kMaxAccumulation));
   train->add_option("--lr", trainFlags.lr, "peak learning rate")->check(dgemma::numberIn(0, kMaxLearningRate));
@@ -450,6 +453,56 @@ int main(int argc, char** argv) {
                     "on: a group torchrun restarted continues from the newest complete checkpoint in --save-dir")
       ->check(CLI::IsMember({"on", "off"}));
   addRankFlags(*train, rankFlags);
+
+  dgemma::tool::RlFlags rlFlags;
+  dgemma::RlOptions& rl = rlFlags.options;
+  CLI::App* rlCommand = app.add_subcommand("rl", "improve a policy from prompts and a verifier (on-policy GRPO, docs/rl.md)");
+  addPlanFlags(*rlCommand, rl.session);
+  rlCommand->add_option("--rollout-plan", rl.rolloutPlan, "inference plan of the same model (dgemma-compile --mode infer)")
+      ->required();
+  rlCommand->add_option("--weights", rl.session.weights, "HF or dgemma checkpoint directory: the policy's start and the KL reference")
+      ->required();
+  rlCommand->add_option("--tokenizer", rlFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
+  rlCommand->add_option("--prompts", rl.prompts, "JSONL rows (docs/data.md) with a \"reference\" for the verifier")->required();
+  rlCommand->add_option("--reward", rlFlags.reward, "built-in verifier: exact | numeric | regex")
+      ->check(CLI::IsMember({"exact", "numeric", "regex"}));
+  rlCommand->add_option("--reward-command", rlFlags.rewardCommand,
+                        "verifier process (sh -c): JSON lines {prompt, completion, reference} in, {reward} out");
+  rlCommand->add_option("--reward-timeout", rlFlags.rewardTimeoutSeconds, "seconds one --reward-command call may take")
+      ->check(dgemma::numberIn(0, kMaxTimeoutSeconds, false));
+  rlCommand->add_option("--steps", rl.steps, "RL steps (each: rollouts, rewards, --inner-updates updates)")
+      ->required()
+      ->check(dgemma::integerIn(1, kMaxSteps));
+  rlCommand->add_option("--max-seconds", rl.maxSeconds, "stop and save after the step that reaches this wall-clock budget")
+      ->check(dgemma::numberIn(0, kMaxTimeoutSeconds));
+  rlCommand->add_option("--group-size", rl.groupSize, "rollouts per prompt (G)")->check(dgemma::integerIn(2, 1 << 16));
+  rlCommand->add_option("--prompts-per-step", rl.promptsPerStep, "prompts per step, all ranks together")
+      ->check(dgemma::integerIn(1, 1 << 20));
+  rlCommand->add_option("--inner-updates", rl.innerUpdates, "optimizer updates per batch of rollouts (mu)")
+      ->check(dgemma::integerIn(1, 1024));
+  rlCommand->add_option("--diffusion-samples", rl.diffusionSamples, "diffusion times per completion block in the estimate")
+      ->check(dgemma::integerIn(1, 1024));
+  rlCommand->add_option("--max-new-tokens", rl.maxNewTokens, "new tokens per rollout, in whole canvases (default: the plan's)")
+      ->check(dgemma::integerIn(1, kMaxLength));
+  rlCommand->add_option("--denoising-steps", rl.denoisingSteps, "decoder passes per canvas at most (default: the plan's)")
+      ->check(dgemma::integerIn(1, int64_t{1} << 24));
+  rlCommand->add_option("--pass-threshold", rl.passThreshold, "a rollout passes when its reward is at least this");
+  rlCommand->add_option("--seed", rl.session.seed, "seed of the prompt order, the rollouts and the estimate's noise")
+      ->check(dgemma::anyUnsigned64());
+  rlCommand->add_option("--lr", rl.lr, "peak learning rate")->check(dgemma::numberIn(0, kMaxLearningRate));
+  rlCommand->add_option("--min-lr", rl.minLr, "learning rate at the end of the decay")->check(dgemma::numberIn(0, kMaxLearningRate));
+  rlCommand->add_option("--warmup", rl.warmupSteps, "linear warmup updates from 0")->check(dgemma::integerIn(0, kMaxSteps));
+  rlCommand->add_option("--lr-decay-style", rl.decayStyle, "constant | cosine | linear (over steps x inner updates)")
+      ->check(CLI::IsMember({"cosine", "linear", "constant"}));
+  rlCommand->add_option("--save-dir", rl.saveDir, "checkpoint directory (a checkpoint at the end, and every --save-every)");
+  rlCommand->add_option("--save-every", rl.saveEvery, "steps between checkpoints (0: only at the end)")
+      ->check(dgemma::integerIn(0, kMaxSteps));
+  rlCommand->add_option("--keep", rl.keep, "keep the newest K checkpoints (0: all)")->check(dgemma::integerIn(0, kMaxKeep));
+  rlCommand->add_flag("--resume", rl.resume, "continue from the newest checkpoint in --save-dir");
+  rlCommand->add_option("--metrics", rl.metrics, "JSON Lines metrics file");
+  rlCommand->add_option("--tensorboard", rl.tensorboard, "TensorBoard log directory");
+  rlCommand->add_flag("--skip-bad-rows", rlFlags.skipBadRows, "skip, count and list bad prompt rows instead of failing");
+  addRankFlags(*rlCommand, rankFlags);
 
   dgemma::tool::GenerateFlags generateFlags;
   dgemma::tool::EvalFlags evalFlags;
@@ -543,8 +596,8 @@ int main(int argc, char** argv) {
   dgemma::threadProductsOnPool();
   // The plan-running commands run as one rank of several: started here (--nproc-per-node), or by
   // dgemma-run, torchrun, Slurm or mpirun, whose environment names the rank.
-  const bool runsPlan = train->parsed() || forward->parsed() || grad->parsed();
-  SessionOptions& session = train->parsed() ? trainFlags.session : flags.session;
+  const bool runsPlan = train->parsed() || rlCommand->parsed() || forward->parsed() || grad->parsed();
+  SessionOptions& session = train->parsed() ? trainFlags.session : rlCommand->parsed() ? rl.session : flags.session;
   dgemma::RankEnvironment environment;
   std::optional<int> launched;
   exitCode = dgemma::runReportingErrors("dgemma-run", [&]() -> int {
@@ -552,6 +605,7 @@ int main(int argc, char** argv) {
     environment = dgemma::detectRankEnvironment(dgemma::processEnvironment());
     launched = launchLocalRanksIfAsked(rankFlags, environment, session.planDir, argc, argv);
     applyRankEnvironment(environment, rankFlags, session);
+    if (rlCommand->parsed()) rlFlags.runIdentity = runIdentity(environment);
     if (train->parsed()) {
       trainFlags.runIdentity = runIdentity(environment);
       applyElasticResume(environment, elasticResume, trainFlags);
@@ -573,6 +627,7 @@ int main(int argc, char** argv) {
       try {
         if (forward->parsed()) return runForward(flags);
         if (grad->parsed()) return runGrad(flags);
+        if (rlCommand->parsed()) return dgemma::tool::runRl(rlFlags, loadPlan(rl.session));
         dgemma::Plan plan = loadPlan(trainFlags.session);
         dgemma::tool::applyPlanRunDefaults(*train, plan, dgemma::planFileForRank(trainFlags.session.planDir, trainFlags.session.rank));
         return dgemma::runTrain(trainFlags, std::move(plan));

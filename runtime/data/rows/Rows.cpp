@@ -97,6 +97,7 @@ class RowParser {
                    "completion), got \"assistant\"");
     }
 
+    if (auto reference = doc.find("reference"); reference != doc.end()) row.reference = *reference;
     auto completion = doc.find("completion");
     if (completion == doc.end() && !requireCompletion_) return row;
     if (completion == doc.end()) return error("completion", std::string("expected a string, got ") + kMissing);

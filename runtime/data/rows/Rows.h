@@ -18,6 +18,8 @@
 #include <optional>
 #include <string>
 #include <variant>
+
+#include <nlohmann/json.hpp>
 #include <vector>
 
 namespace dgemma {
@@ -42,6 +44,9 @@ struct Row {
   std::vector<Message> messages;
   std::string completion;  // may be empty (the target is then just EOS)
   bool hasCompletion = false;  // false only when the reader did not require one
+  // The row's "reference", any JSON value (null when absent): what a verifier compares a generated
+  // completion with (dgemma-run rl, docs/rl.md). Training and generation ignore it.
+  nlohmann::json reference;
 };
 
 struct RowError {

@@ -31,6 +31,7 @@ ModelContract diffusionGemmaContract() {
   contract.denoiseEntry = names::kDenoiseEntry;
   contract.firstDenoiseEntry = names::kDenoiseFirstEntry;
   contract.commitEntry = names::kCommitEntry;
+  contract.logpsEntry = "logps";
   contract.microBatchDimension = names::kMicroBatchDimension;
   contract.promptLengthDimension = names::kPromptLengthDimension;
   contract.canvasLengthDimension = names::kCanvasLengthDimension;
@@ -45,6 +46,12 @@ ModelContract diffusionGemmaContract() {
   contract.loss = names::kLoss;
   contract.diffusionLoss = names::kDiffusionLoss;
   contract.encoderLoss = names::kEncoderLoss;
+  contract.advantages = "advantages";
+  contract.oldLogps = "old_logps";
+  contract.refLogps = "ref_logps";
+  contract.logps = "logps";
+  contract.clipped = "clipped";
+  contract.klTerm = "kl";
   contract.positions = names::kPositions;
   contract.blockIds = names::kBlockIds;
   contract.cacheValid = names::kCacheValid;
