@@ -631,6 +631,15 @@ int train(const TrainOptions& options, Session& session, const TrainPlan& trainP
   return trainer.run();
 }
 
+// A policy-loss plan's train_step needs advantages that only `dgemma-run rl` has (docs/rl.md).
+void refusePolicyLossPlan(const Plan& plan, const std::string& planPath) {
+  const ModelContract& names = modelAdapterFor(plan.modelFamily).contract();
+  for (const EntryPoint& entry : plan.entryPoints)
+    if (entry.name == names.trainStepEntry && !names.advantages.empty() &&
+        std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const NamedBuffer& input) { return input.name == names.advantages; }))
+      throw InputError("--plan: " + planPath + ": a policy-loss plan (dgemma-compile --policy-loss); train it with dgemma-run rl");
+}
+
 // Rank 0 claims --save-dir for the run's life, before any work (SaveDirectoryClaim.h).
 std::unique_ptr<SaveDirectoryClaim> claimSaveDirectory(const TrainOptions& options, int64_t rank) {
   if (options.saveDir.empty() || rank != 0) return nullptr;
@@ -647,6 +656,7 @@ std::unique_ptr<SaveDirectoryClaim> claimSaveDirectory(const TrainOptions& optio
 int runTrain(const TrainOptions& options, Plan plan) {
   checkOptions(options);
   const std::unique_ptr<SaveDirectoryClaim> claim = claimSaveDirectory(options, plan.rank);
+  refusePolicyLossPlan(plan, options.session.planDir);
   const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
   // The data is checked before the weights load, which can take long for a large model.
   TrainSplits splits = loadSplits(options, trainPlan, plan.rank);
@@ -657,6 +667,7 @@ int runTrain(const TrainOptions& options, Plan plan) {
 int runTrain(const TrainOptions& options, Session& session) {
   checkOptions(options);
   const std::unique_ptr<SaveDirectoryClaim> claim = claimSaveDirectory(options, session.plan.rank);
+  refusePolicyLossPlan(session.plan, session.planPath);
   const TrainPlan trainPlan = readTrainPlan(session.plan, session.planPath);
   TrainSplits splits = loadSplits(options, trainPlan, session.plan.rank);
   return train(options, session, trainPlan, std::move(splits));
