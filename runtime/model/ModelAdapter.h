@@ -32,6 +32,8 @@ struct ModelContract {
   std::string trainStepEntry;        // the training step: loss and gradients
   std::string imageTrainStepEntry;   // its image twin
   std::string corruptEntry;          // draws a training batch's corruption
+  std::string logpsEntry;            // GRPO: the policy's per-example log-probabilities, no gradient
+  std::string imageLogpsEntry;       // its image twin
   std::string prefillEntry;          // generation: encodes the prompt into the cache
   std::string imagePrefillEntry;     // its image twin
   std::string denoiseEntry;          // generation: one decoder pass over the canvas
@@ -53,6 +55,10 @@ struct ModelContract {
 
   // The training step's outputs besides the gradients.
   std::string loss, diffusionLoss, encoderLoss;
+
+  // The GRPO training step's inputs and outputs besides the SFT ones (docs/rl.md); logps is also
+  // the logps entry's output.
+  std::string advantages, oldLogps, refLogps, logps, clipped, klTerm;
 
   // The generation entries' fields (docs/inference-plan.md).
   std::string positions, blockIds, cacheValid, frozen, writeRows, temperature, sampleKeys;

@@ -26,6 +26,8 @@ ModelContract diffusionGemmaContract() {
   contract.trainStepEntry = names::kTrainStepEntry;
   contract.imageTrainStepEntry = names::kTrainStepImagesEntry;
   contract.corruptEntry = names::kCorruptEntry;
+  contract.logpsEntry = names::kLogpsEntry;
+  contract.imageLogpsEntry = names::kLogpsImagesEntry;
   contract.prefillEntry = names::kPrefillEntry;
   contract.imagePrefillEntry = names::kPrefillImagesEntry;
   contract.denoiseEntry = names::kDenoiseEntry;
@@ -45,6 +47,12 @@ ModelContract diffusionGemmaContract() {
   contract.loss = names::kLoss;
   contract.diffusionLoss = names::kDiffusionLoss;
   contract.encoderLoss = names::kEncoderLoss;
+  contract.advantages = names::kAdvantages;
+  contract.oldLogps = names::kOldLogps;
+  contract.refLogps = names::kRefLogps;
+  contract.logps = names::kLogps;
+  contract.clipped = names::kClipped;
+  contract.klTerm = names::kKlTerm;
   contract.positions = names::kPositions;
   contract.blockIds = names::kBlockIds;
   contract.cacheValid = names::kCacheValid;
