@@ -30,6 +30,7 @@ flip a branch); advantages have both signs. The float32 inputs are what the refe
 
 Usage (from anywhere):
     python3 tools/reference/make_grpo_fixtures.py                 # (re)write all fixtures
+    python3 tools/reference/make_grpo_fixtures.py --check         # regenerate in a temp dir, compare bytes
     python3 tools/reference/make_grpo_fixtures.py --only all_experts [--out-dir DIR] [--quiet]
 """
 
@@ -37,9 +38,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import filecmp
 import json
 import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -202,11 +206,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help="fixture root, relative to the repo root")
     ap.add_argument("--only", action="append", choices=MODELS, help="model(s) to build (default: all)")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="regenerate into a temporary directory and compare byte-for-byte with --out-dir (writes nothing)",
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     mtf.mdg.set_determinism()
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     out_dir = args.out_dir if args.out_dir.is_absolute() else mtf.REPO_ROOT / args.out_dir
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in args.only or MODELS:
+                write_model(name, Path(tmp), log)
+            same = True
+            for name in args.only or MODELS:
+                produced, existing = Path(tmp) / name, out_dir / name
+                files = sorted(os.listdir(produced))
+                same &= existing.is_dir() and files == sorted(os.listdir(existing))
+                same &= all(filecmp.cmp(produced / f, existing / f, shallow=False) for f in files if (existing / f).exists())
+        print("check: all fixture files bit-identical" if same else "check: FIXTURES DIFFER")
+        return 0 if same else 1
     for name in args.only or MODELS:
         log(f"building {name}")
         write_model(name, out_dir, log)

@@ -33,8 +33,8 @@ class ObjectiveBuilder {
   void buildStep(int64_t promptLength, int64_t imagesPerExample, StepOutputs outputs);
   // w(t) of the reweighted variants: 1 / max(1 − t, 1e-12), clipped if configured.
   Value exampleWeight(Value diffusionTime);
-  // The GRPO loss over logps [B] (docs/rl.md, "The GRPO loss"): declares its inputs and writes
-  // every output but the router aux term's share of the loss, which it returns without.
+  // The GRPO loss over logps [B] (docs/rl.md, "The GRPO loss"): declares its inputs, writes the
+  // logps, clipped and kl outputs, and returns the loss before the router aux term.
   Value policyLoss(Value logps);
   // The counter streams of one example's key (Builder.h).
   static constexpr int64_t kTimeStream = 0, kSelectionStream = 1, kReplacementStream = 2, kSelfConditioningStream = 3;
