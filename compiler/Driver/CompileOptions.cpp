@@ -99,6 +99,26 @@ std::optional<mlir::dg::LoraOptions> loraOptions(const CompileOptions& options) 
   return lora;
 }
 
+double encoderLossWeight(const CompileOptions& options) {
+  if (options.policyLoss != "grpo") return options.encoderLossWeight.value_or(1.0);
+  if (options.encoderLossWeight.value_or(0.0) != 0) {
+    std::ostringstream weight;
+    weight << *options.encoderLossWeight;
+    throw InputError("--encoder-loss-weight " + weight.str() +
+                     ": --policy-loss grpo takes no encoder loss (it trains on the completions as targets, which is "
+                     "SFT, not RL; docs/rl.md); drop the flag or give 0");
+  }
+  return 0.0;
+}
+
+std::pair<double, double> policyLossSettings(const CompileOptions& options) {
+  if (options.policyLoss != "grpo")
+    for (const auto& [flag, value] :
+         {std::pair{"--clip-epsilon", options.clipEpsilon}, std::pair{"--kl-coeff", options.klCoeff}})
+      if (value) throw InputError(std::string(flag) + ": only with --policy-loss grpo (docs/rl.md)");
+  return {options.clipEpsilon.value_or(0.2), options.klCoeff.value_or(0.0)};
+}
+
 bool isMultiRank(const CompileOptions& options) {
   return options.tp != 1 || options.ep != 1 || options.dp != 1 || options.sequenceParallel;
 }

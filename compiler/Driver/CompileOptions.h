@@ -36,11 +36,15 @@ struct CompileOptions {
   std::string preset;
   std::string objective = "base-sft";
   double selfCondProb = 0.5;  // docs/training.md, "Self-conditioning": dgemma's default training config (the MB recipe)
-  double encoderLossWeight = 1.0;
+  std::optional<double> encoderLossWeight;  // unset: encoderLossWeight(options) chooses
   double decoderLossWeight = 1.0;
   std::optional<double> weightClip;
   double auxLossCoeff = 0.0;
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
+  // --policy-loss none | grpo, and GRPO's --clip-epsilon and --kl-coeff (docs/rl.md); unset:
+  // policyLossSettings chooses.
+  std::string policyLoss = "none";
+  std::optional<double> clipEpsilon, klCoeff;
   OptimizerSettings adam;
   int64_t microBatch = 2;
   int64_t imagesPerExample = 0;  // --images-per-example: 0 = a text-only plan (docs/cli.md)
@@ -89,6 +93,13 @@ void rejectUnbuiltFeatures(const CompileOptions& options);
 // --lora's adapters (rank, alpha; ALPHA defaults to RANK), targets and dropout; nullopt without --lora.
 // Throws InputError naming the flag when the text is malformed or out of range.
 std::optional<mlir::dg::LoraOptions> loraOptions(const CompileOptions& options);
+// The encoder loss weight: --encoder-loss-weight, else 1 for SFT and 0 for --policy-loss grpo.
+// Throws InputError for a nonzero weight with grpo (the encoder loss trains on completions as
+// targets: SFT, not RL; docs/rl.md).
+double encoderLossWeight(const CompileOptions& options);
+// GRPO's clip epsilon and KL coefficient (defaults 0.2 and 0); throws InputError when either flag
+// is given without --policy-loss grpo.
+std::pair<double, double> policyLossSettings(const CompileOptions& options);
 // The config.json --model names (an HF checkpoint directory or the file itself).
 std::filesystem::path diffusionGemmaConfigPath(const CompileOptions& options);
 

@@ -73,7 +73,7 @@ CostPrediction searchLayout(CompileOptions& options) {
   request.shape.canvasLength = config.canvasLength;
   request.shape.bf16 = options.precision == "bf16";
   request.shape.selfConditioning = options.selfCondProb > 0;
-  request.shape.encoderLoss = options.encoderLossWeight > 0;
+  request.shape.encoderLoss = encoderLossWeight(options) > 0;
   request.shape.routerAuxLoss = options.auxLossCoeff > 0;
   request.shape.distributedOptimizer = options.distributedOptimizer;
   // A policy is built when the compiler takes it as an explicit --recompute.

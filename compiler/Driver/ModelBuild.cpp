@@ -33,12 +33,18 @@ mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileOptions& option
   if (!(options.noiseMin <= options.noiseMax))
     throw InputError("--noise-min/--noise-max: expected 0 <= noise_min <= noise_max <= 1");
   objective.selfConditioningProb = options.selfCondProb;
-  objective.encoderLossWeight = options.encoderLossWeight;
+  objective.encoderLossWeight = encoderLossWeight(options);
   objective.decoderLossWeight = options.decoderLossWeight;
   objective.routerAuxLossCoeff = options.auxLossCoeff;
   objective.weightClip = options.weightClip;
   objective.noiseMin = options.noiseMin;
   objective.noiseMax = options.noiseMax;
+  const auto [clipEpsilon, klCoeff] = policyLossSettings(options);
+  if (options.policyLoss == "grpo") {
+    objective.policyLoss = mlir::dg::DiffusionGemmaObjective::PolicyLoss::Grpo;
+    objective.clipEpsilon = clipEpsilon;
+    objective.klCoeff = klCoeff;
+  }
   const bool reweighted = objective.variant == mlir::dg::DiffusionGemmaObjective::Variant::ReweightedCe ||
                           objective.variant == mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
   if (reweighted && !objective.weightClip)
@@ -49,14 +55,22 @@ mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileOptions& option
 }
 
 nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& objective) {
-  return {{"variant", mlir::dg::objectiveVariantName(objective.variant)},
-          {"weight_clip", objective.weightClip ? nlohmann::json(*objective.weightClip) : nlohmann::json(nullptr)},
-          {"self_conditioning_prob", objective.selfConditioningProb},
-          {"decoder_loss_weight", objective.decoderLossWeight},
-          {"encoder_loss_weight", objective.encoderLossWeight},
-          {"router_aux_loss_coeff", objective.routerAuxLossCoeff},
-          {"noise_min", objective.noiseMin},
-          {"noise_max", objective.noiseMax}};
+  nlohmann::json metadata = {
+      {"variant", mlir::dg::objectiveVariantName(objective.variant)},
+      {"weight_clip", objective.weightClip ? nlohmann::json(*objective.weightClip) : nlohmann::json(nullptr)},
+      {"self_conditioning_prob", objective.selfConditioningProb},
+      {"decoder_loss_weight", objective.decoderLossWeight},
+      {"encoder_loss_weight", objective.encoderLossWeight},
+      {"router_aux_loss_coeff", objective.routerAuxLossCoeff},
+      {"noise_min", objective.noiseMin},
+      {"noise_max", objective.noiseMax}};
+  // An SFT plan's metadata stays as it was before GRPO existed.
+  if (objective.policyLoss == mlir::dg::DiffusionGemmaObjective::PolicyLoss::Grpo) {
+    metadata["policy_loss"] = "grpo";
+    metadata["clip_epsilon"] = objective.clipEpsilon;
+    metadata["kl_coeff"] = objective.klCoeff;
+  }
+  return metadata;
 }
 
 // The generation settings of an inference plan (docs/inference-plan.md): the model's

@@ -28,15 +28,16 @@ int64_t bucketSize(func::FuncOp function, StringRef dimension) {
   return size ? size.getInt() : 0;
 }
 
-// The entry points one optimizer step of one micro-batch runs: every entry except the train_step
-// and forward buckets but the largest (by prompt length).
+// The entry points one optimizer step of one micro-batch runs: every entry except the train_step,
+// logps (a GRPO plan's) and forward buckets but the largest (by prompt length).
 SmallVector<func::FuncOp> stepEntries(ModuleOp module) {
   SmallVector<func::FuncOp> entries;
   std::map<std::string, func::FuncOp> largestBucket;
   for (auto function : module.getOps<func::FuncOp>()) {
     std::string name = entryName(function);
     if (name.empty()) continue;
-    if (name != ::dgemma::diffusion_gemma::kTrainStepEntry && name != ::dgemma::diffusion_gemma::kForwardEntry) {
+    namespace names = ::dgemma::diffusion_gemma;
+    if (name != names::kTrainStepEntry && name != names::kLogpsEntry && name != names::kForwardEntry) {
       entries.push_back(function);
       continue;
     }

@@ -32,12 +32,13 @@ struct ModelContract {
   std::string trainStepEntry;        // the training step: loss and gradients
   std::string imageTrainStepEntry;   // its image twin
   std::string corruptEntry;          // draws a training batch's corruption
+  std::string logpsEntry;            // GRPO: the policy's per-example log-probabilities, no gradient
+  std::string imageLogpsEntry;       // its image twin
   std::string prefillEntry;          // generation: encodes the prompt into the cache
   std::string imagePrefillEntry;     // its image twin
   std::string denoiseEntry;          // generation: one decoder pass over the canvas
   std::string firstDenoiseEntry;     // the first pass of a canvas, when it differs
   std::string commitEntry;           // generation: appends a finished canvas to the cache
-  std::string logpsEntry;            // a policy-loss plan: the log-probability estimate alone, no gradient
 
   // Bucket dimensions.
   std::string microBatchDimension;
@@ -55,8 +56,8 @@ struct ModelContract {
   // The training step's outputs besides the gradients.
   std::string loss, diffusionLoss, encoderLoss;
 
-  // A policy-loss plan's train_step inputs and outputs (docs/rl.md): the advantages, the old and the
-  // reference policy's estimates in; the estimate, the clipped rows and the KL term out.
+  // The GRPO training step's inputs and outputs besides the SFT ones (docs/rl.md); logps is also
+  // the logps entry's output.
   std::string advantages, oldLogps, refLogps, logps, clipped, klTerm;
 
   // The generation entries' fields (docs/inference-plan.md).

@@ -42,13 +42,23 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce"}));
   app.add_option("--self-cond-prob", options.selfCondProb, "self-conditioning probability")
       ->check(dgemma::numberIn(0, 1));
-  app.add_option("--encoder-loss-weight", options.encoderLossWeight, "clean-target encoder loss weight")
+  app.add_option("--encoder-loss-weight", options.encoderLossWeight,
+                 "clean-target encoder loss weight (default 1; 0 and nothing else with --policy-loss grpo)")
       ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
   app.add_option("--weight-clip", options.weightClip, "clip of the reweighted objectives' weight (default: none)")
       ->check(dgemma::numberIn(0, dgemma::kMaxWeight, false));
   app.add_option("--decoder-loss-weight", options.decoderLossWeight, "denoising decoder loss weight")
       ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
   app.add_option("--aux-loss-coeff", options.auxLossCoeff, "router load-balancing loss coefficient")
+      ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
+  app.add_option(
+         "--policy-loss", options.policyLoss,
+         "none (default: the SFT objective) | grpo (the clipped GRPO policy loss and a logps entry; docs/rl.md)")
+      ->check(CLI::IsMember({"none", "grpo"}));
+  app.add_option("--clip-epsilon", options.clipEpsilon, "grpo: the ratio's clip range [1 - E, 1 + E] (default 0.2)")
+      ->check(dgemma::numberIn(0, 1, false, false));
+  app.add_option("--kl-coeff", options.klCoeff,
+                 "grpo: the k3 KL penalty's coefficient against ref_logps (default 0: none)")
       ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
   app.add_option("--noise-min", options.noiseMin, "lower end of the diffusion time t")->check(dgemma::numberIn(0, 1));
   app.add_option("--noise-max", options.noiseMax, "upper end of the diffusion time t")->check(dgemma::numberIn(0, 1));

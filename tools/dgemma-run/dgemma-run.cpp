@@ -311,8 +311,8 @@ void addCorruption(Session& session, std::map<std::string, HostTensor>& batch, c
   addDrawnCorruption(session, batch, flags.session.seed, dgemma::NoisePhase::Train, flags.step, samples, flags.input);
 }
 
-// Writes the loss as shape [1], the objective's parts, and each gradient under its parameter's
-// checkpoint name. A plan with an optimizer sums the gradients into its device buffers (zero in a
+// Writes the loss as shape [1], the objective's parts, the step's other outputs (a GRPO step's
+// per-example logps, clipped and kl) and each gradient under its parameter's checkpoint name. A plan with an optimizer sums the gradients into its device buffers (zero in a
 // fresh session), so after one train_step they hold this batch's; a plan without one outputs them.
 int runGrad(const ExecutionFlags& flags) {
   std::unique_ptr<Session> session = openSession(flags.session);
@@ -325,8 +325,8 @@ int runGrad(const ExecutionFlags& flags) {
   for (auto& [name, tensor] : outputs) {
     if (name.rfind(gradientPrefix, 0) == 0) {
       written[name.substr(gradientPrefix.size())] = tensor;
-    } else if (tensor.numElements() == 1) {  // the loss and its parts
-      tensor.shape = {1};
+    } else {  // the loss and its parts as [1]; per-example outputs (a GRPO step's, docs/rl.md) as they are
+      if (tensor.shape.empty()) tensor.shape = {1};
       written[name] = tensor;
     }
   }

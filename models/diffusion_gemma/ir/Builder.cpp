@@ -146,20 +146,28 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
     const std::vector<std::pair<StringRef, int64_t>> bucket{{kMicroBatchDimension, options.microBatch},
                                                             {kPromptLengthDimension, promptLength},
                                                             {kCanvasLengthDimension, config.canvasLength}};
-    auto body = [&, promptLength](int64_t imagesPerExample) {
-      return [&, promptLength, imagesPerExample] {
+    auto body = [&, promptLength](int64_t imagesPerExample, bool logpsOnly) {
+      return [&, promptLength, imagesPerExample, logpsOnly] {
         GraphBuilder graph(builder, config, options.microBatch, options.precision);
         TextStack text(graph);
-        ObjectiveBuilder(graph, text, options.objective).buildTrainStep(promptLength, imagesPerExample);
+        ObjectiveBuilder objective(graph, text, options.objective);
+        if (logpsOnly) objective.buildLogps(promptLength, imagesPerExample);
+        else objective.buildTrainStep(promptLength, imagesPerExample);
       };
     };
-    addEntryFunction(builder, *module, std::string(kTrainStepEntry) + "_p" + std::to_string(promptLength),
-                     kTrainStepEntry, bucket, body(0));
-    if (options.imagesPerExample > 0)
-      addEntryFunction(builder, *module, std::string(kTrainStepImagesEntry) + "_p" + std::to_string(promptLength),
-                       kTrainStepImagesEntry,
-                       diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
-                       body(options.imagesPerExample));
+    // A GRPO plan adds the estimate alone (docs/rl.md): "logps" beside each "train_step".
+    const bool grpo = options.objective.policyLoss == DiffusionGemmaObjective::PolicyLoss::Grpo;
+    for (bool logpsOnly : {false, true}) {
+      if (logpsOnly && !grpo) continue;
+      const std::string entry = logpsOnly ? kLogpsEntry : kTrainStepEntry;
+      const std::string imageEntry = logpsOnly ? kLogpsImagesEntry : kTrainStepImagesEntry;
+      addEntryFunction(builder, *module, entry + "_p" + std::to_string(promptLength), entry, bucket,
+                       body(0, logpsOnly));
+      if (options.imagesPerExample > 0)
+        addEntryFunction(builder, *module, imageEntry + "_p" + std::to_string(promptLength), imageEntry,
+                         diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
+                         body(options.imagesPerExample, logpsOnly));
+    }
   }
   return module;
 }

@@ -72,6 +72,12 @@ struct DiffusionGemmaObjective {
   double encoderLossWeight = 1.0;        // > 0 builds the clean-target encoder pass
   double routerAuxLossCoeff = 0.0;       // > 0 adds the switch load-balancing loss of every pass-2 MoE call
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
+  // Grpo (docs/rl.md): train_step is the clipped policy-gradient loss over the estimate above, and
+  // a "logps" entry gives the estimate alone.
+  enum class PolicyLoss { None, Grpo };
+  PolicyLoss policyLoss = PolicyLoss::None;
+  double clipEpsilon = 0.2;  // the ratio's clip range [1 - ε, 1 + ε]
+  double klCoeff = 0.0;  // β > 0 adds the k3 KL penalty against ref_logps
 };
 
 // Parses an objective name (docs/training.md, "The four objectives"; "loo-reweighted-ce" is an alias); nullopt if unknown.
@@ -98,7 +104,12 @@ struct DiffusionGemmaTrainOptions {
 //                (or a parity test's injected values);
 //       outputs  loss [] f32 = (dec_w Σ_b ℓ_b + enc_w enc_loss B) / B (+ aux), diffusion_loss = Σ_b ℓ_b / B,
 //                encoder_loss (when enc_w > 0); after dg-autodiff also grad/<parameter name>.
-//   "train_step_images" (bucket: those plus images_per_example, image_patches): the image inputs
+//       With the GRPO policy loss (docs/rl.md): inputs also advantages, old_logps and (β > 0)
+//       ref_logps [B] f32; outputs loss [] (the clipped surrogate, + aux), logps, clipped and
+//       (β > 0) kl [B] f32.
+//   "logps" (a GRPO plan's; bucket and inputs those of train_step without the GRPO ones): outputs
+//       logps [B] f32 only, so nothing differentiates it.
+//   "train_step_images" and "logps_images" (bucket: those plus images_per_example, image_patches): the image inputs
 //       too. The vision tower runs once; its features feed the K/V pass and the clean encoder pass
 //       (whose canvas part has no image token), so the vision parameters get both passes' gradient.
 OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,

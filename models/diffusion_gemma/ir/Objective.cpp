@@ -28,8 +28,16 @@ Value ObjectiveBuilder::uniform(Value keys, int64_t stream, ArrayRef<int64_t> sh
   return b_.create<RandomUniformOp>(g_.loc(name), g_.f32Type(shape), keys, b_.getI64IntegerAttr(stream));
 }
 
-// The "train_step" entry (Builder.h; docs/training.md, "The objective").
 void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExample) {
+  buildStep(promptLength, imagesPerExample, StepOutputs::Objective);
+}
+
+void ObjectiveBuilder::buildLogps(int64_t promptLength, int64_t imagesPerExample) {
+  buildStep(promptLength, imagesPerExample, StepOutputs::LogpsOnly);
+}
+
+// The "train_step" and "logps" entries (Builder.h; docs/training.md, "The objective"; docs/rl.md).
+void ObjectiveBuilder::buildStep(int64_t promptLength, int64_t imagesPerExample, StepOutputs outputs) {
   using Variant = DiffusionGemmaObjective::Variant;
   Value inputIds = g_.input(kInputIds, {batch_, promptLength}, b_.getI64Type());
   Value attentionMask = g_.input(kAttentionMask, {batch_, promptLength}, b_.getI64Type());
@@ -39,7 +47,8 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
   Value diffusionTime = g_.input(kDiffusionTime, {batch_}, f32_);
   Value selfConditioningMask = g_.input(kSelfConditioningMask, {batch_}, f32_);
   std::vector<Value> auxTerms;
-  std::vector<Value>* pass2AuxTerms = objective_.routerAuxLossCoeff > 0 ? &auxTerms : nullptr;
+  const bool withLoss = outputs == StepOutputs::Objective;
+  std::vector<Value>* pass2AuxTerms = withLoss && objective_.routerAuxLossCoeff > 0 ? &auxTerms : nullptr;
   text_.recordLoadBalancingLosses(pass2AuxTerms);
 
   // With images the vision tower runs once: its features enter the K/V pass and the clean pass.
@@ -135,21 +144,27 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
   }
   Value tokenLoss = crossEntropy(logits, canvasIds, leaveOneOut ? noisyIds : Value(), bonus, "decoder.ce", /*capped=*/false);
   Value maskedSum = g_.reduceSum(g_.mul(tokenLoss, canvasMask, "decoder.ce.masked"), {1}, "decoder.ce.sum");
-  Value tokenCount = g_.maximum(g_.reduceSum(canvasMask, {1}, "decoder.tokens"), g_.scalar(1.0, "decoder.tokens.min"),
-                                "decoder.tokens.clamped");
-  Value perExample = g_.div(maskedSum, tokenCount, "decoder.example_loss");
-  if (reweighted) {
-    // w = −α'/α = 1 / max(1 − t, 1e-12), no 1/K factor ("The four objectives").
-    Value keep = g_.maximum(g_.sub(g_.scalar(1.0, "weight.one"), diffusionTime, "weight.alpha"), g_.scalar(1e-12, "weight.clamp"),
-                            "weight.alpha.clamped");
-    Value weight = g_.div(g_.scalar(1.0, "weight.one"), keep, "weight");
-    if (objective_.weightClip) weight = g_.minimum(weight, g_.scalar(*objective_.weightClip, "weight.clip"), "weight.clipped");
-    perExample = g_.mul(perExample, weight, "decoder.example_loss.weighted");
+  Value loss;
+  if (!withLoss || objective_.policyLoss == DiffusionGemmaObjective::PolicyLoss::Grpo) {
+    // docs/rl.md, "The log-probability estimate": logps_b = −w(t_b) Σ_l M CE = −ℓ_b max(Σ_l M, 1).
+    Value weighted = reweighted ? g_.mul(maskedSum, exampleWeight(diffusionTime), "policy.weighted") : maskedSum;
+    Value logps = b_.create<NegOp>(g_.loc(kLogps), weighted);
+    if (!withLoss) {
+      g_.output(kLogps, logps);
+      return;
+    }
+    loss = policyLoss(logps);
+  } else {
+    Value tokenCount = g_.maximum(g_.reduceSum(canvasMask, {1}, "decoder.tokens"), g_.scalar(1.0, "decoder.tokens.min"),
+                                  "decoder.tokens.clamped");
+    Value perExample = g_.div(maskedSum, tokenCount, "decoder.example_loss");
+    if (reweighted) perExample = g_.mul(perExample, exampleWeight(diffusionTime), "decoder.example_loss.weighted");
+    const double examples = static_cast<double>(batch_);
+    Value diffusionLoss =
+        g_.div(g_.reduceSum(perExample, {0}, "decoder.sum"), g_.scalar(examples, "batch"), "diffusion_loss");
+    g_.output(kDiffusionLoss, diffusionLoss);
+    loss = g_.mul(diffusionLoss, g_.scalar(objective_.decoderLossWeight, "decoder.weight"), "decoder.weighted");
   }
-  const double examples = static_cast<double>(batch_);
-  Value diffusionLoss = g_.div(g_.reduceSum(perExample, {0}, "decoder.sum"), g_.scalar(examples, "batch"), "diffusion_loss");
-  g_.output(kDiffusionLoss, diffusionLoss);
-  Value loss = g_.mul(diffusionLoss, g_.scalar(objective_.decoderLossWeight, "decoder.weight"), "decoder.weighted");
 
   // The encoder loss: position j of the clean pass predicts token j + 1, scored only where that token
   // is a real target. Only the L scored positions reach the head.
@@ -172,6 +187,54 @@ void ObjectiveBuilder::buildTrainStep(int64_t promptLength, int64_t imagesPerExa
   }
   text_.recordLoadBalancingLosses(nullptr);
   g_.output(kLoss, loss);
+}
+
+// w = −α'/α = 1 / max(1 − t, 1e-12), no 1/K factor (docs/training.md, "The four objectives").
+Value ObjectiveBuilder::exampleWeight(Value diffusionTime) {
+  Value keep = g_.maximum(g_.sub(g_.scalar(1.0, "weight.one"), diffusionTime, "weight.alpha"),
+                          g_.scalar(1e-12, "weight.clamp"), "weight.alpha.clamped");
+  Value weight = g_.div(g_.scalar(1.0, "weight.one"), keep, "weight");
+  if (objective_.weightClip)
+    weight = g_.minimum(weight, g_.scalar(*objective_.weightClip, "weight.clip"), "weight.clipped");
+  return weight;
+}
+
+// docs/rl.md, "The GRPO loss": −(1/B) Σ_b (min(r A, clamp(r, 1 − ε, 1 + ε) A) − β k3(ref, logps)).
+// dg-autodiff has no rule for minimum and maximum, so the surrogate is written as the branch
+// that min picks: the clipped branch, whose value is a constant in the policy, enters through a
+// stop_gradient and is chosen by a 0/1 mask that carries no gradient.
+Value ObjectiveBuilder::policyLoss(Value logps) {
+  Value advantages = g_.input(kAdvantages, {batch_}, f32_);
+  Value oldLogps = g_.input(kOldLogps, {batch_}, f32_);
+  Value refLogps = objective_.klCoeff > 0 ? g_.input(kRefLogps, {batch_}, f32_) : Value();
+  g_.output(kLogps, logps);
+
+  Value ratio = b_.create<ExpOp>(g_.loc("grpo.ratio"), g_.sub(logps, oldLogps, "grpo.log_ratio"));
+  Value clampedRatio =
+      g_.minimum(g_.maximum(b_.create<StopGradientOp>(g_.loc("grpo.ratio.detach"), ratio),
+                            g_.scalar(1.0 - objective_.clipEpsilon, "grpo.ratio.low"), "grpo.ratio.floor"),
+                 g_.scalar(1.0 + objective_.clipEpsilon, "grpo.ratio.high"), "grpo.ratio.clamped");
+  Value unclipped = g_.mul(ratio, advantages, "grpo.surrogate.unclipped");
+  Value clippedBranch = g_.mul(clampedRatio, advantages, "grpo.surrogate.clipped");
+  // 1 where the clipped branch is the strictly smaller one, so that min takes it.
+  Value clipped =
+      g_.castTo(g_.compare(clippedBranch, unclipped, ComparePredicate::Lt, "grpo.clipped.branch"), f32_, kClipped);
+  g_.output(kClipped, clipped);
+  Value unclippedShare = g_.sub(g_.scalar(1.0, "grpo.one"), clipped, "grpo.unclipped.mask");
+  Value surrogate = g_.add(g_.mul(unclipped, unclippedShare, "grpo.surrogate.unclipped.taken"),
+                           g_.mul(clippedBranch, clipped, "grpo.surrogate.clipped.taken"), "grpo.surrogate");
+  Value objective = surrogate;
+  if (refLogps) {
+    // k3 = e^d − d − 1 with d = ref − logps: non-negative, zero where the policies agree.
+    Value logRatio = g_.sub(refLogps, logps, "grpo.kl.log_ratio");
+    Value kl = g_.sub(g_.sub(b_.create<ExpOp>(g_.loc("grpo.kl.ratio"), logRatio), logRatio, "grpo.kl.shifted"),
+                      g_.scalar(1.0, "grpo.one"), kKlTerm);
+    g_.output(kKlTerm, kl);
+    objective = g_.sub(surrogate, g_.mul(kl, g_.scalar(objective_.klCoeff, "grpo.kl.coeff"), "grpo.kl.weighted"),
+                       "grpo.objective");
+  }
+  return g_.div(g_.reduceSum(objective, {0}, "grpo.sum"), g_.scalar(-static_cast<double>(batch_), "grpo.batch"),
+                "grpo.loss");
 }
 
 // The "corrupt" entry (Builder.h; docs/training.md, "Uniform-state corruption", "Self-conditioning", "Noise keys").

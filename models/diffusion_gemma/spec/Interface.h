@@ -15,6 +15,9 @@ inline constexpr const char* kForwardImagesEntry = "forward_images";
 inline constexpr const char* kCorruptEntry = "corrupt";
 inline constexpr const char* kTrainStepEntry = "train_step";
 inline constexpr const char* kTrainStepImagesEntry = "train_step_images";
+// A GRPO plan's (docs/rl.md): the policy's log-probability estimate of a batch, no loss, no gradient.
+inline constexpr const char* kLogpsEntry = "logps";
+inline constexpr const char* kLogpsImagesEntry = "logps_images";
 inline constexpr const char* kPrefillEntry = "prefill";
 inline constexpr const char* kPrefillImagesEntry = "prefill_images";
 inline constexpr const char* kDenoiseEntry = "denoise";
@@ -55,6 +58,15 @@ inline constexpr const char* kSelfConditioningLogits = "self_conditioning_logits
 inline constexpr const char* kLoss = "loss";
 inline constexpr const char* kDiffusionLoss = "diffusion_loss";
 inline constexpr const char* kEncoderLoss = "encoder_loss";
+
+// A GRPO plan's train_step inputs and outputs besides the SFT ones, and the logps entry's output
+// (docs/rl.md): [B] f32 each.
+inline constexpr const char* kAdvantages = "advantages";
+inline constexpr const char* kOldLogps = "old_logps";
+inline constexpr const char* kRefLogps = "ref_logps";
+inline constexpr const char* kLogps = "logps";
+inline constexpr const char* kClipped = "clipped";
+inline constexpr const char* kKlTerm = "kl";
 
 // forward's outputs (docs/model.md).
 inline constexpr const char* kLogits = "logits";
