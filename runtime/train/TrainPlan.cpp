@@ -122,7 +122,9 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
       throw InputError(planPath + ": entry " + entry->key() + ": its " + names.microBatchDimension + " and " +
                        names.canvasLengthDimension + " differ from " + names.corruptEntry + "'s " + corrupt->key());
     trainPlan.promptLengths.push_back(bucketSize(*entry, names.promptLengthDimension, planPath));
-    if (!hasName(entry->outputs, names.loss) || !hasName(entry->outputs, names.diffusionLoss))
+    // A policy loss (docs/rl.md) has no diffusion loss of its own; an SFT step reports both.
+    const bool policyLoss = !names.advantages.empty() && hasName(entry->inputs, names.advantages);
+    if (!hasName(entry->outputs, names.loss) || (!policyLoss && !hasName(entry->outputs, names.diffusionLoss)))
       throw InputError(planPath + ": entry " + entry->key() + ": expected the outputs " + names.loss + " and " +
                        names.diffusionLoss);
   }
