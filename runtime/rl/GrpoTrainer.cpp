@@ -539,7 +539,6 @@ int GrpoTrainer::run() {
         if (!std::isfinite(loss)) throw RuntimeError(batch.where + ": the policy loss is " + formatFloat(loss));
         lossSum += loss;
         const std::vector<double> rowsClipped = outputValues(outputs, names_.clipped, names_.trainStepEntry);
-        if (getenv("DBG")) { auto lp = outputValues(outputs, names_.logps, names_.trainStepEntry); for (size_t r=0;r<lp.size();++r) fprintf(stderr, "u%ld r%zu logps %.9g old %.9g diff %.3g\n", (long)update, r, lp[r], batch.oldLogps[r], lp[r]-batch.oldLogps[r]); }
         const std::vector<double> rowsKl =
             usesReference_ ? outputValues(outputs, names_.klTerm, names_.trainStepEntry) : std::vector<double>();
         for (int64_t row = 0; row < batch.rows; ++row) {

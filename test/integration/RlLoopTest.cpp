@@ -99,7 +99,7 @@ class RlLoopTest : public ::testing::Test {
   static std::string rl(const std::string& flags, const std::string& plan = data("grpo")) {
     return std::string(DGEMMA_RUN) + " rl --plan " + plan + " --rollout-plan " + data("infer") + " --weights " +
            data("start") + "/step-00000001 --tokenizer " + DGEMMA_SOURCE_DIR + "/data/tokenizer --prompts " +
-           data("prompts.jsonl") + " --seed 5 --group-size 4 --prompts-per-step 2 --lr 1e-3 " + flags;
+           data("prompts.jsonl") + " --seed 5 --group-size 4 --prompts-per-step 2 " + flags;
   }
   static std::string numeric(const std::string& flags, const std::string& plan = data("grpo")) {
     return rl("--reward numeric " + flags, plan);
@@ -115,7 +115,7 @@ class RlLoopTest : public ::testing::Test {
 std::string* RlLoopTest::root_ = nullptr;
 
 TEST_F(RlLoopTest, ARerunReproducesEveryStep) {
-  const std::string flags = "--steps 3 --inner-updates 2 --diffusion-samples 2 --tensorboard " + (dir / "tb") + " --metrics ";
+  const std::string flags = "--lr 1e-3 --steps 3 --inner-updates 2 --diffusion-samples 2 --tensorboard " + (dir / "tb") + " --metrics ";
   ToolResult first = runTool(byLength(flags + (dir / "first.jsonl")));
   ASSERT_EQ(first.exitCode, 0) << first.output;
   ToolResult second = runTool(byLength(flags + (dir / "second.jsonl")));
@@ -139,7 +139,7 @@ TEST_F(RlLoopTest, ARerunReproducesEveryStep) {
 }
 
 TEST_F(RlLoopTest, ResumeAfterKillNineContinuesTheUninterruptedRun) {
-  const std::string common = "--steps 5 --save-every 1 --inner-updates 2";
+  const std::string common = "--lr 1e-3 --steps 5 --save-every 1 --inner-updates 2";
   ToolResult whole = runTool(byLength(common + " --metrics " + (dir / "whole.jsonl") + " --save-dir " + (dir / "whole")));
   ASSERT_EQ(whole.exitCode, 0) << whole.output;
 
