@@ -586,7 +586,7 @@ int GrpoTrainer::run() {
     line.extra = {{"reward_mean", mean},
                   {"reward_std", rewardStd},
                   {"pass_rate", passRate},
-                  {"kl", usesReference_ && realRows > 0 ? klSum / realRows : 0.0},
+                  {"kl_mean", usesReference_ && realRows > 0 ? klSum / realRows : 0.0},
                   {"clip_fraction", realRows > 0 ? clipped / realRows : 0.0},
                   {"accepted_entropy", acceptedTokens > 0 ? entropySum / acceptedTokens : 0.0},
                   {"completion_tokens_mean", completionTokens / static_cast<double>(rewards.size())},
@@ -600,7 +600,7 @@ int GrpoTrainer::run() {
       tensorboard_->addScalar("rl/reward_std", step, static_cast<float>(rewardStd));
       tensorboard_->addScalar("rl/pass_rate", step, static_cast<float>(passRate));
       tensorboard_->addScalar("rl/clip_fraction", step, static_cast<float>(realRows > 0 ? clipped / realRows : 0.0));
-      if (usesReference_) tensorboard_->addScalar("rl/kl", step, static_cast<float>(realRows > 0 ? klSum / realRows : 0.0));
+      if (usesReference_) tensorboard_->addScalar("rl/kl_mean", step, static_cast<float>(realRows > 0 ? klSum / realRows : 0.0));
       tensorboard_->addScalar("rl/lr", step, static_cast<float>(lr));
       tensorboard_->addScalar("rl/grad_norm", step, gradNorm);
     }

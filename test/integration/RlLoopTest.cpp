@@ -123,7 +123,7 @@ TEST_F(RlLoopTest, ARerunReproducesEveryStep) {
   const std::vector<nlohmann::json> lines = metricsLines(dir / "first.jsonl");
   ASSERT_EQ(lines.size(), 3u);
   for (const nlohmann::json& line : lines) {
-    for (const char* field : {"reward_mean", "reward_std", "pass_rate", "kl", "clip_fraction", "rollout_seconds", "update_seconds"})
+    for (const char* field : {"reward_mean", "reward_std", "pass_rate", "kl_mean", "clip_fraction", "rollout_seconds", "update_seconds"})
       EXPECT_TRUE(line.contains(field)) << field << " missing: " << line.dump();
     EXPECT_TRUE(std::isfinite(line.at("loss").get<double>())) << line.dump();
     // 2 prompts x 4 members, one block each, 2 diffusion times.
@@ -133,7 +133,7 @@ TEST_F(RlLoopTest, ARerunReproducesEveryStep) {
   // of its updates, positive at the second, once the first has moved the weights.
   EXPECT_GT(lines[0].at("reward_std").get<double>(), 0.0) << lines[0].dump();
   EXPECT_GT(lines[0].at("grad_norm").get<double>(), 0.0) << lines[0].dump();
-  EXPECT_GT(lines[0].at("kl").get<double>(), 0.0) << lines[0].dump();
+  EXPECT_GT(lines[0].at("kl_mean").get<double>(), 0.0) << lines[0].dump();
   EXPECT_EQ(withoutTimes(lines), withoutTimes(metricsLines(dir / "second.jsonl")));
   EXPECT_TRUE(std::filesystem::is_directory(dir / "tb"));
 }
@@ -191,7 +191,7 @@ TEST_F(RlLoopTest, TwoDataParallelRanksEqualOne) {
     for (size_t i = 0; i < a.size(); ++i) {
       for (const char* field : {"reward_mean", "reward_std", "pass_rate", "tokens", "examples"})
         EXPECT_EQ(a[i].at(field), b[i].at(field)) << name << ": " << field << " at step " << i + 1;
-      for (const char* field : {"loss", "kl", "grad_norm"}) {
+      for (const char* field : {"loss", "kl_mean", "grad_norm"}) {
         const double x = a[i].at(field).get<double>(), y = b[i].at(field).get<double>();
         EXPECT_LE(std::abs(x - y), tolerance * std::max(1.0, std::abs(x)))
             << name << ": " << field << " at step " << i + 1 << ": " << x << " vs " << y;

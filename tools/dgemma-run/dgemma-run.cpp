@@ -486,7 +486,8 @@ int main(int argc, char** argv) {
       ->check(dgemma::integerIn(1, kMaxLength));
   rlCommand->add_option("--denoising-steps", rl.denoisingSteps, "decoder passes per canvas at most (default: the plan's)")
       ->check(dgemma::integerIn(1, int64_t{1} << 24));
-  rlCommand->add_option("--pass-threshold", rl.passThreshold, "a rollout passes when its reward is at least this");
+  rlCommand->add_option("--pass-threshold", rl.passThreshold, "a rollout passes when its reward is at least this")
+      ->check(dgemma::numberIn(-1e30, 1e30));
   rlCommand->add_option("--seed", rl.session.seed, "seed of the prompt order, the rollouts and the estimate's noise")
       ->check(dgemma::anyUnsigned64());
   rlCommand->add_option("--lr", rl.lr, "peak learning rate")->check(dgemma::numberIn(0, kMaxLearningRate));

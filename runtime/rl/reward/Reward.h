@@ -1,4 +1,4 @@
-// Verifiable rewards for reinforcement learning (docs/rl-rewards.md, "Rewards"): one reward per
+// Verifiable rewards for reinforcement learning (docs/rl.md, "Rewards"): one reward per
 // completion, from a builtin rule (exact, numeric, regex) applied to the completion and the prompt
 // row's reference, or from a scoring command (runtime/rl/reward/RewardCommand.h).
 #pragma once

@@ -1,4 +1,4 @@
-// A scoring command as the reward function (docs/rl-rewards.md, "Rewards"): one process per
+// A scoring command as the reward function (docs/rl.md, "Rewards"): one process per
 // score() call reads one JSON line per item on stdin and prints one JSON line per item, each an
 // object with a finite number "reward".
 #pragma once

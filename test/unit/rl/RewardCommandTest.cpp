@@ -1,4 +1,4 @@
-// Scoring commands (docs/rl-rewards.md, "Rewards"): a python3 scorer of exact match, a batch large
+// Scoring commands (docs/rl.md, "Rewards"): a python3 scorer of exact match, a batch large
 // enough to deadlock a writer that does not read at the same time, and every way a command fails:
 // its exit code, a hang past the timeout, garbage, too few or too many lines, a reward that is not
 // a finite number, a command that does not exist.

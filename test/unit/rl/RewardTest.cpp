@@ -1,4 +1,4 @@
-// The builtin rewards (docs/rl-rewards.md, "Rewards"): exact, numeric and regex on edge cases, and
+// The builtin rewards (docs/rl.md, "Rewards"): exact, numeric and regex on edge cases, and
 // the references checkReference turns away.
 #include <gtest/gtest.h>
 
