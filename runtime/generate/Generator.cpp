@@ -55,6 +55,10 @@ Generator::Generator(Session& session, const GeneratorOptions& options) : sessio
   if (options.maxDenoisingSteps < 0 || static_cast<uint64_t>(options.maxDenoisingSteps) > (uint64_t{1} << 24))
     throw InputError("max_denoising_steps: expected 1 to 2^24, got " + std::to_string(options.maxDenoisingSteps));
   if (options.maxDenoisingSteps > 0) settings_.maxDenoisingSteps = options.maxDenoisingSteps;
+  if (!(options.temperatureScale > 0 && options.temperatureScale <= 1e6))
+    throw InputError("temperature: expected a scale in (0, 1e6], got " + std::to_string(options.temperatureScale));
+  settings_.tMin *= options.temperatureScale;
+  settings_.tMax *= options.temperatureScale;
   if (settings_.maxDenoisingSteps < 1 || settings_.canvasLength < 1)
     throw InputError(planPath + ": generation: expected max_denoising_steps and canvas_length >= 1");
   const ModelContract& names = session_.model->contract();

@@ -42,6 +42,9 @@ struct GenerationResult {
 struct GeneratorOptions {
   int64_t maxNewTokens = 0;       // 0: the plan's; at most the plan's (the cache is sized for it)
   int64_t maxDenoisingSteps = 0;  // 0: the plan's max_denoising_steps
+  // Multiplies the temperature schedule's t_min and t_max (docs/generation.md, "The algorithm"):
+  // above 1 a flatter, more exploring sampler (dgemma-run rl --temperature), below 1 a sharper one.
+  double temperatureScale = 1.0;
 };
 
 // Wall-clock seconds of a generation's host phases, summed over every generate() call: the entry

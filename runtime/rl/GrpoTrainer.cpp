@@ -227,6 +227,7 @@ void GrpoTrainer::openRollouts() {
   GeneratorOptions generation;
   generation.maxNewTokens = options_.maxNewTokens;
   generation.maxDenoisingSteps = options_.denoisingSteps;
+  generation.temperatureScale = options_.temperature;
   generator_ = std::make_unique<Generator>(*rolloutSession_, generation);
   if (generator_->vocabSize() != trainPlan_.vocabSize)
     throw InputError("--rollout-plan: " + options_.rolloutPlan + ": a vocabulary of " + std::to_string(generator_->vocabSize()) +
@@ -275,6 +276,7 @@ nlohmann::json GrpoTrainer::runConfig() const {
             {"diffusion_samples", options_.diffusionSamples},
             {"max_new_tokens", generator_->settings().maxNewTokens},
             {"denoising_steps", generator_->settings().maxDenoisingSteps},
+            {"temperature", options_.temperature},
             {"prompts", prompts_.size()},
             {"reward", options_.rewardName},
             {"lr_schedule", schedule_.toJson()}}},
@@ -455,8 +457,15 @@ void GrpoTrainer::save(int64_t step) {
   CheckpointSaveOptions saveOptions;
   saveOptions.keep = options_.keep;
   saveOptions.wholeGroups = {"model"};
-  if (world_.rank() == 0 && !policy_.plan.adapter)
+  // As a training run's: an adapter plan's checkpoint is the family's adapter directory, a full
+  // one a model directory (docs/training.md, "Checkpoints").
+  if (policy_.plan.adapter) {
+    std::vector<std::pair<std::string, std::string>> files =
+        adapterCheckpointFiles(policy_, world_, trainPlan_.modelParameters, options_.session.weights);
+    if (world_.rank() == 0) saveOptions.extraFiles = std::move(files);
+  } else if (world_.rank() == 0) {
     saveOptions.extraFiles = policy_.model->checkpointSideFiles(policy_.plan, tokenizer_.directory());
+  }
   const CheckpointSaveResult saved = saveShardedCheckpoint(world_, *policy_.executor, options_.saveDir, state, groups, saveOptions);
   out_ << "saved checkpoint " << saved.directory << "\n";
 }

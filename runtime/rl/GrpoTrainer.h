@@ -40,6 +40,7 @@ struct RlOptions {
   int64_t diffusionSamples = 1; // diffusion times per completion block in the estimate
   int64_t maxNewTokens = 0;     // 0: the rollout plan's
   int64_t denoisingSteps = 0;   // 0: the rollout plan's max_denoising_steps
+  double temperature = 1.0;     // scales the sampler's temperature schedule for the rollouts
   double passThreshold = 1.0;   // a rollout passes when its reward is at least this
   double lr = 1e-5;
   double minLr = 0.0;

@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <exception>
+#include <algorithm>
 #include <map>
 
+#include "runtime/session/GlobalTensors.h"
 #include "runtime/train/CheckpointListing.h"
 #include "support/Error.h"
 
@@ -131,6 +133,28 @@ void restoreParameters(const CheckpointReader& checkpoint, const std::string& gr
     const Parameter& parameter = parameterNamed(executor.plan(), name);
     executor.setParameter(name, checkpoint.readBox(group, name, parameter.globalShape, boxOf(parameter)));
   }
+}
+
+std::vector<std::pair<std::string, std::string>> adapterCheckpointFiles(Session& session, WorldGroup& world,
+                                                                       const std::vector<std::string>& adapters,
+                                                                       const std::string& baseWeights) {
+  const Plan& plan = session.executor->plan();
+  if (session.worldSize > 1 && !session.world)
+    throw RuntimeError("checkpoint: an adapter plan on " + std::to_string(session.worldSize) +
+                       " ranks needs the session's world communicator to assemble its adapters");
+  std::map<std::string, HostTensor> whole;
+  for (const std::string& name : adapters) {
+    const auto parameter = std::find_if(plan.parameters.begin(), plan.parameters.end(),
+                                        [&](const Parameter& candidate) { return candidate.name == name; });
+    HostTensor local = session.executor->parameter(name);
+    HostTensor global = session.worldSize > 1
+                            ? assembleGlobal(*session.world, local, {parameter->shardOffset, parameter->shardShape},
+                                             parameter->globalShape, "adapter " + name)
+                            : std::move(local);
+    if (world.rank() == 0) whole.emplace(name, std::move(global));
+  }
+  if (world.rank() != 0) return {};
+  return session.model->adapterFiles(plan, whole, baseWeights);
 }
 
 }  // namespace dgemma

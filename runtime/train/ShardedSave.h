@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/exec/Executor.h"
+#include "runtime/session/Session.h"
 #include "runtime/train/CheckpointReader.h"
 #include "runtime/train/CheckpointWriter.h"
 #include "runtime/train/WorldGroup.h"
@@ -35,5 +36,12 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
 // assembled from whatever layout saved it (CheckpointReader::readBox). Throws InputError as readBox does.
 void restoreParameters(const CheckpointReader& checkpoint, const std::string& group,
                        const std::vector<std::string>& names, Executor& executor);
+
+// The adapter directory's files (the family's PEFT format) of an adapter plan's current adapters
+// `adapters`, on rank 0 (empty on the others): each assembled whole from the ranks' boxes, a
+// collective every rank joins. `baseWeights` is the --weights base they adapt.
+std::vector<std::pair<std::string, std::string>> adapterCheckpointFiles(Session& session, WorldGroup& world,
+                                                                       const std::vector<std::string>& adapters,
+                                                                       const std::string& baseWeights);
 
 }  // namespace dgemma

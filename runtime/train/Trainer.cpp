@@ -114,7 +114,6 @@ class Trainer {
  private:
   static LrScheduleConfig scheduleConfig(const TrainOptions& options);
   static nlohmann::json trainingIdentity(const TrainOptions& options, const Plan& plan, const TrainPlan& trainPlan);
-  std::vector<std::pair<std::string, std::string>> adapterCheckpointFiles();
   int64_t globalBatch() const { return trainPlan_.microBatch * options_.accumulation; }
   nlohmann::json runConfig() const;
   void printSetup() const;
@@ -456,34 +455,13 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   // An adapter plan's checkpoint is the family's adapter directory instead (docs/training.md, "LoRA
   // adapters"): its model group holds the adapters alone, the base stays where --weights is.
   if (plan.adapter) {
-    std::vector<std::pair<std::string, std::string>> files = adapterCheckpointFiles();
+    std::vector<std::pair<std::string, std::string>> files =
+        adapterCheckpointFiles(session_, world_, trainPlan_.modelParameters, options_.session.weights);
     if (world_.rank() == 0) options.extraFiles = std::move(files);
   } else if (world_.rank() == 0) {
     options.extraFiles = model.checkpointSideFiles(plan, checkpointTokenizerDir());
   }
   return saveShardedCheckpoint(world_, *session_.executor, options_.saveDir, state, groups, options);
-}
-
-// The adapter directory's files of the current adapters, on rank 0 (empty on the others): each
-// adapter assembled whole from the ranks' boxes, a collective every rank joins.
-std::vector<std::pair<std::string, std::string>> Trainer::adapterCheckpointFiles() {
-  const Plan& plan = session_.executor->plan();
-  if (session_.worldSize > 1 && !session_.world)
-    throw RuntimeError("checkpoint: an adapter plan on " + std::to_string(session_.worldSize) +
-                       " ranks needs the session's world communicator to assemble its adapters");
-  std::map<std::string, HostTensor> adapters;
-  for (const std::string& name : trainPlan_.modelParameters) {
-    const auto parameter = std::find_if(plan.parameters.begin(), plan.parameters.end(),
-                                        [&](const Parameter& candidate) { return candidate.name == name; });
-    HostTensor local = session_.executor->parameter(name);
-    HostTensor global = session_.worldSize > 1
-                            ? assembleGlobal(*session_.world, local, {parameter->shardOffset, parameter->shardShape},
-                                             parameter->globalShape, "adapter " + name)
-                            : std::move(local);
-    if (world_.rank() == 0) adapters.emplace(name, std::move(global));
-  }
-  if (world_.rank() != 0) return {};
-  return session_.model->adapterFiles(plan, adapters, options_.session.weights);
 }
 
 int Trainer::run() {

@@ -80,7 +80,13 @@ class RlLoopTest : public ::testing::Test {
           std::string(DGEMMA_COMPILE) + " --model " + model +
               " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 2 --dp 2 --prompt-len 48 -o " + data("grpo-dp2"),
           std::string(DGEMMA_COMPILE) + " --model " + model +
+              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 2 --tp 2 --prompt-len 48 -o " + data("grpo-tp2"),
+          std::string(DGEMMA_COMPILE) + " --model " + model +
+              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 4 --lora 4 --prompt-len 48 -o " + data("grpo-lora"),
+          std::string(DGEMMA_COMPILE) + " --model " + model +
               " --mode infer --micro-batch 4 --prompt-len 48 --max-new-tokens 16 -o " + data("infer"),
+          std::string(DGEMMA_COMPILE) + " --model " + model +
+              " --mode infer --micro-batch 4 --lora 4 --prompt-len 48 --max-new-tokens 16 -o " + data("infer-lora"),
           // The policy starts from a checkpoint: one SFT step from random weights.
           std::string(DGEMMA_RUN) + " train --plan " + data("sft") + " --init random --seed 3 --train mock --steps 1 --save-dir " +
               data("start")}) {
@@ -96,8 +102,8 @@ class RlLoopTest : public ::testing::Test {
   static std::string data(const std::string& name) { return *root_ + "/" + name; }
 
   // A run on `plan` with the numeric verifier; `flags` adds the rest.
-  static std::string rl(const std::string& flags, const std::string& plan = data("grpo")) {
-    return std::string(DGEMMA_RUN) + " rl --plan " + plan + " --rollout-plan " + data("infer") + " --weights " +
+  static std::string rl(const std::string& flags, const std::string& plan = data("grpo"), const std::string& rollout = data("infer")) {
+    return std::string(DGEMMA_RUN) + " rl --plan " + plan + " --rollout-plan " + rollout + " --weights " +
            data("start") + "/step-00000001 --tokenizer " + DGEMMA_SOURCE_DIR + "/data/tokenizer --prompts " +
            data("prompts.jsonl") + " --seed 5 --group-size 4 --prompts-per-step 2 " + flags;
   }
@@ -201,6 +207,40 @@ TEST_F(RlLoopTest, TwoDataParallelRanksEqualOne) {
   };
   compare("frozen", "--steps 3 --inner-updates 2 --lr 0", 1e-6);
   compare("training", "--steps 3 --inner-updates 2 --lr 1e-3", 1e-3);
+}
+
+// Two tensor-parallel ranks (the rollout plan gets each parameter assembled whole) and one, at
+// equal weights: the same rewards, and the gradient norm to 1e-6.
+TEST_F(RlLoopTest, TwoTensorParallelRanksEqualOne) {
+  const std::string flags = "--steps 2 --inner-updates 2 --lr 0 --metrics ";
+  ToolResult one = runTool(byLength(flags + (dir / "one.jsonl")));
+  ASSERT_EQ(one.exitCode, 0) << one.output;
+  ToolResult two = runTool(byLength(flags + (dir / "two.jsonl") + " --nproc-per-node 2", data("grpo-tp2")));
+  ASSERT_EQ(two.exitCode, 0) << two.output;
+  const std::vector<nlohmann::json> a = metricsLines(dir / "one.jsonl"), b = metricsLines(dir / "two.jsonl");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].at("reward_mean"), b[i].at("reward_mean")) << "step " << i + 1;
+    const double x = a[i].at("grad_norm").get<double>(), y = b[i].at("grad_norm").get<double>();
+    EXPECT_LE(std::abs(x - y), 1e-6 * x) << "step " << i + 1 << ": " << x << " vs " << y;
+  }
+}
+
+// A LoRA policy trains its adapters alone (the rollout plan, compiled with the same --lora, gets
+// them every step); its checkpoint is a PEFT adapter directory, as a LoRA training run's.
+TEST_F(RlLoopTest, ALoraPolicyTrainsItsAdapters) {
+  const std::string command = rl("--reward-command 'python3 " + data("length.py") +
+                                     "' --steps 2 --inner-updates 2 --lr 1e-2 --metrics " + (dir / "m.jsonl") + " --save-dir " +
+                                     (dir / "lora"),
+                                 data("grpo-lora"), data("infer-lora"));
+  ToolResult run = runTool(command);
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  const std::vector<nlohmann::json> lines = metricsLines(dir / "m.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_GT(lines[0].at("kl_mean").get<double>(), 0.0) << lines[0].dump();
+  for (const char* file : {"adapter_config.json", "adapter_model.safetensors"})
+    EXPECT_TRUE(std::filesystem::is_regular_file(dir / ("lora/step-00000002/" + std::string(file)))) << file;
 }
 
 TEST_F(RlLoopTest, ARewardCommandScoresTheCompletions) {

@@ -33,6 +33,8 @@ std::unique_ptr<RewardFunction> rewardOf(RlFlags& flags) {
 int runRl(RlFlags& flags, Plan plan) {
   if (flags.options.session.weights.empty())
     throw InputError("--weights: required (the policy starts from it, and it is the KL term's reference)");
+  if (flags.overwrite && (flags.options.saveDir.empty() || flags.options.resume))
+    throw InputError("--overwrite: needs --save-dir and no --resume (it deletes the checkpoints --resume continues)");
   std::unique_ptr<RewardFunction> reward = rewardOf(flags);
   std::unique_ptr<SaveDirectoryClaim> claim;
   if (!flags.options.saveDir.empty() && plan.rank == 0) {
@@ -40,6 +42,7 @@ int runRl(RlFlags& flags, Plan plan) {
     request.saveDir = flags.options.saveDir;
     request.runIdentity = flags.runIdentity.empty() ? newRunIdentity() : flags.runIdentity;
     request.resuming = flags.options.resume;
+    request.overwrite = flags.overwrite;
     claim = std::make_unique<SaveDirectoryClaim>(request);
   }
   const Tokenizer tokenizer(flags.tokenizer.empty() ? flags.options.session.weights : flags.tokenizer);

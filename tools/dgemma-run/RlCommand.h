@@ -14,6 +14,7 @@ struct RlFlags {
   std::string rewardCommand;  // --reward-command CMD
   double rewardTimeoutSeconds = 60;
   bool skipBadRows = false;
+  bool overwrite = false;     // --overwrite: a fresh run deletes another run's checkpoints in --save-dir
   std::string runIdentity;    // recorded in --save-dir (SaveDirectoryClaim.h)
 };
 

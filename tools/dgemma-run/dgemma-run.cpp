@@ -486,6 +486,8 @@ int main(int argc, char** argv) {
       ->check(dgemma::integerIn(1, kMaxLength));
   rlCommand->add_option("--denoising-steps", rl.denoisingSteps, "decoder passes per canvas at most (default: the plan's)")
       ->check(dgemma::integerIn(1, int64_t{1} << 24));
+  rlCommand->add_option("--temperature", rl.temperature, "scales the sampler's temperature schedule (t_min, t_max) for the rollouts")
+      ->check(dgemma::numberIn(0, 1e6, false));
   rlCommand->add_option("--pass-threshold", rl.passThreshold, "a rollout passes when its reward is at least this")
       ->check(dgemma::numberIn(-1e30, 1e30));
   rlCommand->add_option("--seed", rl.session.seed, "seed of the prompt order, the rollouts and the estimate's noise")
@@ -500,6 +502,7 @@ int main(int argc, char** argv) {
       ->check(dgemma::integerIn(0, kMaxSteps));
   rlCommand->add_option("--keep", rl.keep, "keep the newest K checkpoints (0: all)")->check(dgemma::integerIn(0, kMaxKeep));
   rlCommand->add_flag("--resume", rl.resume, "continue from the newest checkpoint in --save-dir");
+  rlCommand->add_flag("--overwrite", rlFlags.overwrite, "a fresh run: delete another run's checkpoints in --save-dir first");
   rlCommand->add_option("--metrics", rl.metrics, "JSON Lines metrics file");
   rlCommand->add_option("--tensorboard", rl.tensorboard, "TensorBoard log directory");
   rlCommand->add_flag("--skip-bad-rows", rlFlags.skipBadRows, "skip, count and list bad prompt rows instead of failing");
