@@ -53,7 +53,8 @@ void requireAxisCommunicators(const std::vector<AxisGroup>& groups, const Backen
     requireNcclDevice(axisNcclOptions(group, gloo));
 #else
     (void)gloo;
-    throw RuntimeError("--backend " + backend.name() + ": a run of several ranks needs the NCCL communicator, and "
+    throw RuntimeError("--backend " + backend.name() +
+                       ": a run of several ranks needs the NCCL communicator, and "
                        "this dgemma was built without it (no nccl.h in the CUDA toolkit at configure time)");
 #endif
   }

@@ -121,8 +121,8 @@ struct PolicyBatch {
 
 class GrpoTrainer {
  public:
-  GrpoTrainer(const RlOptions& options, Session& policy, const std::vector<RlPrompt>& prompts, const Tokenizer& tokenizer,
-              RewardFunction& reward)
+  GrpoTrainer(const RlOptions& options, Session& policy, const std::vector<RlPrompt>& prompts,
+              const Tokenizer& tokenizer, RewardFunction& reward)
       : options_(options),
         policy_(policy),
         prompts_(prompts),
@@ -137,7 +137,8 @@ class GrpoTrainer {
     checkPolicyPlan();
     openRollouts();
     if (usesReference_)
-      for (const std::string& name : trainPlan_.modelParameters) reference_.emplace(name, policy_.executor->parameter(name));
+      for (const std::string& name : trainPlan_.modelParameters)
+        reference_.emplace(name, policy_.executor->parameter(name));
     collate_.canvasLength = trainPlan_.canvasLength;
     collate_.padId = trainPlan_.padId;
   }
@@ -153,8 +154,8 @@ class GrpoTrainer {
   void syncRolloutWeights();
   std::vector<Rollout> rollouts(int64_t step, const std::vector<int64_t>& stepPrompts, AcceptedEntropy& entropy);
   std::vector<Rollout> exchange(const std::vector<Rollout>& mine, int64_t perRank);
-  std::vector<PolicyBatch> policyBatches(int64_t step, const std::vector<Rollout>& all, const std::vector<double>& advantages,
-                                         std::vector<BlockItem>& items);
+  std::vector<PolicyBatch> policyBatches(int64_t step, const std::vector<Rollout>& all,
+                                         const std::vector<double>& advantages, std::vector<BlockItem>& items);
   std::vector<double> referenceLogps(const PolicyBatch& batch);
   void save(int64_t step);
 
@@ -206,11 +207,12 @@ void GrpoTrainer::checkPolicyPlan() {
   if (!trainStep || !hasLogps || !takesInput(*trainStep, names_.advantages) || !takesInput(*trainStep, names_.oldLogps))
     throw InputError("--plan: " + policy_.planPath +
                      ": expected a policy-loss training plan (dgemma-compile --mode train --policy-loss grpo), whose " +
-                     names_.trainStepEntry + " takes " + names_.advantages + " and " + names_.oldLogps + " and which has a " +
-                     names_.logpsEntry + " entry");
+                     names_.trainStepEntry + " takes " + names_.advantages + " and " + names_.oldLogps +
+                     " and which has a " + names_.logpsEntry + " entry");
   usesReference_ = takesInput(*trainStep, names_.refLogps);
   if (trainPlan_.imagesPerExample > 0)
-    throw InputError("--plan: " + policy_.planPath + ": dgemma-run rl trains on text prompts; compile without --images-per-example");
+    throw InputError("--plan: " + policy_.planPath +
+                     ": dgemma-run rl trains on text prompts; compile without --images-per-example");
 }
 
 // Every rank samples its share of the rollouts on its own copy of the inference plan (one rank).
@@ -230,8 +232,9 @@ void GrpoTrainer::openRollouts() {
   generation.temperatureScale = options_.temperature;
   generator_ = std::make_unique<Generator>(*rolloutSession_, generation);
   if (generator_->vocabSize() != trainPlan_.vocabSize)
-    throw InputError("--rollout-plan: " + options_.rolloutPlan + ": a vocabulary of " + std::to_string(generator_->vocabSize()) +
-                     ", the training plan's has " + std::to_string(trainPlan_.vocabSize) + " (compile both from one model)");
+    throw InputError("--rollout-plan: " + options_.rolloutPlan + ": a vocabulary of " +
+                     std::to_string(generator_->vocabSize()) + ", the training plan's has " +
+                     std::to_string(trainPlan_.vocabSize) + " (compile both from one model)");
   const Plan& rolloutPlan = rolloutSession_->plan;
   for (const std::string& name : trainPlan_.modelParameters)
     if (std::none_of(rolloutPlan.parameters.begin(), rolloutPlan.parameters.end(),
@@ -243,13 +246,14 @@ void GrpoTrainer::openRollouts() {
   for (const RlPrompt& prompt : prompts_) {
     const int64_t context = static_cast<int64_t>(prompt.promptIds.size()) + (canvases - 1) * trainPlan_.canvasLength;
     if (context > trainPlan_.promptLengths.back())
-      throw InputError(prompt.where + ": its last completion block needs an encoder context of " + std::to_string(context) +
-                       " tokens (prompt and " + std::to_string(canvases - 1) +
+      throw InputError(prompt.where + ": its last completion block needs an encoder context of " +
+                       std::to_string(context) + " tokens (prompt and " + std::to_string(canvases - 1) +
                        " earlier canvases); the training plan's largest --prompt-len bucket is " +
                        std::to_string(trainPlan_.promptLengths.back()) + " (recompile it, or lower --max-new-tokens)");
     if (static_cast<int64_t>(prompt.promptIds.size()) > generator_->maxPromptLength())
       throw InputError(prompt.where + ": the prompt has " + std::to_string(prompt.promptIds.size()) +
-                       " tokens; the rollout plan's largest prefill bucket holds " + std::to_string(generator_->maxPromptLength()));
+                       " tokens; the rollout plan's largest prefill bucket holds " +
+                       std::to_string(generator_->maxPromptLength()));
   }
 }
 
@@ -261,8 +265,8 @@ void GrpoTrainer::syncRolloutWeights() {
                                         [&](const Parameter& candidate) { return candidate.name == name; });
     HostTensor local = policy_.executor->parameter(name);
     if (parameter->shardShape != parameter->globalShape)
-      local = assembleGlobal(*policy_.world, local, {parameter->shardOffset, parameter->shardShape}, parameter->globalShape,
-                             "parameter " + name);
+      local = assembleGlobal(*policy_.world, local, {parameter->shardOffset, parameter->shardShape},
+                             parameter->globalShape, "parameter " + name);
     rolloutSession_->executor->setParameter(name, local);
   }
 }
@@ -288,7 +292,8 @@ nlohmann::json GrpoTrainer::runConfig() const {
 }
 
 // Rank r of W samples the groups of its contiguous share of the step's prompts.
-std::vector<Rollout> GrpoTrainer::rollouts(int64_t step, const std::vector<int64_t>& stepPrompts, AcceptedEntropy& entropy) {
+std::vector<Rollout> GrpoTrainer::rollouts(int64_t step, const std::vector<int64_t>& stepPrompts,
+                                           AcceptedEntropy& entropy) {
   std::vector<GenerationRequest> requests;
   for (int64_t prompt : stepPrompts)
     for (int64_t member = 0; member < options_.groupSize; ++member) {
@@ -309,10 +314,12 @@ std::vector<Rollout> GrpoTrainer::rollouts(int64_t step, const std::vector<int64
     for (int64_t token : results[i].newTokens) {
       if (token == settings.padTokenId) continue;
       rollout.completion.push_back(token);
-      if (std::find(settings.eosTokenIds.begin(), settings.eosTokenIds.end(), token) != settings.eosTokenIds.end()) break;
+      if (std::find(settings.eosTokenIds.begin(), settings.eosTokenIds.end(), token) != settings.eosTokenIds.end())
+        break;
     }
     const RlPrompt& prompt = prompts_[rollout.prompt];
-    items.push_back({prompt.text, answerText(tokenizer_, results[i].newTokens, settings.eosTokenIds, settings.padTokenId),
+    items.push_back({prompt.text,
+                     answerText(tokenizer_, results[i].newTokens, settings.eosTokenIds, settings.padTokenId),
                      prompt.reference, prompt.where});
     rollouts.push_back(std::move(rollout));
   }
@@ -356,7 +363,8 @@ std::vector<Rollout> GrpoTrainer::exchange(const std::vector<Rollout>& mine, int
 // of the plan's global micro-batch, each with its corruption drawn once from (seed, step, example).
 // A short last micro-batch is padded with rows of no scored token and advantage 0.
 std::vector<PolicyBatch> GrpoTrainer::policyBatches(int64_t step, const std::vector<Rollout>& all,
-                                                    const std::vector<double>& advantages, std::vector<BlockItem>& items) {
+                                                    const std::vector<double>& advantages,
+                                                    std::vector<BlockItem>& items) {
   items.clear();
   std::vector<double> itemAdvantages;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -373,7 +381,8 @@ std::vector<PolicyBatch> GrpoTrainer::policyBatches(int64_t step, const std::vec
   }
   std::vector<Example> examples;
   for (size_t i = 0; i < items.size(); ++i)
-    for (int64_t sample = 0; sample < options_.diffusionSamples; ++sample) examples.push_back({&items[i], itemAdvantages[i]});
+    for (int64_t sample = 0; sample < options_.diffusionSamples; ++sample)
+      examples.push_back({&items[i], itemAdvantages[i]});
 
   const int64_t rowsPerBatch = trainPlan_.microBatch;
   std::vector<PolicyBatch> batches;
@@ -397,8 +406,8 @@ std::vector<PolicyBatch> GrpoTrainer::policyBatches(int64_t step, const std::vec
     const int64_t canvas = mask.shape[1];
     for (int64_t row = batch.rows; row < rowsPerBatch; ++row)
       std::fill(mask.as<float>() + row * canvas, mask.as<float>() + (row + 1) * canvas, 0.0f);
-    addDrawnCorruption(policy_, batch.fields, options_.session.seed, NoisePhase::Train, static_cast<uint64_t>(step), samples,
-                       batch.where);
+    addDrawnCorruption(policy_, batch.fields, options_.session.seed, NoisePhase::Train, static_cast<uint64_t>(step),
+                       samples, batch.where);
     batches.push_back(std::move(batch));
   }
   return batches;
@@ -412,8 +421,8 @@ std::vector<double> GrpoTrainer::referenceLogps(const PolicyBatch& batch) {
     current.emplace(name, policy_.executor->parameter(name));
     policy_.executor->setParameter(name, reference_.at(name));
   }
-  const std::vector<double> logps = outputValues(runEntry(policy_, names_.logpsEntry, batch.fields, batch.where), names_.logps,
-                                                 names_.logpsEntry);
+  const std::vector<double> logps =
+      outputValues(runEntry(policy_, names_.logpsEntry, batch.fields, batch.where), names_.logps, names_.logpsEntry);
   for (auto& [name, value] : current) policy_.executor->setParameter(name, value);
   return logps;
 }
@@ -422,31 +431,36 @@ void GrpoTrainer::restore() {
   std::optional<CheckpointEntry> newest = newestCheckpoint(options_.saveDir);
   const std::vector<int64_t> steps = world_.allGather({newest ? newest->step : -1});
   for (int64_t seen : steps)
-    if (seen != steps[0]) throw InputError("--resume: " + options_.saveDir + ": the ranks see different newest checkpoints");
+    if (seen != steps[0])
+      throw InputError("--resume: " + options_.saveDir + ": the ranks see different newest checkpoints");
   if (!newest) throw InputError("--resume: " + options_.saveDir + ": no complete checkpoint");
-  const CheckpointReader checkpoint = CheckpointReader::load(newest->directory, checkpointIdentity(policy_.plan, trainPlan_));
+  const CheckpointReader checkpoint =
+      CheckpointReader::load(newest->directory, checkpointIdentity(policy_.plan, trainPlan_));
   const nlohmann::json& saved = checkpoint.state().config;
   const nlohmann::json trajectory = runConfig().at("trajectory");
   if (!saved.contains("trajectory") || saved.at("trajectory") != trajectory)
     throw InputError(checkpoint.directory() + "/manifest.json: config.trajectory: the checkpoint's run used " +
-                     (saved.contains("trajectory") ? saved.at("trajectory").dump() : std::string("none")) + ", this run " +
-                     trajectory.dump() + " (a resumed run repeats the flags that decide its steps)");
+                     (saved.contains("trajectory") ? saved.at("trajectory").dump() : std::string("none")) +
+                     ", this run " + trajectory.dump() + " (a resumed run repeats the flags that decide its steps)");
   restoreParameters(checkpoint, "model", trainPlan_.modelParameters, *policy_.executor);
   restoreParameters(checkpoint, "optimizer", trainPlan_.optimizerParameters, *policy_.executor);
   const HostTensor count = checkpoint.read("optimizer", kOptimizerStepCount);
   if (count.dtype != DType::I64 || count.numElements() != 1)
-    throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount + "': expected one i64");
+    throw InputError(checkpoint.directory() + ": group 'optimizer': tensor '" + kOptimizerStepCount +
+                     "': expected one i64");
   optimizerSteps_ = count.as<int64_t>()[0];
   step_ = checkpoint.state().step;
   consumedPrompts_ = checkpoint.state().consumedSamples;
-  out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed prompts " << consumedPrompts_ << "\n";
+  out_ << "resumed from " << checkpoint.directory() << ": step " << step_ << ", consumed prompts " << consumedPrompts_
+       << "\n";
 }
 
 void GrpoTrainer::save(int64_t step) {
   HostTensor count(DType::I64, std::vector<int64_t>{});
   count.as<int64_t>()[0] = optimizerSteps_;
-  std::vector<SavedGroup> groups = {{"model", trainPlan_.modelParameters, {}},
-                                    {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
+  std::vector<SavedGroup> groups = {
+      {"model", trainPlan_.modelParameters, {}},
+      {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
   CheckpointState state;
   state.model = checkpointIdentity(policy_.plan, trainPlan_);
   state.step = step;
@@ -466,7 +480,8 @@ void GrpoTrainer::save(int64_t step) {
   } else if (world_.rank() == 0) {
     saveOptions.extraFiles = policy_.model->checkpointSideFiles(policy_.plan, tokenizer_.directory());
   }
-  const CheckpointSaveResult saved = saveShardedCheckpoint(world_, *policy_.executor, options_.saveDir, state, groups, saveOptions);
+  const CheckpointSaveResult saved =
+      saveShardedCheckpoint(world_, *policy_.executor, options_.saveDir, state, groups, saveOptions);
   out_ << "saved checkpoint " << saved.directory << "\n";
 }
 
@@ -477,15 +492,16 @@ int GrpoTrainer::run() {
     return 0;
   }
   if (world_.rank() == 0 && !options_.metrics.empty())
-    metrics_ = options_.resume ? MetricsWriter::resume(options_.metrics, step_) : MetricsWriter::create(options_.metrics);
+    metrics_ =
+        options_.resume ? MetricsWriter::resume(options_.metrics, step_) : MetricsWriter::create(options_.metrics);
   if (world_.rank() == 0 && !options_.tensorboard.empty()) {
     TensorBoardWriter::Options tensorboardOptions;
     if (options_.resume) tensorboardOptions.resumedStep = step_;
     tensorboard_ = TensorBoardWriter::open(options_.tensorboard, tensorboardOptions);
   }
-  out_ << "rl: " << prompts_.size() << " prompts, " << options_.promptsPerStep << " per step x group " << options_.groupSize
-       << ", " << options_.innerUpdates << " update(s) per step, reward " << reward_.name() << ", "
-       << (usesReference_ ? "KL to the starting weights" : "no KL term") << ", " << world_.size()
+  out_ << "rl: " << prompts_.size() << " prompts, " << options_.promptsPerStep << " per step x group "
+       << options_.groupSize << ", " << options_.innerUpdates << " update(s) per step, reward " << reward_.name()
+       << ", " << (usesReference_ ? "KL to the starting weights" : "no KL term") << ", " << world_.size()
        << (world_.size() == 1 ? " rank" : " ranks") << "\n";
 
   const Plan& plan = policy_.plan;
@@ -543,7 +559,8 @@ int GrpoTrainer::run() {
         fields[names_.advantages] = f32Rows(batch.advantages);
         fields[names_.oldLogps] = f32Rows(batch.oldLogps);
         if (usesReference_) fields[names_.refLogps] = f32Rows(batch.refLogps);
-        const std::map<std::string, HostTensor> outputs = runEntry(policy_, names_.trainStepEntry, std::move(fields), batch.where);
+        const std::map<std::string, HostTensor> outputs =
+            runEntry(policy_, names_.trainStepEntry, std::move(fields), batch.where);
         const double loss = outputValues(outputs, names_.loss, names_.trainStepEntry).at(0);
         if (!std::isfinite(loss)) throw RuntimeError(batch.where + ": the policy loss is " + formatFloat(loss));
         lossSum += loss;
@@ -561,10 +578,12 @@ int GrpoTrainer::run() {
       const double n = static_cast<double>(optimizerSteps_);
       std::map<std::string, HostTensor> inputs = {
           {"lr", scalarInput(plan, optimizerEntry, "lr", lr)},
-          {"bias_correction1", scalarInput(plan, optimizerEntry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
-          {"bias_correction2", scalarInput(plan, optimizerEntry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
-          {"gradient_scale",
-           scalarInput(plan, optimizerEntry, "gradient_scale", 1.0 / static_cast<double>(std::max<size_t>(batches.size(), 1)))}};
+          {"bias_correction1",
+           scalarInput(plan, optimizerEntry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
+          {"bias_correction2",
+           scalarInput(plan, optimizerEntry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
+          {"gradient_scale", scalarInput(plan, optimizerEntry, "gradient_scale",
+                                         1.0 / static_cast<double>(std::max<size_t>(batches.size(), 1)))}};
       const std::map<std::string, HostTensor> outputs = policy_.executor->run(optimizerEntry, inputs);
       gradNorm = static_cast<float>(outputValues(outputs, "grad_norm", optimizerEntry.key()).at(0));
     }
@@ -609,18 +628,22 @@ int GrpoTrainer::run() {
       tensorboard_->addScalar("rl/reward_std", step, static_cast<float>(rewardStd));
       tensorboard_->addScalar("rl/pass_rate", step, static_cast<float>(passRate));
       tensorboard_->addScalar("rl/clip_fraction", step, static_cast<float>(realRows > 0 ? clipped / realRows : 0.0));
-      if (usesReference_) tensorboard_->addScalar("rl/kl_mean", step, static_cast<float>(realRows > 0 ? klSum / realRows : 0.0));
+      if (usesReference_)
+        tensorboard_->addScalar("rl/kl_mean", step, static_cast<float>(realRows > 0 ? klSum / realRows : 0.0));
       tensorboard_->addScalar("rl/lr", step, static_cast<float>(lr));
       tensorboard_->addScalar("rl/grad_norm", step, gradNorm);
     }
-    out_ << "step " << step << "/" << options_.steps << ": reward " << formatFloat(mean) << " +- " << formatFloat(rewardStd)
-         << ", pass " << formatFloat(passRate) << ", loss " << formatFloat(line.loss) << ", clip "
-         << formatFloat(realRows > 0 ? clipped / realRows : 0.0) << (usesReference_ ? ", kl " + formatFloat(klSum / std::max(realRows, 1.0)) : "")
-         << ", rollouts " << formatFloat(rolloutSeconds) << " s, update " << formatFloat(updateSeconds) << " s\n"
+    out_ << "step " << step << "/" << options_.steps << ": reward " << formatFloat(mean) << " +- "
+         << formatFloat(rewardStd) << ", pass " << formatFloat(passRate) << ", loss " << formatFloat(line.loss)
+         << ", clip " << formatFloat(realRows > 0 ? clipped / realRows : 0.0)
+         << (usesReference_ ? ", kl " + formatFloat(klSum / std::max(realRows, 1.0)) : "") << ", rollouts "
+         << formatFloat(rolloutSeconds) << " s, update " << formatFloat(updateSeconds) << " s\n"
          << std::flush;
     // Every rank stops at the same step: rank 0's clock decides.
-    outOfTime = options_.maxSeconds > 0 && world_.fromRankZero(secondsSince(runStart) >= options_.maxSeconds ? 1 : 0) == 1;
-    if (outOfTime) out_ << "--max-seconds " << formatFloat(options_.maxSeconds) << " reached after step " << step << "\n";
+    outOfTime =
+        options_.maxSeconds > 0 && world_.fromRankZero(secondsSince(runStart) >= options_.maxSeconds ? 1 : 0) == 1;
+    if (outOfTime)
+      out_ << "--max-seconds " << formatFloat(options_.maxSeconds) << " reached after step " << step << "\n";
     const bool last = step == options_.steps || outOfTime;
     if (!options_.saveDir.empty() && (last || (options_.saveEvery > 0 && step % options_.saveEvery == 0))) save(step);
   }
@@ -634,7 +657,8 @@ int runGrpo(const RlOptions& options, Session& policy, const std::vector<RlPromp
             RewardFunction& reward) {
   if (prompts.empty()) throw InputError("--prompts: " + options.prompts + ": no prompt");
   if (options.steps < 1) throw InputError("--steps: expected at least 1");
-  if (options.groupSize < 2) throw InputError("--group-size: expected at least 2 (advantages compare a group's rollouts)");
+  if (options.groupSize < 2)
+    throw InputError("--group-size: expected at least 2 (advantages compare a group's rollouts)");
   if (options.resume && options.saveDir.empty()) throw InputError("--resume: needs --save-dir");
   GrpoTrainer trainer(options, policy, prompts, tokenizer, reward);
   return trainer.run();

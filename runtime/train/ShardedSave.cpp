@@ -136,8 +136,8 @@ void restoreParameters(const CheckpointReader& checkpoint, const std::string& gr
 }
 
 std::vector<std::pair<std::string, std::string>> adapterCheckpointFiles(Session& session, WorldGroup& world,
-                                                                       const std::vector<std::string>& adapters,
-                                                                       const std::string& baseWeights) {
+                                                                        const std::vector<std::string>& adapters,
+                                                                        const std::string& baseWeights) {
   const Plan& plan = session.executor->plan();
   if (session.worldSize > 1 && !session.world)
     throw RuntimeError("checkpoint: an adapter plan on " + std::to_string(session.worldSize) +

@@ -41,7 +41,7 @@ void restoreParameters(const CheckpointReader& checkpoint, const std::string& gr
 // `adapters`, on rank 0 (empty on the others): each assembled whole from the ranks' boxes, a
 // collective every rank joins. `baseWeights` is the --weights base they adapt.
 std::vector<std::pair<std::string, std::string>> adapterCheckpointFiles(Session& session, WorldGroup& world,
-                                                                       const std::vector<std::string>& adapters,
-                                                                       const std::string& baseWeights);
+                                                                        const std::vector<std::string>& adapters,
+                                                                        const std::string& baseWeights);
 
 }  // namespace dgemma

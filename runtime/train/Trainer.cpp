@@ -531,7 +531,9 @@ int Trainer::run() {
 
     // Every rank ends at the same step: rank 0's clock decides.
     outOfTime = options_.maxSeconds > 0 && world_.fromRankZero(secondsSince(start) >= options_.maxSeconds ? 1 : 0) == 1;
-    if (outOfTime) progress.message("--max-seconds " + formatFloat(options_.maxSeconds) + " reached at step " + std::to_string(step));
+    if (outOfTime)
+      progress.message("--max-seconds " + formatFloat(options_.maxSeconds) + " reached at step " +
+                       std::to_string(step));
     // Every line of a step goes out before its checkpoint (MetricsWriter::resume relies on it).
     const bool last = step == options_.steps || outOfTime;
     if (validation_ && (last || (options_.evalEvery > 0 && step % options_.evalEvery == 0)))
@@ -614,8 +616,10 @@ void refusePolicyLossPlan(const Plan& plan, const std::string& planPath) {
   const ModelContract& names = modelAdapterFor(plan.modelFamily).contract();
   for (const EntryPoint& entry : plan.entryPoints)
     if (entry.name == names.trainStepEntry && !names.advantages.empty() &&
-        std::any_of(entry.inputs.begin(), entry.inputs.end(), [&](const NamedBuffer& input) { return input.name == names.advantages; }))
-      throw InputError("--plan: " + planPath + ": a policy-loss plan (dgemma-compile --policy-loss); train it with dgemma-run rl");
+        std::any_of(entry.inputs.begin(), entry.inputs.end(),
+                    [&](const NamedBuffer& input) { return input.name == names.advantages; }))
+      throw InputError("--plan: " + planPath +
+                       ": a policy-loss plan (dgemma-compile --policy-loss); train it with dgemma-run rl");
 }
 
 // Rank 0 claims --save-dir for the run's life, before any work (SaveDirectoryClaim.h).

@@ -22,7 +22,7 @@ struct TrainOptions {
   std::string test;
   std::string tokenizer;     // default: the --weights directory
   int64_t steps = 0;         // 0: not given (then the plan's preset must give it)
-  double maxSeconds = 0;     // > 0: the last step is the one that reaches this wall-clock budget
+  double maxSeconds = 0;  // > 0: the last step is the one that reaches this wall-clock budget
   int64_t accumulation = 1;  // micro-batches per optimizer step
   double lr = 5e-5;          // the schedule's peak (docs/training.md)
   double minLr = 0.0;

@@ -54,15 +54,16 @@ void writePrompts(const std::string& path, int rows) {
   std::ofstream out(path);
   for (int i = 0; i < rows; ++i) {
     const int a = (37 * i + 3) % 100, b = (53 * i + 5) % 100;
-    out << R"({"messages": [{"role": "user", "content": "What is )" << a << " + " << b << R"(?"}], "reference": )" << a + b
-        << "}\n";
+    out << R"({"messages": [{"role": "user", "content": "What is )" << a << " + " << b << R"(?"}], "reference": )"
+        << a + b << "}\n";
   }
 }
 
 class RlLoopTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = new std::string((std::filesystem::temp_directory_path() / ("dgemma-rl-loop-" + std::to_string(::getpid()))).string());
+    root_ = new std::string(
+        (std::filesystem::temp_directory_path() / ("dgemma-rl-loop-" + std::to_string(::getpid()))).string());
     std::filesystem::remove_all(*root_);
     std::filesystem::create_directories(*root_);
     writePrompts(data("prompts.jsonl"), 6);
@@ -74,22 +75,26 @@ class RlLoopTest : public ::testing::Test {
                                         "    print(json.dumps({'reward': len(row['completion'].strip()) % 4 / 3}))\n";
     const std::string model = std::string(DGEMMA_SOURCE_DIR) + "/models/diffusion_gemma/configs/tiny-cpu.json";
     for (const std::string& command :
-         {std::string(DGEMMA_COMPILE) + " --model " + model + " --mode train --micro-batch 4 --prompt-len 48 -o " + data("sft"),
+         {std::string(DGEMMA_COMPILE) + " --model " + model + " --mode train --micro-batch 4 --prompt-len 48 -o " +
+              data("sft"),
           std::string(DGEMMA_COMPILE) + " --model " + model +
               " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 4 --prompt-len 48 -o " + data("grpo"),
           std::string(DGEMMA_COMPILE) + " --model " + model +
-              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 2 --dp 2 --prompt-len 48 -o " + data("grpo-dp2"),
+              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 2 --dp 2 --prompt-len 48 -o " +
+              data("grpo-dp2"),
           std::string(DGEMMA_COMPILE) + " --model " + model +
-              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 2 --tp 2 --prompt-len 48 -o " + data("grpo-tp2"),
+              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 2 --tp 2 --prompt-len 48 -o " +
+              data("grpo-tp2"),
           std::string(DGEMMA_COMPILE) + " --model " + model +
-              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 4 --lora 4 --prompt-len 48 -o " + data("grpo-lora"),
+              " --mode train --policy-loss grpo --kl-coeff 0.04 --micro-batch 4 --lora 4 --prompt-len 48 -o " +
+              data("grpo-lora"),
           std::string(DGEMMA_COMPILE) + " --model " + model +
               " --mode infer --micro-batch 4 --prompt-len 48 --max-new-tokens 16 -o " + data("infer"),
           std::string(DGEMMA_COMPILE) + " --model " + model +
               " --mode infer --micro-batch 4 --lora 4 --prompt-len 48 --max-new-tokens 16 -o " + data("infer-lora"),
           // The policy starts from a checkpoint: one SFT step from random weights.
-          std::string(DGEMMA_RUN) + " train --plan " + data("sft") + " --init random --seed 3 --train mock --steps 1 --save-dir " +
-              data("start")}) {
+          std::string(DGEMMA_RUN) + " train --plan " + data("sft") +
+              " --init random --seed 3 --train mock --steps 1 --save-dir " + data("start")}) {
       ToolResult result = runTool(command);
       ASSERT_EQ(result.exitCode, 0) << command << "\n" << result.output;
     }
@@ -102,7 +107,8 @@ class RlLoopTest : public ::testing::Test {
   static std::string data(const std::string& name) { return *root_ + "/" + name; }
 
   // A run on `plan` with the numeric verifier; `flags` adds the rest.
-  static std::string rl(const std::string& flags, const std::string& plan = data("grpo"), const std::string& rollout = data("infer")) {
+  static std::string rl(const std::string& flags, const std::string& plan = data("grpo"),
+                        const std::string& rollout = data("infer")) {
     return std::string(DGEMMA_RUN) + " rl --plan " + plan + " --rollout-plan " + rollout + " --weights " +
            data("start") + "/step-00000001 --tokenizer " + DGEMMA_SOURCE_DIR + "/data/tokenizer --prompts " +
            data("prompts.jsonl") + " --seed 5 --group-size 4 --prompts-per-step 2 " + flags;
@@ -121,7 +127,8 @@ class RlLoopTest : public ::testing::Test {
 std::string* RlLoopTest::root_ = nullptr;
 
 TEST_F(RlLoopTest, ARerunReproducesEveryStep) {
-  const std::string flags = "--lr 1e-3 --steps 3 --inner-updates 2 --diffusion-samples 2 --tensorboard " + (dir / "tb") + " --metrics ";
+  const std::string flags =
+      "--lr 1e-3 --steps 3 --inner-updates 2 --diffusion-samples 2 --tensorboard " + (dir / "tb") + " --metrics ";
   ToolResult first = runTool(byLength(flags + (dir / "first.jsonl")));
   ASSERT_EQ(first.exitCode, 0) << first.output;
   ToolResult second = runTool(byLength(flags + (dir / "second.jsonl")));
@@ -129,7 +136,8 @@ TEST_F(RlLoopTest, ARerunReproducesEveryStep) {
   const std::vector<nlohmann::json> lines = metricsLines(dir / "first.jsonl");
   ASSERT_EQ(lines.size(), 3u);
   for (const nlohmann::json& line : lines) {
-    for (const char* field : {"reward_mean", "reward_std", "pass_rate", "kl_mean", "clip_fraction", "rollout_seconds", "update_seconds"})
+    for (const char* field :
+         {"reward_mean", "reward_std", "pass_rate", "kl_mean", "clip_fraction", "rollout_seconds", "update_seconds"})
       EXPECT_TRUE(line.contains(field)) << field << " missing: " << line.dump();
     EXPECT_TRUE(std::isfinite(line.at("loss").get<double>())) << line.dump();
     // 2 prompts x 4 members, one block each, 2 diffusion times.
@@ -146,7 +154,8 @@ TEST_F(RlLoopTest, ARerunReproducesEveryStep) {
 
 TEST_F(RlLoopTest, ResumeAfterKillNineContinuesTheUninterruptedRun) {
   const std::string common = "--lr 1e-3 --steps 5 --save-every 1 --inner-updates 2";
-  ToolResult whole = runTool(byLength(common + " --metrics " + (dir / "whole.jsonl") + " --save-dir " + (dir / "whole")));
+  ToolResult whole =
+      runTool(byLength(common + " --metrics " + (dir / "whole.jsonl") + " --save-dir " + (dir / "whole")));
   ASSERT_EQ(whole.exitCode, 0) << whole.output;
 
   const std::string metrics = dir / "killed.jsonl";
@@ -163,14 +172,16 @@ TEST_F(RlLoopTest, ResumeAfterKillNineContinuesTheUninterruptedRun) {
   while (!sawStepTwo && std::chrono::steady_clock::now() < deadline) {
     sawStepTwo = readFile(metrics).find(R"({"step": 2, "split": "train")") != std::string::npos;
     if (!sawStepTwo) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (::waitpid(child, &status, WNOHANG) == child) FAIL() << "the run ended before it was killed\n" << readFile(dir / "killed.log");
+    if (::waitpid(child, &status, WNOHANG) == child)
+      FAIL() << "the run ended before it was killed\n" << readFile(dir / "killed.log");
   }
   ::kill(child, SIGKILL);
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(sawStepTwo) << readFile(dir / "killed.log");
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before the kill landed";
 
-  ToolResult resumed = runTool(byLength(common + " --metrics " + metrics + " --save-dir " + (dir / "killed") + " --resume"));
+  ToolResult resumed =
+      runTool(byLength(common + " --metrics " + metrics + " --save-dir " + (dir / "killed") + " --resume"));
   ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed, "resumed from ")) << resumed.output;
   EXPECT_EQ(withoutTimes(metricsLines(metrics)), withoutTimes(metricsLines(dir / "whole.jsonl")));
@@ -188,10 +199,11 @@ TEST_F(RlLoopTest, TwoDataParallelRanksEqualOne) {
   auto compare = [&](const std::string& name, const std::string& flags, double tolerance) {
     ToolResult one = runTool(byLength(flags + " --metrics " + (dir / (name + "-one.jsonl"))));
     ASSERT_EQ(one.exitCode, 0) << one.output;
-    ToolResult two =
-        runTool(byLength(flags + " --metrics " + (dir / (name + "-two.jsonl")) + " --nproc-per-node 2", data("grpo-dp2")));
+    ToolResult two = runTool(
+        byLength(flags + " --metrics " + (dir / (name + "-two.jsonl")) + " --nproc-per-node 2", data("grpo-dp2")));
     ASSERT_EQ(two.exitCode, 0) << two.output;
-    const std::vector<nlohmann::json> a = metricsLines(dir / (name + "-one.jsonl")), b = metricsLines(dir / (name + "-two.jsonl"));
+    const std::vector<nlohmann::json> a = metricsLines(dir / (name + "-one.jsonl")),
+                                      b = metricsLines(dir / (name + "-two.jsonl"));
     ASSERT_EQ(a.size(), 3u);
     ASSERT_EQ(b.size(), 3u);
     for (size_t i = 0; i < a.size(); ++i) {
@@ -230,10 +242,10 @@ TEST_F(RlLoopTest, TwoTensorParallelRanksEqualOne) {
 // A LoRA policy trains its adapters alone (the rollout plan, compiled with the same --lora, gets
 // them every step); its checkpoint is a PEFT adapter directory, as a LoRA training run's.
 TEST_F(RlLoopTest, ALoraPolicyTrainsItsAdapters) {
-  const std::string command = rl("--reward-command 'python3 " + data("length.py") +
-                                     "' --steps 2 --inner-updates 2 --lr 1e-2 --metrics " + (dir / "m.jsonl") + " --save-dir " +
-                                     (dir / "lora"),
-                                 data("grpo-lora"), data("infer-lora"));
+  const std::string command =
+      rl("--reward-command 'python3 " + data("length.py") + "' --steps 2 --inner-updates 2 --lr 1e-2 --metrics " +
+             (dir / "m.jsonl") + " --save-dir " + (dir / "lora"),
+         data("grpo-lora"), data("infer-lora"));
   ToolResult run = runTool(command);
   ASSERT_EQ(run.exitCode, 0) << run.output;
   const std::vector<nlohmann::json> lines = metricsLines(dir / "m.jsonl");
@@ -245,10 +257,11 @@ TEST_F(RlLoopTest, ALoraPolicyTrainsItsAdapters) {
 
 TEST_F(RlLoopTest, ARewardCommandScoresTheCompletions) {
   const std::string scorer = dir / "score.py";
-  std::ofstream(scorer) << "import json, sys\n"
-                           "for line in sys.stdin:\n"
-                           "    row = json.loads(line)\n"
-                           "    print(json.dumps({'reward': float(row['completion'].strip() == str(row['reference']))}))\n";
+  std::ofstream(scorer)
+      << "import json, sys\n"
+         "for line in sys.stdin:\n"
+         "    row = json.loads(line)\n"
+         "    print(json.dumps({'reward': float(row['completion'].strip() == str(row['reference']))}))\n";
   ToolResult run = runTool(rl("--steps 1 --reward-command 'python3 " + scorer + "' --metrics " + (dir / "m.jsonl")));
   ASSERT_EQ(run.exitCode, 0) << run.output;
   EXPECT_EQ(metricsLines(dir / "m.jsonl").size(), 1u);
@@ -272,8 +285,9 @@ TEST_F(RlLoopTest, AnSftPlanOrABadPromptIsRefused) {
   EXPECT_EQ(sft.exitCode, 2) << sft.output;
   EXPECT_TRUE(contains(sft, "expected a policy-loss training plan")) << sft.output;
 
-  std::ofstream(dir / "bad.jsonl") << R"({"messages": [{"role": "user", "content": "What is 1 + 2?"}], "reference": "three"})"
-                                   << "\n";
+  std::ofstream(dir / "bad.jsonl")
+      << R"({"messages": [{"role": "user", "content": "What is 1 + 2?"}], "reference": "three"})"
+      << "\n";
   ToolResult bad = runTool(std::string(DGEMMA_RUN) + " rl --plan " + data("grpo") + " --rollout-plan " + data("infer") +
                            " --weights " + data("start") + "/step-00000001 --tokenizer " + DGEMMA_SOURCE_DIR +
                            "/data/tokenizer --prompts " + (dir / "bad.jsonl") + " --reward numeric --steps 1");

@@ -22,7 +22,7 @@ struct PromptRow {
   std::string completion;
   bool hasCompletion = false;
   nlohmann::json reference;  // the row's "reference" (null when it has none): dgemma-run rl's verifier compares with it
-  std::string text;          // the messages' text parts, joined by newlines: what a verifier sees as the prompt
+  std::string text;  // the messages' text parts, joined by newlines: what a verifier sees as the prompt
 };
 
 struct PromptRows {

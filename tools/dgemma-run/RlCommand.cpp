@@ -53,8 +53,8 @@ int runRl(RlFlags& flags, Plan plan) {
   PromptLimits limits;
   limits.maxPromptLength = std::numeric_limits<int64_t>::max();
   limits.vocabSize = trainPlan.vocabSize;
-  PromptRows read = readPromptRows(flags.options.prompts, tokenizer, limits, /*requireCompletion=*/false, flags.skipBadRows,
-                                   flags.skipBadRows);
+  PromptRows read = readPromptRows(flags.options.prompts, tokenizer, limits, /*requireCompletion=*/false,
+                                   flags.skipBadRows, flags.skipBadRows);
   if (plan.rank == 0)
     for (const std::string& reason : read.skipped) std::cerr << "skipped: " << reason << "\n";
   std::vector<RlPrompt> prompts;

@@ -416,7 +416,9 @@ int main(int argc, char** argv) {
   train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
   train->add_option("--steps", trainFlags.steps, "optimizer steps of the whole run (default: the plan's preset)")
       ->check(dgemma::integerIn(1, kMaxSteps));
-  train->add_option("--max-seconds", trainFlags.maxSeconds, "stop and save after the step that reaches this wall-clock budget")
+  train
+      ->add_option("--max-seconds", trainFlags.maxSeconds,
+                   "stop and save after the step that reaches this wall-clock budget")
       ->check(dgemma::numberIn(0, kMaxTimeoutSeconds));
   train->add_option("--accumulation", trainFlags.accumulation, "micro-batches per optimizer step (global batch = micro-batch x N)")
       ->check(dgemma::integerIn(1, kMaxAccumulation));
@@ -456,14 +458,20 @@ int main(int argc, char** argv) {
 
   dgemma::tool::RlFlags rlFlags;
   dgemma::RlOptions& rl = rlFlags.options;
-  CLI::App* rlCommand = app.add_subcommand("rl", "improve a policy from prompts and a verifier (on-policy GRPO, docs/rl.md)");
+  CLI::App* rlCommand =
+      app.add_subcommand("rl", "improve a policy from prompts and a verifier (on-policy GRPO, docs/rl.md)");
   addPlanFlags(*rlCommand, rl.session);
-  rlCommand->add_option("--rollout-plan", rl.rolloutPlan, "inference plan of the same model (dgemma-compile --mode infer)")
+  rlCommand
+      ->add_option("--rollout-plan", rl.rolloutPlan, "inference plan of the same model (dgemma-compile --mode infer)")
       ->required();
-  rlCommand->add_option("--weights", rl.session.weights, "HF or dgemma checkpoint directory: the policy's start and the KL reference")
+  rlCommand
+      ->add_option("--weights", rl.session.weights,
+                   "HF or dgemma checkpoint directory: the policy's start and the KL reference")
       ->required();
-  rlCommand->add_option("--tokenizer", rlFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
-  rlCommand->add_option("--prompts", rl.prompts, "JSONL rows (docs/data.md) with a \"reference\" for the verifier")->required();
+  rlCommand->add_option("--tokenizer", rlFlags.tokenizer,
+                        "directory with tokenizer.model or tokenizer.json (default: --weights)");
+  rlCommand->add_option("--prompts", rl.prompts, "JSONL rows (docs/data.md) with a \"reference\" for the verifier")
+      ->required();
   rlCommand->add_option("--reward", rlFlags.reward, "built-in verifier: exact | numeric | regex")
       ->check(CLI::IsMember({"exact", "numeric", "regex"}));
   rlCommand->add_option("--reward-command", rlFlags.rewardCommand,
@@ -473,39 +481,52 @@ int main(int argc, char** argv) {
   rlCommand->add_option("--steps", rl.steps, "RL steps (each: rollouts, rewards, --inner-updates updates)")
       ->required()
       ->check(dgemma::integerIn(1, kMaxSteps));
-  rlCommand->add_option("--max-seconds", rl.maxSeconds, "stop and save after the step that reaches this wall-clock budget")
+  rlCommand
+      ->add_option("--max-seconds", rl.maxSeconds, "stop and save after the step that reaches this wall-clock budget")
       ->check(dgemma::numberIn(0, kMaxTimeoutSeconds));
   rlCommand->add_option("--group-size", rl.groupSize, "rollouts per prompt (G)")->check(dgemma::integerIn(2, 1 << 16));
   rlCommand->add_option("--prompts-per-step", rl.promptsPerStep, "prompts per step, all ranks together")
       ->check(dgemma::integerIn(1, 1 << 20));
   rlCommand->add_option("--inner-updates", rl.innerUpdates, "optimizer updates per batch of rollouts (mu)")
       ->check(dgemma::integerIn(1, 1024));
-  rlCommand->add_option("--diffusion-samples", rl.diffusionSamples, "diffusion times per completion block in the estimate")
+  rlCommand
+      ->add_option("--diffusion-samples", rl.diffusionSamples, "diffusion times per completion block in the estimate")
       ->check(dgemma::integerIn(1, 1024));
-  rlCommand->add_option("--max-new-tokens", rl.maxNewTokens, "new tokens per rollout, in whole canvases (default: the plan's)")
+  rlCommand
+      ->add_option("--max-new-tokens", rl.maxNewTokens,
+                   "new tokens per rollout, in whole canvases (default: the plan's)")
       ->check(dgemma::integerIn(1, kMaxLength));
-  rlCommand->add_option("--denoising-steps", rl.denoisingSteps, "decoder passes per canvas at most (default: the plan's)")
+  rlCommand
+      ->add_option("--denoising-steps", rl.denoisingSteps, "decoder passes per canvas at most (default: the plan's)")
       ->check(dgemma::integerIn(1, int64_t{1} << 24));
-  rlCommand->add_option("--temperature", rl.temperature, "scales the sampler's temperature schedule (t_min, t_max) for the rollouts")
+  rlCommand
+      ->add_option("--temperature", rl.temperature,
+                   "scales the sampler's temperature schedule (t_min, t_max) for the rollouts")
       ->check(dgemma::numberIn(0, 1e6, false));
   rlCommand->add_option("--pass-threshold", rl.passThreshold, "a rollout passes when its reward is at least this")
       ->check(dgemma::numberIn(-1e30, 1e30));
   rlCommand->add_option("--seed", rl.session.seed, "seed of the prompt order, the rollouts and the estimate's noise")
       ->check(dgemma::anyUnsigned64());
   rlCommand->add_option("--lr", rl.lr, "peak learning rate")->check(dgemma::numberIn(0, kMaxLearningRate));
-  rlCommand->add_option("--min-lr", rl.minLr, "learning rate at the end of the decay")->check(dgemma::numberIn(0, kMaxLearningRate));
-  rlCommand->add_option("--warmup", rl.warmupSteps, "linear warmup updates from 0")->check(dgemma::integerIn(0, kMaxSteps));
+  rlCommand->add_option("--min-lr", rl.minLr, "learning rate at the end of the decay")
+      ->check(dgemma::numberIn(0, kMaxLearningRate));
+  rlCommand->add_option("--warmup", rl.warmupSteps, "linear warmup updates from 0")
+      ->check(dgemma::integerIn(0, kMaxSteps));
   rlCommand->add_option("--lr-decay-style", rl.decayStyle, "constant | cosine | linear (over steps x inner updates)")
       ->check(CLI::IsMember({"cosine", "linear", "constant"}));
-  rlCommand->add_option("--save-dir", rl.saveDir, "checkpoint directory (a checkpoint at the end, and every --save-every)");
+  rlCommand->add_option("--save-dir", rl.saveDir,
+                        "checkpoint directory (a checkpoint at the end, and every --save-every)");
   rlCommand->add_option("--save-every", rl.saveEvery, "steps between checkpoints (0: only at the end)")
       ->check(dgemma::integerIn(0, kMaxSteps));
-  rlCommand->add_option("--keep", rl.keep, "keep the newest K checkpoints (0: all)")->check(dgemma::integerIn(0, kMaxKeep));
+  rlCommand->add_option("--keep", rl.keep, "keep the newest K checkpoints (0: all)")
+      ->check(dgemma::integerIn(0, kMaxKeep));
   rlCommand->add_flag("--resume", rl.resume, "continue from the newest checkpoint in --save-dir");
-  rlCommand->add_flag("--overwrite", rlFlags.overwrite, "a fresh run: delete another run's checkpoints in --save-dir first");
+  rlCommand->add_flag("--overwrite", rlFlags.overwrite,
+                      "a fresh run: delete another run's checkpoints in --save-dir first");
   rlCommand->add_option("--metrics", rl.metrics, "JSON Lines metrics file");
   rlCommand->add_option("--tensorboard", rl.tensorboard, "TensorBoard log directory");
-  rlCommand->add_flag("--skip-bad-rows", rlFlags.skipBadRows, "skip, count and list bad prompt rows instead of failing");
+  rlCommand->add_flag("--skip-bad-rows", rlFlags.skipBadRows,
+                      "skip, count and list bad prompt rows instead of failing");
   addRankFlags(*rlCommand, rankFlags);
 
   dgemma::tool::GenerateFlags generateFlags;
