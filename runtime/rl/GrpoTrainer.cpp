@@ -22,6 +22,7 @@
 #include "runtime/train/CheckpointReader.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
+#include "runtime/train/OptimizerUpdate.h"
 #include "runtime/train/Resume.h"
 #include "runtime/train/ShardedSave.h"
 #include "runtime/train/TensorBoardWriter.h"
@@ -68,18 +69,6 @@ HostTensor f32Rows(const std::vector<double>& values) {
   HostTensor tensor(DType::F32, {static_cast<int64_t>(values.size())});
   for (size_t i = 0; i < values.size(); ++i) tensor.as<float>()[i] = static_cast<float>(values[i]);
   return tensor;
-}
-
-// A scalar input of `entry` in the dtype and shape the plan declares.
-HostTensor scalarInput(const Plan& plan, const EntryPoint& entry, const std::string& name, double value) {
-  for (const NamedBuffer& input : entry.inputs) {
-    if (input.name != name) continue;
-    const Buffer& buffer = plan.buffers[input.buffer];
-    HostTensor wide(DType::F64, buffer.shape);
-    std::fill(wide.as<double>(), wide.as<double>() + wide.numElements(), value);
-    return convertDType(wide, buffer.dtype, name);
-  }
-  throw InputError("entry " + entry.key() + ": no input " + name);
 }
 
 std::string formatFloat(double value) {
@@ -504,8 +493,6 @@ int GrpoTrainer::run() {
        << ", " << (usesReference_ ? "KL to the starting weights" : "no KL term") << ", " << world_.size()
        << (world_.size() == 1 ? " rank" : " ranks") << "\n";
 
-  const Plan& plan = policy_.plan;
-  const EntryPoint& optimizerEntry = plan.entryPoints[trainPlan_.optimizerStep];
   const int64_t ranks = world_.size();
   const int64_t promptsPerRank = (options_.promptsPerStep + ranks - 1) / ranks;
   const Clock::time_point runStart = Clock::now();
@@ -575,17 +562,8 @@ int GrpoTrainer::run() {
       }
       ++optimizerSteps_;
       lr = schedule_.forOptimizerStep(optimizerSteps_);
-      const double n = static_cast<double>(optimizerSteps_);
-      std::map<std::string, HostTensor> inputs = {
-          {"lr", scalarInput(plan, optimizerEntry, "lr", lr)},
-          {"bias_correction1",
-           scalarInput(plan, optimizerEntry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
-          {"bias_correction2",
-           scalarInput(plan, optimizerEntry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
-          {"gradient_scale", scalarInput(plan, optimizerEntry, "gradient_scale",
-                                         1.0 / static_cast<double>(std::max<size_t>(batches.size(), 1)))}};
-      const std::map<std::string, HostTensor> outputs = policy_.executor->run(optimizerEntry, inputs);
-      gradNorm = static_cast<float>(outputValues(outputs, "grad_norm", optimizerEntry.key()).at(0));
+      gradNorm = applyOptimizerUpdate(policy_, trainPlan_, optimizerSteps_, lr,
+                                      1.0 / static_cast<double>(std::max<size_t>(batches.size(), 1)));
     }
     const double updateSeconds = secondsSince(updateStart);
     step_ = step;

@@ -22,6 +22,7 @@
 #include "runtime/train/CheckpointWriter.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
+#include "runtime/train/OptimizerUpdate.h"
 #include "runtime/train/SaveDirectoryClaim.h"
 #include "runtime/train/ProgressBar.h"
 #include "runtime/train/Resume.h"
@@ -48,18 +49,6 @@ float scalarOutput(const std::map<std::string, HostTensor>& outputs, const std::
   if (it == outputs.end() || it->second.numElements() != 1)
     throw InputError("entry " + entry + ": expected a scalar output " + name);
   return convertDType(it->second, DType::F32, name).as<float>()[0];
-}
-
-// A scalar input of `entry` in the dtype and shape the plan declares.
-HostTensor scalarInput(const Plan& plan, const EntryPoint& entry, const std::string& name, double value) {
-  for (const NamedBuffer& input : entry.inputs) {
-    if (input.name != name) continue;
-    const Buffer& buffer = plan.buffers[input.buffer];
-    HostTensor wide(DType::F64, buffer.shape);
-    std::fill(wide.as<double>(), wide.as<double>() + wide.numElements(), value);
-    return convertDType(wide, buffer.dtype, name);
-  }
-  throw InputError("entry " + entry.key() + ": no input " + name);
 }
 
 std::string formatFloat(double value) {
@@ -128,7 +117,6 @@ class Trainer {
   StepGradients forwardBackward(int64_t step);
   std::string firstNonFiniteGradient();
   void zeroGradients();
-  float applyOptimizer(double lr);
   MetricsRecord evaluate(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step, std::string& nonFinite);
   void evaluateAndRecord(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step, ProgressBar& progress);
   void record(const MetricsRecord& line);
@@ -335,21 +323,6 @@ std::string Trainer::firstNonFiniteGradient() {
 // Discards what train_step added to the gradient buffers (a skipped step's, an evaluation's).
 void Trainer::zeroGradients() { session_.executor->run(session_.plan.entryPoints[trainPlan_.zeroGradients], {}); }
 
-// optimizer_step of the n-th applied update (n = optimizerSteps_): the gradient buffers' sums,
-// scaled by 1/N in the plan, at rate `lr` with Adam's bias corrections 1 − β^n in double; it zeroes
-// the buffers. Returns grad_norm.
-float Trainer::applyOptimizer(double lr) {
-  const Plan& plan = session_.plan;
-  const EntryPoint& entry = plan.entryPoints[trainPlan_.optimizerStep];
-  const double n = static_cast<double>(optimizerSteps_);
-  std::map<std::string, HostTensor> inputs = {
-      {"lr", scalarInput(plan, entry, "lr", lr)},
-      {"bias_correction1", scalarInput(plan, entry, "bias_correction1", 1.0 - std::pow(trainPlan_.optimizer.beta1, n))},
-      {"bias_correction2", scalarInput(plan, entry, "bias_correction2", 1.0 - std::pow(trainPlan_.optimizer.beta2, n))},
-      {"gradient_scale", scalarInput(plan, entry, "gradient_scale", 1.0 / static_cast<double>(options_.accumulation))}};
-  return scalarOutput(session_.executor->run(entry, inputs), "grad_norm", "optimizer_step");
-}
-
 // The objective on the first micro-batches of a split in file order (at most --eval-batches), text
 // and image items in turns as in training, each modality's last micro-batch wrapping around to its
 // first items to fill the bucket (docs/data.md, "Item order"), with evaluation-phase
@@ -499,7 +472,8 @@ int Trainer::run() {
       zeroGradients();
     } else {
       ++optimizerSteps_;
-      gradNorm = applyOptimizer(lr);
+      gradNorm = applyOptimizerUpdate(session_, trainPlan_, optimizerSteps_, lr,
+                                      1.0 / static_cast<double>(options_.accumulation));
     }
     step_ = step;
     consumedSamples_ += globalBatch();
