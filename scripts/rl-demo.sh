@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The RL demo (docs/rl.md, "The demo"): the reward carries the learning. It starts from the demo
 # model part-way through its training (step 5000 of the main job's run, which answers about half of
-# the held-out additions exactly), then spends the same wall-clock budget two ways from there:
-#   * dgemma-run rl: the addition prompts and the numeric verifier only, no completion in any gradient;
-#   * dgemma-run train: more SFT on the same prompts with their completions;
-# and evaluates both (and the start) on the held-out test additions by exact match.
-#   Usage: scripts/rl-demo.sh [BUILD_DIR] [SECONDS]   (SECONDS: the budget of each arm, default 300)
+# the held-out additions exactly), then spends the same wall-clock time two ways from there:
+#   * dgemma-run rl: addition prompts and the exact-match verifier only, no completion in any gradient
+#     (STEPS steps of GRPO);
+#   * dgemma-run train: more SFT on the same prompts with their completions, for as long as the RL
+#     run took (--max-seconds);
+# and evaluates the start and both ends on the held-out test additions by exact match.
+#   Usage: scripts/rl-demo.sh [BUILD_DIR] [STEPS]   (STEPS: GRPO steps, default 500)
 # The main job (scripts/demo.sh) leaves the step-5000 checkpoint in BUILD_DIR/demo-run; without it,
 # the first 5000 steps of that run are trained here (the same seed and schedule, so the same weights).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
-budget=${2:-300}
+steps=${2:-500}
 bin=$build/bin
 config=$root/models/diffusion_gemma/configs/demo
 tokenizer=$root/data/tokenizer
@@ -26,22 +28,34 @@ if [ ! -d "$start" ]; then
     "$bin/dgemma-compile" --model "$config" --mode train --preset demo --images-per-example 1 --prompt-len 32,48,64,96 \
       -o "$run/base/plan"
     "$bin/dgemma-run" train --plan "$run/base/plan" --init random --seed 1 --tokenizer "$tokenizer" \
-      --train "$root/data/demo/train.jsonl" --steps 5000 --save-every 5000 --save-dir "$run/base/checkpoints" --overwrite
+      --train "$root/data/demo/train.jsonl" --steps 5000 --decay-steps 24000 --save-every 5000 --save-dir "$run/base/checkpoints" --overwrite
   fi
 fi
 
-echo "== data: the addition rows of the demo splits; the RL prompts carry their sum as the verifier's reference"
+echo "== data: every addition pair but the held-out ones (validation, test); RL gets the prompts with the sum as"
+echo "   the verifier's reference, SFT the same rows with the sum as the completion"
 python3 - "$root/data/demo" "$run" <<'EOF'
-import json, sys
+import json, re, sys
 source, out = sys.argv[1], sys.argv[2]
-for split in ("train", "test"):
-    rows = [json.loads(line) for line in open(f"{source}/{split}.jsonl")]
-    additions = [row for row in rows if isinstance(row["messages"][0]["content"], str)]
-    with open(f"{out}/{split}-additions.jsonl", "w") as sft, open(f"{out}/{split}-prompts.jsonl", "w") as rl:
-        for row in additions:
-            sft.write(json.dumps(row) + "\n")
-            rl.write(json.dumps({"messages": row["messages"], "reference": row["completion"]}) + "\n")
-    print(f"{split}: {len(additions)} additions")
+held = set()
+with open(f"{out}/test-additions.jsonl", "w") as test:
+    for split in ("validation", "test"):
+        for line in open(f"{source}/{split}.jsonl"):
+            row = json.loads(line)
+            content = row["messages"][0]["content"]
+            if isinstance(content, str):
+                held.add(tuple(map(int, re.findall(r"[0-9]+", content))))
+                if split == "test":
+                    test.write(line)
+with open(f"{out}/rl-prompts.jsonl", "w") as rl, open(f"{out}/sft-rows.jsonl", "w") as sft:
+    for a in range(100):
+        for b in range(100):
+            if (a, b) in held:
+                continue
+            messages = [{"role": "user", "content": f"What is {a:02d} + {b:02d}?"}]
+            rl.write(json.dumps({"messages": messages, "reference": f"{a + b:03d}"}) + "\n")
+            sft.write(json.dumps({"messages": messages, "completion": f"{a + b:03d}"}) + "\n")
+print(f"{10000 - len(held)} pairs for RL and SFT, {len(held)} held out")
 EOF
 
 "$bin/dgemma-compile" --model "$config" --mode infer --micro-batch 32 --prompt-len 48 --max-new-tokens 4 -o "$run/infer" 2>/dev/null
@@ -55,18 +69,20 @@ evaluate() {
 }
 echo "== start: held-out exact match $(evaluate "$start")"
 
-echo "== rl: $budget s of GRPO from prompts and the numeric verifier"
+echo "== rl: $steps steps of GRPO from the prompts and the exact-match verifier"
 rm -rf "$run/rl-checkpoints"
+began=$(date +%s.%N)
 "$bin/dgemma-run" rl --plan "$run/grpo" --rollout-plan "$run/infer" --weights "$start" --tokenizer "$tokenizer" \
-  --prompts "$run/train-prompts.jsonl" --reward numeric --group-size 8 --prompts-per-step 16 --lr 1e-3 --seed 1 \
-  --steps 100000 --max-seconds "$budget" --metrics "$run/rl-metrics.jsonl" --save-dir "$run/rl-checkpoints" --overwrite
-rl_weights=$(ls -d "$run"/rl-checkpoints/step-* | tail -n 1)
-echo "== rl: held-out exact match $(evaluate "$rl_weights") ($(basename "$rl_weights"), metrics in $run/rl-metrics.jsonl)"
+  --prompts "$run/rl-prompts.jsonl" --reward exact --group-size 8 --prompts-per-step 32 --inner-updates 2 \
+  --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --seed 1 --steps "$steps" --save-every "$steps" \
+  --metrics "$run/rl-metrics.jsonl" --save-dir "$run/rl-checkpoints" --overwrite | grep -E "^step .*0/|saved"
+seconds=$(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1])))" "$began")
+echo "== rl: held-out exact match $(evaluate "$run/rl-checkpoints/step-$(printf %08d "$steps")") after $seconds s (metrics in $run/rl-metrics.jsonl)"
 
-echo "== sft: $budget s of more SFT on the same additions with their completions"
+echo "== sft: $seconds s of more SFT on the same additions with their completions"
 rm -rf "$run/sft-checkpoints"
-"$bin/dgemma-run" train --plan "$run/sft" --weights "$start" --tokenizer "$tokenizer" --train "$run/train-additions.jsonl" \
-  --lr 3e-3 --min-lr 3e-4 --decay-steps 19000 --steps 100000 --max-seconds "$budget" --metrics "$run/sft-metrics.jsonl" \
-  --save-dir "$run/sft-checkpoints" --overwrite
+"$bin/dgemma-run" train --plan "$run/sft" --weights "$start" --tokenizer "$tokenizer" --train "$run/sft-rows.jsonl" \
+  --lr 2.9e-3 --min-lr 3e-4 --decay-steps 19000 --steps 19000 --max-seconds "$seconds" --log-every 1000 \
+  --metrics "$run/sft-metrics.jsonl" --save-dir "$run/sft-checkpoints" --overwrite | tail -n 2
 sft_weights=$(ls -d "$run"/sft-checkpoints/step-* | tail -n 1)
-echo "== sft: held-out exact match $(evaluate "$sft_weights") ($(basename "$sft_weights"), metrics in $run/sft-metrics.jsonl)"
+echo "== sft: held-out exact match $(evaluate "$sft_weights") after $(basename "$sft_weights") (metrics in $run/sft-metrics.jsonl)"
