@@ -269,7 +269,7 @@ nlohmann::json GrpoTrainer::runConfig() const {
             {"diffusion_samples", options_.diffusionSamples},
             {"max_new_tokens", generator_->settings().maxNewTokens},
             {"denoising_steps", generator_->settings().maxDenoisingSteps},
-            {"temperature", options_.temperature},
+            {"temperature_scale", options_.temperature},
             {"prompts", prompts_.size()},
             {"reward", options_.rewardName},
             {"lr_schedule", schedule_.toJson()}}},
