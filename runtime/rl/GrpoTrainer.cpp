@@ -145,7 +145,7 @@ class GrpoTrainer {
   std::vector<Rollout> exchange(const std::vector<Rollout>& mine, int64_t perRank);
   std::vector<PolicyBatch> policyBatches(int64_t step, const std::vector<Rollout>& all,
                                          const std::vector<double>& advantages, std::vector<BlockItem>& items);
-  std::vector<double> referenceLogps(const PolicyBatch& batch);
+  void addReferenceLogps(std::vector<PolicyBatch>& batches);
   void save(int64_t step);
 
   const RlOptions& options_;
@@ -402,18 +402,18 @@ std::vector<PolicyBatch> GrpoTrainer::policyBatches(int64_t step, const std::vec
   return batches;
 }
 
-// The frozen reference policy's estimate on the batch's shared noise: the starting weights swapped
-// in for one logps run.
-std::vector<double> GrpoTrainer::referenceLogps(const PolicyBatch& batch) {
+// The frozen reference policy's estimate of every batch on its shared noise: the starting weights
+// swapped in once for all the batches' logps runs, then the current ones back.
+void GrpoTrainer::addReferenceLogps(std::vector<PolicyBatch>& batches) {
   std::map<std::string, HostTensor> current;
   for (const std::string& name : trainPlan_.modelParameters) {
     current.emplace(name, policy_.executor->parameter(name));
     policy_.executor->setParameter(name, reference_.at(name));
   }
-  const std::vector<double> logps =
-      outputValues(runEntry(policy_, names_.logpsEntry, batch.fields, batch.where), names_.logps, names_.logpsEntry);
+  for (PolicyBatch& batch : batches)
+    batch.refLogps =
+        outputValues(runEntry(policy_, names_.logpsEntry, batch.fields, batch.where), names_.logps, names_.logpsEntry);
   for (auto& [name, value] : current) policy_.executor->setParameter(name, value);
-  return logps;
 }
 
 void GrpoTrainer::restore() {
@@ -532,11 +532,10 @@ int GrpoTrainer::run() {
     const Clock::time_point updateStart = Clock::now();
     std::vector<BlockItem> items;
     std::vector<PolicyBatch> batches = policyBatches(step, all, advantages, items);
-    for (PolicyBatch& batch : batches) {
+    for (PolicyBatch& batch : batches)
       batch.oldLogps = outputValues(runEntry(policy_, names_.logpsEntry, batch.fields, batch.where), names_.logps,
                                     names_.logpsEntry);
-      if (usesReference_) batch.refLogps = referenceLogps(batch);
-    }
+    if (usesReference_) addReferenceLogps(batches);
     double lossSum = 0, klSum = 0, clipped = 0, realRows = 0;
     float gradNorm = 0;
     double lr = 0;
