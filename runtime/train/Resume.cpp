@@ -7,7 +7,6 @@
 #include "runtime/train/CheckpointListing.h"
 #include "runtime/train/CheckpointReader.h"
 #include "runtime/train/ShardedSave.h"
-#include "runtime/train/TrainData.h"
 #include "support/Error.h"
 #include "support/Json.h"
 
@@ -114,27 +113,8 @@ ResumedCounters Resume::restore() {
                      "': " + std::to_string(counters.optimizerSteps) + " applied optimizer steps, expected 0.." +
                      std::to_string(counters.step) + " (the manifest's step)");
   counters.consumedSamples = checkpoint.state().consumedSamples;
-  // The token count is a function of the data order, so it is recounted rather than stored. Every
-  // whole epoch of a modality stream visits each of its items once, so only each stream's current
-  // epoch is walked: the restore costs O(items), whatever the count.
-  counters.consumedTokens = 0;
-  const int64_t microBatches = counters.consumedSamples / run_.trainPlan.microBatch;
-  for (const bool images : {false, true}) {
-    const std::vector<int64_t>& members = run_.trainOrder.streamItems(images);
-    if (members.empty()) continue;
-    const int64_t size = static_cast<int64_t>(members.size());
-    int64_t epochTokens = 0, wholeEpochs = 0;
-    for (int64_t item : members) epochTokens += itemTokens(run_.train.items[item].block);
-    const int64_t samples = run_.trainOrder.streamSamplesBefore(images, microBatches);
-    const int64_t epochs = samples / size;
-    if (__builtin_mul_overflow(epochs, epochTokens, &wholeEpochs) ||
-        __builtin_add_overflow(counters.consumedTokens, wholeEpochs, &counters.consumedTokens))
-      throw InputError(checkpoint.directory() +
-                       "/manifest.json: consumed_samples: " + std::to_string(counters.consumedSamples) +
-                       " samples of " + run_.train.path + " hold more than 2^63 tokens");
-    for (int64_t sample = epochs * size; sample < samples; ++sample)
-      counters.consumedTokens += itemTokens(run_.train.items[run_.trainOrder.streamItemAt(images, sample)].block);
-  }
+  // The token count is a function of the data order, so it is recounted rather than stored.
+  counters.consumedTokens = run_.train.tokensBefore(counters.consumedSamples, checkpoint.directory() + "/manifest.json");
   out_ << "resumed from " << checkpoint.directory() << ": step " << counters.step << ", consumed samples "
        << counters.consumedSamples << "\n";
   return counters;
@@ -185,7 +165,7 @@ void Resume::checkResumable(const CheckpointReader& checkpoint) const {
         throw InputError(manifest + ": " + name + ": " + quoteForMessage(key) + ": not a member this build records");
   };
   compare("rng", state.rng, run_.rngState);
-  compare("data_order_state", state.dataOrderState, run_.dataOrderState(state.consumedSamples));
+  compare("data_order_state", state.dataOrderState, run_.train.orderState(state.consumedSamples));
 }
 
 }  // namespace

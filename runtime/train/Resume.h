@@ -4,16 +4,14 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/data/batch/MicroBatchOrder.h"
-#include "runtime/data/dataset/Dataset.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/train/TrainPlan.h"
+#include "runtime/train/TrainSplit.h"
 #include "runtime/train/Trainer.h"
 #include "runtime/train/WorldGroup.h"
 
@@ -28,14 +26,11 @@ inline const std::string kOptimizerStepCount = "optimizer/step";
 struct ResumedRun {
   const TrainOptions& options;
   const TrainPlan& trainPlan;
-  const Dataset& train;
-  MicroBatchOrder& trainOrder;
+  TrainSplit& train;
   int64_t globalBatch = 0;
   const nlohmann::json& identity;  // what the checkpoint must match (checkpointIdentity)
   const nlohmann::json& config;    // the run's configuration; its "trajectory" must match the checkpoint's
   nlohmann::json rngState;         // what the manifest's "rng" must record
-  // What the manifest's "data_order_state" must record after `consumedSamples` samples.
-  std::function<nlohmann::json(int64_t consumedSamples)> dataOrderState;
 };
 
 // The counters a checkpoint restores besides the parameters.

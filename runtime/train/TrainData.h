@@ -1,6 +1,6 @@
-// The data side of `dgemma-run train`: each split built for the plan (its canvas length, its
-// largest prompt bucket as the longest encoder context, the model's vocabulary), and micro-batches
-// collated from it by global sample index (docs/training.md, "The training loop").
+// The data side of `dgemma-run train` for chat rows: each split built for the plan (its canvas
+// length, its largest prompt bucket as the longest encoder context, the model's vocabulary), and
+// micro-batches collated from it by global sample index (docs/training.md, "The training loop").
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "runtime/data/dataset/Dataset.h"
 #include "runtime/data/text/Tokenizer.h"
 #include "runtime/model/ModelAdapter.h"
+#include "runtime/train/TrainSplit.h"
 
 namespace dgemma {
 
@@ -44,38 +45,38 @@ Dataset mockSplit(const SplitOptions& options, int64_t bosId, int64_t eosId, uin
 // plan: none). Throws InputError for a bad row (unless skipping) and for a split with no item left.
 Dataset loadSplit(const std::string& flag, const std::string& path, const Tokenizer& tokenizer, const SplitOptions& options);
 
-// The real tokens of an item: its encoder context and its canvas block.
-int64_t itemTokens(const BlockItem& item);
-
-// Whether each item of the split has images (a MicroBatchOrder's modalities).
-std::vector<bool> imageItems(const Dataset& dataset);
-
-// The processed images of a split's rows, each row's processed once, when a micro-batch first
-// needs them (the resize waits until the item is batched).
-class RowImageCache {
+// A split of chat rows cut into canvas blocks (docs/data.md, "Item order"). The training order is
+// MicroBatchOrder's cyclic one; an evaluation takes the items in file order, text and image items
+// in turns, each modality's last micro-batch wrapping around to its first items to fill the bucket.
+// A micro-batch is collated with its prompts left-padded to the longest of them (running it picks
+// the prompt bucket) and, for an image micro-batch, its images, each row's processed once when a
+// micro-batch first needs them (the demo's fit in a few MB).
+class BlockSplit final : public TrainSplit {
  public:
-  explicit RowImageCache(Gemma4ImageOptions options) : options_(options) {}
-  const std::vector<ProcessedImage>& imagesOf(const Dataset& dataset, int64_t row);
+  BlockSplit(Dataset dataset, int64_t microBatch, uint64_t seed, const CollateOptions& collate,
+             const Gemma4ImageOptions& image, const ModelContract& names);
+
+  const Dataset& dataset() const { return dataset_; }
+  const std::string& path() const override { return dataset_.path; }
+  int64_t items() const override { return static_cast<int64_t>(dataset_.items.size()); }
+  MicroBatch trainingMicroBatch(int64_t index) override { return assemble(trainOrder_, index); }
+  int64_t evaluationMicroBatches() const override { return evaluationOrder_.microBatchesPerEpoch(); }
+  MicroBatch evaluationMicroBatch(int64_t index) override { return assemble(evaluationOrder_, index); }
+  nlohmann::json orderState(int64_t consumedSamples) const override;
+  int64_t tokensBefore(int64_t consumedSamples, const std::string& where) override;
 
  private:
-  Gemma4ImageOptions options_;
-  std::map<int64_t, std::vector<ProcessedImage>> rows_;
-};
+  MicroBatch assemble(MicroBatchOrder& order, int64_t index);
+  const std::vector<ProcessedImage>& imagesOf(int64_t row);
 
-struct MicroBatch {
-  // collate()'s fields (the prompt's and the canvas's); an image micro-batch adds collateImages()'s
-  // pixel values and image position ids. Named by the model's contract.
-  std::map<std::string, HostTensor> fields;
-  bool images = false;                       // runs the image twins (the image train step)
-  std::vector<int64_t> samples;             // global sample indices, the noise keys' sample indices
-  int64_t tokens = 0;                        // real prompt and canvas tokens
-  std::string where;                         // "FILE: samples 8..9" for messages
+  Dataset dataset_;
+  uint64_t seed_;
+  CollateOptions collate_;
+  Gemma4ImageOptions image_;
+  CollatedFieldNames batchNames_;
+  ImageFieldNames imageNames_;
+  MicroBatchOrder trainOrder_, evaluationOrder_;
+  std::map<int64_t, std::vector<ProcessedImage>> rowImages_;
 };
-
-// Micro-batch `index` of `order` (samples [index·B, (index+1)·B)): its items collated, prompts
-// left-padded to the longest of them (running it picks the prompt bucket), and for an image
-// micro-batch their images, processed through `images`; every field named by `names`.
-MicroBatch assembleMicroBatch(const Dataset& dataset, MicroBatchOrder& order, int64_t index,
-                              const CollateOptions& options, RowImageCache& images, const ModelContract& names);
 
 }  // namespace dgemma

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "support/Error.h"
@@ -59,6 +60,11 @@ std::string formatFloat(double value) {
 }
 
 // Sums of the objective's scalars over micro-batches, in micro-batch order.
+// The run's data: --train always, --validation and --test when given.
+struct TrainSplits {
+  std::unique_ptr<TrainSplit> train, validation, test;
+};
+
 struct LossSums {
   double loss = 0.0;
   double diffusionLoss = 0.0;
@@ -76,27 +82,18 @@ struct StepGradients {
 
 class Trainer {
  public:
-  Trainer(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, Dataset train,
-          std::optional<Dataset> validation, std::optional<Dataset> test)
+  Trainer(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, TrainSplits splits)
       : options_(options),
         session_(session),
         trainPlan_(trainPlan),
         schedule_(scheduleConfig(options)),
-        train_(std::move(train)),
-        validation_(std::move(validation)),
-        test_(std::move(test)),
-        trainOrder_(SamplerKind::Cyclic, imageItems(train_), trainPlan.microBatch, options.session.seed),
-        trainImages_(trainPlan.image),
-        validationImages_(trainPlan.image),
-        testImages_(trainPlan.image),
+        train_(std::move(splits.train)),
+        validation_(std::move(splits.validation)),
+        test_(std::move(splits.test)),
         world_(session.plan, *session.backend, session.communicators),
         identity_(trainingIdentity(options, session.plan, trainPlan)),
         config_(runConfig()),
-        out_(world_.rank() == 0 ? std::cout.rdbuf() : nullptr) {
-    collate_.canvasLength = trainPlan.canvasLength;
-    collate_.padId = trainPlan.padId;
-    if (options.canvasTail == "eos_fill") collate_.scoredCanvasFill = trainPlan.eosId;
-  }
+        out_(world_.rank() == 0 ? std::cout.rdbuf() : nullptr) {}
 
   int run();
 
@@ -109,7 +106,6 @@ class Trainer {
   bool resuming() const { return options_.resume || !options_.resumeFrom.empty(); }
   std::string checkpointTokenizerDir() const;
   nlohmann::json rngState() const;
-  nlohmann::json dataOrderState(int64_t consumedSamples) const;
   void restore();
   std::map<std::string, HostTensor> runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep);
   void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
@@ -117,8 +113,8 @@ class Trainer {
   StepGradients forwardBackward(int64_t step);
   std::string firstNonFiniteGradient();
   void zeroGradients();
-  MetricsRecord evaluate(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step, std::string& nonFinite);
-  void evaluateAndRecord(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step, ProgressBar& progress);
+  MetricsRecord evaluate(TrainSplit& data, MetricsSplit split, int64_t step, std::string& nonFinite);
+  void evaluateAndRecord(TrainSplit& data, MetricsSplit split, int64_t step, ProgressBar& progress);
   void record(const MetricsRecord& line);
   CheckpointSaveResult save(int64_t step);
 
@@ -126,13 +122,7 @@ class Trainer {
   Session& session_;
   const TrainPlan& trainPlan_;
   LrSchedule schedule_;
-  Dataset train_;
-  std::optional<Dataset> validation_;
-  std::optional<Dataset> test_;
-  MicroBatchOrder trainOrder_;
-  // Each split's processed images, by row (the demo's fit in a few MB).
-  RowImageCache trainImages_, validationImages_, testImages_;
-  CollateOptions collate_;
+  std::unique_ptr<TrainSplit> train_, validation_, test_;  // validation_ and test_ may be null
   WorldGroup world_;
   nlohmann::json identity_;  // what a checkpoint must match to be resumed (checkpointIdentity)
   nlohmann::json config_;
@@ -177,7 +167,7 @@ nlohmann::json Trainer::runConfig() const {
             {"micro_batch", trainPlan_.microBatch},
             {"accumulation", f.accumulation},
             {"canvas_tail", f.canvasTail},
-            {"train_items", train_.items.size()},
+            {"train_items", train_->items()},
             {"lr_schedule", schedule_.toJson()}}},
           {"plan", f.session.planDir},
           {"weights", f.session.weights},
@@ -223,34 +213,16 @@ void Trainer::printSetup() const {
 // keyed (docs/training.md, "Noise keys"). A resume recomputes it and compares.
 nlohmann::json Trainer::rngState() const { return {{"seed", options_.session.seed}, {"noise", "per_sample"}}; }
 
-// What the manifest's "data_order_state" records: the sampler and its seed, and where in which
-// epoch `consumedSamples` leaves it (docs/data.md, "Item order"). All of it follows from the count,
-// so a resume recomputes it from consumed_samples and compares.
-nlohmann::json Trainer::dataOrderState(int64_t consumedSamples) const {
-  const int64_t items = trainOrder_.numItems();
-  nlohmann::json state = {{"sampler", "cyclic"},
-                          {"seed", options_.session.seed},
-                          {"items", items},
-                          {"epoch", consumedSamples / items},
-                          {"position", consumedSamples % items}};
-  // Image and text items are two streams of the order (docs/data.md, "Item order"); a text-only
-  // split records what it always did.
-  if (trainOrder_.imageItems() > 0) state["image_items"] = trainOrder_.imageItems();
-  return state;
-}
-
 // Continues from a checkpoint (Resume.h): its parameters into the session, its counters into this run.
 void Trainer::restore() {
   const ResumedCounters counters = resumeFromCheckpoint(
       {.options = options_,
        .trainPlan = trainPlan_,
-       .train = train_,
-       .trainOrder = trainOrder_,
+       .train = *train_,
        .globalBatch = globalBatch(),
        .identity = identity_,
        .config = config_,
-       .rngState = rngState(),
-       .dataOrderState = [this](int64_t consumedSamples) { return dataOrderState(consumedSamples); }},
+       .rngState = rngState()},
       world_, *session_.executor, out_);
   step_ = counters.step;
   optimizerSteps_ = counters.optimizerSteps;
@@ -286,8 +258,7 @@ void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>&
 StepGradients Trainer::forwardBackward(int64_t step) {
   StepGradients result;
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
-    MicroBatch batch = assembleMicroBatch(train_, trainOrder_, consumedSamples_ / trainPlan_.microBatch + micro,
-                                          collate_, trainImages_, session_.model->contract());
+    MicroBatch batch = train_->trainingMicroBatch(consumedSamples_ / trainPlan_.microBatch + micro);
     result.tokens += batch.tokens;
     const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
                               batch.where + ")";
@@ -300,7 +271,7 @@ StepGradients Trainer::forwardBackward(int64_t step) {
     const std::string gradient = firstNonFiniteGradient();
     if (!gradient.empty())
       result.nonFinite = "gradient " + gradient + " has a NaN or an infinity after " + std::to_string(options_.accumulation) +
-                         " micro-batch(es) (" + train_.path + ": samples " + std::to_string(consumedSamples_) + ".." +
+                         " micro-batch(es) (" + train_->path() + ": samples " + std::to_string(consumedSamples_) + ".." +
                          std::to_string(consumedSamples_ + globalBatch() - 1) + ")";
   }
   return result;
@@ -328,16 +299,14 @@ void Trainer::zeroGradients() { session_.executor->run(session_.plan.entryPoints
 // first items to fill the bucket (docs/data.md, "Item order"), with evaluation-phase
 // noise. The gradients train_step also adds into the buffers are zeroed afterwards, so the next
 // step starts from zero. `nonFinite` names a NaN or Inf loss.
-MetricsRecord Trainer::evaluate(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step,
-                               std::string& nonFinite) {
+MetricsRecord Trainer::evaluate(TrainSplit& data, MetricsSplit split, int64_t step, std::string& nonFinite) {
   const Clock::time_point start = Clock::now();
-  MicroBatchOrder order(SamplerKind::Single, imageItems(data), trainPlan_.microBatch, options_.session.seed);
-  int64_t microBatches = order.microBatchesPerEpoch();
+  int64_t microBatches = data.evaluationMicroBatches();
   if (options_.evalBatches > 0) microBatches = std::min(microBatches, options_.evalBatches);
   LossSums sums;
   MetricsRecord line;
   for (int64_t micro = 0; micro < microBatches; ++micro) {
-    MicroBatch batch = assembleMicroBatch(data, order, micro, collate_, images, session_.model->contract());
+    MicroBatch batch = data.evaluationMicroBatch(micro);
     line.tokens += batch.tokens;
     const std::string where = batch.where;
     addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), trainPlan_.hasEncoderLoss, where,
@@ -356,10 +325,9 @@ MetricsRecord Trainer::evaluate(const Dataset& data, RowImageCache& images, Metr
 
 // A non-finite evaluation loss stops the run like a training one (docs/training.md), after its line;
 // with --nan-policy skip it is reported and the run goes on (there is no update to skip).
-void Trainer::evaluateAndRecord(const Dataset& data, RowImageCache& images, MetricsSplit split, int64_t step,
-                                ProgressBar& progress) {
+void Trainer::evaluateAndRecord(TrainSplit& data, MetricsSplit split, int64_t step, ProgressBar& progress) {
   std::string nonFinite;
-  const MetricsRecord line = evaluate(data, images, split, step, nonFinite);
+  const MetricsRecord line = evaluate(data, split, step, nonFinite);
   record(line);
   const std::string what = "step " + std::to_string(step) + ": " + metricsSplitName(split);
   if (nonFinite.empty()) {
@@ -419,7 +387,7 @@ CheckpointSaveResult Trainer::save(int64_t step) {
   state.model = identity_;
   state.step = step;
   state.consumedSamples = consumedSamples_;
-  state.dataOrderState = dataOrderState(consumedSamples_);
+  state.dataOrderState = train_->orderState(consumedSamples_);
   state.rng = rngState();
   state.config = config_;
   CheckpointSaveOptions options;
@@ -511,8 +479,8 @@ int Trainer::run() {
     // Every line of a step goes out before its checkpoint (MetricsWriter::resume relies on it).
     const bool last = step == options_.steps || outOfTime;
     if (validation_ && (last || (options_.evalEvery > 0 && step % options_.evalEvery == 0)))
-      evaluateAndRecord(*validation_, validationImages_, MetricsSplit::Validation, step, progress);
-    if (test_ && last) evaluateAndRecord(*test_, testImages_, MetricsSplit::Test, step, progress);
+      evaluateAndRecord(*validation_, MetricsSplit::Validation, step, progress);
+    if (test_ && last) evaluateAndRecord(*test_, MetricsSplit::Test, step, progress);
     if (!options_.saveDir.empty() && (last || (options_.saveEvery > 0 && step % options_.saveEvery == 0))) {
       CheckpointSaveResult saved = save(step);
       std::string removed;
@@ -553,12 +521,8 @@ void checkOptions(const TrainOptions& options) {
 
 namespace {
 
-struct TrainSplits {
-  std::optional<Dataset> train, validation, test;
-};
-
 // Every rank builds the same splits (each reads the whole global batch); rank 0 reports them.
-TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, int64_t rank) {
+TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, const Plan& plan) {
   SplitOptions splitOptions;
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
@@ -566,22 +530,31 @@ TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, 
   splitOptions.imagesPerExample = trainPlan.imagesPerExample;
   splitOptions.image = trainPlan.image;
   splitOptions.skipBadRows = options.skipBadRows;
-  splitOptions.quiet = rank != 0;
+  splitOptions.quiet = plan.rank != 0;
+  CollateOptions collate;
+  collate.canvasLength = trainPlan.canvasLength;
+  collate.padId = trainPlan.padId;
+  if (options.canvasTail == "eos_fill") collate.scoredCanvasFill = trainPlan.eosId;
+  const ModelContract& names = modelAdapterFor(plan.modelFamily).contract();
+  auto blocks = [&](Dataset dataset) {
+    return std::make_unique<BlockSplit>(std::move(dataset), trainPlan.microBatch, options.session.seed, collate,
+                                        trainPlan.image, names);
+  };
   TrainSplits splits;
   if (options.train == kMockSplit) {
-    splits.train = mockSplit(splitOptions, trainPlan.bosId, trainPlan.eosId, options.session.seed);
+    splits.train = blocks(mockSplit(splitOptions, trainPlan.bosId, trainPlan.eosId, options.session.seed));
     return splits;
   }
   const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
   tokenizer.checkVocabSize(trainPlan.vocabSize);
-  splits.train = loadSplit("--train", options.train, tokenizer, splitOptions);
-  if (!options.validation.empty()) splits.validation = loadSplit("--validation", options.validation, tokenizer, splitOptions);
-  if (!options.test.empty()) splits.test = loadSplit("--test", options.test, tokenizer, splitOptions);
+  splits.train = blocks(loadSplit("--train", options.train, tokenizer, splitOptions));
+  if (!options.validation.empty()) splits.validation = blocks(loadSplit("--validation", options.validation, tokenizer, splitOptions));
+  if (!options.test.empty()) splits.test = blocks(loadSplit("--test", options.test, tokenizer, splitOptions));
   return splits;
 }
 
 int train(const TrainOptions& options, Session& session, const TrainPlan& trainPlan, TrainSplits splits) {
-  Trainer trainer(options, session, trainPlan, std::move(*splits.train), std::move(splits.validation), std::move(splits.test));
+  Trainer trainer(options, session, trainPlan, std::move(splits));
   return trainer.run();
 }
 
@@ -615,7 +588,7 @@ int runTrain(const TrainOptions& options, Plan plan) {
   refusePolicyLossPlan(plan, options.session.planDir);
   const TrainPlan trainPlan = readTrainPlan(plan, planFileForRank(options.session.planDir, options.session.rank));
   // The data is checked before the weights load, which can take long for a large model.
-  TrainSplits splits = loadSplits(options, trainPlan, plan.rank);
+  TrainSplits splits = loadSplits(options, trainPlan, plan);
   std::unique_ptr<Session> session = openSession(options.session, std::move(plan));
   return train(options, *session, trainPlan, std::move(splits));
 }
@@ -625,7 +598,7 @@ int runTrain(const TrainOptions& options, Session& session) {
   const std::unique_ptr<SaveDirectoryClaim> claim = claimSaveDirectory(options, session.plan.rank);
   refusePolicyLossPlan(session.plan, session.planPath);
   const TrainPlan trainPlan = readTrainPlan(session.plan, session.planPath);
-  TrainSplits splits = loadSplits(options, trainPlan, session.plan.rank);
+  TrainSplits splits = loadSplits(options, trainPlan, session.plan);
   return train(options, session, trainPlan, std::move(splits));
 }
 
