@@ -48,7 +48,8 @@ void IndexedDatasetWriter::appendSequence(std::span<const Token> tokens, int8_t 
     throw InputError(where + ": expected at most 2147483647 tokens (sequence_lengths are int32), got " +
                      std::to_string(tokens.size()));
   const int64_t minimum = tokenDTypeMinimum(dtype_), limit = tokenDTypeLimit(dtype_);
-  for (size_t position = 0; position < tokens.size(); ++position) {
+  const bool holdsEveryId = dtype_ == TokenDType::Int64;
+  for (size_t position = 0; position < tokens.size() && !holdsEveryId; ++position) {
     const int64_t token = tokens[position];
     if (token < minimum || token >= limit)
       throw InputError(where + ": token id " + std::to_string(token) + " at position " + std::to_string(position) +

@@ -46,7 +46,7 @@ std::string tokenDTypeName(TokenDType dtype);
 int64_t tokenDTypeBytes(TokenDType dtype);
 // The token ids the dtype holds are [tokenDTypeMinimum, tokenDTypeLimit).
 int64_t tokenDTypeMinimum(TokenDType dtype);
-int64_t tokenDTypeLimit(TokenDType dtype);  // int64: INT64_MAX (one id short; no vocabulary gets there)
+int64_t tokenDTypeLimit(TokenDType dtype);  // int64: INT64_MAX, though int64 holds that id too
 
 // Megatron's DType.optimal_dtype(vocab_size), as preprocess_data.py picks it: uint16 below 65,500
 // ids, int32 from there on.
