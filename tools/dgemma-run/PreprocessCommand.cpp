@@ -20,14 +20,17 @@ namespace dgemma::tool {
 CLI::App* addPreprocessCommand(CLI::App& app, PreprocessFlags& flags) {
   PreprocessOptions& options = flags.options;
   options.jsonKeys = {"text"};
-  CLI::App* command =
-      app.add_subcommand("preprocess", "tokenize a JSONL corpus (plain or gzip) into Megatron indexed datasets (.bin + .idx)");
+  CLI::App* command = app.add_subcommand(
+      "preprocess", "tokenize a JSONL corpus (plain or gzip) into Megatron indexed datasets (.bin + .idx)");
   command->add_option("--input", options.input, "JSONL file, or gzip'd JSONL (told by its first bytes)")->required();
-  command->add_option("--json-keys,--json-key", options.jsonKeys, "keys whose text to tokenize, one dataset each (default: text)")
+  command
+      ->add_option("--json-keys,--json-key", options.jsonKeys,
+                   "keys whose text to tokenize, one dataset each (default: text)")
       ->expected(1, -1);
   command->add_option("--tokenizer", flags.tokenizer, "directory with tokenizer.model or tokenizer.json")->required();
-  command->add_option("--output-prefix", options.outputPrefix,
-                      "PREFIX: writes PREFIX.bin + PREFIX.idx (several keys: PREFIX_KEY_document.bin + .idx)")
+  command
+      ->add_option("--output-prefix", options.outputPrefix,
+                   "PREFIX: writes PREFIX.bin + PREFIX.idx (several keys: PREFIX_KEY_document.bin + .idx)")
       ->required();
   command->add_option("--workers", options.workers, "tokenizing threads (the output does not depend on them)")
       ->check(integerIn(1, 1024));
@@ -63,14 +66,15 @@ int runPreprocess(const PreprocessFlags& flags) {
   const PreprocessSummary summary = preprocessCorpus(options, tokenizer, std::cerr, ::isatty(STDERR_FILENO) != 0);
   for (const RowError& error : summary.skipped) std::cerr << "skipped: " << error.text() << "\n";
   for (size_t k = 0; k < summary.prefixes.size(); ++k)
-    std::cout << dataPath(summary.prefixes[k]) << ", " << indexPath(summary.prefixes[k]) << ": "
-              << summary.documents << " documents of \"" << options.jsonKeys[k] << "\", " << summary.tokens[k]
-              << " tokens (" << summary.dtype << ")\n";
-  std::printf("preprocessed %lld lines (%.2f MB of JSONL%s) in %.3f s: %.2f MB/s with %lld workers; %lld blank, %lld skipped\n",
-              static_cast<long long>(summary.lines), summary.textBytes / 1e6, summary.compressed ? ", gzip" : "",
-              summary.seconds, summary.seconds > 0 ? summary.textBytes / 1e6 / summary.seconds : 0.0,
-              static_cast<long long>(options.workers), static_cast<long long>(summary.blankLines),
-              static_cast<long long>(summary.skipped.size()));
+    std::cout << dataPath(summary.prefixes[k]) << ", " << indexPath(summary.prefixes[k]) << ": " << summary.documents
+              << " documents of \"" << options.jsonKeys[k] << "\", " << summary.tokens[k] << " tokens ("
+              << summary.dtype << ")\n";
+  std::printf(
+      "preprocessed %lld lines (%.2f MB of JSONL%s) in %.3f s: %.2f MB/s with %lld workers; %lld blank, %lld skipped\n",
+      static_cast<long long>(summary.lines), summary.textBytes / 1e6, summary.compressed ? ", gzip" : "",
+      summary.seconds, summary.seconds > 0 ? summary.textBytes / 1e6 / summary.seconds : 0.0,
+      static_cast<long long>(options.workers), static_cast<long long>(summary.blankLines),
+      static_cast<long long>(summary.skipped.size()));
   return 0;
 }
 

@@ -75,8 +75,8 @@ IndexedDatasetReader::IndexedDatasetReader(const std::string& prefix) : prefix_(
   };
 
   if (indexSize < static_cast<uint64_t>(kIndexHeaderBytes))
-    throw fail("header", std::to_string(kIndexHeaderBytes) + " bytes (a Megatron indexed dataset's .idx), got a file of " +
-                             std::to_string(indexSize));
+    throw fail("header", std::to_string(kIndexHeaderBytes) +
+                             " bytes (a Megatron indexed dataset's .idx), got a file of " + std::to_string(indexSize));
   if (std::string_view(index, kIndexMagic.size()) != kIndexMagic)
     throw fail("magic", quoteBytes(kIndexMagic) + " (a Megatron indexed dataset's .idx), got " +
                             quoteBytes(std::string_view(index, kIndexMagic.size())));
@@ -138,9 +138,10 @@ IndexedDatasetReader::IndexedDatasetReader(const std::string& prefix) : prefix_(
       throw fail("sequence_lengths[" + std::to_string(i) + "]", "a token count >= 0, got " + std::to_string(length));
     const int64_t pointer = load<int64_t>(sequencePointers_, i);
     if (pointer < 0 || pointer > dataSize || length * tokenBytes_ > dataSize - pointer)
-      throw fail("sequence_pointers[" + std::to_string(i) + "]",
-                 "a byte offset whose " + std::to_string(length) + " " + tokenDTypeName(dtype_) + " tokens lie inside " +
-                     dataFile + " (" + std::to_string(dataSize) + " bytes), got " + std::to_string(pointer));
+      throw fail("sequence_pointers[" + std::to_string(i) + "]", "a byte offset whose " + std::to_string(length) + " " +
+                                                                     tokenDTypeName(dtype_) + " tokens lie inside " +
+                                                                     dataFile + " (" + std::to_string(dataSize) +
+                                                                     " bytes), got " + std::to_string(pointer));
   }
 }
 
@@ -159,21 +160,26 @@ int64_t IndexedDatasetReader::sequenceLength(int64_t sequence) const {
   return load<int32_t>(sequenceLengths_, sequence);
 }
 
-int64_t IndexedDatasetReader::sequencePointer(int64_t sequence) const { return load<int64_t>(sequencePointers_, sequence); }
+int64_t IndexedDatasetReader::sequencePointer(int64_t sequence) const {
+  return load<int64_t>(sequencePointers_, sequence);
+}
 
 int8_t IndexedDatasetReader::sequenceMode(int64_t sequence) const {
   checkSequence(sequence);
-  if (sequenceModes_ == nullptr) throw InputError(indexPath(prefix_) + ": expected sequence modes, got an index without them");
+  if (sequenceModes_ == nullptr)
+    throw InputError(indexPath(prefix_) + ": expected sequence modes, got an index without them");
   return load<int8_t>(sequenceModes_, sequence);
 }
 
-void IndexedDatasetReader::readTokens(int64_t sequence, int64_t offset, int64_t length, std::vector<int64_t>& out) const {
+void IndexedDatasetReader::readTokens(int64_t sequence, int64_t offset, int64_t length,
+                                      std::vector<int64_t>& out) const {
   const int64_t sequenceTokens = sequenceLength(sequence);
   if (offset < 0 || length < 0 || offset > sequenceTokens || length > sequenceTokens - offset)
     throw InputError(prefix_ + ": sequence " + std::to_string(sequence) + ": expected a token range inside its " +
                      std::to_string(sequenceTokens) + " tokens, got [" + std::to_string(offset) + ", " +
                      std::to_string(offset) + " + " + std::to_string(length) + ")");
-  const char* tokens = data_->bytes() == nullptr ? nullptr : data_->bytes() + sequencePointer(sequence) + offset * tokenBytes_;
+  const char* tokens =
+      data_->bytes() == nullptr ? nullptr : data_->bytes() + sequencePointer(sequence) + offset * tokenBytes_;
   out.reserve(out.size() + static_cast<size_t>(length));
   for (int64_t i = 0; i < length; ++i) {
     switch (dtype_) {

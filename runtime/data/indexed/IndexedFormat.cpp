@@ -11,11 +11,9 @@ std::optional<TokenDType> integerTokenDType(uint8_t code) {
     case TokenDType::Int16:
     case TokenDType::Int32:
     case TokenDType::Int64:
-    case TokenDType::UInt16:
-      return static_cast<TokenDType>(code);
+    case TokenDType::UInt16: return static_cast<TokenDType>(code);
     case TokenDType::Float64:
-    case TokenDType::Float32:
-      break;
+    case TokenDType::Float32: break;
   }
   return std::nullopt;
 }

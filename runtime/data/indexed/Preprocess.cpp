@@ -39,13 +39,12 @@ struct EncodedLine {
   std::vector<std::vector<std::vector<int32_t>>> documents;
 };
 
-bool isBlank(const std::string& text) {
-  return text.find_first_not_of(" \t") == std::string::npos;
-}
+bool isBlank(const std::string& text) { return text.find_first_not_of(" \t") == std::string::npos; }
 
 class LineEncoder {
  public:
-  LineEncoder(const PreprocessOptions& options, const Tokenizer& tokenizer) : options_(options), tokenizer_(tokenizer) {}
+  LineEncoder(const PreprocessOptions& options, const Tokenizer& tokenizer)
+      : options_(options), tokenizer_(tokenizer) {}
 
   EncodedLine encode(const std::string& text, int64_t line) const {
     EncodedLine encoded;
@@ -105,7 +104,8 @@ class LineEncoder {
 // terminal, a whole line every ten seconds otherwise.
 class ProgressReporter {
  public:
-  ProgressReporter(std::ostream& out, bool inPlace) : out_(out), inPlace_(inPlace), start_(Clock::now()), last_(start_) {}
+  ProgressReporter(std::ostream& out, bool inPlace)
+      : out_(out), inPlace_(inPlace), start_(Clock::now()), last_(start_) {}
 
   void maybeReport(int64_t lines, int64_t documents, int64_t bytes) {
     const Clock::time_point now = Clock::now();
@@ -136,7 +136,8 @@ class ProgressReporter {
 
 }  // namespace
 
-std::vector<std::string> preprocessOutputPrefixes(const std::string& outputPrefix, const std::vector<std::string>& jsonKeys) {
+std::vector<std::string> preprocessOutputPrefixes(const std::string& outputPrefix,
+                                                  const std::vector<std::string>& jsonKeys) {
   if (jsonKeys.size() == 1) return {outputPrefix};
   std::vector<std::string> prefixes;
   for (const std::string& key : jsonKeys) prefixes.push_back(outputPrefix + "_" + key + "_document");
@@ -155,7 +156,8 @@ PreprocessSummary preprocessCorpus(const PreprocessOptions& options, const Token
   CorpusLines input(options.input);
   summary.compressed = input.compressed();
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
-  for (const std::string& prefix : summary.prefixes) writers.push_back(std::make_unique<IndexedDatasetWriter>(prefix, dtype));
+  for (const std::string& prefix : summary.prefixes)
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(prefix, dtype));
 
   const LineEncoder encoder(options, tokenizer);
   ThreadPool pool(options.workers);

@@ -28,7 +28,8 @@ struct PreprocessOptions {
 
 // The prefix each key's dataset is written to: PREFIX itself for a single key, Megatron's
 // PREFIX_KEY_document for several.
-std::vector<std::string> preprocessOutputPrefixes(const std::string& outputPrefix, const std::vector<std::string>& jsonKeys);
+std::vector<std::string> preprocessOutputPrefixes(const std::string& outputPrefix,
+                                                  const std::vector<std::string>& jsonKeys);
 
 struct PreprocessSummary {
   int64_t lines = 0;       // read, blank and bad ones included

@@ -150,7 +150,8 @@ TEST(IndexedDatasetWriter, RefusesTokensTheDTypeCannotHoldAndLeavesNothing) {
     IndexedDatasetWriter writer(prefix, TokenDType::UInt16);
     writer.addSequence(std::vector<int32_t>{1, 2});
     const std::string message = expectInputError([&] { writer.addSequence(std::vector<int32_t>{3, 65536}); });
-    EXPECT_TRUE(mentions(message, "bad.bin: sequence 1: token id 65536 at position 1 does not fit uint16 ([0, 65536))"));
+    EXPECT_TRUE(
+        mentions(message, "bad.bin: sequence 1: token id 65536 at position 1 does not fit uint16 ([0, 65536))"));
     EXPECT_TRUE(mentions(expectInputError([&] { writer.addSequence(std::vector<int32_t>{-1}); }), "token id -1"));
   }
   // Destroyed without finish(): no output, no temporary file.
@@ -216,13 +217,15 @@ TEST_F(CorruptIndex, MagicVersionAndDType) {
 TEST_F(CorruptIndex, SizesThatDoNotAddUp) {
   EXPECT_TRUE(mentions(openWith(0, "", 20), "corpus.idx: header: expected 34 bytes"));
   EXPECT_TRUE(mentions(openWith(0, "", index_.size() - 1), "corpus.idx: file size: expected 94 bytes for 3 sequences"));
-  EXPECT_TRUE(mentions(openWith(18, encoded<uint64_t>(uint64_t{1} << 62)), "corpus.idx: sequence count: expected at most"));
+  EXPECT_TRUE(
+      mentions(openWith(18, encoded<uint64_t>(uint64_t{1} << 62)), "corpus.idx: sequence count: expected at most"));
   EXPECT_TRUE(mentions(openWith(26, encoded<uint64_t>(~uint64_t{0})), "corpus.idx: document count: expected at most"));
   EXPECT_TRUE(mentions(openWith(18, encoded<uint64_t>(2)), "corpus.idx: file size: expected"));
 }
 
 TEST_F(CorruptIndex, DocumentIndices) {
-  EXPECT_TRUE(mentions(openWith(kDocuments, encoded<int64_t>(1)), "corpus.idx: document_indices[0]: expected 0, got 1"));
+  EXPECT_TRUE(
+      mentions(openWith(kDocuments, encoded<int64_t>(1)), "corpus.idx: document_indices[0]: expected 0, got 1"));
   EXPECT_TRUE(mentions(openWith(kDocuments + 8, encoded<int64_t>(4)),
                        "corpus.idx: document_indices[1]: expected a sequence index in [0, 3], got 4"));
   EXPECT_TRUE(mentions(openWith(kDocuments + 16, encoded<int64_t>(1)),
@@ -232,18 +235,21 @@ TEST_F(CorruptIndex, DocumentIndices) {
 }
 
 TEST_F(CorruptIndex, LengthsAndPointersOutsideTheData) {
-  EXPECT_TRUE(mentions(openWith(kLengths, encoded<int32_t>(-1)), "corpus.idx: sequence_lengths[0]: expected a token count >= 0, got -1"));
+  EXPECT_TRUE(mentions(openWith(kLengths, encoded<int32_t>(-1)),
+                       "corpus.idx: sequence_lengths[0]: expected a token count >= 0, got -1"));
   EXPECT_TRUE(mentions(openWith(kLengths + 8, encoded<int32_t>(3)),
                        "corpus.idx: sequence_pointers[2]: expected a byte offset whose 3 uint16 tokens lie inside"));
   EXPECT_TRUE(mentions(openWith(kPointers + 8, encoded<int64_t>(-2)), "sequence_pointers[1]"));
-  EXPECT_TRUE(mentions(openWith(kPointers + 8, encoded<int64_t>(std::numeric_limits<int64_t>::max())), "sequence_pointers[1]"));
+  EXPECT_TRUE(
+      mentions(openWith(kPointers + 8, encoded<int64_t>(std::numeric_limits<int64_t>::max())), "sequence_pointers[1]"));
 }
 
 TEST_F(CorruptIndex, TruncatedDataFile) {
   const std::string data = fileBytes(prefix_ + ".bin");
   writeBytes(prefix_ + ".bin", data.substr(0, data.size() - 1));
   const std::string message = expectInputError([&] { IndexedDatasetReader reader(prefix_); });
-  EXPECT_TRUE(mentions(message, "corpus.idx: sequence_pointers[2]: expected a byte offset whose 2 uint16 tokens lie inside"));
+  EXPECT_TRUE(
+      mentions(message, "corpus.idx: sequence_pointers[2]: expected a byte offset whose 2 uint16 tokens lie inside"));
   EXPECT_TRUE(mentions(message, "corpus.bin (11 bytes), got 8"));
 }
 
@@ -256,7 +262,8 @@ TEST_F(CorruptIndex, MissingFiles) {
 TEST_F(CorruptIndex, ReadsOutsideASequenceAreRefused) {
   const IndexedDatasetReader reader(prefix_);
   std::vector<int64_t> out;
-  EXPECT_TRUE(mentions(expectInputError([&] { reader.readTokens(3, 0, 1, out); }), "sequence 3: expected an index in [0, 3)"));
+  EXPECT_TRUE(
+      mentions(expectInputError([&] { reader.readTokens(3, 0, 1, out); }), "sequence 3: expected an index in [0, 3)"));
   EXPECT_TRUE(mentions(expectInputError([&] { reader.readTokens(0, 2, 2, out); }),
                        "sequence 0: expected a token range inside its 3 tokens, got [2, 2 + 2)"));
   EXPECT_TRUE(mentions(expectInputError([&] { reader.readTokens(0, -1, 1, out); }), "sequence 0"));

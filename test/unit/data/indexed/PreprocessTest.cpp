@@ -108,7 +108,8 @@ class Preprocess : public ::testing::Test {
 
 TEST_F(Preprocess, DocumentsAreTheTokenizersIdsWithEod) {
   const PreprocessSummary summary =
-      run("{\"text\": \"Hello world\"}\n\n  \n{\"text\": \"\", \"id\": 3}\n{\"text\": [\"One.\", \"\", \"Two <eos> three\"]}\n");
+      run("{\"text\": \"Hello world\"}\n\n  \n{\"text\": \"\", \"id\": 3}\n{\"text\": [\"One.\", \"\", \"Two <eos> "
+          "three\"]}\n");
   EXPECT_EQ(summary.lines, 5);
   EXPECT_EQ(summary.blankLines, 2);
   EXPECT_EQ(summary.documents, 3);
@@ -160,7 +161,8 @@ TEST_F(Preprocess, ABadLineNamesFileLineAndFieldAndLeavesNoOutput) {
   for (const auto& [line, expected] : cases) {
     SCOPED_TRACE(line);
     for (const int64_t workers : {1, 2}) {
-      const std::string message = expectInputError([&] { run(good + line + "\n" + good + "{\"text\": 1}\n", workers); });
+      const std::string message =
+          expectInputError([&] { run(good + line + "\n" + good + "{\"text\": 1}\n", workers); });
       EXPECT_TRUE(mentions(message, "corpus.jsonl" + expected));
       std::vector<std::string> left;
       for (const auto& entry : std::filesystem::directory_iterator(dir_.path)) left.push_back(entry.path().filename());
