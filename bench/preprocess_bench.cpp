@@ -8,6 +8,7 @@
 //
 // Without a directory it measures the bundled SentencePiece tokenizer (data/tokenizer) and its
 // tokenizer.json twin (test/fixtures/tokenizer_json). MB/s counts JSONL bytes read (after gzip).
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -69,7 +70,14 @@ struct Measurement {
   std::string backend, input;
   int64_t workers;
   PreprocessSummary summary;
+  double cpuSeconds;  // of the whole process: on a busy machine, what the workers got of it
 };
+
+double processCpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
 
 }  // namespace
 
@@ -110,7 +118,9 @@ int main(int argc, char** argv) {
         options.outputPrefix = (work / "out").string();
         options.workers = workers;
         std::ostringstream progress;
-        rows.push_back({tokenizer.backend(), input, workers, preprocessCorpus(options, tokenizer, progress, false)});
+        const double cpuBefore = processCpuSeconds();
+        PreprocessSummary summary = preprocessCorpus(options, tokenizer, progress, false);
+        rows.push_back({tokenizer.backend(), input, workers, std::move(summary), processCpuSeconds() - cpuBefore});
         const Measurement& row = rows.back();
         std::printf("%s, %s, %lld worker(s): %.2f s\n", row.backend.c_str(), input.c_str(),
                     static_cast<long long>(workers), row.summary.seconds);
@@ -119,13 +129,14 @@ int main(int argc, char** argv) {
   }
   fs::remove_all(work);
 
-  std::printf("\n| tokenizer | input | workers | JSONL MB | documents | tokens | seconds | MB/s | tokens/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| tokenizer | input | workers | JSONL MB | documents | tokens | seconds | CPU seconds | MB/s | tokens/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Measurement& row : rows)
-    std::printf("| %s | %s | %lld | %.1f | %lld | %lld | %.2f | %.2f | %.0f |\n", row.backend.c_str(),
+    std::printf("| %s | %s | %lld | %.1f | %lld | %lld | %.2f | %.2f | %.2f | %.0f |\n", row.backend.c_str(),
                 row.input.c_str(), static_cast<long long>(row.workers), row.summary.textBytes / 1e6,
                 static_cast<long long>(row.summary.documents), static_cast<long long>(row.summary.tokens[0]),
-                row.summary.seconds, row.summary.textBytes / 1e6 / row.summary.seconds,
+                row.summary.seconds, row.cpuSeconds, row.summary.textBytes / 1e6 / row.summary.seconds,
                 row.summary.tokens[0] / row.summary.seconds);
   return 0;
 }

@@ -100,7 +100,7 @@ class LineEncoder {
   const Tokenizer& tokenizer_;
 };
 
-// Progress on stderr (docs/cli.md, "dgemma-run preprocess"): rewritten in place each second on a
+// Progress on stderr (docs/pretraining.md, "Preprocessing"): rewritten in place each second on a
 // terminal, a whole line every ten seconds otherwise.
 class ProgressReporter {
  public:
