@@ -7,7 +7,9 @@ has megatron-core, torch and tokenizers; TOKENIZER_DIR holds a tokenizer.json)
 1. dgemma-run preprocess writes a corpus of mixed scripts, whitespace runs, special-token strings,
    empty texts and pre-split sentences; megatron-core's IndexedDataset reads every document as the
    HF tokenizers library tokenizes it (add_special_tokens=False), EOS appended, as preprocess_data.py
-   does.
+   does; and the files are byte for byte those of Megatron's own pipeline: megatron-core's
+   HuggingFaceTokenizer and IndexedDatasetBuilder driven as Megatron-LM's tools/preprocess_data.py
+   drives them (that script is not in the wheel; megatron_preprocess below follows it).
 2. megatron-core's IndexedDatasetBuilder writes datasets of every integer dtype, documents of several
    sequences, empty documents, a merged index (add_index) and the multimodal variant's modes;
    dgemma-run inspect-data reads the same tokens, boundaries and modes.
@@ -28,7 +30,8 @@ warnings.filterwarnings("ignore")  # megatron-core warns that Transformer Engine
 
 import numpy
 import torch
-from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
+from megatron.core.tokenizers.text.libraries.huggingface_tokenizer import HuggingFaceTokenizer
 from tokenizers import Tokenizer
 
 
@@ -101,6 +104,26 @@ def megatron_documents(prefix):
                      for d in range(len(boundaries) - 1)]
 
 
+def megatron_preprocess(rows, tokenizer_dir, prefix):
+    # preprocess_data.py's Encoder.encode and process_json_file with --append-eod, one JSON key, no
+    # sentence splitting: a list value is its sentences, empty ones dropped, EOD ends the last.
+    tokenizer = HuggingFaceTokenizer(tokenizer_dir)
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tokenizer.vocab_size))
+    for row in rows:
+        sentences = row["text"] if isinstance(row["text"], list) else [row["text"]]
+        doc_ids, sentence_lens = [], []
+        for sentence in sentences:
+            ids = tokenizer.text_to_ids(sentence)
+            if ids:
+                doc_ids.extend(ids)
+                sentence_lens.append(len(ids))
+        if doc_ids:
+            doc_ids.append(tokenizer.eod)
+            sentence_lens[-1] += 1
+        builder.add_document(doc_ids, sentence_lens)
+    builder.finalize(prefix + ".idx")
+
+
 def dgemma_to_megatron(dgemma_run, tokenizer_dir, work):
     rng = random.Random(37)
     rows = make_corpus(rng, 3000)
@@ -123,6 +146,11 @@ def dgemma_to_megatron(dgemma_run, tokenizer_dir, work):
     expect(len(dataset) == sequences, f"the same {sequences} sequences, every token as HF's tokenizer has it, EOS last")
     expect(any(len(d) == 0 for d in documents) and any(len(d) > 1 for d in documents),
            "empty documents and documents of several sequences among them")
+    megatron = os.path.join(work, "megatron_pipeline")
+    megatron_preprocess(rows, tokenizer_dir, megatron)
+    for suffix in (".bin", ".idx"):
+        same = open(prefix + suffix, "rb").read() == open(megatron + suffix, "rb").read()
+        expect(same, f"{suffix}: byte-identical to Megatron's preprocessing pipeline on the same corpus")
     return rows, corpus, prefix
 
 
