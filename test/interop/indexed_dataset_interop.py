@@ -78,12 +78,8 @@ def run(args, expect_code=0):
 def write_jsonl(path, rows, opener=open):
     with opener(path, "wt", encoding="utf-8") as out:
         for row in rows:
-            out.write(json.dumps(row, ensure_ascii=rng_choice_ascii(row)) + "\n")
-
-
-def rng_choice_ascii(row):
-    # Half the rows with \u escapes, half as raw UTF-8: dgemma's JSON reader must decode both.
-    return row.get("id", 0) % 2 == 0
+            # Half the rows with \u escapes, half as raw UTF-8: dgemma's JSON reader decodes both.
+            out.write(json.dumps(row, ensure_ascii=row["id"] % 2 == 0) + "\n")
 
 
 def expected_documents(rows, tokenizer, eos):
