@@ -24,7 +24,8 @@ struct CorpusLines::Gzip {
   }
 };
 
-CorpusLines::CorpusLines(const std::string& path) : path_(path), buffer_(kBufferBytes, '\0') {
+CorpusLines::CorpusLines(const std::string& path, int64_t maxLineBytes)
+    : path_(path), maxLineBytes_(maxLineBytes), buffer_(kBufferBytes, '\0') {
   RegularFile regular(path, "a regular JSONL file");
   unsigned char magic[2] = {};
   const ssize_t peeked = ::pread(regular.fd(), magic, sizeof magic, 0);
@@ -81,9 +82,9 @@ bool CorpusLines::next(std::string& line) {
     const size_t available = end_ - position_;
     const auto* newline = static_cast<const char*>(std::memchr(start, '\n', available));
     const size_t take = newline != nullptr ? static_cast<size_t>(newline - start) : available;
-    if (static_cast<int64_t>(line.size() + take) > kMaxLineBytes)
-      throw InputError(path_ + ":" + std::to_string(lineNumber_ + 1) + ": expected a line of at most " +
-                       std::to_string(kMaxLineBytes) + " bytes, got more");
+    if (static_cast<int64_t>(line.size() + take) > maxLineBytes_)
+      throw InputError(path_ + ":" + std::to_string(lineNumber_ + 1) + ": row: expected a line of at most " +
+                       std::to_string(maxLineBytes_) + " bytes, got more");
     line.append(start, take);
     position_ += take + (newline != nullptr ? 1 : 0);
     if (newline != nullptr) break;

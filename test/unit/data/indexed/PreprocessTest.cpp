@@ -50,6 +50,16 @@ TEST(CorpusLines, PlainTextWithCrLfAndNoFinalNewline) {
   EXPECT_TRUE(allLines(dir / "empty.jsonl").empty());
 }
 
+TEST(CorpusLines, RefusesALineLongerThanTheLimit) {
+  TempDir dir;
+  writeBytes(dir / "long.jsonl", "short\n" + std::string(3 << 20, 'x') + "\n");  // across read buffers
+  CorpusLines lines(dir / "long.jsonl", 2 << 20);
+  std::string line;
+  ASSERT_TRUE(lines.next(line));
+  EXPECT_TRUE(mentions(expectInputError([&] { lines.next(line); }),
+                       "long.jsonl:2: row: expected a line of at most 2097152 bytes, got more"));
+}
+
 TEST(CorpusLines, GzipByMagicBytesWhateverTheName) {
   TempDir dir;
   std::string text;
