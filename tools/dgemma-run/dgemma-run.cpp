@@ -1,5 +1,5 @@
 // dgemma-run: executes a plan (train / generate / eval / check-data, and the verification
-// subcommands forward / grad), or inspects one.
+// subcommands forward / grad), or inspects one; preprocesses a pre-training corpus.
 #include <unistd.h>
 
 #include <chrono>
@@ -34,6 +34,7 @@
 #include "tools/dgemma-run/ExportCommand.h"
 #include "tools/dgemma-run/RlCommand.h"
 #include "tools/dgemma-run/GenerateCommand.h"
+#include "tools/dgemma-run/PreprocessCommand.h"
 #include "tools/dgemma-run/RunDefaults.h"
 
 namespace {
@@ -604,6 +605,11 @@ int main(int argc, char** argv) {
   exportCommand->add_option("--merge-adapter", exportFlags.mergeAdapter,
                             "LoRA adapter directory (PEFT format) to merge into --weights: W + (alpha/r)·B·A");
 
+  dgemma::tool::PreprocessFlags preprocessFlags;
+  CLI::App* preprocess = dgemma::tool::addPreprocessCommand(app, preprocessFlags);
+  dgemma::tool::InspectDataFlags inspectDataFlags;
+  CLI::App* inspectData = dgemma::tool::addInspectDataCommand(app, inspectDataFlags);
+
   CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
   addPlanFlags(*inspect, flags.session);
   inspect->add_option("--rank", flags.session.rank, "which rank's plan")->check(dgemma::integerIn(0, kMaxRank));
@@ -667,6 +673,8 @@ int main(int argc, char** argv) {
     if (generate->parsed()) return dgemma::tool::runGenerate(generateFlags);
     if (eval->parsed()) return dgemma::tool::runEval(evalFlags);
     if (exportCommand->parsed()) return dgemma::tool::runExport(exportFlags);
+    if (preprocess->parsed()) return dgemma::tool::runPreprocess(preprocessFlags);
+    if (inspectData->parsed()) return dgemma::tool::runInspectData(inspectDataFlags);
     return runCheckData(checkDataFlags);
   }, dgemma::reportToElasticAgent);
 }
