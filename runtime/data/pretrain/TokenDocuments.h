@@ -16,7 +16,8 @@ class TokenDocuments {
 
   virtual int64_t sequenceCount() const = 0;
   virtual int64_t sequenceLength(int64_t sequence) const = 0;
-  // Tokens [offset, offset + length) of `sequence` into `out` (its previous contents replaced).
+  // Tokens [offset, offset + length) of `sequence` into `out`, replacing its contents (the datasets
+  // clear `out` before each call, so an implementation that appends serves them too).
   virtual void readTokens(int64_t sequence, int64_t offset, int64_t length, std::vector<int64_t>& out) const = 0;
 
   // Names the data in cache keys and messages: a file-backed source gives its prefix (and may add

@@ -110,6 +110,25 @@ TEST(PackedDataset, EpochsCoverTheRequestedSamplesAndEachIsAPermutationOfTheSpli
   }
 }
 
+// N·S + 1 tokens exactly one epoch: one epoch is enough, and the last sample ends on its last token.
+TEST(PackedDataset, SamplesThatFillAnEpochExactlyNeedNoSecondEpoch) {
+  const auto source =
+      std::make_shared<InMemoryDocuments>(std::vector<std::vector<int64_t>>{{0, 1, 2}, {}, {10, 11, 12, 13}});
+  PackedDataset dataset(source, options(3, 2, {0, 3}), nullptr);
+  EXPECT_EQ(dataset.epochs(), 1);
+  ASSERT_EQ(dataset.size(), 2);
+  const std::vector<int64_t> position = inverse(dataset.sampleOrder());
+  const PackedSample first = dataset.sample(position[0]), second = dataset.sample(position[1]);
+  EXPECT_EQ(first.tokens[3], second.tokens[0]);
+  std::vector<int64_t> all = first.tokens;
+  all.insert(all.end(), second.tokens.begin() + 1, second.tokens.end());
+  EXPECT_TRUE(second.endsDocument[3]);
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<int64_t>{0, 1, 2, 10, 11, 12, 13}));
+  PackedDataset oneMore(source, options(3, 3, {0, 3}), nullptr);
+  EXPECT_EQ(oneMore.epochs(), 2);
+}
+
 // Only the split's documents appear, each in every epoch with all its tokens in order.
 TEST(PackedDataset, EveryTokenOfEveryDocumentAppearsInOrder) {
   const auto source = makeSource(12, 9);
