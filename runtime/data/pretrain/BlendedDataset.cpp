@@ -1,5 +1,6 @@
 #include "runtime/data/pretrain/BlendedDataset.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -9,9 +10,9 @@ namespace dgemma {
 
 namespace {
 
-// Megatron's margin: each source builds 0.5% more samples than its share, computed as Megatron
-// computes it (N · w · 1.005 in double, rounded up).
-constexpr double kSampleMargin = 1.005;
+// megatron-core's mid_level_dataset_surplus: each source builds 0.5% more samples than its share,
+// computed as megatron-core computes it: ceil(ceil(N · w) · (1 + 0.005)) in double.
+constexpr double kSampleSurplus = 0.005;
 
 std::string shortest(double value) {
   char buffer[32];
@@ -27,10 +28,12 @@ std::vector<int64_t> greedyBlendOrder(const std::vector<double>& normalizedWeigh
   std::vector<int64_t> taken(sources, 0);
   std::vector<int64_t> order(static_cast<size_t>(numSamples));
   for (int64_t i = 0; i < numSamples; ++i) {
+    // megatron-core's target count: max(i, 1), so samples 0 and 1 both aim at one sample's worth.
+    const double target = std::max(static_cast<double>(i), 1.0);
     size_t best = 0;
-    double bestDeficit = normalizedWeights[0] * static_cast<double>(i + 1) - static_cast<double>(taken[0]);
+    double bestDeficit = normalizedWeights[0] * target - static_cast<double>(taken[0]);
     for (size_t k = 1; k < sources; ++k) {
-      const double deficit = normalizedWeights[k] * static_cast<double>(i + 1) - static_cast<double>(taken[k]);
+      const double deficit = normalizedWeights[k] * target - static_cast<double>(taken[k]);
       if (deficit > bestDeficit) {  // strictly: a tie stays with the lower index
         best = k;
         bestDeficit = deficit;
@@ -99,7 +102,8 @@ BlendedDataset::BlendedDataset(const std::vector<BlendSource>& sources, const Bl
       throw InputError(documents.identity() + ": --split " + formatSplit(options.split) + " gives the " +
                        splitPartName(options.part) + " part none of its " + std::to_string(documents.sequenceCount()) +
                        " documents");
-    const double margin = std::ceil(static_cast<double>(options.numSamples) * weights_[k] * kSampleMargin);
+    const double margin =
+        std::ceil(std::ceil(static_cast<double>(options.numSamples) * weights_[k]) * (1 + kSampleSurplus));
     PackedDatasetOptions packed{.sequenceLength = options.sequenceLength,
                                 .seed = options.seed,
                                 .numSamples = std::max(static_cast<int64_t>(margin), taken[k]),

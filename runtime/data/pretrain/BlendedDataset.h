@@ -29,15 +29,16 @@ struct BlendOptions {
   std::string cacheDirectory;  // as PackedDatasetOptions::cacheDirectory
 };
 
-// The greedy blend order of N samples over the normalized weights: sample i goes to the source k
-// with the largest w_k · (i + 1) − taken_k (taken_k: its samples among the first i), the lowest k on
-// a tie, and is that source's sample taken_k. Returns the sources, [N].
+// The greedy blend order of N samples over the normalized weights, megatron-core's
+// build_blending_indices: sample i goes to the source k with the largest w_k · max(i, 1) − taken_k
+// (taken_k: its samples among the first i), the lowest k on a tie, and is that source's sample
+// taken_k. Returns the sources, [N].
 std::vector<int64_t> greedyBlendOrder(const std::vector<double>& normalizedWeights, int64_t numSamples);
 
 class BlendedDataset {
  public:
-  // Opens every source's packed dataset (its split part, ceil(1.005 · N · w_k) samples, or more when
-  // the blend order takes more) and the blend order, from their caches or built. Throws InputError for
+  // Opens every source's packed dataset (its split part, ceil(ceil(N · w_k) · 1.005) samples, or more
+  // when the blend order takes more) and the blend order, from their caches or built. Throws InputError for
   // no sources, a weight that is not > 0, or a source whose split part holds no tokens.
   BlendedDataset(const std::vector<BlendSource>& sources, const BlendOptions& options, std::ostream* log);
 

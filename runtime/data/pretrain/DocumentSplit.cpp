@@ -62,18 +62,20 @@ std::string formatSplit(const SplitWeights& split) {
 
 std::array<DocumentRange, 3> splitDocumentRanges(const SplitWeights& split, int64_t documents) {
   const double sum = split.weights[0] + split.weights[1] + split.weights[2];
-  std::array<int64_t, 4> boundaries = {0, 0, 0, 0};
-  for (int part = 0; part < 3; ++part)
-    // nearbyint rounds half to even under the default rounding mode, as Python's round does.
-    boundaries[part + 1] =
-        boundaries[part] +
-        static_cast<int64_t>(std::nearbyint(split.weights[part] / sum * static_cast<double>(documents)));
-  const int64_t excess = boundaries[3] - documents;
-  // With a zero train weight the shift can take the first boundary below 0 (weights 0,1,1 over 3
-  // documents: 0, 2, 4 shifted by 1), where Megatron would index document -1; it stops at 0.
-  for (int k = 1; k < 4; ++k) boundaries[k] = std::max<int64_t>(boundaries[k] - excess, 0);
+  // nearbyint rounds half to even under the default rounding mode, as Python's round does. The
+  // running sum can end a hair above 1; no part reaches past the last document.
+  auto boundary = [&](double fraction) {
+    return std::min(documents, static_cast<int64_t>(std::nearbyint(fraction * static_cast<double>(documents))));
+  };
   std::array<DocumentRange, 3> ranges;
-  for (int part = 0; part < 3; ++part) ranges[part] = {boundaries[part], boundaries[part + 1]};
+  double start = 0;
+  for (int part = 0; part < 3; ++part) {
+    const double end = start + split.weights[part] / sum;
+    // megatron-core builds no dataset for a part whose running sum does not grow.
+    ranges[part] =
+        end <= start ? DocumentRange{boundary(start), boundary(start)} : DocumentRange{boundary(start), boundary(end)};
+    start = end;
+  }
   return ranges;
 }
 

@@ -31,9 +31,9 @@ SplitWeights parseSplit(const std::string& text);
 // "969,30,1" again, for messages and cache keys (shortest round-trip form of each weight).
 std::string formatSplit(const SplitWeights& split);
 
-// Megatron's rule: with w the weights divided by their sum and D documents, boundary k+1 = boundary k
-// + round_half_even(w_k · D) (in double), then every boundary but the first is moved by the same
-// amount so the last is D (the train part absorbs the rounding); a boundary shifted below 0 is 0.
+// megatron-core's rule (0.16.1): with w the weights divided by their sum and c their running sums
+// (c_0 = 0, c_{k+1} = c_k + w_k, in double), part k is [round(c_k · D), round(c_{k+1} · D)) of D
+// documents, rounding half to even as Python's round; a part of weight 0 is empty.
 std::array<DocumentRange, 3> splitDocumentRanges(const SplitWeights& split, int64_t documents);
 
 }  // namespace dgemma

@@ -85,8 +85,9 @@ PackedDataset::PackedDataset(std::shared_ptr<const TokenDocuments> source, const
 
 namespace {
 
-// Sample j starts at token j·S of the concatenated document order: (position, offset) with the offset
-// inside a document that has tokens, so reading never starts at the end of a document.
+// Sample j starts at token j·S of the concatenated document order: (position, offset). As in
+// megatron-core's build_sample_idx, sample 0 starts at (0, 0) even when that document is empty, and
+// every later start lies inside a document that has tokens.
 std::vector<int64_t> computeSampleStarts(const std::vector<int64_t>& documentOrder, const std::vector<int64_t>& lengths,
                                          int64_t begin, int64_t samples, int64_t sequenceLength) {
   std::vector<int64_t> starts;
@@ -106,7 +107,7 @@ std::vector<int64_t> computeSampleStarts(const std::vector<int64_t>& documentOrd
       }
     }
     // Token sample·S <= E·T − 1 exists, so this stops inside the order.
-    while (offset >= lengthAt(position)) {
+    while (sample > 0 && offset >= lengthAt(position)) {
       ++position;
       offset = 0;
     }

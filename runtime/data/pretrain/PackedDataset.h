@@ -57,6 +57,8 @@ class PackedDataset {
   // Every sample the epochs hold: floor((E · T − 1) / S) >= numSamples, T the split's tokens.
   int64_t size() const { return static_cast<int64_t>(sampleOrder_.size()); }
   int64_t epochs() const { return epochs_; }
+  // N, the samples asked for.
+  int64_t requestedSamples() const { return options_.numSamples; }
   // Sample `index` (0 <= index < size()) after the sample shuffle.
   PackedSample sample(int64_t index) const;
 

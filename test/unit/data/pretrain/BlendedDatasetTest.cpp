@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "runtime/data/pretrain/BlendedDataset.h"
 #include "runtime/data/pretrain/SampleBatches.h"
@@ -16,15 +15,17 @@ using test::kTokenDocumentStride;
 using test::makeSource;
 using test::mentions;
 
-// The rule checked step by step: the chosen source has the largest w·(i+1) − taken (the first of
-// equal ones, as std::max_element returns), and every source stays within one sample of its share.
+// The rule checked step by step: the chosen source has the largest w·max(i, 1) − taken (the first
+// of equal ones, as std::max_element returns), and every source stays within one sample of its
+// share.
 void expectGreedyRule(const std::vector<double>& weights, int64_t samples) {
   const std::vector<int64_t> order = greedyBlendOrder(weights, samples);
   ASSERT_EQ(static_cast<int64_t>(order.size()), samples);
   std::vector<double> taken(weights.size(), 0);
   for (int64_t i = 0; i < samples; ++i) {
     std::vector<double> deficits;
-    for (size_t k = 0; k < weights.size(); ++k) deficits.push_back(weights[k] * static_cast<double>(i + 1) - taken[k]);
+    for (size_t k = 0; k < weights.size(); ++k)
+      deficits.push_back(weights[k] * std::max(static_cast<double>(i), 1.0) - taken[k]);
     ASSERT_EQ(order[i], std::max_element(deficits.begin(), deficits.end()) - deficits.begin()) << "sample " << i;
     taken[order[i]] += 1;
     for (size_t k = 0; k < weights.size(); ++k) ASSERT_LE(std::abs(taken[k] - weights[k] * (i + 1)), 1.0);
@@ -37,9 +38,9 @@ TEST(BlendedDataset, TheBlendOrderFollowsTheGreedyRule) {
   expectGreedyRule({0.01, 0.99}, 500);
   // Equal weights: ties go to the lower index.
   EXPECT_EQ(greedyBlendOrder({0.5, 0.5}, 6), (std::vector<int64_t>{0, 1, 0, 1, 0, 1}));
-  // By hand: deficits (0.7, 0.3), (0.4, 0.6), (1.1, -0.1), (0.8, 0.2), then a tie (3.5 − 3, 1.5 − 1)
-  // that source 0 takes, ... (the same in Python's float arithmetic).
-  EXPECT_EQ(greedyBlendOrder({0.7, 0.3}, 10), (std::vector<int64_t>{0, 1, 0, 0, 0, 1, 0, 0, 1, 0}));
+  // By hand: deficits (0.7, 0.3), (−0.3, 0.3), (0.4, −0.4), (0.1, −0.1), (−0.2, 0.2), ...; the same
+  // as megatron-core's build_blending_indices gives.
+  EXPECT_EQ(greedyBlendOrder({0.7, 0.3}, 10), (std::vector<int64_t>{0, 1, 0, 0, 1, 0, 0, 1, 0, 0}));
 }
 
 BlendOptions blendOptions(int64_t samples, uint64_t seed = 11) {
@@ -64,9 +65,10 @@ TEST(BlendedDataset, SamplesComeFromTheirSourceInProportion) {
   }
   EXPECT_EQ(taken, (std::vector<int64_t>{200, 100, 100}));
   for (int64_t k = 0; k < 3; ++k) {
-    // Megatron's margin: ceil(N · w · 1.005) samples asked of each source, from its train part.
+    // megatron-core's surplus: ceil(ceil(N · w) · 1.005) samples asked of each source (201, 101, 101
+    // here), from its train part.
     const PackedDataset& source = blend.source(k);
-    EXPECT_GE(source.size(), static_cast<int64_t>(std::ceil(samples * blend.normalizedWeights()[k] * 1.005)));
+    EXPECT_EQ(source.requestedSamples(), k == 0 ? 201 : 101);
     const DocumentRange train = splitDocumentRanges(parseSplit("969,30,1"), source.source().sequenceCount())[0];
     for (int64_t document : source.documentOrder()) {
       ASSERT_GE(document, train.begin);
@@ -78,7 +80,7 @@ TEST(BlendedDataset, SamplesComeFromTheirSourceInProportion) {
 TEST(BlendedDataset, OtherSplitPartsReadOtherDocuments) {
   const std::vector<BlendSource> sources = {{makeSource(200, 20, "", 1), 1.0}};
   BlendOptions validation = blendOptions(30);
-  validation.split = parseSplit("8,2,0");
+  validation.split = parseSplit("8,2,0");  // [0, 160), [160, 200), none
   validation.part = SplitPart::Validation;
   BlendedDataset blend(sources, validation, nullptr);
   for (int64_t document : blend.source(0).documentOrder()) EXPECT_GE(document, 160);
