@@ -48,6 +48,9 @@ std::vector<int64_t> greedyBlendOrder(const std::vector<double>& normalizedWeigh
 BlendedDataset::BlendedDataset(const std::vector<BlendSource>& sources, const BlendOptions& options,
                                std::ostream* log) {
   if (sources.empty()) throw InputError("blend: expected at least one source");
+  // Checked here too, so that a bad value leaves no blend cache behind.
+  if (options.sequenceLength < 1)
+    throw InputError("sequence length: expected at least 1 token, got " + std::to_string(options.sequenceLength));
   if (options.numSamples < 1)
     throw InputError("number of samples: expected at least 1, got " + std::to_string(options.numSamples));
   double sum = 0;

@@ -97,6 +97,10 @@ TEST(BlendedDataset, BadBlendsAreInputErrors) {
   const auto source = makeSource(20, 10);
   EXPECT_TRUE(mentions(expectInputError([&] { BlendedDataset({{source, 0.0}}, blendOptions(10), nullptr); }),
                        "expected a blend weight > 0, got 0"));
+  BlendOptions noTokens = blendOptions(10);
+  noTokens.sequenceLength = 0;
+  EXPECT_TRUE(mentions(expectInputError([&] { BlendedDataset({{source, 1.0}}, noTokens, nullptr); }),
+                       "sequence length: expected at least 1 token, got 0"));
   BlendedDataset blend({{source, 1.0}}, blendOptions(10), nullptr);
   EXPECT_TRUE(mentions(expectInputError([&] { blend.sample(10); }), "blend: sample 10 outside its 10 samples"));
 }
