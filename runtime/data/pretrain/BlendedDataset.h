@@ -1,4 +1,4 @@
-// Several sources blended by weight (docs/pretraining-packing.md, "Blends"): Megatron's
+// Several sources blended by weight (docs/pretraining.md, "Blends"): Megatron's
 // `--data-path 0.7 A 0.3 B`. Global sample i is a pure function of (sources, weights, split, S,
 // seed, number of samples, i): nothing depends on the ranks that read it or where a run stopped.
 #pragma once

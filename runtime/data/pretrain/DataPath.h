@@ -1,5 +1,5 @@
 // Megatron's `--data-path`: one dataset prefix, or weight-prefix pairs "0.7 A 0.3 B"
-// (docs/pretraining-packing.md, "Blends").
+// (docs/pretraining.md, "Blends").
 #pragma once
 
 #include <string>

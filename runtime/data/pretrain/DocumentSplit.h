@@ -1,5 +1,5 @@
 // Megatron's `--split 969,30,1`: weights that cut a source's documents into consecutive train,
-// validation and test ranges (docs/pretraining-packing.md, "Splits").
+// validation and test ranges (docs/pretraining.md, "Splits").
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// The files that cache a dataset's index arrays (docs/pretraining-packing.md, "Index caches"). A
+// The files that cache a dataset's index arrays (docs/pretraining.md, "Index caches"). A
 // file is named by a hash of the text that defines its arrays (the key), holds that key, the arrays
 // and a checksum, and is written atomically; a file that fails any check is rebuilt, never trusted.
 //

@@ -1,5 +1,5 @@
 // One source's documents packed into fixed-length samples, with Megatron GPTDataset's semantics
-// (docs/pretraining-packing.md, "Packed samples"): the split's documents are shuffled per epoch,
+// (docs/pretraining.md, "Packed samples"): the split's documents are shuffled per epoch,
 // concatenated over as many epochs as the requested samples need, and cut into samples of S + 1
 // tokens that overlap by one token; the samples are then shuffled. The index arrays are cached on
 // disk (runtime/data/pretrain/IndexCache.h).

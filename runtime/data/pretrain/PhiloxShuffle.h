@@ -1,4 +1,4 @@
-// The seeded shuffles of the pre-training dataset (docs/pretraining-packing.md, "Shuffles"): a
+// The seeded shuffles of the pre-training dataset (docs/pretraining.md, "Shuffles"): a
 // Fisher–Yates pass whose draws are Philox4x32-10 words (runtime/core/Philox.h), so an order is a
 // pure function of (seed, purpose, epoch) on every platform and standard library — unlike
 // std::shuffle, whose use of the generator is left to the implementation.

@@ -1,4 +1,4 @@
-// Which global samples a rank feeds (docs/pretraining-packing.md, "Micro-batches and resume"). The
+// Which global samples a rank feeds (docs/pretraining.md, "Micro-batches and resume"). The
 // SFT trainer's convention (runtime/train/Trainer.cpp, docs/parallelism.md): a plan is built for
 // the global micro-batch B (every data-parallel rank's rows; `--micro-batch` × DP), a step runs A
 // micro-batches, so the global batch is B · A; micro-batch m of the step that starts after

@@ -1,4 +1,4 @@
-// The token documents a pre-training dataset reads (docs/pretraining-packing.md): one sequence per
+// The token documents a pre-training dataset reads (docs/pretraining.md): one sequence per
 // document, as Megatron's GPTDataset treats an indexed dataset. The packed dataset codes against this
 // interface, not against a file format, so the Megatron `.bin/.idx` reader binds to it with a small
 // adapter and the tests use documents held in memory.

@@ -10,7 +10,7 @@
 namespace dgemma {
 namespace {
 
-// The draw as docs/pretraining-packing.md states it, for bounds small enough that no word is
+// The draw as docs/pretraining.md states it, for bounds small enough that no word is
 // rejected in these tests: floor(x · bound / 2^64) of x = the first two words.
 uint64_t documentedDraw(uint64_t seed, uint32_t purpose, uint32_t epoch, uint64_t draw, uint64_t bound) {
   const PhiloxCounter words =

@@ -1,4 +1,4 @@
-"""dgemma's pre-training dataset against megatron-core (docs/pretraining-packing.md).
+"""dgemma's pre-training dataset against megatron-core (docs/pretraining.md).
 
 Usage: megatron_interop.py PROBE   (run with the test venv's Python: megatron-core 0.16.1, torch
        and numpy of test/requirements.txt; PROBE is dgemma_pretrain_megatron_probe)
