@@ -154,7 +154,8 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
     attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues, keySet.keyValid,
                                       AttentionMaskAttr::get(b_.getContext(), AttentionMask::Causal),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
-                                      b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0), keySet.segmentIds);
+                                      b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0), keySet.segmentIds,
+                                      /*document_ids=*/Value());
   } else {
     // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
     Value allKeys = g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
@@ -163,7 +164,7 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
                                       keySet.keyValid, AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
                                       b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0),
-                                      /*segment_ids=*/Value());
+                                      /*segment_ids=*/Value(), /*document_ids=*/Value());
   }
   Value merged = g_.reshape(attended, {outShape[0], outShape[1], queryHeads * headDim}, name("heads"));
   return g_.linear(merged, name("self_attn.o_proj.weight"), hidden_, queryHeads * headDim);
