@@ -252,6 +252,15 @@ def write(out_dir: Path, log) -> dict:
     ar_inputs = dict(input_ids=ids, position_ids=pos, document_ids=doc, labels=labels, loss_mask=ar_mask)
     meta_cases["autoregressive"] = dict(flags="--objective autoregressive",
                                         **run("autoregressive", ar_inputs, autoregressive_loss, {}))
+    # The document mask matters to the loss: without it (one document per row) it moves far beyond
+    # the test's 1e-6, so the parity test cannot pass with attention that crosses documents.
+    with torch.no_grad(), mtf.float64_islands(counts):
+        one_document = torch.zeros_like(doc)
+        z = logits(model, ids, pos, document_masks(one_document, all_valid, W, False, torch.float64))
+        crossing = ((ar_mask.double() * token_ce(z, labels)).sum() / ar_mask.double().sum()).item()
+    gap = abs(crossing - meta_cases["autoregressive"]["loss"]) / meta_cases["autoregressive"]["loss"]
+    assert gap > 1e-3, f"the document mask changes the loss by only {gap}"
+    meta_cases["autoregressive"]["loss_if_attention_crossed_documents"] = crossing
 
     # Masked diffusion.
     keys = choose_keys(real)
@@ -265,7 +274,12 @@ def write(out_dir: Path, log) -> dict:
 
     md_inputs = dict(input_ids=ids, position_ids=pos, document_ids=doc, loss_mask=real, noise_keys=keys)
     extra = dict(p_mask=p_mask, masked_positions=masked, masked_input_ids=noisy)
+    with torch.no_grad(), mtf.float64_islands(counts):
+        z = logits(model, noisy, pos, document_masks(torch.zeros_like(doc), real > 0, W, True, torch.float64))
+        weights = masked.double() / p_mask.double()[:, None]
+        md_crossing = ((weights * token_ce(z, ids)).sum() / real.double().sum()).item()
     meta_cases["masked-diffusion"] = dict(
+        loss_if_attention_crossed_documents=md_crossing,
         flags=f"--objective masked-diffusion --mask-token-id {mask_token} --mask-epsilon {MASK_EPSILON:g}",
         masked_per_row=masked.sum(1).tolist(),
         fallback_rows=[b for b, f in enumerate(fallback) if f],
@@ -273,6 +287,8 @@ def write(out_dir: Path, log) -> dict:
         **run("masked-diffusion", md_inputs, masked_diffusion_loss, extra),
     )
     assert fallback == [False, False, True]
+    md_gap = abs(md_crossing - meta_cases["masked-diffusion"]["loss"]) / meta_cases["masked-diffusion"]["loss"]
+    assert md_gap > 1e-3, f"the document mask changes the masked-diffusion loss by only {md_gap}"
 
     meta = dict(
         generator=GENERATOR,

@@ -37,13 +37,13 @@ void PretrainingBuilder::buildTrainStep(int64_t sequenceLength) {
   g_.output(kLoss, loss);
 }
 
-Value PretrainingBuilder::normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value tokenCount,
+Value PretrainingBuilder::normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value countedTokens,
                                                  const std::string& name) {
   const double softcap = std::max(config_.finalLogitSoftcapping, 0.0);
   Value tokenLoss = b_.create<CrossEntropyOp>(g_.loc(name + ".ce"), text_.head(hidden, /*capped=*/false), targets,
                                               Value(), Value(), b_.getF64FloatAttr(softcap));
   Value weighted = g_.reduceSum(g_.mul(tokenLoss, weights, name + ".ce.weighted"), {0, 1}, name + ".ce.sum");
-  Value count = g_.maximum(g_.reduceSum(tokenCount, {0, 1}, name + ".tokens"), g_.scalar(1.0, name + ".tokens.min"),
+  Value count = g_.maximum(g_.reduceSum(countedTokens, {0, 1}, name + ".tokens"), g_.scalar(1.0, name + ".tokens.min"),
                            name + ".tokens.clamped");
   return g_.div(weighted, count, name + ".loss");
 }

@@ -22,9 +22,10 @@ class PretrainingBuilder {
   // The loss of the masked-diffusion objective before the router aux term; writes p_mask,
   // masked_input_ids and masked_positions.
   Value maskedDiffusionLoss(Value inputIds, Value positions, Value documentIds, int64_t sequenceLength);
-  // Σ weights · CE(head(hidden), targets) / max(Σ tokenCount, 1): CE of the soft-capped logits,
+  // Σ weights · CE(head(hidden), targets) / max(Σ countedTokens, 1): CE of the soft-capped logits,
   // with the cap inside the cross-entropy so that [B, S, V] capped logits never exist.
-  Value normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value tokenCount, const std::string& name);
+  Value normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value countedTokens,
+                               const std::string& name);
   // The counter streams of one row's key (Builder.h).
   static constexpr int64_t kTimeStream = 0, kMaskStream = 1;
 
