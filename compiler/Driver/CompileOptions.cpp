@@ -8,6 +8,7 @@
 
 #include "compiler/Transforms/LoraTargets.h"
 #include "models/builtin/RmsNormMatmulSoftmax.h"
+#include "models/diffusion_gemma/ir/Builder.h"
 #include "models/diffusion_gemma/spec/Interface.h"
 #include "models/diffusion_gemma/spec/Presets.h"
 #include "support/Error.h"
@@ -24,7 +25,10 @@ std::vector<std::pair<std::string, std::string>> presetCompileFlags(const std::s
   return flags;
 }
 
-std::vector<int64_t> parsePromptLengths(const std::string& text) {
+namespace {
+
+// Comma-separated lengths in [1, kMaxLength], sorted and without repeats; `flag` names the option.
+std::vector<int64_t> parseLengths(const std::string& text, const std::string& flag) {
   std::vector<int64_t> lengths;
   std::stringstream stream(text);
   std::string item;
@@ -35,14 +39,65 @@ std::vector<int64_t> parsePromptLengths(const std::string& text) {
       if (used != item.size() || value < 1 || value > kMaxLength) throw std::invalid_argument(item);
       lengths.push_back(value);
     } catch (const std::logic_error&) {
-      throw InputError("--prompt-len: expected integers in [1, " + std::to_string(kMaxLength) +
+      throw InputError(flag + ": expected integers in [1, " + std::to_string(kMaxLength) +
                        "] separated by commas, got " + quoteForMessage(text, 40));
     }
   }
-  if (lengths.empty()) throw InputError("--prompt-len: expected at least one length");
+  if (lengths.empty()) throw InputError(flag + ": expected at least one length");
   std::sort(lengths.begin(), lengths.end());
   lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
   return lengths;
+}
+
+}  // namespace
+
+std::vector<int64_t> parsePromptLengths(const std::string& text) { return parseLengths(text, "--prompt-len"); }
+
+std::vector<int64_t> parseSequenceLengths(const std::string& text) { return parseLengths(text, "--seq-len"); }
+
+bool isPretrainingObjective(const CompileOptions& options) {
+  return mlir::dg::parsePretrainingObjective(options.objective).has_value();
+}
+
+const std::vector<std::string>& sftObjectiveFlags() {
+  static const std::vector<std::string> flags = {"--self-cond-prob", "--encoder-loss-weight",
+                                                 "--weight-clip",    "--decoder-loss-weight",
+                                                 "--policy-loss",    "--clip-epsilon",
+                                                 "--kl-coeff",       "--noise-min",
+                                                 "--noise-max",      "--images-per-example",
+                                                 "--prompt-len",     "--canvas-len",
+                                                 "--max-new-tokens", "--lora",
+                                                 "--lora-targets",   "--lora-dropout"};
+  return flags;
+}
+
+const std::vector<std::string>& pretrainingObjectiveFlags() {
+  static const std::vector<std::string> flags = {"--seq-len", "--mask-token-id", "--mask-epsilon"};
+  return flags;
+}
+
+void checkObjectiveFlags(const CompileOptions& options) {
+  const bool pretraining = isPretrainingObjective(options);
+  const bool maskedDiffusion = options.objective == "masked-diffusion";
+  for (const std::string& flag : options.explicitObjectiveFlags) {
+    const bool sftFlag =
+        std::find(sftObjectiveFlags().begin(), sftObjectiveFlags().end(), flag) != sftObjectiveFlags().end();
+    if (pretraining && sftFlag)
+      throw InputError(flag + ": does not apply to --objective " + options.objective +
+                       " (a pre-training objective on packed text: no prompt, canvas, self-conditioning, images, "
+                       "GRPO or LoRA; docs/pretraining-objectives.md)");
+    if (!pretraining && !sftFlag)
+      throw InputError(flag +
+                       ": only with a pre-training --objective (autoregressive or masked-diffusion; "
+                       "docs/pretraining-objectives.md)");
+    if (pretraining && !maskedDiffusion && flag != "--seq-len")
+      throw InputError(flag + ": only with --objective masked-diffusion");
+  }
+  if (pretraining && options.mode != "train")
+    throw InputError("--objective " + options.objective +
+                     ": pre-training objectives build train steps only (--mode train)");
+  if (pretraining && options.sequenceLengths.empty())
+    throw InputError("--objective " + options.objective + ": needs --seq-len (the packed sequence length buckets)");
 }
 
 namespace {

@@ -34,7 +34,15 @@ struct CompileOptions {
   std::string model;
   std::string mode;
   std::string preset;
-  std::string objective = "base-sft";
+  std::string objective = "base-sft";  // or a pre-training objective: autoregressive | masked-diffusion
+  // Pre-training (docs/pretraining-objectives.md): --seq-len's buckets, the masked-diffusion
+  // --mask-token-id (unset: the config's mask_token_id) and --mask-epsilon (unset: 1e-3).
+  std::string sequenceLengths;
+  std::optional<int64_t> maskTokenId;
+  std::optional<double> maskEpsilon;
+  // The flags given on the command line that only one family of objectives reads (the SFT and GRPO
+  // ones, or the pre-training ones), so that checkObjectiveFlags can refuse the others' flags.
+  std::vector<std::string> explicitObjectiveFlags;
   double selfCondProb = 0.5;  // docs/training.md, "Self-conditioning": dgemma's default training config (the MB recipe)
   std::optional<double> encoderLossWeight;  // unset: encoderLossWeight(options) chooses
   double decoderLossWeight = 1.0;
@@ -86,6 +94,18 @@ std::vector<std::pair<std::string, std::string>> presetCompileFlags(const std::s
 
 // --prompt-len's buckets, sorted and without repeats.
 std::vector<int64_t> parsePromptLengths(const std::string& text);
+// --seq-len's buckets, sorted and without repeats.
+std::vector<int64_t> parseSequenceLengths(const std::string& text);
+// Whether --objective names a pre-training objective (autoregressive, masked-diffusion).
+bool isPretrainingObjective(const CompileOptions& options);
+// Throws InputError naming the flag when a flag given on the command line does not apply to the
+// --objective: the SFT, GRPO and image flags with a pre-training objective, --seq-len without one,
+// and --mask-token-id / --mask-epsilon without masked-diffusion.
+void checkObjectiveFlags(const CompileOptions& options);
+// The flags checkObjectiveFlags judges: those that only the SFT/GRPO objectives read, and those that
+// only the pre-training objectives read.
+const std::vector<std::string>& sftObjectiveFlags();
+const std::vector<std::string>& pretrainingObjectiveFlags();
 bool isMultiRank(const CompileOptions& options);
 mlir::dg::ShardingOptions shardingOptions(const CompileOptions& options);
 // Options whose features later work adds are rejected now rather than silently ignored.

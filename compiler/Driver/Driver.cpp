@@ -123,6 +123,10 @@ void compile(CompileOptions options) {
                                  : !options.gpuMemory.empty() ? "--gpu-memory"
                                                               : "--gpu") +
                      ": only with --auto-layout");
+  checkObjectiveFlags(options);
+  if (options.autoLayout && isPretrainingObjective(options))
+    throw InputError("--auto-layout: the cost model knows the SFT train step only; give the layout of --objective " +
+                     options.objective + " with --tp/--dp/--ep/--sp");
   std::optional<CostPrediction> predicted;
   if (options.autoLayout) {
     predicted = searchLayout(options);

@@ -54,6 +54,37 @@ mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileOptions& option
   return objective;
 }
 
+// The pre-training objective flags (docs/pretraining-objectives.md), validated against the config.
+mlir::dg::DiffusionGemmaPretrainingObjective pretrainingObjective(const CompileOptions& options,
+                                                                  const DiffusionGemmaConfig& config,
+                                                                  const std::string& configPath) {
+  using Kind = mlir::dg::DiffusionGemmaPretrainingObjective::Kind;
+  mlir::dg::DiffusionGemmaPretrainingObjective objective;
+  objective.kind = *mlir::dg::parsePretrainingObjective(options.objective);  // checkObjectiveFlags checked it
+  objective.routerAuxLossCoeff = options.auxLossCoeff;
+  if (objective.kind == Kind::MaskedDiffusion) {
+    if (!options.maskTokenId && !config.maskTokenId)
+      throw InputError("--objective masked-diffusion: needs --mask-token-id (" + configPath +
+                       " names no mask_token_id)");
+    objective.maskTokenId = options.maskTokenId.value_or(config.maskTokenId.value_or(0));
+    if (objective.maskTokenId >= config.vocabSize)
+      throw InputError("--mask-token-id " + std::to_string(objective.maskTokenId) + ": outside the vocabulary [0, " +
+                       std::to_string(config.vocabSize) + ") of " + configPath);
+    objective.maskEpsilon = options.maskEpsilon.value_or(1e-3);
+  }
+  return objective;
+}
+
+nlohmann::json pretrainingMetadata(const mlir::dg::DiffusionGemmaPretrainingObjective& objective) {
+  nlohmann::json metadata = {{"variant", mlir::dg::pretrainingObjectiveName(objective.kind)},
+                             {"router_aux_loss_coeff", objective.routerAuxLossCoeff}};
+  if (objective.kind == mlir::dg::DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion) {
+    metadata["mask_token_id"] = objective.maskTokenId;
+    metadata["mask_epsilon"] = objective.maskEpsilon;
+  }
+  return metadata;
+}
+
 nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& objective) {
   nlohmann::json metadata = {
       {"variant", mlir::dg::objectiveVariantName(objective.variant)},
@@ -133,6 +164,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (options.maxNewTokens && (options.mode != "infer" || options.model == mlir::dg::kRmsNormMatmulSoftmaxName))
     throw InputError("--max-new-tokens: only DiffusionGemma inference plans (--mode infer) generate");
   if (options.model == mlir::dg::kRmsNormMatmulSoftmaxName) {
+    if (isPretrainingObjective(options))
+      throw InputError("--objective " + options.objective + ": " + std::string(mlir::dg::kRmsNormMatmulSoftmaxName) +
+                       " has no pre-training objectives (they need a DiffusionGemma config)");
     if (options.imagesPerExample > 0)
       throw InputError("--images-per-example: " + std::string(mlir::dg::kRmsNormMatmulSoftmaxName) +
                        " has no vision_config (images need a DiffusionGemma config with one)");
@@ -160,8 +194,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (options.canvasLength != 0 && options.canvasLength != config.canvasLength)
     throw InputError("--canvas-len: " + std::to_string(options.canvasLength) +
                      " differs from the config's canvas_length " + std::to_string(config.canvasLength));
-  const int64_t longestPrompt = parsePromptLengths(options.promptLengths).back();
-  checkParallelLayout(config, parallelLayout(options), parsePromptLengths(options.promptLengths), config.canvasLength);
+  const bool pretraining = isPretrainingObjective(options);
+  const std::vector<int64_t> lengths =
+      pretraining ? parseSequenceLengths(options.sequenceLengths) : parsePromptLengths(options.promptLengths);
+  const int64_t longestPrompt = lengths.back();
+  // A packed row has no canvas: its length alone is split like a prompt bucket.
+  checkParallelLayout(config, parallelLayout(options), lengths, pretraining ? lengths.front() : config.canvasLength);
   metadata["layout"] = {{"tp", options.tp},
                         {"dp", options.dp},
                         {"ep", options.ep},
@@ -175,6 +213,19 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   if (loadGenerationConfigBeside(configPath.string())) {
     const std::filesystem::path generationPath = configPath.parent_path() / "generation_config.json";
     fields.modelGenerationConfig = parseJson(readWholeFile(generationPath.string()), generationPath.string());
+  }
+  if (pretraining) {
+    const mlir::dg::Precision precision = *mlir::dg::parsePrecision(options.precision);  // CLI11 checked the name
+    metadata["precision"] = mlir::dg::precisionName(precision);
+    const int64_t globalMicroBatch = options.microBatch * options.dp;
+    checkTokensPerMicroBatch(globalMicroBatch, longestPrompt, "longest --seq-len", options);
+    mlir::dg::DiffusionGemmaPretrainingOptions pretrain;
+    pretrain.microBatch = globalMicroBatch;
+    pretrain.sequenceLengths = lengths;
+    pretrain.objective = pretrainingObjective(options, config, configPath.string());
+    pretrain.precision = precision;
+    metadata["objective"] = pretrainingMetadata(pretrain.objective);
+    return mlir::dg::buildDiffusionGemmaPretrain(context, config, pretrain);
   }
   // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
   // occupies positions, and RoPE, the window and the decoder's prefix truncation all depend on

@@ -1417,14 +1417,15 @@ struct AttentionGpuCase {
   std::string mask;
   int64_t window, prefixLen;
   bool segmented = false;  // with segment_ids (the causal mask's image overlay)
+  bool documented = false;  // with document_ids (packed documents)
 };
 
 std::string describe(const AttentionGpuCase& c) {
-  return c.mask + (c.segmented ? " segmented" : "") + " B=" + std::to_string(c.batch) + " Tq=" +
-         std::to_string(c.queries) + " Tk=" + std::to_string(c.keys) +
-         " Hq=" + std::to_string(c.queryHeads) + " Hkv=" + std::to_string(c.kvHeads) + " D=" + std::to_string(c.headDim) +
-         " Dv=" + std::to_string(c.valueDim) + " window=" + std::to_string(c.window) +
-         " prefix=" + std::to_string(c.prefixLen);
+  return c.mask + (c.segmented ? " segmented" : "") + (c.documented ? " documented" : "") +
+         " B=" + std::to_string(c.batch) + " Tq=" + std::to_string(c.queries) + " Tk=" + std::to_string(c.keys) +
+         " Hq=" + std::to_string(c.queryHeads) + " Hkv=" + std::to_string(c.kvHeads) +
+         " D=" + std::to_string(c.headDim) + " Dv=" + std::to_string(c.valueDim) +
+         " window=" + std::to_string(c.window) + " prefix=" + std::to_string(c.prefixLen);
 }
 
 const std::vector<AttentionGpuCase>& attentionGpuCases() {
@@ -1436,6 +1437,12 @@ const std::vector<AttentionGpuCase>& attentionGpuCases() {
       {1, 40, 40, 2, 1, 512, 512, "bidirectional", 0, 0},
       {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0, true},   {3, 5, 13, 2, 1, 16, 24, "causal", 3, 0, true},
       {1, 130, 300, 4, 1, 256, 256, "causal", 0, 0, true},
+      // Packed documents: the causal and the symmetric bidirectional windows, and with the overlay.
+      {2, 70, 70, 8, 2, 64, 64, "causal", 20, 0, false, true},
+      {2, 70, 70, 4, 2, 64, 64, "bidirectional", 20, 0, false, true},
+      {2, 37, 70, 4, 2, 32, 32, "bidirectional", 0, 0, false, true},
+      {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0, true, true},
+      {2, 24, 88, 4, 2, 64, 64, "prefix", 16, 64, false, true},
   };
   return cases;
 }
@@ -1463,15 +1470,34 @@ std::vector<float> segmentIdBytes(const AttentionGpuCase& c) {
   return int64Bytes(segments);
 }
 
+// Document ids of packed text: documents of 7, 13, 29, 4, ... keys (cycling), batch row b shifted by 3b.
+std::vector<float> documentIdBytes(const AttentionGpuCase& c) {
+  const int64_t lengths[] = {7, 13, 29, 4};
+  std::vector<int64_t> documents(c.batch * c.keys);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    int64_t document = 0, left = lengths[0] - 3 * b;
+    for (int64_t j = 0; j < c.keys; ++j) {
+      if (left <= 0) left = lengths[++document % 4];
+      documents[b * c.keys + j] = document;
+      --left;
+    }
+  }
+  return int64Bytes(documents);
+}
+
 StepSetup attentionSetup(const AttentionGpuCase& c, DType dtype, bool backward) {
-  StepSetup setup(backward ? "attention_backward" : "attention",
-                  {{"mask", c.mask}, {"window", c.window}, {"prefix_len", c.prefixLen}, {"scale", 0.125}});
+  StepSetup setup(backward ? "attention_backward" : "attention", {{"mask", c.mask},
+                                                                  {"window", c.window},
+                                                                  {"prefix_len", c.prefixLen},
+                                                                  {"scale", 0.125},
+                                                                  {"document_ids", c.documented}});
   setup.in({c.batch, c.queries, c.queryHeads, c.headDim}, dtype)
       .in({c.batch, c.keys, c.kvHeads, c.headDim}, dtype)
       .in({c.batch, c.keys, c.kvHeads, c.valueDim}, dtype)
       .in({c.batch, c.keys}, DType::U8);
   if (backward) setup.in({c.batch, c.queries, c.queryHeads, c.valueDim}, dtype);
   if (c.segmented) setup.in({c.batch, c.keys}, DType::I64);
+  if (c.documented) setup.in({c.batch, c.keys}, DType::I64);
   if (backward) {
     setup.out({c.batch, c.queries, c.queryHeads, c.headDim}, dtype)
         .out({c.batch, c.keys, c.kvHeads, c.headDim}, dtype)
@@ -1496,6 +1522,7 @@ void addAttentionRows(std::vector<KernelCase>& rows, bool backward) {
     if (backward)
       inputs.push_back(roundedToBf16(randomFloats(c.batch * c.queries * c.queryHeads * c.valueDim, seed++)));
     if (c.segmented) inputs.push_back(segmentIdBytes(c));
+    if (c.documented) inputs.push_back(documentIdBytes(c));
     std::vector<OutputCheck> checks;
     for (const char* name : backward ? std::vector<const char*>{"dq", "dk", "dv"} : std::vector<const char*>{"o"})
       checks.push_back(relativeAboveOne(tolerance, name));

@@ -38,8 +38,19 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--mode", options.mode, "train | infer")->required()->check(CLI::IsMember({"train", "infer"}));
   app.add_option("--preset", options.preset, "named recipe defaults: dg26b-sft, tiny-cpu, demo (explicit flags win)");
-  app.add_option("--objective", options.objective, "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce")
-      ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce"}));
+  app.add_option("--objective", options.objective,
+                 "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce (SFT), or the pre-training objectives "
+                 "autoregressive | masked-diffusion (docs/pretraining-objectives.md)")
+      ->check(CLI::IsMember(
+          {"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce", "autoregressive", "masked-diffusion"}));
+  app.add_option("--seq-len", options.sequenceLengths,
+                 "pre-training: packed sequence-length buckets, e.g. 512,1024 (one train_step each)");
+  app.add_option("--mask-token-id", options.maskTokenId,
+                 "masked-diffusion: the absorbing mask token's id (default: the config's mask_token_id)")
+      ->check(dgemma::integerIn(0, dgemma::kMaxBuiltinSize * 65536));
+  app.add_option("--mask-epsilon", options.maskEpsilon,
+                 "masked-diffusion: the floor of p_mask = (1 - eps) t + eps (default 1e-3)")
+      ->check(dgemma::numberIn(0, 1, false, false));
   app.add_option("--self-cond-prob", options.selfCondProb, "self-conditioning probability")
       ->check(dgemma::numberIn(0, 1));
   app.add_option("--encoder-loss-weight", options.encoderLossWeight,
@@ -154,6 +165,10 @@ int main(int argc, char** argv) {
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
   return dgemma::runReportingErrors("dgemma-compile", [&] {
     dgemma::checkOutputAgainstModel(options);
+    // Before the preset fills its flags: only what the command line gives is judged against the objective.
+    for (const std::vector<std::string>* flags : {&dgemma::sftObjectiveFlags(), &dgemma::pretrainingObjectiveFlags()})
+      for (const std::string& name : *flags)
+        if (app.get_option(name)->count() > 0) options.explicitObjectiveFlags.push_back(name);
     if (!options.preset.empty()) applyPreset(app, options.preset);
     for (const char* name : {"--tp", "--dp", "--ep", "--sp", "--recompute"})
       if (app.get_option(name)->count() > 0) options.explicitLayoutFlags.push_back(name);

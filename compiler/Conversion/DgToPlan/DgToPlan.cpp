@@ -74,7 +74,11 @@ void addOptionalDefaults(Operation* op, nlohmann::json& attrs) {
         // cannot say (runtime/kernels/moe/Contract.h).
         attrs["lora_gate_up"] = static_cast<bool>(expertOp.getLoraGateUpA());
         attrs["lora_down"] = static_cast<bool>(expertOp.getLoraDownA());
-      });
+      })
+      // Both optional key inputs are [B, Tk] i64, so their count alone cannot say which is there
+      // (runtime/kernels/attention/Contract.h).
+      .Case<AttentionOp, AttentionBackwardOp>(
+          [&](auto attention) { attrs["document_ids"] = static_cast<bool>(attention.getDocumentIds()); });
   if (auto backward = dyn_cast<MoeExpertsBackwardOp>(op)) {
     attrs["grad_gate_up"] = static_cast<bool>(backward.getGradGateUp());
     attrs["grad_down"] = static_cast<bool>(backward.getGradDown());

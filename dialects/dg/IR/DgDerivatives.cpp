@@ -325,10 +325,12 @@ LogicalResult SliceOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, 
 LogicalResult AttentionOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangents, SmallVectorImpl<Value>& grads) {
   auto backward = builder.create<AttentionBackwardOp>(
       getLoc(), getQuery().getType(), getKey().getType(), getValue().getType(), getQuery(), getKey(), getValue(),
-      getKeyValid(), cotangents[0], getMaskAttr(), getWindowAttr(), getPrefixLenAttr(), getScaleAttr(), getSegmentIds());
-  // key_valid and the segment ids choose keys: no gradient.
+      getKeyValid(), cotangents[0], getMaskAttr(), getWindowAttr(), getPrefixLenAttr(), getScaleAttr(), getSegmentIds(),
+      getDocumentIds());
+  // key_valid and the segment and document ids choose keys: no gradient.
   grads.append({backward.getGradQuery(), backward.getGradKey(), backward.getGradValue(), Value()});
   if (getSegmentIds()) grads.push_back(Value());
+  if (getDocumentIds()) grads.push_back(Value());
   return success();
 }
 

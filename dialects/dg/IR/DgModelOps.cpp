@@ -27,10 +27,10 @@ LogicalResult RopeOp::verify() {
 
 namespace {
 // The geometry and mask rules shared by dg.attention and dg.attention_backward; `output` has the
-// attention output's type (the result, or the output gradient); `segmentIds` may be null.
+// attention output's type (the result, or the output gradient); `segmentIds` and `documentIds` may be null.
 LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, Value valueValue, Value keyValid,
-                              Value segmentIds, RankedTensorType output, AttentionMask mask, int64_t window,
-                              int64_t prefixLength) {
+                              Value segmentIds, Value documentIds, RankedTensorType output, AttentionMask mask,
+                              int64_t window, int64_t prefixLength) {
   auto query = typeOf(queryValue), key = typeOf(keyValue), value = typeOf(valueValue);
   if (query.getRank() != 4 || key.getRank() != 4 || value.getRank() != 4)
     return op->emitOpError() << "query, key and value must be [batch, tokens, heads, head_dim]";
@@ -55,7 +55,9 @@ LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, V
   if (window < 0) return op->emitOpError() << "window must be >= 0";
   if (mask == AttentionMask::Causal && queries > keys)
     return op->emitOpError() << "a causal mask needs at least as many keys as queries (queries are the last positions)";
-  if (mask == AttentionMask::Bidirectional && window != 0) return op->emitOpError() << "a bidirectional mask has no window";
+  if (mask == AttentionMask::Bidirectional && window > 0 && queries > keys)
+    return op->emitOpError() << "a bidirectional mask with a window needs at least as many keys as queries (the "
+                                "window is centred on the query's key position)";
   if (mask == AttentionMask::Prefix && (prefixLength < 0 || prefixLength > keys))
     return op->emitOpError() << "prefix_len " << prefixLength << " must be in [0, " << keys << "]";
   if (mask != AttentionMask::Prefix && prefixLength != 0) return op->emitOpError() << "prefix_len is only meaningful with mask = prefix";
@@ -65,18 +67,26 @@ LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, V
     if (typeOf(segmentIds).getShape() != ArrayRef<int64_t>{batch, keys})
       return op->emitOpError() << "segment_ids must be [" << batch << ", " << keys << "], got " << typeOf(segmentIds);
   }
+  if (documentIds) {
+    if (typeOf(documentIds).getShape() != ArrayRef<int64_t>{batch, keys})
+      return op->emitOpError() << "document_ids must be [" << batch << ", " << keys << "], got " << typeOf(documentIds);
+    if (queries > keys)
+      return op->emitOpError() << "document_ids need at least as many keys as queries (a query's document is that of "
+                                  "its key position)";
+  }
   return success();
 }
 }  // namespace
 
 LogicalResult AttentionOp::verify() {
-  return verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(), getResult().getType(),
-                         getMask(), getWindowAttr().getInt(), getPrefixLenAttr().getInt());
+  return verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(), getDocumentIds(),
+                         getResult().getType(), getMask(), getWindowAttr().getInt(), getPrefixLenAttr().getInt());
 }
 
 LogicalResult AttentionBackwardOp::verify() {
-  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(),
-                             getGradOutput().getType(), getMask(), getWindowAttr().getInt(), getPrefixLenAttr().getInt())))
+  if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(), getDocumentIds(),
+                             getGradOutput().getType(), getMask(), getWindowAttr().getInt(),
+                             getPrefixLenAttr().getInt())))
     return failure();
   if (getGradQuery().getType() != getQuery().getType() || getGradKey().getType() != getKey().getType() ||
       getGradValue().getType() != getValue().getType())

@@ -422,7 +422,7 @@ def Dg_RopeOp : Dg_ComputeOp<"rope", [Pure, InferTypeOpAdaptor,
   let hasVerifier = 1;
 }
 
-def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, InferTypeOpAdaptor,
+def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Dg_DerivativeOpInterface>]> {
   let summary = "Multi-head attention with GQA and a structural mask (no materialised [S x S] mask)";
   let description = [{
@@ -432,7 +432,9 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, InferTypeOpAdaptor,
     - `causal`: queries are the last Tq of the Tk positions; key j is visible to query i when valid,
       not in the future, and (window > 0) fewer than `window` positions back. A query always sees
       its own position, so padded rows stay finite.
-    - `bidirectional`: every valid key.
+    - `bidirectional`: every valid key; with window > 0, only those fewer than `window` positions
+      away on either side, |i' - j| < window with i' = Tk - Tq + i the query's key position (the
+      sliding layers of a bidirectional pass over long packed text).
     - `prefix`: the first `prefix_len` keys are a read-only prefix (the encoder's K/V), the rest a
       block (the canvas). Every query sees the whole block and the valid prefix keys among the last
       `window` prefix slots (window 0: all of them).
@@ -442,39 +444,46 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, InferTypeOpAdaptor,
     encoder's image soft-token runs: query i (key position `Tk - Tq + i`) in segment s > 0 also sees
     every valid key of segment s, past or future, inside or outside the window. Segment 0 takes no
     part; without the operand the op is the plain causal mask.
+
+    `document_ids` `[B, Tk]` (optional, any mask) keeps packed documents apart: on top of the mask's
+    own rule (and the overlay), key j is visible to query i only if document_ids[b, j] equals
+    document_ids[b, Tk - Tq + i], the document of the query's own key position.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
                        RankedTensorOf<[I1]>:$key_valid, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale,
-                       Optional<Dg_KeyTensor>:$segment_ids);
+                       Optional<Dg_KeyTensor>:$segment_ids, Optional<Dg_KeyTensor>:$document_ids);
   let results = (outs Dg_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $key_valid (`segment_ids` `(` $segment_ids^ `:` type($segment_ids) `)`)?
+    (`document_ids` `(` $document_ids^ `:` type($document_ids) `)`)?
     `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `->` type($result)
   }];
   let hasVerifier = 1;
 }
 
-def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure, InferTypeOpAdaptor]> {
+def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure, AttrSizedOperandSegments, InferTypeOpAdaptor]> {
   let summary = "Gradients of dg.attention: dq, dk, dv from the output gradient";
   let description = [{
     Same operands and attributes as dg.attention plus `grad_output` (the output's shape). The
     probabilities are recomputed with the same visibility rules, so nothing of the forward pass has
-    to be kept alive for the backward pass. The segment ids, like key_valid, get no gradient.
+    to be kept alive for the backward pass. The segment and document ids, like key_valid, get no
+    gradient.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
                        RankedTensorOf<[I1]>:$key_valid, Dg_FloatTensor:$grad_output, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale,
-                       Optional<Dg_KeyTensor>:$segment_ids);
+                       Optional<Dg_KeyTensor>:$segment_ids, Optional<Dg_KeyTensor>:$document_ids);
   let results = (outs Dg_FloatTensor:$grad_query, Dg_FloatTensor:$grad_key, Dg_FloatTensor:$grad_value);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $key_valid `,` $grad_output
-    (`segment_ids` `(` $segment_ids^ `:` type($segment_ids) `)`)? `mask` `=` `` $mask attr-dict `:`
+    (`segment_ids` `(` $segment_ids^ `:` type($segment_ids) `)`)?
+    (`document_ids` `(` $document_ids^ `:` type($document_ids) `)`)? `mask` `=` `` $mask attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` type($key_valid) `,` type($grad_output) `->`
     type($grad_query) `,` type($grad_key) `,` type($grad_value)
   }];

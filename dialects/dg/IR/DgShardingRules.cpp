@@ -425,8 +425,10 @@ ShardingRuleAttr AttentionOp::getShardingRule() {
   RuleBuilder builder(getContext());
   AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType(),
                                             FactorKind::PassThrough);
-  // The image overlay's segment ids are laid out like key_valid: each rank needs its rows' whole keys.
+  // The image overlay's segment ids and the document ids are laid out like key_valid: each rank needs
+  // its rows' whole keys.
   if (getSegmentIds()) builder.operand({f.batch, f.keys});
+  if (getDocumentIds()) builder.operand({f.batch, f.keys});
   builder.result({f.batch, f.queries, f.queryHeads(), f.valueDim});
   return builder.take();
 }
@@ -439,6 +441,7 @@ ShardingRuleAttr AttentionBackwardOp::getShardingRule() {
                                             FactorKind::Reduction);
   builder.operand({f.batch, f.queries, f.queryHeads(), f.valueDim});
   if (getSegmentIds()) builder.operand({f.batch, f.keys});
+  if (getDocumentIds()) builder.operand({f.batch, f.keys});
   builder.result({f.batch, f.queries, f.queryHeads(), f.headDim});
   builder.result({f.batch, f.keys, f.kvHeads, f.headDim});
   builder.result({f.batch, f.keys, f.kvHeads, f.valueDim});

@@ -5,6 +5,7 @@
 
 #include "models/diffusion_gemma/ir/GraphBuilder.h"
 #include "models/diffusion_gemma/ir/Objective.h"
+#include "models/diffusion_gemma/ir/Pretraining.h"
 #include "models/diffusion_gemma/ir/TextStack.h"
 #include "models/diffusion_gemma/ir/VisionTower.h"
 #include "models/diffusion_gemma/spec/Interface.h"
@@ -23,6 +24,7 @@ using diffusion_gemma::createDiffusionGemmaModule;
 using diffusion_gemma::GraphBuilder;
 using diffusion_gemma::LayerKeyValues;
 using diffusion_gemma::ObjectiveBuilder;
+using diffusion_gemma::PretrainingBuilder;
 using diffusion_gemma::TextStack;
 using diffusion_gemma::VisionTower;
 
@@ -105,6 +107,17 @@ const char* objectiveVariantName(DiffusionGemmaObjective::Variant variant) {
   return "unknown";
 }
 
+std::optional<DiffusionGemmaPretrainingObjective::Kind> parsePretrainingObjective(const std::string& name) {
+  using Kind = DiffusionGemmaPretrainingObjective::Kind;
+  if (name == "autoregressive") return Kind::Autoregressive;
+  if (name == "masked-diffusion") return Kind::MaskedDiffusion;
+  return std::nullopt;
+}
+
+const char* pretrainingObjectiveName(DiffusionGemmaPretrainingObjective::Kind kind) {
+  return kind == DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion ? "masked-diffusion" : "autoregressive";
+}
+
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const DiffusionGemmaConfig& config,
                                                  const DiffusionGemmaForwardOptions& options) {
   checkImagesPerExample(config, options.imagesPerExample);
@@ -168,6 +181,31 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
                          diffusion_gemma::imageTwinBucket(bucket, config, options.imagesPerExample),
                          body(options.imagesPerExample, logpsOnly));
     }
+  }
+  return module;
+}
+
+OwningOpRef<ModuleOp> buildDiffusionGemmaPretrain(MLIRContext& context, const DiffusionGemmaConfig& config,
+                                                  const DiffusionGemmaPretrainingOptions& options) {
+  const DiffusionGemmaPretrainingObjective& objective = options.objective;
+  if (objective.kind == DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion) {
+    if (objective.maskTokenId < 0 || objective.maskTokenId >= config.vocabSize)
+      throw dgemma::InputError("mask token id: expected an integer in [0, " + std::to_string(config.vocabSize) +
+                               ") (vocab_size), got " + std::to_string(objective.maskTokenId));
+    if (!(objective.maskEpsilon > 0 && objective.maskEpsilon < 1))
+      throw dgemma::InputError("mask epsilon: expected a number in (0, 1), got " +
+                               std::to_string(objective.maskEpsilon));
+  }
+  OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
+  OpBuilder builder(&context);
+  for (int64_t sequenceLength : options.sequenceLengths) {
+    addEntryFunction(builder, *module, std::string(kTrainStepEntry) + "_s" + std::to_string(sequenceLength),
+                     kTrainStepEntry,
+                     {{kMicroBatchDimension, options.microBatch}, {kSequenceLengthDimension, sequenceLength}}, [&] {
+                       GraphBuilder graph(builder, config, options.microBatch, options.precision);
+                       TextStack text(graph);
+                       PretrainingBuilder(graph, text, objective).buildTrainStep(sequenceLength);
+                     });
   }
   return module;
 }

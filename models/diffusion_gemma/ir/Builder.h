@@ -115,6 +115,51 @@ struct DiffusionGemmaTrainOptions {
 OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                const DiffusionGemmaTrainOptions& options);
 
+// A pre-training objective on packed documents (docs/pretraining-objectives.md), chosen at compile
+// time by --objective.
+struct DiffusionGemmaPretrainingObjective {
+  enum class Kind { Autoregressive, MaskedDiffusion };
+  Kind kind = Kind::Autoregressive;
+  int64_t maskTokenId = -1;  // masked diffusion: the absorbing token's id, in [0, V)
+  double maskEpsilon = 1e-3;  // masked diffusion: p_mask = (1 - ε) t + ε
+  double routerAuxLossCoeff = 0.0;  // > 0 adds the switch load-balancing loss of every MoE call
+};
+
+// "autoregressive" | "masked-diffusion"; nullopt for any other name.
+std::optional<DiffusionGemmaPretrainingObjective::Kind> parsePretrainingObjective(const std::string& name);
+const char* pretrainingObjectiveName(DiffusionGemmaPretrainingObjective::Kind kind);
+
+struct DiffusionGemmaPretrainingOptions {
+  int64_t microBatch = 1;
+  std::vector<int64_t> sequenceLengths;  // one train_step entry per packed length S
+  DiffusionGemmaPretrainingObjective objective;
+  Precision precision = Precision::Fp32;
+};
+
+// One entry point per packed length S (docs/pretraining-objectives.md):
+//   "train_step" (bucket: micro_batch, seq_len): the objective of one micro-batch of packed rows.
+//       inputs   input_ids [B, S] i64, position_ids [B, S] i64 (restarting at 0 in every document),
+//                document_ids [B, S] i64 (equal within a document, different across; padding carries
+//                an id of its own), and
+//                - autoregressive: labels [B, S] i64 (the next token, any id in [0, V) where not
+//                  scored) and loss_mask [B, S] f32 (1 where the label is a real next token of the
+//                  same document);
+//                - masked diffusion: loss_mask [B, S] f32 (1 on real tokens, 0 on padding) and
+//                  noise_keys [B, 2] i64 (one Philox key per row, runtime/core/NoiseKeys.h).
+//       outputs  loss [] f32 (+ the router aux term); masked diffusion also p_mask [B] f32,
+//                masked_input_ids [B, S] i64 and masked_positions [B, S] f32 (1 where masked);
+//                after dg-autodiff also grad/<parameter name>.
+//   Autoregressive: the text stack with the causal mask (sliding layers: the last W positions) within
+//   each document, every key valid; loss = Σ loss_mask·CE(logits, labels) / max(Σ loss_mask, 1).
+//   Masked diffusion: t ~ U(0, 1) per row (stream 0), p_mask = (1 − ε) t + ε, each real token masked
+//   when its uniform (stream 1) is below p_mask, at least one per row with a real token (the one with
+//   the smallest uniform); the text stack with the bidirectional mask (sliding layers: |i − j| ≤ W/2 + 1)
+//   within each document over the real tokens; loss = Σ masked·CE / p_mask / max(Σ loss_mask, 1).
+// Throws InputError for a masked-diffusion objective whose mask token is outside [0, V) or whose ε
+// is outside (0, 1).
+OwningOpRef<ModuleOp> buildDiffusionGemmaPretrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
+                                                  const DiffusionGemmaPretrainingOptions& options);
+
 }  // namespace mlir::dg
 
 #endif

@@ -69,6 +69,14 @@ Value TextStack::encoderStackOverEmbeddings(Value embeddings, Value keyValid, Va
   return hidden;
 }
 
+Value TextStack::packedStack(Value ids, Value keyValid, Value positions, Value documentIds, AttentionMask mask) {
+  Value hidden = embed(ids);
+  const EncoderAttention keySet{keyValid, nullptr, Value(), Value(), documentIds, mask};
+  for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
+    hidden = layerForward(layer, hidden, positions, keySet, nullptr);
+  return hidden;
+}
+
 // Like encoderStack, over a block that continues the cache: the block's tokens are all real, and each
 // layer's keys are [its cache ; the block], the block's queries being the last T of them.
 Value TextStack::encoderStackOverCache(Value ids, Value positions, const std::vector<LayerCache>& caches,
@@ -151,10 +159,16 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
       allKeys = g_.concat({keySet.cache->keys, keys}, 1, name("cached.keys"));
       allValues = g_.concat({keySet.cache->values, values}, 1, name("cached.values"));
     }
-    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues, keySet.keyValid,
-                                      AttentionMaskAttr::get(b_.getContext(), AttentionMask::Causal),
-                                      b_.getI64IntegerAttr(sliding ? config_.slidingWindow : 0),
-                                      b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0), keySet.segmentIds);
+    // A sliding layer sees the last W positions under the causal mask. Under the bidirectional one
+    // it follows HF's convention for a bidirectional Gemma stack (use_bidirectional_attention "all",
+    // docs/model.md): |i - j| <= W // 2 + 1, which is dg.attention's symmetric window W // 2 + 2.
+    const int64_t window = !sliding                                      ? 0
+                           : keySet.mask == AttentionMask::Bidirectional ? config_.slidingWindow / 2 + 2
+                                                                         : config_.slidingWindow;
+    attended =
+        b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues, keySet.keyValid,
+                               AttentionMaskAttr::get(b_.getContext(), keySet.mask), b_.getI64IntegerAttr(window),
+                               b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0), keySet.segmentIds, keySet.documentIds);
   } else {
     // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
     Value allKeys = g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
@@ -163,7 +177,7 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
                                       keySet.keyValid, AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
                                       b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0),
-                                      /*segment_ids=*/Value());
+                                      /*segment_ids=*/Value(), /*document_ids=*/Value());
   }
   Value merged = g_.reshape(attended, {outShape[0], outShape[1], queryHeads * headDim}, name("heads"));
   return g_.linear(merged, name("self_attn.o_proj.weight"), hidden_, queryHeads * headDim);

@@ -47,6 +47,12 @@ class TextStack {
   // The same from the encoder's input embedding [B, T, H] (an image prompt's merged input, VisionTower.h).
   Value encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
                                    std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds = {});
+  // The stack over packed documents (docs/pretraining-objectives.md): ids [B, S], key validity
+  // [B, S] i1, positions [B, S] (restarting per document) and document_ids [B, S] i64, with `mask`
+  // causal (sliding layers: the last W positions) or bidirectional (sliding layers: HF's symmetric
+  // window |i - j| <= W // 2 + 1); no key outside the query's document. Returns the last hidden state before
+  // the final norm.
+  Value packedStack(Value ids, Value keyValid, Value positions, Value documentIds, AttentionMask mask);
   // The encoder stack over a block of ids [B, T] (every token real) that continues the cached
   // positions: each layer attends causally over [its cache ; the block] (the window counts cache
   // slots too). Returns the last hidden state before the final norm and, if asked, every layer's
@@ -75,6 +81,8 @@ class TextStack {
     // The tokens that are real (the load-balancing loss counts only them); null: keyValid.
     Value tokenValid;
     Value segmentIds;  // [B, P] i64, the image overlay; null: plain causal
+    Value documentIds;  // [B, P] i64, packed documents; null: one document
+    AttentionMask mask = AttentionMask::Causal;  // bidirectional: a packed masked-diffusion pass
   };
   struct DecoderAttention {
     Value keyValid;  // [B, P + L] i1: the prompt mask, then the (always valid) canvas

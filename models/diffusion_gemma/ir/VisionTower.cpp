@@ -83,7 +83,7 @@ Value VisionTower::layer(int64_t index, Value hidden, Value positionsX, Value po
   Value attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, keys, values, patchValid,
                                           AttentionMaskAttr::get(b_.getContext(), AttentionMask::Bidirectional),
                                           b_.getI64IntegerAttr(0), b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0),
-                                          /*segment_ids=*/Value());
+                                          /*segment_ids=*/Value(), /*document_ids=*/Value());
   Value merged = g_.reshape(attended, {images_, patches_, heads * headDim}, name("heads"));
   Value projected = linear(merged, name("self_attn.o_proj.linear.weight"), hidden_, heads * headDim);
   Value residual = g_.add(hidden, norm(projected, name("post_attention_layernorm.weight")), name("attention.residual"));

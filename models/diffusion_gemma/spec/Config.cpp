@@ -468,6 +468,7 @@ void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
   config.padTokenId = readTokenId(text, "pad_token_id", kDefaultPadTokenId, config.vocabSize);
   config.bosTokenId = readTokenId(text, "bos_token_id", kDefaultBosTokenId, config.vocabSize);
   config.eosTokenIds = readEosTokenIds(text, config.vocabSize).value_or(std::vector<int64_t>{kDefaultEosTokenId});
+  if (text.find("mask_token_id")) config.maskTokenId = readTokenId(text, "mask_token_id", 0, config.vocabSize);
 
   const std::vector<AttentionLayerType> layerTypes = readLayerTypes(text, config.numHiddenLayers, config.warnings);
   const std::map<AttentionLayerType, RopeParameters> ropeByType = readRopeParameters(text, layerTypes);

@@ -28,6 +28,7 @@ inline constexpr const char* kCommitEntry = "commit";
 inline constexpr const char* kMicroBatchDimension = "micro_batch";
 inline constexpr const char* kPromptLengthDimension = "prompt_len";
 inline constexpr const char* kCanvasLengthDimension = "canvas_len";
+inline constexpr const char* kSequenceLengthDimension = "seq_len";  // a pre-training train_step's packed length
 
 // The collated batch (docs/data.md, "Collated batch"): the prompt as HF's processor gives it, and
 // the canvas with the mask of its scored positions.
@@ -58,6 +59,16 @@ inline constexpr const char* kSelfConditioningLogits = "self_conditioning_logits
 inline constexpr const char* kLoss = "loss";
 inline constexpr const char* kDiffusionLoss = "diffusion_loss";
 inline constexpr const char* kEncoderLoss = "encoder_loss";
+
+// A pre-training plan's train_step inputs and outputs (docs/pretraining-objectives.md): packed
+// documents with their ids, the autoregressive labels, the scored positions, and the masked-diffusion
+// draws.
+inline constexpr const char* kDocumentIds = "document_ids";
+inline constexpr const char* kLabels = "labels";
+inline constexpr const char* kLossMask = "loss_mask";
+inline constexpr const char* kMaskProbability = "p_mask";
+inline constexpr const char* kMaskedInputIds = "masked_input_ids";
+inline constexpr const char* kMaskedPositions = "masked_positions";
 
 // A GRPO plan's train_step inputs and outputs besides the SFT ones, and the logps entry's output
 // (docs/rl.md): [B] f32 each.

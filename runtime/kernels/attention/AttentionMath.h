@@ -25,48 +25,65 @@ DGEMMA_HOST_DEVICE inline int64_t diagonalKey(const AttentionContract& g, int64_
   return query + g.keys - g.queries;
 }
 
-// One batch row of the image overlay's segment_ids ([B, Tk] i64); null when the call has none, which
-// reads as segment 0 at every position: no overlay.
-struct SegmentRow {
-  const int64_t* ids = nullptr;
-  int64_t keys = 0;  // Tk, the row's length
-  DGEMMA_HOST_DEVICE int64_t at(int64_t position) const {
-    if (ids == nullptr) return 0;
+// One batch row of the optional key inputs ([B, Tk] i64 each): the image overlay's segment_ids and
+// the packed documents' document_ids. A null row reads as 0 at every position: segment 0 is no
+// overlay, and one document everywhere keeps nothing apart.
+struct MaskRows {
+  const int64_t* segments = nullptr;
+  const int64_t* documents = nullptr;
+  int64_t keys = 0;  // Tk, the rows' length
+  DGEMMA_HOST_DEVICE int64_t segmentAt(int64_t position) const {
+    if (segments == nullptr) return 0;
     DGEMMA_CUDA_BOUNDS(position, keys);
-    return ids[position];
+    return segments[position];
+  }
+  DGEMMA_HOST_DEVICE int64_t documentAt(int64_t position) const {
+    if (documents == nullptr) return 0;
+    DGEMMA_CUDA_BOUNDS(position, keys);
+    return documents[position];
   }
 };
 
-// Batch row `b` of `segmentIds` (null: the call has no segment ids).
-DGEMMA_HOST_DEVICE inline SegmentRow segmentRowOf(const AttentionContract& g, const int64_t* segmentIds, int64_t b) {
-  return {segmentIds == nullptr ? nullptr : segmentIds + b * g.keys, g.keys};
+// Batch row `b` of `segmentIds` and `documentIds` (each null when the call has none).
+DGEMMA_HOST_DEVICE inline MaskRows maskRowsOf(const AttentionContract& g, const int64_t* segmentIds,
+                                              const int64_t* documentIds, int64_t b) {
+  return {segmentIds == nullptr ? nullptr : segmentIds + b * g.keys,
+          documentIds == nullptr ? nullptr : documentIds + b * g.keys, g.keys};
 }
 
 // The overlay: a query whose own position is in segment s > 0 sees every key of segment s, past or
 // future, inside the window or not.
-DGEMMA_HOST_DEVICE inline bool inQuerySegment(const AttentionContract& g, SegmentRow segments, int64_t query,
-                                              int64_t key) {
-  const int64_t own = segments.at(diagonalKey(g, query));
-  return own > 0 && segments.at(key) == own;
+DGEMMA_HOST_DEVICE inline bool inQuerySegment(const AttentionContract& g, MaskRows rows, int64_t query, int64_t key) {
+  const int64_t own = rows.segmentAt(diagonalKey(g, query));
+  return own > 0 && rows.segmentAt(key) == own;
 }
 
-// docs/kernels.md's visibility of key `key` for query `query`; `valid` is key_valid[b, key] != 0 and
-// `segments` the batch row's segment ids (the causal mask's overlay).
-DGEMMA_HOST_DEVICE inline bool keyVisible(const AttentionContract& g, bool valid, SegmentRow segments, int64_t query,
+// The mask's own rule (docs/kernels.md) for key `key` and query `query`, before the documents.
+DGEMMA_HOST_DEVICE inline bool maskAdmits(const AttentionContract& g, bool valid, MaskRows rows, int64_t query,
                                           int64_t key) {
   switch (g.mask) {
     case AttentionMask::Causal: {
       const int64_t self = diagonalKey(g, query);
       if (key == self) return true;  // a pad query keeps its diagonal
       if (!valid) return false;
-      return (key < self && (g.window == 0 || self - key < g.window)) || inQuerySegment(g, segments, query, key);
+      return (key < self && (g.window == 0 || self - key < g.window)) || inQuerySegment(g, rows, query, key);
     }
-    case AttentionMask::Bidirectional:
-      return valid;
+    case AttentionMask::Bidirectional: {
+      if (!valid) return false;
+      const int64_t self = diagonalKey(g, query);
+      return g.window == 0 || (key > self ? key - self : self - key) < g.window;  // the symmetric window
+    }
     case AttentionMask::Prefix:
       return key >= g.prefixLen || (valid && (g.window == 0 || key >= g.prefixLen - g.window));
   }
   return false;
+}
+
+// docs/kernels.md's visibility of key `key` for query `query`; `valid` is key_valid[b, key] != 0 and
+// `rows` the batch row's segment and document ids: the mask's rule, within the query's document.
+DGEMMA_HOST_DEVICE inline bool keyVisible(const AttentionContract& g, bool valid, MaskRows rows, int64_t query,
+                                          int64_t key) {
+  return maskAdmits(g, valid, rows, query, key) && rows.documentAt(key) == rows.documentAt(diagonalKey(g, query));
 }
 
 // Keys [begin, end): every key outside is invisible to the queries it was computed for.
@@ -75,8 +92,8 @@ struct KeyRange {
   int64_t end;
 };
 
-// The candidate keys of one query (a superset of its visible keys). With segment ids a query may see
-// any key of its segment, so every key is a candidate.
+// The candidate keys of one query (a superset of its visible keys): its window's keys. With segment
+// ids a query may see any key of its segment, so every key is a candidate. Documents only remove keys.
 DGEMMA_HOST_DEVICE inline KeyRange candidateKeys(const AttentionContract& g, int64_t query) {
   switch (g.mask) {
     case AttentionMask::Causal: {
@@ -85,8 +102,13 @@ DGEMMA_HOST_DEVICE inline KeyRange candidateKeys(const AttentionContract& g, int
       const int64_t first = g.window == 0 || self - g.window + 1 < 0 ? 0 : self - g.window + 1;
       return {first, self + 1};
     }
-    case AttentionMask::Bidirectional:
-      return {0, g.keys};
+    case AttentionMask::Bidirectional: {
+      if (g.window == 0) return {0, g.keys};
+      const int64_t self = diagonalKey(g, query);
+      const int64_t first = self - g.window + 1 < 0 ? 0 : self - g.window + 1;
+      const int64_t end = self + g.window > g.keys ? g.keys : self + g.window;
+      return {first, end};
+    }
     case AttentionMask::Prefix: {
       const int64_t first = g.window == 0 || g.prefixLen - g.window < 0 ? 0 : g.prefixLen - g.window;
       return {first, g.keys};

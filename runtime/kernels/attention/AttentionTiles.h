@@ -62,7 +62,8 @@ struct AttentionBuffers {
   const T* k;
   const T* v;
   const uint8_t* keyValid;
-  const int64_t* segmentIds;  // null: no image overlay
+  const int64_t* segmentIds;   // null: no image overlay
+  const int64_t* documentIds;  // null: one document
   const T* dOut;
   T* out;  // o in the forward, dq in the backward
   T* dk;
@@ -97,7 +98,7 @@ DGEMMA_HOST_DEVICE void forwardTask(const Block& block, float* shared, const Att
   const int64_t q0 = tile * br;
   const int rows = static_cast<int>(kernels::smaller(br, g.queries - q0));
   const int64_t kvHead = kvHeadOf(g, head);
-  const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
+  const MaskRows maskRows = maskRowsOf(g, t.segmentIds, t.documentIds, b);
 
   loadRows(block, qs, qStride, t.q, queryRows, d, rows, [&](int64_t r) { return queryRowOf(g, b, q0 + r, head); });
   fill(block, acc, br * dv, 0.0f);
@@ -115,7 +116,7 @@ DGEMMA_HOST_DEVICE void forwardTask(const Block& block, float* shared, const Att
     for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
       const int i = pair / bc, j = pair % bc;
       float score = -INFINITY;
-      if (i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), segments, q0 + i, k0 + j))
+      if (i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), maskRows, q0 + i, k0 + j))
         score = scale * dot(qs + i * qStride, ks + j * qStride, d);
       ps[i * pStride + j] = score;
     }
@@ -170,7 +171,7 @@ DGEMMA_HOST_DEVICE void backwardQueryTask(const Block& block, float* shared, con
   const int64_t q0 = tile * br;
   const int rows = static_cast<int>(kernels::smaller(br, g.queries - q0));
   const int64_t kvHead = kvHeadOf(g, head);
-  const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
+  const MaskRows maskRows = maskRowsOf(g, t.segmentIds, t.documentIds, b);
   auto queryRow = [&](int64_t r) { return queryRowOf(g, b, q0 + r, head); };
 
   loadRows(block, qs, qStride, t.q, queryRows, d, rows, queryRow);
@@ -191,7 +192,8 @@ DGEMMA_HOST_DEVICE void backwardQueryTask(const Block& block, float* shared, con
       block.sync();
       for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
         const int i = pair / bc, j = pair % bc;
-        const bool visible = i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), segments, q0 + i, k0 + j);
+        const bool visible =
+            i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), maskRows, q0 + i, k0 + j);
         const float score = visible ? scale * dot(qs + i * qStride, ks + j * qStride, d) : -INFINITY;
         const float dp = visible ? dot(dos + i * vStride, vs + j * vStride, dv) : 0.0f;
         if (pass == 0) {
@@ -267,7 +269,7 @@ DGEMMA_HOST_DEVICE void backwardKeyTask(const Block& block, float* shared, const
   const int64_t b = task / (keyTiles * g.kvHeads);
   const int64_t k0 = tile * bc;
   const int keysHere = static_cast<int>(kernels::smaller(bc, g.keys - k0));
-  const SegmentRow segments = segmentRowOf(g, t.segmentIds, b);
+  const MaskRows maskRows = maskRowsOf(g, t.segmentIds, t.documentIds, b);
   auto keyRow = [&](int64_t r) { return keyRowOf(g, b, k0 + r, kvHead); };
 
   loadRows(block, ks, qStride, t.k, keyRows, d, keysHere, keyRow);
@@ -293,7 +295,7 @@ DGEMMA_HOST_DEVICE void backwardKeyTask(const Block& block, float* shared, const
       for (int pair = block.thread(); pair < br * bc; pair += block.threads()) {
         const int i = pair / bc, j = pair % bc;
         float p = 0.0f, ds = 0.0f;
-        if (i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), segments, q0 + i, k0 + j)) {
+        if (i < rows && j < keysHere && keyVisible(g, keyValidAt(g, t.keyValid, b, k0 + j), maskRows, q0 + i, k0 + j)) {
           const float* stats = rowStats + i * kStatistics;
           const float score = scale * dot(qs + i * qStride, ks + j * qStride, d);
           p = probability(score, stats[0], stats[1]);

@@ -13,11 +13,11 @@ AttentionMask maskAttribute(const KernelSignature& signature) {
   failSignature(signature, "attribute 'mask': expected causal, bidirectional or prefix, got '" + name + "'");
 }
 
-// Checks q, k, v, key_valid (inputs 0..3), the optional segment_ids (input `segmentInput`) and the
-// attributes; `o` is a buffer of q's batch, queries and heads with Dv values (the output, or the
+// Checks q, k, v, key_valid (inputs 0..3), the optional segment_ids and document_ids (from input
+// `firstOptional` on) and the attributes; `o` is a buffer of q's batch, queries and heads with Dv values (the output, or the
 // output gradient of the backward kernel).
 AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std::initializer_list<DType> dtypes,
-                                            const Buffer& o, const std::string& oRole, size_t segmentInput) {
+                                           const Buffer& o, const std::string& oRole, size_t firstOptional) {
   const Buffer& q = *signature.inputs[0];
   const Buffer& k = *signature.inputs[1];
   const Buffer& v = *signature.inputs[2];
@@ -48,8 +48,6 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
   g.window = attrInt(signature, "window");
   if (g.window < 0)
     failSignature(signature, "attribute 'window': expected a non-negative integer, got " + std::to_string(g.window));
-  if (g.mask == AttentionMask::Bidirectional && g.window != 0)
-    failSignature(signature, "attribute 'window' does not apply to mask 'bidirectional'");
   g.prefixLen = attrInt(signature, "prefix_len");
   if (g.mask == AttentionMask::Prefix && (g.prefixLen < 0 || g.prefixLen > g.keys))
     failSignature(signature, "attribute 'prefix_len': " + std::to_string(g.prefixLen) + " is outside [0, Tk = " +
@@ -60,10 +58,35 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
     failSignature(signature, "mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got Tq=" +
                                  std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
   g.scale = attrDouble(signature, "scale");
+  if (g.mask == AttentionMask::Bidirectional && g.window > 0 && g.queries > g.keys)
+    failSignature(signature,
+                  "mask 'bidirectional' with a window needs Tq <= Tk (the window is centred on the query's "
+                  "key position Tk - Tq + i), got Tq=" +
+                      std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
 
-  g.segmented = signature.inputs.size() > segmentInput;
+  g.documented = hasAttr(signature, "document_ids") && attrBool(signature, "document_ids");
+  // The optional inputs: document_ids when the attribute says so, and segment_ids before it if one more.
+  const size_t optionalInputs = signature.inputs.size() - firstOptional, documentInputs = g.documented ? 1 : 0;
+  if (optionalInputs < documentInputs || optionalInputs > documentInputs + 1)
+    failSignature(signature, "with attribute 'document_ids' = " + std::string(g.documented ? "true" : "false") +
+                                 ", expected " + std::to_string(firstOptional + documentInputs) + " or " +
+                                 std::to_string(firstOptional + documentInputs + 1) + " inputs, got " +
+                                 std::to_string(signature.inputs.size()));
+  g.segmented = optionalInputs > documentInputs;
+  g.segmentInput = firstOptional;
+  g.documentInput = firstOptional + (g.segmented ? 1 : 0);
+  if (g.documented) {
+    const Buffer& documentIds = *signature.inputs[g.documentInput];
+    expectDType(signature, documentIds, {DType::I64}, "input document_ids");
+    expectShape(signature, documentIds, {g.batch, g.keys}, "input document_ids");
+    if (g.queries > g.keys)
+      failSignature(signature,
+                    "input document_ids needs Tq <= Tk (a query's document is that of its key position "
+                    "Tk - Tq + i), got Tq=" +
+                        std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
+  }
   if (g.segmented) {
-    const Buffer& segmentIds = *signature.inputs[segmentInput];
+    const Buffer& segmentIds = *signature.inputs[g.segmentInput];
     expectDType(signature, segmentIds, {DType::I64}, "input segment_ids");
     expectShape(signature, segmentIds, {g.batch, g.keys}, "input segment_ids");
     if (g.mask != AttentionMask::Causal) failSignature(signature, "input segment_ids applies only to mask 'causal'");
@@ -74,13 +97,13 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
 }  // namespace
 
 AttentionContract parseAttentionContract(const KernelSignature& signature, std::initializer_list<DType> dtypes) {
-  expectArityRange(signature, 4, 5, 1);
+  expectArityRange(signature, 4, 6, 1);
   return parseInputsAndAttributes(signature, dtypes, *signature.outputs[0], "output o", 4);
 }
 
 AttentionContract parseAttentionBackwardContract(const KernelSignature& signature,
                                                  std::initializer_list<DType> dtypes) {
-  expectArityRange(signature, 5, 6, 3);
+  expectArityRange(signature, 5, 7, 3);
   const AttentionContract contract = parseInputsAndAttributes(signature, dtypes, *signature.inputs[4], "input do", 5);
   expectShape(signature, *signature.outputs[0], signature.inputs[0]->shape, "output dq");
   expectShape(signature, *signature.outputs[1], signature.inputs[1]->shape, "output dk");

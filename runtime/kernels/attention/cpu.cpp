@@ -50,7 +50,8 @@ struct AttentionTensors {
   const T* k;
   const T* v;
   const uint8_t* keyValid;  // u8 and bool are both one byte, nonzero = valid
-  const int64_t* segmentIds;  // null: no image overlay
+  const int64_t* segmentIds;   // null: no image overlay
+  const int64_t* documentIds;  // null: one document
   const T* dOut;
   T* out;  // o in the forward, dq in the backward
   T* dk;
@@ -104,7 +105,7 @@ template <typename T>
 
   const T scale = static_cast<T>(g.scale), minusInfinity = -std::numeric_limits<T>::infinity();
   const uint8_t* valid = t.keyValid + tile.b * g.keys + tile.keys.begin;
-  const attention::SegmentRow segments = attention::segmentRowOf(g, t.segmentIds, tile.b);
+  const attention::MaskRows maskRows = attention::maskRowsOf(g, t.segmentIds, t.documentIds, tile.b);
   for (int64_t r = 0; r < tile.rows; ++r) {
     const int64_t query = tile.first + r;
     T* const row = probabilities + r * keyCount;
@@ -117,7 +118,7 @@ template <typename T>
     std::fill(row, row + candidatesBegin, minusInfinity);
     bool seesKeys = false;
     for (int64_t j = candidatesBegin; j < candidatesEnd; ++j) {
-      const bool visible = attention::keyVisible(g, valid[j] != 0, segments, query, tile.keys.begin + j);
+      const bool visible = attention::keyVisible(g, valid[j] != 0, maskRows, query, tile.keys.begin + j);
       row[j] = visible ? scale * row[j] : minusInfinity;
       seesKeys |= visible;
     }
@@ -236,12 +237,14 @@ class AttentionKernel final : public Kernel {
   explicit AttentionKernel(AttentionContract geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const int64_t* segmentIds = geometry_.segmented ? inputs[4].as<const int64_t>() : nullptr;
+    const int64_t* segmentIds = geometry_.segmented ? inputs[geometry_.segmentInput].as<const int64_t>() : nullptr;
+    const int64_t* documentIds = geometry_.documented ? inputs[geometry_.documentInput].as<const int64_t>() : nullptr;
     const AttentionTensors<T> tensors{inputs[0].as<const T>(),
                                       inputs[1].as<const T>(),
                                       inputs[2].as<const T>(),
                                       inputs[3].as<const uint8_t>(),
                                       segmentIds,
+                                      documentIds,
                                       nullptr,
                                       outputs[0].as<T>(),
                                       nullptr,
@@ -273,12 +276,14 @@ class AttentionBackwardKernel final : public Kernel {
   explicit AttentionBackwardKernel(AttentionContract geometry) : geometry_(geometry) {}
 
   void run(ExecContext& context, const std::vector<TensorRef>& inputs, const std::vector<TensorRef>& outputs) override {
-    const int64_t* segmentIds = geometry_.segmented ? inputs[5].as<const int64_t>() : nullptr;
+    const int64_t* segmentIds = geometry_.segmented ? inputs[geometry_.segmentInput].as<const int64_t>() : nullptr;
+    const int64_t* documentIds = geometry_.documented ? inputs[geometry_.documentInput].as<const int64_t>() : nullptr;
     const AttentionTensors<T> tensors{inputs[0].as<const T>(),
                                       inputs[1].as<const T>(),
                                       inputs[2].as<const T>(),
                                       inputs[3].as<const uint8_t>(),
                                       segmentIds,
+                                      documentIds,
                                       inputs[4].as<const T>(),
                                       outputs[0].as<T>(),
                                       outputs[1].as<T>(),

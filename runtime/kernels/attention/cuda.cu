@@ -112,12 +112,14 @@ class AttentionCudaKernel final : public Kernel {
     cudaStream_t stream = cuda::streamState(context).stream;
     const int64_t bytes = forwardShared(tiles_, g_.headDim, g_.valueDim) * 4;
     allowSharedMemory(attentionForwardKernel<T>, bytes);
-    const int64_t* segmentIds = g_.segmented ? inputs[4].as<const int64_t>() : nullptr;
+    const int64_t* segmentIds = g_.segmented ? inputs[g_.segmentInput].as<const int64_t>() : nullptr;
+    const int64_t* documentIds = g_.documented ? inputs[g_.documentInput].as<const int64_t>() : nullptr;
     const AttentionBuffers<T> t{inputs[0].as<const T>(),
                                 inputs[1].as<const T>(),
                                 inputs[2].as<const T>(),
                                 inputs[3].as<const uint8_t>(),
                                 segmentIds,
+                                documentIds,
                                 nullptr,
                                 outputs[0].as<T>(),
                                 nullptr,
@@ -150,12 +152,14 @@ class AttentionBackwardCudaKernel final : public Kernel {
     DGEMMA_CUDA_CHECK(cudaMallocAsync(
         reinterpret_cast<void**>(&statistics),
         static_cast<size_t>(std::max<int64_t>(rows, 1) * attention::kStatistics) * sizeof(float), stream));
-    const int64_t* segmentIds = g_.segmented ? inputs[5].as<const int64_t>() : nullptr;
+    const int64_t* segmentIds = g_.segmented ? inputs[g_.segmentInput].as<const int64_t>() : nullptr;
+    const int64_t* documentIds = g_.documented ? inputs[g_.documentInput].as<const int64_t>() : nullptr;
     const AttentionBuffers<T> t{inputs[0].as<const T>(),
                                 inputs[1].as<const T>(),
                                 inputs[2].as<const T>(),
                                 inputs[3].as<const uint8_t>(),
                                 segmentIds,
+                                documentIds,
                                 inputs[4].as<const T>(),
                                 outputs[0].as<T>(),
                                 outputs[1].as<T>(),

@@ -277,3 +277,24 @@ func.func @attention_segments() attributes {dg.entry = "train_step"} {
   // CHECK-NOT: grad/segments
   return
 }
+
+// -----
+
+// Packed documents: the backward recomputes the probabilities with the same document ids (after the
+// segment ids), which get no gradient either.
+// CHECK-LABEL: func.func @attention_documents
+func.func @attention_documents() attributes {dg.entry = "train_step"} {
+  %q = dg.param "q" : tensor<1x4x2x8xf32>
+  %k = dg.param "k" : tensor<1x4x1x8xf32>
+  %valid = dg.input "valid" : tensor<1x4xi1>
+  // CHECK: %[[DOC:.*]] = dg.input "documents" : tensor<1x4xi64>
+  %doc = dg.input "documents" : tensor<1x4xi64>
+  %o = dg.attention %q, %k, %k, %valid document_ids(%doc : tensor<1x4xi64>) mask = bidirectional {window = 2} : tensor<1x4x2x8xf32>, tensor<1x4x1x8xf32>, tensor<1x4x1x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  %l = dg.reduce_sum %o dims = [0, 1, 2, 3] : tensor<1x4x2x8xf32> -> tensor<f32>
+  dg.output "loss", %l : tensor<f32>
+  // CHECK: dg.attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} document_ids(%[[DOC]] : tensor<1x4xi64>) mask = bidirectional {window = 2 : i64}
+  // CHECK-DAG: dg.output "grad/q"
+  // CHECK-DAG: dg.output "grad/k"
+  // CHECK-NOT: grad/documents
+  return
+}

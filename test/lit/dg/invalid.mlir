@@ -425,6 +425,46 @@ func.func @attention_segments_type(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, 
 
 // -----
 
+func.func @attention_documents_shape(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %d: tensor<1x3xi64>) {
+  // expected-error @+1 {{document_ids must be [1, 4], got 'tensor<1x3xi64>'}}
+  %o = dg.attention %q, %q, %q, %m document_ids(%d : tensor<1x3xi64>) mask = bidirectional : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_documents_type(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %d: tensor<1x4xi32>) {
+  // expected-error @+1 {{operand #4 must be ranked tensor of 64-bit signless integer values, but got 'tensor<1x4xi32>'}}
+  %o = dg.attention %q, %q, %q, %m document_ids(%d : tensor<1x4xi32>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_documents_more_queries(%q: tensor<1x4x2x8xf32>, %k: tensor<1x3x2x8xf32>, %m: tensor<1x3xi1>, %d: tensor<1x3xi64>) {
+  // expected-error @+1 {{document_ids need at least as many keys as queries (a query's document is that of its key position)}}
+  %o = dg.attention %q, %k, %k, %m document_ids(%d : tensor<1x3xi64>) mask = bidirectional : tensor<1x4x2x8xf32>, tensor<1x3x2x8xf32>, tensor<1x3x2x8xf32>, tensor<1x3xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_bidirectional_window_more_queries(%q: tensor<1x4x2x8xf32>, %k: tensor<1x3x2x8xf32>, %m: tensor<1x3xi1>) {
+  // expected-error @+1 {{a bidirectional mask with a window needs at least as many keys as queries (the window is centred on the query's key position)}}
+  %o = dg.attention %q, %k, %k, %m mask = bidirectional {window = 2} : tensor<1x4x2x8xf32>, tensor<1x3x2x8xf32>, tensor<1x3x2x8xf32>, tensor<1x3xi1> -> tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_backward_documents_shape(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %s: tensor<1x4xi64>, %d: tensor<2x4xi64>) {
+  // expected-error @+1 {{document_ids must be [1, 4], got 'tensor<2x4xi64>'}}
+  %dq, %dk, %dv = dg.attention_backward %q, %q, %q, %m, %q segment_ids(%s : tensor<1x4xi64>) document_ids(%d : tensor<2x4xi64>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1>, tensor<1x4x2x8xf32> -> tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>
+  return
+}
+
+// -----
+
 func.func @attention_backward_segments_shape(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>, %s: tensor<2x4xi64>) {
   // expected-error @+1 {{segment_ids must be [1, 4], got 'tensor<2x4xi64>'}}
   %dq, %dk, %dv = dg.attention_backward %q, %q, %q, %m, %q segment_ids(%s : tensor<2x4xi64>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1>, tensor<1x4x2x8xf32> -> tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>

@@ -26,6 +26,22 @@ func.func @decoder_prefix_attention(%q: tensor<1x4x4x32xf32>, %kv: tensor<1x10x2
 
 // -----
 
+// Packed documents: document ids on the overlay's causal attention, and on a bidirectional attention
+// with a symmetric window, and their backward.
+// CHECK-LABEL: func.func @document_attention
+func.func @document_attention(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %valid: tensor<2x6xi1>,
+                              %seg: tensor<2x6xi64>, %doc: tensor<2x6xi64>, %dy: tensor<2x6x4x16xf32>) -> tensor<2x6x4x16xf32> {
+  // CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} segment_ids(%{{.*}} : tensor<2x6xi64>) document_ids(%{{.*}} : tensor<2x6xi64>) mask = causal {window = 4 : i64}
+  %o = dg.attention %q, %k, %k, %valid segment_ids(%seg : tensor<2x6xi64>) document_ids(%doc : tensor<2x6xi64>) mask = causal {window = 4} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  // CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} document_ids(%{{.*}} : tensor<2x6xi64>) mask = bidirectional {window = 3 : i64}
+  %b = dg.attention %q, %k, %k, %valid document_ids(%doc : tensor<2x6xi64>) mask = bidirectional {window = 3} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1> -> tensor<2x6x4x16xf32>
+  // CHECK: dg.attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} document_ids(%{{.*}} : tensor<2x6xi64>) mask = bidirectional {window = 3 : i64}
+  %dq, %dk, %dv = dg.attention_backward %q, %k, %k, %valid, %dy document_ids(%doc : tensor<2x6xi64>) mask = bidirectional {window = 3} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6xi1>, tensor<2x6x4x16xf32> -> tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x16xf32>
+  return %o : tensor<2x6x4x16xf32>
+}
+
+// -----
+
 // The encoder's image overlay: segment ids on a windowed causal attention and its backward.
 // CHECK-LABEL: func.func @image_overlay_attention
 func.func @image_overlay_attention(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %valid: tensor<2x6xi1>,

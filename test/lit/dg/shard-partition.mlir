@@ -362,3 +362,26 @@ module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
     return
   }
 }
+
+// -----
+
+#rows_dp = #dg.sharding<[[dp], []]>
+#qkv_dp = #dg.sharding<[[dp], [], [], []]>
+
+// Packed documents under data parallelism: each rank reads its own batch rows of the document ids
+// too, after the segment ids.
+// CHECK-LABEL: func.func @attention_documents
+// R0: %[[DOC:.*]] = dg.input "documents" {dg.global_shape = array<i64: 2, 4>, dg.shard_offset = array<i64: 0, 0>} : tensor<1x4xi64>
+// R1: %[[DOC:.*]] = dg.input "documents" {dg.global_shape = array<i64: 2, 4>, dg.shard_offset = array<i64: 1, 0>} : tensor<1x4xi64>
+// CHECK: dg.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} segment_ids(%{{.*}} : tensor<1x4xi64>) document_ids(%[[DOC]] : tensor<1x4xi64>) mask = causal : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x4x2x8xf32>
+module attributes {dg.mesh = #dg.mesh<[dp = 2 (data)]>} {
+  func.func @attention_documents() attributes {dg.entry = "forward"} {
+    %q = dg.input "q" {dg.shardings = [#qkv_dp]} : tensor<2x4x2x8xf32>
+    %m = dg.input "valid" {dg.shardings = [#rows_dp]} : tensor<2x4xi1>
+    %s = dg.input "segments" {dg.shardings = [#rows_dp]} : tensor<2x4xi64>
+    %d = dg.input "documents" {dg.shardings = [#rows_dp]} : tensor<2x4xi64>
+    %o = dg.attention %q, %q, %q, %m segment_ids(%s : tensor<2x4xi64>) document_ids(%d : tensor<2x4xi64>) mask = causal {dg.shardings = [#qkv_dp], dg.operand_shardings = [#qkv_dp, #qkv_dp, #qkv_dp, #rows_dp, #rows_dp, #rows_dp]} : tensor<2x4x2x8xf32>, tensor<2x4x2x8xf32>, tensor<2x4x2x8xf32>, tensor<2x4xi1> -> tensor<2x4x2x8xf32>
+    dg.output "o", %o {dg.operand_shardings = [#qkv_dp]} : tensor<2x4x2x8xf32>
+    return
+  }
+}

@@ -188,6 +188,18 @@ func.func @attention_segments(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>
 
 // -----
 
+// The document ids take key_valid's factors too, after the segment ids.
+func.func @attention_documents(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %v: tensor<2x6x2x8xf32>, %valid: tensor<2x6xi1>,
+                               %seg: tensor<2x6xi64>, %doc: tensor<2x6xi64>, %dy: tensor<2x6x4x8xf32>) {
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, n]) -> ([i, j, (k l), o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} need_replication={m, n}>}}
+  %o = dg.attention %q, %k, %v, %valid document_ids(%doc : tensor<2x6xi64>) mask = bidirectional {window = 2} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1> -> tensor<2x6x4x8xf32>
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, j, (k l), o], [i, n], [i, n]) -> ([i, j, (k l), m], [i, n, k, m], [i, n, k, o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} reduction={j} need_replication={m, n}>}}
+  %dq, %dk, %dv = dg.attention_backward %q, %k, %v, %valid, %dy segment_ids(%seg : tensor<2x6xi64>) document_ids(%doc : tensor<2x6xi64>) mask = causal : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1>, tensor<2x6x4x8xf32> -> tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>
+  return
+}
+
+// -----
+
 // MoE: gate_up's rows are (halves inner); split experts or inner rows leave per-token sums partial.
 func.func @moe(%logits: tensor<12x8xf32>, %scale: tensor<8xf32>, %x: tensor<12x48xf32>,
                %gate_up: tensor<8x32x48xf32>, %down: tensor<8x48x16xf32>, %dy: tensor<12x48xf32>, %dw: tensor<12x2xf32>) {

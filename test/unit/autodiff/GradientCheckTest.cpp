@@ -305,10 +305,12 @@ TEST(GradientCheck, RopeConcatAndSlice) {
 }
 
 // Attention with each mask kind, GQA, a window, padded keys and a pad query (its diagonal), K = V,
-// and the causal mask's image overlay (segment ids).
+// the causal mask's image overlay (segment ids), and packed documents (document ids) under the
+// causal and the windowed bidirectional mask.
 TEST(GradientCheck, AttentionMasks) {
-  auto attention = [](AttentionMask mask, int64_t window, int64_t prefixLength, std::vector<bool> valid, bool sharedKeyValue,
-                      std::vector<int64_t> segments = {}) -> OpBody {
+  auto attention = [](AttentionMask mask, int64_t window, int64_t prefixLength, std::vector<bool> valid,
+                      bool sharedKeyValue, std::vector<int64_t> segments = {},
+                      std::vector<int64_t> documents = {}) -> OpBody {
     return [=](OpBuilder& b, Location loc, ArrayRef<Value> p) -> Value {
       auto validType = RankedTensorType::get({1, static_cast<int64_t>(valid.size())}, b.getI1Type());
       SmallVector<bool> bits(valid.begin(), valid.end());
@@ -318,11 +320,17 @@ TEST(GradientCheck, AttentionMasks) {
         auto segmentType = RankedTensorType::get({1, static_cast<int64_t>(segments.size())}, b.getI64Type());
         segmentIds = b.create<ConstantOp>(loc, DenseElementsAttr::get(segmentType, ArrayRef<int64_t>(segments)));
       }
+      Value documentIds;
+      if (!documents.empty()) {
+        auto documentType = RankedTensorType::get({1, static_cast<int64_t>(documents.size())}, b.getI64Type());
+        documentIds = b.create<ConstantOp>(loc, DenseElementsAttr::get(documentType, ArrayRef<int64_t>(documents)));
+      }
       Value value = sharedKeyValue ? p[1] : p[2];
       auto q = shapeOf(p[0]);
       auto type = typeLike(p[0], {q[0], q[1], q[2], shapeOf(value)[3]});
-      return b.create<AttentionOp>(loc, type, p[0], p[1], value, keyValid, AttentionMaskAttr::get(b.getContext(), mask), b.getI64IntegerAttr(window),
-                                   b.getI64IntegerAttr(prefixLength), b.getF64FloatAttr(0.7), segmentIds);
+      return b.create<AttentionOp>(loc, type, p[0], p[1], value, keyValid, AttentionMaskAttr::get(b.getContext(), mask),
+                                   b.getI64IntegerAttr(window), b.getI64IntegerAttr(prefixLength),
+                                   b.getF64FloatAttr(0.7), segmentIds, documentIds);
     };
   };
   // Causal, GQA 2:1, window 3, the first key padded (so query 0 sees only its own diagonal).
@@ -345,6 +353,20 @@ TEST(GradientCheck, AttentionMasks) {
   // Queries as the last 3 of 5 positions, K = V: query 0 (key position 2) sees the future key 3 of its segment.
   GradientChecker({{{1, 3, 2, 3}}, {{1, 5, 1, 3}}},
                   attention(AttentionMask::Causal, 0, 0, {true, true, true, true, true}, true, {0, 1, 1, 1, 0}))
+      .check(kTolerance);
+  // Three packed documents {0, 0, 1, 1, 1, 2} and a padded last key, causal with window 2 and
+  // bidirectional with the symmetric window 2: no query reads across a document boundary.
+  GradientChecker(
+      {{{1, 6, 2, 3}}, {{1, 6, 1, 3}}, {{1, 6, 1, 2}}},
+      attention(AttentionMask::Causal, 2, 0, {true, true, true, true, true, false}, false, {}, {0, 0, 1, 1, 1, 2}))
+      .check(kTolerance);
+  GradientChecker({{{1, 6, 2, 3}}, {{1, 6, 1, 3}}, {{1, 6, 1, 2}}},
+                  attention(AttentionMask::Bidirectional, 2, 0, {true, true, true, true, true, false}, false, {},
+                            {0, 0, 1, 1, 1, 2}))
+      .check(kTolerance);
+  GradientChecker({{{1, 6, 2, 3}}, {{1, 6, 1, 3}}, {{1, 6, 1, 2}}},
+                  attention(AttentionMask::Bidirectional, 0, 0, {true, true, true, true, true, true}, false, {},
+                            {0, 0, 1, 1, 1, 2}))
       .check(kTolerance);
 }
 

@@ -1,6 +1,7 @@
 // runtime/kernels/attention/AttentionMath.h, the arithmetic of the CUDA attention kernels, against
 // the CPU kernel without a GPU: the visibility predicate equals the CPU kernel's key sets for every
-// (query, key) in every mask mode (the causal one with and without segment ids), the candidate key
+// (query, key) in every mask mode (the causal one with and without segment ids, every mode with and
+// without document ids, the bidirectional one with a symmetric window), the candidate key
 // ranges cover them, and the CUDA kernels' task
 // bodies (attention/AttentionTiles.h) run on the host with a block of one thread give the CPU
 // kernel's outputs for several tile shapes.
@@ -26,9 +27,11 @@ using attention::TileShape;
 struct Case {
   AttentionContract g;
   std::vector<uint8_t> keyValid;    // [B, Tk]
-  std::vector<int64_t> segmentIds;  // [B, Tk] when g.segmented, else empty
+  std::vector<int64_t> segmentIds;   // [B, Tk] when g.segmented, else empty
+  std::vector<int64_t> documentIds;  // [B, Tk] when g.documented, else empty
 
   const int64_t* segments() const { return g.segmented ? segmentIds.data() : nullptr; }
+  const int64_t* documents() const { return g.documented ? documentIds.data() : nullptr; }
 };
 
 AttentionContract geometry(int64_t batch, int64_t queries, int64_t keys, int64_t queryHeads, int64_t kvHeads,
@@ -54,9 +57,10 @@ const char* maskName(AttentionMask mask) {
 }
 
 std::string describe(const AttentionContract& g) {
-  return std::string(maskName(g.mask)) + (g.segmented ? " segmented" : "") + " Tq=" + std::to_string(g.queries) + " Tk=" + std::to_string(g.keys) +
-         " window=" + std::to_string(g.window) + " prefix=" + std::to_string(g.prefixLen) + " Hq=" +
-         std::to_string(g.queryHeads) + " Hkv=" + std::to_string(g.kvHeads);
+  return std::string(maskName(g.mask)) + (g.segmented ? " segmented" : "") + (g.documented ? " documented" : "") +
+         " Tq=" + std::to_string(g.queries) + " Tk=" + std::to_string(g.keys) + " window=" + std::to_string(g.window) +
+         " prefix=" + std::to_string(g.prefixLen) + " Hq=" + std::to_string(g.queryHeads) +
+         " Hkv=" + std::to_string(g.kvHeads);
 }
 
 // Random key_valid with some padded keys, and one batch row entirely padded.
@@ -87,17 +91,36 @@ std::vector<int64_t> randomSegmentIds(const AttentionContract& g, uint32_t seed)
   return segments;
 }
 
-// Every mask mode with and without windows, padded keys, GQA, Tq < Tk; the causal mask also with
-// segment ids.
+// Document ids as packing writes them: per batch row, documents of 1 to 8 positions numbered 0, 1, ...
+std::vector<int64_t> randomDocumentIds(const AttentionContract& g, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::vector<int64_t> documents(g.batch * g.keys);
+  for (int64_t b = 0; b < g.batch; ++b) {
+    int64_t document = 0;
+    for (int64_t key = 0; key < g.keys; ++document) {
+      const int64_t length = 1 + generator() % 8;
+      for (int64_t n = 0; n < length && key < g.keys; ++n, ++key) documents[b * g.keys + key] = document;
+    }
+  }
+  return documents;
+}
+
+// Every mask mode with and without windows (the bidirectional one's symmetric), padded keys, GQA,
+// Tq < Tk, each also with document ids; the causal mask also with segment ids.
 std::vector<Case> cases() {
   std::vector<Case> all;
   uint32_t seed = 11;
   auto add = [&](AttentionContract g) {
-    all.push_back({g, randomKeyValid(g, seed), g.segmented ? randomSegmentIds(g, seed + 1000) : std::vector<int64_t>()});
+    all.push_back({g, randomKeyValid(g, seed), g.segmented ? randomSegmentIds(g, seed + 1000) : std::vector<int64_t>(),
+                   g.documented ? randomDocumentIds(g, seed + 2000) : std::vector<int64_t>()});
     ++seed;
   };
   auto segmented = [](AttentionContract g) {
     g.segmented = true;
+    return g;
+  };
+  auto documented = [](AttentionContract g) {
+    g.documented = true;
     return g;
   };
   for (int64_t window : {0, 1, 3, 7})
@@ -106,24 +129,37 @@ std::vector<Case> cases() {
       add(segmented(geometry(3, queries, keys, 4, 2, 8, 6, AttentionMask::Causal, window, 0, 0.35)));
       add(geometry(2, queries, keys, 2, 2, 5, 7, AttentionMask::Prefix, window, std::min<int64_t>(keys, 6), 0.5));
       add(geometry(2, queries, keys, 3, 1, 4, 4, AttentionMask::Prefix, window, 0, 0.5));
+      add(documented(geometry(3, queries, keys, 4, 2, 8, 6, AttentionMask::Causal, window, 0, 0.35)));
+      add(documented(segmented(geometry(3, queries, keys, 4, 2, 8, 6, AttentionMask::Causal, window, 0, 0.35))));
+      add(documented(
+          geometry(2, queries, keys, 2, 2, 5, 7, AttentionMask::Prefix, window, std::min<int64_t>(keys, 6), 0.5)));
+      add(geometry(3, queries, keys, 4, 1, 8, 8, AttentionMask::Bidirectional, window, 0, 0.25));
+      add(documented(geometry(3, queries, keys, 4, 1, 8, 8, AttentionMask::Bidirectional, window, 0, 0.25)));
     }
   for (auto [queries, keys] : {std::pair<int64_t, int64_t>{9, 9}, {5, 13}, {12, 4}})
     add(geometry(3, queries, keys, 4, 1, 8, 8, AttentionMask::Bidirectional, 0, 0, 0.25));
   add(geometry(2, 37, 70, 8, 2, 16, 12, AttentionMask::Causal, 20, 0, 0.25));
   add(segmented(geometry(2, 37, 70, 8, 2, 16, 12, AttentionMask::Causal, 20, 0, 0.25)));
   add(geometry(2, 33, 70, 4, 4, 16, 16, AttentionMask::Prefix, 10, 40, 0.25));
+  add(documented(geometry(2, 37, 70, 8, 2, 16, 12, AttentionMask::Causal, 20, 0, 0.25)));
+  add(documented(geometry(2, 70, 70, 4, 2, 16, 12, AttentionMask::Bidirectional, 20, 0, 0.25)));
   return all;
 }
 
 std::vector<float> runCpuAttention(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
                                    const std::vector<float>& v) {
   const AttentionContract& g = c.g;
-  KernelCall call("attention", {{"mask", maskName(g.mask)}, {"window", g.window}, {"prefix_len", g.prefixLen}, {"scale", g.scale}});
+  KernelCall call("attention", {{"mask", maskName(g.mask)},
+                                {"window", g.window},
+                                {"prefix_len", g.prefixLen},
+                                {"scale", g.scale},
+                                {"document_ids", g.documented}});
   call.input(DType::F32, {g.batch, g.queries, g.queryHeads, g.headDim}, q);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.headDim}, k);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.valueDim}, v);
   call.input(DType::U8, {g.batch, g.keys}, c.keyValid);
   if (g.segmented) call.input(DType::I64, {g.batch, g.keys}, c.segmentIds);
+  if (g.documented) call.input(DType::I64, {g.batch, g.keys}, c.documentIds);
   call.output(DType::F32, {g.batch, g.queries, g.queryHeads, g.valueDim});
   call.run();
   return call.result<float>();
@@ -136,14 +172,18 @@ struct Gradients {
 Gradients runCpuAttentionBackward(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
                                   const std::vector<float>& v, const std::vector<float>& dOut) {
   const AttentionContract& g = c.g;
-  KernelCall call("attention_backward",
-                  {{"mask", maskName(g.mask)}, {"window", g.window}, {"prefix_len", g.prefixLen}, {"scale", g.scale}});
+  KernelCall call("attention_backward", {{"mask", maskName(g.mask)},
+                                         {"window", g.window},
+                                         {"prefix_len", g.prefixLen},
+                                         {"scale", g.scale},
+                                         {"document_ids", g.documented}});
   call.input(DType::F32, {g.batch, g.queries, g.queryHeads, g.headDim}, q);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.headDim}, k);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.valueDim}, v);
   call.input(DType::U8, {g.batch, g.keys}, c.keyValid);
   call.input(DType::F32, {g.batch, g.queries, g.queryHeads, g.valueDim}, dOut);
   if (g.segmented) call.input(DType::I64, {g.batch, g.keys}, c.segmentIds);
+  if (g.documented) call.input(DType::I64, {g.batch, g.keys}, c.documentIds);
   call.output(DType::F32, {g.batch, g.queries, g.queryHeads, g.headDim});
   call.output(DType::F32, {g.batch, g.keys, g.kvHeads, g.headDim});
   call.output(DType::F32, {g.batch, g.keys, g.kvHeads, g.valueDim});
@@ -181,7 +221,7 @@ TEST(AttentionMath, VisibilityEqualsTheCpuKernelsForEveryQueryAndKey) {
           for (int64_t j = 0; j < g.keys; ++j) {
             const bool expected = cpu[attention::queryRowOf(g, b, i, h) * g.keys + j] != 0;
             const bool visible = attention::keyVisible(g, c.keyValid[b * g.keys + j] != 0,
-                                                       attention::segmentRowOf(g, c.segments(), b), i, j);
+                                                       attention::maskRowsOf(g, c.segments(), c.documents(), b), i, j);
             ASSERT_EQ(visible, expected) << describe(g) << ": b " << b << " query " << i << " key " << j;
             if (visible) {
               ++visibleCount;
@@ -259,8 +299,9 @@ std::vector<float> emulateForward(const Case& c, TileShape tiles, const std::vec
                                   const std::vector<float>& k, const std::vector<float>& v, int threads = 1) {
   const AttentionContract& g = c.g;
   std::vector<float> o(g.batch * g.queries * g.queryHeads * g.valueDim, std::nanf(""));
-  const attention::AttentionBuffers<float> t{q.data(), k.data(), v.data(), c.keyValid.data(), c.segments(),
-                                             nullptr,  o.data(), nullptr,  nullptr,           nullptr};
+  const attention::AttentionBuffers<float> t{q.data(),     k.data(),      v.data(), c.keyValid.data(),
+                                             c.segments(), c.documents(), nullptr,  o.data(),
+                                             nullptr,      nullptr,       nullptr};
   SharedMemory shared(attention::forwardSharedFloats(tiles, g.headDim, g.valueDim));
   auto body = [&](const auto& block) {
     for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
@@ -282,10 +323,9 @@ Gradients emulateBackward(const Case& c, TileShape tiles, const std::vector<floa
                 std::vector<float>(g.batch * g.keys * g.kvHeads * g.headDim, std::nanf("")),
                 std::vector<float>(g.batch * g.keys * g.kvHeads * g.valueDim, std::nanf(""))};
   std::vector<float> statistics(g.batch * g.queries * g.queryHeads * attention::kStatistics, std::nanf(""));
-  const attention::AttentionBuffers<float> t{q.data(),      k.data(),      v.data(),
-                                             c.keyValid.data(), c.segments(), dOut.data(),
-                                             out.dq.data(), out.dk.data(), out.dv.data(),
-                                             statistics.data()};
+  const attention::AttentionBuffers<float> t{q.data(),      k.data(),      v.data(),         c.keyValid.data(),
+                                             c.segments(),  c.documents(), dOut.data(),      out.dq.data(),
+                                             out.dk.data(), out.dv.data(), statistics.data()};
   SharedMemory queryShared(attention::backwardQuerySharedFloats(tiles, g.headDim, g.valueDim));
   SharedMemory keyShared(attention::backwardKeySharedFloats(tiles, g.headDim, g.valueDim));
   auto queryKernel = [&](const auto& block) {
@@ -440,8 +480,9 @@ TEST(AttentionMath, Bf16BodiesMatchTheCpuKernelRoundedOnce) {
     const std::vector<float> cpu = runCpuAttention(c, widened(q), widened(k), widened(v));
     const TileShape tiles = tileShapes(g)[0];
     std::vector<uint16_t> o(cpu.size(), 0xffff);
-    const attention::AttentionBuffers<uint16_t> t{q.data(), k.data(), v.data(), c.keyValid.data(), c.segments(),
-                                                  nullptr,  o.data(), nullptr,  nullptr,           nullptr};
+    const attention::AttentionBuffers<uint16_t> t{q.data(),     k.data(),      v.data(), c.keyValid.data(),
+                                                  c.segments(), c.documents(), nullptr,  o.data(),
+                                                  nullptr,      nullptr,       nullptr};
     SharedMemory shared(attention::forwardSharedFloats(tiles, g.headDim, g.valueDim));
     for (int64_t task = 0; task < attention::queryTileTasks(g, tiles); ++task)
       attention::forwardTask(SerialBlock{}, shared.data(), g, tiles, t, task);

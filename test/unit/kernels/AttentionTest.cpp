@@ -1,6 +1,7 @@
 // attention against a reference that materialises the [B, Tq, Tk] mask from the contract's
 // visibility formulas and takes the softmax in double: every mask, windows, padding, GQA, K = V,
-// Dv != D, empty rows, the causal mask's image overlay (segment ids), and the factory's checks.
+// Dv != D, empty rows, the causal mask's image overlay (segment ids), packed documents (document
+// ids) under every mask, the bidirectional mask's symmetric window, and the factory's checks.
 // attention_backward against the same reference's gradients where the CPU kernel's query tiles
 // split the rows, and both kernels' bytes across pool sizes.
 #include <cmath>
@@ -18,23 +19,26 @@ struct AttentionCase {
   double scale = 1.0;
   std::vector<uint8_t> keyValid;  // [batch, keys]; empty: every key valid
   std::vector<int64_t> segmentIds;  // [batch, keys]; empty: no segment_ids input
+  std::vector<int64_t> documentIds;  // [batch, keys]; empty: no document_ids input
 };
 
 std::vector<uint8_t> keyValidOf(const AttentionCase& c) {
   return c.keyValid.empty() ? std::vector<uint8_t>(c.batch * c.keys, 1) : c.keyValid;
 }
 
-// docs/kernels.md's visibility of key j for query i, written out literally; `segments` is the batch
-// row's segment ids or null.
-bool visible(const AttentionCase& c, const uint8_t* valid, const int64_t* segments, int64_t i, int64_t j) {
-  const int64_t position = c.keys - c.queries + i;  // the query's own key position (causal)
+// docs/kernels.md's visibility of key j for query i, written out literally; `segments` and
+// `documents` are the batch row's segment and document ids or null.
+bool visible(const AttentionCase& c, const uint8_t* valid, const int64_t* segments, const int64_t* documents, int64_t i,
+             int64_t j) {
+  const int64_t position = c.keys - c.queries + i;  // the query's own key position
+  if (documents != nullptr && documents[j] != documents[position]) return false;
   const bool keyValid = valid[j] != 0;
   if (c.mask == "causal") {
     const bool causal = j <= position && (c.window == 0 || position - j < c.window);
     const bool sameImage = segments != nullptr && segments[position] > 0 && segments[position] == segments[j];
     return (keyValid && (causal || sameImage)) || j == position;
   }
-  if (c.mask == "bidirectional") return keyValid;
+  if (c.mask == "bidirectional") return keyValid && (c.window == 0 || std::abs(position - j) < c.window);
   return j >= c.prefixLen || (keyValid && (c.window == 0 || j >= c.prefixLen - c.window));
 }
 
@@ -45,7 +49,9 @@ std::vector<std::vector<std::vector<bool>>> materialisedMask(const AttentionCase
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t i = 0; i < c.queries; ++i)
       for (int64_t j = 0; j < c.keys; ++j)
-        mask[b][i][j] = visible(c, valid.data() + b * c.keys, c.segmentIds.empty() ? nullptr : c.segmentIds.data() + b * c.keys, i, j);
+        mask[b][i][j] =
+            visible(c, valid.data() + b * c.keys, c.segmentIds.empty() ? nullptr : c.segmentIds.data() + b * c.keys,
+                    c.documentIds.empty() ? nullptr : c.documentIds.data() + b * c.keys, i, j);
   return mask;
 }
 
@@ -101,12 +107,17 @@ std::vector<double> attentionReference(const AttentionCase& c, const std::vector
 template <typename T>
 std::vector<T> runAttention(DType dtype, const AttentionCase& c, const std::vector<T>& q, const std::vector<T>& k,
                             const std::vector<T>& v, DType keyValidType = DType::U8, ThreadPool* threads = nullptr) {
-  KernelCall call("attention", {{"mask", c.mask}, {"window", c.window}, {"prefix_len", c.prefixLen}, {"scale", c.scale}});
+  KernelCall call("attention", {{"mask", c.mask},
+                                {"window", c.window},
+                                {"prefix_len", c.prefixLen},
+                                {"scale", c.scale},
+                                {"document_ids", !c.documentIds.empty()}});
   call.input(dtype, {c.batch, c.queries, c.queryHeads, c.headDim}, q);
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.headDim}, k);
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.valueDim}, v);
   call.input(keyValidType, {c.batch, c.keys}, keyValidOf(c));
   if (!c.segmentIds.empty()) call.input(DType::I64, {c.batch, c.keys}, c.segmentIds);
+  if (!c.documentIds.empty()) call.input(DType::I64, {c.batch, c.keys}, c.documentIds);
   call.output(dtype, {c.batch, c.queries, c.queryHeads, c.valueDim});
   call.run(threads);
   return call.result<T>();
@@ -366,14 +377,18 @@ template <typename T>
 std::vector<std::vector<T>> runAttentionBackward(DType dtype, const AttentionCase& c, const std::vector<T>& q,
                                                  const std::vector<T>& k, const std::vector<T>& v,
                                                  const std::vector<T>& dOut, ThreadPool* threads = nullptr) {
-  KernelCall call("attention_backward",
-                  {{"mask", c.mask}, {"window", c.window}, {"prefix_len", c.prefixLen}, {"scale", c.scale}});
+  KernelCall call("attention_backward", {{"mask", c.mask},
+                                         {"window", c.window},
+                                         {"prefix_len", c.prefixLen},
+                                         {"scale", c.scale},
+                                         {"document_ids", !c.documentIds.empty()}});
   const std::vector<int64_t> qShape{c.batch, c.queries, c.queryHeads, c.headDim};
   const std::vector<int64_t> kShape{c.batch, c.keys, c.kvHeads, c.headDim}, vShape{c.batch, c.keys, c.kvHeads, c.valueDim};
   call.input(dtype, qShape, q).input(dtype, kShape, k).input(dtype, vShape, v);
   call.input(DType::U8, {c.batch, c.keys}, keyValidOf(c));
   call.input(dtype, {c.batch, c.queries, c.queryHeads, c.valueDim}, dOut);
   if (!c.segmentIds.empty()) call.input(DType::I64, {c.batch, c.keys}, c.segmentIds);
+  if (!c.documentIds.empty()) call.input(DType::I64, {c.batch, c.keys}, c.documentIds);
   call.output(dtype, qShape).output(dtype, kShape).output(dtype, vShape);
   call.run(threads);
   return {call.result<T>(0), call.result<T>(1), call.result<T>(2)};
@@ -450,6 +465,126 @@ TEST(AttentionKernel, QueryTilesMatchTheRowReference) {
   checkForwardAndBackward({.batch = 2, .queries = 37, .keys = 53, .queryHeads = 2, .kvHeads = 1, .headDim = 8,
                            .valueDim = 8, .mask = "prefix", .window = 10, .prefixLen = 16, .keyValid = leftPadded(53, 9)},
                           105);
+}
+
+// Packed documents as the pre-training data writes them: batch row 0 holds documents of 5, 9, 4 and
+// 6 positions, row 1 of 11 and 13, the last 3 positions padding of a third document.
+std::vector<int64_t> packedDocuments() {
+  std::vector<int64_t> documents;
+  for (auto [document, length] : {std::pair<int64_t, int64_t>{0, 5}, {1, 9}, {2, 4}, {3, 6}, {0, 11}, {1, 13}})
+    documents.insert(documents.end(), length, document);
+  return documents;
+}
+
+std::vector<uint8_t> rightPadded(int64_t keys, int64_t padding) {
+  std::vector<uint8_t> valid(2 * keys, 1);
+  std::fill(valid.end() - padding, valid.end(), 0);
+  return valid;
+}
+
+TEST(AttentionKernel, DocumentsKeepPackedSequencesApart) {
+  // Window 3 (causal) and the symmetric window 3 (bidirectional) are shorter than most documents,
+  // unlimited ones reach across every boundary but for the documents.
+  for (int64_t window : {0, 3}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    checkForwardAndBackward({.queries = 24,
+                             .keys = 24,
+                             .queryHeads = 4,
+                             .kvHeads = 2,
+                             .window = window,
+                             .keyValid = rightPadded(24, 3),
+                             .documentIds = packedDocuments()},
+                            120 + window);
+    checkForwardAndBackward({.queries = 24,
+                             .keys = 24,
+                             .queryHeads = 4,
+                             .kvHeads = 2,
+                             .mask = "bidirectional",
+                             .window = window,
+                             .keyValid = rightPadded(24, 3),
+                             .documentIds = packedDocuments()},
+                            130 + window);
+    // The queries are the last 10 positions: query 0 sits at key position 14, in document 2 of row 0.
+    checkForwardAndBackward({.queries = 10,
+                             .keys = 24,
+                             .mask = "bidirectional",
+                             .window = window,
+                             .keyValid = rightPadded(24, 3),
+                             .documentIds = packedDocuments()},
+                            140 + window);
+    checkForwardAndBackward({.queries = 10,
+                             .keys = 24,
+                             .mask = "prefix",
+                             .window = window,
+                             .prefixLen = 8,
+                             .keyValid = rightPadded(24, 3),
+                             .documentIds = packedDocuments()},
+                            150 + window);
+  }
+  // With the image overlay: an image segment that straddles a document boundary sees only its own
+  // document's part.
+  std::vector<int64_t> segments(2 * 24, 0);
+  for (int64_t position = 3; position < 8; ++position) segments[position] = segments[24 + position + 8] = 1;
+  checkForwardAndBackward({.queries = 24,
+                           .keys = 24,
+                           .window = 2,
+                           .keyValid = rightPadded(24, 3),
+                           .segmentIds = segments,
+                           .documentIds = packedDocuments()},
+                          160);
+}
+
+TEST(AttentionKernel, DocumentOutputsByHand) {
+  // q = 0 gives every visible key the same score. Bidirectional over documents {0, 0, 1, 1, 1}:
+  // queries 0 and 1 average keys 0 and 1, queries 2..4 keys 2..4; with the symmetric window 2,
+  // query 3 averages keys 2..4 and query 2 keys 2 and 3.
+  AttentionCase c{.batch = 1,
+                  .queries = 5,
+                  .keys = 5,
+                  .queryHeads = 1,
+                  .kvHeads = 1,
+                  .headDim = 2,
+                  .valueDim = 3,
+                  .mask = "bidirectional",
+                  .documentIds = {0, 0, 1, 1, 1}};
+  const std::vector<double> q(5 * 2, 0.0), k = randomValues<double>(5 * 2, 161, -1, 1);
+  const std::vector<double> v = randomValues<double>(5 * 3, 162, -1, 1);
+  auto mean = [&](int64_t first, int64_t last, int64_t d) {
+    double sum = 0;
+    for (int64_t key = first; key <= last; ++key) sum += v[key * 3 + d];
+    return sum / static_cast<double>(last - first + 1);
+  };
+  std::vector<double> o = runAttention(DType::F64, c, q, k, v);
+  for (int64_t d = 0; d < 3; ++d) {
+    for (int64_t query : {0, 1}) EXPECT_DOUBLE_EQ(o[query * 3 + d], mean(0, 1, d));
+    for (int64_t query : {2, 3, 4}) EXPECT_DOUBLE_EQ(o[query * 3 + d], mean(2, 4, d));
+  }
+  c.window = 2;
+  o = runAttention(DType::F64, c, q, k, v);
+  for (int64_t d = 0; d < 3; ++d) {
+    EXPECT_DOUBLE_EQ(o[1 * 3 + d], mean(0, 1, d));  // key 2 is within the window but in document 1
+    EXPECT_DOUBLE_EQ(o[2 * 3 + d], mean(2, 3, d));
+    EXPECT_DOUBLE_EQ(o[3 * 3 + d], mean(2, 4, d));
+    EXPECT_DOUBLE_EQ(o[4 * 3 + d], mean(3, 4, d));
+  }
+}
+
+// Document ids that are all equal keep nothing apart: the output equals the op without them, bit for bit.
+TEST(AttentionKernel, OneDocumentEqualsNoDocumentIds) {
+  for (const std::string mask : {"causal", "bidirectional"}) {
+    AttentionCase c{.queries = 9,
+                    .keys = 12,
+                    .queryHeads = 4,
+                    .kvHeads = 2,
+                    .mask = mask,
+                    .window = 4,
+                    .keyValid = leftPadded(12, 3)};
+    const AttentionInputs inputs = randomInputs(c, 163);
+    const std::vector<float> q = as<float>(inputs.q), k = as<float>(inputs.k), v = as<float>(inputs.v);
+    const std::vector<float> plain = runAttention(DType::F32, c, q, k, v);
+    c.documentIds.assign(2 * 12, 7);
+    EXPECT_EQ(runAttention(DType::F32, c, q, k, v), plain) << mask;
+  }
 }
 
 // Zero-size dimensions, which the contract admits: the GEMMs get no elements, or none to sum
@@ -537,9 +672,10 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
   EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "causal"}, {"window", -1}}), {1, 2, 4, 8}, {1, 3, 2, 8},
                                        {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
             "step 0 (attention): attribute 'window': expected a non-negative integer, got -1");
-  EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "bidirectional"}, {"window", 2}}), {1, 2, 4, 8}, {1, 3, 2, 8},
-                                       {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})),
-            "step 0 (attention): attribute 'window' does not apply to mask 'bidirectional'");
+  EXPECT_EQ(factoryError(attentionCall(attrs({{"mask", "bidirectional"}, {"window", 2}}), {1, 4, 4, 8}, {1, 3, 2, 8},
+                                       {1, 3, 2, 8}, {1, 3}, {1, 4, 4, 8})),
+            "step 0 (attention): mask 'bidirectional' with a window needs Tq <= Tk (the window is centred on the "
+            "query's key position Tk - Tq + i), got Tq=4, Tk=3");
   EXPECT_EQ(factoryError(attentionCall(causal, {1, 4, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 4, 4, 8})),
             "step 0 (attention): mask 'causal' needs Tq <= Tk (the queries are the last Tq key positions), got "
             "Tq=4, Tk=3");
@@ -578,6 +714,27 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
             "step 0 (attention): input segment_ids has shape [1,2], expected [1,3]");
   EXPECT_EQ(factoryError(withSegments(call(causal), DType::I32, {1, 3})),
             "step 0 (attention): input segment_ids has dtype i32, expected i64");
+
+  // The optional document_ids: [B, Tk] i64 after segment_ids, any mask, named by the bool attribute.
+  nlohmann::json documented = attrs({{"mask", "causal"}, {"document_ids", true}});
+  EXPECT_NO_THROW(withSegments(call(documented), DType::I64, {1, 3}).create());
+  EXPECT_NO_THROW(withSegments(withSegments(call(documented), DType::I64, {1, 3}), DType::I64, {1, 3}).create());
+  EXPECT_NO_THROW(
+      withSegments(call(attrs({{"mask", "bidirectional"}, {"window", 2}, {"document_ids", true}})), DType::I64, {1, 3})
+          .create());
+  EXPECT_EQ(factoryError(call(documented)),
+            "step 0 (attention): with attribute 'document_ids' = true, expected 5 or 6 inputs, got 4");
+  EXPECT_EQ(factoryError(withSegments(withSegments(call(causal), DType::I64, {1, 3}), DType::I64, {1, 3})),
+            "step 0 (attention): with attribute 'document_ids' = false, expected 4 or 5 inputs, got 6");
+  EXPECT_EQ(factoryError(withSegments(call(documented), DType::I64, {1, 2})),
+            "step 0 (attention): input document_ids has shape [1,2], expected [1,3]");
+  EXPECT_EQ(factoryError(withSegments(call(documented), DType::I32, {1, 3})),
+            "step 0 (attention): input document_ids has dtype i32, expected i64");
+  EXPECT_EQ(factoryError(withSegments(attentionCall(attrs({{"mask", "bidirectional"}, {"document_ids", true}}),
+                                                    {1, 4, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 4, 4, 8}),
+                                      DType::I64, {1, 3})),
+            "step 0 (attention): input document_ids needs Tq <= Tk (a query's document is that of its key position "
+            "Tk - Tq + i), got Tq=4, Tk=3");
 }
 
 }  // namespace

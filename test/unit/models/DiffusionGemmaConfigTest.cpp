@@ -292,6 +292,16 @@ TEST_F(DiffusionGemmaConfigTest, BareTextConfigGetsTheTopLevelDefaults) {
   EXPECT_EQ(load(text).numExperts, 8);
 }
 
+// The absorbing token of masked-diffusion pre-training (docs/pretraining-objectives.md): optional.
+TEST_F(DiffusionGemmaConfigTest, MaskTokenIdIsReadWhenTheTextConfigNamesOne) {
+  json value = tinyTopLevelConfig();
+  EXPECT_FALSE(load(value).maskTokenId.has_value());
+  value["text_config"]["mask_token_id"] = 7;
+  const DiffusionGemmaConfig config = load(value);
+  EXPECT_EQ(config.maskTokenId, 7);
+  EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
+}
+
 TEST_F(DiffusionGemmaConfigTest, VisionConfigPresenceIsRecorded) {
   json value = tinyTopLevelConfig();
   EXPECT_FALSE(load(value).hasVision);
@@ -438,10 +448,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "text_config.moe_intermediate_size: missing; " + kDense},
         RejectedConfig{"TopKAboveNumExperts", [](json& v) { v["text_config"]["top_k_experts"] = 9; },
                        "text_config.top_k_experts: expected an integer in [1, 8] (num_experts), got 9"},
-        RejectedConfig{"AudioConfig",
-                       [](json& v) {
-                         v["audio_config"] = {{"hidden_size", 8}};
-                       },
+        RejectedConfig{"AudioConfig", [](json& v) { v["audio_config"] = {{"hidden_size", 8}}; },
                        "audio_config: expected null or absent (DiffusionGemma has no audio or video input), got "
                        "an object with 1 key"},
         RejectedConfig{"AudioTokenId", [](json& v) { v["audio_token_id"] = 7; },
@@ -482,8 +489,9 @@ INSTANTIATE_TEST_SUITE_P(
             "BidirectionalAll", [](json& v) { v["text_config"]["use_bidirectional_attention"] = "all"; },
             "text_config.use_bidirectional_attention: \"all\" is not supported (only \"vision\" or null), got "
             "\"all\""},
-        RejectedConfig{"VisionClippedLinears", [](json& v) { v["vision_config"] = {{"use_clipped_linears", true}}; },
-                       "vision_config.use_clipped_linears: expected false (dgemma has no clipped vision linears), got true"},
+        RejectedConfig{
+            "VisionClippedLinears", [](json& v) { v["vision_config"] = {{"use_clipped_linears", true}}; },
+            "vision_config.use_clipped_linears: expected false (dgemma has no clipped vision linears), got true"},
         RejectedConfig{"VisionActivation", [](json& v) { v["vision_config"] = {{"hidden_activation", "gelu"}}; },
                        "vision_config.hidden_activation: expected \"gelu_pytorch_tanh\", got \"gelu\""},
         RejectedConfig{"VisionHeadDimNotAMultipleOfFour", [](json& v) { v["vision_config"] = {{"head_dim", 18}}; },
@@ -497,9 +505,11 @@ INSTANTIATE_TEST_SUITE_P(
                        "vision_config.hidden_size: expected an integer in [1, 65536], got 0"},
         RejectedConfig{"VisionZeroPatchSize", [](json& v) { v["vision_config"] = {{"patch_size", 0}}; },
                        "vision_config.patch_size: expected an integer in [1, 256], got 0"},
-        RejectedConfig{"VisionPoolingKernelAsString", [](json& v) { v["vision_config"] = {{"pooling_kernel_size", "3"}}; },
+        RejectedConfig{"VisionPoolingKernelAsString",
+                       [](json& v) { v["vision_config"] = {{"pooling_kernel_size", "3"}}; },
                        "vision_config.pooling_kernel_size: expected an integer in [1, 64], got \"3\""},
-        RejectedConfig{"VisionPositionTableEmpty", [](json& v) { v["vision_config"] = {{"position_embedding_size", 0}}; },
+        RejectedConfig{"VisionPositionTableEmpty",
+                       [](json& v) { v["vision_config"] = {{"position_embedding_size", 0}}; },
                        "vision_config.position_embedding_size: expected an integer in [1, 16777216], got 0"},
         RejectedConfig{"VisionStandardizeNotABool", [](json& v) { v["vision_config"] = {{"standardize", 1}}; },
                        "vision_config.standardize: expected true or false, got 1"},
@@ -508,10 +518,11 @@ INSTANTIATE_TEST_SUITE_P(
         RejectedConfig{"VisionRopeType",
                        [](json& v) { v["vision_config"] = {{"rope_parameters", {{"rope_type", "yarn"}}}}; },
                        "vision_config.rope_parameters.rope_type: expected \"default\" or \"axial\", got \"yarn\""},
-        RejectedConfig{"VisionRopeScaling",
-                       [](json& v) { v["vision_config"] = {{"rope_parameters", {{"rope_theta", 100}, {"factor", 2}}}}; },
-                       "vision_config.rope_parameters.factor: not supported (the vision RoPE entry takes rope_type and "
-                       "rope_theta)"},
+        RejectedConfig{
+            "VisionRopeScaling",
+            [](json& v) { v["vision_config"] = {{"rope_parameters", {{"rope_theta", 100}, {"factor", 2}}}}; },
+            "vision_config.rope_parameters.factor: not supported (the vision RoPE entry takes rope_type and "
+            "rope_theta)"},
         RejectedConfig{"VisionModelType", [](json& v) { v["vision_config"] = {{"model_type", "siglip_vision_model"}}; },
                        "vision_config.model_type: expected \"gemma4_vision\", got \"siglip_vision_model\""},
         RejectedConfig{"SoftTokensPerImageZero", [](json& v) { v["vision_soft_tokens_per_image"] = 0; },
@@ -546,9 +557,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "text_config.rope_parameters.full_attention.partial_rotary_factor: expected a number in (0, 1], "
                        "got 1.5"},
         RejectedConfig{"PerLayerIndexOutOfRange",
-                       [](json& v) {
-                         v["text_config"]["per_layer_config"]["2"] = {{"head_dim", 32}};
-                       },
+                       [](json& v) { v["text_config"]["per_layer_config"]["2"] = {{"head_dim", 32}}; },
                        "text_config.per_layer_config.2: expected a layer index in [0, 2)"},
         RejectedConfig{"PerLayerSlidingWindow",
                        [](json& v) { v["text_config"]["per_layer_config"]["1"]["sliding_window"] = 4; },
@@ -563,11 +572,10 @@ INSTANTIATE_TEST_SUITE_P(
             "false"},
         RejectedConfig{"KeyValueSharing", [](json& v) { v["text_config"]["num_kv_shared_layers"] = 1; },
                        "text_config.num_kv_shared_layers: expected 0 (no layer reuses another layer's K/V), got 1"},
-        RejectedConfig{"EosOutsideTheVocabulary",
-                       [](json& v) {
-                         v["eos_token_id"] = {1, 300};
-                       },
+        RejectedConfig{"EosOutsideTheVocabulary", [](json& v) { v["eos_token_id"] = {1, 300}; },
                        "eos_token_id: expected a token id or a non-empty list of token ids in [0, 256), got 300"},
+        RejectedConfig{"MaskTokenOutsideTheVocabulary", [](json& v) { v["text_config"]["mask_token_id"] = 256; },
+                       "text_config.mask_token_id: expected an integer in [0, 256) (vocab_size), got 256"},
         RejectedConfig{"ImageTokenOutsideTheVocabulary", [](json& v) { v["image_token_id"] = 256; },
                        "image_token_id: expected an integer in [0, 256) (vocab_size), got 256"},
         RejectedConfig{"OtherActivation", [](json& v) { v["text_config"]["hidden_activation"] = "silu"; },
@@ -585,9 +593,10 @@ INSTANTIATE_TEST_SUITE_P(
                        "text_config.num_attention_heads: expected an integer in [1, 1024], got 4611686018427387904"},
         RejectedConfig{"HeadDimBeyondTheBound", [](json& v) { v["text_config"]["head_dim"] = int64_t{1} << 32; },
                        "text_config.head_dim: expected an even integer in [2, 8192], got 4294967296"},
-        RejectedConfig{"PerLayerHeadsBeyondTheBound",
-                       [](json& v) { v["text_config"]["per_layer_config"]["1"]["num_attention_heads"] = 1025; },
-                       "text_config.per_layer_config.1.num_attention_heads: expected an integer in [1, 1024], got 1025"},
+        RejectedConfig{
+            "PerLayerHeadsBeyondTheBound",
+            [](json& v) { v["text_config"]["per_layer_config"]["1"]["num_attention_heads"] = 1025; },
+            "text_config.per_layer_config.1.num_attention_heads: expected an integer in [1, 1024], got 1025"},
         RejectedConfig{"VocabularyBeyondTheBound", [](json& v) { v["text_config"]["vocab_size"] = (1 << 24) + 1; },
                        "text_config.vocab_size: expected an integer in [1, 16777216], got 16777217"},
         RejectedConfig{"UnsignedBeyondInt64", [](json& v) { v["text_config"]["num_experts"] = UINT64_MAX; },

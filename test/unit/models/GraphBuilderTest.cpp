@@ -78,7 +78,8 @@ TEST_F(GraphBuilderTest, InfersModelOpResultTypes) {
   auto attention = builder_.create<AttentionOp>(g.loc("attention"), query, key, value, keyValid,
                                                 AttentionMaskAttr::get(&context_, AttentionMask::Bidirectional),
                                                 builder_.getI64IntegerAttr(0), builder_.getI64IntegerAttr(0),
-                                                builder_.getF64FloatAttr(1.0), /*segment_ids=*/Value());
+                                                builder_.getF64FloatAttr(1.0), /*segment_ids=*/Value(),
+                                                /*document_ids=*/Value());
   EXPECT_EQ(attention.getType(), tensor({1, 5, 4, 6}, f32));
 
   auto route = builder_.create<MoeRouteOp>(g.loc("route"), g.input("logits", {6, 8}, f32), g.input("scale", {8}, f32),

@@ -1,0 +1,117 @@
+#include "models/diffusion_gemma/ir/Pretraining.h"
+
+#include <algorithm>
+
+#include "models/diffusion_gemma/spec/Interface.h"
+
+namespace mlir::dg::diffusion_gemma {
+
+using namespace ::dgemma::diffusion_gemma;
+
+PretrainingBuilder::PretrainingBuilder(GraphBuilder& graph, TextStack& text,
+                                       const DiffusionGemmaPretrainingObjective& objective)
+    : g_(graph),
+      text_(text),
+      objective_(objective),
+      b_(graph.builder()),
+      config_(graph.config()),
+      batch_(graph.batch()),
+      f32_(graph.f32()) {}
+
+void PretrainingBuilder::buildTrainStep(int64_t sequenceLength) {
+  using Kind = DiffusionGemmaPretrainingObjective::Kind;
+  Value inputIds = g_.input(kInputIds, {batch_, sequenceLength}, b_.getI64Type());
+  Value positions = g_.input(kPositionIds, {batch_, sequenceLength}, b_.getI64Type());
+  Value documentIds = g_.input(kDocumentIds, {batch_, sequenceLength}, b_.getI64Type());
+  std::vector<Value> auxTerms;
+  text_.recordLoadBalancingLosses(objective_.routerAuxLossCoeff > 0 ? &auxTerms : nullptr);
+  Value loss = objective_.kind == Kind::Autoregressive
+                   ? autoregressiveLoss(inputIds, positions, documentIds, sequenceLength)
+                   : maskedDiffusionLoss(inputIds, positions, documentIds, sequenceLength);
+  text_.recordLoadBalancingLosses(nullptr);
+  if (!auxTerms.empty()) {
+    Value aux = auxTerms.front();
+    for (size_t i = 1; i < auxTerms.size(); ++i) aux = g_.add(aux, auxTerms[i], "aux.sum");
+    loss = g_.add(loss, g_.mul(aux, g_.scalar(objective_.routerAuxLossCoeff, "aux.coeff"), "aux.weighted"), "loss.aux");
+  }
+  g_.output(kLoss, loss);
+}
+
+Value PretrainingBuilder::normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value countedTokens,
+                                                 const std::string& name) {
+  const double softcap = std::max(config_.finalLogitSoftcapping, 0.0);
+  Value tokenLoss = b_.create<CrossEntropyOp>(g_.loc(name + ".ce"), text_.head(hidden, /*capped=*/false), targets,
+                                              Value(), Value(), b_.getF64FloatAttr(softcap));
+  Value weighted = g_.reduceSum(g_.mul(tokenLoss, weights, name + ".ce.weighted"), {0, 1}, name + ".ce.sum");
+  Value count = g_.maximum(g_.reduceSum(countedTokens, {0, 1}, name + ".tokens"), g_.scalar(1.0, name + ".tokens.min"),
+                           name + ".tokens.clamped");
+  return g_.div(weighted, count, name + ".loss");
+}
+
+// Next-token prediction inside each document: the causal mask, every key valid (padding is a
+// document of its own, so no real token sees it), and the labels scored where loss_mask is 1.
+Value PretrainingBuilder::autoregressiveLoss(Value inputIds, Value positions, Value documentIds,
+                                             int64_t sequenceLength) {
+  Value labels = g_.input(kLabels, {batch_, sequenceLength}, b_.getI64Type());
+  Value lossMask = g_.input(kLossMask, {batch_, sequenceLength}, f32_);
+  Value keyValid = g_.constantBool({batch_, sequenceLength}, true, "ar.key_valid");
+  Value hidden = text_.packedStack(inputIds, keyValid, positions, documentIds, AttentionMask::Causal);
+  return normalisedCrossEntropy(hidden, labels, lossMask, lossMask, "ar");
+}
+
+// MDLM/LLaDA's absorbing-state objective (docs/pretraining-objectives.md, "Masked diffusion").
+Value PretrainingBuilder::maskedDiffusionLoss(Value inputIds, Value positions, Value documentIds,
+                                              int64_t sequenceLength) {
+  Value lossMask = g_.input(kLossMask, {batch_, sequenceLength}, f32_);
+  Value keys = g_.input(kNoiseKeys, {batch_, 2}, b_.getI64Type());
+  const SmallVector<int64_t> tokens{batch_, sequenceLength};
+
+  // p_mask = (1 − ε) t + ε with t ~ U(0, 1) from each row's key.
+  Value time =
+      b_.create<RandomUniformOp>(g_.loc("md.t"), g_.f32Type({batch_}), keys, b_.getI64IntegerAttr(kTimeStream));
+  const double epsilon = objective_.maskEpsilon;
+  Value maskProbability = g_.add(g_.mul(time, g_.scalar(1.0 - epsilon, "md.one_minus_eps"), "md.t.scaled"),
+                                 g_.scalar(epsilon, "md.eps"), kMaskProbability);
+  Value rowProbability = g_.reshape(maskProbability, {batch_, 1}, "md.p_mask.rows");
+
+  // Each real token is masked when its uniform is below p_mask.
+  Value draws = b_.create<RandomUniformOp>(g_.loc("md.u"), g_.f32Type(tokens), keys, b_.getI64IntegerAttr(kMaskStream));
+  Value real =
+      g_.castTo(g_.compare(lossMask, g_.scalar(0.0, "md.zero"), ComparePredicate::Gt, "md.real"), f32_, "md.real.f32");
+  Value drawn =
+      g_.mul(g_.castTo(g_.compare(draws, rowProbability, ComparePredicate::Lt, "md.below"), f32_, "md.below.f32"), real,
+             "md.drawn");
+  // At least one masked token per row with a real token: where the draw masked none, the real token
+  // with the smallest uniform. Padding's uniforms are pushed above every real one (2 > 1) first.
+  Value realDraws = g_.add(draws,
+                           g_.mul(g_.sub(g_.scalar(1.0, "md.one"), real, "md.padding"),
+                                  g_.scalar(2.0, "md.padding.offset"), "md.padding.shift"),
+                           "md.real_draws");
+  Value negated = b_.create<NegOp>(g_.loc("md.real_draws.neg"), realDraws);
+  Value largest = b_.create<ReduceMaxOp>(g_.loc("md.smallest.neg"), g_.f32Type({batch_, 1}), negated,
+                                         b_.getDenseI64ArrayAttr({1}), b_.getBoolAttr(true));
+  Value smallest =
+      g_.mul(g_.castTo(g_.compare(negated, largest, ComparePredicate::Eq, "md.smallest"), f32_, "md.smallest.f32"),
+             real, "md.smallest.real");
+  Value noneDrawn = g_.castTo(g_.compare(g_.reduceSum(drawn, {1}, "md.drawn.count"), g_.scalar(0.0, "md.zero"),
+                                         ComparePredicate::Eq, "md.none"),
+                              f32_, "md.none.f32");
+  Value masked = g_.maximum(drawn, g_.mul(smallest, g_.reshape(noneDrawn, {batch_, 1}, "md.none.rows"), "md.fallback"),
+                            kMaskedPositions);
+  Value maskIds = b_.create<ConstantOp>(
+      g_.loc("md.mask_token"),
+      DenseElementsAttr::get(RankedTensorType::get(tokens, b_.getI64Type()), objective_.maskTokenId));
+  Value isMasked = g_.compare(masked, g_.scalar(0.0, "md.zero"), ComparePredicate::Gt, "md.is_masked");
+  Value noisyIds = b_.create<SelectOp>(g_.loc(kMaskedInputIds), isMasked, maskIds, inputIds);
+  g_.output(kMaskProbability, maskProbability);
+  g_.output(kMaskedInputIds, noisyIds);
+  g_.output(kMaskedPositions, masked);
+
+  // The bidirectional pass over the real tokens of each document; the masked tokens' CE weighted by 1 / p_mask.
+  Value keyValid = g_.compare(lossMask, g_.scalar(0.0, "md.zero"), ComparePredicate::Gt, "md.key_valid");
+  Value hidden = text_.packedStack(noisyIds, keyValid, positions, documentIds, AttentionMask::Bidirectional);
+  Value weights = g_.div(masked, rowProbability, "md.weights");
+  return normalisedCrossEntropy(hidden, inputIds, weights, lossMask, "md");
+}
+
+}  // namespace mlir::dg::diffusion_gemma

@@ -1,0 +1,43 @@
+// The pre-training objectives of DiffusionGemma on packed documents (docs/pretraining-objectives.md)
+// as dg ops: the autoregressive and the masked-diffusion "train_step" entries. Their contracts are
+// in Builder.h.
+#ifndef MODELS_DIFFUSION_GEMMA_PRETRAINING_H
+#define MODELS_DIFFUSION_GEMMA_PRETRAINING_H
+
+#include "models/diffusion_gemma/ir/GraphBuilder.h"
+#include "models/diffusion_gemma/ir/TextStack.h"
+
+namespace mlir::dg::diffusion_gemma {
+
+class PretrainingBuilder {
+ public:
+  PretrainingBuilder(GraphBuilder& graph, TextStack& text, const DiffusionGemmaPretrainingObjective& objective);
+
+  // The body of the "train_step" entry for packed rows of `sequenceLength` tokens.
+  void buildTrainStep(int64_t sequenceLength);
+
+ private:
+  // The loss of the autoregressive objective before the router aux term.
+  Value autoregressiveLoss(Value inputIds, Value positions, Value documentIds, int64_t sequenceLength);
+  // The loss of the masked-diffusion objective before the router aux term; writes p_mask,
+  // masked_input_ids and masked_positions.
+  Value maskedDiffusionLoss(Value inputIds, Value positions, Value documentIds, int64_t sequenceLength);
+  // Σ weights · CE(head(hidden), targets) / max(Σ countedTokens, 1): CE of the soft-capped logits,
+  // with the cap inside the cross-entropy so that [B, S, V] capped logits never exist.
+  Value normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value countedTokens,
+                               const std::string& name);
+  // The counter streams of one row's key (Builder.h).
+  static constexpr int64_t kTimeStream = 0, kMaskStream = 1;
+
+  GraphBuilder& g_;
+  TextStack& text_;
+  const DiffusionGemmaPretrainingObjective& objective_;
+  OpBuilder& b_;
+  const dgemma::DiffusionGemmaConfig& config_;
+  int64_t batch_;
+  Type f32_;
+};
+
+}  // namespace mlir::dg::diffusion_gemma
+
+#endif
