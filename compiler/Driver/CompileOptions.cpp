@@ -85,11 +85,11 @@ void checkObjectiveFlags(const CompileOptions& options) {
     if (pretraining && sftFlag)
       throw InputError(flag + ": does not apply to --objective " + options.objective +
                        " (a pre-training objective on packed text: no prompt, canvas, self-conditioning, images, "
-                       "GRPO or LoRA; docs/pretraining-objectives.md)");
+                       "GRPO or LoRA; docs/pretraining.md, \"Objectives\")");
     if (!pretraining && !sftFlag)
       throw InputError(flag +
                        ": only with a pre-training --objective (autoregressive or masked-diffusion; "
-                       "docs/pretraining-objectives.md)");
+                       "docs/pretraining.md, \"Objectives\")");
     if (pretraining && !maskedDiffusion && flag != "--seq-len")
       throw InputError(flag + ": only with --objective masked-diffusion");
   }

@@ -35,7 +35,7 @@ struct CompileOptions {
   std::string mode;
   std::string preset;
   std::string objective = "base-sft";  // or a pre-training objective: autoregressive | masked-diffusion
-  // Pre-training (docs/pretraining-objectives.md): --seq-len's buckets, the masked-diffusion
+  // Pre-training (docs/pretraining.md, "Objectives"): --seq-len's buckets, the masked-diffusion
   // --mask-token-id (unset: the config's mask_token_id) and --mask-epsilon (unset: 1e-3).
   std::string sequenceLengths;
   std::optional<int64_t> maskTokenId;

@@ -54,7 +54,7 @@ mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileOptions& option
   return objective;
 }
 
-// The pre-training objective flags (docs/pretraining-objectives.md), validated against the config.
+// The pre-training objective flags (docs/pretraining.md, "Objectives"), validated against the config.
 mlir::dg::DiffusionGemmaPretrainingObjective pretrainingObjective(const CompileOptions& options,
                                                                   const DiffusionGemmaConfig& config,
                                                                   const std::string& configPath) {

@@ -44,6 +44,7 @@ struct ModelContract {
   std::string microBatchDimension;
   std::string promptLengthDimension;
   std::string canvasLengthDimension;
+  std::string sequenceLengthDimension;  // a pre-training train_step's packed length
 
   // The collated batch (docs/data.md, "Collated batch") and the image batch.
   CollatedFieldNames batch;
@@ -55,6 +56,11 @@ struct ModelContract {
 
   // The training step's outputs besides the gradients.
   std::string loss, diffusionLoss, encoderLoss;
+
+  // A pre-training step's inputs besides input_ids, position_ids and noise_keys
+  // (docs/pretraining.md, "Objectives"): packed documents' ids, the autoregressive labels and the
+  // scored positions.
+  std::string documentIds, labels, lossMask;
 
   // The GRPO training step's inputs and outputs besides the SFT ones (docs/rl.md); logps is also
   // the logps entry's output.

@@ -65,7 +65,8 @@ std::string formatMetricsLine(const MetricsRecord& r) {
   line += ", \"loss\": ";
   appendFloat(line, r.loss, 9);
   line += ", \"diffusion_loss\": ";
-  appendFloat(line, r.diffusionLoss, 9);
+  if (r.diffusionLoss) appendFloat(line, *r.diffusionLoss, 9);
+  else line += "null";
   line += ", \"encoder_loss\": ";
   if (r.encoderLoss) appendFloat(line, *r.encoderLoss, 9);
   else line += "null";

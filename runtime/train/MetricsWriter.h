@@ -43,7 +43,7 @@ struct MetricsRecord {
   int64_t step = 0;
   MetricsSplit split = MetricsSplit::Train;
   float loss = 0.0f;
-  float diffusionLoss = 0.0f;
+  std::optional<float> diffusionLoss;  // null: the objective has none (pre-training)
   std::optional<float> encoderLoss;  // null: the objective has no encoder loss
   std::optional<double> lr;          // required on train lines
   std::optional<float> gradNorm;     // required on train lines

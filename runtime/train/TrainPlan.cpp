@@ -84,43 +84,19 @@ BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& ent
   return *split;
 }
 
-}  // namespace
-
-TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
-  const ModelAdapter& model = modelAdapterFor(plan.modelFamily);
+// The corrupt entry and the train_step entries (and their image twins) of a block-diffusion plan:
+// one micro-batch and canvas, a prompt bucket per train_step.
+void readBlockDiffusionSteps(TrainPlan& trainPlan, const EntryPoint& corrupt, const std::vector<const EntryPoint*>& trainSteps,
+                             const std::vector<const EntryPoint*>& imageTrainSteps, const ModelAdapter& model,
+                             const Plan& plan, const std::string& planPath) {
   const ModelContract& names = model.contract();
-  // The trainer runs the diffusion objective: a family without a corruption entry has none.
-  if (names.corruptEntry.empty())
-    throw InputError(planPath + ": not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
-  const ModelTokens tokens = model.tokens(plan, planPath);
-  TrainPlan trainPlan;
-  trainPlan.padId = tokens.padId;
-  trainPlan.bosId = tokens.bosId;
-  trainPlan.eosId = tokens.eosId;
-  trainPlan.vocabSize = tokens.vocabSize;
-
-  const EntryPoint* corrupt = nullptr;
-  const EntryPoint* optimizerStep = nullptr;
-  std::vector<const EntryPoint*> trainSteps, imageTrainSteps;
-  for (const EntryPoint& entry : plan.entryPoints) {
-    if (entry.name == names.corruptEntry) corrupt = &entry;
-    if (entry.name == names.trainStepEntry) trainSteps.push_back(&entry);
-    if (entry.name == names.imageTrainStepEntry) imageTrainSteps.push_back(&entry);
-    if (entry.name == "optimizer_step") optimizerStep = &entry;
-  }
-  if (!corrupt || trainSteps.empty())
-    throw InputError(planPath + ": no \"" + names.corruptEntry + "\" and \"" + names.trainStepEntry +
-                     "\" entry points (compiled with --mode infer?)");
-  if (!optimizerStep)
-    throw InputError(planPath + ": no \"optimizer_step\" entry point (compiled before dgemma-compile ran dg-optimizer-step; "
-                                "recompile the plan)");
-  trainPlan.microBatch = bucketSize(*corrupt, names.microBatchDimension, planPath);
-  trainPlan.canvasLength = bucketSize(*corrupt, names.canvasLengthDimension, planPath);
+  trainPlan.microBatch = bucketSize(corrupt, names.microBatchDimension, planPath);
+  trainPlan.canvasLength = bucketSize(corrupt, names.canvasLengthDimension, planPath);
   for (const EntryPoint* entry : trainSteps) {
     if (bucketSize(*entry, names.microBatchDimension, planPath) != trainPlan.microBatch ||
         bucketSize(*entry, names.canvasLengthDimension, planPath) != trainPlan.canvasLength)
       throw InputError(planPath + ": entry " + entry->key() + ": its " + names.microBatchDimension + " and " +
-                       names.canvasLengthDimension + " differ from " + names.corruptEntry + "'s " + corrupt->key());
+                       names.canvasLengthDimension + " differ from " + names.corruptEntry + "'s " + corrupt.key());
     trainPlan.promptLengths.push_back(bucketSize(*entry, names.promptLengthDimension, planPath));
     // A policy loss (docs/rl.md) has no diffusion loss of its own; an SFT step reports both.
     const bool policyLoss = !names.advantages.empty() && hasName(entry->inputs, names.advantages);
@@ -148,13 +124,85 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
                      " entries for " + std::to_string(trainSteps.size()) + " " + names.trainStepEntry +
                      " entries (expected one twin per prompt bucket)");
   if (trainPlan.imagesPerExample > 0) trainPlan.image = model.imageOptions(plan, planPath);
-  std::vector<const EntryPoint*> batchEntries = trainSteps;
-  batchEntries.insert(batchEntries.begin(), corrupt);
-  batchEntries.insert(batchEntries.end(), imageTrainSteps.begin(), imageTrainSteps.end());
+}
+
+// The train_step entries of a pre-training plan (dgemma-compile --objective autoregressive |
+// masked-diffusion): one micro-batch, a packed length per entry, the objective told by the inputs.
+void readPretrainingSteps(TrainPlan& trainPlan, const std::vector<const EntryPoint*>& trainSteps, const ModelContract& names,
+                          const std::string& planPath) {
+  const EntryPoint& first = *trainSteps.front();
+  trainPlan.microBatch = bucketSize(first, names.microBatchDimension, planPath);
+  const bool autoregressive = hasName(first.inputs, names.labels);
+  trainPlan.objective = autoregressive ? TrainObjective::Autoregressive : TrainObjective::MaskedDiffusion;
+  for (const EntryPoint* entry : trainSteps) {
+    if (bucketSize(*entry, names.microBatchDimension, planPath) != trainPlan.microBatch)
+      throw InputError(planPath + ": entry " + entry->key() + ": its " + names.microBatchDimension + " differs from " +
+                       first.key() + "'s");
+    trainPlan.sequenceLengths.push_back(bucketSize(*entry, names.sequenceLengthDimension, planPath));
+    std::vector<std::string> inputs = {names.batch.inputIds, names.batch.positionIds, names.documentIds, names.lossMask};
+    inputs.push_back(autoregressive ? names.labels : names.noiseKeys);
+    for (const std::string& input : inputs)
+      if (!hasName(entry->inputs, input))
+        throw InputError(planPath + ": entry " + entry->key() + ": expected the input " + input +
+                         " (a pre-training step of docs/pretraining.md, \"Objectives\")");
+    if (!hasName(entry->outputs, names.loss))
+      throw InputError(planPath + ": entry " + entry->key() + ": expected the output " + names.loss);
+  }
+  std::sort(trainPlan.sequenceLengths.begin(), trainPlan.sequenceLengths.end());
+}
+
+}  // namespace
+
+const char* trainObjectiveName(TrainObjective objective) {
+  switch (objective) {
+    case TrainObjective::BlockDiffusion: return "block-diffusion";
+    case TrainObjective::Autoregressive: return "autoregressive";
+    case TrainObjective::MaskedDiffusion: return "masked-diffusion";
+  }
+  return "?";
+}
+
+TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
+  const ModelAdapter& model = modelAdapterFor(plan.modelFamily);
+  const ModelContract& names = model.contract();
+  // The trainer runs the diffusion objective: a family without a corruption entry has none.
+  if (names.corruptEntry.empty())
+    throw InputError(planPath + ": not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
+  const ModelTokens tokens = model.tokens(plan, planPath);
+  TrainPlan trainPlan;
+  trainPlan.padId = tokens.padId;
+  trainPlan.bosId = tokens.bosId;
+  trainPlan.eosId = tokens.eosId;
+  trainPlan.vocabSize = tokens.vocabSize;
+
+  const EntryPoint* corrupt = nullptr;
+  const EntryPoint* optimizerStep = nullptr;
+  std::vector<const EntryPoint*> trainSteps, imageTrainSteps;
+  for (const EntryPoint& entry : plan.entryPoints) {
+    if (entry.name == names.corruptEntry) corrupt = &entry;
+    if (entry.name == names.trainStepEntry) trainSteps.push_back(&entry);
+    if (entry.name == names.imageTrainStepEntry) imageTrainSteps.push_back(&entry);
+    if (entry.name == "optimizer_step") optimizerStep = &entry;
+  }
+  if (!optimizerStep)
+    throw InputError(planPath + ": no \"optimizer_step\" entry point (compiled before dgemma-compile ran dg-optimizer-step; "
+                                "recompile the plan)");
+  std::vector<const EntryPoint*> batchEntries;
+  if (!corrupt && !trainSteps.empty() && trainSteps.front()->bucket.count(names.sequenceLengthDimension)) {
+    readPretrainingSteps(trainPlan, trainSteps, names, planPath);
+    batchEntries = trainSteps;
+  } else {
+    if (!corrupt || trainSteps.empty())
+      throw InputError(planPath + ": no \"" + names.corruptEntry + "\" and \"" + names.trainStepEntry +
+                       "\" entry points (compiled with --mode infer?)");
+    readBlockDiffusionSteps(trainPlan, *corrupt, trainSteps, imageTrainSteps, model, plan, planPath);
+    batchEntries = trainSteps;
+    batchEntries.insert(batchEntries.begin(), corrupt);
+    batchEntries.insert(batchEntries.end(), imageTrainSteps.begin(), imageTrainSteps.end());
+  }
   trainPlan.rankRows = rankRowsOf(plan, batchEntries, trainPlan.microBatch,
                                   std::max<int64_t>(trainPlan.imagesPerExample, 1), names.images, planPath);
   trainPlan.hasEncoderLoss = hasName(trainSteps.front()->outputs, names.encoderLoss);
-
   trainPlan.optimizerStep = static_cast<size_t>(optimizerStep - plan.entryPoints.data());
   for (const NamedBuffer& input : optimizerStep->inputs) {
     if (kOptimizerScalars.count(input.name)) continue;

@@ -21,13 +21,23 @@ struct BatchRows {
   bool operator==(const BatchRows&) const = default;
 };
 
+// What a plan's train_step computes (docs/training.md, docs/pretraining.md "Objectives"): the
+// block-diffusion objective over chat rows (with its corrupt entry), or a pre-training objective
+// over packed documents. The pre-training ones are told apart by their inputs: labels for the
+// autoregressive step, noise keys for masked diffusion.
+enum class TrainObjective { BlockDiffusion, Autoregressive, MaskedDiffusion };
+// "block-diffusion", "autoregressive", "masked-diffusion".
+const char* trainObjectiveName(TrainObjective objective);
+
 struct TrainPlan {
+  TrainObjective objective = TrainObjective::BlockDiffusion;
   int64_t microBatch = 0;  // the global micro-batch (--micro-batch × DP): the rows every rank reads
   // This rank's rows of it: all of them on one rank; on a data-parallel plan the rows its corrupt and
   // train_step inputs' boxes hold (every batch input split by rows alike).
   BatchRows rankRows;
   int64_t canvasLength = 0;
-  std::vector<int64_t> promptLengths;  // the train_step buckets, ascending
+  std::vector<int64_t> promptLengths;  // the train_step buckets, ascending (block diffusion)
+  std::vector<int64_t> sequenceLengths;  // the train_step buckets, ascending (pre-training)
   // The image twins' images_per_example; 0 for a text-only plan (no train_step_images entries).
   int64_t imagesPerExample = 0;
   Gemma4ImageOptions image;            // the model config's processor options (image plans)

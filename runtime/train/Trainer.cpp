@@ -24,6 +24,7 @@
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/MetricsWriter.h"
 #include "runtime/train/OptimizerUpdate.h"
+#include "runtime/train/PackedSplit.h"
 #include "runtime/train/SaveDirectoryClaim.h"
 #include "runtime/train/ProgressBar.h"
 #include "runtime/train/Resume.h"
@@ -108,8 +109,10 @@ class Trainer {
   nlohmann::json rngState() const;
   void restore();
   std::map<std::string, HostTensor> runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep);
-  void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
-                 const std::string& where, std::string& nonFinite) const;
+  void addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, const std::string& where,
+                 std::string& nonFinite) const;
+  // The per-step loss fields of a metrics line from the sums over its micro-batches.
+  void setLosses(MetricsRecord& line, const LossSums& sums) const;
   StepGradients forwardBackward(int64_t step);
   std::string firstNonFiniteGradient();
   void zeroGradients();
@@ -193,16 +196,20 @@ nlohmann::json Trainer::runConfig() const {
 }
 
 void Trainer::printSetup() const {
-  std::string buckets;
-  for (int64_t length : trainPlan_.promptLengths) {
-    if (!buckets.empty()) buckets += ",";
-    buckets += std::to_string(length);
-  }
+  auto list = [](const std::vector<int64_t>& lengths) {
+    std::string text;
+    for (int64_t length : lengths) text += (text.empty() ? "" : ",") + std::to_string(length);
+    return text;
+  };
+  const std::string shape = trainPlan_.objective == TrainObjective::BlockDiffusion
+                                ? "prompt buckets " + list(trainPlan_.promptLengths) + ", canvas " +
+                                      std::to_string(trainPlan_.canvasLength)
+                                : trainObjectiveName(trainPlan_.objective) + std::string(", packed length ") +
+                                      std::to_string(trainPlan_.sequenceLengths.back());
   const OptimizerSettings& adam = trainPlan_.optimizer;
   out_ << "plan " << session_.planPath << " (" << world_.size() << (world_.size() == 1 ? " rank" : " ranks")
        << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
-       << options_.accumulation << " = global batch " << globalBatch() << ", prompt buckets " << buckets << ", canvas "
-       << trainPlan_.canvasLength << "\n"
+       << options_.accumulation << " = global batch " << globalBatch() << ", " << shape << "\n"
        << "AdamW beta1 " << adam.beta1 << " beta2 " << adam.beta2 << " eps " << adam.epsilon << " weight decay "
        << adam.weightDecay << " clip " << adam.maxGradNorm << "; lr " << lrDecayStyleName(schedule_.config().style)
        << " " << formatFloat(options_.lr) << " -> " << formatFloat(options_.minLr) << ", warmup "
@@ -235,14 +242,20 @@ void Trainer::restore() {
 // micro-batch runs train_step_images with the inputs derived from its images and prompts.
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
   const ModelContract& names = session_.model->contract();
+  // A pre-training step draws its own masks from the keys (masked diffusion) or draws nothing.
+  if (trainPlan_.objective != TrainObjective::BlockDiffusion) {
+    if (trainPlan_.objective == TrainObjective::MaskedDiffusion)
+      batch.fields[names.noiseKeys] = noiseKeys(options_.session.seed, phase, noiseStep, batch.samples);
+    return runEntry(session_, names.trainStepEntry, std::move(batch.fields), batch.where);
+  }
   addDrawnCorruption(session_, batch.fields, options_.session.seed, phase, noiseStep, batch.samples, batch.where);
   if (!batch.images) return runEntry(session_, names.trainStepEntry, std::move(batch.fields), batch.where);
   addImagePlanInputs(batch.fields, trainPlan_.imagesPerExample, trainPlan_.image, names.images, batch.where);
   return runEntry(session_, names.imageTrainStepEntry, std::move(batch.fields), batch.where);
 }
 
-void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, bool hasEncoderLoss,
-                        const std::string& where, std::string& nonFinite) const {
+void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>& outputs, const std::string& where,
+                        std::string& nonFinite) const {
   const ModelContract& names = session_.model->contract();
   auto add = [&](const std::string& name, double& sum) {
     const float value = scalarOutput(outputs, name, names.trainStepEntry);
@@ -250,8 +263,8 @@ void Trainer::addLosses(LossSums& sums, const std::map<std::string, HostTensor>&
     sum += value;
   };
   add(names.loss, sums.loss);
-  add(names.diffusionLoss, sums.diffusionLoss);
-  if (hasEncoderLoss) add(names.encoderLoss, sums.encoderLoss);
+  if (trainPlan_.objective == TrainObjective::BlockDiffusion) add(names.diffusionLoss, sums.diffusionLoss);
+  if (trainPlan_.hasEncoderLoss) add(names.encoderLoss, sums.encoderLoss);
   ++sums.microBatches;
 }
 
@@ -264,7 +277,7 @@ StepGradients Trainer::forwardBackward(int64_t step) {
                               batch.where + ")";
     std::map<std::string, HostTensor> outputs = runMicroBatch(std::move(batch), NoisePhase::Train, static_cast<uint64_t>(step));
     // train_step added its gradients into the plan's f32 buffers, in micro-batch order.
-    addLosses(result.losses, outputs, trainPlan_.hasEncoderLoss, where, result.nonFinite);
+    addLosses(result.losses, outputs, where, result.nonFinite);
   }
   // A NaN or infinity stays one under addition, so looking at the sums once finds every one.
   if (result.nonFinite.empty()) {
@@ -309,15 +322,16 @@ MetricsRecord Trainer::evaluate(TrainSplit& data, MetricsSplit split, int64_t st
     MicroBatch batch = data.evaluationMicroBatch(micro);
     line.tokens += batch.tokens;
     const std::string where = batch.where;
-    addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), trainPlan_.hasEncoderLoss, where,
-              nonFinite);
+    addLosses(sums, runMicroBatch(std::move(batch), NoisePhase::Eval, kEvaluationNoiseStep), where, nonFinite);
   }
   zeroGradients();
   line.step = step;
   line.split = split;
-  line.loss = static_cast<float>(sums.loss / static_cast<double>(microBatches));
-  line.diffusionLoss = static_cast<float>(sums.diffusionLoss / static_cast<double>(microBatches));
-  if (trainPlan_.hasEncoderLoss) line.encoderLoss = static_cast<float>(sums.encoderLoss / static_cast<double>(microBatches));
+  setLosses(line, sums);
+  // A pre-training loss is a mean per token: the autoregressive cross-entropy, or masked diffusion's
+  // bound on it (docs/pretraining.md, "Training").
+  if (trainPlan_.objective != TrainObjective::BlockDiffusion)
+    line.extra.push_back({"perplexity", static_cast<double>(std::exp(static_cast<double>(line.loss)))});
   line.consumedSamples = consumedSamples_;
   line.seconds = secondsSince(start);
   return line;
@@ -338,13 +352,22 @@ void Trainer::evaluateAndRecord(TrainSplit& data, MetricsSplit split, int64_t st
   progress.message(what + ": " + nonFinite);
 }
 
+void Trainer::setLosses(MetricsRecord& line, const LossSums& sums) const {
+  const double micro = static_cast<double>(sums.microBatches);
+  line.loss = static_cast<float>(sums.loss / micro);
+  if (trainPlan_.objective == TrainObjective::BlockDiffusion) line.diffusionLoss = static_cast<float>(sums.diffusionLoss / micro);
+  if (trainPlan_.hasEncoderLoss) line.encoderLoss = static_cast<float>(sums.encoderLoss / micro);
+}
+
 void Trainer::record(const MetricsRecord& line) {
   if (metrics_) metrics_->write(line);
   if (!tensorboard_) return;
   const std::string prefix = metricsSplitName(line.split) + "/";
   const ModelContract& names = session_.model->contract();
   tensorboard_->addScalar(prefix + names.loss, line.step, line.loss);
-  tensorboard_->addScalar(prefix + names.diffusionLoss, line.step, line.diffusionLoss);
+  if (line.diffusionLoss) tensorboard_->addScalar(prefix + names.diffusionLoss, line.step, *line.diffusionLoss);
+  for (const auto& [name, value] : line.extra)
+    if (const double* number = std::get_if<double>(&value)) tensorboard_->addScalar(prefix + name, line.step, static_cast<float>(*number));
   if (line.encoderLoss) tensorboard_->addScalar(prefix + names.encoderLoss, line.step, *line.encoderLoss);
   if (line.lr) tensorboard_->addScalar(prefix + "lr", line.step, static_cast<float>(*line.lr));
   if (line.gradNorm) tensorboard_->addScalar(prefix + "grad_norm", line.step, *line.gradNorm);
@@ -448,12 +471,9 @@ int Trainer::run() {
     consumedTokens_ += gradients.tokens;
     tokensThisRun += gradients.tokens;
 
-    const double micro = static_cast<double>(gradients.losses.microBatches);
     MetricsRecord line;
     line.step = step;
-    line.loss = static_cast<float>(gradients.losses.loss / micro);
-    line.diffusionLoss = static_cast<float>(gradients.losses.diffusionLoss / micro);
-    if (trainPlan_.hasEncoderLoss) line.encoderLoss = static_cast<float>(gradients.losses.encoderLoss / micro);
+    setLosses(line, gradients.losses);
     line.lr = lr;
     line.gradNorm = gradNorm;
     line.consumedSamples = consumedSamples_;
@@ -507,6 +527,13 @@ void checkOptions(const TrainOptions& options) {
   if (options.overwrite && options.saveDir.empty()) throw InputError("--overwrite: needs --save-dir, the directory to start afresh in");
   if (options.overwrite && (options.resume || !options.resumeFrom.empty()))
     throw InputError("--overwrite: deletes the checkpoints that --resume and --resume-from continue; give one or the other");
+  if (!options.dataPath.empty()) {
+    if (!options.train.empty() || !options.validation.empty() || !options.test.empty())
+      throw InputError("--data-path: give it instead of --train, --validation and --test (its --split makes the "
+                       "validation and test parts)");
+    return;
+  }
+  if (options.train.empty()) throw InputError("--train: required (or --data-path, for a pre-training plan)");
   if (options.train == kMockSplit) {
     if (!options.validation.empty() || !options.test.empty())
       throw InputError(std::string("--train ") + kMockSplit + ": smoke-test data has no --validation or --test split");
@@ -521,8 +548,55 @@ void checkOptions(const TrainOptions& options) {
 
 namespace {
 
+// A pre-training plan's splits: the parts of --split of the --data-path blend, the training part
+// built for the schedule's whole length (the sample order depends on it, as Megatron's does).
+TrainSplits loadPackedSplits(const TrainOptions& options, const TrainPlan& trainPlan, const Plan& plan) {
+  if (options.dataPath.empty())
+    throw InputError(std::string("--data-path: required: the plan's train_step is the ") +
+                     trainObjectiveName(trainPlan.objective) +
+                     " pre-training objective over packed documents (docs/pretraining.md, \"Training\")");
+  PackedSplitOptions packed;
+  packed.flag = "--data-path";
+  packed.dataPath = parseDataPath(options.dataPath);
+  packed.split = parseSplit(options.split);
+  packed.sequenceLength = trainPlan.sequenceLengths.back();
+  packed.microBatch = trainPlan.microBatch;
+  packed.seed = options.session.seed;
+  packed.cacheDirectory = options.dataCacheDir;
+  packed.objective = trainPlan.objective;
+  packed.vocabSize = trainPlan.vocabSize;
+  const ModelContract& names = modelAdapterFor(plan.modelFamily).contract();
+  std::ostream* log = plan.rank == 0 ? &std::cerr : nullptr;
+  auto part = [&](SplitPart which) {
+    PackedSplitOptions options = packed;
+    options.part = which;
+    return std::make_unique<PackedSplit>(options, names, log);
+  };
+  const int64_t scheduleSteps = std::max(options.steps, options.decaySteps);
+  int64_t trainingSamples = 0;
+  if (__builtin_mul_overflow(scheduleSteps, trainPlan.microBatch * options.accumulation, &trainingSamples))
+    throw InputError("--steps: " + std::to_string(scheduleSteps) + " steps of the global batch exceed 2^63 samples");
+  packed.trainingSamples = trainingSamples;
+  TrainSplits splits;
+  splits.train = part(SplitPart::Train);
+  packed.trainingSamples = 0;
+  packed.evaluationMicroBatches = options.evalBatches;
+  if (packed.split.weights[1] > 0) splits.validation = part(SplitPart::Validation);
+  if (packed.split.weights[2] > 0) splits.test = part(SplitPart::Test);
+  if (plan.rank == 0) {
+    std::cout << splits.train->path() << ": " << splits.train->items() << " samples of " << packed.sequenceLength << " tokens\n";
+    for (const std::unique_ptr<TrainSplit>* split : {&splits.validation, &splits.test})
+      if (*split) std::cout << (*split)->path() << ": " << (*split)->items() << " samples\n";
+  }
+  return splits;
+}
+
 // Every rank builds the same splits (each reads the whole global batch); rank 0 reports them.
 TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, const Plan& plan) {
+  if (trainPlan.objective != TrainObjective::BlockDiffusion) return loadPackedSplits(options, trainPlan, plan);
+  if (!options.dataPath.empty())
+    throw InputError("--data-path: feeds a pre-training plan (dgemma-compile --objective autoregressive | "
+                     "masked-diffusion); this plan's step is block diffusion over chat rows: give --train");
   SplitOptions splitOptions;
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();

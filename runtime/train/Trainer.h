@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/session/Session.h"
 
@@ -20,6 +21,12 @@ struct TrainOptions {
   std::string train;
   std::string validation;
   std::string test;
+  // A pre-training plan's data instead (docs/pretraining.md, "Training"): Megatron's --data-path
+  // words ("PREFIX" or "W1 PREFIX1 W2 PREFIX2 ..."), the --split of every source's documents into
+  // train, validation and test parts, and where the index caches go (empty: beside the data).
+  std::vector<std::string> dataPath;
+  std::string split = "969,30,1";
+  std::string dataCacheDir;
   std::string tokenizer;     // default: the --weights directory
   int64_t steps = 0;         // 0: not given (then the plan's preset must give it)
   double maxSeconds = 0;  // > 0: the last step is the one that reaches this wall-clock budget

@@ -1,4 +1,4 @@
-// The pre-training objectives (docs/pretraining-objectives.md) through the compiled plan
+// The pre-training objectives (docs/pretraining.md, "Objectives") through the compiled plan
 // (`dgemma-compile --mode train --objective autoregressive|masked-diffusion --seq-len 24`, run
 // in-process by the session) against torch autograd in float64 over HF's text stack with explicit
 // document masks (test/fixtures/diffusion_gemma_pretrain, from

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   app.add_option("--preset", options.preset, "named recipe defaults: dg26b-sft, tiny-cpu, demo (explicit flags win)");
   app.add_option("--objective", options.objective,
                  "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce (SFT), or the pre-training objectives "
-                 "autoregressive | masked-diffusion (docs/pretraining-objectives.md)")
+                 "autoregressive | masked-diffusion (docs/pretraining.md, \"Objectives\")")
       ->check(CLI::IsMember(
           {"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce", "autoregressive", "masked-diffusion"}));
   app.add_option("--seq-len", options.sequenceLengths,

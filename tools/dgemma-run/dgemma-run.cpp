@@ -172,6 +172,10 @@ void checkOutputPaths(const CLI::App& train, const CLI::App& eval, const CLI::Ap
     std::vector<NamedPath> inputs = directories;
     for (NamedPath split : {NamedPath{"--train", t.train}, NamedPath{"--validation", t.validation}, NamedPath{"--test", t.test}})
       if (split.path != dgemma::kMockSplit) inputs.push_back(split);
+    // A --data-path blend alternates weights and prefixes; a prefix's files are PREFIX.bin and PREFIX.idx.
+    for (const std::string& word : t.dataPath)
+      for (const char* suffix : {".bin", ".idx"})
+        if (std::filesystem::exists(word + suffix)) inputs.push_back({"--data-path", word + suffix});
     dgemma::checkOutputsAgainstInputs({{"--metrics", t.metrics}, {"--tensorboard", t.tensorboard}, {"--save-dir", t.saveDir}},
                                       inputs, directories);
     // --overwrite deletes the save directory's checkpoints: none of them may be what the run reads.
@@ -411,7 +415,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"random"}));
   train->add_option("--seed", trainFlags.session.seed, "seed of the data order, the noise and --init random")
       ->check(dgemma::anyUnsigned64());
-  train->add_option("--train", trainFlags.train, "training JSONL, or mock: synthetic smoke-test data")->required();
+  CLI::Option* trainSplit = train->add_option("--train", trainFlags.train, "training JSONL, or mock: synthetic smoke-test data");
+  CLI::Option* dataPath = train->add_option("--data-path", trainFlags.dataPath,
+                                            "pre-training plans: PREFIX of PREFIX.bin/.idx, or W1 PREFIX1 W2 PREFIX2 ... (a blend)");
+  trainSplit->excludes(dataPath);
+  train->add_option("--split", trainFlags.split, "with --data-path: train,validation,test weights of each source's documents")
+      ->capture_default_str();
+  train->add_option("--data-cache-dir", trainFlags.dataCacheDir,
+                    "with --data-path: where the index caches go (default: beside the data)");
   train->add_option("--validation", trainFlags.validation, "validation JSONL, evaluated every --eval-every steps and at the end");
   train->add_option("--test", trainFlags.test, "test JSONL, evaluated at the end");
   train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");

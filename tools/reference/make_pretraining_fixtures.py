@@ -4,7 +4,7 @@
 Reference-data generation only: this script is not run by CI. It loads the tiny fixture model
 test/fixtures/diffusion_gemma/all_experts into HuggingFace `DiffusionGemmaForBlockDiffusion` (as
 make_training_fixtures.py does, with its float64 islands) and evaluates the two pre-training objectives of
-docs/pretraining-objectives.md on packed rows with HF's text stack: `model.model.encoder.language_model` (the text
+docs/pretraining.md, "Objectives" on packed rows with HF's text stack: `model.model.encoder.language_model` (the text
 stack the decoder shares) run with an explicit 4-D document mask per layer type, the tied head and the soft-cap,
 differentiated by torch autograd in float64. It writes test/fixtures/diffusion_gemma_pretrain/all_experts/:
 

@@ -115,7 +115,7 @@ struct DiffusionGemmaTrainOptions {
 OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                const DiffusionGemmaTrainOptions& options);
 
-// A pre-training objective on packed documents (docs/pretraining-objectives.md), chosen at compile
+// A pre-training objective on packed documents (docs/pretraining.md, "Objectives"), chosen at compile
 // time by --objective.
 struct DiffusionGemmaPretrainingObjective {
   enum class Kind { Autoregressive, MaskedDiffusion };
@@ -136,7 +136,7 @@ struct DiffusionGemmaPretrainingOptions {
   Precision precision = Precision::Fp32;
 };
 
-// One entry point per packed length S (docs/pretraining-objectives.md):
+// One entry point per packed length S (docs/pretraining.md, "Objectives"):
 //   "train_step" (bucket: micro_batch, seq_len): the objective of one micro-batch of packed rows.
 //       inputs   input_ids [B, S] i64, position_ids [B, S] i64 (restarting at 0 in every document),
 //                document_ids [B, S] i64 (equal within a document, different across; padding carries

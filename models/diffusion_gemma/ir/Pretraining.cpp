@@ -59,7 +59,7 @@ Value PretrainingBuilder::autoregressiveLoss(Value inputIds, Value positions, Va
   return normalisedCrossEntropy(hidden, labels, lossMask, lossMask, "ar");
 }
 
-// MDLM/LLaDA's absorbing-state objective (docs/pretraining-objectives.md, "Masked diffusion").
+// MDLM/LLaDA's absorbing-state objective (docs/pretraining.md, "Masked diffusion").
 Value PretrainingBuilder::maskedDiffusionLoss(Value inputIds, Value positions, Value documentIds,
                                               int64_t sequenceLength) {
   Value lossMask = g_.input(kLossMask, {batch_, sequenceLength}, f32_);

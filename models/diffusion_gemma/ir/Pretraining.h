@@ -1,4 +1,4 @@
-// The pre-training objectives of DiffusionGemma on packed documents (docs/pretraining-objectives.md)
+// The pre-training objectives of DiffusionGemma on packed documents (docs/pretraining.md, "Objectives")
 // as dg ops: the autoregressive and the masked-diffusion "train_step" entries. Their contracts are
 // in Builder.h.
 #ifndef MODELS_DIFFUSION_GEMMA_PRETRAINING_H

@@ -47,7 +47,7 @@ class TextStack {
   // The same from the encoder's input embedding [B, T, H] (an image prompt's merged input, VisionTower.h).
   Value encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
                                    std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds = {});
-  // The stack over packed documents (docs/pretraining-objectives.md): ids [B, S], key validity
+  // The stack over packed documents (docs/pretraining.md, "Objectives"): ids [B, S], key validity
   // [B, S] i1, positions [B, S] (restarting per document) and document_ids [B, S] i64, with `mask`
   // causal (sliding layers: the last W positions) or bidirectional (sliding layers: HF's symmetric
   // window |i - j| <= W // 2 + 1); no key outside the query's document. Returns the last hidden state before

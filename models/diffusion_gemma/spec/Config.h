@@ -80,7 +80,7 @@ struct DiffusionGemmaConfig {
   int64_t padTokenId = 0;
   int64_t bosTokenId = 0;
   std::vector<int64_t> eosTokenIds;   // the top-level list when the file has one, else the text config's
-  // The absorbing token of masked-diffusion pre-training (docs/pretraining-objectives.md), when the
+  // The absorbing token of masked-diffusion pre-training (docs/pretraining.md, "Objectives"), when the
   // text config names one (mask_token_id).
   std::optional<int64_t> maskTokenId;
   std::vector<LayerGeometry> layers;  // numHiddenLayers entries

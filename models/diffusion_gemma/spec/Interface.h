@@ -60,7 +60,7 @@ inline constexpr const char* kLoss = "loss";
 inline constexpr const char* kDiffusionLoss = "diffusion_loss";
 inline constexpr const char* kEncoderLoss = "encoder_loss";
 
-// A pre-training plan's train_step inputs and outputs (docs/pretraining-objectives.md): packed
+// A pre-training plan's train_step inputs and outputs (docs/pretraining.md, "Objectives"): packed
 // documents with their ids, the autoregressive labels, the scored positions, and the masked-diffusion
 // draws.
 inline constexpr const char* kDocumentIds = "document_ids";

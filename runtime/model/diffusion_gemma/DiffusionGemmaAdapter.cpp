@@ -36,6 +36,7 @@ ModelContract diffusionGemmaContract() {
   contract.microBatchDimension = names::kMicroBatchDimension;
   contract.promptLengthDimension = names::kPromptLengthDimension;
   contract.canvasLengthDimension = names::kCanvasLengthDimension;
+  contract.sequenceLengthDimension = names::kSequenceLengthDimension;
   contract.batch = {names::kInputIds,     names::kAttentionMask, names::kPositionIds,
                     names::kTokenTypeIds, names::kCanvasIds,     names::kCanvasMask};
   contract.images = {names::kPixelValues,   names::kImagePositionIds, names::kTokenTypeIds,
@@ -47,6 +48,9 @@ ModelContract diffusionGemmaContract() {
   contract.loss = names::kLoss;
   contract.diffusionLoss = names::kDiffusionLoss;
   contract.encoderLoss = names::kEncoderLoss;
+  contract.documentIds = names::kDocumentIds;
+  contract.labels = names::kLabels;
+  contract.lossMask = names::kLossMask;
   contract.advantages = names::kAdvantages;
   contract.oldLogps = names::kOldLogps;
   contract.refLogps = names::kRefLogps;

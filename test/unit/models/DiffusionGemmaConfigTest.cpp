@@ -292,7 +292,7 @@ TEST_F(DiffusionGemmaConfigTest, BareTextConfigGetsTheTopLevelDefaults) {
   EXPECT_EQ(load(text).numExperts, 8);
 }
 
-// The absorbing token of masked-diffusion pre-training (docs/pretraining-objectives.md): optional.
+// The absorbing token of masked-diffusion pre-training (docs/pretraining.md, "Objectives"): optional.
 TEST_F(DiffusionGemmaConfigTest, MaskTokenIdIsReadWhenTheTextConfigNamesOne) {
   json value = tinyTopLevelConfig();
   EXPECT_FALSE(load(value).maskTokenId.has_value());

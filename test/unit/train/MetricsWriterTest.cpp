@@ -116,7 +116,7 @@ TEST(MetricsWriterTest, RoundTripIsExact) {
     EXPECT_EQ(line["step"], r.step);
     EXPECT_EQ(line["split"], "train");
     EXPECT_EQ(parseFloat(line["loss"]), r.loss);
-    EXPECT_EQ(parseFloat(line["diffusion_loss"]), r.diffusionLoss);
+    EXPECT_EQ(parseFloat(line["diffusion_loss"]), *r.diffusionLoss);
     EXPECT_EQ(parseFloat(line["encoder_loss"]), *r.encoderLoss);
     EXPECT_EQ(line["lr"].get<double>(), *r.lr);
     EXPECT_EQ(parseFloat(line["grad_norm"]), *r.gradNorm);
