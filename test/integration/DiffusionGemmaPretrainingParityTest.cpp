@@ -6,8 +6,9 @@
 // than the sliding window, padding, fp32 plans on the all_experts fixture. The loss within 1e-6
 // relative, every parameter gradient ‖Δ‖/‖ref‖ <= 1e-5. The masked-diffusion step's own draws
 // (p_mask, the masked positions and ids, the fallback row that the draw left unmasked) equal the
-// reference's, which are docs/kernels.md's Philox uniforms written out in Python. Below, every
-// parallel layout against one rank through `dgemma-run grad`.
+// reference's, which are docs/kernels.md's Philox uniforms written out in Python. Below, a packed
+// row against its documents alone, and every parallel layout against one rank through
+// `dgemma-run grad`.
 #include <gtest/gtest.h>
 
 #include <cmath>
