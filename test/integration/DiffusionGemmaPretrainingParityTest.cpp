@@ -215,7 +215,8 @@ TEST(DiffusionGemmaPretrainingPacking, AutoregressiveRowEqualsItsDocumentsAlone)
   }
 }
 
-// Every parallel layout computes what one rank computes (docs/parallelism.md) for both objectives:
+// Every parallel layout and recompute policy computes what one rank computes (docs/parallelism.md)
+// for both objectives:
 // `dgemma-run grad` on per-rank plans of tiny-cpu (randomly initialised; its KV heads split 2 ways)
 // against the one-rank plan, on two packed rows (documents of 5, 11 and 8 tokens; of 14 and 6 and 4
 // of padding) that cross the sliding window (8). The loss within 1e-6, every gradient within 1e-5
@@ -341,7 +342,9 @@ std::vector<ShardedCase> shardedCases() {
   const std::vector<Layout> layouts = {{"tp2", "--tp 2", 2, 1},
                                        {"tp2_sp", "--tp 2 --sp", 2, 1},
                                        {"dp2", "--dp 2", 2, 2},
-                                       {"dp2_ep2", "--dp 2 --ep 2", 2, 2}};
+                                       {"dp2_ep2", "--dp 2 --ep 2", 2, 2},
+                                       {"tp2_sp_recompute_full", "--tp 2 --sp --recompute full", 2, 1},
+                                       {"dp2_ep2_recompute_selective", "--dp 2 --ep 2 --recompute selective", 2, 2}};
   std::vector<ShardedCase> cases;
   for (const char* objective : {"autoregressive", "masked-diffusion"})
     for (const Layout& layout : layouts) cases.push_back({objective, layout});
