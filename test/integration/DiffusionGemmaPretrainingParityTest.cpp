@@ -6,8 +6,9 @@
 // than the sliding window, padding, fp32 plans on the all_experts fixture. The loss within 1e-6
 // relative, every parameter gradient ‖Δ‖/‖ref‖ <= 1e-5. The masked-diffusion step's own draws
 // (p_mask, the masked positions and ids, the fallback row that the draw left unmasked) equal the
-// reference's, which are docs/kernels.md's Philox uniforms written out in Python. Below, every
-// parallel layout against one rank through `dgemma-run grad`.
+// reference's, which are docs/kernels.md's Philox uniforms written out in Python. Below, a packed
+// row against its documents alone, and every parallel layout against one rank through
+// `dgemma-run grad`.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -134,7 +135,88 @@ TEST_P(DiffusionGemmaPretrainingParity, MatchesTorchAutograd) {
   EXPECT_GT(planGradients.size(), 60u);
 }
 
-// Every parallel layout computes what one rank computes (docs/parallelism.md) for both objectives:
+// Document masking without the reference: a packed row of three documents (5, 11 and 8 tokens; the
+// 11-token one crosses the sliding window) gives the loss and every gradient of the same documents
+// each alone in a row of its own (the rest of the row padding), since attention never crosses a
+// document and positions restart in each: the same scored tokens with the same CE, summed in
+// another order.
+TEST(DiffusionGemmaPretrainingPacking, AutoregressiveRowEqualsItsDocumentsAlone) {
+  constexpr int64_t kLength = 24;
+  const std::vector<int64_t> lengths = {5, 11, 8};
+  const int64_t documents = static_cast<int64_t>(lengths.size());
+  auto tokenOf = [](int64_t document, int64_t index) { return 1 + (11 * index + 5 * document + 3) % 62; };
+  // Rows of the batch as (document, first position) per document: all in row 0, or one per row.
+  auto batchOf = [&](bool packed) {
+    const int64_t rows = packed ? 1 : documents;
+    HostTensor ids(DType::I64, {rows, kLength}), positions(DType::I64, {rows, kLength});
+    HostTensor documentIds(DType::I64, {rows, kLength}), labels(DType::I64, {rows, kLength});
+    HostTensor lossMask(DType::F32, {rows, kLength});
+    for (int64_t at = 0; at < rows * kLength; ++at) {  // padding everywhere first: a document of its own
+      ids.as<int64_t>()[at] = 0;
+      positions.as<int64_t>()[at] = at % kLength;
+      documentIds.as<int64_t>()[at] = -1;
+      labels.as<int64_t>()[at] = 0;
+      lossMask.as<float>()[at] = 0.0f;
+    }
+    int64_t start = 0;
+    for (int64_t document = 0; document < documents; ++document) {
+      const int64_t row = packed ? 0 : document, first = packed ? start : 0;
+      for (int64_t index = 0; index < lengths[document]; ++index) {
+        const int64_t at = row * kLength + first + index;
+        ids.as<int64_t>()[at] = tokenOf(document, index);
+        positions.as<int64_t>()[at] = index;
+        documentIds.as<int64_t>()[at] = document;
+        if (index + 1 < lengths[document]) {
+          labels.as<int64_t>()[at] = tokenOf(document, index + 1);
+          lossMask.as<float>()[at] = 1.0f;
+        }
+      }
+      start += lengths[document];
+    }
+    return std::map<std::string, HostTensor>{{"input_ids", ids},
+                                             {"position_ids", positions},
+                                             {"document_ids", documentIds},
+                                             {"labels", labels},
+                                             {"loss_mask", lossMask}};
+  };
+  ScratchDirectory dir;
+  const std::string model = kFixtureRoot + "diffusion_gemma/all_experts";
+  auto lossAndGradients = [&](bool packed) {
+    const std::string plan = dir / (packed ? "packed" : "alone");
+    testing::ToolResult compiled =
+        runTool(std::string(DGEMMA_COMPILE) + " --model " + model + " --mode train --objective autoregressive " +
+                "--seq-len 24 --micro-batch " + std::to_string(packed ? 1 : documents) + " -o " + plan);
+    EXPECT_EQ(compiled.exitCode, 0) << compiled.output;
+    SessionOptions options;
+    options.planDir = plan;
+    options.weights = model + "/model.safetensors";
+    options.threads = 2;
+    std::unique_ptr<Session> session = openSession(options);
+    std::map<std::string, std::vector<double>> values;
+    values["loss"] = toDoubles(runEntry(*session, "train_step", batchOf(packed), plan).at("loss"), "loss");
+    for (const Parameter& parameter : session->plan.parameters)
+      if (parameter.name.rfind(kGradientPrefix, 0) == 0)
+        values[parameter.name] = toDoubles(session->executor->parameter(parameter.name), parameter.name);
+    return values;
+  };
+  const std::map<std::string, std::vector<double>> packed = lossAndGradients(true);
+  const std::map<std::string, std::vector<double>> alone = lossAndGradients(false);
+  ASSERT_EQ(packed.size(), alone.size());
+  for (const auto& [name, want] : alone) {
+    const std::vector<double>& got = packed.at(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    double difference = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      difference += (got[i] - want[i]) * (got[i] - want[i]);
+      norm += want[i] * want[i];
+    }
+    const double tolerance = name == "loss" ? kLossTolerance : kGradientTolerance;
+    EXPECT_LE(norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference), tolerance) << name;
+  }
+}
+
+// Every parallel layout and recompute policy computes what one rank computes (docs/parallelism.md)
+// for both objectives:
 // `dgemma-run grad` on per-rank plans of tiny-cpu (randomly initialised; its KV heads split 2 ways)
 // against the one-rank plan, on two packed rows (documents of 5, 11 and 8 tokens; of 14 and 6 and 4
 // of padding) that cross the sliding window (8). The loss within 1e-6, every gradient within 1e-5
@@ -260,7 +342,9 @@ std::vector<ShardedCase> shardedCases() {
   const std::vector<Layout> layouts = {{"tp2", "--tp 2", 2, 1},
                                        {"tp2_sp", "--tp 2 --sp", 2, 1},
                                        {"dp2", "--dp 2", 2, 2},
-                                       {"dp2_ep2", "--dp 2 --ep 2", 2, 2}};
+                                       {"dp2_ep2", "--dp 2 --ep 2", 2, 2},
+                                       {"tp2_sp_recompute_full", "--tp 2 --sp --recompute full", 2, 1},
+                                       {"dp2_ep2_recompute_selective", "--dp 2 --ep 2 --recompute selective", 2, 2}};
   std::vector<ShardedCase> cases;
   for (const char* objective : {"autoregressive", "masked-diffusion"})
     for (const Layout& layout : layouts) cases.push_back({objective, layout});

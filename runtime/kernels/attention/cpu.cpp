@@ -33,7 +33,12 @@ namespace {
 // longer GEMMs. At the small-20m shapes (bench/cpu_kernels_bench.cpp) 16 was the faster under the
 // causal mask and 32 under the prefix mask, each by roughly 10-30%.
 constexpr int64_t kLargestQueryTile = 32;
-int64_t queryTileOf(const AttentionContract& g) { return g.mask == AttentionMask::Causal ? 16 : kLargestQueryTile; }
+// A windowed bidirectional mask moves each query's keys with it, as the causal mask does.
+int64_t queryTileOf(const AttentionContract& g) {
+  const bool keysMoveWithTheQuery =
+      g.mask == AttentionMask::Causal || (g.mask == AttentionMask::Bidirectional && g.window > 0);
+  return keysMoveWithTheQuery ? 16 : kLargestQueryTile;
+}
 
 // The scores q·k are summed over head_dim in chunks of this many products, each chunk one GEMM
 // added to the last. A GEMM sums each element in one sequential chain: over D = 64 in f32 that made
