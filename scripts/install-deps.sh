@@ -12,6 +12,8 @@ packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
   libopenblas-dev libgloo-dev libsentencepiece-dev libxxhash-dev libzstd-dev
   libpng-dev libjpeg-dev libstb-dev
+  # PCRE2: the Unicode regex of the GPT-2 BPE tokenizer's pre-tokenizer (runtime/data/text/ByteLevelBpe.cpp)
+  libpcre2-dev
   clang-19 libclang-rt-19-dev
   # clang-format of the changed lines (scripts/check-format.sh, .clang-format)
   clang-format-19

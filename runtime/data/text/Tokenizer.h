@@ -39,6 +39,7 @@ class SentencePieceProcessor;
 
 namespace dgemma {
 
+class ByteLevelBpe;
 class TokenizerJson;
 
 class Tokenizer {
@@ -108,6 +109,7 @@ class Tokenizer {
  private:
   void loadSentencePiece(const std::string& model);
   void loadTokenizerJson(const std::string& path);
+  void loadByteLevelBpe(const std::string& vocabPath, const std::string& mergesPath);
   std::string piece(int32_t id) const;
   // The byte of a byte-fallback piece; nothing for any other piece.
   std::optional<char> fallbackByte(int32_t id, const std::string& piece) const;
@@ -115,6 +117,8 @@ class Tokenizer {
   std::string directory_, backend_, file_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::unique_ptr<TokenizerJson> json_;
+  std::unique_ptr<ByteLevelBpe> bpe_;
+  std::vector<std::string> bpeTokenBytes_;  // per id, for the gpt2-bpe backend
   int64_t vocabSize_ = 0;
   int32_t eos_ = -1, bos_ = -1, pad_ = -1;
   std::string imageToken_ = "<image>", boiToken_ = "<boi>", eoiToken_ = "<eoi>";
