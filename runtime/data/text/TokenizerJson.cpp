@@ -488,8 +488,13 @@ TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<I
       else c.fail(at + ".prepend_scheme", "expected always, first or never, got " + json(scheme).dump());
       step.split = c.boolean(p, at, "split", true);
     } else {
-      c.fail(at + ".type", "the pre-tokenizer type \"" + type +
-                               "\" is not supported by dgemma (supported: Split with a String pattern, Metaspace, Sequence)");
+      // A GPT-2 style file (ByteLevel) has its own backend, fed by the same BPE's vocab.json and merges.txt.
+      const std::string byteLevelHint =
+          type == "ByteLevel" ? "; for a GPT-2 byte-level BPE give dgemma its vocab.json and merges.txt instead" : "";
+      c.fail(at + ".type",
+             "the pre-tokenizer type \"" + type +
+                 "\" is not supported by dgemma (supported: Split with a String pattern, Metaspace, Sequence)" +
+                 byteLevelHint);
     }
     d.preTokenizers.push_back(std::move(step));
   };

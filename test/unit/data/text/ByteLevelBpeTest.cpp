@@ -183,6 +183,17 @@ TEST(ByteLevelBpe, DirectoryAndConfigErrors) {
   EXPECT_TRUE(mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }), "expected the special token \"</s>\""));
 }
 
+TEST(ByteLevelBpe, ByteLevelTokenizerJsonIsRefusedWithTheWayOut) {
+  TempDir dir;
+  writeBytes(dir / "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}})");
+  EXPECT_TRUE(mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }),
+                       dir / "tokenizer.json" + ": pre_tokenizer.type: the pre-tokenizer type \"ByteLevel\" is not "
+                                                "supported by dgemma"));
+  EXPECT_TRUE(
+      mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }), "give dgemma its vocab.json and merges.txt"));
+}
+
 TEST(ByteLevelBpe, AddedTokensOfTheConfigAreSingleIds) {
   TempDir dir;
   writeTokenizer(dir, byteVocab(), "");
