@@ -80,6 +80,8 @@ def gpt2_bpe_seeds():
     seed("missing-byte.bin", json.dumps({k: v for k, v in vocab.items() if k != "\u0100"}), "")
     seed("duplicate-id.bin", json.dumps(dict(vocab, word=5)), "")
     seed("not-an-object.bin", json.dumps(list(vocab)), "")
+    model = {"type": "BPE", "vocab": vocab, "merges": [m.split(" ") for m in merges], "ignore_merges": True}
+    seed("tokenizer-json-model.bin", json.dumps({"model": model}), "")
     write("gpt2_bpe", "text-only.txt", text + b" <|endoftext <|endoftext|>\xf0\x9f " + "\u3000".encode())
 
 

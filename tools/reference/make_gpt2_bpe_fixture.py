@@ -11,7 +11,9 @@ its own (the parity test uses another one), decoded with errors="replace". As in
 
 Writes vocab.json and merges.txt as HF's BPE model saves them, tokenizer_config.json as GPT-2's
 (transformers' GPT2Tokenizer: "<|endoftext|>" is BOS, EOS and unknown, no PAD, add_prefix_space
-false) and special_tokens_map.json. Checks that transformers loads the directory as GPT2Tokenizer.
+false) and special_tokens_map.json. Checks that transformers loads the directory as GPT2Tokenizer, and saves it
+with save_pretrained to test/fixtures/gpt2_bpe_json/ (tokenizer.json with the ByteLevel pre-tokenizer,
+tokenizer_config.json), the form dgemma routes to the same backend.
 Training is single-threaded (RAYON_NUM_THREADS=1), and rerunning reproduces every file byte for byte.
 
 Run from anywhere (needs tokenizers and transformers, test/requirements.txt):
@@ -20,6 +22,7 @@ Run from anywhere (needs tokenizers and transformers, test/requirements.txt):
 import json
 import os
 import pathlib
+import shutil
 import sys
 
 os.environ["RAYON_NUM_THREADS"] = "1"
@@ -28,6 +31,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 OUT = ROOT / "test" / "fixtures" / "gpt2_bpe"
+OUT_JSON = ROOT / "test" / "fixtures" / "gpt2_bpe_json"
 sys.path.insert(0, str(ROOT / "test" / "interop"))
 import tokenizer_corpus  # noqa: E402
 
@@ -80,6 +84,13 @@ def main():
     assert loaded.eos_token_id == vocab[EOT] and loaded.bos_token_id == vocab[EOT]
     assert loaded.encode("Hello<|endoftext|>", add_special_tokens=False)[-1] == vocab[EOT]
     print(f"wrote {OUT}: {len(vocab)} tokens, {len(merges)} merges")
+
+    # The same tokenizer as transformers saves it: tokenizer.json (ByteLevel pre-tokenizer and decoder)
+    # and tokenizer_config.json.
+    shutil.rmtree(OUT_JSON, ignore_errors=True)
+    loaded.save_pretrained(str(OUT_JSON))
+    assert sorted(p.name for p in OUT_JSON.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    print(f"wrote {OUT_JSON}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <unordered_map>
@@ -77,17 +78,94 @@ std::string pcreMessage(int code) {
 struct ByteLevelBpe::Impl {
   std::unordered_map<std::string, int32_t> vocab;
   std::vector<std::string> tokens;  // by id
+  std::vector<bool> idTaken;
   std::array<int32_t, 256> byteIds{};
-  std::array<std::string, 256> byteChars;  // UTF-8 of each byte's character
+  std::array<std::string, 256> byteChars;                 // UTF-8 of each byte's character
   std::unordered_map<uint32_t, unsigned char> charBytes;  // the inverse
   BpeMerges merges;
+  int32_t rank = 0;
+  bool ignoreMerges = false;
   std::unique_ptr<pcre2_code, PcreCodeDeleter> pattern;
+
+  Impl() {
+    const std::array<uint32_t, 256> codepoints = byteCodepoints();
+    for (int b = 0; b < 256; ++b) {
+      byteChars[b] = utf8Of(codepoints[b]);
+      charBytes[codepoints[b]] = static_cast<unsigned char>(b);
+    }
+  }
+
+  // One vocabulary entry; `at` names it in messages ("PATH: the token \"x\"").
+  void addToken(const std::string& token, const nlohmann::json& value, const std::string& at) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId)
+      throw InputError(at + ": expected an integer id from 0 to " + std::to_string(kMaxTokenId) + ", got " +
+                       describeJsonValue(value));
+    const auto id = static_cast<int32_t>(value.get<int64_t>());
+    if (static_cast<size_t>(id) >= tokens.size()) {
+      tokens.resize(static_cast<size_t>(id) + 1);
+      idTaken.resize(static_cast<size_t>(id) + 1);
+    }
+    if (idTaken[id])
+      throw InputError(at + ": the tokens " + quoteForMessage(tokens[id]) + " and " + quoteForMessage(token) +
+                       " both have the id " + std::to_string(id) + "; expected one token per id");
+    tokens[id] = token;
+    idTaken[id] = true;
+    vocab.emplace(token, id);
+  }
+
+  // After the vocabulary: every byte's character must be a token.
+  void findByteIds(const std::string& vocabName) {
+    for (int b = 0; b < 256; ++b) {
+      auto it = vocab.find(byteChars[b]);
+      if (it == vocab.end()) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", b);
+        throw InputError(vocabName +
+                         ": expected a token for every byte's character (GPT-2's byte-level alphabet), but " +
+                         quoteForMessage(byteChars[b]) + " (byte " + hex + ") is missing");
+      }
+      byteIds[b] = it->second;
+    }
+  }
+
+  // The next merge in rank order; `at` locates it ("PATH:LINE: "), `vocabName` names the vocabulary.
+  void addMerge(const std::string& left, const std::string& right, const std::string& at,
+                const std::string& vocabName) {
+    for (const std::string* part : {&left, &right})
+      if (!vocab.count(*part))
+        throw InputError(at + "expected the merge's tokens in " + vocabName + ", but " + quoteForMessage(*part) +
+                         " is not there");
+    auto merged = vocab.find(left + right);
+    if (merged == vocab.end())
+      throw InputError(at + "expected the merged token " + quoteForMessage(left + right) + " in " + vocabName +
+                       ", but it is not there");
+    merges.add(vocab.at(left), vocab.at(right), rank++, merged->second);
+  }
+
+  void compilePattern() {
+    int errorCode = 0;
+    PCRE2_SIZE errorOffset = 0;
+    pattern.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
+                                PCRE2_UTF | PCRE2_UCP, &errorCode, &errorOffset, nullptr));
+    if (!pattern) throw RuntimeError("GPT-2's pre-tokenizer pattern does not compile: " + pcreMessage(errorCode));
+    // JIT is a speed-up only: where the platform has none, pcre2_match interprets the pattern.
+    pcre2_jit_compile(pattern.get(), PCRE2_JIT_COMPLETE);
+  }
 
   // Appends the ids of one piece of the pre-tokenizer.
   void encodePiece(std::string_view piece, std::vector<int32_t>& ids) const {
     if (piece.size() == 1) {
       ids.push_back(byteIds[static_cast<unsigned char>(piece[0])]);
       return;
+    }
+    if (ignoreMerges) {
+      // HF's ignore_merges: a piece that is a token is that token, whatever the merges would give.
+      std::string chars;
+      for (char b : piece) chars += byteChars[static_cast<unsigned char>(b)];
+      if (auto it = vocab.find(chars); it != vocab.end()) {
+        ids.push_back(it->second);
+        return;
+      }
     }
     std::vector<int32_t> symbols;
     symbols.reserve(piece.size());
@@ -104,46 +182,13 @@ ByteLevelBpe::ByteLevelBpe(std::string_view vocabJson, const std::string& vocabN
                            const std::string& mergesName)
     : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
-  const std::array<uint32_t, 256> codepoints = byteCodepoints();
-  for (int b = 0; b < 256; ++b) {
-    d.byteChars[b] = utf8Of(codepoints[b]);
-    d.charBytes[codepoints[b]] = static_cast<unsigned char>(b);
-  }
-
-  // vocab.json
   const nlohmann::json vocab = parseJson(vocabJson, vocabName);
   if (!vocab.is_object())
     throw InputError(vocabName + ": expected a JSON object of token -> id, got " + describeJsonValue(vocab));
-  std::vector<bool> idTaken;
-  for (const auto& [token, value] : vocab.items()) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId)
-      throw InputError(vocabName + ": the token " + quoteForMessage(token) + ": expected an integer id from 0 to " +
-                       std::to_string(kMaxTokenId) + ", got " + describeJsonValue(value));
-    const auto id = static_cast<int32_t>(value.get<int64_t>());
-    if (static_cast<size_t>(id) >= d.tokens.size()) {
-      d.tokens.resize(static_cast<size_t>(id) + 1);
-      idTaken.resize(static_cast<size_t>(id) + 1);
-    }
-    if (idTaken[id])
-      throw InputError(vocabName + ": the tokens " + quoteForMessage(d.tokens[id]) + " and " + quoteForMessage(token) +
-                       " both have the id " + std::to_string(id) + "; expected one token per id");
-    d.tokens[id] = token;
-    idTaken[id] = true;
-    d.vocab.emplace(token, id);
-  }
-  for (int b = 0; b < 256; ++b) {
-    auto it = d.vocab.find(d.byteChars[b]);
-    if (it == d.vocab.end()) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      throw InputError(vocabName + ": expected a token for every byte's character (GPT-2's byte-level alphabet), but " +
-                       quoteForMessage(d.byteChars[b]) + " (byte " + hex + ") is missing");
-    }
-    d.byteIds[b] = it->second;
-  }
+  for (const auto& [token, value] : vocab.items())
+    d.addToken(token, value, vocabName + ": the token " + quoteForMessage(token));
+  d.findByteIds(vocabName);
 
-  // merges.txt
-  int32_t rank = 0;
   size_t lineStart = 0;
   for (int64_t lineNumber = 1; lineStart < mergesText.size(); ++lineNumber) {
     size_t lineEnd = mergesText.find('\n', lineStart);
@@ -157,25 +202,52 @@ ByteLevelBpe::ByteLevelBpe(std::string_view vocabJson, const std::string& vocabN
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
       throw InputError(at + "expected a merge \"LEFT RIGHT\" (two tokens separated by one space), got " +
                        quoteForMessage(line));
-    const std::string left(line.substr(0, space)), right(line.substr(space + 1));
-    for (const std::string* part : {&left, &right})
-      if (!d.vocab.count(*part))
-        throw InputError(at + "expected the merge's tokens in " + vocabName + ", but " + quoteForMessage(*part) +
-                         " is not there");
-    auto merged = d.vocab.find(left + right);
-    if (merged == d.vocab.end())
-      throw InputError(at + "expected the merged token " + quoteForMessage(left + right) + " in " + vocabName +
-                       ", but it is not there");
-    d.merges.add(d.vocab.at(left), d.vocab.at(right), rank++, merged->second);
+    d.addMerge(std::string(line.substr(0, space)), std::string(line.substr(space + 1)), at, vocabName);
   }
+  d.compilePattern();
+}
 
-  int errorCode = 0;
-  PCRE2_SIZE errorOffset = 0;
-  d.pattern.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
-                                PCRE2_UTF | PCRE2_UCP, &errorCode, &errorOffset, nullptr));
-  if (!d.pattern) throw RuntimeError("GPT-2's pre-tokenizer pattern does not compile: " + pcreMessage(errorCode));
-  // JIT is a speed-up only: where the platform has none, pcre2_match interprets the pattern.
-  pcre2_jit_compile(d.pattern.get(), PCRE2_JIT_COMPLETE);
+ByteLevelBpe::ByteLevelBpe(const nlohmann::json& model, const std::string& file) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  auto fail = [&](const std::string& at, const std::string& what) { throw InputError(file + ": " + at + ": " + what); };
+  if (!model.is_object()) fail("model", "expected an object, got " + describeJsonValue(model));
+  if (auto it = model.find("type"); it != model.end() && *it != "BPE")
+    fail("model.type", "expected \"BPE\" for a ByteLevel tokenizer, got " + describeJsonValue(*it));
+  if (auto it = model.find("dropout"); it != model.end() && !it->is_null() && *it != 0)
+    fail("model.dropout", "BPE dropout is not supported by dgemma (expected null), got " + describeJsonValue(*it));
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (auto it = model.find(key); it != model.end() && !it->is_null() && *it != "")
+      fail(std::string("model.") + key, "is not supported by dgemma (expected null), got " + describeJsonValue(*it));
+  if (auto it = model.find("ignore_merges"); it != model.end() && !it->is_null()) {
+    if (!it->is_boolean()) fail("model.ignore_merges", "expected a boolean, got " + describeJsonValue(*it));
+    d.ignoreMerges = it->get<bool>();
+  }
+  // unk_token, fuse_unk and byte_fallback cannot change the ids: every byte has its token.
+  auto vocab = model.find("vocab");
+  if (vocab == model.end() || !vocab->is_object()) fail("model.vocab", "expected an object of token -> id");
+  for (const auto& [token, value] : vocab->items())
+    d.addToken(token, value, file + ": model.vocab[" + quoteForMessage(token) + "]");
+  d.findByteIds(file + ": model.vocab");
+  auto merges = model.find("merges");
+  if (merges == model.end() || !merges->is_array()) fail("model.merges", "expected an array");
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const nlohmann::json& m = (*merges)[i];
+    const std::string at = file + ": model.merges[" + std::to_string(i) + "]: ";
+    std::string left, right;
+    if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else if (m.is_string() &&
+               std::count(m.get_ref<const std::string&>().begin(), m.get_ref<const std::string&>().end(), ' ') == 1) {
+      const std::string& text = m.get_ref<const std::string&>();
+      left = text.substr(0, text.find(' '));
+      right = text.substr(text.find(' ') + 1);
+    } else {
+      throw InputError(at + "expected [\"LEFT\", \"RIGHT\"] or \"LEFT RIGHT\", got " + describeJsonValue(m));
+    }
+    d.addMerge(left, right, at, file + ": model.vocab");
+  }
+  d.compilePattern();
 }
 
 ByteLevelBpe::~ByteLevelBpe() = default;

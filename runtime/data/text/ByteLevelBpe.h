@@ -16,7 +16,8 @@
 //   merges.txt  one merge "LEFT RIGHT" per line (exactly one space), "#version" lines skipped; the
 //               line's index among the merges is its rank, a repeated merge takes its last rank; both
 //               parts and their concatenation must be vocabulary tokens.
-// Anything else is an InputError naming the file (merges.txt: "PATH:LINE: expected ...").
+// Anything else is an InputError naming the file (merges.txt: "PATH:LINE: expected ..."). The same
+// model can come from a GPT-2 style tokenizer.json (the second constructor).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace dgemma {
 
@@ -34,6 +37,10 @@ class ByteLevelBpe {
   // The same from the files' contents; the names are used in error messages only.
   ByteLevelBpe(std::string_view vocabJson, const std::string& vocabName, std::string_view mergesText,
                const std::string& mergesName);
+  // From the "model" of a GPT-2 style tokenizer.json (ByteLevel pre-tokenizer; Tokenizer routes such
+  // a file here): its vocab and merges (["LEFT", "RIGHT"] or "LEFT RIGHT"), checked as above, and
+  // ignore_merges. InputError "FILE: model.merges[I]: expected ..." and the like.
+  ByteLevelBpe(const nlohmann::json& model, const std::string& file);
   ~ByteLevelBpe();
   ByteLevelBpe(ByteLevelBpe&&) noexcept;
   ByteLevelBpe& operator=(ByteLevelBpe&&) noexcept;

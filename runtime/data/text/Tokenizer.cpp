@@ -220,9 +220,17 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
 }
 
 void Tokenizer::loadTokenizerJson(const std::string& path) {
+  // A regular file, nesting bounded (support/InputFile.h, support/Json.h).
+  const nlohmann::json root = parseJson(readRegularFile(path), path);
+  // GPT-2 style files (saved by transformers from vocab.json + merges.txt) go to the byte-level backend.
+  if (root.is_object() && root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object() &&
+      root["pre_tokenizer"].value("type", nlohmann::json()) == "ByteLevel") {
+    loadByteLevelTokenizerJson(path, root);
+    return;
+  }
   backend_ = "tokenizers";
   file_ = path;
-  json_ = std::make_unique<TokenizerJson>(path);
+  json_ = std::make_unique<TokenizerJson>(path, root);
   vocabSize_ = json_->vocabSize();
   isSpecial_.assign(static_cast<size_t>(vocabSize_), false);
   for (const TokenizerJson::AddedToken& token : json_->addedTokens()) {
@@ -248,26 +256,13 @@ void Tokenizer::loadByteLevelBpe(const std::string& vocabPath, const std::string
   }
   bpe_ = std::make_unique<ByteLevelBpe>(ByteLevelBpe::load(vocabPath, mergesPath));
 
-  // The added tokens: tokenizer_config.json's added_tokens_decoder, and the named special tokens
-  // (GPT2Tokenizer's defaults: "<|endoftext|>" is BOS, EOS and unknown; no PAD). A token of the
-  // vocabulary keeps its id there, as in HF.
-  struct Added {
-    std::string content;
-    int32_t id;
-    bool special;
-  };
-  std::vector<Added> added;
+  std::vector<ByteLevelAddedToken> added;
   const fs::path configPath = fs::path(directory_) / "tokenizer_config.json";
   std::error_code ec;
   if (fs::exists(configPath, ec)) {
     const std::string where = configPath.string();
     const nlohmann::json config = parseJson(readRegularFile(where), where);
-    if (!config.is_object()) throw InputError(where + ": expected a JSON object, got " + describeJsonValue(config));
-    // add_prefix_space changes every text's first word; dgemma follows GPT-2's default, false.
-    if (auto it = config.find("add_prefix_space"); it != config.end() && *it == true)
-      throw InputError(where +
-                       ": add_prefix_space: true is not supported by dgemma's GPT-2 BPE tokenizer (expected false)");
-    if (auto it = config.find("added_tokens_decoder"); it != config.end() && !it->is_null()) {
+    if (auto it = config.find("added_tokens_decoder"); config.is_object() && it != config.end() && !it->is_null()) {
       if (!it->is_object())
         throw InputError(where + ": added_tokens_decoder: expected an object of id -> token, got " +
                          describeJsonValue(*it));
@@ -277,24 +272,76 @@ void Tokenizer::loadByteLevelBpe(const std::string& vocabPath, const std::string
         if (!key.empty() && key.size() <= 8 && key.find_first_not_of("0123456789") == std::string::npos)
           id = std::stoll(key);
         if (id < 0) throw InputError(at + ": expected a non-negative integer id of at most 8 digits as the key");
-        if (!token.is_object() || !token.contains("content") || !token["content"].is_string() ||
-            token["content"].get<std::string>().empty())
-          throw InputError(at + ": expected an object with a non-empty string \"content\", got " +
-                           describeJsonValue(token));
-        for (const char* flag : {"lstrip", "rstrip", "single_word"})
-          if (auto f = token.find(flag); f != token.end() && *f == true)
-            throw InputError(at + "." + flag +
-                             ": true is not supported by dgemma's GPT-2 BPE tokenizer (expected false)");
-        const bool special = token.contains("special") && token["special"] == true;
-        added.push_back({token["content"].get<std::string>(), static_cast<int32_t>(id), special});
+        added.push_back(readByteLevelAddedToken(token, at, static_cast<int32_t>(id)));
       }
     }
   }
+  finishByteLevelBpe(std::move(added), vocabPath);
+}
+
+Tokenizer::ByteLevelAddedToken Tokenizer::readByteLevelAddedToken(const nlohmann::json& token, const std::string& at,
+                                                                  int32_t id) {
+  if (!token.is_object() || !token.contains("content") || !token["content"].is_string() ||
+      token["content"].get<std::string>().empty())
+    throw InputError(at + ": expected an object with a non-empty string \"content\", got " + describeJsonValue(token));
+  for (const char* flag : {"lstrip", "rstrip", "single_word"})
+    if (auto f = token.find(flag); f != token.end() && *f == true)
+      throw InputError(at + "." + flag + ": true is not supported by dgemma's GPT-2 BPE tokenizer (expected false)");
+  return {token["content"].get<std::string>(), id, token.contains("special") && token["special"] == true};
+}
+
+void Tokenizer::loadByteLevelTokenizerJson(const std::string& path, const nlohmann::json& root) {
+  backend_ = "gpt2-bpe";
+  file_ = path;
+  auto fail = [&](const std::string& at, const std::string& what) { throw InputError(path + ": " + at + ": " + what); };
+  // GPT-2's shape as transformers saves it: no normalizer, the ByteLevel pre-tokenizer with GPT-2's
+  // pattern and no prefix space, the ByteLevel decoder; the post-processor only adds special tokens,
+  // which encode() never does.
+  if (auto it = root.find("normalizer"); it != root.end() && !it->is_null())
+    fail("normalizer", "expected null beside the ByteLevel pre-tokenizer, got " + describeJsonValue(*it));
+  const nlohmann::json& pre = root["pre_tokenizer"];
+  if (pre.value("add_prefix_space", false) != false)
+    fail("pre_tokenizer.add_prefix_space", "true is not supported by dgemma (expected false)");
+  if (pre.value("use_regex", true) != true)
+    fail("pre_tokenizer.use_regex", "false is not supported by dgemma (expected true, GPT-2's pattern)");
+  if (auto it = root.find("decoder");
+      it != root.end() && !it->is_null() && it->value("type", nlohmann::json()) != "ByteLevel")
+    fail("decoder", "expected the ByteLevel decoder beside the ByteLevel pre-tokenizer, got " + describeJsonValue(*it));
+  if (!root.contains("model")) fail("model", "expected a value, but the key is missing");
+  bpe_ = std::make_unique<ByteLevelBpe>(root["model"], path);
+
+  std::vector<ByteLevelAddedToken> added;
+  if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
+    if (!it->is_array()) fail("added_tokens", "expected an array, got " + describeJsonValue(*it));
+    for (size_t i = 0; i < it->size(); ++i) {
+      const nlohmann::json& token = (*it)[i];
+      const std::string at = path + ": added_tokens[" + std::to_string(i) + "]";
+      const nlohmann::json id = token.is_object() ? token.value("id", nlohmann::json()) : nlohmann::json();
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+        throw InputError(at + ".id: expected a non-negative integer id, got " + describeJsonValue(id));
+      added.push_back(readByteLevelAddedToken(token, at, static_cast<int32_t>(id.get<int64_t>())));
+    }
+  }
+  finishByteLevelBpe(std::move(added), path);
+}
+
+void Tokenizer::finishByteLevelBpe(std::vector<ByteLevelAddedToken> added, const std::string& where) {
+  // add_prefix_space changes every text's first word; dgemma follows GPT-2's default, false.
+  const fs::path configPath = fs::path(directory_) / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(configPath, ec)) {
+    const nlohmann::json config = parseJson(readRegularFile(configPath.string()), configPath.string());
+    if (auto it = config.find("add_prefix_space"); config.is_object() && it != config.end() && *it == true)
+      throw InputError(configPath.string() +
+                       ": add_prefix_space: true is not supported by dgemma's GPT-2 BPE tokenizer (expected false)");
+  }
+  // The named special tokens are added tokens too (GPT2Tokenizer's defaults: "<|endoftext|>" is BOS,
+  // EOS and unknown; no PAD). A token of the vocabulary keeps its id there, as in HF.
   const SpecialTokenNames names =
       readSpecialTokenNames(directory_, {"<|endoftext|>", "<|endoftext|>", "", "<|endoftext|>"});
   auto idOf = [&](const std::string& token) -> int32_t {
     if (int32_t id = bpe_->tokenToId(token); id >= 0) return id;
-    for (const Added& a : added)
+    for (const ByteLevelAddedToken& a : added)
       if (a.content == token) return a.id;
     return -1;
   };
@@ -302,9 +349,9 @@ void Tokenizer::loadByteLevelBpe(const std::string& vocabPath, const std::string
     if (name->empty()) continue;
     const int32_t id = idOf(*name);
     if (id < 0)
-      throw InputError(vocabPath + ": expected the special token \"" + *name +
-                       "\" (named by the tokenizer's config, or GPT-2's default) in vocab.json or in"
-                       " tokenizer_config.json's added_tokens_decoder, but it is in neither");
+      throw InputError(where + ": expected the special token \"" + *name +
+                       "\" (named by the tokenizer's config, or GPT-2's default) among the tokens or the added"
+                       " tokens, but it is in neither");
     added.push_back({*name, id, true});
   }
   eos_ = idOf(names.eos);
@@ -312,7 +359,7 @@ void Tokenizer::loadByteLevelBpe(const std::string& vocabPath, const std::string
   pad_ = names.pad.empty() ? -1 : idOf(names.pad);
 
   vocabSize_ = bpe_->vocabSize();
-  for (Added& a : added) {
+  for (ByteLevelAddedToken& a : added) {
     if (int32_t id = bpe_->tokenToId(a.content); id >= 0) a.id = id;
     vocabSize_ = std::max<int64_t>(vocabSize_, int64_t{a.id} + 1);
   }
@@ -320,7 +367,7 @@ void Tokenizer::loadByteLevelBpe(const std::string& vocabPath, const std::string
   bpeTokenBytes_.assign(static_cast<size_t>(vocabSize_), "");
   for (int32_t id = 0; id < bpe_->vocabSize(); ++id) bpeTokenBytes_[id] = bpe_->tokenBytes(bpe_->idToToken(id));
   byFirstByte_.resize(256);
-  for (const Added& a : added) {
+  for (const ByteLevelAddedToken& a : added) {
     // HF decodes an added token through the ByteLevel decoder too.
     bpeTokenBytes_[a.id] = bpe_->tokenBytes(a.content);
     if (a.special) isSpecial_[a.id] = true;

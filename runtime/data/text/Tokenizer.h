@@ -2,8 +2,9 @@
 //
 // Tokenizer loads a checkpoint's (or the bundled, data/tokenizer/) tokenizer: the SentencePiece model
 // tokenizer.model through libsentencepiece when the directory has one (backend() "sentencepiece"),
-// else the HF tokenizer.json (backend() "tokenizers", TokenizerJson.h), else GPT-2's byte-level BPE
-// from vocab.json + merges.txt (backend() "gpt2-bpe", ByteLevelBpe.h). encode() follows HF's
+// else the HF tokenizer.json (backend() "tokenizers", TokenizerJson.h; "gpt2-bpe" when its
+// pre-tokenizer is GPT-2's ByteLevel), else GPT-2's byte-level BPE from vocab.json + merges.txt
+// (backend() "gpt2-bpe", ByteLevelBpe.h). encode() follows HF's
 // `tokenizer(text, add_special_tokens=False)`: special token strings in the text ("<bos>", "<eos>",
 // "<|turn>", "<|endoftext|>", ...: for SentencePiece the model's control, unknown and user-defined
 // pieces, for tokenizer.json its added_tokens, for GPT-2 BPE its config's added and special tokens)
@@ -33,6 +34,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "runtime/data/rows/Rows.h"
 
@@ -66,7 +69,8 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   const std::string& directory() const { return directory_; }
-  // "sentencepiece" (tokenizer.model), "tokenizers" (tokenizer.json) or "gpt2-bpe" (vocab.json).
+  // "sentencepiece" (tokenizer.model), "tokenizers" (tokenizer.json) or "gpt2-bpe" (vocab.json, or a
+  // tokenizer.json with the ByteLevel pre-tokenizer).
   const std::string& backend() const { return backend_; }
   // The file the tokenizer was loaded from (DIRECTORY/tokenizer.model, tokenizer.json or vocab.json).
   const std::string& file() const { return file_; }
@@ -117,6 +121,16 @@ class Tokenizer {
   void loadSentencePiece(const std::string& model);
   void loadTokenizerJson(const std::string& path);
   void loadByteLevelBpe(const std::string& vocabPath, const std::string& mergesPath);
+  void loadByteLevelTokenizerJson(const std::string& path, const nlohmann::json& root);
+  struct ByteLevelAddedToken {
+    std::string content;
+    int32_t id;
+    bool special;
+  };
+  // An added token of tokenizer_config.json's added_tokens_decoder or tokenizer.json's added_tokens.
+  static ByteLevelAddedToken readByteLevelAddedToken(const nlohmann::json& token, const std::string& at, int32_t id);
+  // The special tokens, ids and per-id tables of the gpt2-bpe backend once bpe_ is loaded.
+  void finishByteLevelBpe(std::vector<ByteLevelAddedToken> added, const std::string& where);
   std::string piece(int32_t id) const;
   // The byte of a byte-fallback piece; nothing for any other piece.
   std::optional<char> fallbackByte(int32_t id, const std::string& piece) const;

@@ -366,12 +366,12 @@ struct TokenizerJson::Impl {
   }
 };
 
-TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<Impl>()) {
+// A regular file, nesting bounded (support/InputFile.h, support/Json.h).
+TokenizerJson::TokenizerJson(const std::string& path) : TokenizerJson(path, parseJson(readRegularFile(path), path)) {}
+
+TokenizerJson::TokenizerJson(const std::string& path, const json& root) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   const Checker c{path};
-  json root;
-  // A regular file, nesting bounded (support/InputFile.h, support/Json.h).
-  root = parseJson(readRegularFile(path), path);
   if (!root.is_object()) c.fail("(root)", "expected an object, got " + Checker::describe(root));
 
   // model
@@ -488,13 +488,9 @@ TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<I
       else c.fail(at + ".prepend_scheme", "expected always, first or never, got " + json(scheme).dump());
       step.split = c.boolean(p, at, "split", true);
     } else {
-      // A GPT-2 style file (ByteLevel) has its own backend, fed by the same BPE's vocab.json and merges.txt.
-      const std::string byteLevelHint =
-          type == "ByteLevel" ? "; for a GPT-2 byte-level BPE give dgemma its vocab.json and merges.txt instead" : "";
       c.fail(at + ".type",
              "the pre-tokenizer type \"" + type +
-                 "\" is not supported by dgemma (supported: Split with a String pattern, Metaspace, Sequence)" +
-                 byteLevelHint);
+                 "\" is not supported by dgemma (supported: Split with a String pattern, Metaspace, Sequence)");
     }
     d.preTokenizers.push_back(std::move(step));
   };

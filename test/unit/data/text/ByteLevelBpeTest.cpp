@@ -120,9 +120,9 @@ TEST(ByteLevelBpe, MergesApplyByRankAndSkipVersionLines) {
   json vocab = byteVocab();
   vocab["ab"] = 256;
   vocab["bc"] = 257;
-  TempDir bcFirst, abFirst;
-  const Tokenizer first(writeTokenizer(bcFirst, vocab, "#version: 0.2\r\nb c\r\na b\r\n"));
-  const Tokenizer second(writeTokenizer(abFirst, vocab, "#version: 0.2\na b\nb c\n"));
+  TempDir dir;  // one per test: each tokenizer is loaded before the files are rewritten
+  const Tokenizer first(writeTokenizer(dir, vocab, "#version: 0.2\r\nb c\r\na b\r\n"));
+  const Tokenizer second(writeTokenizer(dir, vocab, "#version: 0.2\na b\nb c\n"));
   EXPECT_EQ(first.encode("abc"), (std::vector<int32_t>{vocab["a"].get<int32_t>(), 257}));
   EXPECT_EQ(second.encode("abc"), (std::vector<int32_t>{256, vocab["c"].get<int32_t>()}));
   EXPECT_EQ(first.vocabSize(), 301);  // 1 + the largest id, "<|endoftext|>"
@@ -183,15 +183,74 @@ TEST(ByteLevelBpe, DirectoryAndConfigErrors) {
   EXPECT_TRUE(mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }), "expected the special token \"</s>\""));
 }
 
-TEST(ByteLevelBpe, ByteLevelTokenizerJsonIsRefusedWithTheWayOut) {
+TEST(ByteLevelBpe, TokenizerJsonOfTransformersIsTheSameTokenizer) {
+  // test/fixtures/gpt2_bpe_json: the fixture saved by transformers as tokenizer.json.
+  const Tokenizer json(DGEMMA_GPT2_BPE_JSON_DIR);
+  EXPECT_EQ(json.backend(), "gpt2-bpe");
+  EXPECT_EQ(json.file(), std::string(DGEMMA_GPT2_BPE_JSON_DIR) + "/tokenizer.json");
+  EXPECT_EQ(json.vocabSize(), fixture().vocabSize());
+  EXPECT_EQ(json.eosId(), kEndOfText);
+  EXPECT_EQ(json.tokenBytes(), fixture().tokenBytes());
+  const std::string text = "The <|endoftext|> 日本語, it's\t\t 42 \xFF\xC3 \xF0\x9F\x98\x80";
+  EXPECT_EQ(json.encode(text), fixture().encode(text));
+}
+
+json byteLevelTokenizerJson(const json& vocab, const json& merges) {
+  return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+          {"decoder", {{"type", "ByteLevel"}}}};
+}
+
+TEST(ByteLevelBpe, BadByteLevelTokenizerJsonIsLocated) {
   TempDir dir;
-  writeBytes(dir / "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
-      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}})");
-  EXPECT_TRUE(mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }),
-                       dir / "tokenizer.json" + ": pre_tokenizer.type: the pre-tokenizer type \"ByteLevel\" is not "
-                                                "supported by dgemma"));
-  EXPECT_TRUE(
-      mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }), "give dgemma its vocab.json and merges.txt"));
+  const std::string file = dir / "tokenizer.json";
+  auto errorOf = [&](const json& tokenizerJson) {
+    writeBytes(file, tokenizerJson.dump());
+    return expectInputError([&] { Tokenizer{dir.path.string()}; });
+  };
+  json vocab = byteVocab();
+  vocab["ab"] = 256;
+  EXPECT_TRUE(mentions(errorOf(byteLevelTokenizerJson({{"a", 0}}, json::array())),
+                       file + ": model.vocab: expected a token for every byte's character"));
+  EXPECT_TRUE(mentions(
+      errorOf(byteLevelTokenizerJson(vocab, json::array({json::array({"a", "b"}), json::array({"a", "xyz"})}))),
+      file + ": model.merges[1]: expected the merge's tokens in"));
+  EXPECT_TRUE(mentions(errorOf(byteLevelTokenizerJson(vocab, json::array({"a b", "a b c"}))),
+                       file + ": model.merges[1]: expected [\"LEFT\", \"RIGHT\"] or \"LEFT RIGHT\""));
+  json prefixed = byteLevelTokenizerJson(vocab, json::array());
+  prefixed["pre_tokenizer"]["add_prefix_space"] = true;
+  EXPECT_TRUE(mentions(errorOf(prefixed), file + ": pre_tokenizer.add_prefix_space: true is not supported"));
+  json normalized = byteLevelTokenizerJson(vocab, json::array());
+  normalized["normalizer"] = {{"type", "NFC"}};
+  EXPECT_TRUE(mentions(errorOf(normalized), file + ": normalizer: expected null"));
+  json dropout = byteLevelTokenizerJson(vocab, json::array());
+  dropout["model"]["dropout"] = 0.1;
+  EXPECT_TRUE(mentions(errorOf(dropout), file + ": model.dropout: BPE dropout is not supported"));
+  json stripped = byteLevelTokenizerJson(vocab, json::array());
+  stripped["added_tokens"] = {{{"id", 301}, {"content", "<x>"}, {"rstrip", true}}};
+  EXPECT_TRUE(mentions(errorOf(stripped), file + ": added_tokens[0].rstrip: true is not supported"));
+  // A ByteLevel step inside a Sequence (other patterns before it, as Llama 3's) is not GPT-2's.
+  json sequence = byteLevelTokenizerJson(vocab, json::array());
+  sequence["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "ByteLevel"}}}}};
+  EXPECT_TRUE(mentions(errorOf(sequence),
+                       file + ": pre_tokenizer.pretokenizers[0].type: the pre-tokenizer type \"ByteLevel\" is not "
+                              "supported"));
+}
+
+TEST(ByteLevelBpe, IgnoreMergesTakesAWholePieceThatIsAToken) {
+  json vocab = byteVocab();
+  vocab["ab"] = 256;
+  vocab["bc"] = 257;
+  vocab["abc"] = 258;
+  json tokenizerJson = byteLevelTokenizerJson(vocab, json::array({"b c"}));
+  TempDir dir;  // one per test: each tokenizer is loaded before the file is rewritten
+  writeBytes(dir / "tokenizer.json", tokenizerJson.dump());
+  const Tokenizer merged(dir.path.string());
+  tokenizerJson["model"]["ignore_merges"] = true;
+  writeBytes(dir / "tokenizer.json", tokenizerJson.dump());
+  const Tokenizer whole(dir.path.string());
+  EXPECT_EQ(merged.encode("abc"), (std::vector<int32_t>{vocab["a"].get<int32_t>(), 257}));
+  EXPECT_EQ(whole.encode("abc"), std::vector<int32_t>{258});
 }
 
 TEST(ByteLevelBpe, AddedTokensOfTheConfigAreSingleIds) {
