@@ -32,6 +32,10 @@ namespace dgemma {
 
 class ByteLevelBpe {
  public:
+  // Ids index tables, so an id far beyond any real vocabulary (GPT-2 has 50,257 tokens, the largest
+  // public BPE vocabularies about 260,000) is refused rather than allocated.
+  static constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
   // Reads and validates the two files.
   static ByteLevelBpe load(const std::string& vocabPath, const std::string& mergesPath);
   // The same from the files' contents; the names are used in error messages only.

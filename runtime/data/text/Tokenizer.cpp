@@ -287,6 +287,9 @@ Tokenizer::ByteLevelAddedToken Tokenizer::readByteLevelAddedToken(const nlohmann
   for (const char* flag : {"lstrip", "rstrip", "single_word"})
     if (auto f = token.find(flag); f != token.end() && *f == true)
       throw InputError(at + "." + flag + ": true is not supported by dgemma's GPT-2 BPE tokenizer (expected false)");
+  if (id > ByteLevelBpe::kMaxTokenId)
+    throw InputError(at + ": expected an id from 0 to " + std::to_string(ByteLevelBpe::kMaxTokenId) + ", got " +
+                     std::to_string(id));
   return {token["content"].get<std::string>(), id, token.contains("special") && token["special"] == true};
 }
 

@@ -179,6 +179,9 @@ TEST(ByteLevelBpe, DirectoryAndConfigErrors) {
              R"({"added_tokens_decoder": {"301": {"content": "<pad>", "lstrip": true, "special": true}}})");
   EXPECT_TRUE(mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }),
                        "added_tokens_decoder[\"301\"].lstrip: true is not supported"));
+  writeBytes(dir / "tokenizer_config.json", R"({"added_tokens_decoder": {"99999999": {"content": "<big>"}}})");
+  EXPECT_TRUE(mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }),
+                       "added_tokens_decoder[\"99999999\"]: expected an id from 0 to 16777215, got 99999999"));
   writeBytes(dir / "tokenizer_config.json", R"({"eos_token": "</s>"})");
   EXPECT_TRUE(mentions(expectInputError([&] { Tokenizer{dir.path.string()}; }), "expected the special token \"</s>\""));
 }
