@@ -8,8 +8,8 @@ with ZWJ sequences, skin tones and variation selectors; runs of spaces, tabs, ne
 U+2003, U+202F and U+3000; numbers in ASCII, Arabic-Indic, Devanagari and full-width digits;
 punctuation of several scripts; English contractions in both cases; code; the special-token strings
 of the three tokenizers under test; and bytes that are not UTF-8 (stray continuation bytes, truncated
-and overlong sequences, surrogates, values above U+10FFFF). Only characters assigned by Unicode 13
-are used, so the Unicode versions of PCRE2, Oniguruma and Python cannot disagree on them.
+and overlong sequences, surrogates, values above U+10FFFF). No character assigned after Unicode 13
+is used, so the Unicode versions of PCRE2, Oniguruma and Python cannot disagree on them.
 
 Records can hold newlines, so a corpus file stores each as "LENGTH\\n" + the bytes + "\\n"
 (write_corpus; the C++ probe, tokenizer_probe.cpp, reads that layout).
