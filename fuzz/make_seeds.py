@@ -56,6 +56,35 @@ def chat_seeds():
     write("chat_template", "corpus-head.txt", corpus[:1500])
 
 
+def gpt2_bpe_seeds():
+    # vocab.json 0x1E merges.txt 0x1E text (fuzz/fuzz_gpt2_bpe.cpp): the fixture's 256 byte characters and
+    # its first 60 merges, then files that fail each check; text alone goes to the fixture tokenizer only.
+    fixture = FIXTURES / "gpt2_bpe"
+    full = json.loads((fixture / "vocab.json").read_text(encoding="utf-8"))
+    merges = [line for line in (fixture / "merges.txt").read_text(encoding="utf-8").split("\n")[1:61]]
+    vocab = {token: i for token, i in full.items() if i < 256}
+    for merge in merges:
+        merged = merge.replace(" ", "")
+        vocab[merged] = full[merged]
+    vocab["<|endoftext|>"] = full["<|endoftext|>"]
+    text = "Hello, wörld!  it's 42 \u65e5\u672c\u8a9e <|endoftext|>\t\n\n \U0001f469\U0001f3fb\u200d\U0001f4bb".encode()
+
+    def seed(name, vocab_json, merges_txt, body=text):
+        write("gpt2_bpe", name, vocab_json.encode() + b"\x1e" + merges_txt.encode() + b"\x1e" + body)
+
+    seed("small.bin", json.dumps(vocab, ensure_ascii=False), "#version: 0.2\n" + "\n".join(merges) + "\n")
+    seed("crlf-invalid-utf8.bin", json.dumps(vocab), "#version: 0.2\r\n" + "\r\n".join(merges[:10]),
+         b"\xff\xc3 ab\xe2\x82 \xed\xa0\x80" + text)
+    seed("bad-merge-line.bin", json.dumps(vocab), merges[0] + "\n" + merges[1].replace(" ", ""))
+    seed("merge-not-in-vocab.bin", json.dumps(vocab), "a xyz\n")
+    seed("missing-byte.bin", json.dumps({k: v for k, v in vocab.items() if k != "\u0100"}), "")
+    seed("duplicate-id.bin", json.dumps(dict(vocab, word=5)), "")
+    seed("not-an-object.bin", json.dumps(list(vocab)), "")
+    model = {"type": "BPE", "vocab": vocab, "merges": [m.split(" ") for m in merges], "ignore_merges": True}
+    seed("tokenizer-json-model.bin", json.dumps({"model": model}), "")
+    write("gpt2_bpe", "text-only.txt", text + b" <|endoftext <|endoftext|>\xf0\x9f " + "\u3000".encode())
+
+
 def png(width, height, color_type, bit_depth, rows):
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
@@ -170,15 +199,17 @@ def json_dictionary(target, extra=()):
 
 
 def main():
-    for target in ["jsonl_row", "chat_template", "image", "safetensors", "config", "generation_config"]:
+    for target in ["jsonl_row", "chat_template", "gpt2_bpe", "image", "safetensors", "config", "generation_config"]:
         shutil.rmtree(CORPUS / target, ignore_errors=True)
     jsonl_seeds()
     chat_seeds()
+    gpt2_bpe_seeds()
     image_seeds()
     safetensors_seeds()
     config_seeds()
     manifest_seeds()
     json_dictionary("jsonl_row", ["system", "user", "assistant", "text", "image"])
+    json_dictionary("gpt2_bpe", ["<|endoftext|>", "#version: 0.2"])
     json_dictionary("safetensors", ["F64", "I8", "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2"])
     for target in ["config", "generation_config", "plan", "manifest"]:
         if (CORPUS / target).is_dir() and any((CORPUS / target).iterdir()):

@@ -39,7 +39,7 @@ while (($#)); do
   shift
 done
 
-targets=(jsonl_row chat_template image safetensors plan config generation_config manifest constraint openai_request)
+targets=(jsonl_row chat_template gpt2_bpe image safetensors plan config generation_config manifest constraint openai_request)
 if [[ -n $only ]]; then IFS=, read -r -a targets <<<"$only"; fi
 
 bash "$root/scripts/install-deps.sh"

@@ -14,6 +14,8 @@ packages=(
   libpng-dev libjpeg-dev libstb-dev
   # gzip'd JSONL corpora for dgemma-run preprocess (runtime/data/indexed)
   zlib1g-dev
+  # PCRE2: the Unicode regex of the GPT-2 BPE tokenizer's pre-tokenizer (runtime/data/text/ByteLevelBpe.cpp)
+  libpcre2-dev
   clang-19 libclang-rt-19-dev
   # clang-format of the changed lines (scripts/check-format.sh, .clang-format)
   clang-format-19

@@ -12,7 +12,9 @@
 #include "support/InputFile.h"
 #include "support/Json.h"
 #include "runtime/data/rows/Utf8.h"
+#include "runtime/data/text/ByteLevelBpe.h"
 #include "runtime/data/text/TokenizerJson.h"
+#include "runtime/data/text/Utf8Replacement.h"
 
 namespace dgemma {
 namespace {
@@ -83,6 +85,27 @@ std::string readConfigToken(const nlohmann::json& config, const char* key, std::
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
     return (*it)["content"].get<std::string>();
   return fallback;
+}
+
+struct SpecialTokenNames {
+  std::string eos, bos, pad, unk;  // "" for none
+};
+
+// The special token names of an HF tokenizer directory: tokenizer_config.json's, else
+// special_tokens_map.json's, else `names`. A name given as null keeps the fallback.
+SpecialTokenNames readSpecialTokenNames(const fs::path& dir, SpecialTokenNames names) {
+  for (const char* file : {"special_tokens_map.json", "tokenizer_config.json"}) {
+    const fs::path p = dir / file;
+    std::error_code ec;
+    if (!fs::exists(p, ec)) continue;
+    const nlohmann::json config = parseJson(readRegularFile(p.string()), p.string());
+    if (!config.is_object()) continue;
+    names.eos = readConfigToken(config, "eos_token", names.eos);
+    names.bos = readConfigToken(config, "bos_token", names.bos);
+    names.pad = readConfigToken(config, "pad_token", names.pad);
+    names.unk = readConfigToken(config, "unk_token", names.unk);
+  }
+  return names;
 }
 
 // The piece types of a serialized SentencePiece ModelProto (field 1: repeated SentencePiece, whose
@@ -173,13 +196,16 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
                      " does not exist or is not a directory");
   const fs::path model = dir / "tokenizer.model";
   const fs::path tokenizerJson = dir / "tokenizer.json";
+  const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt";
   if (fs::exists(model, ec)) {
     loadSentencePiece(model.string());
   } else if (fs::exists(tokenizerJson, ec)) {
     loadTokenizerJson(tokenizerJson.string());
+  } else if (fs::exists(vocab, ec) || fs::exists(merges, ec)) {
+    loadByteLevelBpe(vocab.string(), merges.string());
   } else {
     throw InputError(model.string() + ": expected a SentencePiece tokenizer model (or " + tokenizerJson.string() +
-                     ", an HF tokenizer), but neither file exists");
+                     ", an HF tokenizer, or vocab.json and merges.txt, a GPT-2 BPE tokenizer), but none exists");
   }
 
   const fs::path configPath = dir / "tokenizer_config.json";
@@ -194,9 +220,17 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
 }
 
 void Tokenizer::loadTokenizerJson(const std::string& path) {
+  // A regular file, nesting bounded (support/InputFile.h, support/Json.h).
+  const nlohmann::json root = parseJson(readRegularFile(path), path);
+  // GPT-2 style files (saved by transformers from vocab.json + merges.txt) go to the byte-level backend.
+  if (root.is_object() && root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object() &&
+      root["pre_tokenizer"].value("type", nlohmann::json()) == "ByteLevel") {
+    loadByteLevelTokenizerJson(path, root);
+    return;
+  }
   backend_ = "tokenizers";
   file_ = path;
-  json_ = std::make_unique<TokenizerJson>(path);
+  json_ = std::make_unique<TokenizerJson>(path, root);
   vocabSize_ = json_->vocabSize();
   isSpecial_.assign(static_cast<size_t>(vocabSize_), false);
   for (const TokenizerJson::AddedToken& token : json_->addedTokens()) {
@@ -204,23 +238,148 @@ void Tokenizer::loadTokenizerJson(const std::string& path) {
     if (token.special && token.id >= 0 && token.id < vocabSize_) isSpecial_[token.id] = true;
   }
 
-  // The special token names: tokenizer_config.json, else special_tokens_map.json, else the defaults.
-  std::string eos = "<eos>", bos = "<bos>", pad = "<pad>";
-  const fs::path dir(directory_);
-  for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
-    const fs::path p = dir / name;
+  const SpecialTokenNames names = readSpecialTokenNames(directory_, {"<eos>", "<bos>", "<pad>", ""});
+  eos_ = json_->tokenToId(names.eos);
+  bos_ = json_->tokenToId(names.bos);
+  pad_ = json_->tokenToId(names.pad);
+  if (eos_ < 0) throw InputError(path + ": the tokenizer defines no EOS id (no token \"" + names.eos + "\")");
+}
+
+void Tokenizer::loadByteLevelBpe(const std::string& vocabPath, const std::string& mergesPath) {
+  backend_ = "gpt2-bpe";
+  file_ = vocabPath;
+  for (const std::string& path : {vocabPath, mergesPath}) {
     std::error_code ec;
-    if (!fs::exists(p, ec)) continue;
-    const nlohmann::json config = parseJson(readRegularFile(p.string()), p.string());
-    if (!config.is_object()) continue;
-    eos = readConfigToken(config, "eos_token", eos);
-    bos = readConfigToken(config, "bos_token", bos);
-    pad = readConfigToken(config, "pad_token", pad);
+    if (!fs::exists(path, ec))
+      throw InputError(path + ": expected this file beside " + (path == vocabPath ? mergesPath : vocabPath) +
+                       " (a GPT-2 BPE tokenizer is vocab.json and merges.txt), but it does not exist");
   }
-  eos_ = json_->tokenToId(eos);
-  bos_ = json_->tokenToId(bos);
-  pad_ = json_->tokenToId(pad);
-  if (eos_ < 0) throw InputError(path + ": the tokenizer defines no EOS id (no token \"" + eos + "\")");
+  bpe_ = std::make_unique<ByteLevelBpe>(ByteLevelBpe::load(vocabPath, mergesPath));
+
+  std::vector<ByteLevelAddedToken> added;
+  const fs::path configPath = fs::path(directory_) / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(configPath, ec)) {
+    const std::string where = configPath.string();
+    const nlohmann::json config = parseJson(readRegularFile(where), where);
+    if (auto it = config.find("added_tokens_decoder"); config.is_object() && it != config.end() && !it->is_null()) {
+      if (!it->is_object())
+        throw InputError(where + ": added_tokens_decoder: expected an object of id -> token, got " +
+                         describeJsonValue(*it));
+      for (const auto& [key, token] : it->items()) {
+        const std::string at = where + ": added_tokens_decoder[" + quoteForMessage(key) + "]";
+        int64_t id = -1;
+        if (!key.empty() && key.size() <= 8 && key.find_first_not_of("0123456789") == std::string::npos)
+          id = std::stoll(key);
+        if (id < 0) throw InputError(at + ": expected a non-negative integer id of at most 8 digits as the key");
+        added.push_back(readByteLevelAddedToken(token, at, static_cast<int32_t>(id)));
+      }
+    }
+  }
+  finishByteLevelBpe(std::move(added), vocabPath);
+}
+
+Tokenizer::ByteLevelAddedToken Tokenizer::readByteLevelAddedToken(const nlohmann::json& token, const std::string& at,
+                                                                  int32_t id) {
+  if (!token.is_object() || !token.contains("content") || !token["content"].is_string() ||
+      token["content"].get<std::string>().empty())
+    throw InputError(at + ": expected an object with a non-empty string \"content\", got " + describeJsonValue(token));
+  for (const char* flag : {"lstrip", "rstrip", "single_word"})
+    if (auto f = token.find(flag); f != token.end() && *f == true)
+      throw InputError(at + "." + flag + ": true is not supported by dgemma's GPT-2 BPE tokenizer (expected false)");
+  if (id > ByteLevelBpe::kMaxTokenId)
+    throw InputError(at + ": expected an id from 0 to " + std::to_string(ByteLevelBpe::kMaxTokenId) + ", got " +
+                     std::to_string(id));
+  return {token["content"].get<std::string>(), id, token.contains("special") && token["special"] == true};
+}
+
+void Tokenizer::loadByteLevelTokenizerJson(const std::string& path, const nlohmann::json& root) {
+  backend_ = "gpt2-bpe";
+  file_ = path;
+  auto fail = [&](const std::string& at, const std::string& what) { throw InputError(path + ": " + at + ": " + what); };
+  // GPT-2's shape as transformers saves it: no normalizer, the ByteLevel pre-tokenizer with GPT-2's
+  // pattern and no prefix space, the ByteLevel decoder; the post-processor only adds special tokens,
+  // which encode() never does.
+  if (auto it = root.find("normalizer"); it != root.end() && !it->is_null())
+    fail("normalizer", "expected null beside the ByteLevel pre-tokenizer, got " + describeJsonValue(*it));
+  const nlohmann::json& pre = root["pre_tokenizer"];
+  if (pre.value("add_prefix_space", false) != false)
+    fail("pre_tokenizer.add_prefix_space", "true is not supported by dgemma (expected false)");
+  if (pre.value("use_regex", true) != true)
+    fail("pre_tokenizer.use_regex", "false is not supported by dgemma (expected true, GPT-2's pattern)");
+  if (auto it = root.find("decoder");
+      it != root.end() && !it->is_null() && it->value("type", nlohmann::json()) != "ByteLevel")
+    fail("decoder", "expected the ByteLevel decoder beside the ByteLevel pre-tokenizer, got " + describeJsonValue(*it));
+  if (!root.contains("model")) fail("model", "expected a value, but the key is missing");
+  bpe_ = std::make_unique<ByteLevelBpe>(root["model"], path);
+
+  std::vector<ByteLevelAddedToken> added;
+  if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
+    if (!it->is_array()) fail("added_tokens", "expected an array, got " + describeJsonValue(*it));
+    for (size_t i = 0; i < it->size(); ++i) {
+      const nlohmann::json& token = (*it)[i];
+      const std::string at = path + ": added_tokens[" + std::to_string(i) + "]";
+      const nlohmann::json id = token.is_object() ? token.value("id", nlohmann::json()) : nlohmann::json();
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+        throw InputError(at + ".id: expected a non-negative integer id, got " + describeJsonValue(id));
+      added.push_back(readByteLevelAddedToken(token, at, static_cast<int32_t>(id.get<int64_t>())));
+    }
+  }
+  finishByteLevelBpe(std::move(added), path);
+}
+
+void Tokenizer::finishByteLevelBpe(std::vector<ByteLevelAddedToken> added, const std::string& where) {
+  // add_prefix_space changes every text's first word; dgemma follows GPT-2's default, false.
+  const fs::path configPath = fs::path(directory_) / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(configPath, ec)) {
+    const nlohmann::json config = parseJson(readRegularFile(configPath.string()), configPath.string());
+    if (auto it = config.find("add_prefix_space"); config.is_object() && it != config.end() && *it == true)
+      throw InputError(configPath.string() +
+                       ": add_prefix_space: true is not supported by dgemma's GPT-2 BPE tokenizer (expected false)");
+  }
+  // The named special tokens are added tokens too (GPT2Tokenizer's defaults: "<|endoftext|>" is BOS,
+  // EOS and unknown; no PAD). A token of the vocabulary keeps its id there, as in HF.
+  const SpecialTokenNames names =
+      readSpecialTokenNames(directory_, {"<|endoftext|>", "<|endoftext|>", "", "<|endoftext|>"});
+  auto idOf = [&](const std::string& token) -> int32_t {
+    if (int32_t id = bpe_->tokenToId(token); id >= 0) return id;
+    for (const ByteLevelAddedToken& a : added)
+      if (a.content == token) return a.id;
+    return -1;
+  };
+  for (const std::string* name : {&names.eos, &names.bos, &names.pad, &names.unk}) {
+    if (name->empty()) continue;
+    const int32_t id = idOf(*name);
+    if (id < 0)
+      throw InputError(where + ": expected the special token \"" + *name +
+                       "\" (named by the tokenizer's config, or GPT-2's default) among the tokens or the added"
+                       " tokens, but it is in neither");
+    added.push_back({*name, id, true});
+  }
+  eos_ = idOf(names.eos);
+  bos_ = names.bos.empty() ? -1 : idOf(names.bos);
+  pad_ = names.pad.empty() ? -1 : idOf(names.pad);
+
+  vocabSize_ = bpe_->vocabSize();
+  for (ByteLevelAddedToken& a : added) {
+    if (int32_t id = bpe_->tokenToId(a.content); id >= 0) a.id = id;
+    vocabSize_ = std::max<int64_t>(vocabSize_, int64_t{a.id} + 1);
+  }
+  isSpecial_.assign(static_cast<size_t>(vocabSize_), false);
+  bpeTokenBytes_.assign(static_cast<size_t>(vocabSize_), "");
+  for (int32_t id = 0; id < bpe_->vocabSize(); ++id) bpeTokenBytes_[id] = bpe_->tokenBytes(bpe_->idToToken(id));
+  byFirstByte_.resize(256);
+  for (const ByteLevelAddedToken& a : added) {
+    // HF decodes an added token through the ByteLevel decoder too.
+    bpeTokenBytes_[a.id] = bpe_->tokenBytes(a.content);
+    if (a.special) isSpecial_[a.id] = true;
+    if (!specials_.emplace(a.content, a.id).second) continue;
+    byFirstByte_[static_cast<unsigned char>(a.content[0])].emplace_back(a.content, a.id);
+  }
+  for (auto& group : byFirstByte_)
+    std::stable_sort(group.begin(), group.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 }
 
 void Tokenizer::loadSentencePiece(const std::string& modelPath) {
@@ -269,6 +428,7 @@ std::optional<char> Tokenizer::fallbackByte(int32_t id, const std::string& piece
 }
 
 std::vector<std::string> Tokenizer::tokenBytes() const {
+  if (bpe_) return bpeTokenBytes_;
   std::vector<std::string> bytes(static_cast<size_t>(vocabSize_));
   for (int32_t id = 0; id < vocabSize_; ++id) {
     const std::string text = piece(id);
@@ -281,6 +441,13 @@ std::vector<std::string> Tokenizer::tokenBytes() const {
 bool Tokenizer::isSpecial(int32_t id) const { return id >= 0 && id < vocabSize_ && isSpecial_[id]; }
 
 std::string Tokenizer::decode(std::span<const int64_t> ids) const {
+  if (bpe_) {
+    // HF's ByteLevel decoder: every token's bytes, then one lossy UTF-8 decoding of them all.
+    std::string bytes;
+    for (int64_t id : ids)
+      bytes += id >= 0 && id < vocabSize_ ? bpeTokenBytes_[id] : std::string(kReplacementCharacter);
+    return replaceInvalidUtf8(bytes);
+  }
   std::string text, byteRun;
   // ByteFallback: a run of byte pieces is one UTF-8 string, or one U+FFFD per byte if it is not one.
   auto flushBytes = [&] {
@@ -315,12 +482,18 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view input) const {
+  const std::string replaced = replaceInvalidUtf8(input);
+  const std::string_view text = replaced;
   if (json_) return json_->encode(text);
   std::vector<int32_t> ids;
   std::vector<int> pieceIds;
   auto encodeSegment = [&](std::string_view segment) {
     if (segment.empty()) return;
+    if (bpe_) {
+      bpe_->encode(segment, ids);
+      return;
+    }
     pieceIds.clear();
     const auto status = sp_->Encode(segment, &pieceIds);
     if (!status.ok()) throw RuntimeError(directory_ + ": SentencePiece encoding failed: " + status.ToString());

@@ -5,11 +5,10 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <queue>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 
+#include "runtime/data/text/BpeMerges.h"
 #include "support/Error.h"
 #include "support/InputFile.h"
 #include "support/Json.h"
@@ -220,9 +219,6 @@ struct TokenizerJson::Impl {
     enum Scheme { Always, First, Never } scheme = Always;
     bool split = true;
   };
-  struct Merge {
-    int32_t rank, newId;
-  };
 
   std::vector<AddedToken> added;
   std::vector<std::string> tokens;  // by id: the added token's content, else the vocabulary entry
@@ -236,7 +232,7 @@ struct TokenizerJson::Impl {
   std::vector<Normalizer> normalizers;
   std::vector<PreTokenizer> preTokenizers;
   std::unordered_map<std::string, int32_t> vocab;
-  std::unordered_map<uint64_t, Merge> merges;
+  BpeMerges merges;
   std::optional<int32_t> unkId;
   bool fuseUnk = false, byteFallback = false, ignoreMerges = false;
   int32_t byteIds[256];
@@ -338,17 +334,7 @@ struct TokenizerJson::Impl {
         return;
       }
     }
-    struct Symbol {
-      int32_t id;
-      int prev, next;
-      bool alive;
-    };
-    std::vector<Symbol> symbols;
-    auto addSymbol = [&](int32_t id) {
-      const int index = static_cast<int>(symbols.size());
-      if (index > 0) symbols.back().next = index;
-      symbols.push_back({id, index - 1, -1, true});
-    };
+    std::vector<int32_t> symbols;
     int32_t pendingUnk = -1;  // an unknown (fused) not yet added
     for (size_t pos = 0; pos < word.size();) {
       const size_t len = charLen(word, pos);
@@ -356,8 +342,8 @@ struct TokenizerJson::Impl {
       pos += len;
       auto it = vocab.find(ch);
       if (it != vocab.end()) {
-        if (pendingUnk >= 0) addSymbol(pendingUnk), pendingUnk = -1;
-        addSymbol(it->second);
+        if (pendingUnk >= 0) symbols.push_back(pendingUnk), pendingUnk = -1;
+        symbols.push_back(it->second);
         continue;
       }
       if (byteFallback) {
@@ -365,54 +351,27 @@ struct TokenizerJson::Impl {
         for (char b : ch) all = all && byteIds[static_cast<unsigned char>(b)] >= 0;
         if (all) {
           // As HF does, a pending unknown is not flushed before the byte pieces.
-          for (char b : ch) addSymbol(byteIds[static_cast<unsigned char>(b)]);
+          for (char b : ch) symbols.push_back(byteIds[static_cast<unsigned char>(b)]);
           continue;
         }
       }
       if (unkId) {
-        if (pendingUnk >= 0 && !fuseUnk) addSymbol(pendingUnk);
+        if (pendingUnk >= 0 && !fuseUnk) symbols.push_back(pendingUnk);
         pendingUnk = *unkId;
       }
     }
-    if (pendingUnk >= 0) addSymbol(pendingUnk);
+    if (pendingUnk >= 0) symbols.push_back(pendingUnk);
 
-    // HF Word::merge_all: lowest rank first, then leftmost.
-    using Entry = std::tuple<int32_t, int, int32_t>;  // rank, position, new id
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-    auto findMerge = [&](int32_t a, int32_t b) -> const Merge* {
-      auto it = merges.find((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
-      return it == merges.end() ? nullptr : &it->second;
-    };
-    for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i)
-      if (const Merge* m = findMerge(symbols[i].id, symbols[i + 1].id)) queue.emplace(m->rank, i, m->newId);
-    while (!queue.empty()) {
-      const auto [rank, pos, newId] = queue.top();
-      queue.pop();
-      Symbol& left = symbols[pos];
-      if (!left.alive || left.next < 0) continue;
-      Symbol& right = symbols[left.next];
-      const Merge* m = findMerge(left.id, right.id);
-      if (m == nullptr || m->newId != newId) continue;
-      left.id = newId;
-      right.alive = false;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = pos;
-      if (left.prev >= 0)
-        if (const Merge* p = findMerge(symbols[left.prev].id, left.id)) queue.emplace(p->rank, left.prev, p->newId);
-      if (left.next >= 0)
-        if (const Merge* n = findMerge(left.id, symbols[left.next].id)) queue.emplace(n->rank, pos, n->newId);
-    }
-    for (const Symbol& s : symbols)
-      if (s.alive) ids.push_back(s.id);
+    merges.apply(symbols, ids);
   }
 };
 
-TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<Impl>()) {
+// A regular file, nesting bounded (support/InputFile.h, support/Json.h).
+TokenizerJson::TokenizerJson(const std::string& path) : TokenizerJson(path, parseJson(readRegularFile(path), path)) {}
+
+TokenizerJson::TokenizerJson(const std::string& path, const json& root) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   const Checker c{path};
-  json root;
-  // A regular file, nesting bounded (support/InputFile.h, support/Json.h).
-  root = parseJson(readRegularFile(path), path);
   if (!root.is_object()) c.fail("(root)", "expected an object, got " + Checker::describe(root));
 
   // model
@@ -454,8 +413,7 @@ TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<I
     if (ia == d.vocab.end()) c.fail(at, "the piece " + json(a).dump() + " is not in model.vocab");
     if (ib == d.vocab.end()) c.fail(at, "the piece " + json(b).dump() + " is not in model.vocab");
     if (inew == d.vocab.end()) c.fail(at, "the merged piece " + json(a + b).dump() + " is not in model.vocab");
-    d.merges[(static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second)] =
-        Impl::Merge{static_cast<int32_t>(i), inew->second};
+    d.merges.add(ia->second, ib->second, static_cast<int32_t>(i), inew->second);
   }
   if (auto it = model.find("unk_token"); it != model.end() && !it->is_null()) {
     const std::string unk = c.string(*it, "model.unk_token");
@@ -530,8 +488,9 @@ TokenizerJson::TokenizerJson(const std::string& path) : impl_(std::make_unique<I
       else c.fail(at + ".prepend_scheme", "expected always, first or never, got " + json(scheme).dump());
       step.split = c.boolean(p, at, "split", true);
     } else {
-      c.fail(at + ".type", "the pre-tokenizer type \"" + type +
-                               "\" is not supported by dgemma (supported: Split with a String pattern, Metaspace, Sequence)");
+      c.fail(at + ".type",
+             "the pre-tokenizer type \"" + type +
+                 "\" is not supported by dgemma (supported: Split with a String pattern, Metaspace, Sequence)");
     }
     d.preTokenizers.push_back(std::move(step));
   };

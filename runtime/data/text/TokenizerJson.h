@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace dgemma {
 
 class TokenizerJson {
@@ -38,6 +40,8 @@ class TokenizerJson {
 
   // Parses and validates PATH (a tokenizer.json). Throws InputError "PATH: JSON.PATH: expected ...".
   explicit TokenizerJson(const std::string& path);
+  // The same from the file's parsed contents (Tokenizer parses it once to choose its backend).
+  TokenizerJson(const std::string& path, const nlohmann::json& root);
   ~TokenizerJson();
   TokenizerJson(TokenizerJson&&) noexcept;
   TokenizerJson& operator=(TokenizerJson&&) noexcept;
