@@ -1490,7 +1490,7 @@ StepSetup attentionSetup(const AttentionGpuCase& c, DType dtype, bool backward) 
                                                                   {"window", c.window},
                                                                   {"prefix_len", c.prefixLen},
                                                                   {"scale", 0.125},
-                                                                  {"document_ids", c.documented}});
+                                                                  {"has_document_ids", c.documented}});
   setup.in({c.batch, c.queries, c.queryHeads, c.headDim}, dtype)
       .in({c.batch, c.keys, c.kvHeads, c.headDim}, dtype)
       .in({c.batch, c.keys, c.kvHeads, c.valueDim}, dtype)

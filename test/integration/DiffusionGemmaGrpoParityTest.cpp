@@ -334,7 +334,10 @@ TEST_F(DiffusionGemmaGrpoEntries, PaddingRowContributesNothing) {
     EXPECT_EQ(toDoubles(outputs.at(field), field).back(), 0.0) << field << " of the padding row";
   const double scale = static_cast<double>(examples) / static_cast<double>(examples + 1);
   const double loss = outputs.at(names.loss).as<float>()[0], referenceLoss = reference.at(names.loss).as<float>()[0];
-  EXPECT_LE(std::abs(loss - scale * referenceLoss), kLossTolerance * std::abs(referenceLoss));
+  // Both sides are f32 plans whose GEMMs see B and B + 1 rows, which BLAS may block differently:
+  // they agree to rounding, measured at 1.0e-6 relative on one CPU, within the 1e-5 the GRPO loss is
+  // held to against float64.
+  EXPECT_LE(std::abs(loss - scale * referenceLoss), kGradientTolerance * std::abs(referenceLoss));
   for (const auto& [name, values] : gradientBuffers(*session)) {
     const std::vector<double>& expectedValues = referenceGradients.at(name);
     std::vector<double> difference(values.size());

@@ -78,7 +78,7 @@ void addOptionalDefaults(Operation* op, nlohmann::json& attrs) {
       // Both optional key inputs are [B, Tk] i64, so their count alone cannot say which is there
       // (runtime/kernels/attention/Contract.h).
       .Case<AttentionOp, AttentionBackwardOp>(
-          [&](auto attention) { attrs["document_ids"] = static_cast<bool>(attention.getDocumentIds()); });
+          [&](auto attention) { attrs["has_document_ids"] = static_cast<bool>(attention.getDocumentIds()); });
   if (auto backward = dyn_cast<MoeExpertsBackwardOp>(op)) {
     attrs["grad_gate_up"] = static_cast<bool>(backward.getGradGateUp());
     attrs["grad_down"] = static_cast<bool>(backward.getGradDown());

@@ -64,11 +64,11 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
                   "key position Tk - Tq + i), got Tq=" +
                       std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
 
-  g.documented = hasAttr(signature, "document_ids") && attrBool(signature, "document_ids");
+  g.documented = hasAttr(signature, "has_document_ids") && attrBool(signature, "has_document_ids");
   // The optional inputs: document_ids when the attribute says so, and segment_ids before it if one more.
   const size_t optionalInputs = signature.inputs.size() - firstOptional, documentInputs = g.documented ? 1 : 0;
   if (optionalInputs < documentInputs || optionalInputs > documentInputs + 1)
-    failSignature(signature, "with attribute 'document_ids' = " + std::string(g.documented ? "true" : "false") +
+    failSignature(signature, "with attribute 'has_document_ids' = " + std::string(g.documented ? "true" : "false") +
                                  ", expected " + std::to_string(firstOptional + documentInputs) + " or " +
                                  std::to_string(firstOptional + documentInputs + 1) + " inputs, got " +
                                  std::to_string(signature.inputs.size()));

@@ -153,7 +153,7 @@ std::vector<float> runCpuAttention(const Case& c, const std::vector<float>& q, c
                                 {"window", g.window},
                                 {"prefix_len", g.prefixLen},
                                 {"scale", g.scale},
-                                {"document_ids", g.documented}});
+                                {"has_document_ids", g.documented}});
   call.input(DType::F32, {g.batch, g.queries, g.queryHeads, g.headDim}, q);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.headDim}, k);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.valueDim}, v);
@@ -176,7 +176,7 @@ Gradients runCpuAttentionBackward(const Case& c, const std::vector<float>& q, co
                                          {"window", g.window},
                                          {"prefix_len", g.prefixLen},
                                          {"scale", g.scale},
-                                         {"document_ids", g.documented}});
+                                         {"has_document_ids", g.documented}});
   call.input(DType::F32, {g.batch, g.queries, g.queryHeads, g.headDim}, q);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.headDim}, k);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.valueDim}, v);

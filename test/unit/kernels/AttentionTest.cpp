@@ -111,7 +111,7 @@ std::vector<T> runAttention(DType dtype, const AttentionCase& c, const std::vect
                                 {"window", c.window},
                                 {"prefix_len", c.prefixLen},
                                 {"scale", c.scale},
-                                {"document_ids", !c.documentIds.empty()}});
+                                {"has_document_ids", !c.documentIds.empty()}});
   call.input(dtype, {c.batch, c.queries, c.queryHeads, c.headDim}, q);
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.headDim}, k);
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.valueDim}, v);
@@ -381,7 +381,7 @@ std::vector<std::vector<T>> runAttentionBackward(DType dtype, const AttentionCas
                                          {"window", c.window},
                                          {"prefix_len", c.prefixLen},
                                          {"scale", c.scale},
-                                         {"document_ids", !c.documentIds.empty()}});
+                                         {"has_document_ids", !c.documentIds.empty()}});
   const std::vector<int64_t> qShape{c.batch, c.queries, c.queryHeads, c.headDim};
   const std::vector<int64_t> kShape{c.batch, c.keys, c.kvHeads, c.headDim}, vShape{c.batch, c.keys, c.kvHeads, c.valueDim};
   call.input(dtype, qShape, q).input(dtype, kShape, k).input(dtype, vShape, v);
@@ -716,21 +716,21 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
             "step 0 (attention): input segment_ids has dtype i32, expected i64");
 
   // The optional document_ids: [B, Tk] i64 after segment_ids, any mask, named by the bool attribute.
-  nlohmann::json documented = attrs({{"mask", "causal"}, {"document_ids", true}});
+  nlohmann::json documented = attrs({{"mask", "causal"}, {"has_document_ids", true}});
   EXPECT_NO_THROW(withSegments(call(documented), DType::I64, {1, 3}).create());
   EXPECT_NO_THROW(withSegments(withSegments(call(documented), DType::I64, {1, 3}), DType::I64, {1, 3}).create());
   EXPECT_NO_THROW(
-      withSegments(call(attrs({{"mask", "bidirectional"}, {"window", 2}, {"document_ids", true}})), DType::I64, {1, 3})
+      withSegments(call(attrs({{"mask", "bidirectional"}, {"window", 2}, {"has_document_ids", true}})), DType::I64, {1, 3})
           .create());
   EXPECT_EQ(factoryError(call(documented)),
-            "step 0 (attention): with attribute 'document_ids' = true, expected 5 or 6 inputs, got 4");
+            "step 0 (attention): with attribute 'has_document_ids' = true, expected 5 or 6 inputs, got 4");
   EXPECT_EQ(factoryError(withSegments(withSegments(call(causal), DType::I64, {1, 3}), DType::I64, {1, 3})),
-            "step 0 (attention): with attribute 'document_ids' = false, expected 4 or 5 inputs, got 6");
+            "step 0 (attention): with attribute 'has_document_ids' = false, expected 4 or 5 inputs, got 6");
   EXPECT_EQ(factoryError(withSegments(call(documented), DType::I64, {1, 2})),
             "step 0 (attention): input document_ids has shape [1,2], expected [1,3]");
   EXPECT_EQ(factoryError(withSegments(call(documented), DType::I32, {1, 3})),
             "step 0 (attention): input document_ids has dtype i32, expected i64");
-  EXPECT_EQ(factoryError(withSegments(attentionCall(attrs({{"mask", "bidirectional"}, {"document_ids", true}}),
+  EXPECT_EQ(factoryError(withSegments(attentionCall(attrs({{"mask", "bidirectional"}, {"has_document_ids", true}}),
                                                     {1, 4, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 4, 4, 8}),
                                       DType::I64, {1, 3})),
             "step 0 (attention): input document_ids needs Tq <= Tk (a query's document is that of its key position "
