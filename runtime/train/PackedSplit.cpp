@@ -28,9 +28,11 @@ std::string describeDataPath(const PackedSplitOptions& options) {
 int64_t oneEpochSamples(const std::vector<BlendSource>& sources, const PackedSplitOptions& options) {
   int64_t samples = 0;
   for (const BlendSource& source : sources) {
-    const DocumentRange range = splitDocumentRanges(options.split, source.documents->sequenceCount())[static_cast<size_t>(options.part)];
+    const DocumentRange range =
+        splitDocumentRanges(options.split, source.documents->sequenceCount())[static_cast<size_t>(options.part)];
     int64_t tokens = 0;
-    for (int64_t document = range.begin; document < range.end; ++document) tokens += source.documents->sequenceLength(document);
+    for (int64_t document = range.begin; document < range.end; ++document)
+      tokens += source.documents->sequenceLength(document);
     samples += std::max<int64_t>(tokens - 1, 0) / options.sequenceLength;
   }
   const int64_t microBatches = std::max<int64_t>((samples + options.microBatch - 1) / options.microBatch, 1);
@@ -52,7 +54,7 @@ PackedSplit::PackedSplit(const PackedSplitOptions& options, const ModelContract&
   blend.split = options.split;
   blend.part = options.part;
   blend.cacheDirectory = options.cacheDirectory;
-  blend.numSamples = options.trainingSamples > 0                ? options.trainingSamples
+  blend.numSamples = options.trainingSamples > 0          ? options.trainingSamples
                      : options.evaluationMicroBatches > 0 ? options.evaluationMicroBatches * options.microBatch
                                                           : oneEpochSamples(sources, options);
   try {

@@ -114,7 +114,8 @@ ResumedCounters Resume::restore() {
                      std::to_string(counters.step) + " (the manifest's step)");
   counters.consumedSamples = checkpoint.state().consumedSamples;
   // The token count is a function of the data order, so it is recounted rather than stored.
-  counters.consumedTokens = run_.train.tokensBefore(counters.consumedSamples, checkpoint.directory() + "/manifest.json");
+  counters.consumedTokens =
+      run_.train.tokensBefore(counters.consumedSamples, checkpoint.directory() + "/manifest.json");
   out_ << "resumed from " << checkpoint.directory() << ": step " << counters.step << ", consumed samples "
        << counters.consumedSamples << "\n";
   return counters;

@@ -108,9 +108,10 @@ int64_t BlockSplit::tokensBefore(int64_t consumedSamples, const std::string& whe
     for (int64_t item : members) epochTokens += itemTokens(dataset_.items[item].block);
     const int64_t samples = trainOrder_.streamSamplesBefore(images, microBatches);
     const int64_t epochs = samples / size;
-    if (__builtin_mul_overflow(epochs, epochTokens, &wholeEpochs) || __builtin_add_overflow(tokens, wholeEpochs, &tokens))
-      throw InputError(where + ": consumed_samples: " + std::to_string(consumedSamples) + " samples of " + dataset_.path +
-                       " hold more than 2^63 tokens");
+    if (__builtin_mul_overflow(epochs, epochTokens, &wholeEpochs) ||
+        __builtin_add_overflow(tokens, wholeEpochs, &tokens))
+      throw InputError(where + ": consumed_samples: " + std::to_string(consumedSamples) + " samples of " +
+                       dataset_.path + " hold more than 2^63 tokens");
     for (int64_t sample = epochs * size; sample < samples; ++sample)
       tokens += itemTokens(dataset_.items[trainOrder_.streamItemAt(images, sample)].block);
   }
@@ -121,7 +122,8 @@ const std::vector<ProcessedImage>& BlockSplit::imagesOf(int64_t row) {
   auto found = rowImages_.find(row);
   if (found != rowImages_.end()) return found->second;
   std::vector<ProcessedImage> images;
-  for (const std::string& path : dataset_.rowImages[row]) images.push_back(processGemma4Image(decodeImage(path), image_));
+  for (const std::string& path : dataset_.rowImages[row])
+    images.push_back(processGemma4Image(decodeImage(path), image_));
   return rowImages_.emplace(row, std::move(images)).first->second;
 }
 

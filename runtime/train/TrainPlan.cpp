@@ -86,7 +86,8 @@ BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& ent
 
 // The corrupt entry and the train_step entries (and their image twins) of a block-diffusion plan:
 // one micro-batch and canvas, a prompt bucket per train_step.
-void readBlockDiffusionSteps(TrainPlan& trainPlan, const EntryPoint& corrupt, const std::vector<const EntryPoint*>& trainSteps,
+void readBlockDiffusionSteps(TrainPlan& trainPlan, const EntryPoint& corrupt,
+                             const std::vector<const EntryPoint*>& trainSteps,
                              const std::vector<const EntryPoint*>& imageTrainSteps, const ModelAdapter& model,
                              const Plan& plan, const std::string& planPath) {
   const ModelContract& names = model.contract();
@@ -128,8 +129,8 @@ void readBlockDiffusionSteps(TrainPlan& trainPlan, const EntryPoint& corrupt, co
 
 // The train_step entries of a pre-training plan (dgemma-compile --objective autoregressive |
 // masked-diffusion): one micro-batch, a packed length per entry, the objective told by the inputs.
-void readPretrainingSteps(TrainPlan& trainPlan, const std::vector<const EntryPoint*>& trainSteps, const ModelContract& names,
-                          const std::string& planPath) {
+void readPretrainingSteps(TrainPlan& trainPlan, const std::vector<const EntryPoint*>& trainSteps,
+                          const ModelContract& names, const std::string& planPath) {
   const EntryPoint& first = *trainSteps.front();
   trainPlan.microBatch = bucketSize(first, names.microBatchDimension, planPath);
   const bool autoregressive = hasName(first.inputs, names.labels);
@@ -139,7 +140,8 @@ void readPretrainingSteps(TrainPlan& trainPlan, const std::vector<const EntryPoi
       throw InputError(planPath + ": entry " + entry->key() + ": its " + names.microBatchDimension + " differs from " +
                        first.key() + "'s");
     trainPlan.sequenceLengths.push_back(bucketSize(*entry, names.sequenceLengthDimension, planPath));
-    std::vector<std::string> inputs = {names.batch.inputIds, names.batch.positionIds, names.documentIds, names.lossMask};
+    std::vector<std::string> inputs = {names.batch.inputIds, names.batch.positionIds, names.documentIds,
+                                       names.lossMask};
     inputs.push_back(autoregressive ? names.labels : names.noiseKeys);
     for (const std::string& input : inputs)
       if (!hasName(entry->inputs, input))
@@ -167,7 +169,8 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   const ModelContract& names = model.contract();
   // The trainer runs the diffusion objective: a family without a corruption entry has none.
   if (names.corruptEntry.empty())
-    throw InputError(planPath + ": not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
+    throw InputError(planPath +
+                     ": not a DiffusionGemma plan (dgemma-run train needs dgemma-compile --model CONFIG --mode train)");
   const ModelTokens tokens = model.tokens(plan, planPath);
   TrainPlan trainPlan;
   trainPlan.padId = tokens.padId;
@@ -185,8 +188,9 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
     if (entry.name == "optimizer_step") optimizerStep = &entry;
   }
   if (!optimizerStep)
-    throw InputError(planPath + ": no \"optimizer_step\" entry point (compiled before dgemma-compile ran dg-optimizer-step; "
-                                "recompile the plan)");
+    throw InputError(planPath +
+                     ": no \"optimizer_step\" entry point (compiled before dgemma-compile ran dg-optimizer-step; "
+                     "recompile the plan)");
   std::vector<const EntryPoint*> batchEntries;
   if (!corrupt && !trainSteps.empty() && trainSteps.front()->bucket.count(names.sequenceLengthDimension)) {
     readPretrainingSteps(trainPlan, trainSteps, names, planPath);

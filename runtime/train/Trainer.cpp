@@ -201,15 +201,15 @@ void Trainer::printSetup() const {
     for (int64_t length : lengths) text += (text.empty() ? "" : ",") + std::to_string(length);
     return text;
   };
-  const std::string shape = trainPlan_.objective == TrainObjective::BlockDiffusion
-                                ? "prompt buckets " + list(trainPlan_.promptLengths) + ", canvas " +
-                                      std::to_string(trainPlan_.canvasLength)
-                                : trainObjectiveName(trainPlan_.objective) + std::string(", packed length ") +
-                                      std::to_string(trainPlan_.sequenceLengths.back());
+  const std::string shape =
+      trainPlan_.objective == TrainObjective::BlockDiffusion
+          ? "prompt buckets " + list(trainPlan_.promptLengths) + ", canvas " + std::to_string(trainPlan_.canvasLength)
+          : trainObjectiveName(trainPlan_.objective) + std::string(", packed length ") +
+                std::to_string(trainPlan_.sequenceLengths.back());
   const OptimizerSettings& adam = trainPlan_.optimizer;
   out_ << "plan " << session_.planPath << " (" << world_.size() << (world_.size() == 1 ? " rank" : " ranks")
-       << "): micro-batch " << trainPlan_.microBatch << " x accumulation "
-       << options_.accumulation << " = global batch " << globalBatch() << ", " << shape << "\n"
+       << "): micro-batch " << trainPlan_.microBatch << " x accumulation " << options_.accumulation
+       << " = global batch " << globalBatch() << ", " << shape << "\n"
        << "AdamW beta1 " << adam.beta1 << " beta2 " << adam.beta2 << " eps " << adam.epsilon << " weight decay "
        << adam.weightDecay << " clip " << adam.maxGradNorm << "; lr " << lrDecayStyleName(schedule_.config().style)
        << " " << formatFloat(options_.lr) << " -> " << formatFloat(options_.minLr) << ", warmup "
@@ -222,15 +222,14 @@ nlohmann::json Trainer::rngState() const { return {{"seed", options_.session.see
 
 // Continues from a checkpoint (Resume.h): its parameters into the session, its counters into this run.
 void Trainer::restore() {
-  const ResumedCounters counters = resumeFromCheckpoint(
-      {.options = options_,
-       .trainPlan = trainPlan_,
-       .train = *train_,
-       .globalBatch = globalBatch(),
-       .identity = identity_,
-       .config = config_,
-       .rngState = rngState()},
-      world_, *session_.executor, out_);
+  const ResumedCounters counters = resumeFromCheckpoint({.options = options_,
+                                                         .trainPlan = trainPlan_,
+                                                         .train = *train_,
+                                                         .globalBatch = globalBatch(),
+                                                         .identity = identity_,
+                                                         .config = config_,
+                                                         .rngState = rngState()},
+                                                        world_, *session_.executor, out_);
   step_ = counters.step;
   optimizerSteps_ = counters.optimizerSteps;
   consumedSamples_ = counters.consumedSamples;
@@ -283,8 +282,9 @@ StepGradients Trainer::forwardBackward(int64_t step) {
   if (result.nonFinite.empty()) {
     const std::string gradient = firstNonFiniteGradient();
     if (!gradient.empty())
-      result.nonFinite = "gradient " + gradient + " has a NaN or an infinity after " + std::to_string(options_.accumulation) +
-                         " micro-batch(es) (" + train_->path() + ": samples " + std::to_string(consumedSamples_) + ".." +
+      result.nonFinite = "gradient " + gradient + " has a NaN or an infinity after " +
+                         std::to_string(options_.accumulation) + " micro-batch(es) (" + train_->path() + ": samples " +
+                         std::to_string(consumedSamples_) + ".." +
                          std::to_string(consumedSamples_ + globalBatch() - 1) + ")";
   }
   return result;
@@ -355,7 +355,8 @@ void Trainer::evaluateAndRecord(TrainSplit& data, MetricsSplit split, int64_t st
 void Trainer::setLosses(MetricsRecord& line, const LossSums& sums) const {
   const double micro = static_cast<double>(sums.microBatches);
   line.loss = static_cast<float>(sums.loss / micro);
-  if (trainPlan_.objective == TrainObjective::BlockDiffusion) line.diffusionLoss = static_cast<float>(sums.diffusionLoss / micro);
+  if (trainPlan_.objective == TrainObjective::BlockDiffusion)
+    line.diffusionLoss = static_cast<float>(sums.diffusionLoss / micro);
   if (trainPlan_.hasEncoderLoss) line.encoderLoss = static_cast<float>(sums.encoderLoss / micro);
 }
 
@@ -367,7 +368,8 @@ void Trainer::record(const MetricsRecord& line) {
   tensorboard_->addScalar(prefix + names.loss, line.step, line.loss);
   if (line.diffusionLoss) tensorboard_->addScalar(prefix + names.diffusionLoss, line.step, *line.diffusionLoss);
   for (const auto& [name, value] : line.extra)
-    if (const double* number = std::get_if<double>(&value)) tensorboard_->addScalar(prefix + name, line.step, static_cast<float>(*number));
+    if (const double* number = std::get_if<double>(&value))
+      tensorboard_->addScalar(prefix + name, line.step, static_cast<float>(*number));
   if (line.encoderLoss) tensorboard_->addScalar(prefix + names.encoderLoss, line.step, *line.encoderLoss);
   if (line.lr) tensorboard_->addScalar(prefix + "lr", line.step, static_cast<float>(*line.lr));
   if (line.gradNorm) tensorboard_->addScalar(prefix + "grad_norm", line.step, *line.gradNorm);
@@ -529,8 +531,9 @@ void checkOptions(const TrainOptions& options) {
     throw InputError("--overwrite: deletes the checkpoints that --resume and --resume-from continue; give one or the other");
   if (!options.dataPath.empty()) {
     if (!options.train.empty() || !options.validation.empty() || !options.test.empty())
-      throw InputError("--data-path: give it instead of --train, --validation and --test (its --split makes the "
-                       "validation and test parts)");
+      throw InputError(
+          "--data-path: give it instead of --train, --validation and --test (its --split makes the "
+          "validation and test parts)");
     return;
   }
   if (options.train.empty()) throw InputError("--train: required (or --data-path, for a pre-training plan)");
@@ -584,7 +587,8 @@ TrainSplits loadPackedSplits(const TrainOptions& options, const TrainPlan& train
   if (packed.split.weights[1] > 0) splits.validation = part(SplitPart::Validation);
   if (packed.split.weights[2] > 0) splits.test = part(SplitPart::Test);
   if (plan.rank == 0) {
-    std::cout << splits.train->path() << ": " << splits.train->items() << " samples of " << packed.sequenceLength << " tokens\n";
+    std::cout << splits.train->path() << ": " << splits.train->items() << " samples of " << packed.sequenceLength
+              << " tokens\n";
     for (const std::unique_ptr<TrainSplit>* split : {&splits.validation, &splits.test})
       if (*split) std::cout << (*split)->path() << ": " << (*split)->items() << " samples\n";
   }
@@ -595,8 +599,9 @@ TrainSplits loadPackedSplits(const TrainOptions& options, const TrainPlan& train
 TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, const Plan& plan) {
   if (trainPlan.objective != TrainObjective::BlockDiffusion) return loadPackedSplits(options, trainPlan, plan);
   if (!options.dataPath.empty())
-    throw InputError("--data-path: feeds a pre-training plan (dgemma-compile --objective autoregressive | "
-                     "masked-diffusion); this plan's step is block diffusion over chat rows: give --train");
+    throw InputError(
+        "--data-path: feeds a pre-training plan (dgemma-compile --objective autoregressive | "
+        "masked-diffusion); this plan's step is block diffusion over chat rows: give --train");
   SplitOptions splitOptions;
   splitOptions.canvasLength = trainPlan.canvasLength;
   splitOptions.maxEncoderLength = trainPlan.promptLengths.back();
@@ -622,7 +627,8 @@ TrainSplits loadSplits(const TrainOptions& options, const TrainPlan& trainPlan, 
   const Tokenizer tokenizer(options.tokenizer.empty() ? options.session.weights : options.tokenizer);
   tokenizer.checkVocabSize(trainPlan.vocabSize);
   splits.train = blocks(loadSplit("--train", options.train, tokenizer, splitOptions));
-  if (!options.validation.empty()) splits.validation = blocks(loadSplit("--validation", options.validation, tokenizer, splitOptions));
+  if (!options.validation.empty())
+    splits.validation = blocks(loadSplit("--validation", options.validation, tokenizer, splitOptions));
   if (!options.test.empty()) splits.test = blocks(loadSplit("--test", options.test, tokenizer, splitOptions));
   return splits;
 }

@@ -1430,12 +1430,16 @@ std::string describe(const AttentionGpuCase& c) {
 
 const std::vector<AttentionGpuCase>& attentionGpuCases() {
   static const std::vector<AttentionGpuCase> cases = {
-      {2, 9, 9, 4, 2, 8, 6, "causal", 0, 0},        {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0},
-      {3, 5, 13, 2, 1, 16, 24, "causal", 3, 0},     {2, 33, 33, 4, 4, 32, 32, "bidirectional", 0, 0},
-      {2, 24, 88, 4, 2, 64, 64, "prefix", 16, 64},  {2, 16, 40, 2, 2, 8, 8, "prefix", 0, 0},
+      {2, 9, 9, 4, 2, 8, 6, "causal", 0, 0},
+      {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0},
+      {3, 5, 13, 2, 1, 16, 24, "causal", 3, 0},
+      {2, 33, 33, 4, 4, 32, 32, "bidirectional", 0, 0},
+      {2, 24, 88, 4, 2, 64, 64, "prefix", 16, 64},
+      {2, 16, 40, 2, 2, 8, 8, "prefix", 0, 0},
       {1, 130, 300, 4, 1, 256, 256, "causal", 0, 0},  // 256-wide heads: shared memory past 48 KiB
       {1, 40, 40, 2, 1, 512, 512, "bidirectional", 0, 0},
-      {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0, true},   {3, 5, 13, 2, 1, 16, 24, "causal", 3, 0, true},
+      {2, 37, 70, 8, 2, 64, 64, "causal", 20, 0, true},
+      {3, 5, 13, 2, 1, 16, 24, "causal", 3, 0, true},
       {1, 130, 300, 4, 1, 256, 256, "causal", 0, 0, true},
       // Packed documents: the causal and the symmetric bidirectional windows, and with the overlay.
       {2, 70, 70, 8, 2, 64, 64, "causal", 20, 0, false, true},

@@ -47,8 +47,8 @@ std::vector<nlohmann::json> metricsLines(const std::string& path) {
 
 // Documents of 3 to 40 words from a small vocabulary, one JSON line each; `salt` varies the source.
 void writeCorpus(const std::string& path, int documents, int salt) {
-  static const char* words[] = {"the", "cat", "sat", "on", "a",    "mat",  "and", "dog", "ran",
-                                "to",  "park", "while", "birds", "sang", "in", "tall", "green", "trees"};
+  static const char* words[] = {"the", "cat",  "sat",   "on",    "a",    "mat", "and",  "dog",   "ran",
+                                "to",  "park", "while", "birds", "sang", "in",  "tall", "green", "trees"};
   std::ofstream out(path);
   for (int d = 0; d < documents; ++d) {
     out << "{\"text\": \"";
@@ -109,8 +109,8 @@ std::string* PretrainingRunTest::root_ = nullptr;
 TEST_F(PretrainingRunTest, ResumeFromAMidEpochCheckpointContinuesTheUninterruptedRun) {
   for (const std::string plan : {"ar", "md"}) {
     const std::string common = "--steps 6 --lr 3e-3 --save-every 3 ";
-    ToolResult whole = runTool(train(plan, common + "--metrics " + (dir / (plan + "-whole.jsonl")) + " --save-dir " +
-                                               (dir / (plan + "-whole"))));
+    ToolResult whole = runTool(train(
+        plan, common + "--metrics " + (dir / (plan + "-whole.jsonl")) + " --save-dir " + (dir / (plan + "-whole"))));
     ASSERT_EQ(whole.exitCode, 0) << whole.output;
     const std::string metrics = dir / (plan + "-resumed.jsonl");
     const std::string save = dir / (plan + "-resumed");
@@ -162,13 +162,13 @@ TEST_F(PretrainingRunTest, TwoDataParallelRanksReadOneRanksSamples) {
 }
 
 TEST_F(PretrainingRunTest, TheWrongDataForAPlanIsRefusedByName) {
-  ToolResult rows = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("ar") + " --init random --steps 1 --train " +
-                            data("a.jsonl") + " --tokenizer " + kTokenizer);
+  ToolResult rows = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("ar") +
+                            " --init random --steps 1 --train " + data("a.jsonl") + " --tokenizer " + kTokenizer);
   EXPECT_NE(rows.exitCode, 0);
   EXPECT_TRUE(contains(rows, "--data-path: required: the plan's train_step is the autoregressive")) << rows.output;
 
-  ToolResult sft = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("sft") + " --init random --steps 1 --data-path " +
-                           data("a") + " --tokenizer " + kTokenizer);
+  ToolResult sft = runTool(std::string(DGEMMA_RUN) + " train --plan " + data("sft") +
+                           " --init random --steps 1 --data-path " + data("a") + " --tokenizer " + kTokenizer);
   EXPECT_NE(sft.exitCode, 0);
   EXPECT_TRUE(contains(sft, "--data-path: feeds a pre-training plan")) << sft.output;
 

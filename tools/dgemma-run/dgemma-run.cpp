@@ -415,11 +415,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"random"}));
   train->add_option("--seed", trainFlags.session.seed, "seed of the data order, the noise and --init random")
       ->check(dgemma::anyUnsigned64());
-  CLI::Option* trainSplit = train->add_option("--train", trainFlags.train, "training JSONL, or mock: synthetic smoke-test data");
-  CLI::Option* dataPath = train->add_option("--data-path", trainFlags.dataPath,
-                                            "pre-training plans: PREFIX of PREFIX.bin/.idx, or W1 PREFIX1 W2 PREFIX2 ... (a blend)");
+  CLI::Option* trainSplit =
+      train->add_option("--train", trainFlags.train, "training JSONL, or mock: synthetic smoke-test data");
+  CLI::Option* dataPath =
+      train->add_option("--data-path", trainFlags.dataPath,
+                        "pre-training plans: PREFIX of PREFIX.bin/.idx, or W1 PREFIX1 W2 PREFIX2 ... (a blend)");
   trainSplit->excludes(dataPath);
-  train->add_option("--split", trainFlags.split, "with --data-path: train,validation,test weights of each source's documents")
+  train
+      ->add_option("--split", trainFlags.split,
+                   "with --data-path: train,validation,test weights of each source's documents")
       ->capture_default_str();
   train->add_option("--data-cache-dir", trainFlags.dataCacheDir,
                     "with --data-path: where the index caches go (default: beside the data)");

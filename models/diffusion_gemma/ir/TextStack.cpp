@@ -173,8 +173,8 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
     // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
     Value allKeys = g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
     Value allValues = g_.concat({keySet.prefix->values, values}, 1, name("decoder.values"));
-    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues,
-                                      keySet.keyValid, AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
+    attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues, keySet.keyValid,
+                                      AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
                                       b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0),
                                       /*segment_ids=*/Value(), /*document_ids=*/Value());

@@ -719,9 +719,9 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
   nlohmann::json documented = attrs({{"mask", "causal"}, {"has_document_ids", true}});
   EXPECT_NO_THROW(withSegments(call(documented), DType::I64, {1, 3}).create());
   EXPECT_NO_THROW(withSegments(withSegments(call(documented), DType::I64, {1, 3}), DType::I64, {1, 3}).create());
-  EXPECT_NO_THROW(
-      withSegments(call(attrs({{"mask", "bidirectional"}, {"window", 2}, {"has_document_ids", true}})), DType::I64, {1, 3})
-          .create());
+  EXPECT_NO_THROW(withSegments(call(attrs({{"mask", "bidirectional"}, {"window", 2}, {"has_document_ids", true}})),
+                               DType::I64, {1, 3})
+                      .create());
   EXPECT_EQ(factoryError(call(documented)),
             "step 0 (attention): with attribute 'has_document_ids' = true, expected 5 or 6 inputs, got 4");
   EXPECT_EQ(factoryError(withSegments(withSegments(call(causal), DType::I64, {1, 3}), DType::I64, {1, 3})),
