@@ -33,6 +33,7 @@ ModelContract diffusionGemmaContract() {
   contract.denoiseEntry = names::kDenoiseEntry;
   contract.firstDenoiseEntry = names::kDenoiseFirstEntry;
   contract.commitEntry = names::kCommitEntry;
+  contract.packedLogitsEntry = names::kPackedLogitsEntry;
   contract.microBatchDimension = names::kMicroBatchDimension;
   contract.promptLengthDimension = names::kPromptLengthDimension;
   contract.canvasLengthDimension = names::kCanvasLengthDimension;
@@ -51,6 +52,7 @@ ModelContract diffusionGemmaContract() {
   contract.documentIds = names::kDocumentIds;
   contract.labels = names::kLabels;
   contract.lossMask = names::kLossMask;
+  contract.logits = names::kLogits;
   contract.advantages = names::kAdvantages;
   contract.oldLogps = names::kOldLogps;
   contract.refLogps = names::kRefLogps;
