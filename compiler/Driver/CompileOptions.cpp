@@ -197,8 +197,7 @@ std::filesystem::path diffusionGemmaConfigPath(const CompileOptions& options) {
   std::filesystem::path path(options.model);
   std::filesystem::path configPath = std::filesystem::is_directory(path) ? path / "config.json" : path;
   if (!std::filesystem::exists(configPath))
-    throw InputError("--model: " + configPath.string() +
-                     " does not exist (expected an HF checkpoint directory, a config.json or " +
+    throw InputError("--model: " + configPath.string() + " does not exist (expected an HF checkpoint directory, a config.json or " +
                      mlir::dg::kRmsNormMatmulSoftmaxName + ")");
   return configPath;
 }

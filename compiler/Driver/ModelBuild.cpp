@@ -269,9 +269,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     return mlir::dg::buildDiffusionGemmaTrain(context, config, train);
   }
   if (isMultiRank(options))
-    throw InputError(
-        "--mode infer: the inference entries (prefill, denoise, commit) are built for one rank only; "
-        "drop --tp/--ep/--dp/--sp (sharded inference is later work)");
+    throw InputError("--mode infer: the inference entries (prefill, denoise, commit) are built for one rank only; "
+                     "drop --tp/--ep/--dp/--sp (sharded inference is later work)");
   mlir::dg::DiffusionGemmaInferenceOptions inference;
   inference.microBatch = globalMicroBatch;
   inference.promptLengths = parsePromptLengths(options.promptLengths);
