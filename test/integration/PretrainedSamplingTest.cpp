@@ -81,15 +81,16 @@ TEST_P(LogitsEntryParity, CrossEntropyOfTheLogitsIsTheTrainStepsLoss) {
   const std::string objective = GetParam();
   const bool autoregressive = objective == "autoregressive";
   const std::string model = kFixtureRoot + "diffusion_gemma/all_experts";
-  const std::string inputPath = kFixtureRoot + "diffusion_gemma_pretrain/all_experts/" + objective + ".input.safetensors";
+  const std::string inputPath =
+      kFixtureRoot + "diffusion_gemma_pretrain/all_experts/" + objective + ".input.safetensors";
   std::map<std::string, HostTensor> batch = readAll(inputPath);
   const int64_t rows = batch.at("input_ids").shape[0], length = batch.at("input_ids").shape[1];
   const std::string shape = " --micro-batch " + std::to_string(rows) + " --seq-len " + std::to_string(length);
   const std::string objectiveFlags =
       autoregressive ? "--objective autoregressive" : "--objective masked-diffusion --mask-token-id 63";
   ScratchDirectory dir;
-  compileOrFail(std::string(DGEMMA_COMPILE) + " --model " + model + " --mode train " + objectiveFlags + shape +
-                " -o " + (dir / "train"));
+  compileOrFail(std::string(DGEMMA_COMPILE) + " --model " + model + " --mode train " + objectiveFlags + shape + " -o " +
+                (dir / "train"));
   compileOrFail(std::string(DGEMMA_COMPILE) + " --model " + model + " --mode infer " + objectiveFlags + shape + " -o " +
                 (dir / "infer"));
   auto open = [&](const std::string& plan) {
@@ -139,7 +140,9 @@ TEST_P(LogitsEntryParity, CrossEntropyOfTheLogitsIsTheTrainStepsLoss) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Objectives, LogitsEntryParity, ::testing::Values("autoregressive", "masked-diffusion"),
-                         [](const auto& info) { return info.param == "autoregressive" ? "Autoregressive" : "MaskedDiffusion"; });
+                         [](const auto& info) {
+                           return info.param == "autoregressive" ? "Autoregressive" : "MaskedDiffusion";
+                         });
 
 // Inference plans of the tiny CPU model (micro-batch 2: the sampler pads the second row), randomly
 // initialised, compiled once for the suite.
@@ -147,11 +150,13 @@ class PretrainedSamplerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = new std::string(
-        (std::filesystem::temp_directory_path() / ("dgemma-pretrained-sampling-" + std::to_string(::getpid()))).string());
+        (std::filesystem::temp_directory_path() / ("dgemma-pretrained-sampling-" + std::to_string(::getpid())))
+            .string());
     std::filesystem::remove_all(*root_);
     std::filesystem::create_directories(*root_);
     const std::string compile = std::string(DGEMMA_COMPILE) + " --model " + kTinyModel +
-                                " --mode infer --micro-batch 2 --seq-len 16," + std::to_string(kTinySequenceLength) + " ";
+                                " --mode infer --micro-batch 2 --seq-len 16," + std::to_string(kTinySequenceLength) +
+                                " ";
     compileOrFail(compile + "--objective autoregressive -o " + plan("ar"));
     compileOrFail(compile + "--objective masked-diffusion --mask-token-id " + std::to_string(kTinyMaskTokenId) +
                   " -o " + plan("md"));
@@ -196,13 +201,15 @@ class PretrainedSamplerTest : public ::testing::Test {
         {"input_ids", ids}, {"position_ids", positions}, {"document_ids", documents}, {"loss_mask", real}};
     const HostTensor logits = runEntry(session, "logits", batch, "<test batch>").at("logits");
     const int64_t vocabSize = logits.shape[2];
-    return std::vector<float>(logits.as<float>() + length * vocabSize, logits.as<float>() + (length + count) * vocabSize);
+    return std::vector<float>(logits.as<float>() + length * vocabSize,
+                              logits.as<float>() + (length + count) * vocabSize);
   }
 
   static int64_t argmax(const std::vector<float>& logits, int64_t position, int64_t vocabSize, int64_t excluded = -1) {
     int64_t best = -1;
     for (int64_t v = 0; v < vocabSize; ++v)
-      if (v != excluded && (best < 0 || logits[position * vocabSize + v] > logits[position * vocabSize + best])) best = v;
+      if (v != excluded && (best < 0 || logits[position * vocabSize + v] > logits[position * vocabSize + best]))
+        best = v;
     return best;
   }
 
@@ -337,8 +344,9 @@ std::vector<nlohmann::json> jsonLines(const std::string& text) {
 }
 
 TEST_F(PretrainedSamplerTest, SampleCommandPrintsTheSamplersCompletions) {
-  const std::string common = std::string(DGEMMA_RUN) + " sample --init random --init-seed " + std::to_string(kInitSeed) +
-                             " --tokenizer " + kTokenizer + " --threads 2 --prompt 'the cat sat' --prompt 'a dog' ";
+  const std::string common = std::string(DGEMMA_RUN) + " sample --init random --init-seed " +
+                             std::to_string(kInitSeed) + " --tokenizer " + kTokenizer +
+                             " --threads 2 --prompt 'the cat sat' --prompt 'a dog' ";
   const Tokenizer tokenizer(kTokenizer);
   for (const std::string name : {"ar", "md"}) {
     const std::string flags = "--plan " + plan(name) + " --max-new-tokens 6 --temperature 0.8 --seed 3 ";
