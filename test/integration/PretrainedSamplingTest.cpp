@@ -144,6 +144,14 @@ INSTANTIATE_TEST_SUITE_P(Objectives, LogitsEntryParity, ::testing::Values("autor
                            return info.param == "autoregressive" ? "Autoregressive" : "MaskedDiffusion";
                          });
 
+std::vector<nlohmann::json> jsonLines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
 // Inference plans of the tiny CPU model (micro-batch 2: the sampler pads the second row), randomly
 // initialised, compiled once for the suite.
 class PretrainedSamplerTest : public ::testing::Test {
@@ -335,14 +343,6 @@ TEST_F(PretrainedSamplerTest, MaskedDiffusionUnmasksByConfidence) {
   EXPECT_THROW(sampler.complete(0, prompt_, options, "prompt"), InputError);
 }
 
-std::vector<nlohmann::json> jsonLines(const std::string& text) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
 TEST_F(PretrainedSamplerTest, SampleCommandPrintsTheSamplersCompletions) {
   const std::string common = std::string(DGEMMA_RUN) + " sample --init random --init-seed " +
                              std::to_string(kInitSeed) + " --tokenizer " + kTokenizer +
@@ -376,6 +376,38 @@ TEST_F(PretrainedSamplerTest, SampleCommandPrintsTheSamplersCompletions) {
     ASSERT_EQ(text.exitCode, 0) << text.output;
     EXPECT_TRUE(contains(text, "the cat sat" + lines[0].at("text").get<std::string>() + "\n")) << text.output;
   }
+}
+
+// A pre-training run's checkpoint (which has no self-conditioning block: the step never reads it)
+// loads into the inference plan of its objective, and `sample` completes from it; an SFT plan,
+// whose decoder reads that block, refuses it by name.
+TEST_F(PretrainedSamplerTest, SamplesFromAPretrainingRunsCheckpoint) {
+  const std::string corpus = plan("corpus.jsonl");
+  {
+    std::ofstream out(corpus);
+    for (int d = 0; d < 60; ++d) out << "{\"text\": \"the cat sat on the mat " << d % 7 << "\"}\n";
+  }
+  const std::string run = std::string(DGEMMA_RUN) + " ";
+  for (const std::string& command : {
+           run + "preprocess --input " + corpus + " --tokenizer " + kTokenizer + " --output-prefix " + plan("corpus"),
+           std::string(DGEMMA_COMPILE) + " --model " + kTinyModel +
+               " --mode train --objective autoregressive --seq-len 32 --micro-batch 2 -o " + plan("ar-train"),
+           run + "train --plan " + plan("ar-train") + " --init random --data-path " + plan("corpus") +
+               " --split 1,0,0 --steps 2 --lr 1e-3 --tokenizer " + kTokenizer + " --save-dir " + plan("ar-run"),
+       }) {
+    const ToolResult result = runTool(command);
+    ASSERT_EQ(result.exitCode, 0) << command << "\n" << result.output;
+  }
+  const std::string checkpoint = plan("ar-run") + "/step-00000002";
+  const ToolResult sampled = runTool(run + "sample --plan " + plan("ar") + " --weights " + checkpoint +
+                                     " --prompt 'the cat' --max-new-tokens 4 --json");
+  ASSERT_EQ(sampled.exitCode, 0) << sampled.output;
+  ASSERT_EQ(jsonLines(sampled.output).size(), 1u) << sampled.output;
+  EXPECT_EQ(jsonLines(sampled.output)[0].at("tokens").size(), 4u);
+  const ToolResult refused = runTool(run + "generate --plan " + plan("sft") + " --weights " + checkpoint +
+                                     " --tokenizer " + kTokenizer + " --prompt 'the cat'");
+  EXPECT_EQ(refused.exitCode, 2) << refused.output;
+  EXPECT_TRUE(contains(refused, "missing tensor model.decoder.self_conditioning.gate_proj.weight")) << refused.output;
 }
 
 TEST_F(PretrainedSamplerTest, SampleCommandLocatesItsErrors) {
