@@ -93,9 +93,11 @@ void checkObjectiveFlags(const CompileOptions& options) {
     if (pretraining && !maskedDiffusion && flag != "--seq-len")
       throw InputError(flag + ": only with --objective masked-diffusion");
   }
-  if (pretraining && options.mode != "train")
-    throw InputError("--objective " + options.objective +
-                     ": pre-training objectives build train steps only (--mode train)");
+  // --mode infer builds the objective's logits entry (docs/pretraining.md, "Sampling"): nothing is drawn.
+  if (pretraining && options.mode != "train" &&
+      std::find(options.explicitObjectiveFlags.begin(), options.explicitObjectiveFlags.end(), "--mask-epsilon") !=
+          options.explicitObjectiveFlags.end())
+    throw InputError("--mask-epsilon: only with --mode train (the logits entry of --mode infer draws no mask)");
   if (pretraining && options.sequenceLengths.empty())
     throw InputError("--objective " + options.objective + ": needs --seq-len (the packed sequence length buckets)");
 }

@@ -100,7 +100,7 @@ std::vector<int64_t> parseSequenceLengths(const std::string& text);
 bool isPretrainingObjective(const CompileOptions& options);
 // Throws InputError naming the flag when a flag given on the command line does not apply to the
 // --objective: the SFT, GRPO and image flags with a pre-training objective, --seq-len without one,
-// and --mask-token-id / --mask-epsilon without masked-diffusion.
+// --mask-token-id / --mask-epsilon without masked-diffusion, and --mask-epsilon with --mode infer.
 void checkObjectiveFlags(const CompileOptions& options);
 // The flags checkObjectiveFlags judges: those that only the SFT/GRPO objectives read, and those that
 // only the pre-training objectives read.

@@ -75,12 +75,14 @@ mlir::dg::DiffusionGemmaPretrainingObjective pretrainingObjective(const CompileO
   return objective;
 }
 
-nlohmann::json pretrainingMetadata(const mlir::dg::DiffusionGemmaPretrainingObjective& objective) {
-  nlohmann::json metadata = {{"variant", mlir::dg::pretrainingObjectiveName(objective.kind)},
-                             {"router_aux_loss_coeff", objective.routerAuxLossCoeff}};
+// An inference plan's (`train` false) records the mask token its sampler fills masked positions
+// with (docs/pretraining.md, "Sampling"), and no training-only setting.
+nlohmann::json pretrainingMetadata(const mlir::dg::DiffusionGemmaPretrainingObjective& objective, bool train) {
+  nlohmann::json metadata = {{"variant", mlir::dg::pretrainingObjectiveName(objective.kind)}};
+  if (train) metadata["router_aux_loss_coeff"] = objective.routerAuxLossCoeff;
   if (objective.kind == mlir::dg::DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion) {
     metadata["mask_token_id"] = objective.maskTokenId;
-    metadata["mask_epsilon"] = objective.maskEpsilon;
+    if (train) metadata["mask_epsilon"] = objective.maskEpsilon;
   }
   return metadata;
 }
@@ -224,8 +226,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     pretrain.sequenceLengths = lengths;
     pretrain.objective = pretrainingObjective(options, config, configPath.string());
     pretrain.precision = precision;
-    metadata["objective"] = pretrainingMetadata(pretrain.objective);
-    return mlir::dg::buildDiffusionGemmaPretrain(context, config, pretrain);
+    const bool train = options.mode == "train";
+    metadata["objective"] = pretrainingMetadata(pretrain.objective, train);
+    if (train) return mlir::dg::buildDiffusionGemmaPretrain(context, config, pretrain);
+    if (isMultiRank(options))
+      throw InputError("--mode infer --objective " + options.objective +
+                       ": the logits entry is built for one rank only; drop --tp/--ep/--dp/--sp");
+    return mlir::dg::buildDiffusionGemmaPretrainLogits(context, config, pretrain);
   }
   // A batch whose prompts are shorter than a bucket runs in it left-padded: padding is masked and
   // occupies positions, and RoPE, the window and the decoder's prefix truncation all depend on

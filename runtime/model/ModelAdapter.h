@@ -39,6 +39,7 @@ struct ModelContract {
   std::string denoiseEntry;          // generation: one decoder pass over the canvas
   std::string firstDenoiseEntry;     // the first pass of a canvas, when it differs
   std::string commitEntry;           // generation: appends a finished canvas to the cache
+  std::string packedLogitsEntry;     // a pre-training inference plan's logits of packed rows
 
   // Bucket dimensions.
   std::string microBatchDimension;
@@ -61,6 +62,8 @@ struct ModelContract {
   // (docs/pretraining.md, "Objectives"): packed documents' ids, the autoregressive labels and the
   // scored positions.
   std::string documentIds, labels, lossMask;
+  // The soft-capped logits that packedLogitsEntry (and forward) output.
+  std::string logits;
 
   // The GRPO training step's inputs and outputs besides the SFT ones (docs/rl.md); logps is also
   // the logps entry's output.

@@ -1,4 +1,4 @@
-// dgemma-run: executes a plan (train / generate / eval / check-data, and the verification
+// dgemma-run: executes a plan (train / generate / eval / sample / check-data, and the verification
 // subcommands forward / grad), or inspects one; preprocesses a pre-training corpus.
 #include <unistd.h>
 
@@ -36,6 +36,7 @@
 #include "tools/dgemma-run/GenerateCommand.h"
 #include "tools/dgemma-run/PreprocessCommand.h"
 #include "tools/dgemma-run/RunDefaults.h"
+#include "tools/dgemma-run/SampleCommand.h"
 
 namespace {
 
@@ -624,6 +625,8 @@ int main(int argc, char** argv) {
   CLI::App* preprocess = dgemma::tool::addPreprocessCommand(app, preprocessFlags);
   dgemma::tool::InspectDataFlags inspectDataFlags;
   CLI::App* inspectData = dgemma::tool::addInspectDataCommand(app, inspectDataFlags);
+  dgemma::tool::SampleFlags sampleFlags;
+  CLI::App* sample = dgemma::tool::addSampleCommand(app, sampleFlags);
 
   CLI::App* inspect = app.add_subcommand("inspect", "validate a plan and print its summary");
   addPlanFlags(*inspect, flags.session);
@@ -632,10 +635,11 @@ int main(int argc, char** argv) {
   int exitCode = 0;
   if (!dgemma::parseCommandLine(app, argc, argv, exitCode)) return exitCode;
   generateFlags.promptGiven = generate->get_option("--prompt")->count() > 0;
+  sampleFlags.stepsGiven = sample->get_option("--steps")->count() > 0;
   // Generation's time is mostly f32 GEMMs: not on OpenBLAS's Prescott fallback core (OpenBlasCore.h).
   // Training keeps OpenBLAS's own choice for now: the demo recipe's outcome depends on the GEMMs'
   // summation order (docs/generation.md, "Performance").
-  if (generate->parsed() || eval->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
+  if (generate->parsed() || eval->parsed() || sample->parsed()) dgemma::reexecWithBetterOpenBlasCore(argv);
   // Every command threads the products on the backend's pool (BlasThreading.h): a step is many
   // products next to the pool's own kernels, OpenBLAS's threads would spin beside them, and each
   // product's bytes are then the same for every thread count.
@@ -690,6 +694,7 @@ int main(int argc, char** argv) {
     if (exportCommand->parsed()) return dgemma::tool::runExport(exportFlags);
     if (preprocess->parsed()) return dgemma::tool::runPreprocess(preprocessFlags);
     if (inspectData->parsed()) return dgemma::tool::runInspectData(inspectDataFlags);
+    if (sample->parsed()) return dgemma::tool::runSample(sampleFlags);
     return runCheckData(checkDataFlags);
   }, dgemma::reportToElasticAgent);
 }

@@ -185,8 +185,12 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
   return module;
 }
 
-OwningOpRef<ModuleOp> buildDiffusionGemmaPretrain(MLIRContext& context, const DiffusionGemmaConfig& config,
-                                                  const DiffusionGemmaPretrainingOptions& options) {
+namespace {
+
+// Builds one entry per packed length, named `entry` ("<entry>_s<S>"), after checking the objective.
+OwningOpRef<ModuleOp> buildPretrainingEntries(MLIRContext& context, const DiffusionGemmaConfig& config,
+                                              const DiffusionGemmaPretrainingOptions& options, const char* entry,
+                                              bool logitsOnly) {
   const DiffusionGemmaPretrainingObjective& objective = options.objective;
   if (objective.kind == DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion) {
     if (objective.maskTokenId < 0 || objective.maskTokenId >= config.vocabSize)
@@ -199,15 +203,28 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaPretrain(MLIRContext& context, const Di
   OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
   for (int64_t sequenceLength : options.sequenceLengths) {
-    addEntryFunction(builder, *module, std::string(kTrainStepEntry) + "_s" + std::to_string(sequenceLength),
-                     kTrainStepEntry,
+    addEntryFunction(builder, *module, std::string(entry) + "_s" + std::to_string(sequenceLength), entry,
                      {{kMicroBatchDimension, options.microBatch}, {kSequenceLengthDimension, sequenceLength}}, [&] {
                        GraphBuilder graph(builder, config, options.microBatch, options.precision);
                        TextStack text(graph);
-                       PretrainingBuilder(graph, text, objective).buildTrainStep(sequenceLength);
+                       PretrainingBuilder pretraining(graph, text, objective);
+                       if (logitsOnly) pretraining.buildLogits(sequenceLength);
+                       else pretraining.buildTrainStep(sequenceLength);
                      });
   }
   return module;
+}
+
+}  // namespace
+
+OwningOpRef<ModuleOp> buildDiffusionGemmaPretrain(MLIRContext& context, const DiffusionGemmaConfig& config,
+                                                  const DiffusionGemmaPretrainingOptions& options) {
+  return buildPretrainingEntries(context, config, options, kTrainStepEntry, /*logitsOnly=*/false);
+}
+
+OwningOpRef<ModuleOp> buildDiffusionGemmaPretrainLogits(MLIRContext& context, const DiffusionGemmaConfig& config,
+                                                        const DiffusionGemmaPretrainingOptions& options) {
+  return buildPretrainingEntries(context, config, options, kPackedLogitsEntry, /*logitsOnly=*/true);
 }
 
 }  // namespace mlir::dg

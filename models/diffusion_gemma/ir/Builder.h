@@ -160,6 +160,18 @@ struct DiffusionGemmaPretrainingOptions {
 OwningOpRef<ModuleOp> buildDiffusionGemmaPretrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                   const DiffusionGemmaPretrainingOptions& options);
 
+// The inference twin of buildDiffusionGemmaPretrain (docs/pretraining.md, "Sampling"), one entry per S:
+//   "logits" (bucket: micro_batch, seq_len; symbol logits_s<S>): the objective's stack and head over
+//       the ids as given (masked diffusion: with the mask tokens already in place; nothing is drawn).
+//       inputs   input_ids, position_ids, document_ids [B, S] i64 as train_step's; masked diffusion
+//                also loss_mask [B, S] f32 (1 on real tokens: the keys attention may read);
+//       outputs  logits [B, S, V] f32, soft-capped.
+//   The stack is train_step's own code path (causal, every key valid; or bidirectional over the real
+//   tokens), so CE of these logits gives train_step's loss. Throws as buildDiffusionGemmaPretrain.
+OwningOpRef<ModuleOp> buildDiffusionGemmaPretrainLogits(MLIRContext& context,
+                                                        const dgemma::DiffusionGemmaConfig& config,
+                                                        const DiffusionGemmaPretrainingOptions& options);
+
 }  // namespace mlir::dg
 
 #endif

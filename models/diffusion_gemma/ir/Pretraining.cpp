@@ -37,6 +37,29 @@ void PretrainingBuilder::buildTrainStep(int64_t sequenceLength) {
   g_.output(kLoss, loss);
 }
 
+void PretrainingBuilder::buildLogits(int64_t sequenceLength) {
+  using Kind = DiffusionGemmaPretrainingObjective::Kind;
+  Value inputIds = g_.input(kInputIds, {batch_, sequenceLength}, b_.getI64Type());
+  Value positions = g_.input(kPositionIds, {batch_, sequenceLength}, b_.getI64Type());
+  Value documentIds = g_.input(kDocumentIds, {batch_, sequenceLength}, b_.getI64Type());
+  Value hidden = objective_.kind == Kind::Autoregressive
+                     ? autoregressiveHidden(inputIds, positions, documentIds, sequenceLength)
+                     : maskedDiffusionHidden(inputIds, g_.input(kLossMask, {batch_, sequenceLength}, f32_), positions,
+                                             documentIds);
+  g_.output(kLogits, text_.head(hidden, /*capped=*/true));
+}
+
+Value PretrainingBuilder::autoregressiveHidden(Value inputIds, Value positions, Value documentIds,
+                                               int64_t sequenceLength) {
+  Value keyValid = g_.constantBool({batch_, sequenceLength}, true, "ar.key_valid");
+  return text_.packedStack(inputIds, keyValid, positions, documentIds, AttentionMask::Causal);
+}
+
+Value PretrainingBuilder::maskedDiffusionHidden(Value inputIds, Value lossMask, Value positions, Value documentIds) {
+  Value keyValid = g_.compare(lossMask, g_.scalar(0.0, "md.zero"), ComparePredicate::Gt, "md.key_valid");
+  return text_.packedStack(inputIds, keyValid, positions, documentIds, AttentionMask::Bidirectional);
+}
+
 Value PretrainingBuilder::normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value countedTokens,
                                                  const std::string& name) {
   const double softcap = std::max(config_.finalLogitSoftcapping, 0.0);
@@ -54,8 +77,7 @@ Value PretrainingBuilder::autoregressiveLoss(Value inputIds, Value positions, Va
                                              int64_t sequenceLength) {
   Value labels = g_.input(kLabels, {batch_, sequenceLength}, b_.getI64Type());
   Value lossMask = g_.input(kLossMask, {batch_, sequenceLength}, f32_);
-  Value keyValid = g_.constantBool({batch_, sequenceLength}, true, "ar.key_valid");
-  Value hidden = text_.packedStack(inputIds, keyValid, positions, documentIds, AttentionMask::Causal);
+  Value hidden = autoregressiveHidden(inputIds, positions, documentIds, sequenceLength);
   return normalisedCrossEntropy(hidden, labels, lossMask, lossMask, "ar");
 }
 
@@ -108,8 +130,7 @@ Value PretrainingBuilder::maskedDiffusionLoss(Value inputIds, Value positions, V
   g_.output(kMaskedPositions, masked);
 
   // The bidirectional pass over the real tokens of each document; the masked tokens' CE weighted by 1 / p_mask.
-  Value keyValid = g_.compare(lossMask, g_.scalar(0.0, "md.zero"), ComparePredicate::Gt, "md.key_valid");
-  Value hidden = text_.packedStack(noisyIds, keyValid, positions, documentIds, AttentionMask::Bidirectional);
+  Value hidden = maskedDiffusionHidden(noisyIds, lossMask, positions, documentIds);
   Value weights = g_.div(masked, rowProbability, "md.weights");
   return normalisedCrossEntropy(hidden, inputIds, weights, lossMask, "md");
 }

@@ -1,6 +1,6 @@
 // The pre-training objectives of DiffusionGemma on packed documents (docs/pretraining.md, "Objectives")
-// as dg ops: the autoregressive and the masked-diffusion "train_step" entries. Their contracts are
-// in Builder.h.
+// as dg ops: the autoregressive and the masked-diffusion "train_step" entries, and the "logits" entry
+// that samples from such a model (docs/pretraining.md, "Sampling"). Their contracts are in Builder.h.
 #ifndef MODELS_DIFFUSION_GEMMA_PRETRAINING_H
 #define MODELS_DIFFUSION_GEMMA_PRETRAINING_H
 
@@ -15,8 +15,15 @@ class PretrainingBuilder {
 
   // The body of the "train_step" entry for packed rows of `sequenceLength` tokens.
   void buildTrainStep(int64_t sequenceLength);
+  // The body of the "logits" entry: the train step's stack and head over the ids as given, the
+  // soft-capped logits out.
+  void buildLogits(int64_t sequenceLength);
 
  private:
+  // The stack of each objective, shared by its train step and its logits entry so that both compute
+  // the same numbers: causal with every key valid, or bidirectional over the real tokens.
+  Value autoregressiveHidden(Value inputIds, Value positions, Value documentIds, int64_t sequenceLength);
+  Value maskedDiffusionHidden(Value inputIds, Value lossMask, Value positions, Value documentIds);
   // The loss of the autoregressive objective before the router aux term.
   Value autoregressiveLoss(Value inputIds, Value positions, Value documentIds, int64_t sequenceLength);
   // The loss of the masked-diffusion objective before the router aux term; writes p_mask,

@@ -23,6 +23,9 @@ inline constexpr const char* kPrefillImagesEntry = "prefill_images";
 inline constexpr const char* kDenoiseEntry = "denoise";
 inline constexpr const char* kDenoiseFirstEntry = "denoise_first";
 inline constexpr const char* kCommitEntry = "commit";
+// A pre-training inference plan's (docs/pretraining.md, "Sampling"): the soft-capped logits of packed
+// rows through the pre-training objective's stack. Its function is named "logits_s<seq_len>".
+inline constexpr const char* kPackedLogitsEntry = "logits";
 
 // Bucket dimensions of the entries (docs/plan-format.md, "Header").
 inline constexpr const char* kMicroBatchDimension = "micro_batch";

@@ -116,7 +116,8 @@ std::vector<ExpectedTensor> expectedVisionWeights(const DiffusionGemmaConfig& co
   return tensors;
 }
 
-ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, const SafetensorsDirectory& checkpoint) {
+ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, const SafetensorsDirectory& checkpoint,
+                                          const std::function<bool(const std::string&)>& needed) {
   ResolvedCheckpoint resolved;
   std::vector<std::string> problems;
   std::set<std::string> accountedFor;  // checkpoint names that some rule has claimed
@@ -132,7 +133,8 @@ ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, co
     if (decoderCopy) accountedFor.insert(expected.name);
     if (encoderCopy) accountedFor.insert(encoderName);
     if (!decoderCopy && !encoderCopy) {
-      problems.push_back("missing tensor " + expected.name + " " + shapeToString(expected.shape));
+      if (!needed || needed(expected.name))
+        problems.push_back("missing tensor " + expected.name + " " + shapeToString(expected.shape));
       continue;
     }
     bool usable = true;

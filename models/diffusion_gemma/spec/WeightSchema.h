@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -69,7 +70,10 @@ struct ResolvedCheckpoint {
 //  - with a vision_config, a tensor under the vision prefixes must be one of expectedVisionWeights,
 //    with its shape and a floating dtype.
 // Every missing, unexpected, mis-shaped or mismatched tensor goes into one InputError
-// "PATH: N problem(s) with the text weights:" with one line per problem.
-ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, const SafetensorsDirectory& checkpoint);
+// "PATH: N problem(s) with the text weights:" with one line per problem. When `needed` is given, a
+// text tensor it answers false for may be missing: a plan that never reads it (a pre-training plan
+// has no self-conditioning block, so neither have its checkpoints; docs/pretraining.md, "Sampling").
+ResolvedCheckpoint resolveCheckpointNames(const DiffusionGemmaConfig& config, const SafetensorsDirectory& checkpoint,
+                                          const std::function<bool(const std::string&)>& needed = {});
 
 }  // namespace dgemma

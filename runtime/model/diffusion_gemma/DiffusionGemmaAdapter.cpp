@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <set>
 
 #include "models/diffusion_gemma/spec/Config.h"
 #include "models/diffusion_gemma/spec/Interface.h"
@@ -33,6 +34,7 @@ ModelContract diffusionGemmaContract() {
   contract.denoiseEntry = names::kDenoiseEntry;
   contract.firstDenoiseEntry = names::kDenoiseFirstEntry;
   contract.commitEntry = names::kCommitEntry;
+  contract.packedLogitsEntry = names::kPackedLogitsEntry;
   contract.microBatchDimension = names::kMicroBatchDimension;
   contract.promptLengthDimension = names::kPromptLengthDimension;
   contract.canvasLengthDimension = names::kCanvasLengthDimension;
@@ -51,6 +53,7 @@ ModelContract diffusionGemmaContract() {
   contract.documentIds = names::kDocumentIds;
   contract.labels = names::kLabels;
   contract.lossMask = names::kLossMask;
+  contract.logits = names::kLogits;
   contract.advantages = names::kAdvantages;
   contract.oldLogps = names::kOldLogps;
   contract.refLogps = names::kRefLogps;
@@ -89,7 +92,12 @@ class DiffusionGemmaAdapter final : public ModelAdapter {
     const Plan& plan = executor.plan();
     const DiffusionGemmaConfig config = configOf(plan, planPath);
     SafetensorsDirectory checkpoint = SafetensorsDirectory::open(weightsPath);
-    ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
+    // A text tensor the plan does not hold may be missing (a pre-training checkpoint has no
+    // self-conditioning block); every one it holds must be there.
+    std::set<std::string> planParameters;
+    for (const Parameter& parameter : plan.parameters) planParameters.insert(parameter.name);
+    ResolvedCheckpoint resolved = resolveCheckpointNames(
+        config, checkpoint, [&](const std::string& name) { return planParameters.count(name) > 0; });
     // Only a plan with image entries declares the vision parameters (models/diffusion_gemma/ir/Builder.h).
     const bool readsImages = std::any_of(plan.parameters.begin(), plan.parameters.end(), [](const Parameter& parameter) {
       return parameter.name.rfind(kVisionTowerPrefix, 0) == 0;

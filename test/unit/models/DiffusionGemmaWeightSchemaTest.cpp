@@ -267,6 +267,28 @@ TEST_F(CheckpointResolutionTest, AllMissingTensorsInOneMessage) {
                                           "\n  missing tensor model.decoder.self_conditioning.up_proj.weight [48,48]");
 }
 
+// A pre-training checkpoint has no self-conditioning block: a plan that does not read it (`needed`
+// false) loads the rest; what it does read must still be there.
+TEST_F(CheckpointResolutionTest, TensorsThePlanDoesNotReadMayBeMissing) {
+  std::map<std::string, HostTensor> tensors = textTensorsUnder(kDecoderPrefix);
+  for (const char* part : {"pre_norm", "gate_proj", "up_proj", "down_proj"})
+    tensors.erase(std::string("model.decoder.self_conditioning.") + part + ".weight");
+  tensors.erase("model.decoder.layers.1.router.scale");
+  const SafetensorsDirectory checkpoint = writeCheckpoint(tensors);
+  auto outsideSelfConditioning = [](const std::string& name) {
+    return name.find(".self_conditioning.") == std::string::npos;
+  };
+  EXPECT_EQ(inputErrorMessage([&] { resolveCheckpointNames(config_, checkpoint, outsideSelfConditioning); }),
+            checkpointPath() +
+                ": 1 problem(s) with the text weights:"
+                "\n  missing tensor model.decoder.layers.1.router.scale [48]");
+  tensors.emplace("model.decoder.layers.1.router.scale", byCanonicalName_.at("model.decoder.layers.1.router.scale"));
+  const SafetensorsDirectory complete = writeCheckpoint(tensors);
+  const ResolvedCheckpoint resolved = resolveCheckpointNames(config_, complete, outsideSelfConditioning);
+  EXPECT_EQ(resolved.textTensors.size(), schema_.size() - 4);
+  EXPECT_EQ(resolved.textTensors.count("model.decoder.self_conditioning.up_proj.weight"), 0u);
+}
+
 TEST_F(CheckpointResolutionTest, MisShapedMistypedAndStrayTensorsAreListedTogether) {
   std::map<std::string, HostTensor> tensors = textTensorsUnder(kDecoderPrefix);
   tensors.at("model.decoder.layers.1.self_attn.q_proj.weight") = filled({64, 48}, 3.0f);
