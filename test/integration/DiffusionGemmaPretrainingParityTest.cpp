@@ -1,12 +1,13 @@
 // The pre-training objectives (docs/pretraining.md, "Objectives") through the compiled plan
-// (`dgemma-compile --mode train --objective autoregressive|masked-diffusion --seq-len 24`, run
+// (`dgemma-compile --mode train --objective autoregressive|masked-diffusion|block-diffusion --seq-len 24`, run
 // in-process by the session) against torch autograd in float64 over HF's text stack with explicit
 // document masks (test/fixtures/diffusion_gemma_pretrain, from
 // tools/reference/make_pretraining_fixtures.py): packed rows of 2 and 3 documents, documents longer
 // than the sliding window, padding, fp32 plans on the all_experts fixture. The loss within 1e-6
 // relative, every parameter gradient ‖Δ‖/‖ref‖ <= 1e-5. The masked-diffusion step's own draws
 // (p_mask, the masked positions and ids, the fallback row that the draw left unmasked) equal the
-// reference's, which are docs/kernels.md's Philox uniforms written out in Python. Below, a packed
+// reference's, which are docs/kernels.md's Philox uniforms written out in Python, and so do the
+// block-diffusion step's (t per row and block, the replaced ids). Below, a packed
 // row against its documents alone, and every parallel layout against one rank through
 // `dgemma-run grad`.
 #include <gtest/gtest.h>
@@ -100,6 +101,16 @@ TEST_P(DiffusionGemmaPretrainingParity, MatchesTorchAutograd) {
     EXPECT_EQ(toInts(outputs.at("masked_input_ids")), toInts(expected.at("masked_input_ids")));
     ASSERT_EQ(meta.at("cases").at(objective).at("fallback_rows"), nlohmann::json::array({2}))
         << "the fixture must exercise the at-least-one-masked-token fallback";
+  }
+  if (objective == "block-diffusion") {
+    // The SFT corruption per block: t per (row, block) and the replaced ids, from the same Philox words.
+    EXPECT_EQ(toDoubles(outputs.at("diffusion_t"), "diffusion_t"),
+              toDoubles(expected.at("diffusion_t"), "reference diffusion_t"));
+    const std::vector<int64_t> noisy = toInts(outputs.at("noisy_canvas_ids"));
+    EXPECT_EQ(noisy, toInts(expected.at("noisy_canvas_ids")));
+    EXPECT_NE(noisy, toInts(inputIds)) << "the fixture's draw must replace some tokens";
+    ASSERT_EQ(outputs.at("diffusion_t").shape, (std::vector<int64_t>{inputIds.shape[0], 3}))
+        << "three blocks of the canvas length 8 per row of 24";
   }
 
   std::set<std::string> planGradients;
@@ -360,7 +371,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DiffusionGemmaPretrainingSharded, ::testing::V
                          });
 
 INSTANTIATE_TEST_SUITE_P(Objectives, DiffusionGemmaPretrainingParity,
-                         ::testing::Values("autoregressive", "masked-diffusion"),
+                         ::testing::Values("autoregressive", "masked-diffusion", "block-diffusion"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name)
