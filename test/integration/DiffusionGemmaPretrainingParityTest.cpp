@@ -227,7 +227,7 @@ TEST(DiffusionGemmaPretrainingPacking, AutoregressiveRowEqualsItsDocumentsAlone)
 }
 
 // Every parallel layout and recompute policy computes what one rank computes (docs/parallelism.md)
-// for both objectives:
+// for the three objectives (block diffusion in blocks of 8, three a row):
 // `dgemma-run grad` on per-rank plans of tiny-cpu (randomly initialised; its KV heads split 2 ways)
 // against the one-rank plan, on two packed rows (documents of 5, 11 and 8 tokens; of 14 and 6 and 4
 // of padding) that cross the sliding window (8). The loss within 1e-6, every gradient within 1e-5
@@ -315,8 +315,10 @@ class DiffusionGemmaPretrainingSharded : public ::testing::TestWithParam<Sharded
 
 TEST_P(DiffusionGemmaPretrainingSharded, EqualsOneRank) {
   const ShardedCase& c = GetParam();
-  const std::string objective =
-      "--objective " + c.objective + (c.objective == "masked-diffusion" ? " --mask-token-id 255" : "");
+  const std::string objective = "--objective " + c.objective +
+                                (c.objective == "masked-diffusion"  ? " --mask-token-id 255"
+                                 : c.objective == "block-diffusion" ? " --canvas-len 8"
+                                                                    : "");
   const std::string batch = writeBatch(c.objective);
   compile(objective + " --micro-batch 2", dir / "one");
   compile(objective + " --micro-batch " + std::to_string(2 / c.layout.dataParallel) + " " + c.layout.flags,
@@ -330,7 +332,7 @@ TEST_P(DiffusionGemmaPretrainingSharded, EqualsOneRank) {
   int64_t compared = 0;
   for (const auto& [name, tensor] : want) {
     ASSERT_TRUE(got.count(name)) << name << ": missing from the sharded run's output";
-    if (tensor.dtype == DType::I64) {  // the masked ids: the same draws on every layout
+    if (tensor.dtype == DType::I64) {  // the masked or noisy ids: the same draws on every layout
       EXPECT_EQ(toInts(got.at(name)), toInts(tensor)) << name;
       continue;
     }
@@ -357,7 +359,7 @@ std::vector<ShardedCase> shardedCases() {
                                        {"tp2_sp_recompute_full", "--tp 2 --sp --recompute full", 2, 1},
                                        {"dp2_ep2_recompute_selective", "--dp 2 --ep 2 --recompute selective", 2, 2}};
   std::vector<ShardedCase> cases;
-  for (const char* objective : {"autoregressive", "masked-diffusion"})
+  for (const char* objective : {"autoregressive", "masked-diffusion", "block-diffusion"})
     for (const Layout& layout : layouts) cases.push_back({objective, layout});
   return cases;
 }
