@@ -79,16 +79,26 @@ const std::vector<std::string>& pretrainingObjectiveFlags() {
 void checkObjectiveFlags(const CompileOptions& options) {
   const bool pretraining = isPretrainingObjective(options);
   const bool maskedDiffusion = options.objective == "masked-diffusion";
+  const bool blockDiffusion = options.objective == "block-diffusion";
+  // The SFT flags that block diffusion reads: its blocks are canvases of the SFT corruption.
+  static const std::vector<std::string> blockDiffusionFlags = {"--canvas-len", "--noise-min", "--noise-max"};
   for (const std::string& flag : options.explicitObjectiveFlags) {
     const bool sftFlag =
         std::find(sftObjectiveFlags().begin(), sftObjectiveFlags().end(), flag) != sftObjectiveFlags().end();
+    const bool blockDiffusionFlag =
+        std::find(blockDiffusionFlags.begin(), blockDiffusionFlags.end(), flag) != blockDiffusionFlags.end();
+    if (blockDiffusion && blockDiffusionFlag) continue;
     if (pretraining && sftFlag)
       throw InputError(flag + ": does not apply to --objective " + options.objective +
-                       " (a pre-training objective on packed text: no prompt, canvas, self-conditioning, images, "
-                       "GRPO or LoRA; docs/pretraining.md, \"Objectives\")");
+                       (blockDiffusion
+                            ? " (uniform-state block diffusion on packed text: no prompt, "
+                              "self-conditioning, encoder loss, images, GRPO or LoRA; docs/pretraining.md, "
+                              "\"Block diffusion on packed text\")"
+                            : " (a pre-training objective on packed text: no prompt, canvas, "
+                              "self-conditioning, images, GRPO or LoRA; docs/pretraining.md, \"Objectives\")"));
     if (!pretraining && !sftFlag)
       throw InputError(flag +
-                       ": only with a pre-training --objective (autoregressive or masked-diffusion; "
+                       ": only with a pre-training --objective (autoregressive, masked-diffusion or block-diffusion; "
                        "docs/pretraining.md, \"Objectives\")");
     if (pretraining && !maskedDiffusion && flag != "--seq-len")
       throw InputError(flag + ": only with --objective masked-diffusion");
@@ -98,6 +108,9 @@ void checkObjectiveFlags(const CompileOptions& options) {
       std::find(options.explicitObjectiveFlags.begin(), options.explicitObjectiveFlags.end(), "--mask-epsilon") !=
           options.explicitObjectiveFlags.end())
     throw InputError("--mask-epsilon: only with --mode train (the logits entry of --mode infer draws no mask)");
+  if (options.mode != "train" && options.objective == "block-diffusion")
+    throw InputError("--objective block-diffusion: only with --mode train (its sampler is not built: "
+                     "docs/pretraining.md, \"Sampling\")");
   if (pretraining && options.sequenceLengths.empty())
     throw InputError("--objective " + options.objective + ": needs --seq-len (the packed sequence length buckets)");
 }
@@ -197,7 +210,8 @@ std::filesystem::path diffusionGemmaConfigPath(const CompileOptions& options) {
   std::filesystem::path path(options.model);
   std::filesystem::path configPath = std::filesystem::is_directory(path) ? path / "config.json" : path;
   if (!std::filesystem::exists(configPath))
-    throw InputError("--model: " + configPath.string() + " does not exist (expected an HF checkpoint directory, a config.json or " +
+    throw InputError("--model: " + configPath.string() +
+                     " does not exist (expected an HF checkpoint directory, a config.json or " +
                      mlir::dg::kRmsNormMatmulSoftmaxName + ")");
   return configPath;
 }

@@ -96,11 +96,12 @@ std::vector<std::pair<std::string, std::string>> presetCompileFlags(const std::s
 std::vector<int64_t> parsePromptLengths(const std::string& text);
 // --seq-len's buckets, sorted and without repeats.
 std::vector<int64_t> parseSequenceLengths(const std::string& text);
-// Whether --objective names a pre-training objective (autoregressive, masked-diffusion).
+// Whether --objective names a pre-training objective (autoregressive, masked-diffusion, block-diffusion).
 bool isPretrainingObjective(const CompileOptions& options);
 // Throws InputError naming the flag when a flag given on the command line does not apply to the
-// --objective: the SFT, GRPO and image flags with a pre-training objective, --seq-len without one,
-// --mask-token-id / --mask-epsilon without masked-diffusion, and --mask-epsilon with --mode infer.
+// --objective: the SFT, GRPO and image flags with a pre-training objective (block-diffusion takes
+// --canvas-len, --noise-min and --noise-max), --seq-len without one, --mask-token-id /
+// --mask-epsilon without masked-diffusion, and --mask-epsilon with --mode infer.
 void checkObjectiveFlags(const CompileOptions& options);
 // The flags checkObjectiveFlags judges: those that only the SFT/GRPO objectives read, and those that
 // only the pre-training objectives read.

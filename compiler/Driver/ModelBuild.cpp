@@ -72,6 +72,19 @@ mlir::dg::DiffusionGemmaPretrainingObjective pretrainingObjective(const CompileO
                        std::to_string(config.vocabSize) + ") of " + configPath);
     objective.maskEpsilon = options.maskEpsilon.value_or(1e-3);
   }
+  if (objective.kind == Kind::BlockDiffusion) {
+    objective.canvasLength = options.canvasLength != 0 ? options.canvasLength : config.canvasLength;
+    if (options.noiseMin > options.noiseMax)
+      throw InputError("--noise-min/--noise-max: expected 0 <= noise_min <= noise_max <= 1");
+    objective.noiseMin = options.noiseMin;
+    objective.noiseMax = options.noiseMax;
+    for (int64_t sequenceLength : parseSequenceLengths(options.sequenceLengths))
+      if (sequenceLength % objective.canvasLength != 0)
+        throw InputError("--seq-len " + std::to_string(sequenceLength) + ": expected a multiple of the canvas length " +
+                         std::to_string(objective.canvasLength) +
+                         (options.canvasLength != 0 ? " (--canvas-len)" : " (" + configPath + " canvas_length)") +
+                         ": block diffusion cuts each packed row into whole blocks");
+  }
   return objective;
 }
 
@@ -83,6 +96,11 @@ nlohmann::json pretrainingMetadata(const mlir::dg::DiffusionGemmaPretrainingObje
   if (objective.kind == mlir::dg::DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion) {
     metadata["mask_token_id"] = objective.maskTokenId;
     if (train) metadata["mask_epsilon"] = objective.maskEpsilon;
+  }
+  if (objective.kind == mlir::dg::DiffusionGemmaPretrainingObjective::Kind::BlockDiffusion) {
+    metadata["canvas_length"] = objective.canvasLength;
+    metadata["noise_min"] = objective.noiseMin;
+    metadata["noise_max"] = objective.noiseMax;
   }
   return metadata;
 }
@@ -193,15 +211,22 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                      " has no vision_config (a text-only model takes no images; drop the flag)");
   // A text-only plan stays byte-identical to one compiled before the flag existed.
   if (options.imagesPerExample > 0) metadata["images_per_example"] = options.imagesPerExample;
-  if (options.canvasLength != 0 && options.canvasLength != config.canvasLength)
+  // Block diffusion's blocks may have any length; the SFT and inference plans use the config's canvas.
+  if (options.canvasLength != 0 && options.canvasLength != config.canvasLength &&
+      options.objective != "block-diffusion")
     throw InputError("--canvas-len: " + std::to_string(options.canvasLength) +
                      " differs from the config's canvas_length " + std::to_string(config.canvasLength));
   const bool pretraining = isPretrainingObjective(options);
   const std::vector<int64_t> lengths =
       pretraining ? parseSequenceLengths(options.sequenceLengths) : parsePromptLengths(options.promptLengths);
   const int64_t longestPrompt = lengths.back();
-  // A packed row has no canvas: its length alone is split like a prompt bucket.
-  checkParallelLayout(config, parallelLayout(options), lengths, pretraining ? lengths.front() : config.canvasLength);
+  // A packed row has no canvas: its length alone is split like a prompt bucket (block diffusion's
+  // decoder runs on blocks of --canvas-len).
+  const int64_t decodedLength = !pretraining ? config.canvasLength
+                                : options.objective == "block-diffusion"
+                                    ? (options.canvasLength != 0 ? options.canvasLength : config.canvasLength)
+                                    : lengths.front();
+  checkParallelLayout(config, parallelLayout(options), lengths, decodedLength);
   metadata["layout"] = {{"tp", options.tp},
                         {"dp", options.dp},
                         {"ep", options.ep},
@@ -269,8 +294,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     return mlir::dg::buildDiffusionGemmaTrain(context, config, train);
   }
   if (isMultiRank(options))
-    throw InputError("--mode infer: the inference entries (prefill, denoise, commit) are built for one rank only; "
-                     "drop --tp/--ep/--dp/--sp (sharded inference is later work)");
+    throw InputError(
+        "--mode infer: the inference entries (prefill, denoise, commit) are built for one rank only; "
+        "drop --tp/--ep/--dp/--sp (sharded inference is later work)");
   mlir::dg::DiffusionGemmaInferenceOptions inference;
   inference.microBatch = globalMicroBatch;
   inference.promptLengths = parsePromptLengths(options.promptLengths);

@@ -110,6 +110,7 @@ MicroBatch PackedSplit::assemble(int64_t index) {
       positionIds.as<int64_t>()[at] = sample.positionIds[position];
       documentIds.as<int64_t>()[at] = sample.segmentIds[position];
       labels.as<int64_t>()[at] = sample.tokens[position + 1];
+      // Masked and block diffusion score every token: a packed sample has no padding.
       lossMask.as<float>()[at] = autoregressiveMask.empty() ? 1.0f : autoregressiveMask[position];
     }
     batch.samples.push_back(global);

@@ -28,7 +28,8 @@ int64_t bucketSize(const EntryPoint& entry, const std::string& dimension, const 
 size_t entryIndex(const Plan& plan, const std::string& name, const std::string& planPath) {
   for (size_t i = 0; i < plan.entryPoints.size(); ++i)
     if (plan.entryPoints[i].name == name) return i;
-  throw InputError(planPath + ": no \"" + name + "\" entry point (compiled before gradients were device buffers; recompile the plan)");
+  throw InputError(planPath + ": no \"" + name +
+                   "\" entry point (compiled before gradients were device buffers; recompile the plan)");
 }
 
 std::string describeRows(const BatchRows& rows) {
@@ -59,9 +60,10 @@ BatchRows rankRowsOf(const Plan& plan, const std::vector<const EntryPoint*>& ent
       const Buffer& buffer = plan.buffers.at(input.buffer);
       const int64_t rowsPerExample = perImageRows.count(input.name) ? imagesPerExample : 1;
       if (input.globalShape.front() != microBatch * rowsPerExample)
-        throw InputError(where + ": its global shape has " + std::to_string(input.globalShape.front()) +
-                         " rows, the global micro-batch " + std::to_string(microBatch) +
-                         (rowsPerExample == 1 ? std::string() : " x images per example " + std::to_string(rowsPerExample)));
+        throw InputError(
+            where + ": its global shape has " + std::to_string(input.globalShape.front()) +
+            " rows, the global micro-batch " + std::to_string(microBatch) +
+            (rowsPerExample == 1 ? std::string() : " x images per example " + std::to_string(rowsPerExample)));
       for (size_t d = 1; d < buffer.shape.size(); ++d)
         if (input.shardOffset[d] != 0 || buffer.shape[d] != input.globalShape[d])
           throw InputError(where + ": split in dimension " + std::to_string(d) +
@@ -110,8 +112,9 @@ void readBlockDiffusionSteps(TrainPlan& trainPlan, const EntryPoint& corrupt,
   for (const EntryPoint* entry : imageTrainSteps) {
     const int64_t images = bucketSize(*entry, "images_per_example", planPath);
     if (images < 1 || (trainPlan.imagesPerExample != 0 && images != trainPlan.imagesPerExample))
-      throw InputError(planPath + ": entry " + entry->key() + ": bucket: images_per_example " + std::to_string(images) +
-                       (images < 1 ? ", expected at least 1" : ", another twin has " + std::to_string(trainPlan.imagesPerExample)));
+      throw InputError(
+          planPath + ": entry " + entry->key() + ": bucket: images_per_example " + std::to_string(images) +
+          (images < 1 ? ", expected at least 1" : ", another twin has " + std::to_string(trainPlan.imagesPerExample)));
     trainPlan.imagesPerExample = images;
     if (bucketSize(*entry, names.microBatchDimension, planPath) != trainPlan.microBatch ||
         bucketSize(*entry, names.canvasLengthDimension, planPath) != trainPlan.canvasLength ||
@@ -128,17 +131,26 @@ void readBlockDiffusionSteps(TrainPlan& trainPlan, const EntryPoint& corrupt,
 }
 
 // The train_step entries of a pre-training plan (dgemma-compile --objective autoregressive |
-// masked-diffusion): one micro-batch, a packed length per entry, the objective told by the inputs.
+// masked-diffusion | block-diffusion): one micro-batch, a packed length per entry, the objective told
+// by the inputs and, for block diffusion, the canvas_len bucket dimension (TrainPlan.h).
 void readPretrainingSteps(TrainPlan& trainPlan, const std::vector<const EntryPoint*>& trainSteps,
                           const ModelContract& names, const std::string& planPath) {
   const EntryPoint& first = *trainSteps.front();
   trainPlan.microBatch = bucketSize(first, names.microBatchDimension, planPath);
   const bool autoregressive = hasName(first.inputs, names.labels);
-  trainPlan.objective = autoregressive ? TrainObjective::Autoregressive : TrainObjective::MaskedDiffusion;
+  const bool blocks = first.bucket.count(names.canvasLengthDimension) > 0;
+  trainPlan.objective = autoregressive ? TrainObjective::Autoregressive
+                        : blocks       ? TrainObjective::PackedBlockDiffusion
+                                       : TrainObjective::MaskedDiffusion;
+  if (blocks) trainPlan.canvasLength = bucketSize(first, names.canvasLengthDimension, planPath);
   for (const EntryPoint* entry : trainSteps) {
     if (bucketSize(*entry, names.microBatchDimension, planPath) != trainPlan.microBatch)
       throw InputError(planPath + ": entry " + entry->key() + ": its " + names.microBatchDimension + " differs from " +
                        first.key() + "'s");
+    if (entry->bucket.count(names.canvasLengthDimension) != (blocks ? 1u : 0u) ||
+        (blocks && bucketSize(*entry, names.canvasLengthDimension, planPath) != trainPlan.canvasLength))
+      throw InputError(planPath + ": entry " + entry->key() + ": its " + names.canvasLengthDimension +
+                       " differs from " + first.key() + "'s");
     trainPlan.sequenceLengths.push_back(bucketSize(*entry, names.sequenceLengthDimension, planPath));
     std::vector<std::string> inputs = {names.batch.inputIds, names.batch.positionIds, names.documentIds,
                                        names.lossMask};
@@ -160,6 +172,7 @@ const char* trainObjectiveName(TrainObjective objective) {
     case TrainObjective::BlockDiffusion: return "block-diffusion";
     case TrainObjective::Autoregressive: return "autoregressive";
     case TrainObjective::MaskedDiffusion: return "masked-diffusion";
+    case TrainObjective::PackedBlockDiffusion: return "block-diffusion on packed text";
   }
   return "?";
 }
@@ -211,8 +224,9 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
   for (const NamedBuffer& input : optimizerStep->inputs) {
     if (kOptimizerScalars.count(input.name)) continue;
     if (input.name.rfind(kGradientPrefix, 0) == 0)
-      throw InputError(planPath + ": entry optimizer_step takes the gradient " + input.name +
-                       " as an input (compiled before gradients were device buffers); recompile the plan with dgemma-compile");
+      throw InputError(
+          planPath + ": entry optimizer_step takes the gradient " + input.name +
+          " as an input (compiled before gradients were device buffers); recompile the plan with dgemma-compile");
     throw InputError(planPath + ": entry optimizer_step: unexpected input " + input.name);
   }
   for (const std::string& scalar : kOptimizerScalars)
@@ -223,21 +237,24 @@ TrainPlan readTrainPlan(const Plan& plan, const std::string& planPath) {
 
   for (const Parameter& parameter : plan.parameters) {
     if (parameter.name.rfind(kGradientPrefix, 0) == 0) trainPlan.gradients.push_back(parameter.name);
-    else if (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0) trainPlan.optimizerParameters.push_back(parameter.name);
+    else if (parameter.name.rfind(kOptimizerStatePrefix, 0) == 0)
+      trainPlan.optimizerParameters.push_back(parameter.name);
     // An adapter plan's checkpoints hold its adapters, not the frozen base that --weights gives
     // (docs/training.md, "LoRA adapters").
     else if (!isRunState(parameter.name) && (!plan.adapter || parameter.trainable))
       trainPlan.modelParameters.push_back(parameter.name);
   }
   if (trainPlan.gradients.empty())
-    throw InputError(planPath + ": no gradient buffer (a " + kGradientPrefix + "<name> parameter); recompile the plan with dgemma-compile");
+    throw InputError(planPath + ": no gradient buffer (a " + kGradientPrefix +
+                     "<name> parameter); recompile the plan with dgemma-compile");
   trainPlan.gradientCheck = entryIndex(plan, kGradientCheckEntry, planPath);
   trainPlan.zeroGradients = entryIndex(plan, kZeroGradientsEntry, planPath);
   const EntryPoint& check = plan.entryPoints[trainPlan.gradientCheck];
   for (const std::string& gradient : trainPlan.gradients)
     if (!hasName(check.outputs, kNonFinitePrefix + gradient))
       throw InputError(planPath + ": entry " + check.key() + ": missing output " + kNonFinitePrefix + gradient);
-  if (!plan.optimizer) throw InputError(planPath + ": optimizer: missing (recompile the plan with this dgemma-compile)");
+  if (!plan.optimizer)
+    throw InputError(planPath + ": optimizer: missing (recompile the plan with this dgemma-compile)");
   trainPlan.optimizer = *plan.optimizer;
 
   return trainPlan;
@@ -258,7 +275,8 @@ nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan) 
   nlohmann::json& parameters = identity["parameters"] = nlohmann::json::object();
   for (const Parameter& parameter : plan.parameters) {
     if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) continue;
-    parameters[parameter.name] = {{"shape", parameter.globalShape}, {"dtype", std::string(dtypeName(plan.buffers.at(parameter.buffer).dtype))}};
+    parameters[parameter.name] = {{"shape", parameter.globalShape},
+                                  {"dtype", std::string(dtypeName(plan.buffers.at(parameter.buffer).dtype))}};
   }
   return identity;
 }

@@ -23,10 +23,11 @@ struct BatchRows {
 
 // What a plan's train_step computes (docs/training.md, docs/pretraining.md "Objectives"): the
 // block-diffusion objective over chat rows (with its corrupt entry), or a pre-training objective
-// over packed documents. The pre-training ones are told apart by their inputs: labels for the
-// autoregressive step, noise keys for masked diffusion.
-enum class TrainObjective { BlockDiffusion, Autoregressive, MaskedDiffusion };
-// "block-diffusion", "autoregressive", "masked-diffusion".
+// over packed documents. The pre-training ones are told apart by their steps: labels for the
+// autoregressive step; noise keys and a canvas_len bucket dimension (its block length) for block
+// diffusion on packed text; noise keys without one for masked diffusion.
+enum class TrainObjective { BlockDiffusion, Autoregressive, MaskedDiffusion, PackedBlockDiffusion };
+// "block-diffusion", "autoregressive", "masked-diffusion", "block-diffusion on packed text".
 const char* trainObjectiveName(TrainObjective objective);
 
 struct TrainPlan {
@@ -35,7 +36,7 @@ struct TrainPlan {
   // This rank's rows of it: all of them on one rank; on a data-parallel plan the rows its corrupt and
   // train_step inputs' boxes hold (every batch input split by rows alike).
   BatchRows rankRows;
-  int64_t canvasLength = 0;
+  int64_t canvasLength = 0;  // the canvas (block diffusion on packed text: the block length)
   std::vector<int64_t> promptLengths;  // the train_step buckets, ascending (block diffusion)
   std::vector<int64_t> sequenceLengths;  // the train_step buckets, ascending (pre-training)
   // The image twins' images_per_example; 0 for a text-only plan (no train_step_images entries).

@@ -46,7 +46,8 @@ constexpr uint64_t kEvaluationNoiseStep = 0;
 
 double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-float scalarOutput(const std::map<std::string, HostTensor>& outputs, const std::string& name, const std::string& entry) {
+float scalarOutput(const std::map<std::string, HostTensor>& outputs, const std::string& name,
+                   const std::string& entry) {
   auto it = outputs.find(name);
   if (it == outputs.end() || it->second.numElements() != 1)
     throw InputError("entry " + entry + ": expected a scalar output " + name);
@@ -205,7 +206,10 @@ void Trainer::printSetup() const {
       trainPlan_.objective == TrainObjective::BlockDiffusion
           ? "prompt buckets " + list(trainPlan_.promptLengths) + ", canvas " + std::to_string(trainPlan_.canvasLength)
           : trainObjectiveName(trainPlan_.objective) + std::string(", packed length ") +
-                std::to_string(trainPlan_.sequenceLengths.back());
+                std::to_string(trainPlan_.sequenceLengths.back()) +
+                (trainPlan_.objective == TrainObjective::PackedBlockDiffusion
+                     ? ", blocks of " + std::to_string(trainPlan_.canvasLength)
+                     : std::string());
   const OptimizerSettings& adam = trainPlan_.optimizer;
   out_ << "plan " << session_.planPath << " (" << world_.size() << (world_.size() == 1 ? " rank" : " ranks")
        << "): micro-batch " << trainPlan_.microBatch << " x accumulation " << options_.accumulation
@@ -241,9 +245,11 @@ void Trainer::restore() {
 // micro-batch runs train_step_images with the inputs derived from its images and prompts.
 std::map<std::string, HostTensor> Trainer::runMicroBatch(MicroBatch batch, NoisePhase phase, uint64_t noiseStep) {
   const ModelContract& names = session_.model->contract();
-  // A pre-training step draws its own masks from the keys (masked diffusion) or draws nothing.
+  // A pre-training step draws its own noise from the keys (masked diffusion, block diffusion on
+  // packed text) or draws nothing.
   if (trainPlan_.objective != TrainObjective::BlockDiffusion) {
-    if (trainPlan_.objective == TrainObjective::MaskedDiffusion)
+    if (trainPlan_.objective == TrainObjective::MaskedDiffusion ||
+        trainPlan_.objective == TrainObjective::PackedBlockDiffusion)
       batch.fields[names.noiseKeys] = noiseKeys(options_.session.seed, phase, noiseStep, batch.samples);
     return runEntry(session_, names.trainStepEntry, std::move(batch.fields), batch.where);
   }
@@ -272,9 +278,10 @@ StepGradients Trainer::forwardBackward(int64_t step) {
   for (int64_t micro = 0; micro < options_.accumulation; ++micro) {
     MicroBatch batch = train_->trainingMicroBatch(consumedSamples_ / trainPlan_.microBatch + micro);
     result.tokens += batch.tokens;
-    const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(options_.accumulation) + " (" +
-                              batch.where + ")";
-    std::map<std::string, HostTensor> outputs = runMicroBatch(std::move(batch), NoisePhase::Train, static_cast<uint64_t>(step));
+    const std::string where = "micro-batch " + std::to_string(micro + 1) + " of " +
+                              std::to_string(options_.accumulation) + " (" + batch.where + ")";
+    std::map<std::string, HostTensor> outputs =
+        runMicroBatch(std::move(batch), NoisePhase::Train, static_cast<uint64_t>(step));
     // train_step added its gradients into the plan's f32 buffers, in micro-batch order.
     addLosses(result.losses, outputs, where, result.nonFinite);
   }
@@ -328,8 +335,8 @@ MetricsRecord Trainer::evaluate(TrainSplit& data, MetricsSplit split, int64_t st
   line.step = step;
   line.split = split;
   setLosses(line, sums);
-  // A pre-training loss is a mean per token: the autoregressive cross-entropy, or masked diffusion's
-  // bound on it (docs/pretraining.md, "Training").
+  // A pre-training loss is a mean per token: the autoregressive cross-entropy, masked diffusion's
+  // bound on it, or block diffusion's denoising cross-entropy (docs/pretraining.md, "Training").
   if (trainPlan_.objective != TrainObjective::BlockDiffusion)
     line.extra.push_back({"perplexity", static_cast<double>(std::exp(static_cast<double>(line.loss)))});
   line.consumedSamples = consumedSamples_;
@@ -348,7 +355,8 @@ void Trainer::evaluateAndRecord(TrainSplit& data, MetricsSplit split, int64_t st
     progress.message(what + " loss " + formatFloat(line.loss));
     return;
   }
-  if (options_.nanPolicy == "abort") throw RuntimeError(what + ": " + nonFinite + " (--nan-policy skip reports it and goes on)");
+  if (options_.nanPolicy == "abort")
+    throw RuntimeError(what + ": " + nonFinite + " (--nan-policy skip reports it and goes on)");
   progress.message(what + ": " + nonFinite);
 }
 
@@ -391,8 +399,9 @@ std::string Trainer::checkpointTokenizerDir() const {
 CheckpointSaveResult Trainer::save(int64_t step) {
   HostTensor count(DType::I64, std::vector<int64_t>{});
   count.as<int64_t>()[0] = optimizerSteps_;
-  std::vector<SavedGroup> groups = {{"model", trainPlan_.modelParameters, {}},
-                                    {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
+  std::vector<SavedGroup> groups = {
+      {"model", trainPlan_.modelParameters, {}},
+      {"optimizer", trainPlan_.optimizerParameters, {{"optimizer", kOptimizerStepCount, &count}}}};
   // The checkpoint is a model directory of the family's HF library too (docs/training.md,
   // "Checkpoints"): where HF stores a second copy of a parameter (replicated: whole on every rank),
   // rank 0 adds it, and its commit writes the model's side files (config, tokenizer).
@@ -507,8 +516,8 @@ int Trainer::run() {
       CheckpointSaveResult saved = save(step);
       std::string removed;
       for (const std::string& directory : saved.removed) removed += ", removed " + directory;
-      progress.message("saved checkpoint " + saved.directory + " (" + formatFloat(saved.bytesWritten / 1e6) + " MB in " +
-                       formatFloat(saved.seconds) + " s" + removed + ")");
+      progress.message("saved checkpoint " + saved.directory + " (" + formatFloat(saved.bytesWritten / 1e6) +
+                       " MB in " + formatFloat(saved.seconds) + " s" + removed + ")");
     }
   }
   progress.finish();
@@ -522,13 +531,17 @@ void checkOptions(const TrainOptions& options) {
   if (options.session.weights.empty() == options.session.init.empty())
     throw InputError("give exactly one of --weights DIR and --init random");
   if (options.steps < 1) throw InputError("--steps: required (the plan has no preset run defaults)");
-  if (options.resume && options.saveDir.empty()) throw InputError("--resume: needs --save-dir, the directory to resume from");
+  if (options.resume && options.saveDir.empty())
+    throw InputError("--resume: needs --save-dir, the directory to resume from");
   if (options.resume && !options.resumeFrom.empty())
-    throw InputError("--resume-from: give it instead of --resume, not with it (--resume takes the newest checkpoint in --save-dir)");
+    throw InputError(
+        "--resume-from: give it instead of --resume, not with it (--resume takes the newest checkpoint in --save-dir)");
   if (options.saveEvery > 0 && options.saveDir.empty()) throw InputError("--save-every: needs --save-dir");
-  if (options.overwrite && options.saveDir.empty()) throw InputError("--overwrite: needs --save-dir, the directory to start afresh in");
+  if (options.overwrite && options.saveDir.empty())
+    throw InputError("--overwrite: needs --save-dir, the directory to start afresh in");
   if (options.overwrite && (options.resume || !options.resumeFrom.empty()))
-    throw InputError("--overwrite: deletes the checkpoints that --resume and --resume-from continue; give one or the other");
+    throw InputError(
+        "--overwrite: deletes the checkpoints that --resume and --resume-from continue; give one or the other");
   if (!options.dataPath.empty()) {
     if (!options.train.empty() || !options.validation.empty() || !options.test.empty())
       throw InputError(

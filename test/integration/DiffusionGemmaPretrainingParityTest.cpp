@@ -1,12 +1,13 @@
 // The pre-training objectives (docs/pretraining.md, "Objectives") through the compiled plan
-// (`dgemma-compile --mode train --objective autoregressive|masked-diffusion --seq-len 24`, run
+// (`dgemma-compile --mode train --objective autoregressive|masked-diffusion|block-diffusion --seq-len 24`, run
 // in-process by the session) against torch autograd in float64 over HF's text stack with explicit
 // document masks (test/fixtures/diffusion_gemma_pretrain, from
 // tools/reference/make_pretraining_fixtures.py): packed rows of 2 and 3 documents, documents longer
 // than the sliding window, padding, fp32 plans on the all_experts fixture. The loss within 1e-6
 // relative, every parameter gradient ‖Δ‖/‖ref‖ <= 1e-5. The masked-diffusion step's own draws
 // (p_mask, the masked positions and ids, the fallback row that the draw left unmasked) equal the
-// reference's, which are docs/kernels.md's Philox uniforms written out in Python. Below, a packed
+// reference's, which are docs/kernels.md's Philox uniforms written out in Python, and so do the
+// block-diffusion step's (t per row and block, the replaced ids). Below, a packed
 // row against its documents alone, and every parallel layout against one rank through
 // `dgemma-run grad`.
 #include <gtest/gtest.h>
@@ -100,6 +101,16 @@ TEST_P(DiffusionGemmaPretrainingParity, MatchesTorchAutograd) {
     EXPECT_EQ(toInts(outputs.at("masked_input_ids")), toInts(expected.at("masked_input_ids")));
     ASSERT_EQ(meta.at("cases").at(objective).at("fallback_rows"), nlohmann::json::array({2}))
         << "the fixture must exercise the at-least-one-masked-token fallback";
+  }
+  if (objective == "block-diffusion") {
+    // The SFT corruption per block: t per (row, block) and the replaced ids, from the same Philox words.
+    EXPECT_EQ(toDoubles(outputs.at("diffusion_t"), "diffusion_t"),
+              toDoubles(expected.at("diffusion_t"), "reference diffusion_t"));
+    const std::vector<int64_t> noisy = toInts(outputs.at("noisy_canvas_ids"));
+    EXPECT_EQ(noisy, toInts(expected.at("noisy_canvas_ids")));
+    EXPECT_NE(noisy, toInts(inputIds)) << "the fixture's draw must replace some tokens";
+    ASSERT_EQ(outputs.at("diffusion_t").shape, (std::vector<int64_t>{inputIds.shape[0], 3}))
+        << "three blocks of the canvas length 8 per row of 24";
   }
 
   std::set<std::string> planGradients;
@@ -216,7 +227,7 @@ TEST(DiffusionGemmaPretrainingPacking, AutoregressiveRowEqualsItsDocumentsAlone)
 }
 
 // Every parallel layout and recompute policy computes what one rank computes (docs/parallelism.md)
-// for both objectives:
+// for the three objectives (block diffusion in blocks of 8, three a row):
 // `dgemma-run grad` on per-rank plans of tiny-cpu (randomly initialised; its KV heads split 2 ways)
 // against the one-rank plan, on two packed rows (documents of 5, 11 and 8 tokens; of 14 and 6 and 4
 // of padding) that cross the sliding window (8). The loss within 1e-6, every gradient within 1e-5
@@ -304,8 +315,10 @@ class DiffusionGemmaPretrainingSharded : public ::testing::TestWithParam<Sharded
 
 TEST_P(DiffusionGemmaPretrainingSharded, EqualsOneRank) {
   const ShardedCase& c = GetParam();
-  const std::string objective =
-      "--objective " + c.objective + (c.objective == "masked-diffusion" ? " --mask-token-id 255" : "");
+  const std::string objective = "--objective " + c.objective +
+                                (c.objective == "masked-diffusion"  ? " --mask-token-id 255"
+                                 : c.objective == "block-diffusion" ? " --canvas-len 8"
+                                                                    : "");
   const std::string batch = writeBatch(c.objective);
   compile(objective + " --micro-batch 2", dir / "one");
   compile(objective + " --micro-batch " + std::to_string(2 / c.layout.dataParallel) + " " + c.layout.flags,
@@ -319,7 +332,7 @@ TEST_P(DiffusionGemmaPretrainingSharded, EqualsOneRank) {
   int64_t compared = 0;
   for (const auto& [name, tensor] : want) {
     ASSERT_TRUE(got.count(name)) << name << ": missing from the sharded run's output";
-    if (tensor.dtype == DType::I64) {  // the masked ids: the same draws on every layout
+    if (tensor.dtype == DType::I64) {  // the masked or noisy ids: the same draws on every layout
       EXPECT_EQ(toInts(got.at(name)), toInts(tensor)) << name;
       continue;
     }
@@ -346,7 +359,7 @@ std::vector<ShardedCase> shardedCases() {
                                        {"tp2_sp_recompute_full", "--tp 2 --sp --recompute full", 2, 1},
                                        {"dp2_ep2_recompute_selective", "--dp 2 --ep 2 --recompute selective", 2, 2}};
   std::vector<ShardedCase> cases;
-  for (const char* objective : {"autoregressive", "masked-diffusion"})
+  for (const char* objective : {"autoregressive", "masked-diffusion", "block-diffusion"})
     for (const Layout& layout : layouts) cases.push_back({objective, layout});
   return cases;
 }
@@ -360,7 +373,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DiffusionGemmaPretrainingSharded, ::testing::V
                          });
 
 INSTANTIATE_TEST_SUITE_P(Objectives, DiffusionGemmaPretrainingParity,
-                         ::testing::Values("autoregressive", "masked-diffusion"),
+                         ::testing::Values("autoregressive", "masked-diffusion", "block-diffusion"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name)

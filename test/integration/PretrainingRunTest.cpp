@@ -1,6 +1,7 @@
 // `dgemma-run train` on pre-training plans end to end (docs/pretraining.md, "Training"): a corpus
 // preprocessed into two Megatron indexed datasets, blended 0.7 / 0.3, packed into the tiny CPU
-// model's sequences, and trained with the autoregressive and the masked-diffusion step. A run
+// model's sequences, and trained with the autoregressive, the masked-diffusion and (resume only) the
+// block-diffusion step. A run
 // resumed from a mid-epoch checkpoint writes the uninterrupted run's metrics and weights; two
 // data-parallel ranks read the blend's samples in one rank's order; the wrong data for a plan is
 // refused by name.
@@ -77,6 +78,7 @@ class PretrainingRunTest : public ::testing::Test {
              compile + "--objective autoregressive --micro-batch 2 --dp 2 -o " + data("ar-dp2"),
              compile + "--objective masked-diffusion --mask-token-id 3 --micro-batch 4 -o " + data("md"),
              compile + "--objective masked-diffusion --mask-token-id 3 --micro-batch 2 --dp 2 -o " + data("md-dp2"),
+             compile + "--objective block-diffusion --canvas-len 8 --micro-batch 4 -o " + data("bd"),
              std::string(DGEMMA_COMPILE) + " --model " + kModel + " --mode train --micro-batch 4 --prompt-len 48 -o " +
                  data("sft"),
          }) {
@@ -104,14 +106,17 @@ class PretrainingRunTest : public ::testing::Test {
 std::string* PretrainingRunTest::root_ = nullptr;
 
 // Step 3 of 6 (12 of the blend's ~250 training samples) is mid-epoch. The resumed run rebuilds
-// nothing it needs from the interrupted one: the caches, the sample order and the masked-diffusion
-// draws follow from the seed and the consumed samples.
+// nothing it needs from the interrupted one: the caches, the sample order and the masked- and
+// block-diffusion draws follow from the seed and the consumed samples.
 TEST_F(PretrainingRunTest, ResumeFromAMidEpochCheckpointContinuesTheUninterruptedRun) {
-  for (const std::string plan : {"ar", "md"}) {
+  for (const std::string plan : {"ar", "md", "bd"}) {
     const std::string common = "--steps 6 --lr 3e-3 --save-every 3 ";
     ToolResult whole = runTool(train(
         plan, common + "--metrics " + (dir / (plan + "-whole.jsonl")) + " --save-dir " + (dir / (plan + "-whole"))));
     ASSERT_EQ(whole.exitCode, 0) << whole.output;
+    // The trainer tells block diffusion by its plan's canvas_len bucket (runtime/train/TrainPlan.h).
+    if (plan == "bd")
+      EXPECT_TRUE(contains(whole, "block-diffusion on packed text, packed length 32, blocks of 8")) << whole.output;
     const std::string metrics = dir / (plan + "-resumed.jsonl");
     const std::string save = dir / (plan + "-resumed");
     ToolResult first = runTool(train(plan, common + "--metrics " + metrics + " --save-dir " + save));

@@ -33,16 +33,17 @@ void applyPreset(CLI::App& app, const std::string& name) {
 
 int main(int argc, char** argv) {
   dgemma::CompileOptions options;
-  CLI::App app{"dgemma-compile: model config + parallel layout -> executable plan (one file per rank)", "dgemma-compile"};
+  CLI::App app{"dgemma-compile: model config + parallel layout -> executable plan (one file per rank)",
+               "dgemma-compile"};
   app.add_option("--model", options.model, "HF checkpoint dir or config.json, or " + dgemma::builtinModelName())
       ->required();
   app.add_option("--mode", options.mode, "train | infer")->required()->check(CLI::IsMember({"train", "infer"}));
   app.add_option("--preset", options.preset, "named recipe defaults: dg26b-sft, tiny-cpu, demo (explicit flags win)");
   app.add_option("--objective", options.objective,
                  "base-sft | reweighted-ce | loo-ce | reweighted-loo-ce (SFT), or the pre-training objectives "
-                 "autoregressive | masked-diffusion (docs/pretraining.md, \"Objectives\")")
-      ->check(CLI::IsMember(
-          {"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce", "autoregressive", "masked-diffusion"}));
+                 "autoregressive | masked-diffusion | block-diffusion (docs/pretraining.md, \"Objectives\")")
+      ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce", "autoregressive",
+                             "masked-diffusion", "block-diffusion"}));
   app.add_option("--seq-len", options.sequenceLengths,
                  "pre-training: packed sequence-length buckets, e.g. 512,1024 (one train_step each; --mode infer: one logits entry each)");
   app.add_option("--mask-token-id", options.maskTokenId,
@@ -71,8 +72,10 @@ int main(int argc, char** argv) {
   app.add_option("--kl-coeff", options.klCoeff,
                  "grpo: the k3 KL penalty's coefficient against ref_logps (default 0: none)")
       ->check(dgemma::numberIn(0, dgemma::kMaxWeight));
-  app.add_option("--noise-min", options.noiseMin, "lower end of the diffusion time t")->check(dgemma::numberIn(0, 1));
-  app.add_option("--noise-max", options.noiseMax, "upper end of the diffusion time t")->check(dgemma::numberIn(0, 1));
+  app.add_option("--noise-min", options.noiseMin, "lower end of the diffusion time t (SFT and block-diffusion)")
+      ->check(dgemma::numberIn(0, 1));
+  app.add_option("--noise-max", options.noiseMax, "upper end of the diffusion time t (SFT and block-diffusion)")
+      ->check(dgemma::numberIn(0, 1));
   app.add_option("--adam-beta1", options.adam.beta1, "AdamW beta1 (docs/training.md, 'AdamW and clipping')")
       ->check(dgemma::numberIn(0, 1, true, false));
   app.add_option("--adam-beta2", options.adam.beta2, "AdamW beta2")->check(dgemma::numberIn(0, 1, true, false));
@@ -88,7 +91,9 @@ int main(int argc, char** argv) {
                  "(needs a vision_config; default 0: a text-only plan)")
       ->check(dgemma::integerIn(0, dgemma::kMaxImagesPerExample));
   app.add_option("--prompt-len", options.promptLengths, "prompt-length buckets, e.g. 128,256,512");
-  app.add_option("--canvas-len", options.canvasLength, "decoder canvas length (default: the config's canvas_length)")
+  app.add_option("--canvas-len", options.canvasLength,
+                 "decoder canvas length (default: the config's canvas_length); block-diffusion: the block length L, "
+                 "dividing every --seq-len")
       ->check(dgemma::integerIn(1, dgemma::kMaxLength));
   app.add_option(
          "--max-new-tokens", options.maxNewTokens,
@@ -123,9 +128,10 @@ int main(int argc, char** argv) {
          "(attention core and MoE intermediates); docs/training.md, 'Recomputation'")
       ->check(CLI::Validator(
           [](std::string& text) {
-            return mlir::dg::parseRecomputePolicy(text) ? std::string()
-                                                        : std::string("expected ") + mlir::dg::kRecomputePolicyExpected +
-                                                              ", got " + dgemma::quoteForMessage(text, 40);
+            return mlir::dg::parseRecomputePolicy(text)
+                       ? std::string()
+                       : std::string("expected ") + mlir::dg::kRecomputePolicyExpected + ", got " +
+                             dgemma::quoteForMessage(text, 40);
           },
           "POLICY"));
   app.add_option(

@@ -11,9 +11,11 @@ differentiated by torch autograd in float64. It writes test/fixtures/diffusion_g
     autoregressive.input.safetensors    input_ids, position_ids, document_ids, labels [B, S] i64, loss_mask [B, S] f32
     masked-diffusion.input.safetensors  input_ids, position_ids, document_ids [B, S] i64, loss_mask [B, S] f32,
                                         noise_keys [B, 2] i64
+    block-diffusion.input.safetensors   the same inputs as masked diffusion, with keys of their own
     <objective>.safetensors             loss [1] float64, grad/<checkpoint name> (float32, cast from float64);
                                         masked-diffusion also p_mask [B] f32, masked_positions [B, S] f32 and
-                                        masked_input_ids [B, S] i64: the draws the plan must reproduce
+                                        masked_input_ids [B, S] i64: the draws the plan must reproduce;
+                                        block-diffusion also diffusion_t [B, S/L] f32 and noisy_canvas_ids [B, S] i64
     meta.json                           the batch layout, the mask token, the values and the checks
 
 The packed batch: B = 3 rows of S = 24 tokens. Row 0 holds documents of 5, 11 and 8 tokens, row 1 of 14 and 6 tokens
@@ -30,6 +32,18 @@ padding is a document of its own (id -1) holding the pad id.
                        mask(i, j) = doc(j) == doc(i) and real(j) (sliding layers: |i - j| <= W // 2 + 1, HF's
                        bidirectional sliding window, masking_utils.sliding_window_bidirectional_overlay)
                        loss = sum masked * CE(logits, input_ids) / p_b / max(sum loss_mask, 1)
+    block diffusion:   L = the config's canvas_length (8), S / L = 3 blocks per row;
+                       t_bk = noise_min + (noise_max - noise_min) u(seed_b, 0, offset_b, k) (float32, as the plan);
+                       token s of block k is replaced by r(seed_b, 2, offset_b, s) (docs/kernels.md's random_int
+                       over V ids) when real and u(seed_b, 1, offset_b, s) < t_bk: the SFT corruption per block;
+                       the encoder (HF's text stack, causal within each document, every key valid) runs over
+                       the clean row and records every layer's K/V; block k runs HF's decoder
+                       (model.model.decoder, no self-conditioning) over a DynamicCache holding the clean K/V
+                       of positions [0, kL) (sliding layers keep the last W - 1, as the cache does), at the
+                       block's position ids, with an explicit mask: key j visible to query i iff doc(j) ==
+                       doc(i), over the prefix and the whole block;
+                       l_bk = sum_block loss_mask * CE(logits, input_ids) / max(sum_block loss_mask, 1),
+                       loss = sum l_bk / max(#blocks with a real token, 1) (row 2's last block is all padding)
 
 u is docs/kernels.md's Philox4x32-10 uniform (runtime/core/Philox.h), written out below. Row 2's key is chosen so
 that its draw masks no token: the fallback of the smallest uniform is exercised.
@@ -68,6 +82,8 @@ PADDING_DOCUMENT = -1
 MASK_EPSILON = 1e-3
 TOKEN_SEED = 4100
 KEY_SEED = 4200
+BLOCK_KEY_SEED = 4300
+NOISE_MIN, NOISE_MAX = 1e-3, 1.0 - 1e-3
 
 # ------------------------------------------------------------------------------------------------------------------
 # Philox4x32-10 (runtime/core/Philox.h, docs/kernels.md "Random numbers")
@@ -92,6 +108,19 @@ def philox_uniform(seed: int, stream: int, offset: int, index: int) -> float:
     """Element `index` of the uniform tensor: the word's top 24 bits times 2^-24 (exact in float32)."""
     word = philox_block(seed, stream, offset, index // 4)[index % 4]
     return (word >> 8) / 16777216.0
+
+
+def philox_int(seed: int, stream: int, offset: int, index: int, high: int) -> int:
+    """Element `index` of random_int over [0, high): low bits for a power of two, else Lemire with retries."""
+    attempt = 0
+    while True:
+        word = philox_block(seed, stream, offset + attempt, index // 4)[index % 4]
+        if high & (high - 1) == 0:
+            return word & (high - 1)
+        m = word * high
+        if (m & M32) >= (1 << 32) % high:
+            return m >> 32
+        attempt += 1
 
 
 def f32(x: float) -> float:
@@ -172,6 +201,23 @@ def choose_keys(real: torch.Tensor) -> torch.Tensor:
     raise RuntimeError("no key found for the fallback row")
 
 
+def block_diffusion_draws(keys: torch.Tensor, ids: torch.Tensor, real: torch.Tensor, block: int, vocab: int):
+    """diffusion_t [B, S/L] and the noisy ids [B, S] as the plan computes them (float32 t, exact uniforms)."""
+    B, S = ids.shape
+    span = f32(NOISE_MAX - NOISE_MIN)
+    low = f32(NOISE_MIN)
+    t = torch.zeros((B, S // block), dtype=torch.float32)
+    noisy = ids.clone()
+    for b in range(B):
+        seed, offset = int(keys[b, 0]) & ((1 << 64) - 1), int(keys[b, 1]) & ((1 << 64) - 1)
+        for k in range(S // block):
+            t[b, k] = f32(f32(philox_uniform(seed, 0, offset, k) * span) + low)
+        for s in range(S):
+            if real[b, s] > 0 and philox_uniform(seed, 1, offset, s) < float(t[b, s // block]):
+                noisy[b, s] = philox_int(seed, 2, offset, s, vocab)
+    return t, noisy
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # The reference
 # ------------------------------------------------------------------------------------------------------------------
@@ -205,6 +251,43 @@ def logits(model, ids, positions, masks) -> torch.Tensor:
 
 def token_ce(z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return -torch.log_softmax(z, dim=-1).gather(-1, targets[..., None])[..., 0]
+
+
+def block_diffusion_loss(model, ids, noisy, pos, doc, real, block: int) -> torch.Tensor:
+    """The encoder over the clean row, then HF's decoder block by block over the clean prefix's K/V."""
+    text = model.model.encoder.language_model
+    tc = text.config
+    W = tc.sliding_window
+    B, S = ids.shape
+    all_valid = torch.ones_like(ids, dtype=torch.bool)
+    recorder = mtf.PrefixCache(config=tc)
+    text(input_ids=ids, attention_mask=document_masks(doc, all_valid, W, False, torch.float64), position_ids=pos,
+         cache=recorder)
+    dtype = torch.float64
+    total = torch.zeros((), dtype=dtype)
+    scored_blocks = 0
+    for k in range(S // block):
+        start, end = k * block, (k + 1) * block
+        cache = DynamicCache(config=tc)
+        for layer in range(tc.num_hidden_layers):
+            keys, values = recorder.produced[layer]
+            cache.update(keys[:, :, :start], values[:, :, :start], layer)
+        query_doc = doc[:, start:end]
+        masks = {}
+        for layer_type, kept in (("full_attention", start), ("sliding_attention", min(start, W - 1))):
+            key_doc = torch.cat([doc[:, start - kept : start], query_doc], dim=1)
+            allowed = query_doc[:, :, None] == key_doc[:, None, :]
+            additive = torch.zeros(allowed.shape, dtype=dtype)
+            additive[~allowed] = torch.finfo(dtype).min
+            masks[layer_type] = additive[:, None]
+        out = model.model.decoder(decoder_input_ids=noisy[:, start:end], cache=cache, decoder_attention_mask=masks,
+                                  decoder_position_ids=pos[:, start:end])
+        z = mtf.softcap(model.lm_head(out.last_hidden_state), model.final_logit_softcapping)
+        m = real[:, start:end].double()
+        count = m.sum(1)
+        total = total + ((m * token_ce(z, ids[:, start:end])).sum(1) / torch.clamp(count, min=1.0)).sum()
+        scored_blocks += int((count > 0).sum())
+    return total / max(scored_blocks, 1)
 
 
 def write(out_dir: Path, log) -> dict:
@@ -289,6 +372,32 @@ def write(out_dir: Path, log) -> dict:
     assert fallback == [False, False, True]
     md_gap = abs(md_crossing - meta_cases["masked-diffusion"]["loss"]) / meta_cases["masked-diffusion"]["loss"]
     assert md_gap > 1e-3, f"the document mask changes the masked-diffusion loss by only {md_gap}"
+
+    # Block diffusion: the SFT recipe's uniform-state objective, every block of L a canvas.
+    L = tc.canvas_length if hasattr(tc, "canvas_length") else model.config.canvas_length
+    assert SEQUENCE % L == 0
+    gen = torch.Generator().manual_seed(BLOCK_KEY_SEED)
+    block_keys = torch.randint(0, 2**62, (real.shape[0], 2), generator=gen, dtype=torch.int64)
+    diffusion_t, block_noisy = block_diffusion_draws(block_keys, ids, real, L, V)
+    changed = int((block_noisy != ids).sum())
+    assert changed > 0, "the draw must replace some tokens"
+
+    def block_loss():
+        return block_diffusion_loss(model, ids, block_noisy, pos, doc, real, L)
+
+    bd_inputs = dict(input_ids=ids, position_ids=pos, document_ids=doc, loss_mask=real, noise_keys=block_keys)
+    with torch.no_grad(), mtf.float64_islands(counts):
+        bd_crossing = block_diffusion_loss(model, ids, block_noisy, pos, torch.zeros_like(doc), real, L).item()
+    meta_cases["block-diffusion"] = dict(
+        loss_if_attention_crossed_documents=bd_crossing,
+        flags=f"--objective block-diffusion --canvas-len {L} --noise-min {NOISE_MIN:g} --noise-max {NOISE_MAX:g}",
+        canvas_length=L,
+        replaced_tokens=changed,
+        diffusion_t=diffusion_t.tolist(),
+        **run("block-diffusion", bd_inputs, block_loss, dict(diffusion_t=diffusion_t, noisy_canvas_ids=block_noisy)),
+    )
+    bd_gap = abs(bd_crossing - meta_cases["block-diffusion"]["loss"]) / meta_cases["block-diffusion"]["loss"]
+    assert bd_gap > 1e-3, f"the document mask changes the block-diffusion loss by only {bd_gap}"
 
     meta = dict(
         generator=GENERATOR,

@@ -111,11 +111,17 @@ std::optional<DiffusionGemmaPretrainingObjective::Kind> parsePretrainingObjectiv
   using Kind = DiffusionGemmaPretrainingObjective::Kind;
   if (name == "autoregressive") return Kind::Autoregressive;
   if (name == "masked-diffusion") return Kind::MaskedDiffusion;
+  if (name == "block-diffusion") return Kind::BlockDiffusion;
   return std::nullopt;
 }
 
 const char* pretrainingObjectiveName(DiffusionGemmaPretrainingObjective::Kind kind) {
-  return kind == DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion ? "masked-diffusion" : "autoregressive";
+  switch (kind) {
+    case DiffusionGemmaPretrainingObjective::Kind::Autoregressive: return "autoregressive";
+    case DiffusionGemmaPretrainingObjective::Kind::MaskedDiffusion: return "masked-diffusion";
+    case DiffusionGemmaPretrainingObjective::Kind::BlockDiffusion: return "block-diffusion";
+  }
+  return "unknown";
 }
 
 OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const DiffusionGemmaConfig& config,
@@ -200,11 +206,27 @@ OwningOpRef<ModuleOp> buildPretrainingEntries(MLIRContext& context, const Diffus
       throw dgemma::InputError("mask epsilon: expected a number in (0, 1), got " +
                                std::to_string(objective.maskEpsilon));
   }
+  const bool blockDiffusion = objective.kind == DiffusionGemmaPretrainingObjective::Kind::BlockDiffusion;
+  if (blockDiffusion) {
+    if (objective.canvasLength < 1)
+      throw dgemma::InputError("canvas length: expected an integer >= 1, got " +
+                               std::to_string(objective.canvasLength));
+    for (int64_t sequenceLength : options.sequenceLengths)
+      if (sequenceLength % objective.canvasLength != 0)
+        throw dgemma::InputError("sequence length " + std::to_string(sequenceLength) +
+                                 ": expected a multiple of the canvas length " +
+                                 std::to_string(objective.canvasLength) + " (the row is cut into whole blocks)");
+    if (!(0 <= objective.noiseMin && objective.noiseMin <= objective.noiseMax && objective.noiseMax <= 1))
+      throw dgemma::InputError("noise range: expected 0 <= noise_min <= noise_max <= 1");
+  }
   OwningOpRef<ModuleOp> module = createDiffusionGemmaModule(context);
   OpBuilder builder(&context);
   for (int64_t sequenceLength : options.sequenceLengths) {
-    addEntryFunction(builder, *module, std::string(entry) + "_s" + std::to_string(sequenceLength), entry,
-                     {{kMicroBatchDimension, options.microBatch}, {kSequenceLengthDimension, sequenceLength}}, [&] {
+    std::vector<std::pair<StringRef, int64_t>> bucket{{kMicroBatchDimension, options.microBatch},
+                                                      {kSequenceLengthDimension, sequenceLength}};
+    // The block length is part of the step's contract (the trainer tells the objective by it).
+    if (blockDiffusion) bucket.push_back({kCanvasLengthDimension, objective.canvasLength});
+    addEntryFunction(builder, *module, std::string(entry) + "_s" + std::to_string(sequenceLength), entry, bucket, [&] {
                        GraphBuilder graph(builder, config, options.microBatch, options.precision);
                        TextStack text(graph);
                        PretrainingBuilder pretraining(graph, text, objective);

@@ -66,11 +66,11 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaForward(MLIRContext& context, const dge
 struct DiffusionGemmaObjective {
   enum class Variant { BaseSft, ReweightedCe, LooCe, ReweightedLooCe };
   Variant variant = Variant::BaseSft;
-  std::optional<double> weightClip;      // w <- min(w, clip) for the reweighted variants
-  double selfConditioningProb = 0.0;     // > 0 builds the detached pass 1
+  std::optional<double> weightClip;  // w <- min(w, clip) for the reweighted variants
+  double selfConditioningProb = 0.0;  // > 0 builds the detached pass 1
   double decoderLossWeight = 1.0;
-  double encoderLossWeight = 1.0;        // > 0 builds the clean-target encoder pass
-  double routerAuxLossCoeff = 0.0;       // > 0 adds the switch load-balancing loss of every pass-2 MoE call
+  double encoderLossWeight = 1.0;  // > 0 builds the clean-target encoder pass
+  double routerAuxLossCoeff = 0.0;  // > 0 adds the switch load-balancing loss of every pass-2 MoE call
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
   // Grpo (docs/rl.md): train_step is the clipped policy-gradient loss over the estimate above, and
   // a "logps" entry gives the estimate alone.
@@ -118,14 +118,16 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const dgemm
 // A pre-training objective on packed documents (docs/pretraining.md, "Objectives"), chosen at compile
 // time by --objective.
 struct DiffusionGemmaPretrainingObjective {
-  enum class Kind { Autoregressive, MaskedDiffusion };
+  enum class Kind { Autoregressive, MaskedDiffusion, BlockDiffusion };
   Kind kind = Kind::Autoregressive;
   int64_t maskTokenId = -1;  // masked diffusion: the absorbing token's id, in [0, V)
   double maskEpsilon = 1e-3;  // masked diffusion: p_mask = (1 - ε) t + ε
+  int64_t canvasLength = 0;  // block diffusion: the block (canvas) length L, dividing every S
+  double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;  // block diffusion: t's range, as the SFT corruption's
   double routerAuxLossCoeff = 0.0;  // > 0 adds the switch load-balancing loss of every MoE call
 };
 
-// "autoregressive" | "masked-diffusion"; nullopt for any other name.
+// "autoregressive" | "masked-diffusion" | "block-diffusion"; nullopt for any other name.
 std::optional<DiffusionGemmaPretrainingObjective::Kind> parsePretrainingObjective(const std::string& name);
 const char* pretrainingObjectiveName(DiffusionGemmaPretrainingObjective::Kind kind);
 
@@ -137,17 +139,19 @@ struct DiffusionGemmaPretrainingOptions {
 };
 
 // One entry point per packed length S (docs/pretraining.md, "Objectives"):
-//   "train_step" (bucket: micro_batch, seq_len): the objective of one micro-batch of packed rows.
+//   "train_step" (bucket: micro_batch, seq_len; block diffusion also canvas_len): the objective of one
+//       micro-batch of packed rows.
 //       inputs   input_ids [B, S] i64, position_ids [B, S] i64 (restarting at 0 in every document),
 //                document_ids [B, S] i64 (equal within a document, different across; padding carries
 //                an id of its own), and
 //                - autoregressive: labels [B, S] i64 (the next token, any id in [0, V) where not
 //                  scored) and loss_mask [B, S] f32 (1 where the label is a real next token of the
 //                  same document);
-//                - masked diffusion: loss_mask [B, S] f32 (1 on real tokens, 0 on padding) and
+//                - masked and block diffusion: loss_mask [B, S] f32 (1 on real tokens, 0 on padding) and
 //                  noise_keys [B, 2] i64 (one Philox key per row, runtime/core/NoiseKeys.h).
 //       outputs  loss [] f32 (+ the router aux term); masked diffusion also p_mask [B] f32,
-//                masked_input_ids [B, S] i64 and masked_positions [B, S] f32 (1 where masked);
+//                masked_input_ids [B, S] i64 and masked_positions [B, S] f32 (1 where masked); block
+//                diffusion also diffusion_t [B, S/L] f32 and noisy_canvas_ids [B, S] i64;
 //                after dg-autodiff also grad/<parameter name>.
 //   Autoregressive: the text stack with the causal mask (sliding layers: the last W positions) within
 //   each document, every key valid; loss = Σ loss_mask·CE(logits, labels) / max(Σ loss_mask, 1).
@@ -155,8 +159,15 @@ struct DiffusionGemmaPretrainingOptions {
 //   when its uniform (stream 1) is below p_mask, at least one per row with a real token (the one with
 //   the smallest uniform); the text stack with the bidirectional mask (sliding layers: |i − j| ≤ W/2 + 1)
 //   within each document over the real tokens; loss = Σ masked·CE / p_mask / max(Σ loss_mask, 1).
+//   Block diffusion: the row is S/L blocks; t_{b,k} = noise_min + (noise_max − noise_min) u (stream 0,
+//   element k), each real token replaced by a uniform id (stream 2) when its uniform (stream 1) is below
+//   its block's t (the SFT corruption); a causal pass over the clean row gives every layer's K/V, and
+//   block k runs the decoder over [the clean K/V of positions < kL ; its noisy block] within each
+//   document; ℓ_{b,k} = Σ_block loss_mask·CE(logits, input_ids) / max(Σ_block loss_mask, 1), and
+//   loss = Σ ℓ_{b,k} / max(#blocks holding a real token, 1).
 // Throws InputError for a masked-diffusion objective whose mask token is outside [0, V) or whose ε
-// is outside (0, 1).
+// is outside (0, 1), and for a block-diffusion one whose L does not divide every S or whose noise
+// range is not 0 <= noise_min <= noise_max <= 1.
 OwningOpRef<ModuleOp> buildDiffusionGemmaPretrain(MLIRContext& context, const dgemma::DiffusionGemmaConfig& config,
                                                   const DiffusionGemmaPretrainingOptions& options);
 

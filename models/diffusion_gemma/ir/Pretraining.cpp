@@ -25,9 +25,12 @@ void PretrainingBuilder::buildTrainStep(int64_t sequenceLength) {
   Value documentIds = g_.input(kDocumentIds, {batch_, sequenceLength}, b_.getI64Type());
   std::vector<Value> auxTerms;
   text_.recordLoadBalancingLosses(objective_.routerAuxLossCoeff > 0 ? &auxTerms : nullptr);
-  Value loss = objective_.kind == Kind::Autoregressive
-                   ? autoregressiveLoss(inputIds, positions, documentIds, sequenceLength)
-                   : maskedDiffusionLoss(inputIds, positions, documentIds, sequenceLength);
+  Value loss;
+  switch (objective_.kind) {
+    case Kind::Autoregressive: loss = autoregressiveLoss(inputIds, positions, documentIds, sequenceLength); break;
+    case Kind::MaskedDiffusion: loss = maskedDiffusionLoss(inputIds, positions, documentIds, sequenceLength); break;
+    case Kind::BlockDiffusion: loss = blockDiffusionLoss(inputIds, positions, documentIds, sequenceLength); break;
+  }
   text_.recordLoadBalancingLosses(nullptr);
   if (!auxTerms.empty()) {
     Value aux = auxTerms.front();
@@ -133,6 +136,81 @@ Value PretrainingBuilder::maskedDiffusionLoss(Value inputIds, Value positions, V
   Value hidden = maskedDiffusionHidden(noisyIds, lossMask, positions, documentIds);
   Value weights = g_.div(masked, rowProbability, "md.weights");
   return normalisedCrossEntropy(hidden, inputIds, weights, lossMask, "md");
+}
+
+// The SFT recipe's uniform-state objective on packed text (docs/pretraining.md, "Block diffusion on
+// packed text"): every block of L tokens is a canvas whose clean context is the row before it.
+Value PretrainingBuilder::blockDiffusionLoss(Value inputIds, Value positions, Value documentIds,
+                                             int64_t sequenceLength) {
+  Value lossMask = g_.input(kLossMask, {batch_, sequenceLength}, f32_);
+  Value keys = g_.input(kNoiseKeys, {batch_, 2}, b_.getI64Type());
+  const int64_t blockLength = objective_.canvasLength, blocks = sequenceLength / blockLength;
+  const SmallVector<int64_t> tokens{batch_, sequenceLength};
+
+  // The SFT corruption (Objective.cpp, buildCorrupt) with one t per block: element k of the row's
+  // stream-0 draws is block k's, so a one-block row draws exactly the SFT canvas's t.
+  Value level = b_.create<RandomUniformOp>(g_.loc("bd.t.uniform"), g_.f32Type({batch_, blocks}), keys,
+                                           b_.getI64IntegerAttr(kTimeStream));
+  Value diffusionTime =
+      g_.add(g_.mul(level, g_.scalar(objective_.noiseMax - objective_.noiseMin, "bd.noise.range"), "bd.t.scaled"),
+             g_.scalar(objective_.noiseMin, "bd.noise.min"), kDiffusionTime);
+  Value tokenTime = g_.reshape(g_.mul(g_.reshape(diffusionTime, {batch_, blocks, 1}, "bd.t.blocks"),
+                                      g_.ones({batch_, blocks, blockLength}, "bd.block"), "bd.t.tokens"),
+                               tokens, "bd.t.row");
+  Value selection =
+      b_.create<RandomUniformOp>(g_.loc("bd.u"), g_.f32Type(tokens), keys, b_.getI64IntegerAttr(kSelectionStream));
+  Value replacement =
+      b_.create<RandomIntOp>(g_.loc("bd.r"), RankedTensorType::get(tokens, b_.getI64Type()), keys,
+                             b_.getI64IntegerAttr(kReplacementStream), b_.getI64IntegerAttr(config_.vocabSize));
+  // Only real tokens are ever replaced: u < t and loss_mask = 1 (the replacement may equal the original).
+  Value selected = g_.compare(selection, tokenTime, ComparePredicate::Lt, "bd.selected");
+  Value real = g_.compare(lossMask, g_.scalar(0.0, "bd.zero"), ComparePredicate::Gt, "bd.real");
+  Value replaced = b_.create<SelectOp>(g_.loc("bd.replaced"), real, replacement, inputIds);
+  Value noisyIds = b_.create<SelectOp>(g_.loc(kNoisyCanvasIds), selected, replaced, inputIds);
+  g_.output(kDiffusionTime, diffusionTime);
+  g_.output(kNoisyCanvasIds, noisyIds);
+
+  // The encoder pass: causal over the clean row within each document (padding is a document of its
+  // own, so every key is valid); only its K/V are read.
+  std::vector<LayerKeyValues> clean;
+  text_.packedStack(inputIds, g_.constantBool(tokens, true, "bd.clean.key_valid"), positions, documentIds,
+                    AttentionMask::Causal, &clean);
+
+  // One decoder call per block over [clean K/V of the positions before it ; the noisy block]: a single
+  // call over the whole row would need each block to see only its own noisy keys besides the clean
+  // prefix, which no mask of dg.attention expresses (docs/pretraining.md, "Block diffusion on packed text").
+  Value decoderInput = text_.decoderInput(noisyIds, Value());
+  std::vector<Value> blockHidden;
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t start = block * blockLength;
+    const std::string name = "bd.block." + std::to_string(block);
+    std::vector<LayerKeyValues> prefix;
+    for (size_t layer = 0; layer < clean.size() && start > 0; ++layer)
+      prefix.push_back({g_.slice(clean[layer].keys, 1, 0, start, name + ".prefix_k." + std::to_string(layer)),
+                        g_.slice(clean[layer].values, 1, 0, start, name + ".prefix_v." + std::to_string(layer))});
+    blockHidden.push_back(text_.packedDecoderBlock(
+        g_.slice(decoderInput, 1, start, blockLength, name + ".input"),
+        g_.slice(positions, 1, start, blockLength, name + ".positions"), start > 0 ? &prefix : nullptr,
+        g_.slice(documentIds, 1, 0, start + blockLength, name + ".document_ids")));
+  }
+  Value hidden = blocks == 1 ? blockHidden.front() : g_.concat(blockHidden, 1, "bd.hidden");
+
+  // The SFT normalisation per block (base-sft): ℓ_{b,k} = Σ loss_mask·CE / max(Σ loss_mask, 1), averaged
+  // over the blocks that hold a real token.
+  const double softcap = std::max(config_.finalLogitSoftcapping, 0.0);
+  Value tokenLoss = b_.create<CrossEntropyOp>(g_.loc("bd.ce"), text_.head(hidden, /*capped=*/false), inputIds, Value(),
+                                              Value(), b_.getF64FloatAttr(softcap));
+  const SmallVector<int64_t> blockShape{batch_, blocks, blockLength};
+  Value blockSum =
+      g_.reduceSum(g_.reshape(g_.mul(tokenLoss, lossMask, "bd.ce.real"), blockShape, "bd.ce.blocks"), {2}, "bd.ce.sum");
+  Value blockTokens = g_.reduceSum(g_.reshape(lossMask, blockShape, "bd.real.blocks"), {2}, "bd.tokens");
+  Value blockLoss =
+      g_.div(blockSum, g_.maximum(blockTokens, g_.scalar(1.0, "bd.tokens.min"), "bd.tokens.clamped"), "bd.block_loss");
+  Value scoredBlocks = g_.castTo(g_.compare(blockTokens, g_.scalar(0.0, "bd.zero"), ComparePredicate::Gt, "bd.scored"),
+                                 f32_, "bd.scored.f32");
+  Value blockCount =
+      g_.maximum(g_.reduceSum(scoredBlocks, {0, 1}, "bd.blocks"), g_.scalar(1.0, "bd.blocks.min"), "bd.blocks.clamped");
+  return g_.div(g_.reduceSum(blockLoss, {0, 1}, "bd.loss.sum"), blockCount, "bd.loss");
 }
 
 }  // namespace mlir::dg::diffusion_gemma

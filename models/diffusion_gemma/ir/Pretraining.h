@@ -1,6 +1,7 @@
 // The pre-training objectives of DiffusionGemma on packed documents (docs/pretraining.md, "Objectives")
-// as dg ops: the autoregressive and the masked-diffusion "train_step" entries, and the "logits" entry
-// that samples from such a model (docs/pretraining.md, "Sampling"). Their contracts are in Builder.h.
+// as dg ops: the autoregressive, masked-diffusion and block-diffusion "train_step" entries, and the
+// "logits" entry that samples from an autoregressive or masked-diffusion model (docs/pretraining.md,
+// "Sampling"). Their contracts are in Builder.h.
 #ifndef MODELS_DIFFUSION_GEMMA_PRETRAINING_H
 #define MODELS_DIFFUSION_GEMMA_PRETRAINING_H
 
@@ -29,12 +30,17 @@ class PretrainingBuilder {
   // The loss of the masked-diffusion objective before the router aux term; writes p_mask,
   // masked_input_ids and masked_positions.
   Value maskedDiffusionLoss(Value inputIds, Value positions, Value documentIds, int64_t sequenceLength);
+  // The loss of the uniform-state block-diffusion objective before the router aux term; writes
+  // diffusion_t and noisy_canvas_ids.
+  Value blockDiffusionLoss(Value inputIds, Value positions, Value documentIds, int64_t sequenceLength);
   // Σ weights · CE(head(hidden), targets) / max(Σ countedTokens, 1): CE of the soft-capped logits,
   // with the cap inside the cross-entropy so that [B, S, V] capped logits never exist.
   Value normalisedCrossEntropy(Value hidden, Value targets, Value weights, Value countedTokens,
                                const std::string& name);
   // The counter streams of one row's key (Builder.h).
   static constexpr int64_t kTimeStream = 0, kMaskStream = 1;
+  // Block diffusion's streams are the SFT corruption's (Builder.h, "corrupt"): t, selection, replacement.
+  static constexpr int64_t kSelectionStream = 1, kReplacementStream = 2;
 
   GraphBuilder& g_;
   TextStack& text_;

@@ -7,8 +7,13 @@
 namespace mlir::dg::diffusion_gemma {
 
 TextStack::TextStack(GraphBuilder& graph)
-    : g_(graph), b_(graph.builder()), config_(graph.config()), batch_(graph.batch()),
-      canvasLength_(graph.config().canvasLength), hidden_(graph.config().hiddenSize), f32_(graph.f32()),
+    : g_(graph),
+      b_(graph.builder()),
+      config_(graph.config()),
+      batch_(graph.batch()),
+      canvasLength_(graph.config().canvasLength),
+      hidden_(graph.config().hiddenSize),
+      f32_(graph.f32()),
       activation_(graph.activation()) {}
 
 // gelu_tanh(x G^T) * (x U^T), then D^T: the dense MLP and the self-conditioning MLP.
@@ -69,12 +74,26 @@ Value TextStack::encoderStackOverEmbeddings(Value embeddings, Value keyValid, Va
   return hidden;
 }
 
-Value TextStack::packedStack(Value ids, Value keyValid, Value positions, Value documentIds, AttentionMask mask) {
+Value TextStack::packedStack(Value ids, Value keyValid, Value positions, Value documentIds, AttentionMask mask,
+                             std::vector<LayerKeyValues>* keyValuesOut) {
   Value hidden = embed(ids);
   const EncoderAttention keySet{keyValid, nullptr, Value(), Value(), documentIds, mask};
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
-    hidden = layerForward(layer, hidden, positions, keySet, nullptr);
+    hidden = layerForward(layer, hidden, positions, keySet, keyValuesOut);
   return hidden;
+}
+
+// Every prefix and block key is valid: padding is a document of its own, kept apart by documentIds.
+Value TextStack::packedDecoderBlock(Value x, Value positions, const std::vector<LayerKeyValues>* prefix,
+                                    Value documentIds) {
+  const int64_t keyLength = shapeOf(documentIds)[1];
+  const int64_t prefixLength = keyLength - shapeOf(x)[1];
+  Value keyValid = g_.constantBool({batch_, keyLength}, true, "block.key_valid");
+  for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer) {
+    const DecoderAttention keySet{keyValid, prefix ? &(*prefix)[layer] : nullptr, prefixLength, documentIds};
+    x = layerForward(layer, x, positions, keySet, nullptr);
+  }
+  return x;
 }
 
 // Like encoderStack, over a block that continues the cache: the block's tokens are all real, and each
@@ -113,7 +132,8 @@ Value TextStack::decoderLogits(Value x, Value promptValid, const std::vector<Lay
   Value decoderValid = g_.concat({promptValid, canvasValid}, 1, "decoder.key_valid");
   Value decoderPositions = g_.positions(promptLength, canvasLength_);
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
-    x = layerForward(layer, x, decoderPositions, DecoderAttention{decoderValid, &keyValues[layer], promptLength}, nullptr);
+    x = layerForward(layer, x, decoderPositions, DecoderAttention{decoderValid, &keyValues[layer], promptLength},
+                     nullptr);
   return head(x, capped);
 }
 
@@ -132,7 +152,8 @@ Value TextStack::rope(Value x, Value positions, int64_t layer, const std::string
 // docs/model.md, "Attention", with the encoder's key set ("Encoder attention mask") or the
 // decoder's ("Decoder attention").
 template <typename KeySet>
-Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet& keySet, std::vector<LayerKeyValues>* keyValuesOut) {
+Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet& keySet,
+                           std::vector<LayerKeyValues>* keyValuesOut) {
   const dgemma::LayerGeometry& geometry = config_.layer(layer);
   const int64_t headDim = geometry.headDim, queryHeads = geometry.numQueryHeads, kvHeads = geometry.numKeyValueHeads;
   const bool sliding = geometry.type == dgemma::AttentionLayerType::Sliding;
@@ -141,11 +162,11 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
   Value queries = splitHeads(g_.linear(x, name("self_attn.q_proj.weight"), queryHeads * headDim, hidden_), queryHeads,
                              headDim, name("q"));
   queries = rope(g_.rmsNorm(queries, name("self_attn.q_norm.weight")), positions, layer, name("q.rope"));
-  Value rawKeys = splitHeads(g_.linear(x, name("self_attn.k_proj.weight"), kvHeads * headDim, hidden_), kvHeads, headDim,
-                             name("k"));
+  Value rawKeys = splitHeads(g_.linear(x, name("self_attn.k_proj.weight"), kvHeads * headDim, hidden_), kvHeads,
+                             headDim, name("k"));
   // Full layers have no v_proj: V is the raw K projection (before k_norm and RoPE).
-  Value rawValues = sliding ? splitHeads(g_.linear(x, name("self_attn.v_proj.weight"), kvHeads * headDim, hidden_), kvHeads,
-                                         headDim, name("v"))
+  Value rawValues = sliding ? splitHeads(g_.linear(x, name("self_attn.v_proj.weight"), kvHeads * headDim, hidden_),
+                                         kvHeads, headDim, name("v"))
                             : rawKeys;
   Value keys = rope(g_.rmsNorm(rawKeys, name("self_attn.k_norm.weight")), positions, layer, name("k.rope"));
   Value values = g_.weightlessNorm(rawValues, name("self_attn.v_norm"));
@@ -171,13 +192,13 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
                                b_.getI64IntegerAttr(0), b_.getF64FloatAttr(1.0), keySet.segmentIds, keySet.documentIds);
   } else {
     // Sliding decoder layers see the last W-1 prefix slots, the same for every canvas query.
-    Value allKeys = g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys"));
-    Value allValues = g_.concat({keySet.prefix->values, values}, 1, name("decoder.values"));
+    Value allKeys = keySet.prefix ? g_.concat({keySet.prefix->keys, keys}, 1, name("decoder.keys")) : keys;
+    Value allValues = keySet.prefix ? g_.concat({keySet.prefix->values, values}, 1, name("decoder.values")) : values;
     attended = b_.create<AttentionOp>(g_.loc(name("attention")), queries, allKeys, allValues, keySet.keyValid,
                                       AttentionMaskAttr::get(b_.getContext(), AttentionMask::Prefix),
                                       b_.getI64IntegerAttr(sliding ? config_.slidingWindow - 1 : 0),
                                       b_.getI64IntegerAttr(keySet.prefixLength), b_.getF64FloatAttr(1.0),
-                                      /*segment_ids=*/Value(), /*document_ids=*/Value());
+                                      /*segment_ids=*/Value(), keySet.documentIds);
   }
   Value merged = g_.reshape(attended, {outShape[0], outShape[1], queryHeads * headDim}, name("heads"));
   return g_.linear(merged, name("self_attn.o_proj.weight"), hidden_, queryHeads * headDim);
@@ -187,7 +208,8 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
 Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
   auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
   const int64_t tokens = shapeOf(residual)[0] * shapeOf(residual)[1];
-  Value dense = gatedMlp(g_.rmsNorm(residual, name("pre_feedforward_layernorm.weight")), name("mlp."), config_.intermediateSize);
+  Value dense =
+      gatedMlp(g_.rmsNorm(residual, name("pre_feedforward_layernorm.weight")), name("mlp."), config_.intermediateSize);
   Value denseOut = g_.rmsNorm(dense, name("post_feedforward_layernorm_1.weight"));
 
   // The router reads the raw residual through its own weightless norm, scaled per channel and by
@@ -207,8 +229,10 @@ Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
 
   Value expertInput = g_.reshape(g_.rmsNorm(residual, name("pre_feedforward_layernorm_2.weight")), {tokens, hidden_},
                                  name("experts.tokens"));
-  Value gateUp = g_.param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
-  Value down = g_.param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
+  Value gateUp =
+      g_.param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
+  Value down =
+      g_.param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
   Value experts = b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, route.getWeights(), route.getIndices(),
                                           gateUp, down)
                       .getResult();
@@ -229,11 +253,13 @@ Value TextStack::loadBalancingLoss(int64_t layer, Value routerLogits, Value indi
   Value probabilities = b_.create<SoftmaxOp>(g_.loc(name("probs")), routerLogits, b_.getI64IntegerAttr(-1));
   Value mass = g_.reduceSum(g_.mul(probabilities, weight, name("probs.real")), {0}, name("mass"));
   Value choices = g_.reshape(indices, {tokens * topK}, name("choices"));
-  Value choiceWeights = g_.reshape(g_.mul(weight, g_.ones({tokens, topK}, name("slots")), name("choice.weight")), {tokens * topK, 1},
-                                   name("choice.weights"));
+  Value choiceWeights = g_.reshape(g_.mul(weight, g_.ones({tokens, topK}, name("slots")), name("choice.weight")),
+                                   {tokens * topK, 1}, name("choice.weights"));
   Value counts = b_.create<ScatterAddOp>(g_.loc(name("counts")), g_.f32Type({experts, 1}), choices, choiceWeights);
-  Value balance = g_.reduceSum(g_.mul(mass, g_.reshape(counts, {experts}, name("counts.flat")), name("product")), {0}, name("sum"));
-  Value real = g_.maximum(g_.reduceSum(weight, {0, 1}, name("tokens")), g_.scalar(1.0, name("tokens.min")), name("tokens.clamped"));
+  Value balance =
+      g_.reduceSum(g_.mul(mass, g_.reshape(counts, {experts}, name("counts.flat")), name("product")), {0}, name("sum"));
+  Value real = g_.maximum(g_.reduceSum(weight, {0, 1}, name("tokens")), g_.scalar(1.0, name("tokens.min")),
+                          name("tokens.clamped"));
   Value scale = g_.div(g_.scalar(static_cast<double>(experts) / static_cast<double>(topK), name("e_over_k")),
                        g_.mul(real, real, name("t2")), name("scale"));
   return g_.mul(balance, scale, name("loss"));
@@ -246,12 +272,15 @@ Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, cons
   auto name = [&](const std::string& suffix) { return layerName(layer, suffix); };
   Value normed = g_.rmsNorm(hidden, name("input_layernorm.weight"));
   Value attended = attention(layer, normed, positions, keySet, keyValuesOut);
-  Value residual = g_.add(hidden, g_.rmsNorm(attended, name("post_attention_layernorm.weight")), name("attention.residual"));
+  Value residual =
+      g_.add(hidden, g_.rmsNorm(attended, name("post_attention_layernorm.weight")), name("attention.residual"));
   // Encoder queries are its keys (padding included); every decoder query is a canvas token.
   Value tokenValid;
-  if constexpr (std::is_same_v<KeySet, EncoderAttention>) tokenValid = keySet.tokenValid ? keySet.tokenValid : keySet.keyValid;
+  if constexpr (std::is_same_v<KeySet, EncoderAttention>)
+    tokenValid = keySet.tokenValid ? keySet.tokenValid : keySet.keyValid;
   Value out = g_.add(residual, feedForward(layer, residual, tokenValid), name("ffn.residual"));
-  Value scaled = g_.mul(out, g_.param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
+  Value scaled =
+      g_.mul(out, g_.param(name("layer_scalar"), {1}, "ones", /*trainable=*/false), name("layer_scalar.apply"));
   // The span dg-recompute may replay from the layer's input (docs/training.md, "Recomputation").
   normed.getDefiningOp()->setAttr(kLayerBeginAttr, b_.getI64IntegerAttr(layer));
   scaled.getDefiningOp()->setAttr(kLayerEndAttr, b_.getI64IntegerAttr(layer));
@@ -264,8 +293,8 @@ Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, cons
 Value TextStack::head(Value x, bool capped) {
   Value normed = g_.rmsNorm(x, g_.param(top("norm.weight"), {hidden_}, "ones"), "decoder.norm");
   Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
-  Value logits = g_.toF32(b_.create<MatmulOp>(g_.loc("head"), normed, table, b_.getBoolAttr(false), b_.getBoolAttr(true)),
-                          "head");
+  Value logits =
+      g_.toF32(b_.create<MatmulOp>(g_.loc("head"), normed, table, b_.getBoolAttr(false), b_.getBoolAttr(true)), "head");
   const double cap = config_.finalLogitSoftcapping;
   if (cap <= 0 || !capped) return logits;
   Value squashed = b_.create<TanhOp>(g_.loc("softcap"), g_.div(logits, g_.scalar(cap, "softcap.c"), "softcap.in"));

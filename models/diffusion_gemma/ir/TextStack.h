@@ -51,8 +51,16 @@ class TextStack {
   // [B, S] i1, positions [B, S] (restarting per document) and document_ids [B, S] i64, with `mask`
   // causal (sliding layers: the last W positions) or bidirectional (sliding layers: HF's symmetric
   // window |i - j| <= W // 2 + 1); no key outside the query's document. Returns the last hidden state before
-  // the final norm.
-  Value packedStack(Value ids, Value keyValid, Value positions, Value documentIds, AttentionMask mask);
+  // the final norm and, if asked, every layer's K/V.
+  Value packedStack(Value ids, Value keyValid, Value positions, Value documentIds, AttentionMask mask,
+                    std::vector<LayerKeyValues>* keyValuesOut = nullptr);
+  // The decoder over [prefix K/V ; block] of packed text (docs/pretraining.md, "Block diffusion on packed
+  // text"): x [B, T, H] is the decoder input of the block, whose positions [B, T] are the data path's;
+  // `prefix` (null: an empty prefix) holds each layer's clean K/V of the P positions before the block,
+  // and documentIds [B, P + T] the documents of those positions and the block's. Like decoderLogits,
+  // each query sees the whole block and the prefix (sliding layers: its last W - 1 slots), here only
+  // where the key's document is the query's. Returns the last hidden state before the final norm.
+  Value packedDecoderBlock(Value x, Value positions, const std::vector<LayerKeyValues>* prefix, Value documentIds);
   // The encoder stack over a block of ids [B, T] (every token real) that continues the cached
   // positions: each layer attends causally over [its cache ; the block] (the window counts cache
   // slots too). Returns the last hidden state before the final norm and, if asked, every layer's
@@ -86,8 +94,9 @@ class TextStack {
   };
   struct DecoderAttention {
     Value keyValid;  // [B, P + L] i1: the prompt mask, then the (always valid) canvas
-    const LayerKeyValues* prefix;
+    const LayerKeyValues* prefix;  // null: no prefix (prefixLength 0)
     int64_t prefixLength;
+    Value documentIds;  // [B, P + L] i64, packed documents; null: one document
   };
 
   static std::string layerName(int64_t layer, const std::string& suffix) {
@@ -98,7 +107,8 @@ class TextStack {
   Value splitHeads(Value x, int64_t heads, int64_t headDim, const std::string& name);
   Value rope(Value x, Value positions, int64_t layer, const std::string& name);
   template <typename KeySet>
-  Value attention(int64_t layer, Value x, Value positions, const KeySet& keySet, std::vector<LayerKeyValues>* keyValuesOut);
+  Value attention(int64_t layer, Value x, Value positions, const KeySet& keySet,
+                  std::vector<LayerKeyValues>* keyValuesOut);
   Value feedForward(int64_t layer, Value residual, Value tokenValid);
   Value loadBalancingLoss(int64_t layer, Value routerLogits, Value indices, Value tokenValid);
   template <typename KeySet>
