@@ -92,8 +92,8 @@ void checkObjectiveFlags(const CompileOptions& options) {
       throw InputError(flag + ": does not apply to --objective " + options.objective +
                        (blockDiffusion
                             ? " (uniform-state block diffusion on packed text: no prompt, "
-                              "self-conditioning, encoder loss, images, GRPO or LoRA; docs/pretraining.md, "
-                              "\"Block diffusion on packed text\")"
+                              "self-conditioning, encoder loss, images, GRPO or LoRA; "
+                              "docs/pretraining.md, \"Block diffusion on packed text\")"
                             : " (a pre-training objective on packed text: no prompt, canvas, "
                               "self-conditioning, images, GRPO or LoRA; docs/pretraining.md, \"Objectives\")"));
     if (!pretraining && !sftFlag)
@@ -109,8 +109,9 @@ void checkObjectiveFlags(const CompileOptions& options) {
           options.explicitObjectiveFlags.end())
     throw InputError("--mask-epsilon: only with --mode train (the logits entry of --mode infer draws no mask)");
   if (options.mode != "train" && options.objective == "block-diffusion")
-    throw InputError("--objective block-diffusion: only with --mode train (its sampler is not built: "
-                     "docs/pretraining.md, \"Sampling\")");
+    throw InputError(
+        "--objective block-diffusion: only with --mode train (its sampler is not built: "
+        "docs/pretraining.md, \"Sampling\")");
   if (pretraining && options.sequenceLengths.empty())
     throw InputError("--objective " + options.objective + ": needs --seq-len (the packed sequence length buckets)");
 }

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"base-sft", "reweighted-ce", "loo-ce", "reweighted-loo-ce", "autoregressive",
                              "masked-diffusion", "block-diffusion"}));
   app.add_option("--seq-len", options.sequenceLengths,
-                 "pre-training: packed sequence-length buckets, e.g. 512,1024 (one train_step each; --mode infer: one logits entry each)");
+                 "pre-training: packed sequence-length buckets, e.g. 512,1024 (one train_step each; --mode infer: one "
+                 "logits entry each)");
   app.add_option("--mask-token-id", options.maskTokenId,
                  "masked-diffusion: the absorbing mask token's id (default: the config's mask_token_id)")
       ->check(dgemma::integerIn(0, dgemma::kMaxBuiltinSize * 65536));

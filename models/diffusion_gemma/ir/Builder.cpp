@@ -227,12 +227,12 @@ OwningOpRef<ModuleOp> buildPretrainingEntries(MLIRContext& context, const Diffus
     // The block length is part of the step's contract (the trainer tells the objective by it).
     if (blockDiffusion) bucket.push_back({kCanvasLengthDimension, objective.canvasLength});
     addEntryFunction(builder, *module, std::string(entry) + "_s" + std::to_string(sequenceLength), entry, bucket, [&] {
-                       GraphBuilder graph(builder, config, options.microBatch, options.precision);
-                       TextStack text(graph);
-                       PretrainingBuilder pretraining(graph, text, objective);
-                       if (logitsOnly) pretraining.buildLogits(sequenceLength);
-                       else pretraining.buildTrainStep(sequenceLength);
-                     });
+      GraphBuilder graph(builder, config, options.microBatch, options.precision);
+      TextStack text(graph);
+      PretrainingBuilder pretraining(graph, text, objective);
+      if (logitsOnly) pretraining.buildLogits(sequenceLength);
+      else pretraining.buildTrainStep(sequenceLength);
+    });
   }
   return module;
 }
