@@ -388,9 +388,9 @@ void Trainer::record(const MetricsRecord& line) {
 std::string Trainer::checkpointTokenizerDir() const {
   if (!options_.tokenizer.empty()) return options_.tokenizer;
   const std::filesystem::path weights(options_.session.weights);
-  if (!options_.session.weights.empty() && std::filesystem::is_directory(weights))
-    for (const char* file : {"tokenizer.json", "tokenizer.model"})
-      if (std::filesystem::is_regular_file(weights / file)) return options_.session.weights;
+  if (!options_.session.weights.empty() && std::filesystem::is_directory(weights) &&
+      holdsTokenizer(options_.session.weights))
+    return options_.session.weights;
   return "";
 }
 
@@ -556,7 +556,9 @@ void checkOptions(const TrainOptions& options) {
     return;
   }
   if (options.tokenizer.empty() && options.session.weights.empty())
-    throw InputError("--tokenizer: required with --init random (a directory with tokenizer.model or tokenizer.json)");
+    throw InputError(
+        "--tokenizer: required with --init random (a directory with tokenizer.model, tokenizer.json or "
+        "vocab.json + merges.txt)");
   checkSplits(options.train, options.validation, options.test);
 }
 

@@ -13,7 +13,7 @@ struct ExportFlags {
   std::string maxShardSize = "5GB";  // --max-shard-size: bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB)
   std::string model;      // --model: an HF directory or config.json whose config (and generation config) to use
   std::string planDir;    // --plan: a plan directory whose recorded config to use
-  std::string tokenizer;  // --tokenizer: a directory with tokenizer.json or tokenizer.model
+  std::string tokenizer;  // --tokenizer: a tokenizer directory (Tokenizer.h)
   std::string mergeAdapter;  // --merge-adapter: a LoRA adapter directory (PEFT format) merged into the weights
 };
 

@@ -10,12 +10,12 @@
 namespace dgemma::tool {
 
 GenerationRun openGenerationRun(const GenerationFlags& flags) {
-  namespace fs = std::filesystem;
   std::string tokenizerDir = flags.tokenizer;
   if (tokenizerDir.empty()) {
-    if (!fs::exists(fs::path(flags.session.weights) / "tokenizer.model") && !fs::exists(fs::path(flags.session.weights) / "tokenizer.json"))
+    if (!holdsTokenizer(flags.session.weights))
       throw InputError("--tokenizer: required, as --weights " + flags.session.weights +
-                       " holds no tokenizer.model or tokenizer.json (the bundled one is data/tokenizer)");
+                       " holds no tokenizer.model, tokenizer.json or vocab.json + merges.txt (the bundled one is "
+                       "data/tokenizer)");
     tokenizerDir = flags.session.weights;
   }
   GenerationRun run;

@@ -27,7 +27,10 @@ CLI::App* addPreprocessCommand(CLI::App& app, PreprocessFlags& flags) {
       ->add_option("--json-keys,--json-key", options.jsonKeys,
                    "keys whose text to tokenize, one dataset each (default: text)")
       ->expected(1, -1);
-  command->add_option("--tokenizer", flags.tokenizer, "directory with tokenizer.model or tokenizer.json")->required();
+  command
+      ->add_option("--tokenizer", flags.tokenizer,
+                   "tokenizer directory: tokenizer.model, tokenizer.json or vocab.json + merges.txt")
+      ->required();
   command
       ->add_option("--output-prefix", options.outputPrefix,
                    "PREFIX: writes PREFIX.bin + PREFIX.idx (several keys: PREFIX_KEY_document.bin + .idx)")

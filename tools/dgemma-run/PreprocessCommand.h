@@ -13,7 +13,7 @@ namespace dgemma::tool {
 
 struct PreprocessFlags {
   PreprocessOptions options;  // --input, --json-keys, --output-prefix, --workers, --append-eod, --skip-bad-lines
-  std::string tokenizer;      // --tokenizer: a directory with tokenizer.model or tokenizer.json
+  std::string tokenizer;      // --tokenizer: a tokenizer directory (Tokenizer.h)
 };
 
 struct InspectDataFlags {

@@ -27,8 +27,9 @@ CLI::App* addSampleCommand(CLI::App& app, SampleFlags& flags) {
       ->check(CLI::IsMember({"random"}))
       ->excludes(weights);
   command->add_option("--init-seed", flags.session.seed, "seed of --init random")->check(anyUnsigned64());
-  command->add_option("--tokenizer", flags.tokenizer,
-                      "directory with tokenizer.model or tokenizer.json (default: --weights)");
+  command->add_option(
+      "--tokenizer", flags.tokenizer,
+      "tokenizer directory: tokenizer.model, tokenizer.json or vocab.json + merges.txt (default: --weights)");
   command->add_option("--prompt", flags.prompts, "a text to complete (repeatable: one completion each)")->required();
   command->add_option("--max-new-tokens", flags.sampling.maxNewTokens, "new tokens per prompt (default 32)")
       ->check(integerIn(1, int64_t{1} << 20));
@@ -43,14 +44,14 @@ CLI::App* addSampleCommand(CLI::App& app, SampleFlags& flags) {
 }
 
 int runSample(SampleFlags flags) {
-  namespace fs = std::filesystem;
   if (flags.session.weights.empty() && flags.session.init.empty())
     throw InputError("--weights / --init: give the checkpoint directory (or --init random)");
   std::string tokenizerDir = flags.tokenizer;
   if (tokenizerDir.empty()) {
-    if (flags.session.weights.empty() || (!fs::exists(fs::path(flags.session.weights) / "tokenizer.model") &&
-                                          !fs::exists(fs::path(flags.session.weights) / "tokenizer.json")))
-      throw InputError("--tokenizer: required, as --weights holds no tokenizer.model or tokenizer.json");
+    if (flags.session.weights.empty() || !holdsTokenizer(flags.session.weights))
+      throw InputError(
+          "--tokenizer: required, as --weights holds no tokenizer.model, tokenizer.json or vocab.json + "
+          "merges.txt");
     tokenizerDir = flags.session.weights;
   }
   for (size_t i = 0; i < flags.prompts.size(); ++i)

@@ -430,7 +430,9 @@ int main(int argc, char** argv) {
                     "with --data-path: where the index caches go (default: beside the data)");
   train->add_option("--validation", trainFlags.validation, "validation JSONL, evaluated every --eval-every steps and at the end");
   train->add_option("--test", trainFlags.test, "test JSONL, evaluated at the end");
-  train->add_option("--tokenizer", trainFlags.tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
+  train->add_option(
+      "--tokenizer", trainFlags.tokenizer,
+      "tokenizer directory: tokenizer.model, tokenizer.json or vocab.json + merges.txt (default: --weights)");
   train->add_option("--steps", trainFlags.steps, "optimizer steps of the whole run (default: the plan's preset)")
       ->check(dgemma::integerIn(1, kMaxSteps));
   train
@@ -485,8 +487,9 @@ int main(int argc, char** argv) {
       ->add_option("--weights", rl.session.weights,
                    "HF or dgemma checkpoint directory: the policy's start and the KL reference")
       ->required();
-  rlCommand->add_option("--tokenizer", rlFlags.tokenizer,
-                        "directory with tokenizer.model or tokenizer.json (default: --weights)");
+  rlCommand->add_option(
+      "--tokenizer", rlFlags.tokenizer,
+      "tokenizer directory: tokenizer.model, tokenizer.json or vocab.json + merges.txt (default: --weights)");
   rlCommand->add_option("--prompts", rl.prompts, "JSONL rows (docs/data.md) with a \"reference\" for the verifier")
       ->required();
   rlCommand->add_option("--reward", rlFlags.reward, "built-in verifier: exact | numeric | regex")
@@ -553,7 +556,9 @@ int main(int argc, char** argv) {
   for (auto [command, run] : {std::pair{generate, &generateFlags.run}, std::pair{eval, &evalFlags.run}}) {
     addPlanFlags(*command, run->session);
     command->add_option("--weights", run->session.weights, "HF or dgemma checkpoint directory")->required();
-    command->add_option("--tokenizer", run->tokenizer, "directory with tokenizer.model or tokenizer.json (default: --weights)");
+    command->add_option(
+        "--tokenizer", run->tokenizer,
+        "tokenizer directory: tokenizer.model, tokenizer.json or vocab.json + merges.txt (default: --weights)");
     command->add_option("--max-new-tokens", run->maxNewTokens, "new tokens to generate, in whole canvases (default: the plan's)")
         ->check(dgemma::integerIn(1, kMaxLength));
     command->add_option("--steps", run->steps, "max_denoising_steps: decoder passes per canvas at most (default: the plan's)")
@@ -578,7 +583,10 @@ int main(int argc, char** argv) {
   CheckDataFlags checkDataFlags;
   CLI::App* checkData = app.add_subcommand("check-data", "validate a JSONL data file as training would and print its counts");
   checkData->add_option("--data", checkDataFlags.data, "JSONL file")->required();
-  checkData->add_option("--tokenizer", checkDataFlags.tokenizer, "directory with tokenizer.model or tokenizer.json")->required();
+  checkData
+      ->add_option("--tokenizer", checkDataFlags.tokenizer,
+                   "tokenizer directory: tokenizer.model, tokenizer.json or vocab.json + merges.txt")
+      ->required();
   checkData->add_option("--canvas-len", checkDataFlags.canvasLength, "block length")->check(dgemma::integerIn(1, kMaxLength));
   checkData->add_option("--max-encoder-len", checkDataFlags.maxEncoderLength, "longest encoder context allowed")
       ->check(dgemma::integerIn(1, kMaxLength));
@@ -617,7 +625,9 @@ int main(int argc, char** argv) {
       exportCommand->add_option("--model", exportFlags.model, "HF directory or config.json to take the config from (default: --weights)");
   exportCommand->add_option("--plan", exportFlags.planDir, "plan directory whose recorded config to use (default: --weights)")
       ->excludes(exportModel);
-  exportCommand->add_option("--tokenizer", exportFlags.tokenizer, "directory with tokenizer.json or tokenizer.model (default: --weights)");
+  exportCommand->add_option(
+      "--tokenizer", exportFlags.tokenizer,
+      "tokenizer directory: tokenizer.json, tokenizer.model or vocab.json + merges.txt (default: --weights)");
   exportCommand->add_option("--merge-adapter", exportFlags.mergeAdapter,
                             "LoRA adapter directory (PEFT format) to merge into --weights: W + (alpha/r)·B·A");
 

@@ -191,9 +191,10 @@ Tokenizer::Tokenizer(const std::string& directory) : directory_(directory) {
   const fs::path dir(directory);
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw InputError(directory +
-                     ": expected a tokenizer directory (with tokenizer.model or tokenizer.json), but it"
-                     " does not exist or is not a directory");
+    throw InputError(
+        directory +
+        ": expected a tokenizer directory (with tokenizer.model, tokenizer.json or vocab.json + merges.txt), but it"
+        " does not exist or is not a directory");
   const fs::path model = dir / "tokenizer.model";
   const fs::path tokenizerJson = dir / "tokenizer.json";
   const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt";
@@ -543,6 +544,12 @@ void Tokenizer::checkVocabSize(int64_t modelVocabSize) const {
   if (vocabSize_ > modelVocabSize)
     throw InputError(file_ + ": the tokenizer has " + std::to_string(vocabSize_) +
                      " pieces but the model's vocab_size is " + std::to_string(modelVocabSize));
+}
+
+bool holdsTokenizer(const std::string& directory) {
+  const std::filesystem::path path(directory);
+  auto file = [&](const char* name) { return std::filesystem::is_regular_file(path / name); };
+  return file("tokenizer.model") || file("tokenizer.json") || (file("vocab.json") && file("merges.txt"));
 }
 
 void checkTokenIds(const std::vector<int32_t>& ids, int64_t vocabSize, const std::string& what) {

@@ -149,6 +149,10 @@ class Tokenizer {
   std::vector<std::vector<std::pair<std::string, int32_t>>> byFirstByte_;
 };
 
+// Whether `directory` holds a tokenizer that Tokenizer loads: tokenizer.model, tokenizer.json, or
+// GPT-2's vocab.json + merges.txt.
+bool holdsTokenizer(const std::string& directory);
+
 // Throws InputError ("WHAT: token id X at position P is out of range for vocab_size V") unless every
 // id is in [0, vocabSize).
 void checkTokenIds(const std::vector<int32_t>& ids, int64_t vocabSize, const std::string& what);

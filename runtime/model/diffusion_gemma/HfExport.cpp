@@ -1,5 +1,7 @@
 #include "runtime/model/diffusion_gemma/HfExport.h"
 
+#include "runtime/data/text/Tokenizer.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,9 +93,10 @@ void copyTokenizerFiles(const fs::path& from, std::vector<std::pair<std::string,
 }  // namespace
 
 const std::vector<std::string>& hfTokenizerFileNames() {
-  static const std::vector<std::string> names = {"tokenizer.json",          "tokenizer.model",    "tokenizer_config.json",
-                                                 "special_tokens_map.json", "added_tokens.json",  "chat_template.jinja",
-                                                 "chat_template.json",      "processor_config.json"};
+  static const std::vector<std::string> names = {
+      "tokenizer.json",        "tokenizer.model",         "vocab.json",        "merges.txt",
+      "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+      "chat_template.json",    "processor_config.json"};
   return names;
 }
 
@@ -106,8 +109,9 @@ std::vector<std::pair<std::string, std::string>> hfSideFiles(const nlohmann::jso
                                                                           : jsonFileText(generationConfig));
   if (!tokenizerDir.empty()) {
     const fs::path directory(tokenizerDir);
-    if (!fs::is_regular_file(directory / "tokenizer.json") && !fs::is_regular_file(directory / "tokenizer.model"))
-      throw InputError("--tokenizer: " + tokenizerDir + ": expected a directory with tokenizer.json or tokenizer.model");
+    if (!holdsTokenizer(tokenizerDir))
+      throw InputError("--tokenizer: " + tokenizerDir +
+                       ": expected a directory with tokenizer.json, tokenizer.model or vocab.json + merges.txt");
     copyTokenizerFiles(directory, files);
   }
   return files;

@@ -25,8 +25,8 @@ const std::vector<std::string>& hfTokenizerFileNames();
 // The files beside the weights, as (file name, bytes): config.json (`config`, the model's own, as
 // the plan recorded it), generation_config.json (`generationConfig`; null: HF's defaults for the
 // class, what save_pretrained writes for a model without one) and the tokenizer files found in
-// `tokenizerDir` (none when empty). Throws InputError when `tokenizerDir` is given and holds
-// neither tokenizer.json nor tokenizer.model.
+// `tokenizerDir` (none when empty). Throws InputError when `tokenizerDir` is given and holds no
+// tokenizer (holdsTokenizer, runtime/data/text/Tokenizer.h).
 std::vector<std::pair<std::string, std::string>> hfSideFiles(const nlohmann::json& config,
                                                              const nlohmann::json& generationConfig,
                                                              const std::string& tokenizerDir);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "models/diffusion_gemma/spec/Config.h"
 #include "models/diffusion_gemma/spec/WeightSchema.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/data/text/Tokenizer.h"
 #include "runtime/model/diffusion_gemma/HfExport.h"
 #include "support/DType.h"
 #include "support/Error.h"
@@ -171,6 +173,19 @@ TEST(HfExportTest, SideFilesCarryTheTokenizer) {
   EXPECT_EQ(nlohmann::json::parse(files[1].second).at("t_min"), nullptr);
   EXPECT_EQ(untiedEncoderCopyName("model.decoder.layers.12.layer_scalar"), "model.encoder.language_model.layers.12.layer_scalar");
   EXPECT_EQ(untiedEncoderCopyName("model.decoder.norm.weight"), std::nullopt);
+}
+
+// A GPT-2 byte-level BPE tokenizer (vocab.json + merges.txt) travels with the weights too.
+TEST(HfExportTest, SideFilesCarryAGpt2BpeTokenizer) {
+  const std::string tokenizer = std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/gpt2_bpe";
+  EXPECT_TRUE(holdsTokenizer(tokenizer));
+  std::map<std::string, std::string> files;
+  for (const auto& [name, bytes] : hfSideFiles({{"model_type", "diffusion_gemma"}}, nullptr, tokenizer))
+    files[name] = bytes;
+  EXPECT_EQ(files.at("vocab.json"), fileBytes(tokenizer + "/vocab.json"));
+  EXPECT_EQ(files.at("merges.txt"), fileBytes(tokenizer + "/merges.txt"));
+  EXPECT_EQ(files.count("tokenizer_config.json"), 1u);
+  EXPECT_FALSE(holdsTokenizer(std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures"));
 }
 
 }  // namespace
