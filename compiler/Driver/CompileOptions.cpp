@@ -63,7 +63,7 @@ const std::vector<std::string>& sftObjectiveFlags() {
   static const std::vector<std::string> flags = {"--self-cond-prob", "--encoder-loss-weight",
                                                  "--weight-clip",    "--decoder-loss-weight",
                                                  "--policy-loss",    "--clip-epsilon",
-                                                 "--kl-coeff",       "--noise-min",
+                                                 "--clip-delta",     "--kl-coeff",         "--noise-min",
                                                  "--noise-max",      "--images-per-example",
                                                  "--prompt-len",     "--canvas-len",
                                                  "--max-new-tokens", "--lora",
@@ -182,12 +182,23 @@ double encoderLossWeight(const CompileOptions& options) {
   return 0.0;
 }
 
-std::pair<double, double> policyLossSettings(const CompileOptions& options) {
+PolicyLossSettings policyLossSettings(const CompileOptions& options) {
   if (options.policyLoss != "grpo")
-    for (const auto& [flag, value] :
-         {std::pair{"--clip-epsilon", options.clipEpsilon}, std::pair{"--kl-coeff", options.klCoeff}})
+    for (const auto& [flag, value] : {std::pair{"--clip-epsilon", options.clipEpsilon},
+                                      std::pair{"--clip-delta", options.clipDelta}, std::pair{"--kl-coeff", options.klCoeff}})
       if (value) throw InputError(std::string(flag) + ": only with --policy-loss grpo (docs/rl.md)");
-  return {options.clipEpsilon.value_or(0.2), options.klCoeff.value_or(0.0)};
+  PolicyLossSettings settings;
+  settings.clipEpsilon = options.clipEpsilon.value_or(settings.clipEpsilon);
+  settings.clipDelta = options.clipDelta;
+  settings.klCoeff = options.klCoeff.value_or(settings.klCoeff);
+  // At or below 1 + ε the bound would cut ratios that the clip range lets through (docs/rl.md).
+  if (settings.clipDelta && *settings.clipDelta <= 1.0 + settings.clipEpsilon) {
+    std::ostringstream message;
+    message << "--clip-delta " << *settings.clipDelta << ": expected a bound above 1 + --clip-epsilon = "
+            << 1.0 + settings.clipEpsilon;
+    throw InputError(message.str());
+  }
+  return settings;
 }
 
 bool isMultiRank(const CompileOptions& options) {

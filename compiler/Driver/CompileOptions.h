@@ -49,10 +49,10 @@ struct CompileOptions {
   std::optional<double> weightClip;
   double auxLossCoeff = 0.0;
   double noiseMin = 1e-3, noiseMax = 1.0 - 1e-3;
-  // --policy-loss none | grpo, and GRPO's --clip-epsilon and --kl-coeff (docs/rl.md); unset:
-  // policyLossSettings chooses.
+  // --policy-loss none | grpo, and GRPO's --clip-epsilon, --clip-delta and --kl-coeff
+  // (docs/rl.md); unset: policyLossSettings chooses.
   std::string policyLoss = "none";
-  std::optional<double> clipEpsilon, klCoeff;
+  std::optional<double> clipEpsilon, clipDelta, klCoeff;
   OptimizerSettings adam;
   int64_t microBatch = 2;
   int64_t imagesPerExample = 0;  // --images-per-example: 0 = a text-only plan (docs/cli.md)
@@ -118,9 +118,14 @@ std::optional<mlir::dg::LoraOptions> loraOptions(const CompileOptions& options);
 // Throws InputError for a nonzero weight with grpo (the encoder loss trains on completions as
 // targets: SFT, not RL; docs/rl.md).
 double encoderLossWeight(const CompileOptions& options);
-// GRPO's clip epsilon and KL coefficient (defaults 0.2 and 0); throws InputError when either flag
-// is given without --policy-loss grpo.
-std::pair<double, double> policyLossSettings(const CompileOptions& options);
+struct PolicyLossSettings {
+  double clipEpsilon = 0.2;
+  std::optional<double> clipDelta;  // the two-sided clip's bound on the ratio of a negative advantage
+  double klCoeff = 0.0;
+};
+// GRPO's clip epsilon, two-sided clip bound and KL coefficient (defaults 0.2, none and 0); throws
+// InputError when one is given without --policy-loss grpo, or when the bound is not above 1 + ε.
+PolicyLossSettings policyLossSettings(const CompileOptions& options);
 // The config.json --model names (an HF checkpoint directory or the file itself).
 std::filesystem::path diffusionGemmaConfigPath(const CompileOptions& options);
 

@@ -39,11 +39,12 @@ mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileOptions& option
   objective.weightClip = options.weightClip;
   objective.noiseMin = options.noiseMin;
   objective.noiseMax = options.noiseMax;
-  const auto [clipEpsilon, klCoeff] = policyLossSettings(options);
+  const PolicyLossSettings policy = policyLossSettings(options);
   if (options.policyLoss == "grpo") {
     objective.policyLoss = mlir::dg::DiffusionGemmaObjective::PolicyLoss::Grpo;
-    objective.clipEpsilon = clipEpsilon;
-    objective.klCoeff = klCoeff;
+    objective.clipEpsilon = policy.clipEpsilon;
+    objective.clipDelta = policy.clipDelta;
+    objective.klCoeff = policy.klCoeff;
   }
   const bool reweighted = objective.variant == mlir::dg::DiffusionGemmaObjective::Variant::ReweightedCe ||
                           objective.variant == mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
@@ -119,6 +120,7 @@ nlohmann::json objectiveMetadata(const mlir::dg::DiffusionGemmaObjective& object
   if (objective.policyLoss == mlir::dg::DiffusionGemmaObjective::PolicyLoss::Grpo) {
     metadata["policy_loss"] = "grpo";
     metadata["clip_epsilon"] = objective.clipEpsilon;
+    if (objective.clipDelta) metadata["clip_delta"] = *objective.clipDelta;
     metadata["kl_coeff"] = objective.klCoeff;
   }
   return metadata;

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <fstream>
 #include <map>
 #include <set>
@@ -77,15 +78,17 @@ struct GrpoValues {
 };
 
 GrpoValues grpo(const std::vector<double>& logps, const std::vector<double>& advantages, const std::vector<double>& old,
-                const std::vector<double>& ref, double klCoeff) {
+                const std::vector<double>& ref, double klCoeff, std::optional<double> clipDelta) {
   GrpoValues values;
   const double examples = static_cast<double>(logps.size());
   for (size_t b = 0; b < logps.size(); ++b) {
     const double ratio = std::exp(logps[b] - old[b]);
     const double unclipped = ratio * advantages[b];
     const double clippedBranch = std::clamp(ratio, 1 - kClipEpsilon, 1 + kClipEpsilon) * advantages[b];
-    const bool clipped = clippedBranch < unclipped;
-    double objective = clipped ? clippedBranch : unclipped;
+    // The two-sided clip: a negative advantage's ratio above δ counts as δ, a constant.
+    const bool capped = clipDelta && advantages[b] < 0 && ratio > *clipDelta;
+    const bool clipped = clippedBranch < unclipped || capped;
+    double objective = capped ? *clipDelta * advantages[b] : clipped ? clippedBranch : unclipped;
     double slope = clipped ? 0.0 : unclipped;
     if (klCoeff > 0) {
       const double difference = ref[b] - logps[b];
@@ -118,6 +121,9 @@ TEST_P(DiffusionGemmaGrpoParity, MatchesTorchAutograd) {
   const nlohmann::json& fixtureCase = meta.at("cases").at(GetParam().name);
   const std::string flags = fixtureCase.at("flags").get<std::string>();
   const double klCoeff = flags.find("--kl-coeff 0.04") != std::string::npos ? 0.04 : 0.0;
+  const std::optional<double> clipDelta =
+      fixtureCase.contains("clip_delta") ? std::optional(fixtureCase.at("clip_delta").get<double>()) : std::nullopt;
+  EXPECT_EQ(clipDelta.has_value(), flags.find("--clip-delta") != std::string::npos) << flags;
   const std::string inputPath = grpoDir() + "/" + GetParam().name + ".input.safetensors";
   SafetensorsFile input = SafetensorsFile::open(inputPath);
   SafetensorsFile expected = SafetensorsFile::open(grpoDir() + "/" + GetParam().name + ".safetensors");
@@ -173,8 +179,8 @@ TEST_P(DiffusionGemmaGrpoParity, MatchesTorchAutograd) {
   const std::vector<double> ref =
       klCoeff > 0 ? toDoubles(input.read("ref_logps"), "ref_logps") : std::vector<double>(examples, 0.0);
   EXPECT_EQ(input.find("ref_logps") != nullptr, klCoeff > 0);
-  const GrpoValues atPlan = grpo(logps, advantages, old, ref, klCoeff);
-  const GrpoValues atReference = grpo(referenceLogps, advantages, old, ref, klCoeff);
+  const GrpoValues atPlan = grpo(logps, advantages, old, ref, klCoeff, clipDelta);
+  const GrpoValues atReference = grpo(referenceLogps, advantages, old, ref, klCoeff, clipDelta);
   const double loss = out.read("loss").as<float>()[0];
   const double referenceLoss = toDoubles(expected.read("loss"), "reference loss")[0];
   ASSERT_LE(std::abs(atReference.loss - referenceLoss), 1e-12 * std::abs(referenceLoss)) << "the test's formula";
@@ -239,6 +245,8 @@ std::vector<GrpoCase> grpoCases() {
         for (const char* kl : {"kl0", "kl0.04"})
           cases.push_back({model, std::string(objective) + "." + selfConditioning + "." + kl +
                                       (std::string(objective) == "reweighted-ce" ? ".clip100" : "")});
+  for (const char* model : {"all_experts", "seven_layers"})
+    for (const char* name : {"base-sft.sc0.kl0.delta1.38", "base-sft.sc1.kl0.04.delta1.38"}) cases.push_back({model, name});
   return cases;
 }
 

@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "grpo"}));
   app.add_option("--clip-epsilon", options.clipEpsilon, "grpo: the ratio's clip range [1 - E, 1 + E] (default 0.2)")
       ->check(dgemma::numberIn(0, 1, false, false));
+  app.add_option("--clip-delta", options.clipDelta,
+                 "grpo: the two-sided clip, a bound D > 1 + E on the ratio of a negative advantage (default: none)")
+      ->check(dgemma::numberIn(1, dgemma::kMaxWeight, false, true));
   app.add_option("--kl-coeff", options.klCoeff,
                  "grpo: the k3 KL penalty's coefficient against ref_logps (default 0: none)")
       ->check(dgemma::numberIn(0, dgemma::kMaxWeight));

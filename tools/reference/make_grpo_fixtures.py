@@ -20,11 +20,13 @@ The objective of one micro-batch (B examples), with the SFT estimate's f, w(t) a
                                                          loss, so logps_b = -w(t_b) sum_l M_bl CE_bl)
     r_b     = exp(logps_b - old_b)
     surr_b  = min(r_b A_b, clamp(r_b, 1 - eps, 1 + eps) A_b),  clipped_b = [clamp(r_b) A_b < r_b A_b]
+              (with the two-sided clip, --clip-delta d: r_b in the first branch is min(r_b, d), and clipped_b is
+              also 1 where A_b < 0 and r_b > d: the rows without a gradient)
     kl_b    = exp(ref_b - logps_b) - (ref_b - logps_b) - 1   (k3; kl > 0 only)
     loss    = -(1/B) sum_b (surr_b - kl_coeff kl_b)
 
 The cases are {base-sft, reweighted-ce with weight clip 100} x self-conditioning {0, 1} x kl_coeff {0, 0.04}, all with
-eps = 0.2 and the encoder loss off. old_logps is chosen from the float64 logps so that the ratios take the values of
+eps = 0.2 and the encoder loss off, and two base-sft cases with the two-sided clip at d = 1.38. old_logps is chosen from the float64 logps so that the ratios take the values of
 RATIOS (some clipped above, some below, some inside; every ratio at least 0.02 from 1 +- eps, so that float32 cannot
 flip a branch); advantages have both signs. The float32 inputs are what the reference uses too.
 
@@ -67,6 +69,8 @@ PATTERNS = (
     [(0.55, 0.8), (1.4, -1.2), (0.9, -0.3), (1.3, 0.6)],
 )
 REF_OFFSETS = [0.3, -0.25, 0.1, -0.15]  # ref_logps - logps (float64) per example, for the k3 term
+# The two-sided clip's bound (--clip-delta): pattern 1's (1.4, -1.2) lies above it with A < 0.
+CLIP_DELTA = 1.38
 
 
 def cases() -> list[dict]:
@@ -75,7 +79,10 @@ def cases() -> list[dict]:
         for sc in (False, True):
             for ki, kl in enumerate(KL_COEFFS):
                 name = f"{objective}.sc{int(sc)}.kl{kl:g}" + (f".clip{clip:g}" if clip is not None else "")
-                out.append(dict(name=name, case=mtf.Case(objective, sc, 0.0, clip), kl=kl, pattern=ki))
+                out.append(dict(name=name, case=mtf.Case(objective, sc, 0.0, clip), kl=kl, pattern=ki, delta=None))
+    for sc, kl in ((False, 0.0), (True, KL_COEFFS[1])):
+        name = f"base-sft.sc{int(sc)}.kl{kl:g}.delta{CLIP_DELTA:g}"
+        out.append(dict(name=name, case=mtf.Case("base-sft", sc, 0.0, None), kl=kl, pattern=1, delta=CLIP_DELTA))
     return out
 
 
@@ -93,12 +100,17 @@ def policy_logps(model, batch, case: mtf.Case) -> torch.Tensor:
     return -ell * tokens
 
 
-def grpo_terms(logps, advantages, old, ref, kl_coeff: float) -> dict[str, torch.Tensor]:
+def grpo_terms(logps, advantages, old, ref, kl_coeff: float, delta: float | None) -> dict[str, torch.Tensor]:
     ratio = torch.exp(logps - old)
-    unclipped = ratio * advantages
+    # The two-sided clip as TRL writes it (its `delta`): the first branch's ratio capped at delta.
+    unclipped = (ratio if delta is None else torch.clamp(ratio, max=delta)) * advantages
     clipped_branch = torch.clamp(ratio, 1.0 - CLIP_EPSILON, 1.0 + CLIP_EPSILON) * advantages
     surrogate = torch.min(unclipped, clipped_branch)
-    res = dict(ratio=ratio, clipped=(clipped_branch < unclipped).to(torch.float32))
+    # The rows without a gradient: the clipped branch taken, or a negative advantage's ratio above delta.
+    no_gradient = clipped_branch < ratio * advantages
+    if delta is not None:
+        no_gradient |= (advantages < 0) & (ratio > delta)
+    res = dict(ratio=ratio, clipped=no_gradient.to(torch.float32))
     objective = surrogate
     if kl_coeff > 0:
         d = ref - logps
@@ -123,7 +135,7 @@ def write_model(name: str, out_dir: Path, log) -> dict:
     counts: collections.Counter = collections.Counter()
     meta_cases = {}
     for spec in cases():
-        case, kl_coeff = spec["case"], spec["kl"]
+        case, kl_coeff, delta = spec["case"], spec["kl"], spec["delta"]
         log(f"  [{name}] {spec['name']}")
         with mtf.float64_islands(counts):
             with torch.no_grad():
@@ -139,7 +151,7 @@ def write_model(name: str, out_dir: Path, log) -> dict:
             assert torch.equal(logps.detach(), logps0), "the estimate is not deterministic"
             tensors = [p for _, p in params]
             per_example = [torch.autograd.grad(logps[b], tensors, retain_graph=True, allow_unused=True) for b in range(B)]
-            res = grpo_terms(logps, advantages.double(), old.double(), ref.double(), kl_coeff)
+            res = grpo_terms(logps, advantages.double(), old.double(), ref.double(), kl_coeff, delta)
             res["loss"].backward()
         grads = {ck: (p.grad if p.grad is not None else torch.zeros_like(p)).detach() for ck, p in params}
         model.zero_grad(set_to_none=True)
@@ -153,10 +165,14 @@ def write_model(name: str, out_dir: Path, log) -> dict:
             assert gap <= 1e-12, f"{name} {spec['name']}: logps differ from {sft_name} by {gap}"
         ratio = res["ratio"].detach()
         for r in ratio.tolist():
-            for edge in (1.0 - CLIP_EPSILON, 1.0 + CLIP_EPSILON):
+            for edge in (1.0 - CLIP_EPSILON, 1.0 + CLIP_EPSILON) + ((delta,) if delta is not None else ()):
                 assert abs(r - edge) >= MIN_BRANCH_GAP, f"{name} {spec['name']}: ratio {r} within {MIN_BRANCH_GAP} of {edge}"
         clipped = res["clipped"]
-        expected_clipped = [float(a * min(max(r, 1 - CLIP_EPSILON), 1 + CLIP_EPSILON) < a * r) for r, a in pattern]
+        expected_clipped = [
+            float(a * min(max(r, 1 - CLIP_EPSILON), 1 + CLIP_EPSILON) < a * r or (delta is not None and a < 0 and r > delta))
+            for r, a in pattern
+        ]
+        assert delta is None or 0 < sum(1 for r, a in pattern if a < 0 and r > delta), "no ratio above delta"
         assert clipped.tolist() == expected_clipped, (clipped, expected_clipped)
 
         inputs = {k: v.contiguous() for k, v in batch.items()}
@@ -176,12 +192,14 @@ def write_model(name: str, out_dir: Path, log) -> dict:
         meta_cases[spec["name"]] = dict(
             flags=f"--objective {case.objective} --self-cond-prob {0.5 if case.sc else 0}"
             + (f" --weight-clip {case.clip:g}" if case.clip is not None else "")
-            + f" --policy-loss grpo --clip-epsilon {CLIP_EPSILON:g} --kl-coeff {kl_coeff:g}",
+            + f" --policy-loss grpo --clip-epsilon {CLIP_EPSILON:g} --kl-coeff {kl_coeff:g}"
+            + (f" --clip-delta {delta:g}" if delta is not None else ""),
             ratios=ratio.tolist(),
             advantages=advantages.tolist(),
             clipped=clipped.tolist(),
             logps=logps0.tolist(),
             kl=res["kl"].tolist() if kl_coeff > 0 else None,
+            **({"clip_delta": delta} if delta is not None else {}),
             loss=res["loss"].item(),
             grad_global_norm=grad_norm,
         )

@@ -77,6 +77,8 @@ struct DiffusionGemmaObjective {
   enum class PolicyLoss { None, Grpo };
   PolicyLoss policyLoss = PolicyLoss::None;
   double clipEpsilon = 0.2;  // the ratio's clip range [1 - ε, 1 + ε]
+  // The two-sided clip: a negative advantage's ratio above δ counts as δ, without a gradient.
+  std::optional<double> clipDelta;
   double klCoeff = 0.0;  // β > 0 adds the k3 KL penalty against ref_logps
 };
 

@@ -199,9 +199,10 @@ Value ObjectiveBuilder::exampleWeight(Value diffusionTime) {
   return weight;
 }
 
-// docs/rl.md, "The GRPO loss": −(1/B) Σ_b (min(r A, clamp(r, 1 − ε, 1 + ε) A) − β k3(ref, logps)).
+// docs/rl.md, "The GRPO loss": −(1/B) Σ_b (min(r' A, clamp(r, 1 − ε, 1 + ε) A) − β k3(ref, logps)),
+// with r' = min(r, δ) under the two-sided clip and r' = r without it.
 // dg-autodiff has no rule for minimum and maximum, so the surrogate is written as the branch
-// that min picks: the clipped branch, whose value is a constant in the policy, enters through a
+// that min picks: a bounded branch, whose value is a constant in the policy, enters through a
 // stop_gradient and is chosen by a 0/1 mask that carries no gradient.
 Value ObjectiveBuilder::policyLoss(Value logps) {
   Value advantages = g_.input(kAdvantages, {batch_}, f32_);
@@ -210,15 +211,29 @@ Value ObjectiveBuilder::policyLoss(Value logps) {
   g_.output(kLogps, logps);
 
   Value ratio = b_.create<ExpOp>(g_.loc("grpo.ratio"), g_.sub(logps, oldLogps, "grpo.log_ratio"));
+  Value detachedRatio = b_.create<StopGradientOp>(g_.loc("grpo.ratio.detach"), ratio);
   Value clampedRatio =
-      g_.minimum(g_.maximum(b_.create<StopGradientOp>(g_.loc("grpo.ratio.detach"), ratio),
-                            g_.scalar(1.0 - objective_.clipEpsilon, "grpo.ratio.low"), "grpo.ratio.floor"),
+      g_.minimum(g_.maximum(detachedRatio, g_.scalar(1.0 - objective_.clipEpsilon, "grpo.ratio.low"), "grpo.ratio.floor"),
                  g_.scalar(1.0 + objective_.clipEpsilon, "grpo.ratio.high"), "grpo.ratio.clamped");
   Value unclipped = g_.mul(ratio, advantages, "grpo.surrogate.unclipped");
   Value clippedBranch = g_.mul(clampedRatio, advantages, "grpo.surrogate.clipped");
   // 1 where the clipped branch is the strictly smaller one, so that min takes it.
   Value clipped =
       g_.castTo(g_.compare(clippedBranch, unclipped, ComparePredicate::Lt, "grpo.clipped.branch"), f32_, kClipped);
+  if (objective_.clipDelta) {
+    // With δ > 1 + ε, min(min(r, δ) A, clamp(r) A) differs from the one-sided form only where
+    // A < 0 and r > δ: there both branches are constants and δ A is the smaller.
+    Value bound = g_.scalar(*objective_.clipDelta, "grpo.delta");
+    Value aboveBound = g_.compare(detachedRatio, bound, ComparePredicate::Gt, "grpo.delta.above");
+    Value negative = g_.compare(advantages, g_.scalar(0.0, "grpo.zero"), ComparePredicate::Lt, "grpo.delta.negative");
+    Value aboveMask = g_.castTo(aboveBound, f32_, "grpo.delta.above.mask");
+    Value negativeMask = g_.castTo(negative, f32_, "grpo.delta.negative.mask");
+    Value capped = g_.mul(aboveMask, negativeMask, "grpo.delta.capped");
+    Value takeCapped = g_.compare(capped, g_.scalar(0.0, "grpo.zero"), ComparePredicate::Gt, "grpo.delta.taken");
+    Value cappedBranch = g_.mul(advantages, bound, "grpo.surrogate.capped");
+    clippedBranch = b_.create<SelectOp>(g_.loc("grpo.surrogate.bounded"), takeCapped, cappedBranch, clippedBranch);
+    clipped = g_.maximum(clipped, capped, "grpo.clipped.any");
+  }
   g_.output(kClipped, clipped);
   Value unclippedShare = g_.sub(g_.scalar(1.0, "grpo.one"), clipped, "grpo.unclipped.mask");
   Value surrogate = g_.add(g_.mul(unclipped, unclippedShare, "grpo.surrogate.unclipped.taken"),
