@@ -357,7 +357,7 @@ TEST(PlanFile, ValidatesParameterInits) {
   badBase["base"] = {{"kind", "normal"}, {"std", -1}};
   EXPECT_EQ(errorWithInit(badBase), "plan.dgplan: parameters[0].init.base.std: expected a number in (0, 1.0], got -1");
   EXPECT_EQ(errorWithInit({{"kind", "ones"}, {"std", 0.1}}),
-            "plan.dgplan: parameters[0].init.std: unknown field (init ones takes kind only)");
+            "plan.dgplan: parameters[0].init.std: unknown field (init ones takes kind and optionally logical_rows)");
   EXPECT_EQ(errorWithInit("normal"), "plan.dgplan: parameters[0].init: expected an object");
 }
 
