@@ -37,7 +37,8 @@ HostTensor withZeroRows(const HostTensor& logical, int64_t rows) {
   std::vector<int64_t> shape = logical.shape;
   shape[0] = rows;
   HostTensor padded(logical.dtype, shape);  // zero-filled
-  std::copy(logical.data.begin(), logical.data.begin() + static_cast<ptrdiff_t>(std::min(logical.data.size(), padded.data.size())),
+  std::copy(logical.data.begin(),
+            logical.data.begin() + static_cast<ptrdiff_t>(std::min(logical.data.size(), padded.data.size())),
             padded.data.begin());
   return padded;
 }
@@ -46,7 +47,8 @@ HostTensor firstRows(const HostTensor& padded, int64_t rows) {
   std::vector<int64_t> shape = padded.shape;
   shape[0] = rows;
   HostTensor logical(padded.dtype, shape);
-  std::copy(padded.data.begin(), padded.data.begin() + static_cast<ptrdiff_t>(rowBytes(padded) * static_cast<uint64_t>(rows)),
+  std::copy(padded.data.begin(),
+            padded.data.begin() + static_cast<ptrdiff_t>(rowBytes(padded) * static_cast<uint64_t>(rows)),
             logical.data.begin());
   return logical;
 }

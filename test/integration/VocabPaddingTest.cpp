@@ -90,7 +90,8 @@ class PaddingRun : public ::testing::Test {
   std::string randomHfWeights() {
     compile("--mode train --preset tiny-cpu", dir / "seed-plan");
     run("train --plan " + (dir / "seed-plan") +
-        " --train mock --init random --seed 3 --steps 1 --eval-every 0 --save-every 1 --save-dir " + (dir / "seed-ckpt"));
+        " --train mock --init random --seed 3 --steps 1 --eval-every 0 --save-every 1 --save-dir " +
+        (dir / "seed-ckpt"));
     run("export --weights " + (dir / "seed-ckpt/step-00000001") + " --out " + (dir / "seed-hf"));
     return dir / "seed-hf";
   }
@@ -102,10 +103,12 @@ class VocabPadding : public PaddingRun, public ::testing::WithParamInterface<Lay
 // A bad --vocab-alignment is refused by name, and nothing is written.
 TEST_F(PaddingRun, BadAlignmentIsRefusedNamingTheFlag) {
   for (const char* alignment : {"0", "-8", "65537"}) {
-    ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + model() +
-                                  " --mode train --preset tiny-cpu --vocab-alignment " + alignment + " -o " + (dir / "plan"));
+    ToolResult compiled =
+        runTool(std::string(DGEMMA_COMPILE) + " --model " + model() +
+                " --mode train --preset tiny-cpu --vocab-alignment " + alignment + " -o " + (dir / "plan"));
     EXPECT_NE(compiled.exitCode, 0) << alignment;
-    EXPECT_NE(compiled.output.find("--vocab-alignment " + std::string(alignment)), std::string::npos) << compiled.output;
+    EXPECT_NE(compiled.output.find("--vocab-alignment " + std::string(alignment)), std::string::npos)
+        << compiled.output;
     EXPECT_FALSE(std::filesystem::exists(dir / "plan")) << alignment;
   }
 }
@@ -115,10 +118,11 @@ TEST_F(PaddingRun, BadAlignmentIsRefusedNamingTheFlag) {
 TEST_P(VocabPadding, TrainingAndResumeEqualUnpaddedOneRank) {
   const Layout& layout = GetParam();
   compile("--mode train --preset tiny-cpu --micro-batch 2", dir / "one");
-  compile("--mode train --preset tiny-cpu --micro-batch " + std::to_string(2 / layout.dataParallel) + " " +
-              layout.flags,
-          dir / "padded");
-  const std::string train = " --train mock --init random --seed 5 --warmup 1 --decay-steps 4 --eval-every 0 --save-every 3";
+  compile(
+      "--mode train --preset tiny-cpu --micro-batch " + std::to_string(2 / layout.dataParallel) + " " + layout.flags,
+      dir / "padded");
+  const std::string train =
+      " --train mock --init random --seed 5 --warmup 1 --decay-steps 4 --eval-every 0 --save-every 3";
   run("train --plan " + (dir / "one") + train + " --steps 4 --metrics " + (dir / "one.jsonl") + " --save-dir " +
       (dir / "one-ckpt"));
   run("train --plan " + (dir / "padded") + train + " --steps 3 --metrics " + (dir / "padded.jsonl") + " --save-dir " +
@@ -133,9 +137,11 @@ TEST_P(VocabPadding, TrainingAndResumeEqualUnpaddedOneRank) {
   ASSERT_EQ(want.size(), 4u);
   ASSERT_EQ(got.size(), 4u);
   for (size_t step = 0; step < want.size(); ++step)
-    for (auto [field, tolerance] : {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
+    for (auto [field, tolerance] :
+         {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
       const double a = got[step].at(field).get<double>(), b = want[step].at(field).get<double>();
-      EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b)) << "step " << step + 1 << " " << field << ": " << a << " vs " << b;
+      EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b))
+          << "step " << step + 1 << " " << field << ": " << a << " vs " << b;
     }
 
   SafetensorsFile exported = SafetensorsFile::open(dir / "padded-hf/model.safetensors");
@@ -191,8 +197,8 @@ TEST_F(PaddingRun, AlignedGenerationWritesTheUnpaddedText) {
   const std::string weights = randomHfWeights();
   compile("--mode infer --prompt-len 32", dir / "infer-one");
   compile("--mode infer --prompt-len 32 --vocab-alignment 64", dir / "infer-padded");
-  const std::string generate = " --weights " + weights + " --tokenizer " + source("test/fixtures/generate/char_tokenizer") +
-                               " --prompt hello --seed 11 --json";
+  const std::string generate = " --weights " + weights + " --tokenizer " +
+                               source("test/fixtures/generate/char_tokenizer") + " --prompt hello --seed 11 --json";
   const std::string want = run("generate --plan " + (dir / "infer-one") + generate);
   const std::string got = run("generate --plan " + (dir / "infer-padded") + generate);
   if (HasFailure()) return;
