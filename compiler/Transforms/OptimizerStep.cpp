@@ -51,8 +51,8 @@ class UpdateBuilder {
   Value state(StringRef prefix, ParamOp param) {
     SmallVector<NamedAttribute> fields{b_.getNamedAttr("kind", b_.getStringAttr("zeros"))};
     // A padded weight's moments are padded alike (docs/parallelism.md, "Vocabulary padding").
-    if (Attribute rows = param.getInitAttr().get("logical_rows"))
-      fields.push_back(b_.getNamedAttr("logical_rows", rows));
+    if (DictionaryAttr paramInit = param.getInitAttr(); paramInit && paramInit.get("logical_rows"))
+      fields.push_back(b_.getNamedAttr("logical_rows", paramInit.get("logical_rows")));
     auto init = b_.getDictionaryAttr(fields);
     return b_.create<ParamOp>(loc_, param.getType(), b_.getStringAttr(prefix + param.getName()), init, b_.getBoolAttr(false));
   }
