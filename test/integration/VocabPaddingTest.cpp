@@ -82,7 +82,8 @@ class PaddingRun : public ::testing::Test {
     return compiled;
   }
   std::string run(const std::string& command, int64_t ranks = 1) {
-    ToolResult ran = runTool(std::string(DGEMMA_RUN) + " " + command + " --nproc-per-node " + std::to_string(ranks));
+    ToolResult ran = runTool(std::string(DGEMMA_RUN) + " " + command +
+                             (ranks > 1 ? " --nproc-per-node " + std::to_string(ranks) : std::string()));
     EXPECT_EQ(ran.exitCode, 0) << ran.output;
     return ran.output;
   }
@@ -90,7 +91,8 @@ class PaddingRun : public ::testing::Test {
   std::string randomHfWeights() {
     compile("--mode train --preset tiny-cpu", dir / "seed-plan");
     run("train --plan " + (dir / "seed-plan") +
-        " --train mock --init random --seed 3 --steps 1 --eval-every 0 --save-every 1 --save-dir " +
+        " --train mock --init random --seed 3 --steps 1 --warmup 1 --decay-steps 2 --eval-every 0 --save-every 1 "
+        "--save-dir " +
         (dir / "seed-ckpt"));
     run("export --weights " + (dir / "seed-ckpt/step-00000001") + " --out " + (dir / "seed-hf"));
     return dir / "seed-hf";
@@ -199,11 +201,16 @@ TEST_F(PaddingRun, AlignedGenerationWritesTheUnpaddedText) {
   compile("--mode infer --prompt-len 32 --vocab-alignment 64", dir / "infer-padded");
   const std::string generate = " --weights " + weights + " --tokenizer " +
                                source("test/fixtures/generate/char_tokenizer") + " --prompt hello --seed 11 --json";
+  // The request's JSON line (the summary after it holds timings).
+  auto request = [](const std::string& output) { return nlohmann::json::parse(output.substr(0, output.find('\n'))); };
   const std::string want = run("generate --plan " + (dir / "infer-one") + generate);
   const std::string got = run("generate --plan " + (dir / "infer-padded") + generate);
   if (HasFailure()) return;
-  EXPECT_NE(want.find("\"text\""), std::string::npos) << want;
-  EXPECT_EQ(got, want);
+  const nlohmann::json wantRequest = request(want), gotRequest = request(got);
+  ASSERT_FALSE(wantRequest.at("tokens").empty()) << want;
+  EXPECT_EQ(gotRequest.at("tokens"), wantRequest.at("tokens"));
+  EXPECT_EQ(gotRequest.at("text"), wantRequest.at("text"));
+  for (const nlohmann::json& token : gotRequest.at("tokens")) EXPECT_LT(token.get<int64_t>(), kVocabulary);
 }
 
 }  // namespace
