@@ -1,9 +1,9 @@
 // A parallel layout for DiffusionGemma and the constraints the model puts on it (docs/parallelism.md,
 // "Meshes" and "Divisibility"): world = TP x DP = EDP x EP with EP dividing DP; TP divides every
 // layer's query and KV heads and the dense MLP width (the vocabulary is padded instead); EP divides
-// the experts; with sequence parallelism TP divides every prompt bucket and the canvas. Checked before anything is
-// built, so that an impossible layout is named by the constraint it breaks rather than failing
-// somewhere in the partitioner.
+// the experts; with sequence parallelism TP divides every prompt bucket and the canvas. Checked
+// before anything is built, so that an impossible layout is named by the constraint it breaks rather
+// than failing somewhere in the partitioner.
 #pragma once
 
 #include <cstdint>
