@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -101,6 +102,26 @@ class PaddingRun : public ::testing::Test {
 };
 
 class VocabPadding : public PaddingRun, public ::testing::WithParamInterface<Layout> {};
+
+// An alignment the vocabulary already meets changes nothing: the plan is byte-identical to the
+// default's (tiny-cpu's 256 ids at TP 2 with alignment 128).
+TEST_F(PaddingRun, AlignmentTheVocabularyMeetsLeavesThePlanUnchanged) {
+  const std::string tiny = source("models/diffusion_gemma/configs/tiny-cpu.json");
+  for (const char* flags : {"", " --vocab-alignment 128"}) {
+    ToolResult compiled =
+        runTool(std::string(DGEMMA_COMPILE) + " --model " + tiny + " --mode train --preset tiny-cpu --tp 2" + flags +
+                " -o " + (dir / (*flags ? "aligned" : "default")));
+    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  }
+  for (const char* file : {"rank-0.dgplan", "rank-1.dgplan"}) {
+    std::ifstream a(dir / ("default/" + std::string(file)), std::ios::binary),
+        b(dir / ("aligned/" + std::string(file)), std::ios::binary);
+    const std::string defaultPlan((std::istreambuf_iterator<char>(a)), {}),
+        alignedPlan((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_FALSE(defaultPlan.empty());
+    EXPECT_TRUE(defaultPlan == alignedPlan) << file;
+  }
+}
 
 // A bad --vocab-alignment is refused by name, and nothing is written.
 TEST_F(PaddingRun, BadAlignmentIsRefusedNamingTheFlag) {
