@@ -91,7 +91,9 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
       }
       position += 2 * dims;
       const ShardBox saved = savedBoxOf(parameter);
-      if (saved.shape[0] == 0 || firstReplicaRank(boxOfRank, static_cast<int>(world.rank())) != world.rank()) continue;
+      if ((!saved.shape.empty() && saved.shape[0] == 0) ||
+          firstReplicaRank(boxOfRank, static_cast<int>(world.rank())) != world.rank())
+        continue;
       held.push_back(saved == boxOf(parameter) ? executor.parameter(parameter.name)
                                                : firstRows(executor.parameter(parameter.name), saved.shape[0]));
       shards.push_back({group.group, parameter.name, logicalShape(parameter), saved, &held.back()});
@@ -145,14 +147,13 @@ void restoreParameters(const CheckpointReader& checkpoint, const std::string& gr
                        const std::vector<std::string>& names, Executor& executor) {
   for (const std::string& name : names) {
     const Parameter& parameter = parameterNamed(executor.plan(), name);
+    // The checkpoint holds the logical tensor; a box reaching into the padding rows gets them as zeros.
     const ShardBox saved = savedBoxOf(parameter);
-    if (saved == boxOf(parameter)) {
-      executor.setParameter(name, checkpoint.readBox(group, name, parameter.globalShape, saved));
-      continue;
-    }
-    HostTensor logical = saved.shape[0] > 0 ? checkpoint.readBox(group, name, logicalShape(parameter), saved)
-                                            : HostTensor(checkpoint.dtype(group, name), saved.shape);
-    executor.setParameter(name, withZeroRows(logical, parameter.shardShape[0]));
+    HostTensor logical = saved.shape.empty() || saved.shape[0] > 0
+                             ? checkpoint.readBox(group, name, logicalShape(parameter), saved)
+                             : HostTensor(checkpoint.dtype(group, name), saved.shape);
+    executor.setParameter(
+        name, saved == boxOf(parameter) ? std::move(logical) : withZeroRows(logical, parameter.shardShape[0]));
   }
 }
 

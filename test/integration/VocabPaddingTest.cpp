@@ -137,7 +137,8 @@ TEST_F(PaddingRun, BadAlignmentIsRefusedNamingTheFlag) {
 }
 
 // Three steps from the same random init equal one unpadded rank's; the padded checkpoint continues
-// on the unpadded rank for a fourth step equal to its own, and exports the real rows only.
+// for a fourth step equal to the unpadded rank's own, both on the unpadded rank and in the padded
+// layout itself (whose restore refills the padding rows), and exports the real rows only.
 TEST_P(VocabPadding, TrainingAndResumeEqualUnpaddedOneRank) {
   const Layout& layout = GetParam();
   compile("--mode train --preset tiny-cpu --micro-batch 2", dir / "one");
@@ -151,21 +152,31 @@ TEST_P(VocabPadding, TrainingAndResumeEqualUnpaddedOneRank) {
   run("train --plan " + (dir / "padded") + train + " --steps 3 --metrics " + (dir / "padded.jsonl") + " --save-dir " +
           (dir / "padded-ckpt"),
       layout.ranks);
+  if (HasFailure()) return;
   run("export --weights " + (dir / "padded-ckpt/step-00000003") + " --out " + (dir / "padded-hf"));
+  std::filesystem::copy(dir / "padded-ckpt", dir / "padded-ckpt-again", std::filesystem::copy_options::recursive);
+  std::filesystem::copy_file(dir / "padded.jsonl", dir / "padded-again.jsonl");
   run("train --plan " + (dir / "one") + train + " --steps 4 --resume --metrics " + (dir / "padded.jsonl") +
       " --save-dir " + (dir / "padded-ckpt"));
+  run("train --plan " + (dir / "padded") + train + " --steps 4 --resume --metrics " + (dir / "padded-again.jsonl") +
+          " --save-dir " + (dir / "padded-ckpt-again"),
+      layout.ranks);
   if (HasFailure()) return;
 
-  std::vector<nlohmann::json> want = trainLines(dir / "one.jsonl"), got = trainLines(dir / "padded.jsonl");
+  const std::vector<nlohmann::json> want = trainLines(dir / "one.jsonl");
   ASSERT_EQ(want.size(), 4u);
-  ASSERT_EQ(got.size(), 4u);
-  for (size_t step = 0; step < want.size(); ++step)
-    for (auto [field, tolerance] :
-         {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
-      const double a = got[step].at(field).get<double>(), b = want[step].at(field).get<double>();
-      EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b))
-          << "step " << step + 1 << " " << field << ": " << a << " vs " << b;
-    }
+  for (const char* metrics : {"padded.jsonl", "padded-again.jsonl"}) {
+    SCOPED_TRACE(metrics);
+    const std::vector<nlohmann::json> got = trainLines(dir / metrics);
+    ASSERT_EQ(got.size(), 4u);
+    for (size_t step = 0; step < want.size(); ++step)
+      for (auto [field, tolerance] :
+           {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
+        const double a = got[step].at(field).get<double>(), b = want[step].at(field).get<double>();
+        EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b))
+            << "step " << step + 1 << " " << field << ": " << a << " vs " << b;
+      }
+  }
 
   SafetensorsFile exported = SafetensorsFile::open(dir / "padded-hf/model.safetensors");
   ASSERT_TRUE(exported.find(kEmbedding));
