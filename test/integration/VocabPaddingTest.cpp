@@ -134,6 +134,14 @@ TEST_F(PaddingRun, BadAlignmentIsRefusedNamingTheFlag) {
         << compiled.output;
     EXPECT_FALSE(std::filesystem::exists(dir / "plan")) << alignment;
   }
+  // The built-in graph has no embedding to pad.
+  ToolResult builtin = runTool(std::string(DGEMMA_COMPILE) +
+                               " --model builtin:rmsnorm-matmul-softmax --mode infer --prompt-len 4 --hidden-size 8"
+                               " --vocab-size 8 --vocab-alignment 4 -o " +
+                               (dir / "plan"));
+  EXPECT_NE(builtin.exitCode, 0);
+  EXPECT_NE(builtin.output.find("--vocab-alignment: "), std::string::npos) << builtin.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "plan"));
 }
 
 // Three steps from the same random init equal one unpadded rank's; the padded checkpoint continues
