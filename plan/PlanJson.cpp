@@ -324,11 +324,15 @@ json initFromJson(const FieldReader& reader) {
   if (kind != "normal" && kind != "uniform" && kind != "ones" && kind != "zeros")
     reader.fail("expected \"normal\", \"uniform\", \"ones\" or \"zeros\", got " + quoteForMessage(kind), "kind");
   auto spread = spreadField.find(kind);
+  // "logical_rows": rows from it on are vocabulary padding (docs/parallelism.md, "Vocabulary padding").
   for (const auto& [key, value] : reader.node().items())
-    if (key != "kind" && (spread == spreadField.end() || key != spread->second))
+    if (key != "kind" && key != "logical_rows" && (spread == spreadField.end() || key != spread->second))
       reader.fail("unknown field (init " + kind + " takes " +
-                      (spread == spreadField.end() ? std::string("kind only)") : "kind and " + spread->second + ")"),
+                      (spread == spreadField.end() ? std::string("kind") : "kind, " + spread->second) +
+                      " and optionally logical_rows)",
                   key);
+  if (reader.has("logical_rows") && reader.integer("logical_rows") < 1)
+    reader.fail("expected a positive row count", "logical_rows");
   if (kind == "uniform") {
     const double bound = reader.number("bound");
     if (!(bound > 0.0 && bound <= kMaxInitStd))

@@ -21,6 +21,7 @@ constexpr int64_t kMaxMicroBatch = 65536;
 constexpr int64_t kMaxLength = int64_t{1} << 20;  // --prompt-len, --canvas-len, --max-new-tokens
 constexpr int64_t kMaxBuiltinSize = 65536;        // --hidden-size, --vocab-size of the built-in graph
 constexpr int64_t kMaxParallel = 1024;            // --tp, --ep, --dp
+constexpr int64_t kMaxVocabAlignment = 65536;     // --vocab-alignment
 constexpr int64_t kMaxImagesPerExample = 1024;
 constexpr int64_t kMaxLoraRank = 65536;
 constexpr double kMaxWeight = 1e6;                // loss weights, coefficients, clips, weight decay
@@ -62,6 +63,8 @@ struct CompileOptions {
   int64_t hiddenSize = 64;
   int64_t vocabSize = 128;
   int64_t tp = 1, ep = 1, dp = 1;
+  // The embedding is padded to a multiple of lcm(tp, vocabAlignment) rows (docs/parallelism.md, "Vocabulary padding").
+  int64_t vocabAlignment = 1;
   bool sequenceParallel = false;
   bool distributedOptimizer = true;
   std::string expertExchange = "all-gather";  // all-gather | all-to-all

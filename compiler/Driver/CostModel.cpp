@@ -137,7 +137,7 @@ PassFlops passFlops(const DiffusionGemmaConfig& config, const Pass& pass, int64_
   const double routes = localTokens * double(config.topKExperts) * double(pass.wholeLayers(config));
   flops.experts = routes * (6 * hidden * double(config.moeIntermediateSize));
   flops.expertsBound = flops.experts * double(splits.expertGather);
-  flops.head = 2 * double(microBatch * pass.scored) * hidden * double(config.vocabSize) / double(splits.tp);
+  flops.head = 2 * double(microBatch * pass.scored) * hidden * double(config.paddedVocabSize) / double(splits.tp);
   return flops;
 }
 
@@ -256,7 +256,7 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
     }
     return kept + 2 * double(shape.microBatch * pass.length) * double(config.hiddenSize) * activation;  // embedding, scaled
   };
-  const double vocabShard = double(config.vocabSize) / double(splits.tp);
+  const double vocabShard = double(config.paddedVocabSize) / double(splits.tp);
   double turn = 0, end = 0, largestLayer = 0;
   for (const Pass& pass : passes) {
     if (!pass.backward) continue;

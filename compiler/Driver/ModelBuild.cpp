@@ -25,6 +25,12 @@ ParallelLayout parallelLayout(const CompileOptions& options) {
   return ParallelLayout{options.tp, options.dp, options.ep, options.sequenceParallel};
 }
 
+void checkVocabAlignment(int64_t alignment) {
+  if (alignment < 1 || alignment > kMaxVocabAlignment)
+    throw InputError("--vocab-alignment " + std::to_string(alignment) + ": expected an integer in [1, " +
+                     std::to_string(kMaxVocabAlignment) + "] (the vocabulary is padded to a multiple of lcm(--tp, N))");
+}
+
 // The objective flags (docs/training.md, "The objective"), validated.
 mlir::dg::DiffusionGemmaObjective trainingObjective(const CompileOptions& options) {
   mlir::dg::DiffusionGemmaObjective objective;
@@ -192,6 +198,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     if (options.imagesPerExample > 0)
       throw InputError("--images-per-example: " + std::string(mlir::dg::kRmsNormMatmulSoftmaxName) +
                        " has no vision_config (images need a DiffusionGemma config with one)");
+    if (options.vocabAlignment != 1)
+      throw InputError("--vocab-alignment: " + std::string(mlir::dg::kRmsNormMatmulSoftmaxName) +
+                       " has no embedding to pad (the flag is for DiffusionGemma configs)");
     mlir::dg::RmsNormMatmulSoftmaxOptions builtin;
     builtin.microBatch = options.microBatch;
     builtin.sequenceLengths = parsePromptLengths(options.promptLengths);
@@ -206,6 +215,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
   }
 
   const std::filesystem::path configPath = diffusionGemmaConfigPath(options);
+  checkVocabAlignment(options.vocabAlignment);
   DiffusionGemmaConfig config = loadDiffusionGemmaConfig(configPath.string());
   for (const std::string& warning : config.warnings) std::cerr << "dgemma-compile: warning: " << warning << "\n";
   if (options.imagesPerExample > 0 && !config.hasVision)
@@ -229,6 +239,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                                     ? (options.canvasLength != 0 ? options.canvasLength : config.canvasLength)
                                     : lengths.front();
   checkParallelLayout(config, parallelLayout(options), lengths, decodedLength);
+  config.paddedVocabSize = paddedVocabularySize(config.vocabSize, options.tp, options.vocabAlignment);
+  // An unpadded plan stays byte-identical to one compiled before the flag existed.
+  if (config.paddedVocabSize != config.vocabSize)
+    metadata["vocabulary"] = {{"size", config.vocabSize}, {"padded_size", config.paddedVocabSize}};
   metadata["layout"] = {{"tp", options.tp},
                         {"dp", options.dp},
                         {"ep", options.ep},

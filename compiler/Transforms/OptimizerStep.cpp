@@ -49,7 +49,11 @@ class UpdateBuilder {
                                   b_.getDenseI64ArrayAttr(dims), b_.getBoolAttr(false));
   }
   Value state(StringRef prefix, ParamOp param) {
-    auto init = b_.getDictionaryAttr({b_.getNamedAttr("kind", b_.getStringAttr("zeros"))});
+    SmallVector<NamedAttribute> fields{b_.getNamedAttr("kind", b_.getStringAttr("zeros"))};
+    // A padded weight's moments are padded alike (docs/parallelism.md, "Vocabulary padding").
+    if (DictionaryAttr paramInit = param.getInitAttr(); paramInit && paramInit.get("logical_rows"))
+      fields.push_back(b_.getNamedAttr("logical_rows", paramInit.get("logical_rows")));
+    auto init = b_.getDictionaryAttr(fields);
     return b_.create<ParamOp>(loc_, param.getType(), b_.getStringAttr(prefix + param.getName()), init, b_.getBoolAttr(false));
   }
   Value parameter(ParamOp param) {

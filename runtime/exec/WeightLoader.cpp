@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 #include "support/Json.h"
 #include "runtime/core/Philox.h"
 #include "runtime/core/ShardBoxes.h"
+#include "runtime/exec/PaddedRows.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/io/TransferProgress.h"
 #include "runtime/quant/Quantize.h"
@@ -148,9 +150,12 @@ void loadWeights(Executor& executor, const std::string& source, const TensorSour
       problems.push_back("missing tensor " + parameter.name + " " + shapeToString(parameter.globalShape));
       continue;
     }
+    // A padded parameter comes as its logical rows (docs/parallelism.md, "Vocabulary padding").
+    if (global->shape != parameter.globalShape && global->shape == logicalShape(parameter))
+      global = withZeroRows(*global, parameter.globalShape[0]);
     if (global->shape != parameter.globalShape) {
-      problems.push_back("tensor " + parameter.name + ": expected shape " + shapeToString(parameter.globalShape) + ", found " +
-                         shapeToString(global->shape));
+      problems.push_back("tensor " + parameter.name + ": expected shape " + shapeToString(logicalShape(parameter)) +
+                         ", found " + shapeToString(global->shape));
       continue;
     }
     const Buffer& buffer = executor.plan().buffers[parameter.buffer];
@@ -209,9 +214,10 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
       continue;
     }
     const SafetensorsEntry& entry = *location->entry;
-    if (entry.shape != parameter.globalShape)
+    // A padded parameter is stored as its logical rows (docs/parallelism.md, "Vocabulary padding").
+    if (entry.shape != logicalShape(parameter))
       problems.push_back(location->file->path() + ": tensor " + entry.name + ": expected shape " +
-                         shapeToString(parameter.globalShape) + ", found " + shapeToString(entry.shape));
+                         shapeToString(logicalShape(parameter)) + ", found " + shapeToString(entry.shape));
     else if (isFloating(entry.dtype) != isFloating(plan.buffers[parameter.buffer].dtype))
       problems.push_back(location->file->path() + ": tensor " + entry.name + ": dtype " + std::string(dtypeName(entry.dtype)) +
                          " cannot be converted to " + std::string(dtypeName(plan.buffers[parameter.buffer].dtype)));
@@ -261,7 +267,16 @@ void loadMappedWeights(Executor& executor, const std::string& source, const Tens
     const std::string what = location->file->path() + ": tensor " + entry.name;
     const ShardBox box{parameter.shardOffset, parameter.shardShape};
     HostTensor value(buffer.dtype, parameter.shardShape);
-    if (box == wholeBox(entry.shape)) {
+    if (entry.shape != parameter.globalShape) {
+      // The logical rows inside this rank's box; the padding rows stay zero.
+      ShardBox stored = box;
+      stored.shape[0] = std::clamp<int64_t>(entry.shape[0] - box.offset[0], 0, box.shape[0]);
+      HostTensor storedBox(entry.dtype, parameter.shardShape);
+      if (stored.shape[0] > 0)
+        copyRegion(location->file->data(entry), wholeBox(entry.shape), storedBox.data.data(), box, stored,
+                   dtypeSize(entry.dtype));
+      value = convertDType(std::move(storedBox), buffer.dtype, what);
+    } else if (box == wholeBox(entry.shape)) {
       convertElements(location->file->data(entry), entry.dtype, value.data.data(), buffer.dtype,
                       static_cast<uint64_t>(value.numElements()), what);
     } else {
@@ -327,6 +342,9 @@ void initializeWeights(Executor& executor, uint64_t seed, const std::function<bo
       continue;
     }
     HostTensor global = drawGlobal(parameter, seed);
+    // Padding rows start at zero; the real rows draw what an unpadded plan draws (same element indices).
+    if (const std::optional<int64_t> rows = logicalRows(parameter))
+      global = withZeroRows(firstRows(global, *rows), parameter.globalShape[0]);
     const Buffer& buffer = executor.plan().buffers[parameter.buffer];
     HostTensor converted = convertDType(global, buffer.dtype, "parameter " + parameter.name);
     executor.setParameter(parameter.name, sliceBox(converted, parameter.shardOffset, parameter.shardShape));

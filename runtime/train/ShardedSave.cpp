@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 
+#include "runtime/exec/PaddedRows.h"
 #include "runtime/session/GlobalTensors.h"
 #include "runtime/train/CheckpointListing.h"
 #include "support/Error.h"
@@ -22,6 +23,16 @@ const Parameter& parameterNamed(const Plan& plan, const std::string& name) {
 }
 
 ShardBox boxOf(const Parameter& parameter) { return {parameter.shardOffset, parameter.shardShape}; }
+
+// The part of this rank's box a checkpoint holds: its logical rows (docs/parallelism.md, "Vocabulary
+// padding"; the padding rows are zero in every layout, so a checkpoint of any padding restores any
+// other). Empty (0 rows) when the box is padding alone.
+ShardBox savedBoxOf(const Parameter& parameter) {
+  ShardBox box = boxOf(parameter);
+  if (const std::optional<int64_t> rows = logicalRows(parameter))
+    box.shape[0] = std::clamp<int64_t>(*rows - box.offset[0], 0, box.shape[0]);
+  return box;
+}
 
 // The first rank whose flag is 0, or -1 when every rank's is 1.
 int64_t firstFailedRank(WorldGroup& world, bool succeeded) {
@@ -53,8 +64,9 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
     for (const std::string& name : group.parameters) {
       const Parameter& parameter = parameterNamed(plan, name);
       parameters.push_back(&parameter);
-      packedBoxes.insert(packedBoxes.end(), parameter.shardOffset.begin(), parameter.shardOffset.end());
-      packedBoxes.insert(packedBoxes.end(), parameter.shardShape.begin(), parameter.shardShape.end());
+      const ShardBox saved = savedBoxOf(parameter);
+      packedBoxes.insert(packedBoxes.end(), saved.offset.begin(), saved.offset.end());
+      packedBoxes.insert(packedBoxes.end(), saved.shape.begin(), saved.shape.end());
     }
   const std::vector<int64_t> counts = world.allGather({static_cast<int64_t>(packedBoxes.size())});
   for (size_t rank = 0; rank < counts.size(); ++rank)
@@ -78,9 +90,13 @@ CheckpointSaveResult saveShardedCheckpoint(WorldGroup& world, const Executor& ex
         boxOfRank.push_back({std::vector<int64_t>(first, first + dims), std::vector<int64_t>(first + dims, first + 2 * dims)});
       }
       position += 2 * dims;
-      if (firstReplicaRank(boxOfRank, static_cast<int>(world.rank())) != world.rank()) continue;
-      held.push_back(executor.parameter(parameter.name));
-      shards.push_back({group.group, parameter.name, parameter.globalShape, boxOf(parameter), &held.back()});
+      const ShardBox saved = savedBoxOf(parameter);
+      if ((!saved.shape.empty() && saved.shape[0] == 0) ||
+          firstReplicaRank(boxOfRank, static_cast<int>(world.rank())) != world.rank())
+        continue;
+      held.push_back(saved == boxOf(parameter) ? executor.parameter(parameter.name)
+                                               : firstRows(executor.parameter(parameter.name), saved.shape[0]));
+      shards.push_back({group.group, parameter.name, logicalShape(parameter), saved, &held.back()});
     }
     if (world.rank() == 0)
       for (const CheckpointTensor& tensor : group.replicated)
@@ -131,7 +147,13 @@ void restoreParameters(const CheckpointReader& checkpoint, const std::string& gr
                        const std::vector<std::string>& names, Executor& executor) {
   for (const std::string& name : names) {
     const Parameter& parameter = parameterNamed(executor.plan(), name);
-    executor.setParameter(name, checkpoint.readBox(group, name, parameter.globalShape, boxOf(parameter)));
+    // The checkpoint holds the logical tensor; a box reaching into the padding rows gets them as zeros.
+    const ShardBox saved = savedBoxOf(parameter);
+    HostTensor logical = saved.shape.empty() || saved.shape[0] > 0
+                             ? checkpoint.readBox(group, name, logicalShape(parameter), saved)
+                             : HostTensor(checkpoint.dtype(group, name), saved.shape);
+    executor.setParameter(
+        name, saved == boxOf(parameter) ? std::move(logical) : withZeroRows(logical, parameter.shardShape[0]));
   }
 }
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 
+#include "runtime/exec/PaddedRows.h"
 #include "runtime/model/ModelAdapter.h"
 #include "support/Error.h"
 
@@ -275,7 +276,8 @@ nlohmann::json checkpointIdentity(const Plan& plan, const TrainPlan& trainPlan) 
   nlohmann::json& parameters = identity["parameters"] = nlohmann::json::object();
   for (const Parameter& parameter : plan.parameters) {
     if (parameter.name.rfind(kGradientPrefix, 0) == 0 || isRunState(parameter.name)) continue;
-    parameters[parameter.name] = {{"shape", parameter.globalShape},
+    // The logical shape: a checkpoint holds no vocabulary padding, so any padding resumes it.
+    parameters[parameter.name] = {{"shape", logicalShape(parameter)},
                                   {"dtype", std::string(dtypeName(plan.buffers.at(parameter.buffer).dtype))}};
   }
   return identity;

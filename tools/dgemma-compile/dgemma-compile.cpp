@@ -112,6 +112,9 @@ int main(int argc, char** argv) {
   app.add_option("--ep", options.ep, "expert-parallel size")->check(dgemma::integerIn(1, dgemma::kMaxParallel));
   app.add_option("--dp", options.dp, "data-parallel size")->check(dgemma::integerIn(1, dgemma::kMaxParallel));
   app.add_flag("--sp", options.sequenceParallel, "sequence parallelism");
+  // Range-checked by the compiler (an InputError naming the flag), not by CLI11.
+  app.add_option("--vocab-alignment", options.vocabAlignment,
+                 "pad the vocabulary to a multiple of lcm(--tp, N) rows (docs/parallelism.md, \"Vocabulary padding\")");
   app.add_flag("--distributed-optimizer,!--no-distributed-optimizer", options.distributedOptimizer,
                "ZeRO-1: optimizer state sharded over the data-parallel ranks (default on)");
   app.add_option("--expert-exchange", options.expertExchange,

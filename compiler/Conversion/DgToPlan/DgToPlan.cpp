@@ -261,7 +261,7 @@ class PlanBuilder {
     return id;
   }
 
-  // A parameter's init spec: strings, numbers, i64 arrays (a quantized part's logical shape) and nested
+  // A parameter's init spec: strings, numbers, integers, i64 arrays (a quantized part's logical shape) and nested
   // specs (its base init), docs/plan-format.md, "Header".
   static nlohmann::json initToJson(DictionaryAttr init) {
     nlohmann::json json = nlohmann::json::object();
@@ -269,6 +269,7 @@ class PlanBuilder {
       const std::string key = field.getName().str();
       if (auto text = dyn_cast<StringAttr>(field.getValue())) json[key] = text.getValue().str();
       else if (auto real = dyn_cast<FloatAttr>(field.getValue())) json[key] = real.getValueAsDouble();
+      else if (auto integer = dyn_cast<IntegerAttr>(field.getValue())) json[key] = integer.getInt();  // logical_rows
       else if (auto ints = dyn_cast<DenseI64ArrayAttr>(field.getValue()))
         json[key] = std::vector<int64_t>(ints.asArrayRef());
       else if (auto nested = dyn_cast<DictionaryAttr>(field.getValue())) json[key] = initToJson(nested);

@@ -18,9 +18,12 @@ Value GraphBuilder::input(const std::string& name, ArrayRef<int64_t> shape, Type
 
 void GraphBuilder::output(const std::string& name, Value value) { b_.create<OutputOp>(loc(name), name, value); }
 
-Value GraphBuilder::param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable) {
+Value GraphBuilder::param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable,
+                          int64_t logicalRows) {
   SmallVector<NamedAttribute> fields{b_.getNamedAttr("kind", b_.getStringAttr(init))};
   if (init == "normal") fields.push_back(b_.getNamedAttr("std", b_.getF64FloatAttr(config_.initializerRange)));
+  if (logicalRows > 0 && logicalRows < shape.front())
+    fields.push_back(b_.getNamedAttr("logical_rows", b_.getI64IntegerAttr(logicalRows)));
   auto master = b_.create<ParamOp>(loc(name), f32Type(shape), b_.getStringAttr(name), b_.getDictionaryAttr(fields),
                                    b_.getBoolAttr(trainable));
   master->setAttr(kRoleAttr, b_.getStringAttr(dgemma::tensorParallelRole(name)));

@@ -43,7 +43,10 @@ class GraphBuilder {
   void output(const std::string& name, Value value);
   // A parameter as the forward uses it: the f32 master (HF's initialisation: linear and embedding
   // weights N(0, 0.02); norm weights and scales 1), cast to the activation dtype at this use.
-  Value param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable = true);
+  // `logicalRows` < shape[0] marks the rows from it on as padding (docs/parallelism.md, "Vocabulary
+  // padding"): the init spec's "logical_rows" tells the runtime to keep them zero and out of checkpoints.
+  Value param(const std::string& name, ArrayRef<int64_t> shape, StringRef init, bool trainable = true,
+              int64_t logicalRows = 0);
   // Run state kept between entry points (the K/V cache, the last step's logits): a persistent,
   // non-trainable parameter stored in `element` itself (no f32 master), zero when a run starts.
   Value state(const std::string& name, ArrayRef<int64_t> shape, Type element);

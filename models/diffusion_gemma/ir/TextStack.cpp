@@ -24,6 +24,20 @@ Value TextStack::gatedMlp(Value x, const std::string& prefix, int64_t inner) {
   return g_.linear(g_.mul(activated, up, prefix + "gated"), prefix + "down_proj.weight", hidden_, inner);
 }
 
+// The embedding [V', H]: the vocabulary's V rows, then V' - V rows of padding (docs/parallelism.md,
+// "Vocabulary padding") that no id looks up and whose head columns are cut off before any softmax.
+Value TextStack::embeddingTable() {
+  return g_.param(top("embed_tokens.weight"), {config_.paddedVocabSize, hidden_}, "normal", /*trainable=*/true,
+                  config_.vocabSize);
+}
+
+// The first V columns of head logits [..., V']: everything after the head sees the vocabulary alone,
+// so the padding reaches no softmax, loss or sampler and its rows get an exactly zero gradient.
+Value TextStack::withoutVocabularyPadding(Value logits, const std::string& name) {
+  if (config_.paddedVocabSize == config_.vocabSize) return logits;
+  return g_.slice(logits, static_cast<int64_t>(shapeOf(logits).size()) - 1, 0, config_.vocabSize, name);
+}
+
 double TextStack::embeddingScale() const {
   return config_.embeddingScale(g_.mixedPrecision() ? dgemma::DType::BF16 : dgemma::DType::F32);
 }
@@ -31,7 +45,7 @@ double TextStack::embeddingScale() const {
 // E[ids] * sqrt(H) (rounded to the embedding dtype). Like torch's Embedding(padding_idx), lookups
 // of the pad id give the pad row no gradient (docs/training.md, "Gradient paths"); the tied head still does.
 Value TextStack::embed(Value ids) {
-  Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
+  Value table = embeddingTable();
   auto lookup = b_.create<GatherOp>(g_.loc("embed"), table, ids, b_.getI64IntegerAttr(config_.padTokenId));
   return g_.mul(lookup, g_.scalar(embeddingScale(), "embed.scale", activation_), "embed.scaled");
 }
@@ -39,8 +53,10 @@ Value TextStack::embed(Value ids) {
 // docs/model.md, "Self-conditioning": the soft embedding (softmax(sc) E) s, times the per-example mask. The softmax of
 // the f32 logits is an fp32 island; its probabilities meet E in the activation dtype.
 Value TextStack::selfConditioningSignal(Value logits, Value mask) {
-  Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
+  Value table = embeddingTable();
   Value probabilities = b_.create<SoftmaxOp>(g_.loc("sc.softmax"), logits, b_.getI64IntegerAttr(-1));
+  // The probabilities cover the V real ids; the padding rows take no part.
+  if (config_.paddedVocabSize != config_.vocabSize) table = g_.slice(table, 0, 0, config_.vocabSize, "sc.table");
   Value expected = b_.create<MatmulOp>(g_.loc("sc.soft_embedding"), g_.toActivation(probabilities, "sc.softmax"), table,
                                        b_.getBoolAttr(false), b_.getBoolAttr(false));
   Value scaled = g_.mul(expected, g_.scalar(embeddingScale(), "sc.scale", activation_), "sc.scaled");
@@ -292,9 +308,10 @@ Value TextStack::layerForward(int64_t layer, Value hidden, Value positions, cons
 // casts it) before the soft-cap.
 Value TextStack::head(Value x, bool capped) {
   Value normed = g_.rmsNorm(x, g_.param(top("norm.weight"), {hidden_}, "ones"), "decoder.norm");
-  Value table = g_.param(top("embed_tokens.weight"), {config_.vocabSize, hidden_}, "normal");
-  Value logits =
-      g_.toF32(b_.create<MatmulOp>(g_.loc("head"), normed, table, b_.getBoolAttr(false), b_.getBoolAttr(true)), "head");
+  Value table = embeddingTable();
+  Value logits = withoutVocabularyPadding(
+      g_.toF32(b_.create<MatmulOp>(g_.loc("head"), normed, table, b_.getBoolAttr(false), b_.getBoolAttr(true)), "head"),
+      "head.unpadded");
   const double cap = config_.finalLogitSoftcapping;
   if (cap <= 0 || !capped) return logits;
   Value squashed = b_.create<TanhOp>(g_.loc("softcap"), g_.div(logits, g_.scalar(cap, "softcap.c"), "softcap.in"));

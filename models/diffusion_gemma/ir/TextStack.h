@@ -103,6 +103,8 @@ class TextStack {
     return "model.decoder.layers." + std::to_string(layer) + "." + suffix;
   }
   double embeddingScale() const;
+  Value embeddingTable();
+  Value withoutVocabularyPadding(Value logits, const std::string& name);
   Value gatedMlp(Value x, const std::string& prefix, int64_t inner);
   Value splitHeads(Value x, int64_t heads, int64_t headDim, const std::string& name);
   Value rope(Value x, Value positions, int64_t layer, const std::string& name);

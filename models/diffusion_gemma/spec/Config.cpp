@@ -419,6 +419,7 @@ void readTextConfig(FieldReader& text, DiffusionGemmaConfig& config) {
   }
 
   config.vocabSize = text.integer("vocab_size", kDefaultVocabSize, 1, kMaxVocabSize);
+  config.paddedVocabSize = config.vocabSize;
   config.hiddenSize = text.integer("hidden_size", kDefaultHiddenSize, 1, kMaxHiddenSize);
   config.intermediateSize = text.integer("intermediate_size", kDefaultIntermediateSize, 1, kMaxMlpWidth);
   config.numHiddenLayers = text.integer("num_hidden_layers", kDefaultNumHiddenLayers, 1, kMaxLayers);

@@ -61,6 +61,10 @@ struct VisionConfig {
 struct DiffusionGemmaConfig {
   // Text stack (docs/model.md, "Text config"), shared by encoder and decoder.
   int64_t vocabSize = 0;
+  // Rows of the embedding table (and columns of the tied head) in a compiled plan: vocabSize rounded up
+  // to a multiple of lcm(TP, --vocab-alignment). Not an HF field: the parser sets it to vocabSize and
+  // the compiler pads it (docs/parallelism.md, "Vocabulary padding").
+  int64_t paddedVocabSize = 0;
   int64_t hiddenSize = 0;
   int64_t intermediateSize = 0;  // dense MLP and self-conditioning MLP
   int64_t numHiddenLayers = 0;

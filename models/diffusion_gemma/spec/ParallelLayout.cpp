@@ -1,5 +1,6 @@
 #include "models/diffusion_gemma/spec/ParallelLayout.h"
 
+#include <numeric>
 #include <string>
 
 #include "support/Error.h"
@@ -17,6 +18,11 @@ void requireDivides(int64_t divisor, int64_t value, const std::string& flag, con
 
 }  // namespace
 
+int64_t paddedVocabularySize(int64_t vocabSize, int64_t tensorParallel, int64_t alignment) {
+  const int64_t multiple = std::lcm(tensorParallel, alignment);
+  return (vocabSize + multiple - 1) / multiple * multiple;
+}
+
 void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayout& layout,
                          const std::vector<int64_t>& promptLengths, int64_t canvasLength) {
   const int64_t tp = layout.tensorParallel, dp = layout.dataParallel, ep = layout.expertParallel;
@@ -33,10 +39,7 @@ void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayou
     requireDivides(tp, layer.numKeyValueHeads, "--tp", name + "'s KV heads");
   }
   requireDivides(tp, config.intermediateSize, "--tp", "the dense MLP width intermediate_size");
-  // Megatron pads such a vocabulary; the vocab-parallel head here refuses it instead.
-  if (config.vocabSize % tp != 0)
-    throw InputError("--tp " + str(tp) + " does not divide the vocabulary size vocab_size (" + str(config.vocabSize) +
-                     "); the vocabulary is not padded for tensor parallelism");
+  // The vocabulary needs no check: the compiler pads it to a multiple of TP (paddedVocabularySize).
   requireDivides(ep, config.numExperts, "--ep", "the number of experts num_experts");
   if (layout.sequenceParallel) {
     if (tp == 1) throw InputError("--sp: sequence parallelism splits over the TP ranks and needs --tp 2");

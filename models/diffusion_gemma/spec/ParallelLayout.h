@@ -1,9 +1,9 @@
 // A parallel layout for DiffusionGemma and the constraints the model puts on it (docs/parallelism.md,
 // "Meshes" and "Divisibility"): world = TP x DP = EDP x EP with EP dividing DP; TP divides every
-// layer's query and KV heads, the dense MLP width and the vocabulary; EP divides the experts; with
-// sequence parallelism TP divides every prompt bucket and the canvas. Checked before anything is
-// built, so that an impossible layout is named by the constraint it breaks rather than failing
-// somewhere in the partitioner.
+// layer's query and KV heads and the dense MLP width (the vocabulary is padded instead); EP divides
+// the experts; with sequence parallelism TP divides every prompt bucket and the canvas. Checked
+// before anything is built, so that an impossible layout is named by the constraint it breaks rather
+// than failing somewhere in the partitioner.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,11 @@ struct ParallelLayout {
 // The tensor-parallel sizes the TP mapping supports: a full-attention layer has 2 KV heads in the
 // 26B model, and replicating KV heads across TP ranks is not part of the mapping.
 inline constexpr int64_t kMaxTensorParallel = 2;
+
+// The embedding rows a plan holds (docs/parallelism.md, "Vocabulary padding"): the vocabulary rounded up
+// to a multiple of lcm(TP, alignment), as Megatron's make_vocab_size_divisible_by x TP; equal to
+// `vocabSize` when that multiple divides it, so an unpadded plan is unchanged.
+int64_t paddedVocabularySize(int64_t vocabSize, int64_t tensorParallel, int64_t alignment);
 
 // Throws InputError naming the flag, the constraint and the sizes involved when `layout` cannot
 // shard this model at these shapes (prompt-length buckets and canvas length, in tokens).

@@ -132,6 +132,44 @@ TEST_F(WeightLoaderTest, RandomInitOfAShardIsTheSliceOfTheGlobalDraw) {
     for (int c = 0; c < 3; ++c) EXPECT_EQ(part.as<float>()[r * 3 + c], all.as<float>()[(r + 1) * 6 + c + 2]);
 }
 
+// A padded vocabulary's embedding (docs/parallelism.md, "Vocabulary padding"): the checkpoint holds the 5 real
+// rows of the plan's 8; the shard straddling row 5 gets rows 4 and then zeros, the one past it zeros alone,
+// and random init draws the unpadded tensor's rows and zeros after them.
+TEST_F(WeightLoaderTest, PaddingRowsLoadAndDrawAsZeros) {
+  const nlohmann::json init = {{"kind", "normal"}, {"std", 1.0}, {"logical_rows", 5}};
+  Plan straddling = parameterPlan({{"e", {8, 3}, {4, 0}, {4, 3}, init}});
+  Plan pastTheEnd = parameterPlan({{"e", {8, 3}, {6, 0}, {2, 3}, init}});
+  write({{"e", iota(DType::BF16, {5, 3})}});
+  Executor straddlingExecutor(straddling, *backend, communicators, "p");
+  Executor pastTheEndExecutor(pastTheEnd, *backend, communicators, "p");
+  loadWeights(straddlingExecutor, dir.string());
+  loadWeights(pastTheEndExecutor, dir.string());
+  const std::vector<float> expected = {12, 13, 14, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  HostTensor e = straddlingExecutor.parameter("e");
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(e.as<float>()[i], expected[i]) << i;
+  HostTensor past = pastTheEndExecutor.parameter("e");
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(past.as<float>()[i], 0.0f) << i;
+
+  // A tensor of the padded shape is not the checkpoint's: it is named with the real shape.
+  write({{"e", iota(DType::F32, {8, 3})}});
+  try {
+    loadWeights(straddlingExecutor, dir.string());
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("expected shape [5,3], found [8,3]"), std::string::npos) << error.what();
+  }
+
+  Plan padded = parameterPlan({{"e", {8, 3}, {0, 0}, {8, 3}, init}});
+  Plan unpadded = parameterPlan({{"e", {5, 3}, {0, 0}, {5, 3}, {{"kind", "normal"}, {"std", 1.0}}}});
+  Executor paddedExecutor(padded, *backend, communicators, "p"),
+      unpaddedExecutor(unpadded, *backend, communicators, "p");
+  initializeWeights(paddedExecutor, 3);
+  initializeWeights(unpaddedExecutor, 3);
+  HostTensor drawn = paddedExecutor.parameter("e"), real = unpaddedExecutor.parameter("e");
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(drawn.as<float>()[i], real.as<float>()[i]) << i;
+  for (int i = 15; i < 24; ++i) EXPECT_EQ(drawn.as<float>()[i], 0.0f) << i;
+}
+
 // An adapter plan's base checkpoint lacks the adapters: the parameters the caller fills elsewhere are
 // neither looked up nor touched, and every other missing tensor is still an error.
 TEST_F(WeightLoaderTest, ParametersFilledElsewhereMayBeAbsentAndAreLeftAlone) {

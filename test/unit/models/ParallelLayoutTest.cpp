@@ -53,7 +53,7 @@ TEST(ParallelLayout, ExpertParallelMustDivideDataParallelAndTheExperts) {
   expectRefused(tinyConfig(), ParallelLayout{1, 2, 0, false}, "expected positive sizes");
 }
 
-TEST(ParallelLayout, TensorParallelMustDivideHeadsMlpAndVocabulary) {
+TEST(ParallelLayout, TensorParallelMustDivideHeadsAndMlp) {
   DiffusionGemmaConfig config = tinyConfig();
   config.layers[1].numKeyValueHeads = 1;
   expectRefused(config, ParallelLayout{2, 1, 1, true}, "--tp 2 does not divide layer 1 (full attention)'s KV heads (1)");
@@ -63,9 +63,21 @@ TEST(ParallelLayout, TensorParallelMustDivideHeadsMlpAndVocabulary) {
   config = tinyConfig();
   config.intermediateSize = 47;
   expectRefused(config, ParallelLayout{2, 1, 1, true}, "the dense MLP width intermediate_size (47)");
-  config = tinyConfig();
+}
+
+// docs/parallelism.md, "Vocabulary padding": a vocabulary TP does not divide is padded, not refused.
+TEST(ParallelLayout, VocabularyIsPaddedToAMultipleOfTensorParallelAndAlignment) {
+  DiffusionGemmaConfig config = tinyConfig();
   config.vocabSize = 255;
-  expectRefused(config, ParallelLayout{2, 1, 1, true}, "the vocabulary size vocab_size (255)");
+  EXPECT_NO_THROW(checkParallelLayout(config, ParallelLayout{2, 1, 1, true}, {64}, config.canvasLength));
+  EXPECT_EQ(paddedVocabularySize(255, 2, 1), 256);
+  EXPECT_EQ(paddedVocabularySize(253, 2, 1), 254);
+  EXPECT_EQ(paddedVocabularySize(256, 2, 1), 256);  // divisible: unchanged
+  EXPECT_EQ(paddedVocabularySize(253, 1, 1), 253);
+  EXPECT_EQ(paddedVocabularySize(253, 1, 64), 256);
+  EXPECT_EQ(paddedVocabularySize(253, 2, 3), 258);  // lcm(2, 3) = 6
+  EXPECT_EQ(paddedVocabularySize(262144, 8, 128), 262144);
+  EXPECT_EQ(paddedVocabularySize(262145, 8, 128), 262272);
 }
 
 TEST(ParallelLayout, SequenceParallelNeedsTensorParallelAndDivisibleLengths) {

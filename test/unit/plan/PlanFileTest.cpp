@@ -357,7 +357,10 @@ TEST(PlanFile, ValidatesParameterInits) {
   badBase["base"] = {{"kind", "normal"}, {"std", -1}};
   EXPECT_EQ(errorWithInit(badBase), "plan.dgplan: parameters[0].init.base.std: expected a number in (0, 1.0], got -1");
   EXPECT_EQ(errorWithInit({{"kind", "ones"}, {"std", 0.1}}),
-            "plan.dgplan: parameters[0].init.std: unknown field (init ones takes kind only)");
+            "plan.dgplan: parameters[0].init.std: unknown field (init ones takes kind and optionally logical_rows)");
+  // A padded vocabulary's real rows (docs/parallelism.md, "Vocabulary padding").
+  EXPECT_EQ(errorWithInit({{"kind", "zeros"}, {"logical_rows", 0}}),
+            "plan.dgplan: parameters[0].init.logical_rows: expected a positive row count");
   EXPECT_EQ(errorWithInit("normal"), "plan.dgplan: parameters[0].init: expected an object");
 }
 
