@@ -5,6 +5,7 @@
 
 #include "support/CheckedSize.h"
 #include "support/Error.h"
+#include "plan/HostArena.h"
 #include "plan/PlanFile.h"
 #include "runtime/comm/PeerLostError.h"
 
@@ -45,6 +46,19 @@ void refuseArenasLargerThanMemory(const Plan& plan, const Backend& backend, cons
                        std::to_string(total) + " bytes (" + formatBytes(total) + "), more than the " + formatBytes(capacity) +
                        " of memory of the " + backend.name() + " backend; compile for a smaller micro-batch or prompt "
                        "length, or shard the plan over more ranks");
+}
+
+// A host arena (--optimizer-offload) is memory the CPU reads and writes: the CPU backend's arenas
+// are host memory already. A GPU backend would need pinned host arenas, device<->host copy steps
+// and the AdamW update run by the CPU kernel, which it does not have yet (docs/parallelism.md,
+// "Optimizer-state offload").
+void refuseHostArenasOffTheHost(const Plan& plan, const Backend& backend, const std::string& source) {
+  if (backend.name() == "cpu") return;
+  for (const Arena& arena : plan.arenas)
+    if (isHostArena(arena))
+      throw InputError(source + ": arena \"" + arena.name + "\" lives in host memory (a plan compiled with "
+                       "--optimizer-offload), which the " + backend.name() + " backend does not run yet; compile "
+                       "without --optimizer-offload");
 }
 
 // A step carries every attribute of its op, defaults included (docs/plan-format.md, "Header").
@@ -143,6 +157,7 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
     entries_[entry.key()] = std::move(prepared);
   }
 
+  refuseHostArenasOffTheHost(plan_, backend_, source_);
   refuseArenasLargerThanMemory(plan_, backend_, source_);
   for (const Arena& arena : plan_.arenas) {
     void* base = backend_.allocate(arena.bytes, arena.alignment);
