@@ -1,8 +1,8 @@
 // dgemma-compile --optimizer-offload experts|all (docs/parallelism.md, "Optimizer-state offload"):
 // `dgemma-run train` for 3 steps from the same random weights gives the plain run's metrics lines
 // (losses, grad norms) and byte-identical checkpoint tensors (masters and AdamW moments), on one
-// rank in fp32 and bf16 and in a ZeRO-1 layout (--dp 2 --ep 2, the moments sharded over the data
-// group) on Gloo. The offloaded plan keeps the moments in its host arena and stages the update.
+// rank in fp32 and bf16 and in ZeRO-1 layouts on Gloo (--dp 2 --ep 2: the dense moments sharded
+// over the data group; --dp 4 --ep 2: the experts' too, over their expert-data group of 2). The offloaded plan keeps the moments in its host arena and stages the update.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -129,7 +129,8 @@ TEST_P(OptimizerOffload, TrainingIsBitIdenticalToThePlainRun) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, OptimizerOffload,
                          ::testing::Values(Case{"fp32", "", 1}, Case{"bf16", "--precision bf16", 1},
-                                           Case{"dp2_ep2", "--dp 2 --ep 2", 4}),
+                                           Case{"dp2_ep2", "--dp 2 --ep 2", 2},
+                                           Case{"dp4_ep2", "--dp 4 --ep 2", 4}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
