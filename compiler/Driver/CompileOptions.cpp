@@ -109,7 +109,8 @@ void checkObjectiveFlags(const CompileOptions& options) {
           options.explicitObjectiveFlags.end())
     throw InputError("--mask-epsilon: only with --mode train (the logits entry of --mode infer draws no mask)");
   if (options.mode != "train" && options.optimizerOffload != "none")
-    throw InputError("--optimizer-offload " + options.optimizerOffload + ": only with --mode train (an inference plan has no optimizer)");
+    throw InputError("--optimizer-offload " + options.optimizerOffload +
+                     ": only with --mode train (an inference plan has no optimizer)");
   if (options.mode != "train" && options.objective == "block-diffusion")
     throw InputError(
         "--objective block-diffusion: only with --mode train (its sampler is not built: "

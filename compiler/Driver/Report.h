@@ -83,7 +83,8 @@ RankReport rankReport(mlir::ModuleOp program, const dgemma::Plan& plan,
 // From the annotated whole-program module (dg.shardings on every op) and the layout.
 AnalyticMinimum analyticMinimum(mlir::ModuleOp annotated, const mlir::dg::ShardingOptions& layout, int64_t hiddenSize);
 // `accelerator` prices the host offload's copies and update (predictHostOffload).
-void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum, const dgemma::Accelerator& accelerator);
+void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum,
+                     const dgemma::Accelerator& accelerator);
 // CostOpInterface's FLOPs of the entry points one optimizer step of one micro-batch runs (the
 // entries rankReport counts communication over).
 uint64_t stepFlops(mlir::ModuleOp program);

@@ -59,11 +59,11 @@ class OptimizerOffload : public ::testing::TestWithParam<Case> {
   // 3 steps on mock data from --init random, a checkpoint at the end; returns rank 0's plan.
   Plan compileAndTrain(const Case& c, const std::string& setting) {
     const std::string plan = dir / ("plan-" + setting);
-    ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " +
-                                  sourcePath("models/diffusion_gemma/configs/tiny-cpu.json") +
-                                  " --mode train --micro-batch 2 --prompt-len 12 --self-cond-prob 0.5 "
-                                  "--encoder-loss-weight 1 --aux-loss-coeff 0.01 " +
-                                  c.flags + " --optimizer-offload " + setting + " -o " + plan);
+    ToolResult compiled =
+        runTool(std::string(DGEMMA_COMPILE) + " --model " + sourcePath("models/diffusion_gemma/configs/tiny-cpu.json") +
+                " --mode train --micro-batch 2 --prompt-len 12 --self-cond-prob 0.5 "
+                "--encoder-loss-weight 1 --aux-loss-coeff 0.01 " +
+                c.flags + " --optimizer-offload " + setting + " -o " + plan);
     EXPECT_EQ(compiled.exitCode, 0) << compiled.output;
     ToolResult trained = runTool(std::string(DGEMMA_RUN) + " train --plan " + plan +
                                  " --init random --seed 3 --train mock --steps 3 --lr 1e-2 --warmup 0 --metrics " +
@@ -129,8 +129,7 @@ TEST_P(OptimizerOffload, TrainingIsBitIdenticalToThePlainRun) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, OptimizerOffload,
                          ::testing::Values(Case{"fp32", "", 1}, Case{"bf16", "--precision bf16", 1},
-                                           Case{"dp2_ep2", "--dp 2 --ep 2", 2},
-                                           Case{"dp4_ep2", "--dp 4 --ep 2", 4}),
+                                           Case{"dp2_ep2", "--dp 2 --ep 2", 2}, Case{"dp4_ep2", "--dp 4 --ep 2", 4}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
