@@ -49,21 +49,18 @@ class PlanChecker {
     // The host generation loop reads the canvas and cache sizes from `generation`.
     for (size_t i = 0; i < plan_.entryPoints.size(); ++i) {
       const std::string& name = plan_.entryPoints[i].name;
-      if (!plan_.generation && (name == "prefill" || name == "prefill_images" || name == "denoise" ||
-                                name == "denoise_first" || name == "commit"))
+      if (!plan_.generation && (name == "prefill" || name == "prefill_images" || name == "denoise" || name == "denoise_first" ||
+                                name == "commit"))
         fail(at("entry_points", i), "an inference entry (\"" + name + "\") needs the plan's generation field");
     }
     if (!plan_.bucketPadding) return;
     const BucketPadding& padding = *plan_.bucketPadding;
-    const bool bucketed = std::any_of(plan_.entryPoints.begin(), plan_.entryPoints.end(), [&](const EntryPoint& entry) {
-      return entry.bucket.count(padding.dimension) != 0;
-    });
-    if (!bucketed)
-      fail("bucket_padding.dimension", "\"" + padding.dimension + "\" is no entry point's bucket dimension");
+    const bool bucketed = std::any_of(plan_.entryPoints.begin(), plan_.entryPoints.end(),
+                                      [&](const EntryPoint& entry) { return entry.bucket.count(padding.dimension) != 0; });
+    if (!bucketed) fail("bucket_padding.dimension", "\"" + padding.dimension + "\" is no entry point's bucket dimension");
     // The runtime pads the inputs and crops the outputs along `axis` in every bucketed entry, so
     // each of those tensors must have that axis, at the bucket's size.
-    if (padding.axis < 0)
-      fail("bucket_padding.axis", "expected a non-negative axis, got " + std::to_string(padding.axis));
+    if (padding.axis < 0) fail("bucket_padding.axis", "expected a non-negative axis, got " + std::to_string(padding.axis));
     for (size_t e = 0; e < plan_.entryPoints.size(); ++e) {
       const EntryPoint& entry = plan_.entryPoints[e];
       auto size = entry.bucket.find(padding.dimension);
@@ -76,8 +73,7 @@ class PlanChecker {
                                           " of the bucket's " + padding.dimension + " " + std::to_string(size->second));
       };
       for (size_t i = 0; i < entry.inputs.size(); ++i)
-        if (padding.inputs.count(entry.inputs[i].name))
-          checkAxis(entry.inputs[i], at(at("entry_points", e) + ".inputs", i));
+        if (padding.inputs.count(entry.inputs[i].name)) checkAxis(entry.inputs[i], at(at("entry_points", e) + ".inputs", i));
       for (size_t i = 0; i < entry.outputs.size(); ++i)
         for (const std::string& prefix : padding.outputPrefixes)
           if (entry.outputs[i].name.rfind(prefix, 0) == 0) {
@@ -101,8 +97,7 @@ class PlanChecker {
 
   void checkMesh() {
     if (plan_.worldSize < 1 || plan_.worldSize > kMaxWorldSize)
-      fail("world_size",
-           "expected an integer in [1, " + std::to_string(kMaxWorldSize) + "], got " + std::to_string(plan_.worldSize));
+      fail("world_size", "expected an integer in [1, " + std::to_string(kMaxWorldSize) + "], got " + std::to_string(plan_.worldSize));
     if (plan_.rank >= plan_.worldSize)
       fail("rank", std::to_string(plan_.rank) + " is not below world_size " + std::to_string(plan_.worldSize));
     int64_t product = 1;
@@ -111,18 +106,15 @@ class PlanChecker {
       const MeshAxis& axis = plan_.mesh[i];
       if (!names.insert(axis.name).second) fail(at("mesh", i), "axis \"" + axis.name + "\" appears twice");
       if (axis.size < 1 || axis.size > kMaxWorldSize)
-        fail(at("mesh", i) + ".size",
-             "expected an integer in [1, " + std::to_string(kMaxWorldSize) + "], got " + std::to_string(axis.size));
+        fail(at("mesh", i) + ".size", "expected an integer in [1, " + std::to_string(kMaxWorldSize) + "], got " +
+                                          std::to_string(axis.size));
       if (axis.coord >= axis.size)
-        fail(at("mesh", i) + ".coord",
-             std::to_string(axis.coord) + " is outside the axis of size " + std::to_string(axis.size));
+        fail(at("mesh", i) + ".coord", std::to_string(axis.coord) + " is outside the axis of size " + std::to_string(axis.size));
       product = checkedMultiply(product, axis.size).value_or(kMaxWorldSize + 1);
-      if (product > kMaxWorldSize)
-        fail("mesh", "axis sizes multiply to more than " + std::to_string(kMaxWorldSize) + " ranks");
+      if (product > kMaxWorldSize) fail("mesh", "axis sizes multiply to more than " + std::to_string(kMaxWorldSize) + " ranks");
     }
     if (!plan_.mesh.empty() && product != plan_.worldSize)
-      fail("mesh",
-           "axis sizes multiply to " + std::to_string(product) + ", world_size is " + std::to_string(plan_.worldSize));
+      fail("mesh", "axis sizes multiply to " + std::to_string(product) + ", world_size is " + std::to_string(plan_.worldSize));
   }
 
   void checkArenas() {
@@ -144,20 +136,17 @@ class PlanChecker {
     for (size_t i = 0; i < plan_.buffers.size(); ++i) {
       const Buffer& buffer = plan_.buffers[i];
       std::string where = at("buffers", i);
-      if (buffer.id != static_cast<int64_t>(i))
-        fail(where + ".id", "expected " + std::to_string(i) + " (ids are positions)");
+      if (buffer.id != static_cast<int64_t>(i)) fail(where + ".id", "expected " + std::to_string(i) + " (ids are positions)");
       for (int64_t dim : buffer.shape)
         if (dim < 0) fail(where + ".shape", "negative dimension " + std::to_string(dim));
       if (buffer.arena >= static_cast<int64_t>(plan_.arenas.size()))
-        fail(where + ".arena",
-             "no arena " + std::to_string(buffer.arena) + " (plan has " + std::to_string(plan_.arenas.size()) + ")");
+        fail(where + ".arena", "no arena " + std::to_string(buffer.arena) + " (plan has " + std::to_string(plan_.arenas.size()) + ")");
       const Arena& arena = plan_.arenas[buffer.arena];
       if (buffer.offset % dtypeSize(buffer.dtype) != 0)
         fail(where + ".offset", std::to_string(buffer.offset) + " is not aligned to the element size");
       if (buffer.offset > arena.bytes || buffer.bytes() > arena.bytes - buffer.offset)
-        fail(where + ".offset", std::to_string(buffer.offset) + " + " + std::to_string(buffer.bytes()) +
-                                    " bytes exceeds arena \"" + arena.name + "\" of " + std::to_string(arena.bytes) +
-                                    " bytes");
+        fail(where + ".offset", std::to_string(buffer.offset) + " + " + std::to_string(buffer.bytes()) + " bytes exceeds arena \"" +
+                                    arena.name + "\" of " + std::to_string(arena.bytes) + " bytes");
       if (buffer.lifetime && buffer.lifetime->first > buffer.lifetime->last)
         fail(where + ".lifetime", "first step " + std::to_string(buffer.lifetime->first) + " is after last step " +
                                       std::to_string(buffer.lifetime->last));
@@ -214,8 +203,7 @@ class PlanChecker {
       if (constant.offset > sectionBytes || constant.bytes > sectionBytes - constant.offset)
         fail(where + ".offset", "range leaves section \"" + plan_.sections[constant.section].name + "\"");
       if (constant.bytes != buffer.bytes())
-        fail(where + ".bytes",
-             std::to_string(constant.bytes) + " differs from the buffer's " + std::to_string(buffer.bytes()));
+        fail(where + ".bytes", std::to_string(constant.bytes) + " differs from the buffer's " + std::to_string(buffer.bytes()));
     }
   }
 
@@ -225,17 +213,16 @@ class PlanChecker {
     if (buffer.lifetime->entry != entry.key())
       fail(where, "buffer " + std::to_string(id) + " belongs to entry \"" + buffer.lifetime->entry + "\"");
     if (stepIndex < buffer.lifetime->first || stepIndex > buffer.lifetime->last)
-      fail(where, "buffer " + std::to_string(id) + " is used at step " + std::to_string(stepIndex) +
-                      " outside its lifetime [" + std::to_string(buffer.lifetime->first) + ", " +
-                      std::to_string(buffer.lifetime->last) + "]");
+      fail(where, "buffer " + std::to_string(id) + " is used at step " + std::to_string(stepIndex) + " outside its lifetime [" +
+                      std::to_string(buffer.lifetime->first) + ", " + std::to_string(buffer.lifetime->last) + "]");
   }
 
   // An input's or output's box lies inside its global shape, and its extent is the buffer's shape.
   void checkBox(const NamedBuffer& named, const std::string& where) const {
     const Buffer& buffer = plan_.buffers[named.buffer];
     if (named.shardOffset.size() != named.globalShape.size())
-      fail(where + ".shard_offset", "has " + std::to_string(named.shardOffset.size()) +
-                                        " dimensions, global_shape has " + std::to_string(named.globalShape.size()));
+      fail(where + ".shard_offset", "has " + std::to_string(named.shardOffset.size()) + " dimensions, global_shape has " +
+                                        std::to_string(named.globalShape.size()));
     if (named.isWhole()) return;
     // The runtime assembles the whole tensor from the ranks' boxes.
     checkTensorSize(named.globalShape, static_cast<int64_t>(dtypeSize(buffer.dtype)), where + ".global_shape");
@@ -245,12 +232,12 @@ class PlanChecker {
     for (size_t d = 0; d < buffer.shape.size(); ++d)
       if (const std::optional<int64_t> end = checkedAdd(named.shardOffset[d], buffer.shape[d]);
           !end || *end > named.globalShape[d])
-        fail(where + ".shard_offset",
-             "the box [" + std::to_string(named.shardOffset[d]) + ", " +
-                 (end ? std::to_string(*end)
-                      : std::to_string(named.shardOffset[d]) + " + " + std::to_string(buffer.shape[d])) +
-                 ") of buffer " + std::to_string(buffer.id) + " leaves global_shape " +
-                 std::to_string(named.globalShape[d]) + " in dimension " + std::to_string(d));
+        fail(where + ".shard_offset", "the box [" + std::to_string(named.shardOffset[d]) + ", " +
+                                          (end ? std::to_string(*end)
+                                               : std::to_string(named.shardOffset[d]) + " + " + std::to_string(buffer.shape[d])) +
+                                          ") of buffer " +
+                                          std::to_string(buffer.id) + " leaves global_shape " +
+                                          std::to_string(named.globalShape[d]) + " in dimension " + std::to_string(d));
   }
 
   void checkEntryPoints() {
@@ -265,8 +252,8 @@ class PlanChecker {
         fail(where + ".streams", "expected an integer in [1, " + std::to_string(kMaxStreams) + "], got " +
                                      std::to_string(entry.numStreams));
       if (entry.numEvents > kMaxEvents)
-        fail(where + ".events",
-             "expected an integer in [0, " + std::to_string(kMaxEvents) + "], got " + std::to_string(entry.numEvents));
+        fail(where + ".events", "expected an integer in [0, " + std::to_string(kMaxEvents) + "], got " +
+                                    std::to_string(entry.numEvents));
       int64_t lastStep = static_cast<int64_t>(entry.steps.size()) - 1;
       for (size_t i = 0; i < entry.inputs.size(); ++i) {
         checkOperand(entry, 0, entry.inputs[i].buffer, at(where + ".inputs", i));
@@ -280,10 +267,8 @@ class PlanChecker {
         const Step& step = entry.steps[s];
         std::string stepWhere = at(where + ".steps", s);
         if (step.op.empty()) fail(stepWhere + ".op", "empty");
-        for (size_t i = 0; i < step.inputs.size(); ++i)
-          checkOperand(entry, s, step.inputs[i], at(stepWhere + ".inputs", i));
-        for (size_t i = 0; i < step.outputs.size(); ++i)
-          checkOperand(entry, s, step.outputs[i], at(stepWhere + ".outputs", i));
+        for (size_t i = 0; i < step.inputs.size(); ++i) checkOperand(entry, s, step.inputs[i], at(stepWhere + ".inputs", i));
+        for (size_t i = 0; i < step.outputs.size(); ++i) checkOperand(entry, s, step.outputs[i], at(stepWhere + ".outputs", i));
         if (step.stream >= entry.numStreams) fail(stepWhere + ".stream", "no stream " + std::to_string(step.stream));
         for (int64_t event : step.waitEvents)
           if (event < 0 || event >= entry.numEvents) fail(stepWhere + ".wait", "no event " + std::to_string(event));
@@ -336,7 +321,7 @@ class PlanChecker {
     const Buffer& lower = std::tie(a.offset, a.id) < std::tie(b.offset, b.id) ? a : b;
     const Buffer& upper = &lower == &a ? b : a;
     fail("buffers[" + std::to_string(upper.id) + "]", "overlaps buffer " + std::to_string(lower.id) + " in arena \"" +
-                                                          plan_.arenas[lower.arena].name + "\" while both are live");
+                                                           plan_.arenas[lower.arena].name + "\" while both are live");
   }
 
   const Plan& plan_;

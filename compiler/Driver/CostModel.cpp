@@ -42,9 +42,7 @@ struct Pass {
   // the compiler drops them; that layer runs only its K/V projections.
   bool keyValuesOnly = false;
   // The layers that run whole.
-  int64_t wholeLayers(const DiffusionGemmaConfig& config) const {
-    return config.numHiddenLayers - (keyValuesOnly ? 1 : 0);
-  }
+  int64_t wholeLayers(const DiffusionGemmaConfig& config) const { return config.numHiddenLayers - (keyValuesOnly ? 1 : 0); }
 };
 
 // The layout's divisors: column-split tensors over TP; [tokens, H] tensors over TP only with SP;
@@ -56,11 +54,8 @@ struct Splits {
   // replicas), and over TP with SP; 1 without EP.
   int64_t expertGather;
   explicit Splits(const ParallelLayout& layout)
-      : tp(layout.tensorParallel),
-        sequence(layout.sequenceParallel ? layout.tensorParallel : 1),
-        ep(layout.expertParallel),
-        dp(layout.dataParallel),
-        edp(layout.expertDataParallel()),
+      : tp(layout.tensorParallel), sequence(layout.sequenceParallel ? layout.tensorParallel : 1), ep(layout.expertParallel),
+        dp(layout.dataParallel), edp(layout.expertDataParallel()),
         expertGather(layout.expertParallel > 1 ? layout.expertParallel * sequence : 1) {}
 };
 
@@ -74,8 +69,8 @@ struct LayerActivations {
 // The tensors one layer's forward leaves for its backward on one rank, per pass: what the
 // derivative rules read (a linear its input, a norm its input, gelu and the products their
 // operands, attention its q/k/v and output, the router its logits), each counted once.
-LayerActivations layerActivations(const DiffusionGemmaConfig& config, int64_t layer, const Pass& pass,
-                                  int64_t microBatch, const Splits& splits, double activation) {
+LayerActivations layerActivations(const DiffusionGemmaConfig& config, int64_t layer, const Pass& pass, int64_t microBatch,
+                                  const Splits& splits, double activation) {
   const double f32 = 4, index = 8, hidden = double(config.hiddenSize);
   const double tokens = double(microBatch * pass.length);
   const double localTokens = tokens / double(splits.sequence);  // SP region
@@ -89,15 +84,11 @@ LayerActivations layerActivations(const DiffusionGemmaConfig& config, int64_t la
   // Raw q, k, (v) projections, the o_proj and dense down outputs, gate and up, the router logits,
   // and with EP the experts' input, routing weights and indices gathered over the expert group (the
   // all-gather form, dgemma-compile's default; docs/parallelism.md, "Expert parallelism").
-  bytes.matmulOutputs = tokens * (queryWidth + (1 + valueProjection) * kvWidth) * activation +
-                        2 * localTokens * hidden * activation + 2 * tokens * inner * activation +
-                        localTokens * double(config.numExperts) * f32;
-  if (splits.ep > 1)
-    bytes.matmulOutputs +=
-        double(splits.expertGather) * localTokens * (hidden * activation + double(config.topKExperts) * (f32 + index));
+  bytes.matmulOutputs = tokens * (queryWidth + (1 + valueProjection) * kvWidth) * activation + 2 * localTokens * hidden * activation +
+                        2 * tokens * inner * activation + localTokens * double(config.numExperts) * f32;
+  if (splits.ep > 1) bytes.matmulOutputs += double(splits.expertGather) * localTokens * (hidden * activation + double(config.topKExperts) * (f32 + index));
   // With SP the q/k/v and dense MLP inputs are all-gathered: the gathered copies are what they read.
-  const double normOutputs =
-      splits.sequence > 1 ? 2 * tokens * hidden * activation : 2 * localTokens * hidden * activation;
+  const double normOutputs = splits.sequence > 1 ? 2 * tokens * hidden * activation : 2 * localTokens * hidden * activation;
   bytes.recomputable = normOutputs +
                        // q after norm and RoPE, k after norm and RoPE, v after its norm, the attention output
                        tokens * (2 * queryWidth + 2 * kvWidth) * activation +
@@ -133,8 +124,7 @@ PassFlops passFlops(const DiffusionGemmaConfig& config, const Pass& pass, int64_
   for (int64_t layer = 0; layer < config.numHiddenLayers; ++layer) {
     const LayerGeometry& geometry = config.layer(layer);
     if (layer >= pass.wholeLayers(config)) {  // K/V projections only
-      flops.layers += 2 * tokens * hidden * (config.hasValueProjection(layer) ? 2 : 1) *
-                      double(config.keyValueWidth(layer)) / double(splits.tp);
+      flops.layers += 2 * tokens * hidden * (config.hasValueProjection(layer) ? 2 : 1) * double(config.keyValueWidth(layer)) / double(splits.tp);
       continue;
     }
     const double queryWidth = double(config.queryWidth(layer)) / double(splits.tp);
@@ -142,11 +132,10 @@ PassFlops passFlops(const DiffusionGemmaConfig& config, const Pass& pass, int64_
     const double kvProjections = config.hasValueProjection(layer) ? 2 : 1;
     flops.layers += 2 * tokens * hidden * (2 * queryWidth + kvProjections * kvWidth);  // q, k, (v), o
     flops.layers += 2 * tokens * hidden * 3 * double(config.intermediateSize) / double(splits.tp);  // dense MLP
-    flops.layers += 2 * localTokens * hidden * double(config.numExperts);  // router
+    flops.layers += 2 * localTokens * hidden * double(config.numExperts);                          // router
     const double rows = tokens * double(geometry.numQueryHeads) / double(splits.tp);
     flops.attentionCore += rows * double(pass.keys) * double(4 * geometry.headDim + 5);
-    const int64_t visibleKeys =
-        geometry.type == AttentionLayerType::Sliding ? std::min(pass.keys, config.slidingWindow) : pass.keys;
+    const int64_t visibleKeys = geometry.type == AttentionLayerType::Sliding ? std::min(pass.keys, config.slidingWindow) : pass.keys;
     flops.attentionCoreWindowed += rows * double(visibleKeys) * double(4 * geometry.headDim + 5);
   }
   const double routes = localTokens * double(config.topKExperts) * double(pass.wholeLayers(config));
@@ -182,7 +171,7 @@ PassCommunication passCommunication(const DiffusionGemmaConfig& config, const Pa
 }
 
 struct ParameterShard {
-  double parameters = 0;  // elements of every text tensor on this rank
+  double parameters = 0;      // elements of every text tensor on this rank
   double trainableDense = 0;  // trainable non-expert elements on this rank
   double trainableExperts = 0;
 };
@@ -205,8 +194,7 @@ ParameterShard parameterShard(const DiffusionGemmaConfig& config, const Splits& 
 // The sustained bandwidth of a group that spans `span` consecutive ranks (TP is innermost): the
 // intra-node link within gpusPerNode, the network beyond.
 double bandwidth(const Accelerator& accelerator, int64_t span) {
-  const double peak =
-      span > accelerator.gpusPerNode ? accelerator.networkBytesPerSecond : accelerator.linkBytesPerSecond;
+  const double peak = span > accelerator.gpusPerNode ? accelerator.networkBytesPerSecond : accelerator.linkBytesPerSecond;
   return peak * accelerator.linkEfficiency;
 }
 
@@ -251,9 +239,9 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
   const ParameterShard shard = parameterShard(config, splits);
   prediction.parameterBytes = uint64_t(shard.parameters * f32);
   prediction.gradientBytes = uint64_t((shard.trainableDense + shard.trainableExperts) * f32);
-  const double optimizerElements = shape.distributedOptimizer ? shard.trainableDense / double(splits.dp) +
-                                                                    shard.trainableExperts / double(splits.edp)
-                                                              : shard.trainableDense + shard.trainableExperts;
+  const double optimizerElements = shape.distributedOptimizer
+                                       ? shard.trainableDense / double(splits.dp) + shard.trainableExperts / double(splits.edp)
+                                       : shard.trainableDense + shard.trainableExperts;
   prediction.optimizerBytes = uint64_t(2 * optimizerElements * f32);
 
   // Activations: the arena's peak is the larger of two moments (docs/parallelism.md, "Layout
@@ -275,8 +263,7 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
         case RecomputePolicy::Full: kept += bytes.layerInput; break;
       }
     }
-    return kept +
-           2 * double(shape.microBatch * pass.length) * double(config.hiddenSize) * activation;  // embedding, scaled
+    return kept + 2 * double(shape.microBatch * pass.length) * double(config.hiddenSize) * activation;  // embedding, scaled
   };
   const double vocabShard = double(config.vocabSize) / double(splits.tp);
   double turn = 0, end = 0, largestLayer = 0;
@@ -342,16 +329,16 @@ CostPrediction predictCost(const DiffusionGemmaConfig& config, const TrainingSha
 
   prediction.communicationBytes = tensorParallelBytes + expertBytes + denseGradientBytes + expertGradientBytes;
 
+
   // Time: the GEMMs at the sustained FLOP rate or the HBM traffic (parameters read by every forward
   // and twice by every backward, gradients and optimizer state read and written once, activations
   // written and read once), whichever is longer; then the collectives, not overlapped.
   const double peakFlops = shape.bf16 ? accelerator.denseBf16Flops : accelerator.denseFp32Flops;
   const double computeSeconds = prediction.flops / (peakFlops * accelerator.computeEfficiency);
   const double parameterReads = shard.parameters * activation * (3.0 * double(passes.size()));
-  const double stateTraffic =
-      2.0 * double(prediction.gradientBytes + prediction.optimizerBytes) + 2.0 * double(prediction.parameterBytes);
-  const double memorySeconds = (parameterReads + stateTraffic + 2.0 * double(prediction.activationBytes)) /
-                               (accelerator.memoryBytesPerSecond * accelerator.linkEfficiency);
+  const double stateTraffic = 2.0 * double(prediction.gradientBytes + prediction.optimizerBytes) + 2.0 * double(prediction.parameterBytes);
+  const double memorySeconds =
+      (parameterReads + stateTraffic + 2.0 * double(prediction.activationBytes)) / (accelerator.memoryBytesPerSecond * accelerator.linkEfficiency);
   prediction.computeSeconds = std::max(computeSeconds, memorySeconds);
   // The expert gathers of the compiled all-gather form span the data-parallel group, so the world.
   const int64_t worldSpan = candidate.layout.worldSize(), tensorSpan = splits.tp,

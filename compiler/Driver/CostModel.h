@@ -23,15 +23,15 @@ namespace dgemma {
 // turn them into what a training step sustains (docs/parallelism.md, "Layout search").
 struct Accelerator {
   std::string name;
-  double denseBf16Flops = 0;  // FLOP/s, dense bf16 tensor cores
-  double denseFp32Flops = 0;  // FLOP/s, fp32 without TF32 (what --precision fp32 asks for)
+  double denseBf16Flops = 0;      // FLOP/s, dense bf16 tensor cores
+  double denseFp32Flops = 0;      // FLOP/s, fp32 without TF32 (what --precision fp32 asks for)
   double memoryBytesPerSecond = 0;  // HBM
-  uint64_t memoryBytes = 0;  // the default --gpu-memory
+  uint64_t memoryBytes = 0;       // the default --gpu-memory
   double linkBytesPerSecond = 0;  // one direction of the intra-node link (NVLink)
   double networkBytesPerSecond = 0;  // one direction per GPU between nodes (InfiniBand)
   int64_t gpusPerNode = 8;
-  double computeEfficiency = 0;  // sustained / peak FLOP/s of the step's GEMMs and attention
-  double linkEfficiency = 0;  // sustained / peak bandwidth of the collectives (and of HBM)
+  double computeEfficiency = 0;   // sustained / peak FLOP/s of the step's GEMMs and attention
+  double linkEfficiency = 0;      // sustained / peak bandwidth of the collectives (and of HBM)
   // --optimizer-offload (docs/parallelism.md, "Optimizer-state offload"): one direction of the GPU's
   // host link (PCIe), and the host DRAM bandwidth one GPU's rank gets when every GPU of the node
   // updates on the host at once; both sustain linkEfficiency of their peak.
@@ -61,13 +61,13 @@ inline constexpr RecomputePolicy kRecomputePolicies[] = {RecomputePolicy::None, 
 
 // What one rank's training step is built for (the largest prompt bucket: the step the arenas are sized for).
 struct TrainingShape {
-  int64_t microBatch = 1;  // per data-parallel rank (--micro-batch)
+  int64_t microBatch = 1;    // per data-parallel rank (--micro-batch)
   int64_t promptLength = 0;  // the largest --prompt-len bucket
   int64_t canvasLength = 0;
-  bool bf16 = false;  // --precision bf16: activations and parameter copies in bf16
+  bool bf16 = false;         // --precision bf16: activations and parameter copies in bf16
   bool selfConditioning = true;  // --self-cond-prob > 0: pass 1 runs
-  bool encoderLoss = true;  // --encoder-loss-weight > 0: the clean pass runs
-  bool routerAuxLoss = false;  // --aux-loss-coeff > 0: the prompt's K/V pass stays apart from the clean pass
+  bool encoderLoss = true;       // --encoder-loss-weight > 0: the clean pass runs
+  bool routerAuxLoss = false;    // --aux-loss-coeff > 0: the prompt's K/V pass stays apart from the clean pass
   bool distributedOptimizer = true;
 };
 
@@ -79,21 +79,21 @@ struct Candidate {
 // One rank's numbers (every rank of a layout has the same shapes).
 struct CostPrediction {
   // Memory pools, bytes (the pools of dgemma-compile --report).
-  uint64_t parameterBytes = 0;  // f32 masters of this rank's shard of every text tensor
-  uint64_t gradientBytes = 0;  // f32 gradient buffers of the trainable ones
-  uint64_t optimizerBytes = 0;  // AdamW moments, ZeRO-1 sharded
+  uint64_t parameterBytes = 0;   // f32 masters of this rank's shard of every text tensor
+  uint64_t gradientBytes = 0;    // f32 gradient buffers of the trainable ones
+  uint64_t optimizerBytes = 0;   // AdamW moments, ZeRO-1 sharded
   uint64_t activationBytes = 0;  // the activation arena's peak under the recompute policy
   uint64_t staticBytes() const { return parameterBytes + gradientBytes + optimizerBytes; }
   uint64_t peakBytes() const { return staticBytes() + activationBytes; }
 
   // One step of one micro-batch plus the optimizer step.
-  double flops = 0;  // expected, with balanced routing, recomputation included
-  double flopsBound = 0;  // as CostOpInterface counts it: the experts over every token of the EP group
+  double flops = 0;               // expected, with balanced routing, recomputation included
+  double flopsBound = 0;          // as CostOpInterface counts it: the experts over every token of the EP group
   double communicationBytes = 0;  // received, as CommunicationOpInterface counts it
-  double computeSeconds = 0;  // max(FLOPs, HBM traffic) at the sustained rates
+  double computeSeconds = 0;      // max(FLOPs, HBM traffic) at the sustained rates
   double communicationSeconds = 0;
   double stepSeconds() const { return computeSeconds + communicationSeconds; }  // no overlap (docs/parallelism.md)
-  int64_t tokensPerStep = 0;  // prompt + canvas tokens of the global micro-batch
+  int64_t tokensPerStep = 0;      // prompt + canvas tokens of the global micro-batch
   double tokensPerSecond() const { return stepSeconds() > 0 ? double(tokensPerStep) / stepSeconds() : 0; }
 };
 

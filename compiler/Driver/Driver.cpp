@@ -225,8 +225,7 @@ void compile(CompileOptions options) {
     pipeline.optimizer = options.adam;  // each setting's range is checked as its flag is parsed
     fields.optimizer = pipeline.optimizer;
   }
-  if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline)))
-    throw InputError("differentiation failed (see above)");
+  if (mlir::failed(mlir::dg::runDifferentiationStage(*module, pipeline))) throw InputError("differentiation failed (see above)");
   if (options.emit == "autodiff") {
     return printStage(*module);
   }
@@ -247,19 +246,16 @@ void compile(CompileOptions options) {
     mlir::OwningOpRef<mlir::ModuleOp> partition;
     if (multiRank) {
       auto partitioned = mlir::dg::partitionForRank(*module, rank, layout);
-      if (mlir::failed(partitioned))
-        throw InputError("partitioning for rank " + std::to_string(rank) + " failed (see above)");
+      if (mlir::failed(partitioned)) throw InputError("partitioning for rank " + std::to_string(rank) + " failed (see above)");
       partition = std::move(*partitioned);
     }
     mlir::ModuleOp program = multiRank ? *partition : *module;
-    if (mlir::failed(mlir::dg::runRecomputationStage(program, pipeline)))
-      throw InputError("recomputation failed (see above)");
+    if (mlir::failed(mlir::dg::runRecomputationStage(program, pipeline))) throw InputError("recomputation failed (see above)");
     if (options.emit == "recompute") {  // rank 0's program
       return printStage(program);
     }
     rankMemory.clear();
-    if (mlir::failed(mlir::dg::runPlanningStage(program, pipeline)))
-      throw InputError("memory planning failed (see above)");
+    if (mlir::failed(mlir::dg::runPlanningStage(program, pipeline))) throw InputError("memory planning failed (see above)");
     mlir::dg::PlanLoweringOptions lowering;
     lowering.producer = "dgemma-compile";
     lowering.metadata = metadata;

@@ -43,8 +43,7 @@ SmallVector<func::FuncOp> stepEntries(ModuleOp module) {
       continue;
     }
     auto [slot, inserted] = largestBucket.try_emplace(name, function);
-    if (!inserted && bucketSize(function, "prompt_len") > bucketSize(slot->second, "prompt_len"))
-      slot->second = function;
+    if (!inserted && bucketSize(function, "prompt_len") > bucketSize(slot->second, "prompt_len")) slot->second = function;
   }
   for (auto& [name, function] : largestBucket) entries.push_back(function);
   return entries;
@@ -109,13 +108,11 @@ void printEntryReport(ModuleOp program, const dgemma::Plan& plan) {
                 static_cast<long long>(scratch), steps);
     if (recomputeFlops != 0)  // dg-recompute's clones, part of the flops above
       std::printf("  of which recomputed: %lld (%.1f%% more than without recomputation)\n",
-                  static_cast<long long>(recomputeFlops),
-                  100.0 * double(recomputeFlops) / double(flops - recomputeFlops));
+                  static_cast<long long>(recomputeFlops), 100.0 * double(recomputeFlops) / double(flops - recomputeFlops));
   }
 }
 
-RankReport rankReport(ModuleOp program, const dgemma::Plan& plan,
-                      const std::map<std::string, dg::EntryMemoryPlan>& memory) {
+RankReport rankReport(ModuleOp program, const dgemma::Plan& plan, const std::map<std::string, dg::EntryMemoryPlan>& memory) {
   RankReport report;
   report.rank = plan.rank;
   for (const dgemma::Parameter& parameter : plan.parameters) {
@@ -265,21 +262,19 @@ void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum
     std::printf("%-5lld %10s | %10s %10s %10s %10s %10s %11s %10s %9s | %11s %10s\n", static_cast<long long>(rank.rank),
                 human(rank.peakBytes()).c_str(), human(rank.parameterBytes).c_str(), human(rank.gradientBytes).c_str(),
                 human(rank.optimizerBytes).c_str(), human(rank.cacheBytes + rank.generationStateBytes).c_str(),
-                human(rank.constantBytes).c_str(), human(rank.activationBytes).c_str(),
-                human(rank.commBufferBytes).c_str(), human(rank.workspaceBytes).c_str(), flops,
-                human(rank.communicationBytes).c_str());
+                human(rank.constantBytes).c_str(), human(rank.activationBytes).c_str(), human(rank.commBufferBytes).c_str(),
+                human(rank.workspaceBytes).c_str(), flops, human(rank.communicationBytes).c_str());
   }
   // The planner's two packings of the largest entry, and how close the winner is to the bytes live at once.
   for (const RankReport& rank : ranks) {
     const dg::PoolPacking& a = rank.activationPacking;
     const dg::PoolPacking& c = rank.commBufferPacking;
-    std::printf(
-        "rank %lld activations (%s): largest-first %s, best-fit %s, max live %s, fragmentation %.3f; "
-        "comm buffers: largest-first %s, best-fit %s, max live %s, fragmentation %.3f\n",
-        static_cast<long long>(rank.rank), rank.largestEntry.c_str(), human(a.largestFirstBytes).c_str(),
-        human(a.bestFitBytes).c_str(), human(a.maxLiveBytes).c_str(), a.fragmentation(),
-        human(c.largestFirstBytes).c_str(), human(c.bestFitBytes).c_str(), human(c.maxLiveBytes).c_str(),
-        c.fragmentation());
+    std::printf("rank %lld activations (%s): largest-first %s, best-fit %s, max live %s, fragmentation %.3f; "
+                "comm buffers: largest-first %s, best-fit %s, max live %s, fragmentation %.3f\n",
+                static_cast<long long>(rank.rank), rank.largestEntry.c_str(), human(a.largestFirstBytes).c_str(),
+                human(a.bestFitBytes).c_str(), human(a.maxLiveBytes).c_str(), a.fragmentation(),
+                human(c.largestFirstBytes).c_str(), human(c.bestFitBytes).c_str(), human(c.maxLiveBytes).c_str(),
+                c.fragmentation());
   }
   for (const RankReport& rank : ranks) {
     if (!rank.recomputeFlops) {
@@ -287,8 +282,8 @@ void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum
       continue;
     }
     double share = rank.flopsPerStep > 0 ? 100.0 * double(*rank.recomputeFlops) / double(rank.flopsPerStep) : 0.0;
-    std::printf("rank %lld recompute overhead: %.3g flops per step (%.1f%% of the step)\n",
-                static_cast<long long>(rank.rank), double(*rank.recomputeFlops), share);
+    std::printf("rank %lld recompute overhead: %.3g flops per step (%.1f%% of the step)\n", static_cast<long long>(rank.rank),
+                double(*rank.recomputeFlops), share);
   }
   for (const RankReport& rank : ranks)
     std::printf("rank %lld parameters: %lld trainable (%s here), %lld frozen (%s here); optimizer state %s\n",
@@ -310,13 +305,12 @@ void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum
   // Inference plans: the run state's two parts, on their own line.
   for (const RankReport& rank : ranks)
     if (rank.cacheBytes + rank.generationStateBytes > 0)
-      std::printf("rank %lld run state: K/V cache %s, self-conditioning logits %s\n", static_cast<long long>(rank.rank),
-                  human(rank.cacheBytes).c_str(), human(rank.generationStateBytes).c_str());
-  std::printf(
-      "analytic minimum per rank and step: %s (parameters %s, expert dispatch %s, tensor-parallel "
-      "activations %s)\n",
-      human(minimum.total()).c_str(), human(minimum.parameterBytes).c_str(), human(minimum.expertDispatchBytes).c_str(),
-      human(minimum.tensorParallelBytes).c_str());
+      std::printf("rank %lld run state: K/V cache %s, self-conditioning logits %s\n",
+                  static_cast<long long>(rank.rank), human(rank.cacheBytes).c_str(), human(rank.generationStateBytes).c_str());
+  std::printf("analytic minimum per rank and step: %s (parameters %s, expert dispatch %s, tensor-parallel "
+              "activations %s)\n",
+              human(minimum.total()).c_str(), human(minimum.parameterBytes).c_str(), human(minimum.expertDispatchBytes).c_str(),
+              human(minimum.tensorParallelBytes).c_str());
 }
 
 void printPassTimes(const dg::PassTimes& times) {

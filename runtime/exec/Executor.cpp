@@ -43,9 +43,8 @@ void refuseArenasLargerThanMemory(const Plan& plan, const Backend& backend, cons
   const uint64_t capacity = backend.memoryCapacityBytes();
   if (total > capacity)
     throw RuntimeError(source + ": the plan's " + std::to_string(plan.arenas.size()) + " arenas need " +
-                       std::to_string(total) + " bytes (" + formatBytes(total) + "), more than the " +
-                       formatBytes(capacity) + " of memory of the " + backend.name() +
-                       " backend; compile for a smaller micro-batch or prompt "
+                       std::to_string(total) + " bytes (" + formatBytes(total) + "), more than the " + formatBytes(capacity) +
+                       " of memory of the " + backend.name() + " backend; compile for a smaller micro-batch or prompt "
                        "length, or shard the plan over more ranks");
 }
 
@@ -104,9 +103,7 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
       preparedStep.where = where;
       if (step.kind == Step::Kind::Kernel) {
         const KernelFactory* factory = registry.find(step.op);
-        if (!factory)
-          throw InputError(where + ": kernel \"" + step.op + "\" is not provided by the " + backend_.name() +
-                           " backend");
+        if (!factory) throw InputError(where + ": kernel \"" + step.op + "\" is not provided by the " + backend_.name() + " backend");
         KernelSignature signature;
         signature.step = &step;
         signature.where = where;
@@ -127,8 +124,7 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
           int64_t groupSize = preparedStep.communicator->size();
           bool gather = step.op == "all_gather";
           int64_t expectedOut = gather ? in.numElements() * groupSize : in.numElements() / groupSize;
-          if (in.dtype != out.dtype || out.numElements() != expectedOut ||
-              (!gather && in.numElements() % groupSize != 0))
+          if (in.dtype != out.dtype || out.numElements() != expectedOut || (!gather && in.numElements() % groupSize != 0))
             throw InputError(where + ": buffer sizes do not match a group of " + std::to_string(groupSize) + " ranks");
           if (!gather) preparedStep.reduce = parseReduce(step, where);
         } else if (step.op == "broadcast" || step.op == "reduce_to_root") {
@@ -141,9 +137,8 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
             throw InputError(where + ": " + step.op + " works in place: one buffer as input and output");
         } else if (step.op == "all_to_all") {
           if (step.inputs.size() != 2 || step.outputs.size() != 2)
-            throw InputError(where +
-                             ": expected the rows and the send counts as inputs, the received rows and counts "
-                             "as outputs");
+            throw InputError(where + ": expected the rows and the send counts as inputs, the received rows and counts "
+                                     "as outputs");
           const Buffer& in = plan_.buffers[step.inputs[0]];
           const Buffer& out = plan_.buffers[step.outputs[0]];
           int64_t groupSize = preparedStep.communicator->size();
@@ -234,8 +229,7 @@ void Executor::runAllToAll(const PreparedStep& prepared, ExecContext& context) {
   // The contract leaves the rows past the received ones zero.
   const uint64_t usedBytes = static_cast<uint64_t>(total) * rowBytes;
   const uint64_t capacityBytes = static_cast<uint64_t>(received.shape()[0]) * rowBytes;
-  if (capacityBytes > usedBytes)
-    backend_.fillZero(static_cast<uint8_t*>(received.data) + usedBytes, capacityBytes - usedBytes);
+  if (capacityBytes > usedBytes) backend_.fillZero(static_cast<uint8_t*>(received.data) + usedBytes, capacityBytes - usedBytes);
 
   auto elements = [&](std::vector<int64_t> counts) {
     for (int64_t& count : counts) count *= rowElements;
@@ -278,8 +272,7 @@ HostTensor Executor::parameter(const std::string& name) const {
   throw InputError("parameter " + name + ": the plan has no such parameter");
 }
 
-std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry,
-                                                const std::map<std::string, HostTensor>& inputs) {
+std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry, const std::map<std::string, HostTensor>& inputs) {
   auto found = entries_.find(entry.key());
   if (found == entries_.end()) throw InputError(source_ + ": no entry point " + entry.key());
   for (const NamedBuffer& input : entry.inputs) {

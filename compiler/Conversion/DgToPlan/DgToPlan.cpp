@@ -61,8 +61,7 @@ std::optional<DType> dtypeOf(Type elementType) {
 
 std::string locationText(Location loc) {
   if (auto fileLoc = dyn_cast<FileLineColLoc>(loc))
-    return fileLoc.getFilename().str() + ":" + std::to_string(fileLoc.getLine()) + ":" +
-           std::to_string(fileLoc.getColumn());
+    return fileLoc.getFilename().str() + ":" + std::to_string(fileLoc.getLine()) + ":" + std::to_string(fileLoc.getColumn());
   if (auto nameLoc = dyn_cast<NameLoc>(loc)) return nameLoc.getName().str();
   if (auto fused = dyn_cast<FusedLoc>(loc))
     return fused.getLocations().empty() ? std::string() : locationText(fused.getLocations().front());
@@ -115,11 +114,9 @@ FailureOr<nlohmann::json> attributesToJson(Operation* op) {
     else if (auto integer = dyn_cast<IntegerAttr>(value)) attrs[name.str()] = integer.getInt();
     else if (auto real = dyn_cast<FloatAttr>(value)) attrs[name.str()] = real.getValueAsDouble();
     else if (auto text = dyn_cast<StringAttr>(value)) attrs[name.str()] = text.getValue().str();
-    else if (auto list = dyn_cast<DenseI64ArrayAttr>(value))
-      attrs[name.str()] = std::vector<int64_t>(list.asArrayRef());
+    else if (auto list = dyn_cast<DenseI64ArrayAttr>(value)) attrs[name.str()] = std::vector<int64_t>(list.asArrayRef());
     // Enums are written as their keywords, the strings the runtime's kernels read.
-    else if (auto mask = dyn_cast<AttentionMaskAttr>(value))
-      attrs[name.str()] = stringifyAttentionMask(mask.getValue()).str();
+    else if (auto mask = dyn_cast<AttentionMaskAttr>(value)) attrs[name.str()] = stringifyAttentionMask(mask.getValue()).str();
     else if (auto predicate = dyn_cast<ComparePredicateAttr>(value))
       attrs[name.str()] = stringifyComparePredicate(predicate.getValue()).str();
     else if (auto reduction = dyn_cast<ReductionKindAttr>(value))
@@ -182,8 +179,7 @@ class PlanBuilder {
   LogicalResult declareParameters() {
     std::map<std::string, ParamOp> byName;
     for (auto function : module_.getOps<func::FuncOp>())
-      if (function->hasAttr(kEntryAttr))
-        function.walk([&](ParamOp param) { byName.try_emplace(param.getName().str(), param); });
+      if (function->hasAttr(kEntryAttr)) function.walk([&](ParamOp param) { byName.try_emplace(param.getName().str(), param); });
     for (auto& [name, param] : byName)
       if (failed(parameterBuffer(param))) return failure();
     return success();
@@ -367,17 +363,14 @@ class PlanBuilder {
     dgemma::EntryPoint entry;
     entry.name = function->getAttrOfType<StringAttr>(kEntryAttr).getValue().str();
     if (auto bucket = function->getAttrOfType<DictionaryAttr>(kBucketAttr))
-      for (NamedAttribute dimension : bucket)
-        entry.bucket[dimension.getName().str()] = cast<IntegerAttr>(dimension.getValue()).getInt();
+      for (NamedAttribute dimension : bucket) entry.bucket[dimension.getName().str()] = cast<IntegerAttr>(dimension.getValue()).getInt();
     const std::string key = entry.key();
     auto scratchBytes = function->getAttrOfType<IntegerAttr>(kScratchBytesAttr);
     auto commBufferBytes = function->getAttrOfType<IntegerAttr>(kCommBufferBytesAttr);
     if (!scratchBytes || !commBufferBytes)
-      return function.emitOpError()
-             << "has no dg.scratch_bytes or dg.comm_buffer_bytes: run dg-memory-plan before lowering";
+      return function.emitOpError() << "has no dg.scratch_bytes or dg.comm_buffer_bytes: run dg-memory-plan before lowering";
     // Only one entry runs at a time: each scratch pool is as large as the largest entry's need.
-    plan_.arenas[kActivationsArena].bytes =
-        std::max<uint64_t>(plan_.arenas[kActivationsArena].bytes, scratchBytes.getInt());
+    plan_.arenas[kActivationsArena].bytes = std::max<uint64_t>(plan_.arenas[kActivationsArena].bytes, scratchBytes.getInt());
     plan_.arenas[kCommunicationArena].bytes =
         std::max<uint64_t>(plan_.arenas[kCommunicationArena].bytes, commBufferBytes.getInt());
 
@@ -490,8 +483,7 @@ class PlanBuilder {
 
     int64_t lastStep = std::max<int64_t>(static_cast<int64_t>(entry.steps.size()) - 1, 0);
     for (int64_t id : outputBuffers) touch(id, lastStep);
-    for (const auto& [id, steps] : liveSteps)
-      plan_.buffers[id].lifetime = dgemma::Lifetime{key, steps.first, steps.second};
+    for (const auto& [id, steps] : liveSteps) plan_.buffers[id].lifetime = dgemma::Lifetime{key, steps.first, steps.second};
     for (const auto& [view, owner] : views) plan_.buffers[view].lifetime = plan_.buffers[owner].lifetime;
     plan_.entryPoints.push_back(std::move(entry));
     return success();
