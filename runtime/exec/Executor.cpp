@@ -92,6 +92,7 @@ int64_t parseRoot(const Step& step, const std::string& where) {
 Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communicators, std::string source)
     : plan_(plan), backend_(backend), communicators_(communicators), source_(std::move(source)) {
   validatePlan(plan_, source_);  // cheap, and plans built in memory skip the file reader's check
+  refuseHostArenasOffTheHost(plan_, backend_, source_);
   const KernelRegistry& registry = backend_.kernels();
   for (const EntryPoint& entry : plan_.entryPoints) {
     auto prepared = std::make_unique<PreparedEntry>();
@@ -160,7 +161,6 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
     entries_[entry.key()] = std::move(prepared);
   }
 
-  refuseHostArenasOffTheHost(plan_, backend_, source_);
   refuseArenasLargerThanMemory(plan_, backend_, source_);
   for (const Arena& arena : plan_.arenas) {
     void* base = backend_.allocate(arena.bytes, arena.alignment);

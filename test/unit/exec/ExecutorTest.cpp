@@ -8,6 +8,8 @@
 #include "runtime/comm/GlooCommunicator.h"
 #include "test/unit/comm/GlooRanks.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/ForwardingBackend.h"
+#include "plan/HostArena.h"
 
 namespace dgemma {
 namespace {
@@ -97,6 +99,32 @@ TEST_F(ExecutorTest, RejectsUnknownKernelAtLoad) {
     EXPECT_EQ(std::string(error.what()),
               "test.dgplan: entry forward: step 1 (softmax_v2 at model.mlir:7:3): kernel \"softmax_v2\" is not provided by "
               "the cpu backend");
+  }
+}
+
+// A plan with a host arena (--optimizer-offload) runs on the CPU backend, whose arenas are host
+// memory, and is refused by a backend that is not the CPU's.
+TEST_F(ExecutorTest, RunsAHostArenaOnlyOnTheCpu) {
+  Plan plan = addSoftmaxPlan();
+  plan.arenas.push_back({kHostArenaName, true, 64, 64});
+  plan.buffers[0].arena = 2;  // the parameter lives in the host arena
+  {
+    Executor executor(plan, *backend, communicators, "test.dgplan");
+    executor.setParameter("w", tensorOf({3}, {0.0f, 1.0f, 2.0f}));
+    EXPECT_EQ(executor.parameter("w").as<float>()[1], 1.0f);
+  }
+  class DeviceBackend : public ForwardingBackend {
+   public:
+    using ForwardingBackend::ForwardingBackend;
+    std::string name() const override { return "cuda"; }
+  } device(createBackend("cpu", 1));
+  try {
+    Executor executor(plan, device, communicators, "test.dgplan");
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "test.dgplan: arena \"host\" lives in host memory (a plan compiled with --optimizer-offload), which the "
+              "cuda backend does not run yet; compile without --optimizer-offload");
   }
 }
 
