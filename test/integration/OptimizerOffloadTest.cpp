@@ -2,7 +2,9 @@
 // `dgemma-run train` for 3 steps from the same random weights gives the plain run's metrics lines
 // (losses, grad norms) and byte-identical checkpoint tensors (masters and AdamW moments), on one
 // rank in fp32 and bf16 and in ZeRO-1 layouts on Gloo (--dp 2 --ep 2: the dense moments sharded
-// over the data group; --dp 4 --ep 2: the experts' too, over their expert-data group of 2). The offloaded plan keeps the moments in its host arena and stages the update.
+// over the data group; --dp 4 --ep 2: the experts' too, over their expert-data group of 2). A run
+// resumes across the setting. The offloaded plan keeps the moments in its host arena and stages
+// the update.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -125,6 +127,44 @@ TEST_P(OptimizerOffload, TrainingIsBitIdenticalToThePlainRun) {
       EXPECT_TRUE(found->second == bytes) << path << ": not byte-identical";
     }
   }
+}
+
+// The checkpoint is the same file with and without offload, so a run resumes across the setting:
+// 3 plain steps, then steps 4-5 with --optimizer-offload experts, equal 5 plain steps.
+TEST(OptimizerOffloadResume, AnOffloadedRunResumesThePlainRunsCheckpoint) {
+  ScratchDirectory dir;
+  for (const std::string setting : {"none", "experts"}) {
+    ToolResult compiled =
+        runTool(std::string(DGEMMA_COMPILE) + " --model " + sourcePath("models/diffusion_gemma/configs/tiny-cpu.json") +
+                " --mode train --micro-batch 2 --prompt-len 12 --optimizer-offload " + setting + " -o " +
+                (dir / ("plan-" + setting)));
+    ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
+  }
+  auto train = [&](const std::string& setting, const std::string& run, const std::string& steps) {
+    return runTool(std::string(DGEMMA_RUN) + " train --plan " + (dir / ("plan-" + setting)) +
+                   " --init random --seed 3 --train mock --lr 1e-2 --warmup 0 --decay-steps 5 --steps " + steps +
+                   " --metrics " + (dir / (run + ".jsonl")) + " --save-dir " + (dir / run));
+  };
+  ToolResult whole = train("none", "whole", "5");
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  ToolResult first = train("none", "split", "3");
+  ASSERT_EQ(first.exitCode, 0) << first.output;
+  ToolResult resumed =
+      runTool(std::string(DGEMMA_RUN) + " train --plan " + (dir / "plan-experts") +
+              " --init random --seed 3 --train mock --lr 1e-2 --warmup 0 --decay-steps 5 --steps 5 --metrics " +
+              (dir / "split.jsonl") + " --save-dir " + (dir / "split") + " --resume");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_EQ(metricsLines(dir / "split.jsonl"), metricsLines(dir / "whole.jsonl"));
+  const std::map<std::string, std::string> wholeTensors = checkpointTensors(dir / "whole");
+  const std::map<std::string, std::string> splitTensors = checkpointTensors(dir / "split");
+  int64_t compared = 0;
+  for (const auto& [path, bytes] : wholeTensors)
+    if (path.find("step-00000005") != std::string::npos) {
+      ++compared;
+      ASSERT_EQ(splitTensors.count(path), 1u) << path;
+      EXPECT_TRUE(splitTensors.at(path) == bytes) << path << ": not byte-identical";
+    }
+  EXPECT_EQ(compared, 2);  // the model's and the optimizer's tensor files
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, OptimizerOffload,
