@@ -124,7 +124,7 @@ class PlanChecker {
         fail(at("arenas", i) + ".alignment", "expected a power of two, got " + std::to_string(alignment));
       // Host memory holds only state that outlives a call (the offloaded optimizer state and its staging).
       if (isHostArena(plan_.arenas[i]) && !plan_.arenas[i].persistent)
-        fail(at("arenas", i) + ".host", "a host arena must be persistent");
+        fail(at("arenas", i) + ".persistent", "the host arena must be persistent");
     }
   }
 

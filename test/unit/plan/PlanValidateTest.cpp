@@ -111,7 +111,7 @@ TEST(PlanValidate, RejectsScratchHostArena) {
   plan.arenas.push_back({kHostArenaName, true, 64, 64});
   EXPECT_EQ(validationError(plan), "accepted");
   plan.arenas.back().persistent = false;
-  EXPECT_EQ(validationError(plan), "p: arenas[2].host: a host arena must be persistent");
+  EXPECT_EQ(validationError(plan), "p: arenas[2].persistent: the host arena must be persistent");
 }
 
 TEST(PlanValidate, RejectsUnknownCollectiveAxis) {
