@@ -11,4 +11,9 @@ inline constexpr const char* kHostArenaName = "host";
 
 inline bool isHostArena(const Arena& arena) { return arena.name == kHostArenaName; }
 
+// The host arena's copy of a device buffer is named after it with this prefix. The copy of a
+// parameter updated in place ("offload/<parameter>") is that parameter's host master: the plan does
+// not copy it in before each update, so the runtime writes it whenever it writes the parameter.
+inline constexpr const char* kHostCopyPrefix = "offload/";
+
 }  // namespace dgemma

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "support/CheckedSize.h"
 #include "support/Error.h"
@@ -261,6 +262,11 @@ void Executor::setParameter(const std::string& name, const HostTensor& value) {
                        shapeToString(buffer.shape) + ", got " + std::string(dtypeName(value.dtype)) + " " +
                        shapeToString(value.shape));
     backend_.copyToDevice(address(parameter.buffer), value.data.data(), value.data.size());
+    // Its host master, when --optimizer-offload keeps one (plan/HostArena.h): host memory.
+    const std::string hostCopy = kHostCopyPrefix + name;
+    for (const Buffer& host : plan_.buffers)
+      if (isHostArena(plan_.arenas[host.arena]) && host.name == hostCopy && host.bytes() == value.data.size())
+        std::memcpy(address(host.id), value.data.data(), value.data.size());
     return;
   }
   throw InputError("parameter " + name + ": the plan has no such parameter");

@@ -490,25 +490,29 @@ class PlanBuilder {
   }
 
   // An offloaded parameter's AdamW update runs on the host (docs/parallelism.md, "Optimizer-state
-  // offload"): its moments already live in the host arena; every other operand (the weights, the
-  // gradient, the per-step scalars) is copied into a host staging buffer first, the update runs on
-  // those copies with the same kernel and attributes, and the updated weights are copied back to
-  // the device buffer the plan reads them from. The copies are plain copy steps: the CPU backend
-  // runs them as memcpy, a GPU runtime as device<->host transfers.
+  // offload"): its moments already live in the host arena; every other operand (the gradient, the
+  // per-step scalars, a ZeRO-1 slice of the weights) is copied into a host staging buffer first,
+  // the update runs on those copies with the same kernel and attributes, and the updated weights
+  // are copied back to the device buffer the plan reads them from. Weights updated in place have a
+  // host master instead, which the runtime keeps equal to the device copy (plan/HostArena.h), so
+  // they are not copied in. The copies are plain copy steps: the CPU backend runs them as memcpy,
+  // a GPU runtime as device<->host transfers.
   template <typename Touch>
   LogicalResult lowerHostUpdate(AdamwOp update, dgemma::Step step, dgemma::EntryPoint& entry,
                                 llvm::DenseMap<Value, int64_t>& bufferOf, Touch& touch) {
     auto stageOf = [&](Value value, int64_t deviceBuffer) -> FailureOr<int64_t> {
-      return addPersistent(update, value, "offload/" + plan_.buffers[deviceBuffer].name, kHostArena);
+      return addPersistent(update, value, dgemma::kHostCopyPrefix + plan_.buffers[deviceBuffer].name, kHostArena);
     };
+    const bool hostMaster = inPlaceAssignTarget(update.getNewParam()) == update.getParam();
     for (auto [index, operand] : llvm::enumerate(update->getOperands())) {
       int64_t source = step.inputs[index];
       if (plan_.buffers[source].arena == kHostArena) continue;
       FailureOr<int64_t> stage = stageOf(operand, source);
       if (failed(stage)) return failure();
+      step.inputs[index] = *stage;
+      if (hostMaster && operand == update.getParam()) continue;
       touch(source, static_cast<int64_t>(entry.steps.size()));
       entry.steps.push_back(copyStep(source, *stage, step.location));
-      step.inputs[index] = *stage;
     }
     // Each result is computed into host memory: in place where its operand's host copy is (the
     // weights' stage, the moments), else into a stage of its own; a result the device reads is
