@@ -24,8 +24,9 @@ struct PlanLoweringOptions {
   // outputs' boxes.
   std::optional<int64_t> rank;
   // --optimizer-offload: the trainable parameters whose AdamW moments live in the host arena and
-  // whose update runs there on host copies of its operands (docs/parallelism.md, "Optimizer-state
-  // offload"). Their weights and gradients stay on the device.
+  // whose update runs there on a host master and host copies of its other operands
+  // (docs/parallelism.md, "Optimizer-state offload"). Their f32 weights and gradients stay on the
+  // device too.
   std::set<std::string> offloadedParameters;
 };
 

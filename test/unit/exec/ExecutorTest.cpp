@@ -103,15 +103,19 @@ TEST_F(ExecutorTest, RejectsUnknownKernelAtLoad) {
 }
 
 // A plan with a host arena (--optimizer-offload) runs on the CPU backend, whose arenas are host
-// memory, and is refused by a backend that is not the CPU's.
+// memory, and is refused by a backend that is not the CPU's. Setting a parameter also sets its
+// host master (offload/<name>, plan/HostArena.h), here read by the add step instead of w.
 TEST_F(ExecutorTest, RunsAHostArenaOnlyOnTheCpu) {
   Plan plan = addSoftmaxPlan();
   plan.arenas.push_back({kHostArenaName, true, 64, 64});
-  plan.buffers[0].arena = 2;  // the parameter lives in the host arena
+  plan.buffers.push_back({5, std::string(kHostCopyPrefix) + "w", DType::F32, {3}, 2, 0, std::nullopt, std::nullopt});
+  plan.entryPoints[0].steps[0].inputs = {1, 5};
   {
     Executor executor(plan, *backend, communicators, "test.dgplan");
     executor.setParameter("w", tensorOf({3}, {0.0f, 1.0f, 2.0f}));
-    EXPECT_EQ(executor.parameter("w").as<float>()[1], 1.0f);
+    auto outputs = executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
+    const double denominator = 1 + std::exp(1.0) + std::exp(2.0);
+    EXPECT_NEAR(outputs["probs"].as<float>()[2], std::exp(2.0) / denominator, 1e-7);
   }
   class DeviceBackend : public ForwardingBackend {
    public:
