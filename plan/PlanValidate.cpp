@@ -9,6 +9,7 @@
 #include "support/CheckedSize.h"
 #include "support/Error.h"
 #include "support/Shape.h"
+#include "plan/HostArena.h"
 #include "plan/PlanFile.h"
 
 namespace dgemma {
@@ -121,6 +122,9 @@ class PlanChecker {
       uint64_t alignment = plan_.arenas[i].alignment;
       if (alignment == 0 || (alignment & (alignment - 1)) != 0)
         fail(at("arenas", i) + ".alignment", "expected a power of two, got " + std::to_string(alignment));
+      // Host memory holds only state that outlives a call (the offloaded optimizer state and its staging).
+      if (isHostArena(plan_.arenas[i]) && !plan_.arenas[i].persistent)
+        fail(at("arenas", i) + ".persistent", "the host arena must be persistent");
     }
   }
 

@@ -108,6 +108,13 @@ void checkObjectiveFlags(const CompileOptions& options) {
       std::find(options.explicitObjectiveFlags.begin(), options.explicitObjectiveFlags.end(), "--mask-epsilon") !=
           options.explicitObjectiveFlags.end())
     throw InputError("--mask-epsilon: only with --mode train (the logits entry of --mode infer draws no mask)");
+  if (options.mode != "train" && options.optimizerOffload != "none")
+    throw InputError("--optimizer-offload " + options.optimizerOffload +
+                     ": only with --mode train (an inference plan has no optimizer)");
+  if (options.backend != "cpu" && options.optimizerOffload != "none")
+    throw InputError("--optimizer-offload " + options.optimizerOffload + ": only with --backend cpu (the " +
+                     options.backend +
+                     " runtime does not run the host arena yet; docs/parallelism.md, \"Optimizer-state offload\")");
   if (options.mode != "train" && options.objective == "block-diffusion")
     throw InputError(
         "--objective block-diffusion: only with --mode train (its sampler is not built: "

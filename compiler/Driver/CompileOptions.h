@@ -68,6 +68,9 @@ struct CompileOptions {
   bool sequenceParallel = false;
   bool distributedOptimizer = true;
   std::string expertExchange = "all-gather";  // all-gather | all-to-all
+  // --optimizer-offload: whose AdamW moments live in host memory and are updated there (docs/parallelism.md,
+  // "Optimizer-state offload").
+  std::string optimizerOffload = "none";  // none | experts | all
   std::string recompute = "none";
   std::string backwardOrder = "scheduled";  // scheduled (dg-backward-schedule) | autodiff
   std::string fusion = "on";  // dg-fuse-elementwise

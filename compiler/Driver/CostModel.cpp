@@ -17,8 +17,12 @@ constexpr double kTera = 1e12, kGiga = 1e9;
 // per direction, GPUs per node, compute efficiency, link (and HBM) efficiency.
 const std::vector<Accelerator>& accelerators() {
   static const std::vector<Accelerator> all = {
-      {"h200", 989 * kTera, 67 * kTera, 4.8 * kTera, uint64_t{141} << 30, 450 * kGiga, 50 * kGiga, 8, 0.45, 0.7},
-      {"h100", 989 * kTera, 67 * kTera, 3.35 * kTera, uint64_t{80} << 30, 450 * kGiga, 50 * kGiga, 8, 0.45, 0.7},
+      // Host link: PCIe Gen5 x16 (64 GB/s a direction). Host memory: two sockets of 8-channel
+      // DDR5-4800 (2 x 307 GB/s) shared by the node's 8 GPUs.
+      {"h200", 989 * kTera, 67 * kTera, 4.8 * kTera, uint64_t{141} << 30, 450 * kGiga, 50 * kGiga, 8, 0.45, 0.7,
+       64 * kGiga, 614.0 / 8 * kGiga},
+      {"h100", 989 * kTera, 67 * kTera, 3.35 * kTera, uint64_t{80} << 30, 450 * kGiga, 50 * kGiga, 8, 0.45, 0.7,
+       64 * kGiga, 614.0 / 8 * kGiga},
   };
   return all;
 }
@@ -195,6 +199,11 @@ double bandwidth(const Accelerator& accelerator, int64_t span) {
 }
 
 }  // namespace
+
+HostOffloadSeconds predictHostOffload(const Accelerator& accelerator, uint64_t pcieBytes, uint64_t hostUpdateBytes) {
+  return {double(pcieBytes) / (accelerator.hostLinkBytesPerSecond * accelerator.linkEfficiency),
+          double(hostUpdateBytes) / (accelerator.hostMemoryBytesPerSecond * accelerator.linkEfficiency)};
+}
 
 const Accelerator& findAccelerator(const std::string& name) {
   for (const Accelerator& accelerator : accelerators())

@@ -32,7 +32,21 @@ struct Accelerator {
   int64_t gpusPerNode = 8;
   double computeEfficiency = 0;   // sustained / peak FLOP/s of the step's GEMMs and attention
   double linkEfficiency = 0;      // sustained / peak bandwidth of the collectives (and of HBM)
+  // --optimizer-offload (docs/parallelism.md, "Optimizer-state offload"): one direction of the GPU's
+  // host link (PCIe), and the host DRAM bandwidth one GPU's rank gets when every GPU of the node
+  // updates on the host at once; both sustain linkEfficiency of their peak.
+  double hostLinkBytesPerSecond = 0;
+  double hostMemoryBytesPerSecond = 0;
 };
+
+// The time the host-offloaded update adds to a step if nothing overlaps it: the device<->host copies
+// (`pcieBytes`, both directions in turn) and the host's AdamW, bound by its memory traffic
+// (`hostUpdateBytes` read and written).
+struct HostOffloadSeconds {
+  double transfer = 0;
+  double update = 0;
+};
+HostOffloadSeconds predictHostOffload(const Accelerator& accelerator, uint64_t pcieBytes, uint64_t hostUpdateBytes);
 
 // "h200", "h100"; throws InputError naming --gpu and the known names.
 const Accelerator& findAccelerator(const std::string& name);

@@ -2,11 +2,13 @@
 
 #include <ctime>
 #include <iostream>
+#include <set>
 
 #include "compiler/Conversion/DgToPlan/DgToPlan.h"
 #include "compiler/Driver/AutoLayout.h"
 #include "compiler/Driver/ModelBuild.h"
 #include "compiler/Driver/Report.h"
+#include "dialects/dg/IR/DgOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -15,6 +17,8 @@
 #include "models/builtin/RmsNormMatmulSoftmax.h"
 #include "models/diffusion_gemma/spec/Config.h"
 #include "models/diffusion_gemma/spec/Presets.h"
+#include "models/diffusion_gemma/spec/WeightSchema.h"
+#include "plan/Names.h"
 #include "plan/PlanFile.h"
 #include "support/AtomicFile.h"
 #include "support/CheckedSize.h"
@@ -103,6 +107,24 @@ CostPrediction searchLayout(CompileOptions& options) {
   return chosen.prediction;
 }
 
+// --optimizer-offload: the trainable parameters of one rank's program whose optimizer state goes to
+// the host: every one (all), or the routed experts' weights (experts; the state that ZeRO-1 cannot
+// split when the expert-data-parallel group has one rank).
+std::set<std::string> offloadedParameters(mlir::ModuleOp program, const std::string& mode) {
+  std::set<std::string> names;
+  if (mode == "none") return names;
+  program.walk([&](mlir::dg::ParamOp param) {
+    const std::string name = param.getName().str();
+    if (!param.getTrainable() || name.rfind(kGradientPrefix, 0) == 0 || name.rfind(kOptimizerStatePrefix, 0) == 0)
+      return;
+    if (mode == "all" || tensorParallelRole(name) == "experts") names.insert(name);
+  });
+  if (names.empty())
+    throw InputError("--optimizer-offload " + mode + ": the model has no trainable " +
+                     (mode == "all" ? std::string("parameter") : std::string("expert weight")) + " to offload");
+  return names;
+}
+
 // --emit: the stage's IR on stdout.
 void printStage(mlir::ModuleOp module) {
   module.print(llvm::outs());
@@ -154,6 +176,7 @@ void compile(CompileOptions options) {
                              {"backend", options.backend},
                              {"recompute", recompute.name()},
                              {"fusion", options.fusion}};
+  if (options.optimizerOffload != "none") metadata["optimizer_offload"] = options.optimizerOffload;
   RuntimeFields fields;
   if (!options.preset.empty()) {
     // dgemma-run train takes its defaults (rate, schedule, steps, ...) from here.
@@ -237,6 +260,7 @@ void compile(CompileOptions options) {
     lowering.producer = "dgemma-compile";
     lowering.metadata = metadata;
     if (multiRank) lowering.rank = rank;
+    if (pipeline.train) lowering.offloadedParameters = offloadedParameters(program, options.optimizerOffload);
     mlir::FailureOr<Plan> plan = mlir::failure();
     timed("(lowering to a plan)", [&] { plan = mlir::dg::lowerToPlan(program, lowering); });
     if (mlir::failed(plan)) throw InputError("lowering to a plan failed (see above)");
@@ -254,7 +278,8 @@ void compile(CompileOptions options) {
     plans.push_back(std::move(*plan));
   }
   if (options.report) {
-    printRankReport(reports, analyticMinimum(*module, shardingOptions(options), fields.modelHiddenSize()));
+    printRankReport(reports, analyticMinimum(*module, shardingOptions(options), fields.modelHiddenSize()),
+                    findAccelerator(options.gpu.empty() ? "h200" : options.gpu));
     printPassTimes(passTimes);
   }
 

@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringSet.h"
 #include "models/diffusion_gemma/spec/Interface.h"
+#include "plan/HostArena.h"
 #include "plan/Names.h"
 
 namespace {
@@ -116,7 +117,8 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan, const std::map
   report.rank = plan.rank;
   for (const dgemma::Parameter& parameter : plan.parameters) {
     uint64_t bytes = plan.buffers[parameter.buffer].bytes();
-    if (parameter.name.rfind(dgemma::kGradientPrefix, 0) == 0) report.gradientBytes += bytes;
+    if (dgemma::isHostArena(plan.arenas[plan.buffers[parameter.buffer].arena])) report.hostMomentBytes += bytes;
+    else if (parameter.name.rfind(dgemma::kGradientPrefix, 0) == 0) report.gradientBytes += bytes;
     else if (parameter.name.rfind(dgemma::kOptimizerStatePrefix, 0) == 0) report.optimizerBytes += bytes;
     else if (parameter.name.rfind(dgemma::kCachePrefix, 0) == 0) report.cacheBytes += bytes;
     else if (parameter.name.rfind(dgemma::kGenerationStatePrefix, 0) == 0) report.generationStateBytes += bytes;
@@ -142,11 +144,28 @@ RankReport rankReport(ModuleOp program, const dgemma::Plan& plan, const std::map
   // to their pool (parameters for the model's).
   uint64_t persistentArenas = 0;
   for (const dgemma::Arena& arena : plan.arenas) {
-    if (arena.persistent) persistentArenas += arena.bytes;
+    if (dgemma::isHostArena(arena)) report.hostBytes += arena.bytes;
+    else if (arena.persistent) persistentArenas += arena.bytes;
     else if (arena.name == "communication") report.commBufferBytes += arena.bytes;
     else report.activationBytes += arena.bytes;
   }
   if (persistentArenas > report.staticBytes()) report.parameterBytes += persistentArenas - report.staticBytes();
+
+  // The host offload's traffic, once per step: optimizer_step's copies that cross between the host
+  // arena and a device arena, and what its host updates (steps writing the host arena) read and write.
+  auto inHost = [&](int64_t buffer) { return dgemma::isHostArena(plan.arenas[plan.buffers[buffer].arena]); };
+  for (const dgemma::EntryPoint& entry : plan.entryPoints) {
+    if (entry.name != "optimizer_step") continue;
+    for (const dgemma::Step& step : entry.steps) {
+      if (step.op == "copy") {
+        if (inHost(step.inputs[0]) != inHost(step.outputs[0]))
+          report.pcieBytesPerStep += plan.buffers[step.inputs[0]].bytes();
+      } else if (!step.outputs.empty() && inHost(step.outputs[0])) {
+        for (int64_t id : step.inputs) report.hostUpdateBytes += plan.buffers[id].bytes();
+        for (int64_t id : step.outputs) report.hostUpdateBytes += plan.buffers[id].bytes();
+      }
+    }
+  }
 
   int64_t largestActivations = -1, largestCommBuffers = -1;
   for (auto function : program.getOps<func::FuncOp>()) {
@@ -232,7 +251,8 @@ AnalyticMinimum analyticMinimum(ModuleOp annotated, const dg::ShardingOptions& l
   return minimum;
 }
 
-void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum) {
+void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum,
+                     const dgemma::Accelerator& accelerator) {
   std::printf("\n%-5s %10s | %10s %10s %10s %10s %10s %11s %10s %9s | %11s %10s\n", "rank", "peak", "parameters",
               "gradients", "optimizer", "run state", "constants", "activations", "comm bufs", "workspace", "flops/step",
               "comm/step");
@@ -270,6 +290,18 @@ void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum
                 static_cast<long long>(rank.rank), static_cast<long long>(rank.trainableElements),
                 human(rank.trainableBytes).c_str(), static_cast<long long>(rank.frozenElements),
                 human(rank.frozenBytes).c_str(), human(rank.optimizerBytes).c_str());
+  // --optimizer-offload: the host's share, and what it costs a step if nothing overlaps it.
+  for (const RankReport& rank : ranks) {
+    if (rank.hostBytes == 0) continue;
+    const dgemma::HostOffloadSeconds seconds =
+        dgemma::predictHostOffload(accelerator, rank.pcieBytesPerStep, rank.hostUpdateBytes);
+    std::printf(
+        "rank %lld host: %s (AdamW moments %s, update staging %s); PCIe %s per step (%.3g s on %s), host "
+        "update %s read and written (%.3g s)\n",
+        static_cast<long long>(rank.rank), human(rank.hostBytes).c_str(), human(rank.hostMomentBytes).c_str(),
+        human(rank.hostBytes - rank.hostMomentBytes).c_str(), human(rank.pcieBytesPerStep).c_str(), seconds.transfer,
+        accelerator.name.c_str(), human(rank.hostUpdateBytes).c_str(), seconds.update);
+  }
   // Inference plans: the run state's two parts, on their own line.
   for (const RankReport& rank : ranks)
     if (rank.cacheBytes + rank.generationStateBytes > 0)

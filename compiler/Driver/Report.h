@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/Driver/CostModel.h"
 #include "compiler/Pipeline/Pipeline.h"
 #include "compiler/Transforms/MemoryPlan.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -35,6 +36,13 @@ struct RankReport {
   uint64_t activationBytes = 0;     // the activations arena, shared by the entry points
   uint64_t commBufferBytes = 0;     // the communication arena: collectives' results, all_to_all capacity
   uint64_t workspaceBytes = 0;      // kernel scratch the plan reserves: none (no kernel declares any)
+  // --optimizer-offload: the host arena (offloaded AdamW moments and the staging of their update),
+  // outside the device peak; the bytes optimizer_step copies between device and host, and the bytes
+  // its host updates read and write.
+  uint64_t hostBytes = 0;
+  uint64_t hostMomentBytes = 0;
+  uint64_t pcieBytesPerStep = 0;
+  uint64_t hostUpdateBytes = 0;
   // The planner's numbers for the entry point with the largest activations arena.
   std::string largestEntry;
   mlir::dg::PoolPacking activationPacking;
@@ -74,7 +82,9 @@ RankReport rankReport(mlir::ModuleOp program, const dgemma::Plan& plan,
                       const std::map<std::string, mlir::dg::EntryMemoryPlan>& memory);
 // From the annotated whole-program module (dg.shardings on every op) and the layout.
 AnalyticMinimum analyticMinimum(mlir::ModuleOp annotated, const mlir::dg::ShardingOptions& layout, int64_t hiddenSize);
-void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum);
+// `accelerator` prices the host offload's copies and update (predictHostOffload).
+void printRankReport(const std::vector<RankReport>& ranks, const AnalyticMinimum& minimum,
+                     const dgemma::Accelerator& accelerator);
 // CostOpInterface's FLOPs of the entry points one optimizer step of one micro-batch runs (the
 // entries rankReport counts communication over).
 uint64_t stepFlops(mlir::ModuleOp program);

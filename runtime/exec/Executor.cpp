@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "support/CheckedSize.h"
 #include "support/Error.h"
+#include "plan/HostArena.h"
 #include "plan/PlanFile.h"
 #include "runtime/comm/PeerLostError.h"
 
@@ -47,6 +49,22 @@ void refuseArenasLargerThanMemory(const Plan& plan, const Backend& backend, cons
                        "length, or shard the plan over more ranks");
 }
 
+// A host arena (--optimizer-offload) is memory the CPU reads and writes: the CPU backend's arenas
+// are host memory already. A GPU backend would need pinned host arenas, device<->host copy steps
+// and the AdamW update run by the CPU kernel, which it does not have yet (docs/parallelism.md,
+// "Optimizer-state offload").
+void refuseHostArenasOffTheHost(const Plan& plan, const Backend& backend, const std::string& source) {
+  if (backend.name() == "cpu") return;
+  for (const Arena& arena : plan.arenas)
+    if (isHostArena(arena))
+      throw InputError(source + ": arena \"" + arena.name +
+                       "\" lives in host memory (a plan compiled with "
+                       "--optimizer-offload), which the " +
+                       backend.name() +
+                       " backend does not run yet; compile "
+                       "without --optimizer-offload");
+}
+
 // A step carries every attribute of its op, defaults included (docs/plan-format.md, "Header").
 const nlohmann::json& requiredAttr(const Step& step, const std::string& key, const std::string& where) {
   if (step.attrs.is_object())
@@ -75,6 +93,7 @@ int64_t parseRoot(const Step& step, const std::string& where) {
 Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communicators, std::string source)
     : plan_(plan), backend_(backend), communicators_(communicators), source_(std::move(source)) {
   validatePlan(plan_, source_);  // cheap, and plans built in memory skip the file reader's check
+  refuseHostArenasOffTheHost(plan_, backend_, source_);
   const KernelRegistry& registry = backend_.kernels();
   for (const EntryPoint& entry : plan_.entryPoints) {
     auto prepared = std::make_unique<PreparedEntry>();
@@ -243,6 +262,11 @@ void Executor::setParameter(const std::string& name, const HostTensor& value) {
                        shapeToString(buffer.shape) + ", got " + std::string(dtypeName(value.dtype)) + " " +
                        shapeToString(value.shape));
     backend_.copyToDevice(address(parameter.buffer), value.data.data(), value.data.size());
+    // Its host master, when --optimizer-offload keeps one (plan/HostArena.h): host memory.
+    const std::string hostCopy = kHostCopyPrefix + name;
+    for (const Buffer& host : plan_.buffers)
+      if (isHostArena(plan_.arenas[host.arena]) && host.name == hostCopy && host.bytes() == value.data.size())
+        std::memcpy(address(host.id), value.data.data(), value.data.size());
     return;
   }
   throw InputError("parameter " + name + ": the plan has no such parameter");

@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
                  "how expert parallelism moves tokens: all-gather (default: every token to every EP rank) | all-to-all "
                  "(dropless dispatch; docs/parallelism.md, 'Expert parallelism')")
       ->check(CLI::IsMember({"all-gather", "all-to-all"}));
+  app.add_option("--optimizer-offload", options.optimizerOffload,
+                 "none (default) | experts | all: keep those parameters' AdamW moments in host memory and run their "
+                 "update on the host (docs/parallelism.md, 'Optimizer-state offload')")
+      ->check(CLI::IsMember({"none", "experts", "all"}));
   app.add_option("--base-dtype", options.baseDtype,
                  "how the frozen base weights are stored: f32 (default) | bf16 | int8 (per-row scales) | nf4 "
                  "(QLoRA's NormalFloat4, blocks of 64); docs/training.md, 'Frozen low-precision base'")

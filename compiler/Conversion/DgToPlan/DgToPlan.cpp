@@ -7,6 +7,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "plan/HostArena.h"
 #include "plan/PlanFile.h"
 
 using namespace mlir;
@@ -26,14 +27,21 @@ enum ArenaIndex : int64_t {
   kConstantsArena,      // dg.constant values (persistent)
   kActivationsArena,    // every other value an entry computes (scratch, dg.scratch_bytes)
   kCommunicationArena,  // the collectives' own results (scratch, dg.comm_buffer_bytes)
+  kHostArena,           // host memory: offloaded AdamW moments and their update's staging (persistent)
   kArenaCount,
 };
 constexpr uint64_t kAlignment = 64;
 
+// The parameter whose optimizer state `name` is ("optimizer/<moment>/<parameter>", plan/Names.h).
+StringRef optimizerStateOwner(StringRef name) {
+  return name.drop_front(StringRef(dgemma::kOptimizerStatePrefix).size()).split('/').second;
+}
+
 // The persistent pool a parameter's buffer belongs to, by its name (plan/Names.h).
-int64_t persistentArenaOf(StringRef name) {
+int64_t persistentArenaOf(StringRef name, const std::set<std::string>& offloaded) {
   if (name.starts_with(dgemma::kGradientPrefix)) return kGradientsArena;
-  if (name.starts_with(dgemma::kOptimizerStatePrefix)) return kOptimizerArena;
+  if (name.starts_with(dgemma::kOptimizerStatePrefix))
+    return offloaded.count(optimizerStateOwner(name).str()) ? kHostArena : kOptimizerArena;
   if (dgemma::isRunState(std::string_view(name.data(), name.size()))) return kRunStateArena;
   return kParametersArena;
 }
@@ -139,13 +147,14 @@ std::vector<uint8_t> constantBytes(DenseElementsAttr value, DType dtype) {
 
 class PlanBuilder {
  public:
-  PlanBuilder(ModuleOp module, const PlanLoweringOptions& options) : module_(module), rank_(options.rank) {
+  PlanBuilder(ModuleOp module, const PlanLoweringOptions& options)
+      : module_(module), rank_(options.rank), offloaded_(options.offloadedParameters) {
     plan_.producer = options.producer;
     plan_.metadata = options.metadata;
-    plan_.arenas = {{"parameters", true, 0, kAlignment},  {"gradients", true, 0, kAlignment},
-                    {"optimizer", true, 0, kAlignment},   {"run_state", true, 0, kAlignment},
-                    {"constants", true, 0, kAlignment},   {"activations", false, 0, kAlignment},
-                    {"communication", false, 0, kAlignment}};
+    plan_.arenas = {{"parameters", true, 0, kAlignment},     {"gradients", true, 0, kAlignment},
+                    {"optimizer", true, 0, kAlignment},      {"run_state", true, 0, kAlignment},
+                    {"constants", true, 0, kAlignment},      {"activations", false, 0, kAlignment},
+                    {"communication", false, 0, kAlignment}, {dgemma::kHostArenaName, true, 0, kAlignment}};
     plan_.sections.push_back({"constants", {}});
   }
 
@@ -211,13 +220,15 @@ class PlanBuilder {
     std::vector<bool> keep(count), used(count);
     for (size_t i = 0; i < count; ++i) keep[i] = plan_.arenas[i].bytes > 0;
     for (const Buffer& buffer : plan_.buffers) used[buffer.arena] = true;
-    auto keptOfKind = [&](bool persistent) -> std::optional<size_t> {
+    auto keptOfKind = [&](const dgemma::Arena& kind) -> std::optional<size_t> {
       for (size_t i = 0; i < count; ++i)
-        if (keep[i] && plan_.arenas[i].persistent == persistent) return i;
+        if (keep[i] && plan_.arenas[i].persistent == kind.persistent &&
+            dgemma::isHostArena(plan_.arenas[i]) == dgemma::isHostArena(kind))
+          return i;
       return std::nullopt;
     };
     for (size_t i = 0; i < count; ++i)
-      if (used[i] && !keep[i] && !keptOfKind(plan_.arenas[i].persistent)) keep[i] = true;
+      if (used[i] && !keep[i] && !keptOfKind(plan_.arenas[i])) keep[i] = true;
     std::vector<int64_t> newIndex(count, -1);
     std::vector<dgemma::Arena> kept;
     for (size_t i = 0; i < count; ++i)
@@ -227,7 +238,7 @@ class PlanBuilder {
       }
     for (Buffer& buffer : plan_.buffers) {
       if (!keep[buffer.arena]) {
-        buffer.arena = static_cast<int64_t>(*keptOfKind(plan_.arenas[buffer.arena].persistent));
+        buffer.arena = static_cast<int64_t>(*keptOfKind(plan_.arenas[buffer.arena]));
         buffer.offset = 0;
       }
       buffer.arena = newIndex[buffer.arena];
@@ -280,7 +291,8 @@ class PlanBuilder {
   FailureOr<int64_t> parameterBuffer(ParamOp param) {
     auto found = parameterBuffers_.find(param.getName().str());
     if (found != parameterBuffers_.end()) return found->second;
-    auto id = addPersistent(param, param.getResult(), param.getName().str(), persistentArenaOf(param.getName()));
+    auto id =
+        addPersistent(param, param.getResult(), param.getName().str(), persistentArenaOf(param.getName(), offloaded_));
     if (failed(id)) return failure();
     dgemma::Parameter parameter;
     parameter.name = param.getName().str();
@@ -429,6 +441,11 @@ class PlanBuilder {
           step.inputs.push_back(bufferOf.lookup(operand));
           touch(step.inputs.back(), stepIndex);
         }
+        if (auto update = dyn_cast<AdamwOp>(op);
+            update && plan_.buffers[bufferOf.lookup(update.getExpAvg())].arena == kHostArena) {
+          if (failed(lowerHostUpdate(update, std::move(step), entry, bufferOf, touch))) return failure();
+          continue;
+        }
         if (isInPlaceCollective(&op)) {
           // These collectives work in place. When their input is still needed, or is a parameter
           // or constant, they work on a copy (the memory planner gave the result its own bytes).
@@ -473,6 +490,64 @@ class PlanBuilder {
     return success();
   }
 
+  // An offloaded parameter's AdamW update runs on the host (docs/parallelism.md, "Optimizer-state
+  // offload"): its moments already live in the host arena; every other operand (the gradient, the
+  // per-step scalars, a ZeRO-1 slice of the weights) is copied into a host staging buffer first,
+  // the update runs on those copies with the same kernel and attributes, and the updated weights
+  // are copied back to the device buffer the plan reads them from. Weights updated in place have a
+  // host master instead, which the runtime keeps equal to the device copy (plan/HostArena.h), so
+  // they are not copied in. The copies are plain copy steps: the CPU backend runs them as memcpy,
+  // a GPU runtime as device<->host transfers.
+  template <typename Touch>
+  LogicalResult lowerHostUpdate(AdamwOp update, dgemma::Step step, dgemma::EntryPoint& entry,
+                                llvm::DenseMap<Value, int64_t>& bufferOf, Touch& touch) {
+    auto stageOf = [&](Value value, int64_t deviceBuffer) -> FailureOr<int64_t> {
+      return addPersistent(update, value, dgemma::kHostCopyPrefix + plan_.buffers[deviceBuffer].name, kHostArena);
+    };
+    const bool hostMaster = inPlaceAssignTarget(update.getNewParam()) == update.getParam();
+    for (auto [index, operand] : llvm::enumerate(update->getOperands())) {
+      int64_t source = step.inputs[index];
+      if (plan_.buffers[source].arena == kHostArena) continue;
+      FailureOr<int64_t> stage = stageOf(operand, source);
+      if (failed(stage)) return failure();
+      step.inputs[index] = *stage;
+      if (hostMaster && operand == update.getParam()) continue;
+      touch(source, static_cast<int64_t>(entry.steps.size()));
+      entry.steps.push_back(copyStep(source, *stage, step.location));
+    }
+    // Each result is computed into host memory: in place where its operand's host copy is (the
+    // weights' stage, the moments), else into a stage of its own; a result the device reads is
+    // copied back after the update.
+    std::vector<std::pair<int64_t, int64_t>> copiesBack;  // (host result, device buffer)
+    const Value updatedOperands[] = {update.getParam(), update.getExpAvg(), update.getExpAvgSq()};
+    for (auto [index, result] : llvm::enumerate(update->getResults())) {
+      int64_t device;
+      int64_t host;
+      if (Value target = inPlaceAssignTarget(result)) {
+        device = bufferOf.lookup(target);
+        OperandRange operands = update->getOperands();
+        host = step.inputs[llvm::find(operands, updatedOperands[index]) - operands.begin()];
+      } else {
+        FailureOr<int64_t> scratch = scratchBuffer(update, result, step.op);
+        if (failed(scratch)) return failure();
+        device = *scratch;
+        FailureOr<int64_t> stage = stageOf(result, device);
+        if (failed(stage)) return failure();
+        host = *stage;
+      }
+      bufferOf[result] = device;
+      step.outputs.push_back(host);
+      if (device != host) copiesBack.push_back({host, device});
+    }
+    const std::string location = step.location;
+    entry.steps.push_back(std::move(step));
+    for (auto [host, device] : copiesBack) {
+      touch(device, static_cast<int64_t>(entry.steps.size()));
+      entry.steps.push_back(copyStep(host, device, location));
+    }
+    return success();
+  }
+
   static dgemma::Step copyStep(int64_t from, int64_t to, const std::string& location) {
     dgemma::Step step;
     step.op = "copy";
@@ -486,6 +561,7 @@ class PlanBuilder {
   std::optional<int64_t> rank_;  // PlanLoweringOptions::rank
   dgemma::Plan plan_;
   std::map<std::string, int64_t> parameterBuffers_;
+  const std::set<std::string>& offloaded_;  // PlanLoweringOptions::offloadedParameters
 };
 
 }  // namespace

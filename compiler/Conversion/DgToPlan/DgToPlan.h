@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,11 @@ struct PlanLoweringOptions {
   // recorded (dg.global_shape, dg.shard_offset) become the parameters' and the entry inputs' and
   // outputs' boxes.
   std::optional<int64_t> rank;
+  // --optimizer-offload: the trainable parameters whose AdamW moments live in the host arena and
+  // whose update runs there on a host master and host copies of its other operands
+  // (docs/parallelism.md, "Optimizer-state offload"). Their f32 weights and gradients stay on the
+  // device too.
+  std::set<std::string> offloadedParameters;
 };
 
 // Every dg.entry function becomes an entry point: each compute op a kernel step (the op name without

@@ -8,6 +8,8 @@
 #include "runtime/comm/GlooCommunicator.h"
 #include "test/unit/comm/GlooRanks.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/ForwardingBackend.h"
+#include "plan/HostArena.h"
 
 namespace dgemma {
 namespace {
@@ -97,6 +99,36 @@ TEST_F(ExecutorTest, RejectsUnknownKernelAtLoad) {
     EXPECT_EQ(std::string(error.what()),
               "test.dgplan: entry forward: step 1 (softmax_v2 at model.mlir:7:3): kernel \"softmax_v2\" is not provided by "
               "the cpu backend");
+  }
+}
+
+// A plan with a host arena (--optimizer-offload) runs on the CPU backend, whose arenas are host
+// memory, and is refused by a backend that is not the CPU's. Setting a parameter also sets its
+// host master (offload/<name>, plan/HostArena.h), here read by the add step instead of w.
+TEST_F(ExecutorTest, RunsAHostArenaOnlyOnTheCpu) {
+  Plan plan = addSoftmaxPlan();
+  plan.arenas.push_back({kHostArenaName, true, 64, 64});
+  plan.buffers.push_back({5, std::string(kHostCopyPrefix) + "w", DType::F32, {3}, 2, 0, std::nullopt, std::nullopt});
+  plan.entryPoints[0].steps[0].inputs = {1, 5};
+  {
+    Executor executor(plan, *backend, communicators, "test.dgplan");
+    executor.setParameter("w", tensorOf({3}, {0.0f, 1.0f, 2.0f}));
+    auto outputs = executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
+    const double denominator = 1 + std::exp(1.0) + std::exp(2.0);
+    EXPECT_NEAR(outputs["probs"].as<float>()[2], std::exp(2.0) / denominator, 1e-7);
+  }
+  class DeviceBackend : public ForwardingBackend {
+   public:
+    using ForwardingBackend::ForwardingBackend;
+    std::string name() const override { return "cuda"; }
+  } device(createBackend("cpu", 1));
+  try {
+    Executor executor(plan, device, communicators, "test.dgplan");
+    FAIL();
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "test.dgplan: arena \"host\" lives in host memory (a plan compiled with --optimizer-offload), which the "
+              "cuda backend does not run yet; compile without --optimizer-offload");
   }
 }
 

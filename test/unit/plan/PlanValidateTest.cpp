@@ -2,6 +2,7 @@
 
 #include "PlanFixtures.h"
 #include "support/Error.h"
+#include "plan/HostArena.h"
 #include "plan/PlanFile.h"
 
 namespace dgemma {
@@ -102,6 +103,15 @@ TEST(PlanValidate, RejectsParameterInScratch) {
   Plan plan = smallPlan();
   plan.parameters[0].buffer = 1;
   EXPECT_EQ(validationError(plan), "p: parameters[0].buffer: a parameter must live in a persistent arena");
+}
+
+// The host arena (--optimizer-offload) holds only persistent state.
+TEST(PlanValidate, RejectsScratchHostArena) {
+  Plan plan = smallPlan();
+  plan.arenas.push_back({kHostArenaName, true, 64, 64});
+  EXPECT_EQ(validationError(plan), "accepted");
+  plan.arenas.back().persistent = false;
+  EXPECT_EQ(validationError(plan), "p: arenas[2].persistent: the host arena must be persistent");
 }
 
 TEST(PlanValidate, RejectsUnknownCollectiveAxis) {
