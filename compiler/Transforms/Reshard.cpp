@@ -66,7 +66,16 @@ class Reshard {
     if (!keeps) {
       if (!isa<FloatType>(type().getElementType()))
         return user_->emitOpError() << "consumes an integer value as a pending sum, which has no zeros to stand for it";
-      value_ = builder_.create<FillOp>(user_->getLoc(), type(), builder_.getF64FloatAttr(0.0));
+      // Zeros that still read the value, rather than a fill: every rank's program then has the same
+      // dependencies, from which dg-backward-schedule orders the collectives, and so issues them in
+      // one order on every rank (with several tensor axes, a fill let a rank hoist a collective past
+      // another group's).
+      Location loc = user_->getLoc();
+      Value never = builder_.create<ConstantOp>(
+          loc, DenseElementsAttr::get(RankedTensorType::get({}, builder_.getI1Type()), false));
+      Value zero = builder_.create<FillOp>(loc, RankedTensorType::get({}, type().getElementType()),
+                                           builder_.getF64FloatAttr(0.0));
+      value_ = builder_.create<SelectOp>(loc, never, value_, zero);
     }
     return success();
   }

@@ -42,6 +42,10 @@ const std::vector<Layout>& layouts() {
       {"dp2_zero1", "--dp 2", 2, 2},
       {"dp2_ep2", "--dp 2 --ep 2", 2, 2},
       {"tp2_dp2_ep2_sp", "--tp 2 --dp 2 --ep 2 --sp", 4, 2},
+      // 4 query heads and 2 KV heads per layer: each KV head on 2 of the 4 ranks
+      // (docs/parallelism.md, "Tensor parallelism beyond the KV heads").
+      {"tp4", "--tp 4", 4, 1},
+      {"tp4_sp", "--tp 4 --sp", 4, 1},
   };
   return all;
 }
@@ -88,15 +92,18 @@ void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want) {
   }
 }
 
-// The gradient fixture's full-attention layer has one KV head, which TP 2 cannot split: its
-// layouts are the data- and expert-parallel ones (TP is checked by the training parity below).
+// The gradient fixture's full-attention layers have one KV head and its sliding layers two: at TP 2
+// the full layers' KV head is on both ranks, at TP 4 on all four and each sliding KV head on two
+// (docs/parallelism.md, "Tensor parallelism beyond the KV heads").
 const std::vector<Layout>& gradientLayouts() {
   // EP < DP needs the fixture's 4 prompts (the training layouts' global batch is 2): the experts'
   // tokens stay split over dp and are gathered over ep (the default exchange), or move by the
   // all-to-all over ep.
   static const std::vector<Layout> all = {layouts()[2], layouts()[3], {"dp4_ep2", "--dp 4 --ep 2", 4, 4},
                                           {"dp4_ep2_all_to_all", "--dp 4 --ep 2 --expert-exchange all-to-all", 4, 4},
-                                          {"dp2_ep2_all_to_all", "--dp 2 --ep 2 --expert-exchange all-to-all", 2, 2}};
+                                          {"dp2_ep2_all_to_all", "--dp 2 --ep 2 --expert-exchange all-to-all", 2, 2},
+                                          layouts()[0], layouts()[1], {"tp4", "--tp 4", 4, 1},
+                                          {"tp4_sp", "--tp 4 --sp", 4, 1}};
   return all;
 }
 

@@ -173,8 +173,17 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
   if (name == kRoleAttr) {
     auto role = dyn_cast<StringAttr>(attribute.getValue());
     if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";
-    if (!role || !llvm::is_contained({kRoleVocab, kRoleColumn, kRoleRow, kRoleExperts, kRoleReplicated}, role.getValue()))
-      return op->emitOpError() << "'" << name << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
+    if (!role ||
+        !llvm::is_contained({kRoleVocab, kRoleColumn, kRoleRow, kRoleExperts, kRoleReplicated}, role.getValue()))
+      return op->emitOpError() << "'" << name
+                               << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
+    return success();
+  }
+  if (name == kHeadsAttr) {
+    auto heads = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";
+    if (!heads || heads.getInt() < 1)
+      return op->emitOpError() << "'" << name << "' must be a head count (an integer >= 1)";
     return success();
   }
   if (name == kGlobalShapeAttr || name == kShardOffsetAttr) return verifyBox(op, name);
