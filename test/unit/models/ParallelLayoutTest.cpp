@@ -54,26 +54,28 @@ TEST(ParallelLayout, AcceptsTensorParallelBeyondTheKvHeads) {
 }
 
 TEST(ParallelLayout, KvHeadsMustSplitOrReplicateEvenly) {
-  // 3 KV heads at TP 2: neither a multiple of 2 nor dividing it.
+  // More KV heads than ranks must be a multiple of them: 3 at TP 2.
   DiffusionGemmaConfig config = tinyConfig();
   config.layers[0].numQueryHeads = 6;
   config.layers[0].numKeyValueHeads = 3;
   config.layers[1].numQueryHeads = 6;
-  expectRefused(config, ParallelLayout{2, 1, 1, true},
-                "--tp 2: layer 0 (sliding)'s KV heads (3) neither divide TP nor are a multiple of it");
-  // 2 and 3 KV heads at TP 6: each divides 6, but their replica blocks do not nest.
-  config.intermediateSize = 48;
+  expectRefused(config, ParallelLayout{2, 1, 1, true}, "--tp 2 does not divide layer 0 (sliding)'s KV heads (3)");
+  // Fewer must divide TP: 4 KV heads at TP 6.
+  config = tinyConfig();
+  config.layers[0].numQueryHeads = 12;
+  config.layers[0].numKeyValueHeads = 4;
+  config.layers[1].numQueryHeads = 12;
   config.vocabSize = 258;
+  expectRefused(config, ParallelLayout{6, 1, 1, false},
+                "--tp 6: layer 0 (sliding)'s KV heads (4) neither divide TP nor are a multiple of it");
+  // 2 and 3 KV heads at TP 6: each divides 6, but their replica blocks do not nest.
+  config.layers[0].numQueryHeads = 6;
+  config.layers[0].numKeyValueHeads = 3;
+  config.layers[1].numQueryHeads = 6;
   config.layers[1].numKeyValueHeads = 2;
   expectRefused(config, ParallelLayout{6, 1, 1, false},
                 "--tp 6: layer 0 (sliding)'s KV heads (3) and layer 1 (full attention)'s (2) are replicated over "
                 "rank blocks that do not nest");
-  // 12 KV heads at TP 8: more heads than ranks, but not a multiple of them.
-  config = tinyConfig();
-  config.layers[0].numQueryHeads = 24;
-  config.layers[0].numKeyValueHeads = 12;
-  config.layers[1].numQueryHeads = 24;
-  expectRefused(config, ParallelLayout{8, 1, 1, false}, "--tp 8 does not divide layer 0 (sliding)'s KV heads (12)");
 }
 
 TEST(ParallelLayout, ExpertParallelMustDivideDataParallelAndTheExperts) {
