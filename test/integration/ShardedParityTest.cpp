@@ -99,10 +99,14 @@ const std::vector<Layout>& gradientLayouts() {
   // EP < DP needs the fixture's 4 prompts (the training layouts' global batch is 2): the experts'
   // tokens stay split over dp and are gathered over ep (the default exchange), or move by the
   // all-to-all over ep.
-  static const std::vector<Layout> all = {layouts()[2], layouts()[3], {"dp4_ep2", "--dp 4 --ep 2", 4, 4},
+  static const std::vector<Layout> all = {layouts()[2],
+                                          layouts()[3],
+                                          {"dp4_ep2", "--dp 4 --ep 2", 4, 4},
                                           {"dp4_ep2_all_to_all", "--dp 4 --ep 2 --expert-exchange all-to-all", 4, 4},
                                           {"dp2_ep2_all_to_all", "--dp 2 --ep 2 --expert-exchange all-to-all", 2, 2},
-                                          layouts()[0], layouts()[1], {"tp4", "--tp 4", 4, 1},
+                                          layouts()[0],
+                                          layouts()[1],
+                                          {"tp4", "--tp 4", 4, 1},
                                           {"tp4_sp", "--tp 4 --sp", 4, 1}};
   return all;
 }
