@@ -123,10 +123,15 @@ class Annotator {
     Axes dataGroup = names(experts ? groups_.expertData : groups_.data);
     Axes partial;
     if (name.kind == ParameterKind::Gradient) {
-      // Every rank of the data group adds its own tokens' contribution; a whole parameter's gradient
-      // is in general also a sum over the tensor group, whose ranks see different heads or tokens.
+      // Every rank of the data group adds its own tokens' contribution. Over the tensor axes the
+      // parameter is not split over, the ranks see different heads or tokens: a whole parameter's
+      // gradient is in general a sum over the tensor group, a replicated KV head's over the ranks
+      // that hold it (the query heads of its group).
       partial = dataGroup;
-      if (role == kRoleReplicated) llvm::append_range(partial, names(groups_.tensor));
+      for (StringRef axis : names(groups_.tensor))
+        if (!llvm::is_contained(partial, axis) &&
+            llvm::none_of(dims, [&](const Axes& d) { return llvm::is_contained(d, axis); }))
+          partial.push_back(axis);
     }
     if (name.kind == ParameterKind::OptimizerState && zero1_ && !dataGroup.empty()) {
       // ZeRO-1: the first dimension whose local block the data group divides.
@@ -152,9 +157,8 @@ class Annotator {
     Axes data = names(groups_.data);
     if (micro && type.getRank() > 0 && type.getDimSize(0) == micro.getInt() && !data.empty()) {
       if (micro.getInt() % axesSize(mesh_, data) != 0)
-        return input.emitOpError() << "input '" << input.getName() << "': the bucket's micro_batch "
-                                   << micro.getInt() << " is not divisible by the data-parallel size "
-                                   << axesSize(mesh_, data);
+        return input.emitOpError() << "input '" << input.getName() << "': the bucket's micro_batch " << micro.getInt()
+                                   << " is not divisible by the data-parallel size " << axesSize(mesh_, data);
       dims[0] = data;
     }
     set(input, dims, {});

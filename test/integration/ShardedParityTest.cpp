@@ -46,6 +46,7 @@ const std::vector<Layout>& layouts() {
       // (docs/parallelism.md, "Tensor parallelism beyond the KV heads").
       {"tp4", "--tp 4", 4, 1},
       {"tp4_sp", "--tp 4 --sp", 4, 1},
+      {"tp4_dp2_sp", "--tp 4 --dp 2 --sp", 8, 2},
   };
   return all;
 }
@@ -222,6 +223,28 @@ TEST_P(ShardedParity, ResumeInTheSameLayoutIsBitExact) {
       layout.ranks);
   if (HasFailure()) return;
   EXPECT_EQ(linesWithoutSeconds(dir / "split.jsonl"), linesWithoutSeconds(dir / "whole.jsonl"));
+}
+
+// TP 8 over 8 query heads and 2 KV heads per layer (tiny-cpu with num_attention_heads 8): each KV
+// head on 4 ranks, the tensor group `tp` (2) x `tp1` (4) (docs/parallelism.md, "Tensor parallelism
+// beyond the KV heads"). Three steps give one rank's losses and gradient norms.
+class TensorParallelBeyondKvHeads : public ShardedParity {};
+
+TEST_F(TensorParallelBeyondKvHeads, EightQueryHeadsAtTensorParallelEightEqualOneRank) {
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(source("models/diffusion_gemma/configs/tiny-cpu.json")));
+  config["text_config"]["num_attention_heads"] = 8;
+  const std::string model = dir / "tiny-8q.json";
+  std::ofstream(model) << config.dump(2);
+  compile(model, "--preset tiny-cpu --micro-batch 2", dir / "one");
+  compile(model, "--preset tiny-cpu --micro-batch 2 --tp 8 --sp", dir / "tp8");
+  const std::string train = " --train mock --init random --seed 5 --warmup 1 --decay-steps 4 --eval-every 0 --steps 3";
+  run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
+  run("train --plan " + (dir / "tp8") + train + " --metrics " + (dir / "tp8.jsonl"), 8);
+  if (HasFailure()) return;
+  std::vector<nlohmann::json> want = metricLines(dir / "one.jsonl"), got = metricLines(dir / "tp8.jsonl");
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGradients, ::testing::ValuesIn(gradientLayouts()),
