@@ -58,10 +58,8 @@ class Annotator {
       model.trainable = param.getTrainable() || param->hasAttr(kFrozenBaseAttr);
     });
     WalkResult result = module_.walk([&](Operation* op) {
-      if (auto param = dyn_cast<ParamOp>(op))
-        return failed(annotate(param)) ? WalkResult::interrupt() : WalkResult::advance();
-      if (auto input = dyn_cast<InputOp>(op))
-        return failed(annotate(input)) ? WalkResult::interrupt() : WalkResult::advance();
+      if (auto param = dyn_cast<ParamOp>(op)) return failed(annotate(param)) ? WalkResult::interrupt() : WalkResult::advance();
+      if (auto input = dyn_cast<InputOp>(op)) return failed(annotate(input)) ? WalkResult::interrupt() : WalkResult::advance();
       return WalkResult::advance();
     });
     return failure(result.wasInterrupted());
@@ -106,9 +104,8 @@ class Annotator {
     auto split = [&](int64_t dim, Axes axes) -> LogicalResult {
       if (axes.empty()) return success();
       if (dim >= type.getRank() || type.getDimSize(dim) % axesSize(mesh_, axes) != 0)
-        return param.emitOpError() << "parameter '" << param.getName() << "' (role \"" << role
-                                   << "\") cannot split dim " << dim << " over " << axesSize(mesh_, axes)
-                                   << " ranks: its shape is " << type;
+        return param.emitOpError() << "parameter '" << param.getName() << "' (role \"" << role << "\") cannot split dim "
+                                   << dim << " over " << axesSize(mesh_, axes) << " ranks: its shape is " << type;
       dims[dim] = axes;
       return success();
     };
@@ -157,8 +154,9 @@ class Annotator {
     Axes data = names(groups_.data);
     if (micro && type.getRank() > 0 && type.getDimSize(0) == micro.getInt() && !data.empty()) {
       if (micro.getInt() % axesSize(mesh_, data) != 0)
-        return input.emitOpError() << "input '" << input.getName() << "': the bucket's micro_batch " << micro.getInt()
-                                   << " is not divisible by the data-parallel size " << axesSize(mesh_, data);
+        return input.emitOpError() << "input '" << input.getName() << "': the bucket's micro_batch "
+                                   << micro.getInt() << " is not divisible by the data-parallel size "
+                                   << axesSize(mesh_, data);
       dims[0] = data;
     }
     set(input, dims, {});

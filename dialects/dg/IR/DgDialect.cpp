@@ -173,10 +173,8 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
   if (name == kRoleAttr) {
     auto role = dyn_cast<StringAttr>(attribute.getValue());
     if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";
-    if (!role ||
-        !llvm::is_contained({kRoleVocab, kRoleColumn, kRoleRow, kRoleExperts, kRoleReplicated}, role.getValue()))
-      return op->emitOpError() << "'" << name
-                               << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
+    if (!role || !llvm::is_contained({kRoleVocab, kRoleColumn, kRoleRow, kRoleExperts, kRoleReplicated}, role.getValue()))
+      return op->emitOpError() << "'" << name << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
     return success();
   }
   if (name == kHeadsAttr) {
