@@ -250,6 +250,31 @@ TEST_F(TensorParallelBeyondKvHeads, EightQueryHeadsAtTensorParallelEightEqualOne
   for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
 }
 
+// An image batch (the vision fixture: 4 q heads, 2 KV heads, one image per example) at TP 4 with SP:
+// the loss terms (1e-6) and every gathered gradient, the vision tower's included (1e-5), as one rank.
+TEST_F(TensorParallelBeyondKvHeads, ImageGradientsAtTensorParallelFourEqualOneRank) {
+  const std::string model = source("test/fixtures/diffusion_gemma_vision/train_one_image");
+  const std::string objective =
+      " --micro-batch 2 --prompt-len 72 --images-per-example 1 --self-cond-prob 1 --encoder-loss-weight 1";
+  compile(model, objective, dir / "one");
+  compile(model, objective + " --tp 4 --sp", dir / "tp4");
+  const std::string grad = " --weights " + model + "/model.safetensors --input " + model + "/batch.safetensors";
+  run("grad --plan " + (dir / "one") + grad + " --out " + (dir / "one.safetensors"), 1);
+  run("grad --plan " + (dir / "tp4") + grad + " --out " + (dir / "tp4.safetensors"), 4);
+  if (HasFailure()) return;
+  SafetensorsFile want = SafetensorsFile::open(dir / "one.safetensors");
+  SafetensorsFile got = SafetensorsFile::open(dir / "tp4.safetensors");
+  int64_t vision = 0;
+  for (const SafetensorsEntry& entry : want.entries()) {
+    const std::string& name = entry.name;
+    ASSERT_TRUE(got.find(name)) << name << ": missing from the TP 4 run's output";
+    const bool lossTerm = name == "loss" || name == "diffusion_loss" || name == "encoder_loss";
+    EXPECT_LE(relativeDistance(got.read(name), want.read(name)), lossTerm ? 1e-6 : 1e-5) << name;
+    vision += name.find("vision") != std::string::npos;
+  }
+  EXPECT_GT(vision, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGradients, ::testing::ValuesIn(gradientLayouts()),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedParity, ::testing::ValuesIn(layouts()),
