@@ -2,6 +2,7 @@
 #include "compiler/Driver/CostModel.h"
 
 #include <algorithm>
+#include <regex>
 
 #include "models/diffusion_gemma/spec/WeightSchema.h"
 #include "support/Error.h"
@@ -176,6 +177,16 @@ struct ParameterShard {
   double trainableExperts = 0;
 };
 
+// How many ways TP splits a text tensor: a layer's k_proj and v_proj split into at most its KV
+// heads, each replicated over the remaining TP ranks (docs/parallelism.md, "Tensor parallelism beyond
+// the KV heads").
+int64_t tensorSplitOf(const DiffusionGemmaConfig& config, const std::string& name, int64_t tp) {
+  static const std::regex keyValue(R"(^model\.decoder\.layers\.(\d+)\.self_attn\.[kv]_proj\.weight$)");
+  std::smatch match;
+  if (!std::regex_match(name, match, keyValue)) return tp;
+  return std::min(tp, config.layer(std::stoll(match[1].str())).numKeyValueHeads);
+}
+
 ParameterShard parameterShard(const DiffusionGemmaConfig& config, const Splits& splits) {
   ParameterShard shard;
   for (const ExpectedTensor& tensor : expectedTextWeights(config)) {
@@ -183,7 +194,7 @@ ParameterShard parameterShard(const DiffusionGemmaConfig& config, const Splits& 
     for (int64_t size : tensor.shape) elements *= double(size);
     const std::string_view role = tensorParallelRole(tensor.name);
     if (role == "experts") elements /= double(splits.ep);
-    else if (role != "replicated") elements /= double(splits.tp);
+    else if (role != "replicated") elements /= double(tensorSplitOf(config, tensor.name, splits.tp));
     shard.parameters += elements;
     if (tensor.isBuffer) continue;
     (role == "experts" ? shard.trainableExperts : shard.trainableDense) += elements;

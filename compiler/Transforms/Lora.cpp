@@ -9,6 +9,7 @@
 
 #include "compiler/Transforms/LoraTargets.h"
 #include "compiler/Transforms/Passes.h"
+#include "dialects/dg/IR/DgMesh.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
@@ -81,6 +82,8 @@ class Adapters {
         parameter(prefix + ".lora_A.weight", {rank_, in}, uniformInit(in), role == "row" ? "row" : "replicated");
     ParamOp b =
         parameter(prefix + ".lora_B.weight", {out, rank_}, zerosInit(), role == "column" ? "column" : "replicated");
+    // B's rows are the weight's: heads that tensor parallelism replicates stay whole with them.
+    if (auto heads = weight->getAttr(kHeadsAttr)) b->setAttr(kHeadsAttr, heads);
     Value aUse = inDtype(a, element, loc), bUse = inDtype(b, element, loc);
     builder_.setInsertionPointAfter(matmul);
     if (dropoutKeys && dropout_ > 0) x = dropped(x, dropoutKeys, loc);

@@ -256,6 +256,11 @@ void scheduleUpdatesEarly(func::FuncOp function) {
     if (!update || !param || update->getBlock() != &body || param->getBlock() != &body ||
         !assign.getValue().hasOneUse() || update->getNumResults() != 1)
       continue;
+    // A collective keeps its place: every rank must issue its collectives in one order, and whether
+    // an update may move depends on the rank's own program (a rank whose share of a pending sum is
+    // zeros does not read the buffer it reduces into; docs/parallelism.md, "Tensor parallelism
+    // beyond the KV heads").
+    if (isa<CommunicationOpInterface>(update)) continue;
     if (llvm::any_of(target.getUsers(), [&](Operation* user) { return user != update && user != assign.getOperation(); }))
       continue;
     Operation* lastOperand = nullptr;

@@ -11,6 +11,16 @@ using namespace mlir::dg;
 
 namespace {
 
+// Whether `value` is a source (a parameter, input, constant or fill) seen through views and casts.
+bool dependsOnSourcesOnly(Value value) {
+  while (Operation* producer = value.getDefiningOp()) {
+    if (producer->getNumOperands() == 0) return true;
+    if (!isa<ReshapeOp, StopGradientOp, CastOp>(producer)) return false;
+    value = producer->getOperand(0);
+  }
+  return false;
+}
+
 // The local value while it is being resharded, with the layout it has reached so far.
 class Reshard {
  public:
@@ -66,7 +76,21 @@ class Reshard {
     if (!keeps) {
       if (!isa<FloatType>(type().getElementType()))
         return user_->emitOpError() << "consumes an integer value as a pending sum, which has no zeros to stand for it";
-      value_ = builder_.create<FillOp>(user_->getLoc(), type(), builder_.getF64FloatAttr(0.0));
+      Location loc = user_->getLoc();
+      // A value computed from sources alone depends on no collective: a fill stands for it.
+      if (dependsOnSourcesOnly(value_)) {
+        value_ = builder_.create<FillOp>(loc, type(), builder_.getF64FloatAttr(0.0));
+        return success();
+      }
+      // Otherwise zeros that still read the value: every rank's program then has the same
+      // dependencies, from which dg-backward-schedule orders the collectives, and so issues them in
+      // one order on every rank (with several tensor axes, a fill let a rank hoist a collective past
+      // another group's).
+      Value never = builder_.create<ConstantOp>(
+          loc, DenseElementsAttr::get(RankedTensorType::get({}, builder_.getI1Type()), false));
+      Value zero = builder_.create<FillOp>(loc, RankedTensorType::get({}, type().getElementType()),
+                                           builder_.getF64FloatAttr(0.0));
+      value_ = builder_.create<SelectOp>(loc, never, value_, zero);
     }
     return success();
   }

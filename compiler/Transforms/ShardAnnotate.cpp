@@ -38,6 +38,7 @@ ParameterName parseParameterName(StringRef name) {
 struct ModelParameter {
   StringRef role = kRoleReplicated;
   bool trainable = false;
+  int64_t sharedHeads = 0;  // dg.heads: the attention heads of a K/V projection's rows
 };
 
 class Annotator {
@@ -52,6 +53,7 @@ class Annotator {
       if (parseParameterName(param.getName()).kind != ParameterKind::Model) return;
       ModelParameter& model = models_[param.getName()];
       if (auto role = param->getAttrOfType<StringAttr>(kRoleAttr)) model.role = role.getValue();
+      if (auto heads = param->getAttrOfType<IntegerAttr>(kHeadsAttr)) model.sharedHeads = heads.getInt();
       // A frozen base (dg-lora) is a model weight like the trainable ones: it splits by its role.
       model.trainable = param.getTrainable() || param->hasAttr(kFrozenBaseAttr);
     });
@@ -65,6 +67,21 @@ class Annotator {
 
  private:
   static Axes names(ArrayRef<std::string> axes) { return Axes(axes.begin(), axes.end()); }
+
+  // The outer tensor axes whose blocks hold whole heads of `heads`: all of them when TP divides
+  // the heads, else those up to the cut at `heads` (layoutGroups); each head is replicated over
+  // the rest, whose ranks hold query heads of the same group.
+  Axes wholeHeadAxes(int64_t heads) const {
+    Axes axes;
+    int64_t product = 1;
+    for (const std::string& axis : groups_.tensor) {
+      const int64_t size = *mesh_.axisSize(axis);
+      if (heads % (product * size) != 0) break;
+      product *= size;
+      axes.push_back(axis);
+    }
+    return axes;
+  }
 
   void set(Operation* op, ArrayRef<Axes> dims, ArrayRef<StringRef> partial) {
     ShardingAttr sharding = ShardingAttr::get(op->getContext(), dims, inMeshOrder(mesh_, partial));
@@ -93,7 +110,9 @@ class Annotator {
       return success();
     };
     LogicalResult roleSplit = success();
-    if (role == kRoleVocab || role == kRoleColumn) roleSplit = split(0, names(groups_.tensor));
+    if (role == kRoleColumn && modelIt->second.sharedHeads > 0)
+      roleSplit = split(0, wholeHeadAxes(modelIt->second.sharedHeads));
+    else if (role == kRoleVocab || role == kRoleColumn) roleSplit = split(0, names(groups_.tensor));
     else if (role == kRoleRow) roleSplit = split(1, names(groups_.tensor));
     else if (experts) roleSplit = split(0, names(groups_.expert));
     if (failed(roleSplit)) return failure();
@@ -101,10 +120,15 @@ class Annotator {
     Axes dataGroup = names(experts ? groups_.expertData : groups_.data);
     Axes partial;
     if (name.kind == ParameterKind::Gradient) {
-      // Every rank of the data group adds its own tokens' contribution; a whole parameter's gradient
-      // is in general also a sum over the tensor group, whose ranks see different heads or tokens.
+      // Every rank of the data group adds its own tokens' contribution. Over the tensor axes the
+      // parameter is not split over, the ranks see different heads or tokens: a whole parameter's
+      // gradient is in general a sum over the tensor group, a replicated KV head's over the ranks
+      // that hold it (the query heads of its group).
       partial = dataGroup;
-      if (role == kRoleReplicated) llvm::append_range(partial, names(groups_.tensor));
+      for (StringRef axis : names(groups_.tensor))
+        if (!llvm::is_contained(partial, axis) &&
+            llvm::none_of(dims, [&](const Axes& d) { return llvm::is_contained(d, axis); }))
+          partial.push_back(axis);
     }
     if (name.kind == ParameterKind::OptimizerState && zero1_ && !dataGroup.empty()) {
       // ZeRO-1: the first dimension whose local block the data group divides.
@@ -149,11 +173,18 @@ class Annotator {
 struct DgShardAnnotatePass : mlir::dg::impl::DgShardAnnotateBase<DgShardAnnotatePass> {
   using DgShardAnnotateBase::DgShardAnnotateBase;
   void runOnOperation() override {
-    std::optional<LayoutGroups> groups = layoutGroups(tensorParallel, dataParallel, expertParallel);
+    // A weight of shared heads (dg.heads) splits min(heads, tp) ways; the mesh needs a cut there.
+    SmallVector<int64_t> sharedHeadSplits;
+    getOperation().walk([&](ParamOp param) {
+      if (auto heads = param->getAttrOfType<IntegerAttr>(kHeadsAttr)) sharedHeadSplits.push_back(heads.getInt());
+    });
+    std::optional<LayoutGroups> groups = layoutGroups(tensorParallel, dataParallel, expertParallel, sharedHeadSplits);
     if (!groups) {
-      getOperation().emitError() << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue()
-                                 << " dp=" << dataParallel.getValue() << " ep=" << expertParallel.getValue()
-                                 << " has no mesh (sizes must be >= 1, ep must divide dp, and tp must divide ep when ep > 1)";
+      getOperation().emitError()
+          << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue() << " dp=" << dataParallel.getValue()
+          << " ep=" << expertParallel.getValue()
+          << " has no mesh (sizes must be >= 1, ep must divide dp, tp must divide ep when ep > 1, "
+             "and every shared-head count below tp must divide tp and the larger ones below it)";
       return signalPassFailure();
     }
     if (sequenceParallel && tensorParallel == 1) {

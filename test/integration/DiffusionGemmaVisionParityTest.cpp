@@ -476,9 +476,11 @@ mlir::dg::ShardingOptions layoutOf(int64_t tensorParallel, int64_t dataParallel,
   return options;
 }
 
+// tp4: 2 KV heads on 4 ranks (docs/parallelism.md, "Tensor parallelism beyond the KV heads").
 INSTANTIATE_TEST_SUITE_P(Layouts, VisionShardedCompile,
                          ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"tp2_sp", layoutOf(2, 1, 1, true)},
-                                           Layout{"dp2", layoutOf(1, 2, 1, false)}, Layout{"dp2_ep2", layoutOf(1, 2, 2, false)}),
+                                           Layout{"dp2", layoutOf(1, 2, 1, false)}, Layout{"dp2_ep2", layoutOf(1, 2, 2, false)},
+                                           Layout{"tp4", layoutOf(4, 1, 1, false)}, Layout{"tp4_sp", layoutOf(4, 1, 1, true)}),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // The image training step on two ranks (Gloo threads) under one-axis layouts: tensor parallel

@@ -2,8 +2,8 @@
 //   - a demo checkpoint holds what HF's own save_pretrained writes for the demo config (the listing
 //     tools/reference/make_export_reference.py committed: names, shapes, dtypes, config keys), and so
 //     do its fp32 and bf16 exports;
-//   - HF directory -> dgemma on one rank and on --tp 2 over two Gloo ranks -> export is bit-exact, for
-//     an fp32 and a bf16 source;
+//   - HF directory -> dgemma on one rank, on --tp 2 over two Gloo ranks and on --tp 4 over four (each
+//     KV head replicated on two ranks) -> export is bit-exact, for an fp32 and a bf16 source;
 //   - a corrupted checkpoint is refused naming its file, and nothing is written.
 #include <gtest/gtest.h>
 
@@ -123,10 +123,11 @@ TEST_F(ExportTest, DemoCheckpointAndItsExportsAreWhatSavePretrainedWrites) {
 
 // Starting from an HF directory with the learning rate 0, one step leaves every weight as it was, so
 // the checkpoint of any layout exports the source's bytes.
-TEST_F(ExportTest, HfToDgemmaToExportIsBitExactOnOneAndTwoRanks) {
+TEST_F(ExportTest, HfToDgemmaToExportIsBitExactOnOneTwoAndFourRanks) {
   const std::string model = source("models/diffusion_gemma/configs/tiny-cpu.json");
   compile(model, "--preset tiny-cpu --micro-batch 2", dir / "one");
   compile(model, "--preset tiny-cpu --micro-batch 2 --tp 2", dir / "tp2");
+  compile(model, "--preset tiny-cpu --micro-batch 2 --tp 4", dir / "tp4");
   const std::string frozen = " --train mock --seed 3 --steps 1 --lr 0 --min-lr 0 --warmup 0 --eval-every 0";
   // The source: random weights as an fp32 HF directory, and its bf16 rounding.
   expectRun("train --plan " + (dir / "one") + " --init random" + frozen + " --save-dir " + (dir / "init"));
@@ -136,7 +137,7 @@ TEST_F(ExportTest, HfToDgemmaToExportIsBitExactOnOneAndTwoRanks) {
 
   for (const char* dtype : {"fp32", "bf16"}) {
     const std::string hf = dir / (std::string("hf-") + dtype);
-    for (auto [layout, ranks] : {std::pair{"one", 1}, std::pair{"tp2", 2}}) {
+    for (auto [layout, ranks] : {std::pair{"one", 1}, std::pair{"tp2", 2}, std::pair{"tp4", 4}}) {
       const std::string name = std::string(layout) + "-" + dtype;
       expectRun("train --plan " + (dir / layout) + " --weights " + hf + frozen + " --save-dir " + (dir / (name + "-ckpt")), ranks);
       // Both layouts' checkpoints are HF directories with whole tensors.

@@ -42,6 +42,11 @@ const std::vector<Layout>& layouts() {
       {"dp2_zero1", "--dp 2", 2, 2},
       {"dp2_ep2", "--dp 2 --ep 2", 2, 2},
       {"tp2_dp2_ep2_sp", "--tp 2 --dp 2 --ep 2 --sp", 4, 2},
+      // 4 query heads and 2 KV heads per layer: each KV head on 2 of the 4 ranks
+      // (docs/parallelism.md, "Tensor parallelism beyond the KV heads").
+      {"tp4", "--tp 4", 4, 1},
+      {"tp4_sp", "--tp 4 --sp", 4, 1},
+      {"tp4_dp2_sp", "--tp 4 --dp 2 --sp", 8, 2},
   };
   return all;
 }
@@ -88,15 +93,22 @@ void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want) {
   }
 }
 
-// The gradient fixture's full-attention layer has one KV head, which TP 2 cannot split: its
-// layouts are the data- and expert-parallel ones (TP is checked by the training parity below).
+// The gradient fixture's full-attention layers have one KV head and its sliding layers two: at TP 2
+// the full layers' KV head is on both ranks, at TP 4 on all four and each sliding KV head on two
+// (docs/parallelism.md, "Tensor parallelism beyond the KV heads").
 const std::vector<Layout>& gradientLayouts() {
   // EP < DP needs the fixture's 4 prompts (the training layouts' global batch is 2): the experts'
   // tokens stay split over dp and are gathered over ep (the default exchange), or move by the
   // all-to-all over ep.
-  static const std::vector<Layout> all = {layouts()[2], layouts()[3], {"dp4_ep2", "--dp 4 --ep 2", 4, 4},
+  static const std::vector<Layout> all = {layouts()[2],
+                                          layouts()[3],
+                                          {"dp4_ep2", "--dp 4 --ep 2", 4, 4},
                                           {"dp4_ep2_all_to_all", "--dp 4 --ep 2 --expert-exchange all-to-all", 4, 4},
-                                          {"dp2_ep2_all_to_all", "--dp 2 --ep 2 --expert-exchange all-to-all", 2, 2}};
+                                          {"dp2_ep2_all_to_all", "--dp 2 --ep 2 --expert-exchange all-to-all", 2, 2},
+                                          layouts()[0],
+                                          layouts()[1],
+                                          {"tp4", "--tp 4", 4, 1},
+                                          {"tp4_sp", "--tp 4 --sp", 4, 1}};
   return all;
 }
 
@@ -142,7 +154,10 @@ TEST_P(ShardedGradients, EqualOneRank) {
     // router's per_expert_scale gradient is worse conditioned: each of its 8 entries sums terms of
     // both signs over every route, so a few entries are small beside their terms (measured 4.5e-6
     // between 1 and 2 threads of one plan, 1.15e-5 between dp2_ep2 and one rank).
-    const double tolerance = name.find("router.per_expert_scale") != std::string::npos ? 3e-5 : 1e-5;
+    // The loss terms are single sums, to 1e-6.
+    const bool lossTerm = name == "loss" || name == "diffusion_loss" || name == "encoder_loss";
+    const double tolerance =
+        lossTerm ? 1e-6 : name.find("router.per_expert_scale") != std::string::npos ? 3e-5 : 1e-5;
     EXPECT_LE(relativeDistance(a, b), tolerance) << name;
     ++compared;
   }
@@ -211,6 +226,53 @@ TEST_P(ShardedParity, ResumeInTheSameLayoutIsBitExact) {
       layout.ranks);
   if (HasFailure()) return;
   EXPECT_EQ(linesWithoutSeconds(dir / "split.jsonl"), linesWithoutSeconds(dir / "whole.jsonl"));
+}
+
+// TP 8 over 8 query heads and 2 KV heads per layer (tiny-cpu with num_attention_heads 8): each KV
+// head on 4 ranks, the tensor group `tp` (2) x `tp1` (4) (docs/parallelism.md, "Tensor parallelism
+// beyond the KV heads"). Three steps give one rank's losses and gradient norms.
+class TensorParallelBeyondKvHeads : public ShardedParity {};
+
+TEST_F(TensorParallelBeyondKvHeads, EightQueryHeadsAtTensorParallelEightEqualOneRank) {
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(source("models/diffusion_gemma/configs/tiny-cpu.json")));
+  config["text_config"]["num_attention_heads"] = 8;
+  const std::string model = dir / "tiny-8q.json";
+  std::ofstream(model) << config.dump(2);
+  compile(model, "--preset tiny-cpu --micro-batch 2", dir / "one");
+  compile(model, "--preset tiny-cpu --micro-batch 2 --tp 8 --sp", dir / "tp8");
+  const std::string train = " --train mock --init random --seed 5 --warmup 1 --decay-steps 4 --eval-every 0 --steps 3";
+  run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
+  run("train --plan " + (dir / "tp8") + train + " --metrics " + (dir / "tp8.jsonl"), 8);
+  if (HasFailure()) return;
+  std::vector<nlohmann::json> want = metricLines(dir / "one.jsonl"), got = metricLines(dir / "tp8.jsonl");
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
+}
+
+// An image batch (the vision fixture: 4 q heads, 2 KV heads, one image per example) at TP 4 with SP:
+// the loss terms (1e-6) and every gathered gradient, the vision tower's included (1e-5), as one rank.
+TEST_F(TensorParallelBeyondKvHeads, ImageGradientsAtTensorParallelFourEqualOneRank) {
+  const std::string model = source("test/fixtures/diffusion_gemma_vision/train_one_image");
+  const std::string objective =
+      " --micro-batch 2 --prompt-len 72 --images-per-example 1 --self-cond-prob 1 --encoder-loss-weight 1";
+  compile(model, objective, dir / "one");
+  compile(model, objective + " --tp 4 --sp", dir / "tp4");
+  const std::string grad = " --weights " + model + "/model.safetensors --input " + model + "/batch.safetensors";
+  run("grad --plan " + (dir / "one") + grad + " --out " + (dir / "one.safetensors"), 1);
+  run("grad --plan " + (dir / "tp4") + grad + " --out " + (dir / "tp4.safetensors"), 4);
+  if (HasFailure()) return;
+  SafetensorsFile want = SafetensorsFile::open(dir / "one.safetensors");
+  SafetensorsFile got = SafetensorsFile::open(dir / "tp4.safetensors");
+  int64_t vision = 0;
+  for (const SafetensorsEntry& entry : want.entries()) {
+    const std::string& name = entry.name;
+    ASSERT_TRUE(got.find(name)) << name << ": missing from the TP 4 run's output";
+    const bool lossTerm = name == "loss" || name == "diffusion_loss" || name == "encoder_loss";
+    EXPECT_LE(relativeDistance(got.read(name), want.read(name)), lossTerm ? 1e-6 : 1e-5) << name;
+    vision += name.find("vision") != std::string::npos;
+  }
+  EXPECT_GT(vision, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGradients, ::testing::ValuesIn(gradientLayouts()),

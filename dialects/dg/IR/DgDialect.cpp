@@ -177,6 +177,13 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
       return op->emitOpError() << "'" << name << "' must be one of \"vocab\", \"column\", \"row\", \"experts\", \"replicated\"";
     return success();
   }
+  if (name == kHeadsAttr) {
+    auto heads = dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!isa<ParamOp>(op)) return op->emitOpError() << "'" << name << "' belongs on a dg.param";
+    if (!heads || heads.getInt() < 1)
+      return op->emitOpError() << "'" << name << "' must be a head count (an integer >= 1)";
+    return success();
+  }
   if (name == kGlobalShapeAttr || name == kShardOffsetAttr) return verifyBox(op, name);
   if (name == kPendingSumAttr || name == kFrozenBaseAttr) {
     if (!isa<ParamOp>(op) || !isa<UnitAttr>(attribute.getValue()))

@@ -1,6 +1,11 @@
 // The mesh geometry of DgMesh.h.
 #include "dialects/dg/IR/DgMesh.h"
 
+#include <algorithm>
+#include <string>
+
+#include "llvm/ADT/STLExtras.h"
+
 #include "dialects/dg/IR/DgDialect.h"
 
 using namespace mlir;
@@ -91,26 +96,46 @@ SmallVector<int64_t> Mesh::shardOffset(ShardingAttr sharding, ArrayRef<int64_t> 
   return offset;
 }
 
-std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64_t dataParallel,
-                                                   int64_t expertParallel) {
+std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel,
+                                                   ArrayRef<int64_t> sharedHeadSplits) {
   if (tensorParallel < 1 || dataParallel < 1 || expertParallel < 1) return std::nullopt;
   if (dataParallel % expertParallel != 0) return std::nullopt;
   if (expertParallel > 1 && expertParallel % tensorParallel != 0) return std::nullopt;
+  // The tensor group's cuts: every split of a shared-head weight below TP, then TP itself; each must
+  // divide the next so that the axes between consecutive cuts nest.
+  SmallVector<int64_t> cuts;
+  for (int64_t split : sharedHeadSplits)
+    if (split < tensorParallel) cuts.push_back(split);
+  llvm::sort(cuts);
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  cuts.push_back(tensorParallel);
+  SmallVector<int64_t> tensorAxisSizes;
+  int64_t previous = 1;
+  for (int64_t cut : cuts) {
+    if (cut < 1 || cut % previous != 0) return std::nullopt;
+    if (cut / previous > 1) tensorAxisSizes.push_back(cut / previous);
+    previous = cut;
+  }
   int64_t epInner = expertParallel > 1 ? expertParallel / tensorParallel : 1;
   LayoutGroups groups;
   auto add = [&](StringRef name, int64_t size, AxisRole role) {
     if (size > 1) groups.axes.push_back({name.str(), size, role});
     return size > 1;
   };
-  bool hasDp = add("dp", dataParallel / epInner, AxisRole::Data), hasEp = add("ep", epInner, AxisRole::Expert),
-       hasTp = add("tp", tensorParallel, AxisRole::Tensor);
+  bool hasDp = add("dp", dataParallel / epInner, AxisRole::Data), hasEp = add("ep", epInner, AxisRole::Expert);
+  SmallVector<std::string> tensor;
+  for (auto [index, size] : llvm::enumerate(tensorAxisSizes)) {
+    tensor.push_back(index == 0 ? std::string("tp") : "tp" + std::to_string(index));
+    add(tensor.back(), size, AxisRole::Tensor);
+  }
+  const bool hasTp = !tensor.empty();
   if (hasDp) groups.data.push_back("dp");
   if (hasEp) groups.data.push_back("ep");
-  if (hasTp) groups.tensor.push_back("tp");
+  llvm::append_range(groups.tensor, tensor);
   if (hasEp) groups.expert.push_back("ep");
-  if (expertParallel > 1 && hasTp) groups.expert.push_back("tp");
+  if (expertParallel > 1 && hasTp) llvm::append_range(groups.expert, tensor);
   if (hasDp) groups.expertData.push_back("dp");
-  if (expertParallel == 1 && hasTp) groups.expertData.push_back("tp");
+  if (expertParallel == 1 && hasTp) llvm::append_range(groups.expertData, tensor);
   return groups;
 }
 

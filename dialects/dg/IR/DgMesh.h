@@ -57,21 +57,32 @@ class Mesh {
   SmallVector<Axis> axes_;
 };
 
+// Set by the model on a column-split dg.param whose rows are attention heads that several query
+// heads share (k_proj, v_proj): how many heads dim 0 holds. Tensor parallelism splits such a weight
+// only over the tensor axes that keep whole heads and replicates each head over the rest
+// (docs/parallelism.md, "Tensor parallelism beyond the KV heads"; layoutGroups below).
+inline constexpr llvm::StringLiteral kHeadsAttr = "dg.heads";
+
 // A Megatron-style parallel layout as base axes and the logical groups built from them (contract of
 // docs/parallelism.md, "Meshes"): world = TP x DP = EDP x EP, TP fastest, EP groups of consecutive
 // ranks. Base axes (size-1 ones dropped), in this order: `dp` (role data; DP / epInner), `ep` (role
 // expert; epInner: EP / TP when TP > 1, else EP; absent when EP = 1) and `tp` (role tensor). This is
 // the one place that names mesh axes. Requires TP to divide EP when EP > 1.
+// Tensor parallelism beyond the KV heads (docs/parallelism.md): when a weight of shared heads
+// (dg.heads) splits only s < TP ways, the tensor group is several axes, `tp` (size s), then `tp1`
+// (TP / s), one more per further such split, so that the weight splits over a prefix of them and is
+// replicated over the rest; the ranks keep their order (the axes nest, row-major).
 struct LayoutGroups {
   SmallVector<Mesh::Axis> axes;         // the dg.mesh, outer to inner
   SmallVector<std::string> data;        // dense data parallel: {dp, ep}
-  SmallVector<std::string> tensor;      // {tp}
+  SmallVector<std::string> tensor;      // {tp}, or {tp, tp1, ...} (outer to inner) with replicated heads
   SmallVector<std::string> expert;      // {ep} plus {tp} when EP > 1 and TP > 1
   SmallVector<std::string> expertData;  // {dp}, plus {tp} when EP = 1 and TP > 1
 };
-// Fails (nullopt) when the sizes are not positive, EP does not divide DP, or EP > 1 and TP does not
-// divide it.
-std::optional<LayoutGroups> layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel);
+// Fails (nullopt) when the sizes are not positive, EP does not divide DP, EP > 1 and TP does not
+// divide it, or the splits in `sharedHeadSplits` below TP do not form a chain of divisors of TP.
+std::optional<LayoutGroups> layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel,
+                                         ArrayRef<int64_t> sharedHeadSplits = {});
 
 // The dg.mesh attribute of these axes, in their order.
 MeshAttr meshAttr(MLIRContext* context, ArrayRef<Mesh::Axis> axes);

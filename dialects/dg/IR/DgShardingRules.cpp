@@ -337,20 +337,22 @@ namespace {
 
 // The factors of attention's q, k, v and key_valid. Query head h reads KV head h / group, so the
 // query-head dimension is (kvHeads group): splitting kvHeads n ways gives each rank Hq/n query
-// heads and exactly the Hkv/n KV heads they read (head-parallel attention). Keys and the contracted
-// head_dim must be whole, except that the backward's key gradients sum over the queries.
+// heads and exactly the Hkv/n KV heads they read (head-parallel attention). Splitting the group
+// factor too (tensor parallelism beyond the KV heads) gives ranks of one KV head disjoint query
+// heads of its group. Keys and the contracted head_dim must be whole, except that the backward's key
+// gradients sum over the queries and over the group's query heads.
 // Adds the four operands; the output is {batch, queries, (kvHeads group), valueDim}.
 struct AttentionFactors {
   int64_t batch, queries, kvHeads, group, headDim, keys, valueDim;
   Dim queryHeads() const { return {kvHeads, group}; }
 };
 AttentionFactors addAttentionOperands(RuleBuilder& builder, RankedTensorType query, RankedTensorType key,
-                                      RankedTensorType value, FactorKind queriesKind) {
+                                      RankedTensorType value, FactorKind queriesKind, FactorKind groupKind) {
   AttentionFactors f;
   f.batch = builder.addFactor(query.getDimSize(0), FactorKind::PassThrough);
   f.queries = builder.addFactor(query.getDimSize(1), queriesKind);
   f.kvHeads = builder.addFactor(key.getDimSize(2), FactorKind::PassThrough);
-  f.group = builder.addFactor(query.getDimSize(2) / key.getDimSize(2), FactorKind::PassThrough);
+  f.group = builder.addFactor(query.getDimSize(2) / key.getDimSize(2), groupKind);
   f.headDim = builder.addFactor(query.getDimSize(3), FactorKind::NeedReplication);
   f.keys = builder.addFactor(key.getDimSize(1), FactorKind::NeedReplication);
   f.valueDim = builder.addFactor(value.getDimSize(3), FactorKind::PassThrough);
@@ -424,7 +426,7 @@ void addExpertAdapters(RuleBuilder& builder, const ExpertFactors& f, Value gateU
 ShardingRuleAttr AttentionOp::getShardingRule() {
   RuleBuilder builder(getContext());
   AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType(),
-                                            FactorKind::PassThrough);
+                                            FactorKind::PassThrough, FactorKind::PassThrough);
   // The image overlay's segment ids and the document ids are laid out like key_valid: each rank needs
   // its rows' whole keys.
   if (getSegmentIds()) builder.operand({f.batch, f.keys});
@@ -435,10 +437,10 @@ ShardingRuleAttr AttentionOp::getShardingRule() {
 
 ShardingRuleAttr AttentionBackwardOp::getShardingRule() {
   // The output gradient is laid out like the output, and dq, dk, dv like q, k, v; dk and dv sum
-  // over the queries.
+  // over the queries and the query heads of each KV head's group.
   RuleBuilder builder(getContext());
   AttentionFactors f = addAttentionOperands(builder, getQuery().getType(), getKey().getType(), getValue().getType(),
-                                            FactorKind::Reduction);
+                                            FactorKind::Reduction, FactorKind::Reduction);
   builder.operand({f.batch, f.queries, f.queryHeads(), f.valueDim});
   if (getSegmentIds()) builder.operand({f.batch, f.keys});
   if (getDocumentIds()) builder.operand({f.batch, f.keys});

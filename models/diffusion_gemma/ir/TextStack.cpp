@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "dialects/dg/IR/DgMesh.h"
 #include "dialects/dg/IR/DgRecompute.h"
 
 namespace mlir::dg::diffusion_gemma {
@@ -178,12 +179,19 @@ Value TextStack::attention(int64_t layer, Value x, Value positions, const KeySet
   Value queries = splitHeads(g_.linear(x, name("self_attn.q_proj.weight"), queryHeads * headDim, hidden_), queryHeads,
                              headDim, name("q"));
   queries = rope(g_.rmsNorm(queries, name("self_attn.q_norm.weight")), positions, layer, name("q.rope"));
-  Value rawKeys = splitHeads(g_.linear(x, name("self_attn.k_proj.weight"), kvHeads * headDim, hidden_), kvHeads,
-                             headDim, name("k"));
+  // K and V heads are shared by query groups: tensor parallelism may replicate them (dg.heads).
+  auto keyValueProjection = [&](const std::string& weightName) {
+    Value weight = g_.param(weightName, {kvHeads * headDim, hidden_}, "normal");
+    // The f32 master, read directly or through its cast to the activation dtype.
+    auto master = weight.getDefiningOp<ParamOp>();
+    if (!master) master = weight.getDefiningOp()->getOperand(0).getDefiningOp<ParamOp>();
+    master->setAttr(kHeadsAttr, b_.getI64IntegerAttr(kvHeads));
+    return g_.linear(x, weight, weightName);
+  };
+  Value rawKeys = splitHeads(keyValueProjection(name("self_attn.k_proj.weight")), kvHeads, headDim, name("k"));
   // Full layers have no v_proj: V is the raw K projection (before k_norm and RoPE).
-  Value rawValues = sliding ? splitHeads(g_.linear(x, name("self_attn.v_proj.weight"), kvHeads * headDim, hidden_),
-                                         kvHeads, headDim, name("v"))
-                            : rawKeys;
+  Value rawValues =
+      sliding ? splitHeads(keyValueProjection(name("self_attn.v_proj.weight")), kvHeads, headDim, name("v")) : rawKeys;
   Value keys = rope(g_.rmsNorm(rawKeys, name("self_attn.k_norm.weight")), positions, layer, name("k.rope"));
   Value values = g_.weightlessNorm(rawValues, name("self_attn.v_norm"));
 

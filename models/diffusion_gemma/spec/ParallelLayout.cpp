@@ -1,5 +1,7 @@
 #include "models/diffusion_gemma/spec/ParallelLayout.h"
 
+#include <iterator>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -27,23 +29,40 @@ void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayou
                          const std::vector<int64_t>& promptLengths, int64_t canvasLength) {
   const int64_t tp = layout.tensorParallel, dp = layout.dataParallel, ep = layout.expertParallel;
   if (tp < 1 || dp < 1 || ep < 1) throw InputError("--tp/--dp/--ep: expected positive sizes");
-  if (tp > kMaxTensorParallel)
-    throw InputError("--tp " + str(tp) + ": the tensor-parallel mapping supports TP 1 and 2 (a full-attention layer's " +
-                     "KV heads are not replicated across TP ranks; docs/parallelism.md, \"Divisibility\")");
   // EP ranks come from the data-parallel ranks of one TP coordinate, as in Megatron Core.
   requireDivides(ep, dp, "--ep", "the data-parallel size --dp");
+  // KV heads fewer than TP are replicated, each on TP / heads ranks (docs/parallelism.md, "Tensor
+  // parallelism beyond the KV heads"); the rank blocks of the different replication degrees must nest.
+  std::map<int64_t, std::string> replicatedHeads;  // KV head count below TP -> the first layer with it
   for (int64_t index = 0; index < config.numHiddenLayers; ++index) {
     const LayerGeometry& layer = config.layer(index);
-    const std::string name = "layer " + str(index) + (config.isFullAttention(index) ? " (full attention)" : " (sliding)");
+    const std::string name =
+        "layer " + str(index) + (config.isFullAttention(index) ? " (full attention)" : " (sliding)");
     requireDivides(tp, layer.numQueryHeads, "--tp", name + "'s query heads");
-    requireDivides(tp, layer.numKeyValueHeads, "--tp", name + "'s KV heads");
+    const int64_t kvHeads = layer.numKeyValueHeads;
+    if (kvHeads >= tp) {
+      requireDivides(tp, kvHeads, "--tp", name + "'s KV heads");
+    } else if (tp % kvHeads != 0) {
+      throw InputError(
+          "--tp " + str(tp) + ": " + name + "'s KV heads (" + str(kvHeads) +
+          ") neither divide TP nor are a multiple of it, so they can be neither split nor replicated evenly");
+    } else {
+      replicatedHeads.emplace(kvHeads, name);
+    }
   }
+  for (auto smaller = replicatedHeads.begin(); !replicatedHeads.empty() && std::next(smaller) != replicatedHeads.end();
+       ++smaller)
+    if (auto larger = std::next(smaller); larger->first % smaller->first != 0)
+      throw InputError("--tp " + str(tp) + ": " + larger->second + "'s KV heads (" + str(larger->first) + ") and " +
+                       smaller->second + "'s (" + str(smaller->first) +
+                       ") are replicated over rank blocks that do not nest (the smaller count must divide the larger)");
   requireDivides(tp, config.intermediateSize, "--tp", "the dense MLP width intermediate_size");
   // The vocabulary needs no check: the compiler pads it to a multiple of TP (paddedVocabularySize).
   requireDivides(ep, config.numExperts, "--ep", "the number of experts num_experts");
   if (layout.sequenceParallel) {
-    if (tp == 1) throw InputError("--sp: sequence parallelism splits over the TP ranks and needs --tp 2");
-    for (int64_t length : promptLengths) requireDivides(tp, length, "--tp", "the prompt bucket --prompt-len " + str(length));
+    if (tp == 1) throw InputError("--sp: sequence parallelism splits over the TP ranks and needs --tp 2 or more");
+    for (int64_t length : promptLengths)
+      requireDivides(tp, length, "--tp", "the prompt bucket --prompt-len " + str(length));
     requireDivides(tp, canvasLength, "--tp", "the canvas length canvas_length");
   }
 }

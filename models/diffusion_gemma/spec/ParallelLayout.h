@@ -1,9 +1,10 @@
 // A parallel layout for DiffusionGemma and the constraints the model puts on it (docs/parallelism.md,
 // "Meshes" and "Divisibility"): world = TP x DP = EDP x EP with EP dividing DP; TP divides every
-// layer's query and KV heads and the dense MLP width (the vocabulary is padded instead); EP divides
-// the experts; with sequence parallelism TP divides every prompt bucket and the canvas. Checked
-// before anything is built, so that an impossible layout is named by the constraint it breaks rather
-// than failing somewhere in the partitioner.
+// layer's query heads and the dense MLP width (the vocabulary is padded instead); a layer's KV heads
+// are a multiple of TP or divide it (then each is replicated on TP / heads ranks), and the KV head
+// counts below TP divide one another; EP divides the experts; with sequence parallelism TP divides
+// every prompt bucket and the canvas. Checked before anything is built, so that an impossible layout
+// is named by the constraint it breaks rather than failing somewhere in the partitioner.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +24,6 @@ struct ParallelLayout {
   // The expert mesh's data-parallel size: world = EDP x EP (expert tensor parallelism is 1).
   int64_t expertDataParallel() const { return worldSize() / expertParallel; }
 };
-
-// The tensor-parallel sizes the TP mapping supports: a full-attention layer has 2 KV heads in the
-// 26B model, and replicating KV heads across TP ranks is not part of the mapping.
-inline constexpr int64_t kMaxTensorParallel = 2;
 
 // The embedding rows a plan holds (docs/parallelism.md, "Vocabulary padding"): the vocabulary rounded up
 // to a multiple of lcm(TP, alignment), as Megatron's make_vocab_size_divisible_by x TP; equal to

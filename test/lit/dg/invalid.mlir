@@ -628,3 +628,19 @@ func.func @dequantize_format(%codes: tensor<4x8xi8>, %scales: tensor<4xf32>) {
   %w = dg.dequantize %codes, %scales format = "fp4" : tensor<4x8xi8>, tensor<4xf32> -> tensor<4x8xf32>
   return
 }
+
+// -----
+
+func.func @heads_not_a_count() {
+  // expected-error @+1 {{'dg.param' op 'dg.heads' must be a head count (an integer >= 1)}}
+  %p = dg.param "k_proj.weight" {dg.heads = 0 : i64, dg.role = "column"} : tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @heads_off_a_param(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'dg.exp' op 'dg.heads' belongs on a dg.param}}
+  %e = dg.exp %x {dg.heads = 2 : i64} : tensor<2xf32>
+  return
+}

@@ -91,6 +91,31 @@ module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
 #whole = #dg.sharding<[[], []]>
 #tp_partial = #dg.sharding<[[], []], partial = [tp]>
 
+// A computed whole value consumed as a pending sum: the other ranks' zeros still read it (a select
+// that never picks it), so every rank's program has the same dependencies.
+// CHECK-LABEL: func.func @computed_whole_to_partial
+// R0-NOT: dg.select
+// R1: %[[E:.*]] = dg.exp
+// R1: %[[NEVER:.*]] = dg.constant dense<false> : tensor<i1>
+// R1: %[[ZERO:.*]] = dg.fill 0.000000e+00 : tensor<f32>
+// R1: %[[Z:.*]] = dg.select %[[NEVER]], %[[E]], %[[ZERO]] : tensor<i1>, tensor<4x6xf32>, tensor<f32> -> tensor<4x6xf32>
+// R1: dg.add %[[Z]], %[[E]]
+module attributes {dg.mesh = #dg.mesh<[tp = 2 (tensor)]>} {
+  func.func @computed_whole_to_partial() attributes {dg.entry = "forward"} {
+    %x = dg.input "x" {dg.shardings = [#whole]} : tensor<4x6xf32>
+    %e = dg.exp %x {dg.shardings = [#whole], dg.operand_shardings = [#whole]} : tensor<4x6xf32>
+    %s = dg.add %e, %e {dg.shardings = [#tp_partial], dg.operand_shardings = [#tp_partial, #whole]} : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+    %r = dg.exp %s {dg.shardings = [#whole], dg.operand_shardings = [#whole]} : tensor<4x6xf32>
+    dg.output "y", %r {dg.operand_shardings = [#whole]} : tensor<4x6xf32>
+    return
+  }
+}
+
+// -----
+
+#whole = #dg.sharding<[[], []]>
+#tp_partial = #dg.sharding<[[], []], partial = [tp]>
+
 // A whole value consumed as a pending sum: rank 0 keeps it, the others add zeros.
 // CHECK-LABEL: func.func @whole_to_partial
 // R0-NOT: dg.fill

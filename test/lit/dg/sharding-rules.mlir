@@ -163,13 +163,15 @@ func.func @rope(%q: tensor<2x6x4x16xf32>, %pos: tensor<2x6xi64>) {
 // -----
 
 // Grouped-query attention: 4 query heads read 2 KV heads, so the query-head dim is (k l), KV heads
-// k times group l. Splitting k splits the query heads and the KV heads they read alike.
+// k times group l. Splitting k splits the query heads and the KV heads they read alike; splitting l
+// too (TP beyond the KV heads) replicates each KV head over the ranks of its group.
 func.func @attention(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>, %v: tensor<2x6x2x8xf32>, %valid: tensor<2x6xi1>,
                      %dy: tensor<2x6x4x8xf32>) {
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n]) -> ([i, j, (k l), o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} need_replication={m, n}>}}
   %o = dg.attention %q, %k, %v, %valid mask = causal : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1> -> tensor<2x6x4x8xf32>
-  // The key and value gradients sum over the queries: split queries leave them partial.
-  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, j, (k l), o]) -> ([i, j, (k l), m], [i, n, k, m], [i, n, k, o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} reduction={j} need_replication={m, n}>}}
+  // The key and value gradients sum over the queries and the group's query heads: split queries or
+  // a split group leave them partial.
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, j, (k l), o]) -> ([i, j, (k l), m], [i, n, k, m], [i, n, k, o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} reduction={j, l} need_replication={m, n}>}}
   %dq, %dk, %dv = dg.attention_backward %q, %k, %v, %valid, %dy mask = causal : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1>, tensor<2x6x4x8xf32> -> tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>
   return
 }
@@ -181,7 +183,7 @@ func.func @attention_segments(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32>
                               %seg: tensor<2x6xi64>, %dy: tensor<2x6x4x8xf32>) {
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, n]) -> ([i, j, (k l), o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} need_replication={m, n}>}}
   %o = dg.attention %q, %k, %v, %valid segment_ids(%seg : tensor<2x6xi64>) mask = causal : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1> -> tensor<2x6x4x8xf32>
-  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, j, (k l), o], [i, n]) -> ([i, j, (k l), m], [i, n, k, m], [i, n, k, o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} reduction={j} need_replication={m, n}>}}
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, j, (k l), o], [i, n]) -> ([i, j, (k l), m], [i, n, k, m], [i, n, k, o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} reduction={j, l} need_replication={m, n}>}}
   %dq, %dk, %dv = dg.attention_backward %q, %k, %v, %valid, %dy segment_ids(%seg : tensor<2x6xi64>) mask = causal : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1>, tensor<2x6x4x8xf32> -> tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>
   return
 }
@@ -193,7 +195,7 @@ func.func @attention_documents(%q: tensor<2x6x4x16xf32>, %k: tensor<2x6x2x16xf32
                                %seg: tensor<2x6xi64>, %doc: tensor<2x6xi64>, %dy: tensor<2x6x4x8xf32>) {
   // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, n]) -> ([i, j, (k l), o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} need_replication={m, n}>}}
   %o = dg.attention %q, %k, %v, %valid document_ids(%doc : tensor<2x6xi64>) mask = bidirectional {window = 2} : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1> -> tensor<2x6x4x8xf32>
-  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, j, (k l), o], [i, n], [i, n]) -> ([i, j, (k l), m], [i, n, k, m], [i, n, k, o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} reduction={j} need_replication={m, n}>}}
+  // expected-remark @+1 {{sharding rule: #dg.sharding_rule<([i, j, (k l), m], [i, n, k, m], [i, n, k, o], [i, n], [i, j, (k l), o], [i, n], [i, n]) -> ([i, j, (k l), m], [i, n, k, m], [i, n, k, o]) {i=2, j=6, k=2, l=2, m=16, n=6, o=8} reduction={j, l} need_replication={m, n}>}}
   %dq, %dk, %dv = dg.attention_backward %q, %k, %v, %valid, %dy segment_ids(%seg : tensor<2x6xi64>) document_ids(%doc : tensor<2x6xi64>) mask = causal : tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>, tensor<2x6xi1>, tensor<2x6x4x8xf32> -> tensor<2x6x4x16xf32>, tensor<2x6x2x16xf32>, tensor<2x6x2x8xf32>
   return
 }

@@ -43,8 +43,39 @@ TEST(ParallelLayout, AcceptsTheRecipeLayouts) {
   for (int64_t ep : {2, 4, 8}) EXPECT_NO_THROW(checkParallelLayout(tiny, ParallelLayout{2, 8, ep, true}, {8, 16}, tiny.canvasLength));
 }
 
-TEST(ParallelLayout, RejectsTensorParallelAboveTwo) {
-  expectRefused(config26b(), ParallelLayout{4, 2, 1, true}, "--tp 4: the tensor-parallel mapping supports TP 1 and 2");
+// TP beyond the KV heads replicates them (docs/parallelism.md, "Tensor parallelism beyond the KV
+// heads"): the 26B's full layers have 2, its sliding layers 8, and it has 16 query heads.
+TEST(ParallelLayout, AcceptsTensorParallelBeyondTheKvHeads) {
+  const DiffusionGemmaConfig config = config26b();
+  for (int64_t tp : {4, 8, 16})
+    EXPECT_NO_THROW(checkParallelLayout(config, ParallelLayout{tp, 1, 1, true}, {128, 512}, config.canvasLength)) << tp;
+  const DiffusionGemmaConfig tiny = tinyConfig();
+  EXPECT_NO_THROW(checkParallelLayout(tiny, ParallelLayout{4, 2, 1, true}, {8, 16}, tiny.canvasLength));
+}
+
+TEST(ParallelLayout, KvHeadsMustSplitOrReplicateEvenly) {
+  // More KV heads than ranks must be a multiple of them: 3 at TP 2.
+  DiffusionGemmaConfig config = tinyConfig();
+  config.layers[0].numQueryHeads = 6;
+  config.layers[0].numKeyValueHeads = 3;
+  config.layers[1].numQueryHeads = 6;
+  expectRefused(config, ParallelLayout{2, 1, 1, true}, "--tp 2 does not divide layer 0 (sliding)'s KV heads (3)");
+  // Fewer must divide TP: 4 KV heads at TP 6.
+  config = tinyConfig();
+  config.layers[0].numQueryHeads = 12;
+  config.layers[0].numKeyValueHeads = 4;
+  config.layers[1].numQueryHeads = 12;
+  config.vocabSize = 258;
+  expectRefused(config, ParallelLayout{6, 1, 1, false},
+                "--tp 6: layer 0 (sliding)'s KV heads (4) neither divide TP nor are a multiple of it");
+  // 2 and 3 KV heads at TP 6: each divides 6, but their replica blocks do not nest.
+  config.layers[0].numQueryHeads = 6;
+  config.layers[0].numKeyValueHeads = 3;
+  config.layers[1].numQueryHeads = 6;
+  config.layers[1].numKeyValueHeads = 2;
+  expectRefused(config, ParallelLayout{6, 1, 1, false},
+                "--tp 6: layer 0 (sliding)'s KV heads (3) and layer 1 (full attention)'s (2) are replicated over "
+                "rank blocks that do not nest");
 }
 
 TEST(ParallelLayout, ExpertParallelMustDivideDataParallelAndTheExperts) {
@@ -55,9 +86,6 @@ TEST(ParallelLayout, ExpertParallelMustDivideDataParallelAndTheExperts) {
 
 TEST(ParallelLayout, TensorParallelMustDivideHeadsAndMlp) {
   DiffusionGemmaConfig config = tinyConfig();
-  config.layers[1].numKeyValueHeads = 1;
-  expectRefused(config, ParallelLayout{2, 1, 1, true}, "--tp 2 does not divide layer 1 (full attention)'s KV heads (1)");
-  config = tinyConfig();
   config.layers[0].numQueryHeads = 3;
   expectRefused(config, ParallelLayout{2, 1, 1, true}, "layer 0 (sliding)'s query heads (3)");
   config = tinyConfig();

@@ -61,6 +61,29 @@ TEST(LayoutGroups, WithoutExpertParallelismExpertsReduceOverEveryRank) {
   EXPECT_TRUE(single->axes.empty());
 }
 
+// TP beyond the KV heads (docs/parallelism.md): a weight of 2 shared heads at TP 8 splits over `tp`
+// (2) and is replicated over `tp1` (4); heads at or above TP add no cut.
+TEST(LayoutGroups, SharedHeadsBelowTensorParallelCutTheTensorGroup) {
+  auto groups = layoutGroups(/*tp=*/8, /*dp=*/1, /*ep=*/1, /*sharedHeadSplits=*/{8, 2, 2, 16});
+  ASSERT_TRUE(groups);
+  EXPECT_EQ(groups->axes, (Axes{{"tp", 2, kTensor}, {"tp1", 4, kTensor}}));
+  EXPECT_EQ(groups->tensor, (Names{"tp", "tp1"}));
+  EXPECT_EQ(groups->expertData, (Names{"tp", "tp1"}));
+  // Rank 5 is (tp 1, tp1 1): it holds KV head 1 of 2, the head of query heads [10, 12) of 16.
+  EXPECT_EQ(Mesh(groups->axes).coordinates(5), (SmallVector<int64_t>{1, 1}));
+  // Two counts below TP: three axes, outer to inner. With EP, the expert group takes all of them.
+  auto nested = layoutGroups(8, 8, 8, {2, 4});
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->axes, (Axes{{"dp", 8, kData}, {"tp", 2, kTensor}, {"tp1", 2, kTensor}, {"tp2", 2, kTensor}}));
+  EXPECT_EQ(nested->expert, (Names{"tp", "tp1", "tp2"}));
+  // One head: replicated on every TP rank, so the single axis is whole-group as before.
+  auto single = layoutGroups(4, 1, 1, {1});
+  ASSERT_TRUE(single);
+  EXPECT_EQ(single->axes, (Axes{{"tp", 4, kTensor}}));
+  // Counts whose blocks do not nest.
+  EXPECT_FALSE(layoutGroups(6, 1, 1, {2, 3}));
+}
+
 TEST(LayoutGroups, RejectsImpossibleLayouts) {
   EXPECT_FALSE(layoutGroups(1, 2, 4));  // EP must divide DP
   EXPECT_FALSE(layoutGroups(2, 3, 3));  // TP must divide EP
