@@ -44,6 +44,9 @@ const std::vector<Layout>& trainingLayouts() {
       {"tp2_sp", "--tp 2 --sp", 2, 1, 254},
       {"tp2_dp2_ep2_sp", "--tp 2 --dp 2 --ep 2 --sp", 4, 2, 254},
       {"tp2_align16", "--tp 2 --vocab-alignment 16", 2, 1, 256},
+      // TP 4 beyond the config's 2 KV heads (each on 2 ranks) with a vocabulary 4 does not divide.
+      {"tp4", "--tp 4", 4, 1, 256},
+      {"tp4_sp", "--tp 4 --sp", 4, 1, 256},
       {"one_rank_align64", "--vocab-alignment 64", 1, 1, 256},
   };
   return all;
