@@ -18,7 +18,8 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), registry_(cudaBackendKernels()), hostRegistry_(cpuF32Kernels()) {
+  explicit CudaBackend(int device)
+      : device_(device), registry_(cudaBackendKernels()), hostRegistry_(cudaBackendHostKernels()) {
     try {
       activate();
       growStreams(1);
@@ -271,13 +272,6 @@ class CudaBackend final : public Backend {
     cudaGetLastError();
   }
 
-  // The CPU's f32 kernels: the host arena holds the f32 optimizer state and its update's operands.
-  static KernelRegistry cpuF32Kernels() {
-    KernelRegistry kernels;
-    registerCpuKernels(kernels);
-    return kernels;
-  }
-
   int device_;
   KernelRegistry registry_;
   KernelRegistry hostRegistry_;
@@ -299,6 +293,13 @@ KernelRegistry cudaBackendKernels() {
   KernelRegistry f32Kernels;
   registerCudaKernels(f32Kernels);
   return cuda::withWidenedBf16(f32Kernels);
+}
+
+// f32 only: the host arena holds the f32 optimizer state and its update's operands.
+KernelRegistry cudaBackendHostKernels() {
+  KernelRegistry kernels;
+  registerCpuKernels(kernels);
+  return kernels;
 }
 
 bool cudaDeviceAvailable(std::string* reason) {

@@ -23,6 +23,10 @@ std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex);
 // every step has a CUDA kernel that accepts it (test/integration/CudaPlanTest.cpp).
 KernelRegistry cudaBackendKernels();
 
+// The kernels of a plan's host arena (--optimizer-offload; Backend::hostKernels()): the CPU's f32
+// kernels, which run on the pinned host buffers. Touches no device either.
+KernelRegistry cudaBackendHostKernels();
+
 // True when the CUDA runtime reports at least one device. Otherwise false, and *reason (when given)
 // says why (the CUDA error string, or "no CUDA device found"). Never throws.
 bool cudaDeviceAvailable(std::string* reason);
