@@ -59,6 +59,7 @@ class Backend {
 // "cpu" always exists; "cuda" exists when built with CUDA and a device is usable. Throws
 // RuntimeError naming the reason otherwise (no driver, no device, not built with CUDA).
 // `deviceIndex` is the GPU of "cuda" (a rank of a multi-rank run uses its LOCAL_RANK).
+// `numThreads` (<= 0: one per core) is the CPU backend's pool, and the pool of "cuda"'s host kernels.
 std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThreads = 0, int64_t deviceIndex = 0);
 
 }  // namespace dgemma

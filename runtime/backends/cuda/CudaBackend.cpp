@@ -18,8 +18,11 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device)
-      : device_(device), registry_(cudaBackendKernels()), hostRegistry_(cudaBackendHostKernels()) {
+  CudaBackend(int device, int64_t hostThreads)
+      : device_(device),
+        registry_(cudaBackendKernels()),
+        hostRegistry_(cudaBackendHostKernels()),
+        hostThreads_(hostThreads) {
     try {
       activate();
       growStreams(1);
@@ -275,7 +278,7 @@ class CudaBackend final : public Backend {
   int device_;
   KernelRegistry registry_;
   KernelRegistry hostRegistry_;
-  ThreadPool hostThreads_;  // the host kernels' threads: every core (the update is memory-bound)
+  ThreadPool hostThreads_;  // the host kernels' threads
   std::vector<std::unique_ptr<cuda::StreamState>> streams_;  // stable addresses: contexts point here
   std::vector<cudaEvent_t> events_;
   std::mutex allocationsMutex_;
@@ -317,7 +320,7 @@ bool cudaDeviceAvailable(std::string* reason) {
   return true;
 }
 
-std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex) {
+std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex, int64_t hostThreads) {
   std::string reason;
   if (!cudaDeviceAvailable(&reason)) throw RuntimeError("cuda backend: no usable CUDA device: " + reason);
   int count = 0;
@@ -349,7 +352,7 @@ std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex) {
     throw RuntimeError("cuda backend: no usable CUDA device: this build's kernels cannot run on " + what + ": " +
                        errorText(status));
   }
-  return std::make_unique<CudaBackend>(device);
+  return std::make_unique<CudaBackend>(device, hostThreads);
 }
 
 }  // namespace dgemma
