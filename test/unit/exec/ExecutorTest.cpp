@@ -9,6 +9,7 @@
 #include "test/unit/comm/GlooRanks.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/ForwardingBackend.h"
+#include "runtime/exec/TimingBackend.h"
 #include "plan/HostArena.h"
 
 namespace dgemma {
@@ -132,6 +133,15 @@ TEST_F(ExecutorTest, RunsAHostArenaOnlyWithHostKernels) {
     const double denominator = 1 + std::exp(2.0) + std::exp(4.0);
     EXPECT_NEAR(outputs["probs"].as<float>()[2], std::exp(4.0) / denominator, 1e-7);
     EXPECT_EQ(executor.parameter("w").as<float>()[2], 4.0f);
+  }
+  // A profile (TimingBackend) counts the host kernels and the copies across apart.
+  {
+    TimingBackend timing(createBackend("cpu", 1));
+    Executor executor(plan, timing, communicators, "test.dgplan");
+    executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
+    EXPECT_EQ(timing.byOp().at("add (host)").calls, 1);
+    EXPECT_EQ(timing.byOp().at("(copy from the host arena)").calls, 1);
+    EXPECT_EQ(timing.byOp().at("add").calls, 1);
   }
   // Only a copy may cross between the host arena and the device's.
   {
