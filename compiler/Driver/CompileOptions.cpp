@@ -111,10 +111,6 @@ void checkObjectiveFlags(const CompileOptions& options) {
   if (options.mode != "train" && options.optimizerOffload != "none")
     throw InputError("--optimizer-offload " + options.optimizerOffload +
                      ": only with --mode train (an inference plan has no optimizer)");
-  if (options.backend != "cpu" && options.optimizerOffload != "none")
-    throw InputError("--optimizer-offload " + options.optimizerOffload + ": only with --backend cpu (the " +
-                     options.backend +
-                     " runtime does not run the host arena yet; docs/parallelism.md, \"Optimizer-state offload\")");
   if (options.mode != "train" && options.objective == "block-diffusion")
     throw InputError(
         "--objective block-diffusion: only with --mode train (its sampler is not built: "

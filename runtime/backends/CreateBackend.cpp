@@ -14,7 +14,7 @@ std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThrea
     // Named as the user asked for it, so that a machine without a GPU or a driver reads
     // "--backend cuda: cuda backend: no usable CUDA device: ...".
     try {
-      return createCudaBackend(deviceIndex);
+      return createCudaBackend(deviceIndex, numThreads);
     } catch (const RuntimeError& error) {
       throw RuntimeError("--backend cuda: " + std::string(error.what()));
     }

@@ -12,9 +12,14 @@
 
 namespace dgemma {
 
+// Where a step runs (plan/HostArena.h): on the device, on the host arena (after the device's work
+// so far has finished), or as a copy across the two on the step's stream.
+enum class StepPlace { Device, Host, DeviceToHost, HostToDevice };
+
 struct Executor::PreparedStep {
   const Step* step = nullptr;
-  std::unique_ptr<Kernel> kernel;  // null for collectives
+  StepPlace place = StepPlace::Device;
+  std::unique_ptr<Kernel> kernel;  // null for collectives and for copies across the host arena
   Communicator* communicator = nullptr;
   ReduceOp reduce = ReduceOp::Sum;
   int64_t root = 0;
@@ -40,29 +45,50 @@ std::string stepWhere(const std::string& source, const EntryPoint& entry, size_t
 // backend's memory up front (a RuntimeError: the plan is valid, this machine is too small for it).
 void refuseArenasLargerThanMemory(const Plan& plan, const Backend& backend, const std::string& source) {
   uint64_t total = 0;
-  for (const Arena& arena : plan.arenas) total = arena.bytes > UINT64_MAX - total ? UINT64_MAX : total + arena.bytes;
+  for (const Arena& arena : plan.arenas) {
+    // A GPU's host arena is not device memory (pinned host memory is refused by the allocator itself).
+    if (isHostArena(arena) && backend.name() != "cpu") continue;
+    total = arena.bytes > UINT64_MAX - total ? UINT64_MAX : total + arena.bytes;
+  }
   const uint64_t capacity = backend.memoryCapacityBytes();
   if (total > capacity)
     throw RuntimeError(source + ": the plan's " + std::to_string(plan.arenas.size()) + " arenas need " +
-                       std::to_string(total) + " bytes (" + formatBytes(total) + "), more than the " + formatBytes(capacity) +
-                       " of memory of the " + backend.name() + " backend; compile for a smaller micro-batch or prompt "
+                       std::to_string(total) + " bytes (" + formatBytes(total) + "), more than the " +
+                       formatBytes(capacity) + " of memory of the " + backend.name() +
+                       " backend; compile for a smaller micro-batch or prompt "
                        "length, or shard the plan over more ranks");
 }
 
-// A host arena (--optimizer-offload) is memory the CPU reads and writes: the CPU backend's arenas
-// are host memory already. A GPU backend would need pinned host arenas, device<->host copy steps
-// and the AdamW update run by the CPU kernel, which it does not have yet (docs/parallelism.md,
-// "Optimizer-state offload").
-void refuseHostArenasOffTheHost(const Plan& plan, const Backend& backend, const std::string& source) {
-  if (backend.name() == "cpu") return;
+// A host arena (--optimizer-offload) needs host memory the device copies to and from and kernels
+// that run on it (Backend::hostKernels(); docs/parallelism.md, "Optimizer-state offload"): the CPU
+// and CUDA backends have them.
+void refuseHostArenasWithoutHostKernels(const Plan& plan, const Backend& backend, const std::string& source) {
+  if (backend.hostKernels() != nullptr) return;
   for (const Arena& arena : plan.arenas)
     if (isHostArena(arena))
       throw InputError(source + ": arena \"" + arena.name +
-                       "\" lives in host memory (a plan compiled with "
-                       "--optimizer-offload), which the " +
-                       backend.name() +
-                       " backend does not run yet; compile "
-                       "without --optimizer-offload");
+                       "\" lives in host memory (a plan compiled with --optimizer-offload), which the " +
+                       backend.name() + " backend cannot run; compile without --optimizer-offload");
+}
+
+// A kernel step runs on the host when every buffer it touches is in the host arena; a copy with one
+// side there crosses between the two; any other step must stay off the host arena.
+StepPlace placeOf(const Plan& plan, const Step& step, const std::string& where) {
+  size_t hostBuffers = 0;
+  for (const std::vector<int64_t>* ids : {&step.inputs, &step.outputs})
+    for (int64_t id : *ids) hostBuffers += isHostArena(plan.arenas[plan.buffers[id].arena]);
+  if (hostBuffers == 0) return StepPlace::Device;
+  const size_t buffers = step.inputs.size() + step.outputs.size();
+  if (step.kind == Step::Kind::Kernel && hostBuffers == buffers) return StepPlace::Host;
+  if (step.kind == Step::Kind::Kernel && step.op == "copy" && step.inputs.size() == 1 && step.outputs.size() == 1) {
+    const Buffer& from = plan.buffers[step.inputs[0]];
+    const Buffer& to = plan.buffers[step.outputs[0]];
+    if (from.bytes() != to.bytes())
+      throw InputError(where + ": copies " + std::to_string(from.bytes()) + " bytes into a buffer of " +
+                       std::to_string(to.bytes()));
+    return isHostArena(plan.arenas[to.arena]) ? StepPlace::DeviceToHost : StepPlace::HostToDevice;
+  }
+  throw InputError(where + ": mixes buffers of the host arena with device buffers (only a copy may cross)");
 }
 
 // A step carries every attribute of its op, defaults included (docs/plan-format.md, "Header").
@@ -93,7 +119,7 @@ int64_t parseRoot(const Step& step, const std::string& where) {
 Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communicators, std::string source)
     : plan_(plan), backend_(backend), communicators_(communicators), source_(std::move(source)) {
   validatePlan(plan_, source_);  // cheap, and plans built in memory skip the file reader's check
-  refuseHostArenasOffTheHost(plan_, backend_, source_);
+  refuseHostArenasWithoutHostKernels(plan_, backend_, source_);
   const KernelRegistry& registry = backend_.kernels();
   for (const EntryPoint& entry : plan_.entryPoints) {
     auto prepared = std::make_unique<PreparedEntry>();
@@ -103,9 +129,15 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
       preparedStep.step = &step;
       std::string where = stepWhere(source_, entry, i, step);
       preparedStep.where = where;
-      if (step.kind == Step::Kind::Kernel) {
-        const KernelFactory* factory = registry.find(step.op);
-        if (!factory) throw InputError(where + ": kernel \"" + step.op + "\" is not provided by the " + backend_.name() + " backend");
+      preparedStep.place = placeOf(plan_, step, where);
+      if (preparedStep.place == StepPlace::DeviceToHost || preparedStep.place == StepPlace::HostToDevice) {
+        // The backend's transfer, not its copy kernel, which works inside one memory.
+      } else if (step.kind == Step::Kind::Kernel) {
+        const bool onHost = preparedStep.place == StepPlace::Host;
+        const KernelFactory* factory = (onHost ? *backend_.hostKernels() : registry).find(step.op);
+        if (!factory)
+          throw InputError(where + ": kernel \"" + step.op + "\" is not provided by the " + backend_.name() +
+                           " backend" + (onHost ? " on the host" : ""));
         KernelSignature signature;
         signature.step = &step;
         signature.where = where;
@@ -126,7 +158,8 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
           int64_t groupSize = preparedStep.communicator->size();
           bool gather = step.op == "all_gather";
           int64_t expectedOut = gather ? in.numElements() * groupSize : in.numElements() / groupSize;
-          if (in.dtype != out.dtype || out.numElements() != expectedOut || (!gather && in.numElements() % groupSize != 0))
+          if (in.dtype != out.dtype || out.numElements() != expectedOut ||
+              (!gather && in.numElements() % groupSize != 0))
             throw InputError(where + ": buffer sizes do not match a group of " + std::to_string(groupSize) + " ranks");
           if (!gather) preparedStep.reduce = parseReduce(step, where);
         } else if (step.op == "broadcast" || step.op == "reduce_to_root") {
@@ -139,8 +172,9 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
             throw InputError(where + ": " + step.op + " works in place: one buffer as input and output");
         } else if (step.op == "all_to_all") {
           if (step.inputs.size() != 2 || step.outputs.size() != 2)
-            throw InputError(where + ": expected the rows and the send counts as inputs, the received rows and counts "
-                                     "as outputs");
+            throw InputError(where +
+                             ": expected the rows and the send counts as inputs, the received rows and counts "
+                             "as outputs");
           const Buffer& in = plan_.buffers[step.inputs[0]];
           const Buffer& out = plan_.buffers[step.outputs[0]];
           int64_t groupSize = preparedStep.communicator->size();
@@ -164,6 +198,12 @@ Executor::Executor(const Plan& plan, Backend& backend, CommunicatorSet& communic
 
   refuseArenasLargerThanMemory(plan_, backend_, source_);
   for (const Arena& arena : plan_.arenas) {
+    if (isHostArena(arena)) {
+      void* base = backend_.allocateHost(arena.bytes, arena.alignment);
+      arenaBases_.push_back(base);
+      if (arena.bytes) std::memset(base, 0, arena.bytes);
+      continue;
+    }
     void* base = backend_.allocate(arena.bytes, arena.alignment);
     arenaBases_.push_back(base);
     if (arena.persistent) backend_.fillZero(base, arena.bytes);
@@ -186,9 +226,10 @@ Executor::~Executor() {
   } catch (const std::exception& error) {
     std::fprintf(stderr, "dgemma: warning: %s\n", error.what());
   }
-  for (void* base : arenaBases_) {
+  for (size_t i = 0; i < arenaBases_.size(); ++i) {
     try {
-      backend_.deallocate(base);
+      if (isHostArena(plan_.arenas[i])) backend_.deallocateHost(arenaBases_[i]);
+      else backend_.deallocate(arenaBases_[i]);
     } catch (const std::exception& error) {
       std::fprintf(stderr, "dgemma: warning: %s\n", error.what());
     }
@@ -230,7 +271,8 @@ void Executor::runAllToAll(const PreparedStep& prepared, ExecContext& context) {
   // The contract leaves the rows past the received ones zero.
   const uint64_t usedBytes = static_cast<uint64_t>(total) * rowBytes;
   const uint64_t capacityBytes = static_cast<uint64_t>(received.shape()[0]) * rowBytes;
-  if (capacityBytes > usedBytes) backend_.fillZero(static_cast<uint8_t*>(received.data) + usedBytes, capacityBytes - usedBytes);
+  if (capacityBytes > usedBytes)
+    backend_.fillZero(static_cast<uint8_t*>(received.data) + usedBytes, capacityBytes - usedBytes);
 
   auto elements = [&](std::vector<int64_t> counts) {
     for (int64_t& count : counts) count *= rowElements;
@@ -246,10 +288,14 @@ void* Executor::address(int64_t bufferId) const {
   return static_cast<uint8_t*>(arenaBases_[buffer.arena]) + buffer.offset;
 }
 
+bool Executor::inHostArena(int64_t bufferId) const { return isHostArena(plan_.arenas[plan_.buffers[bufferId].arena]); }
+
 HostTensor Executor::download(int64_t bufferId) const {
   const Buffer& buffer = plan_.buffers[bufferId];
   HostTensor tensor(buffer.dtype, buffer.shape);
-  backend_.copyToHost(tensor.data.data(), address(bufferId), tensor.data.size());
+  if (inHostArena(bufferId))  // run() has synchronized: nothing in flight writes it
+    std::memcpy(tensor.data.data(), address(bufferId), tensor.data.size());
+  else backend_.copyToHost(tensor.data.data(), address(bufferId), tensor.data.size());
   return tensor;
 }
 
@@ -261,7 +307,9 @@ void Executor::setParameter(const std::string& name, const HostTensor& value) {
       throw InputError("parameter " + name + ": expected " + std::string(dtypeName(buffer.dtype)) + " " +
                        shapeToString(buffer.shape) + ", got " + std::string(dtypeName(value.dtype)) + " " +
                        shapeToString(value.shape));
-    backend_.copyToDevice(address(parameter.buffer), value.data.data(), value.data.size());
+    if (inHostArena(parameter.buffer))  // an offloaded moment
+      std::memcpy(address(parameter.buffer), value.data.data(), value.data.size());
+    else backend_.copyToDevice(address(parameter.buffer), value.data.data(), value.data.size());
     // Its host master, when --optimizer-offload keeps one (plan/HostArena.h): host memory.
     const std::string hostCopy = kHostCopyPrefix + name;
     for (const Buffer& host : plan_.buffers)
@@ -278,7 +326,8 @@ HostTensor Executor::parameter(const std::string& name) const {
   throw InputError("parameter " + name + ": the plan has no such parameter");
 }
 
-std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry, const std::map<std::string, HostTensor>& inputs) {
+std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry,
+                                                const std::map<std::string, HostTensor>& inputs) {
   auto found = entries_.find(entry.key());
   if (found == entries_.end()) throw InputError(source_ + ": no entry point " + entry.key());
   for (const NamedBuffer& input : entry.inputs) {
@@ -298,11 +347,29 @@ std::map<std::string, HostTensor> Executor::run(const EntryPoint& entry, const s
   }
 
   backend_.prepareStreams(entry.numStreams, entry.numEvents);
+  bool deviceWorkQueued = true;  // the inputs' uploads, as far as a host step knows
   for (PreparedStep& prepared : found->second->steps) {
     const Step& step = *prepared.step;
     for (int64_t event : step.waitEvents) backend_.waitEvent(event, step.stream);
+    if (prepared.place == StepPlace::Host) {
+      // Its operands were copied in by the steps before it, asynchronously: wait for them. The host
+      // writes nothing a queued copy still reads (copies back are queued after the step that writes).
+      if (deviceWorkQueued) backend_.synchronize();
+      deviceWorkQueued = false;
+      ExecContext context = backend_.hostContext();
+      prepared.kernel->run(context, prepared.inputs, prepared.outputs);
+      for (int64_t event : step.signalEvents) backend_.recordEvent(event, step.stream);
+      continue;
+    }
+    deviceWorkQueued = true;
     ExecContext context = backend_.context(step.stream);
-    if (prepared.kernel) {
+    if (prepared.place == StepPlace::DeviceToHost) {
+      backend_.copyDeviceToHost(context, prepared.outputs[0].data, prepared.inputs[0].data,
+                                prepared.outputs[0].buffer->bytes());
+    } else if (prepared.place == StepPlace::HostToDevice) {
+      backend_.copyHostToDevice(context, prepared.outputs[0].data, prepared.inputs[0].data,
+                                prepared.outputs[0].buffer->bytes());
+    } else if (prepared.kernel) {
       prepared.kernel->run(context, prepared.inputs, prepared.outputs);
     } else {
       const TensorRef& in = prepared.inputs[0];

@@ -43,6 +43,7 @@ class Executor {
   // result's unreceived tail and writes the received counts.
   void runAllToAll(const PreparedStep& step, ExecContext& context);
   void* address(int64_t bufferId) const;
+  bool inHostArena(int64_t bufferId) const;  // plan/HostArena.h: the CPU reads and writes it directly
   HostTensor download(int64_t bufferId) const;
 
   const Plan& plan_;

@@ -32,6 +32,17 @@ class ForwardingBackend : public Backend {
   void recordEvent(int64_t event, int64_t stream) override { inner_->recordEvent(event, stream); }
   void waitEvent(int64_t event, int64_t stream) override { inner_->waitEvent(event, stream); }
   void synchronize() override { inner_->synchronize(); }
+  // The host arena's kernels run unwrapped: they touch no device memory.
+  const KernelRegistry* hostKernels() const override { return inner_->hostKernels(); }
+  void* allocateHost(uint64_t bytes, uint64_t alignment) override { return inner_->allocateHost(bytes, alignment); }
+  void deallocateHost(void* pointer) override { inner_->deallocateHost(pointer); }
+  void copyDeviceToHost(ExecContext& context, void* dst, const void* src, uint64_t bytes) override {
+    inner_->copyDeviceToHost(context, dst, src, bytes);
+  }
+  void copyHostToDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override {
+    inner_->copyHostToDevice(context, dst, src, bytes);
+  }
+  ExecContext hostContext() override { return inner_->hostContext(); }
 
  protected:
   std::unique_ptr<Backend> inner_;

@@ -40,19 +40,26 @@ class TimedKernel : public Kernel {
 
 std::vector<std::pair<std::string, OpTime>> slowestFirst(const std::map<std::string, OpTime>& table) {
   std::vector<std::pair<std::string, OpTime>> rows(table.begin(), table.end());
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   return rows;
 }
 
 }  // namespace
 
 TimingBackend::TimingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {
-  for (const std::string& name : inner_->kernels().names()) {
-    const KernelFactory* factory = inner_->kernels().find(name);
-    registry_.add(name, [this, factory, name](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
-      std::string key = name;
+  addTimed(registry_, inner_->kernels(), "");
+  if (const KernelRegistry* host = inner_->hostKernels()) addTimed(hostRegistry_, *host, " (host)");
+}
+
+void TimingBackend::addTimed(KernelRegistry& timed, const KernelRegistry& registry, const std::string& suffix) {
+  for (const std::string& name : registry.names()) {
+    const KernelFactory* factory = registry.find(name);
+    const std::string op = name + suffix;
+    timed.add(name, [this, factory, op](const KernelSignature& signature) -> std::unique_ptr<Kernel> {
+      std::string key = op;
       for (const Buffer* input : signature.inputs) key.append(" ").append(shapeToString(input->shape));
-      return std::make_unique<TimedKernel>((*factory)(signature), &byOp_[name], &byShape_[key], &enabled_);
+      return std::make_unique<TimedKernel>((*factory)(signature), &byOp_[op], &byShape_[key], &enabled_);
     });
   }
 }
@@ -79,6 +86,12 @@ void TimingBackend::fillZero(void* dst, uint64_t bytes) {
 void TimingBackend::copyOnDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) {
   timeCopy("(copy on device)", bytes, [&] { inner_->copyOnDevice(context, dst, src, bytes); });
 }
+void TimingBackend::copyDeviceToHost(ExecContext& context, void* dst, const void* src, uint64_t bytes) {
+  timeCopy("(copy to the host arena)", bytes, [&] { inner_->copyDeviceToHost(context, dst, src, bytes); });
+}
+void TimingBackend::copyHostToDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) {
+  timeCopy("(copy from the host arena)", bytes, [&] { inner_->copyHostToDevice(context, dst, src, bytes); });
+}
 
 double TimingBackend::totalSeconds() const {
   double seconds = 0;
@@ -88,14 +101,15 @@ double TimingBackend::totalSeconds() const {
 
 void printKernelProfile(std::FILE* out, const TimingBackend& backend, double per, const char* unit, int topShapes) {
   const double total = std::max(backend.totalSeconds(), 1e-300);
-  std::fprintf(out, "%-28s %10s %8s %10s\n", "op", (std::string("ms/") + unit).c_str(), "share", (std::string("calls/") + unit).c_str());
+  std::fprintf(out, "%-28s %10s %8s %10s\n", "op", (std::string("ms/") + unit).c_str(), "share",
+               (std::string("calls/") + unit).c_str());
   for (const auto& [name, time] : slowestFirst(backend.byOp())) {
     if (time.calls == 0) continue;
-    std::fprintf(out, "%-28s %10.3f %7.1f%% %10.1f\n", name.c_str(), 1e3 * time.seconds / per, 100 * time.seconds / total,
-                 static_cast<double>(time.calls) / per);
+    std::fprintf(out, "%-28s %10.3f %7.1f%% %10.1f\n", name.c_str(), 1e3 * time.seconds / per,
+                 100 * time.seconds / total, static_cast<double>(time.calls) / per);
   }
-  std::fprintf(out, "\ntop %d (op, input shapes)\n%10s %8s %10s  %s\n", topShapes, (std::string("ms/") + unit).c_str(), "share",
-               (std::string("calls/") + unit).c_str(), "op and input shapes");
+  std::fprintf(out, "\ntop %d (op, input shapes)\n%10s %8s %10s  %s\n", topShapes, (std::string("ms/") + unit).c_str(),
+               "share", (std::string("calls/") + unit).c_str(), "op and input shapes");
   int shown = 0;
   for (const auto& [key, time] : slowestFirst(backend.byShape())) {
     if (time.calls == 0 || shown++ == topShapes) break;

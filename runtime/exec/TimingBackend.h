@@ -29,6 +29,11 @@ class TimingBackend : public ForwardingBackend {
   void copyToHost(void* dst, const void* src, uint64_t bytes) override;
   void fillZero(void* dst, uint64_t bytes) override;
   void copyOnDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
+  // A plan's host arena (--optimizer-offload): its kernels count as "<kernel> (host)", its copies as
+  // "(copy to the host arena)" and "(copy from the host arena)".
+  const KernelRegistry* hostKernels() const override { return inner_->hostKernels() ? &hostRegistry_ : nullptr; }
+  void copyDeviceToHost(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
+  void copyHostToDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
 
   // Nothing is counted while disabled (a warm-up); a new TimingBackend starts enabled.
   void setEnabled(bool enabled) { enabled_ = enabled; }
@@ -45,6 +50,10 @@ class TimingBackend : public ForwardingBackend {
   template <typename Work>
   void timeCopy(const char* what, uint64_t bytes, Work work);
 
+  // The inner backend's kernels of `registry`, timed under their names with `suffix`.
+  void addTimed(KernelRegistry& timed, const KernelRegistry& registry, const std::string& suffix);
+
+  KernelRegistry hostRegistry_;
   std::map<std::string, OpTime> byOp_, byShape_;
   bool enabled_ = true;
 };

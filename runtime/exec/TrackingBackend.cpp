@@ -53,6 +53,18 @@ void TrackingBackend::deallocate(void* pointer) {
   inner_->deallocate(pointer);
 }
 
+void* TrackingBackend::allocateHost(uint64_t bytes, uint64_t alignment) {
+  void* pointer = inner_->allocateHost(bytes, alignment);
+  allocations_.push_back({static_cast<const uint8_t*>(pointer), bytes, true});
+  return pointer;
+}
+
+void TrackingBackend::deallocateHost(void* pointer) {
+  for (Allocation& allocation : allocations_)
+    if (allocation.live && allocation.base == pointer && pointer != nullptr) allocation.live = false;
+  inner_->deallocateHost(pointer);
+}
+
 void TrackingBackend::record(const void* pointer, uint64_t bytes, bool write, const char* what) {
   if (bytes == 0) return;
   const auto* address = static_cast<const uint8_t*>(pointer);
@@ -61,9 +73,9 @@ void TrackingBackend::record(const void* pointer, uint64_t bytes, bool write, co
     if (!allocation.live || address < allocation.base || address >= allocation.base + allocation.bytes) continue;
     uint64_t offset = static_cast<uint64_t>(address - allocation.base);
     if (bytes > allocation.bytes - offset)
-      throw RuntimeError(std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                         " run past the end of allocation " + std::to_string(i) + " (" + std::to_string(allocation.bytes) +
-                         " bytes)");
+      throw RuntimeError(std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " +
+                         std::to_string(offset) + " run past the end of allocation " + std::to_string(i) + " (" +
+                         std::to_string(allocation.bytes) + " bytes)");
     accesses_.push_back({call_, i, offset, bytes, write});
     return;
   }
@@ -96,6 +108,20 @@ void TrackingBackend::copyOnDevice(ExecContext& context, void* dst, const void* 
   inner_->copyOnDevice(context, dst, src, bytes);
 }
 
+void TrackingBackend::copyDeviceToHost(ExecContext& context, void* dst, const void* src, uint64_t bytes) {
+  nextCall();
+  record(src, bytes, false, "copy to the host arena");
+  record(dst, bytes, true, "copy to the host arena");
+  inner_->copyDeviceToHost(context, dst, src, bytes);
+}
+
+void TrackingBackend::copyHostToDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) {
+  nextCall();
+  record(src, bytes, false, "copy from the host arena");
+  record(dst, bytes, true, "copy from the host arena");
+  inner_->copyHostToDevice(context, dst, src, bytes);
+}
+
 std::vector<uint64_t> TrackingBackend::peakLiveBytes() const {
   // Each byte range's versions: a write starts one, and it lives to its range's last touch before
   // the next write. A read of a range nothing wrote yet (an input the trace did not see being
@@ -108,7 +134,8 @@ std::vector<uint64_t> TrackingBackend::peakLiveBytes() const {
   for (const Access& access : accesses_) {
     std::vector<Version>& range = versions[{access.allocation, access.offset, access.bytes}];
     // A kernel that reads and writes the same range in one call (an in-place update) continues its version.
-    if (range.empty() || (access.write && range.back().last != access.call)) range.push_back({access.call, access.call});
+    if (range.empty() || (access.write && range.back().last != access.call))
+      range.push_back({access.call, access.call});
     else range.back().last = access.call;
   }
   std::vector<std::map<int64_t, int64_t>> change(allocations_.size());  // call -> bytes born minus freed
@@ -121,7 +148,8 @@ std::vector<uint64_t> TrackingBackend::peakLiveBytes() const {
   std::vector<uint64_t> peaks(allocations_.size(), 0);
   for (size_t i = 0; i < change.size(); ++i) {
     int64_t live = 0;
-    for (const auto& [call, delta] : change[i]) peaks[i] = std::max<uint64_t>(peaks[i], static_cast<uint64_t>(live += delta));
+    for (const auto& [call, delta] : change[i])
+      peaks[i] = std::max<uint64_t>(peaks[i], static_cast<uint64_t>(live += delta));
   }
   return peaks;
 }

@@ -26,6 +26,12 @@ class TrackingBackend : public ForwardingBackend {
   void copyToHost(void* dst, const void* src, uint64_t bytes) override;
   void fillZero(void* dst, uint64_t bytes) override;
   void copyOnDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
+  // A plan's host arena is one more allocation, and the copies across it are traced; the host
+  // kernels run untraced (they touch only that arena, which is persistent).
+  void* allocateHost(uint64_t bytes, uint64_t alignment) override;
+  void deallocateHost(void* pointer) override;
+  void copyDeviceToHost(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
+  void copyHostToDevice(ExecContext& context, void* dst, const void* src, uint64_t bytes) override;
 
   struct Allocation {
     const uint8_t* base = nullptr;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/kernel_api/Kernel.h"
+#include "support/Error.h"
 
 namespace dgemma {
 
@@ -35,11 +36,30 @@ class Backend {
   virtual void recordEvent(int64_t event, int64_t stream) = 0;
   virtual void waitEvent(int64_t event, int64_t stream) = 0;
   virtual void synchronize() = 0;
+
+  // A plan's host arena (plan/HostArena.h; docs/parallelism.md, "Optimizer-state offload"): memory
+  // the CPU reads and writes, which the device copies to and from on a stream (pinned memory on a
+  // GPU), and the kernels that run on it. A backend without them returns null from hostKernels() and
+  // the executor refuses such a plan; the other calls are then never made.
+  virtual const KernelRegistry* hostKernels() const { return nullptr; }
+  virtual void* allocateHost(uint64_t, uint64_t) { throw RuntimeError(name() + " backend: no host arena"); }
+  virtual void deallocateHost(void*) { throw RuntimeError(name() + " backend: no host arena"); }
+  // Ordered on `context`'s stream like a kernel: the host side may be read or written by the CPU only
+  // after synchronize().
+  virtual void copyDeviceToHost(ExecContext&, void*, const void*, uint64_t) {
+    throw RuntimeError(name() + " backend: no host arena");
+  }
+  virtual void copyHostToDevice(ExecContext&, void*, const void*, uint64_t) {
+    throw RuntimeError(name() + " backend: no host arena");
+  }
+  // What hostKernels() run in: on the calling thread, after synchronize().
+  virtual ExecContext hostContext() { throw RuntimeError(name() + " backend: no host arena"); }
 };
 
 // "cpu" always exists; "cuda" exists when built with CUDA and a device is usable. Throws
 // RuntimeError naming the reason otherwise (no driver, no device, not built with CUDA).
 // `deviceIndex` is the GPU of "cuda" (a rank of a multi-rank run uses its LOCAL_RANK).
+// `numThreads` (<= 0: one per core) is the CPU backend's pool, and the pool of "cuda"'s host kernels.
 std::unique_ptr<Backend> createBackend(const std::string& name, int64_t numThreads = 0, int64_t deviceIndex = 0);
 
 }  // namespace dgemma

@@ -2025,6 +2025,56 @@ TEST(CudaKernelFactories, EveryCudaKernelHasACpuTwinAndTableRows) {
   }
 }
 
+// The host arena's calls (--optimizer-offload): pinned host memory, copies across it on a stream,
+// and the backend's host adamw (the CPU kernel), which equals its device adamw bit for bit.
+TEST(CudaBackend, HostArenaRoundTripAndHostAdamw) {
+  REQUIRE_CUDA_BACKEND();
+  Backend& backend = *sharedBackend().backend;
+  ASSERT_NE(backend.hostKernels(), nullptr);
+  backend.prepareStreams(1, 0);
+  const int64_t count = 100003;
+  const uint64_t bytes = count * sizeof(float);
+  EXPECT_THROW(backend.allocateHost(bytes, 8192), RuntimeError);  // past a page
+  float* host = static_cast<float*>(backend.allocateHost(bytes, 64));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(host) % 64, 0u);
+  void* device = backend.allocate(bytes, 256);
+  const std::vector<float> source = randomFloats(count, 11);
+  std::vector<float> back(count, -1.0f);
+  ExecContext stream = backend.context(0);
+  backend.copyToDevice(device, source.data(), bytes);
+  backend.copyDeviceToHost(stream, host, device, bytes);
+  backend.synchronize();
+  EXPECT_EQ(std::memcmp(host, source.data(), bytes), 0) << "device -> pinned host";
+  for (int64_t i = 0; i < count; ++i) host[i] = -host[i];
+  backend.copyHostToDevice(stream, device, host, bytes);
+  backend.synchronize();
+  backend.copyToHost(back.data(), device, bytes);
+  for (int64_t i = 0; i < count; ++i) ASSERT_EQ(back[i], -source[i]) << "pinned host -> device, element " << i;
+  backend.deallocate(device);
+  backend.deallocateHost(host);
+  EXPECT_THROW(backend.deallocateHost(host), RuntimeError);
+  backend.deallocateHost(nullptr);
+
+  // The host registry's adamw (the CPU kernel) on the same inputs equals the device's bit for bit.
+  auto setup = step("adamw", {{"beta1", 0.9}, {"beta2", 0.95}, {"epsilon", 1e-8}, {"weight_decay", 0.1}});
+  for (int i = 0; i < 4; ++i) setup->in({count});
+  for (int i = 0; i < 4; ++i) setup->in({});
+  setup->out({count}).out({count}).out({count});
+  const Buffers inputs = {randomFloats(count, 1),
+                          randomFloats(count, 2, -1e-2f, 1e-2f),
+                          randomFloats(count, 3, -1e-3f, 1e-3f),
+                          randomFloats(count, 4, 0.0f, 1e-5f),
+                          {0.5f},
+                          {3e-4f},
+                          {0.4095f},
+                          {0.0975f}};
+  const Buffers onHost = runCpu(*setup, inputs, *backend.hostKernels());
+  const Buffers onDevice = runGpu(*setup, inputs, backend.kernels());
+  ASSERT_EQ(onHost.size(), 3u);
+  for (size_t i = 0; i < onHost.size(); ++i)
+    EXPECT_EQ(std::memcmp(onHost[i].data(), onDevice[i].data(), onHost[i].size() * sizeof(float)), 0) << "output " << i;
+}
+
 // ---- errors: the CUDA kernels raise the CPU kernels' run-time errors, word for word -------------------
 
 // An id outside [0, V) is the CPU kernel's RuntimeError, word for word, before any output is written.

@@ -1,12 +1,14 @@
 // dgemma-compile --backend cuda, end to end without a GPU: the training plan and the inference
 // entries of tiny-cpu and small-20m, fp32 and bf16 (with elementwise fusion, the default), and an
-// expert-parallel training plan (--ep 2 with the all-to-all exchange, rank 0's plan), compiled
-// by the tool; then every kernel step of every entry is handed to the CUDA backend's kernel registry
-// (cudaBackendKernels(), which needs no device), whose factory must accept the step's dtypes, shapes
-// and attributes, as the executor's plan load does on a GPU. And dgemma-run --backend cuda on a
+// expert-parallel training plan (--ep 2 with the all-to-all exchange, rank 0's plan) and plans with
+// --optimizer-offload, compiled by the tool; then every kernel step of every entry is handed to the
+// CUDA backend's kernel registry (cudaBackendKernels(), which needs no device), or for a step on the
+// host arena to its host registry (cudaBackendHostKernels()), whose factory must accept the step's
+// dtypes, shapes and attributes, as the executor's plan load does on a GPU. And dgemma-run --backend cuda on a
 // machine without a GPU fails with exit 1 saying so.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "ToolRunner.h"
+#include "plan/HostArena.h"
 #include "plan/PlanFile.h"
 #include "runtime/backends/cuda/CudaBackend.h"
 #include "support/DType.h"
@@ -54,8 +57,12 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
   EXPECT_EQ(plan.metadata.value("fusion", ""), "on");
 
   const KernelRegistry registry = cudaBackendKernels();
+  // --optimizer-offload: a step on the host arena's buffers only runs a host kernel, a copy across
+  // is a transfer (runtime/exec/Executor.cpp places them so).
+  const KernelRegistry hostRegistry = cudaBackendHostKernels();
+  auto inHostArena = [&](int64_t id) { return isHostArena(plan.arenas[plan.buffers[id].arena]); };
   std::set<std::string> entries, ops;
-  int64_t kernelSteps = 0, bf16Matmuls = 0;
+  int64_t kernelSteps = 0, bf16Matmuls = 0, hostSteps = 0, transfers = 0;
   std::map<std::string, std::string> failures;  // op -> the first step's error
   for (const EntryPoint& entry : plan.entryPoints) {
     entries.insert(entry.name);
@@ -65,9 +72,16 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
       ++kernelSteps;
       ops.insert(step.op);
       if (step.op == "matmul" && plan.buffers[step.inputs.at(0)].dtype == DType::BF16) ++bf16Matmuls;
-      const KernelFactory* factory = registry.find(step.op);
+      const bool onHost = std::all_of(step.inputs.begin(), step.inputs.end(), inHostArena) &&
+                          std::all_of(step.outputs.begin(), step.outputs.end(), inHostArena);
+      if (!onHost && step.op == "copy" && (inHostArena(step.inputs.at(0)) || inHostArena(step.outputs.at(0)))) {
+        ++transfers;
+        continue;
+      }
+      hostSteps += onHost;
+      const KernelFactory* factory = (onHost ? hostRegistry : registry).find(step.op);
       if (factory == nullptr) {
-        failures.emplace(step.op, "no cuda kernel");
+        failures.emplace(step.op, onHost ? "no host kernel" : "no cuda kernel");
         continue;
       }
       KernelSignature signature;
@@ -86,8 +100,8 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
   if (c.mode == "train") {
     EXPECT_TRUE(entries.count("train_step")) << "no train_step entry";
     // The training step's kernels that only the training plan has.
-    for (const char* op : {"adamw", "rms_norm_backward", "attention_backward", "cross_entropy_backward",
-                           "fused_elementwise"})
+    for (const char* op :
+         {"adamw", "rms_norm_backward", "attention_backward", "cross_entropy_backward", "fused_elementwise"})
       EXPECT_TRUE(ops.count(op)) << op << " is not in the " << c.name << " plan";
   } else {
     EXPECT_TRUE(ops.count("canvas_sample")) << "no canvas_sample step in the " << c.name << " plan";
@@ -100,25 +114,35 @@ TEST_P(CudaPlan, EveryKernelStepHasACudaKernelThatAcceptsIt) {
   }
   // The experts: expert parallelism's dispatch and local experts, or moe_experts.
   std::vector<std::string> experts = {"moe_experts"};
-  if (!c.layout.empty()) experts = {"moe_dispatch", "moe_local_experts"};
+  if (c.layout.find("--ep") != std::string::npos) experts = {"moe_dispatch", "moe_local_experts"};
   if (c.mode == "train") experts.push_back(experts.back() + "_backward");
   for (const std::string& op : experts) EXPECT_TRUE(ops.count(op)) << op << " is not in the " << c.name << " plan";
+  // Each offloaded parameter's adamw runs on the host between its copies in and back.
+  if (c.layout.find("--optimizer-offload") != std::string::npos) {
+    EXPECT_GT(hostSteps, 0) << "no host step in the " << c.name << " plan";
+    EXPECT_GT(transfers, 2 * hostSteps) << "too few copies across the host arena in the " << c.name << " plan";
+  } else {
+    EXPECT_EQ(hostSteps + transfers, 0) << "host arena steps in the " << c.name << " plan";
+  }
   std::cout << "[ cuda plan ] " << c.name << ": " << entries.size() << " entries, " << kernelSteps
-            << " kernel steps of " << ops.size() << " kernels (" << bf16Matmuls << " bf16 matmuls), all accepted by the cuda backend: "
-            << (failures.empty() ? "yes" : "no") << "\n";
+            << " kernel steps of " << ops.size() << " kernels (" << bf16Matmuls
+            << " bf16 matmuls), all accepted by the cuda backend: " << (failures.empty() ? "yes" : "no") << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Models, CudaPlan,
-    ::testing::Values(PlanCase{"tiny_cpu_train_fp32", "tiny-cpu", "train", "fp32"},
-                      PlanCase{"tiny_cpu_train_bf16", "tiny-cpu", "train", "bf16"},
-                      PlanCase{"tiny_cpu_infer_fp32", "tiny-cpu", "infer", "fp32"},
-                      PlanCase{"tiny_cpu_infer_bf16", "tiny-cpu", "infer", "bf16"},
-                      PlanCase{"small_20m_train_fp32", "small-20m", "train", "fp32"},
-                      PlanCase{"small_20m_train_bf16", "small-20m", "train", "bf16"},
-                      PlanCase{"small_20m_infer_bf16", "small-20m", "infer", "bf16"},
-                      PlanCase{"tiny_cpu_train_bf16_ep2", "tiny-cpu", "train", "bf16",
-                               "--dp 2 --ep 2 --expert-exchange all-to-all"}),
+    ::testing::Values(
+        PlanCase{"tiny_cpu_train_fp32", "tiny-cpu", "train", "fp32"},
+        PlanCase{"tiny_cpu_train_bf16", "tiny-cpu", "train", "bf16"},
+        PlanCase{"tiny_cpu_infer_fp32", "tiny-cpu", "infer", "fp32"},
+        PlanCase{"tiny_cpu_infer_bf16", "tiny-cpu", "infer", "bf16"},
+        PlanCase{"small_20m_train_fp32", "small-20m", "train", "fp32"},
+        PlanCase{"small_20m_train_bf16", "small-20m", "train", "bf16"},
+        PlanCase{"small_20m_infer_bf16", "small-20m", "infer", "bf16"},
+        PlanCase{"tiny_cpu_train_bf16_ep2", "tiny-cpu", "train", "bf16", "--dp 2 --ep 2 --expert-exchange all-to-all"},
+        PlanCase{"tiny_cpu_train_bf16_offload_all", "tiny-cpu", "train", "bf16", "--optimizer-offload all"},
+        PlanCase{"tiny_cpu_train_fp32_ep2_offload_experts", "tiny-cpu", "train", "fp32",
+                 "--dp 2 --ep 2 --expert-exchange all-to-all --optimizer-offload experts"}),
     [](const ::testing::TestParamInfo<PlanCase>& info) { return info.param.name; });
 
 // One rank on --backend cuda without a GPU: exit 1, the flag and the reason named, no crash.
@@ -127,10 +151,10 @@ TEST(CudaRun, WithoutAGpuFailsNamingTheBackend) {
   if (cudaDeviceAvailable(&reason)) GTEST_SKIP() << "this machine has a usable CUDA device";
   ScratchDirectory dir;
   const std::string plan = dir / "plan";
-  const testing::ToolResult compiled =
-      runTool(std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
-              "/models/diffusion_gemma/configs/tiny-cpu.json --mode train --micro-batch 2 --prompt-len 16 --backend cuda -o " +
-              plan);
+  const testing::ToolResult compiled = runTool(
+      std::string(DGEMMA_COMPILE) + " --model " + DGEMMA_SOURCE_DIR +
+      "/models/diffusion_gemma/configs/tiny-cpu.json --mode train --micro-batch 2 --prompt-len 16 --backend cuda -o " +
+      plan);
   ASSERT_EQ(compiled.exitCode, 0) << compiled.output;
   const testing::ToolResult ran = runTool(std::string(DGEMMA_RUN) + " train --plan " + plan +
                                           " --init random --seed 1 --train mock --steps 1 --backend cuda");

@@ -8,17 +8,17 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <regex>
-#include <sstream>
 
 #include "GradientParity.h"
+#include "TrainingOutputs.h"
 #include "plan/HostArena.h"
 
 namespace dgemma {
 namespace {
 
+using testing::checkpointTensors;
+using testing::metricsLines;
 using testing::runTool;
 using testing::ScratchDirectory;
 using testing::sourcePath;
@@ -31,29 +31,6 @@ struct Case {
 };
 
 std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// The metrics lines without the wall-clock field, the one field two runs may differ in.
-std::vector<std::string> metricsLines(const std::string& path) {
-  static const std::regex seconds(R"(, "seconds": [^,}]*)");
-  std::vector<std::string> lines;
-  std::istringstream in(readFile(path));
-  for (std::string line; std::getline(in, line);) lines.push_back(std::regex_replace(line, seconds, ""));
-  return lines;
-}
-
-// Every safetensors file under `root`, by its path relative to it, with its bytes.
-std::map<std::string, std::string> checkpointTensors(const std::filesystem::path& root) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(root))
-    if (entry.is_regular_file() && entry.path().extension() == ".safetensors")
-      files[std::filesystem::relative(entry.path(), root).string()] = readFile(entry.path().string());
-  return files;
-}
 
 class OptimizerOffload : public ::testing::TestWithParam<Case> {
  protected:

@@ -84,6 +84,14 @@ class CpuBackend final : public Backend {
   void waitEvent(int64_t, int64_t) override {}
   void synchronize() override {}
 
+  // Its memory is the host's: the host arena is one more arena, run by the same kernels.
+  const KernelRegistry* hostKernels() const override { return &registry_; }
+  void* allocateHost(uint64_t bytes, uint64_t alignment) override { return allocate(bytes, alignment); }
+  void deallocateHost(void* pointer) override { deallocate(pointer); }
+  void copyDeviceToHost(ExecContext&, void* dst, const void* src, uint64_t bytes) override { copy(dst, src, bytes); }
+  void copyHostToDevice(ExecContext&, void* dst, const void* src, uint64_t bytes) override { copy(dst, src, bytes); }
+  ExecContext hostContext() override { return context(0); }
+
  private:
   static KernelRegistry cpuKernels() {
     KernelRegistry f32Kernels;

@@ -3,11 +3,14 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/backends/cuda/CudaCommon.h"
 #include "runtime/backends/cuda/ReducedPrecision.h"
+#include "runtime/core/ThreadPool.h"
 #include "support/Error.h"
+#include "runtime/kernels/CpuKernels.h"
 #include "runtime/kernels/CudaKernels.h"
 
 namespace dgemma {
@@ -15,7 +18,11 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), registry_(cudaBackendKernels()) {
+  CudaBackend(int device, int64_t hostThreads)
+      : device_(device),
+        registry_(cudaBackendKernels()),
+        hostRegistry_(cudaBackendHostKernels()),
+        hostThreads_(hostThreads) {
     try {
       activate();
       growStreams(1);
@@ -57,8 +64,8 @@ class CudaBackend final : public Backend {
         memory = "; " + std::to_string(freeBytes) + " of " + std::to_string(totalBytes) + " bytes free";
       cudaGetLastError();
       throw RuntimeError("cuda backend: cannot allocate " + std::to_string(bytes) + " bytes on device " +
-                         std::to_string(device_) + ": " + cudaGetErrorName(status) + " (" +
-                         cudaGetErrorString(status) + ")" + memory);
+                         std::to_string(device_) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
+                         ")" + memory);
     }
     auto address = reinterpret_cast<uintptr_t>(base);
     void* aligned = reinterpret_cast<void*>((address + (alignment - 1)) & ~static_cast<uintptr_t>(alignment - 1));
@@ -158,6 +165,59 @@ class CudaBackend final : public Backend {
     DGEMMA_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  // The host arena (--optimizer-offload): pinned memory, so that the copies across PCIe are
+  // asynchronous DMA on the plan's stream, and the CPU's kernels run on it (the host AdamW is the CPU
+  // backend's arithmetic, which the CUDA adamw shares: runtime/kernels/optimizer/AdamwMath.h).
+  const KernelRegistry* hostKernels() const override { return &hostRegistry_; }
+
+  void* allocateHost(uint64_t bytes, uint64_t alignment) override {
+    // cudaHostAlloc returns page-aligned memory; stricter alignments are not asked for by plans.
+    constexpr uint64_t kPageAlignment = 4096;
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kPageAlignment)
+      throw RuntimeError("cuda backend: host allocation alignment " + std::to_string(alignment) +
+                         " is not a power of two up to " + std::to_string(kPageAlignment));
+    activate();
+    void* pointer = nullptr;
+    cudaError_t status = cudaHostAlloc(&pointer, bytes == 0 ? 1 : bytes, cudaHostAllocDefault);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      throw RuntimeError("cuda backend: cannot allocate " + std::to_string(bytes) + " bytes of pinned host memory: " +
+                         cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+    }
+    std::lock_guard<std::mutex> lock(allocationsMutex_);
+    hostAllocations_.insert(pointer);
+    return pointer;
+  }
+
+  void deallocateHost(void* pointer) override {
+    if (pointer == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(allocationsMutex_);
+      if (hostAllocations_.erase(pointer) == 0)
+        throw RuntimeError("cuda backend: deallocateHost of a pointer this backend did not allocate");
+    }
+    activate();
+    DGEMMA_CUDA_CHECK(cudaFreeHost(pointer));
+  }
+
+  void copyDeviceToHost(ExecContext& context, void* hostDst, const void* deviceSrc, uint64_t bytes) override {
+    if (bytes == 0) return;
+    cuda::StreamState& state = cuda::streamState(context);
+    DGEMMA_CUDA_CHECK(cudaMemcpyAsync(hostDst, deviceSrc, bytes, cudaMemcpyDeviceToHost, state.stream));
+  }
+
+  void copyHostToDevice(ExecContext& context, void* deviceDst, const void* hostSrc, uint64_t bytes) override {
+    if (bytes == 0) return;
+    cuda::StreamState& state = cuda::streamState(context);
+    DGEMMA_CUDA_CHECK(cudaMemcpyAsync(deviceDst, hostSrc, bytes, cudaMemcpyHostToDevice, state.stream));
+  }
+
+  ExecContext hostContext() override {
+    ExecContext context;
+    context.threads = &hostThreads_;
+    return context;
+  }
+
  private:
   void activate() const { DGEMMA_CUDA_CHECK(cudaSetDevice(device_)); }
 
@@ -210,15 +270,20 @@ class CudaBackend final : public Backend {
     events_.clear();
     for (auto& [aligned, base] : allocations_) cudaFree(base);
     allocations_.clear();
+    for (void* pointer : hostAllocations_) cudaFreeHost(pointer);
+    hostAllocations_.clear();
     cudaGetLastError();
   }
 
   int device_;
   KernelRegistry registry_;
+  KernelRegistry hostRegistry_;
+  ThreadPool hostThreads_;  // the host kernels' threads
   std::vector<std::unique_ptr<cuda::StreamState>> streams_;  // stable addresses: contexts point here
   std::vector<cudaEvent_t> events_;
   std::mutex allocationsMutex_;
   std::unordered_map<void*, void*> allocations_;  // pointer handed out -> pointer cudaMalloc returned
+  std::unordered_set<void*> hostAllocations_;     // cudaHostAlloc's pointers
 };
 
 std::string errorText(cudaError_t error) {
@@ -231,6 +296,13 @@ KernelRegistry cudaBackendKernels() {
   KernelRegistry f32Kernels;
   registerCudaKernels(f32Kernels);
   return cuda::withWidenedBf16(f32Kernels);
+}
+
+// f32 only: the host arena holds the f32 optimizer state and its update's operands.
+KernelRegistry cudaBackendHostKernels() {
+  KernelRegistry kernels;
+  registerCpuKernels(kernels);
+  return kernels;
 }
 
 bool cudaDeviceAvailable(std::string* reason) {
@@ -248,7 +320,7 @@ bool cudaDeviceAvailable(std::string* reason) {
   return true;
 }
 
-std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex) {
+std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex, int64_t hostThreads) {
   std::string reason;
   if (!cudaDeviceAvailable(&reason)) throw RuntimeError("cuda backend: no usable CUDA device: " + reason);
   int count = 0;
@@ -274,13 +346,13 @@ std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex) {
     cudaDeviceProp properties{};
     std::string what = "device " + std::to_string(device);
     if (cudaGetDeviceProperties(&properties, device) == cudaSuccess)
-      what += " (" + std::string(properties.name) + ", compute capability " + std::to_string(properties.major) +
-              "." + std::to_string(properties.minor) + ")";
+      what += " (" + std::string(properties.name) + ", compute capability " + std::to_string(properties.major) + "." +
+              std::to_string(properties.minor) + ")";
     cudaGetLastError();
     throw RuntimeError("cuda backend: no usable CUDA device: this build's kernels cannot run on " + what + ": " +
                        errorText(status));
   }
-  return std::make_unique<CudaBackend>(device);
+  return std::make_unique<CudaBackend>(device, hostThreads);
 }
 
 }  // namespace dgemma

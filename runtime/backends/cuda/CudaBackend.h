@@ -15,13 +15,18 @@ namespace dgemma {
 // Creates the backend on device `deviceIndex` (0-based). Throws RuntimeError naming the reason when
 // no device is usable ("cuda backend: no usable CUDA device: CUDA driver version is insufficient for
 // CUDA runtime version"), when the index is out of range, or when this build's kernels have no image
-// for the device's architecture.
-std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex);
+// for the device's architecture. `hostThreads` (<= 0: one per core) run the kernels of a plan's host
+// arena (--optimizer-offload; dgemma-run's --threads).
+std::unique_ptr<Backend> createCudaBackend(int64_t deviceIndex, int64_t hostThreads = 0);
 
 // The kernels the backend runs plans with: registerCudaKernels() with bf16 widened for the f32-only
 // kernels (ReducedPrecision.h). Touches no device, so a machine without a GPU can check that a plan's
 // every step has a CUDA kernel that accepts it (test/integration/CudaPlanTest.cpp).
 KernelRegistry cudaBackendKernels();
+
+// The kernels of a plan's host arena (--optimizer-offload; Backend::hostKernels()): the CPU's f32
+// kernels, which run on the pinned host buffers. Touches no device either.
+KernelRegistry cudaBackendHostKernels();
 
 // True when the CUDA runtime reports at least one device. Otherwise false, and *reason (when given)
 // says why (the CUDA error string, or "no CUDA device found"). Never throws.

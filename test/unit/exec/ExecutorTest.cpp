@@ -9,6 +9,7 @@
 #include "test/unit/comm/GlooRanks.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/ForwardingBackend.h"
+#include "runtime/exec/TimingBackend.h"
 #include "plan/HostArena.h"
 
 namespace dgemma {
@@ -22,7 +23,8 @@ Plan addSoftmaxPlan() {
   Plan plan;
   plan.producer = "test";
   plan.arenas = {{"persistent", true, 64, 64}, {"scratch", false, 256, 64}};
-  auto scratch = [&](int64_t id, const char* name, std::vector<int64_t> shape, uint64_t offset, int64_t first, int64_t last) {
+  auto scratch = [&](int64_t id, const char* name, std::vector<int64_t> shape, uint64_t offset, int64_t first,
+                     int64_t last) {
     return Buffer{id, name, DType::F32, std::move(shape), 1, offset, Lifetime{kEntry, first, last}, std::nullopt};
   };
   plan.buffers = {
@@ -96,31 +98,69 @@ TEST_F(ExecutorTest, RejectsUnknownKernelAtLoad) {
     Executor executor(plan, *backend, communicators, "test.dgplan");
     FAIL();
   } catch (const InputError& error) {
-    EXPECT_EQ(std::string(error.what()),
-              "test.dgplan: entry forward: step 1 (softmax_v2 at model.mlir:7:3): kernel \"softmax_v2\" is not provided by "
-              "the cpu backend");
+    EXPECT_EQ(
+        std::string(error.what()),
+        "test.dgplan: entry forward: step 1 (softmax_v2 at model.mlir:7:3): kernel \"softmax_v2\" is not provided by "
+        "the cpu backend");
   }
 }
 
-// A plan with a host arena (--optimizer-offload) runs on the CPU backend, whose arenas are host
-// memory, and is refused by a backend that is not the CPU's. Setting a parameter also sets its
-// host master (offload/<name>, plan/HostArena.h), here read by the add step instead of w.
-TEST_F(ExecutorTest, RunsAHostArenaOnlyOnTheCpu) {
+// A plan with a host arena (--optimizer-offload) runs on a backend with host kernels (the CPU's
+// here; the CUDA backend's in test/integration/OptimizerOffloadCudaTest.cpp) and is refused by one
+// without. Setting a parameter also sets its host master (offload/<name>, plan/HostArena.h): here
+// a host step doubles it and a copy across puts the result into w before the device's steps.
+TEST_F(ExecutorTest, RunsAHostArenaOnlyWithHostKernels) {
   Plan plan = addSoftmaxPlan();
-  plan.arenas.push_back({kHostArenaName, true, 64, 64});
+  plan.arenas.push_back({kHostArenaName, true, 128, 64});
   plan.buffers.push_back({5, std::string(kHostCopyPrefix) + "w", DType::F32, {3}, 2, 0, std::nullopt, std::nullopt});
-  plan.entryPoints[0].steps[0].inputs = {1, 5};
+  plan.buffers.push_back({6, "offload/twice", DType::F32, {3}, 2, 64, std::nullopt, std::nullopt});
+  Step doubleOnHost;
+  doubleOnHost.op = "add";
+  doubleOnHost.inputs = {5, 5};
+  doubleOnHost.outputs = {6};
+  Step copyBack;
+  copyBack.op = "copy";
+  copyBack.inputs = {6};
+  copyBack.outputs = {0};
+  std::vector<Step>& steps = plan.entryPoints[0].steps;
+  steps.insert(steps.begin(), {doubleOnHost, copyBack});
+  for (Buffer& buffer : plan.buffers)
+    if (buffer.lifetime) buffer.lifetime->last += 2;  // each ends two steps later; the input is live from step 0
   {
     Executor executor(plan, *backend, communicators, "test.dgplan");
     executor.setParameter("w", tensorOf({3}, {0.0f, 1.0f, 2.0f}));
     auto outputs = executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
-    const double denominator = 1 + std::exp(1.0) + std::exp(2.0);
-    EXPECT_NEAR(outputs["probs"].as<float>()[2], std::exp(2.0) / denominator, 1e-7);
+    const double denominator = 1 + std::exp(2.0) + std::exp(4.0);
+    EXPECT_NEAR(outputs["probs"].as<float>()[2], std::exp(4.0) / denominator, 1e-7);
+    EXPECT_EQ(executor.parameter("w").as<float>()[2], 4.0f);
+  }
+  // A profile (TimingBackend) counts the host kernels and the copies across apart.
+  {
+    TimingBackend timing(createBackend("cpu", 1));
+    Executor executor(plan, timing, communicators, "test.dgplan");
+    executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}});
+    EXPECT_EQ(timing.byOp().at("add (host)").calls, 1);
+    EXPECT_EQ(timing.byOp().at("(copy from the host arena)").calls, 1);
+    EXPECT_EQ(timing.byOp().at("add").calls, 1);
+  }
+  // Only a copy may cross between the host arena and the device's.
+  {
+    Plan mixed = plan;
+    mixed.entryPoints[0].steps[2].inputs = {1, 5};
+    try {
+      Executor executor(mixed, *backend, communicators, "test.dgplan");
+      FAIL();
+    } catch (const InputError& error) {
+      EXPECT_EQ(std::string(error.what()),
+                "test.dgplan: entry forward: step 2 (add): mixes buffers of the host arena with device buffers (only "
+                "a copy may cross)");
+    }
   }
   class DeviceBackend : public ForwardingBackend {
    public:
     using ForwardingBackend::ForwardingBackend;
-    std::string name() const override { return "cuda"; }
+    std::string name() const override { return "device"; }
+    const KernelRegistry* hostKernels() const override { return nullptr; }
   } device(createBackend("cpu", 1));
   try {
     Executor executor(plan, device, communicators, "test.dgplan");
@@ -128,7 +168,7 @@ TEST_F(ExecutorTest, RunsAHostArenaOnlyOnTheCpu) {
   } catch (const InputError& error) {
     EXPECT_EQ(std::string(error.what()),
               "test.dgplan: arena \"host\" lives in host memory (a plan compiled with --optimizer-offload), which the "
-              "cuda backend does not run yet; compile without --optimizer-offload");
+              "device backend cannot run; compile without --optimizer-offload");
   }
 }
 
@@ -146,10 +186,11 @@ TEST_F(ExecutorTest, RefusesArenasLargerThanTheMachinesMemoryBeforeAllocating) {
     FAIL();
   } catch (const RuntimeError& error) {
     const std::string message = error.what();
-    EXPECT_EQ(message.rfind("test.dgplan: the plan's 2 arenas need 1152921504606847040 bytes (1.0 EiB), more than the " +
-                                formatBytes(backend->memoryCapacityBytes()) + " of memory of the cpu backend;",
-                            0),
-              0u)
+    EXPECT_EQ(
+        message.rfind("test.dgplan: the plan's 2 arenas need 1152921504606847040 bytes (1.0 EiB), more than the " +
+                          formatBytes(backend->memoryCapacityBytes()) + " of memory of the cpu backend;",
+                      0),
+        0u)
         << message;
   }
 }
@@ -164,8 +205,9 @@ TEST_F(ExecutorTest, RejectsWrongInputsAndParameters) {
     EXPECT_EQ(std::string(error.what()), "input x: expected f32 [2,3], got f32 [3,2]");
   }
   EXPECT_THROW(executor.run(plan.entryPoints[0], {}), InputError);
-  EXPECT_THROW(executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}, {"y", tensorOf({1}, {0})}}),
-               InputError);
+  EXPECT_THROW(
+      executor.run(plan.entryPoints[0], {{"x", tensorOf({2, 3}, {0, 0, 0, 0, 0, 0})}, {"y", tensorOf({1}, {0})}}),
+      InputError);
   EXPECT_THROW(executor.setParameter("w", tensorOf({4}, {0, 0, 0, 0})), InputError);
   EXPECT_THROW(executor.setParameter("missing", tensorOf({3}, {0, 0, 0})), InputError);
 }
@@ -279,7 +321,8 @@ TEST(ExecutorGlooTest, AllToAllStepsExchangeUnevenCountsOverTwoAndThreeRanks) {
           std::vector<float> expected;
           for (int64_t peer = 0; peer < peers; ++peer) {
             EXPECT_EQ(outputs["recv_counts"].as<int64_t>()[peer], (peer + rank) % 3) << "rank " << rank;
-            for (int64_t i = 0; i < (peer + rank) % 3; ++i) expected.insert(expected.end(), {float(10 * peer + rank), float(i)});
+            for (int64_t i = 0; i < (peer + rank) % 3; ++i)
+              expected.insert(expected.end(), {float(10 * peer + rank), float(i)});
           }
           expected.resize(2 * capacity, 0.0f);
           const float* received = outputs["received"].as<float>();
@@ -289,9 +332,7 @@ TEST(ExecutorGlooTest, AllToAllStepsExchangeUnevenCountsOverTwoAndThreeRanks) {
   }
 }
 
-TEST_F(ExecutorTest, UnknownBackendIsAnInputError) {
-  EXPECT_THROW(createBackend("tpu"), InputError);
-}
+TEST_F(ExecutorTest, UnknownBackendIsAnInputError) { EXPECT_THROW(createBackend("tpu"), InputError); }
 
 }  // namespace
 }  // namespace dgemma

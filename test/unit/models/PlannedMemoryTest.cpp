@@ -11,6 +11,8 @@
 #include "mlir/IR/Verifier.h"
 #include "models/diffusion_gemma/ir/Builder.h"
 #include "models/diffusion_gemma/ir/Inference.h"
+#include "dialects/dg/IR/DgOps.h"
+#include "plan/Names.h"
 #include "plan/PlanFile.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/TrackingBackend.h"
@@ -20,15 +22,24 @@ namespace {
 
 const std::string kFixture = std::string(DGEMMA_SOURCE_DIR) + "/test/fixtures/diffusion_gemma/all_experts";
 
-// `generation`: an inference plan's settings, which its entries require.
-Plan compile(mlir::OwningOpRef<mlir::ModuleOp> module, bool train, std::optional<GenerationSettings> generation = {}) {
+// `generation`: an inference plan's settings, which its entries require. `offloadAll`: every
+// trainable parameter's AdamW moments and update in the host arena (--optimizer-offload all).
+Plan compile(mlir::OwningOpRef<mlir::ModuleOp> module, bool train, std::optional<GenerationSettings> generation = {},
+             bool offloadAll = false) {
   EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = train;
   if (train) pipeline.optimizer = OptimizerSettings{};
   EXPECT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
   EXPECT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(*module, pipeline)));
-  auto plan = mlir::dg::lowerToPlan(*module, mlir::dg::PlanLoweringOptions{});
+  mlir::dg::PlanLoweringOptions lowering;
+  if (offloadAll)
+    module->walk([&](mlir::dg::ParamOp param) {
+      const std::string name = param.getName().str();
+      if (param.getTrainable() && name.rfind(kGradientPrefix, 0) != 0 && name.rfind(kOptimizerStatePrefix, 0) != 0)
+        lowering.offloadedParameters.insert(name);
+    });
+  auto plan = mlir::dg::lowerToPlan(*module, lowering);
   EXPECT_TRUE(mlir::succeeded(plan));
   plan->generation = generation;
   validatePlan(*plan, "planned-memory-test");
@@ -81,6 +92,21 @@ TEST(PlannedMemory, TrainingEntriesStayWithinTheirArenas) {
   std::vector<std::string> names;
   for (const Arena& arena : plan.arenas) names.push_back(arena.name);
   EXPECT_EQ(names, (std::vector<std::string>{"parameters", "gradients", "optimizer", "constants", "activations"}));
+  expectTrackedWithinPlan(plan);
+}
+
+// With the optimizer state offloaded, the host arena is one more allocation, which the copies
+// across it fill (the host kernels that update it run untraced).
+TEST(PlannedMemory, OffloadedTrainingEntriesStayWithinTheirArenas) {
+  mlir::MLIRContext context;
+  DiffusionGemmaConfig config = loadDiffusionGemmaConfig(kFixture + "/config.json");
+  mlir::dg::DiffusionGemmaTrainOptions options;
+  options.microBatch = 2;
+  options.promptLengths = {8};
+  Plan plan = compile(mlir::dg::buildDiffusionGemmaTrain(context, config, options), true, std::nullopt, true);
+  std::vector<std::string> names;
+  for (const Arena& arena : plan.arenas) names.push_back(arena.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"parameters", "gradients", "constants", "activations", "host"}));
   expectTrackedWithinPlan(plan);
 }
 
