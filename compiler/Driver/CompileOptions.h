@@ -62,6 +62,7 @@ struct CompileOptions {
   int64_t hiddenSize = 64;
   int64_t vocabSize = 128;
   int64_t tp = 1, ep = 1, dp = 1;
+  int64_t cp = 1;  // --cp: context parallelism (docs/parallelism.md, "Context parallelism")
   bool sequenceParallel = false;
   bool distributedOptimizer = true;
   std::string expertExchange = "all-gather";  // all-gather | all-to-all

@@ -22,7 +22,24 @@ namespace dgemma {
 namespace {
 
 ParallelLayout parallelLayout(const CompileOptions& options) {
-  return ParallelLayout{options.tp, options.dp, options.ep, options.sequenceParallel};
+  return ParallelLayout{options.tp, options.dp, options.ep, options.sequenceParallel, options.cp};
+}
+
+// What context parallelism splits (docs/parallelism.md, "Context parallelism"): the SFT training
+// step's causal encoder passes over text. Throws InputError naming --cp for anything else.
+void checkContextParallelScope(const CompileOptions& options) {
+  if (options.cp == 1) return;
+  const std::string flag = "--cp " + std::to_string(options.cp);
+  if (options.mode != "train")
+    throw InputError(flag + ": context parallelism splits the training step's encoder passes; --mode " + options.mode +
+                     " is not split (compile it without --cp)");
+  if (isPretrainingObjective(options))
+    throw InputError(flag + ": --objective " + options.objective +
+                     " is not split over context ranks (only the SFT objective's encoder passes are)");
+  if (options.imagesPerExample > 0)
+    throw InputError(flag +
+                     " with --images-per-example: the image overlay lets a prompt token see later keys of its "
+                     "image, which the context split's causal key prefix does not hold");
 }
 
 // The objective flags (docs/training.md, "The objective"), validated.
@@ -226,11 +243,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                                 : options.objective == "block-diffusion"
                                     ? (options.canvasLength != 0 ? options.canvasLength : config.canvasLength)
                                     : lengths.front();
+  checkContextParallelScope(options);
   checkParallelLayout(config, parallelLayout(options), lengths, decodedLength);
   metadata["layout"] = {{"tp", options.tp},
                         {"dp", options.dp},
                         {"ep", options.ep},
                         {"sp", options.sequenceParallel},
+                        {"cp", options.cp},
                         {"distributed_optimizer", options.distributedOptimizer},
                         {"expert_exchange", options.expertExchange}};
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.

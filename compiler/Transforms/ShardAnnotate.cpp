@@ -98,7 +98,10 @@ class Annotator {
     else if (experts) roleSplit = split(0, names(groups_.expert));
     if (failed(roleSplit)) return failure();
 
+    // The context ranks hold other tokens of the same sequences: they sum gradients and share the
+    // optimizer state like data-parallel ranks (Megatron's data-context group).
     Axes dataGroup = names(experts ? groups_.expertData : groups_.data);
+    llvm::append_range(dataGroup, names(groups_.context));
     Axes partial;
     if (name.kind == ParameterKind::Gradient) {
       // Every rank of the data group adds its own tokens' contribution; a whole parameter's gradient
@@ -149,11 +152,12 @@ class Annotator {
 struct DgShardAnnotatePass : mlir::dg::impl::DgShardAnnotateBase<DgShardAnnotatePass> {
   using DgShardAnnotateBase::DgShardAnnotateBase;
   void runOnOperation() override {
-    std::optional<LayoutGroups> groups = layoutGroups(tensorParallel, dataParallel, expertParallel);
+    std::optional<LayoutGroups> groups = layoutGroups(tensorParallel, dataParallel, expertParallel, contextParallel);
     if (!groups) {
-      getOperation().emitError() << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue()
-                                 << " dp=" << dataParallel.getValue() << " ep=" << expertParallel.getValue()
-                                 << " has no mesh (sizes must be >= 1, ep must divide dp, and tp must divide ep when ep > 1)";
+      getOperation().emitError()
+          << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue() << " dp=" << dataParallel.getValue()
+          << " ep=" << expertParallel.getValue() << " cp=" << contextParallel.getValue()
+          << " has no mesh (sizes must be >= 1, ep must divide dp, and tp must divide ep when ep > 1)";
       return signalPassFailure();
     }
     if (sequenceParallel && tensorParallel == 1) {

@@ -224,6 +224,9 @@ class Partitioner {
         op->setAttr("expert_offset", builder.getI64IntegerAttr(firstRow(experts, op->getOperand(kGateUp))));
       return success();
     }
+    if (auto attention = dyn_cast<AttentionOp>(op)) return localizeQueryBlock(op, attention.getMask(), /*results=*/{});
+    if (auto backward = dyn_cast<AttentionBackwardOp>(op))
+      return localizeQueryBlock(op, backward.getMask(), {backward.getGradKey(), backward.getGradValue()});
     if (auto mean = dyn_cast<ReduceMeanOp>(op)) {
       scaleMeanOverSplitDims(mean);
       return success();
@@ -234,6 +237,67 @@ class Partitioner {
       for (unsigned index = 0; index < op->getNumOperands(); ++index)
         if (failed(checkWhole(op, index, concat.getDim(), "concatenates"))) return failure();
       return success();
+    }
+    return success();
+  }
+
+  // Attention whose queries are split on the sequence (context parallelism) over whole keys: the op
+  // places its Tq queries at the last Tq key positions, so a block of queries that starts at global
+  // query `offset` sees the keys [0, end) with end = Tk - Tq_global + offset + Tq_local. The keys,
+  // values and their per-key operands are cut to that prefix, which keeps the causal mask, the
+  // sliding window and the document ids exact at global positions; the backward's key and value
+  // gradients (`keyGradients`) come out for the prefix and are padded with zeros to Tk, the rank's
+  // share of their pending sum over the context group (docs/parallelism.md, "Context parallelism").
+  LogicalResult localizeQueryBlock(Operation* op, AttentionMask mask, ArrayRef<Value> keyGradients) {
+    constexpr unsigned kQuery = 0, kKey = 1, kValue = 2, kKeyValid = 3;
+    ShardingAttr querySharding = shardingAt(op, kOperandShardingsAttr, kQuery);
+    if (mesh_.splitOf(querySharding, 1) == 1) return success();
+    if (mask != AttentionMask::Causal)
+      return op->emitOpError()
+             << "splits its queries over " << querySharding
+             << " under a non-causal mask; only causal attention splits its queries (context parallelism)";
+    auto localQuery = cast<RankedTensorType>(op->getOperand(kQuery).getType());
+    SmallVector<int64_t> globalQuery(localQuery.getShape());
+    globalQuery[1] *= mesh_.splitOf(querySharding, 1);
+    const int64_t keys = cast<RankedTensorType>(op->getOperand(kKey).getType()).getDimSize(1);
+    const int64_t end =
+        keys - globalQuery[1] + mesh_.shardOffset(querySharding, globalQuery, rank_)[1] + localQuery.getDimSize(1);
+    if (end == keys) return success();
+    Value segmentIds =
+        isa<AttentionOp>(op) ? cast<AttentionOp>(op).getSegmentIds() : cast<AttentionBackwardOp>(op).getSegmentIds();
+    if (segmentIds)
+      return op->emitOpError() << "splits its queries over " << querySharding
+                               << " with the image overlay's segment ids, which let a query see later keys; "
+                                  "context parallelism does not split such a pass";
+    OpBuilder builder(op);
+    auto prefix = [&](Value value) {
+      auto type = cast<RankedTensorType>(value.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[1] = end;
+      return builder
+          .create<SliceOp>(op->getLoc(), RankedTensorType::get(shape, type.getElementType()), value,
+                           builder.getI64IntegerAttr(1), builder.getI64IntegerAttr(0))
+          .getResult();
+    };
+    for (OpOperand& operand : op->getOpOperands()) {
+      unsigned index = operand.getOperandNumber();
+      bool perKey = index == kKey || index == kValue || index == kKeyValid;
+      // The optional segment and document ids follow the backward's grad_output, or the forward's key_valid.
+      unsigned firstOptional = isa<AttentionOp>(op) ? kKeyValid + 1 : kKeyValid + 2;
+      if (perKey || index >= firstOptional) operand.set(prefix(operand.get()));
+    }
+    builder.setInsertionPointAfter(op);
+    for (Value gradient : keyGradients) {
+      auto type = cast<RankedTensorType>(gradient.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[1] = end;
+      gradient.setType(RankedTensorType::get(shape, type.getElementType()));
+      shape[1] = keys - end;
+      Value zeros = builder.create<FillOp>(op->getLoc(), RankedTensorType::get(shape, type.getElementType()),
+                                           builder.getF64FloatAttr(0.0));
+      Value padded = builder.create<ConcatOp>(op->getLoc(), ValueRange{gradient, zeros}, builder.getI64IntegerAttr(1));
+      gradient.replaceAllUsesExcept(padded, padded.getDefiningOp());
+      producedSharding_[padded] = producedSharding_[gradient];
     }
     return success();
   }

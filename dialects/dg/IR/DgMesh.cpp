@@ -91,9 +91,9 @@ SmallVector<int64_t> Mesh::shardOffset(ShardingAttr sharding, ArrayRef<int64_t> 
   return offset;
 }
 
-std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64_t dataParallel,
-                                                   int64_t expertParallel) {
-  if (tensorParallel < 1 || dataParallel < 1 || expertParallel < 1) return std::nullopt;
+std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel,
+                                                   int64_t contextParallel) {
+  if (tensorParallel < 1 || dataParallel < 1 || expertParallel < 1 || contextParallel < 1) return std::nullopt;
   if (dataParallel % expertParallel != 0) return std::nullopt;
   if (expertParallel > 1 && expertParallel % tensorParallel != 0) return std::nullopt;
   int64_t epInner = expertParallel > 1 ? expertParallel / tensorParallel : 1;
@@ -103,7 +103,7 @@ std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64
     return size > 1;
   };
   bool hasDp = add("dp", dataParallel / epInner, AxisRole::Data), hasEp = add("ep", epInner, AxisRole::Expert),
-       hasTp = add("tp", tensorParallel, AxisRole::Tensor);
+       hasCp = add("cp", contextParallel, AxisRole::Context), hasTp = add("tp", tensorParallel, AxisRole::Tensor);
   if (hasDp) groups.data.push_back("dp");
   if (hasEp) groups.data.push_back("ep");
   if (hasTp) groups.tensor.push_back("tp");
@@ -111,6 +111,7 @@ std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64
   if (expertParallel > 1 && hasTp) groups.expert.push_back("tp");
   if (hasDp) groups.expertData.push_back("dp");
   if (expertParallel == 1 && hasTp) groups.expertData.push_back("tp");
+  if (hasCp) groups.context.push_back("cp");
   return groups;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "dialects/dg/IR/DgMesh.h"
 #include "dialects/dg/IR/DgRecompute.h"
 
 namespace mlir::dg::diffusion_gemma {
@@ -68,6 +69,9 @@ Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::v
 Value TextStack::encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
                                             std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds) {
   Value hidden = embeddings;
+  // Context parallelism splits the encoder's sequence from here on (docs/parallelism.md, "Context
+  // parallelism"); without a context axis the mark is ignored.
+  hidden.getDefiningOp()->setAttr(kContextSplitAttr, b_.getUnitAttr());
   const EncoderAttention keySet{keyValid, nullptr, Value(), segmentIds};
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
     hidden = layerForward(layer, hidden, positions, keySet, keyValuesOut);

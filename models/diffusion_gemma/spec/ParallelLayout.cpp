@@ -20,7 +20,8 @@ void requireDivides(int64_t divisor, int64_t value, const std::string& flag, con
 void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayout& layout,
                          const std::vector<int64_t>& promptLengths, int64_t canvasLength) {
   const int64_t tp = layout.tensorParallel, dp = layout.dataParallel, ep = layout.expertParallel;
-  if (tp < 1 || dp < 1 || ep < 1) throw InputError("--tp/--dp/--ep: expected positive sizes");
+  const int64_t cp = layout.contextParallel;
+  if (tp < 1 || dp < 1 || ep < 1 || cp < 1) throw InputError("--tp/--dp/--ep/--cp: expected positive sizes");
   if (tp > kMaxTensorParallel)
     throw InputError("--tp " + str(tp) + ": the tensor-parallel mapping supports TP 1 and 2 (a full-attention layer's " +
                      "KV heads are not replicated across TP ranks; docs/parallelism.md, \"Divisibility\")");
@@ -42,6 +43,19 @@ void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayou
     if (tp == 1) throw InputError("--sp: sequence parallelism splits over the TP ranks and needs --tp 2");
     for (int64_t length : promptLengths) requireDivides(tp, length, "--tp", "the prompt bucket --prompt-len " + str(length));
     requireDivides(tp, canvasLength, "--tp", "the canvas length canvas_length");
+  }
+  if (cp > 1) {
+    // The clean pass (P + L) and the prompt's K/V pass (P) split their sequence over the context
+    // ranks, and under SP each context block again over the tensor ranks.
+    const int64_t blocks = layout.sequenceParallel ? cp * tp : cp;
+    const std::string what = layout.sequenceParallel ? "--cp x --tp " + str(blocks) : "--cp " + str(blocks);
+    for (int64_t length : promptLengths)
+      if (length % blocks != 0)
+        throw InputError(what + " does not divide the prompt bucket --prompt-len " + str(length) +
+                         " (the encoder's sequence splits into that many blocks)");
+    if (canvasLength % blocks != 0)
+      throw InputError(what + " does not divide the canvas length canvas_length (" + str(canvasLength) +
+                       "; the clean pass's sequence is prompt + canvas)");
   }
 }
 
