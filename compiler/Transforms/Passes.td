@@ -195,8 +195,8 @@ def DgShardAnnotate : Pass<"dg-shard-annotate", "::mlir::ModuleOp"> {
     tensor group for a replicated parameter; `optimizer/<state>/<name>` has its parameter's split,
     and under `zero1` also the data group (experts: expert-data) on the first dimension it divides.
     A dg.input whose dim 0 is the bucket's micro_batch splits it over the data group. With `cp` the
-    mesh has a `cp` axis (role context) that joins the data and expert-data groups of the gradient
-    sums and of ZeRO-1, not the inputs' batch split.
+    mesh has a `cp` axis (role context) over which every gradient is a pending sum too; it takes no
+    part in the inputs' batch split nor in ZeRO-1.
   }];
   let options = [
     Option<"tensorParallel", "tp", "int64_t", /*default=*/"1", "tensor-parallel size">,

@@ -98,15 +98,16 @@ class Annotator {
     else if (experts) roleSplit = split(0, names(groups_.expert));
     if (failed(roleSplit)) return failure();
 
-    // The context ranks hold other tokens of the same sequences: they sum gradients and share the
-    // optimizer state like data-parallel ranks (Megatron's data-context group).
     Axes dataGroup = names(experts ? groups_.expertData : groups_.data);
-    llvm::append_range(dataGroup, names(groups_.context));
     Axes partial;
     if (name.kind == ParameterKind::Gradient) {
       // Every rank of the data group adds its own tokens' contribution; a whole parameter's gradient
       // is in general also a sum over the tensor group, whose ranks see different heads or tokens.
+      // The context ranks hold other tokens of the same sequences, so they add theirs too. (ZeRO-1
+      // keeps to the data group: a split over a context axis is in the load-balanced chunk order,
+      // Reshard.h, which is for sequences, not for a parameter's rows.)
       partial = dataGroup;
+      llvm::append_range(partial, names(groups_.context));
       if (role == kRoleReplicated) llvm::append_range(partial, names(groups_.tensor));
     }
     if (name.kind == ParameterKind::OptimizerState && zero1_ && !dataGroup.empty()) {

@@ -74,6 +74,9 @@ class Partitioner {
       });
       for (Operation* op : ops)
         if (failed(partition(op))) return failure();
+      // Erased only now: the list above still names them.
+      for (Operation* op : replaced_) op->erase();
+      replaced_.clear();
     }
     module_.walk([](Operation* op) {
       op->removeAttr(kShardingsAttr);
@@ -224,9 +227,9 @@ class Partitioner {
         op->setAttr("expert_offset", builder.getI64IntegerAttr(firstRow(experts, op->getOperand(kGateUp))));
       return success();
     }
-    if (auto attention = dyn_cast<AttentionOp>(op)) return localizeQueryBlock(op, attention.getMask(), /*results=*/{});
+    if (auto attention = dyn_cast<AttentionOp>(op)) return localizeQueryBlock(op, attention.getMask(), /*backward=*/false);
     if (auto backward = dyn_cast<AttentionBackwardOp>(op))
-      return localizeQueryBlock(op, backward.getMask(), {backward.getGradKey(), backward.getGradValue()});
+      return localizeQueryBlock(op, backward.getMask(), /*backward=*/true);
     if (auto mean = dyn_cast<ReduceMeanOp>(op)) {
       scaleMeanOverSplitDims(mean);
       return success();
@@ -241,64 +244,97 @@ class Partitioner {
     return success();
   }
 
-  // Attention whose queries are split on the sequence (context parallelism) over whole keys: the op
-  // places its Tq queries at the last Tq key positions, so a block of queries that starts at global
-  // query `offset` sees the keys [0, end) with end = Tk - Tq_global + offset + Tq_local. The keys,
-  // values and their per-key operands are cut to that prefix, which keeps the causal mask, the
-  // sliding window and the document ids exact at global positions; the backward's key and value
-  // gradients (`keyGradients`) come out for the prefix and are padded with zeros to Tk, the rank's
-  // share of their pending sum over the context group (docs/parallelism.md, "Context parallelism").
-  LogicalResult localizeQueryBlock(Operation* op, AttentionMask mask, ArrayRef<Value> keyGradients) {
-    constexpr unsigned kQuery = 0, kKey = 1, kValue = 2, kKeyValid = 3;
+  // Attention whose queries are split on the sequence over a context axis of N ranks (docs/
+  // parallelism.md, "Context parallelism"): the rank holds the query chunks c and 2N - 1 - c of 2N
+  // (the load-balanced order, Reshard.h) over whole keys. The op places its Tq queries at the last Tq
+  // key positions, so each chunk, starting at global query g * C, runs as its own op over the keys
+  // [0, end) with end = Tk - Tq_global + (g + 1) * C: the keys, values and their per-key operands are
+  // cut to that prefix, which keeps the causal mask, the sliding window and the document ids exact
+  // at global positions. The chunks' outputs (the backward's query gradients) are concatenated; the
+  // backward's key and value gradients come out for each prefix, padded with zeros to Tk and added:
+  // the rank's share of their pending sum over the context group.
+  LogicalResult localizeQueryBlock(Operation* op, AttentionMask mask, bool backward) {
+    constexpr unsigned kQuery = 0, kKey = 1, kValue = 2, kKeyValid = 3, kGradOutput = 4;
     ShardingAttr querySharding = shardingAt(op, kOperandShardingsAttr, kQuery);
-    if (mesh_.splitOf(querySharding, 1) == 1) return success();
+    SmallVector<StringRef> queryAxes = querySharding.getDimAxes(1);
+    if (queryAxes.empty()) return success();
+    auto isContext = [&](StringRef name) {
+      return llvm::any_of(mesh_.axes(),
+                          [&](const Mesh::Axis& axis) { return axis.name == name && axis.role == AxisRole::Context; });
+    };
+    if (queryAxes.size() != 1 || !isContext(queryAxes.front()))
+      return op->emitOpError() << "splits its queries over " << querySharding
+                               << "; only a split over one context axis is partitioned (context parallelism)";
     if (mask != AttentionMask::Causal)
-      return op->emitOpError()
-             << "splits its queries over " << querySharding
-             << " under a non-causal mask; only causal attention splits its queries (context parallelism)";
-    auto localQuery = cast<RankedTensorType>(op->getOperand(kQuery).getType());
-    SmallVector<int64_t> globalQuery(localQuery.getShape());
-    globalQuery[1] *= mesh_.splitOf(querySharding, 1);
-    const int64_t keys = cast<RankedTensorType>(op->getOperand(kKey).getType()).getDimSize(1);
-    const int64_t end =
-        keys - globalQuery[1] + mesh_.shardOffset(querySharding, globalQuery, rank_)[1] + localQuery.getDimSize(1);
-    if (end == keys) return success();
-    Value segmentIds =
-        isa<AttentionOp>(op) ? cast<AttentionOp>(op).getSegmentIds() : cast<AttentionBackwardOp>(op).getSegmentIds();
+      return op->emitOpError() << "splits its queries over " << querySharding
+                               << " under a non-causal mask; only causal attention splits its queries (context parallelism)";
+    Value segmentIds = backward ? cast<AttentionBackwardOp>(op).getSegmentIds() : cast<AttentionOp>(op).getSegmentIds();
     if (segmentIds)
       return op->emitOpError() << "splits its queries over " << querySharding
                                << " with the image overlay's segment ids, which let a query see later keys; "
                                   "context parallelism does not split such a pass";
+    const int64_t ranks = *mesh_.axisSize(queryAxes.front()), coordinate = *mesh_.coordinate(rank_, queryAxes.front());
+    auto localQuery = cast<RankedTensorType>(op->getOperand(kQuery).getType());
+    const int64_t chunk = localQuery.getDimSize(1) / 2, globalQueries = localQuery.getDimSize(1) * ranks;
+    const int64_t keys = cast<RankedTensorType>(op->getOperand(kKey).getType()).getDimSize(1);
+    // The optional segment and document ids follow the backward's grad_output, or the forward's key_valid.
+    const unsigned firstOptional = backward ? kGradOutput + 1 : kKeyValid + 1;
+
     OpBuilder builder(op);
-    auto prefix = [&](Value value) {
-      auto type = cast<RankedTensorType>(value.getType());
-      SmallVector<int64_t> shape(type.getShape());
-      shape[1] = end;
-      return builder
-          .create<SliceOp>(op->getLoc(), RankedTensorType::get(shape, type.getElementType()), value,
-                           builder.getI64IntegerAttr(1), builder.getI64IntegerAttr(0))
-          .getResult();
+    Location loc = op->getLoc();
+    auto withDim = [](Type type, int64_t size) {
+      auto ranked = cast<RankedTensorType>(type);
+      SmallVector<int64_t> shape(ranked.getShape());
+      shape[1] = size;
+      return RankedTensorType::get(shape, ranked.getElementType());
     };
-    for (OpOperand& operand : op->getOpOperands()) {
-      unsigned index = operand.getOperandNumber();
-      bool perKey = index == kKey || index == kValue || index == kKeyValid;
-      // The optional segment and document ids follow the backward's grad_output, or the forward's key_valid.
-      unsigned firstOptional = isa<AttentionOp>(op) ? kKeyValid + 1 : kKeyValid + 2;
-      if (perKey || index >= firstOptional) operand.set(prefix(operand.get()));
+    auto slice = [&](Value value, int64_t start, int64_t size) -> Value {
+      return builder.create<SliceOp>(loc, withDim(value.getType(), size), value, builder.getI64IntegerAttr(1),
+                                     builder.getI64IntegerAttr(start));
+    };
+    SmallVector<Operation*> chunkOps;
+    SmallVector<int64_t> ends;
+    for (int64_t globalChunk : {coordinate, 2 * ranks - 1 - coordinate}) {
+      const int64_t local = static_cast<int64_t>(chunkOps.size());
+      const int64_t end = keys - globalQueries + (globalChunk + 1) * chunk;
+      SmallVector<Value> operands;
+      for (OpOperand& operand : op->getOpOperands()) {
+        unsigned index = operand.getOperandNumber();
+        if (index == kQuery || (backward && index == kGradOutput))
+          operands.push_back(slice(operand.get(), local * chunk, chunk));
+        else if (index == kKey || index == kValue || index == kKeyValid || index >= firstOptional)
+          operands.push_back(slice(operand.get(), 0, end));
+        else
+          operands.push_back(operand.get());
+      }
+      // Cloned after its operands' slices, so that they dominate it.
+      Operation* part = builder.clone(*op);
+      part->setOperands(operands);
+      part->getResult(0).setType(withDim(part->getResult(0).getType(), chunk));
+      for (unsigned result = 1; result < part->getNumResults(); ++result)
+        part->getResult(result).setType(withDim(part->getResult(result).getType(), end));
+      chunkOps.push_back(part);
+      ends.push_back(end);
     }
-    builder.setInsertionPointAfter(op);
-    for (Value gradient : keyGradients) {
-      auto type = cast<RankedTensorType>(gradient.getType());
-      SmallVector<int64_t> shape(type.getShape());
-      shape[1] = end;
-      gradient.setType(RankedTensorType::get(shape, type.getElementType()));
-      shape[1] = keys - end;
-      Value zeros = builder.create<FillOp>(op->getLoc(), RankedTensorType::get(shape, type.getElementType()),
-                                           builder.getF64FloatAttr(0.0));
-      Value padded = builder.create<ConcatOp>(op->getLoc(), ValueRange{gradient, zeros}, builder.getI64IntegerAttr(1));
-      gradient.replaceAllUsesExcept(padded, padded.getDefiningOp());
-      producedSharding_[padded] = producedSharding_[gradient];
+    auto replace = [&](Value old, Value replacement) {
+      old.replaceAllUsesWith(replacement);
+      producedSharding_[replacement] = producedSharding_[old];
+    };
+    replace(op->getResult(0), builder.create<ConcatOp>(loc, ValueRange{chunkOps[0]->getResult(0), chunkOps[1]->getResult(0)},
+                                                       builder.getI64IntegerAttr(1)));
+    for (unsigned result = 1; result < op->getNumResults(); ++result) {
+      Value sum;
+      for (auto [part, end] : llvm::zip(chunkOps, ends)) {
+        Value gradient = part->getResult(result);
+        if (end < keys) {
+          Value zeros = builder.create<FillOp>(loc, withDim(gradient.getType(), keys - end), builder.getF64FloatAttr(0.0));
+          gradient = builder.create<ConcatOp>(loc, ValueRange{gradient, zeros}, builder.getI64IntegerAttr(1));
+        }
+        sum = sum ? builder.create<AddOp>(loc, gradient.getType(), sum, gradient).getResult() : gradient;
+      }
+      replace(op->getResult(result), sum);
     }
+    replaced_.push_back(op);
     return success();
   }
 
@@ -342,6 +378,8 @@ class Partitioner {
   Mesh mesh_;
   int64_t rank_;
   DenseMap<Value, ShardingAttr> producedSharding_;
+  // Ops replaced by their context-parallel chunks (localizeQueryBlock), erased after the function.
+  SmallVector<Operation*> replaced_;
   // The reshardings built so far in the current function, by value and consumed layout.
   DenseMap<std::pair<Value, Attribute>, Value> resharded_;
 };

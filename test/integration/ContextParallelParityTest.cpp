@@ -76,7 +76,6 @@ class ContextParallelGradients : public ContextParallel {};
 const std::vector<Layout>& gradientLayouts() {
   static const std::vector<Layout> all = {
       {"cp2", "--cp 2", 2, 1},
-      {"cp4", "--cp 4", 4, 1},
       {"cp2_recompute_full", "--cp 2 --recompute full", 2, 1},
       {"cp2_recompute_selective", "--cp 2 --recompute selective", 2, 1},
       {"cp2_dp2", "--cp 2 --dp 2", 4, 2},
@@ -119,10 +118,12 @@ TEST_P(ContextParallelGradients, EqualOneRank) {
 const std::vector<Layout>& trainingLayouts() {
   static const std::vector<Layout> all = {
       {"cp2", "--cp 2", 2, 1},
+      {"cp4", "--cp 4", 4, 1},
       {"cp2_tp2", "--cp 2 --tp 2", 4, 1},
       {"cp2_tp2_sp", "--cp 2 --tp 2 --sp", 4, 1},
       {"cp2_dp2", "--cp 2 --dp 2", 4, 2},
       {"cp2_dp2_ep2", "--cp 2 --dp 2 --ep 2", 4, 2},
+      {"cp2_tp2_dp2_sp", "--cp 2 --tp 2 --dp 2 --sp", 8, 2},
   };
   return all;
 }

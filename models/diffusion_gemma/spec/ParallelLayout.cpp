@@ -45,17 +45,17 @@ void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayou
     requireDivides(tp, canvasLength, "--tp", "the canvas length canvas_length");
   }
   if (cp > 1) {
-    // The clean pass (P + L) and the prompt's K/V pass (P) split their sequence over the context
-    // ranks, and under SP each context block again over the tensor ranks.
-    const int64_t blocks = layout.sequenceParallel ? cp * tp : cp;
-    const std::string what = layout.sequenceParallel ? "--cp x --tp " + str(blocks) : "--cp " + str(blocks);
+    // The clean pass (P + L) and the prompt's K/V pass (P) cut their sequence into 2 CP chunks, two
+    // per context rank (the causal load balancing), and under SP each rank's part again over TP.
+    const int64_t chunks = 2 * cp * (layout.sequenceParallel ? tp : 1);
+    const std::string what = "--cp " + str(cp) + (layout.sequenceParallel ? " with --tp " + str(tp) + " --sp" : "");
     for (int64_t length : promptLengths)
-      if (length % blocks != 0)
-        throw InputError(what + " does not divide the prompt bucket --prompt-len " + str(length) +
-                         " (the encoder's sequence splits into that many blocks)");
-    if (canvasLength % blocks != 0)
-      throw InputError(what + " does not divide the canvas length canvas_length (" + str(canvasLength) +
-                       "; the clean pass's sequence is prompt + canvas)");
+      if (length % chunks != 0)
+        throw InputError(what + " needs every prompt bucket to be a multiple of " + str(chunks) + ": --prompt-len " +
+                         str(length) + " is not (the encoder's sequence splits into 2 chunks per context rank)");
+    if (canvasLength % chunks != 0)
+      throw InputError(what + " needs the canvas length canvas_length (" + str(canvasLength) + ") to be a multiple of " +
+                       str(chunks) + " (the clean pass's sequence is prompt + canvas)");
   }
 }
 
