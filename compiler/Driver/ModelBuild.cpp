@@ -309,6 +309,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     train.objective = trainingObjective(options);
     train.precision = precision;
     train.imagesPerExample = options.imagesPerExample;
+    train.sequenceMajorExpertTokens = options.cp > 1;
     metadata["objective"] = objectiveMetadata(train.objective);
     return mlir::dg::buildDiffusionGemmaTrain(context, config, train);
   }
