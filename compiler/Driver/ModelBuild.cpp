@@ -249,9 +249,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                         {"dp", options.dp},
                         {"ep", options.ep},
                         {"sp", options.sequenceParallel},
-                        {"cp", options.cp},
                         {"distributed_optimizer", options.distributedOptimizer},
                         {"expert_exchange", options.expertExchange}};
+  // A plan without context parallelism stays byte-identical to one compiled before the flag existed.
+  if (options.cp > 1) metadata["layout"]["cp"] = options.cp;
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = ModelFamily::DiffusionGemma;
   fields.modelConfig = parseJson(readWholeFile(configPath.string()), configPath.string());
