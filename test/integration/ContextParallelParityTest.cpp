@@ -80,6 +80,7 @@ const std::vector<Layout>& gradientLayouts() {
       {"cp2_recompute_selective", "--cp 2 --recompute selective", 2, 1},
       {"cp2_dp2", "--cp 2 --dp 2", 4, 2},
       {"cp2_dp2_ep2", "--cp 2 --dp 2 --ep 2", 4, 2},
+      {"cp2_dp2_ep2_all_to_all", "--cp 2 --dp 2 --ep 2 --expert-exchange all-to-all", 4, 2},
   };
   return all;
 }
