@@ -51,6 +51,20 @@ TEST(LayoutGroups, ExpertGroupsAreConsecutiveRanksAcrossTensorParallelism) {
   EXPECT_EQ(large->expertData, (Names{"dp"}));
 }
 
+TEST(LayoutGroups, ContextParallelismIsAnAxisBetweenExpertsAndTensor) {
+  // CP2 x TP2 x DP4, EP4: TP innermost, then CP (Megatron's tp-cp-ep-dp); the context group is its
+  // own, outside the inputs' data group.
+  auto groups = layoutGroups(2, 4, 4, 2);
+  ASSERT_TRUE(groups);
+  EXPECT_EQ(groups->axes,
+            (Axes{{"dp", 2, kData}, {"ep", 2, kExpert}, {"cp", 2, AxisRole::Context}, {"tp", 2, kTensor}}));
+  EXPECT_EQ(groups->data, (Names{"dp", "ep"}));
+  EXPECT_EQ(groups->expert, (Names{"ep", "tp"}));
+  EXPECT_EQ(groups->context, (Names{"cp"}));
+  EXPECT_TRUE(layoutGroups(1, 1, 1, 1)->context.empty());
+  EXPECT_FALSE(layoutGroups(1, 1, 1, 0));
+}
+
 TEST(LayoutGroups, WithoutExpertParallelismExpertsReduceOverEveryRank) {
   auto groups = layoutGroups(2, 2, 1);
   ASSERT_TRUE(groups);
