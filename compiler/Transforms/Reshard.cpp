@@ -123,7 +123,8 @@ class Reshard {
   }
 
   bool isContextAxis(StringRef axis) const {
-    return llvm::any_of(mesh_.axes(), [&](const Mesh::Axis& a) { return a.name == axis && a.role == AxisRole::Context; });
+    return llvm::any_of(mesh_.axes(),
+                        [&](const Mesh::Axis& a) { return a.name == axis && a.role == AxisRole::Context; });
   }
 
   // Dimension `dim` cut into chunks.size() equal chunks and put together again, chunk chunks[i] at i.

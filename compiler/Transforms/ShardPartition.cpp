@@ -229,7 +229,8 @@ class Partitioner {
         op->setAttr("expert_offset", builder.getI64IntegerAttr(firstRow(experts, op->getOperand(kGateUp))));
       return success();
     }
-    if (auto attention = dyn_cast<AttentionOp>(op)) return localizeQueryBlock(op, attention.getMask(), /*backward=*/false);
+    if (auto attention = dyn_cast<AttentionOp>(op))
+      return localizeQueryBlock(op, attention.getMask(), /*backward=*/false);
     if (auto backward = dyn_cast<AttentionBackwardOp>(op))
       return localizeQueryBlock(op, backward.getMask(), /*backward=*/true);
     if (auto mean = dyn_cast<ReduceMeanOp>(op)) {
@@ -269,8 +270,9 @@ class Partitioner {
       return op->emitOpError() << "splits its queries over " << querySharding
                                << "; only a split over one context axis is partitioned (context parallelism)";
     if (mask != AttentionMask::Causal)
-      return op->emitOpError() << "splits its queries over " << querySharding
-                               << " under a non-causal mask; only causal attention splits its queries (context parallelism)";
+      return op->emitOpError()
+             << "splits its queries over " << querySharding
+             << " under a non-causal mask; only causal attention splits its queries (context parallelism)";
     Value segmentIds = backward ? cast<AttentionBackwardOp>(op).getSegmentIds() : cast<AttentionOp>(op).getSegmentIds();
     if (segmentIds)
       return op->emitOpError() << "splits its queries over " << querySharding
@@ -311,8 +313,7 @@ class Partitioner {
           operands.push_back(slice(operand.get(), local * chunk, chunk));
         else if (index == kKey || index == kValue || index == kKeyValid || index >= firstOptional)
           operands.push_back(slice(operand.get(), begin, end - begin));
-        else
-          operands.push_back(operand.get());
+        else operands.push_back(operand.get());
       }
       // Cloned after its operands' slices, so that they dominate it.
       Operation* part = builder.clone(*op);
@@ -327,8 +328,9 @@ class Partitioner {
       old.replaceAllUsesWith(replacement);
       producedSharding_[replacement] = producedSharding_[old];
     };
-    replace(op->getResult(0), builder.create<ConcatOp>(loc, ValueRange{chunkOps[0]->getResult(0), chunkOps[1]->getResult(0)},
-                                                       builder.getI64IntegerAttr(1)));
+    replace(op->getResult(0),
+            builder.create<ConcatOp>(loc, ValueRange{chunkOps[0]->getResult(0), chunkOps[1]->getResult(0)},
+                                     builder.getI64IntegerAttr(1)));
     for (unsigned result = 1; result < op->getNumResults(); ++result) {
       Value sum;
       for (auto [part, range] : llvm::zip(chunkOps, keyRanges)) {

@@ -59,7 +59,8 @@ std::vector<nlohmann::json> trainLines(const std::string& path) {
 class ContextParallel : public ::testing::TestWithParam<Layout> {
  protected:
   void compile(const std::string& model, const std::string& flags, const std::string& out) {
-    ToolResult compiled = runTool(std::string(DGEMMA_COMPILE) + " --model " + model + " --mode train " + flags + " -o " + out);
+    ToolResult compiled =
+        runTool(std::string(DGEMMA_COMPILE) + " --model " + model + " --mode train " + flags + " -o " + out);
     EXPECT_EQ(compiled.exitCode, 0) << compiled.output;
   }
   void run(const std::string& command, int64_t ranks) {
@@ -148,7 +149,8 @@ TEST_P(ContextParallel, TrainingEqualsOneRank) {
     for (auto [field, tolerance] :
          {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
       const double a = got[step].at(field).get<double>(), b = want[step].at(field).get<double>();
-      EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b)) << "step " << step << " " << field << ": " << a << " vs " << b;
+      EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b))
+          << "step " << step << " " << field << ": " << a << " vs " << b;
     }
 }
 

@@ -254,8 +254,9 @@ Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
       g_.param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
   Value down =
       g_.param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
-  Value experts = b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, routeWeights, routeIndices, gateUp, down)
-                      .getResult();
+  Value experts =
+      b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, routeWeights, routeIndices, gateUp, down)
+          .getResult();
   if (sequenceMajorExpertTokens_) experts = swapBatchAndSequence(experts, sequence, batch, "experts.result");
   Value expertsOut = g_.rmsNorm(g_.reshape(experts, shapeOf(residual), name("experts.out")),
                                 name("post_feedforward_layernorm_2.weight"));

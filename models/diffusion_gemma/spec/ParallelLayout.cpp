@@ -54,8 +54,8 @@ void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayou
         throw InputError(what + " needs every prompt bucket to be a multiple of " + str(chunks) + ": --prompt-len " +
                          str(length) + " is not (the encoder's sequence splits into 2 chunks per context rank)");
     if (canvasLength % chunks != 0)
-      throw InputError(what + " needs the canvas length canvas_length (" + str(canvasLength) + ") to be a multiple of " +
-                       str(chunks) + " (the clean pass's sequence is prompt + canvas)");
+      throw InputError(what + " needs the canvas length canvas_length (" + str(canvasLength) +
+                       ") to be a multiple of " + str(chunks) + " (the clean pass's sequence is prompt + canvas)");
   }
 }
 

@@ -52,9 +52,12 @@ TEST(ParallelLayout, ContextParallelSizesAndChunks) {
   const DiffusionGemmaConfig tiny = tinyConfig();
   EXPECT_NO_THROW(checkParallelLayout(tiny, layout, {16, 32}, tiny.canvasLength));
   EXPECT_NO_THROW(checkParallelLayout(tiny, ParallelLayout{1, 1, 1, false, 2}, {12}, tiny.canvasLength));
-  expectRefused(tiny, ParallelLayout{1, 1, 1, false, 2}, "--cp 2 needs every prompt bucket to be a multiple of 4: --prompt-len 14", {12, 14});
-  expectRefused(tiny, layout, "--cp 2 with --tp 2 --sp needs every prompt bucket to be a multiple of 8: --prompt-len 12", {12});
-  expectRefused(tiny, ParallelLayout{1, 1, 1, false, 16}, "needs the canvas length canvas_length (16) to be a multiple of 32", {32});
+  expectRefused(tiny, ParallelLayout{1, 1, 1, false, 2},
+                "--cp 2 needs every prompt bucket to be a multiple of 4: --prompt-len 14", {12, 14});
+  expectRefused(tiny, layout,
+                "--cp 2 with --tp 2 --sp needs every prompt bucket to be a multiple of 8: --prompt-len 12", {12});
+  expectRefused(tiny, ParallelLayout{1, 1, 1, false, 16},
+                "needs the canvas length canvas_length (16) to be a multiple of 32", {32});
   expectRefused(tiny, ParallelLayout{1, 1, 1, false, 0}, "expected positive sizes", {32});
 }
 
