@@ -36,11 +36,6 @@ void checkContextParallelScope(const CompileOptions& options) {
   if (isPretrainingObjective(options))
     throw InputError(flag + ": --objective " + options.objective +
                      " is not split over context ranks (only the SFT objective's encoder passes are)");
-  // dg-backward-schedule orders the collectives by the collectives each depends on, which differs
-  // between context ranks where one holds a replicated gradient contribution and the others zeros.
-  if (options.backwardOrder == "scheduled")
-    throw InputError(flag + " with --backward-order scheduled: the scheduled backward can order the collectives "
-                            "differently on the context ranks; use --backward-order autodiff (the default with --cp)");
   if (options.imagesPerExample > 0)
     throw InputError(flag +
                      " with --images-per-example: the image overlay lets a prompt token see later keys of its "

@@ -57,16 +57,24 @@ class Reshard {
       }
     }
     // 4. New pending sums: one rank of each group keeps the value.
-    bool keeps = true;
+    bool keeps = true, overContext = false;
     for (StringRef axis : keptPending)
       if (!llvm::is_contained(pending_, axis)) {
         keeps = keeps && *mesh_.coordinate(rank_, axis) == 0;
+        overContext = overContext || isContextAxis(axis);
         pending_.push_back(axis);
       }
     if (!keeps) {
       if (!isa<FloatType>(type().getElementType()))
         return user_->emitOpError() << "consumes an integer value as a pending sum, which has no zeros to stand for it";
-      value_ = builder_.create<FillOp>(user_->getLoc(), type(), builder_.getF64FloatAttr(0.0));
+      Value zero = builder_.create<FillOp>(user_->getLoc(),
+                                           overContext ? RankedTensorType::get({}, type().getElementType()) : type(),
+                                           builder_.getF64FloatAttr(0.0));
+      // Over a context axis the zeros are the value times 0, so that every context rank's program
+      // keeps the same dependencies: dg-backward-schedule orders the collectives by the collectives
+      // each depends on, and a fill would cut them on all but one rank (a non-finite value stays
+      // non-finite, as it is on the rank that keeps it).
+      value_ = overContext ? builder_.create<MulOp>(user_->getLoc(), type(), value_, zero).getResult() : zero;
     }
     return success();
   }

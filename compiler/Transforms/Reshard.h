@@ -25,7 +25,8 @@ SmallVector<int64_t> sequenceChunkOrder(int64_t ranks);
 //   3. split: for each axis `to` adds to a dimension, major first, a reduce_scatter when the value
 //      is a pending sum over that axis, a local dg.slice at this rank's block otherwise;
 //   4. pending sums that `to` adds: ranks with coordinate 0 on those axes keep the value, the others
-//      hold zeros (dg.fill), which keeps the sum exact.
+//      hold zeros (dg.fill; over a context axis the value times 0, which keeps every context rank's
+//      dependencies alike), which keeps the sum exact.
 // Collectives act on dim 0; another dimension is moved to the front with dg.transpose and back.
 // A dimension split over an axis with the context role is in the load-balanced order of causal
 // context parallelism (docs/parallelism.md, "Context parallelism"): cut into 2N chunks for the

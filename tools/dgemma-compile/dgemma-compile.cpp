@@ -181,9 +181,6 @@ int main(int argc, char** argv) {
       for (const std::string& name : *flags)
         if (app.get_option(name)->count() > 0) options.explicitObjectiveFlags.push_back(name);
     if (!options.preset.empty()) applyPreset(app, options.preset);
-    // Context parallelism keeps autodiff's backward order unless told otherwise (refused then:
-    // docs/parallelism.md, "Context parallelism").
-    if (options.cp > 1 && app.get_option("--backward-order")->count() == 0) options.backwardOrder = "autodiff";
     for (const char* name : {"--tp", "--dp", "--ep", "--sp", "--cp", "--recompute"})
       if (app.get_option(name)->count() > 0) options.explicitLayoutFlags.push_back(name);
     dgemma::compile(options);
