@@ -4,6 +4,8 @@
 // producers' layouts to the ones it consumes, then its results take their local types. Ops whose
 // meaning depends on global positions (constants, lookups into a split table, a split expert set,
 // the entry point's boundary) get this rank's offsets, known at compile time.
+#include <algorithm>
+
 #include "compiler/Transforms/Passes.h"
 #include "compiler/Transforms/Reshard.h"
 #include "dialects/dg/IR/DgMesh.h"
@@ -249,11 +251,12 @@ class Partitioner {
   // parallelism.md, "Context parallelism"): the rank holds the query chunks c and 2N - 1 - c of 2N
   // (the load-balanced order, Reshard.h) over whole keys. The op places its Tq queries at the last Tq
   // key positions, so each chunk, starting at global query g * C, runs as its own op over the keys
-  // [0, end) with end = Tk - Tq_global + (g + 1) * C: the keys, values and their per-key operands
-  // are cut to that prefix, which keeps the causal mask, the window and the document ids exact at
-  // global positions. The chunks' outputs (the backward's query gradients) are concatenated; the
-  // backward's key and value gradients come out for each prefix, padded with zeros to Tk and added:
-  // the rank's share of their pending sum over the context group.
+  // [begin, end) with end = Tk - Tq_global + (g + 1) * C and begin 0, or under a sliding window W the
+  // first key the chunk's first query sees, end - C - (W - 1): the keys, values and their per-key
+  // operands are cut to that range, which keeps the causal mask, the window and the document ids
+  // exact at global positions. The chunks' outputs (the backward's query gradients) are
+  // concatenated; the backward's key and value gradients come out for each range, padded with zeros
+  // to Tk and added: the rank's share of their pending sum over the context group.
   LogicalResult localizeQueryBlock(Operation* op, AttentionMask mask, bool backward) {
     constexpr unsigned kQuery = 0, kKey = 1, kValue = 2, kKeyValid = 3, kGradOutput = 4;
     ShardingAttr querySharding = shardingAt(op, kOperandShardingsAttr, kQuery);
@@ -295,17 +298,21 @@ class Partitioner {
                                      builder.getI64IntegerAttr(start));
     };
     SmallVector<Operation*> chunkOps;
-    SmallVector<int64_t> ends;
+    // A sliding window (W > 0) hides every key more than W - 1 positions before the chunk's first
+    // query, so those keys are cut from the front as well.
+    const int64_t window = op->getAttrOfType<IntegerAttr>("window").getInt();
+    SmallVector<std::pair<int64_t, int64_t>> keyRanges;  // [begin, end) per chunk
     for (int64_t globalChunk : {coordinate, 2 * ranks - 1 - coordinate}) {
       const int64_t local = static_cast<int64_t>(chunkOps.size());
       const int64_t end = keys - globalQueries + (globalChunk + 1) * chunk;
+      const int64_t begin = window > 0 ? std::max<int64_t>(0, end - chunk - (window - 1)) : 0;
       SmallVector<Value> operands;
       for (OpOperand& operand : op->getOpOperands()) {
         unsigned index = operand.getOperandNumber();
         if (index == kQuery || (backward && index == kGradOutput))
           operands.push_back(slice(operand.get(), local * chunk, chunk));
         else if (index == kKey || index == kValue || index == kKeyValid || index >= firstOptional)
-          operands.push_back(slice(operand.get(), 0, end));
+          operands.push_back(slice(operand.get(), begin, end - begin));
         else operands.push_back(operand.get());
       }
       // Cloned after its operands' slices, so that they dominate it.
@@ -313,9 +320,9 @@ class Partitioner {
       part->setOperands(operands);
       part->getResult(0).setType(withDim(part->getResult(0).getType(), chunk));
       for (unsigned result = 1; result < part->getNumResults(); ++result)
-        part->getResult(result).setType(withDim(part->getResult(result).getType(), end));
+        part->getResult(result).setType(withDim(part->getResult(result).getType(), end - begin));
       chunkOps.push_back(part);
-      ends.push_back(end);
+      keyRanges.push_back({begin, end});
     }
     auto replace = [&](Value old, Value replacement) {
       old.replaceAllUsesWith(replacement);
@@ -326,13 +333,17 @@ class Partitioner {
                                      builder.getI64IntegerAttr(1)));
     for (unsigned result = 1; result < op->getNumResults(); ++result) {
       Value sum;
-      for (auto [part, end] : llvm::zip(chunkOps, ends)) {
+      for (auto [part, range] : llvm::zip(chunkOps, keyRanges)) {
+        auto [begin, end] = range;
         Value gradient = part->getResult(result);
-        if (end < keys) {
-          Value zeros =
-              builder.create<FillOp>(loc, withDim(gradient.getType(), keys - end), builder.getF64FloatAttr(0.0));
-          gradient = builder.create<ConcatOp>(loc, ValueRange{gradient, zeros}, builder.getI64IntegerAttr(1));
-        }
+        auto zeros = [&](int64_t size) -> Value {
+          return builder.create<FillOp>(loc, withDim(gradient.getType(), size), builder.getF64FloatAttr(0.0));
+        };
+        SmallVector<Value> pieces;
+        if (begin > 0) pieces.push_back(zeros(begin));
+        pieces.push_back(gradient);
+        if (end < keys) pieces.push_back(zeros(keys - end));
+        if (pieces.size() > 1) gradient = builder.create<ConcatOp>(loc, pieces, builder.getI64IntegerAttr(1));
         sum = sum ? builder.create<AddOp>(loc, gradient.getType(), sum, gradient).getResult() : gradient;
       }
       replace(op->getResult(result), sum);
