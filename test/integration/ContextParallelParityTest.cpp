@@ -2,9 +2,9 @@
 // per-rank plans from dgemma-compile --cp (alone and with --tp/--sp/--dp/--ep/--recompute), run by
 // dgemma-run --nproc-per-node on Gloo ranks, against the one-rank plan of the same global batch.
 //   - grad: the loss terms and every gathered gradient on an HF fixture whose 11-token prompts (a
-//     12-token bucket, sliding window 4) cross the window and the context blocks' boundaries (the
-//     prompt pass splits at 12 / CP, the clean pass at 28 / CP), with self-conditioning and the
-//     encoder loss on;
+//     12-token bucket, sliding window 4) cross the window and the context chunks' boundaries (2 CP
+//     chunks: of 3 tokens in the prompt pass, of 7 in the clean pass at CP 2), with self-conditioning
+//     and the encoder loss on;
 //   - train: three optimizer steps on the tiny-cpu config give the same losses and gradient norms.
 #include <gtest/gtest.h>
 
