@@ -155,10 +155,11 @@ struct DgShardAnnotatePass : mlir::dg::impl::DgShardAnnotateBase<DgShardAnnotate
   void runOnOperation() override {
     std::optional<LayoutGroups> groups = layoutGroups(tensorParallel, dataParallel, expertParallel, contextParallel);
     if (!groups) {
-      getOperation().emitError()
-          << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue() << " dp=" << dataParallel.getValue()
-          << " ep=" << expertParallel.getValue() << " cp=" << contextParallel.getValue()
-          << " has no mesh (sizes must be >= 1, ep must divide dp, and tp must divide ep when ep > 1)";
+      InFlightDiagnostic error = getOperation().emitError()
+                                 << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue()
+                                 << " dp=" << dataParallel.getValue() << " ep=" << expertParallel.getValue();
+      if (contextParallel != 1) error << " cp=" << contextParallel.getValue();
+      error << " has no mesh (sizes must be >= 1, ep must divide dp, and tp must divide ep when ep > 1)";
       return signalPassFailure();
     }
     if (sequenceParallel && tensorParallel == 1) {
