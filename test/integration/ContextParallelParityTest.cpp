@@ -129,6 +129,7 @@ const std::vector<Layout>& trainingLayouts() {
       {"cp4", "--cp 4", 4, 1},
       {"cp2_tp2", "--cp 2 --tp 2", 4, 1},
       {"cp2_tp2_sp", "--cp 2 --tp 2 --sp", 4, 1},
+      {"cp2_tp2_sp_recompute_full", "--cp 2 --tp 2 --sp --recompute full", 4, 1},
       {"cp2_dp2", "--cp 2 --dp 2", 4, 2},
       {"cp2_dp2_ep2", "--cp 2 --dp 2 --ep 2", 4, 2},
       {"cp2_tp2_dp2_sp", "--cp 2 --tp 2 --dp 2 --sp", 8, 2},
