@@ -203,8 +203,8 @@ def DgShardAnnotate : Pass<"dg-shard-annotate", "::mlir::ModuleOp"> {
     Option<"dataParallel", "dp", "int64_t", /*default=*/"1", "data-parallel size">,
     Option<"expertParallel", "ep", "int64_t", /*default=*/"1", "expert-parallel size (divides dp)">,
     Option<"sequenceParallel", "sp", "bool", /*default=*/"false", "sequence parallelism (checked: needs tp > 1)">,
-    Option<"contextParallel", "cp", "int64_t", /*default=*/"1", "context-parallel size (the encoder's sequence)">,
     Option<"zero1", "zero1", "bool", /*default=*/"false", "shard the optimizer state over the data group">,
+    Option<"contextParallel", "cp", "int64_t", /*default=*/"1", "context-parallel size (the encoder's sequence)">,
   ];
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }
