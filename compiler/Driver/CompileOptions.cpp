@@ -205,13 +205,14 @@ PolicyLossSettings policyLossSettings(const CompileOptions& options) {
 }
 
 bool isMultiRank(const CompileOptions& options) {
-  return options.tp != 1 || options.ep != 1 || options.dp != 1 || options.sequenceParallel;
+  return options.tp != 1 || options.ep != 1 || options.dp != 1 || options.cp != 1 || options.sequenceParallel;
 }
 
 mlir::dg::ShardingOptions shardingOptions(const CompileOptions& options) {
   mlir::dg::ShardingOptions sharding{options.tp, options.dp, options.ep, options.sequenceParallel,
                                      options.distributedOptimizer};
   sharding.expertAllToAll = options.expertExchange == "all-to-all";
+  sharding.contextParallel = options.cp;
   return sharding;
 }
 

@@ -65,6 +65,7 @@ struct CompileOptions {
   int64_t tp = 1, ep = 1, dp = 1;
   // The embedding is padded to a multiple of lcm(tp, vocabAlignment) rows (docs/parallelism.md, "Vocabulary padding").
   int64_t vocabAlignment = 1;
+  int64_t cp = 1;  // --cp: context parallelism (docs/parallelism.md, "Context parallelism")
   bool sequenceParallel = false;
   bool distributedOptimizer = true;
   std::string expertExchange = "all-gather";  // all-gather | all-to-all

@@ -22,7 +22,24 @@ namespace dgemma {
 namespace {
 
 ParallelLayout parallelLayout(const CompileOptions& options) {
-  return ParallelLayout{options.tp, options.dp, options.ep, options.sequenceParallel};
+  return ParallelLayout{options.tp, options.dp, options.ep, options.sequenceParallel, options.cp};
+}
+
+// What context parallelism splits (docs/parallelism.md, "Context parallelism"): the SFT training
+// step's causal encoder passes over text. Throws InputError naming --cp for anything else.
+void checkContextParallelScope(const CompileOptions& options) {
+  if (options.cp == 1) return;
+  const std::string flag = "--cp " + std::to_string(options.cp);
+  if (options.mode != "train")
+    throw InputError(flag + ": context parallelism splits the training step's encoder passes; --mode " + options.mode +
+                     " is not split (compile it without --cp)");
+  if (isPretrainingObjective(options))
+    throw InputError(flag + ": --objective " + options.objective +
+                     " is not split over context ranks (only the SFT objective's encoder passes are)");
+  if (options.imagesPerExample > 0)
+    throw InputError(flag +
+                     " with --images-per-example: the image overlay lets a prompt token see later keys of its "
+                     "image, which the context split's causal key prefix does not hold");
 }
 
 void checkVocabAlignment(int64_t alignment) {
@@ -238,6 +255,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                                 : options.objective == "block-diffusion"
                                     ? (options.canvasLength != 0 ? options.canvasLength : config.canvasLength)
                                     : lengths.front();
+  checkContextParallelScope(options);
   checkParallelLayout(config, parallelLayout(options), lengths, decodedLength);
   config.paddedVocabSize = paddedVocabularySize(config.vocabSize, options.tp, options.vocabAlignment);
   // An unpadded plan stays byte-identical to one compiled before the flag existed.
@@ -249,6 +267,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
                         {"sp", options.sequenceParallel},
                         {"distributed_optimizer", options.distributedOptimizer},
                         {"expert_exchange", options.expertExchange}};
+  // A plan without context parallelism stays byte-identical to one compiled before the flag existed.
+  if (options.cp > 1) metadata["layout"]["cp"] = options.cp;
   // The runtime resolves checkpoint names with the config (docs/model.md, "Checkpoint loading rules"), so the plan carries it.
   fields.family = ModelFamily::DiffusionGemma;
   fields.modelConfig = parseJson(readWholeFile(configPath.string()), configPath.string());
@@ -306,6 +326,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext& context, const C
     train.objective = trainingObjective(options);
     train.precision = precision;
     train.imagesPerExample = options.imagesPerExample;
+    train.sequenceMajorExpertTokens = options.cp > 1;
     metadata["objective"] = objectiveMetadata(train.objective);
     return mlir::dg::buildDiffusionGemmaTrain(context, config, train);
   }

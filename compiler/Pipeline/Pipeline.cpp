@@ -159,7 +159,7 @@ LogicalResult runShardingStage(ModuleOp module, const ShardingOptions& options) 
   configureStage(passes, options.passTimes);
   passes.addPass(createDgShardAnnotate(DgShardAnnotateOptions{options.tensorParallel, options.dataParallel,
                                                               options.expertParallel, options.sequenceParallel,
-                                                              options.distributedOptimizer}));
+                                                              options.distributedOptimizer, options.contextParallel}));
   passes.addPass(createDgShardPropagate(DgShardPropagateOptions{options.sequenceParallel}));
   return passes.run(module);
 }

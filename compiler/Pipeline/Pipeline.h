@@ -75,8 +75,11 @@ struct ShardingOptions {
   // dg-expert-dispatch's all-to-all dispatch (true). docs/parallelism.md, "Expert parallelism".
   bool expertAllToAll = false;
   PassTimes* passTimes = nullptr;    // when set, the sharding stage and the partitions add their passes' times
+  // Context parallelism: the encoder's sequence split over this many ranks (docs/parallelism.md,
+  // "Context parallelism"); world = CP x TP x DP.
+  int64_t contextParallel = 1;
 
-  int64_t worldSize() const { return tensorParallel * dataParallel; }
+  int64_t worldSize() const { return contextParallel * tensorParallel * dataParallel; }
 };
 
 // Stage "sharded", on the whole program: the layout's mesh, the parameters' and inputs' shardings

@@ -194,7 +194,9 @@ def DgShardAnnotate : Pass<"dg-shard-annotate", "::mlir::ModuleOp"> {
     parameter's split and is partial over the data group (experts: the expert-data group), plus the
     tensor group for a replicated parameter; `optimizer/<state>/<name>` has its parameter's split,
     and under `zero1` also the data group (experts: expert-data) on the first dimension it divides.
-    A dg.input whose dim 0 is the bucket's micro_batch splits it over the data group.
+    A dg.input whose dim 0 is the bucket's micro_batch splits it over the data group. With `cp` the
+    mesh has a `cp` axis (role context) over which every gradient is a pending sum too; it takes no
+    part in the inputs' batch split nor in ZeRO-1.
   }];
   let options = [
     Option<"tensorParallel", "tp", "int64_t", /*default=*/"1", "tensor-parallel size">,
@@ -202,6 +204,7 @@ def DgShardAnnotate : Pass<"dg-shard-annotate", "::mlir::ModuleOp"> {
     Option<"expertParallel", "ep", "int64_t", /*default=*/"1", "expert-parallel size (divides dp)">,
     Option<"sequenceParallel", "sp", "bool", /*default=*/"false", "sequence parallelism (checked: needs tp > 1)">,
     Option<"zero1", "zero1", "bool", /*default=*/"false", "shard the optimizer state over the data group">,
+    Option<"contextParallel", "cp", "int64_t", /*default=*/"1", "context-parallel size (the encoder's sequence)">,
   ];
   let dependentDialects = ["::mlir::dg::DgDialect"];
 }

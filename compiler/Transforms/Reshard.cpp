@@ -84,8 +84,8 @@ class Reshard {
       }
       // Otherwise zeros that still read the value: every rank's program then has the same
       // dependencies, from which dg-backward-schedule orders the collectives, and so issues them in
-      // one order on every rank (with several tensor axes, a fill let a rank hoist a collective past
-      // another group's).
+      // one order on every rank (with several tensor axes, or a context axis, a fill let a rank hoist a
+      // collective past another group's).
       Value never = builder_.create<ConstantOp>(
           loc, DenseElementsAttr::get(RankedTensorType::get({}, builder_.getI1Type()), false));
       Value zero = builder_.create<FillOp>(loc, RankedTensorType::get({}, type().getElementType()),
@@ -129,6 +129,10 @@ class Reshard {
     // The inverse permutation puts the dimensions back.
     SmallVector<int64_t> fromFront(toFront.size());
     for (auto [position, source] : llvm::enumerate(toFront)) fromFront[source] = static_cast<int64_t>(position);
+    // A context axis holds its dimension in the load-balanced order (Reshard.h): the gathered blocks
+    // are put back in sequence order, a sum is put in that order before it is scattered.
+    if constexpr (std::is_same_v<CollectiveOp, ReduceScatterOp>)
+      if (isContextAxis(axis)) permuteChunks(dim, balancedChunkOrder(groupSize));
     if (dim != 0) value_ = transpose(toFront);
     int64_t front = type().getDimSize(0);
     int64_t resultFront = front;
@@ -137,7 +141,24 @@ class Reshard {
     value_ = builder_.create<CollectiveOp>(loc, withDim(type(), 0, resultFront), value_, builder_.getStringAttr(axis),
                                            ReductionKindAttr::get(builder_.getContext(), ReductionKind::Sum));
     if (dim != 0) value_ = transpose(fromFront);
+    if constexpr (std::is_same_v<CollectiveOp, AllGatherOp>)
+      if (isContextAxis(axis)) permuteChunks(dim, sequenceChunkOrder(groupSize));
     return success();
+  }
+
+  bool isContextAxis(StringRef axis) const {
+    return llvm::any_of(mesh_.axes(),
+                        [&](const Mesh::Axis& a) { return a.name == axis && a.role == AxisRole::Context; });
+  }
+
+  // Dimension `dim` cut into chunks.size() equal chunks and put together again, chunk chunks[i] at i.
+  void permuteChunks(int64_t dim, ArrayRef<int64_t> chunks) {
+    const int64_t chunkSize = type().getDimSize(dim) / static_cast<int64_t>(chunks.size());
+    SmallVector<Value> pieces;
+    for (int64_t chunk : chunks)
+      pieces.push_back(builder_.create<SliceOp>(user_->getLoc(), withDim(type(), dim, chunkSize), value_,
+                                                static_cast<uint64_t>(dim), static_cast<uint64_t>(chunk * chunkSize)));
+    value_ = builder_.create<ConcatOp>(user_->getLoc(), pieces, builder_.getI64IntegerAttr(dim));
   }
 
   Value transpose(ArrayRef<int64_t> perm) {
@@ -147,9 +168,11 @@ class Reshard {
                                         perm);
   }
 
-  // This rank's block along `axis` of dimension `dim`: a compile-time slice.
+  // This rank's block along `axis` of dimension `dim`: a compile-time slice; over a context axis
+  // the two chunks of the load-balanced order.
   void sliceOwnBlock(StringRef axis, int64_t dim) {
     int64_t blockSize = type().getDimSize(dim) / *mesh_.axisSize(axis);
+    if (isContextAxis(axis)) permuteChunks(dim, balancedChunkOrder(*mesh_.axisSize(axis)));
     int64_t start = *mesh_.coordinate(rank_, axis) * blockSize;
     value_ = builder_.create<SliceOp>(user_->getLoc(), withDim(type(), dim, blockSize), value_,
                                       static_cast<uint64_t>(dim), static_cast<uint64_t>(start));
@@ -165,6 +188,21 @@ class Reshard {
 };
 
 }  // namespace
+
+SmallVector<int64_t> mlir::dg::balancedChunkOrder(int64_t ranks) {
+  SmallVector<int64_t> order;
+  for (int64_t c = 0; c < ranks; ++c) {
+    order.push_back(c);
+    order.push_back(2 * ranks - 1 - c);
+  }
+  return order;
+}
+
+SmallVector<int64_t> mlir::dg::sequenceChunkOrder(int64_t ranks) {
+  SmallVector<int64_t> balanced = balancedChunkOrder(ranks), inverse(balanced.size());
+  for (auto [position, chunk] : llvm::enumerate(balanced)) inverse[chunk] = static_cast<int64_t>(position);
+  return inverse;
+}
 
 FailureOr<Value> mlir::dg::buildReshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank,
                                         Value local, ShardingAttr from, ShardingAttr to) {

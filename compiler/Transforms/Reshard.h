@@ -11,6 +11,12 @@
 
 namespace mlir::dg {
 
+// The load-balanced order of a dimension split over N context ranks, as chunk indices: position 2c
+// holds chunk c and position 2c + 1 chunk 2N - 1 - c, so rank c's block is chunks c and 2N - 1 - c.
+SmallVector<int64_t> balancedChunkOrder(int64_t ranks);
+// The inverse: the position in the balanced order of each chunk of the sequence.
+SmallVector<int64_t> sequenceChunkOrder(int64_t ranks);
+
 // Builds, at the builder's insertion point, the ops that take `local` (this rank's part of a value
 // sharded as `from`) to this rank's part under `to`, in this order:
 //   1. un-split: all_gather of each dimension's axes that `to` does not keep, minor axis first (the
@@ -19,8 +25,15 @@ namespace mlir::dg {
 //   3. split: for each axis `to` adds to a dimension, major first, a reduce_scatter when the value
 //      is a pending sum over that axis, a local dg.slice at this rank's block otherwise;
 //   4. pending sums that `to` adds: ranks with coordinate 0 on those axes keep the value, the others
-//      hold zeros (dg.fill), which keeps the sum exact.
+//      hold zeros, which keeps the sum exact: a dg.fill for a value computed from sources alone,
+//      else zeros that still read the value (so every rank's program has the same dependencies and
+//      orders its collectives alike, over several tensor axes or a context axis).
 // Collectives act on dim 0; another dimension is moved to the front with dg.transpose and back.
+// A dimension split over an axis with the context role is in the load-balanced order of causal
+// context parallelism (docs/parallelism.md, "Context parallelism"): cut into 2N chunks for the
+// axis' N ranks, rank c holds chunks c and 2N - 1 - c. The split slices those two chunks, a gather
+// over the axis puts the chunks back in sequence order, and a sum is put in the balanced order
+// before its reduce-scatter.
 // Fails, with an error on `user`, when an integer value would need a collective or a pending sum.
 FailureOr<Value> buildReshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank, Value local,
                               ShardingAttr from, ShardingAttr to);

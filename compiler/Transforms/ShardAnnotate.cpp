@@ -120,11 +120,14 @@ class Annotator {
     Axes dataGroup = names(experts ? groups_.expertData : groups_.data);
     Axes partial;
     if (name.kind == ParameterKind::Gradient) {
-      // Every rank of the data group adds its own tokens' contribution. Over the tensor axes the
-      // parameter is not split over, the ranks see different heads or tokens: a whole parameter's
-      // gradient is in general a sum over the tensor group, a replicated KV head's over the ranks
-      // that hold it (the query heads of its group).
+      // Every rank of the data group adds its own tokens' contribution. The context ranks hold other
+      // tokens of the same sequences, so they add theirs too. (ZeRO-1 keeps to the data group: a split
+      // over a context axis is in the load-balanced chunk order, Reshard.h, which is for sequences, not
+      // for a parameter's rows.) Over the tensor axes the parameter is not split over, the ranks see
+      // different heads or tokens: a whole parameter's gradient is in general a sum over the tensor
+      // group, a replicated KV head's over the ranks that hold it (the query heads of its group).
       partial = dataGroup;
+      llvm::append_range(partial, names(groups_.context));
       for (StringRef axis : names(groups_.tensor))
         if (!llvm::is_contained(partial, axis) &&
             llvm::none_of(dims, [&](const Axes& d) { return llvm::is_contained(d, axis); }))
@@ -178,13 +181,15 @@ struct DgShardAnnotatePass : mlir::dg::impl::DgShardAnnotateBase<DgShardAnnotate
     getOperation().walk([&](ParamOp param) {
       if (auto heads = param->getAttrOfType<IntegerAttr>(kHeadsAttr)) sharedHeadSplits.push_back(heads.getInt());
     });
-    std::optional<LayoutGroups> groups = layoutGroups(tensorParallel, dataParallel, expertParallel, sharedHeadSplits);
+    std::optional<LayoutGroups> groups =
+        layoutGroups(tensorParallel, dataParallel, expertParallel, contextParallel, sharedHeadSplits);
     if (!groups) {
-      getOperation().emitError()
-          << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue() << " dp=" << dataParallel.getValue()
-          << " ep=" << expertParallel.getValue()
-          << " has no mesh (sizes must be >= 1, ep must divide dp, tp must divide ep when ep > 1, "
-             "and every shared-head count below tp must divide tp and the larger ones below it)";
+      InFlightDiagnostic error = getOperation().emitError()
+                                 << "dg-shard-annotate: the layout tp=" << tensorParallel.getValue()
+                                 << " dp=" << dataParallel.getValue() << " ep=" << expertParallel.getValue();
+      if (contextParallel != 1) error << " cp=" << contextParallel.getValue();
+      error << " has no mesh (sizes must be >= 1, ep must divide dp, tp must divide ep when ep > 1, "
+               "and every shared-head count below tp must divide tp and the larger ones below it)";
       return signalPassFailure();
     }
     if (sequenceParallel && tensorParallel == 1) {

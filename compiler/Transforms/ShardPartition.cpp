@@ -4,6 +4,8 @@
 // producers' layouts to the ones it consumes, then its results take their local types. Ops whose
 // meaning depends on global positions (constants, lookups into a split table, a split expert set,
 // the entry point's boundary) get this rank's offsets, known at compile time.
+#include <algorithm>
+
 #include "compiler/Transforms/Passes.h"
 #include "compiler/Transforms/Reshard.h"
 #include "dialects/dg/IR/DgMesh.h"
@@ -74,6 +76,9 @@ class Partitioner {
       });
       for (Operation* op : ops)
         if (failed(partition(op))) return failure();
+      // Erased only now: the list above still names them.
+      for (Operation* op : replaced_) op->erase();
+      replaced_.clear();
     }
     module_.walk([](Operation* op) {
       op->removeAttr(kShardingsAttr);
@@ -224,6 +229,10 @@ class Partitioner {
         op->setAttr("expert_offset", builder.getI64IntegerAttr(firstRow(experts, op->getOperand(kGateUp))));
       return success();
     }
+    if (auto attention = dyn_cast<AttentionOp>(op))
+      return localizeQueryBlock(op, attention.getMask(), /*backward=*/false);
+    if (auto backward = dyn_cast<AttentionBackwardOp>(op))
+      return localizeQueryBlock(op, backward.getMask(), /*backward=*/true);
     if (auto mean = dyn_cast<ReduceMeanOp>(op)) {
       scaleMeanOverSplitDims(mean);
       return success();
@@ -235,6 +244,111 @@ class Partitioner {
         if (failed(checkWhole(op, index, concat.getDim(), "concatenates"))) return failure();
       return success();
     }
+    return success();
+  }
+
+  // Attention whose queries are split on the sequence over a context axis of N ranks (docs/
+  // parallelism.md, "Context parallelism"): the rank holds the query chunks c and 2N - 1 - c of 2N
+  // (the load-balanced order, Reshard.h) over whole keys. The op places its Tq queries at the last Tq
+  // key positions, so each chunk, starting at global query g * C, runs as its own op over the keys
+  // [begin, end) with end = Tk - Tq_global + (g + 1) * C and begin 0, or under a sliding window W the
+  // first key the chunk's first query sees, end - C - (W - 1): the keys, values and their per-key
+  // operands are cut to that range, which keeps the causal mask, the window and the document ids
+  // exact at global positions. The chunks' outputs (the backward's query gradients) are
+  // concatenated; the backward's key and value gradients come out for each range, padded with zeros
+  // to Tk and added: the rank's share of their pending sum over the context group.
+  LogicalResult localizeQueryBlock(Operation* op, AttentionMask mask, bool backward) {
+    constexpr unsigned kQuery = 0, kKey = 1, kValue = 2, kKeyValid = 3, kGradOutput = 4;
+    ShardingAttr querySharding = shardingAt(op, kOperandShardingsAttr, kQuery);
+    SmallVector<StringRef> queryAxes = querySharding.getDimAxes(1);
+    if (queryAxes.empty()) return success();
+    auto isContext = [&](StringRef name) {
+      return llvm::any_of(mesh_.axes(),
+                          [&](const Mesh::Axis& axis) { return axis.name == name && axis.role == AxisRole::Context; });
+    };
+    if (queryAxes.size() != 1 || !isContext(queryAxes.front()))
+      return op->emitOpError() << "splits its queries over " << querySharding
+                               << "; only a split over one context axis is partitioned (context parallelism)";
+    if (mask != AttentionMask::Causal)
+      return op->emitOpError()
+             << "splits its queries over " << querySharding
+             << " under a non-causal mask; only causal attention splits its queries (context parallelism)";
+    Value segmentIds = backward ? cast<AttentionBackwardOp>(op).getSegmentIds() : cast<AttentionOp>(op).getSegmentIds();
+    if (segmentIds)
+      return op->emitOpError() << "splits its queries over " << querySharding
+                               << " with the image overlay's segment ids, which let a query see later keys; "
+                                  "context parallelism does not split such a pass";
+    const int64_t ranks = *mesh_.axisSize(queryAxes.front()), coordinate = *mesh_.coordinate(rank_, queryAxes.front());
+    auto localQuery = cast<RankedTensorType>(op->getOperand(kQuery).getType());
+    const int64_t chunk = localQuery.getDimSize(1) / 2, globalQueries = localQuery.getDimSize(1) * ranks;
+    const int64_t keys = cast<RankedTensorType>(op->getOperand(kKey).getType()).getDimSize(1);
+    // The optional segment and document ids follow the backward's grad_output, or the forward's key_valid.
+    const unsigned firstOptional = backward ? kGradOutput + 1 : kKeyValid + 1;
+
+    OpBuilder builder(op);
+    Location loc = op->getLoc();
+    auto withDim = [](Type type, int64_t size) {
+      auto ranked = cast<RankedTensorType>(type);
+      SmallVector<int64_t> shape(ranked.getShape());
+      shape[1] = size;
+      return RankedTensorType::get(shape, ranked.getElementType());
+    };
+    auto slice = [&](Value value, int64_t start, int64_t size) -> Value {
+      return builder.create<SliceOp>(loc, withDim(value.getType(), size), value, builder.getI64IntegerAttr(1),
+                                     builder.getI64IntegerAttr(start));
+    };
+    SmallVector<Operation*> chunkOps;
+    // A sliding window (W > 0) hides every key more than W - 1 positions before the chunk's first
+    // query, so those keys are cut from the front as well.
+    const int64_t window = op->getAttrOfType<IntegerAttr>("window").getInt();
+    SmallVector<std::pair<int64_t, int64_t>> keyRanges;  // [begin, end) per chunk
+    for (int64_t globalChunk : {coordinate, 2 * ranks - 1 - coordinate}) {
+      const int64_t local = static_cast<int64_t>(chunkOps.size());
+      const int64_t end = keys - globalQueries + (globalChunk + 1) * chunk;
+      const int64_t begin = window > 0 ? std::max<int64_t>(0, end - chunk - (window - 1)) : 0;
+      SmallVector<Value> operands;
+      for (OpOperand& operand : op->getOpOperands()) {
+        unsigned index = operand.getOperandNumber();
+        if (index == kQuery || (backward && index == kGradOutput))
+          operands.push_back(slice(operand.get(), local * chunk, chunk));
+        else if (index == kKey || index == kValue || index == kKeyValid || index >= firstOptional)
+          operands.push_back(slice(operand.get(), begin, end - begin));
+        else operands.push_back(operand.get());
+      }
+      // Cloned after its operands' slices, so that they dominate it.
+      Operation* part = builder.clone(*op);
+      part->setOperands(operands);
+      part->getResult(0).setType(withDim(part->getResult(0).getType(), chunk));
+      for (unsigned result = 1; result < part->getNumResults(); ++result)
+        part->getResult(result).setType(withDim(part->getResult(result).getType(), end - begin));
+      chunkOps.push_back(part);
+      keyRanges.push_back({begin, end});
+    }
+    auto replace = [&](Value old, Value replacement) {
+      old.replaceAllUsesWith(replacement);
+      producedSharding_[replacement] = producedSharding_[old];
+    };
+    replace(op->getResult(0),
+            builder.create<ConcatOp>(loc, ValueRange{chunkOps[0]->getResult(0), chunkOps[1]->getResult(0)},
+                                     builder.getI64IntegerAttr(1)));
+    for (unsigned result = 1; result < op->getNumResults(); ++result) {
+      Value sum;
+      for (auto [part, range] : llvm::zip(chunkOps, keyRanges)) {
+        auto [begin, end] = range;
+        Value gradient = part->getResult(result);
+        auto zeros = [&](int64_t size) -> Value {
+          return builder.create<FillOp>(loc, withDim(gradient.getType(), size), builder.getF64FloatAttr(0.0));
+        };
+        SmallVector<Value> pieces;
+        if (begin > 0) pieces.push_back(zeros(begin));
+        pieces.push_back(gradient);
+        if (end < keys) pieces.push_back(zeros(keys - end));
+        if (pieces.size() > 1) gradient = builder.create<ConcatOp>(loc, pieces, builder.getI64IntegerAttr(1));
+        sum = sum ? builder.create<AddOp>(loc, gradient.getType(), sum, gradient).getResult() : gradient;
+      }
+      replace(op->getResult(result), sum);
+    }
+    replaced_.push_back(op);
     return success();
   }
 
@@ -278,6 +392,8 @@ class Partitioner {
   Mesh mesh_;
   int64_t rank_;
   DenseMap<Value, ShardingAttr> producedSharding_;
+  // Ops replaced by their context-parallel chunks (localizeQueryBlock), erased after the function.
+  SmallVector<Operation*> replaced_;
   // The reshardings built so far in the current function, by value and consumed layout.
   DenseMap<std::pair<Value, Attribute>, Value> resharded_;
 };

@@ -54,6 +54,7 @@ class Propagator {
         mesh_(Mesh::of(module)),
         sp_(sequenceParallel),
         tensorAxes_(mesh_.axesWithRole(AxisRole::Tensor)),
+        contextAxes_(mesh_.axesWithRole(AxisRole::Context)),
         dataAxes_(mesh_.axesWithAnyRole({AxisRole::Data, AxisRole::Expert})) {
     // Each gradient buffer resolves into the layout of its Adam moments: under ZeRO-1 their shard,
     // so that the clip's squares and AdamW read one reduce-scattered gradient.
@@ -144,10 +145,32 @@ class Propagator {
       dims[dim] = split;
     };
     if (!isWeight(value)) {
+      // A sum over the context group of a sequence-major activation (the key and value gradients of
+      // the queries a rank holds) becomes that rank's sequence block: the reduce-scatter that is the
+      // backward of the K/V all-gather.
+      if (shape.size() >= 3) onto(1, contextAxes_);
       if (sp_ && shape.size() == 3) onto(1, tensorAxes_);
       if (microBatch_ > 0 && !shape.empty() && shape[0] % microBatch_ == 0) onto(0, dataAxes_);
     }
     return make(dims, {});
+  }
+
+  // An encoder pass's input hidden states (marked by the model) are offered with their sequence
+  // split over the context axes, the major part of dim 1: the rank's block is a local slice, and the
+  // split flows from there through the encoder (docs/parallelism.md, "Context parallelism").
+  ShardingAttr contextSplitOffer(Value value, ShardingAttr sharding) {
+    Operation* producer = value.getDefiningOp();
+    if (contextAxes_.empty() || !producer || !producer->hasAttr(kContextSplitAttr)) return sharding;
+    auto shape = cast<RankedTensorType>(value.getType()).getShape();
+    SmallVector<Axes> dims = dimsOf(sharding);
+    if (shape.size() != 3 ||
+        llvm::any_of(contextAxes_, [&](StringRef axis) { return llvm::is_contained(dims[1], axis); }))
+      return sharding;
+    Axes split = contextAxes_;
+    llvm::append_range(split, dims[1]);
+    if (shape[1] % axesSize(mesh_, split) != 0) return sharding;
+    dims[1] = split;
+    return make(dims, sharding.getPartialAxes());
   }
 
   LogicalResult propagateThroughRule(Operation* op, ShardingRuleAttr rule, SmallVector<ShardingAttr>& offered) {
@@ -155,6 +178,7 @@ class Propagator {
     SmallVector<bool> weights;
     for (auto [index, operand] : llvm::enumerate(op->getOperands())) {
       if (!keepsPendingSum[index]) offered[index] = resolvedOffer(operand, offered[index]);
+      offered[index] = contextSplitOffer(operand, offered[index]);
       weights.push_back(isWeight(operand));
     }
     OpShardings shardings = shardThroughRule(mesh_, rule, offered, keepsPendingSum, weights);
@@ -166,7 +190,7 @@ class Propagator {
   ModuleOp module_;
   Mesh mesh_;
   bool sp_;
-  Axes tensorAxes_, dataAxes_;
+  Axes tensorAxes_, contextAxes_, dataAxes_;
   llvm::StringMap<ShardingAttr> momentShardings_;
   int64_t microBatch_ = 0;
 };

@@ -115,6 +115,10 @@ int main(int argc, char** argv) {
   // Range-checked by the compiler (an InputError naming the flag), not by CLI11.
   app.add_option("--vocab-alignment", options.vocabAlignment,
                  "pad the vocabulary to a multiple of lcm(--tp, N) rows (docs/parallelism.md, \"Vocabulary padding\")");
+  app.add_option("--cp", options.cp,
+                 "context-parallel size: the encoder's sequence split over this many ranks (train mode, SFT "
+                 "objective, text only; docs/parallelism.md, 'Context parallelism')")
+      ->check(dgemma::integerIn(1, dgemma::kMaxParallel));
   app.add_flag("--distributed-optimizer,!--no-distributed-optimizer", options.distributedOptimizer,
                "ZeRO-1: optimizer state sharded over the data-parallel ranks (default on)");
   app.add_option("--expert-exchange", options.expertExchange,
@@ -187,7 +191,7 @@ int main(int argc, char** argv) {
       for (const std::string& name : *flags)
         if (app.get_option(name)->count() > 0) options.explicitObjectiveFlags.push_back(name);
     if (!options.preset.empty()) applyPreset(app, options.preset);
-    for (const char* name : {"--tp", "--dp", "--ep", "--sp", "--recompute"})
+    for (const char* name : {"--tp", "--dp", "--ep", "--sp", "--cp", "--recompute"})
       if (app.get_option(name)->count() > 0) options.explicitLayoutFlags.push_back(name);
     dgemma::compile(options);
     return 0;

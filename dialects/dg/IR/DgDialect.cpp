@@ -197,6 +197,11 @@ LogicalResult DgDialect::verifyOperationAttribute(Operation* op, NamedAttribute 
     if (op->getNumResults() == 0) return op->emitOpError() << "'" << name << "' belongs on an op with results";
     return success();
   }
+  if (name == kContextSplitAttr) {
+    if (!isa<UnitAttr>(attribute.getValue()) || op->getNumResults() == 0)
+      return op->emitOpError() << "'" << name << "' is a unit attribute of an op with results";
+    return success();
+  }
   if (name == kRecomputedAttr) {
     if (!isa<UnitAttr>(attribute.getValue())) return op->emitOpError() << "'" << name << "' is a unit attribute";
     return success();

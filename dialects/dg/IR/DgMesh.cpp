@@ -97,8 +97,8 @@ SmallVector<int64_t> Mesh::shardOffset(ShardingAttr sharding, ArrayRef<int64_t> 
 }
 
 std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel,
-                                                   ArrayRef<int64_t> sharedHeadSplits) {
-  if (tensorParallel < 1 || dataParallel < 1 || expertParallel < 1) return std::nullopt;
+                                                   int64_t contextParallel, ArrayRef<int64_t> sharedHeadSplits) {
+  if (tensorParallel < 1 || dataParallel < 1 || expertParallel < 1 || contextParallel < 1) return std::nullopt;
   if (dataParallel % expertParallel != 0) return std::nullopt;
   if (expertParallel > 1 && expertParallel % tensorParallel != 0) return std::nullopt;
   // The tensor group's cuts: every split of a shared-head weight below TP, then TP itself; each must
@@ -122,7 +122,8 @@ std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64
     if (size > 1) groups.axes.push_back({name.str(), size, role});
     return size > 1;
   };
-  bool hasDp = add("dp", dataParallel / epInner, AxisRole::Data), hasEp = add("ep", epInner, AxisRole::Expert);
+  bool hasDp = add("dp", dataParallel / epInner, AxisRole::Data), hasEp = add("ep", epInner, AxisRole::Expert),
+       hasCp = add("cp", contextParallel, AxisRole::Context);
   SmallVector<std::string> tensor;
   for (auto [index, size] : llvm::enumerate(tensorAxisSizes)) {
     tensor.push_back(index == 0 ? std::string("tp") : "tp" + std::to_string(index));
@@ -136,6 +137,7 @@ std::optional<LayoutGroups> mlir::dg::layoutGroups(int64_t tensorParallel, int64
   if (expertParallel > 1 && hasTp) llvm::append_range(groups.expert, tensor);
   if (hasDp) groups.expertData.push_back("dp");
   if (expertParallel == 1 && hasTp) llvm::append_range(groups.expertData, tensor);
+  if (hasCp) groups.context.push_back("cp");
   return groups;
 }
 

@@ -63,11 +63,17 @@ class Mesh {
 // (docs/parallelism.md, "Tensor parallelism beyond the KV heads"; layoutGroups below).
 inline constexpr llvm::StringLiteral kHeadsAttr = "dg.heads";
 
+// Set by the model on the op whose result 0 is an encoder pass's input hidden states [B, T, H]: with
+// context parallelism its consumers take T split over the context axes (docs/parallelism.md,
+// "Context parallelism"); dg-shard-propagate reads it, and it means nothing without a context axis.
+inline constexpr llvm::StringLiteral kContextSplitAttr = "dg.context_split";
+
 // A Megatron-style parallel layout as base axes and the logical groups built from them (contract of
-// docs/parallelism.md, "Meshes"): world = TP x DP = EDP x EP, TP fastest, EP groups of consecutive
-// ranks. Base axes (size-1 ones dropped), in this order: `dp` (role data; DP / epInner), `ep` (role
-// expert; epInner: EP / TP when TP > 1, else EP; absent when EP = 1) and `tp` (role tensor). This is
-// the one place that names mesh axes. Requires TP to divide EP when EP > 1.
+// docs/parallelism.md, "Meshes"): world = CP x TP x DP = CP x EDP x EP, TP fastest, then CP, EP
+// groups of consecutive ranks of one CP coordinate. Base axes (size-1 ones dropped), in this order:
+// `dp` (role data; DP / epInner), `ep` (role expert; epInner: EP / TP when TP > 1, else EP; absent
+// when EP = 1), `cp` (role context) and `tp` (role tensor). This is the one place that names mesh
+// axes. Requires TP to divide EP when EP > 1.
 // Tensor parallelism beyond the KV heads (docs/parallelism.md): when a weight of shared heads
 // (dg.heads) splits only s < TP ways, the tensor group is several axes, `tp` (size s), then `tp1`
 // (TP / s), one more per further such split, so that the weight splits over a prefix of them and is
@@ -78,11 +84,16 @@ struct LayoutGroups {
   SmallVector<std::string> tensor;      // {tp}, or {tp, tp1, ...} (outer to inner) with replicated heads
   SmallVector<std::string> expert;      // {ep} plus {tp} when EP > 1 and TP > 1
   SmallVector<std::string> expertData;  // {dp}, plus {tp} when EP = 1 and TP > 1
+  // {cp}: the encoder's sequence splits over it, and, as in Megatron, its ranks join the data group
+  // and the expert-data group in the gradient reduction and the optimizer-state sharding.
+  SmallVector<std::string> context;
 };
 // Fails (nullopt) when the sizes are not positive, EP does not divide DP, EP > 1 and TP does not
 // divide it, or the splits in `sharedHeadSplits` below TP do not form a chain of divisors of TP.
+// contextParallel comes before sharedHeadSplits: both have defaults, and an integer converts
+// silently to a one-element ArrayRef, so every call site names the context size when it passes splits.
 std::optional<LayoutGroups> layoutGroups(int64_t tensorParallel, int64_t dataParallel, int64_t expertParallel,
-                                         ArrayRef<int64_t> sharedHeadSplits = {});
+                                         int64_t contextParallel = 1, ArrayRef<int64_t> sharedHeadSplits = {});
 
 // The dg.mesh attribute of these axes, in their order.
 MeshAttr meshAttr(MLIRContext* context, ArrayRef<Mesh::Axis> axes);

@@ -169,6 +169,7 @@ OwningOpRef<ModuleOp> buildDiffusionGemmaTrain(MLIRContext& context, const Diffu
       return [&, promptLength, imagesPerExample, logpsOnly] {
         GraphBuilder graph(builder, config, options.microBatch, options.precision);
         TextStack text(graph);
+        text.setSequenceMajorExpertTokens(options.sequenceMajorExpertTokens);
         ObjectiveBuilder objective(graph, text, options.objective);
         if (logpsOnly) objective.buildLogps(promptLength, imagesPerExample);
         else objective.buildTrainStep(promptLength, imagesPerExample);

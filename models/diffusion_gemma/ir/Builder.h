@@ -92,6 +92,11 @@ struct DiffusionGemmaTrainOptions {
   DiffusionGemmaObjective objective;
   Precision precision = Precision::Fp32;
   int64_t imagesPerExample = 0;  // I >= 1 adds "train_step_images" beside each "train_step"
+  // The routed experts take their tokens sequence-major ([S·B, H] rather than [B·S, H]), the same
+  // arithmetic per token: under context parallelism the sequence's split is then the major part of
+  // the tokens' dimension and survives the experts' gather over the expert group
+  // (docs/parallelism.md, "Context parallelism").
+  bool sequenceMajorExpertTokens = false;
 };
 
 // Two kinds of entry points:

@@ -85,6 +85,9 @@ Value TextStack::encoderStack(Value ids, Value keyValid, Value positions, std::v
 Value TextStack::encoderStackOverEmbeddings(Value embeddings, Value keyValid, Value positions,
                                             std::vector<LayerKeyValues>* keyValuesOut, Value segmentIds) {
   Value hidden = embeddings;
+  // Context parallelism splits the encoder's sequence from here on (docs/parallelism.md, "Context
+  // parallelism"); without a context axis the mark is ignored.
+  hidden.getDefiningOp()->setAttr(kContextSplitAttr, b_.getUnitAttr());
   const EncoderAttention keySet{keyValid, nullptr, Value(), segmentIds};
   for (int64_t layer = 0; layer < config_.numHiddenLayers; ++layer)
     hidden = layerForward(layer, hidden, positions, keySet, keyValuesOut);
@@ -251,15 +254,33 @@ Value TextStack::feedForward(int64_t layer, Value residual, Value tokenValid) {
 
   if (auxTerms_) auxTerms_->push_back(loadBalancingLoss(layer, routerLogits, route.getIndices(), tokenValid));
 
-  Value expertInput = g_.reshape(g_.rmsNorm(residual, name("pre_feedforward_layernorm_2.weight")), {tokens, hidden_},
-                                 name("experts.tokens"));
+  Value expertNormed = g_.rmsNorm(residual, name("pre_feedforward_layernorm_2.weight"));
+  Value routeWeights = route.getWeights(), routeIndices = route.getIndices();
+  // [B, S, ...] rows to [S·B] order and back; the experts' result per token is the same either way.
+  const int64_t batch = shapeOf(residual)[0], sequence = shapeOf(residual)[1];
+  auto swapBatchAndSequence = [&](Value value, int64_t rows, int64_t columns, const std::string& what) {
+    auto type = cast<RankedTensorType>(value.getType());
+    const int64_t width = type.getShape().back();
+    Value grid = g_.reshape(value, {rows, columns, width}, name(what + ".grid"));
+    Value swapped = b_.create<TransposeOp>(g_.loc(name(what + ".swap")),
+                                           RankedTensorType::get({columns, rows, width}, type.getElementType()), grid,
+                                           ArrayRef<int64_t>{1, 0, 2});
+    return g_.reshape(swapped, {rows * columns, width}, name(what + ".rows"));
+  };
+  if (sequenceMajorExpertTokens_) {
+    expertNormed = swapBatchAndSequence(expertNormed, batch, sequence, "experts.input");
+    routeWeights = swapBatchAndSequence(routeWeights, batch, sequence, "experts.weights");
+    routeIndices = swapBatchAndSequence(routeIndices, batch, sequence, "experts.indices");
+  }
+  Value expertInput = g_.reshape(expertNormed, {tokens, hidden_}, name("experts.tokens"));
   Value gateUp =
       g_.param(name("experts.gate_up_proj"), {config_.numExperts, 2 * config_.moeIntermediateSize, hidden_}, "normal");
   Value down =
       g_.param(name("experts.down_proj"), {config_.numExperts, hidden_, config_.moeIntermediateSize}, "normal");
-  Value experts = b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, route.getWeights(), route.getIndices(),
-                                          gateUp, down)
-                      .getResult();
+  Value experts =
+      b_.create<MoeExpertsOp>(g_.loc(name("experts")), expertInput, routeWeights, routeIndices, gateUp, down)
+          .getResult();
+  if (sequenceMajorExpertTokens_) experts = swapBatchAndSequence(experts, sequence, batch, "experts.result");
   Value expertsOut = g_.rmsNorm(g_.reshape(experts, shapeOf(residual), name("experts.out")),
                                 name("post_feedforward_layernorm_2.weight"));
   return g_.rmsNorm(g_.add(denseOut, expertsOut, name("ffn.sum")), name("post_feedforward_layernorm.weight"));

@@ -80,6 +80,8 @@ class TextStack {
 
   // Where the MoE calls built from now on append their load-balancing loss; null: nowhere.
   void recordLoadBalancingLosses(std::vector<Value>* terms) { auxTerms_ = terms; }
+  // The routed experts' tokens in [S·B] order (DiffusionGemmaTrainOptions::sequenceMajorExpertTokens).
+  void setSequenceMajorExpertTokens(bool sequenceMajor) { sequenceMajorExpertTokens_ = sequenceMajor; }
 
  private:
   // Where a layer's attention reads its keys from.
@@ -124,6 +126,7 @@ class TextStack {
   Type f32_;
   Type activation_;
   std::vector<Value>* auxTerms_ = nullptr;
+  bool sequenceMajorExpertTokens_ = false;
 };
 
 }  // namespace mlir::dg::diffusion_gemma

@@ -28,7 +28,8 @@ int64_t paddedVocabularySize(int64_t vocabSize, int64_t tensorParallel, int64_t 
 void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayout& layout,
                          const std::vector<int64_t>& promptLengths, int64_t canvasLength) {
   const int64_t tp = layout.tensorParallel, dp = layout.dataParallel, ep = layout.expertParallel;
-  if (tp < 1 || dp < 1 || ep < 1) throw InputError("--tp/--dp/--ep: expected positive sizes");
+  const int64_t cp = layout.contextParallel;
+  if (tp < 1 || dp < 1 || ep < 1 || cp < 1) throw InputError("--tp/--dp/--ep/--cp: expected positive sizes");
   // EP ranks come from the data-parallel ranks of one TP coordinate, as in Megatron Core.
   requireDivides(ep, dp, "--ep", "the data-parallel size --dp");
   // KV heads fewer than TP are replicated, each on TP / heads ranks (docs/parallelism.md, "Tensor
@@ -64,6 +65,19 @@ void checkParallelLayout(const DiffusionGemmaConfig& config, const ParallelLayou
     for (int64_t length : promptLengths)
       requireDivides(tp, length, "--tp", "the prompt bucket --prompt-len " + str(length));
     requireDivides(tp, canvasLength, "--tp", "the canvas length canvas_length");
+  }
+  if (cp > 1) {
+    // The clean pass (P + L) and the prompt's K/V pass (P) cut their sequence into 2 CP chunks, two
+    // per context rank (the causal load balancing), and under SP each rank's part again over TP.
+    const int64_t chunks = 2 * cp * (layout.sequenceParallel ? tp : 1);
+    const std::string what = "--cp " + str(cp) + (layout.sequenceParallel ? " with --tp " + str(tp) + " --sp" : "");
+    for (int64_t length : promptLengths)
+      if (length % chunks != 0)
+        throw InputError(what + " needs every prompt bucket to be a multiple of " + str(chunks) + ": --prompt-len " +
+                         str(length) + " is not (the encoder's sequence splits into 2 chunks per context rank)");
+    if (canvasLength % chunks != 0)
+      throw InputError(what + " needs the canvas length canvas_length (" + str(canvasLength) +
+                       ") to be a multiple of " + str(chunks) + " (the clean pass's sequence is prompt + canvas)");
   }
 }
 

@@ -1,10 +1,11 @@
 // A parallel layout for DiffusionGemma and the constraints the model puts on it (docs/parallelism.md,
-// "Meshes" and "Divisibility"): world = TP x DP = EDP x EP with EP dividing DP; TP divides every
-// layer's query heads and the dense MLP width (the vocabulary is padded instead); a layer's KV heads
-// are a multiple of TP or divide it (then each is replicated on TP / heads ranks), and the KV head
-// counts below TP divide one another; EP divides the experts; with sequence parallelism TP divides
-// every prompt bucket and the canvas. Checked before anything is built, so that an impossible layout
-// is named by the constraint it breaks rather than failing somewhere in the partitioner.
+// "Meshes" and "Divisibility"): world = CP x TP x DP = CP x EDP x EP with EP dividing DP; TP divides
+// every layer's query heads and the dense MLP width (the vocabulary is padded instead); a layer's KV
+// heads are a multiple of TP or divide it (then each is replicated on TP / heads ranks), and the KV
+// head counts below TP divide one another; EP divides the experts; with sequence parallelism TP
+// divides every prompt bucket and the canvas; 2 x CP (times TP under SP) divides every prompt bucket
+// and the canvas ("Context parallelism"). Checked before anything is built, so that an impossible
+// layout is named by the constraint it breaks rather than failing somewhere in the partitioner.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +20,11 @@ struct ParallelLayout {
   int64_t dataParallel = 1;      // --dp
   int64_t expertParallel = 1;    // --ep
   bool sequenceParallel = false; // --sp
+  int64_t contextParallel = 1;   // --cp
 
-  int64_t worldSize() const { return tensorParallel * dataParallel; }
-  // The expert mesh's data-parallel size: world = EDP x EP (expert tensor parallelism is 1).
+  int64_t worldSize() const { return contextParallel * tensorParallel * dataParallel; }
+  // The expert mesh's data-parallel size: world = CP x EDP x EP (expert tensor parallelism is 1;
+  // the context ranks hold other tokens, so they count as expert-data ranks for the reduction).
   int64_t expertDataParallel() const { return worldSize() / expertParallel; }
 };
 

@@ -78,6 +78,24 @@ TEST(ParallelLayout, KvHeadsMustSplitOrReplicateEvenly) {
                 "rank blocks that do not nest");
 }
 
+// Context parallelism (docs/parallelism.md, "Context parallelism"): world = CP x TP x DP, the CP
+// ranks count as expert-data ranks, and 2 CP (times TP under SP) divides every bucket and the canvas.
+TEST(ParallelLayout, ContextParallelSizesAndChunks) {
+  const ParallelLayout layout{2, 2, 2, true, 2};
+  EXPECT_EQ(layout.worldSize(), 8);
+  EXPECT_EQ(layout.expertDataParallel(), 4);
+  const DiffusionGemmaConfig tiny = tinyConfig();
+  EXPECT_NO_THROW(checkParallelLayout(tiny, layout, {16, 32}, tiny.canvasLength));
+  EXPECT_NO_THROW(checkParallelLayout(tiny, ParallelLayout{1, 1, 1, false, 2}, {12}, tiny.canvasLength));
+  expectRefused(tiny, ParallelLayout{1, 1, 1, false, 2},
+                "--cp 2 needs every prompt bucket to be a multiple of 4: --prompt-len 14", {12, 14});
+  expectRefused(tiny, layout,
+                "--cp 2 with --tp 2 --sp needs every prompt bucket to be a multiple of 8: --prompt-len 12", {12});
+  expectRefused(tiny, ParallelLayout{1, 1, 1, false, 16},
+                "needs the canvas length canvas_length (16) to be a multiple of 32", {32});
+  expectRefused(tiny, ParallelLayout{1, 1, 1, false, 0}, "expected positive sizes", {32});
+}
+
 TEST(ParallelLayout, ExpertParallelMustDivideDataParallelAndTheExperts) {
   expectRefused(config26b(), ParallelLayout{1, 2, 4, false}, "--ep 4 does not divide the data-parallel size --dp (2)");
   expectRefused(tinyConfig(), ParallelLayout{1, 3, 3, false}, "--ep 3 does not divide the number of experts num_experts (8)");

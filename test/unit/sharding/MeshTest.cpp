@@ -51,6 +51,20 @@ TEST(LayoutGroups, ExpertGroupsAreConsecutiveRanksAcrossTensorParallelism) {
   EXPECT_EQ(large->expertData, (Names{"dp"}));
 }
 
+TEST(LayoutGroups, ContextParallelismIsAnAxisBetweenExpertsAndTensor) {
+  // CP2 x TP2 x DP4, EP4: TP innermost, then CP (Megatron's tp-cp-ep-dp); the context group is its
+  // own, outside the inputs' data group.
+  auto groups = layoutGroups(2, 4, 4, /*cp=*/2);
+  ASSERT_TRUE(groups);
+  EXPECT_EQ(groups->axes,
+            (Axes{{"dp", 2, kData}, {"ep", 2, kExpert}, {"cp", 2, AxisRole::Context}, {"tp", 2, kTensor}}));
+  EXPECT_EQ(groups->data, (Names{"dp", "ep"}));
+  EXPECT_EQ(groups->expert, (Names{"ep", "tp"}));
+  EXPECT_EQ(groups->context, (Names{"cp"}));
+  EXPECT_TRUE(layoutGroups(1, 1, 1, 1)->context.empty());
+  EXPECT_FALSE(layoutGroups(1, 1, 1, 0));
+}
+
 TEST(LayoutGroups, WithoutExpertParallelismExpertsReduceOverEveryRank) {
   auto groups = layoutGroups(2, 2, 1);
   ASSERT_TRUE(groups);
@@ -64,7 +78,7 @@ TEST(LayoutGroups, WithoutExpertParallelismExpertsReduceOverEveryRank) {
 // TP beyond the KV heads (docs/parallelism.md): a weight of 2 shared heads at TP 8 splits over `tp`
 // (2) and is replicated over `tp1` (4); heads at or above TP add no cut.
 TEST(LayoutGroups, SharedHeadsBelowTensorParallelCutTheTensorGroup) {
-  auto groups = layoutGroups(/*tp=*/8, /*dp=*/1, /*ep=*/1, /*sharedHeadSplits=*/{8, 2, 2, 16});
+  auto groups = layoutGroups(/*tp=*/8, /*dp=*/1, /*ep=*/1, /*cp=*/1, /*sharedHeadSplits=*/{8, 2, 2, 16});
   ASSERT_TRUE(groups);
   EXPECT_EQ(groups->axes, (Axes{{"tp", 2, kTensor}, {"tp1", 4, kTensor}}));
   EXPECT_EQ(groups->tensor, (Names{"tp", "tp1"}));
@@ -72,16 +86,22 @@ TEST(LayoutGroups, SharedHeadsBelowTensorParallelCutTheTensorGroup) {
   // Rank 5 is (tp 1, tp1 1): it holds KV head 1 of 2, the head of query heads [10, 12) of 16.
   EXPECT_EQ(Mesh(groups->axes).coordinates(5), (SmallVector<int64_t>{1, 1}));
   // Two counts below TP: three axes, outer to inner. With EP, the expert group takes all of them.
-  auto nested = layoutGroups(8, 8, 8, {2, 4});
+  auto nested = layoutGroups(8, 8, 8, 1, {2, 4});
   ASSERT_TRUE(nested);
   EXPECT_EQ(nested->axes, (Axes{{"dp", 8, kData}, {"tp", 2, kTensor}, {"tp1", 2, kTensor}, {"tp2", 2, kTensor}}));
   EXPECT_EQ(nested->expert, (Names{"tp", "tp1", "tp2"}));
   // One head: replicated on every TP rank, so the single axis is whole-group as before.
-  auto single = layoutGroups(4, 1, 1, {1});
+  auto single = layoutGroups(4, 1, 1, 1, {1});
   ASSERT_TRUE(single);
   EXPECT_EQ(single->axes, (Axes{{"tp", 4, kTensor}}));
   // Counts whose blocks do not nest.
-  EXPECT_FALSE(layoutGroups(6, 1, 1, {2, 3}));
+  EXPECT_FALSE(layoutGroups(6, 1, 1, 1, {2, 3}));
+  // With context parallelism the tensor axes stay innermost, after cp: CP 2 x TP 4 on 2 KV heads.
+  auto context = layoutGroups(4, 1, 1, 2, {2});
+  ASSERT_TRUE(context);
+  EXPECT_EQ(context->axes, (Axes{{"cp", 2, AxisRole::Context}, {"tp", 2, kTensor}, {"tp1", 2, kTensor}}));
+  EXPECT_EQ(context->tensor, (Names{"tp", "tp1"}));
+  EXPECT_EQ(context->context, (Names{"cp"}));
 }
 
 TEST(LayoutGroups, RejectsImpossibleLayouts) {
