@@ -133,6 +133,10 @@ const std::vector<Layout>& trainingLayouts() {
       {"cp2_dp2", "--cp 2 --dp 2", 4, 2},
       {"cp2_dp2_ep2", "--cp 2 --dp 2 --ep 2", 4, 2},
       {"cp2_tp2_dp2_sp", "--cp 2 --tp 2 --dp 2 --sp", 8, 2},
+      // With TP beyond the KV heads (tiny-cpu has 2: the tensor group is tp x tp1 inside cp) and with
+      // a padded vocabulary (256 ids in 288 rows), against the unpadded rank.
+      {"cp2_tp4", "--cp 2 --tp 4", 8, 1},
+      {"cp2_tp2_vocab_alignment_48", "--cp 2 --tp 2 --vocab-alignment 48", 4, 1},
   };
   return all;
 }
