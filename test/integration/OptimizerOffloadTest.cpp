@@ -2,7 +2,8 @@
 // `dgemma-run train` for 3 steps from the same random weights gives the plain run's metrics lines
 // (losses, grad norms) and byte-identical checkpoint tensors (masters and AdamW moments), on one
 // rank in fp32 and bf16 and in ZeRO-1 layouts on Gloo (--dp 2 --ep 2: the dense moments sharded
-// over the data group; --dp 4 --ep 2: the experts' too, over their expert-data group of 2). A run
+// over the data group; --dp 4 --ep 2: the experts' too, over their expert-data group of 2; with
+// context parallelism, --cp 2 --dp 2 --ep 2 and --cp 2 --tp 4, the tensor group tp x tp1). A run
 // resumes across the setting. The offloaded plan keeps the moments in its host arena and stages
 // the update.
 #include <gtest/gtest.h>
@@ -146,7 +147,9 @@ TEST(OptimizerOffloadResume, AnOffloadedRunResumesThePlainRunsCheckpoint) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, OptimizerOffload,
                          ::testing::Values(Case{"fp32", "", 1}, Case{"bf16", "--precision bf16", 1},
-                                           Case{"dp2_ep2", "--dp 2 --ep 2", 2}, Case{"dp4_ep2", "--dp 4 --ep 2", 4}),
+                                           Case{"dp2_ep2", "--dp 2 --ep 2", 2}, Case{"dp4_ep2", "--dp 4 --ep 2", 4},
+                                           Case{"cp2_dp2_ep2", "--cp 2 --dp 2 --ep 2", 4},
+                                           Case{"cp2_tp4", "--cp 2 --tp 4", 8}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
