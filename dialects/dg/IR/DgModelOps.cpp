@@ -55,7 +55,7 @@ LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, V
   if (window < 0) return op->emitOpError() << "window must be >= 0";
   if (trailingKeys) {
     const int64_t trailing = static_cast<int64_t>(*trailingKeys);
-    if (trailing < 0 || queries + trailing > keys)
+    if (trailing < 0 || (trailing > 0 && queries + trailing > keys))
       return op->emitOpError() << "trailing_keys " << trailing << " must be in [0, " << keys - queries
                                << "] (the queries' positions lie inside the keys)";
   }

@@ -66,7 +66,7 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
 
   if (hasAttr(signature, "trailing_keys")) {
     g.trailingKeys = attrInt(signature, "trailing_keys");
-    if (g.trailingKeys < 0 || g.queries + g.trailingKeys > g.keys)
+    if (g.trailingKeys < 0 || (g.trailingKeys > 0 && g.queries + g.trailingKeys > g.keys))
       failSignature(signature, "attribute 'trailing_keys': " + std::to_string(g.trailingKeys) +
                                    " is outside [0, Tk - Tq = " + std::to_string(g.keys - g.queries) + "]");
   }

@@ -3,7 +3,8 @@
 //       v [B, Tk, Hkv, Dv], key_valid [B, Tk] of u8 or bool) -> o [B, Tq, Hq, Dv]; Hq a multiple of Hkv
 //   attention_backward: the same inputs and do (o's shape) -> dq, dk, dv of q's, k's and v's shapes
 //   Both take an optional attribute trailing_keys (absent: 0; the keys after the last query's own
-//   position, 0 <= trailing_keys <= Tk - Tq) and optional inputs after those: segment_ids [B, Tk] i64 (mask causal only), the image
+//   position; above 0 it needs Tq + trailing_keys <= Tk) and optional inputs after those:
+//   segment_ids [B, Tk] i64 (mask causal only), the image
 //   overlay, then document_ids [B, Tk] i64 (any mask), the packed documents, present when the bool
 //   attribute document_ids is true (absent: false). segment_ids is the first optional input (input 4
 //   of attention, input 5 of attention_backward) when the count says there is one beyond document_ids.
