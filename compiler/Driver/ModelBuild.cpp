@@ -36,10 +36,6 @@ void checkContextParallelScope(const CompileOptions& options) {
   if (isPretrainingObjective(options))
     throw InputError(flag + ": --objective " + options.objective +
                      " is not split over context ranks (only the SFT objective's encoder passes are)");
-  if (options.imagesPerExample > 0)
-    throw InputError(flag +
-                     " with --images-per-example: the image overlay lets a prompt token see later keys of its "
-                     "image, which the context split's causal key prefix does not hold");
 }
 
 void checkVocabAlignment(int64_t alignment) {

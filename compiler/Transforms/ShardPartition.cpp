@@ -254,9 +254,11 @@ class Partitioner {
   // [begin, end) with end = Tk - Tq_global + (g + 1) * C and begin 0, or under a sliding window W the
   // first key the chunk's first query sees, end - C - (W - 1): the keys, values and their per-key
   // operands are cut to that range, which keeps the causal mask, the window and the document ids
-  // exact at global positions. The chunks' outputs (the backward's query gradients) are
-  // concatenated; the backward's key and value gradients come out for each range, padded with zeros
-  // to Tk and added: the rank's share of their pending sum over the context group.
+  // exact at global positions. Under the image overlay's segment ids the chunk keeps every key and
+  // its trailing_keys attribute (Tk - end) places its queries at the same global positions. The
+  // chunks' outputs (the backward's query gradients) are concatenated; the backward's key and value
+  // gradients come out for each range, padded with zeros to Tk and added: the rank's share of their
+  // pending sum over the context group.
   LogicalResult localizeQueryBlock(Operation* op, AttentionMask mask, bool backward) {
     constexpr unsigned kQuery = 0, kKey = 1, kValue = 2, kKeyValid = 3, kGradOutput = 4;
     ShardingAttr querySharding = shardingAt(op, kOperandShardingsAttr, kQuery);
@@ -273,11 +275,11 @@ class Partitioner {
       return op->emitOpError()
              << "splits its queries over " << querySharding
              << " under a non-causal mask; only causal attention splits its queries (context parallelism)";
-    Value segmentIds = backward ? cast<AttentionBackwardOp>(op).getSegmentIds() : cast<AttentionOp>(op).getSegmentIds();
-    if (segmentIds)
-      return op->emitOpError() << "splits its queries over " << querySharding
-                               << " with the image overlay's segment ids, which let a query see later keys; "
-                                  "context parallelism does not split such a pass";
+    // The image overlay lets a query see every key of its image, later ones and those outside the
+    // window included, so a chunk under segment ids keeps all the keys and is placed among them by
+    // trailing_keys.
+    const bool segmented =
+        backward ? bool(cast<AttentionBackwardOp>(op).getSegmentIds()) : bool(cast<AttentionOp>(op).getSegmentIds());
     const int64_t ranks = *mesh_.axisSize(queryAxes.front()), coordinate = *mesh_.coordinate(rank_, queryAxes.front());
     auto localQuery = cast<RankedTensorType>(op->getOperand(kQuery).getType());
     const int64_t chunk = localQuery.getDimSize(1) / 2, globalQueries = localQuery.getDimSize(1) * ranks;
@@ -304,8 +306,9 @@ class Partitioner {
     SmallVector<std::pair<int64_t, int64_t>> keyRanges;  // [begin, end) per chunk
     for (int64_t globalChunk : {coordinate, 2 * ranks - 1 - coordinate}) {
       const int64_t local = static_cast<int64_t>(chunkOps.size());
-      const int64_t end = keys - globalQueries + (globalChunk + 1) * chunk;
-      const int64_t begin = window > 0 ? std::max<int64_t>(0, end - chunk - (window - 1)) : 0;
+      const int64_t causalEnd = keys - globalQueries + (globalChunk + 1) * chunk;
+      const int64_t end = segmented ? keys : causalEnd;
+      const int64_t begin = window > 0 && !segmented ? std::max<int64_t>(0, end - chunk - (window - 1)) : 0;
       SmallVector<Value> operands;
       for (OpOperand& operand : op->getOpOperands()) {
         unsigned index = operand.getOperandNumber();
@@ -318,6 +321,7 @@ class Partitioner {
       // Cloned after its operands' slices, so that they dominate it.
       Operation* part = builder.clone(*op);
       part->setOperands(operands);
+      if (end > causalEnd) part->setAttr("trailing_keys", builder.getI64IntegerAttr(end - causalEnd));
       part->getResult(0).setType(withDim(part->getResult(0).getType(), chunk));
       for (unsigned result = 1; result < part->getNumResults(); ++result)
         part->getResult(result).setType(withDim(part->getResult(result).getType(), end - begin));

@@ -487,21 +487,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, VisionShardedCompile,
 // (every rank runs the whole vision tower on the whole micro-batch) and data parallel (each rank its
 // example and its images), against the same fp64 reference. The vision parameters are whole on
 // every rank, and so is each rank's (reduced) gradient output.
-class VisionTrainTwoRanks : public ::testing::TestWithParam<Layout> {};
-
-TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
-  // The two ranks share this process, and OpenBLAS's thread count is one setting for it: the MoE and
+// The fixture's image training step (reweighted-loo-ce, self-conditioning, the encoder loss) under
+// a one-axis layout: its per-rank plans, each run on a Gloo thread of this process; every rank's outputs.
+std::vector<Inputs> runImageTrainStepOnRanks(const mlir::dg::ShardingOptions& layout, const Inputs& batch) {
+  // The ranks share this process, and OpenBLAS's thread count is one setting for it: the MoE and
   // attention kernels set it to 1 while they run (SingleThreadedProducts), which would turn the other
   // rank's concurrent products from 2-thread to 1-thread rounding, so the ranks' gradients could
   // differ. OpenBLAS is pinned to one thread instead, as dgemma-run does.
   threadProductsOnPool();
   const std::string dir = fixtureDir("train_one_image");
   const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
-  SafetensorsFile expected = SafetensorsFile::open(dir + "/reweighted-loo-ce.sc1.enc1.safetensors");
-  Inputs batch = readAll(SafetensorsFile::open(dir + "/batch.safetensors"));
-  addImagePlanInputs(batch, config, 1, nullptr);
-  const mlir::dg::ShardingOptions& layout = GetParam().options;
-  ASSERT_EQ(layout.worldSize(), 2);
+  const int64_t ranks = layout.worldSize();
 
   mlir::MLIRContext context;
   mlir::dg::DiffusionGemmaTrainOptions options;
@@ -514,32 +510,33 @@ TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
   auto module = mlir::dg::buildDiffusionGemmaTrain(context, config, options);
   mlir::dg::PipelineOptions pipeline;
   pipeline.train = true;
-  ASSERT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
-  ASSERT_TRUE(mlir::succeeded(mlir::dg::runShardingStage(*module, layout)));
+  EXPECT_TRUE(mlir::succeeded(mlir::dg::runDifferentiationStage(*module, pipeline)));
+  EXPECT_TRUE(mlir::succeeded(mlir::dg::runShardingStage(*module, layout)));
   std::vector<Plan> plans;
-  for (int64_t rank = 0; rank < 2; ++rank) {
+  for (int64_t rank = 0; rank < ranks; ++rank) {
     auto partition = mlir::dg::partitionForRank(*module, rank, layout);
-    ASSERT_TRUE(mlir::succeeded(partition));
-    ASSERT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(**partition, pipeline)));
+    EXPECT_TRUE(mlir::succeeded(partition));
+    if (mlir::failed(partition)) return {};
+    EXPECT_TRUE(mlir::succeeded(mlir::dg::runPlanningStage(**partition, pipeline)));
     mlir::dg::PlanLoweringOptions lowering;
     lowering.rank = rank;
     auto plan = mlir::dg::lowerToPlan(**partition, lowering);
-    ASSERT_TRUE(mlir::succeeded(plan));
+    EXPECT_TRUE(mlir::succeeded(plan));
+    if (mlir::failed(plan)) return {};
     plans.push_back(std::move(*plan));
   }
 
   SafetensorsDirectory checkpoint = SafetensorsDirectory::open(dir + "/model.safetensors");
   const ResolvedCheckpoint resolved = resolveCheckpointNames(config, checkpoint);
-  std::vector<Inputs> outputs(2);
-  std::vector<std::map<std::string, HostTensor>> gradients(2);
+  std::vector<Inputs> outputs(ranks);
   const std::vector<std::string> failures =
-      test::runOnRanks(2, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
+      test::runOnRanks(ranks, [&](int64_t rank, const std::shared_ptr<gloo::rendezvous::Store>& store) {
         const Plan& plan = plans[rank];
         std::unique_ptr<Backend> backend = createBackend("cpu", 1);
         CommunicatorSet communicators;
-        for (const MeshAxis& axis : plan.mesh)
-          communicators.add(axis.name, createGlooCommunicator(store, rank, 2, std::chrono::seconds(60)));
-        Executor executor(plan, *backend, communicators, "vision-two-ranks");
+        for (const MeshAxis& axis : plan.mesh)  // one axis: its group is every rank
+          communicators.add(axis.name, createGlooCommunicator(store, rank, ranks, std::chrono::seconds(60)));
+        Executor executor(plan, *backend, communicators, "vision-ranks");
         loadWeights(executor, dir, [&](const std::string& name) -> std::optional<HostTensor> {
           for (const auto* tensors : {&resolved.textTensors, &resolved.visionTensors})
             if (auto found = tensors->find(name); found != tensors->end())
@@ -551,13 +548,35 @@ TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
         Inputs taken;
         for (const NamedBuffer& input : entry->inputs) {
           const HostTensor& global = batch.at(input.name);
-          taken[input.name] = input.isWhole() ? global : cutBox(global, input.globalShape, boxOf(input, plan), input.name);
+          taken[input.name] =
+              input.isWhole() ? global : cutBox(global, input.globalShape, boxOf(input, plan), input.name);
         }
         outputs[rank] = executor.run(*entry, taken);
-        for (const auto& [name, tensor] : outputs[rank])
-          if (name.rfind("grad/", 0) == 0 && name.find("vision") != std::string::npos) gradients[rank][name] = tensor;
       });
-  for (int64_t rank = 0; rank < 2; ++rank) ASSERT_EQ(failures[rank], "") << "rank " << rank;
+  for (int64_t rank = 0; rank < ranks; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+  return outputs;
+}
+
+// The image training step on two ranks (Gloo threads) under one-axis layouts: tensor parallel
+// (every rank runs the whole vision tower on the whole micro-batch) and data parallel (each rank its
+// example and its images), against the same fp64 reference. The vision parameters are whole on
+// every rank, and so is each rank's (reduced) gradient output.
+class VisionTrainTwoRanks : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
+  const std::string dir = fixtureDir("train_one_image");
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
+  SafetensorsFile expected = SafetensorsFile::open(dir + "/reweighted-loo-ce.sc1.enc1.safetensors");
+  Inputs batch = readAll(SafetensorsFile::open(dir + "/batch.safetensors"));
+  addImagePlanInputs(batch, config, 1, nullptr);
+  const mlir::dg::ShardingOptions& layout = GetParam().options;
+  ASSERT_EQ(layout.worldSize(), 2);
+  const std::vector<Inputs> outputs = runImageTrainStepOnRanks(layout, batch);
+  if (HasFailure()) return;
+  std::vector<std::map<std::string, HostTensor>> gradients(2);
+  for (int64_t rank = 0; rank < 2; ++rank)
+    for (const auto& [name, tensor] : outputs[rank])
+      if (name.rfind("grad/", 0) == 0 && name.find("vision") != std::string::npos) gradients[rank][name] = tensor;
 
   const double referenceLoss = convertDType(expected.read("loss"), DType::F64, "loss").as<double>()[0];
   const double loss = outputs[0].at("loss").as<float>()[0];
@@ -579,6 +598,59 @@ TEST_P(VisionTrainTwoRanks, MatchesTorchAutograd) {
     worst = std::max(worst, error);
   }
   std::cout << ", worst vision gradient " << worst << "\n";
+}
+
+// ||got - want|| / ||want|| (L2; the absolute distance for a zero tensor).
+double relativeDistance(const HostTensor& got, const HostTensor& want) {
+  double difference = 0, scale = 0;
+  for (int64_t i = 0; i < want.numElements(); ++i) {
+    const double delta = double(got.as<float>()[i]) - double(want.as<float>()[i]);
+    difference += delta * delta;
+    scale += double(want.as<float>()[i]) * want.as<float>()[i];
+  }
+  return scale > 0 ? std::sqrt(difference / scale) : std::sqrt(difference);
+}
+
+// Context parallelism with images (docs/parallelism.md, "Context parallelism"): the fixture's image
+// runs (prompt positions 5..69 and 10..65 of 72) straddle every chunk boundary of both encoder passes
+// (chunks of 18 tokens in the prompt pass, 22 in the clean pass of 72 + 16 at CP 2), and the overlay
+// lets a query see keys of its image past its chunk, which each chunk's attention reaches through
+// trailing_keys. Every output of the CP 2 step (the loss terms and every gradient, the vision
+// tower's included) equals the one-rank plan's: loss terms to 1e-6, gradients to 1e-5.
+TEST(VisionContextParallel, EqualsOneRank) {
+  const std::string dir = fixtureDir("train_one_image");
+  const DiffusionGemmaConfig config = loadDiffusionGemmaConfig(dir + "/config.json");
+  Inputs batch = readAll(SafetensorsFile::open(dir + "/batch.safetensors"));
+  addImagePlanInputs(batch, config, 1, nullptr);
+  mlir::dg::ShardingOptions layout;
+  layout.contextParallel = 2;
+  const std::vector<Inputs> outputs = runImageTrainStepOnRanks(layout, batch);
+  if (HasFailure()) return;
+
+  mlir::dg::DiffusionGemmaObjective objective;
+  objective.variant = mlir::dg::DiffusionGemmaObjective::Variant::ReweightedLooCe;
+  objective.selfConditioningProb = 0.5;
+  objective.encoderLossWeight = 1.0;
+  ImagePlan one(config, dir, 2, 72, 1, &objective);
+  const Inputs want = one.run("train_step_images", batch);
+  if (HasFailure()) return;
+  int64_t gradients = 0, visionGradients = 0;
+  double worst = 0;
+  std::string worstName;
+  for (const auto& [name, reference] : want) {
+    ASSERT_TRUE(outputs[0].count(name)) << name << ": missing from the context-parallel step";
+    const HostTensor& got = outputs[0].at(name);
+    ASSERT_EQ(got.shape, reference.shape) << name;
+    const bool gradient = name.rfind("grad/", 0) == 0;
+    const double error = relativeDistance(got, reference);
+    EXPECT_LE(error, gradient ? kGradientTolerance : kLossTolerance) << name;
+    gradients += gradient;
+    visionGradients += gradient && name.find("vision") != std::string::npos;
+    if (gradient && error > worst) worst = error, worstName = name;
+  }
+  EXPECT_EQ(visionGradients, 29);  // every trainable vision parameter
+  EXPECT_GT(gradients, visionGradients);
+  std::cout << "[ vision cp2 ] " << gradients << " gradients, worst " << worst << " (" << worstName << ")\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, VisionTrainTwoRanks,

@@ -326,7 +326,7 @@ LogicalResult AttentionOp::buildVjp(OpBuilder& builder, ArrayRef<Value> cotangen
   auto backward = builder.create<AttentionBackwardOp>(
       getLoc(), getQuery().getType(), getKey().getType(), getValue().getType(), getQuery(), getKey(), getValue(),
       getKeyValid(), cotangents[0], getMaskAttr(), getWindowAttr(), getPrefixLenAttr(), getScaleAttr(), getSegmentIds(),
-      getDocumentIds());
+      getDocumentIds(), getTrailingKeysAttr());
   // key_valid and the segment and document ids choose keys: no gradient.
   grads.append({backward.getGradQuery(), backward.getGradKey(), backward.getGradValue(), Value()});
   if (getSegmentIds()) grads.push_back(Value());

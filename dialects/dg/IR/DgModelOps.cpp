@@ -30,7 +30,7 @@ namespace {
 // attention output's type (the result, or the output gradient); `segmentIds` and `documentIds` may be null.
 LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, Value valueValue, Value keyValid,
                               Value segmentIds, Value documentIds, RankedTensorType output, AttentionMask mask,
-                              int64_t window, int64_t prefixLength) {
+                              int64_t window, int64_t prefixLength, std::optional<uint64_t> trailingKeys) {
   auto query = typeOf(queryValue), key = typeOf(keyValue), value = typeOf(valueValue);
   if (query.getRank() != 4 || key.getRank() != 4 || value.getRank() != 4)
     return op->emitOpError() << "query, key and value must be [batch, tokens, heads, head_dim]";
@@ -53,6 +53,12 @@ LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, V
     return op->emitOpError() << "result must be " << RankedTensorType::get(expected, query.getElementType());
 
   if (window < 0) return op->emitOpError() << "window must be >= 0";
+  if (trailingKeys) {
+    const int64_t trailing = static_cast<int64_t>(*trailingKeys);
+    if (trailing < 0 || (trailing > 0 && queries + trailing > keys))
+      return op->emitOpError() << "trailing_keys " << trailing << " must be in [0, " << keys - queries
+                               << "] (the queries' positions lie inside the keys)";
+  }
   if (mask == AttentionMask::Causal && queries > keys)
     return op->emitOpError() << "a causal mask needs at least as many keys as queries (queries are the last positions)";
   if (mask == AttentionMask::Bidirectional && window > 0 && queries > keys)
@@ -80,13 +86,14 @@ LogicalResult verifyAttention(Operation* op, Value queryValue, Value keyValue, V
 
 LogicalResult AttentionOp::verify() {
   return verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(), getDocumentIds(),
-                         getResult().getType(), getMask(), getWindowAttr().getInt(), getPrefixLenAttr().getInt());
+                         getResult().getType(), getMask(), getWindowAttr().getInt(), getPrefixLenAttr().getInt(),
+                         getTrailingKeys());
 }
 
 LogicalResult AttentionBackwardOp::verify() {
   if (failed(verifyAttention(*this, getQuery(), getKey(), getValue(), getKeyValid(), getSegmentIds(), getDocumentIds(),
                              getGradOutput().getType(), getMask(), getWindowAttr().getInt(),
-                             getPrefixLenAttr().getInt())))
+                             getPrefixLenAttr().getInt(), getTrailingKeys())))
     return failure();
   if (getGradQuery().getType() != getQuery().getType() || getGradKey().getType() != getKey().getType() ||
       getGradValue().getType() != getValue().getType())

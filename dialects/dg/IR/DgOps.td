@@ -448,14 +448,35 @@ def Dg_AttentionOp : Dg_ComputeOp<"attention", [Pure, AttrSizedOperandSegments, 
     `document_ids` `[B, Tk]` (optional, any mask) keeps packed documents apart: on top of the mask's
     own rule (and the overlay), key j is visible to query i only if document_ids[b, j] equals
     document_ids[b, Tk - Tq + i], the document of the query's own key position.
+
+    `trailing_keys` (optional, absent: 0) is the number of keys after the last query's own
+    position: query i sits at key position `Tk - Tq - trailing_keys + i` for every rule above. A
+    context-parallel query chunk (docs/parallelism.md, "Context parallelism") reads keys past its
+    end this way, which only the image overlay can make visible.
   }];
   let arguments = (ins Dg_FloatTensor:$query, Dg_FloatTensor:$key, Dg_FloatTensor:$value,
                        RankedTensorOf<[I1]>:$key_valid, Dg_AttentionMaskAttr:$mask,
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale,
-                       Optional<Dg_KeyTensor>:$segment_ids, Optional<Dg_KeyTensor>:$document_ids);
+                       Optional<Dg_KeyTensor>:$segment_ids, Optional<Dg_KeyTensor>:$document_ids,
+                       OptionalAttr<I64Attr>:$trailing_keys);
   let results = (outs Dg_FloatTensor:$result);
+  // The builders without trailing_keys: only the context-parallel partitioner sets it.
+  let builders = [
+    OpBuilder<(ins "Value":$query, "Value":$key, "Value":$value, "Value":$key_valid, "AttentionMaskAttr":$mask,
+                   "IntegerAttr":$window, "IntegerAttr":$prefix_len, "FloatAttr":$scale, "Value":$segment_ids,
+                   "Value":$document_ids), [{
+      build($_builder, $_state, query, key, value, key_valid, mask, window, prefix_len, scale, segment_ids,
+            document_ids, IntegerAttr());
+    }]>,
+    OpBuilder<(ins "Type":$result, "Value":$query, "Value":$key, "Value":$value, "Value":$key_valid,
+                   "AttentionMaskAttr":$mask, "IntegerAttr":$window, "IntegerAttr":$prefix_len, "FloatAttr":$scale,
+                   "Value":$segment_ids, "Value":$document_ids), [{
+      build($_builder, $_state, result, query, key, value, key_valid, mask, window, prefix_len, scale, segment_ids,
+            document_ids, IntegerAttr());
+    }]>
+  ];
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $key_valid (`segment_ids` `(` $segment_ids^ `:` type($segment_ids) `)`)?
     (`document_ids` `(` $document_ids^ `:` type($document_ids) `)`)?
@@ -478,7 +499,8 @@ def Dg_AttentionBackwardOp : Dg_ComputeOp<"attention_backward", [Pure, AttrSized
                        DefaultValuedAttr<I64Attr, "0">:$window,
                        DefaultValuedAttr<I64Attr, "0">:$prefix_len,
                        DefaultValuedAttr<F64Attr, "1.0">:$scale,
-                       Optional<Dg_KeyTensor>:$segment_ids, Optional<Dg_KeyTensor>:$document_ids);
+                       Optional<Dg_KeyTensor>:$segment_ids, Optional<Dg_KeyTensor>:$document_ids,
+                       OptionalAttr<I64Attr>:$trailing_keys);
   let results = (outs Dg_FloatTensor:$grad_query, Dg_FloatTensor:$grad_key, Dg_FloatTensor:$grad_value);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $key_valid `,` $grad_output

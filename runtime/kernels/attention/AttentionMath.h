@@ -19,10 +19,10 @@ namespace dgemma::attention {
 
 // ---- visibility ------------------------------------------------------------------------------------
 
-// The key position of query `query` under the causal mask: the queries are the last Tq of the Tk
-// positions.
+// The key position of query `query`: the queries are the last Tq of the Tk positions, save the
+// trailing keys after them (a context-parallel chunk's keys past its end).
 DGEMMA_HOST_DEVICE inline int64_t diagonalKey(const AttentionContract& g, int64_t query) {
-  return query + g.keys - g.queries;
+  return query + g.keys - g.queries - g.trailingKeys;
 }
 
 // One batch row of the optional key inputs ([B, Tk] i64 each): the image overlay's segment_ids and

@@ -64,6 +64,13 @@ AttentionContract parseInputsAndAttributes(const KernelSignature& signature, std
                   "key position Tk - Tq + i), got Tq=" +
                       std::to_string(g.queries) + ", Tk=" + std::to_string(g.keys));
 
+  if (hasAttr(signature, "trailing_keys")) {
+    g.trailingKeys = attrInt(signature, "trailing_keys");
+    if (g.trailingKeys < 0 || (g.trailingKeys > 0 && g.queries + g.trailingKeys > g.keys))
+      failSignature(signature, "attribute 'trailing_keys': " + std::to_string(g.trailingKeys) +
+                                   " is outside [0, Tk - Tq = " + std::to_string(g.keys - g.queries) + "]");
+  }
+
   g.documented = hasAttr(signature, "has_document_ids") && attrBool(signature, "has_document_ids");
   // The optional inputs: document_ids when the attribute says so, and segment_ids before it if one more.
   const size_t optionalInputs = signature.inputs.size() - firstOptional, documentInputs = g.documented ? 1 : 0;

@@ -385,6 +385,14 @@ func.func @attention_prefix(%q: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
 
 // -----
 
+func.func @attention_trailing_keys(%q: tensor<1x2x2x8xf32>, %k: tensor<1x4x2x8xf32>, %m: tensor<1x4xi1>) {
+  // expected-error @+1 {{trailing_keys 3 must be in [0, 2] (the queries' positions lie inside the keys)}}
+  %o = dg.attention %q, %k, %k, %m mask = causal {trailing_keys = 3} : tensor<1x2x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4xi1> -> tensor<1x2x2x8xf32>
+  return
+}
+
+// -----
+
 func.func @attention_key_valid(%q: tensor<1x4x2x8xf32>, %m: tensor<1x3xi1>) {
   // expected-error @+1 {{key_valid must be [1, 4]}}
   %o = dg.attention %q, %q, %q, %m mask = bidirectional : tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x3xi1> -> tensor<1x4x2x8xf32>

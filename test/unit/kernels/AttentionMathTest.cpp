@@ -58,7 +58,8 @@ const char* maskName(AttentionMask mask) {
 
 std::string describe(const AttentionContract& g) {
   return std::string(maskName(g.mask)) + (g.segmented ? " segmented" : "") + (g.documented ? " documented" : "") +
-         " Tq=" + std::to_string(g.queries) + " Tk=" + std::to_string(g.keys) + " window=" + std::to_string(g.window) +
+         " trailing=" + std::to_string(g.trailingKeys) + " Tq=" + std::to_string(g.queries) +
+         " Tk=" + std::to_string(g.keys) + " window=" + std::to_string(g.window) +
          " prefix=" + std::to_string(g.prefixLen) + " Hq=" + std::to_string(g.queryHeads) +
          " Hkv=" + std::to_string(g.kvHeads);
 }
@@ -143,6 +144,13 @@ std::vector<Case> cases() {
   add(geometry(2, 33, 70, 4, 4, 16, 16, AttentionMask::Prefix, 10, 40, 0.25));
   add(documented(geometry(2, 37, 70, 8, 2, 16, 12, AttentionMask::Causal, 20, 0, 0.25)));
   add(documented(geometry(2, 70, 70, 4, 2, 16, 12, AttentionMask::Bidirectional, 20, 0, 0.25)));
+  // A context-parallel query chunk placed by trailing keys (the image overlay reaches past it).
+  for (int64_t trailing : {int64_t{1}, int64_t{24}}) {
+    AttentionContract chunk = segmented(geometry(2, 21, 70, 8, 2, 16, 12, AttentionMask::Causal, 20, 0, 0.25));
+    chunk.trailingKeys = trailing;
+    add(chunk);
+    add(documented(chunk));
+  }
   return all;
 }
 
@@ -153,7 +161,8 @@ std::vector<float> runCpuAttention(const Case& c, const std::vector<float>& q, c
                                 {"window", g.window},
                                 {"prefix_len", g.prefixLen},
                                 {"scale", g.scale},
-                                {"has_document_ids", g.documented}});
+                                {"has_document_ids", g.documented},
+                                {"trailing_keys", g.trailingKeys}});
   call.input(DType::F32, {g.batch, g.queries, g.queryHeads, g.headDim}, q);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.headDim}, k);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.valueDim}, v);
@@ -176,7 +185,8 @@ Gradients runCpuAttentionBackward(const Case& c, const std::vector<float>& q, co
                                          {"window", g.window},
                                          {"prefix_len", g.prefixLen},
                                          {"scale", g.scale},
-                                         {"has_document_ids", g.documented}});
+                                         {"has_document_ids", g.documented},
+                                         {"trailing_keys", g.trailingKeys}});
   call.input(DType::F32, {g.batch, g.queries, g.queryHeads, g.headDim}, q);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.headDim}, k);
   call.input(DType::F32, {g.batch, g.keys, g.kvHeads, g.valueDim}, v);

@@ -17,6 +17,7 @@ struct AttentionCase {
   int64_t window = 0;
   int64_t prefixLen = 0;
   double scale = 1.0;
+  int64_t trailingKeys = 0;  // keys after the last query's position; 0: no trailing_keys attribute
   std::vector<uint8_t> keyValid;  // [batch, keys]; empty: every key valid
   std::vector<int64_t> segmentIds;  // [batch, keys]; empty: no segment_ids input
   std::vector<int64_t> documentIds;  // [batch, keys]; empty: no document_ids input
@@ -30,7 +31,7 @@ std::vector<uint8_t> keyValidOf(const AttentionCase& c) {
 // `documents` are the batch row's segment and document ids or null.
 bool visible(const AttentionCase& c, const uint8_t* valid, const int64_t* segments, const int64_t* documents, int64_t i,
              int64_t j) {
-  const int64_t position = c.keys - c.queries + i;  // the query's own key position
+  const int64_t position = c.keys - c.queries - c.trailingKeys + i;  // the query's own key position
   if (documents != nullptr && documents[j] != documents[position]) return false;
   const bool keyValid = valid[j] != 0;
   if (c.mask == "causal") {
@@ -104,14 +105,21 @@ std::vector<double> attentionReference(const AttentionCase& c, const std::vector
   return o;
 }
 
+// The step attributes of the case; trailing_keys only when set, as DgToPlan writes it.
+nlohmann::json attributesOf(const AttentionCase& c) {
+  nlohmann::json attrs = {{"mask", c.mask},
+                          {"window", c.window},
+                          {"prefix_len", c.prefixLen},
+                          {"scale", c.scale},
+                          {"has_document_ids", !c.documentIds.empty()}};
+  if (c.trailingKeys != 0) attrs["trailing_keys"] = c.trailingKeys;
+  return attrs;
+}
+
 template <typename T>
 std::vector<T> runAttention(DType dtype, const AttentionCase& c, const std::vector<T>& q, const std::vector<T>& k,
                             const std::vector<T>& v, DType keyValidType = DType::U8, ThreadPool* threads = nullptr) {
-  KernelCall call("attention", {{"mask", c.mask},
-                                {"window", c.window},
-                                {"prefix_len", c.prefixLen},
-                                {"scale", c.scale},
-                                {"has_document_ids", !c.documentIds.empty()}});
+  KernelCall call("attention", attributesOf(c));
   call.input(dtype, {c.batch, c.queries, c.queryHeads, c.headDim}, q);
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.headDim}, k);
   call.input(dtype, {c.batch, c.keys, c.kvHeads, c.valueDim}, v);
@@ -377,11 +385,7 @@ template <typename T>
 std::vector<std::vector<T>> runAttentionBackward(DType dtype, const AttentionCase& c, const std::vector<T>& q,
                                                  const std::vector<T>& k, const std::vector<T>& v,
                                                  const std::vector<T>& dOut, ThreadPool* threads = nullptr) {
-  KernelCall call("attention_backward", {{"mask", c.mask},
-                                         {"window", c.window},
-                                         {"prefix_len", c.prefixLen},
-                                         {"scale", c.scale},
-                                         {"has_document_ids", !c.documentIds.empty()}});
+  KernelCall call("attention_backward", attributesOf(c));
   const std::vector<int64_t> qShape{c.batch, c.queries, c.queryHeads, c.headDim};
   const std::vector<int64_t> kShape{c.batch, c.keys, c.kvHeads, c.headDim}, vShape{c.batch, c.keys, c.kvHeads, c.valueDim};
   call.input(dtype, qShape, q).input(dtype, kShape, k).input(dtype, vShape, v);
@@ -642,6 +646,57 @@ KernelCall attentionCall(nlohmann::json attrs, std::vector<int64_t> qShape, std:
   return call;
 }
 
+// A context-parallel query chunk (docs/parallelism.md, "Context parallelism") runs over all the keys
+// with trailing_keys placing it: against the reference, and equal to its rows of the whole sequence's
+// attention (its dK and dV summed with the other chunk's give the whole one's), with the image
+// overlay straddling the chunk boundary, a window, padding and documents.
+TEST(AttentionKernel, TrailingKeysPlaceAQueryChunk) {
+  const int64_t keys = 40, chunk = 16;
+  std::vector<int64_t> segments(2 * keys, 0), documents(2 * keys, 0);
+  for (int64_t position = 10; position < 22; ++position) segments[position] = 1;  // across key 16
+  for (int64_t position = 28; position < 34; ++position) segments[position] = 2;
+  for (int64_t position = 14; position < 19; ++position) segments[keys + position] = 1;
+  for (int64_t position = 30; position < keys; ++position) documents[keys + position] = 1;
+  const AttentionCase whole{.queries = keys,
+                            .keys = keys,
+                            .queryHeads = 4,
+                            .kvHeads = 2,
+                            .window = 6,
+                            .keyValid = leftPadded(keys, 3),
+                            .segmentIds = segments,
+                            .documentIds = documents};
+  const AttentionInputs inputs = randomInputs(whole, 131);
+  const std::vector<double> dOut = randomOutputGradient(whole, 134);
+  const auto wholeOutput = runAttention(DType::F64, whole, inputs.q, inputs.k, inputs.v);
+  const auto wholeGradients = runAttentionBackward(DType::F64, whole, inputs.q, inputs.k, inputs.v, dOut);
+  // Rows [first, first + count) of a [B, T, H, X] tensor of T = keys.
+  auto rows = [&](const std::vector<double>& values, int64_t first, int64_t count) {
+    const int64_t rowSize = static_cast<int64_t>(values.size()) / (2 * keys);
+    std::vector<double> out;
+    for (int64_t b = 0; b < 2; ++b)
+      out.insert(out.end(), values.begin() + (b * keys + first) * rowSize,
+                 values.begin() + (b * keys + first + count) * rowSize);
+    return out;
+  };
+  std::vector<double> dkSum(wholeGradients[1].size(), 0.0), dvSum(wholeGradients[2].size(), 0.0);
+  for (int64_t first : {int64_t{0}, chunk}) {
+    SCOPED_TRACE("the chunk from query " + std::to_string(first));
+    const int64_t count = first == 0 ? chunk : keys - chunk;
+    AttentionCase part = whole;
+    part.queries = count;
+    part.trailingKeys = keys - first - count;
+    checkForwardAndBackward(part, 131 + static_cast<uint32_t>(first));
+    const std::vector<double> q = rows(inputs.q, first, count), partOut = rows(dOut, first, count);
+    expectClose(runAttention(DType::F64, part, q, inputs.k, inputs.v), rows(wholeOutput, first, count), 1e-12);
+    const auto gradients = runAttentionBackward(DType::F64, part, q, inputs.k, inputs.v, partOut);
+    expectClose(gradients[0], rows(wholeGradients[0], first, count), 1e-12);
+    for (size_t i = 0; i < dkSum.size(); ++i) dkSum[i] += gradients[1][i];
+    for (size_t i = 0; i < dvSum.size(); ++i) dvSum[i] += gradients[2][i];
+  }
+  expectClose(dkSum, wholeGradients[1], 1e-12);
+  expectClose(dvSum, wholeGradients[2], 1e-12);
+}
+
 TEST(AttentionKernel, FactoryRejectsBadSignatures) {
   // A plan's step carries every attribute; each case changes some.
   auto attrs = [](const nlohmann::json& changes) {
@@ -693,6 +748,15 @@ TEST(AttentionKernel, FactoryRejectsBadSignatures) {
   EXPECT_EQ(factoryError(attentionCall(causal, {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8},
                                        DType::F32)),
             "step 0 (attention): input key_valid has dtype f32, expected u8 or bool");
+  // trailing_keys: the queries' positions lie inside the keys, 0 <= trailing_keys <= Tk - Tq.
+  EXPECT_NO_THROW(
+      attentionCall(attrs({{"trailing_keys", 1}}), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8}, {1, 3}, {1, 2, 4, 8})
+          .create());
+  for (int64_t trailing : {int64_t{-1}, int64_t{2}})
+    EXPECT_EQ(
+        factoryError(attentionCall(attrs({{"trailing_keys", trailing}}), {1, 2, 4, 8}, {1, 3, 2, 8}, {1, 3, 2, 8},
+                                   {1, 3}, {1, 2, 4, 8})),
+        "step 0 (attention): attribute 'trailing_keys': " + std::to_string(trailing) + " is outside [0, Tk - Tq = 1]");
 
   // The optional segment_ids: [B, Tk] i64, with the causal mask only.
   auto withSegments = [](KernelCall call, DType dtype, std::vector<int64_t> shape) {
