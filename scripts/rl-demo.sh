@@ -1,34 +1,34 @@
 #!/usr/bin/env bash
 # The RL demo (docs/rl.md, "The demo"): the reward carries the learning. It starts from the demo
-# model part-way through its training (step 5000 of the main job's run, which answers about half of
+# model part-way through its training (step 5500 of the main job's run, which answers about half of
 # the held-out additions exactly), then spends the same wall-clock time two ways from there:
 #   * dgemma-run rl: addition prompts and the exact-match verifier only, no completion in any gradient
-#     (STEPS steps of GRPO);
+#     (STEPS steps of GRPO, the two-sided clip and four diffusion times per completion);
 #   * dgemma-run train: more SFT on the same prompts with their completions, for as long as the RL
 #     run took (--max-seconds);
 # and evaluates the start and both ends on the held-out test additions by exact match.
-#   Usage: scripts/rl-demo.sh [BUILD_DIR] [STEPS]   (STEPS: GRPO steps, default 500)
-# The main job (scripts/demo.sh) leaves the step-5000 checkpoint in BUILD_DIR/demo-run; without it,
-# the first 5000 steps of that run are trained here (the same seed and schedule, so the same weights).
+#   Usage: scripts/rl-demo.sh [BUILD_DIR] [STEPS]   (STEPS: GRPO steps, default 150)
+# The main job (scripts/demo.sh) leaves the step-5500 checkpoint in BUILD_DIR/demo-run; without it,
+# the first 5500 steps of that run are trained here (the same seed and schedule, so the same weights).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
-steps=${2:-500}
+steps=${2:-150}
 bin=$build/bin
 config=$root/models/diffusion_gemma/configs/demo
 tokenizer=$root/data/tokenizer
 run=$build/rl-demo
 mkdir -p "$run"
 
-start=$build/demo-run/checkpoints/step-00005000
+start=$build/demo-run/checkpoints/step-00005500
 if [ ! -d "$start" ]; then
-  start=$run/base/checkpoints/step-00005000
+  start=$run/base/checkpoints/step-00005500
   if [ ! -d "$start" ]; then
-    echo "== base: the demo model's first 5000 steps (scripts/demo.sh's run, stopped early)"
+    echo "== base: the demo model's first 5500 steps (scripts/demo.sh's run, stopped early)"
     "$bin/dgemma-compile" --model "$config" --mode train --preset demo --images-per-example 1 --prompt-len 32,48,64,96 \
       -o "$run/base/plan"
     "$bin/dgemma-run" train --plan "$run/base/plan" --init random --seed 1 --tokenizer "$tokenizer" \
-      --train "$root/data/demo/train.jsonl" --steps 5000 --decay-steps 24000 --save-every 5000 --save-dir "$run/base/checkpoints" --overwrite
+      --train "$root/data/demo/train.jsonl" --steps 5500 --decay-steps 24000 --save-every 5500 --save-dir "$run/base/checkpoints" --overwrite
   fi
 fi
 
@@ -59,7 +59,7 @@ print(f"{10000 - len(held)} pairs for RL and SFT, {len(held)} held out")
 EOF
 
 "$bin/dgemma-compile" --model "$config" --mode infer --micro-batch 32 --prompt-len 48 --max-new-tokens 4 -o "$run/infer" 2>/dev/null
-"$bin/dgemma-compile" --model "$config" --mode train --policy-loss grpo --objective base-sft --self-cond-prob 0.5 \
+"$bin/dgemma-compile" --model "$config" --mode train --policy-loss grpo --clip-delta 4 --objective base-sft --self-cond-prob 0.5 \
   --micro-batch 32 --prompt-len 48 -o "$run/grpo" 2>/dev/null
 "$bin/dgemma-compile" --model "$config" --mode train --preset demo --prompt-len 48 -o "$run/sft" 2>/dev/null
 
@@ -74,7 +74,7 @@ rm -rf "$run/rl-checkpoints"
 began=$(date +%s.%N)
 "$bin/dgemma-run" rl --plan "$run/grpo" --rollout-plan "$run/infer" --weights "$start" --tokenizer "$tokenizer" \
   --prompts "$run/rl-prompts.jsonl" --reward exact --group-size 8 --prompts-per-step 32 --inner-updates 2 \
-  --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --seed 1 --steps "$steps" --save-every "$steps" \
+  --diffusion-samples 4 --lr 5e-4 --min-lr 5e-5 --lr-decay-style cosine --seed 1 --steps "$steps" --save-every "$steps" \
   --metrics "$run/rl-metrics.jsonl" --save-dir "$run/rl-checkpoints" --overwrite | grep -E "^step .*0/|saved"
 seconds=$(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1])))" "$began")
 echo "== rl: held-out exact match $(evaluate "$run/rl-checkpoints/step-$(printf %08d "$steps")") after $seconds s (metrics in $run/rl-metrics.jsonl)"
