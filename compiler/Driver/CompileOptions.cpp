@@ -60,14 +60,11 @@ bool isPretrainingObjective(const CompileOptions& options) {
 }
 
 const std::vector<std::string>& sftObjectiveFlags() {
-  static const std::vector<std::string> flags = {"--self-cond-prob", "--encoder-loss-weight",
-                                                 "--weight-clip",    "--decoder-loss-weight",
-                                                 "--policy-loss",    "--clip-epsilon",
-                                                 "--clip-delta",     "--kl-coeff",         "--noise-min",
-                                                 "--noise-max",      "--images-per-example",
-                                                 "--prompt-len",     "--canvas-len",
-                                                 "--max-new-tokens", "--lora",
-                                                 "--lora-targets",   "--lora-dropout"};
+  static const std::vector<std::string> flags = {
+      "--self-cond-prob",     "--encoder-loss-weight", "--weight-clip", "--decoder-loss-weight", "--policy-loss",
+      "--clip-epsilon",       "--clip-delta",          "--kl-coeff",    "--noise-min",           "--noise-max",
+      "--images-per-example", "--prompt-len",          "--canvas-len",  "--max-new-tokens",      "--lora",
+      "--lora-targets",       "--lora-dropout"};
   return flags;
 }
 
@@ -187,8 +184,9 @@ double encoderLossWeight(const CompileOptions& options) {
 
 PolicyLossSettings policyLossSettings(const CompileOptions& options) {
   if (options.policyLoss != "grpo")
-    for (const auto& [flag, value] : {std::pair{"--clip-epsilon", options.clipEpsilon},
-                                      std::pair{"--clip-delta", options.clipDelta}, std::pair{"--kl-coeff", options.klCoeff}})
+    for (const auto& [flag, value] :
+         {std::pair{"--clip-epsilon", options.clipEpsilon}, std::pair{"--clip-delta", options.clipDelta},
+          std::pair{"--kl-coeff", options.klCoeff}})
       if (value) throw InputError(std::string(flag) + ": only with --policy-loss grpo (docs/rl.md)");
   PolicyLossSettings settings;
   settings.clipEpsilon = options.clipEpsilon.value_or(settings.clipEpsilon);
@@ -197,8 +195,8 @@ PolicyLossSettings policyLossSettings(const CompileOptions& options) {
   // At or below 1 + ε the bound would cut ratios that the clip range lets through (docs/rl.md).
   if (settings.clipDelta && *settings.clipDelta <= 1.0 + settings.clipEpsilon) {
     std::ostringstream message;
-    message << "--clip-delta " << *settings.clipDelta << ": expected a bound above 1 + --clip-epsilon = "
-            << 1.0 + settings.clipEpsilon;
+    message << "--clip-delta " << *settings.clipDelta
+            << ": expected a bound above 1 + --clip-epsilon = " << 1.0 + settings.clipEpsilon;
     throw InputError(message.str());
   }
   return settings;

@@ -246,7 +246,8 @@ std::vector<GrpoCase> grpoCases() {
           cases.push_back({model, std::string(objective) + "." + selfConditioning + "." + kl +
                                       (std::string(objective) == "reweighted-ce" ? ".clip100" : "")});
   for (const char* model : {"all_experts", "seven_layers"})
-    for (const char* name : {"base-sft.sc0.kl0.delta1.38", "base-sft.sc1.kl0.04.delta1.38"}) cases.push_back({model, name});
+    for (const char* name : {"base-sft.sc0.kl0.delta1.38", "base-sft.sc1.kl0.04.delta1.38"})
+      cases.push_back({model, name});
   return cases;
 }
 

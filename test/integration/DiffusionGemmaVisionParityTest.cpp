@@ -477,11 +477,12 @@ mlir::dg::ShardingOptions layoutOf(int64_t tensorParallel, int64_t dataParallel,
 }
 
 // tp4: 2 KV heads on 4 ranks (docs/parallelism.md, "Tensor parallelism beyond the KV heads").
-INSTANTIATE_TEST_SUITE_P(Layouts, VisionShardedCompile,
-                         ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"tp2_sp", layoutOf(2, 1, 1, true)},
-                                           Layout{"dp2", layoutOf(1, 2, 1, false)}, Layout{"dp2_ep2", layoutOf(1, 2, 2, false)},
-                                           Layout{"tp4", layoutOf(4, 1, 1, false)}, Layout{"tp4_sp", layoutOf(4, 1, 1, true)}),
-                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, VisionShardedCompile,
+    ::testing::Values(Layout{"tp2", layoutOf(2, 1, 1, false)}, Layout{"tp2_sp", layoutOf(2, 1, 1, true)},
+                      Layout{"dp2", layoutOf(1, 2, 1, false)}, Layout{"dp2_ep2", layoutOf(1, 2, 2, false)},
+                      Layout{"tp4", layoutOf(4, 1, 1, false)}, Layout{"tp4_sp", layoutOf(4, 1, 1, true)}),
+    [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // The image training step on two ranks (Gloo threads) under one-axis layouts: tensor parallel
 // (every rank runs the whole vision tower on the whole micro-batch) and data parallel (each rank its

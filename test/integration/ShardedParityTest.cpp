@@ -156,8 +156,7 @@ TEST_P(ShardedGradients, EqualOneRank) {
     // between 1 and 2 threads of one plan, 1.15e-5 between dp2_ep2 and one rank).
     // The loss terms are single sums, to 1e-6.
     const bool lossTerm = name == "loss" || name == "diffusion_loss" || name == "encoder_loss";
-    const double tolerance =
-        lossTerm ? 1e-6 : name.find("router.per_expert_scale") != std::string::npos ? 3e-5 : 1e-5;
+    const double tolerance = lossTerm ? 1e-6 : name.find("router.per_expert_scale") != std::string::npos ? 3e-5 : 1e-5;
     EXPECT_LE(relativeDistance(a, b), tolerance) << name;
     ++compared;
   }

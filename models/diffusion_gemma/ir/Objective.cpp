@@ -212,9 +212,9 @@ Value ObjectiveBuilder::policyLoss(Value logps) {
 
   Value ratio = b_.create<ExpOp>(g_.loc("grpo.ratio"), g_.sub(logps, oldLogps, "grpo.log_ratio"));
   Value detachedRatio = b_.create<StopGradientOp>(g_.loc("grpo.ratio.detach"), ratio);
-  Value clampedRatio =
-      g_.minimum(g_.maximum(detachedRatio, g_.scalar(1.0 - objective_.clipEpsilon, "grpo.ratio.low"), "grpo.ratio.floor"),
-                 g_.scalar(1.0 + objective_.clipEpsilon, "grpo.ratio.high"), "grpo.ratio.clamped");
+  Value clampedRatio = g_.minimum(
+      g_.maximum(detachedRatio, g_.scalar(1.0 - objective_.clipEpsilon, "grpo.ratio.low"), "grpo.ratio.floor"),
+      g_.scalar(1.0 + objective_.clipEpsilon, "grpo.ratio.high"), "grpo.ratio.clamped");
   Value unclipped = g_.mul(ratio, advantages, "grpo.surrogate.unclipped");
   Value clippedBranch = g_.mul(clampedRatio, advantages, "grpo.surrogate.clipped");
   // 1 where the clipped branch is the strictly smaller one, so that min takes it.
