@@ -14,13 +14,16 @@
 #include <nlohmann/json.hpp>
 
 #include "ToolRunner.h"
+#include "TrainingOutputs.h"
 #include "runtime/io/Safetensors.h"
 
 namespace dgemma {
 namespace {
 
+using testing::relativeDistance;
 using testing::runTool;
 using testing::ScratchDirectory;
+using testing::splitRecords;
 using testing::ToolResult;
 
 struct Layout {
@@ -33,28 +36,6 @@ struct Layout {
 std::ostream& operator<<(std::ostream& out, const Layout& layout) { return out << layout.name; }
 
 std::string source(const std::string& path) { return std::string(DGEMMA_SOURCE_DIR) + "/" + path; }
-
-// ||got - want|| / ||want|| (L2; the absolute distance for a zero tensor).
-double relativeDistance(const HostTensor& got, const HostTensor& want) {
-  double difference = 0, norm = 0;
-  const float* a = got.as<float>();
-  const float* b = want.as<float>();
-  for (int64_t i = 0; i < want.numElements(); ++i) {
-    difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
-    norm += double(b[i]) * double(b[i]);
-  }
-  return norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
-}
-
-std::vector<nlohmann::json> trainLines(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json record = nlohmann::json::parse(line);
-    if (record.at("split") == "train") lines.push_back(record);
-  }
-  return lines;
-}
 
 class ContextParallel : public ::testing::TestWithParam<Layout> {
  protected:
@@ -153,7 +134,7 @@ TEST_P(ContextParallel, TrainingEqualsOneRank) {
   run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
   run("train --plan " + (dir / "sharded") + train + " --metrics " + (dir / "sharded.jsonl"), layout.ranks);
   if (HasFailure()) return;
-  std::vector<nlohmann::json> want = trainLines(dir / "one.jsonl"), got = trainLines(dir / "sharded.jsonl");
+  std::vector<nlohmann::json> want = splitRecords(dir / "one.jsonl"), got = splitRecords(dir / "sharded.jsonl");
   ASSERT_EQ(want.size(), 3u);
   ASSERT_EQ(got.size(), 3u);
   for (size_t step = 0; step < want.size(); ++step)

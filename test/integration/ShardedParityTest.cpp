@@ -17,13 +17,17 @@
 #include <nlohmann/json.hpp>
 
 #include "ToolRunner.h"
+#include "TrainingOutputs.h"
 #include "runtime/io/Safetensors.h"
 
 namespace dgemma {
 namespace {
 
+using testing::metricsLines;
+using testing::relativeDistance;
 using testing::runTool;
 using testing::ScratchDirectory;
+using testing::splitRecords;
 using testing::ToolResult;
 
 struct Layout {
@@ -52,37 +56,6 @@ const std::vector<Layout>& layouts() {
 }
 
 std::string source(const std::string& path) { return std::string(DGEMMA_SOURCE_DIR) + "/" + path; }
-
-// ||got - want|| / ||want|| (L2; the absolute distance for a zero tensor).
-double relativeDistance(const HostTensor& got, const HostTensor& want) {
-  double difference = 0, norm = 0;
-  const float* a = got.as<float>();
-  const float* b = want.as<float>();
-  for (int64_t i = 0; i < want.numElements(); ++i) {
-    difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
-    norm += double(b[i]) * double(b[i]);
-  }
-  return norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
-}
-
-std::vector<nlohmann::json> metricLines(const std::string& path, const std::string& split = "train") {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json record = nlohmann::json::parse(line);
-    if (record.at("split") == split) lines.push_back(record);
-  }
-  return lines;
-}
-
-// The lines of the metrics file without the wall-clock field, the one a resumed run may change.
-std::vector<std::string> linesWithoutSeconds(const std::string& path) {
-  static const std::regex seconds(R"(, "seconds": [^,}]*)");
-  std::vector<std::string> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(std::regex_replace(line, seconds, ""));
-  return lines;
-}
 
 // The losses to 1e-6; the gradient norm, a square root of a sum over every gradient element that the
 // ranks add up in another order, to 1e-5.
@@ -183,7 +156,7 @@ TEST_P(ShardedParity, TrainingAndCrossLayoutResumeEqualOneRank) {
           (dir / "sharded-ckpt"),
       1);
   if (HasFailure()) return;
-  std::vector<nlohmann::json> want = metricLines(dir / "one.jsonl"), got = metricLines(dir / "sharded.jsonl");
+  std::vector<nlohmann::json> want = splitRecords(dir / "one.jsonl"), got = splitRecords(dir / "sharded.jsonl");
   ASSERT_EQ(want.size(), 4u);
   ASSERT_EQ(got.size(), 4u);
   for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
@@ -204,7 +177,7 @@ TEST_P(ShardedParity, AdapterTrainingEqualsOneRank) {
   run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
   run("train --plan " + (dir / "sharded") + train + " --metrics " + (dir / "sharded.jsonl"), layout.ranks);
   if (HasFailure()) return;
-  std::vector<nlohmann::json> want = metricLines(dir / "one.jsonl"), got = metricLines(dir / "sharded.jsonl");
+  std::vector<nlohmann::json> want = splitRecords(dir / "one.jsonl"), got = splitRecords(dir / "sharded.jsonl");
   ASSERT_EQ(want.size(), 3u);
   ASSERT_EQ(got.size(), 3u);
   for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);
@@ -224,7 +197,7 @@ TEST_P(ShardedParity, ResumeInTheSameLayoutIsBitExact) {
   run("train" + train + " --steps 4 --resume --metrics " + (dir / "split.jsonl") + " --save-dir " + (dir / "split"),
       layout.ranks);
   if (HasFailure()) return;
-  EXPECT_EQ(linesWithoutSeconds(dir / "split.jsonl"), linesWithoutSeconds(dir / "whole.jsonl"));
+  EXPECT_EQ(metricsLines(dir / "split.jsonl"), metricsLines(dir / "whole.jsonl"));
 }
 
 // TP 8 over 8 query heads and 2 KV heads per layer (tiny-cpu with num_attention_heads 8): each KV
@@ -243,7 +216,7 @@ TEST_F(TensorParallelBeyondKvHeads, EightQueryHeadsAtTensorParallelEightEqualOne
   run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
   run("train --plan " + (dir / "tp8") + train + " --metrics " + (dir / "tp8.jsonl"), 8);
   if (HasFailure()) return;
-  std::vector<nlohmann::json> want = metricLines(dir / "one.jsonl"), got = metricLines(dir / "tp8.jsonl");
+  std::vector<nlohmann::json> want = splitRecords(dir / "one.jsonl"), got = splitRecords(dir / "tp8.jsonl");
   ASSERT_EQ(want.size(), 3u);
   ASSERT_EQ(got.size(), 3u);
   for (size_t step = 0; step < want.size(); ++step) expectSameLosses(got[step], want[step]);

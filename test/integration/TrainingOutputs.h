@@ -1,7 +1,9 @@
-// What two `dgemma-run train` runs are compared by when they must agree bit for bit: the metrics
-// lines (losses, grad norms) and the checkpoint's tensor files.
+// What two `dgemma-run train` runs are compared by: the metrics lines (losses, grad norms) and the
+// checkpoint's tensor files when they must agree bit for bit, the parsed records and tensors'
+// relative distance when they must agree to a tolerance.
 #pragma once
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -10,6 +12,10 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/HostTensor.h"
 
 namespace dgemma::testing {
 
@@ -34,6 +40,30 @@ inline std::map<std::string, std::string> checkpointTensors(const std::filesyste
     if (entry.is_regular_file() && entry.path().extension() == ".safetensors")
       files[std::filesystem::relative(entry.path(), root).string()] = readFile(entry.path().string());
   return files;
+}
+
+// The metrics records of one split ("train", "validation", ...), parsed, in file order.
+inline std::vector<nlohmann::json> splitRecords(const std::string& path, const std::string& split = "train") {
+  std::vector<nlohmann::json> records;
+  std::istringstream in(readFile(path));
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json record = nlohmann::json::parse(line);
+    if (record.at("split") == split) records.push_back(record);
+  }
+  return records;
+}
+
+// ||got - want|| / ||want|| of two f32 tensors over want's elements (L2; the absolute distance for
+// a zero tensor); `got` may hold more elements after them (a padded vocabulary's rows).
+inline double relativeDistance(const HostTensor& got, const HostTensor& want) {
+  double difference = 0, norm = 0;
+  const float* a = got.as<float>();
+  const float* b = want.as<float>();
+  for (int64_t i = 0; i < want.numElements(); ++i) {
+    difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
+    norm += double(b[i]) * double(b[i]);
+  }
+  return norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
 }
 
 }  // namespace dgemma::testing

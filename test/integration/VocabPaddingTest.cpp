@@ -15,13 +15,16 @@
 #include <nlohmann/json.hpp>
 
 #include "ToolRunner.h"
+#include "TrainingOutputs.h"
 #include "runtime/io/Safetensors.h"
 
 namespace dgemma {
 namespace {
 
+using testing::relativeDistance;
 using testing::runTool;
 using testing::ScratchDirectory;
+using testing::splitRecords;
 using testing::ToolResult;
 
 constexpr int64_t kVocabulary = 253;
@@ -54,29 +57,6 @@ const std::vector<Layout>& trainingLayouts() {
 
 std::string source(const std::string& path) { return std::string(DGEMMA_SOURCE_DIR) + "/" + path; }
 std::string model() { return source("test/fixtures/diffusion_gemma/vocab253/config.json"); }
-
-// ||got - want|| / ||want|| over want's elements (L2; the absolute distance for a zero tensor); `got`
-// may hold more rows after them.
-double relativeDistance(const HostTensor& got, const HostTensor& want) {
-  double difference = 0, norm = 0;
-  const float* a = got.as<float>();
-  const float* b = want.as<float>();
-  for (int64_t i = 0; i < want.numElements(); ++i) {
-    difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
-    norm += double(b[i]) * double(b[i]);
-  }
-  return norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
-}
-
-std::vector<nlohmann::json> trainLines(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json record = nlohmann::json::parse(line);
-    if (record.at("split") == "train") lines.push_back(record);
-  }
-  return lines;
-}
 
 class PaddingRun : public ::testing::Test {
  protected:
@@ -174,11 +154,11 @@ TEST_P(VocabPadding, TrainingAndResumeEqualUnpaddedOneRank) {
       layout.ranks);
   if (HasFailure()) return;
 
-  const std::vector<nlohmann::json> want = trainLines(dir / "one.jsonl");
+  const std::vector<nlohmann::json> want = splitRecords(dir / "one.jsonl");
   ASSERT_EQ(want.size(), 4u);
   for (const char* metrics : {"padded.jsonl", "padded-again.jsonl"}) {
     SCOPED_TRACE(metrics);
-    const std::vector<nlohmann::json> got = trainLines(dir / metrics);
+    const std::vector<nlohmann::json> got = splitRecords(dir / metrics);
     ASSERT_EQ(got.size(), 4u);
     for (size_t step = 0; step < want.size(); ++step)
       for (auto [field, tolerance] :
@@ -264,7 +244,7 @@ TEST_F(PaddingRun, PretrainingObjectivesEqualUnpaddedOneRank) {
     run("train --plan " + one + train + " --metrics " + one + ".jsonl");
     run("train --plan " + padded + train + " --metrics " + padded + ".jsonl", 2);
     if (HasFailure()) return;
-    const std::vector<nlohmann::json> want = trainLines(one + ".jsonl"), got = trainLines(padded + ".jsonl");
+    const std::vector<nlohmann::json> want = splitRecords(one + ".jsonl"), got = splitRecords(padded + ".jsonl");
     ASSERT_EQ(want.size(), 3u);
     ASSERT_EQ(got.size(), 3u);
     for (size_t step = 0; step < want.size(); ++step)
