@@ -41,18 +41,7 @@ class Reshard {
         dims_[dim].pop_back();
       }
     }
-    // 2. Sums that end neither pending nor scattered into a dimension.
-    auto splitsOver = [&](StringRef axis) {
-      for (int64_t dim = 0; dim < to.getRank(); ++dim)
-        if (llvm::is_contained(to.getDimAxes(dim), axis)) return true;
-      return false;
-    };
-    for (StringRef axis : SmallVector<StringRef>(pending_))
-      if (!llvm::is_contained(keptPending, axis) && !splitsOver(axis)) {
-        if (failed(collectiveOnDim<AllReduceOp>(axis, 0))) return failure();
-        llvm::erase(pending_, axis);
-      }
-    // 3. The splits `to` adds, major first.
+    // 2. The splits `to` adds, major first.
     for (int64_t dim = 0; dim < to.getRank(); ++dim) {
       SmallVector<StringRef> target = to.getDimAxes(dim);
       for (size_t index = dims_[dim].size(); index < target.size(); ++index) {
@@ -66,6 +55,19 @@ class Reshard {
         dims_[dim].push_back(axis);
       }
     }
+    // 3. Sums that end neither pending nor scattered into a dimension, after the splits: each
+    // rank then reduces only the block it keeps (a ZeRO-1 gradient over `cp` after its reduce-scatter
+    // over the data group).
+    auto splitsOver = [&](StringRef axis) {
+      for (int64_t dim = 0; dim < to.getRank(); ++dim)
+        if (llvm::is_contained(to.getDimAxes(dim), axis)) return true;
+      return false;
+    };
+    for (StringRef axis : SmallVector<StringRef>(pending_))
+      if (!llvm::is_contained(keptPending, axis) && !splitsOver(axis)) {
+        if (failed(collectiveOnDim<AllReduceOp>(axis, 0))) return failure();
+        llvm::erase(pending_, axis);
+      }
     // 4. New pending sums: one rank of each group keeps the value.
     bool keeps = true;
     for (StringRef axis : keptPending)

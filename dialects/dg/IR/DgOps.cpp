@@ -325,11 +325,64 @@ bool soleReaderOfStorage(Value value) {
     else return true;
   }
 }
+
+// The last op that reads `value`'s bytes (null when none does): its users, through views and
+// through the in-place collectives that reduce into them; failure when one is in another block.
+FailureOr<Operation*> lastReaderOfBytes(Value value) {
+  Operation* last = nullptr;
+  for (Operation* user : value.getUsers()) {
+    if (user->getBlock() != value.getParentBlock()) return failure();
+    Operation* reader = user;
+    if (isa<ReshapeOp, StopGradientOp>(user) || (isInPlaceCollective(user) && user->getOperand(0) == value)) {
+      FailureOr<Operation*> later = lastReaderOfBytes(user->getResult(0));
+      if (failed(later)) return failure();
+      if (*later && user->isBeforeInBlock(*later)) reader = *later;
+    }
+    if (!last || last->isBeforeInBlock(reader)) last = reader;
+  }
+  return last;
+}
 }  // namespace
+
+bool mlir::dg::collectiveOverwritesParameter(Operation* op) {
+  // From op's input back to the parameter: views, or collectives that themselves overwrite it,
+  // each read by the next link alone.
+  Operation* reader = op;
+  Value value = op->getOperand(0);
+  while (!value.getDefiningOp<ParamOp>()) {
+    Operation* producer = value.getDefiningOp();
+    if (!producer || !value.hasOneUse()) return false;
+    if (!isa<ReshapeOp, StopGradientOp>(producer) &&
+        !(isInPlaceCollective(producer) && collectiveOverwritesParameter(producer)))
+      return false;
+    reader = producer;
+    value = producer->getOperand(0);
+  }
+  auto param = value.getDefiningOp<ParamOp>();
+  Block* block = op->getBlock();
+  FailureOr<Operation*> lastRead = lastReaderOfBytes(op->getResult(0));
+  if (failed(lastRead) || param->getBlock() != block) return false;
+  Operation* reducedUntil = *lastRead ? *lastRead : op;
+  // Every other use of a dg.param of that name is a dg.assign's target after the last read of the
+  // reduced bytes, and there is one: the entry leaves the parameter a value of its own.
+  bool overwritten = false;
+  for (ParamOp same : block->getOps<ParamOp>()) {
+    if (same.getName() != param.getName()) continue;
+    for (OpOperand& use : same.getResult().getUses()) {
+      if (same == param && use.getOwner() == reader) continue;
+      auto assign = dyn_cast<AssignOp>(use.getOwner());
+      if (!assign || use.get() != assign.getTarget() || assign.getValue() == use.get() || assign->getBlock() != block ||
+          !reducedUntil->isBeforeInBlock(assign))
+        return false;
+      overwritten = true;
+    }
+  }
+  return overwritten;
+}
 
 bool mlir::dg::collectiveWorksInPlace(Operation* op) {
   Value input = op->getOperand(0);
-  return soleReaderOfStorage(input) && !isPersistentStorage(storageRoot(input));
+  return (soleReaderOfStorage(input) && !isPersistentStorage(storageRoot(input))) || collectiveOverwritesParameter(op);
 }
 
 Value mlir::dg::storageRoot(Value value) {
@@ -341,10 +394,8 @@ Value mlir::dg::storageRoot(Value value) {
     } else if (auto barrier = value.getDefiningOp<StopGradientOp>()) {
       value = barrier.getInput();
     } else if (Operation* collective = value.getDefiningOp(); collective && isInPlaceCollective(collective)) {
-      Value input = collective->getOperand(0);
-      if (!soleReaderOfStorage(input)) return value;
-      Value inputRoot = storageRoot(input);
-      return isPersistentStorage(inputRoot) ? value : inputRoot;
+      if (!collectiveWorksInPlace(collective)) return value;
+      value = collective->getOperand(0);
     } else {
       return value;
     }

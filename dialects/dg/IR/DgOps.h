@@ -69,9 +69,10 @@ StringRef fusedElementwiseDTypeName(Type element);
 Value inPlaceAssignTarget(Value result);
 
 // Storage, as the memory planner and the plan lowering share it. A value's storage root: reshapes
-// and stop_gradients are views of their input's storage, an in-place collective whose input
-// collectiveWorksInPlace shares its input's, and an optimizer update or a select assigned straight
-// back is written into its parameter (inPlaceAssignTarget).
+// and stop_gradients are views of their input's storage, an in-place collective that
+// collectiveWorksInPlace shares its input's (a parameter's, when it overwrites one), and an
+// optimizer update or a select assigned straight back is written into its parameter
+// (inPlaceAssignTarget).
 Value storageRoot(Value value);
 // The bytes a tensor of `type` occupies (i1 is stored as a byte).
 int64_t storageBytes(RankedTensorType type);
@@ -82,8 +83,16 @@ bool isPersistentStorage(Value root);
 // collective works on when its input is still read). Every other scratch root is an activation.
 bool isCommunicationBuffer(Value root);
 // Whether in-place collective `op` may reduce into its input's storage: nothing else reads the
-// input, and that storage is not persistent (it would overwrite a parameter's or constant's bytes).
+// input, and that storage is not persistent (it would overwrite a parameter's or constant's bytes),
+// or it is a parameter that collectiveOverwritesParameter allows.
 bool collectiveWorksInPlace(Operation* op);
+// Whether in-place collective `op` may reduce into the persistent bytes of the parameter its input
+// is (through views, or collectives that do the same): the entry reads that parameter through `op`
+// alone and assigns it a new value after the last read of `op`'s result, so the reduced bytes are
+// never seen outside the entry. optimizer_step's reductions of the gradient buffers, which it zeroes
+// after the update, are such (docs/parallelism.md, "Gradient reduction"): reduced in place they need
+// no communication buffer.
+bool collectiveOverwritesParameter(Operation* op);
 
 }  // namespace mlir::dg
 

@@ -150,6 +150,69 @@ func.func @in_place_broadcast() attributes {dg.entry = "forward"} {
 
 // -----
 
+// A gradient buffer that optimizer_step reads only through its reductions and zeroes after the
+// last read of the sums is reduced in its own bytes: the all-reduces (one per axis) get no scratch
+// (no dg.offsets) and the communication pool stays empty.
+module attributes {dg.mesh = #dg.mesh<[cp = 2 (context), tp = 2 (tensor)]>} {
+// CHECK-LABEL: func.func @all_reduce_into_a_gradient_buffer
+// CHECK-SAME: dg.comm_buffer_bytes = 0
+func.func @all_reduce_into_a_gradient_buffer() attributes {dg.entry = "optimizer_step"} {
+  %g = dg.param "grad/w" : tensor<16xf32>
+  // CHECK: dg.all_reduce %{{.*}} axis = "cp" : tensor<16xf32>
+  %r = dg.all_reduce %g axis = "cp" : tensor<16xf32> -> tensor<16xf32>
+  // CHECK: dg.all_reduce %{{.*}} axis = "tp" : tensor<16xf32>
+  %t = dg.all_reduce %r axis = "tp" : tensor<16xf32> -> tensor<16xf32>
+  %e = dg.exp %t : tensor<16xf32>
+  dg.output "e", %e : tensor<16xf32>
+  %z = dg.fill 0.0 : tensor<16xf32>
+  dg.assign %z to %g : tensor<16xf32>
+  return
+}
+}
+
+// -----
+
+// The same reduction gets bytes of its own when the entry reads the buffer elsewhere, when the sums
+// are read after the buffer is overwritten, or when nothing overwrites it.
+module attributes {dg.mesh = #dg.mesh<[cp = 2 (context)]>} {
+// CHECK-LABEL: func.func @buffer_read_elsewhere
+// CHECK-SAME: dg.comm_buffer_bytes = 64
+func.func @buffer_read_elsewhere() attributes {dg.entry = "optimizer_step"} {
+  %g = dg.param "grad/w" : tensor<16xf32>
+  // CHECK: dg.all_reduce {{.*}} {dg.offsets = array<i64: 0>}
+  %r = dg.all_reduce %g axis = "cp" : tensor<16xf32> -> tensor<16xf32>
+  %n = dg.neg %g : tensor<16xf32>
+  dg.output "r", %r : tensor<16xf32>
+  dg.output "n", %n : tensor<16xf32>
+  %z = dg.fill 0.0 : tensor<16xf32>
+  dg.assign %z to %g : tensor<16xf32>
+  return
+}
+// CHECK-LABEL: func.func @sums_outlive_the_buffer
+// CHECK-SAME: dg.comm_buffer_bytes = 64
+func.func @sums_outlive_the_buffer() attributes {dg.entry = "optimizer_step"} {
+  %g = dg.param "grad/w" : tensor<16xf32>
+  // CHECK: dg.all_reduce {{.*}} {dg.offsets = array<i64: 0>}
+  %r = dg.all_reduce %g axis = "cp" : tensor<16xf32> -> tensor<16xf32>
+  %z = dg.fill 0.0 : tensor<16xf32>
+  dg.assign %z to %g : tensor<16xf32>
+  dg.output "r", %r : tensor<16xf32>
+  return
+}
+// CHECK-LABEL: func.func @buffer_kept
+// CHECK-SAME: dg.comm_buffer_bytes = 64
+func.func @buffer_kept() attributes {dg.entry = "optimizer_step"} {
+  %g = dg.param "grad/w" : tensor<16xf32>
+  // CHECK: dg.all_reduce {{.*}} {dg.offsets = array<i64: 0>}
+  %r = dg.all_reduce %g axis = "cp" : tensor<16xf32> -> tensor<16xf32>
+  %e = dg.exp %r : tensor<16xf32>
+  dg.output "e", %e : tensor<16xf32>
+  return
+}
+}
+
+// -----
+
 // An optimizer update assigned straight back is computed in its parameter's storage: no scratch for
 // those results (-1); a result also read elsewhere keeps its own bytes (above the two inputs: every
 // scratch value takes a whole 64-byte block, so the three tie and keep their program order).
