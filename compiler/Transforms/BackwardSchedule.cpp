@@ -89,14 +89,24 @@ int64_t elements(Value value) {
   return type && type.hasStaticShape() ? type.getNumElements() : 0;
 }
 
+// A select whose condition is a compile-time constant passes one side through unchanged: on the
+// ranks whose share of a pending sum is zeros, the zeros that still read the value (Reshard.cpp).
+// Deferred like a view, it leaves those ranks the schedule of the rank that keeps the value; ordered,
+// it added a step to every such chain, the depths moved and the ranks' backwards came out in
+// different orders with different peaks (docs/performance.md, "Scheduling the backward").
+bool selectsAtCompileTime(Operation* op) {
+  auto select = dyn_cast<SelectOp>(op);
+  return select && select.getCondition().getDefiningOp<ConstantOp>();
+}
+
 // An op whose results hold more than this many times the elements of what it reads from the
 // backward (a weight gradient from a few tokens' activations) runs just before its first user.
 constexpr int64_t kExpansion = 2;
 
 // The list scheduler over the ops after the loss output (the backward). Each op there is either
 // - deferred: it reads nothing the backward computed (a fill, a view or cast of a forward value, a
-//   recast parameter), is one of dg-recompute's clones, or makes much more than it reads (a weight
-//   gradient from a few tokens); it runs just before its first user, or
+//   recast parameter), is one of dg-recompute's clones, selects at compile time, or makes much more
+//   than it reads (a weight gradient from a few tokens); it runs just before its first user, or
 // - ordered: everything else. An ordered op is ready when the ordered ops it depends on (through
 //   deferred ops too) have run; among ready ops the least depth (the longest chain of ordered ops
 //   from the backward's start, in bands) runs first, then the earlier one in the old order.
@@ -171,7 +181,8 @@ class RegionScheduler {
       int64_t resultElements = 0;
       for (Value result : op->getResults()) resultElements += elements(result);
       deferred_[i] = !communication[i] && chained.empty() &&
-                     (!readsBackward || op->hasAttr(kRecomputedAttr) || resultElements > kExpansion * backwardOperandElements);
+                     (!readsBackward || op->hasAttr(kRecomputedAttr) || selectsAtCompileTime(op) ||
+                      resultElements > kExpansion * backwardOperandElements);
       atEnd_[i] = isParameterUpdate(op);
       orderedDeps_[i] = std::move(deps);
     }

@@ -45,6 +45,38 @@ func.func @interleave() attributes {dg.entry = "train_step"} {
 
 // -----
 
+// The same stack on a context rank whose share of a gradient is zeros that still read it
+// (Reshard.cpp): a select with a compile-time condition is deferred like a view, so it runs just
+// before its first user and adds no depth to the chain behind it. Its reader %e1 is then as deep as
+// %d2 and runs before %d3; as an ordered op the select would have made %e1 as deep as %d3, after it.
+// CHECK-LABEL: func.func @interleave_with_zeros
+// CHECK: %[[D1:.*]] = dg.tanh
+// CHECK-NEXT: %[[D2:.*]] = dg.tanh %[[D1]]
+// CHECK-NEXT: %[[NEVER:.*]] = dg.constant dense<false>
+// CHECK-NEXT: %[[ZERO:.*]] = dg.fill
+// CHECK-NEXT: %[[S:.*]] = dg.select %[[NEVER]], %[[D1]], %[[ZERO]]
+// CHECK-NEXT: %[[E1:.*]] = dg.reduce_sum %[[S]]
+// CHECK-NEXT: %[[D3:.*]] = dg.tanh %[[D2]]
+func.func @interleave_with_zeros() attributes {dg.entry = "train_step"} {
+  %x = dg.input "x" : tensor<4xf32>
+  %y = dg.neg %x : tensor<4xf32>
+  dg.output "loss", %y : tensor<4xf32>
+  %g = dg.exp %y : tensor<4xf32>
+  %d1 = dg.tanh %g : tensor<4xf32>
+  %never = dg.constant dense<false> : tensor<i1>
+  %zero = dg.fill 0.0 : tensor<f32>
+  %s = dg.select %never, %d1, %zero : tensor<i1>, tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %d2 = dg.tanh %d1 : tensor<4xf32>
+  %d3 = dg.tanh %d2 : tensor<4xf32>
+  %e1 = dg.reduce_sum %s dims = [0] : tensor<4xf32> -> tensor<f32>
+  %e2 = dg.add %d2, %d3 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  dg.output "sum", %e1 : tensor<f32>
+  dg.output "grad", %e2 : tensor<4xf32>
+  return
+}
+
+// -----
+
 // A cast of a parameter read by the forward and the backward: the backward gets its own copy, made
 // just before its first backward user (the same bits), so the forward's copy dies in the forward.
 // A cast of a parameter the entry assigns is left shared.
