@@ -46,4 +46,10 @@ std::vector<double> groupAdvantages(const std::vector<double>& rewards, int64_t 
   return advantages;
 }
 
+void scaleNegativeAdvantages(std::vector<double>& advantages, double scale) {
+  if (!(scale >= 0 && scale <= 1)) throw std::invalid_argument("scaleNegativeAdvantages: expected a scale in [0, 1]");
+  for (double& advantage : advantages)
+    if (advantage < 0) advantage *= scale;
+}
+
 }  // namespace dgemma

@@ -31,4 +31,11 @@ class PromptOrder {
 // of groupSize >= 2 (std::invalid_argument otherwise).
 std::vector<double> groupAdvantages(const std::vector<double>& rewards, int64_t groupSize);
 
+// Multiplies every negative advantage by `scale` in [0, 1] (--negative-advantage-scale; 1 leaves
+// GRPO's advantages, 0 learns from the better-than-average rollouts only). The estimate of a failed
+// completion scores all its tokens, so a negative advantage also pushes down the tokens it got
+// right; scaling it weakens that push without removing the contrast within the group (docs/rl.md,
+// "One step"). std::invalid_argument outside [0, 1].
+void scaleNegativeAdvantages(std::vector<double>& advantages, double scale);
+
 }  // namespace dgemma

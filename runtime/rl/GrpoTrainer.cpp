@@ -270,6 +270,7 @@ nlohmann::json GrpoTrainer::runConfig() const {
             {"max_new_tokens", generator_->settings().maxNewTokens},
             {"denoising_steps", generator_->settings().maxDenoisingSteps},
             {"temperature_scale", options_.temperature},
+            {"negative_advantage_scale", options_.negativeAdvantageScale},
             {"prompts", prompts_.size()},
             {"reward", options_.rewardName},
             {"lr_schedule", schedule_.toJson()}}},
@@ -525,7 +526,8 @@ int GrpoTrainer::run() {
       rewards.push_back(rollout.reward);
       completionTokens += static_cast<double>(rollout.completion.size());
     }
-    const std::vector<double> advantages = groupAdvantages(rewards, options_.groupSize);
+    std::vector<double> advantages = groupAdvantages(rewards, options_.groupSize);
+    scaleNegativeAdvantages(advantages, options_.negativeAdvantageScale);
 
     // The policy loss: the old policy's (and the reference's) estimate on each batch's noise, then
     // the inner updates over the same batches and noise.

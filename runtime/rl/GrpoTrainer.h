@@ -42,6 +42,7 @@ struct RlOptions {
   int64_t denoisingSteps = 0;   // 0: the rollout plan's max_denoising_steps
   double temperature = 1.0;     // scales the sampler's temperature schedule for the rollouts
   double passThreshold = 1.0;   // a rollout passes when its reward is at least this
+  double negativeAdvantageScale = 1.0;  // multiplies the negative advantages (scaleNegativeAdvantages)
   double lr = 1e-5;
   double minLr = 0.0;
   int64_t warmupSteps = 0;

@@ -523,6 +523,10 @@ int main(int argc, char** argv) {
       ->add_option("--temperature", rl.temperature,
                    "scales the sampler's temperature schedule (t_min, t_max) for the rollouts")
       ->check(dgemma::numberIn(0, 1e6, false));
+  rlCommand
+      ->add_option("--negative-advantage-scale", rl.negativeAdvantageScale,
+                   "multiplies every negative advantage (1: GRPO's; 0: better-than-average rollouts only)")
+      ->check(dgemma::numberIn(0, 1));
   rlCommand->add_option("--pass-threshold", rl.passThreshold, "a rollout passes when its reward is at least this")
       ->check(dgemma::numberIn(-1e30, 1e30));
   rlCommand->add_option("--seed", rl.session.seed, "seed of the prompt order, the rollouts and the estimate's noise")

@@ -33,6 +33,20 @@ TEST(GroupAdvantagesTest, RejectsGroupsOfOneAndRaggedGroups) {
   EXPECT_THROW(groupAdvantages({1, 2, 3}, 2), std::invalid_argument);
 }
 
+TEST(GroupAdvantagesTest, ANegativeScaleShrinksOnlyTheNegativeAdvantages) {
+  const std::vector<double> grpo = groupAdvantages({1, 0, 0, 1, 2, 4, 6, 8}, 4);
+  for (double scale : {0.0, 0.25, 1.0}) {
+    std::vector<double> scaled = grpo;
+    scaleNegativeAdvantages(scaled, scale);
+    for (size_t i = 0; i < grpo.size(); ++i)
+      EXPECT_EQ(scaled[i], grpo[i] < 0 ? grpo[i] * scale : grpo[i]) << "scale " << scale << ", rollout " << i;
+  }
+  std::vector<double> any = grpo;
+  EXPECT_THROW(scaleNegativeAdvantages(any, -0.5), std::invalid_argument);
+  EXPECT_THROW(scaleNegativeAdvantages(any, 1.5), std::invalid_argument);
+  EXPECT_THROW(scaleNegativeAdvantages(any, std::nan("")), std::invalid_argument);
+}
+
 TEST(PromptOrderTest, EveryEpochVisitsEveryPromptOnceInItsOwnOrder) {
   PromptOrder order(10, 42);
   std::vector<int64_t> first, second;
