@@ -24,8 +24,15 @@ bool dependsOnSourcesOnly(Value value) {
 // The local value while it is being resharded, with the layout it has reached so far.
 class Reshard {
  public:
-  Reshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank, Value local, ShardingAttr from)
-      : builder_(builder), user_(user), mesh_(mesh), rank_(rank), value_(local), pending_(from.getPartialAxes()) {
+  Reshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank, Value local, ShardingAttr from,
+          bool contextSplitsSequences)
+      : builder_(builder),
+        user_(user),
+        mesh_(mesh),
+        rank_(rank),
+        contextSplitsSequences_(contextSplitsSequences),
+        value_(local),
+        pending_(from.getPartialAxes()) {
     for (int64_t dim = 0; dim < from.getRank(); ++dim) dims_.push_back(from.getDimAxes(dim));
   }
 
@@ -148,9 +155,11 @@ class Reshard {
     return success();
   }
 
+  // A context axis whose splits are in the load-balanced sequence order (Reshard.h).
   bool isContextAxis(StringRef axis) const {
-    return llvm::any_of(mesh_.axes(),
-                        [&](const Mesh::Axis& a) { return a.name == axis && a.role == AxisRole::Context; });
+    return contextSplitsSequences_ && llvm::any_of(mesh_.axes(), [&](const Mesh::Axis& a) {
+             return a.name == axis && a.role == AxisRole::Context;
+           });
   }
 
   // Dimension `dim` cut into chunks.size() equal chunks and put together again, chunk chunks[i] at i.
@@ -184,6 +193,7 @@ class Reshard {
   Operation* user_;
   const Mesh& mesh_;
   int64_t rank_;
+  bool contextSplitsSequences_;
   Value value_;
   SmallVector<SmallVector<StringRef>> dims_;
   SmallVector<StringRef> pending_;
@@ -207,9 +217,9 @@ SmallVector<int64_t> mlir::dg::sequenceChunkOrder(int64_t ranks) {
 }
 
 FailureOr<Value> mlir::dg::buildReshard(OpBuilder& builder, Operation* user, const Mesh& mesh, int64_t rank,
-                                        Value local, ShardingAttr from, ShardingAttr to) {
+                                        Value local, ShardingAttr from, ShardingAttr to, bool contextSplitsSequences) {
   if (from == to) return local;
-  Reshard reshard(builder, user, mesh, rank, local, from);
+  Reshard reshard(builder, user, mesh, rank, local, from, contextSplitsSequences);
   if (failed(reshard.run(to))) return failure();
   return reshard.value();
 }

@@ -121,11 +121,10 @@ class Annotator {
     Axes partial;
     if (name.kind == ParameterKind::Gradient) {
       // Every rank of the data group adds its own tokens' contribution. The context ranks hold other
-      // tokens of the same sequences, so they add theirs too. (ZeRO-1 keeps to the data group: a split
-      // over a context axis is in the load-balanced chunk order, Reshard.h, which is for sequences, not
-      // for a parameter's rows.) Over the tensor axes the parameter is not split over, the ranks see
-      // different heads or tokens: a whole parameter's gradient is in general a sum over the tensor
-      // group, a replicated KV head's over the ranks that hold it (the query heads of its group).
+      // tokens of the same sequences, so they add theirs too. Over the tensor axes the parameter is
+      // not split over, the ranks see different heads or tokens: a whole parameter's gradient is in
+      // general a sum over the tensor group, a replicated KV head's over the ranks that hold it (the
+      // query heads of its group).
       partial = dataGroup;
       llvm::append_range(partial, names(groups_.context));
       for (StringRef axis : names(groups_.tensor))
@@ -133,13 +132,18 @@ class Annotator {
             llvm::none_of(dims, [&](const Axes& d) { return llvm::is_contained(d, axis); }))
           partial.push_back(axis);
     }
-    if (name.kind == ParameterKind::OptimizerState && zero1_ && !dataGroup.empty()) {
-      // ZeRO-1: the first dimension whose local block the data group divides.
-      int64_t groupSize = axesSize(mesh_, dataGroup);
+    // ZeRO-1 over every rank that holds the same parameter block: the data group and, as in
+    // Megatron, the context ranks, whose gradients are summed with it. optimizer_step splits no
+    // sequence, so the context axis cuts contiguous blocks there (Reshard.h).
+    Axes shardGroup = dataGroup;
+    llvm::append_range(shardGroup, names(groups_.context));
+    if (name.kind == ParameterKind::OptimizerState && zero1_ && !shardGroup.empty()) {
+      // The first dimension whose local block the group divides.
+      int64_t groupSize = axesSize(mesh_, shardGroup);
       for (int64_t d = 0; d < type.getRank(); ++d) {
         int64_t local = type.getDimSize(d) / axesSize(mesh_, dims[d]);
         if (local % groupSize != 0) continue;
-        llvm::append_range(dims[d], dataGroup);
+        llvm::append_range(dims[d], shardGroup);
         break;
       }
     }

@@ -70,6 +70,10 @@ class Partitioner {
       if (function.getNumArguments() != 0)
         return function.emitOpError() << "has arguments; dg-shard-partition expects values from dg.param and dg.input";
       resharded_.clear();
+      // Only an entry whose sequences the model splits over the context axis (dg.context_split)
+      // holds sequence chunks; elsewhere a context split is the optimizer state's ZeRO-1 shard.
+      contextSplitsSequences_ = false;
+      function.walk([&](Operation* op) { contextSplitsSequences_ |= op->hasAttr(kContextSplitAttr); });
       SmallVector<Operation*> ops;
       function.walk([&](Operation* op) {
         if (op != function.getOperation()) ops.push_back(op);
@@ -158,7 +162,8 @@ class Partitioner {
       operand.set(reused->second);
       return success();
     }
-    FailureOr<Value> local = buildReshard(builder, operand.getOwner(), mesh_, rank_, value, from, to);
+    FailureOr<Value> local =
+        buildReshard(builder, operand.getOwner(), mesh_, rank_, value, from, to, contextSplitsSequences_);
     if (failed(local)) return failure();
     resharded_[key] = *local;
     operand.set(*local);
@@ -398,6 +403,8 @@ class Partitioner {
   DenseMap<Value, ShardingAttr> producedSharding_;
   // Ops replaced by their context-parallel chunks (localizeQueryBlock), erased after the function.
   SmallVector<Operation*> replaced_;
+  // Whether the current function splits sequences over the context axis (Reshard.h).
+  bool contextSplitsSequences_ = false;
   // The reshardings built so far in the current function, by value and consumed layout.
   DenseMap<std::pair<Value, Attribute>, Value> resharded_;
 };

@@ -123,20 +123,28 @@ const std::vector<Layout>& trainingLayouts() {
 }
 
 // Three steps from the same random init on mock data (the tiny-cpu preset: prompt buckets 16, 32
-// and 64, sliding window 8, canvas 16): the losses to 1e-6 and the gradient norms to 1e-5.
-TEST_P(ContextParallel, TrainingEqualsOneRank) {
+// and 64, sliding window 8, canvas 16), then the layout's checkpoint resumed on one rank for two more
+// (ZeRO-1 shards the optimizer state over the data group and `cp` in contiguous blocks, so its boxes
+// assemble; the fifth step's loss reads the moments of the fourth update): the losses to 1e-6 and
+// the gradient norms to 1e-5 at every step.
+TEST_P(ContextParallel, TrainingAndResumeOnOneRankEqualOneRank) {
   const Layout& layout = GetParam();
   const std::string model = source("models/diffusion_gemma/configs/tiny-cpu.json");
   compile(model, "--preset tiny-cpu --micro-batch 2", dir / "one");
   compile(model, "--preset tiny-cpu --micro-batch " + std::to_string(2 / layout.dataParallel) + " " + layout.flags,
           dir / "sharded");
-  const std::string train = " --train mock --init random --seed 5 --warmup 1 --decay-steps 3 --eval-every 0 --steps 3";
-  run("train --plan " + (dir / "one") + train + " --metrics " + (dir / "one.jsonl"), 1);
-  run("train --plan " + (dir / "sharded") + train + " --metrics " + (dir / "sharded.jsonl"), layout.ranks);
+  const std::string train = " --train mock --init random --seed 5 --warmup 1 --decay-steps 5 --eval-every 0";
+  run("train --plan " + (dir / "one") + train + " --steps 5 --metrics " + (dir / "one.jsonl"), 1);
+  run("train --plan " + (dir / "sharded") + train + " --steps 3 --save-every 3 --metrics " + (dir / "sharded.jsonl") +
+          " --save-dir " + (dir / "sharded-ckpt"),
+      layout.ranks);
+  run("train --plan " + (dir / "one") + train + " --steps 5 --resume --metrics " + (dir / "sharded.jsonl") +
+          " --save-dir " + (dir / "sharded-ckpt"),
+      1);
   if (HasFailure()) return;
   std::vector<nlohmann::json> want = splitRecords(dir / "one.jsonl"), got = splitRecords(dir / "sharded.jsonl");
-  ASSERT_EQ(want.size(), 3u);
-  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(want.size(), 5u);
+  ASSERT_EQ(got.size(), 5u);
   for (size_t step = 0; step < want.size(); ++step)
     for (auto [field, tolerance] :
          {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
