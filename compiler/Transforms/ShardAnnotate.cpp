@@ -132,11 +132,14 @@ class Annotator {
             llvm::none_of(dims, [&](const Axes& d) { return llvm::is_contained(d, axis); }))
           partial.push_back(axis);
     }
-    // ZeRO-1 over every rank that holds the same parameter block: the data group and, as in
-    // Megatron, the context ranks, whose gradients are summed with it. optimizer_step splits no
-    // sequence, so the context axis cuts contiguous blocks there (Reshard.h).
+    // ZeRO-1 over the data group and, as in Megatron, the context ranks, whose gradients are summed
+    // with it; optimizer_step splits no sequence, so the context axis cuts contiguous blocks there
+    // (Reshard.h). Where the data group is one rank (the 26B's experts at EDP 1), the state stays
+    // whole: the sum over the context ranks is then an all-reduce in the gradient buffer's own
+    // bytes, where a shard would be a reduce-scatter whose result waits for the clip in a
+    // communication buffer (docs/parallelism.md, "Gradient reduction").
     Axes shardGroup = dataGroup;
-    llvm::append_range(shardGroup, names(groups_.context));
+    if (!dataGroup.empty()) llvm::append_range(shardGroup, names(groups_.context));
     if (name.kind == ParameterKind::OptimizerState && zero1_ && !shardGroup.empty()) {
       // The first dimension whose local block the group divides.
       int64_t groupSize = axesSize(mesh_, shardGroup);
