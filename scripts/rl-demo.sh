@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The RL demo (docs/rl.md, "The demo"): the reward carries the learning. It starts from the demo
-# model part-way through its training (step 5500 of the main job's run, which answers about half of
-# the held-out additions exactly), then spends the same wall-clock time two ways from there:
+# model part-way through its training (the first 5500 of the main job's 24000 steps, trained here
+# once: about half of the held-out additions answered exactly), then spends the same wall-clock time
+# two ways from there:
 #   * dgemma-run rl: addition prompts and the exact-match verifier only, no completion in any gradient
-#     (STEPS steps of GRPO, the two-sided clip and four diffusion times per completion);
+#     (STEPS steps of GRPO, the two-sided clip, four diffusion times per completion and the negative
+#     advantages scaled by 0.25);
 #   * dgemma-run train: more SFT on the same prompts with their completions, for as long as the RL
 #     run took (--max-seconds);
 # and evaluates the start and both ends on the held-out test additions by exact match.
-#   Usage: scripts/rl-demo.sh [BUILD_DIR] [STEPS]   (STEPS: GRPO steps, default 150)
-# The main job (scripts/demo.sh) leaves the step-5500 checkpoint in BUILD_DIR/demo-run; without it,
-# the first 5500 steps of that run are trained here (the same seed and schedule, so the same weights).
+#   Usage: scripts/rl-demo.sh [BUILD_DIR] [STEPS]   (STEPS: GRPO steps, default 150; needs a build)
+# The start is trained here, so the demo does not depend on the main job's run (docs/rl.md, "The demo").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -20,16 +21,13 @@ tokenizer=$root/data/tokenizer
 run=$build/rl-demo
 mkdir -p "$run"
 
-start=$build/demo-run/checkpoints/step-00005500
+start=$run/base/checkpoints/step-00005500
 if [ ! -d "$start" ]; then
-  start=$run/base/checkpoints/step-00005500
-  if [ ! -d "$start" ]; then
-    echo "== base: the demo model's first 5500 steps (scripts/demo.sh's run, stopped early)"
-    "$bin/dgemma-compile" --model "$config" --mode train --preset demo --images-per-example 1 --prompt-len 32,48,64,96 \
-      -o "$run/base/plan"
-    "$bin/dgemma-run" train --plan "$run/base/plan" --init random --seed 1 --tokenizer "$tokenizer" \
-      --train "$root/data/demo/train.jsonl" --steps 5500 --decay-steps 24000 --save-every 5500 --save-dir "$run/base/checkpoints" --overwrite
-  fi
+  echo "== base: the demo model's first 5500 steps (scripts/demo.sh's training, stopped early)"
+  "$bin/dgemma-compile" --model "$config" --mode train --preset demo --images-per-example 1 --prompt-len 32,48,64,96 \
+    -o "$run/base/plan"
+  "$bin/dgemma-run" train --plan "$run/base/plan" --init random --seed 1 --tokenizer "$tokenizer" \
+    --train "$root/data/demo/train.jsonl" --steps 5500 --decay-steps 24000 --save-every 5500 --save-dir "$run/base/checkpoints" --overwrite
 fi
 
 echo "== data: every addition pair but the held-out ones (validation, test); RL gets the prompts with the sum as"
@@ -74,7 +72,8 @@ rm -rf "$run/rl-checkpoints"
 began=$(date +%s.%N)
 "$bin/dgemma-run" rl --plan "$run/grpo" --rollout-plan "$run/infer" --weights "$start" --tokenizer "$tokenizer" \
   --prompts "$run/rl-prompts.jsonl" --reward exact --group-size 8 --prompts-per-step 32 --inner-updates 2 \
-  --diffusion-samples 4 --lr 5e-4 --min-lr 5e-5 --lr-decay-style cosine --seed 1 --steps "$steps" --save-every "$steps" \
+  --diffusion-samples 4 --negative-advantage-scale 0.25 --lr 5e-4 --min-lr 5e-5 --lr-decay-style cosine --seed 1 \
+  --steps "$steps" --save-every "$steps" \
   --metrics "$run/rl-metrics.jsonl" --save-dir "$run/rl-checkpoints" --overwrite | grep -E "^step .*0/|saved"
 seconds=$(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1])))" "$began")
 echo "== rl: held-out exact match $(evaluate "$run/rl-checkpoints/step-$(printf %08d "$steps")") after $seconds s (metrics in $run/rl-metrics.jsonl)"
