@@ -23,6 +23,7 @@
 namespace dgemma {
 namespace {
 
+using testing::expectSameLosses;
 using testing::metricsLines;
 using testing::relativeDistance;
 using testing::runTool;
@@ -59,13 +60,6 @@ std::string source(const std::string& path) { return std::string(DGEMMA_SOURCE_D
 
 // The losses to 1e-6; the gradient norm, a square root of a sum over every gradient element that the
 // ranks add up in another order, to 1e-5.
-void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want) {
-  for (auto [field, tolerance] : {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
-    const double a = got.at(field).get<double>(), b = want.at(field).get<double>();
-    EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b)) << "step " << want.at("step") << " " << field << ": " << a << " vs " << b;
-  }
-}
-
 // The gradient fixture's full-attention layers have one KV head and its sliding layers two: at TP 2
 // the full layers' KV head is on both ranks, at TP 4 on all four and each sliding KV head on two
 // (docs/parallelism.md, "Tensor parallelism beyond the KV heads").

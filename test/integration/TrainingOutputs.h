@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/HostTensor.h"
@@ -64,6 +65,17 @@ inline double relativeDistance(const HostTensor& got, const HostTensor& want) {
     norm += double(b[i]) * double(b[i]);
   }
   return norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
+}
+
+// One metrics record against another (splitRecords): the losses to 1e-6 and the gradient norm to
+// 1e-5, relative to `want`, as every layout-parity test compares a step.
+inline void expectSameLosses(const nlohmann::json& got, const nlohmann::json& want) {
+  for (auto [field, tolerance] :
+       {std::pair{"loss", 1e-6}, {"diffusion_loss", 1e-6}, {"encoder_loss", 1e-6}, {"grad_norm", 1e-5}}) {
+    const double a = got.at(field).get<double>(), b = want.at(field).get<double>();
+    EXPECT_LE(std::fabs(a - b), tolerance * std::fabs(b))
+        << "step " << want.at("step") << " " << field << ": " << a << " vs " << b;
+  }
 }
 
 }  // namespace dgemma::testing
